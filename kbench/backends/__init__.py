@@ -1,0 +1,67 @@
+"""The backends kbench can run, as plain data the parent process can read.
+
+Importing this package imports no framework. The worker turns a name into a
+:class:`~kbench.backends.base.Backend` with :func:`load_backend`, which imports
+the backend's module only then.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbench.backends.base import Backend
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend: the environment it runs in and the class that drives it."""
+
+    name: str
+    environment: str  # a name under envs/, see kbench.environments
+    implementation: str  # "module:Class", imported only inside the worker
+    # Variables that must be set before the interpreter starts.
+    process_env: Dict[str, str] = field(default_factory=dict)
+    packages: Tuple[str, ...] = ()  # distributions `kbench env` reports
+
+    def load(self) -> type[Backend]:
+        module_name, class_name = self.implementation.split(":")
+        return getattr(importlib.import_module(module_name), class_name)
+
+
+BACKENDS: Dict[str, BackendSpec] = {
+    spec.name: spec
+    for spec in (
+        BackendSpec(
+            name="tensorflow",
+            environment="keras3",
+            implementation="kbench.backends.keras3:TensorFlowBackend",
+            process_env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+            packages=("keras", "tensorflow-cpu", "tensorflow"),
+        ),
+        BackendSpec(
+            name="jax",
+            environment="keras3",
+            implementation="kbench.backends.keras3:JaxBackend",
+            packages=("keras", "jax", "jaxlib"),
+        ),
+        BackendSpec(
+            name="torch",
+            environment="keras3",
+            implementation="kbench.backends.keras3:TorchBackend",
+            packages=("keras", "torch"),
+        ),
+        BackendSpec(
+            name="mxnet",
+            environment="mxnet",
+            implementation="kbench.backends.keras_mxnet:KerasMXNetBackend",
+            packages=("keras-mxnet", "mxnet", "mxnet-cu112"),
+        ),
+    )
+}
+
+
+def load_backend(name: str) -> type[Backend]:
+    return BACKENDS[name].load()

@@ -1,0 +1,64 @@
+"""MXNet under keras-mxnet, the Keras 2.2.4 fork, in its own environment.
+
+Runs under numpy<1.24 and Keras 2.2 APIs: nothing here may import Keras 3-only code.
+"""
+
+from __future__ import annotations
+
+import collections
+import collections.abc
+import os
+from typing import Any, Dict
+
+from kbench.backends.base import Backend
+
+
+class KerasMXNetBackend(Backend):
+    name = "mxnet"
+
+    def configure_threads(self) -> Dict[str, Any]:
+        # MXNet reads its thread counts from the environment when it is imported;
+        # the runner sets OMP_NUM_THREADS before the interpreter starts. Unset, MXNet
+        # would use half the cores.
+        return {
+            "framework": {
+                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS", "1"),
+            }
+        }
+
+    def import_keras(self) -> Any:
+        # keras 2.2.4 still uses collections.Iterable, removed in Python 3.10.
+        if not hasattr(collections, "Iterable"):
+            collections.Iterable = collections.abc.Iterable  # type: ignore[attr-defined]
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="MXNet support in Keras")
+            import keras
+
+        return keras
+
+    def make_optimizer(self, name: str, learning_rate: float) -> Any:
+        optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
+        return optimizers[name](lr=learning_rate)
+
+    def framework_info(self) -> Dict[str, Any]:
+        import mxnet as mx
+
+        features = mx.runtime.Features()
+        gpus = mx.context.num_gpus()
+        return {
+            "name": "mxnet",
+            "version": mx.__version__,
+            "devices": ["cpu"] + [f"gpu({i})" for i in range(gpus)],
+            "features": {
+                name: features.is_enabled(name)
+                for name in ("CUDA", "CUDNN", "MKLDNN", "OPENMP", "DIST_KVSTORE", "PROFILER")
+            },
+        }
+
+    def sync(self) -> None:
+        import mxnet as mx
+
+        mx.nd.waitall()

@@ -1,0 +1,388 @@
+"""The ``kbench`` command line: run, demo, env."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from kbench import __version__, environments, sysinfo, tables
+from kbench.backends import BACKENDS
+from kbench.config import DATA_FORMATS, DATASETS, OPTIMIZERS, ConfigError, RunConfig
+from kbench.datasets import DataUnavailable
+from kbench.results import RunResult
+from kbench.runner import Runner
+from kbench_models import MODELS
+
+log = logging.getLogger("kbench")
+
+EXAMPLES = """\
+examples:
+  kbench demo                                   MLP and small CNN on every backend
+  kbench run --backend jax --model small_cnn    one run, results in ./results
+  kbench run --backend tensorflow,jax,torch,mxnet --model mlp --epochs 3
+  kbench run --backend torch --model small_cnn --data-format channels_first
+  kbench run --backend mxnet --model mlp --dataset synthetic --input-shape 32x32x3 --steps 50
+  kbench env                                    what is installed, which backends run
+"""
+
+FLAG_NAMES = {"timeout_s": "timeout"}  # RunConfig fields whose flag is named otherwise
+
+DEMO_SETTINGS = dict(
+    dataset="fashion_mnist",
+    epochs=2,
+    batch_size=64,
+    warmup_steps=10,
+    train_samples=12000,
+    test_samples=2000,
+)
+
+
+def comma_list(allowed: Sequence[str], what: str):
+    def parse(text: str) -> List[str]:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected one or more {what}; received {text!r}")
+        return items  # values are checked by RunConfig, which suggests close matches
+
+    return parse
+
+
+def shape(text: str):
+    try:
+        return tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS, for example 32x32x3; "
+            f"received {text!r}"
+        ) from None
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("results"),
+        help="where result JSON files (one per run) and worker logs go (default: ./results)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
+        "machine's cores also pins the worker to that many cores (default: all cores)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        dest="timeout_s",
+        metavar="SECONDS",
+        help="stop a run that takes longer and record it as 'timeout' (default: 1800)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kbench",
+        description="Train the same Keras model under TensorFlow, JAX, PyTorch or MXNet, "
+        "each in its own process, and compare throughput, accuracy and memory.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"kbench {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="show only warnings, tables")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = commands.add_parser(
+        "run",
+        help="train models on backends, one process per run",
+        description="Train each --model under each --backend, one after another, each in a "
+        "fresh worker process with its own KERAS_HOME. Throughput counts only the steps after "
+        "--warmup-steps. Ends with a table per run and a comparison per model; exits 1 if a run "
+        "failed or timed out, 2 on bad input.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--backend",
+        "-b",
+        type=comma_list(list(BACKENDS), "backends"),
+        required=True,
+        metavar="B[,B...]",
+        help=f"one or more of: {', '.join(BACKENDS)}",
+    )
+    run.add_argument(
+        "--model",
+        "-m",
+        type=comma_list(list(MODELS), "models"),
+        default=["mlp"],
+        metavar="M[,M...]",
+        help=f"one or more of: {', '.join(MODELS)} (default: mlp)",
+    )
+    run.add_argument(
+        "--dataset",
+        default="fashion_mnist",
+        help=f"one of: {', '.join(DATASETS)} (default: fashion_mnist). Fashion-MNIST is read "
+        "from --data-dir, the Keras cache, kbench's cache or Debian's dataset-fashion-mnist, "
+        "else downloaded",
+    )
+    run.add_argument("--data-dir", help="a directory holding the Fashion-MNIST idx files")
+    run.add_argument("--batch-size", type=int, default=64, help="samples per step (default: 64)")
+    length = run.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, default=1, help="passes over the training set")
+    length.add_argument(
+        "--steps", type=int, help="measured steps instead of epochs (after the warmup steps)"
+    )
+    run.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=5,
+        help="first steps excluded from throughput: tracing, compilation (default: 5)",
+    )
+    run.add_argument(
+        "--data-format",
+        metavar="FORMAT",
+        help=f"override the backend's image_data_format: {' or '.join(DATA_FORMATS)} "
+        "(defaults: keras_configs/<backend>.json)",
+    )
+    run.add_argument("--optimizer", default="adam", help=f"{' or '.join(OPTIMIZERS)}")
+    run.add_argument("--learning-rate", type=float, default=1e-3)
+    run.add_argument("--train-samples", type=int, help="use only the first N training samples")
+    run.add_argument("--test-samples", type=int, help="use only the first N test samples")
+    run.add_argument(
+        "--input-shape",
+        type=shape,
+        metavar="HxWxC",
+        help="synthetic data only: image shape, channels last (default: 28x28x1)",
+    )
+    run.add_argument("--num-classes", type=int, help="synthetic data only (default: 10)")
+    run.add_argument("--seed", type=int, default=0, help="data order and synthetic data")
+    add_output_arguments(run)
+    run.set_defaults(handler=command_run)
+
+    demo = commands.add_parser(
+        "demo",
+        help="MLP and small CNN on Fashion-MNIST across every runnable backend",
+        description="The main job on an embedded default: MLP and small CNN trained for "
+        f"{DEMO_SETTINGS['epochs']} epochs on {DEMO_SETTINGS['train_samples']} Fashion-MNIST "
+        "images (synthetic images of the same shape if the real files are absent, and said "
+        "so) under every backend whose environment exists, then a comparison table.",
+    )
+    demo.add_argument(
+        "--backend",
+        "-b",
+        type=comma_list(list(BACKENDS), "backends"),
+        default=None,
+        metavar="B[,B...]",
+        help="limit the demo to these backends (default: all runnable)",
+    )
+    add_output_arguments(demo)
+    demo.set_defaults(handler=command_demo)
+
+    env = commands.add_parser(
+        "env",
+        help="what is installed per environment and which backends can run",
+        description="Starts each backend the way a run would (its interpreter, KERAS_HOME, "
+        "Keras import, backend check) and reports versions and devices.",
+    )
+    env.add_argument("--json", action="store_true", help="print the report as JSON")
+    env.set_defaults(handler=command_env)
+    return parser
+
+
+def configure_logging(verbose: bool, quiet: bool) -> None:
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger("kbench")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def show_progress(config: RunConfig, event: Dict) -> None:
+    if event.get("event") == "epoch":
+        log.info(
+            "    %s: epoch %d/%d, loss %.4f, %.1f s",
+            config.label(),
+            event["epoch"],
+            event["epochs"],
+            event["loss"],
+            event["seconds"],
+        )
+    elif event.get("event") == "step":
+        log.info("    %s: step %d/%d", config.label(), event["step"], event["steps"])
+
+
+def execute(configs: List[RunConfig], output_dir: Path) -> List[RunResult]:
+    runner = Runner(output_dir=output_dir, on_progress=show_progress)
+    return runner.run_all(configs)
+
+
+def report(results: List[RunResult], output_dir: Path) -> int:
+    print(tables.run_table(results))
+    if len(results) > 1:
+        print()
+        print(tables.comparison_tables(results))
+    failed = [r for r in results if not r.ok]
+    print(f"\n{len(results)} result(s) in {output_dir}/, worker logs in {output_dir}/logs/")
+    for r in failed:
+        print(f"  {r.config['backend']}/{r.config['model']}: {r.status}: {r.reason}")
+    return 1 if failed else 0
+
+
+def command_run(args: argparse.Namespace) -> int:
+    configs = [
+        RunConfig(
+            backend=backend,
+            model=model,
+            dataset=args.dataset,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            steps=args.steps,
+            warmup_steps=args.warmup_steps,
+            data_format=args.data_format,
+            optimizer=args.optimizer,
+            learning_rate=args.learning_rate,
+            train_samples=args.train_samples,
+            test_samples=args.test_samples,
+            input_shape=args.input_shape,
+            num_classes=args.num_classes,
+            data_dir=args.data_dir,
+            threads=args.threads,
+            seed=args.seed,
+            timeout_s=args.timeout_s,
+        )
+        for model in args.model
+        for backend in args.backend
+    ]
+    return report(execute(configs, args.output_dir), args.output_dir)
+
+
+def command_demo(args: argparse.Namespace) -> int:
+    runnable = environments.runnable_backends()
+    backends = args.backend or [name for name, missing in runnable.items() if missing is None]
+    for name, missing in runnable.items():
+        if missing and name in backends:
+            raise environments.EnvironmentMissing(missing)
+        if missing:
+            log.warning("demo: skipping %s: %s", name, missing)
+    if not backends:
+        raise environments.EnvironmentMissing(
+            f"no backend can run: create the environments with {environments.SETUP_SCRIPT}"
+        )
+
+    def configs(dataset: str) -> List[RunConfig]:
+        settings = dict(DEMO_SETTINGS, dataset=dataset)
+        return [
+            RunConfig(
+                backend=b, model=m, threads=args.threads, timeout_s=args.timeout_s, **settings
+            )
+            for m in ("mlp", "small_cnn")
+            for b in backends
+        ]
+
+    try:
+        results = execute(configs("fashion_mnist"), args.output_dir)
+    except DataUnavailable as err:
+        log.warning("demo: Fashion-MNIST is not available (%s)", err)
+        log.warning("demo: using SYNTHETIC images of the same shape; accuracy is not comparable")
+        results = execute(configs("synthetic"), args.output_dir)
+    return report(results, args.output_dir)
+
+
+def probe_backend(backend: str) -> Dict:
+    try:
+        interpreter = environments.interpreter_for(backend)
+    except environments.EnvironmentMissing as err:
+        return {"backend": backend, "ok": False, "error": str(err)}
+    with tempfile.TemporaryDirectory(prefix="kbench-env-") as tmp:
+        python_path = environments.import_root(Path(tmp) / "pythonpath")
+        env, keras_json = environments.process_environment(
+            backend, Path(tmp), python_path, os.cpu_count() or 1, None
+        )
+        done = subprocess.run(
+            [str(interpreter), "-m", "kbench.probe", backend, keras_json["image_data_format"]],
+            env=env,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    return {
+        "backend": backend,
+        "ok": False,
+        "executable": str(interpreter),
+        "error": f"probe exited with {done.returncode}: {' | '.join(tail)}",
+    }
+
+
+def command_env(args: argparse.Namespace) -> int:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        probes = list(pool.map(probe_backend, BACKENDS))
+    machine = sysinfo.machine()
+    if args.json:
+        print(
+            json.dumps(
+                {"kbench": sysinfo.kbench_info(), "machine": machine, "backends": probes}, indent=2
+            )
+        )
+        return 0
+    gpu = machine["gpu"]
+    gpus = ", ".join(d["name"] for d in gpu.get("devices", [])) or f"none ({gpu.get('reason')})"
+    print(
+        f"kbench {__version__}  {machine['cpu_model']}, {machine['cpu_logical_cores']} cores, "
+        f"GPUs: {gpus}"
+    )
+    rows = []
+    for p in probes:
+        framework = p.get("framework", {})
+        rows.append(
+            [
+                p["backend"],
+                "yes" if p["ok"] else "no",
+                BACKENDS[p["backend"]].environment,
+                p.get("python", "-"),
+                p.get("keras", "-"),
+                f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
+                ", ".join(framework.get("devices", [])) or "-",
+            ]
+        )
+    print(
+        tables.render(
+            ["backend", "runnable", "environment", "python", "keras", "framework", "devices"], rows
+        )
+    )
+    for p in probes:
+        if not p["ok"]:
+            print(f"  {p['backend']}: {p['error']}")
+    return 0 if all(p["ok"] for p in probes) else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose, args.quiet)
+    try:
+        return args.handler(args)
+    except ConfigError as err:
+        flag = "--" + FLAG_NAMES.get(err.setting, err.setting).replace("_", "-")
+        parser.exit(2, f"kbench {args.command}: error: {flag}: {err.message}\n")
+    except (environments.EnvironmentMissing, DataUnavailable) as err:
+        parser.exit(2, f"kbench {args.command}: error: {err}\n")
+    except KeyboardInterrupt:
+        log.warning("interrupted: finished runs are saved; the run in progress was discarded")
+        return 130

@@ -1,0 +1,168 @@
+"""What one run is: a frozen, validated description that travels to the worker as JSON.
+
+Every check happens here, when the config is created, so a bad flag or sweep entry
+fails before any process starts, with a message that names the setting, what was
+expected, what was received and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+from kbench.backends import BACKENDS
+from kbench_models import MODELS
+
+DATASETS: Tuple[str, ...] = ("fashion_mnist", "digits", "synthetic")
+DATA_FORMATS: Tuple[str, ...] = ("channels_last", "channels_first")
+OPTIMIZERS: Tuple[str, ...] = ("adam", "sgd")
+
+
+class ConfigError(ValueError):
+    """A setting has a value kbench cannot run with; the message says how to fix it.
+
+    ``setting`` is the field name (``batch_size``); the CLI shows it as its flag.
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.message = message
+
+
+def _choice(setting: str, value: Any, allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    if value in allowed:
+        return
+    hint = ""
+    if isinstance(value, str):
+        close = difflib.get_close_matches(value, allowed, n=1)
+        if close:
+            hint = f" Did you mean {close[0]!r}?"
+    raise ConfigError(setting, f"expected one of {', '.join(allowed)}; received {value!r}.{hint}")
+
+
+def _positive_int(setting: str, value: Any, *, allow_zero: bool = False) -> None:
+    lowest = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        kind = "a non-negative integer" if allow_zero else "a positive integer"
+        raise ConfigError(setting, f"expected {kind}; received {value!r}.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run of one model on one backend.
+
+    Training length is either ``epochs`` (full passes over the training set, the
+    first ``warmup_steps`` steps of epoch 1 excluded from throughput) or ``steps``
+    (``warmup_steps`` + ``steps`` steps in one pass, all ``steps`` measured).
+    """
+
+    backend: str
+    model: str
+    dataset: str = "fashion_mnist"
+    batch_size: int = 64
+    epochs: Optional[int] = 1
+    steps: Optional[int] = None
+    warmup_steps: int = 5
+    data_format: Optional[str] = None  # None: the backend's keras_configs default
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    train_samples: Optional[int] = None  # None: the whole training set
+    test_samples: Optional[int] = None
+    input_shape: Optional[Tuple[int, ...]] = None  # synthetic only; channels_last
+    num_classes: Optional[int] = None  # synthetic only
+    data_dir: Optional[str] = None
+    threads: Optional[int] = None  # None: every core of this machine
+    seed: int = 0
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        _choice("backend", self.backend, BACKENDS)
+        _choice("model", self.model, MODELS)
+        _choice("dataset", self.dataset, DATASETS)
+        _positive_int("batch_size", self.batch_size)
+        if self.steps is not None:
+            _positive_int("steps", self.steps)
+            object.__setattr__(self, "epochs", None)
+        elif self.epochs is None:
+            raise ConfigError(
+                "epochs", "expected a number of epochs or of steps; received neither."
+            )
+        else:
+            _positive_int("epochs", self.epochs)
+        _positive_int("warmup_steps", self.warmup_steps, allow_zero=True)
+        if self.data_format is not None:
+            _choice("data_format", self.data_format, DATA_FORMATS)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        if not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
+            raise ConfigError(
+                "learning_rate", f"expected a positive number; received {self.learning_rate!r}."
+            )
+        for name in ("train_samples", "test_samples", "num_classes", "threads"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        if self.input_shape is not None:
+            shape = tuple(self.input_shape)
+            if len(shape) not in (2, 3) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape
+            ):
+                raise ConfigError(
+                    "input_shape",
+                    "expected HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS of positive integers "
+                    f"(channels last), for example 28x28x1; received {self.input_shape!r}.",
+                )
+            if len(shape) == 2:
+                shape = shape + (1,)
+            object.__setattr__(self, "input_shape", shape)
+        if self.dataset != "synthetic" and (
+            self.input_shape is not None or self.num_classes is not None
+        ):
+            raise ConfigError(
+                "input_shape/num_classes",
+                f"only synthetic data takes them; dataset "
+                f"{self.dataset!r} has its own. Drop the flags or use --dataset synthetic.",
+            )
+        if (
+            isinstance(self.timeout_s, bool)
+            or not isinstance(self.timeout_s, (int, float))
+            or (self.timeout_s <= 0)
+        ):
+            raise ConfigError(
+                "timeout_s", f"expected a positive number of seconds; received {self.timeout_s!r}."
+            )
+        if self.data_dir is not None and not os.path.isdir(self.data_dir):
+            raise ConfigError(
+                "data_dir",
+                f"expected an existing directory; received {self.data_dir!r}, which is not one.",
+            )
+
+    @property
+    def threads_in_force(self) -> int:
+        return self.threads or os.cpu_count() or 1
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        if self.input_shape is not None:
+            data["input_shape"] = list(self.input_shape)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> RunConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                unknown[0],
+                f"unknown run setting(s) {', '.join(unknown)}; expected only: "
+                f"{', '.join(sorted(known))}.",
+            )
+        data = dict(data)
+        if data.get("input_shape") is not None:
+            data["input_shape"] = tuple(data["input_shape"])
+        return cls(**data)
+
+    def label(self) -> str:
+        return f"{self.backend}/{self.model}"

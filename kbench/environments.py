@@ -1,0 +1,132 @@
+"""Where each backend runs: its interpreter, its keras.json, its process environment.
+
+Backends live in two virtual environments inside the checkout (``envs/keras3`` for
+TensorFlow, JAX and PyTorch; ``envs/mxnet`` for keras-mxnet), created by
+``scripts/setup_envs.sh``. ``KBENCH_PYTHON_<BACKEND>`` (for example
+``KBENCH_PYTHON_MXNET``) points a backend at another interpreter, and
+``KBENCH_ENVS_DIR`` moves the environments' folder.
+
+Nothing here reads or writes ``~/.keras``: every process gets a fresh ``KERAS_HOME``
+holding a copy of ``keras_configs/<backend>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import kbench
+import kbench_models
+from kbench.backends import BACKENDS
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SETUP_SCRIPT = "scripts/setup_envs.sh"
+
+
+class EnvironmentMissing(RuntimeError):
+    """A backend's interpreter does not exist; the message names the command that creates it."""
+
+
+def envs_dir() -> Path:
+    return Path(os.environ.get("KBENCH_ENVS_DIR") or PROJECT_ROOT / "envs")
+
+
+def override_variable(backend: str) -> str:
+    return f"KBENCH_PYTHON_{backend.upper()}"
+
+
+def interpreter_for(backend: str) -> Path:
+    """The Python that runs ``backend``'s worker, or an error saying how to get one."""
+    spec = BACKENDS[backend]
+    variable = override_variable(backend)
+    override = os.environ.get(variable)
+    if override:
+        path = Path(override)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise EnvironmentMissing(
+                f"{variable}={override}: expected an executable Python interpreter; "
+                "no such file. Fix the path or unset the variable."
+            )
+        return path
+    path = envs_dir() / spec.environment / "bin" / "python"
+    if not path.exists():
+        raise EnvironmentMissing(
+            f"backend {backend!r} runs in the {spec.environment!r} environment, which does not "
+            f"exist (expected {path}). Create it with: {SETUP_SCRIPT} {spec.environment} "
+            f"(or point {variable} at a Python that has it)."
+        )
+    return path
+
+
+def runnable_backends() -> Dict[str, Optional[str]]:
+    """Each backend mapped to None when its interpreter exists, else the reason it does not."""
+    reasons: Dict[str, Optional[str]] = {}
+    for name in BACKENDS:
+        try:
+            interpreter_for(name)
+            reasons[name] = None
+        except EnvironmentMissing as err:
+            reasons[name] = str(err)
+    return reasons
+
+
+def keras_config(backend: str, data_format: Optional[str]) -> Dict[str, Any]:
+    """The backend's checked-in keras.json, with ``data_format`` overriding its format."""
+    path = PROJECT_ROOT / "keras_configs" / f"{backend}.json"
+    if not path.is_file():
+        raise EnvironmentMissing(
+            f"keras_configs/{backend}.json: expected the backend's keras.json at {path}; "
+            "run kbench from its checkout, where keras_configs/ lives."
+        )
+    config = json.loads(path.read_text())
+    if data_format is not None:
+        config["image_data_format"] = data_format
+    return config
+
+
+def import_root(directory: Path) -> Path:
+    """A folder for PYTHONPATH that exposes kbench and kbench_models to any interpreter.
+
+    Workers may run under interpreters where kbench is not installed (the MXNet
+    environment, or one named by KBENCH_PYTHON_*), so they import it from here.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, package in (("kbench", kbench), ("kbench_models", kbench_models)):
+        link = directory / name
+        if not link.exists():
+            link.symlink_to(Path(package.__file__).resolve().parent, target_is_directory=True)
+    return directory
+
+
+def process_environment(
+    backend: str, run_dir: Path, python_path: Path, threads: int, data_format: Optional[str]
+) -> Tuple[Dict[str, str], Dict[str, Any]]:
+    """The environment variables of a worker process, and the keras.json it will read.
+
+    Returns (full environment, keras.json contents). The keras.json is written to a
+    fresh ``run_dir/keras_home``.
+    """
+    config = keras_config(backend, data_format)
+    keras_home = run_dir / "keras_home"
+    keras_home.mkdir(parents=True, exist_ok=True)
+    (keras_home / "keras.json").write_text(json.dumps(config, indent=4) + "\n")
+    env = dict(os.environ)
+    env.update(BACKENDS[backend].process_env)
+    env.update(
+        KERAS_BACKEND=backend,
+        KERAS_HOME=str(keras_home),
+        PYTHONPATH=str(python_path),
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+    )
+    return env, config
+
+
+def recorded_variables(env: Dict[str, str], backend: str) -> Dict[str, str]:
+    """The variables kbench set for a worker, as a result records them."""
+    keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS"]
+    keys += list(BACKENDS[backend].process_env)
+    return {key: env[key] for key in keys if key in env}

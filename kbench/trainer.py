@@ -1,0 +1,218 @@
+"""Training in explicit stages, the same for every backend (worker side).
+
+Each epoch is one ``model.fit`` call over that epoch's mini-batches in the order the
+runner drew (``shuffle=False``), so every backend sees the same batches. A Keras
+callback stamps each step; at the end of a step it reads the loss on the host,
+which waits for the device, so a step's time covers its whole computation. The
+first ``warmup_steps`` steps (tracing, compilation, caches) are kept apart; the
+measured window runs from the end of the last warmup step to the end of the last
+step and counts only time spent inside ``fit``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from kbench.task import PROGRESS_PREFIX
+
+
+def emit_progress(event: str, **fields: Any) -> None:
+    """One machine-readable progress line on stdout for the runner to show."""
+    sys.stdout.write(PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def percentiles(values: List[float], qs=(10, 50, 90)) -> Dict[str, float]:
+    if not values:
+        return {}
+    array = np.asarray(values, dtype=np.float64)
+    out = {f"p{q}": float(np.percentile(array, q)) for q in qs}
+    out["mean"] = float(array.mean())
+    return out
+
+
+@dataclass
+class StepClock:
+    """Timestamps of every step, with the warmup steps set apart."""
+
+    warmup_steps: int
+    heartbeat_s: float = 10.0
+    begins: List[float] = field(default_factory=list)
+    ends: List[float] = field(default_factory=list)
+    losses: List[float] = field(default_factory=list)
+    epoch_first_step: List[int] = field(default_factory=list)
+    last_heartbeat: float = field(default_factory=time.perf_counter)
+    on_heartbeat: Optional[Callable[[int], None]] = None
+
+    def epoch_begin(self) -> None:
+        self.epoch_first_step.append(len(self.begins))
+
+    def batch_begin(self) -> None:
+        self.begins.append(time.perf_counter())
+
+    def batch_end(self, logs: Optional[Dict[str, Any]]) -> None:
+        # float() of the loss blocks until the step has finished on the device.
+        loss = float((logs or {}).get("loss", float("nan")))
+        now = time.perf_counter()
+        self.ends.append(now)
+        self.losses.append(loss)
+        if self.on_heartbeat and now - self.last_heartbeat >= self.heartbeat_s:
+            self.last_heartbeat = now
+            self.on_heartbeat(len(self.ends))
+
+    def measured_seconds(self) -> float:
+        """Time inside fit from the end of warmup to the last step, epoch by epoch."""
+        total = 0.0
+        bounds = self.epoch_first_step + [len(self.ends)]
+        for epoch_start, stop in zip(bounds[:-1], bounds[1:]):
+            first = max(epoch_start, self.warmup_steps)
+            if first >= stop:
+                continue
+            # Within the epoch where warmup ends, the window opens as the last warmup
+            # step ends; in later epochs, as their first step begins.
+            start = self.ends[first - 1] if first > epoch_start else self.begins[first]
+            total += self.ends[stop - 1] - start
+        return total
+
+
+def timing_callback(keras: Any, clock: StepClock) -> Any:
+    """A Keras callback driving ``clock``; ``on_batch_*`` exists in Keras 2.2 and 3."""
+
+    class StepTimer(keras.callbacks.Callback):
+        def on_batch_begin(self, batch, logs=None):
+            clock.batch_begin()
+
+        def on_batch_end(self, batch, logs=None):
+            clock.batch_end(logs)
+
+    return StepTimer()
+
+
+@dataclass(frozen=True)
+class TrainMetrics:
+    """What a training run measured. Units are in the names."""
+
+    images_per_sec: float  # measured window: measured_images / measured_time_s
+    measured_images: int
+    measured_steps: int
+    measured_time_s: float
+    step_time_s: Dict[str, float]  # p10/p50/p90/mean over measured steps
+    images_per_sec_per_step: Dict[str, float]  # batch / step time: p10/p50/p90
+    step_times_s: List[float]  # raw, measured steps only
+    warmup_steps: int
+    warmup_time_s: float
+    first_step_s: float  # includes tracing / compilation
+    time_to_first_step_s: float  # from process start
+    import_time_s: float
+    build_time_s: float
+    epoch_time_s: List[float]  # wall time of each fit call (epoch 1 includes warmup)
+    final_train_loss: float
+    final_train_accuracy: Optional[float]
+    test_loss: float
+    test_accuracy: float
+    eval_time_s: float
+    memory: List[Dict[str, Any]]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def train(
+    backend: Any,
+    model: Any,
+    arrays: Dict[str, np.ndarray],
+    order: np.ndarray,
+    *,
+    batch_size: int,
+    warmup_steps: int,
+    optimizer: str,
+    learning_rate: float,
+    process_start: float,
+    import_time_s: float,
+    build_time_s: float,
+) -> TrainMetrics:
+    keras = backend.keras
+    model.compile(
+        optimizer=backend.make_optimizer(optimizer, learning_rate),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    steps_per_epoch = order.shape[1] // batch_size
+    total_steps = steps_per_epoch * order.shape[0]
+    if warmup_steps >= total_steps:
+        raise ValueError(
+            f"warmup_steps: expected fewer than the run's {total_steps} steps; received "
+            f"{warmup_steps}. Lower --warmup-steps or train longer."
+        )
+
+    clock = StepClock(warmup_steps=warmup_steps)
+    clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
+    callback = timing_callback(keras, clock)
+    epoch_times, last_logs = [], {}
+    for epoch, indices in enumerate(order):
+        x, y = arrays["x_train"][indices], arrays["y_train"][indices]
+        clock.epoch_begin()
+        started = time.perf_counter()
+        history = model.fit(
+            x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[callback]
+        )
+        backend.sync()
+        epoch_times.append(time.perf_counter() - started)
+        last_logs = {key: values[-1] for key, values in history.history.items()}
+        emit_progress(
+            "epoch",
+            epoch=epoch + 1,
+            epochs=len(order),
+            loss=float(last_logs.get("loss", float("nan"))),
+            seconds=epoch_times[-1],
+        )
+    if len(clock.ends) != total_steps:
+        raise RuntimeError(
+            f"the timing callback saw {len(clock.ends)} steps; expected {total_steps}. "
+            "This Keras does not call on_batch_begin/on_batch_end per step."
+        )
+
+    eval_start = time.perf_counter()
+    test_loss, test_accuracy = model.evaluate(
+        arrays["x_test"], arrays["y_test"], batch_size=max(batch_size, 256), verbose=0
+    )
+    eval_time = time.perf_counter() - eval_start
+
+    measured_steps = total_steps - warmup_steps
+    step_times = [e - b for b, e in zip(clock.begins[warmup_steps:], clock.ends[warmup_steps:])]
+    measured_time = clock.measured_seconds()
+    step_pct = percentiles(step_times)
+    train_accuracy = last_logs.get("accuracy", last_logs.get("acc"))
+    return TrainMetrics(
+        images_per_sec=measured_steps * batch_size / measured_time,
+        measured_images=measured_steps * batch_size,
+        measured_steps=measured_steps,
+        measured_time_s=measured_time,
+        step_time_s=step_pct,
+        images_per_sec_per_step={
+            # A slow step (p90 time) is a low throughput (p10), and the other way round.
+            "p10": batch_size / step_pct["p90"],
+            "p50": batch_size / step_pct["p50"],
+            "p90": batch_size / step_pct["p10"],
+        },
+        step_times_s=step_times,
+        warmup_steps=warmup_steps,
+        warmup_time_s=(clock.ends[warmup_steps - 1] - clock.begins[0]) if warmup_steps else 0.0,
+        first_step_s=clock.ends[0] - clock.begins[0],
+        time_to_first_step_s=time.time() - process_start - (time.perf_counter() - clock.ends[0]),
+        import_time_s=import_time_s,
+        build_time_s=build_time_s,
+        epoch_time_s=epoch_times,
+        final_train_loss=float(last_logs.get("loss", float("nan"))),
+        final_train_accuracy=None if train_accuracy is None else float(train_accuracy),
+        test_loss=float(test_loss),
+        test_accuracy=float(test_accuracy),
+        eval_time_s=eval_time,
+        memory=backend.memory_readings(),
+    )

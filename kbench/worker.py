@@ -1,0 +1,111 @@
+"""The child process of one run: ``python -m kbench.worker RUN_JSON``.
+
+It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the
+per-run ``KERAS_HOME`` holding its keras.json, and the thread variables before
+this interpreter started. Whatever happens, it tries to leave a reply: metrics on
+success, the exception and traceback on failure. A crash that kills the
+interpreter leaves none, and the runner records that instead.
+
+Imports only what runs under both environments (Keras 3 and keras-mxnet).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from kbench import datasets
+from kbench.backends import load_backend
+from kbench.task import WorkerReply, WorkerTask, read_json, write_json_atomic
+
+log = logging.getLogger("kbench.worker")
+
+
+def run(task: WorkerTask) -> WorkerReply:
+    config = task.config
+    backend = load_backend(config["backend"])(threads=config["threads"])
+
+    import_start = time.perf_counter()
+    keras = backend.start(task.data_format)
+    import_time = time.perf_counter() - import_start
+
+    # Imported after Keras: the model modules import keras themselves.
+    import kbench_models
+
+    data = datasets.PreparedData.from_dict(task.data)
+    arrays = datasets.load_prepared(data.path)
+    for split in ("x_train", "x_test"):
+        arrays[split] = datasets.to_data_format(arrays[split], task.data_format)
+    input_shape = arrays["x_train"].shape[1:]
+
+    build_start = time.perf_counter()
+    model = kbench_models.build(config["model"], input_shape, data.num_classes)
+    build_time = time.perf_counter() - build_start
+
+    from kbench.trainer import train
+
+    metrics = train(
+        backend,
+        model,
+        arrays,
+        np.load(task.order_path),
+        batch_size=config["batch_size"],
+        warmup_steps=config["warmup_steps"],
+        optimizer=config["optimizer"],
+        learning_rate=config["learning_rate"],
+        process_start=task.started_at,
+        import_time_s=import_time,
+        build_time_s=build_time,
+    )
+    framework = backend.framework_info()
+    framework.update(
+        keras_version=keras.__version__,
+        keras_backend=keras.backend.backend(),
+        image_data_format=keras.backend.image_data_format(),
+        threads=backend.thread_settings,
+    )
+    return WorkerReply(
+        status="ok",
+        metrics=metrics.to_dict(),
+        framework=framework,
+        model={
+            "name": config["model"],
+            "params": int(model.count_params()),
+            "input_shape": [int(d) for d in input_shape],
+            "num_classes": data.num_classes,
+        },
+    )
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="[worker] %(message)s", stream=sys.stderr)
+    if len(argv) != 1:
+        log.error("usage: python -m kbench.worker RUN_JSON (the runner writes RUN_JSON)")
+        return 2
+    task = WorkerTask.from_dict(read_json(Path(argv[0])))
+    try:
+        reply = run(task)
+    except BaseException as err:  # noqa: B036 - every failure must reach the runner
+        reply = WorkerReply(
+            status="failed",
+            error={
+                "type": type(err).__name__,
+                "message": str(err),
+                "traceback": traceback.format_exc(),
+            },
+        )
+        write_json_atomic(Path(task.reply_path), reply.to_dict())
+        log.error("%s: %s", type(err).__name__, err)
+        return 1
+    write_json_atomic(Path(task.reply_path), reply.to_dict())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command: creates what it needs on a fresh machine (environments, data),
+# lints, then runs the tests. Extra arguments go to pytest (e.g. -m "not slow").
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+scripts/setup_envs.sh
+py=envs/keras3/bin/python
+echo "[test] ruff" >&2
+"$py" -m ruff check kbench models tests benchmarks
+"$py" -m ruff format --check kbench models tests benchmarks
+echo "[test] pytest" >&2
+# Every backend must run here: a missing environment fails the tests instead of skipping them.
+export KBENCH_REQUIRE_ALL_BACKENDS=1
+exec "$py" -m pytest -q -p no:cacheprovider "$@"

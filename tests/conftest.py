@@ -1,0 +1,77 @@
+"""Shared test helpers: run the real CLI in a subprocess, with a throwaway HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from kbench import environments
+from kbench.results import RunResult
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def require_backends(*backends: str) -> None:
+    """Skip (or fail, under scripts/test.sh) when a backend's environment is missing."""
+    for backend in backends:
+        try:
+            environments.interpreter_for(backend)
+        except environments.EnvironmentMissing as err:
+            if os.environ.get("KBENCH_REQUIRE_ALL_BACKENDS") == "1":
+                pytest.fail(str(err))
+            pytest.skip(str(err))
+
+
+@dataclass
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+    output_dir: Path
+
+    def results(self) -> List[RunResult]:
+        paths = sorted(self.output_dir.glob("*.json"))
+        return sorted((RunResult.load(p) for p in paths), key=lambda r: (r.started_at, r.run_id))
+
+
+def run_kbench(
+    args: List[str],
+    home: Path,
+    output_dir: Optional[Path] = None,
+    env: Optional[Dict[str, str]] = None,
+    timeout: float = 900,
+) -> Completed:
+    """``python -m kbench ARGS`` with HOME pointed at ``home`` (so ~/.keras is ``home/.keras``)."""
+    output_dir = output_dir or home / "results"
+    full_env = dict(os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache"))
+    full_env.update(env or {})
+    command = [sys.executable, "-m", "kbench", *args]
+    if args and args[0] in ("run", "demo") and "--output-dir" not in args:
+        command += ["--output-dir", str(output_dir)]
+    done = subprocess.run(
+        command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+    return Completed(done.returncode, done.stdout, done.stderr, output_dir)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+def dump(completed: Completed) -> str:
+    """Everything needed to see why a CLI call went wrong, for assertion messages."""
+    parts = [f"exit {completed.returncode}", completed.stdout[-3000:], completed.stderr[-3000:]]
+    for result in completed.results():
+        if not result.ok:
+            parts.append(json.dumps(result.error, indent=1)[-3000:])
+    return "\n".join(parts)

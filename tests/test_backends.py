@@ -1,0 +1,150 @@
+"""Every backend trains both models for real, in its own process, from one command."""
+
+import json
+
+import pytest
+from conftest import ROOT, dump, require_backends, run_kbench
+
+pytestmark = pytest.mark.slow
+
+BACKENDS = ("tensorflow", "jax", "torch", "mxnet")
+MODELS = ("mlp", "small_cnn")
+STEPS = 6
+
+
+def mlp_params(h, w, c, classes):
+    return (h * w * c) * 128 + 128 + 128 * classes + classes
+
+
+def small_cnn_params(h, w, c, classes):
+    conv1 = 3 * 3 * c * 64 + 64
+    conv2 = 3 * 3 * 64 * 32 + 32
+    return conv1 + conv2 + (h - 4) * (w - 4) * 32 * classes + classes
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    """One `kbench run` over all backends and both models (one command, eight workers)."""
+    require_backends(*BACKENDS)
+    home = tmp_path_factory.mktemp("home")
+    completed = run_kbench(
+        [
+            "run",
+            "--backend",
+            ",".join(BACKENDS),
+            "--model",
+            ",".join(MODELS),
+            "--dataset",
+            "synthetic",
+            "--steps",
+            str(STEPS),
+            "--warmup-steps",
+            "2",
+            "--batch-size",
+            "16",
+            "--test-samples",
+            "64",
+        ],
+        home,
+    )
+    return home, completed
+
+
+def test_every_backend_and_model_runs(matrix):
+    _, completed = matrix
+    assert completed.returncode == 0, dump(completed)
+    results = completed.results()
+    assert [(r.config["model"], r.config["backend"]) for r in results] == [
+        (m, b) for m in MODELS for b in BACKENDS
+    ]
+    for r in results:
+        assert r.status == "ok", (r.config, r.reason)
+        m = r.metrics
+        assert m["images_per_sec"] > 0
+        assert m["measured_steps"] == STEPS and m["warmup_steps"] == 2
+        assert m["measured_images"] == STEPS * 16
+        assert len(m["step_times_s"]) == STEPS
+        assert 0 < m["step_time_s"]["p10"] <= m["step_time_s"]["p50"] <= m["step_time_s"]["p90"]
+        assert 0.0 <= m["test_accuracy"] <= 1.0
+        assert m["memory"][0]["kind"] == "process_peak_rss" and m["memory"][0]["bytes"] > 0
+
+
+def test_parameter_counts_match_the_reference(matrix):
+    _, completed = matrix
+    expected = {"mlp": 101_770, "small_cnn": 203_434}
+    assert mlp_params(28, 28, 1, 10) == expected["mlp"]
+    assert small_cnn_params(28, 28, 1, 10) == expected["small_cnn"]
+    for r in completed.results():
+        assert r.model["params"] == expected[r.config["model"]], r.config
+
+
+def test_results_record_backend_format_threads_and_data(matrix):
+    _, completed = matrix
+    for r in completed.results():
+        backend = r.config["backend"]
+        default = json.loads((ROOT / "keras_configs" / f"{backend}.json").read_text())
+        framework = r.environment["framework"]
+        assert framework["keras_backend"] == backend
+        assert framework["image_data_format"] == default["image_data_format"]
+        assert r.environment["keras_json"] == default
+        assert r.environment["process_env"]["KERAS_BACKEND"] == backend
+        assert int(r.environment["process_env"]["OMP_NUM_THREADS"]) >= 1
+        assert framework["threads"]["requested"] >= 1
+        assert framework["version"] and framework["name"]
+        assert framework["keras_version"].startswith("2.2.4" if backend == "mxnet" else "3.")
+        assert r.data["synthetic"] is True and "synthetic" in r.data["source"]
+        assert r.environment["machine"]["cpu_logical_cores"] >= 1
+        assert r.schema_version == 1 and r.kind == "train"
+
+
+def test_terminal_shows_tables_and_logs_are_kept(matrix):
+    _, completed = matrix
+    assert "vs tensorflow" in completed.stdout
+    for model in MODELS:
+        assert f"{model} on synthetic (synthetic data), batch 16" in completed.stdout
+    logs = list((completed.output_dir / "logs").glob("*.log"))
+    assert len(logs) == len(BACKENDS) * len(MODELS)
+
+
+def test_home_keras_is_never_touched(matrix):
+    home, completed = matrix
+    assert completed.returncode == 0
+    assert not (home / ".keras").exists()
+
+
+def test_data_format_flag_overrides_the_default(home):
+    """Non-square, three-channel input with each backend's non-default format."""
+    require_backends("tensorflow", "torch", "mxnet")
+    completed = run_kbench(
+        [
+            "run",
+            "--backend",
+            "tensorflow,torch,mxnet",
+            "--model",
+            "small_cnn",
+            "--dataset",
+            "synthetic",
+            "--input-shape",
+            "12x16x3",
+            "--num-classes",
+            "4",
+            "--steps",
+            "3",
+            "--warmup-steps",
+            "1",
+            "--batch-size",
+            "8",
+            "--test-samples",
+            "16",
+            "--data-format",
+            "channels_first",
+        ],
+        home,
+    )
+    assert completed.returncode == 0, dump(completed)
+    for r in completed.results():
+        assert r.environment["framework"]["image_data_format"] == "channels_first"
+        assert r.environment["keras_json"]["image_data_format"] == "channels_first"
+        assert r.model["input_shape"] == [3, 12, 16]
+        assert r.model["params"] == small_cnn_params(12, 16, 3, 4)
+    assert not (home / ".keras").exists()

@@ -1,0 +1,100 @@
+"""Bad input stops `kbench run` before anything runs: exit 2, a message that teaches, no files."""
+
+import pytest
+
+from kbench import cli
+
+
+def run_cli(capsys, args):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", *args])
+    return info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ["--backend", "tensorflw"],
+            "--backend: expected one of tensorflow, jax, torch, mxnet; "
+            "received 'tensorflw'. Did you mean 'tensorflow'?",
+        ),
+        (["--backend", "jax,cntk"], "received 'cntk'"),
+        (["--backend", "jax", "--model", "resnet9000"], "--model: expected one of mlp, small_cnn"),
+        (["--backend", "jax", "--dataset", "imagenett"], "--dataset: expected one of"),
+        (
+            ["--backend", "jax", "--batch-size", "0"],
+            "--batch-size: expected a positive integer; received 0.",
+        ),
+        (["--backend", "jax", "--batch-size", "-4"], "received -4"),
+        (["--backend", "jax", "--batch-size", "big"], "invalid int value: 'big'"),
+        (["--backend", "jax", "--epochs", "2", "--steps", "3"], "not allowed with argument"),
+        (["--backend", "jax", "--input-shape", "32x32x3"], "--input-shape/num-classes"),
+        (["--backend", "jax", "--input-shape", "32by32"], "expected HEIGHTxWIDTH"),
+        (
+            ["--backend", "jax", "--data-format", "NCHW"],
+            "--data-format: expected one of channels_last, channels_first",
+        ),
+        (["--backend", "jax", "--timeout", "0"], "--timeout: expected a positive number"),
+        ([], "the following arguments are required: --backend"),
+    ],
+)
+def test_bad_flags(capsys, tmp_path, args, expected):
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, [*args, "--output-dir", str(out)])
+    assert code == 2
+    assert expected in err
+    assert not out.exists()
+
+
+def test_unwritable_output_dir(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    code, err = run_cli(
+        capsys, ["--backend", "jax", "--dataset", "synthetic", "--output-dir", str(blocker / "x")]
+    )
+    assert code == 2
+    assert "--output-dir: expected a directory kbench can write" in err
+    assert str(blocker / "x") in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_missing_environment_names_the_command_that_creates_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("KBENCH_ENVS_DIR", str(tmp_path / "no-envs"))
+    out = tmp_path / "out"
+    code, err = run_cli(
+        capsys, ["--backend", "mxnet", "--dataset", "synthetic", "--output-dir", str(out)]
+    )
+    assert code == 2
+    assert "scripts/setup_envs.sh mxnet" in err and "KBENCH_PYTHON_MXNET" in err
+    assert not out.exists()
+
+
+def test_bad_interpreter_override(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("KBENCH_PYTHON_TORCH", str(tmp_path / "python-that-is-not-there"))
+    code, err = run_cli(
+        capsys, ["--backend", "torch", "--dataset", "synthetic", "--output-dir", str(tmp_path)]
+    )
+    assert code == 2 and "KBENCH_PYTHON_TORCH=" in err and "no such file" in err
+
+
+def test_missing_data_suggests_synthetic(capsys, tmp_path, monkeypatch):
+    from kbench import datasets
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KBENCH_OFFLINE", "1")
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "none")
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, ["--backend", "jax", "--output-dir", str(out)])
+    assert code == 2 and "--dataset synthetic" in err
+    assert not out.exists()
+
+
+def test_help_teaches_with_examples(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", "--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0
+    for text in ("--backend", "tensorflow, jax, torch, mxnet", "examples:", "--warmup-steps"):
+        assert text in out

@@ -1,0 +1,67 @@
+"""`kbench env` starts each backend for real; `kbench demo` falls back to synthetic data."""
+
+import json
+
+import pytest
+from conftest import dump, require_backends, run_kbench
+
+from kbench import cli, datasets
+
+pytestmark = pytest.mark.slow
+
+
+def test_env_reports_every_backend_runnable(home):
+    require_backends("tensorflow", "jax", "torch", "mxnet")
+    completed = run_kbench(["env", "--json"], home)
+    assert completed.returncode == 0, dump(completed)
+    report = json.loads(completed.stdout)
+    by_name = {b["backend"]: b for b in report["backends"]}
+    assert set(by_name) == {"tensorflow", "jax", "torch", "mxnet"}
+    for name, probe in by_name.items():
+        assert probe["ok"], probe
+        assert probe["framework"]["name"] == name and probe["framework"]["version"]
+        assert "cpu" in " ".join(probe["framework"]["devices"]).lower()
+    assert by_name["mxnet"]["keras"] == "2.2.4.3"
+    assert by_name["mxnet"]["framework"]["features"]["DIST_KVSTORE"] in (True, False)
+    assert report["machine"]["gpu"]["available"] in (True, False)
+    assert not (home / ".keras").exists()
+
+
+def test_env_says_how_to_create_a_missing_environment(home, tmp_path):
+    completed = run_kbench(["env"], home, env={"KBENCH_ENVS_DIR": str(tmp_path / "none")})
+    assert completed.returncode == 1
+    assert "scripts/setup_envs.sh keras3" in completed.stdout
+    assert "scripts/setup_envs.sh mxnet" in completed.stdout
+
+
+def test_demo_without_fashion_mnist_uses_labelled_synthetic_data(
+    home, tmp_path, monkeypatch, capsys
+):
+    require_backends("torch")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(home / "cache"))
+    monkeypatch.setenv("KBENCH_OFFLINE", "1")
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "none")
+    monkeypatch.setattr(
+        cli,
+        "DEMO_SETTINGS",
+        dict(
+            cli.DEMO_SETTINGS,
+            epochs=1,
+            batch_size=16,
+            warmup_steps=2,
+            train_samples=64,
+            test_samples=32,
+        ),
+    )
+    out = tmp_path / "out"
+    code = cli.main(["demo", "--backend", "torch", "--output-dir", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    assert "SYNTHETIC" in captured.err
+    assert "mlp on synthetic (synthetic data)" in captured.out
+    results = sorted(out.glob("*.json"))
+    assert len(results) == 2
+    for path in results:
+        document = json.loads(path.read_text())
+        assert document["data"]["synthetic"] is True and document["status"] == "ok"

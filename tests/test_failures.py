@@ -1,0 +1,118 @@
+"""A worker that crashes, dies by a signal, hangs or raises is a recorded failure; the
+command goes on to the next backend and exits non-zero.
+
+The crash and hang cases stand in a shell script for the worker's interpreter
+(through KBENCH_PYTHON_TORCH), the way a broken environment or a dead process would
+look to the runner; the raising case is a real worker whose model cannot be built.
+"""
+
+import os
+import time
+
+import pytest
+from conftest import dump, require_backends, run_kbench
+
+pytestmark = pytest.mark.slow
+
+COMMON = [
+    "--model",
+    "mlp",
+    "--dataset",
+    "synthetic",
+    "--steps",
+    "3",
+    "--warmup-steps",
+    "1",
+    "--batch-size",
+    "8",
+    "--train-samples",
+    "32",
+    "--test-samples",
+    "16",
+]
+
+
+def fake_interpreter(tmp_path, body):
+    path = tmp_path / "fake-python"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_crash_is_recorded_and_the_next_backend_runs(home, tmp_path):
+    require_backends("jax")
+    fake = fake_interpreter(tmp_path, 'echo "Fatal Python error: simulated" >&2; exit 3')
+    completed = run_kbench(
+        ["run", "--backend", "torch,jax", *COMMON], home, env={"KBENCH_PYTHON_TORCH": fake}
+    )
+    assert completed.returncode == 1, dump(completed)
+    crashed, ok = completed.results()
+    assert crashed.config["backend"] == "torch" and crashed.status == "failed"
+    assert crashed.reason == "the worker exited with code 3 without reporting a result"
+    assert "Fatal Python error: simulated" in crashed.error["log_tail"]
+    assert crashed.metrics == {}
+    assert ok.config["backend"] == "jax" and ok.status == "ok"
+    assert "torch/mlp: failed" in completed.stdout
+
+
+def test_killed_worker_is_recorded(home, tmp_path):
+    fake = fake_interpreter(tmp_path, "kill -SEGV $$")
+    completed = run_kbench(
+        ["run", "--backend", "torch", *COMMON], home, env={"KBENCH_PYTHON_TORCH": fake}
+    )
+    assert completed.returncode == 1
+    (result,) = completed.results()
+    assert result.status == "failed" and "killed by signal SIGSEGV" in result.reason
+
+
+def test_hang_past_timeout_is_killed_with_its_children(home, tmp_path):
+    require_backends("jax")
+    child_pid = tmp_path / "child.pid"
+    fake = fake_interpreter(tmp_path, f"sleep 300 & echo $! > {child_pid}; sleep 300")
+    started = time.monotonic()
+    completed = run_kbench(
+        ["run", "--backend", "torch,jax", *COMMON, "--timeout", "15"],
+        home,
+        env={"KBENCH_PYTHON_TORCH": fake},
+    )
+    assert completed.returncode == 1, dump(completed)
+    hung, ok = completed.results()
+    assert hung.status == "timeout" and "15 s timeout" in hung.reason
+    assert 15 <= hung.wall_time_s < 60
+    assert ok.status == "ok"
+    assert time.monotonic() - started < 200
+    pid = int(child_pid.read_text())
+    with pytest.raises(ProcessLookupError):  # the worker's own child is gone too
+        os.kill(pid, 0)
+
+
+def test_exception_in_a_real_worker_keeps_its_traceback(home):
+    require_backends("tensorflow")
+    completed = run_kbench(
+        [
+            "run",
+            "--backend",
+            "tensorflow",
+            "--model",
+            "small_cnn",
+            "--dataset",
+            "synthetic",
+            "--input-shape",
+            "3x3x1",
+            "--steps",
+            "2",
+            "--train-samples",
+            "16",
+            "--test-samples",
+            "8",
+            "--batch-size",
+            "8",
+        ],
+        home,
+    )
+    assert completed.returncode == 1
+    (result,) = completed.results()
+    assert result.status == "failed"
+    assert result.error["type"] and result.error["message"]
+    assert "Traceback" in result.error["traceback"] and "conv" in result.error["traceback"].lower()
+    assert result.reason.startswith(result.error["type"])

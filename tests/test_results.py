@@ -1,0 +1,51 @@
+"""Result documents: versioned, atomic, refused when from another schema."""
+
+import json
+
+import pytest
+
+from kbench.results import SCHEMA_VERSION, ResultError, RunResult
+from kbench.task import write_json_atomic
+
+
+def sample(**changes):
+    fields = dict(
+        run_id="r1",
+        status="ok",
+        config={"backend": "jax"},
+        started_at="t",
+        wall_time_s=1.0,
+        environment={},
+        data={},
+    )
+    fields.update(changes)
+    return RunResult(**fields)
+
+
+def test_round_trip_and_schema_first(tmp_path):
+    path = sample(metrics={"images_per_sec": 3.5}).save(tmp_path)
+    text = path.read_text()
+    assert text.lstrip("{\n ").startswith('"schema_version"')
+    assert RunResult.load(path) == sample(metrics={"images_per_sec": 3.5})
+
+
+def test_other_schema_versions_are_refused_with_a_reason(tmp_path):
+    data = sample().to_dict()
+    data["schema_version"] = SCHEMA_VERSION + 1
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    with pytest.raises(ResultError, match="reads version"):
+        RunResult.load(tmp_path / "r.json")
+
+
+def test_unknown_status_is_refused():
+    with pytest.raises(ResultError, match="status"):
+        sample(status="great")
+
+
+def test_atomic_write_leaves_old_file_when_serialisation_fails(tmp_path):
+    path = tmp_path / "x.json"
+    write_json_atomic(path, {"a": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
