@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -300,39 +297,9 @@ def command_demo(args: argparse.Namespace) -> int:
     return report(results, args.output_dir)
 
 
-def probe_backend(backend: str) -> Dict:
-    try:
-        interpreter = environments.interpreter_for(backend)
-    except environments.EnvironmentMissing as err:
-        return {"backend": backend, "ok": False, "error": str(err)}
-    with tempfile.TemporaryDirectory(prefix="kbench-env-") as tmp:
-        python_path = environments.import_root(Path(tmp) / "pythonpath")
-        env, keras_json = environments.process_environment(
-            backend, Path(tmp), python_path, os.cpu_count() or 1, None
-        )
-        done = subprocess.run(
-            [str(interpreter), "-m", "kbench.probe", backend, keras_json["image_data_format"]],
-            env=env,
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-    return {
-        "backend": backend,
-        "ok": False,
-        "executable": str(interpreter),
-        "error": f"probe exited with {done.returncode}: {' | '.join(tail)}",
-    }
-
-
 def command_env(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=2) as pool:
-        probes = list(pool.map(probe_backend, BACKENDS))
+        probes = list(pool.map(environments.probe, BACKENDS))
     machine = sysinfo.machine()
     if args.json:
         print(

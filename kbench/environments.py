@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import kbench
 import kbench_models
@@ -130,3 +132,41 @@ def recorded_variables(env: Dict[str, str], backend: str) -> Dict[str, str]:
     keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS"]
     keys += list(BACKENDS[backend].process_env)
     return {key: env[key] for key in keys if key in env}
+
+
+def probe(
+    backend: str,
+    models: Sequence[str] = (),
+    data_format: Optional[str] = None,
+    timeout_s: float = 600,
+) -> Dict[str, Any]:
+    """Start ``backend`` as a worker would and report what it is (see kbench.probe).
+
+    ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with
+    its parameter count and output shape. Never raises for a backend that cannot
+    start: the report says ``ok: False`` and why.
+    """
+    try:
+        interpreter = interpreter_for(backend)
+    except EnvironmentMissing as err:
+        return {"backend": backend, "ok": False, "error": str(err)}
+    with tempfile.TemporaryDirectory(prefix="kbench-probe-") as tmp:
+        python_path = import_root(Path(tmp) / "pythonpath")
+        env, keras_json = process_environment(
+            backend, Path(tmp), python_path, os.cpu_count() or 1, data_format
+        )
+        command = [str(interpreter), "-m", "kbench.probe", backend]
+        command += [keras_json["image_data_format"], *models]
+        done = subprocess.run(
+            command, env=env, cwd=tmp, capture_output=True, text=True, timeout=timeout_s
+        )
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    return {
+        "backend": backend,
+        "ok": False,
+        "executable": str(interpreter),
+        "error": f"probe exited with {done.returncode}: {' | '.join(tail)}",
+    }

@@ -1,8 +1,10 @@
-"""``python -m kbench.probe BACKEND``: can this interpreter run BACKEND? (for ``kbench env``)
+"""``python -m kbench.probe BACKEND FORMAT [MODEL[:HxWxC[:CLASSES]] ...]``
 
 Starts the backend exactly as a worker would (threads, Keras import, backend and
 format check) and prints one JSON line: interpreter, Keras and framework versions,
-devices; or the error that stopped it.
+devices, and for each MODEL given its parameter count and output shape when built
+for that input (channels last, laid out for FORMAT); or the error that stopped it.
+``kbench env`` and the model tests use it through :func:`kbench.environments.probe`.
 """
 
 from __future__ import annotations
@@ -11,13 +13,45 @@ import json
 import os
 import platform
 import sys
+import traceback
 
 from kbench.backends import load_backend
 
 
+def parse_model(text: str):
+    name, _, rest = text.partition(":")
+    shape_text, _, classes = rest.partition(":")
+    shape = tuple(int(d) for d in shape_text.split("x")) if shape_text else None
+    return name, shape, int(classes) if classes else None
+
+
+def census(models, data_format: str):
+    import kbench_models
+
+    built = {}
+    for text in models:
+        try:
+            name, shape, classes = parse_model(text)
+            spec = kbench_models.MODELS[name]
+            shape = shape or spec.input_shape
+            if data_format == "channels_first" and spec.input_kind == "image":
+                shape = (shape[-1],) + tuple(shape[:-1])
+            model = kbench_models.build(name, shape, classes or spec.num_classes)
+            built[text] = {
+                "params": int(model.count_params()),
+                "output_shape": [d for d in model.output_shape[1:]],
+            }
+        except Exception as err:  # report per model: one broken model must not hide others
+            built[text] = {
+                "error": f"{type(err).__name__}: {err}",
+                "traceback": traceback.format_exc(),
+            }
+    return built
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    backend_name, data_format = argv
+    backend_name, data_format, *models = argv
     report = {
         "backend": backend_name,
         "python": platform.python_version(),
@@ -27,6 +61,8 @@ def main(argv=None) -> int:
         backend = load_backend(backend_name)(threads=os.cpu_count() or 1)
         keras = backend.start(data_format)
         report.update(ok=True, keras=keras.__version__, framework=backend.framework_info())
+        if models:
+            report["models"] = census(models, data_format)
     except Exception as err:  # the report is the point: any failure is an answer
         report.update(ok=False, error=f"{type(err).__name__}: {err}")
     sys.stdout.write(json.dumps(report) + "\n")

@@ -22,8 +22,10 @@ class ModelSpec:
     name: str
     module: str
     description: str
-    input_shape: Tuple[int, ...]  # channels_last: (height, width, channels)
+    input_shape: Tuple[int, ...]  # images: channels last (height, width, channels)
     num_classes: int
+    # "image": input laid out per image_data_format; "sequence": (steps, features)
+    input_kind: str = "image"
 
     def builder(self) -> Callable[..., Any]:
         return importlib.import_module(f".{self.module}", __name__).build

@@ -71,16 +71,16 @@ def test_hang_past_timeout_is_killed_with_its_children(home, tmp_path):
     fake = fake_interpreter(tmp_path, f"sleep 300 & echo $! > {child_pid}; sleep 300")
     started = time.monotonic()
     completed = run_kbench(
-        ["run", "--backend", "torch,jax", *COMMON, "--timeout", "15"],
+        ["run", "--backend", "torch,jax", *COMMON, "--timeout", "40"],
         home,
         env={"KBENCH_PYTHON_TORCH": fake},
     )
     assert completed.returncode == 1, dump(completed)
     hung, ok = completed.results()
-    assert hung.status == "timeout" and "15 s timeout" in hung.reason
-    assert 15 <= hung.wall_time_s < 60
+    assert hung.status == "timeout" and "40 s timeout" in hung.reason
+    assert 40 <= hung.wall_time_s < 90
     assert ok.status == "ok"
-    assert time.monotonic() - started < 200
+    assert time.monotonic() - started < 300
     pid = int(child_pid.read_text())
     with pytest.raises(ProcessLookupError):  # the worker's own child is gone too
         os.kill(pid, 0)
