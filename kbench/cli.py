@@ -84,6 +84,21 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="stop a run that takes longer and record it as 'timeout' (default: 1800)",
     )
+    parser.add_argument(
+        "--sample-interval",
+        type=float,
+        default=0.2,
+        dest="sample_interval_s",
+        metavar="SECONDS",
+        help="how often the sampler reads the worker's CPU, memory and GPUs (NVML); "
+        "0 turns it off (default: 0.2)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto: whatever the framework picks; cpu: hide every GPU from the worker; "
+        "gpu: fail unless the framework sees one (default: auto)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +178,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--num-classes", type=int, help="synthetic data only (default: 10)")
     run.add_argument("--seed", type=int, default=0, help="data order and synthetic data")
+    run.add_argument(
+        "--mode",
+        default="train",
+        help="train (default) or inference: forward passes of one batch for --duration "
+        "seconds after the warmup passes; reports latency p50/p90/p99",
+    )
+    run.add_argument(
+        "--duration",
+        type=float,
+        default=10.0,
+        dest="duration_s",
+        metavar="SECONDS",
+        help="inference: measured seconds of forward passes (default: 10)",
+    )
+    run.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run everything N times, each in a fresh process, interleaved round by round "
+        "(A B C A B C ...); tables show medians, ranges and per-round ratios (default: 1)",
+    )
+    run.add_argument(
+        "--baseline",
+        metavar="BACKEND",
+        help="the backend ratios are against (default: the first in --backend)",
+    )
+    memory = run.add_argument_group("GPU memory options (recorded in every result)")
+    memory.add_argument(
+        "--gpu-memory-fraction",
+        type=float,
+        metavar="F",
+        help="cap each framework at F of GPU memory: TensorFlow logical device limit, PyTorch "
+        "set_per_process_memory_fraction, JAX XLA_PYTHON_CLIENT_MEM_FRACTION, MXNet "
+        "MXNET_GPU_MEM_POOL_RESERVE (approximate)",
+    )
+    memory.add_argument(
+        "--gpu-memory-growth",
+        action="store_true",
+        help="allocate GPU memory on demand: TensorFlow memory growth, JAX no preallocation",
+    )
     add_output_arguments(run)
     run.set_defaults(handler=command_run)
 
@@ -225,11 +280,11 @@ def execute(configs: List[RunConfig], output_dir: Path) -> List[RunResult]:
     return runner.run_all(configs)
 
 
-def report(results: List[RunResult], output_dir: Path) -> int:
+def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] = None) -> int:
     print(tables.run_table(results))
     if len(results) > 1:
         print()
-        print(tables.comparison_tables(results))
+        print(tables.comparison_tables(results, baseline))
     failed = [r for r in results if not r.ok]
     print(f"\n{len(results)} result(s) in {output_dir}/, worker logs in {output_dir}/logs/")
     for r in failed:
@@ -238,31 +293,32 @@ def report(results: List[RunResult], output_dir: Path) -> int:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    configs = [
-        RunConfig(
-            backend=backend,
-            model=model,
-            dataset=args.dataset,
-            batch_size=args.batch_size,
-            epochs=args.epochs,
-            steps=args.steps,
-            warmup_steps=args.warmup_steps,
-            data_format=args.data_format,
-            optimizer=args.optimizer,
-            learning_rate=args.learning_rate,
-            train_samples=args.train_samples,
-            test_samples=args.test_samples,
-            input_shape=args.input_shape,
-            num_classes=args.num_classes,
-            data_dir=args.data_dir,
-            threads=args.threads,
-            seed=args.seed,
-            timeout_s=args.timeout_s,
+    if args.repeats < 1:
+        raise ConfigError("repeats", f"expected a positive integer; received {args.repeats}.")
+    if args.baseline is not None and args.baseline not in args.backend:
+        raise ConfigError(
+            "baseline",
+            f"expected one of the backends run ({', '.join(args.backend)}); "
+            f"received {args.baseline!r}.",
         )
+    shared = dict(
+        dataset=args.dataset, batch_size=args.batch_size, epochs=args.epochs, steps=args.steps,
+        warmup_steps=args.warmup_steps, data_format=args.data_format, optimizer=args.optimizer,
+        learning_rate=args.learning_rate, train_samples=args.train_samples,
+        test_samples=args.test_samples, input_shape=args.input_shape,
+        num_classes=args.num_classes, data_dir=args.data_dir, threads=args.threads,
+        seed=args.seed, timeout_s=args.timeout_s, mode=args.mode, duration_s=args.duration_s,
+        sample_interval_s=args.sample_interval_s, device=args.device,
+        gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
+    )  # fmt: skip
+    # Round by round, so that drift of the machine hits every backend alike.
+    configs = [
+        RunConfig(backend=backend, model=model, repeat=repeat, **shared)
+        for repeat in range(args.repeats)
         for model in args.model
         for backend in args.backend
     ]
-    return report(execute(configs, args.output_dir), args.output_dir)
+    return report(execute(configs, args.output_dir), args.output_dir, args.baseline)
 
 
 def command_demo(args: argparse.Namespace) -> int:
@@ -282,8 +338,14 @@ def command_demo(args: argparse.Namespace) -> int:
         settings = dict(DEMO_SETTINGS, dataset=dataset)
         return [
             RunConfig(
-                backend=b, model=m, threads=args.threads, timeout_s=args.timeout_s, **settings
-            )
+                backend=b,
+                model=m,
+                threads=args.threads,
+                timeout_s=args.timeout_s,
+                sample_interval_s=args.sample_interval_s,
+                device=args.device,
+                **settings,
+            )  # fmt: skip
             for m in ("mlp", "small_cnn")
             for b in backends
         ]

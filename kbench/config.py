@@ -18,6 +18,8 @@ from kbench_models import MODELS
 DATASETS: Tuple[str, ...] = ("fashion_mnist", "digits", "synthetic")
 DATA_FORMATS: Tuple[str, ...] = ("channels_last", "channels_first")
 OPTIMIZERS: Tuple[str, ...] = ("adam", "sgd")
+MODES: Tuple[str, ...] = ("train", "inference")
+DEVICES: Tuple[str, ...] = ("auto", "cpu", "gpu")
 
 
 class ConfigError(ValueError):
@@ -51,13 +53,19 @@ def _positive_int(setting: str, value: Any, *, allow_zero: bool = False) -> None
         raise ConfigError(setting, f"expected {kind}; received {value!r}.")
 
 
+def _not_number(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, (int, float))
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """One training run of one model on one backend.
+    """One run of one model on one backend: training or inference.
 
     Training length is either ``epochs`` (full passes over the training set, the
     first ``warmup_steps`` steps of epoch 1 excluded from throughput) or ``steps``
     (``warmup_steps`` + ``steps`` steps in one pass, all ``steps`` measured).
+    Inference runs ``warmup_steps`` forward passes of one fixed batch, then measures
+    forward passes for ``duration_s`` seconds.
     """
 
     backend: str
@@ -78,6 +86,13 @@ class RunConfig:
     threads: Optional[int] = None  # None: every core of this machine
     seed: int = 0
     timeout_s: float = 1800.0
+    mode: str = "train"
+    duration_s: float = 10.0  # inference: measured seconds
+    repeat: int = 0  # which repetition of the same config this is (0-based)
+    sample_interval_s: float = 0.2  # 0 turns the sampler off
+    device: str = "auto"  # cpu hides every GPU from the worker; gpu requires one
+    gpu_memory_fraction: Optional[float] = None
+    gpu_memory_growth: bool = False
 
     def __post_init__(self) -> None:
         _choice("backend", self.backend, BACKENDS)
@@ -97,7 +112,7 @@ class RunConfig:
         if self.data_format is not None:
             _choice("data_format", self.data_format, DATA_FORMATS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
-        if not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
+        if _not_number(self.learning_rate) or self.learning_rate <= 0:
             raise ConfigError(
                 "learning_rate", f"expected a positive number; received {self.learning_rate!r}."
             )
@@ -133,6 +148,34 @@ class RunConfig:
             raise ConfigError(
                 "timeout_s", f"expected a positive number of seconds; received {self.timeout_s!r}."
             )
+        _choice("mode", self.mode, MODES)
+        _choice("device", self.device, DEVICES)
+        _positive_int("repeat", self.repeat, allow_zero=True)
+        if _not_number(self.duration_s) or self.duration_s <= 0:
+            raise ConfigError(
+                "duration_s",
+                f"expected a positive number of seconds; received {self.duration_s!r}.",
+            )
+        if _not_number(self.sample_interval_s) or self.sample_interval_s < 0:
+            raise ConfigError(
+                "sample_interval_s",
+                "expected a number of seconds, 0 to turn the sampler off; "
+                f"received {self.sample_interval_s!r}.",
+            )
+        fraction = self.gpu_memory_fraction
+        if fraction is not None and (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, (int, float))
+            or not 0 < fraction <= 1
+        ):
+            raise ConfigError(
+                "gpu_memory_fraction",
+                f"expected a fraction of GPU memory above 0 and at most 1; received {fraction!r}.",
+            )
+        if not isinstance(self.gpu_memory_growth, bool):
+            raise ConfigError(
+                "gpu_memory_growth", f"expected true or false; received {self.gpu_memory_growth!r}."
+            )
         if self.data_dir is not None and not os.path.isdir(self.data_dir):
             raise ConfigError(
                 "data_dir",
@@ -165,4 +208,6 @@ class RunConfig:
         return cls(**data)
 
     def label(self) -> str:
-        return f"{self.backend}/{self.model}"
+        repeat = f" #{self.repeat + 1}" if self.repeat else ""
+        mode = " inference" if self.mode == "inference" else ""
+        return f"{self.backend}/{self.model}{mode}{repeat}"

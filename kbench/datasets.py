@@ -144,12 +144,13 @@ def synthetic_arrays(
 ) -> Dict[str, np.ndarray]:
     """Seeded, learnable images: each class is a fixed random template plus noise."""
     rng = np.random.default_rng(seed)
-    templates = rng.uniform(0, 255, size=(classes,) + tuple(shape))
+    templates = rng.random((classes,) + tuple(shape), dtype=np.float32) * 127.5
     arrays = {}
     for split, n in (("train", n_train), ("test", n_test)):
         labels = rng.integers(0, classes, size=n)
-        noise = rng.uniform(0, 255, size=(n,) + tuple(shape))
-        arrays[f"x_{split}"] = (0.5 * templates[labels] + 0.5 * noise).astype(np.uint8)
+        images = rng.random((n,) + tuple(shape), dtype=np.float32) * 127.5
+        images += templates[labels]
+        arrays[f"x_{split}"] = images.astype(np.uint8)
         arrays[f"y_{split}"] = labels.astype(np.int64)
     return arrays
 

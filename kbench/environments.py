@@ -103,7 +103,12 @@ def import_root(directory: Path) -> Path:
 
 
 def process_environment(
-    backend: str, run_dir: Path, python_path: Path, threads: int, data_format: Optional[str]
+    backend: str,
+    run_dir: Path,
+    python_path: Path,
+    threads: int,
+    data_format: Optional[str],
+    device: str = "auto",
 ) -> Tuple[Dict[str, str], Dict[str, Any]]:
     """The environment variables of a worker process, and the keras.json it will read.
 
@@ -124,12 +129,15 @@ def process_environment(
         OMP_NUM_THREADS=str(threads),
         MKL_NUM_THREADS=str(threads),
     )
+    if device == "cpu":  # every framework, CUDA builds included, then sees no GPU
+        env.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
     return env, config
 
 
 def recorded_variables(env: Dict[str, str], backend: str) -> Dict[str, str]:
     """The variables kbench set for a worker, as a result records them."""
-    keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS"]
+    keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"]
+    keys += ["JAX_PLATFORMS"]
     keys += list(BACKENDS[backend].process_env)
     return {key: env[key] for key in keys if key in env}
 

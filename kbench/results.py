@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 from kbench.task import read_json, write_json_atomic
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "failed", "timeout")
+STATUSES = ("ok", "failed", "oom", "timeout")
 
 
 class ResultError(ValueError):
@@ -33,7 +33,8 @@ class RunResult:
     metrics: Dict[str, Any] = field(default_factory=dict)
     reason: Optional[str] = None  # one line, when status is not ok
     error: Optional[Dict[str, Any]] = None  # type, message, traceback, log tail
-    kind: str = "train"
+    sampler: Optional[Dict[str, Any]] = None  # series, sources, per-window summary
+    kind: str = "train"  # train or inference
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -23,13 +23,16 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import psutil
 
 from kbench import datasets, environments, sysinfo
+from kbench import sampler as sampler_mod
 from kbench.config import ConfigError, RunConfig
 from kbench.results import RunResult
+from kbench.sampler import Sampler
 from kbench.task import PROGRESS_PREFIX, WorkerReply, WorkerTask, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -98,6 +101,8 @@ class Runner:
     output_dir: Path
     # Called with (config, event dict) for each progress line of a worker.
     on_progress: Optional[Callable[[RunConfig, Dict], None]] = None
+    # The NVML module the sampler reads; None imports pynvml. Tests inject a stand-in.
+    nvml: Any = None
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
@@ -137,7 +142,12 @@ class Runner:
         )
         np.save(run_dir / "order.npy", order)
         env, keras_json = environments.process_environment(
-            config.backend, run_dir, python_path, config.threads_in_force, config.data_format
+            config.backend,
+            run_dir,
+            python_path,
+            config.threads_in_force,
+            config.data_format,
+            config.device,
         )
         interpreter = environments.interpreter_for(config.backend)
         started_at = time.time()
@@ -160,11 +170,22 @@ class Runner:
             log_path,
             config,
         )
-        wall_time = time.time() - started_at
+        ended_at = time.time()
+        wall_time = ended_at - started_at
 
         reply_path = Path(task.reply_path)
         reply = WorkerReply.from_dict(read_json(reply_path)) if reply_path.exists() else None
         status, reason, error = judge(outcome, reply, config)
+        metrics = dict(reply.metrics) if reply and status == "ok" else {}
+        sampled = None
+        if outcome.sampler is not None:
+            windows = sampler_mod.windows_from_markers(
+                metrics.get("markers", {}), started_at, ended_at
+            )
+            sampled = outcome.sampler.result(windows)
+            if metrics:
+                metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
+                metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
         environment = {
             "kbench": sysinfo.kbench_info(),
             "machine": sysinfo.machine(),
@@ -182,9 +203,11 @@ class Runner:
             environment=environment,
             data=data.describe(),
             model=reply.model if reply else {},
-            metrics=reply.metrics if reply and status == "ok" else {},
+            metrics=metrics,
             reason=reason,
             error=error,
+            sampler=sampled.to_dict() if sampled else None,
+            kind=config.mode,
         )
         result.save(self.output_dir)
         return result
@@ -213,6 +236,14 @@ class Runner:
                 target=self._relay, args=(process, log_file, tail, config), daemon=True
             )
             reader.start()
+            sampler = None
+            if config.sample_interval_s > 0:
+                try:
+                    sampler = Sampler(process.pid, config.sample_interval_s, nvml=self.nvml)
+                    sampler.__enter__()
+                except psutil.Error as err:  # the worker died before the first sample
+                    log.debug("sampler not started: %s", err)
+                    sampler = None
             timed_out = False
             try:
                 process.wait(timeout=config.timeout_s)
@@ -226,9 +257,16 @@ class Runner:
                 stop_group(process)
                 raise
             finally:
+                if sampler is not None:
+                    sampler.__exit__(None, None, None)
                 kill_group(process.pid)  # whatever the worker left behind
             reader.join(timeout=10)
-        return Outcome(returncode=process.returncode, timed_out=timed_out, log_tail=list(tail))
+        return Outcome(
+            returncode=process.returncode,
+            timed_out=timed_out,
+            log_tail=list(tail),
+            sampler=sampler,
+        )
 
     def _relay(self, process, log_file, tail, config: RunConfig) -> None:
         for line in process.stdout:
@@ -250,6 +288,56 @@ class Outcome:
     returncode: int
     timed_out: bool
     log_tail: List[str]
+    sampler: Optional[Sampler] = None
+
+
+def sampled_memory(summary: Dict[str, Dict[str, Dict[str, float]]]) -> List[Dict[str, Any]]:
+    """The sampler's GPU memory peaks over the whole run, labelled with their kinds."""
+    readings = []
+    for name, stats in sorted(summary.get("run", {}).items()):
+        gpu, _, metric = name.partition("_")
+        kind = {"process_memory_bytes": "process_nvml", "memory_used_bytes": "device_used"}.get(
+            metric
+        )
+        if gpu.startswith("gpu") and kind:
+            readings.append(
+                {
+                    "kind": kind,
+                    "bytes": int(stats["max"]),
+                    "device": gpu,
+                    "source": "NVML, the largest sampled value over the run"
+                    + (
+                        " (the worker and its children)"
+                        if kind == "process_nvml"
+                        else " (every process on the device)"
+                    ),
+                }
+            )
+    return readings
+
+
+def measured_energy(
+    summary: Dict[str, Dict[str, Dict[str, float]]], measured_images: int
+) -> Dict[str, Any]:
+    """Energy over the measured window from every readable counter, and images per joule."""
+    counters = {
+        name: stats["increase"]
+        for name, stats in summary.get("measured", {}).items()
+        if name.endswith("energy_j") and stats.get("samples", 0) >= 2
+    }
+    if not counters:
+        return {
+            "available": False,
+            "reason": "no energy counter was readable (NVML energy on a GPU, Intel RAPL on "
+            "the CPU) with at least two samples in the measured window",
+        }
+    joules = sum(counters.values())
+    return {
+        "available": True,
+        "measured_j": joules,
+        "counters": counters,
+        "images_per_joule": measured_images / joules if joules > 0 else None,
+    }
 
 
 def judge(
@@ -267,13 +355,14 @@ def judge(
         return "ok", None, None
     if reply is not None and reply.error:
         error = dict(reply.error, log_tail=tail)
-        return "failed", f"{error['type']}: {error['message']}".splitlines()[0], error
+        first_line = f"{error['type']}: {error['message']}".strip().splitlines()[0]
+        return reply.status, first_line[:500], error
     code = outcome.returncode
-    how = (
-        f"was killed by signal {signal.Signals(-code).name}"
-        if code < 0
-        else (f"exited with code {code}")
-    )
+    how = f"exited with code {code}"
+    if code < 0:
+        how = f"was killed by signal {signal.Signals(-code).name}"
+    if code == -signal.SIGKILL:
+        how += " (the kernel's out-of-memory killer does this; see dmesg)"
     return (
         "failed",
         f"the worker {how} without reporting a result",
@@ -306,9 +395,13 @@ def summary_line(result: RunResult) -> str:
     if not result.ok:
         return f"{label}: {result.status.upper()}: {result.reason}"
     m = result.metrics
-    spread = m["images_per_sec_per_step"]
-    return (
-        f"{label}: ok, {m['images_per_sec']:,.0f} img/s (per step p10-p90 "
-        f"{spread['p10']:,.0f}-{spread['p90']:,.0f}), test accuracy {m['test_accuracy']:.3f}, "
-        f"{result.wall_time_s:.1f} s"
-    )
+    if result.kind == "inference":
+        latency = m["latency_ms"]
+        detail = f"latency p50 {latency['p50']:.2f} ms, p99 {latency['p99']:.2f} ms"
+    else:
+        spread = m["images_per_sec_per_step"]
+        detail = (
+            f"per step p10-p90 {spread['p10']:,.0f}-{spread['p90']:,.0f}, "
+            f"test accuracy {m['test_accuracy']:.3f}"
+        )
+    return f"{label}: ok, {m['images_per_sec']:,.0f} img/s ({detail}), {result.wall_time_s:.1f} s"

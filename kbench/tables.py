@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Optional, Sequence
 
+from kbench.compare import ComparisonGroup, Spread, compare
 from kbench.results import RunResult
 
 
@@ -23,88 +24,90 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
-def _fmt(value, spec: str, missing: str = "-") -> str:
-    return missing if value is None else format(value, spec)
+def spread_text(spread: Optional[Spread], spec: str, prefix: str = "") -> str:
+    """``median`` alone for one value, ``median (low-high, n=N)`` for several."""
+    if spread is None:
+        return "-"
+    text = prefix + format(spread.median, spec)
+    if spread.n > 1:
+        text += f" ({format(spread.low, spec)}-{format(spread.high, spec)}, n={spread.n})"
+    return text
 
 
 def run_table(results: Sequence[RunResult]) -> str:
     headers = [
-        "backend",
-        "model",
-        "format",
-        "status",
-        "img/s",
-        "p10-p90 img/s (per step)",
-        "ms/step p50",
-        "first step s",
-        "test acc",
-        "params",
-    ]
+        "backend", "model", "mode", "format", "status", "img/s", "spread (per step/batch)",
+        "ms p50", "first step s", "test acc", "params",
+    ]  # fmt: skip
     rows = []
     for r in results:
         m = r.metrics
         keras_json = r.environment.get("keras_json", {})
-        if r.ok:
-            spread = m["images_per_sec_per_step"]
+        if not r.ok:
+            cells = ["-"] * 5
+        elif r.kind == "inference":
+            latency = m["latency_ms"]
             cells = [
                 f"{m['images_per_sec']:,.0f}",
-                f"{spread['p10']:,.0f}-{spread['p90']:,.0f}",
+                f"latency p90 {latency['p90']:.2f} ms, p99 {latency['p99']:.2f} ms",
+                f"{latency['p50']:.2f}",
+                f"{m['first_step_s']:.2f}",
+                "-",
+            ]
+        else:
+            per_step = m["images_per_sec_per_step"]
+            cells = [
+                f"{m['images_per_sec']:,.0f}",
+                f"p10-p90 {per_step['p10']:,.0f}-{per_step['p90']:,.0f} img/s",
                 f"{m['step_time_s']['p50'] * 1000:.2f}",
                 f"{m['first_step_s']:.2f}",
                 f"{m['test_accuracy']:.3f}",
-                f"{r.model.get('params', 0):,}",
             ]
-        else:
-            cells = ["-"] * 5 + [_fmt(r.model.get("params"), ",")]
+        params = r.model.get("params")
+        repeat = r.config.get("repeat", 0)
         rows.append(
             [
-                r.config["backend"],
+                r.config["backend"] + (f" #{repeat + 1}" if repeat else ""),
                 r.config["model"],
+                r.kind,
                 keras_json.get("image_data_format", "-"),
-                r.status.upper() if not r.ok else "ok",
+                "ok" if r.ok else r.status.upper(),
                 *cells,
+                "-" if params is None else f"{params:,}",
             ]
         )
     return render(headers, rows)
 
 
-def comparison_tables(results: Sequence[RunResult]) -> str:
-    """Per model and batch size: img/s of each backend and the ratio to the first one run."""
-    groups: Dict[tuple, List[RunResult]] = {}
-    for r in results:
-        key = (r.config["model"], r.config["dataset"], r.config["batch_size"])
-        groups.setdefault(key, []).append(r)
-    blocks = []
-    for (model, dataset, batch), group in groups.items():
-        baseline = group[0]
-        base_ips = baseline.metrics.get("images_per_sec") if baseline.ok else None
-        synthetic = " (synthetic data)" if group[0].data.get("synthetic") else ""
-        rows = []
-        for r in group:
-            if not r.ok:
-                rows.append([r.config["backend"], r.status.upper(), "-", "-", "-", "-"])
-                continue
-            m = r.metrics
-            ratio = f"x{m['images_per_sec'] / base_ips:.2f}" if base_ips else "-"
-            epochs = m["epoch_time_s"]
-            rows.append(
-                [
-                    r.config["backend"],
-                    f"{m['images_per_sec']:,.0f}",
-                    ratio,
-                    f"{m['test_accuracy']:.3f}",
-                    f"{sum(epochs) / len(epochs):.2f}",
-                    f"{m['first_step_s']:.2f}",
-                ]
-            )
-        headers = [
-            "backend",
-            "img/s",
-            f"vs {baseline.config['backend']}",
-            "test acc",
-            "s/epoch",
-            "first step s",
+def group_table(group: ComparisonGroup) -> str:
+    inference = group.mode == "inference"
+    headers = ["backend", "img/s", f"vs {group.baseline}"]
+    headers += (
+        ["latency p50 ms", "first step s"] if inference else ["test acc", "s/epoch", "first step s"]
+    )
+    rows = []
+    for row in group.rows:
+        if row.images_per_sec is None:
+            failed = ", ".join(f"{s.upper()} x{n}" for s, n in row.statuses.items())
+            rows.append([row.backend, failed] + ["-"] * (len(headers) - 2))
+            continue
+        cells = [
+            row.backend + ("" if row.all_ok else " (some runs failed)"),
+            spread_text(row.images_per_sec, ",.0f"),
+            spread_text(row.ratio, ".2f", prefix="x"),
         ]
-        title = f"{model} on {dataset}{synthetic}, batch {batch}"
-        blocks.append(f"{title}\n{render(headers, rows)}")
-    return "\n\n".join(blocks)
+        if inference:
+            cells += [spread_text(row.latency_p50_ms, ".2f"), spread_text(row.first_step_s, ".2f")]
+        else:
+            cells += [
+                spread_text(row.test_accuracy, ".3f"),
+                spread_text(row.epoch_time_s, ".2f"),
+                spread_text(row.first_step_s, ".2f"),
+            ]
+        rows.append(cells)
+    return f"{group.title}\n{render(headers, rows)}"
+
+
+def comparison_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
+    """Per model and setting: each backend's img/s and its per-round ratio to the baseline."""
+    return "\n\n".join(group_table(g) for g in compare(results, baseline))

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 PROGRESS_PREFIX = "@kbench "
+
+
+def emit_progress(event: str, **fields: Any) -> None:
+    """One machine-readable progress line on stdout for the runner to show."""
+    sys.stdout.write(PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -59,7 +66,7 @@ class WorkerTask:
 
 @dataclass(frozen=True)
 class WorkerReply:
-    status: str  # "ok" or "failed"
+    status: str  # "ok", "failed" or "oom"
     metrics: Dict[str, Any] = field(default_factory=dict)
     framework: Dict[str, Any] = field(default_factory=dict)
     model: Dict[str, Any] = field(default_factory=dict)

@@ -11,30 +11,14 @@ step and counts only time spent inside ``fit``.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from kbench.task import PROGRESS_PREFIX
-
-
-def emit_progress(event: str, **fields: Any) -> None:
-    """One machine-readable progress line on stdout for the runner to show."""
-    sys.stdout.write(PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
-    sys.stdout.flush()
-
-
-def percentiles(values: List[float], qs=(10, 50, 90)) -> Dict[str, float]:
-    if not values:
-        return {}
-    array = np.asarray(values, dtype=np.float64)
-    out = {f"p{q}": float(np.percentile(array, q)) for q in qs}
-    out["mean"] = float(array.mean())
-    return out
+from kbench.stats import percentiles
+from kbench.task import emit_progress
 
 
 @dataclass
@@ -49,6 +33,8 @@ class StepClock:
     epoch_first_step: List[int] = field(default_factory=list)
     last_heartbeat: float = field(default_factory=time.perf_counter)
     on_heartbeat: Optional[Callable[[int], None]] = None
+    # perf_counter -> wall clock, so markers line up with the parent's sampler series
+    wall_offset: float = field(default_factory=lambda: time.time() - time.perf_counter())
 
     def epoch_begin(self) -> None:
         self.epoch_first_step.append(len(self.begins))
@@ -65,6 +51,21 @@ class StepClock:
         if self.on_heartbeat and now - self.last_heartbeat >= self.heartbeat_s:
             self.last_heartbeat = now
             self.on_heartbeat(len(self.ends))
+
+    def wall(self, perf_time: float) -> float:
+        return perf_time + self.wall_offset
+
+    def markers(self) -> Dict[str, Any]:
+        """Wall-clock stage boundaries (seconds since the epoch)."""
+        warmup = self.warmup_steps
+        measured_start = self.ends[warmup - 1] if warmup else self.begins[0]
+        return {
+            "first_step_start": self.wall(self.begins[0]),
+            "first_step_end": self.wall(self.ends[0]),
+            "warmup_end": self.wall(measured_start),
+            "measured_start": self.wall(measured_start),
+            "measured_end": self.wall(self.ends[-1]),
+        }
 
     def measured_seconds(self) -> float:
         """Time inside fit from the end of warmup to the last step, epoch by epoch."""
@@ -108,7 +109,7 @@ class TrainMetrics:
     warmup_steps: int
     warmup_time_s: float
     first_step_s: float  # includes tracing / compilation
-    time_to_first_step_s: float  # from process start
+    time_to_first_step_s: float  # from the runner starting the process
     import_time_s: float
     build_time_s: float
     epoch_time_s: List[float]  # wall time of each fit call (epoch 1 includes warmup)
@@ -118,6 +119,7 @@ class TrainMetrics:
     test_accuracy: float
     eval_time_s: float
     memory: List[Dict[str, Any]]
+    markers: Dict[str, Any]  # wall-clock stage boundaries, for slicing the sampler series
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -154,7 +156,8 @@ def train(
     clock = StepClock(warmup_steps=warmup_steps)
     clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
     callback = timing_callback(keras, clock)
-    epoch_times, last_logs = [], {}
+    epoch_times, epoch_ends, last_logs = [], [], {}
+    fit_start = time.time()
     for epoch, indices in enumerate(order):
         x, y = arrays["x_train"][indices], arrays["y_train"][indices]
         clock.epoch_begin()
@@ -164,6 +167,7 @@ def train(
         )
         backend.sync()
         epoch_times.append(time.perf_counter() - started)
+        epoch_ends.append(time.time())
         last_logs = {key: values[-1] for key, values in history.history.items()}
         emit_progress(
             "epoch",
@@ -183,6 +187,9 @@ def train(
         arrays["x_test"], arrays["y_test"], batch_size=max(batch_size, 256), verbose=0
     )
     eval_time = time.perf_counter() - eval_start
+    markers = dict(
+        clock.markers(), fit_start=fit_start, epoch_ends=epoch_ends, eval_end=time.time()
+    )
 
     measured_steps = total_steps - warmup_steps
     step_times = [e - b for b, e in zip(clock.begins[warmup_steps:], clock.ends[warmup_steps:])]
@@ -205,7 +212,7 @@ def train(
         warmup_steps=warmup_steps,
         warmup_time_s=(clock.ends[warmup_steps - 1] - clock.begins[0]) if warmup_steps else 0.0,
         first_step_s=clock.ends[0] - clock.begins[0],
-        time_to_first_step_s=time.time() - process_start - (time.perf_counter() - clock.ends[0]),
+        time_to_first_step_s=clock.wall(clock.ends[0]) - process_start,
         import_time_s=import_time_s,
         build_time_s=build_time_s,
         epoch_time_s=epoch_times,
@@ -215,4 +222,5 @@ def train(
         test_accuracy=float(test_accuracy),
         eval_time_s=eval_time,
         memory=backend.memory_readings(),
+        markers=markers,
     )

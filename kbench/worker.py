@@ -21,6 +21,7 @@ import numpy as np
 
 from kbench import datasets
 from kbench.backends import load_backend
+from kbench.backends.base import is_out_of_memory
 from kbench.task import WorkerReply, WorkerTask, read_json, write_json_atomic
 
 log = logging.getLogger("kbench.worker")
@@ -31,7 +32,12 @@ def run(task: WorkerTask) -> WorkerReply:
     backend = load_backend(config["backend"])(threads=config["threads"])
 
     import_start = time.perf_counter()
-    keras = backend.start(task.data_format)
+    keras = backend.start(
+        task.data_format,
+        device=config["device"],
+        gpu_memory_fraction=config["gpu_memory_fraction"],
+        gpu_memory_growth=config["gpu_memory_growth"],
+    )
     import_time = time.perf_counter() - import_start
 
     # Imported after Keras: the model modules import keras themselves.
@@ -47,27 +53,36 @@ def run(task: WorkerTask) -> WorkerReply:
     model = kbench_models.build(config["model"], input_shape, data.num_classes)
     build_time = time.perf_counter() - build_start
 
-    from kbench.trainer import train
-
-    metrics = train(
-        backend,
-        model,
-        arrays,
-        np.load(task.order_path),
+    stages = dict(
         batch_size=config["batch_size"],
         warmup_steps=config["warmup_steps"],
-        optimizer=config["optimizer"],
-        learning_rate=config["learning_rate"],
         process_start=task.started_at,
         import_time_s=import_time,
         build_time_s=build_time,
     )
+    if config["mode"] == "inference":
+        from kbench.inference import infer
+
+        metrics = infer(backend, model, arrays, duration_s=config["duration_s"], **stages)
+    else:
+        from kbench.trainer import train
+
+        metrics = train(
+            backend,
+            model,
+            arrays,
+            np.load(task.order_path),
+            optimizer=config["optimizer"],
+            learning_rate=config["learning_rate"],
+            **stages,
+        )
     framework = backend.framework_info()
     framework.update(
         keras_version=keras.__version__,
         keras_backend=keras.backend.backend(),
         image_data_format=keras.backend.image_data_format(),
         threads=backend.thread_settings,
+        memory_options=backend.memory_settings,
     )
     return WorkerReply(
         status="ok",
@@ -93,7 +108,7 @@ def main(argv=None) -> int:
         reply = run(task)
     except BaseException as err:  # noqa: B036 - every failure must reach the runner
         reply = WorkerReply(
-            status="failed",
+            status="oom" if is_out_of_memory(err) else "failed",
             error={
                 "type": type(err).__name__,
                 "message": str(err),

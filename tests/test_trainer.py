@@ -2,7 +2,8 @@
 
 import pytest
 
-from kbench.trainer import StepClock, percentiles
+from kbench.stats import percentiles
+from kbench.trainer import StepClock
 
 
 def clock_with(epochs, warmup):

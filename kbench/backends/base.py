@@ -13,24 +13,82 @@ from __future__ import annotations
 import abc
 import os
 import resource
-from typing import Any, ClassVar, Dict, List
+from typing import Any, ClassVar, Dict, List, Optional
 
 
 class BackendMismatch(RuntimeError):
     """Keras came up with another backend or data format than the run asked for."""
 
 
+class NoGpu(RuntimeError):
+    """The run asked for a GPU (--device gpu) and the framework sees none."""
+
+
+OUT_OF_MEMORY_SIGNS = (
+    "ResourceExhaustedError",
+    "OutOfMemoryError",
+    "RESOURCE_EXHAUSTED",
+    "out of memory",
+    "can't allocate memory",
+    "OOM when allocating",
+    "std::bad_alloc",
+    "cudaErrorMemoryAllocation",
+)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether an exception (or one it was raised from) is a framework's out-of-memory."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, MemoryError):
+            return True
+        text = f"{type(err).__name__}: {err}"
+        if any(sign in text for sign in OUT_OF_MEMORY_SIGNS):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def gpu_total_bytes(index: int) -> int:
+    """Total memory of GPU ``index`` as NVML reports it."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total)
+    finally:
+        pynvml.nvmlShutdown()
+
+
 class Backend(abc.ABC):
     name: ClassVar[str]
+    memory_default: ClassVar[str]  # what the framework does with GPU memory unless told
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
         self.keras: Any = None
+        self.gpus = 0
 
-    def start(self, data_format: str) -> Any:
-        """Apply thread settings, import Keras, check it; returns the keras module."""
+    def start(
+        self,
+        data_format: str,
+        device: str = "auto",
+        gpu_memory_fraction: Optional[float] = None,
+        gpu_memory_growth: bool = False,
+    ) -> Any:
+        """Apply thread and memory settings, import Keras, check it; returns keras."""
         self.thread_settings = self._limit_cores()
         self.thread_settings.update(self.configure_threads())
+        applied = self.configure_memory(gpu_memory_fraction, gpu_memory_growth)
+        self.memory_settings = {
+            "requested": {
+                "gpu_memory_fraction": gpu_memory_fraction,
+                "gpu_memory_growth": gpu_memory_growth,
+            },
+            "applied": applied,
+            "framework_default": self.memory_default,
+        }
         self.keras = self.import_keras()
         got_backend = self.keras.backend.backend()
         got_format = self.keras.backend.image_data_format()
@@ -39,6 +97,13 @@ class Backend(abc.ABC):
                 f"Keras reports backend {got_backend!r} with {got_format!r}; the run asked for "
                 f"{self.name!r} with {data_format!r}. Check KERAS_BACKEND and "
                 f"{os.environ.get('KERAS_HOME', '$KERAS_HOME')}/keras.json."
+            )
+        self.gpus = self.visible_gpus()
+        self.memory_settings["gpus_visible"] = self.gpus
+        if device == "gpu" and self.gpus == 0:
+            raise NoGpu(
+                f"--device gpu: {self.name} sees no GPU here. Install the framework's CUDA "
+                "build (KBENCH_GPU=1 scripts/setup_envs.sh) or use --device auto/cpu."
             )
         return self.keras
 
@@ -65,6 +130,14 @@ class Backend(abc.ABC):
         """Set the framework's own thread pools; return what was set (or why not)."""
 
     @abc.abstractmethod
+    def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
+        """Apply the GPU memory options before the framework starts; return what was set."""
+
+    @abc.abstractmethod
+    def visible_gpus(self) -> int:
+        """How many GPUs the framework sees (after Keras is imported)."""
+
+    @abc.abstractmethod
     def import_keras(self) -> Any:
         """Import and return the keras module."""
 
@@ -80,12 +153,24 @@ class Backend(abc.ABC):
         """Wait until the device has finished queued work (no-op where reads already sync)."""
 
     def memory_readings(self) -> List[Dict[str, Any]]:
-        """Memory figures, each labelled with its kind and where it was read."""
+        """Memory figures, each labelled with its kind and where it was read.
+
+        Kinds: ``process_peak_rss`` (host memory of the worker), ``framework_peak``
+        (the framework's own GPU allocator peak). The parent's sampler adds
+        ``process_nvml`` and ``device_used``.
+        """
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-        return [
+        readings = [
             {
                 "kind": "process_peak_rss",
                 "bytes": int(peak_kib) * 1024,
                 "source": "getrusage(RUSAGE_SELF).ru_maxrss of the worker",
             }
         ]
+        if self.gpus:
+            readings += self.framework_peaks()
+        return readings
+
+    def framework_peaks(self) -> List[Dict[str, Any]]:
+        """``framework_peak`` readings per GPU; called only when a GPU is visible."""
+        return []

@@ -8,13 +8,17 @@ from __future__ import annotations
 import collections
 import collections.abc
 import os
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 from kbench.backends.base import Backend
 
 
 class KerasMXNetBackend(Backend):
     name = "mxnet"
+    memory_default = (
+        "pooled allocator grows on demand; MXNET_GPU_MEM_POOL_RESERVE=5 keeps 5% of GPU "
+        "memory out of the pool"
+    )
 
     def configure_threads(self) -> Dict[str, Any]:
         # MXNet reads its thread counts from the environment when it is imported;
@@ -26,6 +30,36 @@ class KerasMXNetBackend(Backend):
                 "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS", "1"),
             }
         }
+
+    def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
+        # MXNet has no per-process fraction. The nearest control is the share of GPU
+        # memory its pool leaves to others, read when mxnet is imported (after this).
+        applied: Dict[str, Any] = {}
+        if fraction is not None:
+            reserve = round((1.0 - fraction) * 100)
+            os.environ["MXNET_GPU_MEM_POOL_RESERVE"] = str(reserve)
+            applied["MXNET_GPU_MEM_POOL_RESERVE"] = (
+                f"{reserve} (the pool may use about {fraction:g} of GPU memory; MXNet has no "
+                "hard per-process limit)"
+            )
+        if growth:
+            applied["gpu_memory_growth"] = "not applicable: MXNet's pool always grows on demand"
+        return applied
+
+    def visible_gpus(self) -> int:
+        import mxnet as mx
+
+        return mx.context.num_gpus()
+
+    def framework_peaks(self) -> List[Dict[str, Any]]:
+        return [
+            {
+                "kind": "framework_peak",
+                "bytes": None,
+                "source": "not exposed by MXNet 1.9; the sampler's per-process NVML reading "
+                "(process_nvml) stands in",
+            }
+        ]
 
     def import_keras(self) -> Any:
         # keras 2.2.4 still uses collections.Iterable, removed in Python 3.10.

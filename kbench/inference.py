@@ -1,0 +1,112 @@
+"""Inference in explicit stages, the same for every backend (worker side).
+
+Forward passes of one fixed batch with ``predict_on_batch``, which returns host
+arrays, so each call's time covers the device's work: ``warmup_steps`` passes
+(tracing, compilation, caches) kept apart, then passes for ``duration_s`` seconds,
+each timed. Throughput is measured batches over measured time; latency is per batch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List
+
+import numpy as np
+
+from kbench.stats import percentiles
+from kbench.task import emit_progress
+
+
+@dataclass(frozen=True)
+class InferenceMetrics:
+    """What an inference run measured. Units are in the names."""
+
+    images_per_sec: float
+    batches_per_sec: float
+    measured_batches: int
+    measured_images: int
+    measured_time_s: float
+    latency_ms: Dict[str, float]  # p50/p90/p99/mean per batch
+    latencies_s: List[float]  # raw, measured batches only
+    warmup_steps: int
+    warmup_time_s: float
+    first_step_s: float  # the first forward pass: tracing / compilation
+    time_to_first_step_s: float
+    import_time_s: float
+    build_time_s: float
+    memory: List[Dict[str, Any]]
+    markers: Dict[str, Any]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def infer(
+    backend: Any,
+    model: Any,
+    arrays: Dict[str, np.ndarray],
+    *,
+    batch_size: int,
+    warmup_steps: int,
+    duration_s: float,
+    process_start: float,
+    import_time_s: float,
+    build_time_s: float,
+) -> InferenceMetrics:
+    source = arrays["x_test"] if len(arrays["x_test"]) >= batch_size else arrays["x_train"]
+    if len(source) < batch_size:
+        source = np.resize(source, (batch_size,) + source.shape[1:])
+    batch = np.ascontiguousarray(source[:batch_size])
+
+    def forward() -> float:
+        start = time.perf_counter()
+        np.asarray(model.predict_on_batch(batch))  # a host array: the device is done
+        return time.perf_counter() - start
+
+    start_wall = time.time()
+    first = forward()
+    first_end_wall = time.time()
+    for _ in range(max(warmup_steps - 1, 0)):
+        forward()
+    measured_start_wall = time.time()
+    warmup_time = measured_start_wall - start_wall
+    latencies: List[float] = []
+    started = time.perf_counter()
+    next_report = started + 10.0
+    while True:
+        latencies.append(forward())
+        now = time.perf_counter()
+        if now - started >= duration_s:
+            break
+        if now >= next_report:
+            next_report = now + 10.0
+            emit_progress("inference", seconds=now - started, duration=duration_s)
+    measured_time = time.perf_counter() - started
+    measured_end_wall = time.time()
+    backend.sync()
+
+    stats = percentiles(latencies, qs=(50, 90, 99))
+    return InferenceMetrics(
+        images_per_sec=len(latencies) * batch_size / measured_time,
+        batches_per_sec=len(latencies) / measured_time,
+        measured_batches=len(latencies),
+        measured_images=len(latencies) * batch_size,
+        measured_time_s=measured_time,
+        latency_ms={key: value * 1000.0 for key, value in stats.items()},
+        latencies_s=latencies,
+        warmup_steps=max(warmup_steps, 1),  # the first pass is never measured
+        warmup_time_s=warmup_time,
+        first_step_s=first,
+        time_to_first_step_s=first_end_wall - process_start,
+        import_time_s=import_time_s,
+        build_time_s=build_time_s,
+        memory=backend.memory_readings(),
+        markers={
+            "fit_start": start_wall,
+            "first_step_end": first_end_wall,
+            "warmup_end": measured_start_wall,
+            "measured_start": measured_start_wall,
+            "measured_end": measured_end_wall,
+        },
+    )
