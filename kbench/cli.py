@@ -240,6 +240,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_arguments(demo)
     demo.set_defaults(handler=command_demo)
 
+    max_batch = commands.add_parser(
+        "max-batch",
+        help="the largest batch that trains without running out of memory",
+        description="Doubling from --start, then bisection: each probe trains a few steps on "
+        "synthetic data in a fresh worker process (recorded in --output-dir like any run). A "
+        "batch does not fit when the run ends 'oom' or the worker is killed by SIGKILL. On a "
+        "machine without a GPU the probes use host memory: keep --limit within what the "
+        "machine can spare.",
+    )
+    max_batch.add_argument("--backend", "-b", required=True, help=f"one of: {', '.join(BACKENDS)}")
+    max_batch.add_argument("--model", "-m", required=True, help=f"one of: {', '.join(MODELS)}")
+    max_batch.add_argument("--start", type=int, default=1, help="first batch tried (default: 1)")
+    max_batch.add_argument(
+        "--limit", type=int, default=4096, help="largest batch tried (default: 4096)"
+    )
+    max_batch.add_argument("--steps", type=int, default=2, help="measured steps per probe")
+    max_batch.add_argument(
+        "--input-shape", type=shape, metavar="HxWxC", help="default: the model's own"
+    )
+    max_batch.add_argument("--gpu-memory-fraction", type=float, metavar="F")
+    max_batch.add_argument("--gpu-memory-growth", action="store_true")
+    add_output_arguments(max_batch)
+    max_batch.set_defaults(handler=command_max_batch)
+
     env = commands.add_parser(
         "env",
         help="what is installed per environment and which backends can run",
@@ -319,6 +343,45 @@ def command_run(args: argparse.Namespace) -> int:
         for backend in args.backend
     ]
     return report(execute(configs, args.output_dir), args.output_dir, args.baseline)
+
+
+def command_max_batch(args: argparse.Namespace) -> int:
+    from kbench import maxbatch
+
+    for setting, value in (("start", args.start), ("limit", args.limit)):
+        if value < 1:
+            raise ConfigError(setting, f"expected a positive integer; received {value}.")
+    if args.start > args.limit:
+        raise ConfigError("start", f"expected at most --limit {args.limit}; received {args.start}.")
+    template = RunConfig(
+        backend=args.backend, model=args.model, dataset="synthetic", steps=args.steps,
+        warmup_steps=1, input_shape=args.input_shape, threads=args.threads,
+        timeout_s=args.timeout_s, sample_interval_s=args.sample_interval_s, device=args.device,
+        gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
+    )  # fmt: skip
+    runner = Runner(output_dir=args.output_dir, on_progress=show_progress)
+    try:
+        found, runs = maxbatch.find_max_batch(runner, template, args.start, args.limit)
+    except maxbatch.ProbeFailed as err:
+        log.error("max-batch: %s", err)
+        return 1
+    print(tables.render(
+        ["batch", "fits", "status", "img/s"],
+        [[str(r.config["batch_size"]), "yes" if r.ok else "no", r.status,
+          f"{r.metrics['images_per_sec']:,.0f}" if r.ok else "-"] for r in runs],
+    ))  # fmt: skip
+    label = f"{args.backend}/{args.model}"
+    if found.largest_fit is None:
+        print(f"\n{label}: not even batch {args.start} fits")
+        return 1
+    if found.first_failure is None:
+        print(f"\n{label}: every batch up to the limit {args.limit} fits (raise --limit)")
+    else:
+        print(
+            f"\n{label}: largest batch that fits: {found.largest_fit} "
+            f"({found.first_failure} does not)"
+        )
+    return 0
 
 
 def command_demo(args: argparse.Namespace) -> int:

@@ -186,6 +186,8 @@ class Runner:
             if metrics:
                 metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
                 metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
+        if metrics:
+            metrics["compute"] = compute_rate(config, metrics, reply)
         environment = {
             "kbench": sysinfo.kbench_info(),
             "machine": sysinfo.machine(),
@@ -289,6 +291,35 @@ class Outcome:
     timed_out: bool
     log_tail: List[str]
     sampler: Optional[Sampler] = None
+
+
+def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply) -> Dict[str, Any]:
+    """Achieved FLOP/s from the model's FLOPs per sample, and its share of the peak."""
+    flops = reply.model.get("flops", {})
+    per_sample = flops.get("forward_per_sample" if config.mode == "inference" else
+                           "train_per_sample")  # fmt: skip
+    if not per_sample:
+        return {"available": False, "reason": "no FLOPs counted for this model"}
+    achieved = metrics["images_per_sec"] * per_sample / 1e9
+    rate: Dict[str, Any] = {
+        "available": True,
+        "flops_per_sample": per_sample,
+        "achieved_gflops_per_sec": achieved,
+        "method": flops.get("method"),
+    }
+    if reply.framework.get("memory_options", {}).get("gpus_visible"):
+        rate["peak_fraction"] = None
+        rate["peak_reason"] = "no peak figure is known for this GPU"
+        return rate
+    peak = sysinfo.cpu_matmul_peak(config.threads_in_force)
+    if peak["available"]:
+        rate["peak_gflops_per_sec"] = peak["gflops_per_sec"]
+        rate["peak_fraction"] = achieved / peak["gflops_per_sec"]
+        rate["peak_method"] = peak["method"]
+    else:
+        rate["peak_fraction"] = None
+        rate["peak_reason"] = peak["reason"]
+    return rate
 
 
 def sampled_memory(summary: Dict[str, Dict[str, Dict[str, float]]]) -> List[Dict[str, Any]]:

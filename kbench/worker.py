@@ -22,6 +22,7 @@ import numpy as np
 from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import is_out_of_memory
+from kbench.flops import model_flops
 from kbench.task import WorkerReply, WorkerTask, read_json, write_json_atomic
 
 log = logging.getLogger("kbench.worker")
@@ -52,6 +53,7 @@ def run(task: WorkerTask) -> WorkerReply:
     build_start = time.perf_counter()
     model = kbench_models.build(config["model"], input_shape, data.num_classes)
     build_time = time.perf_counter() - build_start
+    flops = model_flops(model)
 
     stages = dict(
         batch_size=config["batch_size"],
@@ -93,6 +95,7 @@ def run(task: WorkerTask) -> WorkerReply:
             "params": int(model.count_params()),
             "input_shape": [int(d) for d in input_shape],
             "num_classes": data.num_classes,
+            "flops": flops,
         },
     )
 
@@ -106,6 +109,7 @@ def main(argv=None) -> int:
     task = WorkerTask.from_dict(read_json(Path(argv[0])))
     try:
         reply = run(task)
+        write_json_atomic(Path(task.reply_path), reply.to_dict())
     except BaseException as err:  # noqa: B036 - every failure must reach the runner
         reply = WorkerReply(
             status="oom" if is_out_of_memory(err) else "failed",
@@ -118,7 +122,6 @@ def main(argv=None) -> int:
         write_json_atomic(Path(task.reply_path), reply.to_dict())
         log.error("%s: %s", type(err).__name__, err)
         return 1
-    write_json_atomic(Path(task.reply_path), reply.to_dict())
     return 0
 
 

@@ -148,3 +148,28 @@ def test_data_format_flag_overrides_the_default(home):
         assert r.model["input_shape"] == [3, 12, 16]
         assert r.model["params"] == small_cnn_params(12, 16, 3, 4)
     assert not (home / ".keras").exists()
+
+
+def forward_flops(model, h=28, w=28, c=1, classes=10):
+    """Multiply-adds x2 of the Conv2D and Dense layers, by hand."""
+    if model == "mlp":
+        return 2 * (h * w * c * 128 + 128 * classes)
+    conv1 = 2 * 9 * c * 64 * (h - 2) * (w - 2)
+    conv2 = 2 * 9 * 64 * 32 * (h - 4) * (w - 4)
+    return conv1 + conv2 + 2 * (h - 4) * (w - 4) * 32 * classes
+
+
+def test_flops_and_compute_rate(matrix):
+    _, completed = matrix
+    for r in completed.results():
+        expected = forward_flops(r.config["model"])
+        assert r.model["flops"]["forward_per_sample"] == expected, r.config["backend"]
+        compute = r.metrics["compute"]
+        assert compute["flops_per_sample"] == 3 * expected
+        assert compute["achieved_gflops_per_sec"] == pytest.approx(
+            r.metrics["images_per_sec"] * 3 * expected / 1e9
+        )
+        assert compute["peak_gflops_per_sec"] > 0  # measured on this CPU
+        assert compute["peak_fraction"] == pytest.approx(
+            compute["achieved_gflops_per_sec"] / compute["peak_gflops_per_sec"]
+        )
