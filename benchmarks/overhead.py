@@ -93,8 +93,9 @@ def main() -> None:
         runner = Runner(output_dir=Path(out))
         for round_index in range(args.rounds):
             for backend in args.backend.split(","):
-                key = (backend, args.model)
-                entry = speeds.setdefault(key, {"sampler_on": [], "sampler_off": [], "bare": []})
+                entry = speeds.setdefault(
+                    backend, {"sampler_on": [], "sampler_off": [], "bare": []}
+                )
                 for label, interval in (("sampler_on", 0.2), ("sampler_off", 0.0)):
                     config = RunConfig(
                         backend=backend, model=args.model, dataset="synthetic",
@@ -109,17 +110,24 @@ def main() -> None:
                 entry["bare"].append(
                     bare_loop(backend, args.model, args.batch_size, args.warmup_steps, args.steps)
                 )
-                print(f"round {round_index + 1} {backend}: "
-                      + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in entry.items()), flush=True)
+                print(
+                    f"round {round_index + 1} {backend}: "
+                    + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in entry.items()),
+                    flush=True,
+                )
 
-    print(f"\n{args.model}, batch {args.batch_size}, {args.steps} measured steps, "
-          f"{args.rounds} interleaved rounds; medians of per-round ratios (range)")
-    for (backend, model), entry in speeds.items():
+    print(
+        f"\n{args.model}, batch {args.batch_size}, {args.steps} measured steps, "
+        f"{args.rounds} interleaved rounds; medians of per-round ratios (range)"
+    )
+    for backend, entry in speeds.items():
         on_off = [a / b for a, b in zip(entry["sampler_on"], entry["sampler_off"])]
         vs_bare = [a / b for a, b in zip(entry["sampler_on"], entry["bare"])]
-        print(f"  {backend:10s} img/s median: kbench {statistics.median(entry['sampler_on']):,.0f}"
-              f", no sampler {statistics.median(entry['sampler_off']):,.0f}"
-              f", bare {statistics.median(entry['bare']):,.0f}")
+        print(
+            f"  {backend:10s} img/s median: kbench {statistics.median(entry['sampler_on']):,.0f}"
+            f", no sampler {statistics.median(entry['sampler_off']):,.0f}"
+            f", bare {statistics.median(entry['bare']):,.0f}"
+        )
         print(f"  {'':10s} sampler on/off {spread(on_off)}   kbench/bare {spread(vs_bare)}")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,25 @@ class ModelSpec:
     input_shape: Tuple[int, ...]  # images: channels last (height, width, channels)
     num_classes: int
     # "image": input laid out per image_data_format; "sequence": (steps, features)
+    # floats; "tokens": (steps,) integer ids in [0, vocabulary_size)
     input_kind: str = "image"
+    # the loss the model's output is made for (with its default num_classes)
+    loss: str = "sparse_categorical_crossentropy"
+    vocabulary_size: Optional[int] = None  # "tokens" input only
+
+    def __post_init__(self) -> None:
+        kinds = ("image", "sequence", "tokens")
+        if self.input_kind not in kinds:
+            raise ValueError(
+                f"ModelSpec {self.name!r}: input_kind must be one of {', '.join(kinds)}; "
+                f"got {self.input_kind!r}"
+            )
+        if (self.input_kind == "tokens") != (self.vocabulary_size is not None):
+            raise ValueError(
+                f"ModelSpec {self.name!r}: vocabulary_size is required for input_kind "
+                f"'tokens' and only for it; got input_kind={self.input_kind!r}, "
+                f"vocabulary_size={self.vocabulary_size!r}"
+            )
 
     def builder(self) -> Callable[..., Any]:
         return importlib.import_module(f".{self.module}", __name__).build
@@ -47,6 +65,81 @@ MODELS: Dict[str, ModelSpec] = {
             description="Conv2D(64, 3, relu), Conv2D(32, 3, relu), Flatten, Dense(classes)",
             input_shape=(28, 28, 1),
             num_classes=10,
+        ),
+        ModelSpec(
+            name="mlp3",
+            module="mlp3",
+            description="Flatten, Dense(128, relu), Dense(64, relu), Dense(classes, softmax)",
+            input_shape=(28, 28, 1),
+            num_classes=10,
+        ),
+        ModelSpec(
+            name="lenet5",
+            module="lenet5",
+            description="LeNet-5: Conv6(5, same)-AvgPool-Conv16(3)-AvgPool-Dense120-84-classes",
+            input_shape=(28, 28, 1),
+            num_classes=10,
+        ),
+        ModelSpec(
+            name="resnet20",
+            module="resnet20",
+            description="ResNet-20 v1 for CIFAR (Keras cifar10_resnet example, n=3)",
+            input_shape=(32, 32, 3),
+            num_classes=10,
+        ),
+        ModelSpec(
+            name="resnet56",
+            module="resnet56",
+            description="ResNet-56 v1 for CIFAR (Keras cifar10_resnet example, n=9)",
+            input_shape=(32, 32, 3),
+            num_classes=10,
+        ),
+        ModelSpec(
+            name="resnet18",
+            module="resnet18",
+            description="ResNet-18 for CIFAR: 3x3 stem, no max-pool, BasicBlocks 64-512",
+            input_shape=(32, 32, 3),
+            num_classes=10,
+        ),
+        ModelSpec(
+            name="resnet50",
+            module="resnet50",
+            description="ResNet-50 v1 for ImageNet, as keras.applications.ResNet50",
+            input_shape=(224, 224, 3),
+            num_classes=1000,
+        ),
+        ModelSpec(
+            name="vgg16",
+            module="vgg16",
+            description="VGG-16 with BatchNorm for CIFAR: 13 conv, Dense(512), Dense(classes)",
+            input_shape=(32, 32, 3),
+            num_classes=10,
+        ),
+        ModelSpec(
+            name="alexnet",
+            module="alexnet",
+            description="AlexNet for 64x64: 5 conv (64-192-384-256-256), Dense 4096-4096",
+            input_shape=(64, 64, 3),
+            num_classes=10,
+        ),
+        ModelSpec(
+            name="lstm",
+            module="lstm",
+            description="LSTM(128) over 250 steps of 50 features, Dense(1, sigmoid)",
+            input_shape=(250, 50),
+            num_classes=2,
+            input_kind="sequence",
+            loss="binary_crossentropy",
+        ),
+        ModelSpec(
+            name="lstm_embedding",
+            module="lstm_embedding",
+            description="Embedding(20000, 50), LSTM(128), Dense(1, sigmoid) on 250 tokens",
+            input_shape=(250,),
+            num_classes=2,
+            input_kind="tokens",
+            loss="binary_crossentropy",
+            vocabulary_size=20_000,
         ),
     )
 }
