@@ -143,11 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--dataset",
         default="fashion_mnist",
-        help=f"one of: {', '.join(DATASETS)} (default: fashion_mnist). Fashion-MNIST is read "
-        "from --data-dir, the Keras cache, kbench's cache or Debian's dataset-fashion-mnist, "
-        "else downloaded",
+        help=f"one of: {', '.join(DATASETS)} (default: fashion_mnist). Real data is read "
+        "from --data-dir, the Keras cache (~/.keras/datasets, read only), kbench's cache, "
+        "Debian's dataset-fashion-mnist, prepared tensorflow-datasets, else downloaded; "
+        "synthetic data is labelled so in every result",
     )
-    run.add_argument("--data-dir", help="a directory holding the Fashion-MNIST idx files")
+    run.add_argument(
+        "--data-dir",
+        help="a directory holding the data set's files as published (mnist.npz, "
+        "cifar-10-python.tar.gz, the Fashion-MNIST idx files, imdb.npz, ...)",
+    )
     run.add_argument("--batch-size", type=int, default=64, help="samples per step (default: 64)")
     length = run.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=int, default=1, help="passes over the training set")
@@ -174,9 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--input-shape",
         type=shape,
         metavar="HxWxC",
-        help="synthetic data only: image shape, channels last (default: 28x28x1)",
+        help="synthetic data only: HxWxC images (channels last), STEPSxFEATURES for lstm, "
+        "STEPS for lstm_embedding (default: the model's own)",
     )
-    run.add_argument("--num-classes", type=int, help="synthetic data only (default: 10)")
+    run.add_argument(
+        "--num-classes", type=int, help="synthetic data only (default: the model's own)"
+    )
+    run.add_argument(
+        "--image-size",
+        type=shape,
+        metavar="HxW",
+        help="resize real images (bilinear), e.g. 64x64 for alexnet on CIFAR",
+    )
     run.add_argument("--seed", type=int, default=0, help="data order and synthetic data")
     run.add_argument(
         "--mode",
@@ -330,7 +344,8 @@ def command_run(args: argparse.Namespace) -> int:
         warmup_steps=args.warmup_steps, data_format=args.data_format, optimizer=args.optimizer,
         learning_rate=args.learning_rate, train_samples=args.train_samples,
         test_samples=args.test_samples, input_shape=args.input_shape,
-        num_classes=args.num_classes, data_dir=args.data_dir, threads=args.threads,
+        num_classes=args.num_classes, image_size=args.image_size, data_dir=args.data_dir,
+        threads=args.threads,
         seed=args.seed, timeout_s=args.timeout_s, mode=args.mode, duration_s=args.duration_s,
         sample_interval_s=args.sample_interval_s, device=args.device,
         gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,

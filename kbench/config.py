@@ -13,9 +13,15 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from kbench.backends import BACKENDS
+from kbench.datasets import DATASETS as DATASET_SPECS
 from kbench_models import MODELS
 
-DATASETS: Tuple[str, ...] = ("fashion_mnist", "digits", "synthetic")
+DATASETS: Tuple[str, ...] = tuple(DATASET_SPECS)
+INPUT_KINDS = {
+    "image": "images",
+    "sequence": "sequences of feature vectors",
+    "tokens": "sequences of word ids",
+}
 DATA_FORMATS: Tuple[str, ...] = ("channels_last", "channels_first")
 OPTIMIZERS: Tuple[str, ...] = ("adam", "sgd")
 MODES: Tuple[str, ...] = ("train", "inference")
@@ -53,8 +59,36 @@ def _positive_int(setting: str, value: Any, *, allow_zero: bool = False) -> None
         raise ConfigError(setting, f"expected {kind}; received {value!r}.")
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _input_shape(shape: Any, kind: str) -> Tuple[int, ...]:
+    """A synthetic input shape checked against the model's kind of input."""
+    shape = tuple(shape)
+    expected = {
+        "image": ((2, 3), "HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS (channels last), e.g. 28x28x1"),
+        "sequence": ((2,), "STEPSxFEATURES, e.g. 250x50"),
+        "tokens": ((1,), "STEPS, e.g. 250"),
+    }[kind]
+    if len(shape) not in expected[0] or not all(_positive(d) for d in shape):
+        raise ConfigError(
+            "input_shape",
+            f"expected {expected[1]}, positive integers; received {shape!r}.",
+        )
+    if kind == "image" and len(shape) == 2:
+        shape = shape + (1,)
+    return shape
+
+
 def _not_number(value: Any) -> bool:
     return isinstance(value, bool) or not isinstance(value, (int, float))
+
+
+def _positive_number(setting: str, value: Any, unit: str = "") -> None:
+    if _not_number(value) or value <= 0:
+        what = f"a positive number of {unit}" if unit else "a positive number"
+        raise ConfigError(setting, f"expected {what}; received {value!r}.")
 
 
 @dataclass(frozen=True)
@@ -82,6 +116,7 @@ class RunConfig:
     test_samples: Optional[int] = None
     input_shape: Optional[Tuple[int, ...]] = None  # synthetic only; channels_last
     num_classes: Optional[int] = None  # synthetic only
+    image_size: Optional[Tuple[int, int]] = None  # real images resized to (height, width)
     data_dir: Optional[str] = None
     threads: Optional[int] = None  # None: every core of this machine
     seed: int = 0
@@ -98,64 +133,77 @@ class RunConfig:
         _choice("backend", self.backend, BACKENDS)
         _choice("model", self.model, MODELS)
         _choice("dataset", self.dataset, DATASETS)
+        self._check_training()
+        self._check_data()
+        self._check_measurement()
+
+    def _check_training(self) -> None:
+        _choice("mode", self.mode, MODES)
         _positive_int("batch_size", self.batch_size)
         if self.steps is not None:
             _positive_int("steps", self.steps)
             object.__setattr__(self, "epochs", None)
         elif self.epochs is None:
-            raise ConfigError(
-                "epochs", "expected a number of epochs or of steps; received neither."
-            )
+            raise ConfigError("epochs", "expected a number of epochs or steps; received neither.")
         else:
             _positive_int("epochs", self.epochs)
         _positive_int("warmup_steps", self.warmup_steps, allow_zero=True)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _positive_number("learning_rate", self.learning_rate)
+        _positive_number("duration_s", self.duration_s, "seconds")
+
+    def _check_data(self) -> None:
         if self.data_format is not None:
             _choice("data_format", self.data_format, DATA_FORMATS)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
-        if _not_number(self.learning_rate) or self.learning_rate <= 0:
-            raise ConfigError(
-                "learning_rate", f"expected a positive number; received {self.learning_rate!r}."
-            )
-        for name in ("train_samples", "test_samples", "num_classes", "threads"):
+        for name in ("train_samples", "test_samples", "num_classes"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
-        if self.input_shape is not None:
-            shape = tuple(self.input_shape)
-            if len(shape) not in (2, 3) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape
-            ):
-                raise ConfigError(
-                    "input_shape",
-                    "expected HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS of positive integers "
-                    f"(channels last), for example 28x28x1; received {self.input_shape!r}.",
-                )
-            if len(shape) == 2:
-                shape = shape + (1,)
-            object.__setattr__(self, "input_shape", shape)
+        model_kind = MODELS[self.model].input_kind
+        data_kind = DATASET_SPECS[self.dataset].kind
+        if data_kind not in ("any", model_kind):
+            fitting = [n for n, d in DATASET_SPECS.items() if d.kind in ("any", model_kind)]
+            raise ConfigError(
+                "dataset",
+                f"model {self.model!r} takes {INPUT_KINDS[model_kind]}; dataset "
+                f"{self.dataset!r} holds {INPUT_KINDS[data_kind]}. Use one of: "
+                f"{', '.join(fitting)}.",
+            )
         if self.dataset != "synthetic" and (
             self.input_shape is not None or self.num_classes is not None
         ):
             raise ConfigError(
                 "input_shape/num_classes",
-                f"only synthetic data takes them; dataset "
-                f"{self.dataset!r} has its own. Drop the flags or use --dataset synthetic.",
+                f"only synthetic data takes them; dataset {self.dataset!r} has its own. "
+                "Drop the flags or use --dataset synthetic.",
             )
-        if (
-            isinstance(self.timeout_s, bool)
-            or not isinstance(self.timeout_s, (int, float))
-            or (self.timeout_s <= 0)
-        ):
+        if self.input_shape is not None:
+            object.__setattr__(self, "input_shape", _input_shape(self.input_shape, model_kind))
+        if self.image_size is not None:
+            size = tuple(self.image_size)
+            if len(size) != 2 or not all(_positive(d) for d in size):
+                raise ConfigError(
+                    "image_size",
+                    f"expected HEIGHTxWIDTH of positive integers; received {self.image_size!r}.",
+                )
+            if data_kind != "image":
+                raise ConfigError(
+                    "image_size",
+                    f"only real image data sets are resized; {self.dataset!r} is not one "
+                    "(synthetic data takes --input-shape).",
+                )
+            object.__setattr__(self, "image_size", size)
+        if self.data_dir is not None and not os.path.isdir(self.data_dir):
             raise ConfigError(
-                "timeout_s", f"expected a positive number of seconds; received {self.timeout_s!r}."
+                "data_dir",
+                f"expected an existing directory; received {self.data_dir!r}, which is not one.",
             )
-        _choice("mode", self.mode, MODES)
+
+    def _check_measurement(self) -> None:
+        if self.threads is not None:
+            _positive_int("threads", self.threads)
+        _positive_number("timeout_s", self.timeout_s, "seconds")
         _choice("device", self.device, DEVICES)
         _positive_int("repeat", self.repeat, allow_zero=True)
-        if _not_number(self.duration_s) or self.duration_s <= 0:
-            raise ConfigError(
-                "duration_s",
-                f"expected a positive number of seconds; received {self.duration_s!r}.",
-            )
         if _not_number(self.sample_interval_s) or self.sample_interval_s < 0:
             raise ConfigError(
                 "sample_interval_s",
@@ -163,11 +211,7 @@ class RunConfig:
                 f"received {self.sample_interval_s!r}.",
             )
         fraction = self.gpu_memory_fraction
-        if fraction is not None and (
-            isinstance(fraction, bool)
-            or not isinstance(fraction, (int, float))
-            or not 0 < fraction <= 1
-        ):
+        if fraction is not None and (_not_number(fraction) or not 0 < fraction <= 1):
             raise ConfigError(
                 "gpu_memory_fraction",
                 f"expected a fraction of GPU memory above 0 and at most 1; received {fraction!r}.",
@@ -176,11 +220,6 @@ class RunConfig:
             raise ConfigError(
                 "gpu_memory_growth", f"expected true or false; received {self.gpu_memory_growth!r}."
             )
-        if self.data_dir is not None and not os.path.isdir(self.data_dir):
-            raise ConfigError(
-                "data_dir",
-                f"expected an existing directory; received {self.data_dir!r}, which is not one.",
-            )
 
     @property
     def threads_in_force(self) -> int:
@@ -188,8 +227,9 @@ class RunConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
-        if self.input_shape is not None:
-            data["input_shape"] = list(self.input_shape)
+        for name in ("input_shape", "image_size"):
+            if data[name] is not None:
+                data[name] = list(data[name])
         return data
 
     @classmethod
@@ -203,8 +243,9 @@ class RunConfig:
                 f"{', '.join(sorted(known))}.",
             )
         data = dict(data)
-        if data.get("input_shape") is not None:
-            data["input_shape"] = tuple(data["input_shape"])
+        for name in ("input_shape", "image_size"):
+            if data.get(name) is not None:
+                data[name] = tuple(data[name])
         return cls(**data)
 
     def label(self) -> str:

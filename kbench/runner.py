@@ -34,6 +34,7 @@ from kbench.config import ConfigError, RunConfig
 from kbench.results import RunResult
 from kbench.sampler import Sampler
 from kbench.task import PROGRESS_PREFIX, WorkerReply, WorkerTask, read_json, write_json_atomic
+from kbench_models import MODELS
 
 log = logging.getLogger(__name__)
 
@@ -62,29 +63,35 @@ def new_run_id(config: RunConfig) -> str:
     return f"{stamp}-{config.backend}-{config.model}-{uuid.uuid4().hex[:6]}"
 
 
-def data_key(config: RunConfig) -> Tuple:
-    return (
-        config.dataset,
-        config.data_dir,
-        config.train_samples,
-        config.test_samples,
-        config.input_shape,
-        config.num_classes,
-        config.seed,
-    )
+def data_request(config: RunConfig) -> Dict[str, Any]:
+    """What :func:`kbench.datasets.prepare` needs for this run's data.
 
-
-def prepare_data(config: RunConfig, directory: Path) -> datasets.PreparedData:
-    data = datasets.prepare(
-        config.dataset,
-        directory,
+    Synthetic data takes the model's own input shape, classes and kind unless the
+    run gives a shape or class count.
+    """
+    spec = MODELS[config.model]
+    synthetic = config.dataset == "synthetic"
+    return dict(
+        dataset=config.dataset,
         data_dir=config.data_dir,
         train_samples=config.train_samples,
         test_samples=config.test_samples,
-        input_shape=config.input_shape,
-        num_classes=config.num_classes,
+        input_shape=(config.input_shape or spec.input_shape) if synthetic else None,
+        num_classes=(config.num_classes or spec.num_classes) if synthetic else None,
+        image_size=config.image_size,
+        model_kind=spec.input_kind,
+        vocabulary=spec.vocabulary_size,
         seed=config.seed,
     )
+
+
+def data_key(config: RunConfig) -> Tuple:
+    return tuple(sorted(data_request(config).items()))
+
+
+def prepare_data(config: RunConfig, directory: Path) -> datasets.PreparedData:
+    request = data_request(config)
+    data = datasets.prepare(request.pop("dataset"), directory, **request)
     log.info(
         "data: %s, %d train / %d test samples of %s, from %s",
         data.name,

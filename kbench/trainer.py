@@ -135,6 +135,7 @@ def train(
     warmup_steps: int,
     optimizer: str,
     learning_rate: float,
+    loss: str,
     process_start: float,
     import_time_s: float,
     build_time_s: float,
@@ -142,7 +143,7 @@ def train(
     keras = backend.keras
     model.compile(
         optimizer=backend.make_optimizer(optimizer, learning_rate),
-        loss="sparse_categorical_crossentropy",
+        loss=loss,
         metrics=["accuracy"],
     )
     steps_per_epoch = order.shape[1] // batch_size

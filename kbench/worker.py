@@ -45,9 +45,12 @@ def run(task: WorkerTask) -> WorkerReply:
     import kbench_models
 
     data = datasets.PreparedData.from_dict(task.data)
+    loss = kbench_models.MODELS[config["model"]].loss_for(data.num_classes)
     arrays = datasets.load_prepared(data.path)
-    for split in ("x_train", "x_test"):
-        arrays[split] = datasets.to_data_format(arrays[split], task.data_format)
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        arrays[f"x_{split}"] = datasets.to_model_input(x, data.kind, task.data_format)
+        arrays[f"y_{split}"] = datasets.labels_for_loss(y, loss)
     input_shape = arrays["x_train"].shape[1:]
 
     build_start = time.perf_counter()
@@ -76,6 +79,7 @@ def run(task: WorkerTask) -> WorkerReply:
             np.load(task.order_path),
             optimizer=config["optimizer"],
             learning_rate=config["learning_rate"],
+            loss=loss,
             **stages,
         )
     framework = backend.framework_info()

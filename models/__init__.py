@@ -45,6 +45,12 @@ class ModelSpec:
                 f"vocabulary_size={self.vocabulary_size!r}"
             )
 
+    def loss_for(self, num_classes: int) -> str:
+        """The loss to train with: binary heads become softmax heads past 2 classes."""
+        if self.loss == "binary_crossentropy" and num_classes != 2:
+            return "sparse_categorical_crossentropy"
+        return self.loss
+
     def builder(self) -> Callable[..., Any]:
         return importlib.import_module(f".{self.module}", __name__).build
 

@@ -79,12 +79,12 @@ def test_bad_interpreter_override(capsys, tmp_path, monkeypatch):
 
 
 def test_missing_data_suggests_synthetic(capsys, tmp_path, monkeypatch):
-    from kbench import datasets
+    from kbench.datasets import sources
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("KBENCH_OFFLINE", "1")
-    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "none")
+    monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "none")
     out = tmp_path / "out"
     code, err = run_cli(capsys, ["--backend", "jax", "--output-dir", str(out)])
     assert code == 2 and "--dataset synthetic" in err

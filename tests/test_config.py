@@ -55,3 +55,24 @@ def test_synthetic_shape_must_be_positive_integers():
 def test_unknown_fields_in_a_dict_are_refused():
     with pytest.raises(ConfigError, match="unknown run setting"):
         RunConfig.from_dict({"backend": "torch", "model": "mlp", "batchsize": 3})
+
+
+@pytest.mark.parametrize(
+    "changes, setting, fragment",
+    [
+        ({"model": "lstm_embedding", "dataset": "cifar10"}, "dataset",
+         "takes sequences of word ids; dataset 'cifar10' holds images. Use one of: imdb"),
+        ({"model": "lstm", "dataset": "imdb"}, "dataset", "Use one of: synthetic"),
+        ({"model": "mlp", "dataset": "imdb"}, "dataset", "holds sequences of word ids"),
+        ({"model": "lstm", "dataset": "synthetic", "input_shape": (4, 5, 6)}, "input_shape",
+         "STEPSxFEATURES"),
+        ({"model": "mlp", "dataset": "synthetic", "image_size": (64, 64)}, "image_size",
+         "only real image data sets are resized"),
+        ({"model": "mlp", "dataset": "cifar10", "image_size": (64,)}, "image_size",
+         "HEIGHTxWIDTH"),
+    ],
+)  # fmt: skip
+def test_model_and_data_must_fit_together(changes, setting, fragment):
+    with pytest.raises(ConfigError) as info:
+        RunConfig(**{"backend": "torch", **changes})
+    assert info.value.setting == setting and fragment in str(info.value)

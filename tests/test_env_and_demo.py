@@ -5,7 +5,8 @@ import json
 import pytest
 from conftest import dump, require_backends, run_kbench
 
-from kbench import cli, datasets
+from kbench import cli
+from kbench.datasets import sources
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def test_demo_without_fashion_mnist_uses_labelled_synthetic_data(
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(home / "cache"))
     monkeypatch.setenv("KBENCH_OFFLINE", "1")
-    monkeypatch.setattr(datasets, "DEBIAN_FASHION_MNIST", tmp_path / "none")
+    monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "none")
     monkeypatch.setattr(
         cli,
         "DEMO_SETTINGS",

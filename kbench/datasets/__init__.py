@@ -1,0 +1,254 @@
+"""Data sets: found and prepared once in the parent, read by every worker.
+
+The parent resolves a data set to numpy arrays and writes them to one ``.npz`` that
+every backend's worker reads, so all backends train on byte-identical data; the
+batch order is drawn once too (:func:`batch_order`). Images and sequences are
+stored as uint8 (channels last) and scaled by the worker; tokens as int32.
+
+Only numpy and the standard library are imported here: the worker side
+(:func:`load_prepared`, :func:`to_model_input`) runs under every environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from kbench.datasets.sources import DataUnavailable
+
+__all__ = [
+    "DATASETS", "DataUnavailable", "DatasetSpec", "PreparedData", "batch_order",
+    "load_prepared", "prepare", "to_model_input",
+]  # fmt: skip
+
+SYNTHETIC_DEFAULT_SAMPLES = (2048, 512)  # train, test
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    kind: str  # "image", "tokens", or "any" (synthetic: whatever the model takes)
+    description: str
+    input_shape: Optional[Tuple[int, ...]] = None
+    num_classes: Optional[int] = None
+    vocabulary: Optional[int] = None  # tokens only
+
+
+DATASETS: Dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in (
+        DatasetSpec("fashion_mnist", "image", "Fashion-MNIST, 60k/10k 28x28 grey", (28, 28, 1), 10),
+        DatasetSpec("mnist", "image", "MNIST digits, 60k/10k 28x28 grey", (28, 28, 1), 10),
+        DatasetSpec("cifar10", "image", "CIFAR-10, 50k/10k 32x32 colour", (32, 32, 3), 10),
+        DatasetSpec("cifar100", "image", "CIFAR-100, fine labels, 50k/10k 32x32", (32, 32, 3), 100),
+        DatasetSpec(
+            "imdb", "tokens", "IMDB reviews as 250 word ids (20,000-word vocabulary), 25k/25k",
+            (250,), 2, vocabulary=20_000,
+        ),
+        DatasetSpec("digits", "image", "scikit-learn's 8x8 digits, 1437/360", (8, 8, 1), 10),
+        DatasetSpec("synthetic", "any", "seeded class templates plus noise, any shape"),
+    )
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """A data set written to ``path`` as x_train, y_train, x_test, y_test."""
+
+    path: str
+    name: str
+    kind: str  # "image", "sequence" or "tokens"
+    source: str
+    synthetic: bool
+    input_shape: Tuple[int, ...]  # images: (height, width, channels)
+    num_classes: int
+    train_samples: int
+    test_samples: int
+    prepare_time_s: float
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["input_shape"] = list(self.input_shape)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> PreparedData:
+        return cls(**{**data, "input_shape": tuple(data["input_shape"])})
+
+    def describe(self) -> Dict[str, Any]:
+        """What a result records about its data (everything but the temporary path)."""
+        data = self.to_dict()
+        del data["path"]
+        return data
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+def prepare(
+    dataset: str,
+    out_dir: Path,
+    *,
+    data_dir: Optional[str] = None,
+    train_samples: Optional[int] = None,
+    test_samples: Optional[int] = None,
+    input_shape: Optional[Tuple[int, ...]] = None,
+    num_classes: Optional[int] = None,
+    image_size: Optional[Tuple[int, int]] = None,
+    model_kind: str = "image",
+    vocabulary: Optional[int] = None,
+    seed: int = 0,
+) -> PreparedData:
+    """Load ``dataset``, shape and cut it as asked, and write it under ``out_dir``.
+
+    ``input_shape``/``num_classes``/``model_kind``/``vocabulary`` shape synthetic data
+    (the run passes its model's own when the user gave none); ``image_size`` resizes
+    real images.
+    """
+    from kbench.datasets import sources, synthetic, transform
+
+    start = time.perf_counter()
+    spec = DATASETS[dataset]
+    if dataset == "synthetic":
+        kind = model_kind
+        classes = num_classes or 10
+        arrays = synthetic.synthetic_arrays(
+            kind, tuple(input_shape or (28, 28, 1)), classes,
+            train_samples or SYNTHETIC_DEFAULT_SAMPLES[0],
+            test_samples or SYNTHETIC_DEFAULT_SAMPLES[1], seed, vocabulary=vocabulary or 0,
+        )  # fmt: skip
+        source = f"synthetic (seed {seed}, class templates plus noise)"
+    elif dataset == "digits":
+        kind, classes = "image", 10
+        arrays, source = _load_digits(seed)
+    else:
+        kind, classes = spec.kind, spec.num_classes
+        arrays, source = sources.load(dataset, data_dir)
+        if kind == "tokens":
+            for split in ("x_train", "x_test"):
+                arrays[split] = transform.token_rows(
+                    arrays[split], spec.vocabulary, spec.input_shape[0]
+                )
+            arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
+
+    for split, limit in (("train", train_samples), ("test", test_samples)):
+        have = len(arrays[f"x_{split}"])
+        if limit is not None and limit > have:
+            raise DataUnavailable(
+                f"{split}_samples: {dataset} has {have} {split} samples; received a request "
+                f"for {limit}. Ask for at most that many."
+            )
+        if limit is not None:
+            arrays[f"x_{split}"] = arrays[f"x_{split}"][:limit]
+            arrays[f"y_{split}"] = arrays[f"y_{split}"][:limit]
+    if image_size is not None and kind == "image":
+        for split in ("x_train", "x_test"):
+            arrays[split] = transform.resize_images(arrays[split], image_size)
+        source += f", resized to {image_size[0]}x{image_size[1]} (bilinear)"
+
+    key = hashlib.sha1(
+        repr((dataset, source, train_samples, test_samples, input_shape, num_classes,
+              image_size, model_kind, vocabulary, seed)).encode()
+    ).hexdigest()[:12]  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{dataset}-{key}.npz"
+    np.savez(path, **arrays)
+    return PreparedData(
+        path=str(path),
+        name=dataset,
+        kind=kind,
+        source=source,
+        synthetic=dataset == "synthetic",
+        input_shape=tuple(int(d) for d in arrays["x_train"].shape[1:]),
+        num_classes=classes,
+        train_samples=len(arrays["x_train"]),
+        test_samples=len(arrays["x_test"]),
+        prepare_time_s=time.perf_counter() - start,
+    )
+
+
+def _load_digits(seed: int) -> Tuple[Dict[str, np.ndarray], str]:
+    """scikit-learn's bundled 8x8 digits, split 80/20 with a seeded permutation."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:
+        raise DataUnavailable(
+            "dataset digits needs scikit-learn in the harness environment: "
+            "pip install scikit-learn (scripts/setup_envs.sh installs it)."
+        ) from err
+    bunch = load_digits()
+    images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., np.newaxis]
+    labels = bunch.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(labels))
+    cut = int(len(labels) * 0.8)
+    train, test = order[:cut], order[cut:]
+    arrays = {
+        "x_train": images[train],
+        "y_train": labels[train],
+        "x_test": images[test],
+        "y_test": labels[test],
+    }
+    return arrays, "scikit-learn load_digits (80/20 split)"
+
+
+def batch_order(
+    n_samples: int, batch_size: int, epochs: int, seed: int, total_steps: Optional[int] = None
+) -> np.ndarray:
+    """Sample indices for every step, shape (epochs, steps_per_epoch * batch_size).
+
+    One seeded permutation per epoch, drawn here once so that every backend sees the
+    same mini-batches in the same order. The last partial batch is dropped. With
+    ``total_steps`` the order is one pass of exactly that many steps, cycling
+    through permutations when the data set is smaller.
+    """
+    rng = np.random.default_rng(seed)
+    if total_steps is not None:
+        needed = total_steps * batch_size
+        chunks, have = [], 0
+        while have < needed:
+            chunks.append(rng.permutation(n_samples))
+            have += n_samples
+        return np.concatenate(chunks)[:needed].reshape(1, needed).astype(np.int64)
+    steps = n_samples // batch_size
+    if steps == 0:
+        raise DataUnavailable(
+            f"batch_size {batch_size} is larger than the {n_samples} training samples; "
+            "use a smaller --batch-size or more --train-samples."
+        )
+    return np.stack(
+        [rng.permutation(n_samples)[: steps * batch_size] for _ in range(epochs)]
+    ).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+def load_prepared(path: str) -> Dict[str, np.ndarray]:
+    with np.load(path) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def to_model_input(x: np.ndarray, kind: str, data_format: str) -> np.ndarray:
+    """Stored samples to what the model takes.
+
+    Images: uint8 (N, H, W, C) to float32 in [0, 1], transposed to (N, C, H, W) for
+    channels_first. Sequences: uint8 to float32 in [0, 1]. Tokens: unchanged int32.
+    """
+    if kind == "tokens":
+        return x
+    x = x.astype(np.float32) / 255.0
+    if kind == "image" and data_format == "channels_first":
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    return x
+
+
+def labels_for_loss(y: np.ndarray, loss: str) -> np.ndarray:
+    """int labels as the loss wants them: (N, 1) float32 for binary cross-entropy."""
+    if loss == "binary_crossentropy":
+        return y.astype(np.float32).reshape(-1, 1)
+    return y

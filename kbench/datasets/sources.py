@@ -1,0 +1,166 @@
+"""Where the real data sets come from, in order (parent side).
+
+1. ``--data-dir`` (the files as their publishers ship them, see :data:`EXPECTED`)
+2. the Keras cache, ``~/.keras/datasets`` (read only: kbench never writes ~/.keras)
+3. kbench's cache, ``$KBENCH_CACHE_DIR`` or ``~/.cache/kbench``
+4. Debian's ``dataset-fashion-mnist`` package (Fashion-MNIST only)
+5. tensorflow-datasets data already prepared in ``$TFDS_DATA_DIR`` or
+   ``~/tensorflow_datasets`` (never downloaded through tfds)
+6. a download of the publisher's files into kbench's cache (``KBENCH_OFFLINE=1`` stops it)
+
+When every place fails, :class:`DataUnavailable` lists what was tried and how to
+get the data, or to use ``--dataset synthetic``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import urllib.request
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from kbench.datasets import readers
+
+log = logging.getLogger(__name__)
+
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+KERAS_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
+CIFAR_URL = "https://www.cs.toronto.edu/~kriz/"
+
+Arrays = Dict[str, np.ndarray]
+
+
+class DataUnavailable(RuntimeError):
+    """A real data set could not be found or fetched; the message says how to get it."""
+
+
+def kbench_cache_dir() -> Path:
+    return Path(os.environ.get("KBENCH_CACHE_DIR") or Path.home() / ".cache" / "kbench")
+
+
+def keras_cache_dir() -> Path:
+    return Path.home() / ".keras" / "datasets"
+
+
+# name -> (reader of a directory, its sub-folder in the Keras cache, downloads, tfds name)
+READERS: Dict[str, Callable[[Path], Arrays]] = {
+    "fashion_mnist": readers.idx_directory,
+    "mnist": lambda d: _first_of(
+        d, lambda: readers.keras_npz_images(d / "mnist.npz"), lambda: readers.idx_directory(d)
+    ),
+    "cifar10": lambda d: readers.cifar(d, "cifar-10"),
+    "cifar100": lambda d: readers.cifar(d, "cifar-100"),
+    "imdb": lambda d: readers.imdb_npz(d / "imdb.npz"),
+}
+EXPECTED = {
+    "fashion_mnist": "the four IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+    "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (plain or .gz)",
+    "mnist": "mnist.npz (as Keras downloads it) or the four MNIST IDX files",
+    "cifar10": "cifar-10-batches-py/ or cifar-10-python.tar.gz",
+    "cifar100": "cifar-100-python/ or cifar-100-python.tar.gz",
+    "imdb": "imdb.npz (as Keras downloads it)",
+}
+KERAS_CACHE_SUBDIR = {"fashion_mnist": "fashion-mnist"}
+DOWNLOADS: Dict[str, List[Tuple[str, str]]] = {
+    "fashion_mnist": [
+        (KERAS_URL + f"{stem}.gz", f"{stem}.gz") for stem in readers.IDX_FILES.values()
+    ],
+    "mnist": [(KERAS_URL + "mnist.npz", "mnist.npz")],
+    "cifar10": [(CIFAR_URL + "cifar-10-python.tar.gz", "cifar-10-python.tar.gz")],
+    "cifar100": [(CIFAR_URL + "cifar-100-python.tar.gz", "cifar-100-python.tar.gz")],
+    "imdb": [(KERAS_URL + "imdb.npz", "imdb.npz")],
+}
+TFDS_NAMES = {
+    "mnist": "mnist",
+    "fashion_mnist": "fashion_mnist",
+    "cifar10": "cifar10",
+    "cifar100": "cifar100",
+}
+
+
+def _first_of(directory: Path, *loaders: Callable[[], Arrays]) -> Arrays:
+    for load in loaders:
+        try:
+            return load()
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(f"{directory}: none of the expected files")
+
+
+def local_places(name: str, data_dir: Optional[str]) -> List[Tuple[str, Path]]:
+    """The directories looked in, in order, each with a name to report."""
+    places = [("--data-dir", Path(data_dir))] if data_dir else []
+    places.append(("Keras cache", keras_cache_dir() / KERAS_CACHE_SUBDIR.get(name, "")))
+    places.append(("kbench cache", kbench_cache_dir() / "datasets" / name))
+    if name == "fashion_mnist":
+        places.append(("Debian dataset-fashion-mnist", DEBIAN_FASHION_MNIST))
+    return places
+
+
+def load(name: str, data_dir: Optional[str] = None) -> Tuple[Arrays, str]:
+    """The arrays of real data set ``name`` and a description of where they came from."""
+    tried = []
+    for label, directory in local_places(name, data_dir):
+        try:
+            arrays = READERS[name](directory)
+        except FileNotFoundError as err:
+            if label == "--data-dir":
+                raise DataUnavailable(
+                    f"--data-dir {directory}: expected {EXPECTED[name]} for {name}; {err}."
+                ) from err
+            tried.append(f"{label} ({directory})")
+            continue
+        except readers.CorruptData as err:
+            raise DataUnavailable(f"{name}: {err} Delete or replace the file.") from err
+        log.debug("%s from %s (%s)", name, label, directory)
+        return arrays, f"{label}: {directory}"
+
+    if name in TFDS_NAMES:
+        try:
+            return from_tfds(TFDS_NAMES[name]), f"tensorflow-datasets: {TFDS_NAMES[name]}"
+        except Exception as err:  # not installed, not prepared: try the next place
+            tried.append(f"tensorflow-datasets ({type(err).__name__}: {str(err)[:120]})")
+
+    cache = kbench_cache_dir() / "datasets" / name
+    try:
+        download(name, cache)
+    except OSError as err:
+        raise DataUnavailable(
+            f"{name} not found (looked in: {'; '.join(tried)}) and the download failed: "
+            f"{err}. Fix: pass --data-dir DIR holding {EXPECTED[name]}, put them in {cache}, "
+            f"or use --dataset synthetic."
+        ) from err
+    return READERS[name](cache), f"downloaded: {cache}"
+
+
+def download(name: str, directory: Path) -> None:
+    if os.environ.get("KBENCH_OFFLINE") == "1":
+        raise OSError("downloads are off (KBENCH_OFFLINE=1)")
+    directory.mkdir(parents=True, exist_ok=True)
+    for url, filename in DOWNLOADS[name]:
+        target = directory / filename
+        if target.exists():
+            continue
+        log.info("downloading %s", url)
+        partial = target.with_name(target.name + ".part")
+        with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+        partial.replace(target)
+
+
+def from_tfds(name: str, batch: int = 4096) -> Arrays:
+    """A data set that tensorflow-datasets has already prepared (no download)."""
+    import tensorflow_datasets as tfds
+
+    arrays: Arrays = {}
+    for split in ("train", "test"):
+        dataset = tfds.load(name, split=split, as_supervised=True, download=False,
+                            batch_size=batch)  # fmt: skip
+        images, labels = zip(*tfds.as_numpy(dataset))
+        arrays[f"x_{split}"] = np.concatenate(images).astype(np.uint8)
+        arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
+    return arrays
