@@ -25,7 +25,7 @@ def parse_model(text: str):
     return name, shape, int(classes) if classes else None
 
 
-def census(models, data_format: str):
+def census(backend, models, data_format: str):
     import kbench_models
 
     built = {}
@@ -36,10 +36,10 @@ def census(models, data_format: str):
             shape = shape or spec.input_shape
             if data_format == "channels_first" and spec.input_kind == "image":
                 shape = (shape[-1],) + tuple(shape[:-1])
-            model = kbench_models.build(name, shape, classes or spec.num_classes)
+            model = backend.build(name, shape, classes or spec.num_classes)
             built[text] = {
-                "params": int(model.count_params()),
-                "output_shape": [d for d in model.output_shape[1:]],
+                "params": backend.count_params(model),
+                "output_shape": backend.output_shape(model),
             }
         except Exception as err:  # report per model: one broken model must not hide others
             built[text] = {
@@ -59,10 +59,11 @@ def main(argv=None) -> int:
     }
     try:
         backend = load_backend(backend_name)(threads=os.cpu_count() or 1)
-        keras = backend.start(data_format)
-        report.update(ok=True, keras=keras.__version__, framework=backend.framework_info())
+        backend.start(data_format)
+        framework = backend.describe()
+        report.update(ok=True, keras=framework.get("keras_version"), framework=framework)
         if models:
-            report["models"] = census(models, data_format)
+            report["models"] = census(backend, models, data_format)
     except Exception as err:  # the report is the point: any failure is an answer
         report.update(ok=False, error=f"{type(err).__name__}: {err}")
     sys.stdout.write(json.dumps(report) + "\n")

@@ -1,12 +1,13 @@
 """Training in explicit stages, the same for every backend (worker side).
 
-Each epoch is one ``model.fit`` call over that epoch's mini-batches in the order the
-runner drew (``shuffle=False``), so every backend sees the same batches. A Keras
-callback stamps each step; at the end of a step it reads the loss on the host,
-which waits for the device, so a step's time covers its whole computation. The
-first ``warmup_steps`` steps (tracing, compilation, caches) are kept apart; the
+Each epoch is one ``backend.fit_epoch`` over that epoch's mini-batches in the order
+the runner drew, so every backend sees the same batches (for Keras, one
+``model.fit`` with ``shuffle=False`` and a timing callback). The backend stamps each
+step on a :class:`StepClock`, which at the end of a step reads the loss on the
+host: that waits for the device, so a step's time covers its whole computation.
+The first ``warmup_steps`` steps (tracing, compilation, caches) are kept apart; the
 measured window runs from the end of the last warmup step to the end of the last
-step and counts only time spent inside ``fit``.
+step and counts only time spent inside the epochs' training loops.
 """
 
 from __future__ import annotations
@@ -82,19 +83,6 @@ class StepClock:
         return total
 
 
-def timing_callback(keras: Any, clock: StepClock) -> Any:
-    """A Keras callback driving ``clock``; ``on_batch_*`` exists in Keras 2.2 and 3."""
-
-    class StepTimer(keras.callbacks.Callback):
-        def on_batch_begin(self, batch, logs=None):
-            clock.batch_begin()
-
-        def on_batch_end(self, batch, logs=None):
-            clock.batch_end(logs)
-
-    return StepTimer()
-
-
 @dataclass(frozen=True)
 class TrainMetrics:
     """What a training run measured. Units are in the names."""
@@ -140,12 +128,7 @@ def train(
     import_time_s: float,
     build_time_s: float,
 ) -> TrainMetrics:
-    keras = backend.keras
-    model.compile(
-        optimizer=backend.make_optimizer(optimizer, learning_rate),
-        loss=loss,
-        metrics=["accuracy"],
-    )
+    backend.compile(model, optimizer, learning_rate, loss)
     steps_per_epoch = order.shape[1] // batch_size
     total_steps = steps_per_epoch * order.shape[0]
     if warmup_steps >= total_steps:
@@ -156,20 +139,16 @@ def train(
 
     clock = StepClock(warmup_steps=warmup_steps)
     clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
-    callback = timing_callback(keras, clock)
     epoch_times, epoch_ends, last_logs = [], [], {}
     fit_start = time.time()
     for epoch, indices in enumerate(order):
         x, y = arrays["x_train"][indices], arrays["y_train"][indices]
         clock.epoch_begin()
         started = time.perf_counter()
-        history = model.fit(
-            x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[callback]
-        )
+        last_logs = backend.fit_epoch(model, x, y, batch_size, clock)
         backend.sync()
         epoch_times.append(time.perf_counter() - started)
         epoch_ends.append(time.time())
-        last_logs = {key: values[-1] for key, values in history.history.items()}
         emit_progress(
             "epoch",
             epoch=epoch + 1,
@@ -179,13 +158,13 @@ def train(
         )
     if len(clock.ends) != total_steps:
         raise RuntimeError(
-            f"the timing callback saw {len(clock.ends)} steps; expected {total_steps}. "
-            "This Keras does not call on_batch_begin/on_batch_end per step."
+            f"the step clock saw {len(clock.ends)} steps; expected {total_steps}. "
+            f"{backend.name}'s fit_epoch does not stamp every step."
         )
 
     eval_start = time.perf_counter()
-    test_loss, test_accuracy = model.evaluate(
-        arrays["x_test"], arrays["y_test"], batch_size=max(batch_size, 256), verbose=0
+    test_loss, test_accuracy = backend.evaluate(
+        model, arrays["x_test"], arrays["y_test"], max(batch_size, 256)
     )
     eval_time = time.perf_counter() - eval_start
     markers = dict(
@@ -196,7 +175,7 @@ def train(
     step_times = [e - b for b, e in zip(clock.begins[warmup_steps:], clock.ends[warmup_steps:])]
     measured_time = clock.measured_seconds()
     step_pct = percentiles(step_times)
-    train_accuracy = last_logs.get("accuracy", last_logs.get("acc"))
+    train_accuracy = last_logs.get("accuracy")
     return TrainMetrics(
         images_per_sec=measured_steps * batch_size / measured_time,
         measured_images=measured_steps * batch_size,

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+import kbench_models  # the registry only: no Keras import
 from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import is_out_of_memory
-from kbench.flops import model_flops
 from kbench.task import WorkerReply, WorkerTask, read_json, write_json_atomic
 
 log = logging.getLogger("kbench.worker")
@@ -33,16 +33,13 @@ def run(task: WorkerTask) -> WorkerReply:
     backend = load_backend(config["backend"])(threads=config["threads"])
 
     import_start = time.perf_counter()
-    keras = backend.start(
+    backend.start(
         task.data_format,
         device=config["device"],
         gpu_memory_fraction=config["gpu_memory_fraction"],
         gpu_memory_growth=config["gpu_memory_growth"],
     )
     import_time = time.perf_counter() - import_start
-
-    # Imported after Keras: the model modules import keras themselves.
-    import kbench_models
 
     data = datasets.PreparedData.from_dict(task.data)
     loss = kbench_models.MODELS[config["model"]].loss_for(data.num_classes)
@@ -54,9 +51,9 @@ def run(task: WorkerTask) -> WorkerReply:
     input_shape = arrays["x_train"].shape[1:]
 
     build_start = time.perf_counter()
-    model = kbench_models.build(config["model"], input_shape, data.num_classes)
+    model = backend.build(config["model"], input_shape, data.num_classes)
     build_time = time.perf_counter() - build_start
-    flops = model_flops(model)
+    flops = backend.flops(model)
 
     stages = dict(
         batch_size=config["batch_size"],
@@ -82,21 +79,13 @@ def run(task: WorkerTask) -> WorkerReply:
             loss=loss,
             **stages,
         )
-    framework = backend.framework_info()
-    framework.update(
-        keras_version=keras.__version__,
-        keras_backend=keras.backend.backend(),
-        image_data_format=keras.backend.image_data_format(),
-        threads=backend.thread_settings,
-        memory_options=backend.memory_settings,
-    )
     return WorkerReply(
         status="ok",
         metrics=metrics.to_dict(),
-        framework=framework,
+        framework=backend.describe(),
         model={
             "name": config["model"],
-            "params": int(model.count_params()),
+            "params": backend.count_params(model),
             "input_shape": [int(d) for d in input_shape],
             "num_classes": data.num_classes,
             "flops": flops,

@@ -13,7 +13,9 @@ from __future__ import annotations
 import abc
 import os
 import resource
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 
 class BackendMismatch(RuntimeError):
@@ -67,7 +69,6 @@ class Backend(abc.ABC):
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self.keras: Any = None
         self.gpus = 0
 
     def start(
@@ -76,8 +77,8 @@ class Backend(abc.ABC):
         device: str = "auto",
         gpu_memory_fraction: Optional[float] = None,
         gpu_memory_growth: bool = False,
-    ) -> Any:
-        """Apply thread and memory settings, import Keras, check it; returns keras."""
+    ) -> None:
+        """Apply thread and memory settings, then load the framework and check it."""
         self.thread_settings = self._limit_cores()
         self.thread_settings.update(self.configure_threads())
         applied = self.configure_memory(gpu_memory_fraction, gpu_memory_growth)
@@ -89,15 +90,7 @@ class Backend(abc.ABC):
             "applied": applied,
             "framework_default": self.memory_default,
         }
-        self.keras = self.import_keras()
-        got_backend = self.keras.backend.backend()
-        got_format = self.keras.backend.image_data_format()
-        if got_backend != self.name or got_format != data_format:
-            raise BackendMismatch(
-                f"Keras reports backend {got_backend!r} with {got_format!r}; the run asked for "
-                f"{self.name!r} with {data_format!r}. Check KERAS_BACKEND and "
-                f"{os.environ.get('KERAS_HOME', '$KERAS_HOME')}/keras.json."
-            )
+        self.load_framework(data_format)
         self.gpus = self.visible_gpus()
         self.memory_settings["gpus_visible"] = self.gpus
         if device == "gpu" and self.gpus == 0:
@@ -105,7 +98,12 @@ class Backend(abc.ABC):
                 f"--device gpu: {self.name} sees no GPU here. Install the framework's CUDA "
                 "build (KBENCH_GPU=1 scripts/setup_envs.sh) or use --device auto/cpu."
             )
-        return self.keras
+
+    def describe(self) -> Dict[str, Any]:
+        """What a result records about the framework and the settings in force."""
+        info = self.framework_info()
+        info.update(threads=self.thread_settings, memory_options=self.memory_settings)
+        return info
 
     def _limit_cores(self) -> Dict[str, Any]:
         """Pin the process to ``threads`` cores when fewer than all were asked for."""
@@ -138,16 +136,68 @@ class Backend(abc.ABC):
         """How many GPUs the framework sees (after Keras is imported)."""
 
     @abc.abstractmethod
-    def import_keras(self) -> Any:
-        """Import and return the keras module."""
+    def load_framework(self, data_format: str) -> None:
+        """Import the framework (Keras, for Keras backends) and check that it came up
+        with this backend and ``data_format``; raise :class:`BackendMismatch` if not."""
 
     @abc.abstractmethod
     def framework_info(self) -> Dict[str, Any]:
         """Name, version and visible devices of the framework under Keras."""
 
+    # ----------------------------------------------------------------- model lifecycle
+
     @abc.abstractmethod
-    def make_optimizer(self, name: str, learning_rate: float) -> Any:
-        """A Keras optimizer instance; the Keras generations spell the arguments apart."""
+    def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
+        """Model ``name`` for input laid out as this backend takes it."""
+
+    @abc.abstractmethod
+    def count_params(self, model: Any) -> int:
+        """Parameters as Keras counts them (BatchNorm moving statistics included)."""
+
+    @abc.abstractmethod
+    def output_shape(self, model: Any) -> List[int]:
+        """The shape of one sample's output."""
+
+    @abc.abstractmethod
+    def flops(self, model: Any) -> Dict[str, Any]:
+        """FLOPs per sample (see kbench.flops)."""
+
+    @abc.abstractmethod
+    def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
+        """Attach optimizer and loss; accuracy is always the metric."""
+
+    @abc.abstractmethod
+    def fit_epoch(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
+    ) -> Dict[str, float]:
+        """Train over ``x`` in order, one batch per step, calling ``clock.batch_begin()``
+        and ``clock.batch_end(logs)`` around each step; the epoch's mean loss and
+        accuracy."""
+
+    @abc.abstractmethod
+    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
+        """One optimizer step on one batch; the loss before the update."""
+
+    @abc.abstractmethod
+    def evaluate(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int
+    ) -> Tuple[float, float]:
+        """(loss, accuracy) over ``x``."""
+
+    @abc.abstractmethod
+    def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:
+        """The model's outputs for one batch, as a host array (so the device is done)."""
+
+    @abc.abstractmethod
+    def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
+        """(Keras layer type, arrays) of every layer with weights, in Keras layer order."""
+
+    @abc.abstractmethod
+    def set_weights(
+        self, model: Any, weights: List[Tuple[str, List[np.ndarray]]], source_format: str
+    ) -> None:
+        """Load weights exported by :meth:`get_weights` from a model built in
+        ``source_format``."""
 
     def sync(self) -> None:
         """Wait until the device has finished queued work (no-op where reads already sync)."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from kbench.backends.base import Backend, gpu_total_bytes
+from kbench.backends.base import gpu_total_bytes
+from kbench.backends.keras_common import KerasBackend
 
 NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
 
 
-class Keras3Backend(Backend):
+class Keras3Backend(KerasBackend):
     def import_keras(self) -> Any:
         import keras
 

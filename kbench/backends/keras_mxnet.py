@@ -10,10 +10,10 @@ import collections.abc
 import os
 from typing import Any, Dict, List, Optional
 
-from kbench.backends.base import Backend
+from kbench.backends.keras_common import KerasBackend
 
 
-class KerasMXNetBackend(Backend):
+class KerasMXNetBackend(KerasBackend):
     name = "mxnet"
     memory_default = (
         "pooled allocator grows on demand; MXNET_GPU_MEM_POOL_RESERVE=5 keeps 5% of GPU "

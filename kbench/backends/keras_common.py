@@ -1,0 +1,192 @@
+"""What every Keras backend does the same way, Keras 3 and Keras 2.2.4 alike.
+
+The model comes from ``kbench_models``; training is ``model.fit`` over one epoch's
+batches in the runner's order with a timing callback; weights move as numpy
+arrays by layer order (the same in both Keras generations), with the first Dense
+kernel after a Flatten re-ordered when the source and this model flatten in
+different data formats.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from kbench.backends.base import Backend, BackendMismatch
+from kbench.flops import model_flops
+
+Weights = List[Tuple[str, List[np.ndarray]]]
+
+
+def timing_callback(keras: Any, clock: Any) -> Any:
+    """A Keras callback driving ``clock``; ``on_batch_*`` exists in Keras 2.2 and 3."""
+
+    class StepTimer(keras.callbacks.Callback):
+        def on_batch_begin(self, batch, logs=None):
+            clock.batch_begin()
+
+        def on_batch_end(self, batch, logs=None):
+            clock.batch_end(logs)
+
+    return StepTimer()
+
+
+def flatten_order(shape: Sequence[int], from_format: str, to_format: str) -> np.ndarray:
+    """Indices that re-order a flattened feature vector between data formats.
+
+    ``shape`` is the pre-flatten shape in ``to_format`` (without the batch axis).
+    ``vector_in_to_format = vector_in_from_format[flatten_order(...)]``.
+    """
+    if from_format == to_format or len(shape) != 3:
+        return np.arange(int(np.prod(shape)))
+    if to_format == "channels_first":
+        channels, height, width = shape
+        positions = np.arange(height * width * channels).reshape(height, width, channels)
+        return positions.transpose(2, 0, 1).reshape(-1)
+    height, width, channels = shape
+    positions = np.arange(channels * height * width).reshape(channels, height, width)
+    return positions.transpose(1, 2, 0).reshape(-1)
+
+
+def _input_shape(layer: Any) -> Tuple[int, ...]:
+    try:
+        shape = layer.input_shape  # Keras 2.2
+    except (AttributeError, RuntimeError):
+        shape = layer.input.shape  # Keras 3
+    return tuple(int(d) for d in shape[1:])
+
+
+class KerasBackend(Backend):
+    """Model lifecycle through the Keras API; subclasses add the framework parts."""
+
+    keras: Any = None
+
+    @abc.abstractmethod
+    def import_keras(self) -> Any:
+        """Import and return the keras module."""
+
+    @abc.abstractmethod
+    def make_optimizer(self, name: str, learning_rate: float) -> Any:
+        """A Keras optimizer instance; the Keras generations spell the arguments apart."""
+
+    def load_framework(self, data_format: str) -> None:
+        self.keras = self.import_keras()
+        got_backend = self.keras.backend.backend()
+        got_format = self.keras.backend.image_data_format()
+        if got_backend != self.name or got_format != data_format:
+            raise BackendMismatch(
+                f"Keras reports backend {got_backend!r} with {got_format!r}; the run asked for "
+                f"{self.name!r} with {data_format!r}. Check KERAS_BACKEND and "
+                f"{os.environ.get('KERAS_HOME', '$KERAS_HOME')}/keras.json."
+            )
+
+    def describe(self) -> Dict[str, Any]:
+        info = super().describe()
+        info.update(
+            keras_version=self.keras.__version__,
+            keras_backend=self.keras.backend.backend(),
+            image_data_format=self.keras.backend.image_data_format(),
+        )
+        return info
+
+    def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
+        import kbench_models
+
+        return kbench_models.build(name, tuple(input_shape), num_classes)
+
+    def count_params(self, model: Any) -> int:
+        return int(model.count_params())
+
+    def output_shape(self, model: Any) -> List[int]:
+        try:
+            shape = model.output_shape  # Keras 2.2
+        except AttributeError:
+            shape = model.output.shape  # Keras 3
+        return [int(d) for d in shape[1:]]
+
+    def flops(self, model: Any) -> Dict[str, Any]:
+        return model_flops(model)
+
+    def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
+        model.compile(
+            optimizer=self.make_optimizer(optimizer, learning_rate),
+            loss=loss,
+            metrics=["accuracy"],
+        )
+
+    def fit_epoch(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
+    ) -> Dict[str, float]:
+        history = model.fit(
+            x,
+            y,
+            batch_size=batch_size,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[timing_callback(self.keras, clock)],
+        )
+        logs = {key: float(values[-1]) for key, values in history.history.items()}
+        if "acc" in logs:  # Keras 2.2 spelling
+            logs["accuracy"] = logs.pop("acc")
+        return logs
+
+    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
+        """One optimizer step on one batch; the loss before the update."""
+        result = model.train_on_batch(x, y)
+        return float(result[0] if isinstance(result, (list, tuple)) else result)
+
+    def evaluate(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int
+    ) -> Tuple[float, float]:
+        loss, accuracy = model.evaluate(x, y, batch_size=batch_size, verbose=0)
+        return float(loss), float(accuracy)
+
+    def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:
+        return np.asarray(model.predict_on_batch(batch))  # a host array: the device is done
+
+    def get_weights(self, model: Any) -> Weights:
+        return [
+            (type(layer).__name__, [np.asarray(w) for w in layer.get_weights()])
+            for layer in model.layers
+            if layer.get_weights()
+        ]
+
+    def set_weights(self, model: Any, weights: Weights, source_format: str) -> None:
+        target_format = self.keras.backend.image_data_format()
+        layers = [layer for layer in model.layers if layer.get_weights() or _is_flatten(layer)]
+        pending: Optional[Tuple[int, ...]] = None
+        incoming = iter(weights)
+        for layer in layers:
+            if _is_flatten(layer):
+                pending = _input_shape(layer)
+                continue
+            try:
+                kind, arrays = next(incoming)
+            except StopIteration:
+                raise ValueError(
+                    f"weights: the source model has fewer layers with weights; "
+                    f"{layer.name} ({type(layer).__name__}) got none"
+                ) from None
+            arrays = [np.asarray(a) for a in arrays]
+            if kind != type(layer).__name__ or [a.shape for a in arrays] != [
+                tuple(int(d) for d in w.shape) for w in layer.get_weights()
+            ]:
+                raise ValueError(
+                    f"weights: layer {layer.name} is {type(layer).__name__} with shapes "
+                    f"{[w.shape for w in layer.get_weights()]}; the source has {kind} with "
+                    f"{[a.shape for a in arrays]}"
+                )
+            if kind == "Dense" and pending is not None:
+                arrays[0] = arrays[0][flatten_order(pending, source_format, target_format)]
+            pending = None
+            layer.set_weights(arrays)
+        if next(incoming, None) is not None:
+            raise ValueError("weights: the source model has more layers with weights than this")
+
+
+def _is_flatten(layer: Any) -> bool:
+    return type(layer).__name__ == "Flatten"
