@@ -155,6 +155,13 @@ class RunConfig:
     def _check_data(self) -> None:
         if self.data_format is not None:
             _choice("data_format", self.data_format, DATA_FORMATS)
+            allowed = BACKENDS[self.backend].data_formats
+            if self.data_format not in allowed:
+                raise ConfigError(
+                    "data_format",
+                    f"backend {self.backend!r} runs {' or '.join(allowed)} only; received "
+                    f"{self.data_format!r}. Drop --data-format for it.",
+                )
         for name in ("train_samples", "test_samples", "num_classes"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))

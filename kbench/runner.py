@@ -11,6 +11,7 @@ worker's output to ``output_dir/logs/<run_id>.log``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -23,7 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import psutil
@@ -113,29 +114,41 @@ class Runner:
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
-        # Everything that can be refused is checked before the first run starts, and
-        # before the output directory is created.
-        for config in configs:
-            environments.interpreter_for(config.backend)
         results = []
-        with tempfile.TemporaryDirectory(prefix="kbench-") as session:
-            session_dir = Path(session)
-            prepared: Dict[Tuple, datasets.PreparedData] = {}
-            for config in configs:
-                if data_key(config) not in prepared:
-                    prepared[data_key(config)] = prepare_data(config, session_dir / "data")
-            self.output_dir = check_output_dir(self.output_dir)
-            python_path = environments.import_root(session_dir / "pythonpath")
+        with self.session(configs) as session:
             for index, config in enumerate(configs, start=1):
                 log.info("[%d/%d] %s: starting", index, len(configs), config.label())
-                data = prepared[data_key(config)]
-                result = self.run_one(config, data, session_dir, python_path)
+                result = session.run(config)
                 results.append(result)
                 log.info("[%d/%d] %s", index, len(configs), summary_line(result))
         return results
 
+    @contextlib.contextmanager
+    def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:
+        """Check, prepare the data for, and hold a working directory for ``configs``.
+
+        Everything that can be refused is checked before the first run starts, and
+        before the output directory is created.
+        """
+        for config in configs:
+            environments.interpreter_for(config.backend)
+        with tempfile.TemporaryDirectory(prefix="kbench-") as directory:
+            directory = Path(directory)
+            prepared: Dict[Tuple, datasets.PreparedData] = {}
+            for config in configs:
+                if data_key(config) not in prepared:
+                    prepared[data_key(config)] = prepare_data(config, directory / "data")
+            self.output_dir = check_output_dir(self.output_dir)
+            python_path = environments.import_root(directory / "pythonpath")
+            yield Session(self, directory, python_path, prepared)
+
     def run_one(
-        self, config: RunConfig, data: datasets.PreparedData, session_dir: Path, python_path: Path
+        self,
+        config: RunConfig,
+        data: datasets.PreparedData,
+        session_dir: Path,
+        python_path: Path,
+        parity: Optional[Dict[str, Any]] = None,
     ) -> RunResult:
         run_id = new_run_id(config)
         run_dir = session_dir / run_id
@@ -165,6 +178,7 @@ class Runner:
             data_format=keras_json["image_data_format"],
             reply_path=str(run_dir / "reply.json"),
             started_at=started_at,
+            parity=parity,
         )
         write_json_atomic(run_dir / "run.json", task.to_dict())
 
@@ -190,10 +204,10 @@ class Runner:
                 metrics.get("markers", {}), started_at, ended_at
             )
             sampled = outcome.sampler.result(windows)
-            if metrics:
+            if metrics and parity is None:
                 metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
                 metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
-        if metrics:
+        if metrics and parity is None:
             metrics["compute"] = compute_rate(config, metrics, reply)
         environment = {
             "kbench": sysinfo.kbench_info(),
@@ -216,7 +230,7 @@ class Runner:
             reason=reason,
             error=error,
             sampler=sampled.to_dict() if sampled else None,
-            kind=config.mode,
+            kind="parity" if parity is not None else config.mode,
         )
         result.save(self.output_dir)
         return result
@@ -290,6 +304,20 @@ class Runner:
                     self.on_progress(config, event)
             else:
                 tail.append(line.rstrip("\n"))
+
+
+@dataclass
+class Session:
+    """Prepared data and a working directory: runs any of the session's configs."""
+
+    runner: Runner
+    directory: Path
+    python_path: Path
+    prepared: Dict[Tuple, datasets.PreparedData]
+
+    def run(self, config: RunConfig, parity: Optional[Dict[str, Any]] = None) -> RunResult:
+        data = self.prepared[data_key(config)]
+        return self.runner.run_one(config, data, self.directory, self.python_path, parity)
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,18 @@ def write_json_atomic(path: Path, data: Any) -> None:
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_json(path: Path) -> Any:
@@ -55,6 +62,8 @@ class WorkerTask:
     data_format: str  # what Keras must report; the worker checks it
     reply_path: str
     started_at: float  # time.time() when the runner started the process
+    # kbench parity: replay instead of train (weights_in or weights_out, steps)
+    parity: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

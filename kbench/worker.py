@@ -50,6 +50,7 @@ def run(task: WorkerTask) -> WorkerReply:
         arrays[f"y_{split}"] = datasets.labels_for_loss(y, loss)
     input_shape = arrays["x_train"].shape[1:]
 
+    backend.seed(config["seed"])
     build_start = time.perf_counter()
     model = backend.build(config["model"], input_shape, data.num_classes)
     build_time = time.perf_counter() - build_start
@@ -62,7 +63,21 @@ def run(task: WorkerTask) -> WorkerReply:
         import_time_s=import_time,
         build_time_s=build_time,
     )
-    if config["mode"] == "inference":
+    if task.parity is not None:
+        from kbench.replay import replay
+
+        metrics = replay(
+            backend,
+            model,
+            arrays,
+            np.load(task.order_path),
+            parity=task.parity,
+            batch_size=config["batch_size"],
+            learning_rate=config["learning_rate"],
+            loss=loss,
+            data_format=task.data_format,
+        )
+    elif config["mode"] == "inference":
         from kbench.inference import infer
 
         metrics = infer(backend, model, arrays, duration_s=config["duration_s"], **stages)
@@ -81,7 +96,7 @@ def run(task: WorkerTask) -> WorkerReply:
         )
     return WorkerReply(
         status="ok",
-        metrics=metrics.to_dict(),
+        metrics=metrics if isinstance(metrics, dict) else metrics.to_dict(),
         framework=backend.describe(),
         model={
             "name": config["model"],

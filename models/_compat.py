@@ -7,7 +7,9 @@ an L2 penalty from ``keras.regularizers.l2(factor)`` (a function in 2.2.4, an al
 of the ``L2`` class in Keras 3; the positional factor works for both).
 """
 
-from keras import backend, regularizers
+import math
+
+from keras import backend, layers, regularizers
 
 
 def channel_axis() -> int:
@@ -22,3 +24,26 @@ def channel_axis() -> int:
 def l2(factor: float):
     """An L2 weight penalty of ``factor * sum(w ** 2)``."""
     return regularizers.l2(factor)
+
+
+def _spatial_size(x) -> tuple:
+    """(height, width) of a symbolic image tensor in either Keras generation."""
+    shape = backend.int_shape(x) if hasattr(backend, "int_shape") else tuple(x.shape)
+    return tuple(shape[2:4]) if backend.image_data_format() == "channels_first" else tuple(
+        shape[1:3]
+    )
+
+
+def pad_as_keras_same(x, kernel_size: int, strides: int):
+    """Zero padding that makes a following ``padding="valid"`` convolution compute what
+    Keras 3's ``padding="same"`` computes: the odd pixel of an uneven split goes to the
+    bottom/right. keras-mxnet pads "same" symmetrically, so a strided "same" convolution
+    computes another function there; written out, every backend agrees.
+    """
+
+    def split(size: int):
+        total = max((math.ceil(size / strides) - 1) * strides + kernel_size - size, 0)
+        return (total // 2, total - total // 2)
+
+    height, width = _spatial_size(x)
+    return layers.ZeroPadding2D((split(height), split(width)))(x)

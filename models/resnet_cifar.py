@@ -6,7 +6,8 @@ Depth 6n+2: a 3x3 Conv2D(16) stem, then three stages of n residual blocks with
 to the shortcut, then ReLU. The first block of stages 2 and 3 halves the resolution
 (stride 2 on its first convolution) and its shortcut is a 1x1 Conv2D with stride 2
 and no BatchNormalization; every other shortcut is the identity. Every Conv2D has a
-bias, padding "same" (for stride 2 on an even size Keras pads bottom/right only),
+bias, padding "same" (for stride 2 Keras pads the odd pixel bottom/right; written out
+as ZeroPadding2D so that keras-mxnet, which pads symmetrically, computes the same),
 ``he_normal`` initialisation and an L2(1e-4) kernel penalty. The head is
 AveragePooling2D(8), Flatten, Dense(classes, softmax, ``he_normal``).
 
@@ -17,16 +18,18 @@ for 32x32x3 input and 10 classes: ResNet-20 274,442; ResNet-56 861,770.
 from keras import layers
 from keras.models import Model
 
-from ._compat import channel_axis, l2
+from ._compat import channel_axis, l2, pad_as_keras_same
 
 
 def _conv_bn(x, filters, kernel_size=3, strides=1, activation="relu", batch_norm=True):
     """The example's ``resnet_layer`` with ``conv_first=True``."""
+    if strides != 1 and kernel_size > 1:
+        x = pad_as_keras_same(x, kernel_size, strides)  # portable "same" (see _compat)
     x = layers.Conv2D(
         filters,
         kernel_size,
         strides=strides,
-        padding="same",
+        padding="same" if strides == 1 or kernel_size == 1 else "valid",
         kernel_initializer="he_normal",
         kernel_regularizer=l2(1e-4),
     )(x)

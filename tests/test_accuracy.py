@@ -7,7 +7,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_mlp_reaches_85_percent_on_digits_everywhere(home):
-    backends = ("tensorflow", "jax", "torch", "mxnet")
+    backends = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
     require_backends(*backends)
     completed = run_kbench(
         [

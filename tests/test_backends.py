@@ -7,7 +7,7 @@ from conftest import ROOT, dump, require_backends, run_kbench
 
 pytestmark = pytest.mark.slow
 
-BACKENDS = ("tensorflow", "jax", "torch", "mxnet")
+BACKENDS = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
 MODELS = ("mlp", "small_cnn")
 STEPS = 6
 
@@ -84,14 +84,15 @@ def test_results_record_backend_format_threads_and_data(matrix):
         backend = r.config["backend"]
         default = json.loads((ROOT / "keras_configs" / f"{backend}.json").read_text())
         framework = r.environment["framework"]
-        assert framework["keras_backend"] == backend
+        assert framework["keras_backend"] == (None if backend == "torch-native" else backend)
         assert framework["image_data_format"] == default["image_data_format"]
         assert r.environment["keras_json"] == default
         assert r.environment["process_env"]["KERAS_BACKEND"] == backend
         assert int(r.environment["process_env"]["OMP_NUM_THREADS"]) >= 1
         assert framework["threads"]["requested"] >= 1
         assert framework["version"] and framework["name"]
-        assert framework["keras_version"].startswith("2.2.4" if backend == "mxnet" else "3.")
+        if backend != "torch-native":  # plain PyTorch: no Keras at all
+            assert framework["keras_version"].startswith("2.2.4" if backend == "mxnet" else "3.")
         assert r.data["synthetic"] is True and "synthetic" in r.data["source"]
         assert r.environment["machine"]["cpu_logical_cores"] >= 1
         assert r.schema_version == 1 and r.kind == "train"

@@ -16,7 +16,7 @@ def run_cli(capsys, args):
     [
         (
             ["--backend", "tensorflw"],
-            "--backend: expected one of tensorflow, jax, torch, mxnet; "
+            "--backend: expected one of tensorflow, jax, torch, torch-native, mxnet; "
             "received 'tensorflw'. Did you mean 'tensorflow'?",
         ),
         (["--backend", "jax,cntk"], "received 'cntk'"),
@@ -96,5 +96,5 @@ def test_help_teaches_with_examples(capsys):
         cli.main(["run", "--help"])
     out = capsys.readouterr().out
     assert info.value.code == 0
-    for text in ("--backend", "tensorflow, jax, torch, mxnet", "examples:", "--warmup-steps"):
+    for text in ("--backend", "tensorflow, jax, torch, torch-native, mxnet", "examples:"):
         assert text in out

@@ -24,7 +24,11 @@ def test_defaults_round_trip_through_json_dict():
     "changes, setting, fragment",
     [
         ({"backend": "tensorflw"}, "backend", "Did you mean 'tensorflow'?"),
-        ({"backend": "caffe"}, "backend", "expected one of tensorflow, jax, torch, mxnet"),
+        (
+            {"backend": "caffe"},
+            "backend",
+            "expected one of tensorflow, jax, torch, torch-native, mxnet",
+        ),
         ({"model": "resnet1000"}, "model", "received 'resnet1000'"),
         ({"dataset": "fashion"}, "dataset", "Did you mean 'fashion_mnist'?"),
         ({"batch_size": 0}, "batch_size", "expected a positive integer; received 0"),

@@ -284,13 +284,29 @@ def test_synthetic_sequences_and_tokens(tmp_path, kind, shape, dtype):
 
 @pytest.mark.slow
 def test_tensorflow_datasets_source_with_mock_data(tmp_path, monkeypatch):
-    tfds = pytest.importorskip("tensorflow_datasets")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("KBENCH_OFFLINE", "1")
+    monkeypatch.delenv("KERAS_HOME", raising=False)
+    tfds = sources.import_tfds()
     with tfds.testing.mock_data(num_examples=12):
         prepared = datasets.prepare("cifar100", tmp_path / "out")
+    assert not (tmp_path / ".keras").exists()  # tfds imports Keras: kbench steers it away
     assert prepared.source == "tensorflow-datasets: cifar100"
     assert (prepared.train_samples, prepared.input_shape) == (12, (32, 32, 3))
     y = datasets.load_prepared(prepared.path)["y_train"]
     assert y.dtype == np.int64 and y.max() < 100
+
+
+@pytest.mark.slow
+def test_importing_tensorflow_datasets_leaves_home_keras_alone(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
+    env.update(HOME=str(tmp_path), KBENCH_CACHE_DIR=str(tmp_path / "cache"))
+    code = "from kbench.datasets import sources; sources.import_tfds(); import keras"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    assert not (tmp_path / ".keras").exists()
+    assert (tmp_path / "cache" / "keras_home_for_tfds" / "keras.json").exists()

@@ -49,3 +49,14 @@ def test_atomic_write_leaves_old_file_when_serialisation_fails(tmp_path):
         write_json_atomic(path, {"a": object()})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+def test_results_get_ordinary_file_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        path = sample().save(tmp_path)
+    finally:
+        os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o644

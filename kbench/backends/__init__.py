@@ -25,6 +25,7 @@ class BackendSpec:
     # Variables that must be set before the interpreter starts.
     process_env: Dict[str, str] = field(default_factory=dict)
     packages: Tuple[str, ...] = ()  # distributions `kbench env` reports
+    data_formats: Tuple[str, ...] = ("channels_last", "channels_first")
 
     def load(self) -> type[Backend]:
         module_name, class_name = self.implementation.split(":")
@@ -52,6 +53,13 @@ BACKENDS: Dict[str, BackendSpec] = {
             environment="keras3",
             implementation="kbench.backends.keras3:TorchBackend",
             packages=("keras", "torch"),
+        ),
+        BackendSpec(
+            name="torch-native",
+            environment="keras3",
+            implementation="kbench.backends.torch_native:TorchNativeBackend",
+            packages=("torch",),
+            data_formats=("channels_first",),
         ),
         BackendSpec(
             name="mxnet",

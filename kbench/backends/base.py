@@ -147,6 +147,10 @@ class Backend(abc.ABC):
     # ----------------------------------------------------------------- model lifecycle
 
     @abc.abstractmethod
+    def seed(self, seed: int) -> None:
+        """Seed every random generator model building uses (weights initialisation)."""
+
+    @abc.abstractmethod
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         """Model ``name`` for input laid out as this backend takes it."""
 
@@ -188,16 +192,24 @@ class Backend(abc.ABC):
     def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:
         """The model's outputs for one batch, as a host array (so the device is done)."""
 
+    def kernel_layout(self) -> str:
+        """How exported Conv2D kernels are laid out (see kbench.weightfile)."""
+        return "HWIO"
+
     @abc.abstractmethod
     def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
         """(Keras layer type, arrays) of every layer with weights, in Keras layer order."""
 
     @abc.abstractmethod
     def set_weights(
-        self, model: Any, weights: List[Tuple[str, List[np.ndarray]]], source_format: str
+        self,
+        model: Any,
+        weights: List[Tuple[str, List[np.ndarray]]],
+        source_format: str,
+        source_kernel_layout: str = "HWIO",
     ) -> None:
         """Load weights exported by :meth:`get_weights` from a model built in
-        ``source_format``."""
+        ``source_format`` whose Conv2D kernels are in ``source_kernel_layout``."""
 
     def sync(self) -> None:
         """Wait until the device has finished queued work (no-op where reads already sync)."""

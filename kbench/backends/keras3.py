@@ -7,8 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from kbench.backends.base import gpu_total_bytes
 from kbench.backends.keras_common import KerasBackend
-
-NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
+from kbench.backends.torch_common import NOT_APPLICABLE_WITHOUT_GPU, TorchFramework
 
 
 class Keras3Backend(KerasBackend):
@@ -16,6 +15,9 @@ class Keras3Backend(KerasBackend):
         import keras
 
         return keras
+
+    def seed(self, seed: int) -> None:
+        self.keras.utils.set_random_seed(seed)  # Python, numpy and the backend's generator
 
     def make_optimizer(self, name: str, learning_rate: float) -> Any:
         optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
@@ -155,74 +157,5 @@ class JaxBackend(Keras3Backend):
         jax.effects_barrier()
 
 
-class TorchBackend(Keras3Backend):
+class TorchBackend(TorchFramework, Keras3Backend):
     name = "torch"
-    memory_default = "caching allocator grows on demand; no fraction limit"
-
-    def configure_threads(self) -> Dict[str, Any]:
-        import torch
-
-        torch.set_num_threads(self.threads)
-        torch.set_num_interop_threads(self.threads)
-        return {
-            "framework": {
-                "intra_op": torch.get_num_threads(),
-                "inter_op": torch.get_num_interop_threads(),
-            }
-        }
-
-    def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
-        import torch
-
-        applied: Dict[str, Any] = {}
-        if growth:
-            applied["gpu_memory_growth"] = (
-                "not applicable: PyTorch's caching allocator always grows on demand"
-            )
-        if fraction is not None:
-            if not torch.cuda.is_available():
-                applied["gpu_memory_fraction"] = NOT_APPLICABLE_WITHOUT_GPU
-            for index in range(torch.cuda.device_count()):
-                torch.cuda.set_per_process_memory_fraction(fraction, index)
-                applied[f"cuda:{index}"] = f"set_per_process_memory_fraction({fraction:g})"
-        return applied
-
-    def visible_gpus(self) -> int:
-        import torch
-
-        return torch.cuda.device_count()
-
-    def framework_peaks(self) -> List[Dict[str, Any]]:
-        import torch
-
-        readings = []
-        for index in range(self.gpus):
-            for what, read in (
-                ("allocated", torch.cuda.max_memory_allocated),
-                ("reserved", torch.cuda.max_memory_reserved),
-            ):
-                readings.append(
-                    {
-                        "kind": "framework_peak",
-                        "bytes": int(read(index)),
-                        "device": f"cuda:{index}",
-                        "source": f"torch.cuda.max_memory_{what}({index})",
-                    }
-                )
-        return readings
-
-    def framework_info(self) -> Dict[str, Any]:
-        import torch
-
-        return {
-            "name": "torch",
-            "version": torch.__version__,
-            "devices": ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())],
-            "cuda": torch.version.cuda,
-        }
-
-    def sync(self) -> None:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()

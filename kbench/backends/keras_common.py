@@ -2,16 +2,14 @@
 
 The model comes from ``kbench_models``; training is ``model.fit`` over one epoch's
 batches in the runner's order with a timing callback; weights move as numpy
-arrays by layer order (the same in both Keras generations), with the first Dense
-kernel after a Flatten re-ordered when the source and this model flatten in
-different data formats.
+arrays by layer order (the same in both Keras generations).
 """
 
 from __future__ import annotations
 
 import abc
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -34,29 +32,13 @@ def timing_callback(keras: Any, clock: Any) -> Any:
     return StepTimer()
 
 
-def flatten_order(shape: Sequence[int], from_format: str, to_format: str) -> np.ndarray:
-    """Indices that re-order a flattened feature vector between data formats.
-
-    ``shape`` is the pre-flatten shape in ``to_format`` (without the batch axis).
-    ``vector_in_to_format = vector_in_from_format[flatten_order(...)]``.
-    """
-    if from_format == to_format or len(shape) != 3:
-        return np.arange(int(np.prod(shape)))
-    if to_format == "channels_first":
-        channels, height, width = shape
-        positions = np.arange(height * width * channels).reshape(height, width, channels)
-        return positions.transpose(2, 0, 1).reshape(-1)
-    height, width, channels = shape
-    positions = np.arange(channels * height * width).reshape(channels, height, width)
-    return positions.transpose(1, 2, 0).reshape(-1)
-
-
-def _input_shape(layer: Any) -> Tuple[int, ...]:
-    try:
-        shape = layer.input_shape  # Keras 2.2
-    except (AttributeError, RuntimeError):
-        shape = layer.input.shape  # Keras 3
-    return tuple(int(d) for d in shape[1:])
+def convert_kernel(kernel: np.ndarray, source_layout: str, target_layout: str) -> np.ndarray:
+    """A Conv2D kernel between HWIO (Keras 3) and OIHW (keras-mxnet, channels_first)."""
+    if source_layout == target_layout:
+        return kernel
+    if source_layout == "HWIO":
+        return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))
+    return np.ascontiguousarray(kernel.transpose(2, 3, 1, 0))
 
 
 class KerasBackend(Backend):
@@ -155,38 +137,26 @@ class KerasBackend(Backend):
             if layer.get_weights()
         ]
 
-    def set_weights(self, model: Any, weights: Weights, source_format: str) -> None:
-        target_format = self.keras.backend.image_data_format()
-        layers = [layer for layer in model.layers if layer.get_weights() or _is_flatten(layer)]
-        pending: Optional[Tuple[int, ...]] = None
-        incoming = iter(weights)
-        for layer in layers:
-            if _is_flatten(layer):
-                pending = _input_shape(layer)
-                continue
-            try:
-                kind, arrays = next(incoming)
-            except StopIteration:
-                raise ValueError(
-                    f"weights: the source model has fewer layers with weights; "
-                    f"{layer.name} ({type(layer).__name__}) got none"
-                ) from None
+    def set_weights(
+        self, model: Any, weights: Weights, source_format: str, source_kernel_layout: str = "HWIO"
+    ) -> None:
+        # Keras' Flatten moves channels last before flattening in either data format, so
+        # Dense kernels need no re-ordering between formats; only Conv2D kernel layouts
+        # differ (keras-mxnet under channels_first).
+        layers = [layer for layer in model.layers if layer.get_weights()]
+        if len(layers) != len(weights):
+            raise ValueError(
+                f"weights: this model has {len(layers)} layers with weights; the source has "
+                f"{len(weights)}"
+            )
+        for layer, (kind, arrays) in zip(layers, weights):
             arrays = [np.asarray(a) for a in arrays]
-            if kind != type(layer).__name__ or [a.shape for a in arrays] != [
-                tuple(int(d) for d in w.shape) for w in layer.get_weights()
-            ]:
+            if kind == "Conv2D":
+                arrays[0] = convert_kernel(arrays[0], source_kernel_layout, self.kernel_layout())
+            expected = [tuple(int(d) for d in w.shape) for w in layer.get_weights()]
+            if kind != type(layer).__name__ or [a.shape for a in arrays] != expected:
                 raise ValueError(
                     f"weights: layer {layer.name} is {type(layer).__name__} with shapes "
-                    f"{[w.shape for w in layer.get_weights()]}; the source has {kind} with "
-                    f"{[a.shape for a in arrays]}"
+                    f"{expected}; the source has {kind} with {[a.shape for a in arrays]}"
                 )
-            if kind == "Dense" and pending is not None:
-                arrays[0] = arrays[0][flatten_order(pending, source_format, target_format)]
-            pending = None
             layer.set_weights(arrays)
-        if next(incoming, None) is not None:
-            raise ValueError("weights: the source model has more layers with weights than this")
-
-
-def _is_flatten(layer: Any) -> bool:
-    return type(layer).__name__ == "Flatten"

@@ -73,9 +73,23 @@ class KerasMXNetBackend(KerasBackend):
 
         return keras
 
+    def seed(self, seed: int) -> None:
+        import random
+
+        import mxnet as mx
+        import numpy as np
+
+        random.seed(seed)
+        np.random.seed(seed)  # keras-mxnet draws initial weights with numpy
+        mx.random.seed(seed)
+
     def make_optimizer(self, name: str, learning_rate: float) -> Any:
         optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
         return optimizers[name](lr=learning_rate)
+
+    def kernel_layout(self) -> str:
+        # keras-mxnet keeps channels_first Conv2D kernels as (out, in, height, width)
+        return "OIHW" if self.keras.backend.image_data_format() == "channels_first" else "HWIO"
 
     def framework_info(self) -> Dict[str, Any]:
         import mxnet as mx

@@ -18,7 +18,7 @@ import logging
 import os
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -152,9 +152,24 @@ def download(name: str, directory: Path) -> None:
         partial.replace(target)
 
 
+def import_tfds() -> Any:
+    """tensorflow_datasets, imported without touching ~/.keras.
+
+    It imports Keras, which writes keras.json under KERAS_HOME (default ~/.keras) the
+    first time; point that at kbench's cache for this import. Workers get their own
+    KERAS_HOME from the runner whatever this process holds.
+    """
+    home = kbench_cache_dir() / "keras_home_for_tfds"
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["KERAS_HOME"] = str(home)
+    import tensorflow_datasets as tfds
+
+    return tfds
+
+
 def from_tfds(name: str, batch: int = 4096) -> Arrays:
     """A data set that tensorflow-datasets has already prepared (no download)."""
-    import tensorflow_datasets as tfds
+    tfds = import_tfds()
 
     arrays: Arrays = {}
     for split in ("train", "test"):

@@ -1,0 +1,83 @@
+"""PyTorch's own settings, shared by Keras on torch and the native PyTorch backend."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
+
+
+class TorchFramework:
+    """Threads, GPU memory options, devices and memory peaks of PyTorch (a mixin)."""
+
+    gpus: int
+    threads: int
+    memory_default = "caching allocator grows on demand; no fraction limit"
+
+    def configure_threads(self) -> Dict[str, Any]:
+        import torch
+
+        torch.set_num_threads(self.threads)
+        torch.set_num_interop_threads(self.threads)
+        return {
+            "framework": {
+                "intra_op": torch.get_num_threads(),
+                "inter_op": torch.get_num_interop_threads(),
+            }
+        }
+
+    def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
+        import torch
+
+        applied: Dict[str, Any] = {}
+        if growth:
+            applied["gpu_memory_growth"] = (
+                "not applicable: PyTorch's caching allocator always grows on demand"
+            )
+        if fraction is not None:
+            if not torch.cuda.is_available():
+                applied["gpu_memory_fraction"] = NOT_APPLICABLE_WITHOUT_GPU
+            for index in range(torch.cuda.device_count()):
+                torch.cuda.set_per_process_memory_fraction(fraction, index)
+                applied[f"cuda:{index}"] = f"set_per_process_memory_fraction({fraction:g})"
+        return applied
+
+    def visible_gpus(self) -> int:
+        import torch
+
+        return torch.cuda.device_count()
+
+    def framework_peaks(self) -> List[Dict[str, Any]]:
+        import torch
+
+        readings = []
+        for index in range(self.gpus):
+            for what, read in (
+                ("allocated", torch.cuda.max_memory_allocated),
+                ("reserved", torch.cuda.max_memory_reserved),
+            ):
+                readings.append(
+                    {
+                        "kind": "framework_peak",
+                        "bytes": int(read(index)),
+                        "device": f"cuda:{index}",
+                        "source": f"torch.cuda.max_memory_{what}({index})",
+                    }
+                )
+        return readings
+
+    def framework_info(self) -> Dict[str, Any]:
+        import torch
+
+        return {
+            "name": "torch",
+            "version": torch.__version__,
+            "devices": ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())],
+            "cuda": torch.version.cuda,
+        }
+
+    def sync(self) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()

@@ -1,0 +1,204 @@
+"""Plain PyTorch, no Keras: the models' ``torch.nn.Module`` twins in a hand-written loop.
+
+It shows what Keras costs on top of raw PyTorch. The loop computes what Keras
+computes, so that ``kbench parity`` can hold it to the Keras backends: the loss is
+cross-entropy on the model's probabilities clipped to [1e-7, 1 - 1e-7] (Keras'
+epsilon) plus the model's weight penalties; Adam uses Keras' epsilon 1e-7. Images
+are NCHW (``channels_first``) only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from kbench.backends.base import Backend, BackendMismatch
+from kbench.backends.torch_common import TorchFramework
+
+KERAS_EPSILON = 1e-7
+
+
+class TorchNativeBackend(TorchFramework, Backend):
+    name = "torch-native"
+
+    def load_framework(self, data_format: str) -> None:
+        if data_format != "channels_first":
+            raise BackendMismatch(
+                f"torch-native takes images as NCHW (channels_first); the run asked for "
+                f"{data_format!r}. Drop --data-format or use channels_first."
+            )
+        import torch
+
+        from kbench_models import pytorch as twins
+
+        self.torch, self.twins = torch, twins
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def describe(self) -> Dict[str, Any]:
+        info = super().describe()
+        info.update(keras_version=None, keras_backend=None, image_data_format="channels_first")
+        return info
+
+    # ------------------------------------------------------------------ model
+
+    def seed(self, seed: int) -> None:
+        self.torch.manual_seed(seed)
+
+    def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
+        import kbench_models
+
+        model = self.twins.build(name, tuple(input_shape), num_classes).to(self.device)
+        model.kbench_spec = kbench_models.MODELS[name]
+        model.kbench_input_shape = tuple(input_shape)
+        return model
+
+    def count_params(self, model: Any) -> int:
+        return int(self.twins.keras_param_count(model))
+
+    def _sample(self, model: Any, batch: int = 1) -> Any:
+        torch = self.torch
+        shape = (batch,) + model.kbench_input_shape
+        if model.kbench_spec.input_kind == "tokens":
+            return torch.zeros(shape, dtype=torch.long, device=self.device)
+        return torch.zeros(shape, dtype=torch.float32, device=self.device)
+
+    def output_shape(self, model: Any) -> List[int]:
+        model.eval()
+        with self.torch.no_grad():
+            return [int(d) for d in model(self._sample(model)).shape[1:]]
+
+    def flops(self, model: Any) -> Dict[str, Any]:
+        """The same count as kbench.flops, read off the modules during one forward pass."""
+        from kbench.flops import METHOD
+
+        nn = self.torch.nn
+        total = [0]
+
+        def hook(module, inputs, output):
+            if isinstance(module, nn.Conv2d):
+                kh, kw = module.kernel_size
+                spatial = output.shape[2] * output.shape[3]
+                total[0] += 2 * kh * kw * module.in_channels * module.out_channels * spatial
+            elif isinstance(module, nn.Linear):
+                positions = int(np.prod(output.shape[1:-1])) if output.dim() > 2 else 1
+                total[0] += 2 * module.in_features * module.out_features * positions
+            elif isinstance(module, nn.LSTM):
+                steps = inputs[0].shape[1]
+                size = module.input_size + module.hidden_size
+                total[0] += 2 * 4 * module.hidden_size * size * steps
+
+        handles = [m.register_forward_hook(hook) for m in model.modules()
+                   if isinstance(m, (nn.Conv2d, nn.Linear, nn.LSTM))]  # fmt: skip
+        try:
+            self.output_shape(model)
+        finally:
+            for handle in handles:
+                handle.remove()
+        forward = int(total[0])
+        return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": METHOD}
+
+    # -------------------------------------------------------------- training
+
+    def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
+        optim = self.torch.optim
+        if optimizer == "adam":
+            model.kbench_optimizer = optim.Adam(
+                model.parameters(), lr=learning_rate, betas=(0.9, 0.999), eps=KERAS_EPSILON
+            )
+        else:
+            model.kbench_optimizer = optim.SGD(model.parameters(), lr=learning_rate)
+        model.kbench_loss = loss
+
+    def _tensors(self, model: Any, x: np.ndarray, y: Optional[np.ndarray] = None):
+        torch = self.torch
+        dtype = torch.long if model.kbench_spec.input_kind == "tokens" else torch.float32
+        inputs = torch.as_tensor(x, dtype=dtype).to(self.device, non_blocking=True)
+        if y is None:
+            return inputs
+        return inputs, torch.as_tensor(y).to(self.device, non_blocking=True)
+
+    def _loss_and_hits(self, model: Any, probabilities: Any, labels: Any) -> Tuple[Any, Any]:
+        """Keras' cross-entropy on probabilities, and the number of correct answers."""
+        torch = self.torch
+        if model.kbench_loss == "binary_crossentropy":
+            p = probabilities.clamp(KERAS_EPSILON, 1.0 - KERAS_EPSILON)
+            labels = labels.float().reshape(p.shape)
+            loss = -(labels * torch.log(p) + (1 - labels) * torch.log(1 - p)).mean()
+            hits = ((p > 0.5).float() == labels).sum()
+        else:  # as Keras: normalise, clip, then the log of the true class
+            labels = labels.long().reshape(-1)
+            p = probabilities / probabilities.sum(dim=-1, keepdim=True)
+            p = p.clamp(KERAS_EPSILON, 1.0 - KERAS_EPSILON)
+            loss = -torch.log(p.gather(1, labels[:, None])).mean()
+            hits = (p.argmax(dim=-1) == labels).sum()
+        return loss, hits
+
+    def _step(self, model: Any, inputs: Any, labels: Any) -> Tuple[Any, Any]:
+        loss, hits = self._loss_and_hits(model, model(inputs), labels)
+        total = loss + self.twins.regularization_loss(model)
+        model.kbench_optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        model.kbench_optimizer.step()
+        return total.detach(), hits.detach()
+
+    def fit_epoch(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
+    ) -> Dict[str, float]:
+        model.train()
+        loss_sum = hits_sum = 0.0
+        steps = len(x) // batch_size
+        for step in range(steps):
+            clock.batch_begin()
+            part = slice(step * batch_size, (step + 1) * batch_size)
+            inputs, labels = self._tensors(model, x[part], y[part])
+            loss, hits = self._step(model, inputs, labels)
+            clock.batch_end({"loss": loss})  # float() waits for the device
+            loss_sum += float(loss)
+            hits_sum += float(hits)
+        return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
+
+    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
+        model.train()
+        loss, _ = self._step(model, *self._tensors(model, x, y))
+        return float(loss)
+
+    def evaluate(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int
+    ) -> Tuple[float, float]:
+        model.eval()
+        loss_sum = hits = 0.0
+        with self.torch.no_grad():
+            penalty = float(self.twins.regularization_loss(model))
+            for start in range(0, len(x), batch_size):
+                inputs, labels = self._tensors(
+                    model, x[start : start + batch_size], y[start : start + batch_size]
+                )
+                loss, correct = self._loss_and_hits(model, model(inputs), labels)
+                loss_sum += float(loss) * len(inputs)
+                hits += float(correct)
+        return loss_sum / len(x) + penalty, hits / len(x)
+
+    def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:
+        model.eval()
+        with self.torch.no_grad():
+            return model(self._tensors(model, batch)).cpu().numpy()
+
+    # --------------------------------------------------------------- weights
+
+    def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
+        raise NotImplementedError(
+            "torch-native only receives weights: put a Keras backend first in "
+            "`kbench parity --backend` so that it is the reference"
+        )
+
+    def set_weights(
+        self,
+        model: Any,
+        weights: List[Tuple[str, List[np.ndarray]]],
+        source_format: str,
+        source_kernel_layout: str = "HWIO",
+    ) -> None:
+        self.twins.load_keras_weights(
+            model, weights, source_format, kernel_layout=source_kernel_layout
+        )

@@ -1,0 +1,83 @@
+"""Parity, worker side: the same weights, the same batches, every backend.
+
+The reference backend exports its freshly initialised weights; every other backend
+loads them. Each then records the model's outputs on one fixed batch (inference
+mode), and trains ``steps`` steps of plain SGD on the runner's seeded batch order,
+recording each step's loss (computed before that step's update).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+
+from kbench import weightfile
+
+
+def replay(
+    backend: Any,
+    model: Any,
+    arrays: Dict[str, np.ndarray],
+    order: np.ndarray,
+    *,
+    parity: Dict[str, Any],
+    batch_size: int,
+    learning_rate: float,
+    loss: str,
+    data_format: str,
+) -> Dict[str, Any]:
+    backend.compile(model, "sgd", learning_rate, loss)
+    if parity.get("weights_in"):
+        weights, meta = weightfile.load(Path(parity["weights_in"]))
+        backend.set_weights(model, weights, meta["data_format"], meta["kernel_layout"])
+        source = meta
+    else:
+        source = {"data_format": data_format, "kernel_layout": backend.kernel_layout()}
+        weightfile.save(Path(parity["weights_out"]), backend.get_weights(model), **source)
+    probe = arrays["x_test"][:batch_size]
+    outputs = backend.predict(model, probe)
+    indices = order.reshape(-1)
+
+    def train_steps() -> list:
+        losses = []
+        for step in range(parity["steps"]):
+            batch = indices[step * batch_size : (step + 1) * batch_size]
+            x, y = arrays["x_train"][batch], arrays["y_train"][batch]
+            losses.append(backend.train_step(model, x, y))
+        return losses
+
+    initial = None if parity.get("weights_in") else backend.get_weights(model)
+    losses = train_steps()
+    noise_losses = None
+    if initial is not None:
+        # The noise floor: the same training from weights nudged by about one float32
+        # rounding step. How far its losses drift is how much this model and setting
+        # amplify rounding alone.
+        rng = np.random.default_rng(parity.get("seed", 0))
+        nudged = [
+            (kind, [a * (1 + 1e-7 * rng.choice([-1.0, 1.0], size=np.shape(a))).astype(a.dtype)
+                    for a in arrays_])
+            for kind, arrays_ in initial
+        ]  # fmt: skip
+        backend.set_weights(model, nudged, data_format, backend.kernel_layout())
+        backend.compile(model, "sgd", learning_rate, loss)
+        noise_losses = train_steps()
+    return {
+        "layer_types": sorted({kind for kind, _ in source_weights(backend, model, parity)}),
+        "outputs": np.asarray(outputs, dtype=np.float64).tolist(),
+        "losses": losses,
+        "noise_losses": noise_losses,
+        "steps": parity["steps"],
+        "learning_rate": learning_rate,
+        "weights_from": "this run" if not parity.get("weights_in") else "the reference run",
+        "source_layout": source,
+    }
+
+
+def source_weights(backend: Any, model: Any, parity: Dict[str, Any]):
+    """The weight list this run started from (its own, or the reference's)."""
+    if parity.get("weights_in"):
+        return weightfile.load(Path(parity["weights_in"]))[0]
+    return backend.get_weights(model)
