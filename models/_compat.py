@@ -29,8 +29,8 @@ def l2(factor: float):
 def _spatial_size(x) -> tuple:
     """(height, width) of a symbolic image tensor in either Keras generation."""
     shape = backend.int_shape(x) if hasattr(backend, "int_shape") else tuple(x.shape)
-    return tuple(shape[2:4]) if backend.image_data_format() == "channels_first" else tuple(
-        shape[1:3]
+    return (
+        tuple(shape[2:4]) if backend.image_data_format() == "channels_first" else tuple(shape[1:3])
     )
 
 
