@@ -1,7 +1,8 @@
 """What kbench's measuring costs: sampler on vs off, and kbench vs a bare training loop.
 
-Each round runs, in fresh processes and in this order, the same model on the same
-synthetic data with the same batch size, threads, KERAS_HOME and interpreter:
+Each round runs, in fresh processes, the same model on the same synthetic data with
+the same batch size, threads, KERAS_HOME and interpreter (the order rotates from round
+to round, so that whatever favours the first or last run of a round cancels out):
 
   1. kbench with the sampler on (default 200 ms interval)
   2. kbench with the sampler off (--sample-interval 0)
@@ -96,7 +97,14 @@ def main() -> None:
                 entry = speeds.setdefault(
                     backend, {"sampler_on": [], "sampler_off": [], "bare": []}
                 )
-                for label, interval in (("sampler_on", 0.2), ("sampler_off", 0.0)):
+                variants = [("sampler_on", 0.2), ("sampler_off", 0.0), ("bare", None)]
+                shift = round_index % len(variants)  # rotate, so order effects cancel
+                for label, interval in variants[shift:] + variants[:shift]:
+                    if interval is None:
+                        entry["bare"].append(bare_loop(
+                            backend, args.model, args.batch_size, args.warmup_steps, args.steps
+                        ))  # fmt: skip
+                        continue
                     config = RunConfig(
                         backend=backend, model=args.model, dataset="synthetic",
                         steps=args.steps, warmup_steps=args.warmup_steps,
@@ -107,9 +115,6 @@ def main() -> None:
                     if not result.ok:
                         sys.exit(f"{backend}: {result.status}: {result.reason}")
                     entry[label].append(result.metrics["images_per_sec"])
-                entry["bare"].append(
-                    bare_loop(backend, args.model, args.batch_size, args.warmup_steps, args.steps)
-                )
                 print(
                     f"round {round_index + 1} {backend}: "
                     + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in entry.items()),

@@ -50,6 +50,7 @@ LABELS: Dict[str, str] = {
     "throttle_reasons": "bit mask of clock throttle reasons (NVML)",
 }
 COUNTERS = ("energy_j",)  # summarized by their increase over a window
+TREE_REFRESH_S = 1.0
 
 
 class SourceUnavailable(RuntimeError):
@@ -273,6 +274,8 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kbench-sampler", daemon=True)
         self._rows: List[Dict[str, Any]] = []
+        self._tree_cache: List[psutil.Process] = []
+        self._tree_at = float("-inf")
         self.sources: list = [CpuSource()]
         self.unavailable: Dict[str, Dict[str, Any]] = {}
         for name, make in (("gpu", lambda: NvmlSource(nvml)), ("rapl", RaplSource)):
@@ -297,8 +300,20 @@ class Sampler:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
+    def _tree(self) -> List[psutil.Process]:
+        """The worker and its children, rescanned at most every TREE_REFRESH_S.
+
+        Finding children reads every process on the machine (about 1 ms here, most of a
+        sample's cost); a worker's children rarely change, so the list is reused.
+        """
+        now = time.monotonic()
+        if now - self._tree_at >= TREE_REFRESH_S or not self._tree_cache:
+            self._tree_cache = process_tree(self._root)
+            self._tree_at = now
+        return self._tree_cache
+
     def _sample(self) -> None:
-        tree = process_tree(self._root)
+        tree = self._tree()
         row: Dict[str, Any] = {"t": self.clock()}
         for source in self.sources:
             try:
