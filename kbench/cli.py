@@ -1,4 +1,5 @@
-"""The ``kbench`` command line: run, demo, env."""
+"""The ``kbench`` command line: run, demo, env, max-batch, parity (sweep, results,
+compare and report are in :mod:`kbench.cli_results`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from kbench.config import DATA_FORMATS, DATASETS, OPTIMIZERS, ConfigError, RunCo
 from kbench.datasets import DataUnavailable
 from kbench.results import RunResult
 from kbench.runner import Runner
+from kbench.store import StoreError
+from kbench.sweep import SweepError
+from kbench.switches import SWITCHES
 from kbench_models import MODELS
 
 log = logging.getLogger("kbench")
@@ -28,6 +32,9 @@ examples:
   kbench run --backend torch --model small_cnn --data-format channels_first
   kbench run --backend mxnet --model mlp --dataset synthetic --input-shape 32x32x3 --steps 50
   kbench env                                    what is installed, which backends run
+  kbench sweep sweeps/lenet.yaml --reduced      a study declared in a file; resumable
+  kbench compare --store results/lenet-reduced  backends side by side, also as Markdown
+  kbench report --store results/lenet-reduced   one HTML file with the plots
 """
 
 FLAG_NAMES = {"timeout_s": "timeout"}  # RunConfig fields whose flag is named otherwise
@@ -67,7 +74,8 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
         "--output-dir",
         type=Path,
         default=Path("results"),
-        help="where result JSON files (one per run) and worker logs go (default: ./results)",
+        help="where result JSON files (one per run, plus an index) and worker logs go "
+        "(default: ./results)",
     )
     parser.add_argument(
         "--threads",
@@ -116,6 +124,24 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allocate GPU memory on demand: TensorFlow memory growth, JAX no preallocation",
     )
+
+
+def add_switch_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "optimization switches (recorded in every result; 'not applicable' where a backend "
+        "has no such thing)"
+    )
+    for name, switch in SWITCHES.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(switch.default, bool):
+            group.add_argument(flag, action="store_true", help=switch.help)
+        else:
+            group.add_argument(
+                flag,
+                default=switch.default,
+                metavar="|".join(switch.choices),
+                help=f"{switch.help} (default: {switch.default})",
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the backend ratios are against (default: the first in --backend)",
     )
     add_memory_arguments(run)
+    add_switch_arguments(run)
     add_output_arguments(run)
     run.set_defaults(handler=command_run)
 
@@ -337,6 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     env.set_defaults(handler=command_env)
+
+    from kbench import cli_results
+
+    cli_results.add_commands(commands)
     return parser
 
 
@@ -400,6 +431,7 @@ def command_run(args: argparse.Namespace) -> int:
         seed=args.seed, timeout_s=args.timeout_s, mode=args.mode, duration_s=args.duration_s,
         sample_interval_s=args.sample_interval_s, device=args.device,
         gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
+        **{name: getattr(args, name) for name in SWITCHES},
     )  # fmt: skip
     # Round by round, so that drift of the machine hits every backend alike.
     configs = [
@@ -589,7 +621,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:
         flag = "--" + FLAG_NAMES.get(err.setting, err.setting).replace("_", "-")
         parser.exit(2, f"kbench {args.command}: error: {flag}: {err.message}\n")
-    except (environments.EnvironmentMissing, DataUnavailable) as err:
+    except (environments.EnvironmentMissing, DataUnavailable, SweepError, StoreError) as err:
         parser.exit(2, f"kbench {args.command}: error: {err}\n")
     except KeyboardInterrupt:
         log.warning("interrupted: finished runs are saved; the run in progress was discarded")

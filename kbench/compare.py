@@ -1,10 +1,12 @@
 """Side-by-side numbers for backends that ran the same thing.
 
 Results are grouped by everything in their config except the backend and the
-repeat index. Within a group, each backend's throughput is the median over its
-repeats with the range; its speed against the baseline backend is the median of
-the per-round ratios (round r of backend B over round r of the baseline), so a
-machine that drifts during the command cannot pick the winner.
+repeat index (and, when they come from several machines, by machine too: each
+backend on each machine is then its own column, ``tensorflow @ host``). Within a
+group, each backend's throughput is the median over its repeats with the range;
+its speed against the baseline backend is the median of the per-round ratios
+(round r of backend B over round r of the baseline), so a machine that drifts
+during the command cannot pick the winner.
 """
 
 from __future__ import annotations
@@ -14,8 +16,23 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from kbench.results import RunResult
+from kbench.store import host_of
 
 IGNORED_IN_GROUPING = ("backend", "repeat", "timeout_s", "sample_interval_s")
+MODEL_KINDS = ("train", "inference")  # results that compare() tabulates
+# Which memory reading a table shows, in order of preference: what NVML charges
+# the worker on the GPU, the framework's own peak, the whole device, host RSS.
+MEMORY_PREFERENCE = ("process_nvml", "framework_peak", "device_used", "process_peak_rss")
+MEMORY_LABELS = {
+    "process_nvml": "GPU memory of the worker process (NVML, peak sampled)",
+    "framework_peak": "framework peak allocation (its own counter)",
+    "device_used": "GPU memory used on the whole device (NVML, peak sampled)",
+    "process_peak_rss": "peak resident host memory of the worker (RSS)",
+}
+UTILIZATION_LABELS = {
+    "gpu": "GPU utilization: % of time a kernel ran (NVML), mean over the measured window",
+    "cpu": "CPU use of the worker: % of one core, mean over the measured window",
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,10 @@ class BackendRow:
     epoch_time_s: Optional[Spread]
     first_step_s: Optional[Spread]
     latency_p50_ms: Optional[Spread]  # inference only
+    utilization: Optional[Spread] = None  # percent, see utilization_kind
+    utilization_kind: Optional[str] = None  # gpu or cpu (UTILIZATION_LABELS)
+    memory_bytes: Optional[Spread] = None  # see memory_kind
+    memory_kind: Optional[str] = None  # a MEMORY_PREFERENCE kind
 
     @property
     def all_ok(self) -> bool:
@@ -58,6 +79,7 @@ class ComparisonGroup:
     synthetic: bool
     baseline: str
     rows: List[BackendRow] = field(default_factory=list)
+    settings: Dict[str, object] = field(default_factory=dict)  # the group's whole config
 
     @property
     def title(self) -> str:
@@ -72,23 +94,43 @@ def group_key(result: RunResult) -> Tuple:
     )
 
 
+def varying_settings(groups: Sequence[ComparisonGroup]) -> List[str]:
+    """The config settings whose values differ between groups (what tells rows apart)."""
+    keys: List[str] = []
+    for group in groups:
+        for key in group.settings:
+            if key not in keys and key not in IGNORED_IN_GROUPING:
+                keys.append(key)
+    return [k for k in keys if len({repr(g.settings.get(k)) for g in groups}) > 1]
+
+
 def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> List[ComparisonGroup]:
-    """One group per distinct config; ``baseline`` defaults to the first backend run."""
+    """One group per distinct config; ``baseline`` defaults to the first backend run.
+
+    With results from several machines, each row is a backend on a machine
+    (``jax @ host``), and ``baseline`` may name a backend (its first machine) or a row.
+    """
+    results = [r for r in results if r.kind in MODEL_KINDS]  # parity and ops have own tables
+    several_hosts = len({host_of(r) for r in results}) > 1
+
+    def column(r: RunResult) -> str:
+        return f"{r.config['backend']} @ {host_of(r)}" if several_hosts else r.config["backend"]
+
     groups: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         groups.setdefault(group_key(result), []).append(result)
     out = []
     for members in groups.values():
-        backends = list(dict.fromkeys(r.config["backend"] for r in members))
-        base = baseline if baseline in backends else backends[0]
+        backends = list(dict.fromkeys(column(r) for r in members))
+        base = next((b for b in backends if baseline in (b, b.split(" @ ")[0])), backends[0])
         base_by_round = {
             r.config.get("repeat", 0): r.metrics["images_per_sec"]
             for r in members
-            if r.config["backend"] == base and r.ok
+            if column(r) == base and r.ok
         }
         rows = []
         for backend in backends:
-            runs = [r for r in members if r.config["backend"] == backend]
+            runs = [r for r in members if column(r) == backend]
             ok = [r for r in runs if r.ok]
             statuses: Dict[str, int] = {}
             for r in runs:
@@ -102,6 +144,9 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
             def spread(values: List[Optional[float]]) -> Optional[Spread]:
                 return Spread.of([v for v in values if v is not None])
 
+            utilization_kind, utilization = _utilization(ok)
+            memory_kind, memory = _memory(ok)
+
             rows.append(
                 BackendRow(
                     backend=backend,
@@ -113,6 +158,10 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
                     epoch_time_s=spread([_mean(r.metrics.get("epoch_time_s")) for r in ok]),
                     first_step_s=spread([r.metrics.get("first_step_s") for r in ok]),
                     latency_p50_ms=spread([r.metrics.get("latency_ms", {}).get("p50") for r in ok]),
+                    utilization=Spread.of(utilization),
+                    utilization_kind=utilization_kind,
+                    memory_bytes=Spread.of(memory),
+                    memory_kind=memory_kind,
                 )
             )
         first = members[0]
@@ -125,9 +174,43 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
                 synthetic=bool(first.data.get("synthetic")),
                 baseline=base,
                 rows=rows,
+                settings={k: v for k, v in first.config.items() if k not in ("backend", "repeat")},
             )
         )
     return out
+
+
+def _utilization(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float]]:
+    """GPU utilization where NVML was sampled, else the worker's CPU use."""
+    for kind in ("gpu", "cpu"):
+        values = []
+        for r in runs:
+            measured = ((r.sampler or {}).get("summary") or {}).get("measured", {})
+            for name, stats in measured.items():
+                wanted = (
+                    name.startswith("gpu") and name.endswith("utilization_percent")
+                    if kind == "gpu"
+                    else name == "process_cpu_percent"
+                )
+                if wanted and stats.get("mean") is not None:
+                    values.append(stats["mean"])
+                    break
+        if values:
+            return kind, values
+    return None, []
+
+
+def _memory(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float]]:
+    """The most telling memory reading that every run has, per run its peak."""
+    for kind in MEMORY_PREFERENCE:
+        values = []
+        for r in runs:
+            readings = [m["bytes"] for m in r.metrics.get("memory", []) if m.get("kind") == kind]
+            if readings:
+                values.append(float(max(readings)))
+        if values and len(values) == len(runs):
+            return kind, values
+    return None, []
 
 
 def _mean(values: Optional[Sequence[float]]) -> Optional[float]:

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 
 from kbench.backends import BACKENDS
 from kbench.datasets import DATASETS as DATASET_SPECS
+from kbench.switches import SWITCHES
 from kbench_models import MODELS
 
 DATASETS: Tuple[str, ...] = tuple(DATASET_SPECS)
@@ -128,6 +129,13 @@ class RunConfig:
     device: str = "auto"  # cpu hides every GPU from the worker; gpu requires one
     gpu_memory_fraction: Optional[float] = None
     gpu_memory_growth: bool = False
+    # optimization switches (kbench.switches): each backend applies what it has
+    jit_compile: str = "auto"
+    run_eagerly: bool = False
+    torch_compile: bool = False
+    mixed_precision: str = "off"
+    hybridize: bool = False
+    tf32: str = "auto"
 
     def __post_init__(self) -> None:
         _choice("backend", self.backend, BACKENDS)
@@ -136,6 +144,16 @@ class RunConfig:
         self._check_training()
         self._check_data()
         self._check_measurement()
+        for name, switch in SWITCHES.items():
+            value = getattr(self, name)
+            if isinstance(switch.default, bool):
+                if not isinstance(value, bool):
+                    raise ConfigError(name, f"expected true or false; received {value!r}.")
+            else:
+                _choice(name, value, switch.choices)
+
+    def switches(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in SWITCHES}
 
     def _check_training(self) -> None:
         _choice("mode", self.mode, MODES)

@@ -6,14 +6,25 @@ either a whole result or none.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from kbench.task import read_json, write_json_atomic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATUSES = ("ok", "failed", "oom", "timeout")
+
+
+def _from_v1(data: Dict[str, Any]) -> Dict[str, Any]:
+    """Version 2 added ``sweep`` (which sweep and run a result belongs to) and, in
+    training metrics, ``step_ends_s`` and the per-epoch training logs: a version 1
+    document has none of them, which readers treat as absent."""
+    return dict(data, sweep=None, schema_version=2)
+
+
+# version -> how to lift a document of that version one version up
+UPGRADES: Dict[int, Callable[[Dict[str, Any]], Dict[str, Any]]] = {1: _from_v1}
 
 
 class ResultError(ValueError):
@@ -34,7 +45,8 @@ class RunResult:
     reason: Optional[str] = None  # one line, when status is not ok
     error: Optional[Dict[str, Any]] = None  # type, message, traceback, log tail
     sampler: Optional[Dict[str, Any]] = None  # series, sources, per-window summary
-    kind: str = "train"  # train or inference
+    kind: str = "train"  # train, inference or parity
+    sweep: Optional[Dict[str, Any]] = None  # name, file, run_key: for runs of a sweep
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -52,12 +64,27 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> RunResult:
+        """Read a document of this schema version or an older one (upgraded on read)."""
+        if not isinstance(data, dict) or "run_id" not in data:
+            raise ResultError("expected a kbench result document (a JSON object with run_id)")
         version = data.get("schema_version")
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise ResultError(
+                f"schema_version: the document has version {version}, written by a newer "
+                f"kbench; this kbench reads versions 1 to {SCHEMA_VERSION}. Upgrade kbench."
+            )
+        while version in UPGRADES:
+            data = UPGRADES[version](data)
+            version = data["schema_version"]
         if version != SCHEMA_VERSION:
             raise ResultError(
-                f"schema_version: this kbench reads version {SCHEMA_VERSION}; the document has "
-                f"{version!r}. Read it with the kbench version that wrote it."
+                f"schema_version: expected a version from 1 to {SCHEMA_VERSION}; the document "
+                f"has {version!r}, which no kbench wrote."
             )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ResultError(f"unknown fields {', '.join(unknown)} for version {version}")
         return cls(**data)
 
     def save(self, directory: Path) -> Path:

@@ -4,8 +4,8 @@ For every run the runner picks the backend's interpreter, writes ``run.json`` an
 per-run ``KERAS_HOME``, starts ``python -m kbench.worker`` in its own process
 group, relays its progress, and enforces the timeout. A worker that crashes, hangs
 or is killed becomes a recorded ``failed`` or ``timeout`` result, and the next run
-goes on. Results are written atomically to ``output_dir/<run_id>.json``, the
-worker's output to ``output_dir/logs/<run_id>.log``.
+goes on. Results are written atomically to ``output_dir/<run_id>.json`` (a results
+store: :mod:`kbench.store`), the worker's output to ``output_dir/logs/<run_id>.log``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from kbench import sampler as sampler_mod
 from kbench.config import ConfigError, RunConfig
 from kbench.results import RunResult
 from kbench.sampler import Sampler
+from kbench.store import ResultStore
 from kbench.task import PROGRESS_PREFIX, WorkerReply, WorkerTask, read_json, write_json_atomic
 from kbench_models import MODELS
 
@@ -149,6 +150,7 @@ class Runner:
         session_dir: Path,
         python_path: Path,
         parity: Optional[Dict[str, Any]] = None,
+        sweep: Optional[Dict[str, Any]] = None,
     ) -> RunResult:
         run_id = new_run_id(config)
         run_dir = session_dir / run_id
@@ -231,8 +233,9 @@ class Runner:
             error=error,
             sampler=sampled.to_dict() if sampled else None,
             kind="parity" if parity is not None else config.mode,
+            sweep=sweep,
         )
-        result.save(self.output_dir)
+        ResultStore(self.output_dir).add(result)
         return result
 
     def _supervise(
@@ -315,9 +318,14 @@ class Session:
     python_path: Path
     prepared: Dict[Tuple, datasets.PreparedData]
 
-    def run(self, config: RunConfig, parity: Optional[Dict[str, Any]] = None) -> RunResult:
+    def run(
+        self,
+        config: RunConfig,
+        parity: Optional[Dict[str, Any]] = None,
+        sweep: Optional[Dict[str, Any]] = None,
+    ) -> RunResult:
         data = self.prepared[data_key(config)]
-        return self.runner.run_one(config, data, self.directory, self.python_path, parity)
+        return self.runner.run_one(config, data, self.directory, self.python_path, parity, sweep)
 
 
 @dataclass(frozen=True)

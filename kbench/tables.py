@@ -1,10 +1,19 @@
-"""Plain-text tables of results for the terminal."""
+"""Tables of results: plain text for the terminal, Markdown for files."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
 
-from kbench.compare import ComparisonGroup, Spread, compare
+from kbench.compare import (
+    MEMORY_LABELS,
+    UTILIZATION_LABELS,
+    BackendRow,
+    ComparisonGroup,
+    Spread,
+    compare,
+    varying_settings,
+)
 from kbench.results import RunResult
 
 
@@ -29,8 +38,9 @@ def spread_text(spread: Optional[Spread], spec: str, prefix: str = "") -> str:
     if spread is None:
         return "-"
     text = prefix + format(spread.median, spec)
+    low, high = format(spread.low, spec), format(spread.high, spec)
     if spread.n > 1:
-        text += f" ({format(spread.low, spec)}-{format(spread.high, spec)}, n={spread.n})"
+        text += f" (n={spread.n})" if low == high else f" ({low}-{high}, n={spread.n})"
     return text
 
 
@@ -111,3 +121,158 @@ def group_table(group: ComparisonGroup) -> str:
 def comparison_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
     """Per model and setting: each backend's img/s and its per-round ratio to the baseline."""
     return "\n\n".join(group_table(g) for g in compare(results, baseline))
+
+
+# Study tables: one table per quantity, a row per model and setting, a column per
+# backend, as the studies kbench follows printed them.
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    headers: List[str]
+    rows: List[List[str]]
+    notes: List[str]
+
+    def text(self) -> str:
+        notes = "".join(f"\n  {n}" for n in self.notes)
+        return f"{self.title}\n{render(self.headers, self.rows)}{notes}"
+
+    def markdown(self) -> str:
+        def cells(row: Sequence[str]) -> str:
+            return "| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |"
+
+        lines = [f"### {self.title}", "", cells(self.headers)]
+        lines.append("|" + "|".join("---" for _ in self.headers) + "|")
+        lines += [cells(r) for r in self.rows]
+        lines += [""] + [f"- {n}" for n in self.notes] if self.notes else []
+        return "\n".join(lines)
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= 0.95 * size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def _failed_cell(row: BackendRow) -> str:
+    """OOM, FAILED or TIMEOUT (with counts when mixed) where no run of a cell finished."""
+    parts = [s.upper() + (f" x{n}" if n > 1 else "") for s, n in row.statuses.items()]
+    return ", ".join(parts)
+
+
+def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> List[Table]:
+    """Throughput, speed ratio, utilization, memory and accuracy, backends side by side.
+
+    Rows are the distinct settings (model, data set, batch size and whatever else
+    differs between runs); a backend that did not run a setting shows ``-``, one
+    whose runs all ended without a result shows ``OOM``/``FAILED``/``TIMEOUT``.
+    """
+    groups = compare(results, baseline)
+    if not groups:
+        return []
+    columns = list(dict.fromkeys(row.backend for g in groups for row in g.rows))
+    varying = [k for k in varying_settings(groups) if k not in ("model",)]
+    row_headers = ["model"] + varying
+
+    def row_label(group: ComparisonGroup) -> List[str]:
+        model = group.model + (" (synthetic)" if group.synthetic else "")
+        return [model] + [_setting(group.settings.get(k)) for k in varying]
+
+    def table(title: str, cell: Callable[[BackendRow], Optional[str]], notes: List[str]) -> Table:
+        rows = []
+        for group in groups:
+            by_backend = {row.backend: row for row in group.rows}
+            cells = []
+            for backend in columns:
+                row = by_backend.get(backend)
+                if row is None:
+                    cells.append("-")
+                elif row.images_per_sec is None:
+                    cells.append(_failed_cell(row))
+                else:
+                    text = cell(row) or "-"
+                    cells.append(text + ("" if row.all_ok else f" ({_failed_cell(row)} too)"))
+            rows.append(row_label(group) + cells)
+        return Table(title, row_headers + columns, rows, notes)
+
+    baselines = sorted({g.baseline for g in groups})
+    repeats = "median (min-max, n runs)"
+    tables = [
+        table(
+            f"Throughput, images/s: {repeats}",
+            lambda r: spread_text(r.images_per_sec, ",.0f"),
+            ["measured window only (after the warmup steps)"],
+        ),
+        table(
+            f"Speed against {', '.join(baselines)}: median of per-round ratios (min-max)",
+            lambda r: spread_text(r.ratio, ".2f", prefix="x"),
+            ["above x1 is faster than the baseline; each ratio pairs runs of the same round"],
+        ),
+    ]
+    kinds = {r.utilization_kind for g in groups for r in g.rows if r.utilization_kind}
+    if kinds:
+        tables.append(
+            table(
+                "Utilization, %",
+                lambda r: r.utilization and f"{r.utilization.median:.0f} ({r.utilization_kind})",
+                [UTILIZATION_LABELS[k] for k in sorted(kinds)],
+            )
+        )
+    kinds = {r.memory_kind for g in groups for r in g.rows if r.memory_kind}
+    if kinds:
+        tables.append(
+            table(
+                "Peak memory",
+                lambda r: (
+                    r.memory_bytes
+                    and _bytes(r.memory_bytes.median)
+                    + ("" if len(kinds) == 1 else f" ({r.memory_kind})")
+                ),
+                [f"{k}: {MEMORY_LABELS[k]}" for k in sorted(kinds)],
+            )
+        )
+    if any(r.epoch_time_s for g in groups for r in g.rows):
+        tables.append(
+            table(
+                f"Time per epoch, s: {repeats}",
+                lambda r: spread_text(r.epoch_time_s, ".2f"),
+                ["mean over a run's epochs; the first epoch includes the warmup steps"],
+            )
+        )
+    if any(r.test_accuracy for g in groups for r in g.rows):
+        tables.append(
+            table(
+                "Test accuracy after training",
+                lambda r: spread_text(r.test_accuracy, ".3f"),
+                ["synthetic data: accuracy only shows that training ran"]
+                if any(g.synthetic for g in groups)
+                else [],
+            )
+        )
+    return tables
+
+
+def _setting(value) -> str:
+    if value is None:
+        return "default"
+    if isinstance(value, (list, tuple)):
+        return "x".join(map(str, value))
+    return str(value)
+
+
+def study_text(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
+    return "\n\n".join(t.text() for t in study_tables(results, baseline))
+
+
+def study_markdown(results: Sequence[RunResult], title: str, baseline: Optional[str] = None) -> str:
+    failed = [r for r in results if not r.ok]
+    lines = [f"# {title}", "", f"{len(results)} runs, {len(failed)} without a result."]
+    lines += ["", *(t.markdown() + "\n" for t in study_tables(results, baseline))]
+    if failed:
+        lines += ["### Runs without a result", "", "| run | status | reason |", "|---|---|---|"]
+        lines += [
+            f"| {r.run_id} | {r.status} | {(r.reason or '').replace('|', '/')} |" for r in failed
+        ]
+    return "\n".join(lines).rstrip() + "\n"

@@ -94,6 +94,9 @@ class TrainMetrics:
     step_time_s: Dict[str, float]  # p10/p50/p90/mean over measured steps
     images_per_sec_per_step: Dict[str, float]  # batch / step time: p10/p50/p90
     step_times_s: List[float]  # raw, measured steps only
+    # every step's end (warmup included), seconds after markers["first_step_start"]:
+    # with batch_size, the throughput timeline of the run
+    step_ends_s: List[float]
     warmup_steps: int
     warmup_time_s: float
     first_step_s: float  # includes tracing / compilation
@@ -101,6 +104,8 @@ class TrainMetrics:
     import_time_s: float
     build_time_s: float
     epoch_time_s: List[float]  # wall time of each fit call (epoch 1 includes warmup)
+    epoch_train_loss: List[float]  # as the backend reports it at each epoch's end
+    epoch_train_accuracy: List[Optional[float]]
     final_train_loss: float
     final_train_accuracy: Optional[float]
     test_loss: float
@@ -139,7 +144,7 @@ def train(
 
     clock = StepClock(warmup_steps=warmup_steps)
     clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
-    epoch_times, epoch_ends, last_logs = [], [], {}
+    epoch_times, epoch_ends, epoch_logs, last_logs = [], [], [], {}
     fit_start = time.time()
     for epoch, indices in enumerate(order):
         x, y = arrays["x_train"][indices], arrays["y_train"][indices]
@@ -149,6 +154,7 @@ def train(
         backend.sync()
         epoch_times.append(time.perf_counter() - started)
         epoch_ends.append(time.time())
+        epoch_logs.append(last_logs)
         emit_progress(
             "epoch",
             epoch=epoch + 1,
@@ -189,6 +195,7 @@ def train(
             "p90": batch_size / step_pct["p10"],
         },
         step_times_s=step_times,
+        step_ends_s=[end - clock.begins[0] for end in clock.ends],
         warmup_steps=warmup_steps,
         warmup_time_s=(clock.ends[warmup_steps - 1] - clock.begins[0]) if warmup_steps else 0.0,
         first_step_s=clock.ends[0] - clock.begins[0],
@@ -196,6 +203,10 @@ def train(
         import_time_s=import_time_s,
         build_time_s=build_time_s,
         epoch_time_s=epoch_times,
+        epoch_train_loss=[float(logs.get("loss", float("nan"))) for logs in epoch_logs],
+        epoch_train_accuracy=[
+            None if logs.get("accuracy") is None else float(logs["accuracy"]) for logs in epoch_logs
+        ],
         final_train_loss=float(last_logs.get("loss", float("nan"))),
         final_train_accuracy=None if train_accuracy is None else float(train_accuracy),
         test_loss=float(test_loss),

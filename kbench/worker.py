@@ -23,6 +23,7 @@ import kbench_models  # the registry only: no Keras import
 from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import is_out_of_memory
+from kbench.switches import SWITCHES
 from kbench.task import WorkerReply, WorkerTask, read_json, write_json_atomic
 
 log = logging.getLogger("kbench.worker")
@@ -30,7 +31,8 @@ log = logging.getLogger("kbench.worker")
 
 def run(task: WorkerTask) -> WorkerReply:
     config = task.config
-    backend = load_backend(config["backend"])(threads=config["threads"])
+    switches = {name: config[name] for name in SWITCHES if name in config}
+    backend = load_backend(config["backend"])(threads=config["threads"], switches=switches)
 
     import_start = time.perf_counter()
     backend.start(

@@ -4,7 +4,8 @@
 #   envs/keras3  Keras 3 with TensorFlow (CPU), JAX (CPU), PyTorch 2.13.0 (CPU)
 #   envs/mxnet   MXNet 1.9.1 with keras-mxnet 2.2.4.3 (needs numpy<1.24)
 #
-# Usage: scripts/setup_envs.sh [keras3] [mxnet] [data]   (default: all three)
+# Usage: scripts/setup_envs.sh [keras3] [mxnet] [data] [browser]
+#        (default: keras3 mxnet data; browser is headless Chromium, for the tests)
 # A finished environment is marked by a stamp file holding its requirements,
 # so a second call returns in well under a second.
 #
@@ -28,7 +29,7 @@ keras3_requirements() {
     printf '%s\n' "tensorflow-cpu" "jax[cpu]" "torch==2.13.0"
   fi
   printf '%s\n' keras tensorflow-datasets nvidia-ml-py psutil pyyaml \
-    scikit-learn pytest ruff
+    pandas pyarrow matplotlib scikit-learn pytest ruff
 }
 
 mxnet_requirements() {
@@ -75,6 +76,22 @@ install_data() {
   fi
 }
 
+install_browser() {  # headless Chromium, for the test that renders kbench's HTML report
+  if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
+    return 0
+  fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "browser: installing Debian's chromium (for the report rendering test)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || {
+      apt-get update -qq >/dev/null 2>&1 || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 \
+        || log "browser: apt-get could not install chromium"
+    }
+  else
+    log "browser: not root or no apt-get; install chromium to run the report rendering test"
+  fi
+}
+
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(keras3 mxnet data)
 mkdir -p "$envs"
@@ -83,6 +100,7 @@ for target in "${targets[@]}"; do
     keras3) make_env keras3 "$(keras3_requirements)" ;;
     mxnet) make_env mxnet "$(mxnet_requirements)" ;;
     data) install_data ;;
-    *) log "unknown target '$target'; expected keras3, mxnet or data"; exit 2 ;;
+    browser) install_browser ;;
+    *) log "unknown target '$target'; expected keras3, mxnet, data or browser"; exit 2 ;;
   esac
 done

@@ -5,6 +5,8 @@ import json
 import pytest
 from conftest import ROOT, dump, require_backends, run_kbench
 
+from kbench.results import SCHEMA_VERSION
+
 pytestmark = pytest.mark.slow
 
 BACKENDS = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
@@ -95,7 +97,7 @@ def test_results_record_backend_format_threads_and_data(matrix):
             assert framework["keras_version"].startswith("2.2.4" if backend == "mxnet" else "3.")
         assert r.data["synthetic"] is True and "synthetic" in r.data["source"]
         assert r.environment["machine"]["cpu_logical_cores"] >= 1
-        assert r.schema_version == 1 and r.kind == "train"
+        assert r.schema_version == SCHEMA_VERSION and r.kind == "train"
 
 
 def test_terminal_shows_tables_and_logs_are_kept(matrix):

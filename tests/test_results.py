@@ -29,12 +29,30 @@ def test_round_trip_and_schema_first(tmp_path):
     assert RunResult.load(path) == sample(metrics={"images_per_sec": 3.5})
 
 
-def test_other_schema_versions_are_refused_with_a_reason(tmp_path):
+def test_newer_and_unknown_schema_versions_are_refused_with_a_reason(tmp_path):
     data = sample().to_dict()
     data["schema_version"] = SCHEMA_VERSION + 1
     (tmp_path / "r.json").write_text(json.dumps(data))
-    with pytest.raises(ResultError, match="reads version"):
+    with pytest.raises(ResultError, match="newer kbench.*Upgrade kbench"):
         RunResult.load(tmp_path / "r.json")
+    data["schema_version"] = 0
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    with pytest.raises(ResultError, match="no kbench wrote"):
+        RunResult.load(tmp_path / "r.json")
+    (tmp_path / "r.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ResultError, match="expected a kbench result"):
+        RunResult.load(tmp_path / "r.json")
+
+
+def test_version_1_documents_are_read_as_the_current_version(tmp_path):
+    # A version 1 document as kbench 0.1 wrote it: no sweep field.
+    data = sample(metrics={"images_per_sec": 2.0}).to_dict()
+    del data["sweep"]
+    data["schema_version"] = 1
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    result = RunResult.load(tmp_path / "old.json")
+    assert result.schema_version == SCHEMA_VERSION
+    assert result.sweep is None and result.metrics == {"images_per_sec": 2.0}
 
 
 def test_unknown_status_is_refused():

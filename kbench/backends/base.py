@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbench.switches import SwitchBoard
+
 
 class BackendMismatch(RuntimeError):
     """Keras came up with another backend or data format than the run asked for."""
@@ -67,9 +69,12 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     memory_default: ClassVar[str]  # what the framework does with GPU memory unless told
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, switches: Optional[Dict[str, Any]] = None) -> None:
         self.threads = threads
         self.gpus = 0
+        # Subclasses apply the switches they have and say so on the board; the rest
+        # are recorded as not applicable (kbench.switches).
+        self.switchboard = SwitchBoard(switches or {}, self.name)
 
     def start(
         self,
@@ -93,6 +98,7 @@ class Backend(abc.ABC):
         self.load_framework(data_format)
         self.gpus = self.visible_gpus()
         self.memory_settings["gpus_visible"] = self.gpus
+        self.apply_switches()
         if device == "gpu" and self.gpus == 0:
             raise NoGpu(
                 f"--device gpu: {self.name} sees no GPU here. Install the framework's CUDA "
@@ -102,7 +108,11 @@ class Backend(abc.ABC):
     def describe(self) -> Dict[str, Any]:
         """What a result records about the framework and the settings in force."""
         info = self.framework_info()
-        info.update(threads=self.thread_settings, memory_options=self.memory_settings)
+        info.update(
+            threads=self.thread_settings,
+            memory_options=self.memory_settings,
+            switches=self.switchboard.record(),
+        )
         return info
 
     def _limit_cores(self) -> Dict[str, Any]:
@@ -122,6 +132,31 @@ class Backend(abc.ABC):
                 os.sched_setaffinity(0, cores)
             settings["cpu_affinity"] = cores
         return settings
+
+    def apply_switches(self) -> None:
+        """Apply the switches that act when the framework has started (precision, TF32);
+        the ones that act on the model are applied by build and compile."""
+
+    def apply_tf32(self) -> None:
+        """TF32 on GPUs: say what the framework did, or that it does not apply."""
+        board = self.switchboard
+        if self.gpus == 0:
+            if board.is_default("tf32"):
+                board.applied("tf32", "no GPU visible: TF32 does not arise on the CPU")
+            else:
+                board.not_applicable("tf32", "no GPU visible: TF32 is a GPU matmul mode")
+            return
+        wanted = board.value("tf32")
+        if wanted == "auto":
+            board.applied("tf32", f"framework default: {self.tf32_default()}")
+            return
+        board.applied("tf32", self.set_tf32(wanted == "on"))
+
+    def tf32_default(self) -> str:
+        return "unknown"
+
+    def set_tf32(self, on: bool) -> str:
+        raise NotImplementedError(f"{self.name} cannot switch TF32")
 
     @abc.abstractmethod
     def configure_threads(self) -> Dict[str, Any]:

@@ -23,9 +23,50 @@ class Keras3Backend(KerasBackend):
         optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
         return optimizers[name](learning_rate=learning_rate)
 
+    def apply_switches(self) -> None:
+        board = self.switchboard
+        mode = board.value("mixed_precision")
+        policy = "float32" if mode == "off" else f"mixed_{mode}"
+        self.keras.mixed_precision.set_dtype_policy(policy)
+        board.applied(
+            "mixed_precision",
+            f"keras.mixed_precision.set_dtype_policy({policy!r})"
+            + ("" if mode == "off" else ": computations in " + mode + ", variables in float32"),
+        )
+        self.apply_tf32()
+
+    def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
+        board = self.switchboard
+        jit = {"auto": "auto", "on": True, "off": False}[board.value("jit_compile")]
+        eager = board.value("run_eagerly")
+        model.compile(
+            optimizer=self.make_optimizer(optimizer, learning_rate),
+            loss=loss,
+            metrics=["accuracy"],
+            jit_compile=jit,
+            run_eagerly=eager,
+        )
+        board.applied(
+            "jit_compile",
+            f"compile(jit_compile={jit!r}): {self.jit_meaning}; Keras resolved it to "
+            f"{getattr(model, 'jit_compile', '?')!r}",
+        )
+        board.applied("run_eagerly", f"compile(run_eagerly={eager})")
+
 
 class TensorFlowBackend(Keras3Backend):
     name = "tensorflow"
+    jit_meaning = "XLA compilation of the train step (auto: off unless XLA is known to help)"
+
+    def tf32_default(self) -> str:
+        return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"
+
+    def set_tf32(self, on: bool) -> str:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(on)
+        return f"tf.config.experimental.enable_tensor_float_32_execution({on})"
+
     memory_default = "allocates nearly all GPU memory when it starts (no memory growth, no limit)"
 
     def configure_threads(self) -> Dict[str, Any]:
@@ -95,6 +136,18 @@ class TensorFlowBackend(Keras3Backend):
 
 class JaxBackend(Keras3Backend):
     name = "jax"
+    jit_meaning = "jax.jit of the train step (Keras' default); off runs it op by op"
+
+    def tf32_default(self) -> str:
+        return "XLA's default matmul precision on GPU (TF32 on Ampere and newer)"
+
+    def set_tf32(self, on: bool) -> str:
+        import jax
+
+        precision = "tensorfloat32" if on else "highest"
+        jax.config.update("jax_default_matmul_precision", precision)
+        return f"jax.config.update('jax_default_matmul_precision', {precision!r})"
+
     memory_default = (
         "preallocates 75% of GPU memory when it starts (XLA_PYTHON_CLIENT_PREALLOCATE=true, "
         "XLA_PYTHON_CLIENT_MEM_FRACTION=0.75)"
@@ -159,3 +212,4 @@ class JaxBackend(Keras3Backend):
 
 class TorchBackend(TorchFramework, Keras3Backend):
     name = "torch"
+    jit_meaning = "torch.compile of the train step (auto: off)"

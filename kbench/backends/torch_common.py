@@ -76,6 +76,21 @@ class TorchFramework:
             "cuda": torch.version.cuda,
         }
 
+    def tf32_default(self) -> str:
+        import torch
+
+        return (
+            f"matmul allow_tf32={torch.backends.cuda.matmul.allow_tf32}, "
+            f"cudnn allow_tf32={torch.backends.cudnn.allow_tf32} (PyTorch's defaults)"
+        )
+
+    def set_tf32(self, on: bool) -> str:
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+        return f"torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = {on}"
+
     def sync(self) -> None:
         import torch
 

@@ -9,6 +9,7 @@ are NCHW (``channels_first``) only.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -35,6 +36,24 @@ class TorchNativeBackend(TorchFramework, Backend):
         self.torch, self.twins = torch, twins
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
+    def apply_switches(self) -> None:
+        board = self.switchboard
+        mode = board.value("mixed_precision")
+        board.applied(
+            "mixed_precision",
+            "float32 throughout"
+            if mode == "off"
+            else f"torch.autocast({self.device.type!r}, dtype=torch.{mode}) around the forward "
+            "pass and the loss; weights and optimizer in float32",
+        )
+        self.apply_tf32()
+
+    def autocast(self) -> Any:
+        mode = self.switchboard.value("mixed_precision")
+        if mode == "off":
+            return contextlib.nullcontext()
+        return self.torch.autocast(self.device.type, dtype=getattr(self.torch, mode))
+
     def describe(self) -> Dict[str, Any]:
         info = super().describe()
         info.update(keras_version=None, keras_backend=None, image_data_format="channels_first")
@@ -51,6 +70,14 @@ class TorchNativeBackend(TorchFramework, Backend):
         model = self.twins.build(name, tuple(input_shape), num_classes).to(self.device)
         model.kbench_spec = kbench_models.MODELS[name]
         model.kbench_input_shape = tuple(input_shape)
+        if self.switchboard.value("torch_compile"):
+            call = self.torch.compile(model)
+            detail = "torch.compile(model): inductor, default mode; it compiles in the first steps"
+        else:
+            call = model
+            detail = "eager PyTorch"
+        model.__dict__["kbench_call"] = call  # not a submodule: parameters stay counted once
+        self.switchboard.applied("torch_compile", detail)
         return model
 
     def count_params(self, model: Any) -> int:
@@ -135,8 +162,9 @@ class TorchNativeBackend(TorchFramework, Backend):
         return loss, hits
 
     def _step(self, model: Any, inputs: Any, labels: Any) -> Tuple[Any, Any]:
-        loss, hits = self._loss_and_hits(model, model(inputs), labels)
-        total = loss + self.twins.regularization_loss(model)
+        with self.autocast():
+            loss, hits = self._loss_and_hits(model, model.kbench_call(inputs), labels)
+        total = loss.float() + self.twins.regularization_loss(model)
         model.kbench_optimizer.zero_grad(set_to_none=True)
         total.backward()
         model.kbench_optimizer.step()
@@ -181,8 +209,8 @@ class TorchNativeBackend(TorchFramework, Backend):
 
     def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:
         model.eval()
-        with self.torch.no_grad():
-            return model(self._tensors(model, batch)).cpu().numpy()
+        with self.torch.no_grad(), self.autocast():
+            return model.kbench_call(self._tensors(model, batch)).float().cpu().numpy()
 
     # --------------------------------------------------------------- weights
 

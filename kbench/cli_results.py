@@ -1,0 +1,302 @@
+"""The commands that work on many runs: sweep, results, compare, report."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import List, Sequence
+
+from kbench import store as store_mod
+from kbench import sweep as sweep_mod
+from kbench import tables
+from kbench.results import RunResult
+from kbench.runner import Runner
+from kbench.store import Filter, ResultStore
+
+log = logging.getLogger("kbench")
+
+SWEEP_EXAMPLES = """\
+examples:
+  kbench sweep sweeps/lenet.yaml --reduced --dry-run   list the runs, run nothing
+  kbench sweep sweeps/lenet.yaml --reduced             run them (CPU-sized)
+  kbench sweep sweeps/lenet.yaml --reduced             again: resumes, skips finished runs
+  kbench sweep sweeps/lenet.yaml --only backend=jax,torch
+  kbench report --store results/lenet-reduced          the HTML report of what ran
+"""
+
+RESULTS_EXAMPLES = """\
+examples:
+  kbench results --store results/lenet-reduced --filter backend=jax --filter status=ok
+  kbench results --store results/lenet-reduced --export lenet.csv   (or .parquet)
+  kbench results --store all-machines --merge laptop-results gpu-box-results
+  python -c "from kbench.store import load_frame; print(load_frame('results'))"
+"""
+
+
+def add_commands(commands) -> None:
+    sweep = commands.add_parser(
+        "sweep",
+        help="run a matrix of runs declared in a YAML file; resumable",
+        description="Run every combination a sweep file declares (see sweeps/*.yaml and "
+        "kbench/sweep.py for the format), each in its own worker process with a timeout. "
+        "The whole file is checked before anything runs. A failed, out-of-memory or timed-out "
+        "run is recorded and the sweep goes on. Results go to --output-dir (default: "
+        "results/NAME, or results/NAME-reduced) as they finish, so an interrupted sweep loses "
+        "only the run in progress; the same command again resumes, skipping every run that "
+        "already has a result. Exits 1 if a run of this invocation did not finish ok.",
+        epilog=SWEEP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sweep.add_argument("file", type=Path, metavar="FILE.yaml", help="the sweep file")
+    sweep.add_argument(
+        "--reduced",
+        action="store_true",
+        help="apply the file's reduced sections: the study at a size a CPU finishes",
+    )
+    sweep.add_argument("--dry-run", action="store_true", help="list the runs; run nothing")
+    again = sweep.add_mutually_exclusive_group()
+    again.add_argument("--force", action="store_true", help="rerun runs that have results")
+    again.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="rerun the runs whose newest result is failed, oom or timeout",
+    )
+    sweep.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,VALUE]",
+        help="run only the runs whose setting NAME is one of the values, e.g. "
+        "backend=tensorflow,jax (repeatable)",
+    )
+    sweep.add_argument("--baseline", metavar="BACKEND", help="for the closing tables")
+    sweep.add_argument(
+        "--output-dir",
+        type=Path,
+        help="the results store: one JSON per run, an index, worker logs (default: "
+        "results/NAME, results/NAME-reduced with --reduced). Threads, timeouts and the "
+        "sampler are settings in the file.",
+    )
+    sweep.set_defaults(handler=command_sweep)
+
+    results = commands.add_parser(
+        "results",
+        help="list, filter, export and merge stored results",
+        description="A store is a directory of result documents (one JSON per run, as runs "
+        "write them) with an index. List its runs, filter them by any setting or by status, "
+        "kind, host or sweep, export them flattened to CSV or Parquet, or merge other stores "
+        "(from other machines) into it. Documents of older schema versions are read; ones "
+        "kbench cannot read are listed with the reason.",
+        epilog=RESULTS_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_store_arguments(results)
+    results.add_argument(
+        "--export", type=Path, metavar="FILE", help="write the runs to FILE.csv or FILE.parquet"
+    )
+    results.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="STORE",
+        help="copy the runs of these stores (and their logs) into --store first",
+    )
+    results.set_defaults(handler=command_results)
+
+    compare = commands.add_parser(
+        "compare",
+        help="the study tables: backends side by side, per model and setting",
+        description="Throughput with its spread, the speed ratio against a baseline backend "
+        "(median of per-round ratios), utilization, peak memory with its kind and accuracy, a "
+        "row per model and setting and a column per backend, with OOM/FAILED/TIMEOUT where "
+        "runs did not finish. Printed, and written as Markdown. Of a sweep run that was rerun, "
+        "only the newest result counts.",
+    )
+    add_store_arguments(compare, several=True)
+    compare.add_argument("--baseline", metavar="BACKEND", help="default: the first backend")
+    compare.add_argument(
+        "--markdown", type=Path, metavar="FILE", help="default: compare.md in the first store"
+    )
+    compare.set_defaults(handler=command_compare)
+
+    report = commands.add_parser(
+        "report",
+        help="one self-contained HTML file with the tables and plots",
+        description="Throughput bars, a speed-ratio heatmap, throughput against batch size, "
+        "memory fraction and threads, per-run timelines of utilization, memory and img/s, "
+        "accuracy against epochs: whichever the stored runs call for.",
+    )
+    add_store_arguments(report, several=True)
+    report.add_argument("--baseline", metavar="BACKEND", help="default: the first backend")
+    report.add_argument(
+        "--output", type=Path, metavar="FILE", help="default: report.html in the first store"
+    )
+    report.add_argument("--title", default=None, help="default: the store's name")
+    report.set_defaults(handler=command_report)
+
+
+def add_store_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
+    if several:
+        parser.add_argument(
+            "--store",
+            type=Path,
+            nargs="+",
+            default=[Path("results")],
+            metavar="DIR",
+            help="one or more result directories, read together (default: ./results)",
+        )
+    else:
+        parser.add_argument(
+            "--store", type=Path, default=Path("results"), help="default: ./results"
+        )
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,VALUE]",
+        help="keep runs whose setting (backend, model, batch_size, ...) or status, kind, host, "
+        "sweep is one of the values (repeatable)",
+    )
+
+
+def load(stores: Sequence[Path], filters: Sequence[str], latest_only: bool) -> List[RunResult]:
+    parsed = [Filter.parse(f) for f in filters]
+    results = []
+    for directory in stores:
+        store = ResultStore(directory)
+        results += store.results(parsed, latest_only=latest_only)
+        for name, why in store.unreadable:
+            log.warning("%s/%s: skipped: %s", directory, name, why)
+    if not results:
+        raise store_mod.StoreError(
+            f"store: no runs in {', '.join(map(str, stores))}"
+            + (f" pass the filters {', '.join(filters)}" if filters else "")
+        )
+    return sorted(results, key=lambda r: (r.started_at, r.run_id))
+
+
+def command_sweep(args: argparse.Namespace) -> int:
+    sweep = sweep_mod.load_sweep(args.file, reduced=args.reduced)
+    only = [Filter.parse(f) for f in args.only]
+    runs = [
+        run
+        for run in sweep.runs
+        if all(str(getattr(run.config, f.name, None)) in f.values for f in only)
+    ]
+    for f in only:
+        if f.name not in sweep_mod.RUN_FIELDS:
+            raise sweep_mod.SweepError(sweep.file, "--only", f"unknown setting {f.name!r}")
+    output_dir = args.output_dir or Path("results") / (
+        sweep.name + ("-reduced" if sweep.reduced else "")
+    )
+    store = ResultStore(output_dir)
+    done = store.done_keys() if store.exists() else {}
+    selected = sweep_mod.Sweep(sweep.name, sweep.description, sweep.file, sweep.reduced, runs)
+    plan = sweep_mod.plan(selected, done, args.force, args.retry_failed)
+    varying = sweep.varying()
+    size = "reduced" if sweep.reduced else "full size"
+    print(
+        f"sweep {sweep.name} ({size}): {len(runs)} runs, {len(plan.done)} already done, "
+        f"{len(plan.to_run)} to run; results in {output_dir}/"
+    )
+    if args.dry_run:
+        status = {id(run): s for run, s in plan.done}
+        print(
+            tables.render(
+                ["#", "backend", "model", *[v for v in varying if v not in ("backend", "model")],
+                 "state"],
+                [[str(i), run.config.backend, run.config.model,
+                  *[tables._setting(getattr(run.config, v)) for v in varying
+                    if v not in ("backend", "model")],
+                  f"done ({status[id(run)]})" if id(run) in status else "to run"]
+                 for i, run in enumerate(runs, start=1)],
+            )
+        )  # fmt: skip
+        return 0
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # kill: stop the worker, keep results
+    progress = sweep_mod.Progress(total=len(runs), skipped=len(plan.done))
+    results: List[RunResult] = []
+    if plan.to_run:
+        runner = Runner(output_dir=output_dir, on_progress=_show_progress)
+        with runner.session([run.config for run in plan.to_run]) as session:
+            results = sweep_mod.execute(selected, plan.to_run, session, progress)
+    everything = store.results([Filter("sweep", (sweep.name,))], latest_only=True)
+    if everything:
+        print(tables.study_text(everything, args.baseline))
+        markdown = output_dir / "compare.md"
+        markdown.write_text(
+            tables.study_markdown(everything, f"Sweep {sweep.name} ({size})", args.baseline)
+        )
+        print(f"\nTables also in {markdown}; plots: kbench report --store {output_dir}")
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        print(f"  {r.config['backend']}/{r.config['model']}: {r.status}: {r.reason}")
+    return 1 if failed else 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _show_progress(config, event) -> None:
+    from kbench.cli import show_progress
+
+    show_progress(config, event)
+
+
+def command_results(args: argparse.Namespace) -> int:
+    store = ResultStore(args.store)
+    if args.merge:
+        summary = store.merge(args.merge)
+        print(
+            f"merged into {args.store}: {summary.added} runs added, {summary.already_present} "
+            f"already there; machines: {', '.join(sorted(summary.hosts)) or '-'}"
+        )
+        for name, why in summary.unreadable:
+            log.warning("%s: not merged: %s", name, why)
+    entries = store.entries([Filter.parse(f) for f in args.filter])
+    for name, why in store.unreadable:
+        log.warning("%s/%s: unreadable: %s", args.store, name, why)
+    if args.export:
+        results = store.results([Filter.parse(f) for f in args.filter])
+        path = store_mod.export(results, args.export)
+        print(f"{len(results)} runs written to {path}")
+        return 0
+    print(
+        tables.render(
+            ["run", "status", "kind", "backend", "model", "dataset", "batch", "img/s", "host",
+             "sweep"],
+            [[e.run_id, e.status, e.kind, str(e.config.get("backend")), str(e.config.get("model")),
+              str(e.config.get("dataset")), str(e.config.get("batch_size")),
+              "-" if e.images_per_sec is None else f"{e.images_per_sec:,.0f}", e.host,
+              e.sweep or "-"] for e in entries],
+        )
+    )  # fmt: skip
+    print(f"\n{len(entries)} runs in {args.store}/")
+    return 0
+
+
+def command_compare(args: argparse.Namespace) -> int:
+    results = load(args.store, args.filter, latest_only=True)
+    print(tables.study_text(results, args.baseline))
+    markdown = args.markdown or args.store[0] / "compare.md"
+    title = "kbench comparison: " + ", ".join(str(s) for s in args.store)
+    markdown.write_text(tables.study_markdown(results, title, args.baseline))
+    print(f"\nMarkdown: {markdown}", file=sys.stderr)
+    return 0
+
+
+def command_report(args: argparse.Namespace) -> int:
+    from kbench import report
+
+    results = load(args.store, args.filter, latest_only=True)
+    output = args.output or args.store[0] / "report.html"
+    title = args.title or "kbench report: " + ", ".join(s.name or str(s) for s in args.store)
+    summary = report.write_report(results, output, title=title, baseline=args.baseline)
+    print(f"{output}: {len(summary.figures)} plots from {len(results)} runs")
+    for why in summary.skipped:
+        print(f"  not drawn: {why}")
+    return 0

@@ -1,0 +1,386 @@
+"""Sweeps: a matrix of runs declared in a YAML file, run one process each, resumable.
+
+A sweep file names fixed ``settings`` and a ``matrix`` of lists whose every
+combination is a run, optionally split into ``groups`` (each its own settings and
+matrix, on top of the file's), repeated ``repeats`` times round by round. A
+``reduced`` section (at the top or in a group) holds the overrides ``--reduced``
+applies, so that one file describes a study at full size and at a size a laptop
+CPU finishes. Keys are :class:`~kbench.config.RunConfig` fields. Example::
+
+    name: lenet
+    repeats: 5
+    settings: {model: lenet5, dataset: mnist, batch_size: 200}
+    matrix:
+      epochs: [5, 10, 15]
+      backend: [tensorflow, jax, torch, mxnet]
+    reduced:
+      settings: {train_samples: 2000, test_samples: 500}
+      repeats: 2
+
+Every run is checked when the file is loaded, before anything runs; an error names
+the place in the file (``groups[1].matrix.batch_size[2]``), what was expected and
+what was received. Each run has a key (a hash of its settings and repeat index); a
+result in the output store with that key marks the run done, so rerunning the same
+command resumes where an interrupted one stopped.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+from kbench.config import ConfigError, RunConfig
+from kbench.results import RunResult
+
+log = logging.getLogger(__name__)
+
+TOP_KEYS = ("name", "description", "repeats", "settings", "matrix", "groups", "reduced")
+GROUP_KEYS = ("name", "description", "settings", "matrix", "reduced")
+REDUCED_KEYS = ("settings", "matrix", "repeats")
+RUN_FIELDS = tuple(f.name for f in fields(RunConfig) if f.name != "repeat")
+# Settings that do not change what a run computes: a rerun with another value of
+# these still finds the runs it already did.
+NOT_IN_KEY = ("timeout_s", "sample_interval_s")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SweepError(ValueError):
+    """A sweep file kbench cannot run; ``where`` is the place in the file."""
+
+    def __init__(self, file: str, where: str, message: str) -> None:
+        super().__init__(f"{file}: {where}: {message}" if where else f"{file}: {message}")
+        self.file = file
+        self.where = where
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    config: RunConfig
+    key: str
+    group: str
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    description: str
+    file: str
+    reduced: bool
+    runs: List[SweepRun]
+
+    def varying(self) -> List[str]:
+        """The settings whose values differ between runs, in RunConfig order."""
+        keys = []
+        for name in RUN_FIELDS + ("repeat",):
+            values = {json.dumps(getattr(r.config, name)) for r in self.runs}
+            if len(values) > 1:
+                keys.append(name)
+        return keys
+
+    def provenance(self, run: SweepRun) -> Dict[str, Any]:
+        """What a result records of the sweep it belongs to."""
+        return {
+            "name": self.name,
+            "file": self.file,
+            "reduced": self.reduced,
+            "group": run.group,
+            "run_key": run.key,
+        }
+
+
+def run_key(config: RunConfig) -> str:
+    """A hash of the settings that differ from their defaults, and the repeat index.
+
+    Leaving defaults out keeps the keys of finished runs valid when a later kbench
+    adds a setting (with a default that changes nothing).
+    """
+    defaults = {f.name: f.default for f in fields(RunConfig)}
+    data = {
+        k: v
+        for k, v in config.to_dict().items()
+        if k not in NOT_IN_KEY and (k in ("backend", "model") or v != _listed(defaults.get(k)))
+    }
+    return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# loading ---------------------------------------------------------------------
+
+
+def load_sweep(path: Path, reduced: bool = False) -> Sweep:
+    """Read and check a sweep file; every run is built (and so validated) here."""
+    import yaml
+
+    path = Path(path)
+    file = str(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SweepError(
+            file, "", f"expected a readable YAML file; {err.strerror or err}."
+        ) from err
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise SweepError(file, "", f"expected YAML; it does not parse: {err}") from err
+    return parse_sweep(document, file, reduced)
+
+
+def parse_sweep(document: Any, file: str, reduced: bool = False) -> Sweep:
+    def fail(where: str, message: str) -> SweepError:
+        return SweepError(file, where, message)
+
+    top = _mapping(document, "", "a mapping with name, settings, matrix", fail)
+    _known_keys(top, TOP_KEYS, "", fail)
+    name = top.get("name")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise fail(
+            "name",
+            "expected a name of letters, digits, '-', '_' or '.' (it names the output "
+            f"directory); received {name!r}.",
+        )
+    description = top.get("description") or ""
+    top_reduced = _reduced_section(top.get("reduced"), "reduced", fail)
+    repeats, repeats_where = top.get("repeats", 1), "repeats"
+    if reduced and "repeats" in top_reduced:
+        repeats, repeats_where = top_reduced["repeats"], "reduced.repeats"
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise fail(repeats_where, f"expected a positive integer; received {repeats!r}.")
+
+    # Later layers win: the file's, the group's, then (with --reduced) the file's
+    # reduced section and the group's.
+    base = Layer.of(top, "", fail)
+    base_reduced = Layer.of(top_reduced, "reduced.", fail)
+    groups = top.get("groups")
+    if groups is None:
+        layers = [("", base.over(base_reduced) if reduced else base)]
+    else:
+        if not isinstance(groups, list) or not groups:
+            raise fail("groups", f"expected a non-empty list of groups; received {groups!r}.")
+        layers = []
+        for i, group in enumerate(groups):
+            where = f"groups[{i}]"
+            group = _mapping(group, where, "a mapping with settings and/or matrix", fail)
+            _known_keys(group, GROUP_KEYS, where + ".", fail)
+            layer = base.over(Layer.of(group, where + ".", fail))
+            section = _reduced_section(group.get("reduced"), where + ".reduced", fail)
+            if "repeats" in section:
+                raise fail(f"{where}.reduced.repeats", "repeats is set for the whole file only.")
+            if reduced:
+                layer = layer.over(base_reduced).over(Layer.of(section, where + ".reduced.", fail))
+            layers.append((str(group.get("name", where)), layer))
+
+    runs: List[SweepRun] = []
+    for repeat in range(repeats):
+        for group_name, layer in layers:
+            for values, origins in layer.combinations():
+                try:
+                    config = RunConfig.from_dict(dict(values, repeat=repeat))
+                except ConfigError as err:
+                    where = origins.get(err.setting, "settings")
+                    if err.setting not in origins:  # a check across settings
+                        where = f"a run with {_describe(values, layer.swept())}"
+                    raise fail(where, f"{err.setting}: {err.message}") from None
+                runs.append(SweepRun(config, run_key(config), group_name))
+    keys = [r.key for r in runs]
+    if len(set(keys)) != len(keys):
+        duplicate = next(r for r in runs if keys.count(r.key) > 1)
+        raise fail(
+            "groups" if groups else "matrix",
+            f"expected every run once; the run {duplicate.config.label()} "
+            f"({_describe(duplicate.config.to_dict(), RUN_FIELDS)}) is declared twice.",
+        )
+    return Sweep(name, str(description), file, reduced, runs)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Settings and matrix lists, with where in the file each came from."""
+
+    settings: Dict[str, Any] = field(default_factory=dict)
+    matrix: Dict[str, List[Any]] = field(default_factory=dict)
+    origins: Dict[str, str] = field(default_factory=dict)  # setting -> place in the file
+
+    @classmethod
+    def of(cls, section: Dict[str, Any], prefix: str, fail) -> Layer:
+        settings = _mapping(section.get("settings", {}), prefix + "settings", "a mapping", fail)
+        matrix = _mapping(section.get("matrix", {}), prefix + "matrix", "a mapping", fail)
+        origins = {}
+        for kind, values in (("settings", settings), ("matrix", matrix)):
+            for key in values:
+                _known_setting(key, f"{prefix}{kind}", fail)
+                origins[key] = f"{prefix}{kind}.{key}"
+        for key, values in matrix.items():
+            if not isinstance(values, list) or not values:
+                raise fail(
+                    f"{prefix}matrix.{key}",
+                    f"expected a non-empty list of values to sweep; received {values!r}. "
+                    f"A single value belongs under {prefix}settings.",
+                )
+        both = sorted(set(settings) & set(matrix))
+        if both:
+            raise fail(
+                f"{prefix}settings.{both[0]}",
+                f"expected {both[0]} under settings or matrix, not both.",
+            )
+        return cls(dict(settings), dict(matrix), origins)
+
+    def over(self, other: Layer) -> Layer:
+        """``other`` on top of this layer: a key it sets replaces this layer's."""
+        settings = {k: v for k, v in self.settings.items() if k not in other.matrix}
+        matrix = {k: v for k, v in self.matrix.items() if k not in other.settings}
+        settings.update(other.settings)
+        matrix.update(other.matrix)
+        return Layer(settings, matrix, {**self.origins, **other.origins})
+
+    def swept(self) -> List[str]:
+        return list(self.matrix)
+
+    def combinations(self):
+        """(settings of one run, origins), the backend varying fastest."""
+        keys = [k for k in self.matrix if k != "backend"] + (
+            ["backend"] if "backend" in self.matrix else []
+        )
+        for combo in itertools.product(*(enumerate(self.matrix[k]) for k in keys)):
+            values = dict(self.settings)
+            origins = dict(self.origins)
+            for key, (index, value) in zip(keys, combo):
+                values[key] = value
+                origins[key] = f"{self.origins[key]}[{index}]"
+            yield values, origins
+
+
+def _mapping(value: Any, where: str, expected: str, fail) -> Dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise fail(where, f"expected {expected}; received {type(value).__name__} {value!r}.")
+    return value
+
+
+def _known_keys(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fail) -> None:
+    for key in section:
+        if key not in allowed:
+            raise fail(
+                f"{prefix}{key}",
+                f"unknown key; expected one of: {', '.join(allowed)}.{_close(key, allowed)}",
+            )
+
+
+def _known_setting(key: Any, where: str, fail) -> None:
+    if key == "repeat":
+        raise fail(f"{where}.repeat", "the repeat index is kbench's; use repeats at the top.")
+    if key not in RUN_FIELDS:
+        raise fail(
+            f"{where}.{key}",
+            f"unknown setting; expected a run setting: {', '.join(RUN_FIELDS)}."
+            f"{_close(str(key), RUN_FIELDS)}",
+        )
+
+
+def _reduced_section(value: Any, where: str, fail) -> Dict[str, Any]:
+    section = _mapping(value, where, "a mapping with settings, matrix and/or repeats", fail)
+    _known_keys(section, REDUCED_KEYS, where + ".", fail)
+    return section
+
+
+def _listed(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _close(word: str, allowed: Sequence[str]) -> str:
+    match = difflib.get_close_matches(word, allowed, n=1)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+def _describe(values: Dict[str, Any], keys: Sequence[str]) -> str:
+    return ", ".join(f"{k}={values[k]!r}" for k in keys if values.get(k) is not None)
+
+
+# running ---------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Runs done, failures, elapsed time and an ETA, as one log line per run."""
+
+    total: int
+    skipped: int = 0
+    done: int = 0
+    failures: int = 0
+    started: float = field(default_factory=time.monotonic)
+    durations: List[float] = field(default_factory=list)
+    write: Callable[[str], None] = log.info
+
+    def line(self, what: str) -> str:
+        finished = self.skipped + self.done
+        width = 20
+        filled = round(width * finished / self.total) if self.total else width
+        elapsed = time.monotonic() - self.started
+        remaining = self.total - finished
+        eta = "?"
+        if self.durations:
+            eta = _clock(remaining * sum(self.durations) / len(self.durations))
+        elif remaining == 0:
+            eta = "0s"
+        skipped = f", {self.skipped} done before" if self.skipped else ""
+        return (
+            f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{self.total}{skipped}, "
+            f"{self.failures} failed, {_clock(elapsed)} elapsed, ETA {eta} | {what}"
+        )
+
+    def finished(self, result: RunResult, seconds: float) -> None:
+        self.done += 1
+        self.durations.append(seconds)
+        if not result.ok:
+            self.failures += 1
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which runs of a sweep run now and which are already in the store."""
+
+    to_run: List[SweepRun]
+    done: List[Tuple[SweepRun, str]]  # (run, status of its newest result)
+
+
+def plan(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: bool) -> Plan:
+    to_run, done = [], []
+    for run in sweep.runs:
+        status = done_keys.get(run.key)
+        if status is None or force or (retry_failed and status != "ok"):
+            to_run.append(run)
+        else:
+            done.append((run, status))
+    return Plan(to_run, done)
+
+
+def execute(sweep: Sweep, runs: Sequence[SweepRun], session, progress: Progress) -> List[RunResult]:
+    """Run ``runs`` in a runner session; each result is in the store once it returns."""
+    results = []
+    for run in runs:
+        progress.write(progress.line(f"{run.config.label()}: starting"))
+        started = time.monotonic()
+        result = session.run(run.config, sweep=sweep.provenance(run))
+        progress.finished(result, time.monotonic() - started)
+        results.append(result)
+        status = "ok" if result.ok else f"{result.status.upper()}: {result.reason}"
+        progress.write(progress.line(f"{run.config.label()}: {status}"))
+    return results

@@ -1,0 +1,123 @@
+"""Optimization switches: each framework's own speed options, off and on.
+
+A switch is a run setting (a flag on ``kbench run``, a key in sweep files). Each
+backend says which switches it applies and how; a switch set away from its
+default on a backend that has no such thing is recorded as ``not applicable``
+with the reason, never silently ignored. What every switch did is in the result
+(``environment.framework.switches``).
+
+Standard library only: imported under every backend's interpreter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Tuple
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    default: Any
+    choices: Tuple[Any, ...]
+    help: str
+
+
+SWITCHES: Dict[str, Switch] = {
+    s.name: s
+    for s in (
+        Switch(
+            "jit_compile",
+            "auto",
+            ("auto", "on", "off"),
+            "Keras compile(jit_compile=...): XLA for tensorflow and jax, torch.compile for "
+            "torch (auto: Keras decides; off runs jax un-jitted)",
+        ),
+        Switch(
+            "run_eagerly",
+            False,
+            (False, True),
+            "Keras compile(run_eagerly=True): no graph, no jit; each step op by op",
+        ),
+        Switch(
+            "torch_compile",
+            False,
+            (False, True),
+            "torch-native: torch.compile the model (inductor) before training",
+        ),
+        Switch(
+            "mixed_precision",
+            "off",
+            ("off", "float16", "bfloat16"),
+            "Keras dtype policy mixed_float16 / mixed_bfloat16 (variables stay float32); "
+            "torch.autocast for torch-native",
+        ),
+        Switch(
+            "hybridize",
+            False,
+            (False, True),
+            "MXNet Gluon: hybridize the network (a cached symbolic graph)",
+        ),
+        Switch(
+            "tf32",
+            "auto",
+            ("auto", "on", "off"),
+            "TensorFloat-32 matmuls on GPUs that have them (auto: the framework's default)",
+        ),
+    )
+}
+
+
+def defaults() -> Dict[str, Any]:
+    return {name: s.default for name, s in SWITCHES.items()}
+
+
+@dataclass(frozen=True)
+class SwitchState:
+    """What became of one switch in one run."""
+
+    requested: Any
+    status: str  # "default", "applied" or "not applicable"
+    detail: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"requested": self.requested, "status": self.status, "detail": self.detail}
+
+
+class SwitchBoard:
+    """The switches of one run, as a backend applies them (worker side)."""
+
+    def __init__(self, requested: Dict[str, Any], backend: str) -> None:
+        self.requested = dict(defaults(), **requested)
+        self.backend = backend
+        self.states: Dict[str, SwitchState] = {}
+
+    def value(self, name: str) -> Any:
+        return self.requested[name]
+
+    def is_default(self, name: str) -> bool:
+        return self.requested[name] == SWITCHES[name].default
+
+    def applied(self, name: str, detail: str) -> None:
+        status = "default" if self.is_default(name) else "applied"
+        self.states[name] = SwitchState(self.requested[name], status, detail)
+
+    def not_applicable(self, name: str, why: str) -> None:
+        self.states[name] = SwitchState(self.requested[name], "not applicable", why)
+
+    def record(self) -> Dict[str, Dict[str, Any]]:
+        """Every switch: what the backend did, or that it has no such thing."""
+        out = {}
+        for name in SWITCHES:
+            state = self.states.get(name)
+            if state is None:
+                if self.is_default(name):
+                    state = SwitchState(self.requested[name], "default", "left as it is")
+                else:
+                    state = SwitchState(
+                        self.requested[name],
+                        "not applicable",
+                        f"{self.backend} has no {name} switch",
+                    )
+            out[name] = state.to_dict()
+        return out

@@ -1,0 +1,185 @@
+"""Sweep files: checked before anything runs, expanded in order, resumed after a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from conftest import ROOT, require_backends, run_kbench
+
+from kbench.store import ResultStore
+from kbench.sweep import SweepError, load_sweep, parse_sweep
+
+TINY = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
+        "train_samples": 64, "test_samples": 16}  # fmt: skip
+
+
+def sweep(**sections):
+    return dict({"name": "t", "settings": dict(TINY)}, **sections)
+
+
+def error_of(document) -> SweepError:
+    with pytest.raises(SweepError) as caught:
+        parse_sweep(document, "f.yaml")
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    "document, where, message",
+    [
+        ("just text", "", "expected a mapping"),
+        (sweep(matrx={"backend": ["jax"]}), "matrx", "Did you mean 'matrix'"),
+        (sweep(matrix={"backend": "jax"}), "matrix.backend", "non-empty list"),
+        (sweep(matrix={"backend": []}), "matrix.backend", "non-empty list"),
+        (sweep(matrix={"backend": ["jax"], "batch_size": [8, 0]}), "matrix.batch_size[1]",
+         "batch_size: expected a positive integer; received 0"),
+        (sweep(matrix={"backend": ["jax", "tensorflo"]}), "matrix.backend[1]",
+         "Did you mean 'tensorflow'"),
+        (sweep(matrix={"backend": ["jax"], "batchsize": [8]}), "matrix.batchsize",
+         "Did you mean 'batch_size'"),
+        (sweep(matrix={"backend": ["jax"]}, repeats=0), "repeats", "positive integer"),
+        (sweep(matrix={"backend": ["jax"], "repeat": [0, 1]}), "matrix.repeat", "use repeats"),
+        (dict(sweep(matrix={"backend": ["jax"]}), name="a b"), "name", "letters, digits"),
+        (sweep(matrix={"backend": ["jax", "jax"]}), "matrix", "declared twice"),
+        (sweep(groups=[{"settings": {"backend": "jax"}, "reduced": {"repeats": 2}}]),
+         "groups[0].reduced.repeats", "whole file"),
+        (sweep(settings=dict(TINY, backend="jax", batch_size=8), matrix={"batch_size": [8]}),
+         "settings.batch_size", "not both"),
+        (sweep(groups=[{"settings": {"backend": "jax", "model": "lstm",
+                                     "dataset": "fashion_mnist"}}]),
+         "groups[0].settings.dataset", "takes sequences"),
+        (sweep(settings={"model": "mlp", "dataset": "fashion_mnist", "num_classes": 3},
+               matrix={"backend": ["jax"]}), "a run with", "only synthetic data takes them"),
+    ],
+)  # fmt: skip
+def test_bad_sweep_files_name_the_place_and_the_fix(document, where, message):
+    err = error_of(document)
+    assert err.where.startswith(where) and message in err.message, str(err)
+
+
+def test_unreadable_and_unparsable_files(tmp_path):
+    with pytest.raises(SweepError, match="readable YAML file"):
+        load_sweep(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("matrix: [unclosed\n")
+    with pytest.raises(SweepError, match="does not parse"):
+        load_sweep(tmp_path / "bad.yaml")
+
+
+def test_expansion_interleaves_backends_and_reduced_sections_win():
+    document = sweep(
+        repeats=2,
+        matrix={"backend": ["torch", "jax"], "batch_size": [8, 16]},
+        groups=[{"name": "g1", "settings": {"train_samples": 1000}},
+                {"name": "g2", "matrix": {"batch_size": [4]}}],
+        reduced={"settings": {"train_samples": 64}, "repeats": 1},
+    )  # fmt: skip
+    full = parse_sweep(document, "f.yaml")
+    labels = [(r.group, r.config.batch_size, r.config.backend, r.config.repeat) for r in full.runs]
+    assert labels[:4] == [("g1", 8, "torch", 0), ("g1", 8, "jax", 0),
+                          ("g1", 16, "torch", 0), ("g1", 16, "jax", 0)]  # fmt: skip
+    assert labels[4:6] == [("g2", 4, "torch", 0), ("g2", 4, "jax", 0)]
+    assert len(full.runs) == 12 and full.runs[6].config.repeat == 1
+    assert full.runs[0].config.train_samples == 1000  # the group's setting
+    reduced = parse_sweep(document, "f.yaml", reduced=True)
+    assert len(reduced.runs) == 6  # one repeat
+    # the file's reduced section is applied after the group's own settings
+    assert {r.config.train_samples for r in reduced.runs} == {64}
+    assert len({r.key for r in full.runs}) == 12
+    assert full.varying() == ["backend", "batch_size", "train_samples", "repeat"]
+
+
+def test_shipped_example_sweeps_load_at_both_sizes():
+    files = sorted((ROOT / "sweeps").glob("*.yaml"))
+    assert len(files) >= 4
+    for path in files:
+        for reduced in (False, True):
+            loaded = load_sweep(path, reduced=reduced)
+            assert loaded.runs, path
+        yaml.safe_load(path.read_text())
+
+
+def test_dry_run_lists_runs_and_writes_nothing(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sweep(matrix={"backend": ["torch", "jax"]})))
+    done = run_kbench(["sweep", str(path), "--dry-run", "--output-dir", str(tmp_path / "out")],
+                      tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "2 runs, 0 already done, 2 to run" in done.stdout
+    assert "torch" in done.stdout and "to run" in done.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_file_fails_before_anything_runs(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sweep(matrix={"backend": ["torch"], "batch_size": [-1]})))
+    done = run_kbench(["sweep", str(path), "--output-dir", str(tmp_path / "out")], tmp_path)
+    assert done.returncode == 2
+    assert "matrix.batch_size[0]: batch_size: expected a positive integer" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _start_sweep(path: Path, out: Path, home: Path, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "kbench", "sweep", str(path), "--output-dir", str(out), *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
+    require_backends("torch")
+    path = tmp_path / "s.yaml"
+    # Four runs; the last two cannot finish within their 1 s timeout.
+    path.write_text(yaml.safe_dump(sweep(
+        settings=dict(TINY, backend="torch"),
+        matrix={"batch_size": [8, 16]},
+        groups=[{"name": "ok"}, {"name": "late", "settings": {"timeout_s": 1, "seed": 1}}],
+    )))  # fmt: skip
+    out = tmp_path / "out"
+    first = _start_sweep(path, out, tmp_path)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(out.glob("*.json")), "no run finished within 300 s"
+    children = psutil.Process(first.pid).children(recursive=True)
+    first.send_signal(signal.SIGTERM)  # as `kill` does, mid-sweep
+    output, _ = first.communicate(timeout=60)
+    assert first.returncode != 0, output
+    psutil.wait_procs(children, timeout=10)
+    assert not [c for c in children if c.is_running()], "a worker outlived the killed sweep"
+    finished = ResultStore(out).entries()
+    assert 1 <= len(finished) < 4
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+    second = run_kbench(["sweep", str(path), "--output-dir", str(out)], tmp_path)
+    assert f"{len(finished)} already done" in second.stdout, second.stdout
+    entries = ResultStore(out).entries()
+    assert len(entries) == 4 and len({e.run_key for e in entries}) == 4
+    statuses = sorted(e.status for e in entries)
+    assert statuses == ["ok", "ok", "timeout", "timeout"], second.stdout + second.stderr
+    assert second.returncode == 1  # its own runs included the failures
+    assert "Throughput, images/s" in second.stdout
+
+    third = run_kbench(["sweep", str(path), "--output-dir", str(out)], tmp_path)
+    assert "4 already done, 0 to run" in third.stdout and third.returncode == 0
+    assert len(ResultStore(out).entries()) == 4
+
+    retried = run_kbench(["sweep", str(path), "--output-dir", str(out), "--retry-failed",
+                          "--only", "batch_size=8"], tmp_path)  # fmt: skip
+    assert "1 already done, 1 to run" in retried.stdout, retried.stdout
+    store = ResultStore(out)
+    assert len(store.entries()) == 5
+    latest = store.results(latest_only=True)
+    assert len(latest) == 4 and sum(r.status == "timeout" for r in latest) == 2
+    assert all(r.sweep["name"] == "t" and r.sweep["run_key"] for r in latest)
