@@ -296,7 +296,7 @@ def command_report(args: argparse.Namespace) -> int:
     output = args.output or args.store[0] / "report.html"
     title = args.title or "kbench report: " + ", ".join(s.name or str(s) for s in args.store)
     summary = report.write_report(results, output, title=title, baseline=args.baseline)
-    print(f"{output}: {len(summary.figures)} plots from {len(results)} runs")
+    print(f"{output}: {len(summary.figures)} plots from {len(results)} runs", file=sys.stderr)
     for why in summary.skipped:
         print(f"  not drawn: {why}")
     return 0

@@ -188,7 +188,7 @@ def _utilization(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float]]
             measured = ((r.sampler or {}).get("summary") or {}).get("measured", {})
             for name, stats in measured.items():
                 wanted = (
-                    name.startswith("gpu") and name.endswith("utilization_percent")
+                    name.startswith("gpu") and name.endswith("kernel_time_percent")
                     if kind == "gpu"
                     else name == "process_cpu_percent"
                 )

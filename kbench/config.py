@@ -146,6 +146,10 @@ class RunConfig:
         self._check_measurement()
         for name, switch in SWITCHES.items():
             value = getattr(self, name)
+            if isinstance(value, bool) and "on" in switch.choices:
+                # YAML reads a bare on/off as true/false
+                value = "on" if value else "off"
+                object.__setattr__(self, name, value)
             if isinstance(switch.default, bool):
                 if not isinstance(value, bool):
                     raise ConfigError(name, f"expected true or false; received {value!r}.")

@@ -28,8 +28,6 @@ log = logging.getLogger(__name__)
 KNOWN_DIFFERENCES = {
     ("mxnet", "BatchNormalization"): "keras-mxnet keeps BatchNorm's gamma at 1 (it calls "
     "mx.sym.BatchNorm without fix_gamma=False): equal at initialisation, apart as gamma trains",
-    ("mxnet", "LSTM"): "keras-mxnet's LSTM computes neither the standard LSTM nor an obvious "
-    "variant of it (gate orders, hard_sigmoid, reversed time)",
 }
 
 

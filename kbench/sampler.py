@@ -74,19 +74,18 @@ class CpuSource:
         psutil.cpu_percent(None)  # the first call only starts the interval
 
     def read(self, tree: List[psutil.Process]) -> Dict[str, Any]:
-        cpu, rss = 0.0, 0
+        cpu, rss, alive = 0.0, 0, 0
         for proc in tree:
             known = self._procs.setdefault(proc.pid, proc)
             try:
                 cpu += known.cpu_percent(None)  # since the last call; 0.0 on the first
                 rss += known.memory_info().rss
+                alive += 1
             except psutil.Error:
                 continue
-        reading: Dict[str, Any] = {
-            "process_cpu_percent": cpu,
-            "process_rss_bytes": rss,
-            "system_cpu_percent": psutil.cpu_percent(None),
-        }
+        reading: Dict[str, Any] = {"system_cpu_percent": psutil.cpu_percent(None)}
+        if alive:  # once the worker has exited there is nothing to read, not zero
+            reading.update(process_cpu_percent=cpu, process_rss_bytes=rss)
         try:
             frequency = psutil.cpu_freq()
         except (OSError, NotImplementedError):

@@ -327,7 +327,7 @@ def flatten(result: RunResult) -> Dict[str, Any]:
         row[f"memory_{kind}_bytes"] = max(values) if values else None
     measured = ((result.sampler or {}).get("summary") or {}).get("measured", {})
     row["gpu_utilization_percent_mean"] = _first(
-        s.get("mean") for name, s in measured.items() if name.endswith("utilization_percent")
+        s.get("mean") for name, s in measured.items() if name.endswith("kernel_time_percent")
     )
     row["process_cpu_percent_mean"] = (measured.get("process_cpu_percent") or {}).get("mean")
     row.update(

@@ -47,3 +47,22 @@ def pad_as_keras_same(x, kernel_size: int, strides: int):
 
     height, width = _spatial_size(x)
     return layers.ZeroPadding2D((split(height), split(width)))(x)
+
+
+def lstm(units: int):
+    """An LSTM layer that computes the standard LSTM in both Keras generations.
+
+    The activations are spelled out (Keras 2.2.4 defaults the recurrent one to
+    hard_sigmoid). keras-mxnet's symbolic-loop LSTM (``unroll=False``, its default)
+    returns wrong outputs (zeros for some samples, measured against a NumPy LSTM);
+    its unrolled graph computes the standard LSTM to 4e-8, so under keras-mxnet the
+    layer is unrolled. Keras 3 keeps its fused, rolled implementation.
+    """
+    keras_mxnet = backend.backend() == "mxnet"
+    return layers.LSTM(
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        implementation=2,
+        unroll=keras_mxnet,
+    )

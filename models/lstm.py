@@ -6,7 +6,7 @@ default 2 classes the head is Dense(1, sigmoid) and the loss binary cross-entrop
 with more classes it is Dense(classes, softmax) for sparse categorical
 cross-entropy. The LSTM's recurrent activation is set to "sigmoid" explicitly
 (Keras 3's default; Keras 2.2.4 defaults to "hard_sigmoid"), so every backend runs
-the same cell.
+the same cell; see ``_compat.lstm`` for what keras-mxnet needs besides.
 
 91,777 parameters for (250, 50) and 2 classes: LSTM 4 * (128 * (50 + 128) + 128) =
 91,648, Dense 129. The count does not depend on the number of steps.
@@ -15,12 +15,14 @@ the same cell.
 from keras import layers
 from keras.models import Model
 
+from . import _compat
+
 UNITS = 128
 
 
 def encoder(x):
     """The recurrent part shared with :mod:`.lstm_embedding`."""
-    return layers.LSTM(UNITS, activation="tanh", recurrent_activation="sigmoid")(x)
+    return _compat.lstm(UNITS)(x)
 
 
 def head(x, num_classes):

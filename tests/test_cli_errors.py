@@ -16,8 +16,8 @@ def run_cli(capsys, args):
     [
         (
             ["--backend", "tensorflw"],
-            "--backend: expected one of tensorflow, jax, torch, torch-native, mxnet; "
-            "received 'tensorflw'. Did you mean 'tensorflow'?",
+            "--backend: expected one of tensorflow, jax, torch, torch-native, mxnet"
+            "|received 'tensorflw'. Did you mean 'tensorflow'?",
         ),
         (["--backend", "jax,cntk"], "received 'cntk'"),
         (["--backend", "jax", "--model", "resnet9000"], "--model: expected one of mlp, small_cnn"),
@@ -43,7 +43,8 @@ def test_bad_flags(capsys, tmp_path, args, expected):
     out = tmp_path / "out"
     code, err = run_cli(capsys, [*args, "--output-dir", str(out)])
     assert code == 2
-    assert expected in err
+    for part in expected.split("|"):  # parts that must all appear
+        assert part in err
     assert not out.exists()
 
 

@@ -15,7 +15,7 @@ from kbench.switches import SWITCHES, SwitchBoard
         ("jit_compile", "yes", "expected one of auto, on, off"),
         ("mixed_precision", "float61", "Did you mean 'float16'"),
         ("run_eagerly", "true", "expected true or false"),
-        ("tf32", True, "expected one of auto, on, off"),
+        ("tf32", "fast", "expected one of auto, on, off"),
     ],
 )
 def test_bad_switch_values_are_refused(setting, value, message):
@@ -61,3 +61,8 @@ def test_switches_reach_the_frameworks_and_say_what_they_did(tmp_path):
     assert mxnet["mixed_precision"]["status"] == "not applicable"
     assert mxnet["run_eagerly"]["status"] == "not applicable"
     assert all(r.config["mixed_precision"] == "bfloat16" for r in by_backend.values())
+
+
+def test_yaml_on_and_off_read_as_booleans_are_taken_as_on_and_off():
+    assert RunConfig(backend="jax", model="mlp", jit_compile=False).jit_compile == "off"
+    assert RunConfig(backend="jax", model="mlp", tf32=True).tf32 == "on"

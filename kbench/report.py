@@ -1,0 +1,517 @@
+"""One self-contained HTML report from result documents.
+
+The page carries everything inline: figures as base64 PNG (matplotlib, Agg canvas),
+CSS in a ``<style>`` element, and one small script that counts the images that
+loaded (``document.body.dataset.imagesLoaded``, for tests). No external resources.
+
+    from kbench.report import write_report
+    summary = write_report([RunResult.load(p) for p in paths], Path("report.html"))
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import logging
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from kbench import plots
+from kbench.compare import Spread
+from kbench.plots import Drawn, RunGroup, Skipped
+from kbench.results import RunResult
+
+log = logging.getLogger(__name__)
+
+MEMORY_SHORT = {
+    "process_peak_rss": "host RSS peak",
+    "framework_peak": "framework GPU peak",
+    "process_nvml": "worker GPU (NVML)",
+    "device_used": "device used (NVML)",
+}
+
+CSS = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2329;
+       margin: 0; background: #f4f5f7; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 32px 64px; background: #fff; }
+h1 { font-size: 28px; margin: 0 0 4px; }
+h2 { font-size: 21px; margin: 40px 0 10px; padding-bottom: 4px; border-bottom: 2px solid #e3e6ea; }
+h3 { font-size: 17px; margin: 28px 0 6px; }
+.meta { color: #5b6670; margin: 0 0 16px; }
+.cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0; }
+.card { border: 1px solid #e3e6ea; border-radius: 8px; padding: 10px 16px; min-width: 130px; }
+.card b { display: block; font-size: 24px; }
+.card span { color: #5b6670; font-size: 13px; }
+.card.bad b { color: #c0392b; }
+.banner { background: #fff4d6; border: 1px solid #f0c36d; border-radius: 8px;
+          padding: 10px 14px; margin: 12px 0; }
+.badge { display: inline-block; font-size: 11px; font-weight: 700; letter-spacing: .04em;
+         padding: 1px 7px; border-radius: 9px; vertical-align: middle; margin-left: 6px;
+         white-space: nowrap; }
+.badge.synthetic { background: #f0c36d; color: #5a3d00; }
+.badge.bad { background: #fadbd8; color: #922b21; }
+.badge.base { background: #e3e6ea; color: #39424b; }
+table { border-collapse: collapse; width: 100%; margin: 8px 0 4px; font-size: 14px; }
+th, td { text-align: left; padding: 5px 10px; border-bottom: 1px solid #eceef1;
+         vertical-align: top; }
+th { background: #f7f8fa; font-weight: 600; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.group td { background: #eef3f8; font-weight: 600; border-top: 2px solid #d5dde6; }
+.faster { color: #1e7b34; font-weight: 600; }
+.slower { color: #a93226; font-weight: 600; }
+.muted { color: #7b8691; }
+figure { margin: 14px 0 28px; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eceef1; border-radius: 6px; }
+figcaption { color: #4a545e; font-size: 14px; margin-top: 6px; max-width: 70em; }
+ul.skipped li { margin: 4px 0; }
+details pre { background: #f7f8fa; padding: 8px; overflow-x: auto; font-size: 12px;
+              max-height: 320px; }
+nav a { margin-right: 14px; }
+"""
+
+# The only script: counts images that loaded, for a headless browser test to read.
+SCRIPT = """
+window.addEventListener("load", function () {
+  var loaded = 0;
+  document.querySelectorAll("img").forEach(function (img) {
+    if (img.complete && img.naturalWidth > 0) { loaded += 1; }
+  });
+  document.body.dataset.imagesLoaded = String(loaded);
+});
+"""
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    path: Path
+    figures: List[str] = field(default_factory=list)  # titles of the figures drawn
+    skipped: List[str] = field(default_factory=list)  # one sentence per figure not drawn
+    notes: List[str] = field(default_factory=list)  # what else was left out, and why
+
+
+class Markup(str):
+    """Text that is already HTML: cells and blocks built from escaped pieces."""
+
+
+def esc(value: Any) -> str:
+    return value if isinstance(value, Markup) else html.escape(str(value))
+
+
+def write_report(
+    results: Sequence[RunResult],
+    path: Path,
+    *,
+    title: str = "kbench report",
+    baseline: Optional[str] = None,
+) -> ReportSummary:
+    """Write one HTML file about ``results`` to ``path``; return what it holds."""
+    results = list(results)
+    if not results:
+        raise ValueError(
+            "write_report: expected at least one result document; got none. Run "
+            "`kbench run ...` and pass the results it wrote (RunResult.load on each JSON file)."
+        )
+    path = Path(path)
+    measured = [r for r in results if r.kind in ("train", "inference")]
+    backends = plots.backend_order(measured)
+    if baseline is not None and baseline not in backends:
+        raise ValueError(
+            f"baseline: expected one of the backends that ran ({', '.join(backends)}); "
+            f"got {baseline!r}"
+        )
+    base = baseline or (backends[0] if backends else "")
+    notes: List[str] = []
+    parity = len(results) - len(measured)
+    if parity:
+        notes.append(
+            f"{parity} parity run(s) are listed under failures if they failed, but not "
+            "plotted: they compare numbers between backends, not speed."
+        )
+    groups = plots.group_runs(measured, base)
+
+    outcomes: List[Any] = [
+        plots.throughput_bars(groups, backends),
+        plots.speed_heatmap(groups, backends, base),
+        plots.batch_size_plot(groups, backends),
+        plots.memory_fraction_plot(groups, backends, measured),
+        plots.threads_plot(groups, backends),
+        plots.accuracy_plot(groups, backends),
+    ]
+    picked, timeline_notes = plots.pick_timeline_runs(groups, backends)
+    timelines = [plots.timeline(group, run, backends) for group, run in picked]
+    if not timelines:
+        reason = "no run has sampler series" + (
+            " (the sampler was off: --sample-interval 0)" if measured else ""
+        )
+        outcomes.append(Skipped(plots.TIMELINES, reason))
+    notes += timeline_notes
+
+    drawn = [o for o in outcomes if isinstance(o, Drawn)] + timelines
+    skipped = [o for o in outcomes if isinstance(o, Skipped)]
+    page = render_page(
+        title=title,
+        results=results,
+        measured=measured,
+        groups=groups,
+        backends=backends,
+        baseline=base,
+        figures=[o for o in outcomes if isinstance(o, Drawn)],
+        timelines=timelines,
+        skipped=skipped,
+        notes=notes,
+    )
+    write_text_atomic(path, page)
+    log.info("report: %s (%d figures, %d skipped)", path, len(drawn), len(skipped))
+    return ReportSummary(
+        path=path,
+        figures=[d.title for d in drawn],
+        skipped=[s.sentence for s in skipped],
+        notes=notes,
+    )
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a report is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# --------------------------------------------------------------------------- page
+
+
+def render_page(
+    *,
+    title: str,
+    results: Sequence[RunResult],
+    measured: Sequence[RunResult],
+    groups: Sequence[RunGroup],
+    backends: Sequence[str],
+    baseline: str,
+    figures: Sequence[Drawn],
+    timelines: Sequence[Drawn],
+    skipped: Sequence[Skipped],
+    notes: Sequence[str],
+) -> str:
+    failed = [r for r in results if not r.ok]
+    sections = [
+        ("summary", "Summary", summary_table(groups, backends, baseline)),
+        ("figures", "Figures", "".join(figure_html(f) for f in figures) or no_figures()),
+    ]
+    if timelines or skipped or notes:
+        body = "".join(figure_html(f) for f in timelines)
+        sections.append(("timelines", "Per-run timelines", body or "<p>None drawn.</p>"))
+    sections.append(("not-drawn", "Not drawn", skipped_html(skipped, notes)))
+    sections.append(("failures", "Runs that did not finish", failures_table(failed)))
+    sections.append(("environment", "Environment", environment_html(results)))
+    nav = "".join(f'<a href="#{key}">{esc(name)}</a>' for key, name, _ in sections)
+    content = "".join(
+        f'<section id="{key}"><h2>{esc(name)}</h2>{body}</section>' for key, name, body in sections
+    )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
+        f"<body><main><h1>{esc(title)}</h1>"
+        f"{header_html(results, measured, backends, baseline)}"
+        f"<nav>{nav}</nav>{content}</main>"
+        f"<script>{SCRIPT}</script></body></html>\n"
+    )
+
+
+def header_html(
+    results: Sequence[RunResult],
+    measured: Sequence[RunResult],
+    backends: Sequence[str],
+    baseline: str,
+) -> str:
+    started = sorted(r.started_at for r in results)
+    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    span = started[0][:16].replace("T", " ")
+    if started[-1][:16] != started[0][:16]:
+        span += " to " + started[-1][:16].replace("T", " ")
+    ok = sum(r.ok for r in results)
+    models = list(dict.fromkeys(r.config.get("model", "?") for r in results))
+    cards = [
+        (str(len(results)), "runs", False),
+        (str(ok), "finished", False),
+        (str(len(results) - ok), "did not finish", len(results) > ok),
+        (str(len(backends)), "backends: " + ", ".join(backends), False),
+        (str(len(models)), "models: " + ", ".join(models), False),
+    ]
+    out = (
+        f'<p class="meta">Runs from {esc(span)} (UTC); report written {esc(generated)}. '
+        + (f"Speed ratios are against <b>{esc(baseline)}</b>." if baseline else "")
+        + "</p>"
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card{" bad" if bad else ""}"><b>{esc(n)}</b><span>{esc(t)}</span></div>'
+            for n, t, bad in cards
+        )
+        + "</div>"
+    )
+    synthetic = [r for r in measured if r.data.get("synthetic")]
+    if synthetic:
+        names = sorted({r.data.get("name") or r.config.get("dataset") for r in synthetic})
+        out += (
+            '<div class="banner"><span class="badge synthetic">SYNTHETIC DATA</span> '
+            f"{len(synthetic)} of {len(measured)} runs trained on generated data "
+            f"({esc(', '.join(names))}): their speed is real, their accuracy says nothing "
+            "about a real data set.</div>"
+        )
+    return out
+
+
+def figure_html(figure: Drawn) -> str:
+    data = base64.b64encode(figure.png).decode("ascii")
+    return (
+        f"<figure><h3>{esc(figure.title)}</h3>"
+        f'<img src="data:image/png;base64,{data}" alt="{esc(figure.title)}">'
+        f"<figcaption>{esc(figure.caption)}</figcaption></figure>"
+    )
+
+
+def no_figures() -> str:
+    return "<p>No figure applies to these results; see “Not drawn”.</p>"
+
+
+def skipped_html(skipped: Sequence[Skipped], notes: Sequence[str]) -> str:
+    if not skipped and not notes:
+        return "<p>Every figure was drawn.</p>"
+    items = "".join(f"<li><b>{esc(s.title)}</b>: {esc(s.reason)}.</li>" for s in skipped) + "".join(
+        f"<li>{esc(n)}</li>" for n in notes
+    )
+    return f'<ul class="skipped">{items}</ul>'
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()
+) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        if isinstance(row, Markup):  # a whole row, already built
+            body.append(row)
+            continue
+        cells = "".join(
+            f'<td class="num">{esc(c)}</td>' if i in numeric else f"<td>{esc(c)}</td>"
+            for i, c in enumerate(row)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def summary_table(groups: Sequence[RunGroup], backends: Sequence[str], baseline: str) -> str:
+    if not groups:
+        return "<p>No training or inference run.</p>"
+    headers = [
+        "backend", "runs", "img/s (median)", "range, n", f"vs {baseline}", "test accuracy",
+        "peak memory (kind)",
+    ]  # fmt: skip
+    rows: List[Any] = []
+    for group in groups:
+        badge = (
+            '<span class="badge synthetic">SYNTHETIC DATA</span>'
+            if group.comparison.synthetic
+            else ""
+        )
+        mode = "inference" if group.comparison.mode == "inference" else "training"
+        rows.append(
+            Markup(
+                f'<tr class="group"><td colspan="{len(headers)}">{esc(group.label)} '
+                f'<span class="muted">({esc(group.comparison.dataset)}, {mode})</span>'
+                f"{badge}</td></tr>"
+            )
+        )
+        for backend in backends:
+            row = group.row(backend)
+            if row is None:
+                continue
+            rate = row.images_per_sec
+            status = ", ".join(f"{n} {s}" for s, n in row.statuses.items())
+            runs_cell = Markup(
+                esc(status)
+                if row.all_ok
+                else f'<span class="badge bad">{esc(status.upper())}</span>'
+            )
+            rows.append(
+                [
+                    backend,
+                    runs_cell,
+                    "—" if rate is None else f"{rate.median:,.0f}",
+                    "—" if rate is None else f"{rate.low:,.0f}–{rate.high:,.0f}, n={rate.n}",
+                    ratio_cell(row, group, baseline),
+                    accuracy_cell(row.test_accuracy),
+                    memory_cell(group.runs_of(backend)),
+                ]
+            )
+    return table(headers, rows, numeric=(2, 3, 4, 5)) + (
+        '<p class="muted">img/s: median over the repeats that finished, measured window only '
+        f"(warmup excluded). vs {esc(baseline)}: median of per-round ratios, with the lowest "
+        "and highest round. Memory: median over repeats of each kind's peak, labelled by "
+        "kind (host RSS is the worker's resident memory; GPU kinds come from the framework "
+        "allocator or NVML).</p>"
+    )
+
+
+def ratio_cell(row: Any, group: RunGroup, baseline: str) -> Any:
+    if row.backend == baseline:
+        return Markup('<span class="badge base">baseline</span>')
+    if group.comparison.baseline != baseline:
+        return f"no {baseline} run"
+    ratio = row.ratio
+    if ratio is None:
+        return "—"
+    css = "faster" if ratio.median > 1.05 else "slower" if ratio.median < 0.95 else ""
+    text = f"{ratio.median:.3g}×"
+    if ratio.n > 1:
+        text += f" ({ratio.low:.3g}–{ratio.high:.3g})"
+    return Markup(f'<span class="{css}">{esc(text)}</span>')
+
+
+def accuracy_cell(spread: Optional[Spread]) -> str:
+    if spread is None:
+        return "—"
+    if spread.n > 1 and spread.high - spread.low > 5e-4:
+        return f"{spread.median:.3f} ({spread.low:.3f}–{spread.high:.3f})"
+    return f"{spread.median:.3f}"
+
+
+def memory_cell(runs: Sequence[RunResult]) -> Any:
+    per_kind: Dict[str, List[int]] = {}
+    for run in runs:
+        if run.ok:
+            for kind, value in plots.memory_by_kind(run).items():
+                per_kind.setdefault(kind, []).append(value)
+    if not per_kind:
+        return "—"
+    order = [k for k in plots.MEMORY_KINDS if k in per_kind] + sorted(
+        k for k in per_kind if k not in plots.MEMORY_KINDS
+    )
+    return Markup(
+        "<br>".join(
+            esc(f"{format_bytes(statistics.median(per_kind[k]))} {MEMORY_SHORT.get(k, k)}")
+            for k in order
+        )
+    )
+
+
+def format_bytes(value: float) -> str:
+    if value >= 10 * 2**30:
+        return f"{value / 2**30:.1f} GiB"
+    return f"{value / 2**20:,.0f} MiB"
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def failures_table(failed: Sequence[RunResult]) -> str:
+    if not failed:
+        return "<p>Every run finished.</p>"
+    rows = []
+    for run in failed:
+        error = run.error or {}
+        tail = str(error.get("log_tail") or "").strip().splitlines()[-25:]
+        detail = esc(run.reason or "no reason recorded")
+        if tail:
+            detail += (
+                f"<details><summary>last {len(tail)} lines of the worker log</summary>"
+                f"<pre>{esc(chr(10).join(tail))}</pre></details>"
+            )
+        config = run.config
+        rows.append(
+            [
+                run.run_id,
+                config.get("backend", "?"),
+                f"{config.get('model', '?')}, batch {config.get('batch_size', '?')}",
+                Markup(f'<span class="badge bad">{esc(run.status.upper())}</span>'),
+                Markup(detail),
+            ]
+        )
+    return table(["run", "backend", "model", "status", "reason"], rows)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def environment_html(results: Sequence[RunResult]) -> str:
+    machines: Dict[str, List[Any]] = {}
+    software: Dict[str, List[Any]] = {}
+    frameworks: Dict[str, List[Any]] = {}
+    for run in results:
+        env = run.environment
+        machine = env.get("machine", {})
+        gpu = machine.get("gpu", {})
+        devices = gpu.get("devices") or []
+        if gpu.get("available") and devices:
+            gpu_text = (
+                "; ".join(
+                    f"{d.get('name')} ({format_bytes(d.get('memory_total_bytes') or 0)})"
+                    for d in devices
+                )
+                + f"; driver {gpu.get('driver', '?')}, CUDA {gpu.get('cuda_driver_version', '?')}"
+            )
+        else:
+            gpu_text = f"none ({gpu.get('reason', 'not recorded')})"
+        memory = machine.get("memory_total_bytes")
+        row = [
+            machine.get("hostname", "?"),
+            machine.get("cpu_model", "?"),
+            f"{machine.get('cpu_logical_cores', '?')} logical / "
+            f"{machine.get('cpu_physical_cores', '?')} physical",
+            format_bytes(memory) if memory else "?",
+            gpu_text,
+        ]
+        machines.setdefault(repr(row), row)
+        kbench_info = env.get("kbench", {})
+        git = kbench_info.get("git") or {}
+        sha = (git.get("sha") or "unknown")[:12] + (
+            " (uncommitted changes)" if git.get("dirty") else ""
+        )
+        row = [kbench_info.get("version", "?"), sha, env.get("interpreter", "?")]
+        software.setdefault(repr(row), row)
+        framework = env.get("framework") or {}
+        if framework:
+            threads = (framework.get("threads") or {}).get("requested")
+            row = [
+                run.config.get("backend", "?"),
+                f"{framework.get('name', '?')} {framework.get('version', '?')}",
+                framework.get("keras_version") or "—",
+                framework.get("image_data_format") or "—",
+                ", ".join(str(d) for d in framework.get("devices") or []) or "—",
+                "all cores" if threads is None else str(threads),
+            ]
+            frameworks.setdefault(repr(row), row)
+    return (
+        "<h3>Machine</h3>"
+        + table(["host", "CPU", "cores", "memory", "GPU"], list(machines.values()))
+        + "<h3>kbench</h3>"
+        + table(["version", "git commit", "interpreter"], list(software.values()))
+        + "<h3>Frameworks</h3>"
+        + (
+            table(
+                ["backend", "framework", "Keras", "image format", "devices", "threads"],
+                list(frameworks.values()),
+            )
+            if frameworks
+            else "<p>No worker reported its framework.</p>"
+        )
+    )
