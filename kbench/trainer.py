@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from kbench.datasets.stream import LOADING
 from kbench.stats import percentiles
 from kbench.task import emit_progress
 
@@ -106,6 +107,10 @@ class TrainMetrics:
     epoch_time_s: List[float]  # wall time of each fit call (epoch 1 includes warmup)
     epoch_train_loss: List[float]  # as the backend reports it at each epoch's end
     epoch_train_accuracy: List[Optional[float]]
+    # Data loading apart from compute: gathering each epoch's samples in order (before
+    # its fit, outside every step), decoding streamed images (during the steps), and
+    # time inside fit outside any step (the framework feeding data, callbacks).
+    data_loading: Dict[str, Any]
     final_train_loss: float
     final_train_accuracy: Optional[float]
     test_loss: float
@@ -146,8 +151,12 @@ def train(
     clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
     epoch_times, epoch_ends, epoch_logs, last_logs = [], [], [], {}
     fit_start = time.time()
+    gather_s = 0.0
+    decode_start, decoded_start = LOADING.seconds, LOADING.images
     for epoch, indices in enumerate(order):
+        gather_start = time.perf_counter()
         x, y = arrays["x_train"][indices], arrays["y_train"][indices]
+        gather_s += time.perf_counter() - gather_start
         clock.epoch_begin()
         started = time.perf_counter()
         last_logs = backend.fit_epoch(model, x, y, batch_size, clock)
@@ -168,6 +177,18 @@ def train(
             f"{backend.name}'s fit_epoch does not stamp every step."
         )
 
+    data_loading = {
+        "epoch_gather_s": gather_s,
+        "streamed_decode_s": LOADING.seconds - decode_start,
+        "streamed_images": LOADING.images - decoded_start,
+        "outside_steps_s": max(
+            sum(epoch_times) - sum(e - b for b, e in zip(clock.begins, clock.ends)), 0.0
+        ),
+        "note": "epoch_gather_s: copying each epoch's samples in the drawn order, before its "
+        "fit; streamed_decode_s: reading and decoding image files (streamed data sets), "
+        "inside the steps where the framework fetches data in its step; outside_steps_s: "
+        "time inside fit between steps",
+    }
     eval_start = time.perf_counter()
     test_loss, test_accuracy = backend.evaluate(
         model, arrays["x_test"], arrays["y_test"], max(batch_size, 256)
@@ -207,6 +228,7 @@ def train(
         epoch_train_accuracy=[
             None if logs.get("accuracy") is None else float(logs["accuracy"]) for logs in epoch_logs
         ],
+        data_loading=data_loading,
         final_train_loss=float(last_logs.get("loss", float("nan"))),
         final_train_accuracy=None if train_accuracy is None else float(train_accuracy),
         test_loss=float(test_loss),

@@ -48,7 +48,9 @@ def run(task: WorkerTask) -> WorkerReply:
     arrays = datasets.load_prepared(data.path)
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        arrays[f"x_{split}"] = datasets.to_model_input(x, data.kind, task.data_format)
+        arrays[f"x_{split}"] = datasets.to_model_input(
+            x, data.kind, task.data_format, data.input_shape[:2] if data.streamed else None
+        )
         arrays[f"y_{split}"] = datasets.labels_for_loss(y, loss)
     input_shape = arrays["x_train"].shape[1:]
 

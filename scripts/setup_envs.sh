@@ -29,12 +29,12 @@ keras3_requirements() {
     printf '%s\n' "tensorflow-cpu" "jax[cpu]" "torch==2.13.0"
   fi
   printf '%s\n' keras tensorflow-datasets nvidia-ml-py psutil pyyaml \
-    pandas pyarrow matplotlib scikit-learn pytest ruff
+    pandas pyarrow matplotlib pillow scikit-learn pytest ruff
 }
 
 mxnet_requirements() {
   if [ "$gpu" = 1 ]; then printf '%s\n' "mxnet-cu112==1.9.1"; else printf '%s\n' "mxnet==1.9.1"; fi
-  printf '%s\n' "keras-mxnet==2.2.4.3" "numpy<1.24" nvidia-ml-py psutil
+  printf '%s\n' "keras-mxnet==2.2.4.3" "numpy<1.24" nvidia-ml-py psutil pillow
 }
 
 make_env() {  # name, requirements (one per line)

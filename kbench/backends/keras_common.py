@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from kbench.backends.base import Backend, BackendMismatch
+from kbench.datasets.stream import is_streamed
 from kbench.flops import model_flops
 
 Weights = List[Tuple[str, List[np.ndarray]]]
@@ -30,6 +31,29 @@ def timing_callback(keras: Any, clock: Any) -> Any:
             clock.batch_end(logs)
 
     return StepTimer()
+
+
+def batch_sequence(
+    keras: Any, x: Any, y: np.ndarray, batch_size: int, drop_last: bool = True
+) -> Any:
+    """Streamed images as a Keras Sequence (PyDataset in Keras 3): one decoded batch per
+    step, in order; training drops the last partial batch as in-memory training does."""
+
+    class Batches(keras.utils.Sequence):
+        def __init__(self) -> None:
+            try:
+                super().__init__(workers=1, use_multiprocessing=False)  # Keras 3
+            except TypeError:
+                super().__init__()  # Keras 2.2
+
+        def __len__(self) -> int:
+            return len(x) // batch_size if drop_last else -(-len(x) // batch_size)
+
+        def __getitem__(self, index: int):
+            part = slice(index * batch_size, (index + 1) * batch_size)
+            return x[part], y[part]
+
+    return Batches()
 
 
 def convert_kernel(kernel: np.ndarray, source_layout: str, target_layout: str) -> np.ndarray:
@@ -64,6 +88,10 @@ class KerasBackend(Backend):
                 f"{self.name!r} with {data_format!r}. Check KERAS_BACKEND and "
                 f"{os.environ.get('KERAS_HOME', '$KERAS_HOME')}/keras.json."
             )
+
+    @property
+    def keras_generation(self) -> int:
+        return int(self.keras.__version__.split(".")[0])
 
     def describe(self) -> Dict[str, Any]:
         info = super().describe()
@@ -102,15 +130,22 @@ class KerasBackend(Backend):
     def fit_epoch(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
     ) -> Dict[str, float]:
-        history = model.fit(
-            x,
-            y,
-            batch_size=batch_size,
-            epochs=1,
-            shuffle=False,
-            verbose=0,
-            callbacks=[timing_callback(self.keras, clock)],
-        )
+        callbacks = [timing_callback(self.keras, clock)]
+        if is_streamed(x):
+            batches = batch_sequence(self.keras, x, y, batch_size)
+            if self.keras_generation == 2:
+                history = model.fit_generator(
+                    batches, steps_per_epoch=len(batches), epochs=1, shuffle=False, verbose=0,
+                    callbacks=callbacks, workers=0,
+                )  # fmt: skip
+            else:
+                history = model.fit(batches, epochs=1, shuffle=False, verbose=0,
+                                    callbacks=callbacks)  # fmt: skip
+        else:
+            history = model.fit(
+                x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
+                callbacks=callbacks,
+            )  # fmt: skip
         logs = {key: float(values[-1]) for key, values in history.history.items()}
         if "acc" in logs:  # Keras 2.2 spelling
             logs["accuracy"] = logs.pop("acc")
@@ -124,7 +159,14 @@ class KerasBackend(Backend):
     def evaluate(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int
     ) -> Tuple[float, float]:
-        loss, accuracy = model.evaluate(x, y, batch_size=batch_size, verbose=0)
+        if is_streamed(x):
+            batches = batch_sequence(self.keras, x, y, batch_size, drop_last=False)
+            if self.keras_generation == 2:
+                loss, accuracy = model.evaluate_generator(batches, steps=len(batches), workers=0)
+            else:
+                loss, accuracy = model.evaluate(batches, verbose=0)
+        else:
+            loss, accuracy = model.evaluate(x, y, batch_size=batch_size, verbose=0)
         return float(loss), float(accuracy)
 
     def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:

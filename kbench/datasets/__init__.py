@@ -4,6 +4,8 @@ The parent resolves a data set to numpy arrays and writes them to one ``.npz`` t
 every backend's worker reads, so all backends train on byte-identical data; the
 batch order is drawn once too (:func:`batch_order`). Images and sequences are
 stored as uint8 (channels last) and scaled by the worker; tokens as int32.
+``imagenet`` is too large for that: the ``.npz`` holds its file paths, and the
+worker decodes each batch as it trains (:mod:`kbench.datasets.stream`).
 
 Only numpy and the standard library are imported here: the worker side
 (:func:`load_prepared`, :func:`to_model_input`) runs under every environment.
@@ -51,6 +53,11 @@ DATASETS: Dict[str, DatasetSpec] = {
             (250,), 2, vocabulary=20_000,
         ),
         DatasetSpec("digits", "image", "scikit-learn's 8x8 digits, 1437/360", (8, 8, 1), 10),
+        DatasetSpec(
+            "imagenet", "image", "a local directory of class folders (ImageNet's layout), "
+            "decoded batch by batch as it trains; 224x224 unless --image-size", (224, 224, 3),
+            1000,
+        ),
         DatasetSpec("synthetic", "any", "seeded class templates plus noise, any shape"),
     )
 }  # fmt: skip
@@ -70,6 +77,7 @@ class PreparedData:
     train_samples: int
     test_samples: int
     prepare_time_s: float
+    streamed: bool = False  # x_* hold image file paths, decoded by the worker per batch
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -126,6 +134,24 @@ def prepare(
     elif dataset == "digits":
         kind, classes = "image", 10
         arrays, source = _load_digits(seed)
+    elif dataset == "imagenet":
+        from kbench.datasets import stream
+
+        if data_dir is None:
+            raise DataUnavailable(
+                "imagenet: expected --data-dir, a directory of class folders "
+                "(DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG); it is never "
+                "downloaded. Or use --dataset synthetic --input-shape 224x224x3 "
+                "--num-classes 1000."
+            )
+        listing = stream.scan(Path(data_dir), seed=seed)
+        kind, classes = "image", len(listing.classes)
+        arrays, source = stream.listing_arrays(listing), listing.source
+        rng = np.random.default_rng(seed)  # mixed classes, so that a cut keeps them all
+        for split in ("train", "test"):
+            order = rng.permutation(len(arrays[f"y_{split}"]))
+            arrays[f"x_{split}"] = arrays[f"x_{split}"][order]
+            arrays[f"y_{split}"] = arrays[f"y_{split}"][order]
     else:
         kind, classes = spec.kind, spec.num_classes
         arrays, source = sources.load(dataset, data_dir)
@@ -146,7 +172,12 @@ def prepare(
         if limit is not None:
             arrays[f"x_{split}"] = arrays[f"x_{split}"][:limit]
             arrays[f"y_{split}"] = arrays[f"y_{split}"][:limit]
-    if image_size is not None and kind == "image":
+    streamed = dataset == "imagenet"
+    if streamed:
+        height, width = image_size or spec.input_shape[:2]
+        shape: Tuple[int, ...] = (int(height), int(width), 3)
+        source += f", decoded and resized to {height}x{width} (bilinear) batch by batch"
+    elif image_size is not None and kind == "image":
         for split in ("x_train", "x_test"):
             arrays[split] = transform.resize_images(arrays[split], image_size)
         source += f", resized to {image_size[0]}x{image_size[1]} (bilinear)"
@@ -164,11 +195,12 @@ def prepare(
         kind=kind,
         source=source,
         synthetic=dataset == "synthetic",
-        input_shape=tuple(int(d) for d in arrays["x_train"].shape[1:]),
+        input_shape=shape if streamed else tuple(int(d) for d in arrays["x_train"].shape[1:]),
         num_classes=classes,
         train_samples=len(arrays["x_train"]),
         test_samples=len(arrays["x_test"]),
         prepare_time_s=time.perf_counter() - start,
+        streamed=streamed,
     )
 
 
@@ -233,12 +265,20 @@ def load_prepared(path: str) -> Dict[str, np.ndarray]:
         return {key: archive[key] for key in archive.files}
 
 
-def to_model_input(x: np.ndarray, kind: str, data_format: str) -> np.ndarray:
+def to_model_input(
+    x: np.ndarray, kind: str, data_format: str, streamed_size: Optional[Tuple[int, int]] = None
+) -> Any:
     """Stored samples to what the model takes.
 
     Images: uint8 (N, H, W, C) to float32 in [0, 1], transposed to (N, C, H, W) for
     channels_first. Sequences: uint8 to float32 in [0, 1]. Tokens: unchanged int32.
+    Streamed images (file paths, ``streamed_size`` given): a
+    :class:`~kbench.datasets.stream.StreamedImages` that decodes rows when sliced.
     """
+    if streamed_size is not None:
+        from kbench.datasets.stream import StreamedImages
+
+        return StreamedImages(x, tuple(streamed_size), data_format)
     if kind == "tokens":
         return x
     x = x.astype(np.float32) / 255.0
