@@ -1097,3 +1097,62 @@ def accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcom
             + " (written by an older kbench)."
         )
     return Drawn(ACCURACY, png_of(figure), caption)
+
+
+RUNTIME_ACCURACY = "Runtime against final accuracy"
+
+
+def runtime_accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
+    """One point per configuration (backend and setting): training time against test
+    accuracy, so that a switch trading accuracy for speed shows."""
+    points = []  # (backend, group, median training seconds, median test accuracy)
+    for group in groups:
+        for backend in backends:
+            runs = [
+                r
+                for r in group.runs_of(backend)
+                if r.ok and r.kind == "train" and r.metrics.get("epoch_time_s")
+            ]
+            if runs:
+                seconds = statistics.median(sum(r.metrics["epoch_time_s"]) for r in runs)
+                accuracy = statistics.median(r.metrics["test_accuracy"] for r in runs)
+                points.append((backend, group, seconds, accuracy))
+    if len(points) < 3 or len({g.key for _, g, _, _ in points}) < 2:
+        return Skipped(
+            RUNTIME_ACCURACY,
+            "fewer than three trained configurations in more than one setting to set against "
+            "each other",
+        )
+    figure = new_figure(4.6, WIDTH_IN * 0.8)
+    ax = figure.subplots()
+    seen = set()
+    for backend, group, seconds, accuracy in points:
+        ax.scatter(
+            seconds,
+            accuracy,
+            color=colour(backend, backends),
+            label=None if backend in seen else backend,
+            s=36,
+            zorder=3,
+        )
+        seen.add(backend)
+        if group.setting:
+            ax.annotate(
+                group.setting, (seconds, accuracy), fontsize=7, xytext=(4, 3),
+                textcoords="offset points", color="#444444",
+            )  # fmt: skip
+    ax.set_xlabel("training time, s (sum of epoch wall times, median over repeats)")
+    ax.set_ylabel("test accuracy after training (fraction correct)")
+    ax.set_title("runtime against final accuracy, one point per configuration", fontsize=10)
+    if max(p[2] for p in points) > LOG_SCALE_ABOVE * min(p[2] for p in points):
+        log_axis(ax)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    caption = (
+        "Each point is a backend under one setting (labelled beside it, e.g. a switch on): "
+        "faster is further left, more accurate is higher. The epoch times include the "
+        "warmup steps and compilation, as a user waiting for the training sees them."
+    )
+    if any(g.comparison.synthetic for _, g, _, _ in points):
+        caption += " Some runs used SYNTHETIC data: their accuracy says nothing about real data."
+    return Drawn(RUNTIME_ACCURACY, png_of(figure), caption)

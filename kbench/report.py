@@ -141,6 +141,7 @@ def write_report(
         plots.memory_fraction_plot(groups, backends, measured),
         plots.threads_plot(groups, backends),
         plots.accuracy_plot(groups, backends),
+        plots.runtime_accuracy_plot(groups, backends),
     ]
     picked, timeline_notes = plots.pick_timeline_runs(groups, backends)
     timelines = [plots.timeline(group, run, backends) for group, run in picked]

@@ -84,6 +84,7 @@ def test_report_is_one_self_contained_file(real_report: ReportSummary) -> None:
     for title in (plots.THROUGHPUT, plots.SPEED_RATIO, plots.BATCH_SIZE, plots.THREADS):
         assert title in figures, (title, figures, real_report.skipped)
     assert plots.ACCURACY in figures  # the --epochs 2 run has two epochs of accuracy
+    assert plots.RUNTIME_ACCURACY in figures  # several settings trained
     # one timeline per backend and setting (not per repeat), the timed-out run's included
     timelines = [f[len(plots.TIMELINE_PREFIX) :] for f in figures if f.startswith("Timeline")]
     assert sorted(timelines) == sorted(
