@@ -8,6 +8,7 @@ are measured (see kbench.switches).
 
     envs/keras3/bin/python benchmarks/switches.py --rounds 3
     envs/keras3/bin/python benchmarks/switches.py --backend jax --model mlp --rounds 5
+    envs/keras3/bin/python benchmarks/switches.py --backend mxnet-gluon --threads 1
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, help="threads per run (default: every core)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -92,6 +94,7 @@ def main() -> None:
                         test_samples=64,
                         sample_interval_s=0,
                         repeat=round_index,
+                        threads=args.threads,
                         **{pair.switch: value},
                     )
                     (result,) = runner.run_all([config])
@@ -102,7 +105,8 @@ def main() -> None:
                     getattr(pair, f"first_{side}").append(result.metrics["first_step_s"])
     print(
         f"batch {args.batch_size}, {args.steps} measured steps after {args.warmup_steps} warmup, "
-        f"{args.rounds} rounds, synthetic data; ratio = img/s on / img/s off, per round"
+        f"{args.rounds} rounds, synthetic data, {args.threads or 'all'} thread(s); "
+        "ratio = img/s on / img/s off, per round"
     )
     header = (
         f"{'backend':13s} {'switch':16s} {'model':10s} {'off img/s':>10s} {'on img/s':>10s} "

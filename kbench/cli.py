@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Dict, List, Optional, Sequence
 
 from kbench import __version__, environments, sysinfo, tables
 from kbench.backends import BACKENDS
-from kbench.config import DATA_FORMATS, DATASETS, OPTIMIZERS, ConfigError, RunConfig
+from kbench.config import DATA_FORMATS, DATASETS, DISTRIBUTED, OPTIMIZERS, ConfigError, RunConfig
 from kbench.datasets import DataUnavailable
 from kbench.results import RunResult
 from kbench.runner import Runner
@@ -263,6 +264,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_memory_arguments(run)
     add_switch_arguments(run)
+    parallel = run.add_argument_group("data-parallel training (each framework's own engine)")
+    parallel.add_argument(
+        "--distributed",
+        default="none",
+        metavar="MODE",
+        help=f"one of: {', '.join(DISTRIBUTED)} (default: none). --batch-size is per worker; "
+        "the global batch is batch size x workers",
+    )
+    parallel.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
     add_output_arguments(run)
     run.set_defaults(handler=command_run)
 
@@ -317,9 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
         "SGD on the same seeded mini-batches. Reports the largest output difference and "
         "the loss drift per backend; exits 1 when one passes its tolerance. Default "
         "tolerances: outputs within 1e-4 absolute (correct implementations agree to about "
-        "1e-6 in float32), losses within 5e-3 relative at every step (float32 rounding "
-        "grows through SGD steps: up to 1.6e-3 on VGG-16 between correct implementations "
-        "on a 2-core CPU), or within 10 times the model's noise floor where that is larger: "
+        "1e-6 in float32), losses within 1e-2 relative at every step (float32 rounding "
+        "grows through SGD steps: up to 5.2e-3 on VGG-16 between correct implementations "
+        "on a 2-core CPU, whose float64 gradients agree to 3e-14), or within 10 times "
+        "the model's noise floor where that is larger: "
         "the reference also retrains from its weights nudged by 1e-7, and how far those "
         "losses drift is what rounding alone does to this model (deep BatchNorm networks "
         "amplify it a thousandfold per step). Known differences of a backend are noted "
@@ -349,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parity.add_argument("--seed", type=int, default=0)
     parity.add_argument("--output-atol", type=float, default=1e-4, metavar="TOL")
-    parity.add_argument("--loss-rtol", type=float, default=5e-3, metavar="TOL")
+    parity.add_argument("--loss-rtol", type=float, default=1e-2, metavar="TOL")
     parity.add_argument(
         "--output-dir", type=Path, default=Path("results"), help="default: ./results"
     )
@@ -368,6 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kbench import cli_results
 
     cli_results.add_commands(commands)
+
+    from kbench import cli_ops
+
+    cli_ops.add_command(commands)
     return parser
 
 
@@ -432,6 +447,7 @@ def command_run(args: argparse.Namespace) -> int:
         sample_interval_s=args.sample_interval_s, device=args.device,
         gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
         **{name: getattr(args, name) for name in SWITCHES},
+        distributed=args.distributed, workers=args.workers,
     )  # fmt: skip
     # Round by round, so that drift of the machine hits every backend alike.
     configs = [
@@ -488,11 +504,11 @@ def command_parity(args: argparse.Namespace) -> int:
     backends = args.backend or [
         name for name, missing in environments.runnable_backends().items() if missing is None
     ]
-    if backends and backends[0] == "torch-native":
+    if backends and not BACKENDS[backends[0]].exports_weights:
         raise ConfigError(
             "backend",
             "expected a Keras backend first (the reference that exports the initial weights); "
-            "received torch-native first. Put it later in the list.",
+            f"received {backends[0]} first. Put it later in the list.",
         )
     for setting in ("steps", "batch_size"):
         if getattr(args, setting) < 1:
@@ -612,10 +628,16 @@ def command_env(args: argparse.Namespace) -> int:
     return 0 if all(p["ok"] for p in probes) else 1
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose, args.quiet)
+    # `kill` stops a command as Ctrl-C does: its worker is stopped, finished results stay.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.handler(args)
     except ConfigError as err:

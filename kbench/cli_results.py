@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import List, Sequence
@@ -209,14 +208,13 @@ def command_sweep(args: argparse.Namespace) -> int:
                 ["#", "backend", "model", *[v for v in varying if v not in ("backend", "model")],
                  "state"],
                 [[str(i), run.config.backend, run.config.model,
-                  *[tables._setting(getattr(run.config, v)) for v in varying
+                  *[tables.setting_cell(getattr(run.config, v)) for v in varying
                     if v not in ("backend", "model")],
                   f"done ({status[id(run)]})" if id(run) in status else "to run"]
                  for i, run in enumerate(runs, start=1)],
             )
         )  # fmt: skip
         return 0
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # kill: stop the worker, keep results
     progress = sweep_mod.Progress(total=len(runs), skipped=len(plan.done))
     results: List[RunResult] = []
     if plan.to_run:
@@ -235,10 +233,6 @@ def command_sweep(args: argparse.Namespace) -> int:
     for r in failed:
         print(f"  {r.config['backend']}/{r.config['model']}: {r.status}: {r.reason}")
     return 1 if failed else 0
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _show_progress(config, event) -> None:
@@ -280,11 +274,18 @@ def command_results(args: argparse.Namespace) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
+    from kbench.ops.views import ops_tables
+
     results = load(args.store, args.filter, latest_only=True)
+    operators = ops_tables([r for r in results if r.kind == "ops"])
     print(tables.study_text(results, args.baseline))
+    for table in operators:
+        print("\n" + table.text())
     markdown = args.markdown or args.store[0] / "compare.md"
     title = "kbench comparison: " + ", ".join(str(s) for s in args.store)
-    markdown.write_text(tables.study_markdown(results, title, args.baseline))
+    text = tables.study_markdown(results, title, args.baseline)
+    text += "".join("\n" + table.markdown() + "\n" for table in operators)
+    markdown.write_text(text)
     print(f"\nMarkdown: {markdown}", file=sys.stderr)
     return 0
 

@@ -27,6 +27,18 @@ DATA_FORMATS: Tuple[str, ...] = ("channels_last", "channels_first")
 OPTIMIZERS: Tuple[str, ...] = ("adam", "sgd")
 MODES: Tuple[str, ...] = ("train", "inference")
 DEVICES: Tuple[str, ...] = ("auto", "cpu", "gpu")
+# Data-parallel modes, each on its framework's own engine (kbench.distributed), and the
+# backends each can run.
+DISTRIBUTED: Dict[str, Tuple[str, ...]] = {
+    "none": tuple(BACKENDS),
+    "torch-ddp": ("torch", "torch-native"),  # DistributedDataParallel, gloo/NCCL, torchrun
+    "tf-multiworker": ("tensorflow",),  # MultiWorkerMirroredStrategy, TF_CONFIG
+    "tf-mirrored": ("tensorflow",),  # MirroredStrategy over one host's GPUs
+    "tf-ps": ("tensorflow",),  # ParameterServerStrategy, asynchronous
+    "jax": ("jax",),  # keras.distribution.DataParallel over jax.distributed
+    "mxnet-sync": ("mxnet", "mxnet-gluon"),  # KVStore dist_sync
+    "mxnet-async": ("mxnet", "mxnet-gluon"),  # KVStore dist_async
+}
 
 
 class ConfigError(ValueError):
@@ -136,6 +148,10 @@ class RunConfig:
     mixed_precision: str = "off"
     hybridize: bool = False
     tf32: str = "auto"
+    # data-parallel training (kbench.distributed): batch_size is per worker, the global
+    # batch is batch_size x workers
+    distributed: str = "none"
+    workers: int = 1
 
     def __post_init__(self) -> None:
         _choice("backend", self.backend, BACKENDS)
@@ -144,6 +160,7 @@ class RunConfig:
         self._check_training()
         self._check_data()
         self._check_measurement()
+        self._check_distributed()
         for name, switch in SWITCHES.items():
             value = getattr(self, name)
             if isinstance(value, bool) and "on" in switch.choices:
@@ -155,6 +172,30 @@ class RunConfig:
                     raise ConfigError(name, f"expected true or false; received {value!r}.")
             else:
                 _choice(name, value, switch.choices)
+
+    def _check_distributed(self) -> None:
+        _choice("distributed", self.distributed, DISTRIBUTED)
+        _positive_int("workers", self.workers)
+        allowed = DISTRIBUTED[self.distributed]
+        if self.backend not in allowed:
+            raise ConfigError(
+                "distributed",
+                f"mode {self.distributed!r} runs {' or '.join(allowed)}; received backend "
+                f"{self.backend!r}. Modes for it: "
+                f"{', '.join(m for m, b in DISTRIBUTED.items() if self.backend in b)}.",
+            )
+        if self.distributed != "none" and self.mode != "train":
+            raise ConfigError(
+                "distributed",
+                f"data-parallel modes train; received --mode {self.mode}. Drop --distributed "
+                "for inference.",
+            )
+        if self.distributed == "none" and self.workers != 1:
+            raise ConfigError(
+                "workers",
+                f"expected 1 without --distributed; received {self.workers}. Choose a mode "
+                "with --distributed.",
+            )
 
     def switches(self) -> Dict[str, Any]:
         return {name: getattr(self, name) for name in SWITCHES}

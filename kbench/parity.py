@@ -37,13 +37,16 @@ class Tolerance:
 
     Outputs: float32 probabilities agree to about 1e-6 or better between correct
     implementations; 1e-4 leaves room for other hardware. Losses: over 3 SGD steps at
-    learning rate 1e-3 and batch 8, correct implementations drift apart by up to 1.6e-3
-    (VGG-16: float32 rounding, e.g. oneDNN's convolutions in TensorFlow, amplified through
-    13 BatchNorm layers); keras-mxnet's VGG-16 drifts by 2e-2.
+    learning rate 1e-3 and batch 8, correct implementations drift apart by up to 5.2e-3:
+    VGG-16 on MXNet Gluon against TensorFlow, whose gradients agree to 3e-14 in float64;
+    in float32 the two libraries' convolutions round apart by about 2e-5, which flips
+    the sign of a pre-ReLU value near zero below the 7th BatchNorm, and 13 BatchNorm
+    layers amplify that. 1e-2 leaves room; keras-mxnet's VGG-16, which does not train
+    BatchNorm's gamma, drifts by 2e-2.
     """
 
     output_atol: float = 1e-4  # largest |difference| of float32 probabilities
-    loss_rtol: float = 5e-3  # largest |difference| of a step's loss, relative to it
+    loss_rtol: float = 1e-2  # largest |difference| of a step's loss, relative to it
     noise_factor: float = 10.0  # or this many times the model's measured noise floor
 
     def describe(self) -> str:

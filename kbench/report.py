@@ -126,7 +126,8 @@ def write_report(
         )
     base = baseline or (backends[0] if backends else "")
     notes: List[str] = []
-    parity = len(results) - len(measured)
+    operators = [r for r in results if r.kind == "ops"]
+    parity = len(results) - len(measured) - len(operators)
     if parity:
         notes.append(
             f"{parity} parity run(s) are listed under failures if they failed, but not "
@@ -151,6 +152,19 @@ def write_report(
         )
         outcomes.append(Skipped(plots.TIMELINES, reason))
     notes += timeline_notes
+    if operators:
+        from kbench.ops.views import ops_figures
+
+        outcomes += [
+            Drawn(
+                f"Operator: {name}",
+                png,
+                "Median time per call against size (log-log; what size means for this "
+                "operation is in `kbench ops --help`), p10-p90 as error bars; only checked "
+                "results are timed.",
+            )
+            for name, png in ops_figures(operators)
+        ]
 
     drawn = [o for o in outcomes if isinstance(o, Drawn)] + timelines
     skipped = [o for o in outcomes if isinstance(o, Skipped)]

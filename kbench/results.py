@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, Optional
 from kbench.task import read_json, write_json_atomic
 
 SCHEMA_VERSION = 2
-STATUSES = ("ok", "failed", "oom", "timeout")
+# unsupported: a data-parallel mode that cannot run on this machine (the reason says why)
+STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
 
 
 def _from_v1(data: Dict[str, Any]) -> Dict[str, Any]:

@@ -152,6 +152,10 @@ class Runner:
         parity: Optional[Dict[str, Any]] = None,
         sweep: Optional[Dict[str, Any]] = None,
     ) -> RunResult:
+        if config.distributed != "none":  # several processes on the framework's own engine
+            from kbench.distributed import run_distributed
+
+            return run_distributed(self, config, data, session_dir, python_path, sweep)
         run_id = new_run_id(config)
         run_dir = session_dir / run_id
         run_dir.mkdir()

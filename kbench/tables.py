@@ -174,11 +174,18 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
         return []
     columns = list(dict.fromkeys(row.backend for g in groups for row in g.rows))
     varying = [k for k in varying_settings(groups) if k not in ("model",)]
-    row_headers = ["model"] + varying
+    row_headers = ["model"] + (["setting"] if varying else [])
 
     def row_label(group: ComparisonGroup) -> List[str]:
         model = group.model + (" (synthetic)" if group.synthetic else "")
-        return [model] + [_setting(group.settings.get(k)) for k in varying]
+        if not varying:
+            return [model]
+        parts = [
+            f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(group.settings[k])}"
+            for k in varying
+            if group.settings.get(k) is not None and not (k == "dataset" and group.synthetic)
+        ]
+        return [model, ", ".join(parts) or "defaults"]
 
     def table(title: str, cell: Callable[[BackendRow], Optional[str]], notes: List[str]) -> Table:
         rows = []
@@ -254,7 +261,17 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
     return tables
 
 
-def _setting(value) -> str:
+# How a setting reads in a row label ("batch 32, threads 1")
+SHORT_NAMES = {
+    "batch_size": "batch", "warmup_steps": "warmup", "train_samples": "train n",
+    "test_samples": "test n", "input_shape": "input", "num_classes": "classes",
+    "image_size": "images", "data_format": "format", "gpu_memory_fraction": "mem fraction",
+    "gpu_memory_growth": "mem growth", "mixed_precision": "mixed", "learning_rate": "lr",
+    "duration_s": "seconds",
+}  # fmt: skip
+
+
+def setting_cell(value) -> str:
     if value is None:
         return "default"
     if isinstance(value, (list, tuple)):

@@ -12,15 +12,15 @@ pytestmark = pytest.mark.slow
 
 
 def test_env_reports_every_backend_runnable(home):
-    require_backends("tensorflow", "jax", "torch", "torch-native", "mxnet")
+    require_backends("tensorflow", "jax", "torch", "torch-native", "mxnet", "mxnet-gluon")
     completed = run_kbench(["env", "--json"], home)
     assert completed.returncode == 0, dump(completed)
     report = json.loads(completed.stdout)
     by_name = {b["backend"]: b for b in report["backends"]}
-    assert set(by_name) == {"tensorflow", "jax", "torch", "torch-native", "mxnet"}
+    assert set(by_name) == {"tensorflow", "jax", "torch", "torch-native", "mxnet", "mxnet-gluon"}
     for name, probe in by_name.items():
         assert probe["ok"], probe
-        assert probe["framework"]["name"] == name.replace("-native", "")
+        assert probe["framework"]["name"] == name.split("-")[0]
         assert probe["framework"]["version"]
         assert "cpu" in " ".join(probe["framework"]["devices"]).lower()
     assert by_name["mxnet"]["keras"] == "2.2.4.3"

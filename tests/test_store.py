@@ -132,11 +132,11 @@ def test_compare_command_prints_and_writes_markdown(tmp_path):
     store.add(result("cc", "jax", 50.0, batch=64))
     done = run_kbench(["compare", "--store", str(tmp_path / "s"), "--baseline", "jax"], tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "batch_size" in done.stdout  # the setting that tells rows apart
+    assert "batch 16" in done.stdout  # the setting that tells rows apart
     assert "30 (20-40, n=3)" in done.stdout and "x2.00 (2.00-3.00, n=3)" in done.stdout
     markdown = (tmp_path / "s" / "compare.md").read_text()
-    assert "| mlp (synthetic) | 16 | 10 (10-20, n=3) | 30 (20-40, n=3) |" in markdown
-    assert "| mlp (synthetic) | 64 | 50 | - |" in markdown
+    assert "| mlp (synthetic) | batch 16 | 10 (10-20, n=3) | 30 (20-40, n=3) |" in markdown
+    assert "| mlp (synthetic) | batch 64 | 50 | - |" in markdown
     missing = run_kbench(["compare", "--store", str(tmp_path / "nothing")], tmp_path)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 

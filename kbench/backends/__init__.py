@@ -26,6 +26,8 @@ class BackendSpec:
     process_env: Dict[str, str] = field(default_factory=dict)
     packages: Tuple[str, ...] = ()  # distributions `kbench env` reports
     data_formats: Tuple[str, ...] = ("channels_last", "channels_first")
+    # Whether it can be the parity reference: the native ports only load Keras weights.
+    exports_weights: bool = True
 
     def load(self) -> type[Backend]:
         module_name, class_name = self.implementation.split(":")
@@ -60,12 +62,21 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.torch_native:TorchNativeBackend",
             packages=("torch",),
             data_formats=("channels_first",),
+            exports_weights=False,
         ),
         BackendSpec(
             name="mxnet",
             environment="mxnet",
             implementation="kbench.backends.keras_mxnet:KerasMXNetBackend",
             packages=("keras-mxnet", "mxnet", "mxnet-cu112"),
+        ),
+        BackendSpec(
+            name="mxnet-gluon",
+            environment="mxnet",
+            implementation="kbench.backends.mxnet_gluon:MXNetGluonBackend",
+            packages=("mxnet", "mxnet-cu112"),
+            data_formats=("channels_first",),
+            exports_weights=False,
         ),
     )
 }

@@ -7,59 +7,14 @@ from __future__ import annotations
 
 import collections
 import collections.abc
-import os
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from kbench.backends.keras_common import KerasBackend
+from kbench.backends.mxnet_common import MXNetFramework
 
 
-class KerasMXNetBackend(KerasBackend):
+class KerasMXNetBackend(MXNetFramework, KerasBackend):
     name = "mxnet"
-    memory_default = (
-        "pooled allocator grows on demand; MXNET_GPU_MEM_POOL_RESERVE=5 keeps 5% of GPU "
-        "memory out of the pool"
-    )
-
-    def configure_threads(self) -> Dict[str, Any]:
-        # MXNet reads its thread counts from the environment when it is imported;
-        # the runner sets OMP_NUM_THREADS before the interpreter starts. Unset, MXNet
-        # would use half the cores.
-        return {
-            "framework": {
-                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-                "MXNET_CPU_WORKER_NTHREADS": os.environ.get("MXNET_CPU_WORKER_NTHREADS", "1"),
-            }
-        }
-
-    def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
-        # MXNet has no per-process fraction. The nearest control is the share of GPU
-        # memory its pool leaves to others, read when mxnet is imported (after this).
-        applied: Dict[str, Any] = {}
-        if fraction is not None:
-            reserve = round((1.0 - fraction) * 100)
-            os.environ["MXNET_GPU_MEM_POOL_RESERVE"] = str(reserve)
-            applied["MXNET_GPU_MEM_POOL_RESERVE"] = (
-                f"{reserve} (the pool may use about {fraction:g} of GPU memory; MXNet has no "
-                "hard per-process limit)"
-            )
-        if growth:
-            applied["gpu_memory_growth"] = "not applicable: MXNet's pool always grows on demand"
-        return applied
-
-    def visible_gpus(self) -> int:
-        import mxnet as mx
-
-        return mx.context.num_gpus()
-
-    def framework_peaks(self) -> List[Dict[str, Any]]:
-        return [
-            {
-                "kind": "framework_peak",
-                "bytes": None,
-                "source": "not exposed by MXNet 1.9; the sampler's per-process NVML reading "
-                "(process_nvml) stands in",
-            }
-        ]
 
     def import_keras(self) -> Any:
         # keras 2.2.4 still uses collections.Iterable, removed in Python 3.10.
@@ -74,14 +29,7 @@ class KerasMXNetBackend(KerasBackend):
         return keras
 
     def seed(self, seed: int) -> None:
-        import random
-
-        import mxnet as mx
-        import numpy as np
-
-        random.seed(seed)
-        np.random.seed(seed)  # keras-mxnet draws initial weights with numpy
-        mx.random.seed(seed)
+        self.seed_generators(seed)  # keras-mxnet draws initial weights with numpy
 
     def make_optimizer(self, name: str, learning_rate: float) -> Any:
         optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
@@ -90,23 +38,3 @@ class KerasMXNetBackend(KerasBackend):
     def kernel_layout(self) -> str:
         # keras-mxnet keeps channels_first Conv2D kernels as (out, in, height, width)
         return "OIHW" if self.keras.backend.image_data_format() == "channels_first" else "HWIO"
-
-    def framework_info(self) -> Dict[str, Any]:
-        import mxnet as mx
-
-        features = mx.runtime.Features()
-        gpus = mx.context.num_gpus()
-        return {
-            "name": "mxnet",
-            "version": mx.__version__,
-            "devices": ["cpu"] + [f"gpu({i})" for i in range(gpus)],
-            "features": {
-                name: features.is_enabled(name)
-                for name in ("CUDA", "CUDNN", "MKLDNN", "OPENMP", "DIST_KVSTORE", "PROFILER")
-            },
-        }
-
-    def sync(self) -> None:
-        import mxnet as mx
-
-        mx.nd.waitall()

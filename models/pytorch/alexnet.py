@@ -11,14 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._layers import (
-    Conv2d,
-    KerasLayer,
-    KerasTwin,
-    check_image_shape,
-    keras_init_,
-    valid_size,
-)
+from .._shapes import check_image_shape, valid_size
+from ._layers import Conv2d, KerasLayer, KerasTwin, keras_init_
 
 # (filters, kernel, stride, padding, max-pool after), as in the Keras model
 CONVS = (

@@ -9,7 +9,8 @@ from typing import List, Sequence
 import torch
 from torch import nn
 
-from ._layers import KerasLayer, KerasTwin, check_image_shape, keras_init_
+from .._shapes import check_image_shape
+from ._layers import KerasLayer, KerasTwin, keras_init_
 
 
 class MLP(KerasTwin):

@@ -13,15 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._layers import (
-    Conv2d,
-    KerasLayer,
-    KerasTwin,
-    batch_norm,
-    check_image_shape,
-    global_average_pool,
-    keras_init_,
-)
+from .._shapes import check_image_shape
+from ._layers import Conv2d, KerasLayer, KerasTwin, batch_norm, global_average_pool, keras_init_
 
 STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))  # (filters, first block's stride)
 

@@ -15,15 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._layers import (
-    Conv2d,
-    KerasLayer,
-    KerasTwin,
-    batch_norm,
-    check_image_shape,
-    global_average_pool,
-    keras_init_,
-)
+from .._shapes import check_image_shape
+from ._layers import Conv2d, KerasLayer, KerasTwin, batch_norm, global_average_pool, keras_init_
 
 BN_EPSILON = 1.001e-5
 STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # filters, blocks, stride

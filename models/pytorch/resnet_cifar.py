@@ -16,16 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._layers import (
-    Conv2d,
-    KerasLayer,
-    KerasTwin,
-    batch_norm,
-    check_image_shape,
-    he_normal_,
-    keras_init_,
-    same_size,
-)
+from .._shapes import check_image_shape, same_size
+from ._layers import Conv2d, KerasLayer, KerasTwin, batch_norm, he_normal_, keras_init_
 
 L2 = 1e-4
 POOL = 8

@@ -9,7 +9,8 @@ from typing import List
 import torch
 from torch import nn
 
-from ._layers import Conv2d, KerasLayer, KerasTwin, check_image_shape, keras_init_
+from .._shapes import check_image_shape
+from ._layers import Conv2d, KerasLayer, KerasTwin, keras_init_
 
 
 class SmallCNN(KerasTwin):

@@ -11,14 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._layers import (
-    Conv2d,
-    KerasLayer,
-    KerasTwin,
-    batch_norm,
-    check_image_shape,
-    keras_init_,
-)
+from .._shapes import check_image_shape
+from ._layers import Conv2d, KerasLayer, KerasTwin, batch_norm, keras_init_
 
 BLOCKS = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
 

@@ -1,0 +1,214 @@
+"""Plain MXNet Gluon, no Keras: the models' ``HybridBlock`` twins in a hand-written loop.
+
+It shows what keras-mxnet costs on top of MXNet itself, and what hybridizing (a
+cached symbolic graph) buys. The loop computes what Keras computes, so that
+``kbench parity`` can hold it to the Keras backends: the loss is cross-entropy on the
+model's probabilities clipped to [1e-7, 1 - 1e-7] (Keras' epsilon) plus the model's
+weight penalties; Adam uses Keras' epsilon 1e-7. Images are NCHW
+(``channels_first``) only. Runs in the MXNet environment (numpy<1.24) and imports
+no Keras.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from kbench.backends.base import Backend, BackendMismatch
+from kbench.backends.mxnet_common import MXNetFramework
+
+KERAS_EPSILON = 1e-7
+# hybridize(): a graph whose memory is planned once and reused (static_alloc), for
+# inputs of one shape (static_shape); measured faster than plain hybridize() here
+HYBRIDIZE_OPTIONS = {"static_alloc": True, "static_shape": True}
+
+
+class MXNetGluonBackend(MXNetFramework, Backend):
+    name = "mxnet-gluon"
+
+    def load_framework(self, data_format: str) -> None:
+        if data_format != "channels_first":
+            raise BackendMismatch(
+                f"mxnet-gluon takes images as NCHW (channels_first); the run asked for "
+                f"{data_format!r}. Drop --data-format or use channels_first."
+            )
+        import mxnet as mx
+
+        from kbench_models import gluon as twins
+
+        self.mx, self.twins = mx, twins
+        self.context = mx.gpu(0) if mx.context.num_gpus() else mx.cpu()
+
+    def apply_switches(self) -> None:
+        board = self.switchboard
+        if board.value("mixed_precision") == "off":
+            board.applied("mixed_precision", "float32 throughout")
+        else:
+            board.not_applicable(
+                "mixed_precision",
+                "mxnet-gluon trains in float32 only: kbench does not drive MXNet's AMP "
+                "(mxnet.contrib.amp)",
+            )
+        if self.gpus == 0 or board.is_default("tf32"):
+            self.apply_tf32()  # no GPU: says so; auto: the framework's default
+        else:
+            board.not_applicable("tf32", "MXNet 1.9 has no switch kbench sets for TF32")
+
+    def tf32_default(self) -> str:
+        return "MXNet's default (cuBLAS and cuDNN decide; MXNet 1.9 sets no TF32 mode)"
+
+    def describe(self) -> Dict[str, Any]:
+        info = super().describe()
+        info.update(keras_version=None, keras_backend=None, image_data_format="channels_first")
+        return info
+
+    # ------------------------------------------------------------------ model
+
+    def seed(self, seed: int) -> None:
+        self.seed_generators(seed)  # Gluon's initialisers draw from MXNet's and numpy's
+
+    def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
+        import kbench_models
+
+        net = self.twins.build(name, tuple(input_shape), num_classes)
+        net.collect_params().reset_ctx(self.context)
+        net.kbench_spec = kbench_models.MODELS[name]
+        net.kbench_input_shape = tuple(input_shape)
+        # counted before hybridizing: a hybridized net calls no child block's hooks
+        net.kbench_flops = self.twins.count_flops(net, self._sample(net))
+        if self.switchboard.value("hybridize"):
+            net.hybridize(**HYBRIDIZE_OPTIONS)
+            options = ", ".join(f"{key}={value}" for key, value in HYBRIDIZE_OPTIONS.items())
+            detail = (
+                f"net.hybridize({options}): one cached symbolic graph (CachedOp) per input "
+                "shape, built in the first step, its memory planned once"
+            )
+        else:
+            detail = "imperative Gluon: not hybridized, operators dispatched one by one"
+        self.switchboard.applied("hybridize", detail)
+        return net
+
+    def count_params(self, model: Any) -> int:
+        return int(self.twins.keras_param_count(model))
+
+    def _sample(self, model: Any, batch: int = 1) -> Any:
+        shape = (batch,) + model.kbench_input_shape
+        return self.mx.nd.zeros(shape, ctx=self.context)
+
+    def output_shape(self, model: Any) -> List[int]:
+        return [int(d) for d in model(self._sample(model)).shape[1:]]
+
+    def flops(self, model: Any) -> Dict[str, Any]:
+        """The same count as kbench.flops, read off the blocks during one forward pass."""
+        from kbench.flops import METHOD
+
+        forward = int(model.kbench_flops)
+        return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": METHOD}
+
+    # -------------------------------------------------------------- training
+
+    def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
+        mx = self.mx
+        if optimizer == "adam":
+            rule = mx.optimizer.Adam(
+                learning_rate=learning_rate, beta1=0.9, beta2=0.999, epsilon=KERAS_EPSILON
+            )
+        else:
+            rule = mx.optimizer.SGD(learning_rate=learning_rate, momentum=0.0)
+        # the loss is a mean already: step(1) applies the gradient unscaled
+        model.kbench_trainer = mx.gluon.Trainer(model.collect_params(), rule, kvstore=None)
+        model.kbench_loss = loss
+        model.kbench_penalties = self.twins.weight_penalties(model)
+
+    def _arrays(self, x: np.ndarray, y: Optional[np.ndarray] = None):
+        nd = self.mx.nd
+        inputs = nd.array(x, ctx=self.context, dtype=np.float32)  # token ids too
+        if y is None:
+            return inputs
+        return inputs, nd.array(y, ctx=self.context, dtype=np.float32)
+
+    def _loss(self, model: Any, probabilities: Any, labels: Any) -> Any:
+        """Keras' cross-entropy on probabilities (the batch mean)."""
+        nd = self.mx.nd
+        if model.kbench_loss == "binary_crossentropy":
+            p = nd.clip(probabilities, KERAS_EPSILON, 1.0 - KERAS_EPSILON)
+            labels = labels.reshape(p.shape)
+            return -nd.mean(labels * nd.log(p) + (1 - labels) * nd.log(1 - p))
+        # as Keras: normalise, clip, then the log of the true class
+        p = probabilities / nd.sum(probabilities, axis=-1, keepdims=True)
+        p = nd.clip(p, KERAS_EPSILON, 1.0 - KERAS_EPSILON)
+        return -nd.mean(nd.log(nd.pick(p, labels.reshape((-1,)), axis=-1)))
+
+    def _hits(self, model: Any, probabilities: Any, labels: Any) -> Any:
+        nd = self.mx.nd
+        if model.kbench_loss == "binary_crossentropy":
+            return nd.sum((probabilities > 0.5) == labels.reshape(probabilities.shape))
+        return nd.sum(nd.argmax(probabilities, axis=-1) == labels.reshape((-1,)))
+
+    def _step(self, model: Any, inputs: Any, labels: Any) -> Tuple[Any, Any]:
+        autograd = self.mx.autograd
+        with autograd.record():  # training mode: BatchNorm on the batch's statistics
+            probabilities = model(inputs)
+            total = self._loss(model, probabilities, labels)
+            if model.kbench_penalties:
+                total = total + self.twins.regularization_loss(model, model.kbench_penalties)
+        total.backward()  # MXNet moves BatchNorm's statistics here
+        model.kbench_trainer.step(1)
+        return total, self._hits(model, probabilities, labels)
+
+    def fit_epoch(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
+    ) -> Dict[str, float]:
+        loss_sum = hits_sum = 0.0
+        steps = len(x) // batch_size
+        for step in range(steps):
+            clock.batch_begin()
+            part = slice(step * batch_size, (step + 1) * batch_size)
+            inputs, labels = self._arrays(x[part], y[part])
+            loss, hits = self._step(model, inputs, labels)
+            self.mx.nd.waitall()  # the update too, not only the loss it follows
+            loss = float(loss.asscalar())
+            clock.batch_end({"loss": loss})
+            loss_sum += loss
+            hits_sum += float(hits.asscalar())
+        return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
+
+    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
+        loss, _ = self._step(model, *self._arrays(x, y))
+        return float(loss.asscalar())
+
+    def evaluate(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int
+    ) -> Tuple[float, float]:
+        loss_sum = hits = 0.0
+        penalty = float(self.twins.regularization_loss(model).asscalar())
+        for start in range(0, len(x), batch_size):
+            part = slice(start, start + batch_size)
+            inputs, labels = self._arrays(x[part], y[part])
+            probabilities = model(inputs)  # outside autograd.record(): inference mode
+            loss_sum += float(self._loss(model, probabilities, labels).asscalar()) * len(inputs)
+            hits += float(self._hits(model, probabilities, labels).asscalar())
+        return loss_sum / len(x) + penalty, hits / len(x)
+
+    def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:
+        return model(self._arrays(batch)).asnumpy()  # a host array: the device is done
+
+    # --------------------------------------------------------------- weights
+
+    def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
+        raise NotImplementedError(
+            "mxnet-gluon only receives weights: put a Keras backend first in "
+            "`kbench parity --backend` so that it is the reference"
+        )
+
+    def set_weights(
+        self,
+        model: Any,
+        weights: List[Tuple[str, List[np.ndarray]]],
+        source_format: str,
+        source_kernel_layout: str = "HWIO",
+    ) -> None:
+        self.twins.load_keras_weights(
+            model, weights, source_format, kernel_layout=source_kernel_layout
+        )

@@ -1,0 +1,255 @@
+"""``kbench ops``: operator micro-benchmarks across backends (see :mod:`kbench.ops`).
+
+Registered on the ``kbench`` command by :func:`add_command`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from kbench import environments
+from kbench.config import ConfigError
+from kbench.ops.runner import (
+    DEFAULT_MAX_MEMORY_MB,
+    DEFAULT_REPEATS,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WARMUP,
+    OpsConfig,
+    progress_line,
+    run_ops,
+)
+from kbench.ops.spec import DEFAULT_SIZES, DTYPES, MIN_SWEEP_SIZE, OPS, sizes_up_to
+from kbench.ops.views import ops_tables
+from kbench.ops.worker import IMPLEMENTATIONS
+
+log = logging.getLogger("kbench")
+
+
+def _op_lines() -> str:
+    width = max(len(name) for name in OPS)
+    lines = [f"  {name:<{width}}  size n: {spec.size_meaning}" for name, spec in OPS.items()]
+    return "\n".join(lines)
+
+
+DEFAULT_SIZES_TEXT = ",".join(map(str, DEFAULT_SIZES))
+DESCRIPTION = """\
+Time single operations on each backend: tensor creation, activations, dot product,
+GEMM, flatten, normalization, 2-D convolution forward and backward, dense backward and
+an LSTM cell step, over a sweep of sizes. TensorFlow, JAX and PyTorch run one
+definition written with keras.ops; torch-native runs plain PyTorch; mxnet runs mx.nd
+(with mx.autograd for the backward operations). Each backend runs in its own worker
+process, with the thread and device settings of `kbench run`.
+
+Before it is timed, every operation at every size is checked against a float64 numpy
+reference computed from the same seeded inputs: each output must be within
+rtol x scale of it (rtol grows with the number of terms summed into an output; scale
+is the output's magnitude). A MISMATCH is reported and not timed. Then each operation
+runs --warmup times, and --repeats times on the clock, each call ending only when the
+device is done (block_until_ready, torch.cuda.synchronize, mx.nd.waitall, TensorFlow's
+sync_devices); the table shows the median and p10-p90. GEMM, convolutions, dense
+backward and the LSTM cell also get GFLOP/s and, on the CPU, their share of the
+machine's measured float32 matrix-multiply peak.
+
+One result per backend (kind "ops") goes to --output-dir, with every call's time.
+"""
+
+EPILOG = f"""\
+operations and what the size n means for each:
+{_op_lines()}
+
+examples:
+  kbench ops                                        every op and backend, sizes {DEFAULT_SIZES_TEXT}
+  kbench ops --backend jax,torch-native --ops gemm,conv2d --sizes 128,256
+  kbench ops --max-size 2048 --max-memory 4096      powers of two from {MIN_SWEEP_SIZE} to 2048
+  kbench ops --backend mxnet --device cpu --threads 1 --repeats 30
+  kbench ops --dtype float64 --ops gemm,dot         float64 (JAX gets JAX_ENABLE_X64=1)
+"""
+
+
+def add_command(commands: Any) -> argparse.ArgumentParser:
+    """Register ``ops`` on the ``kbench`` command's subparsers."""
+    parser = commands.add_parser(
+        "ops",
+        help="operator micro-benchmarks (GEMM, convolution, activations, ...) per backend",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--backend",
+        default=None,
+        metavar="NAMES",
+        help=f"comma-separated, from {', '.join(IMPLEMENTATIONS)} (default: every one whose "
+        "environment exists)",
+    )
+    parser.add_argument(
+        "--ops",
+        "--op",
+        dest="ops",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated operations, listed below (default: all)",
+    )
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument(
+        "--sizes",
+        default=None,
+        metavar="N,N,...",
+        help=f"sizes to sweep (default: {','.join(map(str, DEFAULT_SIZES))}); what n means per "
+        "operation is listed below",
+    )
+    sizes.add_argument(
+        "--max-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"sweep the powers of two from {MIN_SWEEP_SIZE} up to N instead",
+    )
+    parser.add_argument(
+        "--max-memory",
+        type=float,
+        default=DEFAULT_MAX_MEMORY_MB,
+        metavar="MIB",
+        help="skip an operation at a size whose estimated memory (inputs, outputs, the "
+        f"float64 reference) is above MIB; it is reported SKIPPED "
+        f"(default: {DEFAULT_MAX_MEMORY_MB:g})",
+    )
+    parser.add_argument(
+        "--dtype", default="float32", help=f"one of {', '.join(DTYPES)} (default: float32)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        help=f"timed calls per operation and size (default: {DEFAULT_REPEATS})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=DEFAULT_WARMUP,
+        help=f"untimed calls before them, after the check's call (default: {DEFAULT_WARMUP})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs (default: 0)")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto: whatever the framework picks; cpu: hide every GPU from the worker; "
+        "gpu: fail unless the framework sees one (default: auto)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
+        "machine's cores also pins the worker to that many cores (default: all cores)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        dest="timeout_s",
+        metavar="SECONDS",
+        help="stop a backend's worker that takes longer (all its operations together) and "
+        f"record it as 'timeout', keeping what it finished (default: {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("results"),
+        help="where result JSON files (one per backend, plus an index) and worker logs go "
+        "(default: ./results)",
+    )
+    parser.set_defaults(handler=command_ops)
+    return parser
+
+
+def _names(text: Optional[str], setting: str, allowed: List[str]) -> Optional[List[str]]:
+    if text is None:
+        return None
+    names = [item.strip() for item in text.split(",") if item.strip()]
+    if not names:
+        raise ConfigError(
+            setting, f"expected one or more of {', '.join(allowed)}; received {text!r}."
+        )
+    return names
+
+
+def parse_sizes(text: Optional[str], max_size: Optional[int]) -> List[int]:
+    if max_size is not None:
+        if max_size <= 0:
+            raise ConfigError("max_size", f"expected a positive integer; received {max_size}.")
+        return list(sizes_up_to(max_size))
+    if text is None:
+        return list(DEFAULT_SIZES)
+    sizes = []
+    for item in text.split(","):
+        try:
+            size = int(item.strip())
+        except ValueError:
+            raise ConfigError(
+                "sizes", f"expected positive integers, for example 64,128; received {item!r}."
+            ) from None
+        if size <= 0:
+            raise ConfigError(
+                "sizes", f"expected positive integers, for example 64,128; received {size}."
+            )
+        sizes.append(size)
+    return list(dict.fromkeys(sizes))
+
+
+def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
+    """Validated configs, one per backend; raises ConfigError for bad input."""
+    backends = _names(args.backend, "backend", list(IMPLEMENTATIONS))
+    if backends is None:
+        runnable = environments.runnable_backends()
+        backends = [name for name in IMPLEMENTATIONS if runnable.get(name, "absent") is None]
+        if not backends:
+            raise ConfigError(
+                "backend",
+                "expected at least one backend environment; none exists. Create them with "
+                f"{environments.SETUP_SCRIPT}.",
+            )
+    ops = _names(args.ops, "ops", list(OPS)) or list(OPS)
+    settings: Dict[str, Any] = dict(
+        ops=ops,
+        sizes=parse_sizes(args.sizes, args.max_size),
+        dtype=args.dtype,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        device=args.device,
+        threads=args.threads,
+        timeout_s=args.timeout_s,
+        seed=args.seed,
+        max_memory_mb=args.max_memory,
+    )
+    return [OpsConfig(backend=backend, **settings) for backend in dict.fromkeys(backends)]
+
+
+def show_progress(config: OpsConfig, event: Dict[str, Any]) -> None:
+    line = progress_line(config, event)
+    if line:
+        log.info("%s", line)
+
+
+def command_ops(args: argparse.Namespace) -> int:
+    configs = configs_from_args(args)
+    results = run_ops(configs, args.output_dir, on_progress=show_progress)
+    for table in ops_tables(results):
+        print(table.text())
+        print()
+    print(f"{len(results)} result(s) in {args.output_dir}/, worker logs in {args.output_dir}/logs/")
+    bad = [r for r in results if not r.ok]
+    for result in bad:
+        print(f"  {result.config['backend']}/ops: {result.status}: {result.reason}")
+    mismatched = [
+        f"{r.config['backend']} {e['op']} {e['size']}"
+        for r in results
+        for e in r.metrics.get("ops", [])
+        if e["status"] in ("mismatch", "failed")
+    ]
+    if mismatched:
+        print(f"  mismatched or failed operations: {', '.join(mismatched)}")
+    return 1 if bad or mismatched else 0

@@ -1,0 +1,672 @@
+"""Parent side of a data-parallel run: start every process, watch them, build one result.
+
+:func:`run_distributed` is what :meth:`kbench.runner.Runner.run_one` delegates to
+when ``config.distributed`` is not ``none``. It draws the runner's seeded batch order
+at the global batch (per-worker batch x workers) and cuts every global step into one
+slice per worker (``shards.npy``), plans the processes of the mode on this host
+(:mod:`kbench.distributed.plan`), starts each in its own process group with the
+backend's environment, samples all of them with one :class:`JobSampler`, and
+watches them: the run is over when every primary process (the workers, torchrun,
+the TensorFlow chief) has exited cleanly; it has failed as soon as any process
+exits with an error or dies, reports an error (even if its framework then hangs in
+its exit), or a worker torchrun started vanishes without a reply; it times out at
+``config.timeout_s``. Then every process it started, and anything still running
+whose command line names the run's directory, is stopped (SIGTERM, then SIGKILL),
+and the workers' replies are merged into one :class:`~kbench.results.RunResult`
+saved in the store, kind ``train``. A SIGTERM to kbench stops the run the same way;
+if kbench is killed outright, every worker notices within a second
+(``KBENCH_DIST_PARENT``) and ends.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+import psutil
+
+from kbench import datasets, environments, sysinfo
+from kbench import runner as runner_mod
+from kbench.config import RunConfig
+from kbench.distributed import merge
+from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
+from kbench.distributed.sampling import JobSampler
+from kbench.results import RunResult
+from kbench.sampler import windows_from_markers
+from kbench.store import ResultStore, host_of
+from kbench.switches import SWITCHES
+from kbench.task import PROGRESS_PREFIX, WorkerReply, WorkerTask, read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1
+KILL_GRACE_S = 5.0
+FAILED_GRACE_S = 2.0
+HELPER_GRACE_S = 10.0  # MXNet's scheduler and server leave by themselves after the workers
+LOG_TAIL_LINES = runner_mod.LOG_TAIL_LINES
+
+
+def run_distributed(
+    runner: Any,
+    config: RunConfig,
+    data: datasets.PreparedData,
+    session_dir: Path,
+    python_path: Path,
+    sweep: Optional[Dict[str, Any]] = None,
+) -> RunResult:
+    """Run ``config`` on its mode's engine; save and return its result."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run_id = (
+        f"{stamp}-{config.backend}-{config.model}-{config.distributed}x{config.workers}-"
+        f"{os.urandom(3).hex()}"
+    )
+    run_dir = session_dir / run_id
+    for sub in ("procs", "replies"):
+        (run_dir / sub).mkdir(parents=True)
+    started_at = time.time()
+    interpreter = environments.interpreter_for(config.backend)
+    base = dict(
+        run_id=run_id,
+        config=config,
+        data=data,
+        started_at=started_at,
+        interpreter=interpreter,
+        sweep=sweep,
+    )
+    store = ResultStore(runner.output_dir)
+
+    refused = preflight(config)
+    if refused:
+        return save(ended(**base, status="unsupported", reason=refused), store)
+    try:
+        cluster = Cluster.from_environment()
+        ports = cluster.ports(ports_needed(config.distributed, config.workers))
+        procs, endpoints = plan(
+            config.distributed, config.workers, cluster, ports, str(run_dir / "run.json")
+        )
+    except PlanError as err:
+        return save(ended(**base, status="failed", reason=str(err)), store)
+
+    # the order every worker's shard comes from: the runner's, at the global batch
+    global_batch = config.batch_size * config.workers
+    order = datasets.batch_order(
+        data.train_samples,
+        global_batch,
+        config.epochs or 1,
+        config.seed,
+        total_steps=None if config.steps is None else config.warmup_steps + config.steps,
+    )
+    shards = cut_shards(order, config.workers, config.batch_size)
+    np.save(run_dir / "shards.npy", shards)
+
+    # processes that compute on this host (torchrun's workers counted through it)
+    local_trainers = (
+        sum(
+            len(p.worker_ranks) if p.role == "launcher" else 1
+            for p in procs
+            if p.pin or p.role == "launcher"
+        )
+        or 1
+    )
+    threads, cores = core_layout(config, local_trainers)
+    env, keras_json = environments.process_environment(
+        config.backend, run_dir, python_path, threads, config.data_format, config.device
+    )
+    if cluster.ifname:
+        env["GLOO_SOCKET_IFNAME"] = cluster.ifname
+    env["KBENCH_DIST_MODE"] = config.distributed
+    env["KBENCH_DIST_PARENT"] = str(os.getpid())  # workers end if this process is killed
+    dist = {
+        "mode": config.distributed,
+        "workers": config.workers,
+        "steps_per_epoch": int(shards.shape[1] // (config.epochs or 1))
+        if config.steps is None
+        else int(shards.shape[1]),
+        "shards_path": str(run_dir / "shards.npy"),
+        "procs_dir": str(run_dir / "procs"),
+        "replies_dir": str(run_dir / "replies"),
+        "run_dir": str(run_dir),
+        "endpoints": endpoints,
+        "cluster": cluster.to_dict(),
+        "cores": cores,
+        "pin_workers": bool(cores),
+        "threads_per_worker": threads,
+    }
+    task = WorkerTask(
+        config=config.to_dict() | {"threads": threads},
+        data=data.to_dict(),
+        order_path=str(run_dir / "shards.npy"),
+        data_format=keras_json["image_data_format"],
+        reply_path=str(run_dir / "replies"),
+        started_at=started_at,
+    )
+    write_json_atomic(run_dir / "run.json", {"task": task.to_dict(), "distributed": dist})
+
+    log_path = Path(runner.output_dir) / "logs" / f"{run_id}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    job = Job(procs, interpreter, env, run_dir, log_path, config, runner.on_progress, runner.nvml)
+    outcome = job.run()
+    ended_at = time.time()
+
+    replies = read_replies(run_dir / "replies")
+    status, reason, error = judge(outcome, replies, config)
+    metrics: Dict[str, Any] = {}
+    leader = next((r for r in replies.values() if r.get("evaluation")), None)
+    if status == "ok":
+        pass_length = order.shape[1] if config.steps is None else data.train_samples
+        metrics = merge.metrics(config, replies, shards, pass_length)
+    sampled = None
+    if outcome.sampler is not None:
+        windows = windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
+        sampled = outcome.sampler.result(windows)
+        if metrics:
+            metrics["memory"] += runner_mod.sampled_memory(sampled["summary"])
+            metrics["energy"] = runner_mod.measured_energy(
+                sampled["summary"], metrics["measured_images"]
+            )
+    if metrics and leader:
+        reply = WorkerReply(
+            status="ok", framework=leader.get("framework", {}), model=leader.get("model", {})
+        )
+        metrics["compute"] = runner_mod.compute_rate(config, metrics, reply)
+    if metrics:
+        metrics["distributed"].update(
+            processes=outcome.processes,
+            endpoints=endpoints,
+            ports=ports,
+            cluster=cluster.to_dict(),
+            threads_per_worker=threads,
+            cores=cores,
+            traffic=traffic_note(config.distributed, cluster),
+        )
+    result = ended(
+        **base,
+        status=status,
+        reason=reason,
+        error=error,
+        wall_time_s=ended_at - started_at,
+        metrics=metrics,
+        sampler=sampled,
+        model=(leader or {}).get("model", {}),
+        framework=(leader or {}).get("framework", {}),
+        process_env=environments.recorded_variables(env, config.backend),
+        keras_json=keras_json,
+    )
+    if result.ok:
+        metrics["distributed"]["scaling"] = merge.scaling(
+            config, metrics["images_per_sec"], store, host_of(result)
+        )
+        log.info("%s", merge.breakdown_line(result))
+    return save(result, store)
+
+
+def preflight(config: RunConfig) -> Optional[str]:
+    """Why the run cannot go ahead before anything starts, or None."""
+    changed = [name for name, switch in SWITCHES.items() if getattr(config, name) != switch.default]
+    if changed:
+        return (
+            f"--distributed {config.distributed}: the optimization switches "
+            f"({', '.join(changed)}) are not wired into kbench's distributed training loops; "
+            "leave them at their defaults"
+        )
+    return None
+
+
+def cut_shards(order: np.ndarray, workers: int, batch_size: int) -> np.ndarray:
+    """(epochs, steps x global batch) -> (workers, steps, batch): worker r takes the r-th
+    slice of each global step, so every sample of a pass goes to exactly one worker."""
+    epochs, length = order.shape
+    steps = length // (batch_size * workers)
+    per_step = order.reshape(epochs * steps, workers, batch_size)
+    return np.ascontiguousarray(per_step.transpose(1, 0, 2))
+
+
+def core_layout(config: RunConfig, local_workers: int) -> Tuple[int, List[List[int]]]:
+    """Threads per training process and the cores each is pinned to.
+
+    ``--threads`` is per worker; without it this host's cores are split evenly among
+    its training processes (at least one each). No pinning where affinity is not
+    available.
+    """
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    count = len(available) or os.cpu_count() or 1
+    threads = config.threads or max(1, count // local_workers)
+    if not available:
+        return threads, []
+    layout = []
+    for index in range(local_workers):
+        start = (index * threads) % len(available)
+        layout.append([available[(start + i) % len(available)] for i in range(threads)])
+    return threads, layout
+
+
+def traffic_note(mode: str, cluster: Cluster) -> str:
+    where = "127.0.0.1 (loopback)" if cluster.hosts == ("127.0.0.1",) else cluster.address
+    notes = {
+        "torch-ddp": "gloo binds and advertises {w}; torchrun's rendezvous store (a c10d "
+        "TCPStore) listens on every interface of its port: PyTorch has no bind-address "
+        "option for it, and every worker connects to it on {w}",
+        "tf-multiworker": "workers advertise {w} in TF_CONFIG; TensorFlow's gRPC servers "
+        "listen on every interface of their ports (TensorFlow binds 0.0.0.0, not settable)",
+        "tf-ps": "every task advertises {w} in TF_CONFIG; TensorFlow's gRPC servers listen on "
+        "every interface of their ports (TensorFlow binds 0.0.0.0, not settable)",
+        "tf-mirrored": "one process: no network traffic",
+        "jax": "the coordinator binds and advertises {w} (coordinator_bind_address); gloo "
+        "collectives on {w}",
+        "mxnet-sync": "ps-lite: scheduler, server and workers bind and advertise {w} "
+        "(DMLC_NODE_HOST, DMLC_INTERFACE)",
+    }
+    notes["mxnet-async"] = notes["mxnet-sync"]
+    return notes[mode].format(w=where)
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Running:
+    spec: Process
+    popen: subprocess.Popen
+    tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES))
+    reader: Optional[threading.Thread] = None
+
+
+@dataclass
+class Failure:
+    name: str
+    pid: int
+    how: str  # one line
+    returncode: Optional[int]
+    by_signal: bool
+    tail: List[str]
+
+
+@dataclass
+class Outcome:
+    timed_out: bool
+    failures: List[Failure]
+    processes: List[Dict[str, Any]]
+    sampler: Optional[JobSampler]
+    tails: Dict[str, List[str]]
+
+
+class Job:
+    """The processes of one run: started, relayed, sampled, watched and stopped."""
+
+    def __init__(self, procs, interpreter, env, run_dir, log_path, config, on_progress, nvml):
+        self.procs: List[Process] = procs
+        self.interpreter = str(interpreter)
+        self.env = env
+        self.run_dir = Path(run_dir)
+        self.log_path = log_path
+        self.config = config
+        self.on_progress = on_progress
+        self.nvml = nvml
+        self.running: Dict[str, Running] = {}
+        self.announced: Dict[str, Dict[str, Any]] = {}
+        self.log_lock = threading.Lock()
+
+    def run(self) -> Outcome:
+        sampler = None
+        if self.config.sample_interval_s > 0:
+            sampler = JobSampler(self.config.sample_interval_s, nvml=self.nvml).start()
+        timed_out, failures = False, []
+        with open(self.log_path, "w") as log_file, interrupt_on_sigterm():
+            self.log_file = log_file
+            try:
+                for spec in self.procs:
+                    self._start(spec, sampler)
+                timed_out, failures = self._watch(sampler)
+            finally:
+                self._stop_all(success=not timed_out and not failures)
+                if sampler is not None:
+                    sampler.stop()
+                for running in self.running.values():
+                    if running.reader:
+                        running.reader.join(timeout=10)
+        processes = [
+            {
+                "name": name,
+                "role": r.spec.role,
+                "rank": r.spec.rank,
+                "pid": r.popen.pid,
+                "exit_code": r.popen.returncode,
+                "primary": r.spec.primary,
+                "started_by": "kbench",
+            }
+            for name, r in self.running.items()
+        ]
+        processes += [
+            {
+                "name": name,
+                "role": a["role"],
+                "rank": a["rank"],
+                "pid": a["pid"],
+                "exit_code": None,
+                "primary": True,
+                "started_by": "torchrun",
+            }
+            for name, a in self.announced.items()
+            if name not in self.running
+        ]
+        tails = {name: list(r.tail) for name, r in self.running.items()}
+        return Outcome(timed_out, failures, processes, sampler, tails)
+
+    def _start(self, spec: Process, sampler: Optional[JobSampler]) -> None:
+        popen = subprocess.Popen(
+            [self.interpreter, *spec.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(self.env, **spec.env),
+            cwd=self.run_dir,
+            start_new_session=True,  # its own process group: stopped as a whole
+            text=True,
+            errors="replace",
+        )
+        running = Running(spec, popen)
+        running.reader = threading.Thread(target=self._relay, args=(running,), daemon=True)
+        running.reader.start()
+        self.running[spec.name] = running
+        if sampler is not None and spec.role != "launcher":  # torchrun: its workers announce
+            sampler.add(spec.name, popen.pid)
+
+    def _relay(self, running: Running) -> None:
+        prefix = f"[{running.spec.name}] "
+        for line in running.popen.stdout:
+            with self.log_lock:
+                self.log_file.write(prefix + line)
+                self.log_file.flush()
+            if line.startswith(PROGRESS_PREFIX):
+                try:
+                    event = json.loads(line[len(PROGRESS_PREFIX) :])
+                except ValueError:
+                    continue
+                if self.on_progress:
+                    self.on_progress(self.config, event)
+            else:
+                running.tail.append(line.rstrip("\n"))
+
+    def _discover(self, sampler: Optional[JobSampler]) -> None:
+        for path in (self.run_dir / "procs").glob("*.json"):
+            name = path.stem
+            if name in self.announced:
+                continue
+            try:
+                record = read_json(path)
+            except (OSError, ValueError):
+                continue  # being written
+            self.announced[name] = record
+            if name not in self.running and sampler is not None:
+                sampler.add(name, record["pid"])
+
+    def _reply(self, name: str) -> Optional[Dict[str, Any]]:
+        path = self.run_dir / "replies" / f"{name}.json"
+        try:
+            return read_json(path) if path.exists() else None
+        except (OSError, ValueError):
+            return None
+
+    def _watch(self, sampler: Optional[JobSampler]) -> Tuple[bool, List[Failure]]:
+        deadline = time.monotonic() + self.config.timeout_s
+        while True:
+            self._discover(sampler)
+            failures = []
+            done = True
+            for name, running in self.running.items():
+                code = running.popen.poll()
+                if code is None:
+                    done = done and not running.spec.primary
+                elif code != 0:
+                    failures.append(self._failure(name, running.popen.pid, code, running.tail))
+            for name, record in self.announced.items():
+                reply = self._reply(name)
+                if reply is not None and reply.get("status") != "ok":
+                    # failed, even if its process is still stuck in the framework's exit
+                    running = self.running.get(name)
+                    failures.append(
+                        self._failure(name, record["pid"], None, running.tail if running else [])
+                    )
+                elif name not in self.running and not alive(record["pid"]) and reply is None:
+                    failures.append(self._failure(name, record["pid"], None, []))
+            if failures:
+                return False, failures
+            if done:
+                return False, []
+            if time.monotonic() > deadline:
+                log.warning(
+                    "%s: past its %g s timeout; stopping every process",
+                    self.config.label(),
+                    self.config.timeout_s,
+                )
+                return True, []
+            time.sleep(POLL_S)
+
+    def _failure(self, name: str, pid: int, code: Optional[int], tail) -> Failure:
+        reply = self._reply(name)
+        if reply is not None and reply.get("error"):
+            error = reply["error"]
+            how = f"{name}: {error['type']}: {error['message']}".strip().splitlines()[0]
+        elif code is None:
+            how = f"{name} (pid {pid}) ended without reporting a result"
+        elif code < 0:
+            how = f"{name} (pid {pid}) was killed by signal {signal.Signals(-code).name}"
+        else:
+            how = f"{name} (pid {pid}) exited with code {code} without reporting a result"
+        by_signal = code is not None and code < 0 or (code is None and reply is None)
+        return Failure(name, pid, how[:500], code, by_signal, list(tail))
+
+    def _stop_all(self, success: bool) -> None:
+        if success:  # helpers that leave by themselves get a moment to do so
+            deadline = time.monotonic() + HELPER_GRACE_S
+            lingering = [
+                r for r in self.running.values() if r.spec.stops_itself and r.popen.poll() is None
+            ]
+            while lingering and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+                lingering = [r for r in lingering if r.popen.poll() is None]
+        groups = [r.popen.pid for r in self.running.values() if r.popen.poll() is None]
+        strays = [a["pid"] for a in self.announced.values() if alive(a["pid"])]
+        for pgid in groups:
+            signal_group(pgid, signal.SIGTERM)
+        for pid in strays:
+            signal_pid(pid, signal.SIGTERM)
+        # after a failure the others are usually stuck in a collective: less grace
+        deadline = time.monotonic() + (KILL_GRACE_S if success else FAILED_GRACE_S)
+        while time.monotonic() < deadline and (
+            any(r.popen.poll() is None for r in self.running.values())
+            or any(alive(pid) for pid in strays)
+        ):
+            time.sleep(POLL_S)
+        for running in self.running.values():
+            signal_group(running.popen.pid, signal.SIGKILL)  # whatever its group left behind
+            if running.popen.poll() is None:
+                running.popen.kill()
+            running.popen.wait()
+        for pid in strays:
+            signal_pid(pid, signal.SIGKILL)
+        for proc in left_behind(self.run_dir):
+            log.warning(
+                "stopping pid %d left behind by the run (%s)",
+                proc.pid,
+                " ".join(proc.info.get("cmdline") or [])[:200],
+            )
+            signal_pid(proc.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm():
+    """SIGTERM (``kill``) raises KeyboardInterrupt while a run is on, so that its
+    processes are stopped on the way out; only from the main thread."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def signal_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def left_behind(run_dir: Path) -> List[psutil.Process]:
+    """Processes still running whose command line names the run's directory: ours."""
+    needle = str(run_dir)
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            cmdline = proc.info.get("cmdline") or []
+            if proc.info.get("status") != psutil.STATUS_ZOMBIE and any(
+                needle in a for a in cmdline
+            ):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+# ------------------------------------------------------------------------------- results
+
+
+def read_replies(directory: Path) -> Dict[str, Dict[str, Any]]:
+    replies = {}
+    for path in sorted(directory.glob("*.json")):
+        try:
+            replies[path.stem] = read_json(path)
+        except (OSError, ValueError):
+            continue
+    return replies
+
+
+def judge(
+    outcome: Outcome, replies: Dict[str, Dict[str, Any]], config: RunConfig
+) -> Tuple[str, Optional[str], Optional[Dict[str, Any]]]:
+    """(status, one-line reason, error details) of the whole run."""
+    unsupported = [r for r in replies.values() if r.get("status") == "unsupported"]
+    if unsupported:
+        error = dict(unsupported[0]["error"])
+        return "unsupported", error["message"].splitlines()[0][:500], error
+    if outcome.timed_out:
+        tails = "\n".join(f"[{n}] {line}" for n, t in outcome.tails.items() for line in t[-10:])
+        return (
+            "timeout",
+            f"the run passed its {config.timeout_s:g} s timeout; every process was stopped",
+            {"type": "Timeout", "message": "", "traceback": "", "log_tail": tails},
+        )
+    if outcome.failures:
+        # the cause: a process that died (signal, no reply) before one that reported the
+        # error its peers' death gave it
+        cause = sorted(outcome.failures, key=lambda f: not f.by_signal)[0]
+        reply = replies.get(cause.name) or {}
+        error = dict(
+            reply.get("error") or {"type": "WorkerDied", "message": cause.how, "traceback": ""}
+        )
+        error.update(
+            process=cause.name,
+            pid=cause.pid,
+            returncode=cause.returncode,
+            log_tail="\n".join(cause.tail or outcome.tails.get(cause.name, [])),
+            others=[f.how for f in outcome.failures if f is not cause],
+        )
+        status = reply.get("status") if reply.get("status") in ("oom", "failed") else "failed"
+        return status, cause.how, error
+    trainers = [r for r in replies.values() if r.get("workers")]
+    if not trainers:
+        return (
+            "failed",
+            "no worker reported a result",
+            {
+                "type": "NoReply",
+                "message": "",
+                "traceback": "",
+                "log_tail": "\n".join(line for t in outcome.tails.values() for line in t[-10:]),
+            },
+        )
+    return "ok", None, None
+
+
+def ended(
+    *,
+    run_id: str,
+    config: RunConfig,
+    data: datasets.PreparedData,
+    started_at: float,
+    interpreter: Path,
+    sweep: Optional[Dict[str, Any]],
+    status: str,
+    reason: Optional[str] = None,
+    error: Optional[Dict[str, Any]] = None,
+    wall_time_s: Optional[float] = None,
+    metrics: Optional[Dict[str, Any]] = None,
+    sampler: Optional[Dict[str, Any]] = None,
+    model: Optional[Dict[str, Any]] = None,
+    framework: Optional[Dict[str, Any]] = None,
+    process_env: Optional[Dict[str, str]] = None,
+    keras_json: Optional[Dict[str, Any]] = None,
+) -> RunResult:
+    return RunResult(
+        run_id=run_id,
+        status=status,
+        config=config.to_dict(),
+        started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
+        wall_time_s=time.time() - started_at if wall_time_s is None else wall_time_s,
+        environment={
+            "kbench": sysinfo.kbench_info(),
+            "machine": sysinfo.machine(),
+            "interpreter": str(interpreter),
+            "process_env": process_env or {},
+            "keras_json": keras_json or {},
+            "framework": framework or {},
+        },
+        data=data.describe(),
+        model=model or {},
+        metrics=metrics or {},
+        reason=reason,
+        error=error,
+        sampler=sampler,
+        kind="train",
+        sweep=sweep,
+    )
+
+
+def save(result: RunResult, store: ResultStore) -> RunResult:
+    store.add(result)
+    if not result.ok:
+        log.info("%s: %s", result.run_id, result.reason)
+    return result

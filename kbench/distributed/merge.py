@@ -1,0 +1,276 @@
+"""The workers' replies merged into one run's metrics, scaling against one worker, tables.
+
+Global throughput is every worker's measured images over the union of their measured
+windows (earliest start to latest end), so a worker that finishes early (asynchronous
+modes) does not inflate it. Step-time percentiles pool every worker's measured
+steps; ``images_per_sec_per_step`` is the global batch over them. The result keeps
+each worker's own summary under ``per_worker`` and the breakdown under
+``distributed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from kbench.config import RunConfig
+from kbench.distributed.breakdown import PHASES, combine, shard_digest
+from kbench.stats import percentiles
+
+ENGINES = {
+    "torch-ddp": "PyTorch DistributedDataParallel (torch.distributed, gloo on CPU / NCCL on "
+    "GPU), launched by torchrun",
+    "tf-multiworker": "TensorFlow MultiWorkerMirroredStrategy (TF_CONFIG), custom loop: "
+    "strategy.run with a GradientTape over the Keras 3 model",
+    "tf-mirrored": "TensorFlow MirroredStrategy over one host's GPUs, custom loop",
+    "tf-ps": "TensorFlow ParameterServerStrategy, asynchronous: a ClusterCoordinator schedules "
+    "steps on the workers; variables on one parameter server",
+    "jax": "keras.distribution.DataParallel over jax.distributed (gloo CPU collectives), Keras fit",
+    "mxnet-sync": "MXNet KVStore dist_sync: scheduler, one server, workers (ps-lite); "
+    "gradients summed and applied on the server",
+    "mxnet-async": "MXNet KVStore dist_async: each worker's gradients applied on the server as "
+    "they arrive",
+}
+ASYNCHRONOUS = ("tf-ps", "mxnet-async")
+# settings that do not change what is measured when looking for a one-worker baseline
+NOT_COMPARED = ("workers", "repeat", "timeout_s", "sample_interval_s")
+
+
+def workers_of(replies: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    found = [w for r in replies.values() for w in r.get("workers") or []]
+    return sorted(found, key=lambda w: w["rank"])
+
+
+def shard_check(shards: np.ndarray, pass_length: int, workers: Sequence[Dict]) -> Dict:
+    """Whether no sample of a pass over the data went to two workers, and whether each
+    worker trained on the shard the runner cut for it.
+
+    ``pass_length``: positions of the global order per pass (one permutation of the
+    training set): an epoch's steps x the global batch, or the training set's size for
+    a ``--steps`` run, whose order runs through permutations one after another."""
+    count, steps, batch = shards.shape
+    positions = shards.transpose(1, 0, 2).reshape(-1)  # the global order, step by step
+    passes = [positions[i : i + pass_length] for i in range(0, len(positions), pass_length)]
+    disjoint = all(len(np.unique(p)) == len(p) for p in passes)
+    owner = np.broadcast_to(np.arange(count)[None, :, None], (steps, count, batch)).reshape(-1)
+    expected = {rank: shard_digest(shards[rank]) for rank in range(count)}
+    reported = {w["rank"]: w.get("shard", {}).get("digest") for w in workers}
+    return {
+        "per_worker_samples": [int(shards[r].size) for r in range(count)],
+        "disjoint": bool(disjoint),
+        "workers_per_pass_checked": len(passes),
+        "owner_counts": [int((owner == r).sum()) for r in range(count)],
+        "verified_by_workers": all(
+            reported.get(r) == d for r, d in expected.items() if r in reported
+        ),
+        "note": "the runner's seeded order at the global batch, each global step cut into "
+        "one slice per worker; disjoint: within every pass over the training set no sample "
+        "went to two workers; verified_by_workers: each worker's fingerprint of the indices "
+        "it trained on matches its slice",
+    }
+
+
+def metrics(
+    config: RunConfig,
+    replies: Dict[str, Dict[str, Any]],
+    shards: np.ndarray,
+    pass_length: int,
+) -> Dict[str, Any]:
+    workers = workers_of(replies)
+    leader = next((w for w in workers if w["rank"] == 0), workers[0])
+    evaluation = next((r["evaluation"] for r in replies.values() if r.get("evaluation")), {})
+    global_batch = config.batch_size * config.workers
+    starts = [w["markers"]["measured_start"] for w in workers]
+    ends = [w["markers"]["measured_end"] for w in workers]
+    window = max(ends) - min(starts)
+    images = sum(w["measured_images"] for w in workers)
+    rate = images / window
+    scope = "every worker"
+    if len(workers) < config.workers:  # across hosts: this host's workers only
+        scope = f"this host's {len(workers)} of {config.workers} workers"
+        if config.distributed not in ASYNCHRONOUS:
+            # every synchronous step trains the global batch
+            rate = leader["measured_steps"] * global_batch / window
+            scope += "; images_per_sec: this host's steps x the global batch (synchronous)"
+    pooled = [t for w in workers for t in w["step_times_s"]]
+    step = percentiles(pooled)
+    accuracies = [
+        w["final_train_accuracy"] for w in workers if w["final_train_accuracy"] is not None
+    ]
+    memory = [dict(m, worker=w["rank"]) for w in workers for m in w.get("memory", [])]
+    breakdown = combine(workers, global_batch)
+    data_mean = breakdown["mean"]["data_s"]
+    return {
+        "images_per_sec": rate,
+        "measured_images": images,
+        "measured_steps": leader["measured_steps"],
+        "measured_time_s": window,
+        "step_time_s": step,
+        "images_per_sec_per_step": {
+            "p10": global_batch / step["p90"],
+            "p50": global_batch / step["p50"],
+            "p90": global_batch / step["p10"],
+        },
+        "step_times_s": leader["step_times_s"],
+        "step_ends_s": leader["step_ends_s"],
+        "warmup_steps": config.warmup_steps,
+        "warmup_time_s": max(w["warmup_time_s"] for w in workers),
+        "first_step_s": max(w["first_step_s"] for w in workers),
+        "time_to_first_step_s": max(w.get("time_to_first_step_s", 0.0) for w in workers),
+        "import_time_s": max(w.get("import_time_s", 0.0) for w in workers),
+        "build_time_s": max(w.get("build_time_s", 0.0) for w in workers),
+        "setup_time_s": max(w.get("setup_time_s", 0.0) for w in workers),
+        "epoch_time_s": leader["epoch_time_s"],
+        "epoch_train_loss": [
+            float(np.mean(values)) for values in zip(*(w["epoch_train_loss"] for w in workers))
+        ],
+        "epoch_train_accuracy": [None] * len(leader["epoch_train_loss"]),
+        "data_loading": {
+            "per_step_s": data_mean,
+            "note": "mean per step over the workers: gathering the worker's batch from its "
+            "shard and handing it to the framework (see distributed.breakdown)",
+        },
+        "final_train_loss": float(np.mean([w["final_train_loss"] for w in workers])),
+        "final_train_accuracy": float(np.mean(accuracies)) if accuracies else None,
+        "test_loss": evaluation.get("test_loss"),
+        "test_accuracy": evaluation.get("test_accuracy"),
+        "eval_time_s": evaluation.get("eval_time_s"),
+        "evaluation": evaluation,
+        "memory": memory,
+        "markers": {
+            "fit_start": min(w["markers"]["first_step_start"] for w in workers),
+            "first_step_start": min(w["markers"]["first_step_start"] for w in workers),
+            "first_step_end": max(w["markers"]["first_step_end"] for w in workers),
+            "warmup_end": min(starts),
+            "measured_start": min(starts),
+            "measured_end": max(ends),
+        },
+        "global_batch_size": global_batch,
+        "per_worker_batch_size": config.batch_size,
+        "distributed": {
+            "mode": config.distributed,
+            "engine": ENGINES[config.distributed],
+            "workers": config.workers,
+            "workers_reporting": len(workers),
+            "scope": scope,
+            "per_worker_batch_size": config.batch_size,
+            "global_batch_size": global_batch,
+            "images_per_sec_per_worker": {str(w["rank"]): w["images_per_sec"] for w in workers},
+            "breakdown": breakdown,
+            "method": leader["method"],
+            "shards": shard_check(shards, pass_length, workers),
+        },
+        "per_worker": workers,
+    }
+
+
+def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in config.items() if k not in NOT_COMPARED}
+
+
+def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> Dict[str, Any]:
+    """Speed-up and efficiency against the same run with one worker.
+
+    The baseline is the newest successful one-worker run of the same mode and settings
+    (everything but ``workers``, the repeat index and timeouts) on the same host in the
+    output store: a sweep's ``workers: [1, 2, 3]`` runs it first in the same command.
+    """
+    if config.workers == 1:
+        return {"speedup": 1.0, "efficiency": 1.0, "baseline": "this run (one worker)"}
+    wanted = comparable(config.to_dict())
+    candidates = [
+        e
+        for e in store.entries()
+        if e.status == "ok"
+        and e.kind == "train"
+        and e.config.get("workers") == 1
+        and e.host == host
+        and e.images_per_sec
+        and comparable(e.config) == wanted
+    ]
+    if not candidates:
+        return {
+            "speedup": None,
+            "efficiency": None,
+            "baseline": None,
+            "reason": "no one-worker run of the same mode and settings on this host in the "
+            "output store; run --workers 1 first (a sweep with workers: [1, 2, ...] does)",
+        }
+    base = max(candidates, key=lambda e: e.started_at)
+    speedup = images_per_sec / base.images_per_sec
+    scaling = {
+        "speedup": speedup,
+        "efficiency": speedup / config.workers,
+        "baseline": {
+            "run_id": base.run_id,
+            "images_per_sec": base.images_per_sec,
+            "started_at": base.started_at,
+        },
+        "note": "efficiency = images_per_sec / (workers x images_per_sec of one worker)",
+    }
+    if config.threads is None:
+        scaling["caveat"] = (
+            "threads per worker were not fixed (--threads): the one-worker run had this "
+            "host's cores, each of these workers a share of them, so the efficiency mixes "
+            "thread scaling in; set --threads for a fixed per-worker size"
+        )
+    return scaling
+
+
+def fmt_ms(seconds: Optional[float]) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def breakdown_row(result: Any) -> List[str]:
+    c, m = result.config, result.metrics
+    head = [c["model"], c["distributed"], c["backend"], str(c["workers"])]
+    if not result.ok:
+        return head + [result.status.upper()] + ["-"] * (len(BREAKDOWN_HEADERS) - 5)
+    d = m["distributed"]
+    mean = d["breakdown"]["mean"]
+    slowest = d["breakdown"]["slowest"]
+    eff = (d.get("scaling") or {}).get("efficiency")
+    return head + [
+        f"{m['images_per_sec']:,.0f}",
+        "-" if eff is None else f"{eff:.2f}",
+        fmt_ms(mean["step_s"]),
+        *(fmt_ms(mean[f"{p}_s"]) for p in PHASES),
+        f"{slowest['rank']} ({fmt_ms(slowest['step_s'])})",
+    ]
+
+
+BREAKDOWN_HEADERS = [
+    "model",
+    "mode",
+    "backend",
+    "workers",
+    "img/s (global)",
+    "efficiency",
+    "step ms",
+    "data ms",
+    "forward ms",
+    "backward ms",
+    "update ms",
+    "comm ms",
+    "slowest worker (step ms)",
+]
+PHASE_HEADERS = BREAKDOWN_HEADERS[6:12]
+
+
+def breakdown_table(results: Sequence[Any]) -> str:
+    """A Markdown table: per run, global img/s, scaling efficiency, the mean breakdown."""
+    rows = [breakdown_row(r) for r in results if r.config.get("distributed", "none") != "none"]
+    lines = ["| " + " | ".join(BREAKDOWN_HEADERS) + " |", "|" + "---|" * len(BREAKDOWN_HEADERS)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def breakdown_line(result: Any) -> str:
+    row = dict(zip(BREAKDOWN_HEADERS, breakdown_row(result)))
+    parts = ", ".join(f"{k} {row[k]}" for k in PHASE_HEADERS)
+    return (
+        f"{row['mode']} {row['backend']}/{row['model']} x{row['workers']}: "
+        f"{row['img/s (global)']} img/s global, efficiency {row['efficiency']}; per step: "
+        f"{parts}; slowest worker {row['slowest worker (step ms)']}"
+    )

@@ -1,0 +1,190 @@
+"""Samples every process of a data-parallel run at once, from the parent.
+
+One thread reads, every ``interval_s``, each process registered with :meth:`add`
+(a worker, a parameter server, a scheduler; torchrun's workers as they announce
+themselves) and its children: CPU percent and RSS per process, under
+``<name>_process_cpu_percent`` and ``<name>_process_rss_bytes`` (``worker0_...``,
+``server0_...``), their sums under the single-process names
+(``process_cpu_percent``, ``process_rss_bytes``), and the machine's CPU load and
+frequency. Where NVML answers, each GPU's series as :mod:`kbench.sampler` reads them
+(the run's device memory summed over its processes) plus each process's own device
+memory as ``<name>_gpu<i>_process_memory_bytes``. The result is a
+:class:`~kbench.sampler.SamplerResult`: one time axis, one column per series.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import psutil
+
+from kbench.sampler import LABELS, NvmlSource, RaplSource, SamplerResult, SourceUnavailable
+from kbench.sampler import summarize as summarize_series
+
+log = logging.getLogger(__name__)
+
+TREE_REFRESH_S = 1.0
+ROLE_LABELS = {
+    "process_cpu_percent": "CPU time of this process and its children, percent of one core",
+    "process_rss_bytes": "resident memory of this process and its children (psutil)",
+    "process_memory_bytes": "device memory of this process and its children (NVML)",
+}
+
+
+class JobSampler:
+    """``sampler.start()``, ``sampler.add(name, pid)`` as processes appear, ``stop()``,
+    then ``result(windows)``."""
+
+    def __init__(self, interval_s: float = 0.2, nvml: Any = None) -> None:
+        self.interval_s = interval_s
+        self._roots: Dict[str, psutil.Process] = {}
+        self._trees: Dict[str, List[psutil.Process]] = {}
+        self._tree_at: Dict[str, float] = {}
+        self._known: Dict[int, psutil.Process] = {}
+        self._rows: List[Dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kbench-job-sampler", daemon=True)
+        self.sources: list = []
+        self.unavailable: Dict[str, Dict[str, Any]] = {}
+        for name, make in (("gpu", lambda: NvmlSource(nvml)), ("rapl", RaplSource)):
+            try:
+                self.sources.append(make())
+            except SourceUnavailable as err:
+                self.unavailable[name] = {"available": False, "reason": str(err)}
+        psutil.cpu_percent(None)  # the first call only starts the interval
+        self.pids: Dict[str, int] = {}
+
+    def add(self, name: str, pid: int) -> None:
+        try:
+            process = psutil.Process(pid)
+        except psutil.Error as err:
+            log.debug("sampler: %s (pid %d) not added: %s", name, pid, err)
+            return
+        with self._lock:
+            self._roots[name] = process
+            self.pids[name] = pid
+
+    def start(self) -> JobSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for source in self.sources:
+            source.close()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._sample()
+            except Exception as err:  # a flaky reading must never end the run
+                log.debug("sampler: %s", err)
+
+    def _tree(self, name: str) -> List[psutil.Process]:
+        now = time.monotonic()
+        if now - self._tree_at.get(name, float("-inf")) >= TREE_REFRESH_S:
+            root = self._roots[name]
+            try:
+                self._trees[name] = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                self._trees[name] = []
+            self._tree_at[name] = now
+        return self._trees[name]
+
+    def _sample(self) -> None:
+        with self._lock:
+            names = list(self._roots)
+        row: Dict[str, Any] = {"t": time.time()}
+        total_cpu, total_rss, alive_any = 0.0, 0, False
+        trees = {}
+        for name in names:
+            tree = self._tree(name)
+            trees[name] = tree
+            cpu, rss, alive = 0.0, 0, 0
+            for proc in tree:
+                known = self._known.setdefault(proc.pid, proc)
+                try:
+                    cpu += known.cpu_percent(None)  # since the last call; 0.0 on the first
+                    rss += known.memory_info().rss
+                    alive += 1
+                except psutil.Error:
+                    continue
+            if alive:
+                row[f"{name}_process_cpu_percent"] = cpu
+                row[f"{name}_process_rss_bytes"] = rss
+                total_cpu += cpu
+                total_rss += rss
+                alive_any = True
+        if alive_any:
+            row.update(process_cpu_percent=total_cpu, process_rss_bytes=total_rss)
+        row["system_cpu_percent"] = psutil.cpu_percent(None)
+        try:
+            frequency = psutil.cpu_freq()
+        except (OSError, NotImplementedError):
+            frequency = None
+        if frequency:
+            row["cpu_freq_mhz"] = frequency.current
+        union = [p for tree in trees.values() for p in tree]
+        for source in self.sources:
+            try:
+                row.update(source.read(union))
+            except Exception as err:
+                log.debug("sampler: %s failed: %s", source.name, err)
+            if isinstance(source, NvmlSource):
+                row.update(self._gpu_per_process(source, trees))
+        self._rows.append(row)
+
+    @staticmethod
+    def _gpu_per_process(source: NvmlSource, trees: Dict[str, List[psutil.Process]]) -> Dict:
+        nvml, out = source.nvml, {}
+        for index, handle in enumerate(source.handles):
+            try:
+                running = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except nvml.NVMLError:
+                continue
+            for name, tree in trees.items():
+                pids = {p.pid for p in tree}
+                out[f"{name}_gpu{index}_process_memory_bytes"] = sum(
+                    int(p.usedGpuMemory or 0) for p in running if p.pid in pids
+                )
+        return out
+
+    def result(self, windows: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """The series, their per-window summary, and which process each prefix names."""
+        names = sorted({key for row in self._rows for key in row} - {"t"})
+        series = {"t": [row["t"] for row in self._rows]}
+        for name in names:
+            series[name] = [row.get(name) for row in self._rows]
+        sources: Dict[str, Any] = {"cpu": {"available": True}}
+        sources.update({s.name: s.describe() for s in self.sources})
+        sources.update(self.unavailable)
+        data = SamplerResult(
+            interval_s=self.interval_s,
+            sources=sources,
+            series=series,
+            summary=summarize_series(series, windows or {}),
+        ).to_dict()
+        data["labels"] = {name: label_of(name, list(self.pids)) for name in series if name != "t"}
+        data["processes"] = dict(self.pids)
+        data["note"] = (
+            "one column per process of the run (<process>_...), their sums under the "
+            "single-process names; processes: the pid each prefix names"
+        )
+        return data
+
+
+def label_of(name: str, prefixes: List[str]) -> str:
+    for prefix in prefixes:
+        if name.startswith(prefix + "_"):
+            rest = name[len(prefix) + 1 :]
+            metric = rest.split("_", 1)[1] if rest.startswith("gpu") else rest
+            return f"{prefix}: " + ROLE_LABELS.get(metric, LABELS.get(metric, ""))
+    if name in ("process_cpu_percent", "process_rss_bytes"):
+        return "sum over the run's processes on this host: " + LABELS[name]
+    base = name.split("_", 1)[1] if name.startswith("gpu") else name
+    return LABELS.get(base, "")

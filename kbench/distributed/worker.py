@@ -1,0 +1,382 @@
+"""One process of a data-parallel run: ``python -m kbench.distributed.worker RUN_JSON``.
+
+Every process of every mode runs this module; it learns its role and rank from
+``KBENCH_DIST_ROLE`` / ``KBENCH_DIST_RANK`` (``RANK`` / ``LOCAL_RANK`` when torchrun
+started it), announces itself (``procs/<role><rank>.json``, with its pid, so the
+parent samples and watches it), and then either serves (an MXNet scheduler or
+server, a TensorFlow parameter server or worker server) or trains. A training
+process starts its backend as the single-process worker does, sets up its engine
+(process group, strategy, kvstore), loads its own shard of the runner's batch order
+(``shards.npy``: rank x step x sample), builds the model, trains, and writes
+``replies/<role><rank>.json``: per-worker step logs and breakdown, and on rank 0
+the test-set evaluation. Whatever happens it tries to leave a reply; an engine that
+cannot run here raises :class:`Unsupported`, which becomes status ``unsupported``.
+
+Imports only what runs under both environments (Keras 3 and keras-mxnet).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+import kbench_models
+from kbench import datasets
+from kbench.backends import load_backend
+from kbench.backends.base import Backend, is_out_of_memory
+from kbench.distributed.breakdown import StepLog, shard_digest, worker_summary
+from kbench.switches import SWITCHES
+from kbench.task import WorkerTask, emit_progress, read_json, write_json_atomic
+
+log = logging.getLogger("kbench.distributed.worker")
+
+KERAS_EPSILON = 1e-7
+HEARTBEAT_S = 10.0
+
+
+class Unsupported(RuntimeError):
+    """This mode cannot run here (no GPU for MirroredStrategy, a switch not wired in)."""
+
+
+@dataclass
+class StepOut:
+    """What an engine's step reports; the loss is read on the host (the device is done)."""
+
+    loss: float
+    forward: float
+    backward: float
+    update: Optional[float] = None
+    hits: Optional[float] = None
+
+
+@dataclass
+class Context:
+    """Everything a training process knows: its task, identity, backend, data and shard."""
+
+    task: WorkerTask
+    dist: Dict[str, Any]
+    role: str
+    rank: int
+    local_index: int
+    backend: Optional[Backend] = None
+    arrays: Dict[str, Any] = field(default_factory=dict)
+    input_shape: Tuple[int, ...] = ()
+    num_classes: int = 0
+    loss: str = ""
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        return self.task.config
+
+    @property
+    def workers(self) -> int:
+        return int(self.dist["workers"])
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.config["batch_size"])
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.workers
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return int(self.dist["steps_per_epoch"])
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.config["warmup_steps"])
+
+    def shard(self, rank: Optional[int] = None) -> np.ndarray:
+        """Sample indices of one worker, shape (steps, batch_size), in step order."""
+        shards = np.load(self.dist["shards_path"], mmap_mode="r")
+        return np.asarray(shards[self.rank if rank is None else rank])
+
+    @property
+    def leader(self) -> bool:
+        """The process that reports progress and evaluates: each host's first worker (rank
+        0 on one host), or the chief."""
+        return self.local_index == 0
+
+    def progress(self, event: str, **fields: Any) -> None:
+        if self.leader:
+            emit_progress(event, **fields)
+
+
+def identity(dist: Dict[str, Any]) -> Tuple[str, int, int]:
+    """(role, rank, index among this host's processes of its role)."""
+    role = os.environ.get("KBENCH_DIST_ROLE", "worker")
+    if "RANK" in os.environ and "LOCAL_RANK" in os.environ:  # started by torchrun
+        return role, int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    rank = int(os.environ.get("KBENCH_DIST_RANK", "0"))
+    if role != "worker":
+        return role, rank, rank
+    cluster = dist["cluster"]
+    per_host = max(int(dist["workers"]) // len(cluster["hosts"]), 1)
+    return role, rank, rank - cluster["node"] * per_host
+
+
+def announce(dist: Dict[str, Any], role: str, rank: int) -> None:
+    record = {"role": role, "rank": rank, "pid": os.getpid(), "host": socket.gethostname()}
+    write_json_atomic(Path(dist["procs_dir"]) / f"{role}{rank}.json", record)
+
+
+def pin_cores(dist: Dict[str, Any], local_index: int) -> Optional[List[int]]:
+    layout = dist.get("cores") or []
+    if not layout or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = layout[local_index % len(layout)]
+    os.sched_setaffinity(0, cores)
+    return cores
+
+
+def load_data(ctx: Context) -> None:
+    """The prepared data set, laid out as the model takes it (as kbench.worker does)."""
+    data = datasets.PreparedData.from_dict(ctx.task.data)
+    ctx.loss = kbench_models.MODELS[ctx.config["model"]].loss_for(data.num_classes)
+    arrays = datasets.load_prepared(data.path)
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        arrays[f"x_{split}"] = datasets.to_model_input(
+            x, data.kind, ctx.task.data_format, data.input_shape[:2] if data.streamed else None
+        )
+        arrays[f"y_{split}"] = datasets.labels_for_loss(y, ctx.loss)
+    ctx.arrays = arrays
+    ctx.input_shape = tuple(int(d) for d in arrays["x_train"].shape[1:])
+    ctx.num_classes = data.num_classes
+
+
+def start_backend(ctx: Context) -> None:
+    config = ctx.config
+    switches = {name: config[name] for name in SWITCHES if name in config}
+    ctx.backend = load_backend(config["backend"])(threads=config["threads"], switches=switches)
+    started = time.perf_counter()
+    ctx.backend.start(
+        ctx.task.data_format,
+        device=config["device"],
+        gpu_memory_fraction=config["gpu_memory_fraction"],
+        gpu_memory_growth=config["gpu_memory_growth"],
+    )
+    ctx.timings["import_time_s"] = time.perf_counter() - started
+
+
+def build_model(ctx: Context) -> Any:
+    ctx.backend.seed(ctx.config["seed"])  # every worker starts from the same weights
+    started = time.perf_counter()
+    model = ctx.backend.build(ctx.config["model"], ctx.input_shape, ctx.num_classes)
+    ctx.timings["build_time_s"] = time.perf_counter() - started
+    return model
+
+
+def describe_model(ctx: Context, model: Any) -> Dict[str, Any]:
+    return {
+        "name": ctx.config["model"],
+        "params": ctx.backend.count_params(model),
+        "input_shape": list(ctx.input_shape),
+        "num_classes": ctx.num_classes,
+        "flops": ctx.backend.flops(model),
+    }
+
+
+def host_loop(
+    ctx: Context,
+    convert: Callable[[np.ndarray, np.ndarray], Tuple[Any, ...]],
+    step: Callable[..., StepOut],
+) -> StepLog:
+    """The steps of a host-driven engine: data (gather + convert), then the engine's step.
+
+    ``step`` returns the phases it measured and the loss read on the host, so a step
+    ends when the device is done with it.
+    """
+    shard = ctx.shard()
+    x_train, y_train = ctx.arrays["x_train"], ctx.arrays["y_train"]
+    steps_log = StepLog(warmup_steps=ctx.warmup_steps)
+    total = len(shard)
+    epochs = -(-total // ctx.steps_per_epoch)
+    beat = time.perf_counter()
+    for index in range(total):
+        begin = time.perf_counter()
+        indices = shard[index]
+        batch = convert(x_train[indices], y_train[indices])
+        loaded = time.perf_counter()
+        out = step(*batch)
+        end = time.perf_counter()
+        steps_log.add(
+            steps_log.wall(begin),
+            steps_log.wall(end),
+            data=loaded - begin,
+            forward=out.forward,
+            backward=out.backward,
+            update=out.update,
+            loss=out.loss,
+            hits=out.hits,
+        )
+        if (index + 1) % ctx.steps_per_epoch == 0 or index + 1 == total:
+            epoch = index // ctx.steps_per_epoch
+            first = epoch * ctx.steps_per_epoch
+            ctx.progress(
+                "epoch",
+                epoch=epoch + 1,
+                epochs=epochs,
+                loss=float(np.mean(steps_log.losses[first:])),
+                seconds=steps_log.ends[-1] - steps_log.begins[first],
+            )
+        elif index == 0 or end - beat >= HEARTBEAT_S:
+            beat = end
+            ctx.progress("step", step=index + 1, steps=total)
+    return steps_log
+
+
+def evaluate(
+    predict: Callable[[np.ndarray], Any], x: Any, y: np.ndarray, loss: str, batch_size: int
+) -> Dict[str, Any]:
+    """Loss (Keras' cross-entropy on clipped probabilities, without weight penalties) and
+    accuracy over the test set, from the model's probabilities."""
+    started = time.perf_counter()
+    loss_sum = hits = 0.0
+    for start in range(0, len(x), batch_size):
+        p = np.asarray(predict(x[start : start + batch_size]), dtype=np.float64)
+        labels = np.asarray(y[start : start + batch_size])
+        if loss == "binary_crossentropy":
+            p = np.clip(p, KERAS_EPSILON, 1 - KERAS_EPSILON)
+            t = labels.reshape(p.shape).astype(np.float64)
+            loss_sum += float(-(t * np.log(p) + (1 - t) * np.log(1 - p)).mean(axis=-1).sum())
+            hits += float(((p > 0.5) == (t > 0.5)).mean(axis=-1).sum())
+        else:
+            labels = labels.reshape(-1).astype(np.int64)
+            p = p / p.sum(axis=-1, keepdims=True)
+            p = np.clip(p, KERAS_EPSILON, 1 - KERAS_EPSILON)
+            loss_sum += float(-np.log(p[np.arange(len(labels)), labels]).sum())
+            hits += float((p.argmax(axis=-1) == labels).sum())
+    return {
+        "test_loss": loss_sum / len(x),
+        "test_accuracy": hits / len(x),
+        "test_samples": len(x),
+        "eval_time_s": time.perf_counter() - started,
+        "note": "evaluated on the whole test set by rank 0 (by each host's first worker across "
+        "hosts; by the chief for tf-ps); the loss is the cross-entropy without the weight "
+        "penalties",
+    }
+
+
+def summarize(
+    ctx: Context, steps_log: StepLog, method: str, rank: Optional[int] = None, **extra: Any
+) -> Dict[str, Any]:
+    """A worker's summary (this process's, or ``rank``'s where one process measures
+    several), with its shard's fingerprint, timings and memory."""
+    rank = ctx.rank if rank is None else rank
+    shard = ctx.shard(rank)
+    fields = dict(
+        shard={"samples": int(shard.size), "digest": shard_digest(shard)},
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        memory=ctx.backend.memory_readings() if ctx.backend else [],
+        time_to_first_step_s=steps_log.ends[0] - ctx.task.started_at,
+        **ctx.timings,
+    )
+    fields.update(extra)
+    return worker_summary(
+        steps_log,
+        rank=rank,
+        batch_size=ctx.batch_size,
+        steps_per_epoch=ctx.steps_per_epoch,
+        method=method,
+        extra=fields,
+    )
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="[worker] %(message)s", stream=sys.stderr)
+    if len(argv) != 1:
+        log.error("usage: python -m kbench.distributed.worker RUN_JSON (the runner writes it)")
+        return 2
+    spec = read_json(Path(argv[0]))
+    task, dist = WorkerTask.from_dict(spec["task"]), spec["distributed"]
+    role, rank, local_index = identity(dist)
+    watch_parent(int(os.environ.get("KBENCH_DIST_PARENT", "0")))
+    reply_path = Path(dist["replies_dir"]) / f"{role}{rank}.json"
+    announce(dist, role, rank)
+
+    from kbench.distributed.engines import load_engine
+
+    engine = load_engine(dist["mode"])
+    ctx = Context(task=task, dist=dist, role=role, rank=rank, local_index=local_index)
+    if not engine.trains(role):
+        # returns, or exits, when the run is over, or never (the parent stops it)
+        engine.serve(ctx)
+        return 0
+    try:
+        cores = pin_cores(dist, local_index) if dist.get("pin_workers") else None
+        started = time.perf_counter()
+        engine.before_start(ctx)
+        start_backend(ctx)
+        engine.setup(ctx)
+        ctx.timings["setup_time_s"] = time.perf_counter() - started - ctx.timings["import_time_s"]
+        load_data(ctx)
+        reply = engine.train(ctx)
+        reply.update(
+            status="ok", role=role, rank=rank, cores=cores, framework=ctx.backend.describe()
+        )
+        write_json_atomic(reply_path, reply)
+        engine.finish(ctx)
+    except BaseException as err:  # noqa: B036 - every failure must reach the runner
+        if isinstance(err, Unsupported):
+            status = "unsupported"
+        else:
+            status = "oom" if is_out_of_memory(err) else "failed"
+        error = {
+            "type": type(err).__name__,
+            "message": str(err),
+            "traceback": traceback.format_exc(),
+        }
+        write_json_atomic(
+            reply_path, {"status": status, "role": role, "rank": rank, "error": error}
+        )
+        log.error("%s%d: %s: %s", role, rank, type(err).__name__, err)
+        # no interpreter teardown: a framework's exit hooks (a kvstore's final barrier, a
+        # process group) can wait forever for peers that are gone
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    return 0
+
+
+def watch_parent(pid: Optional[int], interval_s: float = 1.0) -> None:
+    """End this process if the kbench process that started the run is gone (killed
+    without the chance to stop its workers), so that no worker outlives it."""
+    if not pid:
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(70)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="kbench-parent-watch", daemon=True).start()
+
+
+if __name__ == "__main__":
+    # run the module's importable copy, so that engines and this entry share one
+    # Unsupported, Context, ... (``python -m`` runs this file as __main__)
+    from kbench.distributed import worker as importable
+
+    sys.exit(importable.main())

@@ -1,0 +1,261 @@
+"""The parent side of ``kbench ops``: one worker process per backend, one result each.
+
+For each backend it picks the interpreter, makes the worker's environment exactly as
+for a model run (:func:`kbench.environments.process_environment`: ``KERAS_BACKEND``,
+a fresh ``KERAS_HOME`` with the backend's keras.json, thread variables, ``--device
+cpu`` hiding GPUs), writes ``task.json``, and starts ``python -m kbench.ops.worker``
+under the supervision model runs get (:meth:`kbench.runner.Runner._supervise`: own
+process group, log relayed to ``logs/<run_id>.log``, timeout, the whole group
+killed). A worker that crashes or times out becomes a ``failed`` or ``timeout``
+result that keeps the operations it finished; the next backend still runs.
+
+The result (``kind="ops"``) adds to the worker's entries the fraction of the
+machine's float32 matrix-multiply peak (:func:`kbench.sysinfo.cpu_matmul_peak`)
+for every operation with a FLOP count, on the CPU; on a GPU it says no peak is
+known.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from kbench import environments, sysinfo
+from kbench.config import DEVICES, ConfigError, _choice
+from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
+from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
+from kbench.results import RunResult
+from kbench.runner import Runner, check_output_dir, judge
+from kbench.store import ResultStore
+from kbench.task import WorkerReply, read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REPEATS = 10
+DEFAULT_WARMUP = 3
+DEFAULT_MAX_MEMORY_MB = 2048.0
+DEFAULT_TIMEOUT_S = 1800.0
+
+
+def _positive_int(setting: str, value: Any, allow_zero: bool = False) -> None:
+    lowest = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        what = "a non-negative integer" if allow_zero else "a positive integer"
+        raise ConfigError(setting, f"expected {what}; received {value!r}.")
+
+
+def _positive_number(setting: str, value: Any, unit: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(setting, f"expected a positive number of {unit}; received {value!r}.")
+
+
+@dataclass(frozen=True)
+class OpsConfig:
+    """One backend's operator benchmark, validated on creation.
+
+    ``threads`` None means every core; ``max_memory_mb`` skips an operation at a size
+    whose estimated memory is above it (:meth:`kbench.ops.spec.OpSpec.estimated_bytes`).
+    """
+
+    backend: str
+    ops: Tuple[str, ...] = tuple(OPS)
+    sizes: Tuple[int, ...] = DEFAULT_SIZES
+    dtype: str = "float32"
+    repeats: int = DEFAULT_REPEATS
+    warmup: int = DEFAULT_WARMUP
+    device: str = "auto"
+    threads: Optional[int] = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    seed: int = 0
+    max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
+
+    def __post_init__(self) -> None:
+        _choice("backend", self.backend, IMPLEMENTATIONS)
+        object.__setattr__(self, "ops", tuple(self.ops))
+        object.__setattr__(self, "sizes", tuple(self.sizes))
+        if not self.ops:
+            raise ConfigError("ops", f"expected one or more of {', '.join(OPS)}; received none.")
+        for op in self.ops:
+            _choice("ops", op, OPS)
+        if not self.sizes:
+            raise ConfigError("sizes", "expected one or more positive integers; received none.")
+        for size in self.sizes:
+            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+                raise ConfigError(
+                    "sizes", f"expected positive integers, for example 64,128; received {size!r}."
+                )
+        _choice("dtype", self.dtype, DTYPES)
+        _positive_int("repeats", self.repeats)
+        _positive_int("warmup", self.warmup, allow_zero=True)
+        _choice("device", self.device, DEVICES)
+        if self.threads is not None:
+            _positive_int("threads", self.threads)
+        _positive_number("timeout_s", self.timeout_s, "seconds")
+        _positive_number("max_memory", self.max_memory_mb, "MiB")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", f"expected a non-negative integer; received {self.seed!r}.")
+
+    # What kbench.runner's supervision reads of a config.
+    sample_interval_s = 0.0  # no sampler: it would share the CPU with the timed calls
+
+    @property
+    def threads_in_force(self) -> int:
+        return self.threads or os.cpu_count() or 1
+
+    def label(self) -> str:
+        return f"{self.backend}/ops"
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data.update(ops=list(self.ops), sizes=list(self.sizes), threads=self.threads_in_force)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> OpsConfig:
+        return cls(**data)
+
+
+def new_run_id(config: OpsConfig) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{config.backend}-ops-{uuid.uuid4().hex[:6]}"
+
+
+def run_ops(
+    configs: Sequence[OpsConfig],
+    output_dir: Path,
+    on_progress: Optional[Callable[[OpsConfig, Dict[str, Any]], None]] = None,
+) -> List[RunResult]:
+    """Run each config's worker in turn and store a result for each; only bad input
+    (a missing environment, an output directory that cannot be written) raises, and
+    it does so before any worker starts."""
+    for config in configs:
+        environments.interpreter_for(config.backend)
+    output_dir = check_output_dir(Path(output_dir))
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kbench-ops-") as directory:
+        python_path = environments.import_root(Path(directory) / "pythonpath")
+        for index, config in enumerate(configs, start=1):
+            log.info("[%d/%d] %s: starting", index, len(configs), config.label())
+            result = run_one(config, output_dir, Path(directory), python_path, on_progress)
+            log.info("[%d/%d] %s", index, len(configs), summary_line(result))
+            results.append(result)
+    return results
+
+
+def run_one(
+    config: OpsConfig,
+    output_dir: Path,
+    session_dir: Path,
+    python_path: Path,
+    on_progress: Optional[Callable[[OpsConfig, Dict[str, Any]], None]] = None,
+) -> RunResult:
+    run_id = new_run_id(config)
+    run_dir = session_dir / run_id
+    run_dir.mkdir()
+    env, keras_json = environments.process_environment(
+        config.backend, run_dir, python_path, config.threads_in_force, None, config.device
+    )
+    recorded = environments.recorded_variables(env, config.backend)
+    if config.dtype == "float64":  # JAX computes in float32 unless told otherwise
+        env["JAX_ENABLE_X64"] = recorded["JAX_ENABLE_X64"] = "1"
+    interpreter = environments.interpreter_for(config.backend)
+    started_at = time.time()
+    task = OpsTask(
+        config=config.to_dict(),
+        image_data_format=keras_json["image_data_format"],
+        reply_path=str(run_dir / "reply.json"),
+        started_at=started_at,
+    )
+    write_json_atomic(run_dir / "task.json", task.to_dict())
+    log_path = output_dir / "logs" / f"{run_id}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    supervisor = Runner(output_dir=output_dir, on_progress=on_progress)
+    outcome = supervisor._supervise(
+        [str(interpreter), "-m", "kbench.ops.worker", str(run_dir / "task.json")],
+        env,
+        run_dir,
+        log_path,
+        config,  # duck-typed: label(), timeout_s, sample_interval_s
+    )
+    wall_time = time.time() - started_at
+    reply_path = Path(task.reply_path)
+    reply = WorkerReply.from_dict(read_json(reply_path)) if reply_path.exists() else None
+    status, reason, error = judge(outcome, reply, config)
+    metrics = dict(reply.metrics) if reply else {}  # what finished, whatever the status
+    if metrics.get("ops"):
+        add_peak_fractions(metrics, config.threads_in_force)
+    result = RunResult(
+        run_id=run_id,
+        status=status,
+        config=config.to_dict(),
+        started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
+        wall_time_s=wall_time,
+        environment={
+            "kbench": sysinfo.kbench_info(),
+            "machine": sysinfo.machine(),
+            "interpreter": str(interpreter),
+            "process_env": recorded,
+            "keras_json": keras_json,
+            "framework": reply.framework if reply else {},
+        },
+        data={
+            "name": "ops-inputs",
+            "source": "seeded normal draws: numpy.random.default_rng([seed, crc32(op), size])",
+            "synthetic": True,
+            "seed": config.seed,
+        },
+        metrics=metrics,
+        reason=reason,
+        error=error,
+        kind="ops",
+    )
+    ResultStore(output_dir).add(result)
+    return result
+
+
+def add_peak_fractions(metrics: Dict[str, Any], threads: int) -> None:
+    """Each entry's share of the measured matmul peak (CPU), or why there is none."""
+    rated = [e for e in metrics["ops"] if e.get("gflops_per_sec") is not None]
+    if metrics.get("device") == "gpu":
+        metrics["peak"] = {"available": False, "reason": "no peak figure is known for this GPU"}
+    elif rated:
+        metrics["peak"] = sysinfo.cpu_matmul_peak(threads)
+    else:
+        return
+    peak = metrics["peak"]
+    for entry in rated:
+        if peak.get("available"):
+            entry["peak_fraction"] = entry["gflops_per_sec"] / peak["gflops_per_sec"]
+        else:
+            entry["peak_fraction"] = None
+
+
+def summary_line(result: RunResult) -> str:
+    entries = result.metrics.get("ops", [])
+    counts: Dict[str, int] = {}
+    for entry in entries:
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    done = ", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing measured"
+    label = f"{result.config['backend']}/ops"
+    if not result.ok:
+        return f"{label}: {result.status.upper()}: {result.reason} ({done})"
+    return f"{label}: {done}, {result.wall_time_s:.1f} s"
+
+
+def progress_line(config: OpsConfig, event: Dict[str, Any]) -> Optional[str]:
+    """One line for a worker's progress event, or None for events it does not know."""
+    if event.get("event") != "op":
+        return None
+    text = f"    {config.backend}: {event['op']} {event['size']}: {event['status']}"
+    if event.get("median_s") is not None:
+        text += f", median {event['median_s'] * 1e3:.3g} ms"
+    elif event.get("reason"):
+        text += f" ({event['reason']})"
+    return text

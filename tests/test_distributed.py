@@ -1,0 +1,464 @@
+"""Data-parallel training on each framework's engine (kbench.distributed).
+
+Fast tests check the launch plan, the shards and the breakdown arithmetic, and the
+CLI's refusals. Slow tests train the MLP with 2 workers in every mode (tiny
+synthetic data, a few steps) in one runner session, kill a worker mid-run, and
+check that nothing is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import psutil
+import pytest
+from conftest import ROOT, dump, require_backends, run_kbench
+
+from kbench import datasets
+from kbench.config import ConfigError, RunConfig
+from kbench.distributed.breakdown import PHASES, StepLog, combine, worker_summary
+from kbench.distributed.launcher import core_layout, cut_shards, preflight
+from kbench.distributed.merge import breakdown_table, shard_check
+from kbench.distributed.plan import Cluster, PlanError, free_ports, plan, ports_needed
+
+TINY = dict(
+    model="mlp",
+    dataset="synthetic",
+    steps=5,
+    warmup_steps=2,
+    batch_size=8,
+    train_samples=128,
+    test_samples=32,
+    timeout_s=240.0,
+    sample_interval_s=0.2,
+)
+# (mode, backend) pairs the slow test runs; tf-mirrored needs GPUs and is expected
+# to be recorded unsupported on a machine without them
+MODES = [
+    ("torch-ddp", "torch-native"),
+    ("torch-ddp", "torch"),
+    ("tf-multiworker", "tensorflow"),
+    ("tf-mirrored", "tensorflow"),
+    ("tf-ps", "tensorflow"),
+    ("jax", "jax"),
+    ("mxnet-sync", "mxnet"),
+    ("mxnet-async", "mxnet"),
+    ("mxnet-sync", "mxnet-gluon"),
+]
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def test_single_host_plan_binds_loopback_and_gives_every_mode_its_processes():
+    cluster = Cluster.from_environment({})
+    assert cluster.hosts == ("127.0.0.1",) and cluster.ifname == "lo"
+    roles = {}
+    for mode in ("torch-ddp", "tf-multiworker", "tf-ps", "jax", "mxnet-sync", "tf-mirrored"):
+        ports = free_ports(ports_needed(mode, 2))
+        assert len(set(ports)) == len(ports)
+        procs, endpoints = plan(mode, 2, cluster, ports, "run.json")
+        roles[mode] = sorted(p.name for p in procs)
+        assert endpoints["bind"] == endpoints["coordinator"] == "127.0.0.1"
+        text = json.dumps([list(p.args) + sorted(p.env.values()) for p in procs] + [endpoints])
+        assert "0.0.0.0" not in text and "localhost" not in text
+    assert roles["torch-ddp"] == ["launcher0"]
+    assert roles["tf-multiworker"] == ["worker0", "worker1"]
+    assert roles["tf-ps"] == ["chief0", "ps0", "worker0", "worker1"]
+    assert roles["mxnet-sync"] == ["scheduler0", "server0", "worker0", "worker1"]
+    assert roles["tf-mirrored"] == ["worker0"]
+    procs, _ = plan("mxnet-async", 2, cluster, [5000], "run.json")
+    worker = next(p for p in procs if p.name == "worker1")
+    assert worker.env["DMLC_ROLE"] == "worker" and worker.env["DMLC_NODE_HOST"] == "127.0.0.1"
+    assert worker.env["DMLC_INTERFACE"] == "lo" and worker.env["DMLC_PS_ROOT_PORT"] == "5000"
+
+
+def test_multi_host_plan_splits_ranks_and_shares_ports():
+    env = {
+        "KBENCH_DIST_HOSTS": "10.0.0.1,10.0.0.2",
+        "KBENCH_DIST_NODE": "1",
+        "KBENCH_DIST_PORT": "29500",
+        "KBENCH_DIST_IFNAME": "eth0",
+    }
+    cluster = Cluster.from_environment(env)
+    assert cluster.address == "10.0.0.2" and cluster.coordinator == "10.0.0.1"
+    procs, endpoints = plan("tf-multiworker", 4, cluster, range(29500, 29504), "run.json")
+    assert [p.rank for p in procs] == [2, 3]
+    assert endpoints["workers"] == [
+        "10.0.0.1:29500",
+        "10.0.0.1:29501",
+        "10.0.0.2:29502",
+        "10.0.0.2:29503",
+    ]
+    (launcher,), _ = plan("torch-ddp", 4, cluster, [29500], "run.json")
+    args = " ".join(launcher.args)
+    assert "--node-rank 1" in args and "--master-addr 10.0.0.1" in args
+    assert "--local-addr 10.0.0.2" in args and "--nproc-per-node 2" in args
+    procs, _ = plan("mxnet-sync", 4, cluster, [29500], "run.json")
+    assert sorted(p.name for p in procs) == ["worker2", "worker3"]  # scheduler on host 0
+    with pytest.raises(PlanError, match="tf-ps runs on one host"):
+        plan("tf-ps", 4, cluster, range(29500, 29506), "run.json")
+    with pytest.raises(PlanError, match="multiple of the 2 hosts"):
+        plan("jax", 3, cluster, [29500], "run.json")
+    with pytest.raises(PlanError, match="KBENCH_DIST_PORT"):
+        Cluster.from_environment({"KBENCH_DIST_HOSTS": "a,b", "KBENCH_DIST_NODE": "0"})
+    with pytest.raises(PlanError, match="KBENCH_DIST_NODE"):
+        Cluster.from_environment(
+            {"KBENCH_DIST_HOSTS": "a,b", "KBENCH_DIST_NODE": "2", "KBENCH_DIST_PORT": "29500"}
+        )
+
+
+def test_core_layout_gives_each_local_worker_its_own_cores():
+    config = RunConfig(backend="torch", model="mlp", distributed="torch-ddp", workers=2)
+    threads, layout = core_layout(config, 2)
+    cores = sorted(os.sched_getaffinity(0))
+    assert threads == max(1, len(cores) // 2)
+    if len(cores) >= 2:
+        assert not set(layout[0]) & set(layout[1])
+
+
+# --------------------------------------------------------------------------- shards
+
+
+def test_shards_are_disjoint_slices_of_the_runners_order():
+    for steps in (None, 7):  # epochs, and a steps run that cycles through the data
+        order = datasets.batch_order(50, 12, 2, seed=3, total_steps=steps)
+        shards = cut_shards(order, 3, 4)
+        assert shards.shape[0] == 3 and shards.shape[2] == 4
+        # worker r's slice of global step s is positions [r*4, (r+1)*4) of that step
+        flat = order.reshape(-1, 12)
+        assert np.array_equal(shards[1, 0], flat[0, 4:8])
+        check = shard_check(shards, 48 if steps is None else 50, [])
+        assert check["disjoint"] and check["per_worker_samples"] == [shards[0].size] * 3
+    broken = shards.copy()
+    broken[1, 0, 0] = broken[0, 0, 0]  # one sample on two workers in a pass
+    assert not shard_check(broken, 50, [])["disjoint"]
+    assert not shard_check(cut_shards(np.arange(24).reshape(1, 24) % 12, 2, 6), 24, [])[
+        "disjoint"
+    ]  # the same sample twice in one pass
+
+
+# ------------------------------------------------------------------------ breakdown
+
+
+def fake_log(warmup, steps, phases, update=True):
+    log = StepLog(warmup_steps=warmup)
+    t = 1000.0
+    for i in range(steps):
+        data, fwd, bwd, upd, comm = phases(i)
+        length = data + fwd + bwd + (upd if update else 0) + comm
+        log.add(
+            t,
+            t + length,
+            data=data,
+            forward=fwd,
+            backward=bwd,
+            update=upd if update else None,
+            loss=1.0 / (i + 1),
+            hits=4,
+        )
+        t += length
+    return log
+
+
+def test_breakdown_parts_add_up_to_the_step_and_the_slowest_worker_is_named():
+    fast = worker_summary(
+        fake_log(1, 5, lambda i: (0.001, 0.01, 0.02, 0.003, 0.03)),
+        rank=0,
+        batch_size=8,
+        steps_per_epoch=5,
+        method="test",
+    )
+    slow = worker_summary(
+        fake_log(1, 5, lambda i: (0.002, 0.03, 0.04, 0.003, 0.001)),
+        rank=1,
+        batch_size=8,
+        steps_per_epoch=5,
+        method="test",
+    )
+    fused = worker_summary(
+        fake_log(1, 5, lambda i: (0.001, 0.01, 0.02, 0.0, 0.03), False),
+        rank=2,
+        batch_size=8,
+        steps_per_epoch=5,
+        method="test",
+    )
+    assert fast["measured_steps"] == 4 and fast["measured_images"] == 32
+    assert fast["phase_mean_s"]["comm"] == pytest.approx(0.03)
+    assert fused["phase_times_s"]["update"] is None
+    breakdown = combine([fast, slow], global_batch=16)
+    mean = breakdown["mean"]
+    assert sum(mean[f"{p}_s"] for p in PHASES) == pytest.approx(mean["step_s"])
+    assert breakdown["slowest"]["rank"] == 1
+    assert combine([fast, fused], 16)["mean"]["update_s"] is None  # not measured everywhere
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--backend", "jax", "--distributed", "torch-ddp"],
+            "--distributed: mode 'torch-ddp' runs torch or torch-native; received backend 'jax'. "
+            "Modes for it: none, jax.",
+        ),
+        (
+            ["--backend", "torch", "--workers", "2"],
+            "--workers: expected 1 without --distributed; received 2.",
+        ),
+        (["--backend", "torch", "--distributed", "torch-dp"], "Did you mean 'torch-ddp'?"),
+        (
+            ["--backend", "tensorflow", "--distributed", "tf-ps", "--mode", "inference"],
+            "data-parallel modes train",
+        ),
+    ],
+)
+def test_cli_refuses_a_mode_that_does_not_fit(home, flags, message):
+    completed = run_kbench(["run", "--model", "mlp", *flags], home)
+    assert completed.returncode == 2, dump(completed)
+    assert message in completed.stderr
+    assert not completed.output_dir.exists() or not list(completed.output_dir.glob("*.json"))
+
+
+def test_switches_are_refused_before_anything_starts():
+    config = RunConfig(
+        backend="torch", model="mlp", distributed="torch-ddp", workers=2, mixed_precision="bfloat16"
+    )
+    assert "mixed_precision" in preflight(config)
+    assert preflight(RunConfig(backend="torch", model="mlp", distributed="torch-ddp")) is None
+    with pytest.raises(ConfigError):
+        RunConfig(backend="mxnet", model="mlp", distributed="jax", workers=2)
+
+
+# ----------------------------------------------------------------------------- slow
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every mode with 2 workers, and torch-ddp with 1 (the scaling baseline), in one
+    runner session: {(mode, backend, workers): RunResult}."""
+    from kbench.runner import Runner
+
+    backends = sorted({b for _, b in MODES})
+    for backend in backends:
+        require_backends(backend)
+    configs = [RunConfig(backend="torch-native", distributed="torch-ddp", workers=1, **TINY)]
+    configs += [RunConfig(backend=b, distributed=m, workers=2, **TINY) for m, b in MODES]
+    out = tmp_path_factory.mktemp("distributed")
+    results = Runner(output_dir=out).run_all(configs)
+    return {(r.config["distributed"], r.config["backend"], r.config["workers"]): r for r in results}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, backend", MODES)
+def test_every_mode_trains_with_two_workers(runs, mode, backend):
+    result = runs[(mode, backend, 2)]
+    if mode == "tf-mirrored" and result.status == "unsupported":
+        assert "needs 2 GPUs" in result.reason
+        return
+    assert result.status == "ok", json.dumps(result.error, indent=1)[-3000:]
+    m = result.metrics
+    d = m["distributed"]
+    assert result.kind == "train" and d["mode"] == mode and d["workers"] == 2
+    assert m["global_batch_size"] == 16 and m["per_worker_batch_size"] == 8
+    assert m["images_per_sec"] > 0 and m["test_accuracy"] is not None
+    assert set(m["step_time_s"]) >= {"p10", "p50", "p90", "mean"}
+    # the breakdown adds up, worker by worker and step by step
+    assert len(m["per_worker"]) == 2 and {w["rank"] for w in m["per_worker"]} == {0, 1}
+    for worker in m["per_worker"]:
+        parts = worker["phase_times_s"]
+        for i, step in enumerate(worker["step_times_s"]):
+            total = sum(parts[p][i] for p in PHASES if parts[p] is not None)
+            assert total == pytest.approx(step, abs=1e-9)
+        assert worker["measured_steps"] >= 1
+    mean = d["breakdown"]["mean"]
+    assert sum(mean[f"{p}_s"] or 0.0 for p in PHASES) == pytest.approx(mean["step_s"])
+    assert d["breakdown"]["slowest"]["rank"] in (0, 1)
+    # every worker trained on its own slice of the runner's order
+    assert d["shards"]["disjoint"] and d["shards"]["verified_by_workers"]
+    # each process sampled into the one result
+    series = result.sampler["series"]
+    assert any(name.startswith("worker0_process_cpu_percent") for name in series)
+    assert any(name.startswith("worker1_process_rss_bytes") for name in series)
+    assert "process_cpu_percent" in series
+
+
+@pytest.mark.slow
+def test_scaling_efficiency_against_the_one_worker_run(runs):
+    one, two = runs[("torch-ddp", "torch-native", 1)], runs[("torch-ddp", "torch-native", 2)]
+    assert one.ok and two.ok
+    assert one.metrics["distributed"]["scaling"]["efficiency"] == 1.0
+    scaling = two.metrics["distributed"]["scaling"]
+    assert scaling["baseline"]["run_id"] == one.run_id
+    expected = two.metrics["images_per_sec"] / (2 * one.metrics["images_per_sec"])
+    assert scaling["efficiency"] == pytest.approx(expected)
+    table = breakdown_table(list(runs.values()))
+    assert "| mlp | torch-ddp | torch-native | 2 |" in table
+
+
+def tagged_processes(tag: str, exclude: int):
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != exclude and proc.environ().get("KBENCH_TEST_TAG") == tag:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, backend", [("torch-ddp", "torch-native"), ("mxnet-sync", "mxnet")])
+def test_a_killed_worker_fails_the_run_and_leaves_nothing_running(home, tmp_path, mode, backend):
+    """Worker 1 is killed once training has started: the run fails at once (well inside
+    its timeout) naming it, and every process of the run is gone."""
+    require_backends(backend)
+    tag = uuid.uuid4().hex
+    out = tmp_path / "results"
+    command = [
+        sys.executable,
+        "-m",
+        "kbench",
+        "run",
+        "--backend",
+        backend,
+        "--distributed",
+        mode,
+        "--workers",
+        "2",
+        "--model",
+        "mlp",
+        "--dataset",
+        "synthetic",
+        "--steps",
+        "100000",
+        "--warmup-steps",
+        "1",
+        "--batch-size",
+        "8",
+        "--train-samples",
+        "256",
+        "--test-samples",
+        "32",
+        "--timeout",
+        "300",
+        "--output-dir",
+        str(out),
+    ]
+    env = dict(
+        os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache"), KBENCH_TEST_TAG=tag
+    )
+    cli = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        victim, deadline = None, time.monotonic() + 180
+        while victim is None and time.monotonic() < deadline and cli.poll() is None:
+            time.sleep(0.5)
+            logs = list((out / "logs").glob("*.log")) if (out / "logs").exists() else []
+            if not logs or '"step": 1,' not in logs[0].read_text():
+                continue  # training has not started
+            for proc in tagged_processes(tag, cli.pid):
+                try:
+                    env_of = proc.environ()
+                    if (
+                        "kbench.distributed.worker" in " ".join(proc.cmdline())
+                        and env_of.get("KBENCH_DIST_ROLE", "worker") == "worker"
+                        and env_of.get("RANK", env_of.get("KBENCH_DIST_RANK")) == "1"
+                    ):
+                        victim = proc
+                except psutil.Error:
+                    continue
+        assert victim is not None, "worker 1 never started training"
+        os.kill(victim.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        output = cli.communicate(timeout=120)[0]
+        took = time.monotonic() - killed
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 1, output[-3000:]
+    assert took < 60, f"the run took {took:.0f} s to fail after the kill"
+    (path,) = out.glob("*.json")
+    result = json.loads(path.read_text())
+    assert result["status"] == "failed"
+    assert result["reason"].startswith(f"worker1 (pid {victim.pid})"), result["reason"]
+    time.sleep(0.5)
+    left = tagged_processes(tag, cli.pid)
+    assert not left, [(p.pid, p.cmdline()[:4]) for p in left]
+
+
+@pytest.mark.slow
+def test_two_hosts_on_one_machine_share_one_run(tmp_path):
+    """The multi-host path (KBENCH_DIST_*), both 'hosts' on 127.0.0.1: each runs its own
+    worker and records the run from its side."""
+    require_backends("mxnet")
+    port = free_ports(1)[0]
+    procs = []
+    for node in (0, 1):
+        env = dict(
+            os.environ,
+            KBENCH_DIST_HOSTS="127.0.0.1,127.0.0.1",
+            KBENCH_DIST_NODE=str(node),
+            KBENCH_DIST_PORT=str(port),
+            HOME=str(tmp_path),
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "kbench",
+            "run",
+            "--backend",
+            "mxnet",
+            "--distributed",
+            "mxnet-sync",
+            "--workers",
+            "2",
+            "--threads",
+            "1",
+            "--model",
+            "mlp",
+            "--dataset",
+            "synthetic",
+            "--steps",
+            "4",
+            "--warmup-steps",
+            "1",
+            "--batch-size",
+            "8",
+            "--train-samples",
+            "64",
+            "--test-samples",
+            "16",
+            "--timeout",
+            "120",
+            "--output-dir",
+            str(tmp_path / f"host{node}"),
+        ]
+        procs.append(
+            subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [p.communicate(timeout=200)[0] for p in procs]
+    for node, proc in enumerate(procs):
+        assert proc.returncode == 0, outputs[node][-3000:]
+        (path,) = (tmp_path / f"host{node}").glob("*.json")
+        metrics = json.loads(path.read_text())["metrics"]
+        assert [w["rank"] for w in metrics["per_worker"]] == [node]
+        assert "this host's 1 of 2 workers" in metrics["distributed"]["scope"]

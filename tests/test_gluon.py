@@ -1,0 +1,213 @@
+"""The MXNet Gluon twins and the ``mxnet-gluon`` backend compute what Keras computes.
+
+Gluon runs only in the MXNet environment (numpy<1.24, no Keras 3), so everything
+that touches it is a subprocess there: the parameter census; the twins against Keras
+3 on the odd shapes and random weights of ``test_pytorch_twins`` (outputs, Keras'
+count and weight penalty, a few SGD steps and the output after them), imperative and
+hybridized; a real training run with and without ``--hybridize``; and ``kbench
+parity`` against TensorFlow through the CLI. MXNet's OpenMP threads spin when another
+process holds the cores, so the subprocesses here run on one thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import test_pytorch_twins as twin_cases
+from conftest import ROOT, dump, require_backends, run_kbench
+from test_models import SPECS, expected_params
+
+from kbench import environments, weightfile
+from kbench_models import MODELS
+
+slow = pytest.mark.slow
+
+BACKEND = "mxnet-gluon"
+# mlp and small_cnn, which test_models leaves to test_backends, by their formulas
+EXTRA_SPECS = {"mlp:28x28x1:10": 101_770, "small_cnn:28x28x1:10": 203_434,
+               "mlp:12x10x3:7": 12 * 10 * 3 * 128 + 128 + 128 * 7 + 7,
+               "small_cnn:14x12x2:5": 3 * 3 * 2 * 64 + 64 + 3 * 3 * 64 * 32 + 32
+                                      + 10 * 8 * 32 * 5 + 5}  # fmt: skip
+
+CENSUS_SCRIPT = r"""
+import json, sys
+from kbench_models import MODELS, gluon
+counts = {}
+for text in json.loads(sys.argv[1]):
+    name, _, rest = text.partition(":")
+    shape_text, _, classes = rest.partition(":")
+    spec = MODELS[name]
+    shape = tuple(int(d) for d in shape_text.split("x")) if shape_text else spec.input_shape
+    if spec.input_kind == "image":
+        shape = (shape[2], shape[0], shape[1])
+    net = gluon.build(name, shape, int(classes) if classes else spec.num_classes)
+    counts[text] = gluon.keras_param_count(net)
+print(json.dumps(counts))
+"""
+
+# Loads each case's Keras weights into the backend's model, imperative and hybridized,
+# and replays the Keras side: outputs, then SGD steps through the backend's own
+# train_step (its loss and penalty), then the inference output after them.
+TWIN_SCRIPT = r"""
+import json, sys
+from pathlib import Path
+import numpy as np
+from kbench import weightfile
+from kbench.backends.mxnet_gluon import MXNetGluonBackend
+from kbench_models import MODELS, gluon
+
+folder, cases, trained, steps, learning_rate = sys.argv[1], *map(json.loads, sys.argv[2:6])
+report = {}
+for hybridize in (False, True):
+    backend = MXNetGluonBackend(threads=1, switches={"hybridize": hybridize})
+    backend.start("channels_first")
+    for key, (name, shape, classes) in cases.items():
+        weights, _ = weightfile.load(Path(folder) / f"{key}-weights.npz")
+        data = np.load(Path(folder) / f"{key}-data.npz")
+        x = data["x"]
+        net = backend.build(name, x.shape[1:], classes)
+        backend.set_weights(net, weights, "channels_first", "HWIO")
+        found = {"output": backend.predict(net, x).tolist(),
+                 "params": backend.count_params(net),
+                 "penalty": float(gluon.regularization_loss(net).asscalar())}
+        if key in trained:
+            loss = MODELS[name].loss_for(classes)
+            backend.compile(net, "sgd", learning_rate, loss)
+            found["losses"] = [backend.train_step(net, x, data["y"]) for _ in range(steps)]
+            found["trained_output"] = backend.predict(net, x).tolist()
+        report[f"{key}:{'hybridized' if hybridize else 'imperative'}"] = found
+print(json.dumps(report))
+"""
+
+
+def mxnet_env(tmp_path) -> dict:
+    return dict(
+        os.environ,
+        PYTHONPATH=str(environments.import_root(tmp_path / "pythonpath")),
+        OMP_NUM_THREADS="1",
+    )
+
+
+def run_mxnet(tmp_path, script: str, *args: str, timeout: float = 300) -> dict:
+    done = subprocess.run(
+        [str(environments.interpreter_for(BACKEND)), "-c", script, *args],
+        cwd=tmp_path, env=mxnet_env(tmp_path), capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_registered_for_the_mxnet_environment_and_nchw_only():
+    from kbench.backends import BACKENDS
+
+    spec = BACKENDS[BACKEND]
+    assert spec.environment == "mxnet" and spec.data_formats == ("channels_first",)
+    keras_json = json.loads((ROOT / "keras_configs" / f"{BACKEND}.json").read_text())
+    assert keras_json["image_data_format"] == "channels_first"
+
+
+def test_every_model_has_the_keras_parameter_count(tmp_path):
+    """Every model at its default and at other shapes and class counts (test_models'
+    formulas, pinned there to the published counts); fast: builds, no forward pass."""
+    require_backends(BACKEND)
+    expected = {text: expected_params(text) for text in SPECS}
+    expected.update(EXTRA_SPECS)
+    assert {text.partition(":")[0] for text in expected} == set(MODELS)
+    counts = run_mxnet(tmp_path, CENSUS_SCRIPT, json.dumps(sorted(expected)))
+    wrong = {text: (counts[text], want) for text, want in expected.items()
+             if counts[text] != want}  # fmt: skip
+    assert not wrong, f"(gluon, expected): {wrong}"
+
+
+@pytest.fixture(scope="module")
+def twin_report(tmp_path_factory):
+    """Keras 3 (test_pytorch_twins' script, channels_first) and the Gluon replay."""
+    require_backends("torch", BACKEND)
+    tmp = tmp_path_factory.mktemp("gluon_twins")
+    keras = twin_cases.run_keras(tmp, "channels_first")
+    for key, result in keras.items():
+        # plain .npz: the MXNet environment's numpy cannot read numpy 2's pickles
+        weightfile.save(tmp / f"{key}-weights.npz", result["weights"])
+        np.savez(tmp / f"{key}-data.npz", x=result["x"], y=result.get("y", np.zeros(1)))
+    args = [twin_cases.CASES, twin_cases.TRAINED, twin_cases.STEPS, twin_cases.LEARNING_RATE]
+    gluon = run_mxnet(tmp, TWIN_SCRIPT, str(tmp), *map(json.dumps, args))
+    return keras, gluon
+
+
+@slow
+@pytest.mark.parametrize("mode", ["imperative", "hybridized"])
+def test_twins_reproduce_keras(twin_report, mode):
+    keras, gluon = twin_report
+    differences, failures = {}, {}
+    for key, result in keras.items():
+        found = gluon[f"{key}:{mode}"]
+        output = np.asarray(found["output"])
+        assert output.shape == result["output"].shape, key
+        differences[key] = float(np.abs(output - result["output"]).max())
+        if differences[key] >= twin_cases.TOLERANCE:
+            failures[key] = f"max |gluon - Keras| output {differences[key]:.2e}"
+        if found["params"] != result["params"]:
+            failures[key] = f"params {found['params']}, Keras count_params {result['params']}"
+        if not np.isclose(found["penalty"], result["penalty"], rtol=1e-5, atol=1e-9):
+            failures[key] = f"regularization_loss {found['penalty']}, Keras {result['penalty']}"
+        if key in twin_cases.TRAINED:
+            # the loss before each SGD step (penalty included), then the inference
+            # output after them (BatchNormalization's moving statistics moved)
+            if not np.allclose(found["losses"], result["losses"], rtol=1e-4, atol=1e-5):
+                failures[key] = f"losses {found['losses']}, Keras {result['losses']}"
+            trained = np.abs(np.asarray(found["trained_output"]) - result["trained_output"])
+            if trained.max() >= twin_cases.TOLERANCE:
+                failures[key] = f"output after SGD differs by {trained.max():.2e}"
+    print(f"max |gluon - Keras| ({mode}):", json.dumps(differences, indent=1))
+    assert not failures, json.dumps(failures, indent=1)
+
+
+@slow
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_training_run_records_the_hybridize_switch(home, hybridize):
+    require_backends(BACKEND)
+    args = ["run", "-b", BACKEND, "-m", "small_cnn", "--dataset", "synthetic", "--steps", "3",
+            "--warmup-steps", "1", "--batch-size", "8", "--train-samples", "32",
+            "--test-samples", "16", "--threads", "1", "--sample-interval", "0"]  # fmt: skip
+    completed = run_kbench(args + (["--hybridize"] if hybridize else []), home)
+    assert completed.returncode == 0, dump(completed)
+    (result,) = completed.results()
+    assert result.status == "ok" and result.config["hybridize"] is hybridize
+    assert result.metrics["measured_steps"] == 3 and result.metrics["images_per_sec"] > 0
+    assert result.model["params"] == 203_434
+    assert result.model["flops"]["forward_per_sample"] == 2 * (
+        3 * 3 * 1 * 64 * 26 * 26 + 3 * 3 * 64 * 32 * 24 * 24 + 24 * 24 * 32 * 10
+    )
+    framework = result.environment["framework"]
+    assert framework["name"] == "mxnet" and framework["keras_version"] is None
+    switch = framework["switches"]["hybridize"]
+    assert switch["status"] == ("applied" if hybridize else "default")
+    assert ("net.hybridize(" in switch["detail"]) is hybridize
+    assert framework["switches"]["mixed_precision"]["detail"] == "float32 throughout"
+
+
+@slow
+def test_parity_with_tensorflow_through_the_cli(home):
+    require_backends("tensorflow", BACKEND)
+    out = home / "parity"
+    completed = run_kbench(["parity", "-m", "mlp,small_cnn,resnet20,lstm", "-b",
+                            f"tensorflow,{BACKEND}", "--batch-size", "4", "--steps", "2",
+                            "--output-dir", str(out)], home)  # fmt: skip
+    assert completed.returncode == 0, dump(completed)
+    saved = [json.loads(p.read_text()) for p in out.glob("*.json")]
+    by_backend = {(d["config"]["backend"], d["model"]["name"]): d for d in saved}
+    gluon = {name: d for (backend, name), d in by_backend.items() if backend == BACKEND}
+    assert set(gluon) == {"mlp", "small_cnn", "resnet20", "lstm"}
+    for name, document in gluon.items():
+        found = document["metrics"]["parity"]
+        assert found["passed"] and found["output_max_abs"] < 1e-4, (name, found)
+        assert not found["notes"], (name, found)  # no known differences: Gluon is not Keras
+        # counted off the Gluon blocks, as kbench.flops counts them off the Keras layers
+        keras_model = by_backend[("tensorflow", name)]["model"]
+        assert document["model"]["flops"] == keras_model["flops"], name
+        assert document["model"]["params"] == keras_model["params"], name
