@@ -53,7 +53,7 @@ class ConfigError(ValueError):
         self.message = message
 
 
-def _choice(setting: str, value: Any, allowed: Iterable[str]) -> None:
+def check_choice(setting: str, value: Any, allowed: Iterable[str]) -> None:
     allowed = tuple(allowed)
     if value in allowed:
         return
@@ -154,9 +154,9 @@ class RunConfig:
     workers: int = 1
 
     def __post_init__(self) -> None:
-        _choice("backend", self.backend, BACKENDS)
-        _choice("model", self.model, MODELS)
-        _choice("dataset", self.dataset, DATASETS)
+        check_choice("backend", self.backend, BACKENDS)
+        check_choice("model", self.model, MODELS)
+        check_choice("dataset", self.dataset, DATASETS)
         self._check_training()
         self._check_data()
         self._check_measurement()
@@ -171,10 +171,10 @@ class RunConfig:
                 if not isinstance(value, bool):
                     raise ConfigError(name, f"expected true or false; received {value!r}.")
             else:
-                _choice(name, value, switch.choices)
+                check_choice(name, value, switch.choices)
 
     def _check_distributed(self) -> None:
-        _choice("distributed", self.distributed, DISTRIBUTED)
+        check_choice("distributed", self.distributed, DISTRIBUTED)
         _positive_int("workers", self.workers)
         allowed = DISTRIBUTED[self.distributed]
         if self.backend not in allowed:
@@ -201,7 +201,7 @@ class RunConfig:
         return {name: getattr(self, name) for name in SWITCHES}
 
     def _check_training(self) -> None:
-        _choice("mode", self.mode, MODES)
+        check_choice("mode", self.mode, MODES)
         _positive_int("batch_size", self.batch_size)
         if self.steps is not None:
             _positive_int("steps", self.steps)
@@ -211,13 +211,13 @@ class RunConfig:
         else:
             _positive_int("epochs", self.epochs)
         _positive_int("warmup_steps", self.warmup_steps, allow_zero=True)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _positive_number("learning_rate", self.learning_rate)
         _positive_number("duration_s", self.duration_s, "seconds")
 
     def _check_data(self) -> None:
         if self.data_format is not None:
-            _choice("data_format", self.data_format, DATA_FORMATS)
+            check_choice("data_format", self.data_format, DATA_FORMATS)
             allowed = BACKENDS[self.backend].data_formats
             if self.data_format not in allowed:
                 raise ConfigError(
@@ -272,7 +272,7 @@ class RunConfig:
         if self.threads is not None:
             _positive_int("threads", self.threads)
         _positive_number("timeout_s", self.timeout_s, "seconds")
-        _choice("device", self.device, DEVICES)
+        check_choice("device", self.device, DEVICES)
         _positive_int("repeat", self.repeat, allow_zero=True)
         if _not_number(self.sample_interval_s) or self.sample_interval_s < 0:
             raise ConfigError(

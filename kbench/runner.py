@@ -190,7 +190,7 @@ class Runner:
 
         log_path = self.output_dir / "logs" / f"{run_id}.log"
         log_path.parent.mkdir(exist_ok=True)
-        outcome = self._supervise(
+        outcome = self.supervise(
             [str(interpreter), "-m", "kbench.worker", str(run_dir / "run.json")],
             env,
             run_dir,
@@ -242,7 +242,7 @@ class Runner:
         ResultStore(self.output_dir).add(result)
         return result
 
-    def _supervise(
+    def supervise(
         self,
         command: List[str],
         env: Dict[str, str],
@@ -250,6 +250,9 @@ class Runner:
         log_path: Path,
         config: RunConfig,
     ) -> Outcome:
+        """Run ``command`` in its own process group: log its output, relay its progress,
+        sample it, and stop it past ``config.timeout_s``. ``config`` needs only
+        ``label()``, ``timeout_s`` and ``sample_interval_s`` (``kbench ops`` passes its own)."""
         tail: collections.deque = collections.deque(maxlen=LOG_TAIL_LINES)
         with open(log_path, "w") as log_file:
             process = subprocess.Popen(

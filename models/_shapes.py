@@ -33,3 +33,39 @@ def check_image_shape(name: str, input_shape, minimum: int = 1) -> Tuple[int, in
             f"height and width at least {minimum}; got {tuple(input_shape)}"
         )
     return shape
+
+
+# -- Keras weights into the native ports (numpy only) ---------------------------------
+
+
+def expect_shape(where: str, what: str, got, want) -> None:
+    if tuple(got) != tuple(want):
+        raise ValueError(f"{where}: {what} has shape {tuple(got)}, expected {tuple(want)}")
+
+
+def conv_kernel_oihw(kernel, weight_shape, data_format: str, kernel_layout: str, where: str):
+    """A Keras Conv2D kernel as (out, in, height, width), the native ports' layout.
+
+    ``kernel_layout`` is "HWIO" (Keras 3), "OIHW" (keras-mxnet under channels_first) or
+    "auto": told apart by shape, refused where the shape reads both ways.
+    """
+    out_channels, in_channels, kernel_h, kernel_w = (int(d) for d in weight_shape)
+    shapes = {
+        "HWIO": (kernel_h, kernel_w, in_channels, out_channels),
+        "OIHW": (out_channels, in_channels, kernel_h, kernel_w),
+    }
+    if kernel_layout == "auto":
+        # keras-mxnet (Keras 2.2.4) keeps channels_first kernels as (out, in, h, w)
+        allowed = ["HWIO", "OIHW"] if data_format == "channels_first" else ["HWIO"]
+        matches = [layout for layout in allowed if tuple(kernel.shape) == shapes[layout]]
+        if len(matches) == 2:  # only when out == in == kernel height == width
+            raise ValueError(
+                f"{where}: kernel shape {tuple(kernel.shape)} reads as HWIO (Keras 3) and as "
+                "OIHW (keras-mxnet, channels_first) alike; pass kernel_layout='HWIO' or 'OIHW'"
+            )
+        if not matches:
+            wanted = " or ".join(f"{shapes[layout]} ({layout})" for layout in allowed)
+            raise ValueError(f"{where}: kernel has shape {tuple(kernel.shape)}, expected {wanted}")
+        kernel_layout = matches[0]
+    expect_shape(where, f"{kernel_layout} kernel", kernel.shape, shapes[kernel_layout])
+    return kernel.transpose(3, 2, 0, 1) if kernel_layout == "HWIO" else kernel

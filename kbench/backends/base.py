@@ -271,3 +271,27 @@ class Backend(abc.ABC):
     def framework_peaks(self) -> List[Dict[str, Any]]:
         """``framework_peak`` readings per GPU; called only when a GPU is visible."""
         return []
+
+
+class NativePort(Backend):
+    """A hand-written port of the models (torch-native, mxnet-gluon): it loads Keras
+    weights through its twins' ``load_keras_weights`` and never exports any."""
+
+    twins: Any  # the port's model package (kbench_models.pytorch, kbench_models.gluon)
+
+    def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
+        raise NotImplementedError(
+            f"{self.name} only receives weights: put a Keras backend first in "
+            "`kbench parity --backend` so that it is the reference"
+        )
+
+    def set_weights(
+        self,
+        model: Any,
+        weights: List[Tuple[str, List[np.ndarray]]],
+        source_format: str,
+        source_kernel_layout: str = "HWIO",
+    ) -> None:
+        self.twins.load_keras_weights(
+            model, weights, source_format, kernel_layout=source_kernel_layout
+        )

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.backends.base import Backend, BackendMismatch
+from kbench.backends.base import BackendMismatch, NativePort
 from kbench.backends.mxnet_common import MXNetFramework
 
 KERAS_EPSILON = 1e-7
@@ -24,7 +24,7 @@ KERAS_EPSILON = 1e-7
 HYBRIDIZE_OPTIONS = {"static_alloc": True, "static_shape": True}
 
 
-class MXNetGluonBackend(MXNetFramework, Backend):
+class MXNetGluonBackend(MXNetFramework, NativePort):
     name = "mxnet-gluon"
 
     def load_framework(self, data_format: str) -> None:
@@ -193,22 +193,3 @@ class MXNetGluonBackend(MXNetFramework, Backend):
 
     def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:
         return model(self._arrays(batch)).asnumpy()  # a host array: the device is done
-
-    # --------------------------------------------------------------- weights
-
-    def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
-        raise NotImplementedError(
-            "mxnet-gluon only receives weights: put a Keras backend first in "
-            "`kbench parity --backend` so that it is the reference"
-        )
-
-    def set_weights(
-        self,
-        model: Any,
-        weights: List[Tuple[str, List[np.ndarray]]],
-        source_format: str,
-        source_kernel_layout: str = "HWIO",
-    ) -> None:
-        self.twins.load_keras_weights(
-            model, weights, source_format, kernel_layout=source_kernel_layout
-        )

@@ -14,13 +14,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.backends.base import Backend, BackendMismatch
+from kbench.backends.base import BackendMismatch, NativePort
 from kbench.backends.torch_common import TorchFramework
 
 KERAS_EPSILON = 1e-7
 
 
-class TorchNativeBackend(TorchFramework, Backend):
+class TorchNativeBackend(TorchFramework, NativePort):
     name = "torch-native"
 
     def load_framework(self, data_format: str) -> None:
@@ -211,22 +211,3 @@ class TorchNativeBackend(TorchFramework, Backend):
         model.eval()
         with self.torch.no_grad(), self.autocast():
             return model.kbench_call(self._tensors(model, batch)).float().cpu().numpy()
-
-    # --------------------------------------------------------------- weights
-
-    def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
-        raise NotImplementedError(
-            "torch-native only receives weights: put a Keras backend first in "
-            "`kbench parity --backend` so that it is the reference"
-        )
-
-    def set_weights(
-        self,
-        model: Any,
-        weights: List[Tuple[str, List[np.ndarray]]],
-        source_format: str,
-        source_kernel_layout: str = "HWIO",
-    ) -> None:
-        self.twins.load_keras_weights(
-            model, weights, source_format, kernel_layout=source_kernel_layout
-        )

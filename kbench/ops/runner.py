@@ -4,7 +4,7 @@ For each backend it picks the interpreter, makes the worker's environment exactl
 for a model run (:func:`kbench.environments.process_environment`: ``KERAS_BACKEND``,
 a fresh ``KERAS_HOME`` with the backend's keras.json, thread variables, ``--device
 cpu`` hiding GPUs), writes ``task.json``, and starts ``python -m kbench.ops.worker``
-under the supervision model runs get (:meth:`kbench.runner.Runner._supervise`: own
+under the supervision model runs get (:meth:`kbench.runner.Runner.supervise`: own
 process group, log relayed to ``logs/<run_id>.log``, timeout, the whole group
 killed). A worker that crashes or times out becomes a ``failed`` or ``timeout``
 result that keeps the operations it finished; the next backend still runs.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench import environments, sysinfo
-from kbench.config import DEVICES, ConfigError, _choice
+from kbench.config import DEVICES, ConfigError, check_choice
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
 from kbench.results import RunResult
@@ -77,13 +77,13 @@ class OpsConfig:
     max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
 
     def __post_init__(self) -> None:
-        _choice("backend", self.backend, IMPLEMENTATIONS)
+        check_choice("backend", self.backend, IMPLEMENTATIONS)
         object.__setattr__(self, "ops", tuple(self.ops))
         object.__setattr__(self, "sizes", tuple(self.sizes))
         if not self.ops:
             raise ConfigError("ops", f"expected one or more of {', '.join(OPS)}; received none.")
         for op in self.ops:
-            _choice("ops", op, OPS)
+            check_choice("ops", op, OPS)
         if not self.sizes:
             raise ConfigError("sizes", "expected one or more positive integers; received none.")
         for size in self.sizes:
@@ -91,10 +91,10 @@ class OpsConfig:
                 raise ConfigError(
                     "sizes", f"expected positive integers, for example 64,128; received {size!r}."
                 )
-        _choice("dtype", self.dtype, DTYPES)
+        check_choice("dtype", self.dtype, DTYPES)
         _positive_int("repeats", self.repeats)
         _positive_int("warmup", self.warmup, allow_zero=True)
-        _choice("device", self.device, DEVICES)
+        check_choice("device", self.device, DEVICES)
         if self.threads is not None:
             _positive_int("threads", self.threads)
         _positive_number("timeout_s", self.timeout_s, "seconds")
@@ -177,7 +177,7 @@ def run_one(
     log_path = output_dir / "logs" / f"{run_id}.log"
     log_path.parent.mkdir(exist_ok=True)
     supervisor = Runner(output_dir=output_dir, on_progress=on_progress)
-    outcome = supervisor._supervise(
+    outcome = supervisor.supervise(
         [str(interpreter), "-m", "kbench.ops.worker", str(run_dir / "task.json")],
         env,
         run_dir,

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 
 from .. import MODELS
+from .._shapes import conv_kernel_oihw
+from .._shapes import expect_shape as _expect
 from ._layers import KerasLayer, KerasTwin
 
 __all__ = [
@@ -51,37 +53,12 @@ def build(name: str, input_shape: Tuple[int, ...], num_classes: int) -> KerasTwi
 Assignment = Tuple[torch.Tensor, np.ndarray]
 
 
-def _expect(where: str, what: str, got: Tuple[int, ...], want: Tuple[int, ...]) -> None:
-    if tuple(got) != tuple(want):
-        raise ValueError(f"{where}: {what} has shape {tuple(got)}, expected {tuple(want)}")
-
-
 def _conv2d(layer: KerasLayer, arrays, data_format, kernel_layout, where) -> List[Assignment]:
     conv = layer.module
-    out_channels, in_channels, kernel_h, kernel_w = conv.weight.shape
-    shapes = {
-        "HWIO": (kernel_h, kernel_w, in_channels, out_channels),
-        "OIHW": (out_channels, in_channels, kernel_h, kernel_w),
-    }
-    kernel = arrays[0]
-    if kernel_layout == "auto":
-        # keras-mxnet (Keras 2.2.4) keeps channels_first kernels as (out, in, h, w)
-        allowed = ["HWIO", "OIHW"] if data_format == "channels_first" else ["HWIO"]
-        matches = [layout for layout in allowed if tuple(kernel.shape) == shapes[layout]]
-        if len(matches) == 2:  # only when out == in == kernel height == width
-            raise ValueError(
-                f"{where}: kernel shape {tuple(kernel.shape)} reads as HWIO (Keras 3) and as "
-                "OIHW (keras-mxnet, channels_first) alike; pass kernel_layout='HWIO' or 'OIHW'"
-            )
-        if not matches:
-            wanted = " or ".join(f"{shapes[layout]} ({layout})" for layout in allowed)
-            raise ValueError(f"{where}: kernel has shape {tuple(kernel.shape)}, expected {wanted}")
-        kernel_layout = matches[0]
-    _expect(where, f"{kernel_layout} kernel", kernel.shape, shapes[kernel_layout])
-    weight = kernel.transpose(3, 2, 0, 1) if kernel_layout == "HWIO" else kernel
+    weight = conv_kernel_oihw(arrays[0], conv.weight.shape, data_format, kernel_layout, where)
     assignments = [(conv.weight, weight)]
     if conv.bias is not None:
-        _expect(where, "bias", arrays[1].shape, (out_channels,))
+        _expect(where, "bias", arrays[1].shape, (conv.weight.shape[0],))
         assignments.append((conv.bias, arrays[1]))
     return assignments
 
