@@ -136,6 +136,11 @@ def add_switch_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + name.replace("_", "-")
         if isinstance(switch.default, bool):
             group.add_argument(flag, action="store_true", help=switch.help)
+        elif switch.is_count:
+            group.add_argument(
+                flag, type=int, default=switch.default, metavar="N",
+                help=f"{switch.help} (default: {switch.default})",
+            )  # fmt: skip
         else:
             group.add_argument(
                 flag,
@@ -273,6 +278,23 @@ def build_parser() -> argparse.ArgumentParser:
         "the global batch is batch size x workers",
     )
     parallel.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
+    profiling = run.add_argument_group("where the time goes (the framework's own profiler)")
+    profiling.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the measured run, run --profile-steps more steps under the framework's "
+        "profiler (torch.profiler, TensorFlow's profiler, JAX's trace) and record time per "
+        "phase (data, forward, backward, update) and the top operators, with the "
+        "`kbench ops` name where one fits; throughput is measured without the profiler. "
+        "MXNet's wheel has no profiler: recorded as unsupported",
+    )
+    profiling.add_argument(
+        "--profile-steps",
+        type=int,
+        default=10,
+        metavar="N",
+        help="steps (forward passes with --mode inference) to profile (default: 10)",
+    )
     add_output_arguments(run)
     run.set_defaults(handler=command_run)
 
@@ -408,6 +430,8 @@ def show_progress(config: RunConfig, event: Dict) -> None:
         )
     elif event.get("event") == "step":
         log.info("    %s: step %d/%d", config.label(), event["step"], event["steps"])
+    elif event.get("event") == "profile":
+        log.info("    %s: profiling %d steps", config.label(), event["steps"])
 
 
 def execute(configs: List[RunConfig], output_dir: Path) -> List[RunResult]:
@@ -448,6 +472,7 @@ def command_run(args: argparse.Namespace) -> int:
         gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
         **{name: getattr(args, name) for name in SWITCHES},
         distributed=args.distributed, workers=args.workers,
+        profile=args.profile, profile_steps=args.profile_steps,
     )  # fmt: skip
     # Round by round, so that drift of the machine hits every backend alike.
     configs = [

@@ -111,8 +111,9 @@ def add_commands(commands) -> None:
         description="Throughput with its spread, the speed ratio against a baseline backend "
         "(median of per-round ratios), utilization, peak memory with its kind and accuracy, a "
         "row per model and setting and a column per backend, with OOM/FAILED/TIMEOUT where "
-        "runs did not finish. Printed, and written as Markdown. Of a sweep run that was rerun, "
-        "only the newest result counts.",
+        "runs did not finish; operator runs and data-parallel runs (their step breakdown and "
+        "scaling) in tables of their own. Printed, and written as Markdown. Of a sweep run "
+        "that was rerun, only the newest result counts.",
     )
     add_store_arguments(compare, several=True)
     compare.add_argument("--baseline", metavar="BACKEND", help="default: the first backend")
@@ -126,7 +127,8 @@ def add_commands(commands) -> None:
         help="one self-contained HTML file with the tables and plots",
         description="Throughput bars, a speed-ratio heatmap, throughput against batch size, "
         "memory fraction and threads, per-run timelines of utilization, memory and img/s, "
-        "accuracy against epochs: whichever the stored runs call for.",
+        "accuracy against epochs, the data-parallel step breakdown and scaling: whichever the "
+        "stored runs call for.",
     )
     add_store_arguments(report, several=True)
     report.add_argument("--baseline", metavar="BACKEND", help="default: the first backend")
@@ -223,11 +225,13 @@ def command_sweep(args: argparse.Namespace) -> int:
             results = sweep_mod.execute(selected, plan.to_run, session, progress)
     everything = store.results([Filter("sweep", (sweep.name,))], latest_only=True)
     if everything:
+        sections = section_tables(everything)
         print(tables.study_text(everything, args.baseline))
+        for table in sections:
+            print("\n" + table.text())
         markdown = output_dir / "compare.md"
-        markdown.write_text(
-            tables.study_markdown(everything, f"Sweep {sweep.name} ({size})", args.baseline)
-        )
+        text = tables.study_markdown(everything, f"Sweep {sweep.name} ({size})", args.baseline)
+        markdown.write_text(text + "".join("\n" + t.markdown() + "\n" for t in sections))
         print(f"\nTables also in {markdown}; plots: kbench report --store {output_dir}")
     failed = [r for r in results if not r.ok]
     for r in failed:
@@ -273,18 +277,30 @@ def command_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def command_compare(args: argparse.Namespace) -> int:
+def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:
+    """The tables beside the study tables: operators, the data-parallel breakdown, the
+    per-operator profiles of model runs."""
+    from kbench.distributed.views import breakdown_tables
     from kbench.ops.views import ops_tables
+    from kbench.profiling.views import profile_tables
 
+    return (
+        ops_tables([r for r in results if r.kind == "ops"])
+        + breakdown_tables(results)
+        + profile_tables(results)
+    )
+
+
+def command_compare(args: argparse.Namespace) -> int:
     results = load(args.store, args.filter, latest_only=True)
-    operators = ops_tables([r for r in results if r.kind == "ops"])
+    sections = section_tables(results)
     print(tables.study_text(results, args.baseline))
-    for table in operators:
+    for table in sections:
         print("\n" + table.text())
     markdown = args.markdown or args.store[0] / "compare.md"
     title = "kbench comparison: " + ", ".join(str(s) for s in args.store)
     text = tables.study_markdown(results, title, args.baseline)
-    text += "".join("\n" + table.markdown() + "\n" for table in operators)
+    text += "".join("\n" + table.markdown() + "\n" for table in sections)
     markdown.write_text(text)
     print(f"\nMarkdown: {markdown}", file=sys.stderr)
     return 0

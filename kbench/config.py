@@ -148,10 +148,14 @@ class RunConfig:
     mixed_precision: str = "off"
     hybridize: bool = False
     tf32: str = "auto"
+    mxnet_gpus: int = 0  # 0: keras-mxnet's own choice of device
     # data-parallel training (kbench.distributed): batch_size is per worker, the global
     # batch is batch_size x workers
     distributed: str = "none"
     workers: int = 1
+    # per-operator breakdown (kbench.profiling): extra steps after the measured run
+    profile: bool = False
+    profile_steps: int = 10
 
     def __post_init__(self) -> None:
         check_choice("backend", self.backend, BACKENDS)
@@ -161,6 +165,7 @@ class RunConfig:
         self._check_data()
         self._check_measurement()
         self._check_distributed()
+        self._check_profile()
         for name, switch in SWITCHES.items():
             value = getattr(self, name)
             if isinstance(value, bool) and "on" in switch.choices:
@@ -170,8 +175,27 @@ class RunConfig:
             if isinstance(switch.default, bool):
                 if not isinstance(value, bool):
                     raise ConfigError(name, f"expected true or false; received {value!r}.")
+            elif switch.is_count:
+                _positive_int(name, value, allow_zero=True)
             else:
                 check_choice(name, value, switch.choices)
+        self._check_mxnet_gpus()
+
+    def _check_mxnet_gpus(self) -> None:
+        if not self.mxnet_gpus:
+            return
+        if self.device == "cpu":
+            raise ConfigError(
+                "mxnet_gpus",
+                f"expected GPUs the worker can see; received --mxnet-gpus {self.mxnet_gpus} "
+                "with --device cpu, which hides every GPU. Drop --device cpu or --mxnet-gpus.",
+            )
+        if self.distributed != "none":
+            raise ConfigError(
+                "mxnet_gpus",
+                f"--distributed {self.distributed} gives each worker process one device; "
+                f"received --mxnet-gpus {self.mxnet_gpus} too. Drop one of the two.",
+            )
 
     def _check_distributed(self) -> None:
         check_choice("distributed", self.distributed, DISTRIBUTED)
@@ -228,6 +252,7 @@ class RunConfig:
         for name in ("train_samples", "test_samples", "num_classes"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
+        self._check_warmup_fits()
         model_kind = MODELS[self.model].input_kind
         data_kind = DATASET_SPECS[self.dataset].kind
         if data_kind not in ("any", model_kind):
@@ -266,6 +291,35 @@ class RunConfig:
             raise ConfigError(
                 "data_dir",
                 f"expected an existing directory; received {self.data_dir!r}, which is not one.",
+            )
+
+    def _check_profile(self) -> None:
+        if not isinstance(self.profile, bool):
+            raise ConfigError("profile", f"expected true or false; received {self.profile!r}.")
+        _positive_int("profile_steps", self.profile_steps)
+        if self.profile and self.distributed != "none":
+            raise ConfigError(
+                "profile",
+                f"profiles one process; received --distributed {self.distributed} too. Profile "
+                "the model without --distributed (the breakdown per operator is the same "
+                "computation), or drop --profile.",
+            )
+
+    def _check_warmup_fits(self) -> None:
+        """Where the training length is known here (epochs of at most ``train_samples``),
+        the warmup must leave steps to measure: the worker checks again on the real data."""
+        if self.mode != "train" or self.epochs is None or self.train_samples is None:
+            return
+        if self.distributed != "none":  # each worker trains a shard: the worker checks
+            return
+        total = self.train_samples // self.batch_size * self.epochs
+        if self.warmup_steps >= total:
+            raise ConfigError(
+                "warmup_steps",
+                f"expected fewer than the run's at most {total} steps ({self.epochs} epoch(s) "
+                f"of {self.train_samples} samples in batches of {self.batch_size}); received "
+                f"{self.warmup_steps}. Lower --warmup-steps, or raise --train-samples or "
+                "--epochs.",
             )
 
     def _check_measurement(self) -> None:

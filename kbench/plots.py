@@ -24,6 +24,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from kbench.compare import IGNORED_IN_GROUPING, BackendRow, ComparisonGroup, compare, group_key
 from kbench.results import RunResult
+from kbench.switches import SWITCHES
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ def setting_text(key: str, value: Any) -> Optional[str]:
     name = SETTING_NAMES.get(key, key.replace("_", " "))
     if value is None or value is False:  # unset: the default, which the label leaves out
         return None
+    if key in SWITCHES and value == SWITCHES[key].default:  # a switch left as it is
+        return None
     if key in ("dataset", "mode"):
         return str(value)
     if value is True:
@@ -144,14 +147,19 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
     for result in results:
         members.setdefault(group_key(result), []).append(result)
     configs = [runs[0].config for runs in members.values()]
-    # the batch size is always worth reading; other settings only where they differ
-    keys = ["batch_size"] + varying_keys(configs, skip=("batch_size",))
     models = list(dict.fromkeys(c["model"] for c in configs))
+    # the batch size is always worth reading; other settings only where they differ
+    # between the groups of one model (the model's name tells the others apart)
+    keys = {
+        model: ["batch_size"]
+        + varying_keys([c for c in configs if c["model"] == model], skip=("batch_size",))
+        for model in models
+    }
     groups = []
     for key, runs in members.items():
         config = runs[0].config
-        setting = describe_setting(config, keys)
-        if config.get("mode") == "inference" and "mode" not in keys:
+        setting = describe_setting(config, keys[config["model"]])
+        if config.get("mode") == "inference" and "mode" not in keys[config["model"]]:
             setting += ", inference"
         (comparison,) = compare(runs, baseline)
         groups.append(RunGroup(key, config["model"], setting, comparison, runs))
@@ -1126,6 +1134,7 @@ def runtime_accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -
     figure = new_figure(4.6, WIDTH_IN * 0.8)
     ax = figure.subplots()
     seen = set()
+    several_models = len({g.model for _, g, _, _ in points}) > 1
     for backend, group, seconds, accuracy in points:
         ax.scatter(
             seconds,
@@ -1136,9 +1145,10 @@ def runtime_accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -
             zorder=3,
         )
         seen.add(backend)
-        if group.setting:
+        text = group.label if several_models else group.setting
+        if text:
             ax.annotate(
-                group.setting, (seconds, accuracy), fontsize=7, xytext=(4, 3),
+                text, (seconds, accuracy), fontsize=7, xytext=(4, 3),
                 textcoords="offset points", color="#444444",
             )  # fmt: skip
     ax.set_xlabel("training time, s (sum of epoch wall times, median over repeats)")

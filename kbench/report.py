@@ -19,12 +19,13 @@ import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench import plots
 from kbench.compare import Spread
 from kbench.plots import Drawn, RunGroup, Skipped
 from kbench.results import RunResult
+from kbench.tables import Table
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +167,10 @@ def write_report(
             for name, png in ops_figures(operators)
         ]
 
-    drawn = [o for o in outcomes if isinstance(o, Drawn)] + timelines
-    skipped = [o for o in outcomes if isinstance(o, Skipped)]
+    extra_sections, extra_outcomes = distributed_section(results)
+    extra_sections += profile_section(results)
+    drawn = [o for o in outcomes + extra_outcomes if isinstance(o, Drawn)] + timelines
+    skipped = [o for o in outcomes + extra_outcomes if isinstance(o, Skipped)]
     page = render_page(
         title=title,
         results=results,
@@ -179,6 +182,7 @@ def write_report(
         timelines=timelines,
         skipped=skipped,
         notes=notes,
+        extra_sections=extra_sections,
     )
     write_text_atomic(path, page)
     log.info("report: %s (%d figures, %d skipped)", path, len(drawn), len(skipped))
@@ -221,11 +225,15 @@ def render_page(
     timelines: Sequence[Drawn],
     skipped: Sequence[Skipped],
     notes: Sequence[str],
+    extra_sections: Sequence[Tuple[str, str, str]] = (),
 ) -> str:
+    """``extra_sections``: (id, heading, HTML) of kinds of runs with a section of their own,
+    after the figures."""
     failed = [r for r in results if not r.ok]
     sections = [
         ("summary", "Summary", summary_table(groups, backends, baseline)),
         ("figures", "Figures", "".join(figure_html(f) for f in figures) or no_figures()),
+        *extra_sections,
     ]
     if timelines or skipped or notes:
         body = "".join(figure_html(f) for f in timelines)
@@ -369,7 +377,7 @@ def summary_table(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
             )
             rows.append(
                 [
-                    backend,
+                    backend_cell(backend, group.runs_of(backend)),
                     runs_cell,
                     "—" if rate is None else f"{rate.median:,.0f}",
                     "—" if rate is None else f"{rate.low:,.0f}–{rate.high:,.0f}, n={rate.n}",
@@ -385,6 +393,15 @@ def summary_table(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
         "kind (host RSS is the worker's resident memory; GPU kinds come from the framework "
         "allocator or NVML).</p>"
     )
+
+
+def backend_cell(backend: str, runs: Sequence[RunResult]) -> Any:
+    """The backend's name, with the warnings its runs carry (``RunResult.warnings``)."""
+    warned = dict.fromkeys(w for r in runs for w in r.warnings)
+    if not warned:
+        return backend
+    notes = "".join(f'<div class="muted">{esc(w)}</div>' for w in warned)
+    return Markup(f'{esc(backend)} <span class="badge bad">warning</span>{notes}')
 
 
 def ratio_cell(row: Any, group: RunGroup, baseline: str) -> Any:
@@ -433,6 +450,55 @@ def format_bytes(value: float) -> str:
     if value >= 10 * 2**30:
         return f"{value / 2**30:.1f} GiB"
     return f"{value / 2**20:,.0f} MiB"
+
+
+# --------------------------------------------------------------------------- data-parallel
+
+
+def distributed_section(
+    results: Sequence[RunResult],
+) -> Tuple[List[Tuple[str, str, str]], List[Any]]:
+    """The data-parallel runs' section, (id, heading, HTML), with its figures' outcomes;
+    nothing without such runs."""
+    from kbench.distributed.views import breakdown_figures, breakdown_tables, numeric_columns
+
+    found = breakdown_tables(results)
+    if not found:
+        return [], []
+    outcomes = breakdown_figures(results)
+    body = "".join(table_html(t, numeric_columns(t)) for t in found)
+    body += "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
+    return [("distributed", "Data-parallel training", body)], outcomes
+
+
+def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
+    """The per-operator profiles of model runs (--profile), (id, heading, HTML); nothing
+    without them."""
+    from kbench.profiling.views import profile_tables
+
+    found = profile_tables(results)
+    if not found:
+        return []
+
+    def numeric(t: Table) -> List[int]:
+        return [
+            i
+            for i in range(len(t.headers))
+            if t.rows and all(r[i].rstrip("%").replace(".", "", 1).isdigit() for r in t.rows)
+        ]
+
+    body = "".join(table_html(t, numeric(t)) for t in found)
+    return [("profiles", "Where the time goes: operators (--profile)", body)]
+
+
+def table_html(found: Table, numeric: Sequence[int] = ()) -> str:
+    """A :class:`kbench.tables.Table`: its title, its rows, its notes."""
+    notes = "".join(f"<li>{esc(n)}</li>" for n in found.notes)
+    return (
+        f"<h3>{esc(found.title)}</h3>"
+        + table(found.headers, found.rows, numeric)
+        + (f'<ul class="muted">{notes}</ul>' if notes else "")
+    )
 
 
 # --------------------------------------------------------------------------- failures

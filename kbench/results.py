@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from kbench.task import read_json, write_json_atomic
 
@@ -57,6 +57,12 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def warnings(self) -> List[str]:
+        """What the backend said the run's numbers should be read with (for example a
+        slow data format), from ``environment.framework.warnings``."""
+        return list((self.environment.get("framework") or {}).get("warnings") or [])
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -240,6 +240,8 @@ class Runner:
             sweep=sweep,
         )
         ResultStore(self.output_dir).add(result)
+        for warning in result.warnings:
+            log.warning("%s: %s", config.label(), warning)
         return result
 
     def supervise(

@@ -19,8 +19,12 @@ from typing import Any, Dict, Tuple
 class Switch:
     name: str
     default: Any
-    choices: Tuple[Any, ...]
+    choices: Tuple[Any, ...]  # empty: any whole number from 0 up (a count)
     help: str
+
+    @property
+    def is_count(self) -> bool:
+        return not self.choices
 
 
 SWITCHES: Dict[str, Switch] = {
@@ -63,6 +67,15 @@ SWITCHES: Dict[str, Switch] = {
             "auto",
             ("auto", "on", "off"),
             "TensorFloat-32 matmuls on GPUs that have them (auto: the framework's default)",
+        ),
+        Switch(
+            "mxnet_gpus",
+            0,
+            (),
+            "keras-mxnet: train on the first N GPUs in one process, each batch split across "
+            "them (compile(context=['gpu(0)', ...]); --batch-size stays the whole batch). "
+            "0: keras-mxnet's default device, its first GPU if it sees one, else cpu(). "
+            "Needs the MXNet CUDA build (KBENCH_GPU=1 scripts/setup_envs.sh)",
         ),
     )
 }

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from kbench.compare import (
     MEMORY_LABELS,
+    MODEL_KINDS,
     UTILIZATION_LABELS,
     BackendRow,
     ComparisonGroup,
@@ -15,6 +16,7 @@ from kbench.compare import (
     varying_settings,
 )
 from kbench.results import RunResult
+from kbench.switches import SWITCHES
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -86,7 +88,12 @@ def run_table(results: Sequence[RunResult]) -> str:
                 "-" if params is None else f"{params:,}",
             ]
         )
-    return render(headers, rows)
+    warned = dict.fromkeys(
+        f"\nwarning: {r.config['backend']}/{r.config['model']}: {w}"
+        for r in results
+        for w in r.warnings
+    )
+    return render(headers, rows) + "".join(warned)
 
 
 def group_table(group: ComparisonGroup) -> str:
@@ -176,16 +183,29 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
     varying = [k for k in varying_settings(groups) if k not in ("model",)]
     row_headers = ["model"] + (["setting"] if varying else [])
 
-    def row_label(group: ComparisonGroup) -> List[str]:
-        model = group.model + (" (synthetic)" if group.synthetic else "")
+    def label(model: str, synthetic: bool, settings: Dict[str, Any]) -> List[str]:
+        model += " (synthetic)" if synthetic else ""
         if not varying:
             return [model]
         parts = [
-            f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(group.settings[k])}"
+            f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(settings[k])}"
             for k in varying
-            if group.settings.get(k) is not None and not (k == "dataset" and group.synthetic)
+            if settings.get(k) is not None
+            and not (k == "dataset" and synthetic)
+            and not (k in SWITCHES and settings[k] == SWITCHES[k].default)  # a switch left off
         ]
         return [model, ", ".join(parts) or "defaults"]
+
+    def row_label(group: ComparisonGroup) -> List[str]:
+        return label(group.model, group.synthetic, group.settings)
+
+    warned = dict.fromkeys(
+        f"warning: {r.config['backend']}, "
+        f"{', '.join(label(r.config['model'], bool(r.data.get('synthetic')), r.config))}: {w}"
+        for r in results
+        if r.kind in MODEL_KINDS
+        for w in r.warnings
+    )
 
     def table(title: str, cell: Callable[[BackendRow], Optional[str]], notes: List[str]) -> Table:
         rows = []
@@ -210,7 +230,7 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
         table(
             f"Throughput, images/s: {repeats}",
             lambda r: spread_text(r.images_per_sec, ",.0f"),
-            ["measured window only (after the warmup steps)"],
+            ["measured window only (after the warmup steps)", *warned],
         ),
         table(
             f"Speed against {', '.join(baselines)}: median of per-round ratios (min-max)",

@@ -24,7 +24,7 @@ from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import is_out_of_memory
 from kbench.switches import SWITCHES
-from kbench.task import WorkerReply, WorkerTask, read_json, write_json_atomic
+from kbench.task import WorkerReply, WorkerTask, emit_progress, read_json, write_json_atomic
 
 log = logging.getLogger("kbench.worker")
 
@@ -98,9 +98,22 @@ def run(task: WorkerTask) -> WorkerReply:
             loss=loss,
             **stages,
         )
+    metrics = metrics if isinstance(metrics, dict) else metrics.to_dict()
+    if config.get("profile"):
+        from kbench.profiling import profile_model
+
+        emit_progress("profile", steps=config["profile_steps"])
+        metrics["profile"] = profile_model(
+            backend,
+            model,
+            arrays,
+            mode=config["mode"],
+            batch_size=config["batch_size"],
+            steps=config["profile_steps"],
+        )
     return WorkerReply(
         status="ok",
-        metrics=metrics if isinstance(metrics, dict) else metrics.to_dict(),
+        metrics=metrics,
         framework=backend.describe(),
         model={
             "name": config["model"],

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU smoke check: a few training steps per backend with the sampler on, then the
-# sampled GPU utilization (NVML: fraction of time a kernel ran) and memory of each.
+# sampled GPU utilization (NVML: fraction of time a kernel ran) and memory of each, and
+# the GPU path of --profile (kernel time per phase, the top operator).
 # Runs wherever NVML sees a GPU; elsewhere it says so and exits 0.
 #
 #   scripts/gpu_smoke.sh [BACKENDS] [MODEL]      (default: every runnable backend, small_cnn)
@@ -43,7 +44,7 @@ out="$(mktemp -d)"
 status=0
 "$py" -m kbench run --backend "$backends" --model "$model" --dataset synthetic \
   --steps 50 --warmup-steps 10 --batch-size 128 --device gpu --sample-interval 0.1 \
-  --output-dir "$out" || status=$?
+  --profile --profile-steps 5 --output-dir "$out" || status=$?
 
 "$py" - "$out" <<'PY'
 import glob, json, sys
@@ -62,5 +63,13 @@ for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
           f"{mib('framework_peak'):>18s}")
     if r["status"] != "ok":
         print(f"            {r['reason']}")
+    profile = m.get("profile") or {}
+    if profile.get("status") == "ok":
+        top = profile["top_ops"][0]
+        phases = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in profile["phases_s"].items())
+        print(f"            profile on {profile['device']}: {phases}; top: {top['op']} "
+              f"({top['phase']}, {top['share']:.0%})")
+    elif profile:
+        print(f"            profile: {profile.get('status')}: {profile.get('reason')}")
 PY
 exit "$status"

@@ -13,6 +13,8 @@
 #   KBENCH_PYTHON   interpreter to build the venvs from (default: python3.11, else python3)
 #   KBENCH_GPU=1    install CUDA builds (tensorflow[and-cuda], jax[cuda12], default
 #                   torch wheel, mxnet-cu112) instead of the CPU ones
+#   KBENCH_MXNET_WHEEL  with KBENCH_GPU=1, MXNet's CUDA wheel for your CUDA (default
+#                   mxnet-cu112; mxnet-cu101 to mxnet-cu117 exist for MXNet 1.9.1)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,7 +35,11 @@ keras3_requirements() {
 }
 
 mxnet_requirements() {
-  if [ "$gpu" = 1 ]; then printf '%s\n' "mxnet-cu112==1.9.1"; else printf '%s\n' "mxnet==1.9.1"; fi
+  if [ "$gpu" = 1 ]; then
+    printf '%s\n' "${KBENCH_MXNET_WHEEL:-mxnet-cu112}==1.9.1"
+  else
+    printf '%s\n' "mxnet==1.9.1"
+  fi
   printf '%s\n' "keras-mxnet==2.2.4.3" "numpy<1.24" nvidia-ml-py psutil pillow
 }
 

@@ -37,6 +37,12 @@ def test_defaults_round_trip_through_json_dict():
         ({"epochs": 0}, "epochs", "positive integer"),
         ({"epochs": None}, "epochs", "received neither"),
         ({"warmup_steps": -1}, "warmup_steps", "non-negative integer"),
+        (
+            {"train_samples": 512, "batch_size": 128},
+            "warmup_steps",
+            "expected fewer than the run's at most 4 steps (1 epoch(s) of 512 samples in "
+            "batches of 128); received 5",
+        ),
         ({"data_format": "NHWC"}, "data_format", "channels_last, channels_first"),
         ({"learning_rate": 0}, "learning_rate", "positive number"),
         ({"timeout_s": -5}, "timeout_s", "positive number of seconds"),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-from conftest import require_backends, run_kbench
+import html
+import re
 
+import pytest
+from conftest import dump, require_backends, run_kbench
+
+from kbench import report, tables
 from kbench.config import ConfigError, RunConfig
 from kbench.switches import SWITCHES, SwitchBoard
 
@@ -16,6 +20,9 @@ from kbench.switches import SWITCHES, SwitchBoard
         ("mixed_precision", "float61", "Did you mean 'float16'"),
         ("run_eagerly", "true", "expected true or false"),
         ("tf32", "fast", "expected one of auto, on, off"),
+        ("mxnet_gpus", -1, "expected a non-negative integer; received -1"),
+        ("mxnet_gpus", "2", "expected a non-negative integer; received '2'"),
+        ("mxnet_gpus", True, "expected a non-negative integer; received True"),
     ],
 )
 def test_bad_switch_values_are_refused(setting, value, message):
@@ -36,6 +43,30 @@ def test_the_board_records_every_switch():
         "detail": "jax has no hybridize switch",
     }
     assert record["jit_compile"]["status"] == "default"
+    assert record["mxnet_gpus"] == {"requested": 0, "status": "default", "detail": "left as it is"}
+    assert SwitchBoard({"mxnet_gpus": 2}, "torch").record()["mxnet_gpus"] == {
+        "requested": 2,
+        "status": "not applicable",
+        "detail": "torch has no mxnet_gpus switch",
+    }
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"device": "cpu"}, "with --device cpu, which hides every GPU. Drop --device cpu"),
+        (
+            {"distributed": "mxnet-sync", "workers": 2},
+            "--distributed mxnet-sync gives each worker process one device; received "
+            "--mxnet-gpus 2 too",
+        ),
+    ],
+)
+def test_mxnet_gpus_is_refused_where_no_gpu_can_serve_it(settings, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+        RunConfig(backend="mxnet", model="mlp", mxnet_gpus=2, **settings)
+    assert caught.value.setting == "mxnet_gpus"
+    assert RunConfig(backend="mxnet", model="mlp", mxnet_gpus=2).mxnet_gpus == 2
 
 
 @pytest.mark.slow
@@ -66,3 +97,58 @@ def test_switches_reach_the_frameworks_and_say_what_they_did(tmp_path):
 def test_yaml_on_and_off_read_as_booleans_are_taken_as_on_and_off():
     assert RunConfig(backend="jax", model="mlp", jit_compile=False).jit_compile == "off"
     assert RunConfig(backend="jax", model="mlp", tf32=True).tf32 == "on"
+
+
+TINY_MXNET = ["--dataset", "synthetic", "--steps", "2", "--warmup-steps", "1", "--batch-size", "8",
+              "--train-samples", "32", "--test-samples", "8", "--sample-interval", "0"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_channels_last_on_keras_mxnet_warns_that_it_is_the_slow_path(tmp_path):
+    require_backends("mxnet")
+    done = run_kbench(
+        ["run", "-b", "mxnet", "--model", "mlp,small_cnn", "--data-format", "channels_last",
+         *TINY_MXNET],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    by_model = {r.config["model"]: r for r in done.results()}
+    cnn, mlp = by_model["small_cnn"], by_model["mlp"]
+    assert cnn.environment["framework"]["image_data_format"] == "channels_last"
+    (warning,) = cnn.environment["framework"]["warnings"]
+    assert warning.startswith("channels_last on keras-mxnet is the slow path")
+    assert "2 convolution and pooling layer(s)" in warning and "channels_first" in warning
+    assert cnn.warnings == [warning]
+    assert mlp.warnings == []  # no convolution, nothing transposed
+    assert f"mxnet/small_cnn: {warning}" in done.stderr  # logged when the run ended
+    assert f"warning: mxnet/small_cnn: {warning}" in done.stdout  # under the run table
+    assert f"warning: mxnet, small_cnn (synthetic): {warning}" in tables.study_text(done.results())
+    assert html.escape(warning) in report.backend_cell("mxnet", [cnn])  # the HTML summary
+    # the default device, recorded as the context keras-mxnet bound to
+    for run in (cnn, mlp):
+        switch = run.environment["framework"]["switches"]["mxnet_gpus"]
+        assert switch["status"] == "default" and switch["detail"].endswith("[cpu(0)]"), switch
+
+
+@pytest.mark.slow
+def test_asking_mxnet_for_gpus_it_does_not_see_fails_the_run_and_says_how_to_fix_it(tmp_path):
+    require_backends("mxnet", "mxnet-gluon")
+    done = run_kbench(
+        ["run", "-b", "mxnet,mxnet-gluon", "--model", "mlp", "--mxnet-gpus", "2", *TINY_MXNET],
+        tmp_path,
+    )
+    assert done.returncode == 1, dump(done)
+    keras_mxnet, gluon = done.results()
+    assert keras_mxnet.status == "failed"
+    assert keras_mxnet.error["type"] == "NoGpu"
+    assert keras_mxnet.error["message"].startswith(
+        "--mxnet-gpus 2: expected 2 GPU(s) visible to MXNet; received 0. This MXNet 1.9.1 is "
+        "a CPU build: install its CUDA build (delete envs/mxnet, then KBENCH_GPU=1 "
+        "scripts/setup_envs.sh mxnet)"
+    )
+    assert keras_mxnet.error["message"].endswith(
+        "or drop --mxnet-gpus to train on mxnet's default device."
+    )
+    assert gluon.ok, gluon.reason  # Gluon has no such switch: it says so and trains
+    switch = gluon.environment["framework"]["switches"]["mxnet_gpus"]
+    assert switch["status"] == "not applicable" and "one device (cpu(0))" in switch["detail"]

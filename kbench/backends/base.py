@@ -11,13 +11,17 @@ training loop) is shared.
 from __future__ import annotations
 
 import abc
+import logging
 import os
 import resource
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbench.profiling import ProfilerUnsupported
 from kbench.switches import SwitchBoard
+
+log = logging.getLogger(__name__)
 
 
 class BackendMismatch(RuntimeError):
@@ -25,7 +29,7 @@ class BackendMismatch(RuntimeError):
 
 
 class NoGpu(RuntimeError):
-    """The run asked for a GPU (--device gpu) and the framework sees none."""
+    """The run asked for GPUs (--device gpu, --mxnet-gpus) the framework does not see."""
 
 
 OUT_OF_MEMORY_SIGNS = (
@@ -75,6 +79,7 @@ class Backend(abc.ABC):
         # Subclasses apply the switches they have and say so on the board; the rest
         # are recorded as not applicable (kbench.switches).
         self.switchboard = SwitchBoard(switches or {}, self.name)
+        self.warnings: List[str] = []  # see warn()
 
     def start(
         self,
@@ -112,8 +117,16 @@ class Backend(abc.ABC):
             threads=self.thread_settings,
             memory_options=self.memory_settings,
             switches=self.switchboard.record(),
+            warnings=list(self.warnings),
         )
         return info
+
+    def warn(self, message: str) -> None:
+        """Something about this run's settings that its numbers should be read with:
+        logged now, and kept in the result (``environment.framework.warnings``), which
+        the tables and the report show beside the run."""
+        log.warning("%s", message)
+        self.warnings.append(message)
 
     def _limit_cores(self) -> Dict[str, Any]:
         """Pin the process to ``threads`` cores when fewer than all were asked for."""
@@ -271,6 +284,11 @@ class Backend(abc.ABC):
     def framework_peaks(self) -> List[Dict[str, Any]]:
         """``framework_peak`` readings per GPU; called only when a GPU is visible."""
         return []
+
+    def op_profiler(self, model: Any, training: bool) -> Any:
+        """The capture that records ``model``'s operators (kbench.profiling); raises
+        :class:`ProfilerUnsupported`, saying why, where this backend has none."""
+        raise ProfilerUnsupported(f"{self.name}: kbench reads no operator profiler for it")
 
 
 class NativePort(Backend):

@@ -10,6 +10,13 @@ from kbench.backends.keras_common import KerasBackend
 from kbench.backends.torch_common import NOT_APPLICABLE_WITHOUT_GPU, TorchFramework
 
 
+def optimizer_name(model: Any) -> str:
+    """The scope the optimizer's update runs under; "" for a model never compiled
+    (inference)."""
+    optimizer = getattr(model, "optimizer", None)
+    return optimizer.name if optimizer is not None else ""
+
+
 class Keras3Backend(KerasBackend):
     def import_keras(self) -> Any:
         import keras
@@ -60,6 +67,11 @@ class TensorFlowBackend(Keras3Backend):
 
     def tf32_default(self) -> str:
         return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"
+
+    def op_profiler(self, model: Any, training: bool) -> Any:
+        from kbench.profiling.tf_capture import TensorFlowCapture
+
+        return TensorFlowCapture(model.name, optimizer_name(model), training=training)
 
     def set_tf32(self, on: bool) -> str:
         import tensorflow as tf
@@ -141,6 +153,11 @@ class JaxBackend(Keras3Backend):
     def tf32_default(self) -> str:
         return "XLA's default matmul precision on GPU (TF32 on Ampere and newer)"
 
+    def op_profiler(self, model: Any, training: bool) -> Any:
+        from kbench.profiling.jax_capture import JaxCapture
+
+        return JaxCapture(optimizer_name(model), training=training)
+
     def set_tf32(self, on: bool) -> str:
         import jax
 
@@ -213,3 +230,10 @@ class JaxBackend(Keras3Backend):
 class TorchBackend(TorchFramework, Keras3Backend):
     name = "torch"
     jit_meaning = "torch.compile of the train step (auto: off)"
+
+    def op_profiler(self, model: Any, training: bool) -> Any:
+        from kbench.profiling.torch_capture import TorchCapture
+
+        # Keras' optimizer.apply is the update; PyTorch marks backward itself
+        marks = [(model.optimizer, "apply", "update")] if training else []
+        return TorchCapture(gpu=self.gpus > 0, training=training, marks=marks)

@@ -8,6 +8,13 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
+from kbench.backends.base import NoGpu
+
+
+def gpu_contexts(count: int) -> List[str]:
+    """MXNet context names of the first ``count`` GPUs: ``['gpu(0)', 'gpu(1)', ...]``."""
+    return [f"gpu({index})" for index in range(count)]
+
 
 class MXNetFramework:
     """Threads, GPU memory options, devices and framework info of MXNet (a mixin)."""
@@ -47,6 +54,43 @@ class MXNetFramework:
         import mxnet as mx
 
         return mx.context.num_gpus()
+
+    def require_gpus(self, wanted: int, visible: int) -> None:
+        """Fail the run, saying how to fix it, when fewer than ``wanted`` GPUs are visible."""
+        if wanted <= visible:
+            return
+        import mxnet as mx
+
+        if mx.runtime.Features().is_enabled("CUDA"):
+            fix = (
+                f"Ask for at most {visible} (--mxnet-gpus {visible}), or make more GPUs "
+                "visible (CUDA_VISIBLE_DEVICES)"
+            )
+        else:
+            fix = (
+                f"This MXNet {mx.__version__} is a CPU build: install its CUDA build "
+                "(delete envs/mxnet, then KBENCH_GPU=1 scripts/setup_envs.sh mxnet) on a "
+                "machine with GPUs"
+            )
+        raise NoGpu(
+            f"--mxnet-gpus {wanted}: expected {wanted} GPU(s) visible to MXNet; received "
+            f"{visible}. {fix}, or drop --mxnet-gpus to train on {self.name}'s default device."
+        )
+
+    def op_profiler(self, model: Any, training: bool) -> Any:
+        import mxnet as mx
+
+        from kbench.profiling import ProfilerUnsupported
+
+        if not mx.runtime.Features().is_enabled("PROFILER"):
+            raise ProfilerUnsupported(
+                f"mxnet {mx.__version__} was built without its profiler "
+                "(mx.runtime.Features(): PROFILER off), so no operator times can be read; "
+                "a wheel built with USE_PROFILER=1 would have them"
+            )
+        raise ProfilerUnsupported(
+            "this MXNet has its profiler, but kbench does not read MXNet profiles yet"
+        )
 
     def framework_peaks(self) -> List[Dict[str, Any]]:
         return [

@@ -54,6 +54,16 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
             self.apply_tf32()  # no GPU: says so; auto: the framework's default
         else:
             board.not_applicable("tf32", "MXNet 1.9 has no switch kbench sets for TF32")
+        if board.is_default("mxnet_gpus"):
+            board.applied(
+                "mxnet_gpus", f"one device, the first GPU if any, else cpu(): {self.context}"
+            )
+        else:
+            board.not_applicable(
+                "mxnet_gpus",
+                f"kbench's Gluon loop trains on one device ({self.context}) and splits no batch "
+                "across GPUs; --mxnet-gpus does that for keras-mxnet (backend mxnet) only",
+            )
 
     def tf32_default(self) -> str:
         return "MXNet's default (cuBLAS and cuDNN decide; MXNet 1.9 sets no TF32 mode)"

@@ -186,6 +186,15 @@ class TorchNativeBackend(TorchFramework, NativePort):
             hits_sum += float(hits)
         return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
 
+    def op_profiler(self, model: Any, training: bool) -> Any:
+        from kbench.profiling.torch_capture import TorchCapture
+
+        # PyTorch marks backward and Optimizer.step itself; the batch's conversion to
+        # tensors is the data phase
+        return TorchCapture(
+            gpu=self.gpus > 0, training=training, marks=[(self, "_tensors", "data")]
+        )
+
     def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
         model.train()
         loss, _ = self._step(model, *self._tensors(model, x, y))

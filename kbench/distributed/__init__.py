@@ -17,7 +17,8 @@ worker trains on its own slice of each global step of the runner's seeded order.
 
 Parent side: :mod:`~kbench.distributed.launcher` (start, watch, stop, one result),
 :mod:`~kbench.distributed.plan` (processes, hosts, ports), :mod:`~kbench.distributed.sampling`
-(every process sampled), :mod:`~kbench.distributed.merge` (metrics, scaling, tables).
+(every process sampled), :mod:`~kbench.distributed.merge` (metrics, scaling),
+:mod:`~kbench.distributed.views` (tables and figures for the log, compare and report).
 Worker side: :mod:`~kbench.distributed.worker` (every process's entry point) and
 :mod:`~kbench.distributed.engines` (one class per engine); both sides share
 :mod:`~kbench.distributed.breakdown` (data, forward, backward, update, communication).

@@ -40,7 +40,7 @@ import psutil
 from kbench import datasets, environments, sysinfo
 from kbench import runner as runner_mod
 from kbench.config import RunConfig
-from kbench.distributed import merge
+from kbench.distributed import merge, views
 from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
 from kbench.distributed.sampling import JobSampler
 from kbench.results import RunResult
@@ -208,7 +208,7 @@ def run_distributed(
         metrics["distributed"]["scaling"] = merge.scaling(
             config, metrics["images_per_sec"], store, host_of(result)
         )
-        log.info("%s", merge.breakdown_line(result))
+        log.info("%s", views.breakdown_line(result))
     return save(result, store)
 
 

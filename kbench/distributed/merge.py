@@ -1,21 +1,21 @@
-"""The workers' replies merged into one run's metrics, scaling against one worker, tables.
+"""The workers' replies merged into one run's metrics, and scaling against one worker.
 
 Global throughput is every worker's measured images over the union of their measured
 windows (earliest start to latest end), so a worker that finishes early (asynchronous
 modes) does not inflate it. Step-time percentiles pool every worker's measured
 steps; ``images_per_sec_per_step`` is the global batch over them. The result keeps
 each worker's own summary under ``per_worker`` and the breakdown under
-``distributed``.
+``distributed``; :mod:`kbench.distributed.views` turns results into tables and figures.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
 from kbench.config import RunConfig
-from kbench.distributed.breakdown import PHASES, combine, shard_digest
+from kbench.distributed.breakdown import combine, shard_digest
 from kbench.stats import percentiles
 
 ENGINES = {
@@ -216,61 +216,3 @@ def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> 
             "thread scaling in; set --threads for a fixed per-worker size"
         )
     return scaling
-
-
-def fmt_ms(seconds: Optional[float]) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f}"
-
-
-def breakdown_row(result: Any) -> List[str]:
-    c, m = result.config, result.metrics
-    head = [c["model"], c["distributed"], c["backend"], str(c["workers"])]
-    if not result.ok:
-        return head + [result.status.upper()] + ["-"] * (len(BREAKDOWN_HEADERS) - 5)
-    d = m["distributed"]
-    mean = d["breakdown"]["mean"]
-    slowest = d["breakdown"]["slowest"]
-    eff = (d.get("scaling") or {}).get("efficiency")
-    return head + [
-        f"{m['images_per_sec']:,.0f}",
-        "-" if eff is None else f"{eff:.2f}",
-        fmt_ms(mean["step_s"]),
-        *(fmt_ms(mean[f"{p}_s"]) for p in PHASES),
-        f"{slowest['rank']} ({fmt_ms(slowest['step_s'])})",
-    ]
-
-
-BREAKDOWN_HEADERS = [
-    "model",
-    "mode",
-    "backend",
-    "workers",
-    "img/s (global)",
-    "efficiency",
-    "step ms",
-    "data ms",
-    "forward ms",
-    "backward ms",
-    "update ms",
-    "comm ms",
-    "slowest worker (step ms)",
-]
-PHASE_HEADERS = BREAKDOWN_HEADERS[6:12]
-
-
-def breakdown_table(results: Sequence[Any]) -> str:
-    """A Markdown table: per run, global img/s, scaling efficiency, the mean breakdown."""
-    rows = [breakdown_row(r) for r in results if r.config.get("distributed", "none") != "none"]
-    lines = ["| " + " | ".join(BREAKDOWN_HEADERS) + " |", "|" + "---|" * len(BREAKDOWN_HEADERS)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def breakdown_line(result: Any) -> str:
-    row = dict(zip(BREAKDOWN_HEADERS, breakdown_row(result)))
-    parts = ", ".join(f"{k} {row[k]}" for k in PHASE_HEADERS)
-    return (
-        f"{row['mode']} {row['backend']}/{row['model']} x{row['workers']}: "
-        f"{row['img/s (global)']} img/s global, efficiency {row['efficiency']}; per step: "
-        f"{parts}; slowest worker {row['slowest worker (step ms)']}"
-    )

@@ -3,9 +3,11 @@
     python -m kbench.distributed.table --store results/distributed-reduced
     python -m kbench.distributed.table --store results --filter model=lenet5 --filter workers=2
 
-One Markdown row per run (the newest of each rerun sweep run): mode, backend, workers,
-global img/s, scaling efficiency against one worker, and the mean per-step time of
-each phase (data, forward, backward, update, communication) with the slowest worker.
+One row per run (the newest of each rerun sweep run): mode, backend, workers, global
+img/s, scaling efficiency against one worker, and the mean per-step time of each phase
+(data, forward, backward, update, communication) with the slowest worker. Markdown by
+default, or aligned text (``--text``); ``kbench compare`` and ``kbench report`` show the
+same table beside the others (:mod:`kbench.distributed.views`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kbench.distributed.merge import breakdown_table
+from kbench.distributed.views import breakdown_tables
 from kbench.store import Filter, ResultStore, StoreError
 
 
@@ -30,6 +32,7 @@ def main(argv=None) -> int:
         metavar="NAME=VALUE[,VALUE]",
         help="keep runs whose setting or status has one of the values",
     )
+    parser.add_argument("--text", action="store_true", help="aligned text instead of Markdown")
     args = parser.parse_args(argv)
     try:
         filters = [Filter.parse(text) for text in args.filter]
@@ -37,20 +40,11 @@ def main(argv=None) -> int:
     except StoreError as err:
         print(f"kbench: {err}", file=sys.stderr)
         return 2
-    results = [r for r in results if r.config.get("distributed", "none") != "none"]
-    if not results:
+    tables = breakdown_tables(results)
+    if not tables:
         print(f"no data-parallel runs in {args.store}", file=sys.stderr)
         return 1
-    results.sort(
-        key=lambda r: (
-            r.config["model"],
-            r.config["distributed"],
-            r.config["backend"],
-            r.config["workers"],
-            r.started_at,
-        )
-    )
-    print(breakdown_table(results))
+    print("\n\n".join(t.text() if args.text else t.markdown() for t in tables))
     return 0
 
 

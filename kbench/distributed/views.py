@@ -1,0 +1,322 @@
+"""Tables and figures of data-parallel runs (``--distributed``): the launcher's one-line
+summary, ``python -m kbench.distributed.table``, ``kbench compare`` and ``kbench report``.
+
+A row is one run: mode, backend, workers, global img/s, scaling efficiency against one
+worker, the mean per-step time of each phase (data, forward, backward, update,
+communication) and the slowest worker. Rows go by model and the settings that differ
+between runs, then mode (in the order of :data:`kbench.config.DISTRIBUTED`), backend,
+workers. A run that did not finish shows its status; the notes give its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from kbench.config import DISTRIBUTED, RunConfig
+from kbench.distributed.breakdown import PHASES
+from kbench.distributed.merge import ASYNCHRONOUS
+from kbench.results import RunResult
+from kbench.tables import Table
+
+HEADERS = [
+    "mode",
+    "backend",
+    "workers",
+    "img/s (global)",
+    "efficiency",
+    "step ms",
+    "data ms",
+    "forward ms",
+    "backward ms",
+    "update ms",
+    "comm ms",
+    "slowest worker (step ms)",
+]
+PHASE_HEADERS = HEADERS[5:11]  # step, then each phase
+NUMERIC = tuple(range(2, 11))  # columns of HEADERS that hold numbers
+TITLE = "Data-parallel training: global throughput, scaling efficiency, time per step"
+BREAKDOWN = "Data-parallel step breakdown"
+SCALING = "Data-parallel scaling"
+PHASE_COLOURS = {
+    "data": "#9c755f",
+    "forward": "#4e79a7",
+    "backward": "#f28e2b",
+    "update": "#59a14f",
+    "comm": "#bab0ac",
+}
+PHASE_NAMES = {"comm": "communication and waiting"}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+MAX_REASONS = 12
+SKIP = ("distributed", "workers")  # what a row shows in its own columns
+DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING
+}
+
+
+def distributed_results(results: Sequence[RunResult]) -> List[RunResult]:
+    """The data-parallel training runs among ``results``."""
+    return [
+        r for r in results if r.kind == "train" and r.config.get("distributed", "none") != "none"
+    ]
+
+
+def fmt_ms(seconds: Optional[float]) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def breakdown_cells(result: RunResult) -> List[str]:
+    """The :data:`HEADERS` cells of one run."""
+    c = result.config
+    head = [c["distributed"], c["backend"], str(c["workers"])]
+    if not result.ok:
+        return head + [result.status.upper()] + ["-"] * (len(HEADERS) - 4)
+    m = result.metrics
+    d = m["distributed"]
+    mean = d["breakdown"]["mean"]
+    slowest = d["breakdown"]["slowest"]
+    eff = (d.get("scaling") or {}).get("efficiency")
+    return head + [
+        f"{m['images_per_sec']:,.0f}",
+        "-" if eff is None else f"{eff:.2f}",
+        fmt_ms(mean["step_s"]),
+        *(fmt_ms(mean[f"{p}_s"]) for p in PHASES),
+        f"{slowest['rank']} ({fmt_ms(slowest['step_s'])})",
+    ]
+
+
+def breakdown_line(result: RunResult) -> str:
+    """One run in a sentence, for the log."""
+    row = dict(zip(HEADERS, breakdown_cells(result)))
+    parts = ", ".join(f"{k} {row[k]}" for k in PHASE_HEADERS)
+    return (
+        f"{row['mode']} {row['backend']}/{result.config['model']} x{row['workers']}: "
+        f"{row['img/s (global)']} img/s global, efficiency {row['efficiency']}; per step: "
+        f"{parts}; slowest worker {row['slowest worker (step ms)']}"
+    )
+
+
+def _config(result: RunResult) -> Dict[str, Any]:
+    """The run's settings; one that documents written before it existed lack reads as its
+    default, so that it does not tell runs apart that ran the same thing."""
+    return {**DEFAULTS, **result.config}
+
+
+def _setting_keys(runs: Sequence[RunResult]) -> List[str]:
+    from kbench.plots import varying_keys
+
+    return varying_keys([_config(r) for r in runs], skip=SKIP)
+
+
+def _setting(result: RunResult, keys: Sequence[str]) -> str:
+    from kbench.plots import describe_setting
+
+    return describe_setting(_config(result), keys) or "defaults"
+
+
+def _mode_rank(mode: str) -> int:
+    modes = list(DISTRIBUTED)
+    return modes.index(mode) if mode in modes else len(modes)
+
+
+def _sortable(value: Any) -> Tuple[int, Any]:
+    """Numbers in numeric order, before everything else in text order."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value)
+    return (1, str(value))
+
+
+def _ordered(runs: Sequence[RunResult], keys: Sequence[str]) -> List[RunResult]:
+    return sorted(
+        runs,
+        key=lambda r: (
+            r.config["model"],
+            tuple(_sortable(_config(r).get(k)) for k in keys),
+            _mode_rank(r.config["distributed"]),
+            r.config["backend"],
+            r.config["workers"],
+            r.started_at,
+        ),
+    )
+
+
+def _notes(runs: Sequence[RunResult]) -> List[str]:
+    notes = [
+        "img/s (global): every worker's measured images over the union of their measured "
+        "windows (warmup excluded); --batch-size is per worker",
+        "efficiency: img/s / (workers x img/s of the newest one-worker run of the same mode "
+        "and settings on the same host, in the store when the run finished); - where there "
+        "was none",
+        "ms: mean per measured step, averaged over the workers; comm = step - data - forward "
+        "- backward - update: the gradient exchange and waiting for the other workers (and "
+        "the update, where the engine fuses it with the exchange: update -)",
+        "slowest worker: the rank with the most time of its own per step (data + forward + "
+        "backward + update), with its mean step ms",
+    ]
+    asynchronous = sorted({r.config["distributed"] for r in runs} & set(ASYNCHRONOUS))
+    if asynchronous:
+        notes.append(
+            f"{', '.join(asynchronous)}: asynchronous, a worker does not wait for the others; "
+            "its comm is the exchange with the parameter server and the update there"
+        )
+    scalings = [(r.metrics["distributed"].get("scaling") or {}) for r in runs if r.ok]
+    mixed = [s for s in scalings if s.get("caveat")]
+    if mixed:
+        notes.append(
+            f"{len(mixed)} run(s) did not fix --threads: their efficiency mixes thread "
+            "scaling in (a one-worker run had every core, each of N workers a share)"
+        )
+    unfinished: Dict[Tuple[str, str], List[str]] = {}  # (status, reason) -> the runs
+    for r in runs:
+        if not r.ok:
+            c = r.config
+            label = f"{c['distributed']} {c['backend']}/{c['model']} x{c['workers']}"
+            unfinished.setdefault((r.status.upper(), str(r.reason)), []).append(label)
+    reasons = [
+        f"{', '.join(labels)}: {status}: {reason}"
+        for (status, reason), labels in unfinished.items()
+    ]
+    if len(reasons) > MAX_REASONS:
+        reasons = reasons[:MAX_REASONS] + [f"... and {len(reasons) - MAX_REASONS} more"]
+    return notes + reasons
+
+
+def breakdown_tables(results: Sequence[RunResult]) -> List[Table]:
+    """The breakdown table of the data-parallel runs among ``results`` (none without any)."""
+    runs = distributed_results(results)
+    if not runs:
+        return []
+    keys = _setting_keys(runs)
+    headers = ["model", *(["setting"] if keys else []), *HEADERS]
+    rows = [
+        [r.config["model"], *([_setting(r, keys)] if keys else []), *breakdown_cells(r)]
+        for r in _ordered(runs, keys)
+    ]
+    return [Table(TITLE, headers, rows, _notes(runs))]
+
+
+def numeric_columns(table: Table) -> Tuple[int, ...]:
+    """The columns of a :func:`breakdown_tables` table that hold numbers."""
+    offset = len(table.headers) - len(HEADERS)
+    return tuple(offset + i for i in NUMERIC)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _panels(runs: Sequence[RunResult], keys: Sequence[str]) -> Dict[str, List[RunResult]]:
+    """Panel title -> its runs, ordered: one panel per model and setting."""
+    panels: Dict[str, List[RunResult]] = {}
+    for run in _ordered(runs, keys):
+        title = run.config["model"] + (f", {_setting(run, keys)}" if keys else "")
+        if run.data.get("synthetic"):
+            title += " [SYNTHETIC DATA]"
+        panels.setdefault(title, []).append(run)
+    return panels
+
+
+def breakdown_figures(results: Sequence[RunResult]) -> List[Any]:
+    """The step breakdown and the scaling figures (:class:`kbench.plots.Drawn` or
+    :class:`kbench.plots.Skipped`); none without data-parallel runs."""
+    runs = distributed_results(results)
+    if not runs:
+        return []
+    keys = _setting_keys(runs)
+    return [breakdown_plot(runs, keys), scaling_plot(runs, keys)]
+
+
+def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
+    """Per model and setting, a stacked bar per run: the mean time per step of each phase."""
+    from kbench import plots
+
+    if not any(r.ok for r in runs):
+        return plots.Skipped(BREAKDOWN, "no data-parallel run finished")
+    panels = _panels(runs, keys)
+    columns = min(2, len(panels))
+    tallest = max(len(members) for members in panels.values())
+    figure = plots.new_figure((0.26 * tallest + 1.3) * -(-len(panels) // columns) + 0.4)
+    for ax, (title, members) in zip(plots.panel_grid(figure, len(panels), columns), panels.items()):
+        labels = []
+        for y, run in enumerate(members):
+            c = run.config
+            repeat = c.get("repeat", 0)
+            labels.append(
+                f"{c['distributed']} {c['backend']} x{c['workers']}"
+                + (f" #{repeat + 1}" if repeat else "")
+            )
+            if not run.ok:
+                ax.text(0, y, f" {run.status.upper()}", va="center", fontsize=8,
+                        color=plots.NOT_OK_COLOUR, fontweight="bold")  # fmt: skip
+                continue
+            mean = run.metrics["distributed"]["breakdown"]["mean"]
+            left = 0.0
+            for phase in PHASES:
+                width = max((mean[f"{phase}_s"] or 0.0) * 1000, 0.0)
+                ax.barh(y, width, left=left, height=0.7, color=PHASE_COLOURS[phase],
+                        label=PHASE_NAMES.get(phase, phase))  # fmt: skip
+                left += width
+        ax.set_yticks(range(len(members)))
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("mean time per step (ms)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    handles: Dict[str, Any] = {}
+    for ax in figure.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(list(handles.values()), list(handles), loc="outside upper center",
+                  ncols=len(handles), fontsize=9, frameon=False)  # fmt: skip
+    caption = (
+        "One bar per run: the mean time per measured step of each phase, averaged over the "
+        "workers (data: the worker's batch from its shard to the framework; forward; "
+        "backward; update where the engine runs it apart from the exchange; communication "
+        "and waiting: the rest of the step, drawn as zero where it comes out negative, as "
+        "JAX's can). A red label marks a run that did not finish; its reason is under the "
+        "table."
+    )
+    return plots.Drawn(BREAKDOWN, plots.png_of(figure), caption)
+
+
+def scaling_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
+    """Per model and setting, global img/s against workers: a line per mode and backend."""
+    from kbench import plots
+
+    ok = [r for r in runs if r.ok]
+    if len({r.config["workers"] for r in ok}) < 2:
+        return plots.Skipped(SCALING, "no mode finished runs with more than one worker count")
+    panels = _panels(ok, keys)
+    columns = min(2, len(panels))
+    figure = plots.new_figure(3.8 * -(-len(panels) // columns) + 0.3)
+    backends = plots.backend_order(ok)
+    for ax, (title, members) in zip(plots.panel_grid(figure, len(panels), columns), panels.items()):
+        lines: Dict[Tuple[str, str], Dict[int, List[float]]] = {}
+        for run in members:
+            key = (run.config["distributed"], run.config["backend"])
+            points = lines.setdefault(key, {})
+            points.setdefault(run.config["workers"], []).append(run.metrics["images_per_sec"])
+        for (mode, backend), points in lines.items():
+            xs = sorted(points)
+            ys = [statistics.median(points[x]) for x in xs]
+            rank = _mode_rank(mode)
+            ax.plot(xs, ys, label=f"{mode} {backend}", color=plots.colour(backend, backends),
+                    linestyle=plots.STYLES[rank % len(plots.STYLES)],
+                    marker=MARKERS[rank % len(MARKERS)])  # fmt: skip
+        counts = sorted({r.config["workers"] for r in members})
+        ax.set_xticks(counts)
+        ax.set_xlim(min(counts) - 0.3, max(counts) + 0.3)
+        ax.set_xlabel("workers")
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("images per second, global (img/s)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    caption = (
+        "Global img/s (every worker's measured images over their common measured window) "
+        "against the number of workers, a line per mode (line style and marker) and backend "
+        "(colour); the median where a setting ran more than once. Perfect scaling would "
+        "rise in proportion to the workers; the table's efficiency column gives the ratio. "
+        "Runs that did not finish are left out (see the table)."
+    )
+    return plots.Drawn(SCALING, plots.png_of(figure), caption)

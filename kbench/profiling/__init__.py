@@ -1,0 +1,179 @@
+"""Where a model run's time goes, operator by operator (``kbench run --profile``).
+
+After the measured run (so the profiler never slows the throughput it reports), the
+worker runs ``--profile-steps`` more training steps (or forward passes, for
+inference) under the framework's own profiler: ``torch.profiler`` for Keras on
+torch and the native PyTorch port, TensorFlow's profiler, JAX's profiler trace.
+Each capture (``*_capture`` modules) turns the profiler's events into
+:class:`~kbench.profiling.ops.OpTime` records with their phase (data, forward,
+backward, update, other) and the ``kbench ops`` name where one fits; this module
+sums them into the ``profile`` section of the result: time per phase, per common
+operator, and the top operators.
+
+MXNet's profiler is compiled out of the 1.9.1 wheel (``mx.runtime.Features()``
+PROFILER off): there the section says ``unsupported`` with that reason. A profiler
+that fails leaves ``status: failed`` and its message in the section; the run's own
+measurements stand.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Protocol
+
+import numpy as np
+
+from kbench.profiling.ops import PHASES, OpTime, common_name
+
+log = logging.getLogger("kbench.profiling")
+
+TOP_OPS = 15
+
+
+class ProfilerUnsupported(RuntimeError):
+    """This backend has no operator profiler kbench can read here (the message says why)."""
+
+
+class Capture(Protocol):
+    tool: str
+    attribution: str  # how the capture told the phases apart
+
+    def run(self, steps: Callable[[], None]) -> List[OpTime]: ...
+
+
+@dataclass(frozen=True)
+class TopOp:
+    op: str
+    phase: str
+    common: Optional[str]
+    seconds: float
+    share: float  # of all operator time
+    calls_per_step: float
+    layers: List[str]  # the Keras layers it ran in, where the profiler says, most time first
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    status: str  # ok, unsupported, failed
+    reason: Optional[str] = None
+    tool: Optional[str] = None
+    attribution: Optional[str] = None
+    device: Optional[str] = None  # where operator time was read: cpu or gpu
+    steps: int = 0
+    batch_size: int = 0
+    window_s: float = 0.0  # wall time of the profiled steps, profiler overhead included
+    op_time_s: float = 0.0  # all operators' self time (threads add up on a CPU)
+    phases_s: Dict[str, float] = field(default_factory=dict)
+    common_ops_s: Dict[str, float] = field(default_factory=dict)
+    top_ops: List[TopOp] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(ops: List[OpTime], steps: int, top: int = TOP_OPS) -> Dict[str, Any]:
+    """Totals per phase and per common name, and the ``top`` operators by self time
+    (one entry per operator name and phase)."""
+    total = sum(op.seconds for op in ops)
+    phases = {phase: 0.0 for phase in PHASES}
+    common: Dict[str, float] = defaultdict(float)
+    grouped: Dict[tuple, Dict[str, Any]] = {}
+    for op in ops:
+        phases[op.phase] += op.seconds
+        name = common_name(op.op, op.phase, op.layer)
+        if name:
+            common[name] += op.seconds
+        entry = grouped.setdefault(
+            (op.op, op.phase),
+            {"seconds": 0.0, "calls": 0, "layers": defaultdict(float), "common": name},
+        )
+        entry["seconds"] += op.seconds
+        entry["calls"] += 1
+        if op.layer:
+            entry["layers"][op.layer] += op.seconds
+    ranked = sorted(grouped.items(), key=lambda item: -item[1]["seconds"])[:top]
+    top_ops = [
+        TopOp(
+            op=op,
+            phase=phase,
+            common=entry["common"],
+            seconds=entry["seconds"],
+            share=entry["seconds"] / total if total else 0.0,
+            calls_per_step=entry["calls"] / steps,
+            layers=sorted(entry["layers"], key=lambda name: -entry["layers"][name])[:5],
+        )
+        for (op, phase), entry in ranked
+    ]
+    return {
+        "op_time_s": total,
+        "phases_s": phases,
+        "common_ops_s": dict(sorted(common.items(), key=lambda item: -item[1])),
+        "top_ops": top_ops,
+    }
+
+
+def profile_model(
+    backend: Any,
+    model: Any,
+    arrays: Dict[str, Any],
+    *,
+    mode: str,
+    batch_size: int,
+    steps: int,
+) -> Dict[str, Any]:
+    """Run ``steps`` steps of the trained model under the backend's profiler; the
+    result's ``profile`` section. Never raises: a failing profiler is reported."""
+    training = mode == "train"
+    try:
+        capture: Capture = backend.op_profiler(model, training=training)
+    except ProfilerUnsupported as err:
+        log.warning("--profile: %s", err)
+        return ProfileSummary(status="unsupported", reason=str(err)).to_dict()
+    except Exception as err:  # noqa: BLE001 - the run's measurements stand; say why
+        log.warning("--profile: %s: %s", type(err).__name__, err)
+        return ProfileSummary(status="failed", reason=f"{type(err).__name__}: {err}").to_dict()
+
+    x, y = arrays["x_train"], arrays["y_train"]
+    batches = max(len(x) // batch_size, 1)
+    parts = [
+        slice((i % batches) * batch_size, (i % batches + 1) * batch_size) for i in range(steps)
+    ]
+    inputs = [np.asarray(x[part]) for part in parts]
+    labels = [np.asarray(y[part]) for part in parts]
+
+    def run_steps() -> None:
+        for batch_x, batch_y in zip(inputs, labels):
+            if training:
+                backend.train_step(model, batch_x, batch_y)
+            else:
+                backend.predict(model, batch_x)
+        backend.sync()
+
+    started = time.perf_counter()
+    try:
+        ops = capture.run(run_steps)
+    except Exception as err:  # noqa: BLE001 - the run's measurements stand; say why
+        log.warning("--profile: %s failed: %s: %s", capture.tool, type(err).__name__, err)
+        return ProfileSummary(
+            status="failed", reason=f"{type(err).__name__}: {err}", tool=capture.tool
+        ).to_dict()
+    window = time.perf_counter() - started
+    if not ops:
+        return ProfileSummary(
+            status="failed",
+            reason=f"{capture.tool} recorded no operator events in {steps} steps",
+            tool=capture.tool,
+        ).to_dict()
+    return ProfileSummary(
+        status="ok",
+        tool=capture.tool,
+        attribution=capture.attribution,
+        device="gpu" if backend.gpus else "cpu",
+        steps=steps,
+        batch_size=batch_size,
+        window_s=window,
+        **summarize(ops, steps),
+    ).to_dict()
