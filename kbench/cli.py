@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train each --model under each --backend, one after another, each in a "
         "fresh worker process with its own KERAS_HOME. Throughput counts only the steps after "
         "--warmup-steps. Ends with a table per run and a comparison per model; exits 1 if a run "
-        "failed or timed out, 2 on bad input.",
+        "failed, ran out of memory or timed out (not for a mode this machine cannot run, "
+        "recorded as unsupported), 2 on bad input.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -444,11 +445,10 @@ def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] =
     if len(results) > 1:
         print()
         print(tables.comparison_tables(results, baseline))
-    failed = [r for r in results if not r.ok]
     print(f"\n{len(results)} result(s) in {output_dir}/, worker logs in {output_dir}/logs/")
-    for r in failed:
-        print(f"  {r.config['backend']}/{r.config['model']}: {r.status}: {r.reason}")
-    return 1 if failed else 0
+    for line in tables.not_ok_lines(results):
+        print(line)
+    return 1 if any(r.failed for r in results) else 0
 
 
 def command_run(args: argparse.Namespace) -> int:

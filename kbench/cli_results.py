@@ -45,7 +45,9 @@ def add_commands(commands) -> None:
         "run is recorded and the sweep goes on. Results go to --output-dir (default: "
         "results/NAME, or results/NAME-reduced) as they finish, so an interrupted sweep loses "
         "only the run in progress; the same command again resumes, skipping every run that "
-        "already has a result. Exits 1 if a run of this invocation did not finish ok.",
+        "already has a result. Exits 1 if a run of this invocation failed, ran out of "
+        "memory or timed out; runs of a mode this machine cannot run (unsupported, e.g. "
+        "MirroredStrategy without GPUs) are listed with their reason and do not count.",
         epilog=SWEEP_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -233,10 +235,9 @@ def command_sweep(args: argparse.Namespace) -> int:
         text = tables.study_markdown(everything, f"Sweep {sweep.name} ({size})", args.baseline)
         markdown.write_text(text + "".join("\n" + t.markdown() + "\n" for t in sections))
         print(f"\nTables also in {markdown}; plots: kbench report --store {output_dir}")
-    failed = [r for r in results if not r.ok]
-    for r in failed:
-        print(f"  {r.config['backend']}/{r.config['model']}: {r.status}: {r.reason}")
-    return 1 if failed else 0
+    for line in tables.not_ok_lines(results):
+        print(line)
+    return 1 if any(r.failed for r in results) else 0
 
 
 def _show_progress(config, event) -> None:

@@ -59,6 +59,12 @@ class RunResult:
         return self.status == "ok"
 
     @property
+    def failed(self) -> bool:
+        """Failed, out of memory or timed out. An ``unsupported`` run is not a failure:
+        nothing went wrong, this machine cannot run that mode (its reason says why)."""
+        return self.status not in ("ok", "unsupported")
+
+    @property
     def warnings(self) -> List[str]:
         """What the backend said the run's numbers should be read with (for example a
         slow data format), from ``environment.framework.warnings``."""

@@ -316,6 +316,7 @@ class Progress:
     skipped: int = 0
     done: int = 0
     failures: int = 0
+    unsupported: int = 0  # modes this machine cannot run: not failures
     started: float = field(default_factory=time.monotonic)
     durations: List[float] = field(default_factory=list)
     write: Callable[[str], None] = log.info
@@ -332,16 +333,19 @@ class Progress:
         elif remaining == 0:
             eta = "0s"
         skipped = f", {self.skipped} done before" if self.skipped else ""
+        unsupported = f", {self.unsupported} unsupported here" if self.unsupported else ""
         return (
             f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{self.total}{skipped}, "
-            f"{self.failures} failed, {_clock(elapsed)} elapsed, ETA {eta} | {what}"
+            f"{self.failures} failed{unsupported}, {_clock(elapsed)} elapsed, ETA {eta} | {what}"
         )
 
     def finished(self, result: RunResult, seconds: float) -> None:
         self.done += 1
         self.durations.append(seconds)
-        if not result.ok:
+        if result.failed:
             self.failures += 1
+        elif not result.ok:
+            self.unsupported += 1
 
 
 def _clock(seconds: float) -> str:

@@ -156,6 +156,16 @@ class Table:
         return "\n".join(lines)
 
 
+def not_ok_lines(results: Sequence[RunResult]) -> List[str]:
+    """One line per run that gave no numbers, with its status and reason (a run that
+    is ``unsupported`` on this machine is listed too, though it is no failure)."""
+    return [
+        f"  {r.config['backend']}/{r.config['model']}: {r.status}: {r.reason}"
+        for r in results
+        if not r.ok
+    ]
+
+
 def _bytes(value: float) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if value >= 0.95 * size:

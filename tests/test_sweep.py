@@ -14,8 +14,10 @@ import pytest
 import yaml
 from conftest import ROOT, require_backends, run_kbench
 
+from kbench import tables
+from kbench.results import RunResult
 from kbench.store import ResultStore
-from kbench.sweep import SweepError, load_sweep, parse_sweep
+from kbench.sweep import Progress, SweepError, load_sweep, parse_sweep
 
 TINY = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
         "train_samples": 64, "test_samples": 16}  # fmt: skip
@@ -183,3 +185,35 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     latest = store.results(latest_only=True)
     assert len(latest) == 4 and sum(r.status == "timeout" for r in latest) == 2
     assert all(r.sweep["name"] == "t" and r.sweep["run_key"] for r in latest)
+
+
+def _result(status):
+    return RunResult(
+        run_id=status,
+        status=status,
+        config={"backend": "tensorflow", "model": "lenet5"},
+        started_at="2026-01-01T00:00:00+00:00",
+        wall_time_s=1.0,
+        environment={},
+        data={},
+        reason=None if status == "ok" else f"{status} because",
+    )
+
+
+def test_progress_and_exit_status_count_unsupported_runs_apart_from_failures():
+    lines = []
+    progress = Progress(total=4, write=lines.append)
+    for status in ("ok", "unsupported", "timeout", "ok"):
+        progress.finished(_result(status), 1.0)
+    assert (progress.failures, progress.unsupported) == (1, 1)
+    assert "1 failed, 1 unsupported here" in progress.line("x")
+    assert [_result(s).failed for s in ("ok", "unsupported", "failed", "oom", "timeout")] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert tables.not_ok_lines([_result("ok"), _result("unsupported")]) == [
+        "  tensorflow/lenet5: unsupported: unsupported because"
+    ]
