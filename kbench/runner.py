@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime as dt
-import json
 import logging
 import os
 import signal
@@ -35,7 +34,7 @@ from kbench.config import ConfigError, RunConfig
 from kbench.results import RunResult
 from kbench.sampler import Sampler
 from kbench.store import ResultStore
-from kbench.task import PROGRESS_PREFIX, WorkerReply, WorkerTask, read_json, write_json_atomic
+from kbench.task import WorkerReply, WorkerTask, parse_progress, read_json, write_json_atomic
 from kbench_models import MODELS
 
 log = logging.getLogger(__name__)
@@ -307,15 +306,11 @@ class Runner:
         for line in process.stdout:
             log_file.write(line)
             log_file.flush()
-            if line.startswith(PROGRESS_PREFIX):
-                try:
-                    event = json.loads(line[len(PROGRESS_PREFIX) :])
-                except ValueError:
-                    continue
-                if self.on_progress:
-                    self.on_progress(config, event)
-            else:
+            event = parse_progress(line)
+            if event is None:
                 tail.append(line.rstrip("\n"))
+            elif event and self.on_progress:
+                self.on_progress(config, event)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import psutil
 
@@ -64,6 +64,36 @@ def process_tree(root: psutil.Process) -> List[psutil.Process]:
         return []
 
 
+def tree_usage(
+    tree: List[psutil.Process], known: Dict[int, psutil.Process]
+) -> Optional[Tuple[float, int]]:
+    """CPU percent (since the previous call, per process) and RSS summed over a process
+    tree; None once none of it is alive, which is nothing to read, not zero. ``known``
+    keeps each pid's Process object between calls, as cpu_percent needs."""
+    cpu, rss, alive = 0.0, 0, 0
+    for proc in tree:
+        process = known.setdefault(proc.pid, proc)
+        try:
+            cpu += process.cpu_percent(None)  # since the last call; 0.0 on the first
+            rss += process.memory_info().rss
+            alive += 1
+        except psutil.Error:
+            continue
+    return (cpu, rss) if alive else None
+
+
+def optional_sources(nvml: Any = None) -> Tuple[list, Dict[str, Dict[str, Any]]]:
+    """The GPU (NVML) and RAPL sources this machine has, and why the others are absent."""
+    sources, unavailable = [], {}
+    for name, make in (("gpu", lambda: NvmlSource(nvml)), ("rapl", RaplSource)):
+        try:
+            sources.append(make())
+        except SourceUnavailable as err:
+            unavailable[name] = {"available": False, "reason": str(err)}
+            log.debug("sampler: %s unavailable: %s", name, err)
+    return sources, unavailable
+
+
 class CpuSource:
     """psutil readings of the worker's process tree and the machine."""
 
@@ -74,18 +104,10 @@ class CpuSource:
         psutil.cpu_percent(None)  # the first call only starts the interval
 
     def read(self, tree: List[psutil.Process]) -> Dict[str, Any]:
-        cpu, rss, alive = 0.0, 0, 0
-        for proc in tree:
-            known = self._procs.setdefault(proc.pid, proc)
-            try:
-                cpu += known.cpu_percent(None)  # since the last call; 0.0 on the first
-                rss += known.memory_info().rss
-                alive += 1
-            except psutil.Error:
-                continue
+        usage = tree_usage(tree, self._procs)
         reading: Dict[str, Any] = {"system_cpu_percent": psutil.cpu_percent(None)}
-        if alive:  # once the worker has exited there is nothing to read, not zero
-            reading.update(process_cpu_percent=cpu, process_rss_bytes=rss)
+        if usage:
+            reading.update(process_cpu_percent=usage[0], process_rss_bytes=usage[1])
         try:
             frequency = psutil.cpu_freq()
         except (OSError, NotImplementedError):
@@ -275,14 +297,8 @@ class Sampler:
         self._rows: List[Dict[str, Any]] = []
         self._tree_cache: List[psutil.Process] = []
         self._tree_at = float("-inf")
-        self.sources: list = [CpuSource()]
-        self.unavailable: Dict[str, Dict[str, Any]] = {}
-        for name, make in (("gpu", lambda: NvmlSource(nvml)), ("rapl", RaplSource)):
-            try:
-                self.sources.append(make())
-            except SourceUnavailable as err:
-                self.unavailable[name] = {"available": False, "reason": str(err)}
-                log.debug("sampler: %s unavailable: %s", name, err)
+        optional, self.unavailable = optional_sources(nvml)
+        self.sources: list = [CpuSource(), *optional]
 
     def __enter__(self) -> Sampler:
         self._sample()

@@ -25,6 +25,18 @@ def emit_progress(event: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
+def parse_progress(line: str) -> Optional[Dict[str, Any]]:
+    """The event of a line :func:`emit_progress` wrote; None for any other line (output
+    to keep) and ``{}`` for a progress line cut short or garbled (nothing to show)."""
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        event = json.loads(line[len(PROGRESS_PREFIX) :])
+    except ValueError:
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that ``path`` holds either the old file or the whole new one."""
     path = Path(path)

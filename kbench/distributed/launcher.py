@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime as dt
-import json
 import logging
 import os
 import signal
@@ -47,7 +46,7 @@ from kbench.results import RunResult
 from kbench.sampler import windows_from_markers
 from kbench.store import ResultStore, host_of
 from kbench.switches import SWITCHES
-from kbench.task import PROGRESS_PREFIX, WorkerReply, WorkerTask, read_json, write_json_atomic
+from kbench.task import WorkerReply, WorkerTask, parse_progress, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -388,15 +387,11 @@ class Job:
             with self.log_lock:
                 self.log_file.write(prefix + line)
                 self.log_file.flush()
-            if line.startswith(PROGRESS_PREFIX):
-                try:
-                    event = json.loads(line[len(PROGRESS_PREFIX) :])
-                except ValueError:
-                    continue
-                if self.on_progress:
-                    self.on_progress(self.config, event)
-            else:
+            event = parse_progress(line)
+            if event is None:
                 running.tail.append(line.rstrip("\n"))
+            elif event and self.on_progress:
+                self.on_progress(self.config, event)
 
     def _discover(self, sampler: Optional[JobSampler]) -> None:
         for path in (self.run_dir / "procs").glob("*.json"):

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 import psutil
 
-from kbench.sampler import LABELS, NvmlSource, RaplSource, SamplerResult, SourceUnavailable
+from kbench.sampler import LABELS, NvmlSource, SamplerResult, optional_sources, tree_usage
 from kbench.sampler import summarize as summarize_series
 
 log = logging.getLogger(__name__)
@@ -48,13 +48,7 @@ class JobSampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kbench-job-sampler", daemon=True)
-        self.sources: list = []
-        self.unavailable: Dict[str, Dict[str, Any]] = {}
-        for name, make in (("gpu", lambda: NvmlSource(nvml)), ("rapl", RaplSource)):
-            try:
-                self.sources.append(make())
-            except SourceUnavailable as err:
-                self.unavailable[name] = {"available": False, "reason": str(err)}
+        self.sources, self.unavailable = optional_sources(nvml)
         psutil.cpu_percent(None)  # the first call only starts the interval
         self.pids: Dict[str, int] = {}
 
@@ -105,16 +99,9 @@ class JobSampler:
         for name in names:
             tree = self._tree(name)
             trees[name] = tree
-            cpu, rss, alive = 0.0, 0, 0
-            for proc in tree:
-                known = self._known.setdefault(proc.pid, proc)
-                try:
-                    cpu += known.cpu_percent(None)  # since the last call; 0.0 on the first
-                    rss += known.memory_info().rss
-                    alive += 1
-                except psutil.Error:
-                    continue
-            if alive:
+            usage = tree_usage(tree, self._known)
+            if usage:
+                cpu, rss = usage
                 row[f"{name}_process_cpu_percent"] = cpu
                 row[f"{name}_process_rss_bytes"] = rss
                 total_cpu += cpu
