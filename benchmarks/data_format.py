@@ -15,8 +15,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from kbench.config import RunConfig
-from kbench.runner import Runner
+from kbench.results.config import RunConfig
+from kbench.run.runner import Runner
 
 
 def main() -> None:

@@ -29,9 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kbench import environments
-from kbench.config import RunConfig
-from kbench.runner import Runner
+from kbench.results.config import RunConfig
+from kbench.run import environments
+from kbench.run.runner import Runner
 
 BARE_LOOP = r"""
 import json, sys, time

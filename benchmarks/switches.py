@@ -4,7 +4,7 @@ For every (backend, switch, model) the run with the switch off and the run with 
 on alternate round by round, each in a fresh worker process; the table reports the
 median img/s of each, the median of the per-round ratio on/off with its range, and
 the first step (where compilation happens) of each. Only switches a backend has
-are measured (see kbench.switches).
+are measured (see kbench.backends.switches).
 
     envs/keras3/bin/python benchmarks/switches.py --rounds 3
     envs/keras3/bin/python benchmarks/switches.py --backend jax --model mlp --rounds 5
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from kbench import environments
-from kbench.config import RunConfig
-from kbench.runner import Runner
+from kbench.results.config import RunConfig
+from kbench.run import environments
+from kbench.run.runner import Runner
 
 # (backend, switch, value when off, value when on)
 PAIRS: Tuple[Tuple[str, str, Any, Any], ...] = (

@@ -37,7 +37,7 @@ echo "gpu_smoke: GPUs: $reason"
 backends="${1:-}"
 if [ -z "$backends" ]; then
   backends=$("$py" -c "
-from kbench.environments import runnable_backends
+from kbench.run.environments import runnable_backends
 print(','.join(b for b, missing in runnable_backends().items() if missing is None))")
 fi
 out="$(mktemp -d)"

@@ -12,8 +12,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from kbench import environments
-from kbench.results import RunResult
+from kbench.results.result import RunResult
+from kbench.run import environments
 
 ROOT = Path(__file__).resolve().parent.parent
 

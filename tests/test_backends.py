@@ -5,7 +5,7 @@ import json
 import pytest
 from conftest import ROOT, dump, require_backends, run_kbench
 
-from kbench.results import SCHEMA_VERSION
+from kbench.results.result import SCHEMA_VERSION
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,8 @@
 """Comparison maths: medians over repeats, per-round ratios, failures kept visible."""
 
-from kbench.compare import compare
-from kbench.results import RunResult
-from kbench.tables import comparison_tables
+from kbench.results.result import RunResult
+from kbench.views.compare import compare
+from kbench.views.tables import comparison_tables
 
 
 def result(backend, repeat, ips, status="ok", batch=32):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kbench.config import ConfigError, RunConfig
+from kbench.results.config import ConfigError, RunConfig
 
 
 def test_defaults_round_trip_through_json_dict():

@@ -4,7 +4,7 @@ Fast tests check the launch plan, the shards and the breakdown arithmetic, the
 breakdown table and figures (from hand-made results), and the CLI's refusals. Slow
 tests train the MLP with 2 workers in every mode (tiny synthetic data, a few steps)
 in one runner session, show those runs in ``kbench compare``, the report and
-``python -m kbench.distributed.table``, kill a worker mid-run, and check that
+``python -m kbench.cli.distributed_table``, kill a worker mid-run, and check that
 nothing is left running.
 """
 
@@ -24,25 +24,24 @@ import pytest
 from conftest import ROOT, dump, require_backends, run_kbench
 
 from kbench import datasets
-from kbench.config import DISTRIBUTED, ConfigError, RunConfig
+from kbench.cli.distributed_table import main as table_main
 from kbench.distributed.breakdown import PHASES, StepLog, combine, worker_summary
 from kbench.distributed.launcher import core_layout, cut_shards, preflight
 from kbench.distributed.merge import shard_check
 from kbench.distributed.plan import Cluster, PlanError, free_ports, plan, ports_needed
-from kbench.distributed.table import main as table_main
-from kbench.distributed.views import (
+from kbench.distributed.summary import HEADERS, breakdown_line
+from kbench.results.config import DISTRIBUTED, ConfigError, RunConfig
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore
+from kbench.views.distributed import (
     BREAKDOWN,
-    HEADERS,
     SCALING,
     breakdown_figures,
-    breakdown_line,
     breakdown_tables,
     numeric_columns,
 )
-from kbench.plots import Drawn, Skipped
-from kbench.report import table, write_report
-from kbench.results import RunResult
-from kbench.store import ResultStore
+from kbench.views.figures import Drawn, Skipped
+from kbench.views.report import table, write_report
 
 TINY = dict(
     model="mlp",
@@ -355,7 +354,7 @@ def test_switches_are_refused_before_anything_starts():
 def runs_store(tmp_path_factory):
     """Every mode with 2 workers, and torch-ddp and jax with 1 (the scaling baselines),
     in one runner session: the results store they were written to."""
-    from kbench.runner import Runner
+    from kbench.run.runner import Runner
 
     backends = sorted({b for _, b in MODES})
     for backend in backends:
@@ -500,7 +499,7 @@ def test_compare_report_and_table_show_the_breakdown(runs, runs_store, tmp_path,
     assert section.count('<img src="data:image/png;base64,') == 2
     assert "needs 2 GPUs" in section  # tf-mirrored's reason, under the table
 
-    # python -m kbench.distributed.table
+    # python -m kbench.cli.distributed_table
     only = ["--filter", "workers=2", "--filter", "distributed=torch-ddp"]
     assert table_main(["--store", str(runs_store), *only]) == 0
     printed = capsys.readouterr().out

@@ -21,7 +21,7 @@ import test_pytorch_twins as twin_cases
 from conftest import ROOT, dump, require_backends, run_kbench
 from test_models import SPECS, expected_params
 
-from kbench import environments, weightfile
+from kbench.run import environments, weightfile
 from kbench_models import MODELS
 
 slow = pytest.mark.slow
@@ -207,7 +207,7 @@ def test_parity_with_tensorflow_through_the_cli(home):
         found = document["metrics"]["parity"]
         assert found["passed"] and found["output_max_abs"] < 1e-4, (name, found)
         assert not found["notes"], (name, found)  # no known differences: Gluon is not Keras
-        # counted off the Gluon blocks, as kbench.flops counts them off the Keras layers
+        # counted off the Gluon blocks, as kbench.measure.flops counts them off the Keras layers
         keras_model = by_backend[("tensorflow", name)]["model"]
         assert document["model"]["flops"] == keras_model["flops"], name
         assert document["model"]["params"] == keras_model["params"], name

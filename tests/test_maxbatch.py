@@ -3,7 +3,7 @@
 import pytest
 from conftest import dump, require_backends, run_kbench
 
-from kbench.maxbatch import search
+from kbench.studies.maxbatch import search
 
 
 def recorder(capacity):

@@ -7,8 +7,8 @@ import pytest
 from conftest import dump, require_backends, run_kbench
 from fake_nvml import FakeNvml
 
-from kbench.config import RunConfig
-from kbench.runner import Runner
+from kbench.results.config import RunConfig
+from kbench.run.runner import Runner
 
 pytestmark = pytest.mark.slow
 

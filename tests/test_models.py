@@ -2,7 +2,7 @@
 
 Expected parameter counts come from formulas written here, independently of the
 model code, and the formulas are pinned to the published reference counts. Each
-(backend, data format) is one ``kbench.probe`` process that builds every model.
+(backend, data format) is one ``kbench.run.probe`` process that builds every model.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, require_backends
 
 import kbench_models
-from kbench import environments
+from kbench.run import environments
 
 pytestmark = pytest.mark.slow
 

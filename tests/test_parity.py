@@ -5,8 +5,8 @@ import json
 import pytest
 from conftest import dump, require_backends, run_kbench
 
-from kbench import parity
-from kbench.runner import Runner
+from kbench.run.runner import Runner
+from kbench.studies import parity
 from kbench_models import MODELS
 
 pytestmark = pytest.mark.slow

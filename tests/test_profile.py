@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from conftest import dump, require_backends, run_kbench
 
-from kbench import report
-from kbench.cli_results import section_tables
-from kbench.config import ConfigError, RunConfig
+from kbench.cli.many_runs import section_tables
 from kbench.profiling import ProfilerUnsupported, profile_model, summarize, xspace
 from kbench.profiling.jax_capture import JaxCapture
 from kbench.profiling.ops import OpTime, common_name
 from kbench.profiling.tf_capture import TensorFlowCapture
+from kbench.results.config import ConfigError, RunConfig
+from kbench.views import report
 
 PROFILED = ("tensorflow", "jax", "torch", "torch-native")
 

@@ -30,7 +30,7 @@ import pytest
 from conftest import ROOT, require_backends
 
 import kbench_models
-from kbench import environments
+from kbench.run import environments
 
 slow = pytest.mark.slow
 

@@ -19,9 +19,9 @@ from typing import Any, Dict, List, Optional
 import pytest
 from conftest import Completed, dump, require_backends, run_kbench
 
-from kbench import plots
-from kbench.report import ReportSummary, write_report
-from kbench.results import RunResult
+from kbench.results.result import RunResult
+from kbench.views import accuracy_plots, setting_plots, throughput_plots, timeline_plots
+from kbench.views.report import ReportSummary, write_report
 
 # Two backends whose workers start quickly (torch-native needs no Keras), so the whole
 # fixture stays near a minute on two busy cores.
@@ -81,12 +81,19 @@ def test_report_is_one_self_contained_file(real_report: ReportSummary) -> None:
     assert "kbench &lt;test&gt; report" in text and "<test>" not in text
 
     figures = real_report.figures
-    for title in (plots.THROUGHPUT, plots.SPEED_RATIO, plots.BATCH_SIZE, plots.THREADS):
+    for title in (
+        throughput_plots.THROUGHPUT,
+        throughput_plots.SPEED_RATIO,
+        setting_plots.BATCH_SIZE,
+        setting_plots.THREADS,
+    ):
         assert title in figures, (title, figures, real_report.skipped)
-    assert plots.ACCURACY in figures  # the --epochs 2 run has two epochs of accuracy
-    assert plots.RUNTIME_ACCURACY in figures  # several settings trained
+    assert accuracy_plots.ACCURACY in figures  # the --epochs 2 run has two epochs of accuracy
+    assert accuracy_plots.RUNTIME_ACCURACY in figures  # several settings trained
     # one timeline per backend and setting (not per repeat), the timed-out run's included
-    timelines = [f[len(plots.TIMELINE_PREFIX) :] for f in figures if f.startswith("Timeline")]
+    timelines = [
+        f[len(timeline_plots.TIMELINE_PREFIX) :] for f in figures if f.startswith("Timeline")
+    ]
     assert sorted(timelines) == sorted(
         [
             "torch-native, mlp, batch 16, steps 6",
@@ -100,7 +107,7 @@ def test_report_is_one_self_contained_file(real_report: ReportSummary) -> None:
 
     # nothing varied the GPU memory fraction, so that figure (only) is skipped, saying why
     assert real_report.skipped == [
-        f"{plots.MEMORY_FRACTION}: gpu_memory_fraction was the same in every run"
+        f"{setting_plots.MEMORY_FRACTION}: gpu_memory_fraction was the same in every run"
     ]
     assert "gpu_memory_fraction was the same in every run" in text
 
@@ -263,8 +270,8 @@ def test_gpu_runs_label_memory_mark_oom_and_plot_the_memory_fraction(tmp_path: P
     ]
     summary = write_report(results, tmp_path / "r.html", baseline="jax")
     text = summary.path.read_text(encoding="utf-8")
-    assert plots.MEMORY_FRACTION in summary.figures
-    assert plots.BATCH_SIZE in summary.figures
+    assert setting_plots.MEMORY_FRACTION in summary.figures
+    assert setting_plots.BATCH_SIZE in summary.figures
     assert "percent of the sample period during which a kernel ran" in text  # its label
     assert "has no effect" not in text  # a GPU was there: the fraction mattered
     # the OOM run: marked in the throughput figure's caption, listed with its reason
@@ -272,7 +279,7 @@ def test_gpu_runs_label_memory_mark_oom_and_plot_the_memory_fraction(tmp_path: P
     assert html.escape(oom) in text[text.index('id="failures"') :]
     for kind in ("framework GPU peak", "worker GPU (NVML)", "device used (NVML)"):
         assert kind in text
-    assert any(s.startswith(plots.THREADS) for s in summary.skipped)
+    assert any(s.startswith(setting_plots.THREADS) for s in summary.skipped)
     assert "SYNTHETIC" not in text
 
 
@@ -284,7 +291,7 @@ def test_memory_fraction_without_a_gpu_says_it_has_no_effect(tmp_path: Path) -> 
         fake_result("jax", rate=1300.0),
     ]
     summary = write_report(results, tmp_path / "r.html")
-    assert plots.MEMORY_FRACTION in summary.figures
+    assert setting_plots.MEMORY_FRACTION in summary.figures
     text = summary.path.read_text(encoding="utf-8")
     assert "here it has no effect" in text
     assert "vs torch" in text  # the first backend seen is the baseline
@@ -297,19 +304,19 @@ def test_older_documents_and_sampler_off_are_skipped_with_reasons(tmp_path: Path
     ]
     summary = write_report(results, tmp_path / "r.html")
     skipped = "\n".join(summary.skipped)
-    assert f"{plots.TIMELINES}: no run has sampler series" in skipped
-    assert f"{plots.ACCURACY}: the documents have no per-epoch accuracy" in skipped
+    assert f"{timeline_plots.TIMELINES}: no run has sampler series" in skipped
+    assert f"{accuracy_plots.ACCURACY}: the documents have no per-epoch accuracy" in skipped
     assert any("sampler off" in note for note in summary.notes)
-    assert summary.figures == [plots.THROUGHPUT, plots.SPEED_RATIO]
+    assert summary.figures == [throughput_plots.THROUGHPUT, throughput_plots.SPEED_RATIO]
 
 
 def test_one_backend_has_no_ratio_figure(tmp_path: Path) -> None:
     summary = write_report([fake_result("torch")], tmp_path / "r.html")
-    assert f"{plots.SPEED_RATIO}: only one backend ran (torch): nothing to compare" in (
+    assert f"{throughput_plots.SPEED_RATIO}: only one backend ran (torch): nothing to compare" in (
         summary.skipped
     )
-    timelines = [f for f in summary.figures if f.startswith(plots.TIMELINE_PREFIX)]
-    assert timelines == [f"{plots.TIMELINE_PREFIX}torch, resnet20, batch 64"]
+    timelines = [f for f in summary.figures if f.startswith(timeline_plots.TIMELINE_PREFIX)]
+    assert timelines == [f"{timeline_plots.TIMELINE_PREFIX}torch, resnet20, batch 64"]
 
 
 def test_text_from_documents_is_escaped(tmp_path: Path) -> None:
@@ -339,8 +346,8 @@ def test_inference_runs_are_plotted_and_parity_runs_noted(tmp_path: Path) -> Non
         fake_result("torch", kind="parity"),
     ]
     summary = write_report(results, tmp_path / "r.html")
-    assert summary.figures[:2] == [plots.THROUGHPUT, plots.SPEED_RATIO]
-    assert f"{plots.TIMELINE_PREFIX}jax, resnet20, batch 64, inference" in summary.figures
+    assert summary.figures[:2] == [throughput_plots.THROUGHPUT, throughput_plots.SPEED_RATIO]
+    assert f"{timeline_plots.TIMELINE_PREFIX}jax, resnet20, batch 64, inference" in summary.figures
     assert any("1 parity run(s)" in note for note in summary.notes)
     text = summary.path.read_text(encoding="utf-8")
     assert "resnet20, batch 64, inference" in text and "no step_ends_s" not in text

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from kbench.results import SCHEMA_VERSION, ResultError, RunResult
-from kbench.task import write_json_atomic
+from kbench.results.jsonfile import write_json_atomic
+from kbench.results.result import SCHEMA_VERSION, ResultError, RunResult
 
 
 def sample(**changes):

@@ -6,7 +6,7 @@ import sys
 
 from fake_nvml import GIB, FakeNvml
 
-from kbench import sampler
+from kbench.measure import sampler
 
 
 def busy_process(seconds):

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from conftest import run_kbench
 
-from kbench.results import RunResult
-from kbench.store import INDEX_NAME, Filter, ResultStore, StoreError, load_frame
-from kbench.tables import study_markdown, study_tables
+from kbench.results.result import RunResult
+from kbench.results.store import INDEX_NAME, Filter, ResultStore, StoreError, load_frame
+from kbench.views.tables import study_markdown, study_tables
 
 
 def result(run_id, backend, ips, *, host="laptop", status="ok", batch=32, repeat=0, gpu=None,

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from conftest import ROOT, require_backends, run_kbench
 
-from kbench import tables
-from kbench.results import RunResult
-from kbench.store import ResultStore
-from kbench.sweep import Progress, SweepError, load_sweep, parse_sweep
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore
+from kbench.studies.sweep import Progress, SweepError, load_sweep, parse_sweep
+from kbench.views import tables
 
 TINY = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
         "train_samples": 64, "test_samples": 16}  # fmt: skip

@@ -8,9 +8,9 @@ import re
 import pytest
 from conftest import dump, require_backends, run_kbench
 
-from kbench import report, tables
-from kbench.config import ConfigError, RunConfig
-from kbench.switches import SWITCHES, SwitchBoard
+from kbench.backends.switches import SWITCHES, SwitchBoard
+from kbench.results.config import ConfigError, RunConfig
+from kbench.views import report, tables
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 import pytest
 
-from kbench.stats import percentiles
-from kbench.trainer import StepClock
+from kbench.measure.stats import percentiles
+from kbench.run.trainer import StepClock
 
 
 def clock_with(epochs, warmup):

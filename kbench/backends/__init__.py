@@ -3,6 +3,8 @@
 Importing this package imports no framework. The worker turns a name into a
 :class:`~kbench.backends.base.Backend` with :func:`load_backend`, which imports
 the backend's module only then.
+
+May import: kbench.datasets, kbench.measure, kbench.profiling, kbench_models.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ class BackendSpec:
     """One backend: the environment it runs in and the class that drives it."""
 
     name: str
-    environment: str  # a name under envs/, see kbench.environments
+    environment: str  # a name under envs/, see kbench.run.environments
     implementation: str  # "module:Class", imported only inside the worker
     # Variables that must be set before the interpreter starts.
     process_env: Dict[str, str] = field(default_factory=dict)

@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbench.backends.switches import SwitchBoard
 from kbench.profiling import ProfilerUnsupported
-from kbench.switches import SwitchBoard
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Backend(abc.ABC):
         self.threads = threads
         self.gpus = 0
         # Subclasses apply the switches they have and say so on the board; the rest
-        # are recorded as not applicable (kbench.switches).
+        # are recorded as not applicable (kbench.backends.switches).
         self.switchboard = SwitchBoard(switches or {}, self.name)
         self.warnings: List[str] = []  # see warn()
 
@@ -212,7 +212,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def flops(self, model: Any) -> Dict[str, Any]:
-        """FLOPs per sample (see kbench.flops)."""
+        """FLOPs per sample (see kbench.measure.flops)."""
 
     @abc.abstractmethod
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
@@ -241,7 +241,7 @@ class Backend(abc.ABC):
         """The model's outputs for one batch, as a host array (so the device is done)."""
 
     def kernel_layout(self) -> str:
-        """How exported Conv2D kernels are laid out (see kbench.weightfile)."""
+        """How exported Conv2D kernels are laid out (see kbench.run.weightfile)."""
         return "HWIO"
 
     @abc.abstractmethod

@@ -15,7 +15,7 @@ import numpy as np
 
 from kbench.backends.base import Backend, BackendMismatch
 from kbench.datasets.stream import is_streamed
-from kbench.flops import model_flops
+from kbench.measure.flops import model_flops
 
 Weights = List[Tuple[str, List[np.ndarray]]]
 

@@ -110,8 +110,8 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         return [int(d) for d in model(self._sample(model)).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        """The same count as kbench.flops, read off the blocks during one forward pass."""
-        from kbench.flops import METHOD
+        """The same count as kbench.measure.flops, read off the blocks during one forward pass."""
+        from kbench.measure.flops import METHOD
 
         forward = int(model.kbench_flops)
         return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": METHOD}

@@ -96,8 +96,8 @@ class TorchNativeBackend(TorchFramework, NativePort):
             return [int(d) for d in model(self._sample(model)).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        """The same count as kbench.flops, read off the modules during one forward pass."""
-        from kbench.flops import METHOD
+        """The same count as kbench.measure.flops, read off the modules during one forward pass."""
+        from kbench.measure.flops import METHOD
 
         nn = self.torch.nn
         total = [0]

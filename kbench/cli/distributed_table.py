@@ -1,13 +1,13 @@
-"""The breakdown table of a store's data-parallel runs: ``python -m kbench.distributed.table``.
+"""The breakdown table of a store's data-parallel runs: ``python -m kbench.cli.distributed_table``.
 
-    python -m kbench.distributed.table --store results/distributed-reduced
-    python -m kbench.distributed.table --store results --filter model=lenet5 --filter workers=2
+    python -m kbench.cli.distributed_table --store results/distributed-reduced
+    python -m kbench.cli.distributed_table --store results --filter model=lenet5 --filter workers=2
 
 One row per run (the newest of each rerun sweep run): mode, backend, workers, global
 img/s, scaling efficiency against one worker, and the mean per-step time of each phase
 (data, forward, backward, update, communication) with the slowest worker. Markdown by
 default, or aligned text (``--text``); ``kbench compare`` and ``kbench report`` show the
-same table beside the others (:mod:`kbench.distributed.views`).
+same table beside the others (:mod:`kbench.views.distributed`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from kbench.distributed.views import breakdown_tables
-from kbench.store import Filter, ResultStore, StoreError
+from kbench.results.store import Filter, ResultStore, StoreError
+from kbench.views.distributed import breakdown_tables
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kbench.distributed.table", description=__doc__.splitlines()[0]
+        prog="python -m kbench.cli.distributed_table", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--store", type=Path, default=Path("results"), help="results store")
     parser.add_argument(

@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 from typing import List, Sequence
 
-from kbench import store as store_mod
-from kbench import sweep as sweep_mod
-from kbench import tables
-from kbench.results import RunResult
-from kbench.runner import Runner
-from kbench.store import Filter, ResultStore
+from kbench.cli.progress import show_progress
+from kbench.results import store as store_mod
+from kbench.results.result import RunResult
+from kbench.results.store import Filter, ResultStore
+from kbench.run.runner import Runner
+from kbench.studies import sweep as sweep_mod
+from kbench.views import tables
 
 log = logging.getLogger("kbench")
 
@@ -31,7 +32,7 @@ examples:
   kbench results --store results/lenet-reduced --filter backend=jax --filter status=ok
   kbench results --store results/lenet-reduced --export lenet.csv   (or .parquet)
   kbench results --store all-machines --merge laptop-results gpu-box-results
-  python -c "from kbench.store import load_frame; print(load_frame('results'))"
+  python -c "from kbench.results.store import load_frame; print(load_frame('results'))"
 """
 
 
@@ -40,7 +41,7 @@ def add_commands(commands) -> None:
         "sweep",
         help="run a matrix of runs declared in a YAML file; resumable",
         description="Run every combination a sweep file declares (see sweeps/*.yaml and "
-        "kbench/sweep.py for the format), each in its own worker process with a timeout. "
+        "kbench/studies/sweep.py for the format), each in its own worker process with a timeout. "
         "The whole file is checked before anything runs. A failed, out-of-memory or timed-out "
         "run is recorded and the sweep goes on. Results go to --output-dir (default: "
         "results/NAME, or results/NAME-reduced) as they finish, so an interrupted sweep loses "
@@ -222,7 +223,7 @@ def command_sweep(args: argparse.Namespace) -> int:
     progress = sweep_mod.Progress(total=len(runs), skipped=len(plan.done))
     results: List[RunResult] = []
     if plan.to_run:
-        runner = Runner(output_dir=output_dir, on_progress=_show_progress)
+        runner = Runner(output_dir=output_dir, on_progress=show_progress)
         with runner.session([run.config for run in plan.to_run]) as session:
             results = sweep_mod.execute(selected, plan.to_run, session, progress)
     everything = store.results([Filter("sweep", (sweep.name,))], latest_only=True)
@@ -238,12 +239,6 @@ def command_sweep(args: argparse.Namespace) -> int:
     for line in tables.not_ok_lines(results):
         print(line)
     return 1 if any(r.failed for r in results) else 0
-
-
-def _show_progress(config, event) -> None:
-    from kbench.cli import show_progress
-
-    show_progress(config, event)
 
 
 def command_results(args: argparse.Namespace) -> int:
@@ -281,9 +276,9 @@ def command_results(args: argparse.Namespace) -> int:
 def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:
     """The tables beside the study tables: operators, the data-parallel breakdown, the
     per-operator profiles of model runs."""
-    from kbench.distributed.views import breakdown_tables
-    from kbench.ops.views import ops_tables
-    from kbench.profiling.views import profile_tables
+    from kbench.views.distributed import breakdown_tables
+    from kbench.views.ops import ops_tables
+    from kbench.views.profile import profile_tables
 
     return (
         ops_tables([r for r in results if r.kind == "ops"])
@@ -308,7 +303,7 @@ def command_compare(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
-    from kbench import report
+    from kbench.views import report
 
     results = load(args.store, args.filter, latest_only=True)
     output = args.output or args.store[0] / "report.html"

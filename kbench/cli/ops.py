@@ -10,8 +10,6 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench import environments
-from kbench.config import ConfigError
 from kbench.ops.runner import (
     DEFAULT_MAX_MEMORY_MB,
     DEFAULT_REPEATS,
@@ -22,8 +20,10 @@ from kbench.ops.runner import (
     run_ops,
 )
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, MIN_SWEEP_SIZE, OPS, sizes_up_to
-from kbench.ops.views import ops_tables
 from kbench.ops.worker import IMPLEMENTATIONS
+from kbench.results.config import ConfigError
+from kbench.run import environments
+from kbench.views.ops import ops_tables
 
 log = logging.getLogger("kbench")
 

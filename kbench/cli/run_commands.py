@@ -1,44 +1,44 @@
-"""The ``kbench`` command line: run, demo, env, max-batch, parity (sweep, results,
-compare and report are in :mod:`kbench.cli_results`)."""
+"""``kbench run``, ``demo``, ``max-batch``, ``parity`` and ``env`` (sweep, results,
+compare and report are in :mod:`kbench.cli.many_runs`; ops in :mod:`kbench.cli.ops`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import signal
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional
 
-from kbench import __version__, environments, sysinfo, tables
+from kbench import __version__
 from kbench.backends import BACKENDS
-from kbench.config import DATA_FORMATS, DATASETS, DISTRIBUTED, OPTIMIZERS, ConfigError, RunConfig
+from kbench.backends.switches import SWITCHES
+from kbench.cli.arguments import (
+    EXAMPLES,
+    add_memory_arguments,
+    add_output_arguments,
+    add_switch_arguments,
+    comma_list,
+    shape,
+)
+from kbench.cli.progress import show_progress
 from kbench.datasets import DataUnavailable
-from kbench.results import RunResult
-from kbench.runner import Runner
-from kbench.store import StoreError
-from kbench.sweep import SweepError
-from kbench.switches import SWITCHES
+from kbench.measure import sysinfo
+from kbench.results.config import (
+    DATA_FORMATS,
+    DATASETS,
+    DISTRIBUTED,
+    OPTIMIZERS,
+    ConfigError,
+    RunConfig,
+)
+from kbench.results.result import RunResult
+from kbench.run import environments
+from kbench.run.runner import Runner
+from kbench.views import tables
 from kbench_models import MODELS
 
 log = logging.getLogger("kbench")
-
-EXAMPLES = """\
-examples:
-  kbench demo                                   MLP and small CNN on every backend
-  kbench run --backend jax --model small_cnn    one run, results in ./results
-  kbench run --backend tensorflow,jax,torch,mxnet --model mlp --epochs 3
-  kbench run --backend torch --model small_cnn --data-format channels_first
-  kbench run --backend mxnet --model mlp --dataset synthetic --input-shape 32x32x3 --steps 50
-  kbench env                                    what is installed, which backends run
-  kbench sweep sweeps/lenet.yaml --reduced      a study declared in a file; resumable
-  kbench compare --store results/lenet-reduced  backends side by side, also as Markdown
-  kbench report --store results/lenet-reduced   one HTML file with the plots
-"""
-
-FLAG_NAMES = {"timeout_s": "timeout"}  # RunConfig fields whose flag is named otherwise
 
 DEMO_SETTINGS = dict(
     dataset="fashion_mnist",
@@ -50,119 +50,7 @@ DEMO_SETTINGS = dict(
 )
 
 
-def comma_list(allowed: Sequence[str], what: str):
-    def parse(text: str) -> List[str]:
-        items = [item.strip() for item in text.split(",") if item.strip()]
-        if not items:
-            raise argparse.ArgumentTypeError(f"expected one or more {what}; received {text!r}")
-        return items  # values are checked by RunConfig, which suggests close matches
-
-    return parse
-
-
-def shape(text: str):
-    try:
-        return tuple(int(part) for part in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS, for example 32x32x3; "
-            f"received {text!r}"
-        ) from None
-
-
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--output-dir",
-        type=Path,
-        default=Path("results"),
-        help="where result JSON files (one per run, plus an index) and worker logs go "
-        "(default: ./results)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
-        "machine's cores also pins the worker to that many cores (default: all cores)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=1800.0,
-        dest="timeout_s",
-        metavar="SECONDS",
-        help="stop a run that takes longer and record it as 'timeout' (default: 1800)",
-    )
-    parser.add_argument(
-        "--sample-interval",
-        type=float,
-        default=0.2,
-        dest="sample_interval_s",
-        metavar="SECONDS",
-        help="how often the sampler reads the worker's CPU, memory and GPUs (NVML); "
-        "0 turns it off (default: 0.2)",
-    )
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help="auto: whatever the framework picks; cpu: hide every GPU from the worker; "
-        "gpu: fail unless the framework sees one (default: auto)",
-    )
-
-
-def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
-    memory = parser.add_argument_group("GPU memory options (recorded in every result)")
-    memory.add_argument(
-        "--gpu-memory-fraction",
-        type=float,
-        metavar="F",
-        help="cap each framework at F of GPU memory: TensorFlow logical device limit, PyTorch "
-        "set_per_process_memory_fraction, JAX XLA_PYTHON_CLIENT_MEM_FRACTION, MXNet "
-        "MXNET_GPU_MEM_POOL_RESERVE (approximate)",
-    )
-    memory.add_argument(
-        "--gpu-memory-growth",
-        action="store_true",
-        help="allocate GPU memory on demand: TensorFlow memory growth, JAX no preallocation",
-    )
-
-
-def add_switch_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "optimization switches (recorded in every result; 'not applicable' where a backend "
-        "has no such thing)"
-    )
-    for name, switch in SWITCHES.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(switch.default, bool):
-            group.add_argument(flag, action="store_true", help=switch.help)
-        elif switch.is_count:
-            group.add_argument(
-                flag, type=int, default=switch.default, metavar="N",
-                help=f"{switch.help} (default: {switch.default})",
-            )  # fmt: skip
-        else:
-            group.add_argument(
-                flag,
-                default=switch.default,
-                metavar="|".join(switch.choices),
-                help=f"{switch.help} (default: {switch.default})",
-            )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kbench",
-        description="Train the same Keras model under TensorFlow, JAX, PyTorch or MXNet, "
-        "each in its own process, and compare throughput, accuracy and memory.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"kbench {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show debug logging")
-    parser.add_argument("-q", "--quiet", action="store_true", help="show only warnings, tables")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
+def add_commands(commands) -> None:
     run = commands.add_parser(
         "run",
         help="train models on backends, one process per run",
@@ -399,41 +287,6 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     env.set_defaults(handler=command_env)
 
-    from kbench import cli_results
-
-    cli_results.add_commands(commands)
-
-    from kbench import cli_ops
-
-    cli_ops.add_command(commands)
-    return parser
-
-
-def configure_logging(verbose: bool, quiet: bool) -> None:
-    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    root = logging.getLogger("kbench")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
-
-
-def show_progress(config: RunConfig, event: Dict) -> None:
-    if event.get("event") == "epoch":
-        log.info(
-            "    %s: epoch %d/%d, loss %.4f, %.1f s",
-            config.label(),
-            event["epoch"],
-            event["epochs"],
-            event["loss"],
-            event["seconds"],
-        )
-    elif event.get("event") == "step":
-        log.info("    %s: step %d/%d", config.label(), event["step"], event["steps"])
-    elif event.get("event") == "profile":
-        log.info("    %s: profiling %d steps", config.label(), event["steps"])
-
 
 def execute(configs: List[RunConfig], output_dir: Path) -> List[RunResult]:
     runner = Runner(output_dir=output_dir, on_progress=show_progress)
@@ -485,7 +338,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def command_max_batch(args: argparse.Namespace) -> int:
-    from kbench import maxbatch
+    from kbench.studies import maxbatch
 
     for setting, value in (("start", args.start), ("limit", args.limit)):
         if value < 1:
@@ -524,7 +377,7 @@ def command_max_batch(args: argparse.Namespace) -> int:
 
 
 def command_parity(args: argparse.Namespace) -> int:
-    from kbench import parity
+    from kbench.studies import parity
 
     backends = args.backend or [
         name for name, missing in environments.runnable_backends().items() if missing is None
@@ -651,25 +504,3 @@ def command_env(args: argparse.Namespace) -> int:
         if not p["ok"]:
             print(f"  {p['backend']}: {p['error']}")
     return 0 if all(p["ok"] for p in probes) else 1
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging(args.verbose, args.quiet)
-    # `kill` stops a command as Ctrl-C does: its worker is stopped, finished results stay.
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return args.handler(args)
-    except ConfigError as err:
-        flag = "--" + FLAG_NAMES.get(err.setting, err.setting).replace("_", "-")
-        parser.exit(2, f"kbench {args.command}: error: {flag}: {err.message}\n")
-    except (environments.EnvironmentMissing, DataUnavailable, SweepError, StoreError) as err:
-        parser.exit(2, f"kbench {args.command}: error: {err}\n")
-    except KeyboardInterrupt:
-        log.warning("interrupted: finished runs are saved; the run in progress was discarded")
-        return 130

@@ -9,6 +9,8 @@ worker decodes each batch as it trains (:mod:`kbench.datasets.stream`).
 
 Only numpy and the standard library are imported here: the worker side
 (:func:`load_prepared`, :func:`to_model_input`) runs under every environment.
+
+May import: nothing else in kbench.
 """
 
 from __future__ import annotations

@@ -18,21 +18,12 @@ worker trains on its own slice of each global step of the runner's seeded order.
 Parent side: :mod:`~kbench.distributed.launcher` (start, watch, stop, one result),
 :mod:`~kbench.distributed.plan` (processes, hosts, ports), :mod:`~kbench.distributed.sampling`
 (every process sampled), :mod:`~kbench.distributed.merge` (metrics, scaling),
-:mod:`~kbench.distributed.views` (tables and figures for the log, compare and report).
+:mod:`~kbench.distributed.summary` (a run's row and log line; the tables and figures
+for compare and report are in :mod:`kbench.views.distributed`).
 Worker side: :mod:`~kbench.distributed.worker` (every process's entry point) and
 :mod:`~kbench.distributed.engines` (one class per engine); both sides share
 :mod:`~kbench.distributed.breakdown` (data, forward, backward, update, communication).
+
+May import: kbench.run (never kbench.run.runner, which imports the launcher),
+kbench.results, kbench.backends, kbench.datasets, kbench.measure, kbench_models.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-
-def run_distributed(
-    runner: Any, config: Any, data: Any, session_dir: Any, python_path: Any, sweep: Any = None
-) -> Any:
-    """See :func:`kbench.distributed.launcher.run_distributed`."""
-    from kbench.distributed.launcher import run_distributed as run
-
-    return run(runner, config, data, session_dir, python_path, sweep)

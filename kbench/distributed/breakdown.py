@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from kbench.stats import percentiles
+from kbench.measure.stats import percentiles
 
 PHASES = ("data", "forward", "backward", "update", "comm")
 

@@ -1,6 +1,6 @@
 """Parent side of a data-parallel run: start every process, watch them, build one result.
 
-:func:`run_distributed` is what :meth:`kbench.runner.Runner.run_one` delegates to
+:func:`run_distributed` is what :meth:`kbench.run.runner.Runner.run_one` delegates to
 when ``config.distributed`` is not ``none``. It draws the runner's seeded batch order
 at the global batch (per-worker batch x workers) and cuts every global step into one
 slice per worker (``shards.npy``), plans the processes of the mode on this host
@@ -12,7 +12,7 @@ exits with an error or dies, reports an error (even if its framework then hangs 
 its exit), or a worker torchrun started vanishes without a reply; it times out at
 ``config.timeout_s``. Then every process it started, and anything still running
 whose command line names the run's directory, is stopped (SIGTERM, then SIGKILL),
-and the workers' replies are merged into one :class:`~kbench.results.RunResult`
+and the workers' replies are merged into one :class:`~kbench.results.result.RunResult`
 saved in the store, kind ``train``. A SIGTERM to kbench stops the run the same way;
 if kbench is killed outright, every worker notices within a second
 (``KBENCH_DIST_PARENT``) and ends.
@@ -36,17 +36,21 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import numpy as np
 import psutil
 
-from kbench import datasets, environments, sysinfo
-from kbench import runner as runner_mod
-from kbench.config import RunConfig
-from kbench.distributed import merge, views
+from kbench import datasets
+from kbench.backends.switches import SWITCHES
+from kbench.distributed import merge, summary
 from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
 from kbench.distributed.sampling import JobSampler
-from kbench.results import RunResult
-from kbench.sampler import windows_from_markers
-from kbench.store import ResultStore, host_of
-from kbench.switches import SWITCHES
-from kbench.task import WorkerReply, WorkerTask, parse_progress, read_json, write_json_atomic
+from kbench.measure import sysinfo
+from kbench.measure.sampler import windows_from_markers
+from kbench.results.config import RunConfig
+from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore, host_of
+from kbench.run import environments
+from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
+from kbench.run.supervise import LOG_TAIL_LINES
+from kbench.run.task import WorkerReply, WorkerTask, parse_progress
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +58,6 @@ POLL_S = 0.1
 KILL_GRACE_S = 5.0
 FAILED_GRACE_S = 2.0
 HELPER_GRACE_S = 10.0  # MXNet's scheduler and server leave by themselves after the workers
-LOG_TAIL_LINES = runner_mod.LOG_TAIL_LINES
 
 
 def run_distributed(
@@ -171,15 +174,13 @@ def run_distributed(
         windows = windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
         sampled = outcome.sampler.result(windows)
         if metrics:
-            metrics["memory"] += runner_mod.sampled_memory(sampled["summary"])
-            metrics["energy"] = runner_mod.measured_energy(
-                sampled["summary"], metrics["measured_images"]
-            )
+            metrics["memory"] += sampled_memory(sampled["summary"])
+            metrics["energy"] = measured_energy(sampled["summary"], metrics["measured_images"])
     if metrics and leader:
         reply = WorkerReply(
             status="ok", framework=leader.get("framework", {}), model=leader.get("model", {})
         )
-        metrics["compute"] = runner_mod.compute_rate(config, metrics, reply)
+        metrics["compute"] = compute_rate(config, metrics, reply)
     if metrics:
         metrics["distributed"].update(
             processes=outcome.processes,
@@ -207,7 +208,7 @@ def run_distributed(
         metrics["distributed"]["scaling"] = merge.scaling(
             config, metrics["images_per_sec"], store, host_of(result)
         )
-        log.info("%s", views.breakdown_line(result))
+        log.info("%s", summary.breakdown_line(result))
     return save(result, store)
 
 

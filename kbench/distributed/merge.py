@@ -5,7 +5,7 @@ windows (earliest start to latest end), so a worker that finishes early (asynchr
 modes) does not inflate it. Step-time percentiles pool every worker's measured
 steps; ``images_per_sec_per_step`` is the global batch over them. The result keeps
 each worker's own summary under ``per_worker`` and the breakdown under
-``distributed``; :mod:`kbench.distributed.views` turns results into tables and figures.
+``distributed``; :mod:`kbench.views.distributed` turns results into tables and figures.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from kbench.config import RunConfig
 from kbench.distributed.breakdown import combine, shard_digest
-from kbench.stats import percentiles
+from kbench.measure.stats import percentiles
+from kbench.results.config import RunConfig
 
 ENGINES = {
     "torch-ddp": "PyTorch DistributedDataParallel (torch.distributed, gloo on CPU / NCCL on "

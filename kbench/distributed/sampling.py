@@ -6,10 +6,10 @@ themselves) and its children: CPU percent and RSS per process, under
 ``<name>_process_cpu_percent`` and ``<name>_process_rss_bytes`` (``worker0_...``,
 ``server0_...``), their sums under the single-process names
 (``process_cpu_percent``, ``process_rss_bytes``), and the machine's CPU load and
-frequency. Where NVML answers, each GPU's series as :mod:`kbench.sampler` reads them
+frequency. Where NVML answers, each GPU's series as :mod:`kbench.measure.sampler` reads them
 (the run's device memory summed over its processes) plus each process's own device
 memory as ``<name>_gpu<i>_process_memory_bytes``. The result is a
-:class:`~kbench.sampler.SamplerResult`: one time axis, one column per series.
+:class:`~kbench.measure.sampler.SamplerResult`: one time axis, one column per series.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional
 
 import psutil
 
-from kbench.sampler import LABELS, NvmlSource, SamplerResult, optional_sources, tree_usage
-from kbench.sampler import summarize as summarize_series
+from kbench.measure.sampler import LABELS, NvmlSource, SamplerResult, optional_sources, tree_usage
+from kbench.measure.sampler import summarize as summarize_series
 
 log = logging.getLogger(__name__)
 

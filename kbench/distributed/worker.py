@@ -34,9 +34,10 @@ import kbench_models
 from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import Backend, is_out_of_memory
+from kbench.backends.switches import SWITCHES
 from kbench.distributed.breakdown import StepLog, shard_digest, worker_summary
-from kbench.switches import SWITCHES
-from kbench.task import WorkerTask, emit_progress, read_json, write_json_atomic
+from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.run.task import WorkerTask, emit_progress
 
 log = logging.getLogger("kbench.distributed.worker")
 
@@ -143,7 +144,7 @@ def pin_cores(dist: Dict[str, Any], local_index: int) -> Optional[List[int]]:
 
 
 def load_data(ctx: Context) -> None:
-    """The prepared data set, laid out as the model takes it (as kbench.worker does)."""
+    """The prepared data set, laid out as the model takes it (as kbench.run.worker does)."""
     data = datasets.PreparedData.from_dict(ctx.task.data)
     ctx.loss = kbench_models.MODELS[ctx.config["model"]].loss_for(data.num_classes)
     arrays = datasets.load_prepared(data.path)

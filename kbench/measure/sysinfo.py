@@ -14,7 +14,7 @@ from typing import Any, Dict
 
 import kbench
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(kbench.__file__).resolve().parent.parent  # the checkout
 
 
 def cpu_model() -> str:

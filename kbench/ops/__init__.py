@@ -12,9 +12,11 @@ Every backend runs in its own worker process (``python -m kbench.ops.worker``),
 which checks each operation at each size against the reference, then times it
 (:mod:`kbench.ops.base`). :mod:`kbench.ops.runner` starts and supervises the
 workers and writes one result per backend (``kind="ops"``) to a results store;
-:mod:`kbench.ops.views` turns results into tables and figures.
+:mod:`kbench.views.ops` turns results into tables and figures.
 
 Importing this package imports no framework and nothing of the parent side.
+
+May import: kbench.run, kbench.results, kbench.backends, kbench.measure.
 """
 
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS, OpSpec, sizes_up_to

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional,
 
 import numpy as np
 
+from kbench.measure.stats import percentiles
 from kbench.ops.spec import OpSpec, check
-from kbench.stats import percentiles
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbench.backends.base import Backend

@@ -1,16 +1,16 @@
 """The parent side of ``kbench ops``: one worker process per backend, one result each.
 
 For each backend it picks the interpreter, makes the worker's environment exactly as
-for a model run (:func:`kbench.environments.process_environment`: ``KERAS_BACKEND``,
+for a model run (:func:`kbench.run.environments.process_environment`: ``KERAS_BACKEND``,
 a fresh ``KERAS_HOME`` with the backend's keras.json, thread variables, ``--device
 cpu`` hiding GPUs), writes ``task.json``, and starts ``python -m kbench.ops.worker``
-under the supervision model runs get (:meth:`kbench.runner.Runner.supervise`: own
+under the supervision model runs get (:func:`kbench.run.supervise.supervise`: own
 process group, log relayed to ``logs/<run_id>.log``, timeout, the whole group
 killed). A worker that crashes or times out becomes a ``failed`` or ``timeout``
 result that keeps the operations it finished; the next backend still runs.
 
 The result (``kind="ops"``) adds to the worker's entries the fraction of the
-machine's float32 matrix-multiply peak (:func:`kbench.sysinfo.cpu_matmul_peak`)
+machine's float32 matrix-multiply peak (:func:`kbench.measure.sysinfo.cpu_matmul_peak`)
 for every operation with a FLOP count, on the CPU; on a GPU it says no peak is
 known.
 """
@@ -27,14 +27,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from kbench import environments, sysinfo
-from kbench.config import DEVICES, ConfigError, check_choice
+from kbench.measure import sysinfo
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
-from kbench.results import RunResult
-from kbench.runner import Runner, check_output_dir, judge
-from kbench.store import ResultStore
-from kbench.task import WorkerReply, read_json, write_json_atomic
+from kbench.results.config import DEVICES, ConfigError, check_choice
+from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore, check_output_dir
+from kbench.run import environments
+from kbench.run.supervise import judge, supervise
+from kbench.run.task import WorkerReply
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,7 @@ class OpsConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError("seed", f"expected a non-negative integer; received {self.seed!r}.")
 
-    # What kbench.runner's supervision reads of a config.
+    # What kbench.run.runner's supervision reads of a config.
     sample_interval_s = 0.0  # no sampler: it would share the CPU with the timed calls
 
     @property
@@ -176,13 +178,13 @@ def run_one(
     write_json_atomic(run_dir / "task.json", task.to_dict())
     log_path = output_dir / "logs" / f"{run_id}.log"
     log_path.parent.mkdir(exist_ok=True)
-    supervisor = Runner(output_dir=output_dir, on_progress=on_progress)
-    outcome = supervisor.supervise(
+    outcome = supervise(
         [str(interpreter), "-m", "kbench.ops.worker", str(run_dir / "task.json")],
         env,
         run_dir,
         log_path,
         config,  # duck-typed: label(), timeout_s, sample_interval_s
+        on_progress,
     )
     wall_time = time.time() - started_at
     reply_path = Path(task.reply_path)

@@ -1,14 +1,14 @@
 """The child process of one backend's operator benchmark:
 ``python -m kbench.ops.worker TASK_JSON``.
 
-As :mod:`kbench.worker`, it sets nothing global: the parent chose the backend
+As :mod:`kbench.run.worker`, it sets nothing global: the parent chose the backend
 (``KERAS_BACKEND``), the per-run ``KERAS_HOME`` and the thread variables before this
 interpreter started. The backend's :class:`~kbench.backends.base.Backend` applies
 the thread settings and checks the framework as for a model run; then every
 operation at every size is checked and timed (:func:`kbench.ops.base.measure`),
 with a progress line each.
 
-The reply (:class:`kbench.task.WorkerReply`) is rewritten after every operation, with
+The reply (:class:`kbench.run.task.WorkerReply`) is rewritten after every operation, with
 status ``running`` until the end, so that a worker that is killed or times out
 still leaves what it measured. Imports only what runs under both environments; the
 framework comes in through the implementation module of the backend alone.
@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Type
 from kbench.backends.base import is_out_of_memory
 from kbench.ops.base import OpsBackend, measure, summarize
 from kbench.ops.spec import OPS
-from kbench.task import WorkerReply, emit_progress, read_json, write_json_atomic
+from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.run.task import WorkerReply, emit_progress
 
 log = logging.getLogger("kbench.ops.worker")
 

@@ -14,6 +14,8 @@ MXNet's profiler is compiled out of the 1.9.1 wheel (``mx.runtime.Features()``
 PROFILER off): there the section says ``unsupported`` with that reason. A profiler
 that fails leaves ``status: failed`` and its message in the section; the run's own
 measurements stand.
+
+May import: nothing else in kbench.
 """
 
 from __future__ import annotations

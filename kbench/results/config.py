@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 
 from kbench.backends import BACKENDS
 from kbench.datasets import DATASETS as DATASET_SPECS
-from kbench.switches import SWITCHES
+from kbench.backends.switches import SWITCHES
 from kbench_models import MODELS
 
 DATASETS: Tuple[str, ...] = tuple(DATASET_SPECS)
@@ -141,7 +141,7 @@ class RunConfig:
     device: str = "auto"  # cpu hides every GPU from the worker; gpu requires one
     gpu_memory_fraction: Optional[float] = None
     gpu_memory_growth: bool = False
-    # optimization switches (kbench.switches): each backend applies what it has
+    # optimization switches (kbench.backends.switches): each backend applies what it has
     jit_compile: str = "auto"
     run_eagerly: bool = False
     torch_compile: bool = False

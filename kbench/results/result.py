@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from kbench.task import read_json, write_json_atomic
+from kbench.results.jsonfile import read_json, write_json_atomic
 
 SCHEMA_VERSION = 2
 # unsupported: a data-parallel mode that cannot run on this machine (the reason says why)

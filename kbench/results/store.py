@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from kbench.results import ResultError, RunResult
+from kbench.results.config import ConfigError
+from kbench.results.result import ResultError, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +266,7 @@ def latest_per_run(entries: Sequence[IndexEntry]) -> List[IndexEntry]:
 
 
 def write_lines_atomic(path: Path, lines: Sequence[str]) -> None:
-    """Like :func:`kbench.task.write_json_atomic`, for a file of JSON lines."""
+    """Like :func:`kbench.results.jsonfile.write_json_atomic`, for a file of JSON lines."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
@@ -351,7 +352,7 @@ def to_frame(results: Sequence[RunResult]):
 
 
 def load_frame(directory: Path, filters: Sequence[str] = (), latest_only: bool = False):
-    """The Python API: ``kbench.store.load_frame("results")`` -> one row per run."""
+    """The Python API: ``kbench.results.store.load_frame("results")`` -> one row per run."""
     store = ResultStore(Path(directory))
     return to_frame(store.results([Filter.parse(f) for f in filters], latest_only=latest_only))
 
@@ -377,3 +378,19 @@ def _mean(values: Optional[Sequence[float]]) -> Optional[float]:
 
 def _first(values: Iterable[Any]) -> Any:
     return next(iter(values), None)
+
+
+def check_output_dir(path: Path) -> Path:
+    """Create ``path`` if needed and prove it writable, before anything runs."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".kbench-probe-", delete=True)
+        probe.close()
+    except OSError as err:
+        raise ConfigError(
+            "output_dir",
+            f"expected a directory kbench can write; {path} is not one "
+            f"({err.strerror or err}). Choose another with --output-dir.",
+        ) from err
+    return path

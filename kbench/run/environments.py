@@ -23,7 +23,7 @@ import kbench
 import kbench_models
 from kbench.backends import BACKENDS
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(kbench.__file__).resolve().parent.parent  # the checkout
 SETUP_SCRIPT = "scripts/setup_envs.sh"
 
 
@@ -148,7 +148,7 @@ def probe(
     data_format: Optional[str] = None,
     timeout_s: float = 600,
 ) -> Dict[str, Any]:
-    """Start ``backend`` as a worker would and report what it is (see kbench.probe).
+    """Start ``backend`` as a worker would and report what it is (see kbench.run.probe).
 
     ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with
     its parameter count and output shape. Never raises for a backend that cannot
@@ -163,7 +163,7 @@ def probe(
         env, keras_json = process_environment(
             backend, Path(tmp), python_path, os.cpu_count() or 1, data_format
         )
-        command = [str(interpreter), "-m", "kbench.probe", backend]
+        command = [str(interpreter), "-m", "kbench.run.probe", backend]
         command += [keras_json["image_data_format"], *models]
         done = subprocess.run(
             command, env=env, cwd=tmp, capture_output=True, text=True, timeout=timeout_s

@@ -14,8 +14,8 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from kbench.stats import percentiles
-from kbench.task import emit_progress
+from kbench.measure.stats import percentiles
+from kbench.run.task import emit_progress
 
 
 @dataclass(frozen=True)

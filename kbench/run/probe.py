@@ -1,10 +1,10 @@
-"""``python -m kbench.probe BACKEND FORMAT [MODEL[:HxWxC[:CLASSES]] ...]``
+"""``python -m kbench.run.probe BACKEND FORMAT [MODEL[:HxWxC[:CLASSES]] ...]``
 
 Starts the backend exactly as a worker would (threads, Keras import, backend and
 format check) and prints one JSON line: interpreter, Keras and framework versions,
 devices, and for each MODEL given its parameter count and output shape when built
 for that input (channels last, laid out for FORMAT); or the error that stopped it.
-``kbench env`` and the model tests use it through :func:`kbench.environments.probe`.
+``kbench env`` and the model tests use it through :func:`kbench.run.environments.probe`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from kbench import weightfile
+from kbench.run import weightfile
 
 
 def replay(

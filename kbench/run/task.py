@@ -9,11 +9,8 @@ only: this module is imported under every backend's interpreter.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Dict, Optional
 
 PROGRESS_PREFIX = "@kbench "
@@ -35,35 +32,6 @@ def parse_progress(line: str) -> Optional[Dict[str, Any]]:
     except ValueError:
         return {}
     return event if isinstance(event, dict) else {}
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that ``path`` holds either the old file or the whole new one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def read_json(path: Path) -> Any:
-    with open(path) as handle:
-        return json.load(handle)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from kbench.datasets.stream import LOADING
-from kbench.stats import percentiles
-from kbench.task import emit_progress
+from kbench.measure.stats import percentiles
+from kbench.run.task import emit_progress
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The child process of one run: ``python -m kbench.worker RUN_JSON``.
+"""The child process of one run: ``python -m kbench.run.worker RUN_JSON``.
 
 It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the
 per-run ``KERAS_HOME`` holding its keras.json, and the thread variables before
@@ -23,10 +23,11 @@ import kbench_models  # the registry only: no Keras import
 from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import is_out_of_memory
-from kbench.switches import SWITCHES
-from kbench.task import WorkerReply, WorkerTask, emit_progress, read_json, write_json_atomic
+from kbench.backends.switches import SWITCHES
+from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.run.task import WorkerReply, WorkerTask, emit_progress
 
-log = logging.getLogger("kbench.worker")
+log = logging.getLogger("kbench.run.worker")
 
 
 def run(task: WorkerTask) -> WorkerReply:
@@ -68,7 +69,7 @@ def run(task: WorkerTask) -> WorkerReply:
         build_time_s=build_time,
     )
     if task.parity is not None:
-        from kbench.replay import replay
+        from kbench.run.replay import replay
 
         metrics = replay(
             backend,
@@ -82,11 +83,11 @@ def run(task: WorkerTask) -> WorkerReply:
             data_format=task.data_format,
         )
     elif config["mode"] == "inference":
-        from kbench.inference import infer
+        from kbench.run.inference import infer
 
         metrics = infer(backend, model, arrays, duration_s=config["duration_s"], **stages)
     else:
-        from kbench.trainer import train
+        from kbench.run.trainer import train
 
         metrics = train(
             backend,
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="[worker] %(message)s", stream=sys.stderr)
     if len(argv) != 1:
-        log.error("usage: python -m kbench.worker RUN_JSON (the runner writes RUN_JSON)")
+        log.error("usage: python -m kbench.run.worker RUN_JSON (the runner writes RUN_JSON)")
         return 2
     task = WorkerTask.from_dict(read_json(Path(argv[0])))
     try:

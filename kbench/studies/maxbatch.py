@@ -15,9 +15,9 @@ import signal
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
-from kbench.config import RunConfig
-from kbench.results import RunResult
-from kbench.runner import Runner
+from kbench.results.config import RunConfig
+from kbench.results.result import RunResult
+from kbench.run.runner import Runner
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from kbench.config import RunConfig
-from kbench.results import RunResult
-from kbench.runner import Runner
+from kbench.results.config import RunConfig
+from kbench.results.result import RunResult
+from kbench.run.runner import Runner
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ combination is a run, optionally split into ``groups`` (each its own settings an
 matrix, on top of the file's), repeated ``repeats`` times round by round. A
 ``reduced`` section (at the top or in a group) holds the overrides ``--reduced``
 applies, so that one file describes a study at full size and at a size a laptop
-CPU finishes. Keys are :class:`~kbench.config.RunConfig` fields. Example::
+CPU finishes. Keys are :class:`~kbench.results.config.RunConfig` fields. Example::
 
     name: lenet
     repeats: 5
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from kbench.config import ConfigError, RunConfig
-from kbench.results import RunResult
+from kbench.results.config import ConfigError, RunConfig
+from kbench.results.result import RunResult
 
 log = logging.getLogger(__name__)
 

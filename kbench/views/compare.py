@@ -15,8 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from kbench.results import RunResult
-from kbench.store import host_of
+from kbench.results.result import RunResult
+from kbench.results.store import host_of
 
 IGNORED_IN_GROUPING = ("backend", "repeat", "timeout_s", "sample_interval_s")
 MODEL_KINDS = ("train", "inference")  # results that compare() tabulates

@@ -1,10 +1,10 @@
-"""Tables and figures of data-parallel runs (``--distributed``): the launcher's one-line
-summary, ``python -m kbench.distributed.table``, ``kbench compare`` and ``kbench report``.
+"""Tables and figures of data-parallel runs (``--distributed``), for
+``python -m kbench.cli.distributed_table``, ``kbench compare`` and ``kbench report``.
 
 A row is one run: mode, backend, workers, global img/s, scaling efficiency against one
 worker, the mean per-step time of each phase (data, forward, backward, update,
 communication) and the slowest worker. Rows go by model and the settings that differ
-between runs, then mode (in the order of :data:`kbench.config.DISTRIBUTED`), backend,
+between runs, then mode (in the order of :data:`kbench.results.config.DISTRIBUTED`), backend,
 workers. A run that did not finish shows its status; the notes give its reason.
 """
 
@@ -12,30 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
-from kbench.config import DISTRIBUTED, RunConfig
 from kbench.distributed.breakdown import PHASES
 from kbench.distributed.merge import ASYNCHRONOUS
-from kbench.results import RunResult
-from kbench.tables import Table
+from kbench.distributed.summary import (
+    HEADERS,
+    NUMERIC,
+    breakdown_cells,
+    distributed_results,
+)
+from kbench.results.config import DISTRIBUTED, RunConfig
+from kbench.results.result import RunResult
+from kbench.views.tables import Table
 
-HEADERS = [
-    "mode",
-    "backend",
-    "workers",
-    "img/s (global)",
-    "efficiency",
-    "step ms",
-    "data ms",
-    "forward ms",
-    "backward ms",
-    "update ms",
-    "comm ms",
-    "slowest worker (step ms)",
-]
-PHASE_HEADERS = HEADERS[5:11]  # step, then each phase
-NUMERIC = tuple(range(2, 11))  # columns of HEADERS that hold numbers
 TITLE = "Data-parallel training: global throughput, scaling efficiency, time per step"
 BREAKDOWN = "Data-parallel step breakdown"
 SCALING = "Data-parallel scaling"
@@ -55,48 +45,6 @@ DEFAULTS = {
 }
 
 
-def distributed_results(results: Sequence[RunResult]) -> List[RunResult]:
-    """The data-parallel training runs among ``results``."""
-    return [
-        r for r in results if r.kind == "train" and r.config.get("distributed", "none") != "none"
-    ]
-
-
-def fmt_ms(seconds: Optional[float]) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f}"
-
-
-def breakdown_cells(result: RunResult) -> List[str]:
-    """The :data:`HEADERS` cells of one run."""
-    c = result.config
-    head = [c["distributed"], c["backend"], str(c["workers"])]
-    if not result.ok:
-        return head + [result.status.upper()] + ["-"] * (len(HEADERS) - 4)
-    m = result.metrics
-    d = m["distributed"]
-    mean = d["breakdown"]["mean"]
-    slowest = d["breakdown"]["slowest"]
-    eff = (d.get("scaling") or {}).get("efficiency")
-    return head + [
-        f"{m['images_per_sec']:,.0f}",
-        "-" if eff is None else f"{eff:.2f}",
-        fmt_ms(mean["step_s"]),
-        *(fmt_ms(mean[f"{p}_s"]) for p in PHASES),
-        f"{slowest['rank']} ({fmt_ms(slowest['step_s'])})",
-    ]
-
-
-def breakdown_line(result: RunResult) -> str:
-    """One run in a sentence, for the log."""
-    row = dict(zip(HEADERS, breakdown_cells(result)))
-    parts = ", ".join(f"{k} {row[k]}" for k in PHASE_HEADERS)
-    return (
-        f"{row['mode']} {row['backend']}/{result.config['model']} x{row['workers']}: "
-        f"{row['img/s (global)']} img/s global, efficiency {row['efficiency']}; per step: "
-        f"{parts}; slowest worker {row['slowest worker (step ms)']}"
-    )
-
-
 def _config(result: RunResult) -> Dict[str, Any]:
     """The run's settings; one that documents written before it existed lack reads as its
     default, so that it does not tell runs apart that ran the same thing."""
@@ -104,13 +52,13 @@ def _config(result: RunResult) -> Dict[str, Any]:
 
 
 def _setting_keys(runs: Sequence[RunResult]) -> List[str]:
-    from kbench.plots import varying_keys
+    from kbench.views.figures import varying_keys
 
     return varying_keys([_config(r) for r in runs], skip=SKIP)
 
 
 def _setting(result: RunResult, keys: Sequence[str]) -> str:
-    from kbench.plots import describe_setting
+    from kbench.views.figures import describe_setting
 
     return describe_setting(_config(result), keys) or "defaults"
 
@@ -217,8 +165,8 @@ def _panels(runs: Sequence[RunResult], keys: Sequence[str]) -> Dict[str, List[Ru
 
 
 def breakdown_figures(results: Sequence[RunResult]) -> List[Any]:
-    """The step breakdown and the scaling figures (:class:`kbench.plots.Drawn` or
-    :class:`kbench.plots.Skipped`); none without data-parallel runs."""
+    """The step breakdown and the scaling figures (:class:`kbench.views.figures.Drawn` or
+    :class:`kbench.views.figures.Skipped`); none without data-parallel runs."""
     runs = distributed_results(results)
     if not runs:
         return []
@@ -228,15 +176,17 @@ def breakdown_figures(results: Sequence[RunResult]) -> List[Any]:
 
 def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
     """Per model and setting, a stacked bar per run: the mean time per step of each phase."""
-    from kbench import plots
+    from kbench.views import figures
 
     if not any(r.ok for r in runs):
-        return plots.Skipped(BREAKDOWN, "no data-parallel run finished")
+        return figures.Skipped(BREAKDOWN, "no data-parallel run finished")
     panels = _panels(runs, keys)
     columns = min(2, len(panels))
     tallest = max(len(members) for members in panels.values())
-    figure = plots.new_figure((0.26 * tallest + 1.3) * -(-len(panels) // columns) + 0.4)
-    for ax, (title, members) in zip(plots.panel_grid(figure, len(panels), columns), panels.items()):
+    figure = figures.new_figure((0.26 * tallest + 1.3) * -(-len(panels) // columns) + 0.4)
+    for ax, (title, members) in zip(
+        figures.panel_grid(figure, len(panels), columns), panels.items()
+    ):
         labels = []
         for y, run in enumerate(members):
             c = run.config
@@ -247,7 +197,7 @@ def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
             )
             if not run.ok:
                 ax.text(0, y, f" {run.status.upper()}", va="center", fontsize=8,
-                        color=plots.NOT_OK_COLOUR, fontweight="bold")  # fmt: skip
+                        color=figures.NOT_OK_COLOUR, fontweight="bold")  # fmt: skip
                 continue
             mean = run.metrics["distributed"]["breakdown"]["mean"]
             left = 0.0
@@ -276,21 +226,23 @@ def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
         "JAX's can). A red label marks a run that did not finish; its reason is under the "
         "table."
     )
-    return plots.Drawn(BREAKDOWN, plots.png_of(figure), caption)
+    return figures.Drawn(BREAKDOWN, figures.png_of(figure), caption)
 
 
 def scaling_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
     """Per model and setting, global img/s against workers: a line per mode and backend."""
-    from kbench import plots
+    from kbench.views import figures, setting_plots
 
     ok = [r for r in runs if r.ok]
     if len({r.config["workers"] for r in ok}) < 2:
-        return plots.Skipped(SCALING, "no mode finished runs with more than one worker count")
+        return figures.Skipped(SCALING, "no mode finished runs with more than one worker count")
     panels = _panels(ok, keys)
     columns = min(2, len(panels))
-    figure = plots.new_figure(3.8 * -(-len(panels) // columns) + 0.3)
-    backends = plots.backend_order(ok)
-    for ax, (title, members) in zip(plots.panel_grid(figure, len(panels), columns), panels.items()):
+    figure = figures.new_figure(3.8 * -(-len(panels) // columns) + 0.3)
+    backends = figures.backend_order(ok)
+    for ax, (title, members) in zip(
+        figures.panel_grid(figure, len(panels), columns), panels.items()
+    ):
         lines: Dict[Tuple[str, str], Dict[int, List[float]]] = {}
         for run in members:
             key = (run.config["distributed"], run.config["backend"])
@@ -300,8 +252,8 @@ def scaling_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
             xs = sorted(points)
             ys = [statistics.median(points[x]) for x in xs]
             rank = _mode_rank(mode)
-            ax.plot(xs, ys, label=f"{mode} {backend}", color=plots.colour(backend, backends),
-                    linestyle=plots.STYLES[rank % len(plots.STYLES)],
+            ax.plot(xs, ys, label=f"{mode} {backend}", color=figures.colour(backend, backends),
+                    linestyle=setting_plots.STYLES[rank % len(setting_plots.STYLES)],
                     marker=MARKERS[rank % len(MARKERS)])  # fmt: skip
         counts = sorted({r.config["workers"] for r in members})
         ax.set_xticks(counts)
@@ -319,4 +271,4 @@ def scaling_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
         "rise in proportion to the workers; the table's efficiency column gives the ratio. "
         "Runs that did not finish are left out (see the table)."
     )
-    return plots.Drawn(SCALING, plots.png_of(figure), caption)
+    return figures.Drawn(SCALING, figures.png_of(figure), caption)

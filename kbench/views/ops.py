@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.backends import BACKENDS
 from kbench.ops.spec import OPS
-from kbench.results import RunResult
-from kbench.store import host_of
-from kbench.tables import Table
+from kbench.results.result import RunResult
+from kbench.results.store import host_of
+from kbench.views.tables import Table
 
 NOT_TIMED = {"mismatch": "MISMATCH", "failed": "FAILED", "unsupported": "UNSUPPORTED",
              "skipped": "SKIPPED"}  # fmt: skip

@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from kbench.backends import BACKENDS
 from kbench.profiling.ops import PHASES
-from kbench.results import RunResult
-from kbench.tables import Table
+from kbench.results.result import RunResult
+from kbench.views.tables import Table
 
 
 def profiled(results: Sequence[RunResult]) -> List[RunResult]:

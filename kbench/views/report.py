@@ -4,7 +4,7 @@ The page carries everything inline: figures as base64 PNG (matplotlib, Agg canva
 CSS in a ``<style>`` element, and one small script that counts the images that
 loaded (``document.body.dataset.imagesLoaded``, for tests). No external resources.
 
-    from kbench.report import write_report
+    from kbench.views.report import write_report
     summary = write_report([RunResult.load(p) for p in paths], Path("report.html"))
 """
 
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from kbench import plots
-from kbench.compare import Spread
-from kbench.plots import Drawn, RunGroup, Skipped
-from kbench.results import RunResult
-from kbench.tables import Table
+from kbench.results.result import RunResult
+from kbench.views import accuracy_plots, figures, setting_plots, throughput_plots, timeline_plots
+from kbench.views.compare import Spread
+from kbench.views.figures import Drawn, RunGroup, Skipped
+from kbench.views.tables import Table
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def write_report(
         )
     path = Path(path)
     measured = [r for r in results if r.kind in ("train", "inference")]
-    backends = plots.backend_order(measured)
+    backends = figures.backend_order(measured)
     if baseline is not None and baseline not in backends:
         raise ValueError(
             f"baseline: expected one of the backends that ran ({', '.join(backends)}); "
@@ -134,27 +134,27 @@ def write_report(
             f"{parity} parity run(s) are listed under failures if they failed, but not "
             "plotted: they compare numbers between backends, not speed."
         )
-    groups = plots.group_runs(measured, base)
+    groups = figures.group_runs(measured, base)
 
     outcomes: List[Any] = [
-        plots.throughput_bars(groups, backends),
-        plots.speed_heatmap(groups, backends, base),
-        plots.batch_size_plot(groups, backends),
-        plots.memory_fraction_plot(groups, backends, measured),
-        plots.threads_plot(groups, backends),
-        plots.accuracy_plot(groups, backends),
-        plots.runtime_accuracy_plot(groups, backends),
+        throughput_plots.throughput_bars(groups, backends),
+        throughput_plots.speed_heatmap(groups, backends, base),
+        setting_plots.batch_size_plot(groups, backends),
+        setting_plots.memory_fraction_plot(groups, backends, measured),
+        setting_plots.threads_plot(groups, backends),
+        accuracy_plots.accuracy_plot(groups, backends),
+        accuracy_plots.runtime_accuracy_plot(groups, backends),
     ]
-    picked, timeline_notes = plots.pick_timeline_runs(groups, backends)
-    timelines = [plots.timeline(group, run, backends) for group, run in picked]
+    picked, timeline_notes = timeline_plots.pick_timeline_runs(groups, backends)
+    timelines = [timeline_plots.timeline(group, run, backends) for group, run in picked]
     if not timelines:
         reason = "no run has sampler series" + (
             " (the sampler was off: --sample-interval 0)" if measured else ""
         )
-        outcomes.append(Skipped(plots.TIMELINES, reason))
+        outcomes.append(Skipped(timeline_plots.TIMELINES, reason))
     notes += timeline_notes
     if operators:
-        from kbench.ops.views import ops_figures
+        from kbench.views.ops import ops_figures
 
         outcomes += [
             Drawn(
@@ -431,12 +431,12 @@ def memory_cell(runs: Sequence[RunResult]) -> Any:
     per_kind: Dict[str, List[int]] = {}
     for run in runs:
         if run.ok:
-            for kind, value in plots.memory_by_kind(run).items():
+            for kind, value in figures.memory_by_kind(run).items():
                 per_kind.setdefault(kind, []).append(value)
     if not per_kind:
         return "—"
-    order = [k for k in plots.MEMORY_KINDS if k in per_kind] + sorted(
-        k for k in per_kind if k not in plots.MEMORY_KINDS
+    order = [k for k in figures.MEMORY_KINDS if k in per_kind] + sorted(
+        k for k in per_kind if k not in figures.MEMORY_KINDS
     )
     return Markup(
         "<br>".join(
@@ -460,7 +460,7 @@ def distributed_section(
 ) -> Tuple[List[Tuple[str, str, str]], List[Any]]:
     """The data-parallel runs' section, (id, heading, HTML), with its figures' outcomes;
     nothing without such runs."""
-    from kbench.distributed.views import breakdown_figures, breakdown_tables, numeric_columns
+    from kbench.views.distributed import breakdown_figures, breakdown_tables, numeric_columns
 
     found = breakdown_tables(results)
     if not found:
@@ -474,7 +474,7 @@ def distributed_section(
 def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
     """The per-operator profiles of model runs (--profile), (id, heading, HTML); nothing
     without them."""
-    from kbench.profiling.views import profile_tables
+    from kbench.views.profile import profile_tables
 
     found = profile_tables(results)
     if not found:
@@ -492,7 +492,7 @@ def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
 
 
 def table_html(found: Table, numeric: Sequence[int] = ()) -> str:
-    """A :class:`kbench.tables.Table`: its title, its rows, its notes."""
+    """A :class:`kbench.views.tables.Table`: its title, its rows, its notes."""
     notes = "".join(f"<li>{esc(n)}</li>" for n in found.notes)
     return (
         f"<h3>{esc(found.title)}</h3>"

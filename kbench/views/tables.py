@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from kbench.compare import (
+from kbench.backends.switches import SWITCHES
+from kbench.results.result import RunResult
+from kbench.views.compare import (
     MEMORY_LABELS,
     MODEL_KINDS,
     UTILIZATION_LABELS,
@@ -15,8 +17,6 @@ from kbench.compare import (
     compare,
     varying_settings,
 )
-from kbench.results import RunResult
-from kbench.switches import SWITCHES
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -1,0 +1,72 @@
+"""``kbench``: the top-level parser, logging, and the errors that end a command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Optional, Sequence
+
+from kbench import __version__
+from kbench.cli import many_runs, ops, run_commands
+from kbench.cli.arguments import EXAMPLES
+from kbench.datasets import DataUnavailable
+from kbench.results.config import ConfigError
+from kbench.results.store import StoreError
+from kbench.run import environments
+from kbench.studies.sweep import SweepError
+
+log = logging.getLogger("kbench")
+
+FLAG_NAMES = {"timeout_s": "timeout"}  # RunConfig fields whose flag is named otherwise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kbench",
+        description="Train the same Keras model under TensorFlow, JAX, PyTorch or MXNet, "
+        "each in its own process, and compare throughput, accuracy and memory.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"kbench {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="show only warnings, tables")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run_commands.add_commands(commands)
+    many_runs.add_commands(commands)
+    ops.add_command(commands)
+    return parser
+
+
+def configure_logging(verbose: bool, quiet: bool) -> None:
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger("kbench")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose, args.quiet)
+    # `kill` stops a command as Ctrl-C does: its worker is stopped, finished results stay.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return args.handler(args)
+    except ConfigError as err:
+        flag = "--" + FLAG_NAMES.get(err.setting, err.setting).replace("_", "-")
+        parser.exit(2, f"kbench {args.command}: error: {flag}: {err.message}\n")
+    except (environments.EnvironmentMissing, DataUnavailable, SweepError, StoreError) as err:
+        parser.exit(2, f"kbench {args.command}: error: {err}\n")
+    except KeyboardInterrupt:
+        log.warning("interrupted: finished runs are saved; the run in progress was discarded")
+        return 130

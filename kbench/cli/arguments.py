@@ -1,0 +1,122 @@
+"""Argument types and groups that several commands share."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import List, Sequence
+
+from kbench.backends.switches import SWITCHES
+
+EXAMPLES = """\
+examples:
+  kbench demo                                   MLP and small CNN on every backend
+  kbench run --backend jax --model small_cnn    one run, results in ./results
+  kbench run --backend tensorflow,jax,torch,mxnet --model mlp --epochs 3
+  kbench run --backend torch --model small_cnn --data-format channels_first
+  kbench run --backend mxnet --model mlp --dataset synthetic --input-shape 32x32x3 --steps 50
+  kbench env                                    what is installed, which backends run
+  kbench sweep sweeps/lenet.yaml --reduced      a study declared in a file; resumable
+  kbench compare --store results/lenet-reduced  backends side by side, also as Markdown
+  kbench report --store results/lenet-reduced   one HTML file with the plots
+"""
+
+
+def comma_list(allowed: Sequence[str], what: str):
+    def parse(text: str) -> List[str]:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected one or more {what}; received {text!r}")
+        return items  # values are checked by RunConfig, which suggests close matches
+
+    return parse
+
+
+def shape(text: str):
+    try:
+        return tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS, for example 32x32x3; "
+            f"received {text!r}"
+        ) from None
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("results"),
+        help="where result JSON files (one per run, plus an index) and worker logs go "
+        "(default: ./results)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
+        "machine's cores also pins the worker to that many cores (default: all cores)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        dest="timeout_s",
+        metavar="SECONDS",
+        help="stop a run that takes longer and record it as 'timeout' (default: 1800)",
+    )
+    parser.add_argument(
+        "--sample-interval",
+        type=float,
+        default=0.2,
+        dest="sample_interval_s",
+        metavar="SECONDS",
+        help="how often the sampler reads the worker's CPU, memory and GPUs (NVML); "
+        "0 turns it off (default: 0.2)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto: whatever the framework picks; cpu: hide every GPU from the worker; "
+        "gpu: fail unless the framework sees one (default: auto)",
+    )
+
+
+def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    memory = parser.add_argument_group("GPU memory options (recorded in every result)")
+    memory.add_argument(
+        "--gpu-memory-fraction",
+        type=float,
+        metavar="F",
+        help="cap each framework at F of GPU memory: TensorFlow logical device limit, PyTorch "
+        "set_per_process_memory_fraction, JAX XLA_PYTHON_CLIENT_MEM_FRACTION, MXNet "
+        "MXNET_GPU_MEM_POOL_RESERVE (approximate)",
+    )
+    memory.add_argument(
+        "--gpu-memory-growth",
+        action="store_true",
+        help="allocate GPU memory on demand: TensorFlow memory growth, JAX no preallocation",
+    )
+
+
+def add_switch_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "optimization switches (recorded in every result; 'not applicable' where a backend "
+        "has no such thing)"
+    )
+    for name, switch in SWITCHES.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(switch.default, bool):
+            group.add_argument(flag, action="store_true", help=switch.help)
+        elif switch.is_count:
+            group.add_argument(
+                flag, type=int, default=switch.default, metavar="N",
+                help=f"{switch.help} (default: {switch.default})",
+            )  # fmt: skip
+        else:
+            group.add_argument(
+                flag,
+                default=switch.default,
+                metavar="|".join(switch.choices),
+                help=f"{switch.help} (default: {switch.default})",
+            )

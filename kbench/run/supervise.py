@@ -1,0 +1,158 @@
+"""One worker process, supervised: its own process group, its output logged and its
+progress relayed, the sampler on its process tree, the timeout enforced, and how it
+ended judged as a status (``ok``, ``failed``, ``oom``, ``timeout``, ``unsupported``).
+
+The runner (:mod:`kbench.run.runner`) and ``kbench ops`` (:mod:`kbench.ops.runner`)
+supervise their workers with it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import psutil
+
+from kbench.measure.sampler import Sampler
+from kbench.results.config import RunConfig
+from kbench.run.task import WorkerReply, parse_progress
+
+log = logging.getLogger(__name__)
+
+KILL_GRACE_S = 5.0
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    timed_out: bool
+    log_tail: List[str]
+    sampler: Optional[Sampler] = None
+
+
+def supervise(
+    command: List[str],
+    env: Dict[str, str],
+    run_dir: Path,
+    log_path: Path,
+    config: RunConfig,
+    on_progress: Optional[Callable[[Any, Dict], None]] = None,
+    nvml: Any = None,
+) -> Outcome:
+    """Run ``command`` in its own process group: log its output, relay its progress,
+    sample it, and stop it past ``config.timeout_s``. ``config`` needs only
+    ``label()``, ``timeout_s`` and ``sample_interval_s`` (``kbench ops`` passes its own)."""
+    tail: collections.deque = collections.deque(maxlen=LOG_TAIL_LINES)
+    with open(log_path, "w") as log_file:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=run_dir,
+            start_new_session=True,  # its own process group: killed as a whole
+            text=True,
+            errors="replace",
+        )
+        reader = threading.Thread(
+            target=_relay, args=(process, log_file, tail, config, on_progress), daemon=True
+        )
+        reader.start()
+        sampler = None
+        if config.sample_interval_s > 0:
+            try:
+                sampler = Sampler(process.pid, config.sample_interval_s, nvml=nvml)
+                sampler.__enter__()
+            except psutil.Error as err:  # the worker died before the first sample
+                log.debug("sampler not started: %s", err)
+                sampler = None
+        timed_out = False
+        try:
+            process.wait(timeout=config.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            log.warning("%s: past its %g s timeout; stopping it", config.label(), config.timeout_s)
+            stop_group(process)
+        except BaseException:  # Ctrl-C: take the worker down with us, write nothing
+            stop_group(process)
+            raise
+        finally:
+            if sampler is not None:
+                sampler.__exit__(None, None, None)
+            kill_group(process.pid)  # whatever the worker left behind
+        reader.join(timeout=10)
+    return Outcome(
+        returncode=process.returncode,
+        timed_out=timed_out,
+        log_tail=list(tail),
+        sampler=sampler,
+    )
+
+
+def _relay(process, log_file, tail, config: RunConfig, on_progress) -> None:
+    for line in process.stdout:
+        log_file.write(line)
+        log_file.flush()
+        event = parse_progress(line)
+        if event is None:
+            tail.append(line.rstrip("\n"))
+        elif event and on_progress:
+            on_progress(config, event)
+
+
+def judge(
+    outcome: Outcome, reply: Optional[WorkerReply], config: RunConfig
+) -> Tuple[str, Optional[str], Optional[Dict]]:
+    """(status, one-line reason, error details) from how the worker ended."""
+    tail = "\n".join(outcome.log_tail)
+    if outcome.timed_out:
+        return (
+            "timeout",
+            f"the worker ran past the {config.timeout_s:g} s timeout and was killed",
+            {"type": "Timeout", "message": "", "traceback": "", "log_tail": tail},
+        )
+    if reply is not None and reply.status == "ok" and outcome.returncode == 0:
+        return "ok", None, None
+    if reply is not None and reply.error:
+        error = dict(reply.error, log_tail=tail)
+        first_line = f"{error['type']}: {error['message']}".strip().splitlines()[0]
+        return reply.status, first_line[:500], error
+    code = outcome.returncode
+    how = f"exited with code {code}"
+    if code < 0:
+        how = f"was killed by signal {signal.Signals(-code).name}"
+    if code == -signal.SIGKILL:
+        how += " (the kernel's out-of-memory killer does this; see dmesg)"
+    return (
+        "failed",
+        f"the worker {how} without reporting a result",
+        {"type": "WorkerCrashed", "message": how, "traceback": "", "log_tail": tail},
+    )
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the worker's process group, then SIGKILL it after a grace period."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        kill_group(process.pid)
+        process.wait()
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,7 @@
+"""Result documents turned into what people read: comparisons, tables, figures and the
+HTML report, for model runs and for the distributed, ops and profiling pipelines.
+Views read result documents only; they start no run.
+
+May import: kbench.results, kbench.backends, kbench.distributed, kbench.ops,
+kbench.profiling.
+"""

@@ -1,0 +1,229 @@
+"""The layout keeps data flowing one way: no import circles in ``kbench`` or
+``kbench_models``, every stage imports only the stages its ``__init__`` names
+("May import: ..."), ``models/`` imports nothing of kbench, and setup.cfg installs
+every package. Computed from the source with ``ast``, imports inside functions
+included; nothing is imported.
+
+The checks run first on a small package made here, with a known circle and a known
+import the stage does not allow, so a checker that found nothing would fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set
+
+ROOT = Path(__file__).resolve().parent.parent
+# The package each top-level source folder installs as (setup.cfg: package_dir).
+FOLDERS = {"kbench": "kbench", "models": "kbench_models"}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    target: str  # the module it imports, resolved to one that exists
+    line: int
+
+
+def modules(root: Path, folders: Dict[str, str]) -> Dict[str, Path]:
+    """Dotted module name -> file, for every .py under each folder."""
+    found = {}
+    for folder, package in folders.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = [package, *path.relative_to(root / folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def imports(found: Dict[str, Path]) -> Iterator[Import]:
+    """Every import of one module of ``found`` by another (a package's own
+    ``__init__`` excepted: a module importing its package is no circle)."""
+
+    def resolve(name: str) -> Optional[str]:
+        while name and name not in found:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for module, path in found.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    parts = parts[: len(parts) - (node.level - 1)]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            else:
+                continue
+            for target in {resolve(name) for name in names} - {None, module}:
+                if not module.startswith(target + "."):
+                    yield Import(module, target, node.lineno)
+
+
+def circles(found: Dict[str, Path]) -> List[List[str]]:
+    """The import circles (strongly connected components of two or more modules)."""
+    graph: Dict[str, Set[str]] = {m: set() for m in found}
+    for edge in imports(found):
+        graph[edge.module].add(edge.target)
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    out: List[List[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan; the graph has ~150 nodes, recursion is fine
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def stage_of(module: str, top: str) -> str:
+    """``kbench.run.runner`` -> ``kbench.run``; ``kbench_models.gluon`` -> ``kbench_models``."""
+    parts = module.split(".")
+    return ".".join(parts[:2] if parts[0] == top else parts[:1])
+
+
+def allowed_imports(found: Dict[str, Path], top: str) -> Dict[str, Optional[Set[str]]]:
+    """Each stage of ``top`` (its subpackages) with the "May import:" list of its
+    ``__init__`` docstring (None: every stage)."""
+    allowed: Dict[str, Optional[Set[str]]] = {}
+    for module, path in found.items():
+        if path.name != "__init__.py" or module.rpartition(".")[0] != top:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        match = re.search(r"May import:(.*?)(?:\.\s*$|\.\s)", doc, re.S)
+        assert match, f"{path}: its docstring has no 'May import: ...' sentence"
+        text = match.group(1)
+        if "every other stage" in text:
+            allowed[module] = None
+        else:
+            names = re.findall(rf"\b{top}(?:\.\w+)?\b|\bkbench_models\b", text)
+            allowed[module] = {name for name in names if name != top}
+    return allowed
+
+
+def upward_imports(found: Dict[str, Path], top: str = "kbench") -> List[str]:
+    """Imports of a stage of ``top`` that its ``__init__`` does not allow, as readable lines."""
+    allowed = allowed_imports(found, top)
+    worst: Dict[tuple, Import] = {}  # one line per import statement and stage imported
+    for edge in imports(found):
+        source, target = stage_of(edge.module, top), stage_of(edge.target, top)
+        if source == target or target == top or source not in allowed:
+            continue  # within a stage; the package's version; top-level modules
+        if allowed[source] is None or target in allowed[source]:
+            continue
+        key = (edge.module, edge.line, target)
+        if key not in worst or len(edge.target) > len(worst[key].target):
+            worst[key] = edge
+    out = []
+    for (module, line, _), edge in sorted(worst.items()):
+        source = stage_of(module, top)
+        may = ", ".join(sorted(allowed[source])) or "nothing"
+        path = found[module]
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        out.append(
+            f"{where}:{line}: {module} imports {edge.target}, but {source} may import only "
+            f"{may}. Move the shared part down into a stage both may import."
+        )
+    return out
+
+
+# ---------------------------------------------------------------- the checkers, proven
+
+
+def write(root: Path, files: Dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_checkers_find_a_circle_and_an_import_the_stage_does_not_allow(tmp_path):
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": '"""Top."""\n',
+            "pkg/low/__init__.py": '"""Low stage.\n\nMay import: nothing else in pkg.\n"""\n',
+            "pkg/low/a.py": "def f():\n    from pkg.high import b  # inside a function\n",
+            "pkg/high/__init__.py": '"""High stage.\n\nMay import: pkg.low.\n"""\n',
+            "pkg/high/b.py": "from pkg.low import a\nfrom . import c\n",
+            "pkg/high/c.py": "import pkg\n",
+        },
+    )
+    found = modules(tmp_path, {"pkg": "pkg"})
+    assert circles(found) == [["pkg.high.b", "pkg.low.a"]]
+    upward = upward_imports(found, top="pkg")
+    assert len(upward) == 1 and "pkg.low.a imports pkg.high.b" in upward[0], upward
+    assert "may import only nothing" in upward[0]
+
+
+def test_no_import_circles_in_kbench_or_the_models():
+    found = modules(ROOT, FOLDERS)
+    assert len(found) > 100, sorted(found)  # the walk saw the whole tree
+    assert circles(found) == []
+
+
+def test_every_stage_imports_only_what_its_init_allows():
+    found = modules(ROOT, FOLDERS)
+    stages = set(allowed_imports(found, "kbench"))
+    for stage in ("cli", "studies", "views", "run", "results", "measure", "backends"):
+        assert f"kbench.{stage}" in stages
+    assert upward_imports(found) == []
+
+
+def test_the_data_parallel_launcher_never_imports_the_runner():
+    found = modules(ROOT, FOLDERS)
+    back = [e for e in imports(found) if e.module.startswith("kbench.distributed")]
+    assert back, "kbench.distributed imports nothing of kbench: the walk is broken"
+    assert [e for e in back if e.target == "kbench.run.runner"] == []
+
+
+def test_the_models_import_nothing_of_kbench():
+    found = modules(ROOT, FOLDERS)
+    edges = [e for e in imports(found) if e.module.startswith("kbench_models")]
+    assert edges, "the models import nothing of each other: the walk is broken"
+    assert [e for e in edges if e.target.split(".")[0] == "kbench"] == []
+    for path in (ROOT / "models").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                assert all(a.name.split(".")[0] != "kbench" for a in node.names), path
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                assert (node.module or "").split(".")[0] != "kbench", path
+
+
+def test_setup_cfg_installs_every_package():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    packages = {m for m, p in modules(ROOT, FOLDERS).items() if p.name == "__init__.py"}
+    assert listed == packages, (sorted(packages - listed), sorted(listed - packages))
