@@ -6,6 +6,7 @@ import pytest
 from conftest import dump, require_backends, run_kbench
 
 from kbench import cli
+from kbench.cli import run_commands
 from kbench.datasets import sources
 
 pytestmark = pytest.mark.slow
@@ -45,10 +46,10 @@ def test_demo_without_fashion_mnist_uses_labelled_synthetic_data(
     monkeypatch.setenv("KBENCH_OFFLINE", "1")
     monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "none")
     monkeypatch.setattr(
-        cli,
+        run_commands,
         "DEMO_SETTINGS",
         dict(
-            cli.DEMO_SETTINGS,
+            run_commands.DEMO_SETTINGS,
             epochs=1,
             batch_size=16,
             warmup_steps=2,

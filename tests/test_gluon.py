@@ -56,7 +56,7 @@ TWIN_SCRIPT = r"""
 import json, sys
 from pathlib import Path
 import numpy as np
-from kbench import weightfile
+from kbench.run import weightfile
 from kbench.backends.mxnet_gluon import MXNetGluonBackend
 from kbench_models import MODELS, gluon
 

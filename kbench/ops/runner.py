@@ -104,7 +104,7 @@ class OpsConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError("seed", f"expected a non-negative integer; received {self.seed!r}.")
 
-    # What kbench.run.runner's supervision reads of a config.
+    # What kbench.run.supervise.supervise reads of a config.
     sample_interval_s = 0.0  # no sampler: it would share the CPU with the timed calls
 
     @property

@@ -1,6 +1,6 @@
 """One worker process, supervised: its own process group, its output logged and its
 progress relayed, the sampler on its process tree, the timeout enforced, and how it
-ended judged as a status (``ok``, ``failed``, ``oom``, ``timeout``, ``unsupported``).
+ended judged as a status (``ok``, ``failed``, ``oom``, ``timeout``).
 
 The runner (:mod:`kbench.run.runner`) and ``kbench ops`` (:mod:`kbench.ops.runner`)
 supervise their workers with it.

@@ -1,10 +1,12 @@
-"""The report's figures, drawn with matplotlib's Agg canvas (no pyplot, no display).
+"""What every figure of the report shares, drawn with matplotlib's Agg canvas (no pyplot,
+no display): run groups, backend colours, labels, PNG output.
 
 Results are first put in :class:`RunGroup` s: one per distinct config apart from the
 backend and the repeat (as :func:`kbench.views.compare.compare` groups them), each with a
 label naming the model and whatever setting tells it apart from the other groups.
-Every figure function returns :class:`Drawn` figures or one :class:`Skipped` that
-says why the data does not call for that figure.
+Every figure function (in ``throughput_plots``, ``setting_plots``, ``timeline_plots``,
+``accuracy_plots``, and the distributed view) returns :class:`Drawn` figures or one
+:class:`Skipped` that says why the data does not call for that figure.
 """
 
 from __future__ import annotations
