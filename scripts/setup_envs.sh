@@ -4,29 +4,41 @@
 #   envs/keras3  Keras 3 with TensorFlow (CPU), JAX (CPU), PyTorch 2.13.0 (CPU)
 #   envs/mxnet   MXNet 1.9.1 with keras-mxnet 2.2.4.3 (needs numpy<1.24)
 #
-# Usage: scripts/setup_envs.sh [keras3] [mxnet] [data] [browser]
-#        (default: keras3 mxnet data; browser is headless Chromium, for the tests)
+# Usage: scripts/setup_envs.sh [keras3] [mxnet] [data] [browser] [compiler]
+#        (default: keras3 mxnet data; browser is headless Chromium and compiler a C
+#        compiler (gcc), both for the tests)
 # A finished environment is marked by a stamp file holding its requirements,
 # so a second call returns in well under a second.
 #
+# Each environment also records its kind, cpu or gpu, in envs/<name>/.kbench-kind
+# (environments made before that file existed: read off the stamp). CPU and CUDA
+# builds never share a site-packages: pip would keep the CPU torch (it satisfies
+# torch==2.13.0) and put tensorflow[and-cuda] beside tensorflow-cpu, mxnet-cu112
+# beside mxnet. So when KBENCH_GPU asks for the other kind, the environment is
+# deleted and built afresh, and the script says so. Without KBENCH_GPU an existing
+# environment keeps its kind (scripts/kbench calls this script before every command),
+# and a new one is made for the CPU.
+#
 # Options (environment variables):
 #   KBENCH_PYTHON   interpreter to build the venvs from (default: python3.11, else python3)
-#   KBENCH_GPU=1    install CUDA builds (tensorflow[and-cuda], jax[cuda12], default
-#                   torch wheel, mxnet-cu112) instead of the CPU ones
+#   KBENCH_GPU=1    install CUDA builds (tensorflow[and-cuda], jax[cuda12], torch 2.13.0
+#                   from PyPI's default CUDA wheel, mxnet-cu112) instead of the CPU ones
 #   KBENCH_MXNET_WHEEL  with KBENCH_GPU=1, MXNet's CUDA wheel for your CUDA (default
 #                   mxnet-cu112; mxnet-cu101 to mxnet-cu117 exist for MXNet 1.9.1)
+#   KBENCH_ENVS_DIR where the environments live (default: envs/ in the checkout)
+#   KBENCH_SETUP_DRY_RUN=1  say what would be done to each environment; change nothing
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-envs="$root/envs"
+envs="${KBENCH_ENVS_DIR:-$root/envs}"
 python_bin="${KBENCH_PYTHON:-$(command -v python3.11 || command -v python3)}"
-gpu="${KBENCH_GPU:-0}"
+dry_run="${KBENCH_SETUP_DRY_RUN:-0}"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-keras3_requirements() {
-  if [ "$gpu" = 1 ]; then
-    printf '%s\n' "tensorflow[and-cuda]" "jax[cuda12]" "torch"
+keras3_requirements() {  # kind
+  if [ "$1" = gpu ]; then
+    printf '%s\n' "tensorflow[and-cuda]" "jax[cuda12]" "torch==2.13.0"
   else
     printf '%s\n' "tensorflow-cpu" "jax[cpu]" "torch==2.13.0"
   fi
@@ -34,8 +46,8 @@ keras3_requirements() {
     pandas pyarrow matplotlib pillow scikit-learn pytest ruff
 }
 
-mxnet_requirements() {
-  if [ "$gpu" = 1 ]; then
+mxnet_requirements() {  # kind
+  if [ "$1" = gpu ]; then
     printf '%s\n' "${KBENCH_MXNET_WHEEL:-mxnet-cu112}==1.9.1"
   else
     printf '%s\n' "mxnet==1.9.1"
@@ -43,15 +55,75 @@ mxnet_requirements() {
   printf '%s\n' "keras-mxnet==2.2.4.3" "numpy<1.24" nvidia-ml-py psutil pillow
 }
 
-make_env() {  # name, requirements (one per line)
-  local name="$1" reqs="$2" dir="$envs/$1"
-  local stamp="$dir/.kbench-requirements"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$reqs" ] && [ -x "$dir/bin/python" ]; then
-    return 0  # ready: stay quiet, this runs before every scripts/kbench call
+existing_kind() {  # dir: cpu, gpu, or none (no environment), or unknown
+  local dir="$1"
+  if [ -f "$dir/.kbench-kind" ]; then
+    cat "$dir/.kbench-kind"
+  elif [ -f "$dir/.kbench-requirements" ]; then
+    # made before .kbench-kind: the stamp names the builds it installed
+    if grep -qE '^(tensorflow\[and-cuda\]|jax\[cuda12\]|mxnet-cu[0-9]+==)' "$dir/.kbench-requirements"; then
+      echo gpu
+    else
+      echo cpu
+    fi
+  elif [ -e "$dir" ]; then
+    echo unknown
+  else
+    echo none
   fi
-  log "$name: creating $dir (several minutes on first use)"
+}
+
+wanted_kind() {  # dir: what KBENCH_GPU asks for, else what the environment is, else cpu
+  local have
+  case "${KBENCH_GPU:-}" in
+    1) echo gpu ;;
+    0) echo cpu ;;
+    "")
+      have="$(existing_kind "$1")"
+      if [ "$have" = gpu ]; then echo gpu; else echo cpu; fi ;;
+    *) log "KBENCH_GPU=${KBENCH_GPU}: expected 1 (CUDA builds) or 0 (CPU builds)"; exit 2 ;;
+  esac
+}
+
+env_action() {  # dir, kind, requirements: ready, create, update or rebuild (and why)
+  local dir="$1" kind="$2" reqs="$3" have
+  have="$(existing_kind "$dir")"
+  if [ "$have" = none ]; then
+    echo "create"
+  elif [ "$have" = unknown ]; then
+    echo "rebuild: $dir is not a finished kbench environment (no .kbench-kind or stamp)"
+  elif [ "$have" != "$kind" ]; then
+    echo "rebuild: $dir holds $have builds and KBENCH_GPU=${KBENCH_GPU:-} asks for $kind builds"
+  elif [ -f "$dir/.kbench-requirements" ] && [ "$(cat "$dir/.kbench-requirements")" = "$reqs" ] \
+    && [ -x "$dir/bin/python" ]; then
+    echo "ready"
+  else
+    echo "update"
+  fi
+}
+
+make_env() {  # name
+  local name="$1" dir="$envs/$1" kind reqs action
+  local stamp="$dir/.kbench-requirements"
+  kind="$(wanted_kind "$dir")"
+  reqs="$("${name}_requirements" "$kind")"
+  action="$(env_action "$dir" "$kind" "$reqs")"
+  if [ "$dry_run" = 1 ]; then
+    log "$name: $action ($kind builds)"
+    return 0
+  fi
+  case "$action" in
+    ready)
+      [ -f "$dir/.kbench-kind" ] || echo "$kind" > "$dir/.kbench-kind"
+      return 0 ;;  # ready: stay quiet, this runs before every scripts/kbench call
+    rebuild*)
+      log "$name: ${action#rebuild: }; CPU and CUDA builds must not share one environment, so removing $dir and building it afresh"
+      rm -rf "$dir" ;;
+  esac
+  log "$name: creating $dir ($kind builds; several minutes on first use)"
   rm -f "$stamp"
   [ -x "$dir/bin/python" ] || "$python_bin" -m venv "$dir"
+  echo "$kind" > "$dir/.kbench-kind"
   "$dir/bin/python" -m pip install --quiet --upgrade pip
   # shellcheck disable=SC2086
   echo "$reqs" | xargs "$dir/bin/python" -m pip install --quiet
@@ -98,15 +170,30 @@ install_browser() {  # headless Chromium, for the test that renders kbench's HTM
   fi
 }
 
+install_compiler() {  # a C compiler, for the stand-in NVML and CUDA libraries the GPU tests build
+  if command -v cc >/dev/null || command -v gcc >/dev/null; then
+    return 0
+  fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "compiler: installing Debian's gcc (the GPU tests compile stand-in NVML/CUDA libraries)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null 2>&1 || {
+      apt-get update -qq >/dev/null 2>&1 || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null 2>&1 \
+        || log "compiler: apt-get could not install gcc"
+    }
+  else
+    log "compiler: not root or no apt-get; install a C compiler (cc) to run the GPU tests"
+  fi
+}
+
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(keras3 mxnet data)
-mkdir -p "$envs"
+[ "$dry_run" = 1 ] || mkdir -p "$envs"
 for target in "${targets[@]}"; do
   case "$target" in
-    keras3) make_env keras3 "$(keras3_requirements)" ;;
-    mxnet) make_env mxnet "$(mxnet_requirements)" ;;
-    data) install_data ;;
-    browser) install_browser ;;
-    *) log "unknown target '$target'; expected keras3, mxnet, data or browser"; exit 2 ;;
+    keras3 | mxnet) make_env "$target" ;;
+    data | browser | compiler) if [ "$dry_run" = 1 ]; then log "$target: not checked in a dry run"
+      else "install_$target"; fi ;;
+    *) log "unknown target '$target'; expected keras3, mxnet, data, browser or compiler"; exit 2 ;;
   esac
 done

@@ -4,7 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-scripts/setup_envs.sh keras3 mxnet data browser
+scripts/setup_envs.sh keras3 mxnet data browser compiler
 py=envs/keras3/bin/python
 echo "[test] ruff" >&2
 "$py" -m ruff check kbench models tests benchmarks

@@ -282,19 +282,45 @@ def test_synthetic_sequences_and_tokens(tmp_path, kind, shape, dtype):
         assert model_x.shape == x.shape and model_x.dtype == np.float32  # never transposed
 
 
+# tensorflow-datasets' own mock data (no prepared data set here, no download), entered
+# in the process that reads the data set: the child kbench starts for it
+TFDS_MOCK_SITE = """
+import sys
+if "kbench.datasets.tfds_reader" in sys.orig_argv:
+    from kbench.datasets import sources
+    MOCK = sources.import_tfds().testing.mock_data(num_examples=12)  # kept: a context
+    MOCK.__enter__()  # that is garbage-collected ends
+"""
+
+
 @pytest.mark.slow
-def test_tensorflow_datasets_source_with_mock_data(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KBENCH_OFFLINE", "1")
-    monkeypatch.delenv("KERAS_HOME", raising=False)
-    tfds = sources.import_tfds()
-    with tfds.testing.mock_data(num_examples=12):
-        prepared = datasets.prepare("cifar100", tmp_path / "out")
+def test_tensorflow_datasets_source_keeps_tensorflow_out_of_the_parent(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(TFDS_MOCK_SITE)
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
+    env.update(HOME=str(tmp_path), KBENCH_CACHE_DIR=str(tmp_path / "cache"),
+               KBENCH_OFFLINE="1", PYTHONPATH=str(site))  # fmt: skip
+    code = (
+        "import json, sys; from pathlib import Path; from kbench import datasets; "
+        "p = datasets.prepare('cifar100', Path(sys.argv[1])); "
+        "print(json.dumps([p.source, p.train_samples, list(p.input_shape), p.path, "
+        "sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    source, samples, shape, path, imported = json.loads(done.stdout.strip().splitlines()[-1])
+    assert source == "tensorflow-datasets: cifar100"
+    assert (samples, shape) == (12, [32, 32, 3])
+    assert imported == []  # TensorFlow (and its GPU runtime) only ever in the child
     assert not (tmp_path / ".keras").exists()  # tfds imports Keras: kbench steers it away
-    assert prepared.source == "tensorflow-datasets: cifar100"
-    assert (prepared.train_samples, prepared.input_shape) == (12, (32, 32, 3))
-    y = datasets.load_prepared(prepared.path)["y_train"]
+    y = datasets.load_prepared(path)["y_train"]
     assert y.dtype == np.int64 and y.max() < 100
 
 

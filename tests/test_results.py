@@ -78,3 +78,39 @@ def test_results_get_ordinary_file_permissions(tmp_path):
     finally:
         os.umask(mask)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"environment": None}, "environment: expected an object; the document has null"),
+        ({"metrics": [1]}, "metrics: expected an object; the document has a list"),
+        ({"config": None}, "config: expected an object; the document has null"),
+        ({"started_at": 17}, "started_at: expected a string; the document has a number"),
+        ({"wall_time_s": "1 s"}, "wall_time_s: expected a number; the document has a string"),
+        ({"metrics": {"memory": [3]}}, r"metrics.memory\[0\]: expected an object"),
+        ({"environment": {"machine": []}}, "environment.machine: expected an object"),
+        ({"sweep": {"run_key": 5}}, "sweep.run_key: expected a string or null"),
+        ({"metrics": {"images_per_sec": True}}, "metrics.images_per_sec: expected a number"),
+    ],
+)
+def test_every_document_is_checked_for_types_when_read(tmp_path, change, message):
+    (tmp_path / "r.json").write_text(json.dumps(dict(sample().to_dict(), **change)))
+    with pytest.raises(ResultError, match=message):
+        RunResult.load(tmp_path / "r.json")
+
+
+def test_damaged_files_are_refused_as_result_errors(tmp_path):
+    path = sample().save(tmp_path)
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(ResultError, match="does not parse"):
+        RunResult.load(path)
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ResultError, match="UTF-8"):
+        RunResult.load(path)
+    data = sample().to_dict()
+    del data["environment"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultError, match="missing fields environment"):
+        RunResult.load(path)

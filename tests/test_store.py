@@ -147,3 +147,16 @@ def test_results_listing(tmp_path):
     json.loads((tmp_path / "s" / "a1.json").read_text())
     done = run_kbench(["results", "--store", str(tmp_path / "s")], tmp_path)
     assert done.returncode == 0 and "a1" in done.stdout and "1,234" in done.stdout
+
+
+def test_merge_goes_on_past_a_document_damaged_after_it_was_indexed(tmp_path):
+    source = ResultStore(tmp_path / "src")
+    source.add(result("a1", "jax", 10.0))
+    source.add(result("b22", "torch", 20.0))
+    (tmp_path / "src" / "b22.json").write_text('{"schema_version": 2, "run_id": "b22", "sta')
+    done = run_kbench(["results", "--store", str(tmp_path / "all"), "--merge",
+                       str(tmp_path / "src")], tmp_path)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "1 runs added" in done.stdout
+    assert "b22.json: not merged: expected a JSON document; it does not parse" in done.stderr
+    assert [e.run_id for e in ResultStore(tmp_path / "all").entries()] == ["a1"]

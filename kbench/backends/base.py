@@ -14,6 +14,7 @@ import abc
 import logging
 import os
 import resource
+from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -41,6 +42,10 @@ OUT_OF_MEMORY_SIGNS = (
     "OOM when allocating",
     "std::bad_alloc",
     "cudaErrorMemoryAllocation",
+    # TensorFlow, when a copy to the GPU finds no memory for its destination
+    "Dst tensor is not initialized",
+    # cuDNN, when its workspace cannot be allocated (PyTorch and TensorFlow pass it on)
+    "CUDNN_STATUS_ALLOC_FAILED",
 )
 
 
@@ -58,15 +63,66 @@ def is_out_of_memory(err: BaseException) -> bool:
     return False
 
 
-def gpu_total_bytes(index: int) -> int:
-    """Total memory of GPU ``index`` as NVML reports it."""
-    import pynvml
+class GpuMemoryUnknown(RuntimeError):
+    """The total memory of the GPU a framework uses could not be read from the CUDA driver."""
 
-    pynvml.nvmlInit()
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """One GPU as CUDA numbers it for this process."""
+
+    index: int  # CUDA's ordinal: after CUDA_VISIBLE_DEVICES, in CUDA_DEVICE_ORDER
+    name: str
+    pci_bus_id: str
+    total_bytes: int
+
+
+def cuda_device(index: int) -> CudaDevice:
+    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``) itself.
+
+    A framework's ``GPU:index`` is CUDA's ordinal ``index``: counted after
+    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) and in ``CUDA_DEVICE_ORDER``
+    (fastest first unless set to ``PCI_BUS_ID``). NVML numbers every GPU of the machine
+    in PCI order and ignores both, so NVML's device ``index`` can be another card (a
+    remapped or mixed set of GPUs). The driver answers for the very device, and needs
+    no NVML (which containers without the ``utility`` capability lack); its PCI bus id
+    names the card in NVML's and nvidia-smi's terms.
+    """
+    import ctypes
+
     try:
-        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total)
-    finally:
-        pynvml.nvmlShutdown()
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as err:
+        raise GpuMemoryUnknown(
+            f"the CUDA driver library libcuda.so.1 could not be loaded ({err}), so the total "
+            f"memory of GPU {index} is unknown. Install the NVIDIA driver (inside a container: "
+            "run it with the GPU's driver libraries mounted), or use --gpu-memory-growth "
+            "instead of --gpu-memory-fraction."
+        ) from err
+
+    def check(code: int, call: str) -> None:
+        if code != 0:
+            raise GpuMemoryUnknown(
+                f"the CUDA driver's {call} for GPU {index} returned error {code}, so its total "
+                "memory is unknown. Check CUDA_VISIBLE_DEVICES and nvidia-smi, or use "
+                "--gpu-memory-growth instead of --gpu-memory-fraction."
+            )
+
+    device = ctypes.c_int()
+    name = ctypes.create_string_buffer(256)
+    bus_id = ctypes.create_string_buffer(64)
+    total = ctypes.c_size_t()
+    check(cuda.cuInit(0), "cuInit")
+    check(cuda.cuDeviceGet(ctypes.byref(device), index), f"cuDeviceGet({index})")
+    check(cuda.cuDeviceGetName(name, len(name), device), "cuDeviceGetName")
+    check(cuda.cuDeviceGetPCIBusId(bus_id, len(bus_id), device), "cuDeviceGetPCIBusId")
+    check(cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device), "cuDeviceTotalMem_v2")
+    return CudaDevice(index, name.value.decode(), bus_id.value.decode(), int(total.value))
+
+
+def gpu_total_bytes(index: int) -> int:
+    """Total memory of the framework's GPU ``index`` (CUDA's ordinal), from the CUDA driver."""
+    return cuda_device(index).total_bytes
 
 
 class Backend(abc.ABC):
@@ -80,6 +136,8 @@ class Backend(abc.ABC):
         # are recorded as not applicable (kbench.backends.switches).
         self.switchboard = SwitchBoard(switches or {}, self.name)
         self.warnings: List[str] = []  # see warn()
+        # how float16 training keeps small gradients from underflowing; None: no scaling
+        self.loss_scaling: Optional[str] = None
 
     def start(
         self,
@@ -117,6 +175,7 @@ class Backend(abc.ABC):
             threads=self.thread_settings,
             memory_options=self.memory_settings,
             switches=self.switchboard.record(),
+            loss_scaling=self.loss_scaling,
             warnings=list(self.warnings),
         )
         return info

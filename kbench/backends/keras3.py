@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from kbench.backends.base import gpu_total_bytes
+from kbench.backends.base import GpuMemoryUnknown, cuda_device
 from kbench.backends.keras_common import KerasBackend
 from kbench.backends.torch_common import NOT_APPLICABLE_WITHOUT_GPU, TorchFramework
 
@@ -59,6 +59,12 @@ class Keras3Backend(KerasBackend):
             f"{getattr(model, 'jit_compile', '?')!r}",
         )
         board.applied("run_eagerly", f"compile(run_eagerly={eager})")
+        if isinstance(model.optimizer, self.keras.optimizers.LossScaleOptimizer):
+            # Keras wraps the optimizer itself under mixed_float16
+            self.loss_scaling = (
+                "keras.optimizers.LossScaleOptimizer (dynamic loss scale, wrapping "
+                f"{type(model.optimizer.inner_optimizer).__name__})"
+            )
 
 
 class TensorFlowBackend(Keras3Backend):
@@ -107,11 +113,26 @@ class TensorFlowBackend(Keras3Backend):
                 tf.config.experimental.set_memory_growth(gpu, True)
                 applied[gpu.name] = "tf.config.experimental.set_memory_growth(True)"
             else:
-                limit_mb = int(fraction * gpu_total_bytes(index) / 2**20)
+                # the cap comes from the card TensorFlow's GPU:index is: CUDA's ordinal
+                # index, read from the CUDA driver (kbench.backends.base.cuda_device)
+                device = cuda_device(index)
+                seen = tf.config.experimental.get_device_details(gpu).get("device_name")
+                if seen and seen != device.name:
+                    raise GpuMemoryUnknown(
+                        f"TensorFlow's {gpu.name} is a {seen!r} but CUDA's device {index} is "
+                        f"a {device.name!r} ({device.pci_bus_id}), so the memory cap cannot be "
+                        "computed for the right card. Make TensorFlow see every GPU "
+                        "CUDA_VISIBLE_DEVICES names, or use --gpu-memory-growth."
+                    )
+                limit_mb = int(fraction * device.total_bytes / 2**20)
                 tf.config.set_logical_device_configuration(
                     gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit_mb)]
                 )
-                applied[gpu.name] = f"logical device memory_limit={limit_mb} MiB"
+                applied[gpu.name] = (
+                    f"logical device memory_limit={limit_mb} MiB ({fraction:g} of the "
+                    f"{device.total_bytes // 2**20} MiB of CUDA device {index}, {device.name} "
+                    f"at PCI {device.pci_bus_id}, from the CUDA driver)"
+                )
         return applied
 
     def visible_gpus(self) -> int:

@@ -53,8 +53,9 @@ SWITCHES: Dict[str, Switch] = {
             "mixed_precision",
             "off",
             ("off", "float16", "bfloat16"),
-            "Keras dtype policy mixed_float16 / mixed_bfloat16 (variables stay float32); "
-            "torch.autocast for torch-native",
+            "Keras dtype policy mixed_float16 / mixed_bfloat16 (variables stay float32; "
+            "float16 losses scaled by Keras' LossScaleOptimizer); torch.autocast for "
+            "torch-native (float16 losses scaled by torch.amp.GradScaler)",
         ),
         Switch(
             "hybridize",

@@ -7,6 +7,30 @@ from typing import Any, Dict, List, Optional
 NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
 
 
+def limit_current_device(fraction: float) -> Dict[str, str]:
+    """Cap PyTorch's caching allocator on the one GPU this process uses.
+
+    That GPU is the current device, chosen before the backend starts (device 0, or
+    ``LOCAL_RANK`` under data-parallel training). Setting the fraction on every GPU
+    would create a CUDA context on each of them and could leave the last one current,
+    putting every rank on one GPU; so only the current device is capped, and it is
+    checked to still be current afterwards. PyTorch takes only a ``float`` (an ``int``
+    such as ``1`` from a sweep file raises ``TypeError``).
+    """
+    import torch
+
+    index = torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(float(fraction), index)
+    applied = {f"cuda:{index}": f"set_per_process_memory_fraction({float(fraction):g}, {index})"}
+    after = torch.cuda.current_device()
+    if after != index:
+        torch.cuda.set_device(index)
+        applied["current_device"] = (
+            f"restored cuda:{index} (setting the fraction had made cuda:{after} current)"
+        )
+    return applied
+
+
 class TorchFramework:
     """Threads, GPU memory options, devices and memory peaks of PyTorch (a mixin)."""
 
@@ -37,9 +61,8 @@ class TorchFramework:
         if fraction is not None:
             if not torch.cuda.is_available():
                 applied["gpu_memory_fraction"] = NOT_APPLICABLE_WITHOUT_GPU
-            for index in range(torch.cuda.device_count()):
-                torch.cuda.set_per_process_memory_fraction(fraction, index)
-                applied[f"cuda:{index}"] = f"set_per_process_memory_fraction({fraction:g})"
+            else:
+                applied.update(limit_current_device(fraction))
         return applied
 
     def visible_gpus(self) -> int:

@@ -22,6 +22,7 @@ KERAS_EPSILON = 1e-7
 
 class TorchNativeBackend(TorchFramework, NativePort):
     name = "torch-native"
+    scaler: Any = None  # torch.amp.GradScaler under float16 (apply_switches)
 
     def load_framework(self, data_format: str) -> None:
         if data_format != "channels_first":
@@ -39,12 +40,22 @@ class TorchNativeBackend(TorchFramework, NativePort):
     def apply_switches(self) -> None:
         board = self.switchboard
         mode = board.value("mixed_precision")
+        self.scaler = None
+        if mode == "float16":
+            # as Keras' LossScaleOptimizer under mixed_float16: small float16 gradients
+            # would underflow to zero without a (dynamic) loss scale
+            self.scaler = self.torch.amp.GradScaler(self.device.type)
+            self.loss_scaling = (
+                f"torch.amp.GradScaler({self.device.type!r}) (dynamic loss scale, initial "
+                f"{self.scaler.get_scale():g})"
+            )
         board.applied(
             "mixed_precision",
             "float32 throughout"
             if mode == "off"
             else f"torch.autocast({self.device.type!r}, dtype=torch.{mode}) around the forward "
-            "pass and the loss; weights and optimizer in float32",
+            "pass and the loss; weights and optimizer in float32"
+            + ("; losses scaled by torch.amp.GradScaler" if self.scaler is not None else ""),
         )
         self.apply_tf32()
 
@@ -166,8 +177,13 @@ class TorchNativeBackend(TorchFramework, NativePort):
             loss, hits = self._loss_and_hits(model, model.kbench_call(inputs), labels)
         total = loss.float() + self.twins.regularization_loss(model)
         model.kbench_optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        model.kbench_optimizer.step()
+        if self.scaler is None:
+            total.backward()
+            model.kbench_optimizer.step()
+        else:  # skips the update where the scaled gradients overflowed, then adapts
+            self.scaler.scale(total).backward()
+            self.scaler.step(model.kbench_optimizer)
+            self.scaler.update()
         return total.detach(), hits.detach()
 
     def fit_epoch(

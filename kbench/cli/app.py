@@ -13,13 +13,18 @@ from kbench.cli import many_runs, ops, run_commands
 from kbench.cli.arguments import EXAMPLES
 from kbench.datasets import DataUnavailable
 from kbench.results.config import ConfigError
-from kbench.results.store import StoreError
+from kbench.results.lock import LockError
+from kbench.results.store import StoreError, StoreWriteError
 from kbench.run import environments
 from kbench.studies.sweep import SweepError
 
 log = logging.getLogger("kbench")
 
-FLAG_NAMES = {"timeout_s": "timeout"}  # RunConfig fields whose flag is named otherwise
+FLAG_NAMES = {  # RunConfig fields whose flag is named otherwise
+    "timeout_s": "timeout",
+    "sample_interval_s": "sample-interval",
+    "duration_s": "duration",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,8 +70,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as err:
         flag = "--" + FLAG_NAMES.get(err.setting, err.setting).replace("_", "-")
         parser.exit(2, f"kbench {args.command}: error: {flag}: {err.message}\n")
-    except (environments.EnvironmentMissing, DataUnavailable, SweepError, StoreError) as err:
+    except (
+        environments.EnvironmentMissing,
+        DataUnavailable,
+        SweepError,
+        StoreError,
+        LockError,  # another kbench writes to the same store
+    ) as err:
         parser.exit(2, f"kbench {args.command}: error: {err}\n")
+    except StoreWriteError as err:  # a full disk: stop, having kept what finished
+        log.error("kbench %s: stopped: %s", args.command, err)
+        return 1
     except KeyboardInterrupt:
         log.warning("interrupted: finished runs are saved; the run in progress was discarded")
         return 130

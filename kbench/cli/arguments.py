@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import List, Sequence
 
@@ -23,13 +24,36 @@ examples:
 
 
 def comma_list(allowed: Sequence[str], what: str):
+    """A comma-separated list; a name given twice is refused, not merged: it is nearly
+    always a slip (torch,torch for torch,torch-native), and merging it would hide that.
+    Running a backend again is what --repeats does, rounds interleaved."""
+
     def parse(text: str) -> List[str]:
         items = [item.strip() for item in text.split(",") if item.strip()]
         if not items:
             raise argparse.ArgumentTypeError(f"expected one or more {what}; received {text!r}")
+        twice = next((item for i, item in enumerate(items) if item in items[:i]), None)
+        if twice is not None:
+            raise argparse.ArgumentTypeError(
+                f"expected each of the {what} once; received {twice!r} twice in {text!r}. "
+                "Drop the second one; to run it again, use --repeats N"
+            )
         return items  # values are checked by RunConfig, which suggests close matches
 
     return parse
+
+
+def finite(text: str) -> float:
+    """A float that is a number: argparse's ``float`` takes nan and inf."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number; received {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number; received {text!r}, which is not one"
+        )
+    return value
 
 
 def shape(text: str):
@@ -59,7 +83,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=finite,
         default=1800.0,
         dest="timeout_s",
         metavar="SECONDS",
@@ -67,7 +91,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sample-interval",
-        type=float,
+        type=finite,
         default=0.2,
         dest="sample_interval_s",
         metavar="SECONDS",
@@ -86,7 +110,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     memory = parser.add_argument_group("GPU memory options (recorded in every result)")
     memory.add_argument(
         "--gpu-memory-fraction",
-        type=float,
+        type=finite,
         metavar="F",
         help="cap each framework at F of GPU memory: TensorFlow logical device limit, PyTorch "
         "set_per_process_memory_fraction, JAX XLA_PYTHON_CLIENT_MEM_FRACTION, MXNet "

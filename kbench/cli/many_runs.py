@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import List, Sequence
 
 from kbench.cli.progress import show_progress
 from kbench.results import store as store_mod
+from kbench.results.config import ConfigError
+from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.runner import Runner
@@ -58,7 +61,19 @@ def add_commands(commands) -> None:
         action="store_true",
         help="apply the file's reduced sections: the study at a size a CPU finishes",
     )
-    sweep.add_argument("--dry-run", action="store_true", help="list the runs; run nothing")
+    sweep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=f"list the runs (a summary past {DRY_RUN_LISTED} runs); run nothing",
+    )
+    sweep.add_argument(
+        "--max-runs",
+        type=int,
+        default=sweep_mod.MAX_RUNS,
+        metavar="N",
+        help="refuse a file that declares more runs than N, before building them "
+        f"(default: {sweep_mod.MAX_RUNS:,})",
+    )
     again = sweep.add_mutually_exclusive_group()
     again.add_argument("--force", action="store_true", help="rerun runs that have results")
     again.add_argument(
@@ -142,6 +157,11 @@ def add_commands(commands) -> None:
     report.set_defaults(handler=command_report)
 
 
+# A dry run of more runs than this prints a summary, not a line per run.
+DRY_RUN_LISTED = 50
+DRY_RUN_FIRST = 10
+
+
 def add_store_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
     if several:
         parser.add_argument(
@@ -183,21 +203,46 @@ def load(stores: Sequence[Path], filters: Sequence[str], latest_only: bool) -> L
 
 
 def command_sweep(args: argparse.Namespace) -> int:
-    sweep = sweep_mod.load_sweep(args.file, reduced=args.reduced)
+    if args.max_runs < 1:
+        raise ConfigError("max_runs", f"expected a positive integer; received {args.max_runs}.")
     only = [Filter.parse(f) for f in args.only]
+    sweep = sweep_mod.load_sweep(args.file, reduced=args.reduced, max_runs=args.max_runs)
+    for f in only:
+        if f.name not in sweep_mod.RUN_FIELDS:
+            raise sweep_mod.SweepError(sweep.file, "--only", f"unknown setting {f.name!r}")
     runs = [
         run
         for run in sweep.runs
         if all(str(getattr(run.config, f.name, None)) in f.values for f in only)
     ]
-    for f in only:
-        if f.name not in sweep_mod.RUN_FIELDS:
-            raise sweep_mod.SweepError(sweep.file, "--only", f"unknown setting {f.name!r}")
+    if not runs and only:
+        raise sweep_mod.SweepError(sweep.file, "--only", _selects_nothing(sweep, only))
+    for f in only:  # a typo beside a good value drops runs without a word otherwise
+        present = {str(getattr(run.config, f.name)) for run in sweep.runs}
+        for value in f.values:
+            if value not in present:
+                log.warning(
+                    "--only %s=%s: no run of %s has %s=%s; its values: %s",
+                    f.name, value, sweep.file, f.name, value, ", ".join(sorted(present)),
+                )  # fmt: skip
     output_dir = args.output_dir or Path("results") / (
         sweep.name + ("-reduced" if sweep.reduced else "")
     )
+    if not args.dry_run:
+        # One writer per store, taken before the plan: a second sweep into this store
+        # is refused here instead of running the same runs again. A dry run only reads.
+        with writer_lock(store_mod.check_output_dir(output_dir)):
+            return _sweep_into(args, sweep, runs, output_dir)
+    return _sweep_into(args, sweep, runs, output_dir)
+
+
+def _sweep_into(args: argparse.Namespace, sweep, runs, output_dir: Path) -> int:
+    """Plan ``runs`` against the store at ``output_dir``, run what is not done, show
+    the tables."""
     store = ResultStore(output_dir)
     done = store.done_keys() if store.exists() else {}
+    for name, why in store.unreadable:
+        log.warning("%s: skipped, its run counts as not done: %s", output_dir / name, why)
     selected = sweep_mod.Sweep(sweep.name, sweep.description, sweep.file, sweep.reduced, runs)
     plan = sweep_mod.plan(selected, done, args.force, args.retry_failed)
     varying = sweep.varying()
@@ -206,6 +251,9 @@ def command_sweep(args: argparse.Namespace) -> int:
         f"sweep {sweep.name} ({size}): {len(runs)} runs, {len(plan.done)} already done, "
         f"{len(plan.to_run)} to run; results in {output_dir}/"
     )
+    if args.dry_run and len(runs) > DRY_RUN_LISTED:
+        print(dry_run_summary(runs, plan, varying))
+        return 0
     if args.dry_run:
         status = {id(run): s for run, s in plan.done}
         print(
@@ -223,9 +271,24 @@ def command_sweep(args: argparse.Namespace) -> int:
     progress = sweep_mod.Progress(total=len(runs), skipped=len(plan.done))
     results: List[RunResult] = []
     if plan.to_run:
+        low = store_mod.low_space_warning(output_dir, len(plan.to_run))
+        if low:
+            log.warning("%s", low)
         runner = Runner(output_dir=output_dir, on_progress=show_progress)
-        with runner.session([run.config for run in plan.to_run]) as session:
-            results = sweep_mod.execute(selected, plan.to_run, session, progress)
+        try:
+            with runner.session([run.config for run in plan.to_run]) as session:
+                results = sweep_mod.execute(selected, plan.to_run, session, progress)
+        except store_mod.StoreWriteError as err:
+            log.error("%s", err)
+            log.error(
+                "sweep %s stopped: %d runs of this invocation finished and are saved, %d "
+                "not started. Free some space, then run the same command again: it resumes, "
+                "skipping the runs that are done.",
+                sweep.name,
+                progress.done,
+                len(plan.to_run) - progress.done - 1,
+            )
+            return 1
     everything = store.results([Filter("sweep", (sweep.name,))], latest_only=True)
     if everything:
         sections = section_tables(everything)
@@ -234,11 +297,54 @@ def command_sweep(args: argparse.Namespace) -> int:
             print("\n" + table.text())
         markdown = output_dir / "compare.md"
         text = tables.study_markdown(everything, f"Sweep {sweep.name} ({size})", args.baseline)
-        markdown.write_text(text + "".join("\n" + t.markdown() + "\n" for t in sections))
-        print(f"\nTables also in {markdown}; plots: kbench report --store {output_dir}")
+        try:
+            markdown.write_text(text + "".join("\n" + t.markdown() + "\n" for t in sections))
+            print(f"\nTables also in {markdown}; plots: kbench report --store {output_dir}")
+        except OSError as err:
+            log.warning("%s: not written (%s); the tables are above", markdown, err.strerror)
     for line in tables.not_ok_lines(results):
         print(line)
     return 1 if any(r.failed for r in results) else 0
+
+
+def _selects_nothing(sweep: sweep_mod.Sweep, only: Sequence[Filter]) -> str:
+    """Which values each --only setting has in the file, for a filter that kept no run."""
+    parts = []
+    for f in only:
+        values = sorted({str(getattr(run.config, f.name)) for run in sweep.runs})
+        shown = ", ".join(values[:20]) + (
+            f" (and {len(values) - 20} more)" if len(values) > 20 else ""
+        )
+        parts.append(f"{f.name} has {shown}")
+    given = " ".join(f"--only {f.name}={','.join(f.values)}" for f in only)
+    return (
+        f"expected a filter that keeps at least one of the file's {len(sweep.runs)} runs; "
+        f"{given} keeps none. In this file {'; '.join(parts)}."
+    )
+
+
+def dry_run_summary(runs: Sequence[sweep_mod.SweepRun], plan, varying: Sequence[str]) -> str:
+    """How many runs take each value of each varying setting, and the first few runs."""
+    status = {id(run): s for run, s in plan.done}
+    lines = []
+    for name in varying:
+        counts = collections.Counter(tables.setting_cell(getattr(run.config, name)) for run in runs)
+        shown = ", ".join(f"{value} ({count})" for value, count in counts.most_common(12))
+        more = f", and {len(counts) - 12} more values" if len(counts) > 12 else ""
+        lines.append(f"  {name}: {len(counts)} values: {shown}{more}")
+    first = runs[:DRY_RUN_FIRST]
+    rest = [v for v in varying if v not in ("backend", "model")]
+    table = tables.render(
+        ["#", "backend", "model", *rest, "state"],
+        [[str(i), run.config.backend, run.config.model,
+          *[tables.setting_cell(getattr(run.config, v)) for v in rest],
+          f"done ({status[id(run)]})" if id(run) in status else "to run"]
+         for i, run in enumerate(first, start=1)],
+    )  # fmt: skip
+    return "\n".join(
+        ["settings that vary (runs per value):", *lines, "", f"the first {len(first)} runs:",
+         table, f"... and {len(runs) - len(first)} more (--only NAME=VALUE lists a part)"]
+    )  # fmt: skip
 
 
 def command_results(args: argparse.Namespace) -> int:
@@ -251,14 +357,18 @@ def command_results(args: argparse.Namespace) -> int:
         )
         for name, why in summary.unreadable:
             log.warning("%s: not merged: %s", name, why)
-    entries = store.entries([Filter.parse(f) for f in args.filter])
-    for name, why in store.unreadable:
-        log.warning("%s/%s: unreadable: %s", args.store, name, why)
     if args.export:
         results = store.results([Filter.parse(f) for f in args.filter])
+        for name, why in store.unreadable:
+            log.warning("%s/%s: left out: %s", args.store, name, why)
         path = store_mod.export(results, args.export)
-        print(f"{len(results)} runs written to {path}")
+        left_out = len(store.unreadable)
+        note = f"; {left_out} unreadable documents left out (see the warnings)" if left_out else ""
+        print(f"{len(results)} runs written to {path}{note}")
         return 0
+    entries = store.entries([Filter.parse(f) for f in args.filter])
+    for name, why in store.unreadable:
+        log.warning("%s/%s: unreadable, skipped: %s", args.store, name, why)
     print(
         tables.render(
             ["run", "status", "kind", "backend", "model", "dataset", "batch", "img/s", "host",
@@ -287,7 +397,25 @@ def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:
     )
 
 
+def check_writable_file(setting: str, path: Path) -> None:
+    """Refuse an output file whose directory is missing before any work is done."""
+    if path.is_dir():
+        raise ConfigError(
+            setting,
+            f"expected a file name; received {str(path)!r}, a directory. Name a file in it.",
+        )
+    parent = path.parent
+    if not parent.is_dir():
+        raise ConfigError(
+            setting,
+            f"expected a file in an existing directory; received {str(path)!r}, and "
+            f"{str(parent)!r} does not exist. Create it (mkdir -p {parent}) or name another file.",
+        )
+
+
 def command_compare(args: argparse.Namespace) -> int:
+    if args.markdown is not None:
+        check_writable_file("markdown", args.markdown)
     results = load(args.store, args.filter, latest_only=True)
     sections = section_tables(results)
     print(tables.study_text(results, args.baseline))

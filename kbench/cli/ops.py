@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from kbench.cli.arguments import finite
 from kbench.ops.runner import (
     DEFAULT_MAX_MEMORY_MB,
     DEFAULT_REPEATS,
@@ -110,7 +111,7 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-memory",
-        type=float,
+        type=finite,
         default=DEFAULT_MAX_MEMORY_MB,
         metavar="MIB",
         help="skip an operation at a size whose estimated memory (inputs, outputs, the "
@@ -148,7 +149,7 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=finite,
         default=DEFAULT_TIMEOUT_S,
         dest="timeout_s",
         metavar="SECONDS",

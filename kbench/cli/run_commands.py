@@ -19,6 +19,7 @@ from kbench.cli.arguments import (
     add_output_arguments,
     add_switch_arguments,
     comma_list,
+    finite,
     shape,
 )
 from kbench.cli.progress import show_progress
@@ -110,7 +111,7 @@ def add_commands(commands) -> None:
         "(defaults: keras_configs/<backend>.json)",
     )
     run.add_argument("--optimizer", default="adam", help=f"{' or '.join(OPTIMIZERS)}")
-    run.add_argument("--learning-rate", type=float, default=1e-3)
+    run.add_argument("--learning-rate", type=finite, default=1e-3)
     run.add_argument("--train-samples", type=int, help="use only the first N training samples")
     run.add_argument("--test-samples", type=int, help="use only the first N test samples")
     run.add_argument(
@@ -138,7 +139,7 @@ def add_commands(commands) -> None:
     )
     run.add_argument(
         "--duration",
-        type=float,
+        type=finite,
         default=10.0,
         dest="duration_s",
         metavar="SECONDS",
@@ -259,7 +260,7 @@ def add_commands(commands) -> None:
     parity.add_argument("--steps", type=int, default=3, help="SGD steps compared (default: 3)")
     parity.add_argument("--batch-size", type=int, default=8, help="default: 8")
     parity.add_argument(
-        "--learning-rate", type=float, default=1e-3,
+        "--learning-rate", type=finite, default=1e-3,
         help="default: 0.001 (larger rates make deep BatchNorm models chaotic: rounding "
         "differences then grow a thousandfold per step)",
     )  # fmt: skip
@@ -270,12 +271,12 @@ def add_commands(commands) -> None:
         "model's own), e.g. 64x64x3 to check resnet50 faster",
     )  # fmt: skip
     parity.add_argument("--seed", type=int, default=0)
-    parity.add_argument("--output-atol", type=float, default=1e-4, metavar="TOL")
-    parity.add_argument("--loss-rtol", type=float, default=1e-2, metavar="TOL")
+    parity.add_argument("--output-atol", type=finite, default=1e-4, metavar="TOL")
+    parity.add_argument("--loss-rtol", type=finite, default=1e-2, metavar="TOL")
     parity.add_argument(
         "--output-dir", type=Path, default=Path("results"), help="default: ./results"
     )
-    parity.add_argument("--timeout", type=float, default=1800.0, dest="timeout_s")
+    parity.add_argument("--timeout", type=finite, default=1800.0, dest="timeout_s")
     parity.set_defaults(handler=command_parity)
 
     env = commands.add_parser(

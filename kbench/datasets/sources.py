@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -168,7 +171,32 @@ def import_tfds() -> Any:
 
 
 def from_tfds(name: str, batch: int = 4096) -> Arrays:
-    """A data set that tensorflow-datasets has already prepared (no download)."""
+    """A data set that tensorflow-datasets has already prepared (no download).
+
+    Read in a child process (:mod:`kbench.datasets.tfds_reader`) with every GPU hidden
+    from it: tensorflow-datasets imports TensorFlow, which in this long-lived parent
+    could start its GPU runtime and hold GPU memory for the whole sweep, beside the
+    workers being measured. The parent never imports TensorFlow.
+    """
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    with tempfile.TemporaryDirectory(prefix="kbench-tfds-") as tmp:
+        out = Path(tmp) / "arrays.npz"
+        command = [sys.executable, "-m", "kbench.datasets.tfds_reader", name, str(out), str(batch)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+            raise TfdsUnavailable(f"{name}: {lines[-1]}")
+        with np.load(out) as data:
+            return {key: data[key] for key in data.files}
+
+
+class TfdsUnavailable(RuntimeError):
+    """tensorflow-datasets is not installed here, or has not prepared the data set."""
+
+
+def read_tfds(name: str, batch: int = 4096) -> Arrays:
+    """The arrays of a prepared tensorflow-datasets data set, read in this process
+    (which imports TensorFlow: call it through :func:`from_tfds`)."""
     tfds = import_tfds()
 
     arrays: Arrays = {}

@@ -8,7 +8,10 @@ themselves) and its children: CPU percent and RSS per process, under
 (``process_cpu_percent``, ``process_rss_bytes``), and the machine's CPU load and
 frequency. Where NVML answers, each GPU's series as :mod:`kbench.measure.sampler` reads them
 (the run's device memory summed over its processes) plus each process's own device
-memory as ``<name>_gpu<i>_process_memory_bytes``. The result is a
+memory as ``<name>_gpu<i>_process_memory_bytes`` (absent, never 0, where NVML lists none
+of its PIDs or does not know their memory). A source that fails is marked failed with
+the error and the others, the CPU series included, go on; the summary covers the GPUs
+the run's processes used (:func:`kbench.measure.sampler.scoped_summary`). The result is a
 :class:`~kbench.measure.sampler.SamplerResult`: one time axis, one column per series.
 """
 
@@ -21,8 +24,17 @@ from typing import Any, Dict, List, Optional
 
 import psutil
 
-from kbench.measure.sampler import LABELS, NvmlSource, SamplerResult, optional_sources, tree_usage
-from kbench.measure.sampler import summarize as summarize_series
+from kbench.measure.sampler import (
+    LABELS,
+    NvmlSource,
+    SamplerResult,
+    describe_sources,
+    optional_sources,
+    read_sources,
+    scoped_summary,
+    tree_usage,
+    visible_devices_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +63,8 @@ class JobSampler:
         self.sources, self.unavailable = optional_sources(nvml)
         psutil.cpu_percent(None)  # the first call only starts the interval
         self.pids: Dict[str, int] = {}
+        self.visible: Dict[str, Dict[str, Any]] = {}  # name -> its CUDA_VISIBLE_DEVICES
+        self.failed: Dict[str, str] = {}
 
     def add(self, name: str, pid: int) -> None:
         try:
@@ -58,9 +72,11 @@ class JobSampler:
         except psutil.Error as err:
             log.debug("sampler: %s (pid %d) not added: %s", name, pid, err)
             return
+        visible = visible_devices_of(process)
         with self._lock:
             self._roots[name] = process
             self.pids[name] = pid
+            self.visible[name] = visible
 
     def start(self) -> JobSampler:
         self._thread.start()
@@ -117,28 +133,25 @@ class JobSampler:
         if frequency:
             row["cpu_freq_mhz"] = frequency.current
         union = [p for tree in trees.values() for p in tree]
+        read_sources(self.sources, union, row, self.failed)
         for source in self.sources:
-            try:
-                row.update(source.read(union))
-            except Exception as err:
-                log.debug("sampler: %s failed: %s", source.name, err)
-            if isinstance(source, NvmlSource):
+            if isinstance(source, NvmlSource) and source.name not in self.failed:
                 row.update(self._gpu_per_process(source, trees))
         self._rows.append(row)
 
     @staticmethod
     def _gpu_per_process(source: NvmlSource, trees: Dict[str, List[psutil.Process]]) -> Dict:
-        nvml, out = source.nvml, {}
-        for index, handle in enumerate(source.handles):
-            try:
-                running = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            except nvml.NVMLError:
+        """Each process's own device memory, from the listing the source just read; only
+        where NVML lists its PIDs and knows their memory (unknown is absent, not 0)."""
+        out = {}
+        for gpu in source.gpus:
+            if gpu.processes is None or gpu.failed:
                 continue
             for name, tree in trees.items():
                 pids = {p.pid for p in tree}
-                out[f"{name}_gpu{index}_process_memory_bytes"] = sum(
-                    int(p.usedGpuMemory or 0) for p in running if p.pid in pids
-                )
+                mine = [used for pid, used in gpu.processes if pid in pids]
+                if mine and all(used is not None for used in mine):
+                    out[f"{name}_gpu{gpu.index}_process_memory_bytes"] = sum(map(int, mine))
         return out
 
     def result(self, windows: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -148,13 +161,11 @@ class JobSampler:
         for name in names:
             series[name] = [row.get(name) for row in self._rows]
         sources: Dict[str, Any] = {"cpu": {"available": True}}
-        sources.update({s.name: s.describe() for s in self.sources})
-        sources.update(self.unavailable)
+        sources.update(describe_sources(self.sources, self.failed, self.unavailable))
+        visible = list(self.visible.values())
+        summary = scoped_summary(series, windows or {}, self.sources, visible, sources)
         data = SamplerResult(
-            interval_s=self.interval_s,
-            sources=sources,
-            series=series,
-            summary=summarize_series(series, windows or {}),
+            interval_s=self.interval_s, sources=sources, series=series, summary=summary
         ).to_dict()
         data["labels"] = {name: label_of(name, list(self.pids)) for name in series if name != "t"}
         data["processes"] = dict(self.pids)

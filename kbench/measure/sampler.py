@@ -8,7 +8,23 @@ used and total, the worker's own device memory, power, the energy counter, SM cl
 temperature and throttle reasons. RAPL energy is read where the kernel exposes it.
 
 A source that cannot be read (no GPU, no NVML, no RAPL) is recorded as unavailable
-with the reason; it never fails the run. The series is columnar: ``t`` (wall clock,
+with the reason; it never fails the run. A source that fails mid-run is marked failed
+with the error and not read again; a GPU that is lost (or whose handle cannot be
+had) is marked failed alone; a call a driver lacks is marked unsupported per GPU with
+the reason (the _v2 process list where the binding's _v3 call is missing; memory used
+from ``nvmlDeviceGetMemoryInfo_v2``, which leaves out driver-reserved memory, where
+the driver has it; clock event reasons where the driver has them, else the
+deprecated throttle reasons). A value that could not be read is absent (``None``),
+never 0: the worker's own device memory is recorded only where NVML lists one of its
+PIDs with a known size.
+
+The summary (:func:`scoped_summary`) covers only the GPUs the worker used: those on
+which NVML listed its PIDs, else those its ``CUDA_VISIBLE_DEVICES`` names, mapped to
+NVML by PCI bus id (``sources.gpu.worker_gpus`` says which and how). Energy over a
+window is a counter's increase interpolated to the window's edges, or, on boards
+without a counter, the sampled power integrated over the window.
+
+The series is columnar: ``t`` (wall clock,
 seconds since the epoch, comparable with the worker's stage markers) and one list
 per metric, aligned with ``t``, ``None`` where a reading failed. Units are in the
 names; :data:`LABELS` says what each one is.
@@ -17,11 +33,12 @@ names; :data:`LABELS` says what each one is.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -40,14 +57,16 @@ LABELS: Dict[str, str] = {
     "period during which a kernel ran (not SM occupancy)",
     "memory_busy_percent": "percent of the sample period during which device memory was "
     "read or written (NVML 'memory utilization'; not memory used)",
-    "memory_used_bytes": "device memory used by every process on the GPU (NVML)",
+    "memory_used_bytes": "device memory used by every process on the GPU (NVML; without "
+    "driver-reserved memory where the v2 query exists, see sources.gpu.devices)",
     "memory_total_bytes": "device memory in total (NVML)",
     "process_memory_bytes": "device memory of the worker and its children (NVML per process)",
     "power_w": "board power draw (NVML)",
     "energy_j": "energy counter since the driver loaded (NVML), joules",
     "sm_clock_mhz": "SM clock (NVML)",
     "temperature_c": "GPU core temperature (NVML)",
-    "throttle_reasons": "bit mask of clock throttle reasons (NVML)",
+    "throttle_reasons": "bit mask of clock event (throttle) reasons (NVML; the event-reasons "
+    "call where the driver has it)",
 }
 COUNTERS = ("energy_j",)  # summarized by their increase over a window
 TREE_REFRESH_S = 1.0
@@ -91,6 +110,9 @@ def optional_sources(nvml: Any = None) -> Tuple[list, Dict[str, Dict[str, Any]]]
         except SourceUnavailable as err:
             unavailable[name] = {"available": False, "reason": str(err)}
             log.debug("sampler: %s unavailable: %s", name, err)
+        except Exception as err:  # a source that breaks while opening is no source
+            unavailable[name] = {"available": False, "reason": f"failed to open: {error_text(err)}"}
+            log.warning("sampler: %s could not be opened: %s", name, err)
     return sources, unavailable
 
 
@@ -129,8 +151,92 @@ class CpuSource:
         pass
 
 
+# NVML errors after which a GPU answers nothing more until it is reset: the GPU is
+# marked failed from then on. Errors that say a call cannot work on this driver or
+# board mark that metric unsupported on that GPU; any other error loses one reading.
+LOST_ERRORS = ("GpuIsLost", "ResetRequired", "DriverNotLoaded", "Uninitialized")
+UNSUPPORTED_ERRORS = ("NotSupported", "FunctionNotFound", "NoPermission", "LibraryMismatch")
+NOT_AVAILABLE_REASON = (
+    "NVML_VALUE_NOT_AVAILABLE: the driver does not know the worker's memory on this GPU "
+    "(Windows WDDM, some laptop GPUs)"
+)
+NO_MATCH_REASON = (
+    "no NVML process matches the worker's PIDs (the worker did not use this GPU, or a "
+    "container's PID namespace hides its host PIDs)"
+)
+
+
+def error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def _is(err: BaseException, names: Tuple[str, ...]) -> bool:
+    kind = type(err).__name__
+    if "NotSupported" in names and "Not Supported" in str(err):  # a stand-in's plain NVMLError
+        return True
+    return any(name in kind for name in names)
+
+
+@dataclass
+class GpuState:
+    """What one GPU answered so far: its facts, which calls it lacks, and failure."""
+
+    index: int
+    handle: Any = None
+    name: Optional[str] = None
+    pci_bus_id: Optional[str] = None
+    uuid: Optional[str] = None
+    memory_total_bytes: Optional[int] = None
+    failed: Optional[str] = None  # set once: the GPU is not read again
+    unsupported: Dict[str, str] = field(default_factory=dict)  # metric -> why
+    errors: Dict[str, str] = field(default_factory=dict)  # metric -> last transient error
+    memory_call: Optional[str] = None  # "v2" or "v1"
+    reasons_call: Optional[str] = None  # "event_reasons" or "throttle_reasons"
+    processes_call: Optional[str] = None  # "v3" or "v2"
+    worker_seen: bool = False  # a process of the worker was listed on this GPU
+    worker_memory_unknown: bool = False  # ... with NVML_VALUE_NOT_AVAILABLE
+    processes: Optional[List[Tuple[int, Optional[int]]]] = None  # the last listing
+
+    def describe(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {
+            "index": self.index,
+            "name": self.name,
+            "memory_total_bytes": self.memory_total_bytes,
+            "pci_bus_id": self.pci_bus_id,
+            "uuid": self.uuid,
+            "memory_used_method": {
+                "v2": "nvmlDeviceGetMemoryInfo_v2: excludes driver-reserved memory",
+                "v1": "nvmlDeviceGetMemoryInfo (v1): includes driver-reserved memory",
+            }.get(self.memory_call or ""),
+            "clock_reasons_call": self.reasons_call,
+            "processes_call": self.processes_call,
+        }
+        if self.failed:
+            out["failed"] = self.failed
+        if self.unsupported:
+            out["unsupported"] = dict(self.unsupported)
+        if self.errors:
+            out["errors"] = dict(self.errors)
+        reason = self.process_memory_reason()
+        if reason:
+            out["process_memory_reason"] = reason
+        return out
+
+    def process_memory_reason(self) -> Optional[str]:
+        """Why the worker's own memory on this GPU is unknown, or None if it was read."""
+        if "process_memory_bytes" in self.unsupported:
+            return self.unsupported["process_memory_bytes"]
+        if self.worker_memory_unknown:
+            return NOT_AVAILABLE_REASON
+        if not self.worker_seen:
+            return self.failed or NO_MATCH_REASON
+        return None
+
+
 class NvmlSource:
-    """Every GPU NVML sees. ``nvml`` is the pynvml module, or a stand-in in tests."""
+    """Every GPU NVML sees. ``nvml`` is the pynvml module (tests load the real binding
+    against a stand-in library). A GPU whose handle or name cannot be read, or that is
+    lost mid-run, is marked failed with the error; the others go on."""
 
     name = "gpu"
 
@@ -143,55 +249,145 @@ class NvmlSource:
         self.nvml = nvml
         try:
             nvml.nvmlInit()
-        except nvml.NVMLError as err:
-            raise SourceUnavailable(f"NVML: {type(err).__name__}: {err}") from err
-        count = nvml.nvmlDeviceGetCount()
+        except Exception as err:  # NVMLError, or anything a broken binding raises
+            raise SourceUnavailable(f"NVML: {error_text(err)}") from err
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except Exception as err:
+            self.close()
+            raise SourceUnavailable(f"NVML: nvmlDeviceGetCount: {error_text(err)}") from err
         if count == 0:
-            nvml.nvmlShutdown()
+            self.close()
             raise SourceUnavailable("NVML sees no GPU")
-        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        self.unsupported: Set[str] = set()
-        self.devices = []
-        for index, handle in enumerate(self.handles):
-            name = nvml.nvmlDeviceGetName(handle)
-            self.devices.append(
-                {
-                    "index": index,
-                    "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-                }
+        self.gpus = [self._open(index) for index in range(count)]
+        if all(gpu.failed for gpu in self.gpus):
+            self.close()
+            raise SourceUnavailable(
+                "NVML: no GPU could be read: "
+                + "; ".join(f"gpu{g.index}: {g.failed}" for g in self.gpus)
             )
 
-    def _try(self, metric: str, read: Callable[[], Any]) -> Any:
-        if metric in self.unsupported:
+    def _open(self, index: int) -> GpuState:
+        nvml, gpu = self.nvml, GpuState(index)
+        try:
+            gpu.handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            name = nvml.nvmlDeviceGetName(gpu.handle)
+        except Exception as err:
+            gpu.failed = f"opening the GPU: {error_text(err)}"
+            log.warning("sampler: NVML GPU %d cannot be read: %s", index, gpu.failed)
+            return gpu
+        gpu.name = name.decode() if isinstance(name, bytes) else name
+        memory = self._try(gpu, "memory_total_bytes", lambda: self._memory(gpu))
+        gpu.memory_total_bytes = None if memory is None else int(memory.total)
+        gpu.pci_bus_id = self._text(
+            self._try(gpu, "pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(gpu.handle).busId)
+        )
+        gpu.uuid = self._text(self._try(gpu, "uuid", lambda: nvml.nvmlDeviceGetUUID(gpu.handle)))
+        return gpu
+
+    @staticmethod
+    def _text(value: Any) -> Optional[str]:
+        return value.decode() if isinstance(value, bytes) else value
+
+    @property
+    def handles(self) -> List[Any]:
+        return [gpu.handle for gpu in self.gpus]
+
+    @property
+    def devices(self) -> List[Dict[str, Any]]:
+        return [gpu.describe() for gpu in self.gpus]
+
+    def _try(self, gpu: GpuState, metric: str, read: Callable[[], Any]) -> Any:
+        if gpu.failed or metric in gpu.unsupported:
             return None
         try:
             return read()
-        except self.nvml.NVMLError as err:
-            if "NotSupported" in type(err).__name__ or "Not Supported" in str(err):
-                self.unsupported.add(metric)
+        except Exception as err:
+            if _is(err, LOST_ERRORS):
+                gpu.failed = f"{metric}: {error_text(err)}"
+                log.warning("sampler: GPU %d failed, not read again: %s", gpu.index, gpu.failed)
+            elif _is(err, UNSUPPORTED_ERRORS) or isinstance(err, (AttributeError, TypeError)):
+                gpu.unsupported[metric] = error_text(err)
+            else:
+                gpu.errors[metric] = error_text(err)
             return None
+
+    def _memory(self, gpu: GpuState) -> Any:
+        """Memory info: v2 (used excludes driver-reserved memory) where the driver has it."""
+        nvml = self.nvml
+        if gpu.memory_call != "v1" and hasattr(nvml, "nvmlMemory_v2"):
+            try:
+                memory = nvml.nvmlDeviceGetMemoryInfo(gpu.handle, version=nvml.nvmlMemory_v2)
+                gpu.memory_call = "v2"
+                return memory
+            except Exception as err:
+                if not (_is(err, UNSUPPORTED_ERRORS) or "VersionMismatch" in type(err).__name__
+                        or isinstance(err, TypeError)):  # fmt: skip
+                    raise
+        gpu.memory_call = "v1"
+        return nvml.nvmlDeviceGetMemoryInfo(gpu.handle)
+
+    def _clock_reasons(self, gpu: GpuState) -> int:
+        """Clock event reasons; the older, deprecated throttle-reasons call where absent."""
+        nvml = self.nvml
+        if gpu.reasons_call != "throttle_reasons" and hasattr(
+            nvml, "nvmlDeviceGetCurrentClocksEventReasons"
+        ):
+            try:
+                value = int(nvml.nvmlDeviceGetCurrentClocksEventReasons(gpu.handle))
+                gpu.reasons_call = "event_reasons"
+                return value
+            except Exception as err:
+                if not _is(err, ("FunctionNotFound",)):
+                    raise
+        gpu.reasons_call = "throttle_reasons"
+        return int(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(gpu.handle))
+
+    def _processes(self, gpu: GpuState) -> List[Tuple[int, Optional[int]]]:
+        """(pid, bytes or None) of the compute processes; the _v2 call on drivers that lack
+        _v3 (the binding raises NVMLLibraryMismatchError, no NVMLError, for those)."""
+        nvml = self.nvml
+        if gpu.processes_call != "v2":
+            try:
+                running = nvml.nvmlDeviceGetComputeRunningProcesses(gpu.handle)
+                gpu.processes_call = "v3"
+                return [(int(p.pid), p.usedGpuMemory) for p in running]
+            except Exception as err:
+                if not (_is(err, ("LibraryMismatch", "FunctionNotFound"))):
+                    raise
+                if not hasattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2"):
+                    raise
+                log.debug("sampler: GPU %d: %s; using the _v2 call", gpu.index, error_text(err))
+        running = nvml.nvmlDeviceGetComputeRunningProcesses_v2(gpu.handle)
+        gpu.processes_call = "v2"
+        return [(int(p.pid), p.usedGpuMemory) for p in running]
 
     def read(self, tree: List[psutil.Process]) -> Dict[str, Any]:
         nvml, pids = self.nvml, {p.pid for p in tree}
         reading: Dict[str, Any] = {}
-        for index, handle in enumerate(self.handles):
-            prefix = f"gpu{index}_"
-            rates = self._try("utilization", lambda h=handle: nvml.nvmlDeviceGetUtilizationRates(h))
+        for gpu in self.gpus:
+            if gpu.failed:
+                continue
+            handle, prefix = gpu.handle, f"gpu{gpu.index}_"
+            rates = self._try(
+                gpu, "utilization", lambda h=handle: nvml.nvmlDeviceGetUtilizationRates(h)
+            )
             if rates is not None:
                 reading[prefix + "kernel_time_percent"] = rates.gpu
                 reading[prefix + "memory_busy_percent"] = rates.memory
-            memory = self._try("memory", lambda h=handle: nvml.nvmlDeviceGetMemoryInfo(h))
+            memory = self._try(gpu, "memory_used_bytes", lambda g=gpu: self._memory(g))
             if memory is not None:
                 reading[prefix + "memory_used_bytes"] = int(memory.used)
                 reading[prefix + "memory_total_bytes"] = int(memory.total)
-            processes = self._try(
-                "processes", lambda h=handle: nvml.nvmlDeviceGetComputeRunningProcesses(h)
-            )
-            if processes is not None:
-                reading[prefix + "process_memory_bytes"] = sum(
-                    int(p.usedGpuMemory or 0) for p in processes if p.pid in pids
-                )
+            gpu.processes = self._try(gpu, "process_memory_bytes", lambda g=gpu: self._processes(g))
+            if gpu.processes is not None:
+                mine = [used for pid, used in gpu.processes if pid in pids]
+                if mine:
+                    gpu.worker_seen = True
+                if mine and any(used is None for used in mine):
+                    gpu.worker_memory_unknown = True
+                elif mine:  # nothing matched or unknown: no value, never 0
+                    reading[prefix + "process_memory_bytes"] = sum(int(used) for used in mine)
             scalars = (
                 ("power_w", lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
                 ("energy_j", lambda h: nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0),
@@ -200,29 +396,84 @@ class NvmlSource:
                     "temperature_c",
                     lambda h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
                 ),
-                (
-                    "throttle_reasons",
-                    lambda h: int(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)),
-                ),
+                ("throttle_reasons", lambda h, g=gpu: self._clock_reasons(g)),
             )
             for metric, read in scalars:
-                value = self._try(metric, lambda read=read, h=handle: read(h))
+                value = self._try(gpu, metric, lambda read=read, h=handle: read(h))
                 if value is not None:
                     reading[prefix + metric] = value
         return reading
+
+    def worker_gpus(self, visible: Dict[str, Any]) -> Dict[str, Any]:
+        """The GPUs the worker used, and how that was found: from NVML's process lists
+        (its PIDs), else from the worker's CUDA_VISIBLE_DEVICES mapped to NVML by PCI
+        bus id. ``visible`` is :func:`visible_devices_of`'s answer."""
+        seen = [gpu.index for gpu in self.gpus if gpu.worker_seen]
+        if seen:
+            return {"indices": seen, "method": "nvml_pids",
+                    "note": "GPUs on which NVML listed a process of the worker"}  # fmt: skip
+        readable = [gpu.index for gpu in self.gpus if not gpu.failed]
+        if not visible.get("known"):
+            return {"indices": readable, "method": "all",
+                    "note": "no NVML process matched the worker's PIDs and its environment "
+                    f"could not be read ({visible.get('reason')}): every GPU counted"}  # fmt: skip
+        value = visible.get("CUDA_VISIBLE_DEVICES")
+        if value is None:
+            return {"indices": readable, "method": "cuda_visible_devices",
+                    "note": "no NVML process matched the worker's PIDs (container PID "
+                    "namespace?) and CUDA_VISIBLE_DEVICES is unset: every GPU is visible to "
+                    "the worker and counted"}  # fmt: skip
+        by_bus = sorted(self.gpus, key=lambda g: (g.pci_bus_id or "").upper())
+        indices: List[int] = []
+        for token in (t.strip() for t in value.split(",")):
+            if token.startswith(("GPU-", "MIG-")):
+                match = [g.index for g in self.gpus if g.uuid and g.uuid.startswith(token)]
+            elif token.isdigit() and int(token) < len(by_bus):
+                match = [by_bus[int(token)].index]
+            else:
+                match = []
+            if not match:  # CUDA stops at the first entry it cannot use
+                break
+            indices.append(match[0])
+        indices = [i for i in dict.fromkeys(indices) if i in readable]
+        if not value.strip():
+            return {"indices": [], "method": "cuda_visible_devices",
+                    "note": "CUDA_VISIBLE_DEVICES='' hides every GPU from the worker and no "
+                    "NVML process matched its PIDs: no GPU counted"}  # fmt: skip
+        return {"indices": indices, "method": "cuda_visible_devices",
+                "note": f"no NVML process matched the worker's PIDs; CUDA_VISIBLE_DEVICES="
+                f"{value!r} mapped to NVML by PCI bus id order"
+                + ("" if visible.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+                   else " (assumed: CUDA_DEVICE_ORDER is not PCI_BUS_ID)")}  # fmt: skip
 
     def describe(self) -> Dict[str, Any]:
         return {
             "available": True,
             "devices": self.devices,
-            "unsupported": sorted(self.unsupported),
+            "unsupported": {
+                f"gpu{g.index}": dict(g.unsupported) for g in self.gpus if g.unsupported
+            },
+            "failed": {f"gpu{g.index}": g.failed for g in self.gpus if g.failed},
         }
 
     def close(self) -> None:
         try:
             self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError:
-            pass
+        except Exception as err:
+            log.debug("sampler: nvmlShutdown: %s", err)
+
+
+def visible_devices_of(process: psutil.Process) -> Dict[str, Any]:
+    """The worker's CUDA_VISIBLE_DEVICES (None when unset), read from its environment."""
+    try:
+        environ = process.environ()
+    except (psutil.Error, OSError) as err:
+        return {"known": False, "reason": error_text(err)}
+    return {
+        "known": True,
+        "CUDA_VISIBLE_DEVICES": environ.get("CUDA_VISIBLE_DEVICES"),
+        "CUDA_DEVICE_ORDER": environ.get("CUDA_DEVICE_ORDER"),
+    }
 
 
 class RaplSource:
@@ -280,7 +531,11 @@ class SamplerResult:
 
 
 class Sampler:
-    """``with Sampler(pid) as s: ...``; then ``s.result(windows)``."""
+    """``with Sampler(pid) as s: ...``; then ``s.result(windows)``.
+
+    A source whose ``read`` raises is marked failed with the error from then on (its
+    ``describe()`` says so) and the others go on: sampling never ends the run.
+    """
 
     def __init__(
         self,
@@ -292,6 +547,7 @@ class Sampler:
         self.interval_s = interval_s
         self.clock = clock
         self._root = psutil.Process(pid)
+        self.visible = visible_devices_of(self._root)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kbench-sampler", daemon=True)
         self._rows: List[Dict[str, Any]] = []
@@ -299,6 +555,7 @@ class Sampler:
         self._tree_at = float("-inf")
         optional, self.unavailable = optional_sources(nvml)
         self.sources: list = [CpuSource(), *optional]
+        self.failed: Dict[str, str] = {}
 
     def __enter__(self) -> Sampler:
         self._sample()
@@ -330,11 +587,7 @@ class Sampler:
     def _sample(self) -> None:
         tree = self._tree()
         row: Dict[str, Any] = {"t": self.clock()}
-        for source in self.sources:
-            try:
-                row.update(source.read(tree))
-            except Exception as err:  # a flaky reading must never end the run
-                log.debug("sampler: %s failed: %s", source.name, err)
+        read_sources(self.sources, tree, row, self.failed)
         self._rows.append(row)
 
     def result(self, windows: Optional[Dict[str, Any]] = None) -> SamplerResult:
@@ -342,45 +595,173 @@ class Sampler:
         series = {"t": [row["t"] for row in self._rows]}
         for name in names:
             series[name] = [row.get(name) for row in self._rows]
-        sources = {source.name: source.describe() for source in self.sources}
-        sources.update(self.unavailable)
+        sources = describe_sources(self.sources, self.failed, self.unavailable)
+        summary = scoped_summary(series, windows or {}, self.sources, [self.visible], sources)
         return SamplerResult(
-            interval_s=self.interval_s,
-            sources=sources,
-            series=series,
-            summary=summarize(series, windows or {}),
+            interval_s=self.interval_s, sources=sources, series=series, summary=summary
         )
+
+
+def read_sources(
+    sources: list, tree: List[psutil.Process], row: Dict[str, Any], failed: Dict[str, str]
+) -> None:
+    """One reading of every source not yet failed into ``row``; a source that raises is
+    marked failed in ``failed`` (name -> error) and not read again."""
+    for source in sources:
+        if source.name in failed:
+            continue
+        try:
+            row.update(source.read(tree))
+        except Exception as err:  # a broken source must never end the run
+            failed[source.name] = error_text(err)
+            log.warning("sampler: %s failed, not read again: %s", source.name, failed[source.name])
+
+
+def describe_sources(
+    sources: list, failed: Dict[str, str], unavailable: Dict[str, Dict[str, Any]]
+) -> Dict[str, Dict[str, Any]]:
+    out = {}
+    for source in sources:
+        out[source.name] = source.describe()
+        if source.name in failed:
+            out[source.name]["failed_error"] = failed[source.name]
+    out.update(unavailable)
+    return out
+
+
+GPU_SERIES = re.compile(r"^gpu(\d+)_")
+
+
+def scoped_summary(
+    series: Dict[str, List[Any]],
+    windows: Dict[str, Any],
+    sources: list,
+    visible: List[Dict[str, Any]],
+    described: Dict[str, Dict[str, Any]],
+) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """:func:`summarize` over the non-GPU series and the GPUs the worker used only.
+
+    Which GPUs those are, and how that was found, goes to ``described["gpu"]
+    ["worker_gpus"]``. For each GPU used, a window without the worker's own memory or
+    without energy (neither counter nor power) gets an entry ``{"samples": 0,
+    "reason": ...}`` for that series: unknown, with why, never 0.
+    """
+    gpu = next((s for s in sources if isinstance(s, NvmlSource)), None)
+    if gpu is None:
+        return summarize(series, windows)
+    scopes = [gpu.worker_gpus(v) for v in visible] or [gpu.worker_gpus({"known": False})]
+    indices = sorted({i for scope in scopes for i in scope["indices"]})
+    used = dict(scopes[0], indices=indices)
+    if len(scopes) > 1:
+        used["note"] = "; ".join(dict.fromkeys(s["note"] for s in scopes))
+        used["method"] = "+".join(dict.fromkeys(s["method"] for s in scopes))
+    described.setdefault("gpu", {})["worker_gpus"] = used
+    kept = {
+        name: values
+        for name, values in series.items()
+        if not GPU_SERIES.match(name) or int(GPU_SERIES.match(name).group(1)) in indices
+    }
+    summary = summarize(kept, windows)
+    for stats in summary.values():
+        for state in gpu.gpus:
+            if state.index not in indices:
+                continue
+            prefix = f"gpu{state.index}_"
+            if prefix + "process_memory_bytes" not in stats:
+                reason = state.process_memory_reason() or "no reading inside this window"
+                stats[prefix + "process_memory_bytes"] = {"samples": 0, "reason": reason}
+            if prefix + "energy_j" not in stats and prefix + "power_w" not in stats:
+                why = [
+                    f"{metric}: {state.unsupported.get(metric) or state.errors.get(metric)}"
+                    for metric in ("energy_j", "power_w")
+                    if state.unsupported.get(metric) or state.errors.get(metric)
+                ]
+                stats[prefix + "energy_j"] = {
+                    "samples": 0,
+                    "reason": "neither an energy counter nor power readings in this window"
+                    + (f" ({'; '.join(why)})" if why else "")
+                    + (f"; the GPU failed: {state.failed}" if state.failed else ""),
+                }
+    return summary
+
+
+def value_at(points: List[Tuple[float, float]], t: float) -> float:
+    """The series at time ``t``, linear between samples, held beyond the first and last."""
+    if t <= points[0][0]:
+        return points[0][1]
+    if t >= points[-1][0]:
+        return points[-1][1]
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t0 <= t <= t1:
+            return v1 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def _around(
+    points: List[Tuple[float, float]], start: float, end: float
+) -> List[Tuple[float, float]]:
+    """The samples inside [start, end] and the nearest one on either side of it."""
+    before = [p for p in points if p[0] < start][-1:]
+    after = [p for p in points if p[0] > end][:1]
+    return before + [p for p in points if start <= p[0] <= end] + after
+
+
+def integral(points: List[Tuple[float, float]], start: float, end: float) -> float:
+    """Trapezoid integral of the piecewise-linear series over [start, end]."""
+    times = [start, *[t for t, _ in points if start < t < end], end]
+    values = [value_at(points, t) for t in times]
+    return sum((t1 - t0) * (v0 + v1) / 2 for t0, t1, v0, v1 in
+               zip(times, times[1:], values, values[1:]))  # fmt: skip
 
 
 def summarize(
     series: Dict[str, List[Any]], windows: Dict[str, Any]
-) -> Dict[str, Dict[str, Dict[str, float]]]:
+) -> Dict[str, Dict[str, Dict[str, Any]]]:
     """Mean and max of each series inside each window ``name -> (start, end)``.
 
-    Counters (energy) get ``increase`` instead: last minus first reading in the window.
+    Counters (energy) get ``increase`` instead: the counter interpolated to the
+    window's end minus the counter interpolated to its start, from the samples inside
+    and the nearest one on either side. Power (``*power_w``) also gets ``integral_j``:
+    the sampled power integrated over the window the same way, the energy where a board
+    has no counter. ``covered_fraction`` says how much of the window lay between
+    samples (beyond them the first or last reading is held).
     """
     times = series.get("t", [])
-    out: Dict[str, Dict[str, Dict[str, float]]] = {}
+    out: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for window, bounds in windows.items():
         if not bounds or bounds[0] is None or bounds[1] is None:
             continue
         start, end = bounds
         inside = [i for i, t in enumerate(times) if start <= t <= end]
-        stats: Dict[str, Dict[str, float]] = {}
+        stats: Dict[str, Dict[str, Any]] = {}
         for name, values in series.items():
             if name == "t":
                 continue
+            points = [(times[i], float(v)) for i, v in enumerate(values) if v is not None]
             picked = [values[i] for i in inside if values[i] is not None]
+            near = _around(points, start, end)
+            covered = 1.0
+            if near and end > start:
+                covered = (min(end, near[-1][0]) - max(start, near[0][0])) / (end - start)
+            if name.endswith(COUNTERS):
+                if len(near) < 2:
+                    continue
+                stats[name] = {
+                    "increase": value_at(near, end) - value_at(near, start),
+                    "samples": len(picked),
+                    "covered_fraction": max(0.0, min(1.0, covered)),
+                }
+                continue
             if not picked:
                 continue
-            if name.endswith(COUNTERS):
-                stats[name] = {"increase": float(picked[-1] - picked[0]), "samples": len(picked)}
-            else:
-                stats[name] = {
-                    "mean": float(sum(picked) / len(picked)),
-                    "max": float(max(picked)),
-                    "samples": len(picked),
-                }
+            stats[name] = {
+                "mean": float(sum(picked) / len(picked)),
+                "max": float(max(picked)),
+                "samples": len(picked),
+            }
+            if name.endswith("power_w") and len(near) >= 2:
+                stats[name]["integral_j"] = integral(near, start, end)
+                stats[name]["covered_fraction"] = max(0.0, min(1.0, covered))
         out[window] = stats
     return out
 

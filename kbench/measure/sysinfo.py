@@ -28,37 +28,74 @@ def cpu_model() -> str:
 
 
 def gpu_info() -> Dict[str, Any]:
-    """GPUs as NVML sees them, or why it cannot see any."""
+    """GPUs as NVML sees them, or why it cannot see any.
+
+    An NVML error after ``nvmlInit`` (a GPU whose handle needs permissions, a GPU that
+    is lost) marks that device with the error instead of failing the description; the
+    driver's version likewise. Any other device is described as usual.
+    """
     try:
         import pynvml
     except ImportError:
         return {"available": False, "reason": "nvidia-ml-py (pynvml) is not installed"}
     try:
         pynvml.nvmlInit()
-    except pynvml.NVMLError as err:
+    except Exception as err:  # NVMLError, or whatever a mismatched binding raises
         return {"available": False, "reason": f"NVML: {type(err).__name__}: {err}"}
     try:
-        devices = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            devices.append(
-                {
-                    "index": index,
-                    "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                }
-            )
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-        return {
-            "available": bool(devices),
-            "driver": driver.decode() if isinstance(driver, bytes) else driver,
-            "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
-            "devices": devices,
-        }
+        return _describe_gpus(pynvml)
+    except Exception as err:
+        return {"available": False, "reason": f"NVML: {type(err).__name__}: {err}"}
     finally:
-        pynvml.nvmlShutdown()
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # nothing to do about a failed shutdown
+            pass
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
+    devices = []
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        device: Dict[str, Any] = {"index": index}
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            device["name"] = _text(pynvml.nvmlDeviceGetName(handle))
+            device["memory_total_bytes"] = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        except Exception as err:
+            device["error"] = f"{type(err).__name__}: {err}"
+            devices.append(device)
+            continue
+        for key, read in (
+            ("pci_bus_id", lambda h=handle: _text(pynvml.nvmlDeviceGetPciInfo(h).busId)),
+            ("uuid", lambda h=handle: _text(pynvml.nvmlDeviceGetUUID(h))),
+        ):
+            try:
+                device[key] = read()
+            except Exception as err:
+                device[key] = None
+                device.setdefault("errors", {})[key] = f"{type(err).__name__}: {err}"
+        devices.append(device)
+    info: Dict[str, Any] = {
+        "available": any("error" not in d for d in devices),
+        "devices": devices,
+    }
+    if devices and not info["available"]:
+        info["reason"] = "no GPU could be read: " + "; ".join(
+            f"GPU {d['index']}: {d['error']}" for d in devices
+        )
+    try:
+        info["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        info["cuda_driver_version"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    except Exception as err:
+        info.setdefault("driver", None)
+        info.setdefault("cuda_driver_version", None)
+        info["driver_error"] = f"{type(err).__name__}: {err}"
+    return info
 
 
 def git_revision() -> Dict[str, Any]:

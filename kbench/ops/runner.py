@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -34,7 +33,7 @@ from kbench.results.config import DEVICES, ConfigError, check_choice
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir
-from kbench.run import environments
+from kbench.run import environments, leftovers
 from kbench.run.supervise import judge, supervise
 from kbench.run.task import WorkerReply
 
@@ -141,7 +140,7 @@ def run_ops(
         environments.interpreter_for(config.backend)
     output_dir = check_output_dir(Path(output_dir))
     results = []
-    with tempfile.TemporaryDirectory(prefix="kbench-ops-") as directory:
+    with leftovers.working_directory("ops") as directory:
         python_path = environments.import_root(Path(directory) / "pythonpath")
         for index, config in enumerate(configs, start=1):
             log.info("[%d/%d] %s: starting", index, len(configs), config.label())

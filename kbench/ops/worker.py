@@ -29,6 +29,7 @@ from kbench.backends.base import is_out_of_memory
 from kbench.ops.base import OpsBackend, measure, summarize
 from kbench.ops.spec import OPS
 from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.run.parent_watch import watch_parent
 from kbench.run.task import WorkerReply, emit_progress
 
 log = logging.getLogger("kbench.ops.worker")
@@ -110,6 +111,7 @@ def main(argv=None) -> int:
     if len(argv) != 1:
         log.error("usage: python -m kbench.ops.worker TASK_JSON (kbench ops writes TASK_JSON)")
         return 2
+    watch_parent()  # ends within a second of kbench ops, even after kill -9
     task = OpsTask.from_dict(read_json(Path(argv[0])))
     try:
         reply = run(task)

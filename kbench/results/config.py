@@ -8,13 +8,14 @@ expected, what was received and how to fix it.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from kbench.backends import BACKENDS
-from kbench.datasets import DATASETS as DATASET_SPECS
 from kbench.backends.switches import SWITCHES
+from kbench.datasets import DATASETS as DATASET_SPECS
 from kbench_models import MODELS
 
 DATASETS: Tuple[str, ...] = tuple(DATASET_SPECS)
@@ -39,6 +40,22 @@ DISTRIBUTED: Dict[str, Tuple[str, ...]] = {
     "mxnet-sync": ("mxnet", "mxnet-gluon"),  # KVStore dist_sync
     "mxnet-async": ("mxnet", "mxnet-gluon"),  # KVStore dist_async
 }
+# Settings a run cannot do without: every other one has a default.
+REQUIRED: Tuple[str, ...] = ("backend", "model")
+# Threads above the cores of any machine kbench runs on, and far inside the 32-bit
+# counts the frameworks' thread settings take (2**31 overflows in the worker). A
+# fixed bound, not this machine's cores: a sweep file is checked on one machine and
+# may run on a larger one, and oversubscribing cores is a fair experiment.
+MAX_THREADS = 4096
+# The largest count a framework takes: their C ints are 32-bit.
+MAX_INT = 2**31 - 1
+# numpy's global seed (which every backend sets) takes 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+# Longest timeout and inference duration: 30 days, far past any run, and far inside
+# what the clocks that wait on them take (1e20 s overflows them).
+MAX_SECONDS = 30 * 24 * 3600.0
+# Sampling less often than once a minute sees nothing of most runs.
+MAX_SAMPLE_INTERVAL_S = 60.0
 
 
 class ConfigError(ValueError):
@@ -65,11 +82,21 @@ def check_choice(setting: str, value: Any, allowed: Iterable[str]) -> None:
     raise ConfigError(setting, f"expected one of {', '.join(allowed)}; received {value!r}.{hint}")
 
 
-def _positive_int(setting: str, value: Any, *, allow_zero: bool = False) -> None:
+def _positive_int(
+    setting: str, value: Any, *, allow_zero: bool = False, most: Optional[int] = None
+) -> None:
+    """An integer from 0 or 1 up to ``most``, by default the 32-bit limit of the counts
+    frameworks take (2**31 overflows in the worker, not here)."""
     lowest = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
         kind = "a non-negative integer" if allow_zero else "a positive integer"
         raise ConfigError(setting, f"expected {kind}; received {value!r}.")
+    if value > (MAX_INT if most is None else most):
+        raise ConfigError(
+            setting,
+            f"expected an integer from {lowest} to {MAX_INT if most is None else most}; "
+            f"received {value!r}.",
+        )
 
 
 def _positive(value: Any) -> bool:
@@ -78,12 +105,18 @@ def _positive(value: Any) -> bool:
 
 def _input_shape(shape: Any, kind: str) -> Tuple[int, ...]:
     """A synthetic input shape checked against the model's kind of input."""
-    shape = tuple(shape)
     expected = {
         "image": ((2, 3), "HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS (channels last), e.g. 28x28x1"),
         "sequence": ((2,), "STEPSxFEATURES, e.g. 250x50"),
         "tokens": ((1,), "STEPS, e.g. 250"),
     }[kind]
+    if not isinstance(shape, (list, tuple)):
+        raise ConfigError(
+            "input_shape",
+            f"expected a list of positive integers in a sweep file ({expected[1]} as a "
+            f"flag); received {type(shape).__name__} {shape!r}.",
+        )
+    shape = tuple(shape)
     if len(shape) not in expected[0] or not all(_positive(d) for d in shape):
         raise ConfigError(
             "input_shape",
@@ -98,10 +131,18 @@ def _not_number(value: Any) -> bool:
     return isinstance(value, bool) or not isinstance(value, (int, float))
 
 
-def _positive_number(setting: str, value: Any, unit: str = "") -> None:
-    if _not_number(value) or value <= 0:
+def _positive_number(
+    setting: str, value: Any, unit: str = "", most: Optional[float] = None
+) -> None:
+    if (
+        _not_number(value)
+        or not math.isfinite(value)
+        or value <= 0
+        or (most is not None and value > most)
+    ):
         what = f"a positive number of {unit}" if unit else "a positive number"
-        raise ConfigError(setting, f"expected {what}; received {value!r}.")
+        bound = f" up to {most:,.0f}" if most is not None else ""
+        raise ConfigError(setting, f"expected {what}{bound} (finite); received {value!r}.")
 
 
 @dataclass(frozen=True)
@@ -158,6 +199,9 @@ class RunConfig:
     profile_steps: int = 10
 
     def __post_init__(self) -> None:
+        for name in REQUIRED:
+            if getattr(self, name) is None:
+                raise ConfigError(name, f"expected a {name}; received none.")
         check_choice("backend", self.backend, BACKENDS)
         check_choice("model", self.model, MODELS)
         check_choice("dataset", self.dataset, DATASETS)
@@ -229,6 +273,8 @@ class RunConfig:
         _positive_int("batch_size", self.batch_size)
         if self.steps is not None:
             _positive_int("steps", self.steps)
+            if self.epochs is not None:  # the flags' default: steps replace it
+                _positive_int("epochs", self.epochs)
             object.__setattr__(self, "epochs", None)
         elif self.epochs is None:
             raise ConfigError("epochs", "expected a number of epochs or steps; received neither.")
@@ -237,7 +283,7 @@ class RunConfig:
         _positive_int("warmup_steps", self.warmup_steps, allow_zero=True)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _positive_number("learning_rate", self.learning_rate)
-        _positive_number("duration_s", self.duration_s, "seconds")
+        _positive_number("duration_s", self.duration_s, "seconds", MAX_SECONDS)
 
     def _check_data(self) -> None:
         if self.data_format is not None:
@@ -274,12 +320,18 @@ class RunConfig:
         if self.input_shape is not None:
             object.__setattr__(self, "input_shape", _input_shape(self.input_shape, model_kind))
         if self.image_size is not None:
-            size = tuple(self.image_size)
-            if len(size) != 2 or not all(_positive(d) for d in size):
+            size = self.image_size
+            if (
+                not isinstance(size, (list, tuple))
+                or len(size) != 2
+                or not all(_positive(d) for d in size)
+            ):
                 raise ConfigError(
                     "image_size",
-                    f"expected HEIGHTxWIDTH of positive integers; received {self.image_size!r}.",
+                    "expected HEIGHTxWIDTH of positive integers (a list in a sweep file: "
+                    f"[64, 64]); received {type(size).__name__} {size!r}.",
                 )
+            size = tuple(size)
             if data_kind != "image":
                 raise ConfigError(
                     "image_size",
@@ -287,7 +339,9 @@ class RunConfig:
                     "(synthetic data takes --input-shape).",
                 )
             object.__setattr__(self, "image_size", size)
-        if self.data_dir is not None and not os.path.isdir(self.data_dir):
+        if self.data_dir is not None and (
+            not isinstance(self.data_dir, str) or not os.path.isdir(self.data_dir)
+        ):
             raise ConfigError(
                 "data_dir",
                 f"expected an existing directory; received {self.data_dir!r}, which is not one.",
@@ -324,15 +378,21 @@ class RunConfig:
 
     def _check_measurement(self) -> None:
         if self.threads is not None:
-            _positive_int("threads", self.threads)
-        _positive_number("timeout_s", self.timeout_s, "seconds")
+            _positive_int("threads", self.threads, most=MAX_THREADS)
+        _positive_int("seed", self.seed, allow_zero=True, most=MAX_SEED)
+        _positive_number("timeout_s", self.timeout_s, "seconds", MAX_SECONDS)
         check_choice("device", self.device, DEVICES)
         _positive_int("repeat", self.repeat, allow_zero=True)
-        if _not_number(self.sample_interval_s) or self.sample_interval_s < 0:
+        interval = self.sample_interval_s
+        if (
+            _not_number(interval)
+            or not math.isfinite(interval)
+            or not 0 <= interval <= MAX_SAMPLE_INTERVAL_S
+        ):
             raise ConfigError(
                 "sample_interval_s",
-                "expected a number of seconds, 0 to turn the sampler off; "
-                f"received {self.sample_interval_s!r}.",
+                f"expected a finite number of seconds up to {MAX_SAMPLE_INTERVAL_S:g}, 0 to "
+                f"turn the sampler off; received {interval!r}.",
             )
         fraction = self.gpu_memory_fraction
         if fraction is not None and (_not_number(fraction) or not 0 < fraction <= 1):
@@ -340,6 +400,8 @@ class RunConfig:
                 "gpu_memory_fraction",
                 f"expected a fraction of GPU memory above 0 and at most 1; received {fraction!r}.",
             )
+        if fraction is not None:  # 1 in a sweep file: frameworks take a float only
+            object.__setattr__(self, "gpu_memory_fraction", float(fraction))
         if not isinstance(self.gpu_memory_growth, bool):
             raise ConfigError(
                 "gpu_memory_growth", f"expected true or false; received {self.gpu_memory_growth!r}."
@@ -368,8 +430,10 @@ class RunConfig:
             )
         data = dict(data)
         for name in ("input_shape", "image_size"):
-            if data.get(name) is not None:
+            if isinstance(data.get(name), list):  # checked, with a message, on creation
                 data[name] = tuple(data[name])
+        for name in REQUIRED:
+            data.setdefault(name, None)
         return cls(**data)
 
     def label(self) -> str:

@@ -6,28 +6,53 @@ Standard library only: the workers import it under every backend's interpreter.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, List, Tuple
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that ``path`` holds either the old file or the whole new one."""
+def write_json_atomic(path: Path, data: Any, allow_nan: bool = True) -> None:
+    """Write JSON so that ``path`` holds either the old file or the whole new one.
+
+    Whatever goes wrong (a value JSON cannot hold, a full disk), the temporary file is
+    removed and ``path`` is untouched. ``allow_nan=False`` refuses NaN and infinity,
+    which standard JSON cannot hold (see :func:`finite`).
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False)
+            json.dump(data, handle, indent=2, sort_keys=False, allow_nan=allow_nan)
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result is an ordinary file
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass  # already gone, or the file system refuses even that
         raise
+
+
+def finite(data: Any, path: str = "") -> Tuple[Any, List[str]]:
+    """``data`` with every NaN or infinity replaced by None, and the dotted paths of
+    the values replaced (``metrics.final_train_loss``, ``metrics.losses[3]``)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None, [path or "."]
+    if isinstance(data, dict):
+        out, where = {}, []
+        for key, value in data.items():
+            out[key], found = finite(value, f"{path}.{key}" if path else str(key))
+            where += found
+        return out, where
+    if isinstance(data, (list, tuple)):
+        items = [finite(value, f"{path}[{i}]") for i, value in enumerate(data)]
+        return [v for v, _ in items], [p for _, found in items for p in found]
+    return data, []
 
 
 def _umask() -> int:
@@ -39,4 +64,3 @@ def _umask() -> int:
 def read_json(path: Path) -> Any:
     with open(path) as handle:
         return json.load(handle)
-

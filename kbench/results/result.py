@@ -1,18 +1,25 @@
 """One versioned JSON document per run; reports read only these.
 
 Written atomically (temporary file, then rename), so an interrupted command leaves
-either a whole result or none.
+either a whole result or none. Written as standard JSON: a NaN or infinity (a loss
+that diverged) is written as ``null`` and its place listed in ``non_finite``.
+
+Every document is checked when it is read: its schema version (older ones are
+upgraded), then the type of every field and of the nested values readers use
+(:data:`SHAPE`), so that one damaged document is refused with a reason instead of
+failing a report later.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.results.jsonfile import finite, read_json, write_json_atomic
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # unsupported: a data-parallel mode that cannot run on this machine (the reason says why)
 STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
 
@@ -24,8 +31,112 @@ def _from_v1(data: Dict[str, Any]) -> Dict[str, Any]:
     return dict(data, sweep=None, schema_version=2)
 
 
+def _from_v2(data: Dict[str, Any]) -> Dict[str, Any]:
+    """Version 3 added ``non_finite``: the places where a NaN or infinity was written
+    as null. A version 2 document may hold bare NaN (not standard JSON, but Python
+    reads it): those become None here, listed as version 3 lists them."""
+    data, replaced = finite(data)
+    return dict(data, non_finite=replaced, schema_version=3)
+
+
 # version -> how to lift a document of that version one version up
-UPGRADES: Dict[int, Callable[[Dict[str, Any]], Dict[str, Any]]] = {1: _from_v1}
+UPGRADES: Dict[int, Callable[[Dict[str, Any]], Dict[str, Any]]] = {1: _from_v1, 2: _from_v2}
+
+NUMBER = (int, float)
+# The type of every field, and of the nested values that readers (the store's index,
+# tables, reports, export) use: a dotted place -> the types allowed there. A place
+# that is absent is not checked (older documents lack some); None is allowed where
+# the tuple holds type(None). Places under a missing or null parent are skipped;
+# ``name[]`` is each item of the list ``name``.
+NONE = type(None)
+SHAPE: Dict[str, Tuple[type, ...]] = {
+    "run_id": (str,),
+    "status": (str,),
+    "config": (dict,),
+    "config.backend": (str,),
+    "config.model": (str,),
+    "started_at": (str,),
+    "wall_time_s": NUMBER,
+    "environment": (dict,),
+    "environment.machine": (dict,),
+    "environment.machine.hostname": (str, NONE),
+    "environment.machine.gpu": (dict,),
+    "environment.machine.gpu.devices": (list, NONE),
+    "environment.machine.gpu.devices[]": (dict,),
+    "environment.framework": (dict, NONE),
+    "environment.framework.warnings": (list, NONE),
+    "environment.kbench": (dict, NONE),
+    "environment.keras_json": (dict, NONE),
+    "environment.process_env": (dict, NONE),
+    "data": (dict,),
+    "model": (dict,),
+    "metrics": (dict,),
+    "metrics.images_per_sec": NUMBER + (NONE,),
+    "metrics.test_accuracy": NUMBER + (NONE,),
+    "metrics.memory": (list,),
+    "metrics.memory[]": (dict,),
+    "metrics.step_time_s": (dict, NONE),
+    "metrics.latency_ms": (dict, NONE),
+    "metrics.markers": (dict, NONE),
+    "reason": (str, NONE),
+    "error": (dict, NONE),
+    "sampler": (dict, NONE),
+    "kind": (str,),
+    "sweep": (dict, NONE),
+    "sweep.name": (str, NONE),
+    "sweep.run_key": (str, NONE),
+    "non_finite": (list,),
+}
+TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number",
+              float: "a number", NONE: "null", bool: "true/false"}  # fmt: skip
+
+
+def shape_problems(data: Dict[str, Any]) -> List[str]:
+    """What in ``data`` (a document of the current version) has the wrong type."""
+    problems = []
+    non_finite = data.get("non_finite")
+    nulled = set(non_finite) if isinstance(non_finite, list) else set()
+    for place, allowed in SHAPE.items():
+        for where, value in _values_at(data, place):
+            if value is None and where in nulled:
+                continue  # a NaN or infinity, written as null
+            wrong = not isinstance(value, allowed) or (
+                isinstance(value, bool) and bool not in allowed
+            )
+            if isinstance(value, float) and not math.isfinite(value):
+                wrong = True  # standard JSON has no NaN: kbench writes null
+            if wrong:
+                expected = " or ".join(dict.fromkeys(TYPE_NAMES[t] for t in allowed))
+                problems.append(f"{where}: expected {expected}; the document has {_show(value)}")
+                break
+    return problems
+
+
+def _values_at(data: Any, place: str) -> List[Tuple[str, Any]]:
+    """(place, value) for each value at a dotted ``place``; ``name[]`` is every item
+    of the list ``name``. Nothing where a parent is absent or not an object."""
+    found = [("", data)]
+    for part in place.split("."):
+        items = part.endswith("[]")
+        name = part[:-2] if items else part
+        step = []
+        for where, holder in found:
+            if isinstance(holder, dict) and name in holder:
+                where = f"{where}.{name}" if where else name
+                value = holder[name]
+                if not items:
+                    step.append((where, value))
+                elif isinstance(value, list):
+                    step += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+        found = step
+    return found
+
+
+def _show(value: Any) -> str:
+    text = "null" if value is None else repr(value)
+    kind = "null" if value is None else TYPE_NAMES.get(type(value), type(value).__name__)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return kind if kind == "null" else f"{kind} ({text})"
 
 
 class ResultError(ValueError):
@@ -48,6 +159,8 @@ class RunResult:
     sampler: Optional[Dict[str, Any]] = None  # series, sources, per-window summary
     kind: str = "train"  # train, inference or parity
     sweep: Optional[Dict[str, Any]] = None  # name, file, run_key: for runs of a sweep
+    # places (metrics.final_train_loss) where a NaN or infinity was written as null
+    non_finite: List[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -71,7 +184,10 @@ class RunResult:
         return list((self.environment.get("framework") or {}).get("warnings") or [])
 
     def to_dict(self) -> Dict[str, Any]:
-        data = asdict(self)
+        """The document: standard JSON, NaN and infinity written as None (``non_finite``
+        says where)."""
+        data, replaced = finite(asdict(self))
+        data["non_finite"] = sorted(set(data["non_finite"]) | set(replaced))
         # schema first, so a reader sees the version before anything else
         return {"schema_version": data.pop("schema_version"), **data}
 
@@ -98,13 +214,29 @@ class RunResult:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ResultError(f"unknown fields {', '.join(unknown)} for version {version}")
+        required = {f.name for f in fields(cls) if f.default is f.default_factory is MISSING}
+        missing = sorted(required - set(data))
+        if missing:
+            raise ResultError(f"missing fields {', '.join(missing)} for version {version}")
+        problems = shape_problems(data)
+        if problems:
+            raise ResultError("; ".join(problems))
         return cls(**data)
 
     def save(self, directory: Path) -> Path:
         path = Path(directory) / f"{self.run_id}.json"
-        write_json_atomic(path, self.to_dict())
+        write_json_atomic(path, self.to_dict(), allow_nan=False)
         return path
 
     @classmethod
     def load(cls, path: Path) -> RunResult:
-        return cls.from_dict(read_json(path))
+        """Read and check a document; any way it is not one raises :class:`ResultError`."""
+        try:
+            data = read_json(path)
+        except UnicodeDecodeError as err:
+            raise ResultError(
+                f"expected a UTF-8 JSON document; {err.reason} at byte {err.start}"
+            ) from None
+        except ValueError as err:  # json.JSONDecodeError: truncated, random bytes
+            raise ResultError(f"expected a JSON document; it does not parse: {err}") from None
+        return cls.from_dict(data)

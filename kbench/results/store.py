@@ -2,10 +2,18 @@
 
 The documents (``<run_id>.json``, one per run, written atomically by the runner)
 are the truth; ``index.jsonl`` is a cache of one line per document (its run id,
-status and config) so that listing and filtering do not read every document. The
-index is rewritten atomically and reconciled with the directory whenever it is
-read, so a document copied in by hand, or written by a command that was killed
-before it updated the index, is picked up, and a deleted one is dropped.
+status and config, and the document's size and modification time) so that listing
+and filtering do not read every document. The index is rewritten atomically and
+reconciled with the directory whenever it is read: a document copied in by hand,
+or written by a command that was killed before it updated the index, is picked up;
+a deleted one is dropped; one whose size or modification time differs from its
+entry is read again. A document that is not a readable result (truncated, another
+schema, a field of the wrong type) is left out of every listing, export and
+resume, and named in ``ResultStore.unreadable`` with the reason.
+
+Writing: one writer at a time (:mod:`kbench.results.lock`). A result that cannot be
+written to the store (a full disk, permissions) is kept in a place that can take it
+(:func:`rescue`) and :class:`ResultNotSaved` says where and how to import it.
 
 Documents from several machines can live in one store (``merge``): each carries
 its machine in ``environment``, and :func:`host_of` tells them apart.
@@ -13,26 +21,52 @@ its machine in ``environment``, and :func:`host_of` tells them apart.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
+import re
+import shlex
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kbench.results.config import ConfigError
+from kbench.results.lock import writer_lock
 from kbench.results.result import ResultError, RunResult
 
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "index.jsonl"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: entries carry the document's size and mtime_ns
+UNSAVED_NAME = "unsaved"  # logs/unsaved/ in a store, or the cache's unsaved/STORE/
+# Below this much free space a sweep is warned before it starts (a result with its
+# sampler series and a log take up to a few MB per run).
+LOW_SPACE_BYTES = 200 * 2**20
+SPACE_PER_RUN_BYTES = 5 * 2**20
+LOG_PROBE_BYTES = 8192  # written (then truncated) before a run: a store that cannot is full
 
 
 class StoreError(ValueError):
     """A store, filter or export request kbench cannot carry out; says how to fix it."""
+
+
+class StoreWriteError(Exception):
+    """The store cannot take what a run writes (a full disk, permissions): the run's
+    command stops (exit 1) instead of running on into the same wall."""
+
+
+class ResultNotSaved(StoreWriteError):
+    """A finished run's result could not be written to the store; ``kept`` is where a
+    copy was written instead (None when nowhere could take it)."""
+
+    def __init__(self, message: str, result: RunResult, kept: Optional[Path]) -> None:
+        super().__init__(message)
+        self.result = result
+        self.kept = kept
 
 
 @dataclass(frozen=True)
@@ -49,11 +83,14 @@ class IndexEntry:
     images_per_sec: Optional[float] = None
     sweep: Optional[str] = None
     run_key: Optional[str] = None  # a sweep run's identity across reruns
+    size: int = -1  # the document's, when it was indexed: a change means read it again
+    mtime_ns: int = -1
     index_version: int = INDEX_VERSION
 
     @classmethod
-    def of(cls, result: RunResult, file: str) -> IndexEntry:
+    def of(cls, result: RunResult, file: str, stat: Optional[os.stat_result] = None) -> IndexEntry:
         sweep = result.sweep or {}
+        ips = result.metrics.get("images_per_sec")
         return cls(
             run_id=result.run_id,
             file=file,
@@ -62,16 +99,47 @@ class IndexEntry:
             started_at=result.started_at,
             host=host_of(result),
             config=result.config,
-            images_per_sec=result.metrics.get("images_per_sec"),
+            images_per_sec=ips if isinstance(ips, (int, float)) and math.isfinite(ips) else None,
             sweep=sweep.get("name"),
             run_key=sweep.get("run_key"),
+            size=stat.st_size if stat else -1,
+            mtime_ns=stat.st_mtime_ns if stat else -1,
         )
+
+    @classmethod
+    def from_dict(cls, data: Any) -> IndexEntry:
+        """An index line, its types checked; ValueError when it is not one."""
+        if not isinstance(data, dict) or data.get("index_version") != INDEX_VERSION:
+            raise ValueError("another index layout")
+        entry = cls(**data)
+        for f in fields(cls):
+            value = getattr(entry, f.name)
+            expected = _INDEX_TYPES.get(f.name, (str,))
+            if not isinstance(value, expected) or isinstance(value, bool):
+                raise ValueError(f"{f.name}: {value!r}")
+        return entry
+
+    def matches(self, stat: os.stat_result) -> bool:
+        """Whether the document is still the one this entry was made from."""
+        return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
 
     def field_value(self, name: str) -> Any:
         """A top-level field or a config setting, by name (for filters)."""
         if name in self.config:
             return self.config[name]
         return getattr(self, name, None)
+
+
+_NONE = type(None)
+_INDEX_TYPES = {
+    "config": (dict,),
+    "images_per_sec": (int, float, _NONE),
+    "sweep": (str, _NONE),
+    "run_key": (str, _NONE),
+    "size": (int,),
+    "mtime_ns": (int,),
+    "index_version": (int,),
+}
 
 
 def host_of(result: RunResult) -> str:
@@ -141,18 +209,40 @@ class ResultStore:
     # writing -------------------------------------------------------------
 
     def add(self, result: RunResult) -> Path:
-        """Save ``result`` (atomically), then record it in the index."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = result.save(self.directory)
+        """Save ``result`` (atomically), then record it in the index.
+
+        Raises :class:`ResultNotSaved` when the document cannot be written: nothing of
+        it is left in the store, and a copy is kept where :func:`rescue` could put it.
+        An index that cannot be rewritten is only warned about: the document is safe
+        and the index is rebuilt from it when next read.
+        """
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = result.save(self.directory)
+        except OSError as err:
+            raise not_saved(result, self.directory, err) from None
         entries = {e.run_id: e for e in self._read_index()}
-        entries[result.run_id] = IndexEntry.of(result, path.name)
-        self._write_index(entries.values())
+        entries[result.run_id] = IndexEntry.of(result, path.name, _stat(path))
+        try:
+            self._write_index(entries.values())
+        except OSError as err:
+            log.warning(
+                "%s: not updated (%s); %s is saved and will be indexed when the store is next read",
+                self.index_path,
+                err.strerror or err,
+                path.name,
+            )
         return path
 
     # reading -------------------------------------------------------------
 
     def entries(self, filters: Sequence[Filter] = ()) -> List[IndexEntry]:
-        """Every readable document's entry, oldest first, reconciled with the directory."""
+        """Every readable document's entry, oldest first, reconciled with the directory.
+
+        The index is trusted for a document only while the document's size and
+        modification time are those it recorded; otherwise the document is read
+        (and checked) again. Unreadable documents land in :attr:`unreadable`.
+        """
         if not self.exists():
             raise StoreError(
                 f"store: expected a directory of kbench results; {self.directory} does not "
@@ -165,13 +255,16 @@ class ResultStore:
         entries, changed = [], set(indexed) != set(on_disk)
         self.unreadable = []
         for name in on_disk:
+            path = self.directory / name
             entry = indexed.get(name)
-            if entry is None:
-                try:
-                    entry = IndexEntry.of(RunResult.load(self.directory / name), name)
-                except (ResultError, ValueError, TypeError, OSError) as err:
-                    self.unreadable.append((name, str(err)))
-                    continue
+            try:
+                stat = path.stat()
+                if entry is None or not entry.matches(stat):
+                    changed = True
+                    entry = IndexEntry.of(RunResult.load(path), name, stat)
+            except (ResultError, OSError) as err:
+                self.unreadable.append((name, _why(err)))
+                continue
             entries.append(entry)
         if changed:
             try:
@@ -183,7 +276,10 @@ class ResultStore:
         return sorted(entries, key=lambda e: (e.started_at, e.run_id))
 
     def results(self, filters: Sequence[Filter] = (), latest_only: bool = False) -> List[RunResult]:
-        """The documents that pass ``filters``; with ``latest_only``, the newest per sweep run."""
+        """The documents that pass ``filters``; with ``latest_only``, the newest per sweep run.
+
+        A document that turns out unreadable now is added to :attr:`unreadable` and left out.
+        """
         entries = self.entries(filters)
         if latest_only:
             entries = latest_per_run(entries)
@@ -191,36 +287,44 @@ class ResultStore:
         for entry in entries:
             try:
                 out.append(RunResult.load(self.directory / entry.file))
-            except (ResultError, ValueError, TypeError, OSError) as err:
-                self.unreadable.append((entry.file, str(err)))
+            except (ResultError, OSError) as err:
+                self.unreadable.append((entry.file, _why(err)))
         return out
 
     def done_keys(self) -> Dict[str, str]:
-        """run_key -> status of its newest result, for resuming a sweep."""
+        """run_key -> status of its newest readable result, for resuming a sweep. A run
+        whose only documents are unreadable is not done."""
         return {e.run_key: e.status for e in latest_per_run(self.entries()) if e.run_key}
 
     # moving results between stores --------------------------------------
 
     def merge(self, sources: Iterable[Path]) -> MergeSummary:
-        """Copy every readable document of ``sources`` that this store lacks (and its log)."""
+        """Copy every readable document of ``sources`` that this store lacks (and its
+        log), holding this store's writer lock."""
         summary = MergeSummary()
-        have = {e.run_id for e in self.entries()} if self.exists() else set()
-        for source in sources:
-            other = ResultStore(Path(source))
-            for entry in other.entries():
-                if entry.run_id in have:
-                    summary.already_present += 1
-                    continue
-                result = RunResult.load(other.directory / entry.file)
-                self.add(result)  # rewritten in the current schema version
-                have.add(entry.run_id)
-                summary.added += 1
-                summary.hosts.add(entry.host)
-                log_file = other.directory / "logs" / f"{entry.run_id}.log"
-                if log_file.exists():
-                    (self.directory / "logs").mkdir(exist_ok=True)
-                    shutil.copy2(log_file, self.directory / "logs" / log_file.name)
-            summary.unreadable += [(f"{source}/{name}", why) for name, why in other.unreadable]
+        with writer_lock(self.directory):
+            have = {e.run_id for e in self.entries()}
+            summary.unreadable += [(str(self.directory / n), why) for n, why in self.unreadable]
+            for source in sources:
+                other = ResultStore(Path(source))
+                for entry in other.entries():
+                    if entry.run_id in have:
+                        summary.already_present += 1
+                        continue
+                    try:
+                        result = RunResult.load(other.directory / entry.file)
+                    except (ResultError, OSError) as err:
+                        other.unreadable.append((entry.file, _why(err)))
+                        continue
+                    self.add(result)  # rewritten in the current schema version
+                    have.add(entry.run_id)
+                    summary.added += 1
+                    summary.hosts.add(entry.host)
+                    log_file = other.directory / "logs" / f"{entry.run_id}.log"
+                    if log_file.exists():
+                        (self.directory / "logs").mkdir(exist_ok=True)
+                        shutil.copy2(log_file, self.directory / "logs" / log_file.name)
+                summary.unreadable += [(f"{source}/{name}", why) for name, why in other.unreadable]
         return summary
 
     # index file -----------------------------------------------------------
@@ -231,21 +335,141 @@ class ResultStore:
         entries = []
         try:
             lines = self.index_path.read_text().splitlines()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             return []
         for line in lines:
             try:
-                data = json.loads(line)
-                if data.get("index_version") != INDEX_VERSION:
-                    return []  # another layout: rebuilt from the documents
-                entries.append(IndexEntry(**data))
+                entries.append(IndexEntry.from_dict(json.loads(line)))
             except (ValueError, TypeError):
-                return []  # damaged: rebuilt from the documents
+                return []  # damaged or another layout: rebuilt from the documents
         return entries
 
     def _write_index(self, entries: Iterable[IndexEntry]) -> None:
-        lines = [json.dumps(asdict(e), sort_keys=True) for e in entries]
+        lines = [json.dumps(asdict(e), sort_keys=True, allow_nan=False) for e in entries]
         write_lines_atomic(self.index_path, lines)
+
+
+def _stat(path: Path) -> Optional[os.stat_result]:
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+def _why(err: BaseException) -> str:
+    if isinstance(err, OSError):
+        return f"cannot be read: {err.strerror or err}"
+    return str(err)
+
+
+# a result the store cannot take -----------------------------------------------
+
+
+def cache_dir() -> Path:
+    """kbench's cache: ``$KBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/kbench``, else
+    ``~/.cache/kbench`` (as :func:`kbench.datasets.sources.kbench_cache_dir`)."""
+    if os.environ.get("KBENCH_CACHE_DIR"):
+        return Path(os.environ["KBENCH_CACHE_DIR"])
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "kbench"
+    return Path.home() / ".cache" / "kbench"
+
+
+def rescue_places(store: Path) -> List[Path]:
+    """Where a result the store cannot take is kept, in order of preference: beside
+    the run's log (``STORE/logs/unsaved/``), else in kbench's cache
+    (``unsaved/<the store's path, as a name>/``)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(Path(store).resolve())).strip("_") or "store"
+    return [Path(store) / "logs" / UNSAVED_NAME, cache_dir() / UNSAVED_NAME / slug]
+
+
+def rescue(result: RunResult, store: Path) -> Tuple[Optional[Path], List[str]]:
+    """Write ``result`` to the first of :func:`rescue_places` that takes it: (the
+    place, or None; why each place before it failed)."""
+    tried = []
+    for place in rescue_places(store):
+        existed = place.is_dir()
+        try:
+            place.mkdir(parents=True, exist_ok=True)
+            result.save(place)
+            return place, tried
+        except OSError as err:
+            tried.append(f"{place}: {err.strerror or err}")
+            if not existed:
+                with contextlib.suppress(OSError):
+                    place.rmdir()  # leave no empty directory to puzzle over
+    return None, tried
+
+
+def not_saved(result: RunResult, store: Path, err: OSError) -> ResultNotSaved:
+    """Keep ``result`` where :func:`rescue` can, and say where and how to import it."""
+    kept, tried = rescue(result, store)
+    problem = (
+        f"the result of run {result.run_id} ({result.status}) could not be written to "
+        f"{store}: {err.strerror or err}."
+    )
+    if kept is None:
+        return ResultNotSaved(
+            f"{problem} It could not be kept anywhere else either ({'; '.join(tried)}): "
+            "this run's result is lost. Free some space and run it again.",
+            result,
+            None,
+        )
+    command = shlex.join(["kbench", "results", "--store", str(store), "--merge", str(kept)])
+    return ResultNotSaved(
+        f"{problem} It is kept in {kept / (result.run_id + '.json')}. When the store can "
+        f"take it again (free some space), import it with:\n  {command}\nthen delete {kept}.",
+        result,
+        kept,
+    )
+
+
+def open_log(store: Path, run_id: str) -> Path:
+    """Create ``STORE/logs/<run_id>.log`` for a run about to start, proving that the
+    store can take a few KB (a full disk accepts an empty file and then no line of
+    it); a store that cannot raises :class:`StoreWriteError` before the run starts."""
+    path = Path(store) / "logs" / f"{run_id}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(bytes(LOG_PROBE_BYTES))
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.truncate(0)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            path.unlink()  # an empty log of a run that never started would puzzle
+        raise StoreWriteError(
+            f"cannot write the log of the next run, {path}: {err.strerror or err}. "
+            f"Free some space in (or choose another) --output-dir; runs already finished "
+            f"are in {store}."
+        ) from None
+    return path
+
+
+def low_space_warning(store: Path, runs: int) -> Optional[str]:
+    """A warning when the file system of ``store`` has less room than ``runs`` runs
+    may need (results, sampler series and logs); None when there is room or no way
+    to tell."""
+    try:
+        free = shutil.disk_usage(_existing_parent(Path(store))).free
+    except OSError:
+        return None
+    need = max(LOW_SPACE_BYTES, runs * SPACE_PER_RUN_BYTES)
+    if free >= need:
+        return None
+    return (
+        f"only {free / 2**20:.1f} MB free where results go ({store}); {runs} runs may "
+        f"need about {need / 2**20:.0f} MB. A result that cannot be written stops the "
+        "sweep (and is kept aside); free some space or choose another --output-dir."
+    )
+
+
+def _existing_parent(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 @dataclass
@@ -276,8 +500,10 @@ def write_lines_atomic(path: Path, lines: Sequence[str]) -> None:
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass  # already gone, or the file system refuses even that
         raise
 
 

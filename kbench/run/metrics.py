@@ -4,6 +4,7 @@ and the achieved FLOP/s. Shared by the runner and the data-parallel launcher.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List
 
 from kbench.measure import sysinfo
@@ -40,50 +41,108 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
     return rate
 
 
-def sampled_memory(summary: Dict[str, Dict[str, Dict[str, float]]]) -> List[Dict[str, Any]]:
-    """The sampler's GPU memory peaks over the whole run, labelled with their kinds."""
-    readings = []
+def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """The sampler's GPU memory peaks over the whole run, labelled with their kinds.
+
+    The summary covers only the GPUs the worker used (see
+    :func:`kbench.measure.sampler.scoped_summary`). Where no GPU gave the worker's own
+    memory (NVML_VALUE_NOT_AVAILABLE, or no NVML process matching its PIDs inside a
+    container), one ``process_nvml`` reading has ``bytes: None`` and the reason: unknown,
+    never 0, so comparisons fall back to the next kind.
+    """
+    readings, unknown = [], []
     for name, stats in sorted(summary.get("run", {}).items()):
         gpu, _, metric = name.partition("_")
         kind = {"process_memory_bytes": "process_nvml", "memory_used_bytes": "device_used"}.get(
             metric
         )
-        if gpu.startswith("gpu") and kind:
-            readings.append(
-                {
-                    "kind": kind,
-                    "bytes": int(stats["max"]),
-                    "device": gpu,
-                    "source": "NVML, the largest sampled value over the run"
-                    + (
-                        " (the worker and its children)"
-                        if kind == "process_nvml"
-                        else " (every process on the device)"
-                    ),
-                }
-            )
+        if not (gpu.startswith("gpu") and kind):
+            continue
+        if stats.get("max") is None:
+            if kind == "process_nvml" and stats.get("reason"):
+                unknown.append((gpu, stats["reason"]))
+            continue
+        readings.append(
+            {
+                "kind": kind,
+                "bytes": int(stats["max"]),
+                "device": gpu,
+                "source": "NVML, the largest sampled value over the run"
+                + (
+                    " (the worker and its children)"
+                    if kind == "process_nvml"
+                    else " (every process on the device)"
+                ),
+            }
+        )
+    if unknown and not any(r["kind"] == "process_nvml" for r in readings):
+        readings.append(
+            {
+                "kind": "process_nvml",
+                "bytes": None,
+                "device": ",".join(gpu for gpu, _ in unknown),
+                "source": "NVML per-process memory",
+                "reason": "; ".join(f"{gpu}: {why}" for gpu, why in unknown),
+            }
+        )
     return readings
 
 
 def measured_energy(
-    summary: Dict[str, Dict[str, Dict[str, float]]], measured_images: int
+    summary: Dict[str, Dict[str, Dict[str, Any]]], measured_images: int
 ) -> Dict[str, Any]:
-    """Energy over the measured window from every readable counter, and images per joule."""
-    counters = {
-        name: stats["increase"]
-        for name, stats in summary.get("measured", {}).items()
-        if name.endswith("energy_j") and stats.get("samples", 0) >= 2
-    }
-    if not counters:
+    """Energy over the measured window, per device and in total, and images per joule.
+
+    Per GPU the worker used: its energy counter's increase (``method: counter``), else
+    its sampled power integrated over the window (``power_integral``, boards without a
+    counter); a GPU with neither makes the energy unknown with the reason, never 0.
+    Intel RAPL adds the CPU package's counter where the kernel exposes it.
+    """
+    measured = summary.get("measured", {})
+    devices: Dict[str, Dict[str, Any]] = {}
+    missing: Dict[str, str] = {}
+    gpus = sorted({n.split("_", 1)[0] for n in measured if re.match(r"gpu\d+_", n)})
+    for gpu in gpus:
+        counter = measured.get(f"{gpu}_energy_j") or {}
+        power = measured.get(f"{gpu}_power_w") or {}
+        if counter.get("increase") is not None:
+            devices[gpu] = {"joules": counter["increase"], "method": "counter",
+                            "covered_fraction": counter.get("covered_fraction")}  # fmt: skip
+        elif power.get("integral_j") is not None:
+            devices[gpu] = {"joules": power["integral_j"], "method": "power_integral",
+                            "covered_fraction": power.get("covered_fraction")}  # fmt: skip
+        else:
+            missing[gpu] = counter.get("reason") or (
+                "neither an energy counter nor at least two power readings around the "
+                "measured window"
+            )
+    rapl = measured.get("rapl_energy_j") or {}
+    if rapl.get("increase") is not None:
+        devices["cpu_package"] = {"joules": rapl["increase"], "method": "counter (Intel RAPL)"}
+    if missing:
+        return {
+            "available": False,
+            "reason": "the energy of a GPU the worker used is unknown: "
+            + "; ".join(f"{gpu}: {why}" for gpu, why in missing.items()),
+            "devices": devices,
+        }
+    if not devices:
         return {
             "available": False,
             "reason": "no energy counter was readable (NVML energy on a GPU, Intel RAPL on "
-            "the CPU) with at least two samples in the measured window",
+            "the CPU) and no GPU power was sampled around the measured window",
         }
-    joules = sum(counters.values())
+    joules = sum(d["joules"] for d in devices.values())
+    methods = sorted({d["method"].split(" ")[0] for d in devices.values()})
     return {
         "available": True,
         "measured_j": joules,
-        "counters": counters,
+        "method": methods[0] if len(methods) == 1 else "mixed",
+        "devices": devices,
+        "counters": {  # as before: the counters' increases
+            (f"{name}_energy_j" if name.startswith("gpu") else "rapl_energy_j"): d["joules"]
+            for name, d in devices.items()
+            if d["method"].startswith("counter")
+        },
         "images_per_joule": measured_images / joules if joules > 0 else None,
     }

@@ -10,10 +10,11 @@ store: :mod:`kbench.results.store`), the worker's output to ``output_dir/logs/<r
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import logging
-import tempfile
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -28,9 +29,11 @@ from kbench.measure import sampler as sampler_mod
 from kbench.measure import sysinfo
 from kbench.results.config import RunConfig
 from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, check_output_dir
+from kbench.results.store import ResultStore, check_output_dir, open_log
 from kbench.run import environments
+from kbench.run.leftovers import working_directory
 from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
 from kbench.run.supervise import judge, supervise
 from kbench.run.task import WorkerReply, WorkerTask
@@ -108,19 +111,21 @@ class Runner:
         """Check, prepare the data for, and hold a working directory for ``configs``.
 
         Everything that can be refused is checked before the first run starts, and
-        before the output directory is created.
+        before the output directory is created; the first run's data is prepared then
+        too, each other data set when a run first needs it (:class:`DataGroups`).
         """
         for config in configs:
             environments.interpreter_for(config.backend)
-        with tempfile.TemporaryDirectory(prefix="kbench-") as directory:
+        with working_directory() as directory:
             directory = Path(directory)
-            prepared: Dict[Tuple, datasets.PreparedData] = {}
-            for config in configs:
-                if data_key(config) not in prepared:
-                    prepared[data_key(config)] = prepare_data(config, directory / "data")
+            prepared = DataGroups.of(directory / "data", configs)
+            if configs:  # a data set that cannot be had is refused before anything runs
+                prepared.get(configs[0])
             self.output_dir = check_output_dir(self.output_dir)
-            python_path = environments.import_root(directory / "pythonpath")
-            yield Session(self, directory, python_path, prepared)
+            # one writer per store: a second kbench writing here is refused at once
+            with writer_lock(self.output_dir):
+                python_path = environments.import_root(directory / "pythonpath")
+                yield Session(self, directory, python_path, prepared)
 
     def run_one(
         self,
@@ -165,17 +170,20 @@ class Runner:
         )
         write_json_atomic(run_dir / "run.json", task.to_dict())
 
-        log_path = self.output_dir / "logs" / f"{run_id}.log"
-        log_path.parent.mkdir(exist_ok=True)
-        outcome = supervise(
-            [str(interpreter), "-m", "kbench.run.worker", str(run_dir / "run.json")],
-            env,
-            run_dir,
-            log_path,
-            config,
-            self.on_progress,
-            self.nvml,
-        )
+        log_path = open_log(self.output_dir, run_id)  # a store that cannot take it: stop
+        try:
+            outcome = supervise(
+                [str(interpreter), "-m", "kbench.run.worker", str(run_dir / "run.json")],
+                env,
+                run_dir,
+                log_path,
+                config,
+                self.on_progress,
+                self.nvml,
+            )
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
+            write_interrupted(log_path, run_id, config, started_at, sweep)
+            raise
         ended_at = time.time()
         wall_time = ended_at - started_at
 
@@ -224,6 +232,68 @@ class Runner:
         return result
 
 
+def write_interrupted(
+    log_path: Path,
+    run_id: str,
+    config: RunConfig,
+    started_at: float,
+    sweep: Optional[Dict[str, Any]],
+) -> Path:
+    """``logs/<run_id>.interrupted.json``: why a log has no result. It is not a result
+    document (the store reads none under logs/), so the run counts as not done and a
+    resumed sweep runs it again."""
+    path = log_path.with_name(f"{run_id}.interrupted.json")
+    document = {
+        "run_id": run_id,
+        "status": "interrupted",
+        "reason": "kbench was interrupted (Ctrl-C or SIGTERM) while this run was in "
+        "progress; its worker was stopped and no result was stored. Run it again (the "
+        "same kbench sweep command resumes with it).",
+        "config": config.to_dict(),
+        "sweep": sweep,
+        "started_at": dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
+        "interrupted_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "log": log_path.name,
+    }
+    try:
+        write_json_atomic(path, document)
+    except OSError as err:  # a full disk must not hide the interrupt
+        log.warning("%s: could not write %s: %s", config.label(), path, err)
+    return path
+
+
+@dataclass
+class DataGroups:
+    """A session's data sets: each prepared when a run first needs it, and deleted
+    once no run still to come in the session needs it, so that a sweep of 40 seeds
+    holds one seed's data at a time, not 40."""
+
+    directory: Path
+    remaining: Dict[Tuple, int]  # data key -> runs of the session still to come
+    prepared: Dict[Tuple, datasets.PreparedData]
+    made: int = 0  # data sets prepared so far: each in its own folder
+
+    @classmethod
+    def of(cls, directory: Path, configs: Sequence[RunConfig]) -> DataGroups:
+        remaining = collections.Counter(data_key(config) for config in configs)
+        return cls(directory, dict(remaining), {})
+
+    def get(self, config: RunConfig) -> datasets.PreparedData:
+        key = data_key(config)
+        if key not in self.prepared:
+            self.made += 1
+            self.prepared[key] = prepare_data(config, self.directory / f"group-{self.made}")
+        return self.prepared[key]
+
+    def release(self, config: RunConfig) -> None:
+        """One run of ``config``'s data is done; delete the data if it was the last."""
+        key = data_key(config)
+        self.remaining[key] = self.remaining.get(key, 0) - 1
+        if self.remaining[key] <= 0 and key in self.prepared:
+            data = self.prepared.pop(key)
+            shutil.rmtree(Path(data.path).parent, ignore_errors=True)
+
+
 @dataclass
 class Session:
     """Prepared data and a working directory: runs any of the session's configs."""
@@ -231,7 +301,7 @@ class Session:
     runner: Runner
     directory: Path
     python_path: Path
-    prepared: Dict[Tuple, datasets.PreparedData]
+    prepared: DataGroups
 
     def run(
         self,
@@ -239,8 +309,10 @@ class Session:
         parity: Optional[Dict[str, Any]] = None,
         sweep: Optional[Dict[str, Any]] = None,
     ) -> RunResult:
-        data = self.prepared[data_key(config)]
-        return self.runner.run_one(config, data, self.directory, self.python_path, parity, sweep)
+        data = self.prepared.get(config)
+        result = self.runner.run_one(config, data, self.directory, self.python_path, parity, sweep)
+        self.prepared.release(config)
+        return result
 
 
 def summary_line(result: RunResult) -> str:

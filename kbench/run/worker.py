@@ -4,7 +4,8 @@ It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the
 per-run ``KERAS_HOME`` holding its keras.json, and the thread variables before
 this interpreter started. Whatever happens, it tries to leave a reply: metrics on
 success, the exception and traceback on failure. A crash that kills the
-interpreter leaves none, and the runner records that instead.
+interpreter leaves none, and the runner records that instead. It ends within a
+second of its runner (:mod:`kbench.run.parent_watch`): nobody would read its reply.
 
 Imports only what runs under both environments (Keras 3 and keras-mxnet).
 """
@@ -25,6 +26,7 @@ from kbench.backends import load_backend
 from kbench.backends.base import is_out_of_memory
 from kbench.backends.switches import SWITCHES
 from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.run.parent_watch import watch_parent
 from kbench.run.task import WorkerReply, WorkerTask, emit_progress
 
 log = logging.getLogger("kbench.run.worker")
@@ -132,6 +134,7 @@ def main(argv=None) -> int:
     if len(argv) != 1:
         log.error("usage: python -m kbench.run.worker RUN_JSON (the runner writes RUN_JSON)")
         return 2
+    watch_parent()
     task = WorkerTask.from_dict(read_json(Path(argv[0])))
     try:
         reply = run(task)

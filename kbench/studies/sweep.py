@@ -31,14 +31,17 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from kbench.results.config import ConfigError, RunConfig
+from kbench.backends import BACKENDS
+from kbench.results.config import REQUIRED, ConfigError, RunConfig
 from kbench.results.result import RunResult
+from kbench_models import MODELS
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,9 @@ RUN_FIELDS = tuple(f.name for f in fields(RunConfig) if f.name != "repeat")
 # these still finds the runs it already did.
 NOT_IN_KEY = ("timeout_s", "sample_interval_s")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# The most runs a sweep may declare unless --max-runs raises it: past this, a typo in a
+# matrix (a list of a thousand seeds) would take minutes and gigabytes just to list.
+MAX_RUNS = 10_000
 
 
 class SweepError(ValueError):
@@ -115,26 +121,35 @@ def run_key(config: RunConfig) -> str:
 # loading ---------------------------------------------------------------------
 
 
-def load_sweep(path: Path, reduced: bool = False) -> Sweep:
+def load_sweep(path: Path, reduced: bool = False, max_runs: int = MAX_RUNS) -> Sweep:
     """Read and check a sweep file; every run is built (and so validated) here."""
     import yaml
 
     path = Path(path)
     file = str(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as err:
         raise SweepError(
             file, "", f"expected a readable YAML file; {err.strerror or err}."
         ) from err
+    except UnicodeDecodeError as err:
+        line = err.object[: err.start].count(b"\n") + 1
+        raise SweepError(
+            file,
+            f"line {line}",
+            f"expected UTF-8 text; received the byte 0x{err.object[err.start]:02x} at byte "
+            f"{err.start}, which is not UTF-8. Save the file as UTF-8 (e.g. iconv -f latin1 "
+            "-t utf-8).",
+        ) from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise SweepError(file, "", f"expected YAML; it does not parse: {err}") from err
-    return parse_sweep(document, file, reduced)
+    return parse_sweep(document, file, reduced, max_runs)
 
 
-def parse_sweep(document: Any, file: str, reduced: bool = False) -> Sweep:
+def parse_sweep(document: Any, file: str, reduced: bool = False, max_runs: int = MAX_RUNS) -> Sweep:
     def fail(where: str, message: str) -> SweepError:
         return SweepError(file, where, message)
 
@@ -162,10 +177,11 @@ def parse_sweep(document: Any, file: str, reduced: bool = False) -> Sweep:
     groups = top.get("groups")
     if groups is None:
         layers = [("", base.over(base_reduced) if reduced else base)]
+        places = [""]
     else:
         if not isinstance(groups, list) or not groups:
             raise fail("groups", f"expected a non-empty list of groups; received {groups!r}.")
-        layers = []
+        layers, places = [], []
         for i, group in enumerate(groups):
             where = f"groups[{i}]"
             group = _mapping(group, where, "a mapping with settings and/or matrix", fail)
@@ -177,11 +193,17 @@ def parse_sweep(document: Any, file: str, reduced: bool = False) -> Sweep:
             if reduced:
                 layer = layer.over(base_reduced).over(Layer.of(section, where + ".reduced.", fail))
             layers.append((str(group.get("name", where)), layer))
+            places.append(where + ".")
 
+    _check_size(layers, places, repeats, max_runs, fail)
     runs: List[SweepRun] = []
+    declared: Dict[str, str] = {}  # run key -> where in the file the run is declared
     for repeat in range(repeats):
-        for group_name, layer in layers:
+        for (group_name, layer), place in zip(layers, places):
             for values, origins in layer.combinations():
+                missing = [name for name in REQUIRED if name not in values]
+                if missing:
+                    raise fail(f"{place}settings", _missing_message(missing[0], place))
                 try:
                     config = RunConfig.from_dict(dict(values, repeat=repeat))
                 except ConfigError as err:
@@ -189,16 +211,46 @@ def parse_sweep(document: Any, file: str, reduced: bool = False) -> Sweep:
                     if err.setting not in origins:  # a check across settings
                         where = f"a run with {_describe(values, layer.swept())}"
                     raise fail(where, f"{err.setting}: {err.message}") from None
-                runs.append(SweepRun(config, run_key(config), group_name))
-    keys = [r.key for r in runs]
-    if len(set(keys)) != len(keys):
-        duplicate = next(r for r in runs if keys.count(r.key) > 1)
-        raise fail(
-            "groups" if groups else "matrix",
-            f"expected every run once; the run {duplicate.config.label()} "
-            f"({_describe(duplicate.config.to_dict(), RUN_FIELDS)}) is declared twice.",
-        )
+                key = run_key(config)
+                here = ", ".join(origins[k] for k in layer.swept()) or f"{place}settings"
+                if key in declared:
+                    raise fail(
+                        "groups" if groups else "matrix",
+                        f"expected every run once; the run {config.label()} is declared "
+                        f"twice: by {declared[key]} and by {here}. Drop one (to run a run "
+                        "again, use repeats).",
+                    )
+                declared[key] = here
+                runs.append(SweepRun(config, key, group_name))
     return Sweep(name, str(description), file, reduced, runs)
+
+
+def _check_size(layers, places: Sequence[str], repeats: int, max_runs: int, fail) -> None:
+    """Refuse a sweep of more than ``max_runs`` runs before building any of them."""
+    sizes = [math.prod(len(v) for v in layer.matrix.values()) for _, layer in layers]
+    total = repeats * sum(sizes)
+    if total <= max_runs:
+        return
+    parts = []
+    for (_, layer), place, size in zip(layers, places, sizes):
+        lists = " x ".join(f"{len(v)} {k}" for k, v in layer.matrix.items()) or "1"
+        parts.append(f"{place}matrix: {lists} = {size:,}")
+    repeated = f" x {repeats} repeats" if repeats > 1 else ""
+    raise fail(
+        "matrix" if len(layers) == 1 else "groups",
+        f"expected at most {max_runs:,} runs; the file declares {total:,} "
+        f"({'; '.join(parts)}{repeated}). Shorten the matrix lists, or raise the limit "
+        f"with --max-runs {total}.",
+    )
+
+
+def _missing_message(name: str, place: str) -> str:
+    choices = ", ".join(BACKENDS if name == "backend" else MODELS)
+    return (
+        f"{name}: expected every run to have a {name}; received none. Add it under "
+        f"{place}settings ({name}: NAME) or {place}matrix ({name}: [NAME, NAME]); one of: "
+        f"{choices}."
+    )
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ class BackendRow:
     utilization_kind: Optional[str] = None  # gpu or cpu (UTILIZATION_LABELS)
     memory_bytes: Optional[Spread] = None  # see memory_kind
     memory_kind: Optional[str] = None  # a MEMORY_PREFERENCE kind
+    memory_reason: Optional[str] = None  # why there is no memory_kind common to every run
 
     @property
     def all_ok(self) -> bool:
@@ -145,7 +146,7 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
                 return Spread.of([v for v in values if v is not None])
 
             utilization_kind, utilization = _utilization(ok)
-            memory_kind, memory = _memory(ok)
+            memory_kind, memory, memory_reason = _memory(ok)
 
             rows.append(
                 BackendRow(
@@ -162,6 +163,7 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
                     utilization_kind=utilization_kind,
                     memory_bytes=Spread.of(memory),
                     memory_kind=memory_kind,
+                    memory_reason=memory_reason,
                 )
             )
         first = members[0]
@@ -186,7 +188,7 @@ def _utilization(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float]]
         values = []
         for r in runs:
             measured = ((r.sampler or {}).get("summary") or {}).get("measured", {})
-            for name, stats in measured.items():
+            for name, stats in sorted(measured.items()):
                 wanted = (
                     name.startswith("gpu") and name.endswith("kernel_time_percent")
                     if kind == "gpu"
@@ -200,17 +202,31 @@ def _utilization(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float]]
     return None, []
 
 
-def _memory(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float]]:
-    """The most telling memory reading that every run has, per run its peak."""
+def _memory(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float], Optional[str]]:
+    """The most telling memory reading that every run has, per run its peak; or, where no
+    kind was read in every run, why (readings recorded as ``bytes: None`` carry a reason:
+    MXNet has no framework peak, NVML may not know a process's memory)."""
     for kind in MEMORY_PREFERENCE:
         values = []
         for r in runs:
-            readings = [m["bytes"] for m in r.metrics.get("memory", []) if m.get("kind") == kind]
+            readings = [
+                m["bytes"]
+                for m in r.metrics.get("memory") or []
+                if m.get("kind") == kind and m.get("bytes") is not None
+            ]
             if readings:
                 values.append(float(max(readings)))
         if values and len(values) == len(runs):
-            return kind, values
-    return None, []
+            return kind, values, None
+    reasons = dict.fromkeys(
+        f"{m.get('kind')}: {m.get('reason') or 'not measured'}"
+        for r in runs
+        for m in r.metrics.get("memory") or []
+        if m.get("bytes") is None
+    )
+    if not runs:
+        return None, [], None
+    return None, [], "; ".join(reasons) or "no memory reading in every run"
 
 
 def _mean(values: Optional[Sequence[float]]) -> Optional[float]:

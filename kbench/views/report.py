@@ -446,6 +446,14 @@ def memory_cell(runs: Sequence[RunResult]) -> Any:
     )
 
 
+def device_text(device: Dict[str, Any]) -> str:
+    """One GPU of the machine table: name and memory, or the error NVML gave for it."""
+    if device.get("error"):
+        return f"GPU {device.get('index', '?')}: not readable ({device['error']})"
+    total = device.get("memory_total_bytes")
+    return f"{device.get('name')} ({format_bytes(total) if total else 'memory unknown'})"
+
+
 def format_bytes(value: float) -> str:
     if value >= 10 * 2**30:
         return f"{value / 2**30:.1f} GiB"
@@ -544,10 +552,7 @@ def environment_html(results: Sequence[RunResult]) -> str:
         devices = gpu.get("devices") or []
         if gpu.get("available") and devices:
             gpu_text = (
-                "; ".join(
-                    f"{d.get('name')} ({format_bytes(d.get('memory_total_bytes') or 0)})"
-                    for d in devices
-                )
+                "; ".join(device_text(d) for d in devices)
                 + f"; driver {gpu.get('driver', '?')}, CUDA {gpu.get('cuda_driver_version', '?')}"
             )
         else:

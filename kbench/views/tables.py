@@ -258,16 +258,19 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
             )
         )
     kinds = {r.memory_kind for g in groups for r in g.rows if r.memory_kind}
-    if kinds:
+    unknown = {r.memory_reason for g in groups for r in g.rows if r.memory_reason}
+    if kinds or unknown:
         tables.append(
             table(
                 "Peak memory",
                 lambda r: (
-                    r.memory_bytes
-                    and _bytes(r.memory_bytes.median)
+                    _bytes(r.memory_bytes.median)
                     + ("" if len(kinds) == 1 else f" ({r.memory_kind})")
+                    if r.memory_bytes
+                    else ("n/a" if r.memory_reason else None)
                 ),
-                [f"{k}: {MEMORY_LABELS[k]}" for k in sorted(kinds)],
+                [f"{k}: {MEMORY_LABELS[k]}" for k in sorted(kinds)]
+                + [f"n/a: {reason}" for reason in sorted(unknown)],
             )
         )
     if any(r.epoch_time_s for g in groups for r in g.rows):

@@ -1,0 +1,72 @@
+"""What a killed kbench leaves behind, and how the next one clears it.
+
+A command's working directory (prepared data, per-run KERAS_HOME, task files) lives
+under the system's temporary directory as ``kbench-[KIND-]PID-XXXXXXXX``: ``PID`` is
+the process that made it. Python removes it when the command ends, even by Ctrl-C
+or SIGTERM; ``kill -9`` leaves it. Every new working directory first removes the
+directories of this user whose owner PID no longer runs. Directories named
+otherwise (older kbench versions) are left alone: their owner cannot be known.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+log = logging.getLogger(__name__)
+
+PATTERN = re.compile(r"^kbench-(?:[a-z]+-)?(\d+)-[a-z0-9_]+$")
+
+
+def working_directory(kind: str = "") -> tempfile.TemporaryDirectory:
+    """A temporary directory named with this process's PID, after clearing dead ones'."""
+    remove_stale()
+    middle = f"{kind}-" if kind else ""
+    return tempfile.TemporaryDirectory(prefix=f"kbench-{middle}{os.getpid()}-")
+
+
+def owner_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a PID kbench wrote: keep the directory
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    except OverflowError:
+        return True
+    return True
+
+
+def remove_stale(root: Optional[Path] = None) -> List[Path]:
+    """Remove this user's kbench working directories whose owner process is gone."""
+    root = Path(root or tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(root.iterdir())
+    except OSError as err:
+        log.debug("leftovers: cannot list %s: %s", root, err)
+        return removed
+    for entry in entries:
+        match = PATTERN.match(entry.name)
+        if not match or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if not entry.is_dir() or entry.is_symlink() or info.st_uid != os.getuid():
+            continue
+        if owner_alive(int(match.group(1))):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            removed.append(entry)
+            log.info("removed %s, left by kbench process %s, which is gone", entry, match[1])
+    return removed
