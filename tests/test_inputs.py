@@ -317,13 +317,15 @@ def test_the_working_directory_of_a_dead_kbench_is_removed(home, tmp_path):
     assert sorted(p.name for p in temp.iterdir()) == sorted([alive.name, other.name])
 
 
-def test_an_interrupted_run_leaves_a_document_beside_its_log(home, tmp_path):
+@pytest.mark.parametrize("parallel", [[], ["--distributed", "torch-ddp", "--workers", "2"]],
+                         ids=["one worker", "data-parallel"])  # fmt: skip
+def test_an_interrupted_run_leaves_a_document_beside_its_log(home, tmp_path, parallel):
     out = tmp_path / "out"
     started = tmp_path / "started"
     fake = fake_worker(tmp_path, f"touch {started}; sleep 60")
     command = [sys.executable, "-m", "kbench", "run", "--backend", "torch", "--model", "mlp",
                "--dataset", "synthetic", "--steps", "2", "--train-samples", "16",
-               "--test-samples", "8", "--output-dir", str(out)]  # fmt: skip
+               "--test-samples", "8", "--output-dir", str(out), *parallel]  # fmt: skip
     env = dict(os.environ, HOME=str(home), KBENCH_PYTHON_TORCH=fake)
     process = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

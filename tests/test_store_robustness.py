@@ -120,6 +120,11 @@ def test_a_document_of_the_wrong_type_is_skipped_once_by_every_reader(tmp_path):
     assert "2 runs, 1 already done, 1 to run" in dry.stdout, dry.stdout
     assert "counts as not done" in dry.stderr
 
+    table = subprocess.run([sys.executable, "-m", "kbench.cli.distributed_table", "--store",
+                            str(store)], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert table.returncode == 1 and "no data-parallel runs" in table.stderr, table.stderr
+    assert table.stderr.count("config-null.json: skipped") == 1, table.stderr
+
 
 # 3. the index is a cache ----------------------------------------------------------
 
@@ -393,6 +398,9 @@ def test_a_second_writer_is_refused_at_once_naming_the_holder(tmp_path):
                            tmp_path)  # fmt: skip
         assert sweep.returncode == 2 and f"process {holder.pid}" in sweep.stderr, sweep.stderr
         assert len(list(store.glob("*.json"))) == 1  # neither ran anything
+        ops = run_kbench(["ops", "--backend", "torch", "--sizes", "8", "--output-dir", str(store)],
+                         tmp_path)  # fmt: skip
+        assert ops.returncode == 2 and f"process {holder.pid}" in ops.stderr, ops.stderr
         merge = run_kbench(["results", "--store", str(store), "--merge", str(tmp_path)], tmp_path)
         assert merge.returncode == 2 and f"process {holder.pid}" in merge.stderr
         # Reading takes no lock.
@@ -435,3 +443,31 @@ def test_write_json_atomic_leaves_nothing_when_the_write_fails(tmp_path, monkeyp
         jsonfile.write_json_atomic(target, {"a": 2})
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
     assert json.loads(target.read_text()) == {"a": 1}
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_a_log_that_fills_up_during_the_run_loses_only_the_log(tmp_path, caplog):
+    """/dev/full answers every write with ENOSPC, as a disk that fills mid-run does.
+    Before: the log thread died on the first line, the worker blocked on its full pipe
+    until the timeout, and closing the log raised OSError out of the run."""
+    from dataclasses import dataclass
+
+    from kbench.run.supervise import supervise
+
+    @dataclass
+    class Config:
+        timeout_s: float = 60.0
+        sample_interval_s: float = 0.0
+
+        def label(self) -> str:
+            return "chatty worker"
+
+    chatty = "import sys\nfor i in range(20000): print('line', i, 'x' * 40)\nprint('last')"
+    started = time.monotonic()
+    outcome = supervise(
+        [sys.executable, "-c", chatty], dict(os.environ), tmp_path, Path("/dev/full"), Config()
+    )
+    assert outcome.returncode == 0 and not outcome.timed_out
+    assert outcome.log_tail[-1] == "last"  # every line was still read
+    assert time.monotonic() - started < 30
+    assert [r for r in caplog.records if "stopped at this point" in r.getMessage()]

@@ -36,10 +36,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         filters = [Filter.parse(text) for text in args.filter]
-        results = ResultStore(args.store).results(filters, latest_only=True)
+        store = ResultStore(args.store)
+        results = store.results(filters, latest_only=True)
     except StoreError as err:
         print(f"kbench: {err}", file=sys.stderr)
         return 2
+    for name, why in store.unreadable:
+        print(f"kbench: {args.store / name}: skipped: {why}", file=sys.stderr)
     tables = breakdown_tables(results)
     if not tables:
         print(f"no data-parallel runs in {args.store}", file=sys.stderr)

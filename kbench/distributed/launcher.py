@@ -46,10 +46,10 @@ from kbench.measure.sampler import windows_from_markers
 from kbench.results.config import RunConfig
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, host_of
-from kbench.run import environments
+from kbench.results.store import ResultStore, host_of, open_log
+from kbench.run import environments, leftovers
 from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
-from kbench.run.supervise import LOG_TAIL_LINES
+from kbench.run.supervise import LOG_TAIL_LINES, LogWriter
 from kbench.run.task import WorkerReply, WorkerTask, parse_progress
 
 log = logging.getLogger(__name__)
@@ -156,10 +156,13 @@ def run_distributed(
     )
     write_json_atomic(run_dir / "run.json", {"task": task.to_dict(), "distributed": dist})
 
-    log_path = Path(runner.output_dir) / "logs" / f"{run_id}.log"
-    log_path.parent.mkdir(exist_ok=True)
+    log_path = open_log(Path(runner.output_dir), run_id)  # a store that cannot take it: stop
     job = Job(procs, interpreter, env, run_dir, log_path, config, runner.on_progress, runner.nvml)
-    outcome = job.run()
+    try:
+        outcome = job.run()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
+        leftovers.write_interrupted(log_path, run_id, config, started_at, sweep)
+        raise
     ended_at = time.time()
 
     replies = read_replies(run_dir / "replies")
@@ -323,7 +326,7 @@ class Job:
         if self.config.sample_interval_s > 0:
             sampler = JobSampler(self.config.sample_interval_s, nvml=self.nvml).start()
         timed_out, failures = False, []
-        with open(self.log_path, "w") as log_file, interrupt_on_sigterm():
+        with contextlib.closing(LogWriter.open(self.log_path)) as log_file, interrupt_on_sigterm():
             self.log_file = log_file
             try:
                 for spec in self.procs:
@@ -387,7 +390,6 @@ class Job:
         for line in running.popen.stdout:
             with self.log_lock:
                 self.log_file.write(prefix + line)
-                self.log_file.flush()
             event = parse_progress(line)
             if event is None:
                 running.tail.append(line.rstrip("\n"))

@@ -24,16 +24,15 @@ from typing import Any, Dict, List, Optional
 
 import psutil
 
+from kbench.measure.nvml import NvmlSource, visible_devices_of
 from kbench.measure.sampler import (
     LABELS,
-    NvmlSource,
     SamplerResult,
     describe_sources,
     optional_sources,
     read_sources,
     scoped_summary,
     tree_usage,
-    visible_devices_of,
 )
 
 log = logging.getLogger(__name__)

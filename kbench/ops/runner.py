@@ -31,6 +31,7 @@ from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
 from kbench.results.config import DEVICES, ConfigError, check_choice
 from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir
 from kbench.run import environments, leftovers
@@ -140,7 +141,7 @@ def run_ops(
         environments.interpreter_for(config.backend)
     output_dir = check_output_dir(Path(output_dir))
     results = []
-    with leftovers.working_directory("ops") as directory:
+    with writer_lock(output_dir), leftovers.working_directory("ops") as directory:
         python_path = environments.import_root(Path(directory) / "pythonpath")
         for index, config in enumerate(configs, start=1):
             log.info("[%d/%d] %s: starting", index, len(configs), config.label())

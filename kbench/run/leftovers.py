@@ -1,4 +1,5 @@
-"""What a killed kbench leaves behind, and how the next one clears it.
+"""What a killed kbench leaves behind, how the next one clears it, and what an
+interrupted run leaves to explain its log.
 
 A command's working directory (prepared data, per-run KERAS_HOME, task files) lives
 under the system's temporary directory as ``kbench-[KIND-]PID-XXXXXXXX``: ``PID`` is
@@ -10,13 +11,17 @@ otherwise (older kbench versions) are left alone: their owner cannot be known.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
+
+from kbench.results.config import RunConfig
+from kbench.results.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +75,33 @@ def remove_stale(root: Optional[Path] = None) -> List[Path]:
             removed.append(entry)
             log.info("removed %s, left by kbench process %s, which is gone", entry, match[1])
     return removed
+
+
+def write_interrupted(
+    log_path: Path,
+    run_id: str,
+    config: RunConfig,
+    started_at: float,
+    sweep: Optional[Dict[str, Any]],
+) -> Path:
+    """``logs/<run_id>.interrupted.json``: why a log has no result. It is not a result
+    document (the store reads none under logs/), so the run counts as not done and a
+    resumed sweep runs it again."""
+    path = log_path.with_name(f"{run_id}.interrupted.json")
+    document = {
+        "run_id": run_id,
+        "status": "interrupted",
+        "reason": "kbench was interrupted (Ctrl-C or SIGTERM) while this run was in "
+        "progress; its worker was stopped and no result was stored. Run it again (the "
+        "same kbench sweep command resumes with it).",
+        "config": config.to_dict(),
+        "sweep": sweep,
+        "started_at": dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
+        "interrupted_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "log": log_path.name,
+    }
+    try:
+        write_json_atomic(path, document)
+    except OSError as err:  # a full disk must not hide the interrupt
+        log.warning("%s: could not write %s: %s", config.label(), path, err)
+    return path

@@ -32,8 +32,7 @@ from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, open_log
-from kbench.run import environments
-from kbench.run.leftovers import working_directory
+from kbench.run import environments, leftovers
 from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
 from kbench.run.supervise import judge, supervise
 from kbench.run.task import WorkerReply, WorkerTask
@@ -116,7 +115,7 @@ class Runner:
         """
         for config in configs:
             environments.interpreter_for(config.backend)
-        with working_directory() as directory:
+        with leftovers.working_directory() as directory:
             directory = Path(directory)
             prepared = DataGroups.of(directory / "data", configs)
             if configs:  # a data set that cannot be had is refused before anything runs
@@ -182,7 +181,7 @@ class Runner:
                 self.nvml,
             )
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
-            write_interrupted(log_path, run_id, config, started_at, sweep)
+            leftovers.write_interrupted(log_path, run_id, config, started_at, sweep)
             raise
         ended_at = time.time()
         wall_time = ended_at - started_at
@@ -230,36 +229,6 @@ class Runner:
         for warning in result.warnings:
             log.warning("%s: %s", config.label(), warning)
         return result
-
-
-def write_interrupted(
-    log_path: Path,
-    run_id: str,
-    config: RunConfig,
-    started_at: float,
-    sweep: Optional[Dict[str, Any]],
-) -> Path:
-    """``logs/<run_id>.interrupted.json``: why a log has no result. It is not a result
-    document (the store reads none under logs/), so the run counts as not done and a
-    resumed sweep runs it again."""
-    path = log_path.with_name(f"{run_id}.interrupted.json")
-    document = {
-        "run_id": run_id,
-        "status": "interrupted",
-        "reason": "kbench was interrupted (Ctrl-C or SIGTERM) while this run was in "
-        "progress; its worker was stopped and no result was stored. Run it again (the "
-        "same kbench sweep command resumes with it).",
-        "config": config.to_dict(),
-        "sweep": sweep,
-        "started_at": dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-        "interrupted_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "log": log_path.name,
-    }
-    try:
-        write_json_atomic(path, document)
-    except OSError as err:  # a full disk must not hide the interrupt
-        log.warning("%s: could not write %s: %s", config.label(), path, err)
-    return path
 
 
 @dataclass

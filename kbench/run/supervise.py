@@ -9,6 +9,7 @@ supervise their workers with it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import signal
@@ -51,7 +52,7 @@ def supervise(
     sample it, and stop it past ``config.timeout_s``. ``config`` needs only
     ``label()``, ``timeout_s`` and ``sample_interval_s`` (``kbench ops`` passes its own)."""
     tail: collections.deque = collections.deque(maxlen=LOG_TAIL_LINES)
-    with open(log_path, "w") as log_file:
+    with contextlib.closing(LogWriter.open(log_path)) as log_file:
         process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
@@ -97,10 +98,43 @@ def supervise(
     )
 
 
-def _relay(process, log_file, tail, config: RunConfig, on_progress) -> None:
+class LogWriter:
+    """The worker's log file, written line by line. A write that fails (a disk that
+    fills during the run) stops the log, once, with a warning; the worker's output is
+    still read, so the worker never blocks on a full pipe, and the run goes on."""
+
+    def __init__(self, file, path: Path) -> None:
+        self.file, self.path = file, path
+        self.failed: Optional[str] = None
+
+    @classmethod
+    def open(cls, path: Path) -> LogWriter:
+        return cls(open(path, "w"), path)
+
+    def write(self, line: str) -> None:
+        if self.failed:
+            return
+        try:
+            self.file.write(line)
+            self.file.flush()
+        except OSError as err:
+            self.failed = err.strerror or str(err)
+            log.warning(
+                "the log %s stopped at this point: %s; the run goes on, its log is incomplete",
+                self.path,
+                self.failed,
+            )
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+        except OSError:  # what a failed write left in the buffer cannot be written either
+            pass
+
+
+def _relay(process, log_file: LogWriter, tail, config: RunConfig, on_progress) -> None:
     for line in process.stdout:
         log_file.write(line)
-        log_file.flush()
         event = parse_progress(line)
         if event is None:
             tail.append(line.rstrip("\n"))
