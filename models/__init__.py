@@ -11,6 +11,7 @@ Keras 3 and Keras 2.2.4 (keras-mxnet) share; layers follow the global
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -30,6 +31,10 @@ class ModelSpec:
     # the loss the model's output is made for (with its default num_classes)
     loss: str = "sparse_categorical_crossentropy"
     vocabulary_size: Optional[int] = None  # "tokens" input only
+    # a user model (kbench_models.user): its file's absolute path, function and sha256
+    path: Optional[str] = None
+    function: str = "build"
+    sha256: Optional[str] = None
 
     def __post_init__(self) -> None:
         kinds = ("image", "sequence", "tokens")
@@ -51,8 +56,24 @@ class ModelSpec:
             return "sparse_categorical_crossentropy"
         return self.loss
 
+    @property
+    def is_user(self) -> bool:
+        return self.path is not None
+
     def builder(self) -> Callable[..., Any]:
+        if self.path is not None:
+            from kbench_models import user
+
+            return user.load_builder(self.path, self.function)
         return importlib.import_module(f".{self.module}", __name__).build
+
+    def source(self) -> Optional[Dict[str, str]]:
+        """A user model's path, function and sha256 (None for a zoo model)."""
+        if self.path is None:
+            return None
+        from kbench_models import user
+
+        return user.describe(self.path, self.function, self.sha256)
 
 
 MODELS: Dict[str, ModelSpec] = {
@@ -151,8 +172,54 @@ MODELS: Dict[str, ModelSpec] = {
 }
 
 
+def spec_for(model: str) -> ModelSpec:
+    """The spec of a zoo name or of a user model (``file.py:build``, ``pkg.mod:build``).
+
+    A user model's file is read, never run (:mod:`kbench_models.user`); its spec's
+    ``name`` is the canonical reference ``/absolute/path.py:function``. Raises
+    ``user.UserModelError`` (a ValueError) for a reference that cannot be used, and
+    KeyError for an unknown zoo name.
+    """
+    if model in MODELS:
+        return MODELS[model]
+    from kbench_models import user
+
+    if not user.is_reference(model):
+        raise KeyError(
+            f"unknown model {model!r}; expected one of: {', '.join(MODELS)}, or {user.FORMS}"
+        )
+    where, function = user.split_reference(model)
+    path = user.locate(where)
+    hooks = {**user.DEFAULTS, **user.read_hooks(path, function)}
+    try:
+        return ModelSpec(
+            name=f"{path}:{function}",
+            module="",
+            description=f"user model {os.path.basename(path)}:{function}",
+            path=path,
+            function=function,
+            sha256=user.sha256_of(path),
+            **hooks,
+        )
+    except (TypeError, ValueError) as err:
+        raise user.UserModelError(f"model file {path}: its hooks do not fit: {err}") from None
+
+
+def short_name(model: str) -> str:
+    """``file.py:build`` for a user model's canonical reference; zoo names unchanged."""
+    if model in MODELS or ":" not in model:
+        return model
+    where, _, function = model.rpartition(":")
+    return f"{os.path.basename(where)}:{function}"
+
+
 def build(name: str, input_shape: Tuple[int, ...], num_classes: int) -> Any:
-    """Build model ``name`` with the Keras that the current process imported."""
-    if name not in MODELS:
-        raise KeyError(f"unknown model {name!r}; expected one of: {', '.join(MODELS)}")
-    return MODELS[name].builder()(input_shape=tuple(input_shape), num_classes=num_classes)
+    """Build model ``name`` (a zoo name or a user model) with the Keras that the current
+    process imported; a user model must return a Keras model."""
+    spec = spec_for(name)
+    model = spec.builder()(input_shape=tuple(input_shape), num_classes=num_classes)
+    if spec.path is not None:
+        from kbench_models import user
+
+        user.check_keras_model(model, spec.path, spec.function)
+    return model

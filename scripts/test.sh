@@ -7,8 +7,8 @@ cd "$root"
 scripts/setup_envs.sh keras3 mxnet data browser compiler
 py=envs/keras3/bin/python
 echo "[test] ruff" >&2
-"$py" -m ruff check kbench models tests benchmarks
-"$py" -m ruff format --check kbench models tests benchmarks
+"$py" -m ruff check kbench models tests benchmarks examples
+"$py" -m ruff format --check kbench models tests benchmarks examples
 echo "[test] pytest" >&2
 # Every backend must run here: a missing environment fails the tests instead of skipping them.
 export KBENCH_REQUIRE_ALL_BACKENDS=1

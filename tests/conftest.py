@@ -16,6 +16,8 @@ from kbench.results.result import RunResult
 from kbench.run import environments
 
 ROOT = Path(__file__).resolve().parent.parent
+# No one-second look at the machine before each CLI run (test_quality checks it itself).
+os.environ.setdefault("KBENCH_SKIP_PREFLIGHT", "1")
 
 
 def require_backends(*backends: str) -> None:

@@ -118,7 +118,7 @@ def test_merged_machines_stay_apart_in_comparisons(tmp_path):
                                   "torch @ box (H100)"]  # fmt: skip
     assert throughput.rows == [["mlp (synthetic)", "10", "20", "400", "OOM"]]
     ratio = study_tables(results, baseline="jax")[1]
-    assert ratio.rows[0][1:4] == ["x1.00", "x2.00", "x40.00"]
+    assert ratio.rows[0][1:4] == ["x1.00", "x2.00 (1 run: no spread)", "x40.00 (1 run: no spread)"]
     markdown = study_markdown(results, "merged")
     assert "| mlp (synthetic) | 10 | 20 | 400 | OOM |" in markdown
     assert "| d4444 | oom | out of memory |" in markdown
@@ -133,7 +133,8 @@ def test_compare_command_prints_and_writes_markdown(tmp_path):
     done = run_kbench(["compare", "--store", str(tmp_path / "s"), "--baseline", "jax"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "batch 16" in done.stdout  # the setting that tells rows apart
-    assert "30 (20-40, n=3)" in done.stdout and "x2.00 (2.00-3.00, n=3)" in done.stdout
+    assert "30 (20-40, n=3)" in done.stdout
+    assert "x2.00 (2.00-3.00, 75% interval, n=3)" in done.stdout
     markdown = (tmp_path / "s" / "compare.md").read_text()
     assert "| mlp (synthetic) | batch 16 | 10 (10-20, n=3) | 30 (20-40, n=3) |" in markdown
     assert "| mlp (synthetic) | batch 64 | 50 | - |" in markdown

@@ -29,6 +29,17 @@ class BackendMismatch(RuntimeError):
     """Keras came up with another backend or data format than the run asked for."""
 
 
+class Unsupported(RuntimeError):
+    """This backend cannot run this model at all (a user model on a hand-written port, a
+    layer keras-mxnet lacks): the run is recorded as ``unsupported``, with the reason."""
+
+
+USER_MODEL_NO_TWIN = (
+    "{backend} runs hand-written twins of the zoo's models, and a user model has no "
+    "hand-written twin ({model}); run it on tensorflow, jax, torch or mxnet instead"
+)
+
+
 class NoGpu(RuntimeError):
     """The run asked for GPUs (--device gpu, --mxnet-gpus) the framework does not see."""
 
@@ -355,6 +366,15 @@ class NativePort(Backend):
     weights through its twins' ``load_keras_weights`` and never exports any."""
 
     twins: Any  # the port's model package (kbench_models.pytorch, kbench_models.gluon)
+
+    def refuse_user_model(self, name: str) -> None:
+        """A user model (``file.py:build``) has no twin here: :class:`Unsupported`."""
+        import kbench_models
+
+        if name not in kbench_models.MODELS:
+            raise Unsupported(
+                USER_MODEL_NO_TWIN.format(backend=self.name, model=kbench_models.short_name(name))
+            )
 
     def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
         raise NotImplementedError(

@@ -8,10 +8,14 @@ from __future__ import annotations
 import collections
 import collections.abc
 import contextlib
-from typing import Any, List, Sequence
+import re
+from typing import Any, List, Optional, Sequence
 
+from kbench.backends.base import Unsupported
 from kbench.backends.keras_common import KerasBackend
 from kbench.backends.mxnet_common import MXNetFramework, gpu_contexts
+from kbench_models import short_name
+from kbench_models.user import UserModelImportError, is_reference
 
 SLOW_PATH_WARNING = (
     "channels_last on keras-mxnet is the slow path: MXNet's convolution and pooling "
@@ -20,6 +24,31 @@ SLOW_PATH_WARNING = (
     "more than 10x slower than channels_first). For keras-mxnet's own speed use "
     "--data-format channels_first, its default."
 )
+
+
+def keras224_gap(err: BaseException) -> Optional[str]:
+    """The layer, function or argument Keras 2.2.4 lacks, named from the error that
+    building (or importing) a model raised; None when the error is of another kind."""
+    if isinstance(err, UserModelImportError) and err.__cause__ is not None:
+        err = err.__cause__
+    if isinstance(err, ImportError) and "keras" in f"{err} {err.name}":
+        named = re.search(r"cannot import name '([\w.]+)'", str(err))
+        return f"`{named.group(1) if named else err.name}` (ImportError: {err})"
+    if isinstance(err, AttributeError):
+        owner = getattr(err, "obj", None)
+        owner_name = getattr(owner, "__name__", None) or type(owner).__name__
+        if err.name and "keras" in str(owner_name) + str(err):
+            return f"`{owner_name}.{err.name}` (AttributeError: {err})"
+        return None
+    if isinstance(err, TypeError):
+        text = str(err)
+        if "Keyword argument not understood" in text:
+            argument = err.args[1] if len(err.args) > 1 else text
+            return f"the argument `{argument}` (Keyword argument not understood)"
+        match = re.search(r"([\w.]+)\(\) got an unexpected keyword argument '(\w+)'", text)
+        if match:
+            return f"the argument `{match.group(2)}` of `{match.group(1)}` ({text})"
+    return None
 
 
 def transposed_layers(model: Any) -> List[str]:
@@ -67,7 +96,17 @@ class KerasMXNetBackend(MXNetFramework, KerasBackend):
         gpus = self.switchboard.value("mxnet_gpus")
         scope = self.keras.backend.Context(gpu_contexts(gpus)) if gpus else contextlib.nullcontext()
         with scope:
-            model = super().build(name, input_shape, num_classes)
+            try:
+                model = super().build(name, input_shape, num_classes)
+            except (AttributeError, ImportError, TypeError, UserModelImportError) as err:
+                missing = keras224_gap(err)
+                if missing is None or not is_reference(name):
+                    raise
+                raise Unsupported(
+                    f"keras-mxnet (Keras {self.keras.__version__}) lacks {missing}, which "
+                    f"{short_name(name)} uses; the model runs on the Keras 3 backends. To "
+                    "run it on mxnet, write that part with layers Keras 2.2.4 has."
+                ) from err
         used = ", ".join(str(c) for c in getattr(model, "_context", None) or []) or "unknown"
         if gpus:
             detail = (

@@ -81,6 +81,7 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         import kbench_models
 
+        self.refuse_user_model(name)
         net = self.twins.build(name, tuple(input_shape), num_classes)
         net.collect_params().reset_ctx(self.context)
         net.kbench_spec = kbench_models.MODELS[name]

@@ -78,6 +78,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         import kbench_models
 
+        self.refuse_user_model(name)
         model = self.twins.build(name, tuple(input_shape), num_classes).to(self.device)
         model.kbench_spec = kbench_models.MODELS[name]
         model.kbench_input_shape = tuple(input_shape)

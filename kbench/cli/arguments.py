@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import List, Sequence
 
 from kbench.backends.switches import SWITCHES
+from kbench.measure import quality
 
 EXAMPLES = """\
 examples:
@@ -16,6 +17,8 @@ examples:
   kbench run --backend tensorflow,jax,torch,mxnet --model mlp --epochs 3
   kbench run --backend torch --model small_cnn --data-format channels_first
   kbench run --backend mxnet --model mlp --dataset synthetic --input-shape 32x32x3 --steps 50
+  kbench run -b tensorflow,jax,torch,mxnet --model my_model.py:build --dataset npz:data.npz
+                                                your own model file and arrays
   kbench env                                    what is installed, which backends run
   kbench sweep sweeps/lenet.yaml --reduced      a study declared in a file; resumable
   kbench compare --store results/lenet-reduced  backends side by side, also as Markdown
@@ -144,3 +147,44 @@ def add_switch_arguments(parser: argparse.ArgumentParser) -> None:
                 metavar="|".join(switch.choices),
                 help=f"{switch.help} (default: {switch.default})",
             )
+
+
+def share(text: str) -> float:
+    """A share above 0 and at most 1 (0.25 is a quarter)."""
+    value = finite(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a share above 0 and at most 1, for example 0.25 for a quarter; "
+            f"received {text!r}"
+        )
+    return value
+
+
+def seconds(text: str) -> float:
+    value = finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds; received {text!r}")
+    return value
+
+
+def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "a busy machine (other processes, throttling, battery): flagged in every table"
+    )
+    group.add_argument(
+        "--busy-threshold",
+        type=share,
+        default=quality.BUSY_THRESHOLD,
+        metavar="SHARE",
+        help="flag a run when other processes used more than this share of the cores it "
+        f"was given during its measured window (default: {quality.BUSY_THRESHOLD}); the "
+        "same share makes the one-second look before the first run warn",
+    )
+    group.add_argument(
+        "--wait-quiet",
+        type=seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="if the machine is busy before the first run, wait up to this long for it to "
+        "quieten (default: 0, warn and go on)",
+    )

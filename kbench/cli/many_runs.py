@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import List, Sequence
 
+from kbench.cli.arguments import add_quality_arguments
 from kbench.cli.progress import show_progress
+from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.config import ConfigError
 from kbench.results.lock import writer_lock
@@ -97,6 +99,7 @@ def add_commands(commands) -> None:
         "results/NAME, results/NAME-reduced with --reduced). Threads, timeouts and the "
         "sampler are settings in the file.",
     )
+    add_quality_arguments(sweep)
     sweep.set_defaults(handler=command_sweep)
 
     results = commands.add_parser(
@@ -274,7 +277,10 @@ def _sweep_into(args: argparse.Namespace, sweep, runs, output_dir: Path) -> int:
         low = store_mod.low_space_warning(output_dir, len(plan.to_run))
         if low:
             log.warning("%s", low)
-        runner = Runner(output_dir=output_dir, on_progress=show_progress)
+        quality.preflight_unless_skipped(args.busy_threshold, args.wait_quiet)
+        runner = Runner(
+            output_dir=output_dir, on_progress=show_progress, busy_threshold=args.busy_threshold
+        )
         try:
             with runner.session([run.config for run in plan.to_run]) as session:
                 results = sweep_mod.execute(selected, plan.to_run, session, progress)

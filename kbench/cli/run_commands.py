@@ -17,6 +17,7 @@ from kbench.cli.arguments import (
     EXAMPLES,
     add_memory_arguments,
     add_output_arguments,
+    add_quality_arguments,
     add_switch_arguments,
     comma_list,
     finite,
@@ -24,7 +25,7 @@ from kbench.cli.arguments import (
 )
 from kbench.cli.progress import show_progress
 from kbench.datasets import DataUnavailable
-from kbench.measure import sysinfo
+from kbench.measure import quality, sysinfo
 from kbench.results.config import (
     DATA_FORMATS,
     DATASETS,
@@ -77,12 +78,16 @@ def add_commands(commands) -> None:
         type=comma_list(list(MODELS), "models"),
         default=["mlp"],
         metavar="M[,M...]",
-        help=f"one or more of: {', '.join(MODELS)} (default: mlp)",
+        help=f"one or more of: {', '.join(MODELS)} (default: mlp); or your own model: "
+        "path/to/file.py:build (or package.module:build), a function build(input_shape, "
+        "num_classes) returning a Keras model (see examples/my_model.py)",
     )
     run.add_argument(
         "--dataset",
         default="fashion_mnist",
-        help=f"one of: {', '.join(DATASETS)} (default: fashion_mnist). Real data is read "
+        help=f"one of: {', '.join(DATASETS)} (default: fashion_mnist); or your own arrays: "
+        "npz:path/to/data.npz holding x_train, y_train, x_test, y_test (integer labels, "
+        "images channels last, uint8 or floats in [0, 1]). Real data is read "
         "from --data-dir, the Keras cache (~/.keras/datasets, read only), kbench's cache, "
         "Debian's dataset-fashion-mnist, prepared tensorflow-datasets, else downloaded; "
         "synthetic data is labelled so in every result",
@@ -122,7 +127,10 @@ def add_commands(commands) -> None:
         "STEPS for lstm_embedding (default: the model's own)",
     )
     run.add_argument(
-        "--num-classes", type=int, help="synthetic data only (default: the model's own)"
+        "--num-classes",
+        type=int,
+        help="synthetic data (default: the model's own), or npz: data (default: the "
+        "largest label + 1)",
     )
     run.add_argument(
         "--image-size",
@@ -159,6 +167,7 @@ def add_commands(commands) -> None:
     )
     add_memory_arguments(run)
     add_switch_arguments(run)
+    add_quality_arguments(run)
     parallel = run.add_argument_group("data-parallel training (each framework's own engine)")
     parallel.add_argument(
         "--distributed",
@@ -217,7 +226,10 @@ def add_commands(commands) -> None:
         "machine can spare.",
     )
     max_batch.add_argument("--backend", "-b", required=True, help=f"one of: {', '.join(BACKENDS)}")
-    max_batch.add_argument("--model", "-m", required=True, help=f"one of: {', '.join(MODELS)}")
+    max_batch.add_argument(
+        "--model", "-m", required=True,
+        help=f"one of: {', '.join(MODELS)}; or your own: path/to/file.py:build",
+    )  # fmt: skip
     max_batch.add_argument("--start", type=int, default=1, help="first batch tried (default: 1)")
     max_batch.add_argument(
         "--limit", type=int, default=4096, help="largest batch tried (default: 4096)"
@@ -250,7 +262,7 @@ def add_commands(commands) -> None:
     )
     parity.add_argument(
         "--model", "-m", type=comma_list(list(MODELS), "models"), default=list(MODELS),
-        metavar="M[,M...]", help="default: every model",
+        metavar="M[,M...]", help="default: every zoo model; or your own: file.py:build",
     )  # fmt: skip
     parity.add_argument(
         "--backend", "-b", type=comma_list(list(BACKENDS), "backends"), default=None,
@@ -289,8 +301,14 @@ def add_commands(commands) -> None:
     env.set_defaults(handler=command_env)
 
 
-def execute(configs: List[RunConfig], output_dir: Path) -> List[RunResult]:
-    runner = Runner(output_dir=output_dir, on_progress=show_progress)
+def execute(
+    configs: List[RunConfig],
+    output_dir: Path,
+    busy_threshold: float = quality.BUSY_THRESHOLD,
+    wait_quiet_s: float = 0.0,
+) -> List[RunResult]:
+    quality.preflight_unless_skipped(busy_threshold, wait_quiet_s)
+    runner = Runner(output_dir=output_dir, on_progress=show_progress, busy_threshold=busy_threshold)
     return runner.run_all(configs)
 
 
@@ -335,7 +353,8 @@ def command_run(args: argparse.Namespace) -> int:
         for model in args.model
         for backend in args.backend
     ]
-    return report(execute(configs, args.output_dir), args.output_dir, args.baseline)
+    results = execute(configs, args.output_dir, args.busy_threshold, args.wait_quiet)
+    return report(results, args.output_dir, args.baseline)
 
 
 def command_max_batch(args: argparse.Namespace) -> int:

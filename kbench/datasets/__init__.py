@@ -23,11 +23,12 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from kbench.datasets.npz import NPZ_PREFIX
 from kbench.datasets.sources import DataUnavailable
 
 __all__ = [
     "DATASETS", "DataUnavailable", "DatasetSpec", "PreparedData", "batch_order",
-    "load_prepared", "prepare", "to_model_input",
+    "dataset_spec", "load_prepared", "prepare", "to_model_input",
 ]  # fmt: skip
 
 SYNTHETIC_DEFAULT_SAMPLES = (2048, 512)  # train, test
@@ -65,6 +66,14 @@ DATASETS: Dict[str, DatasetSpec] = {
 }  # fmt: skip
 
 
+def dataset_spec(name: str) -> DatasetSpec:
+    """A built-in set's spec, or the spec of the user's ``npz:PATH`` arrays (whose kind
+    is whatever the model takes, checked against the arrays by the run's config)."""
+    if name.startswith(NPZ_PREFIX):
+        return DatasetSpec(name, "any", f"your arrays: {name[len(NPZ_PREFIX) :]}")
+    return DATASETS[name]
+
+
 @dataclass(frozen=True)
 class PreparedData:
     """A data set written to ``path`` as x_train, y_train, x_test, y_test."""
@@ -80,6 +89,7 @@ class PreparedData:
     test_samples: int
     prepare_time_s: float
     streamed: bool = False  # x_* hold image file paths, decoded by the worker per batch
+    sha256: Optional[str] = None  # the user's own file (npz:), hashed as read
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -123,8 +133,16 @@ def prepare(
     from kbench.datasets import sources, synthetic, transform
 
     start = time.perf_counter()
-    spec = DATASETS[dataset]
-    if dataset == "synthetic":
+    spec = dataset_spec(dataset)
+    sha256 = None
+    if dataset.startswith(NPZ_PREFIX):
+        from kbench.datasets import npz
+
+        facts = npz.inspect_npz(dataset[len(NPZ_PREFIX) :])
+        facts.check_fits(model_kind, num_classes)
+        kind, classes = model_kind, num_classes or facts.num_classes
+        arrays, source, sha256 = npz.prepared_arrays(facts.path, kind), facts.source(), facts.sha256
+    elif dataset == "synthetic":
         kind = model_kind
         classes = num_classes or 10
         arrays = synthetic.synthetic_arrays(
@@ -189,7 +207,7 @@ def prepare(
               image_size, model_kind, vocabulary, seed)).encode()
     ).hexdigest()[:12]  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{dataset}-{key}.npz"
+    path = out_dir / f"{'npz' if sha256 else dataset}-{key}.npz"
     np.savez(path, **arrays)
     return PreparedData(
         path=str(path),
@@ -203,6 +221,7 @@ def prepare(
         test_samples=len(arrays["x_test"]),
         prepare_time_s=time.perf_counter() - start,
         streamed=streamed,
+        sha256=sha256,
     )
 
 

@@ -43,7 +43,7 @@ from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_nee
 from kbench.distributed.sampling import JobSampler
 from kbench.measure import sysinfo
 from kbench.measure.sampler import windows_from_markers
-from kbench.results.config import RunConfig
+from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, host_of, open_log
@@ -71,7 +71,7 @@ def run_distributed(
     """Run ``config`` on its mode's engine; save and return its result."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     run_id = (
-        f"{stamp}-{config.backend}-{config.model}-{config.distributed}x{config.workers}-"
+        f"{stamp}-{config.backend}-{file_safe(config.model)}-{config.distributed}x{config.workers}-"
         f"{os.urandom(3).hex()}"
     )
     run_dir = session_dir / run_id

@@ -146,7 +146,7 @@ def pin_cores(dist: Dict[str, Any], local_index: int) -> Optional[List[int]]:
 def load_data(ctx: Context) -> None:
     """The prepared data set, laid out as the model takes it (as kbench.run.worker does)."""
     data = datasets.PreparedData.from_dict(ctx.task.data)
-    ctx.loss = kbench_models.MODELS[ctx.config["model"]].loss_for(data.num_classes)
+    ctx.loss = kbench_models.spec_for(ctx.config["model"]).loss_for(data.num_classes)
     arrays = datasets.load_prepared(data.path)
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]

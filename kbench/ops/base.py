@@ -208,7 +208,9 @@ def measure(
         if not entry["check"]["passed"]:
             return dict(entry, status="mismatch", reason=_mismatch_reason(entry["check"]))
         stage = "timing"
+        timed_from = time.time()  # wall clock, comparable with the parent's sampler
         times = time_calls(call, backend.sync, warmup, repeats)
+        entry["timed_window"] = [timed_from, time.time()]
     except Exception as err:  # an operation's failure is recorded; the next one runs
         return dict(entry, **_failure(err, stage))
     spread = percentiles(times)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from kbench.measure import sysinfo
+from kbench.measure import quality, sysinfo
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
 from kbench.results.config import DEVICES, ConfigError, check_choice
@@ -105,7 +105,9 @@ class OpsConfig:
             raise ConfigError("seed", f"expected a non-negative integer; received {self.seed!r}.")
 
     # What kbench.run.supervise.supervise reads of a config.
-    sample_interval_s = 0.0  # no sampler: it would share the CPU with the timed calls
+    # A coarse sampler (a reading costs about 1 ms of the parent's CPU, 0.2% at this
+    # interval) that tells whether other processes shared the CPU with a batch of calls.
+    sample_interval_s = 0.5
 
     @property
     def threads_in_force(self) -> int:
@@ -193,6 +195,8 @@ def run_one(
     metrics = dict(reply.metrics) if reply else {}  # what finished, whatever the status
     if metrics.get("ops"):
         add_peak_fractions(metrics, config.threads_in_force)
+        if outcome.sampler is not None:
+            add_quality(metrics, outcome.sampler.result({}).series, config)
     result = RunResult(
         run_id=run_id,
         status=status,
@@ -220,6 +224,24 @@ def run_one(
     )
     ResultStore(output_dir).add(result)
     return result
+
+
+def add_quality(metrics: Dict[str, Any], series: Dict[str, List[Any]], config: OpsConfig) -> None:
+    """Each timed batch's ``quality``: other processes' share of the cores and the flags
+    (:func:`kbench.measure.quality.assess` over the batch's ``timed_window``; a batch
+    shorter than the sampling interval is judged by the reading that covers its end)."""
+    for entry in metrics["ops"]:
+        window = entry.pop("timed_window", None)
+        found = quality.assess(series, window, config.threads, window_name="timed calls")
+        if found is not None:
+            entry["quality"] = {
+                "other_share": found.other_share,
+                "samples": found.samples,
+                "flags": found.flags,
+            }
+            for flag in found.flags:
+                log.warning("%s: %s at size %s measured while %s",
+                            config.label(), entry.get("op"), entry.get("size"), flag)  # fmt: skip
 
 
 def add_peak_fractions(metrics: Dict[str, Any], threads: int) -> None:

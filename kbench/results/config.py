@@ -10,13 +10,18 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.datasets import DATASETS as DATASET_SPECS
-from kbench_models import MODELS
+from kbench.datasets import DataUnavailable, dataset_spec
+from kbench.datasets.npz import NPZ_PREFIX, inspect_npz
+from kbench_models import MODELS, short_name, spec_for
+from kbench_models.user import FORMS as USER_MODEL_FORMS
+from kbench_models.user import UserModelError, is_reference
 
 DATASETS: Tuple[str, ...] = tuple(DATASET_SPECS)
 INPUT_KINDS = {
@@ -56,6 +61,11 @@ MAX_SEED = 2**32 - 1
 MAX_SECONDS = 30 * 24 * 3600.0
 # Sampling less often than once a minute sees nothing of most runs.
 MAX_SAMPLE_INTERVAL_S = 60.0
+
+
+def file_safe(model: str) -> str:
+    """A model name fit for a file name: ``/a/residual.py:build`` -> ``residual.py-build``."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", short_name(model)).strip("-")
 
 
 class ConfigError(ValueError):
@@ -203,8 +213,8 @@ class RunConfig:
             if getattr(self, name) is None:
                 raise ConfigError(name, f"expected a {name}; received none.")
         check_choice("backend", self.backend, BACKENDS)
-        check_choice("model", self.model, MODELS)
-        check_choice("dataset", self.dataset, DATASETS)
+        self._check_model()
+        self._check_dataset()
         self._check_training()
         self._check_data()
         self._check_measurement()
@@ -224,6 +234,39 @@ class RunConfig:
             else:
                 check_choice(name, value, switch.choices)
         self._check_mxnet_gpus()
+
+    def _check_model(self) -> None:
+        """A zoo name, or a user model made canonical: ``/absolute/file.py:function``
+        (the worker runs in another folder)."""
+        if not (isinstance(self.model, str) and is_reference(self.model)):
+            try:
+                check_choice("model", self.model, MODELS)
+            except ConfigError as err:
+                raise ConfigError(
+                    "model", f"{err.message} Or your own model: {USER_MODEL_FORMS}."
+                ) from None
+            return
+        try:
+            spec = spec_for(self.model)
+        except UserModelError as err:
+            raise ConfigError("model", str(err)) from None
+        object.__setattr__(self, "model", spec.name)
+
+    def _check_dataset(self) -> None:
+        """A built-in name, or ``npz:PATH`` made absolute and checked here."""
+        if isinstance(self.dataset, str) and self.dataset.startswith(NPZ_PREFIX):
+            try:
+                facts = inspect_npz(self.dataset[len(NPZ_PREFIX) :])
+            except DataUnavailable as err:
+                raise ConfigError("dataset", str(err)) from None
+            object.__setattr__(self, "dataset", NPZ_PREFIX + facts.path)
+            return
+        try:
+            check_choice("dataset", self.dataset, DATASETS)
+        except ConfigError as err:
+            raise ConfigError(
+                "dataset", f"{err.message} Or your own arrays: npz:path/to/data.npz."
+            ) from None
 
     def _check_mxnet_gpus(self) -> None:
         if not self.mxnet_gpus:
@@ -299,8 +342,16 @@ class RunConfig:
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
         self._check_warmup_fits()
-        model_kind = MODELS[self.model].input_kind
-        data_kind = DATASET_SPECS[self.dataset].kind
+        model_kind = spec_for(self.model).input_kind
+        data_kind = dataset_spec(self.dataset).kind
+        if self.dataset.startswith(NPZ_PREFIX):
+            try:  # the arrays against the model's input and the class count asked for
+                inspect_npz(self.dataset[len(NPZ_PREFIX) :]).check_fits(
+                    model_kind, self.num_classes
+                )
+            except DataUnavailable as err:
+                raise ConfigError("dataset", str(err)) from None
+            data_kind = model_kind
         if data_kind not in ("any", model_kind):
             fitting = [n for n, d in DATASET_SPECS.items() if d.kind in ("any", model_kind)]
             raise ConfigError(
@@ -309,13 +360,17 @@ class RunConfig:
                 f"{self.dataset!r} holds {INPUT_KINDS[data_kind]}. Use one of: "
                 f"{', '.join(fitting)}.",
             )
-        if self.dataset != "synthetic" and (
-            self.input_shape is not None or self.num_classes is not None
+        npz_classes = self.dataset.startswith(NPZ_PREFIX) and self.input_shape is None
+        if (
+            self.dataset != "synthetic"
+            and not npz_classes
+            and (self.input_shape is not None or self.num_classes is not None)
         ):
             raise ConfigError(
                 "input_shape/num_classes",
-                f"only synthetic data takes them; dataset {self.dataset!r} has its own. "
-                "Drop the flags or use --dataset synthetic.",
+                f"only synthetic data takes them (and npz: data --num-classes, the model's "
+                f"output size); dataset {self.dataset!r} has its own. Drop the flags or use "
+                "--dataset synthetic.",
             )
         if self.input_shape is not None:
             object.__setattr__(self, "input_shape", _input_shape(self.input_shape, model_kind))
@@ -439,4 +494,4 @@ class RunConfig:
     def label(self) -> str:
         repeat = f" #{self.repeat + 1}" if self.repeat else ""
         mode = " inference" if self.mode == "inference" else ""
-        return f"{self.backend}/{self.model}{mode}{repeat}"
+        return f"{self.backend}/{short_name(self.model)}{mode}{repeat}"

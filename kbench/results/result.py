@@ -78,6 +78,11 @@ SHAPE: Dict[str, Tuple[type, ...]] = {
     "metrics.step_time_s": (dict, NONE),
     "metrics.latency_ms": (dict, NONE),
     "metrics.markers": (dict, NONE),
+    # added in place (older documents lack it): what else the machine did meanwhile
+    "metrics.quality": (dict, NONE),
+    "metrics.quality.flags": (list,),
+    "metrics.quality.flags[]": (str,),
+    "metrics.quality.other_share": NUMBER + (NONE,),
     "reason": (str, NONE),
     "error": (dict, NONE),
     "sampler": (dict, NONE),

@@ -25,9 +25,10 @@ import numpy as np
 
 from kbench import datasets
 from kbench.distributed.launcher import run_distributed
+from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
 from kbench.measure import sysinfo
-from kbench.results.config import RunConfig
+from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
@@ -36,14 +37,14 @@ from kbench.run import environments, leftovers
 from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
 from kbench.run.supervise import judge, supervise
 from kbench.run.task import WorkerReply, WorkerTask
-from kbench_models import MODELS
+from kbench_models import short_name, spec_for
 
 log = logging.getLogger(__name__)
 
 
 def new_run_id(config: RunConfig) -> str:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{config.backend}-{config.model}-{uuid.uuid4().hex[:6]}"
+    return f"{stamp}-{config.backend}-{file_safe(config.model)}-{uuid.uuid4().hex[:6]}"
 
 
 def data_request(config: RunConfig) -> Dict[str, Any]:
@@ -52,15 +53,16 @@ def data_request(config: RunConfig) -> Dict[str, Any]:
     Synthetic data takes the model's own input shape, classes and kind unless the
     run gives a shape or class count.
     """
-    spec = MODELS[config.model]
+    spec = spec_for(config.model)
     synthetic = config.dataset == "synthetic"
+    own_classes = config.dataset.startswith(datasets.NPZ_PREFIX) and config.num_classes
     return dict(
         dataset=config.dataset,
         data_dir=config.data_dir,
         train_samples=config.train_samples,
         test_samples=config.test_samples,
         input_shape=(config.input_shape or spec.input_shape) if synthetic else None,
-        num_classes=(config.num_classes or spec.num_classes) if synthetic else None,
+        num_classes=(config.num_classes or spec.num_classes) if synthetic else own_classes or None,
         image_size=config.image_size,
         model_kind=spec.input_kind,
         vocabulary=spec.vocabulary_size,
@@ -93,6 +95,8 @@ class Runner:
     on_progress: Optional[Callable[[RunConfig, Dict], None]] = None
     # The NVML module the sampler reads; None imports pynvml. Tests inject a stand-in.
     nvml: Any = None
+    # Share of the given cores that other processes may use before a run is flagged busy.
+    busy_threshold: float = quality_mod.BUSY_THRESHOLD
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
@@ -199,6 +203,11 @@ class Runner:
             if metrics and parity is None:
                 metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
                 metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
+                assessed = quality_mod.assess(
+                    sampled.series, windows["measured"], config.threads, self.busy_threshold
+                )
+                if assessed is not None:
+                    metrics["quality"] = assessed.to_dict()
         if metrics and parity is None:
             metrics["compute"] = compute_rate(config, metrics, reply)
         environment = {
@@ -217,7 +226,7 @@ class Runner:
             wall_time_s=wall_time,
             environment=environment,
             data=data.describe(),
-            model=reply.model if reply else {},
+            model=model_facts(config, reply),
             metrics=metrics,
             reason=reason,
             error=error,
@@ -228,7 +237,20 @@ class Runner:
         ResultStore(self.output_dir).add(result)
         for warning in result.warnings:
             log.warning("%s: %s", config.label(), warning)
+        for flag in (metrics.get("quality") or {}).get("flags") or []:
+            log.warning("%s: measured while %s", config.label(), flag)
         return result
+
+
+def model_facts(config: RunConfig, reply: Optional[WorkerReply]) -> Dict[str, Any]:
+    """What the worker said of the model; a user model's source (path, function,
+    sha256) is recorded even when the worker never got to build it."""
+    model = dict(reply.model) if reply else {}
+    spec = spec_for(config.model)
+    if spec.is_user:
+        model.setdefault("name", config.model)
+        model.setdefault("source", spec.source())
+    return model
 
 
 @dataclass
@@ -285,7 +307,7 @@ class Session:
 
 
 def summary_line(result: RunResult) -> str:
-    label = f"{result.config['backend']}/{result.config['model']}"
+    label = f"{result.config['backend']}/{short_name(result.config['model'])}"
     if not result.ok:
         return f"{label}: {result.status.upper()}: {result.reason}"
     m = result.metrics

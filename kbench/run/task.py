@@ -55,7 +55,7 @@ class WorkerTask:
 
 @dataclass(frozen=True)
 class WorkerReply:
-    status: str  # "ok", "failed" or "oom"
+    status: str  # "ok", "failed", "oom" or "unsupported" (a model this backend cannot run)
     metrics: Dict[str, Any] = field(default_factory=dict)
     framework: Dict[str, Any] = field(default_factory=dict)
     model: Dict[str, Any] = field(default_factory=dict)

@@ -23,7 +23,7 @@ import numpy as np
 import kbench_models  # the registry only: no Keras import
 from kbench import datasets
 from kbench.backends import load_backend
-from kbench.backends.base import is_out_of_memory
+from kbench.backends.base import Unsupported, is_out_of_memory
 from kbench.backends.switches import SWITCHES
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run.parent_watch import watch_parent
@@ -47,7 +47,8 @@ def run(task: WorkerTask) -> WorkerReply:
     import_time = time.perf_counter() - import_start
 
     data = datasets.PreparedData.from_dict(task.data)
-    loss = kbench_models.MODELS[config["model"]].loss_for(data.num_classes)
+    spec = kbench_models.spec_for(config["model"])
+    loss = spec.loss_for(data.num_classes)
     arrays = datasets.load_prepared(data.path)
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
@@ -124,7 +125,8 @@ def run(task: WorkerTask) -> WorkerReply:
             "input_shape": [int(d) for d in input_shape],
             "num_classes": data.num_classes,
             "flops": flops,
-        },
+        }
+        | ({"source": spec.source()} if spec.is_user else {}),
     )
 
 
@@ -140,8 +142,9 @@ def main(argv=None) -> int:
         reply = run(task)
         write_json_atomic(Path(task.reply_path), reply.to_dict())
     except BaseException as err:  # noqa: B036 - every failure must reach the runner
+        status = "oom" if is_out_of_memory(err) else "failed"
         reply = WorkerReply(
-            status="oom" if is_out_of_memory(err) else "failed",
+            status="unsupported" if isinstance(err, Unsupported) else status,
             error={
                 "type": type(err).__name__,
                 "message": str(err),

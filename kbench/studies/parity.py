@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from kbench.results.config import RunConfig
+from kbench.results.config import RunConfig, file_safe
 from kbench.results.result import RunResult
 from kbench.run.runner import Runner
 
@@ -152,7 +152,7 @@ def check_model(
     ]
     results: List[RunResult] = []
     with runner.session(configs) as session:
-        weights = str(session.directory / f"{model}-initial-weights.npz")
+        weights = str(session.directory / f"{file_safe(model)}-initial-weights.npz")
         for index, config in enumerate(configs):
             if index and not results[0].ok:
                 break

@@ -32,16 +32,19 @@ import itertools
 import json
 import logging
 import math
+import os
 import re
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.backends import BACKENDS
+from kbench.datasets.npz import NPZ_PREFIX
 from kbench.results.config import REQUIRED, ConfigError, RunConfig
 from kbench.results.result import RunResult
 from kbench_models import MODELS
+from kbench_models.user import is_reference
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +149,36 @@ def load_sweep(path: Path, reduced: bool = False, max_runs: int = MAX_RUNS) -> S
         document = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise SweepError(file, "", f"expected YAML; it does not parse: {err}") from err
-    return parse_sweep(document, file, reduced, max_runs)
+    return parse_sweep(document, file, reduced, max_runs, base_dir=path.resolve().parent)
 
 
-def parse_sweep(document: Any, file: str, reduced: bool = False, max_runs: int = MAX_RUNS) -> Sweep:
+def relative_to_file(values: Dict[str, Any], base_dir: Optional[Path]) -> Dict[str, Any]:
+    """A user model (``model.py:build``) or data (``npz:data.npz``) named by a relative
+    path in a sweep file is found beside the file, wherever kbench is started from."""
+    if base_dir is None:
+        return values
+    values = dict(values)
+    model = values.get("model")
+    if isinstance(model, str) and is_reference(model):
+        where, sep, function = model.rpartition(":")
+        where, function = (where, sep + function) if sep and where else (model, "")
+        if (where.endswith(".py") or "/" in where) and not os.path.isabs(where):
+            values["model"] = str(base_dir / where) + function
+    dataset = values.get("dataset")
+    if isinstance(dataset, str) and dataset.startswith(NPZ_PREFIX):
+        where = dataset[len(NPZ_PREFIX) :]
+        if not os.path.isabs(where):
+            values["dataset"] = NPZ_PREFIX + str(base_dir / where)
+    return values
+
+
+def parse_sweep(
+    document: Any,
+    file: str,
+    reduced: bool = False,
+    max_runs: int = MAX_RUNS,
+    base_dir: Optional[Path] = None,
+) -> Sweep:
     def fail(where: str, message: str) -> SweepError:
         return SweepError(file, where, message)
 
@@ -205,7 +234,9 @@ def parse_sweep(document: Any, file: str, reduced: bool = False, max_runs: int =
                 if missing:
                     raise fail(f"{place}settings", _missing_message(missing[0], place))
                 try:
-                    config = RunConfig.from_dict(dict(values, repeat=repeat))
+                    config = RunConfig.from_dict(
+                        dict(relative_to_file(values, base_dir), repeat=repeat)
+                    )
                 except ConfigError as err:
                     where = origins.get(err.setting, "settings")
                     if err.setting not in origins:  # a check across settings

@@ -6,7 +6,11 @@ backend on each machine is then its own column, ``tensorflow @ host``). Within a
 group, each backend's throughput is the median over its repeats with the range;
 its speed against the baseline backend is the median of the per-round ratios
 (round r of backend B over round r of the baseline), so a machine that drifts
-during the command cannot pick the winner.
+during the command cannot pick the winner. Whether that ratio differs from 1 beyond
+the noise between rounds is an order-statistics interval
+(:mod:`kbench.views.significance`). A run measured while the machine was busy,
+throttled or on battery (``metrics.quality.flags``, :mod:`kbench.measure.quality`)
+lends its flags to its row.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
+from kbench.views.significance import RatioInterval, median_interval
 
 IGNORED_IN_GROUPING = ("backend", "repeat", "timeout_s", "sample_interval_s")
 MODEL_KINDS = ("train", "inference")  # results that compare() tabulates
@@ -65,6 +70,9 @@ class BackendRow:
     memory_bytes: Optional[Spread] = None  # see memory_kind
     memory_kind: Optional[str] = None  # a MEMORY_PREFERENCE kind
     memory_reason: Optional[str] = None  # why there is no memory_kind common to every run
+    ratio_interval: Optional[RatioInterval] = None  # on the median per-round ratio
+    # why some of its runs' numbers may not be trusted (busy machine, throttling, battery)
+    quality_flags: List[str] = field(default_factory=list)
 
     @property
     def all_ok(self) -> bool:
@@ -164,6 +172,8 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
                     memory_bytes=Spread.of(memory),
                     memory_kind=memory_kind,
                     memory_reason=memory_reason,
+                    ratio_interval=median_interval(ratios),
+                    quality_flags=quality_flags(ok),
                 )
             )
         first = members[0]
@@ -179,6 +189,31 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
                 settings={k: v for k, v in first.config.items() if k not in ("backend", "repeat")},
             )
         )
+    return out
+
+
+def quality_flags(runs: Sequence[RunResult]) -> List[str]:
+    """The flags of ``runs`` (``metrics.quality.flags``), one line per kind of flag:
+    a run's own text where one run has it (with its round, ``#2``, where the row has
+    several runs), else ``busy in 2 of 3 runs: 54-75% of the cores ...``."""
+    by_kind: Dict[str, List[Tuple[RunResult, str]]] = {}
+    for r in runs:
+        for flag in ((r.metrics.get("quality") or {}).get("flags")) or []:
+            by_kind.setdefault(flag.split(":")[0], []).append((r, flag))
+    out = []
+    for kind, found in by_kind.items():
+        if len(found) == 1:
+            r, flag = found[0]
+            out.append(flag + (f" (#{r.config.get('repeat', 0) + 1})" if len(runs) > 1 else ""))
+            continue
+        text = f"{kind} in {len(found)} of {len(runs)} runs"
+        shares = [r.metrics["quality"].get("other_share") for r, _ in found]
+        shares = [s for s in shares if isinstance(s, (int, float))]
+        if kind == "busy" and shares:
+            low, high = f"{min(shares):.0%}", f"{max(shares):.0%}"
+            span = low if low == high else f"{low[:-1]}-{high}"
+            text += f": {span} of the cores used by other processes"
+        out.append(text)
     return out
 
 

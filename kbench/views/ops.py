@@ -85,7 +85,9 @@ def time_cell(entry: Optional[Dict[str, Any]], result: RunResult) -> str:
         return NOT_TIMED.get(entry["status"], entry["status"].upper())
     unit = time_unit(entry["median_s"])
     spread = f"{seconds_text(entry['p10_s'], unit)}-{seconds_text(entry['p90_s'], unit)}"
-    return f"{seconds_text(entry['median_s'], unit)} {unit[0]} ({spread})"
+    text = f"{seconds_text(entry['median_s'], unit)} {unit[0]} ({spread})"
+    flags = (entry.get("quality") or {}).get("flags") or []
+    return f"{text} [{'; '.join(flags)}]" if flags else text
 
 
 def check_cell(found: Dict[str, Dict[str, Any]]) -> str:
@@ -159,6 +161,12 @@ def ops_tables(results: Sequence[RunResult]) -> List[Table]:
         *[f"  {note}" for note in _size_notes(rows)],
         *_reasons(cols),
     ]
+    if any((e.get("quality") or {}).get("flags") for es in entries.values() for e in es.values()):
+        time_notes.append(
+            "[...]: the timed calls ran while other processes used more than the busy "
+            "threshold of the cores (or the clock was held down): such a time measures the "
+            "contention, not the operation"
+        )
     tables = [
         Table(
             title="Operator time (median, p10-p90)",

@@ -66,6 +66,7 @@ tr.group td { background: #eef3f8; font-weight: 600; border-top: 2px solid #d5dd
 .faster { color: #1e7b34; font-weight: 600; }
 .slower { color: #a93226; font-weight: 600; }
 .muted { color: #7b8691; }
+.flag { color: #922b21; font-size: 12px; white-space: normal; }
 figure { margin: 14px 0 28px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eceef1; border-radius: 6px; }
 figcaption { color: #4a545e; font-size: 14px; margin-top: 6px; max-width: 70em; }
@@ -379,7 +380,7 @@ def summary_table(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
                 [
                     backend_cell(backend, group.runs_of(backend)),
                     runs_cell,
-                    "—" if rate is None else f"{rate.median:,.0f}",
+                    rate_cell(row),
                     "—" if rate is None else f"{rate.low:,.0f}–{rate.high:,.0f}, n={rate.n}",
                     ratio_cell(row, group, baseline),
                     accuracy_cell(row.test_accuracy),
@@ -388,10 +389,13 @@ def summary_table(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
             )
     return table(headers, rows, numeric=(2, 3, 4, 5)) + (
         '<p class="muted">img/s: median over the repeats that finished, measured window only '
-        f"(warmup excluded). vs {esc(baseline)}: median of per-round ratios, with the lowest "
-        "and highest round. Memory: median over repeats of each kind's peak, labelled by "
-        "kind (host RSS is the worker's resident memory; GPU kinds come from the framework "
-        "allocator or NVML).</p>"
+        "(warmup excluded); <b>flagged</b>: measured while other processes used more than "
+        "the busy threshold of the run's cores, the clock was held down, or on battery. "
+        f"vs {esc(baseline)}: median of per-round ratios, with an order-statistics interval "
+        "(95% from 6 rounds, else the whole range with its coverage); “no clear "
+        "difference” where the interval holds 1. Memory: median over repeats of each "
+        "kind's peak, labelled by kind (host RSS is the worker's resident memory; GPU "
+        "kinds come from the framework allocator or NVML).</p>"
     )
 
 
@@ -409,14 +413,35 @@ def ratio_cell(row: Any, group: RunGroup, baseline: str) -> Any:
         return Markup('<span class="badge base">baseline</span>')
     if group.comparison.baseline != baseline:
         return f"no {baseline} run"
-    ratio = row.ratio
+    ratio = row.ratio_interval
     if ratio is None:
         return "—"
     css = "faster" if ratio.median > 1.05 else "slower" if ratio.median < 0.95 else ""
     text = f"{ratio.median:.3g}×"
-    if ratio.n > 1:
-        text += f" ({ratio.low:.3g}–{ratio.high:.3g})"
-    return Markup(f'<span class="{css}">{esc(text)}</span>')
+    if ratio.n < 2:
+        return Markup(
+            f'<span class="{css}">{esc(text)}</span> <span class="muted">1 run: no spread</span>'
+        )
+    detail = f"{ratio.low:.3g}–{ratio.high:.3g}, {ratio.coverage:.0%} interval"
+    if not ratio.clear:
+        return Markup(
+            f'no clear difference <span class="muted">({esc(text)}, {esc(detail)})</span>'
+        )
+    return Markup(
+        f'<span class="{css}">{esc(text)}</span> <span class="muted">({esc(detail)})</span>'
+    )
+
+
+def rate_cell(row: Any) -> Any:
+    """The median img/s, with the quality flags of its runs beside it (busy, throttled,
+    on battery: :mod:`kbench.measure.quality`)."""
+    rate = row.images_per_sec
+    if rate is None:
+        return "—"
+    if not row.quality_flags:
+        return f"{rate.median:,.0f}"
+    flags = "".join(f'<div class="flag">{esc(flag)}</div>' for flag in row.quality_flags)
+    return Markup(f'{rate.median:,.0f} <span class="badge bad">flagged</span>{flags}')
 
 
 def accuracy_cell(spread: Optional[Spread]) -> str:

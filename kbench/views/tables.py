@@ -46,6 +46,27 @@ def spread_text(spread: Optional[Spread], spec: str, prefix: str = "") -> str:
     return text
 
 
+def ratio_text(row: BackendRow, baseline: str) -> str:
+    """The speed ratio with its significance (:mod:`kbench.views.significance`): the
+    baseline itself reads ``x1.00``."""
+    if row.ratio_interval is None:
+        return "-"
+    if row.backend == baseline:
+        return "x1.00"
+    return row.ratio_interval.text()
+
+
+def flagged(text: str, row: BackendRow) -> str:
+    """``text`` with the row's quality flags beside it: ``1,234 [busy: 48% of ...]``."""
+    return f"{text} [{'; '.join(row.quality_flags)}]" if row.quality_flags else text
+
+
+def run_flagged(text: str, result: RunResult) -> str:
+    """``text`` with one run's quality flags (``metrics.quality.flags``) beside it."""
+    flags = (result.metrics.get("quality") or {}).get("flags") or []
+    return f"{text} [{'; '.join(flags)}]" if flags else text
+
+
 def run_table(results: Sequence[RunResult]) -> str:
     headers = [
         "backend", "model", "mode", "format", "status", "img/s", "spread (per step/batch)",
@@ -60,7 +81,7 @@ def run_table(results: Sequence[RunResult]) -> str:
         elif r.kind == "inference":
             latency = m["latency_ms"]
             cells = [
-                f"{m['images_per_sec']:,.0f}",
+                run_flagged(f"{m['images_per_sec']:,.0f}", r),
                 f"latency p90 {latency['p90']:.2f} ms, p99 {latency['p99']:.2f} ms",
                 f"{latency['p50']:.2f}",
                 f"{m['first_step_s']:.2f}",
@@ -69,7 +90,7 @@ def run_table(results: Sequence[RunResult]) -> str:
         else:
             per_step = m["images_per_sec_per_step"]
             cells = [
-                f"{m['images_per_sec']:,.0f}",
+                run_flagged(f"{m['images_per_sec']:,.0f}", r),
                 f"p10-p90 {per_step['p10']:,.0f}-{per_step['p90']:,.0f} img/s",
                 f"{m['step_time_s']['p50'] * 1000:.2f}",
                 f"{m['first_step_s']:.2f}",
@@ -110,8 +131,8 @@ def group_table(group: ComparisonGroup) -> str:
             continue
         cells = [
             row.backend + ("" if row.all_ok else " (some runs failed)"),
-            spread_text(row.images_per_sec, ",.0f"),
-            spread_text(row.ratio, ".2f", prefix="x"),
+            flagged(spread_text(row.images_per_sec, ",.0f"), row),
+            ratio_text(row, group.baseline),
         ]
         if inference:
             cells += [spread_text(row.latency_p50_ms, ".2f"), spread_text(row.first_step_s, ".2f")]
@@ -235,17 +256,24 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
         return Table(title, row_headers + columns, rows, notes)
 
     baselines = sorted({g.baseline for g in groups})
+    baseline_of = {id(r): g.baseline for g in groups for r in g.rows}
     repeats = "median (min-max, n runs)"
     tables = [
         table(
             f"Throughput, images/s: {repeats}",
-            lambda r: spread_text(r.images_per_sec, ",.0f"),
-            ["measured window only (after the warmup steps)", *warned],
+            lambda r: flagged(spread_text(r.images_per_sec, ",.0f"), r),
+            ["measured window only (after the warmup steps)", *warned]
+            + ([QUALITY_NOTE] if any(r.quality_flags for g in groups for r in g.rows) else []),
         ),
         table(
-            f"Speed against {', '.join(baselines)}: median of per-round ratios (min-max)",
-            lambda r: spread_text(r.ratio, ".2f", prefix="x"),
-            ["above x1 is faster than the baseline; each ratio pairs runs of the same round"],
+            f"Speed against {', '.join(baselines)}: median of per-round ratios (interval)",
+            lambda r: flagged(ratio_text(r, baseline_of[id(r)]), r),
+            [
+                "above x1 is faster than the baseline; each ratio pairs runs of the same round",
+                "interval: order statistics of the per-round ratios (95% where 6 or more "
+                "rounds, else the whole range with its coverage); 'no clear difference' "
+                "where it holds x1",
+            ],
         ),
     ]
     kinds = {r.utilization_kind for g in groups for r in g.rows if r.utilization_kind}
@@ -293,6 +321,12 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
         )
     return tables
 
+
+QUALITY_NOTE = (
+    "[...]: measured while the machine was busy (other processes' share of the cores the "
+    "run was given, above --busy-threshold), its clock was held down, or on battery: "
+    "those numbers understate what the machine does when quiet"
+)
 
 # How a setting reads in a row label ("batch 32, threads 1")
 SHORT_NAMES = {

@@ -1,0 +1,199 @@
+"""The user's own arrays: ``--dataset npz:path/to/data.npz`` (parent side).
+
+The file holds four arrays, as ``numpy.savez`` writes them: ``x_train``, ``y_train``,
+``x_test``, ``y_test``. Labels are integers from 0; the class count is the largest
+label plus one (or ``--num-classes``, the model's output size, which every label must
+be below). Images are channels last, (N, H, W, C) or (N, H, W) for one channel, as
+uint8 0-255 or floats in [0, 1] (stored as uint8 like every kbench data set, so a
+float image is rounded to 1/255); sequences (N, steps, features) likewise; tokens
+(N, steps) integer ids. Everything is checked in the parent, before any worker
+starts, with a message that says what was expected, what the file holds and the fix.
+
+Only numpy and the standard library: the file is read here, written again as the
+prepared arrays (:func:`kbench.datasets.prepare`), and never opened by a worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from kbench.datasets.sources import DataUnavailable
+
+NPZ_PREFIX = "npz:"
+ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+EXAMPLE = "np.savez(PATH, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)"
+# ndim of x (without the sample axis) each kind of model input takes
+SAMPLE_DIMS = {"image": (2, 3), "sequence": (2,), "tokens": (1,)}
+
+
+@dataclass(frozen=True)
+class NpzFacts:
+    """What an .npz holds, read once: shapes, label range, sample counts and sha256."""
+
+    path: str
+    sha256: str
+    sample_shape: Tuple[int, ...]  # x without the sample axis, as stored
+    x_integer: bool
+    x_range: Tuple[float, float]
+    label_range: Tuple[int, int]
+    train_samples: int
+    test_samples: int
+
+    @property
+    def num_classes(self) -> int:
+        return max(2, self.label_range[1] + 1)
+
+    def check_fits(self, model_kind: str, num_classes: Optional[int] = None) -> None:
+        """Refuse arrays the model cannot take, or labels its output cannot hold."""
+        dims = SAMPLE_DIMS[model_kind]
+        shape = "x".join(map(str, self.sample_shape))
+        if len(self.sample_shape) not in dims:
+            wanted = {
+                "image": "(N, H, W, C) or (N, H, W) images, channels last",
+                "sequence": "(N, steps, features) sequences",
+                "tokens": "(N, steps) integer word ids",
+            }[model_kind]
+            raise DataUnavailable(
+                f"npz {self.path}: the model takes {model_kind} input, {wanted}; x_train "
+                f"holds samples of shape {shape}. Reshape the arrays, or set the model "
+                "file's INPUT_KIND."
+            )
+        if model_kind == "tokens" and not self.x_integer:
+            raise DataUnavailable(
+                f"npz {self.path}: a tokens model takes integer word ids; x_train holds "
+                "floats. Store the ids as integers (x.astype('int32'))."
+            )
+        if model_kind != "tokens":
+            low, high = self.x_range
+            if (self.x_integer and (low < 0 or high > 255)) or (
+                not self.x_integer and (low < 0 or high > 1)
+            ):
+                raise DataUnavailable(
+                    f"npz {self.path}: expected {model_kind} values as uint8 0-255 or floats "
+                    f"in [0, 1]; x holds values from {low:g} to {high:g}. Scale them "
+                    "(x / 255, or (x - x.min()) / (x.max() - x.min()))."
+                )
+        if num_classes is not None and self.label_range[1] >= num_classes:
+            raise DataUnavailable(
+                f"npz {self.path}: labels out of range: --num-classes {num_classes} gives "
+                f"the model {num_classes} outputs (labels 0 to {num_classes - 1}); the "
+                f"labels go up to {self.label_range[1]}. Raise --num-classes to at least "
+                f"{self.label_range[1] + 1}, or drop it (the class count is then taken "
+                "from the labels)."
+            )
+
+    def source(self) -> str:
+        return f"npz: {self.path} (sha256 {self.sha256})"
+
+
+def inspect_npz(where: str) -> NpzFacts:
+    """Check an .npz (a path, relative to the current folder or absolute)."""
+    path = os.path.abspath(os.path.expanduser(where))
+    if not os.path.isfile(path):
+        raise DataUnavailable(
+            f"npz {where!r}: expected an existing .npz file holding {', '.join(ARRAYS)}; "
+            f"received a path that {'is a directory' if os.path.isdir(path) else 'does not exist'} "
+            f"({path}). Write one with {EXAMPLE}."
+        )
+    stat = os.stat(path)
+    return _inspect(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _inspect(path: str, mtime_ns: int, size: int) -> NpzFacts:
+    arrays = load_npz(path)
+    x_train, y_train, x_test, y_test = (arrays[name] for name in ARRAYS)
+    for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
+        if x.ndim < 2 or len(x) == 0 or len(x) != len(y):
+            raise DataUnavailable(
+                f"npz {path}: expected x_{split} of shape (N, ...) with N > 0 and y_{split} "
+                f"of N labels; received x_{split} {x.shape} and y_{split} {y.shape}."
+            )
+        if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
+            raise DataUnavailable(
+                f"npz {path}: expected numbers in x_{split}; received dtype {x.dtype}."
+            )
+        if not np.issubdtype(y.dtype, np.integer) or y.reshape(len(y), -1).shape[1] != 1:
+            raise DataUnavailable(
+                f"npz {path}: expected y_{split} to hold one integer class label per sample "
+                f"(shape (N,), from 0); received dtype {y.dtype}, shape {y.shape}. Convert "
+                "one-hot labels with y.argmax(axis=1), floats with y.astype('int64')."
+            )
+    integer = [np.issubdtype(x.dtype, np.integer) for x in (x_train, x_test)]
+    if x_train.shape[1:] != x_test.shape[1:] or integer[0] != integer[1]:
+        raise DataUnavailable(
+            f"npz {path}: expected x_train and x_test samples of one shape and kind; "
+            f"received {x_train.shape[1:]} {x_train.dtype} and {x_test.shape[1:]} "
+            f"{x_test.dtype}."
+        )
+    labels = np.concatenate([y_train.ravel(), y_test.ravel()])
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0:
+        raise DataUnavailable(
+            f"npz {path}: labels out of range: expected class labels from 0; the labels "
+            f"go down to {low}. Shift them (y - y.min()) or drop those samples."
+        )
+    values = np.concatenate([x_train.ravel()[:1_000_000], x_test.ravel()[:1_000_000]])
+    return NpzFacts(
+        path=path,
+        sha256=_sha256(path),
+        sample_shape=tuple(int(d) for d in x_train.shape[1:]),
+        x_integer=bool(np.issubdtype(x_train.dtype, np.integer)),
+        x_range=(float(values.min()), float(values.max())),
+        label_range=(low, high),
+        train_samples=len(x_train),
+        test_samples=len(x_test),
+    )
+
+
+def load_npz(path: str) -> Dict[str, np.ndarray]:
+    """The four arrays of ``path``, or a message naming the ones missing."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [name for name in ARRAYS if name not in archive.files]
+            if missing:
+                raise DataUnavailable(
+                    f"npz {path}: expected the arrays {', '.join(ARRAYS)}; missing "
+                    f"{', '.join(missing)} (the file holds: "
+                    f"{', '.join(archive.files) or 'nothing'}). Write it with {EXAMPLE}."
+                )
+            return {name: archive[name] for name in ARRAYS}
+    except DataUnavailable:
+        raise
+    except (OSError, ValueError) as err:
+        raise DataUnavailable(
+            f"npz {path}: expected a numpy .npz archive ({EXAMPLE}); numpy cannot read it: {err}."
+        ) from None
+
+
+def prepared_arrays(path: str, model_kind: str) -> Dict[str, np.ndarray]:
+    """The arrays as kbench stores prepared data: images and sequences uint8 0-255
+    (channels last, a channel axis added to (N, H, W)), labels int64, tokens int32."""
+    arrays = load_npz(path)
+    for split in ("train", "test"):
+        x = arrays[f"x_{split}"]
+        if model_kind == "tokens":
+            x = x.astype(np.int32)
+        else:
+            if np.issubdtype(x.dtype, np.floating):
+                x = np.round(x * 255.0)
+            x = x.astype(np.uint8)
+            if model_kind == "image" and x.ndim == 3:
+                x = x[..., np.newaxis]
+        arrays[f"x_{split}"] = x
+        arrays[f"y_{split}"] = arrays[f"y_{split}"].reshape(-1).astype(np.int64)
+    return arrays
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

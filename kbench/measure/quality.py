@@ -1,0 +1,246 @@
+"""Whether a measured window can be trusted: what else the machine was doing meanwhile.
+
+Read from the sampler's series (:mod:`kbench.measure.sampler`) over one window (the
+measured one), nothing new is sampled:
+
+- **busy**: CPU used by processes other than the worker's tree. Per sample, the
+  machine's load (``system_cpu_percent``, percent of all cores) as cores, minus the
+  worker tree's (``process_cpu_percent``, percent of one core); averaged over the
+  window (the samples inside it and the first after it, which covers its end). What
+  counts against the run is what did not fit in the cores the run left
+  free: ``max(0, others - (machine cores - cores given)) / cores given``, where the
+  cores given are the run's ``threads`` or, unset, the machine's cores (then it is
+  simply the others' share of the machine). Flagged above ``BUSY_THRESHOLD`` (0.25,
+  ``--busy-threshold``). The parent's own sampler thread counts as "other" (about
+  1% of a core).
+- **slow clock**: the mean CPU frequency in the window against psutil's maximum;
+  flagged below ``CLOCK_FRACTION`` (0.6: all-core turbo sits below the single-core
+  maximum, so only a deep drop is flagged). Unknown where psutil has no maximum
+  (virtual machines report 0).
+- **throttled**: NVML clock event reasons of a thermal or power kind
+  (``THROTTLE_BITS``) in any sample of a GPU's ``gpuN_throttle_reasons``; idle,
+  application-clock and sync-boost reasons are not throttling.
+- **on battery**: ``power_plugged`` was 0 in any sample.
+
+Each figure is ``None`` where its series is missing: unknown, never fine.
+
+Before a run or sweep starts, :func:`preflight` takes a one-second sample of the
+machine's CPU load and warns if it is already above the threshold (``--wait-quiet S``
+waits up to S seconds for it to drop); ``KBENCH_SKIP_PREFLIGHT=1`` skips it (the
+tests set it, to save a second per command).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+BUSY_THRESHOLD = 0.25  # share of the given cores used by other processes
+CLOCK_FRACTION = 0.6  # mean CPU frequency below this share of the maximum is flagged
+# NVML clock event reasons that mean the clocks were held down (nvml.h names)
+THROTTLE_BITS: Dict[int, str] = {
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "power brake",
+}
+THROTTLE_SERIES = re.compile(r"^(gpu\d+)_throttle_reasons$")
+
+
+@dataclass(frozen=True)
+class Quality:
+    """What else went on during one window, and the flags it earned (short reasons)."""
+
+    window: str
+    samples: int  # sampler readings inside the window
+    cores_given: int
+    machine_cores: int
+    busy_threshold: float
+    other_cores: Optional[float] = None  # mean CPU of other processes, in cores
+    other_share: Optional[float] = None  # of the cores given, beyond those left free
+    cpu_clock_fraction: Optional[float] = None  # mean frequency / maximum
+    cpu_freq_max_mhz: Optional[float] = None
+    gpu_throttled: Dict[str, List[str]] = field(default_factory=dict)  # gpuN -> reasons
+    on_battery: Optional[bool] = None
+    flags: List[str] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.flags)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _in_window(series: Dict[str, List[Any]], name: str, start: float, end: float) -> List[float]:
+    times = series.get("t") or []
+    values = series.get(name) or []
+    return [float(v) for t, v in zip(times, values) if start <= t <= end and v is not None]
+
+
+def other_cores(
+    series: Dict[str, List[Any]], start: float, end: float, machine_cores: int
+) -> Tuple[Optional[float], int]:
+    """Mean CPU of everything but the worker's tree over [start, end], in cores, and
+    the samples it rests on; None where no sample with both readings covers the window.
+
+    A CPU reading is the use since the previous sample, so the samples that cover the
+    window are those inside it and the first one after it (a window shorter than the
+    sampling interval, between two samples, is covered by the one after it)."""
+    times = series.get("t") or []
+    after = next((i for i, t in enumerate(times) if t > end), None)
+    picked = [i for i, t in enumerate(times) if start <= t <= end] + (
+        [after] if after is not None else []
+    )
+    system = series.get("system_cpu_percent") or []
+    worker = series.get("process_cpu_percent") or []
+    others = [
+        max(0.0, system[i] * machine_cores / 100.0 - worker[i] / 100.0)
+        for i in picked
+        if i < min(len(system), len(worker)) and system[i] is not None and worker[i] is not None
+    ]
+    return (sum(others) / len(others) if others else None), len(others)
+
+
+def assess(
+    series: Dict[str, List[Any]],
+    window: Optional[Sequence[Optional[float]]],
+    threads: Optional[int] = None,
+    busy_threshold: float = BUSY_THRESHOLD,
+    machine_cores: Optional[int] = None,
+    cpu_freq_max_mhz: Optional[float] = None,
+    window_name: str = "measured",
+) -> Optional[Quality]:
+    """The quality of ``window`` (start, end) from the sampler ``series``; None where the
+    window has no edges. ``machine_cores`` and ``cpu_freq_max_mhz`` default to this
+    machine's (the runner assesses right after the run, on the machine that ran it)."""
+    if not window or window[0] is None or window[1] is None:
+        return None
+    if not 0 < busy_threshold <= 1:
+        raise ValueError(
+            f"busy_threshold: expected a share of the cores above 0 and at most 1 (0.25 "
+            f"flags a run when others used a quarter of its cores); got {busy_threshold!r}"
+        )
+    start, end = float(window[0]), float(window[1])
+    cores = machine_cores or os.cpu_count() or 1
+    given = min(threads or cores, cores)
+    if cpu_freq_max_mhz is None:
+        cpu_freq_max_mhz = _freq_max()
+    others, samples = other_cores(series, start, end, cores)
+    flags: List[str] = []
+    share = None
+    if others is not None:
+        share = max(0.0, others - (cores - given)) / given
+        if share > busy_threshold:
+            flags.append(f"busy: {share:.0%} of the cores used by other processes")
+    clock = None
+    freqs = _in_window(series, "cpu_freq_mhz", start, end)
+    if freqs and cpu_freq_max_mhz:
+        clock = sum(freqs) / len(freqs) / cpu_freq_max_mhz
+        if clock < CLOCK_FRACTION:
+            flags.append(f"slow clock: CPU at {clock:.0%} of its {cpu_freq_max_mhz:,.0f} MHz")
+    throttled: Dict[str, List[str]] = {}
+    for name in sorted(series):
+        match = THROTTLE_SERIES.match(name)
+        if not match:
+            continue
+        seen = 0
+        for value in _in_window(series, name, start, end):
+            seen |= int(value)
+        reasons = [text for bit, text in THROTTLE_BITS.items() if seen & bit]
+        if reasons:
+            throttled[match.group(1)] = reasons
+            flags.append(f"throttled: {match.group(1)} {', '.join(reasons)}")
+    plugged = _in_window(series, "power_plugged", start, end)
+    battery = (min(plugged) == 0) if plugged else None
+    if battery:
+        flags.append("on battery")
+    return Quality(
+        window=window_name,
+        samples=samples,
+        cores_given=given,
+        machine_cores=cores,
+        busy_threshold=busy_threshold,
+        other_cores=others,
+        other_share=share,
+        cpu_clock_fraction=clock,
+        cpu_freq_max_mhz=cpu_freq_max_mhz or None,
+        gpu_throttled=throttled,
+        on_battery=battery,
+        flags=flags,
+    )
+
+
+def _freq_max() -> Optional[float]:
+    try:
+        frequency = psutil.cpu_freq()
+    except (OSError, NotImplementedError):
+        return None
+    return frequency.max if frequency and frequency.max else None
+
+
+# --------------------------------------------------------------------------- pre-flight
+
+PREFLIGHT_SKIP_ENV = "KBENCH_SKIP_PREFLIGHT"  # "1": no pre-flight sample (the tests set it)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The machine's CPU load before a run started, and how long kbench waited."""
+
+    load: float  # share of all cores busy, 0..1, in the last one-second sample
+    busy: bool
+    waited_s: float
+    samples: int
+
+
+def preflight(
+    threshold: float = BUSY_THRESHOLD,
+    wait_quiet_s: float = 0.0,
+    sample: Callable[[], float] = lambda: psutil.cpu_percent(interval=1.0),
+    clock: Callable[[], float] = time.monotonic,
+) -> Preflight:
+    """Sample the machine's CPU load for a second; while it is above ``threshold`` and
+    ``wait_quiet_s`` allows, sample again. Warns (logging) if it is still busy."""
+    began = clock()
+    load = sample() / 100.0
+    samples = 1
+    while load > threshold and clock() - began < wait_quiet_s:
+        if samples == 1:
+            log.info(
+                "the machine is busy (%.0f%% of the CPU in use); waiting up to %.0f s for it "
+                "to quieten (--wait-quiet)",
+                load * 100,
+                wait_quiet_s,
+            )
+        load = sample() / 100.0
+        samples += 1
+    waited = clock() - began
+    busy = load > threshold
+    if busy:
+        log.warning(
+            "the machine is already busy before the run: %.0f%% of the CPU in use by other "
+            "processes%s; the numbers will be flagged if it stays so (close other work, or "
+            "pass --wait-quiet SECONDS to wait for it to quieten)",
+            load * 100,
+            f" after waiting {waited:.0f} s" if wait_quiet_s else "",
+        )
+    elif samples > 1:
+        log.info("the machine quietened after %.0f s (%.0f%% CPU in use)", waited, load * 100)
+    return Preflight(load=load, busy=busy, waited_s=waited, samples=samples)
+
+
+def preflight_unless_skipped(threshold: float, wait_quiet_s: float) -> Optional[Preflight]:
+    """:func:`preflight`, unless the environment sets ``KBENCH_SKIP_PREFLIGHT=1``."""
+    if os.environ.get(PREFLIGHT_SKIP_ENV) == "1":
+        return None
+    return preflight(threshold, wait_quiet_s)

@@ -1,0 +1,332 @@
+"""Your own model and data: ``--model file.py:build`` and ``--dataset npz:PATH``.
+
+Fast tests: every bad input the parent can see stops `kbench run` with exit 2 and a
+message that names what was expected and what was received, before any worker starts.
+Slow tests: a model that is not in the zoo (tests/user_models/residual.py: a residual
+add, dropout and batch normalization) trains on tensorflow, jax, torch and mxnet from
+an .npz; the worker's own refusals (a non-model, a file raising on import, a layer
+keras-mxnet lacks) become ``failed`` / ``unsupported`` results, never a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import dump, require_backends, run_kbench
+
+from kbench import cli
+from kbench.backends.keras_mxnet import keras224_gap
+from kbench.results.config import ConfigError, RunConfig
+from kbench.studies.sweep import load_sweep
+from kbench_models import short_name, spec_for
+from kbench_models.user import UserModelImportError
+
+MODELS_DIR = Path(__file__).resolve().parent / "user_models"
+RESIDUAL = MODELS_DIR / "residual.py"
+
+
+def write_npz(path: Path, train: int = 256, test: int = 64, classes: int = 4, **replace) -> Path:
+    """Tiny 8x8x1 uint8 images whose class is a bright band: learnable in a few steps."""
+    rng = np.random.default_rng(0)
+
+    def make(n):
+        y = rng.integers(0, classes, n)
+        x = (rng.random((n, 8, 8, 1)) * 60).astype(np.uint8)
+        for c in range(classes):
+            x[y == c, (2 * c) % 8 : (2 * c) % 8 + 2, :, 0] += 180
+        return x, y.astype(np.int64)
+
+    x_train, y_train = make(train)
+    x_test, y_test = make(test)
+    arrays = dict(x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    arrays.update(replace)
+    np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+    return path
+
+
+@pytest.fixture
+def npz(tmp_path: Path) -> Path:
+    return write_npz(tmp_path / "data.npz")
+
+
+def run_cli(capsys, args):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", *args])
+    return info.value.code, capsys.readouterr().err
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- fast
+
+
+def test_config_makes_the_references_absolute(npz, monkeypatch):
+    monkeypatch.chdir(RESIDUAL.parent)
+    config = RunConfig(backend="jax", model="residual.py:build", dataset="npz:" + str(npz))
+    assert config.model == f"{RESIDUAL}:build"
+    assert config.label() == "jax/residual.py:build"
+    spec = spec_for(config.model)
+    assert (spec.input_shape, spec.num_classes, spec.input_kind) == ((8, 8, 1), 4, "image")
+    assert spec.source() == {"path": str(RESIDUAL), "function": "build", "sha256": sha256(RESIDUAL)}
+    assert short_name(config.model) == "residual.py:build"
+    # RunConfig round-trips through JSON, as it travels to the worker
+    assert RunConfig.from_dict(config.to_dict()) == config
+
+
+def test_a_file_without_a_function_part_means_build(npz):
+    config = RunConfig(backend="jax", model=str(RESIDUAL), dataset="npz:" + str(npz))
+    assert config.model.endswith("residual.py:build")
+
+
+def test_importable_module_reference(npz, monkeypatch):
+    monkeypatch.syspath_prepend(str(MODELS_DIR))
+    config = RunConfig(backend="jax", model="residual:build", dataset="npz:" + str(npz))
+    assert config.model == f"{RESIDUAL}:build"
+
+
+@pytest.mark.parametrize(
+    "model, dataset, expected",
+    [
+        (
+            "missing/model.py:build",
+            None,
+            "--model: model file 'missing/model.py': expected an existing Python file|"
+            "does not exist",
+        ),
+        (
+            f"{RESIDUAL}:make_model",
+            None,
+            "defines no 'make_model' (its functions: build, keras, layers)|file.py:NAME",
+        ),
+        ("no_such_package.mod:build", None, "cannot be found as a Python source file"),
+        ("resnet9000", None, "--model: expected one of mlp|Or your own model: path/to/file.py"),
+        (
+            None,
+            "npz:nowhere.npz",
+            "--dataset: npz 'nowhere.npz': expected an existing .npz file holding x_train, "
+            "y_train, x_test, y_test",
+        ),
+        (None, "imagenett", "Or your own arrays: npz:path/to/data.npz"),
+    ],
+)
+def test_bad_references_exit_2(capsys, tmp_path, npz, model, dataset, expected):
+    out = tmp_path / "out"
+    args = ["--backend", "jax", "--model", model or str(RESIDUAL)]
+    args += ["--dataset", dataset or f"npz:{npz}", "--output-dir", str(out)]
+    code, err = run_cli(capsys, args)
+    assert code == 2, err
+    for part in expected.split("|"):
+        assert part in err
+    assert not out.exists()
+
+
+def _npz_case(tmp_path, name):
+    path = tmp_path / f"{name}.npz"
+    labels = np.arange(64) % 4
+    cases = {
+        "missing": dict(x_test=None, y_test=None),
+        "negative": dict(y_test=labels - 1),
+        "float_labels": dict(y_train=np.zeros(256, dtype=np.float32)),
+        "bad_range": dict(x_train=np.full((256, 8, 8, 1), 300, dtype=np.int32)),
+        "mismatch": dict(y_train=np.zeros(10, dtype=np.int64)),
+    }
+    return str(write_npz(path, **cases[name]))
+
+
+@pytest.mark.parametrize(
+    "case, extra, expected",
+    [
+        ("missing", [], "expected the arrays x_train, y_train, x_test, y_test; missing x_test, "
+         "y_test (the file holds: x_train, y_train)|np.savez(PATH"),
+        ("negative", [], "labels out of range: expected class labels from 0; the labels go "
+         "down to -1"),
+        ("float_labels", [], "one integer class label per sample|received dtype float32"),
+        ("bad_range", [], "uint8 0-255 or floats in [0, 1]; x holds values from"),
+        ("mismatch", [], "expected x_train of shape (N, ...) with N > 0 and y_train of N labels"),
+        (None, ["--num-classes", "3"], "labels out of range: --num-classes 3 gives the model 3 "
+         "outputs (labels 0 to 2); the labels go up to 3. Raise --num-classes to at least 4"),
+    ],
+)  # fmt: skip
+def test_bad_npz_exits_2(capsys, tmp_path, npz, case, extra, expected):
+    out = tmp_path / "out"
+    data = _npz_case(tmp_path, case) if case else str(npz)
+    args = ["--backend", "jax", "--model", str(RESIDUAL), "--dataset", f"npz:{data}", *extra]
+    code, err = run_cli(capsys, [*args, "--output-dir", str(out)])
+    assert code == 2, err
+    assert "--dataset: npz " in err
+    for part in expected.split("|"):
+        assert part in err
+    assert not out.exists()
+
+
+def test_npz_shape_must_fit_the_model_kind(tmp_path):
+    tokens = tmp_path / "tokens.npz"
+    write_npz(tokens, x_train=np.zeros((256, 10), np.int32), x_test=np.zeros((64, 10), np.int32))
+    with pytest.raises(ConfigError, match="the model takes image input"):
+        RunConfig(backend="jax", model=str(RESIDUAL), dataset=f"npz:{tokens}")
+
+
+def test_hooks_must_be_literals(tmp_path):
+    model = tmp_path / "computed.py"
+    model.write_text("SIDE = 8\nINPUT_SHAPE = (SIDE, SIDE, 1)\n\ndef build(s, n):\n    pass\n")
+    with pytest.raises(ConfigError, match="INPUT_SHAPE must be a plain literal"):
+        RunConfig(backend="jax", model=f"{model}:build", dataset="synthetic")
+
+
+@pytest.mark.parametrize(
+    "err, expected",
+    [
+        (AttributeError("module 'keras.layers' has no attribute 'LayerNormalization'",
+                        name="LayerNormalization"), "LayerNormalization"),
+        (TypeError("Keyword argument not understood:", "groups"), "the argument `groups`"),
+        (TypeError("Conv2D.__init__() got an unexpected keyword argument 'groups'"),
+         "the argument `groups` of `Conv2D.__init__`"),
+        (ValueError("shapes do not match"), None),
+    ],
+)  # fmt: skip
+def test_keras224_gap_names_what_is_missing(err, expected):
+    if isinstance(err, AttributeError):
+        import types
+
+        err.obj = types.ModuleType("keras.layers")
+    gap = keras224_gap(err)
+    assert gap is None if expected is None else expected in gap
+
+
+def test_keras224_gap_looks_through_an_import_failure():
+    cause = ImportError("cannot import name 'LayerNormalization' from 'keras.layers'")
+    cause.name = "keras.layers"
+    wrapped = UserModelImportError("model file x.py raised ImportError")
+    wrapped.__cause__ = cause
+    assert keras224_gap(wrapped).startswith("`LayerNormalization` (ImportError: cannot import")
+
+
+# --------------------------------------------------------------------------- slow
+
+
+@pytest.mark.slow
+def test_user_model_on_every_keras_backend(home, tmp_path, npz):
+    """One process, every backend: each run ok, naming the model's source and the data's."""
+    require_backends("tensorflow", "jax", "torch", "mxnet")
+    done = run_kbench(
+        ["run", "-b", "tensorflow,jax,torch,mxnet,torch-native", "--model",
+         f"{RESIDUAL}:build", "--dataset", f"npz:{npz}", "--steps", "3",
+         "--warmup-steps", "1", "--batch-size", "32", "--sample-interval", "0"],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    results = {r.config["backend"]: r for r in done.results()}
+    source = {"path": str(RESIDUAL), "function": "build", "sha256": sha256(RESIDUAL)}
+    for backend in ("tensorflow", "jax", "torch", "mxnet"):
+        result = results[backend]
+        assert result.status == "ok", dump(done)
+        assert result.model["source"] == source
+        assert result.data["sha256"] == sha256(npz)
+        assert str(npz) in result.data["source"]
+        assert (result.data["train_samples"], result.data["test_samples"]) == (256, 64)
+        assert result.data["num_classes"] == 4
+    params = {results[b].model["params"] for b in ("tensorflow", "jax", "torch", "mxnet")}
+    assert len(params) == 1, params
+    native = results["torch-native"]
+    assert native.status == "unsupported"
+    assert "a user model has no hand-written twin" in native.reason
+    assert native.model["source"] == source
+    assert "residual.py:build" in done.stdout
+
+
+@pytest.mark.slow
+def test_worker_refusals_are_results(home, npz):
+    """A non-model and a file raising on import fail with the sentence; a layer or an
+    argument keras-mxnet lacks is ``unsupported`` on mxnet, naming it."""
+    require_backends("mxnet")
+    models = ",".join(
+        [
+            f"{MODELS_DIR / 'not_a_model.py'}:build",
+            f"{MODELS_DIR / 'raises_on_import.py'}:build",
+            f"{MODELS_DIR / 'keras3_only.py'}:build",
+            f"{MODELS_DIR / 'keras3_only.py'}:build_grouped",
+        ]
+    )
+    done = run_kbench(
+        ["run", "-b", "mxnet", "--model", models, "--dataset", f"npz:{npz}", "--steps", "2",
+         "--warmup-steps", "1", "--batch-size", "32", "--sample-interval", "0"],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 1, dump(done)
+    results = {short_name(r.config["model"]): r for r in done.results()}
+    not_a_model = results["not_a_model.py:build"]
+    assert not_a_model.status == "failed"
+    assert "not_a_model.py:build must return a Keras model" in not_a_model.reason
+    assert "returned builtins.dict" in not_a_model.reason
+    raises = results["raises_on_import.py:build"]
+    assert raises.status == "failed"
+    assert "raised KeyError while being imported" in raises.reason
+    assert 'return SETTINGS["depth"]' in raises.error["message"]  # the last frames
+    layer = results["keras3_only.py:build"]
+    assert layer.status == "unsupported", dump(done)
+    assert "LayerNormalization" in layer.reason
+    argument = results["keras3_only.py:build_grouped"]
+    assert argument.status == "unsupported", dump(done)
+    assert "groups" in argument.reason
+
+
+def write_sweep(folder: Path) -> Path:
+    """A sweep file naming a user model and user data by paths relative to itself."""
+    (folder / "models").mkdir(parents=True)
+    (folder / "models" / "residual.py").write_bytes(RESIDUAL.read_bytes())
+    write_npz(folder / "data.npz")
+    path = folder / "own.yaml"
+    path.write_text(
+        "name: own-model\n"
+        "settings:\n"
+        "  model: models/residual.py:build\n"
+        "  dataset: npz:data.npz\n"
+        "  steps: 2\n"
+        "  warmup_steps: 1\n"
+        "  batch_size: 32\n"
+        "  sample_interval_s: 0\n"
+        "matrix:\n"
+        "  backend: [jax, mxnet]\n"
+    )
+    return path
+
+
+def test_sweep_file_paths_are_relative_to_the_file(tmp_path, monkeypatch):
+    path = write_sweep(tmp_path)
+    monkeypatch.chdir("/")
+    sweep = load_sweep(path)
+    configs = [run.config for run in sweep.runs]
+    assert [c.backend for c in configs] == ["jax", "mxnet"]
+    assert {c.model for c in configs} == {f"{tmp_path / 'models' / 'residual.py'}:build"}
+    assert {c.dataset for c in configs} == {f"npz:{tmp_path / 'data.npz'}"}
+
+
+@pytest.mark.slow
+def test_sweep_runs_a_user_model_on_user_data(home, tmp_path):
+    require_backends("jax", "mxnet")
+    path = write_sweep(tmp_path / "study")
+    done = run_kbench(["sweep", str(path), "--output-dir", str(tmp_path / "out")], home)
+    assert done.returncode == 0, dump(done)
+    results = done.results()
+    assert sorted(r.config["backend"] for r in results) == ["jax", "mxnet"]
+    assert all(r.status == "ok" and r.model["source"]["function"] == "build" for r in results)
+
+
+@pytest.mark.slow
+def test_parity_of_a_user_model(home):
+    require_backends("tensorflow", "jax", "torch", "mxnet")
+    done = run_kbench(
+        ["parity", "--model", f"{RESIDUAL}:build", "--backend", "tensorflow,jax,torch,mxnet",
+         "--output-dir", str(home / "parity")],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    assert "FAIL" not in done.stdout
+    saved = [r for r in done.results() if r.kind == "parity"]
+    assert sorted(r.config["backend"] for r in saved) == ["jax", "mxnet", "tensorflow", "torch"]
+    assert all(r.model["source"]["sha256"] == sha256(RESIDUAL) for r in saved)
