@@ -16,19 +16,24 @@ from typing import Any, List, Tuple
 def write_json_atomic(path: Path, data: Any, allow_nan: bool = True) -> None:
     """Write JSON so that ``path`` holds either the old file or the whole new one.
 
-    Whatever goes wrong (a value JSON cannot hold, a full disk), the temporary file is
-    removed and ``path`` is untouched. ``allow_nan=False`` refuses NaN and infinity,
-    which standard JSON cannot hold (see :func:`finite`).
+    A value JSON cannot hold raises before any file is touched. ``allow_nan=False``
+    refuses NaN and infinity, which standard JSON cannot hold (see :func:`finite`).
     """
+    write_text_atomic(path, json.dumps(data, indent=2, allow_nan=allow_nan) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) so that ``path`` holds either the old file or the whole
+    new one: a temporary file beside it, synced, then renamed over it. Whatever goes
+    wrong (a full disk), the temporary file is removed and ``path`` is untouched."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False, allow_nan=allow_nan)
-            handle.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result is an ordinary file
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; ours are ordinary files
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kbench.results.config import ConfigError
+from kbench.results.jsonfile import write_text_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import ResultError, RunResult
 
@@ -346,7 +347,7 @@ class ResultStore:
 
     def _write_index(self, entries: Iterable[IndexEntry]) -> None:
         lines = [json.dumps(asdict(e), sort_keys=True, allow_nan=False) for e in entries]
-        write_lines_atomic(self.index_path, lines)
+        write_text_atomic(self.index_path, "".join(line + "\n" for line in lines))
 
 
 def _stat(path: Path) -> Optional[os.stat_result]:
@@ -487,24 +488,6 @@ def latest_per_run(entries: Sequence[IndexEntry]) -> List[IndexEntry]:
         if e.run_key and (e.run_key not in newest or e.started_at >= newest[e.run_key].started_at):
             newest[e.run_key] = e
     return [e for e in entries if not e.run_key or newest[e.run_key] is e]
-
-
-def write_lines_atomic(path: Path, lines: Sequence[str]) -> None:
-    """Like :func:`kbench.results.jsonfile.write_json_atomic`, for a file of JSON lines."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write("".join(line + "\n" for line in lines))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass  # already gone, or the file system refuses even that
-        raise
 
 
 # flat rows, for pandas and CSV / Parquet --------------------------------------

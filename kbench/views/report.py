@@ -14,13 +14,12 @@ import base64
 import datetime as dt
 import html
 import logging
-import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from kbench.results.jsonfile import write_text_atomic
 from kbench.results.result import RunResult
 from kbench.views import accuracy_plots, figures, setting_plots, throughput_plots, timeline_plots
 from kbench.views.compare import Spread
@@ -185,6 +184,7 @@ def write_report(
         notes=notes,
         extra_sections=extra_sections,
     )
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, page)
     log.info("report: %s (%d figures, %d skipped)", path, len(drawn), len(skipped))
     return ReportSummary(
@@ -193,22 +193,6 @@ def write_report(
         skipped=[s.sentence for s in skipped],
         notes=notes,
     )
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # --------------------------------------------------------------------------- page
