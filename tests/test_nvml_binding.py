@@ -412,3 +412,29 @@ def test_kbench_run_device_cpu_on_a_gpu_machine_compares_by_rss(standin_root, tm
     assert compared.returncode == 0, dump(compared)
     assert "(gpu)" not in compared.stdout  # the CPU use, or nothing where unsampled
     assert "0 B" not in compared.stdout
+
+
+@pytest.mark.slow
+def test_5_gpu_smoke_prints_the_gpu_the_worker_used(standin_root, tmp_path):
+    """Before: scripts/gpu_smoke.sh kept the last GPU's reading, 0 for a worker on GPU 0
+    of two. Now it prints, per GPU the worker used, utilization, memory by kind, power
+    and energy with their methods."""
+    require_backends("torch")
+    try:
+        lib = build_standin(standin_root, "full")
+    except CompilerMissing as err:
+        pytest.skip(str(err))
+    devices = [worker_on_gpu(memory=3 * MIB), StandinDevice(gpu_util=87, processes=[])]
+    env = standin_env(lib, write_config(tmp_path / "nvml.conf", devices))
+    env.update(KBENCH_SMOKE_DEVICE="auto", HOME=str(tmp_path), TMPDIR=str(tmp_path))
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([str(root / "scripts" / "gpu_smoke.sh"), "torch", "mlp"], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "gpu_smoke: GPUs: Stand-in GPU, Stand-in GPU" in out, out
+    assert "GPUs the worker used: [0] (nvml_pids" in out, out
+    assert "GPU 0 Stand-in GPU" in out and "GPU 1 Stand-in GPU" not in out, out
+    assert "kernel time % (measured, NVML): mean 57.0" in out, out
+    assert "worker (NVML per process) 3 MiB" in out, out
+    assert "(counter)" in out, out  # the energy with the method that gave it
