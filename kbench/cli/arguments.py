@@ -77,13 +77,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
         help="where result JSON files (one per run, plus an index) and worker logs go "
         "(default: ./results)",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
-        "machine's cores also pins the worker to that many cores (default: all cores)",
-    )
+    add_threads_argument(parser)
     parser.add_argument(
         "--timeout",
         type=finite,
@@ -187,4 +181,15 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="if the machine is busy before the first run, wait up to this long for it to "
         "quieten (default: 0, warn and go on)",
+    )
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--threads``, as run, sweep-like commands and ``kbench ops`` take it."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
+        "machine's cores also pins the worker to that many cores (default: all cores)",
     )

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench.cli.arguments import finite
+from kbench.cli.arguments import add_threads_argument, finite
 from kbench.ops.runner import (
     DEFAULT_MAX_MEMORY_MB,
     DEFAULT_REPEATS,
@@ -140,13 +140,7 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
         help="auto: whatever the framework picks; cpu: hide every GPU from the worker; "
         "gpu: fail unless the framework sees one (default: auto)",
     )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
-        "machine's cores also pins the worker to that many cores (default: all cores)",
-    )
+    add_threads_argument(parser)
     parser.add_argument(
         "--timeout",
         type=finite,
