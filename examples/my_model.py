@@ -22,6 +22,12 @@ The contract, the same as the zoo's models in ``models/``:
   "sparse_categorical_crossentropy" (default) or "binary_crossentropy" (one sigmoid
   output, two classes).
 - The file may import modules beside it (its folder is put first on ``sys.path``).
+- Optional PyTorch twin for ``--backend torch-native`` (and ``kbench parity``): a
+  function named after the Keras one plus ``_torch`` (``build_torch`` for ``build``;
+  here ``build_small_torch``), taking ``input_shape`` channels first, returning a
+  ``kbench_models.pytorch.KerasTwin``: a ``torch.nn.Module`` computing the same function
+  whose ``keras_layers()`` lists the Keras model's weighted layers in order, so that
+  parity loads the Keras weights into it. Without one, torch-native is ``unsupported``.
 
 Every result records this file's path, the function and the file's sha256, so two
 results of "the same" model are known to be the same code.
@@ -30,6 +36,7 @@ Try it:
 
     kbench run -b tensorflow,jax,torch,mxnet --model examples/my_model.py:build \\
         --dataset synthetic --steps 20
+    kbench parity --model examples/my_model.py:build_small -b tensorflow,torch-native
 """
 
 import keras
@@ -74,3 +81,32 @@ def build_small(input_shape, num_classes):
     x = layers.Flatten()(x)
     outputs = layers.Dense(num_classes, activation="softmax")(x)
     return keras.Model(inputs, outputs)
+
+
+def build_small_torch(input_shape, num_classes):
+    """The PyTorch twin of build_small (torch-native); ``input_shape`` is (C, H, W)."""
+    import torch
+    from torch import nn
+
+    from kbench_models.pytorch._layers import Conv2d, KerasLayer, KerasTwin, keras_init_
+
+    channels, height, width = input_shape
+    flatten_chw = (16, (height - 2) // 2, (width - 2) // 2)  # after the valid 3x3, pool 2
+
+    class SmallTwin(KerasTwin):
+        def __init__(self):
+            super().__init__()
+            self.conv = Conv2d(channels, 16, 3)  # "valid", as Keras' default
+            self.dense = nn.Linear(flatten_chw[0] * flatten_chw[1] * flatten_chw[2], num_classes)
+            keras_init_(self)  # Keras' initialisers (parity overwrites them anyway)
+
+        def forward(self, x):
+            x = torch.max_pool2d(torch.relu(self.conv(x)), 2)
+            return torch.softmax(self.dense(x.flatten(1)), dim=-1)
+
+        def keras_layers(self):
+            # Dense after Flatten: the twin reorders the Keras kernel's rows, given the
+            # (channels, height, width) it flattens
+            return [KerasLayer("Conv2D", self.conv), KerasLayer("Dense", self.dense, flatten_chw)]
+
+    return SmallTwin()

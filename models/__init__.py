@@ -62,8 +62,10 @@ class ModelSpec:
 
     def builder(self) -> Callable[..., Any]:
         if self.path is not None:
-            from kbench_models import user
+            from kbench_models import saved, user
 
+            if user.is_saved_model(self.path):
+                return saved.loader(self.path)
             return user.load_builder(self.path, self.function)
         return importlib.import_module(f".{self.module}", __name__).build
 
@@ -188,14 +190,21 @@ def spec_for(model: str) -> ModelSpec:
         raise KeyError(
             f"unknown model {model!r}; expected one of: {', '.join(MODELS)}, or {user.FORMS}"
         )
-    where, function = user.split_reference(model)
-    path = user.locate(where)
-    hooks = {**user.DEFAULTS, **user.read_hooks(path, function)}
+    if user.is_saved_model(model):
+        from kbench_models import saved
+
+        where, function = model, ""
+        path = user.locate(where)
+        hooks = saved.read_facts(path)
+    else:
+        where, function = user.split_reference(model)
+        path = user.locate(where)
+        hooks = {**user.DEFAULTS, **user.read_hooks(path, function)}
     try:
         return ModelSpec(
-            name=f"{path}:{function}",
+            name=f"{path}:{function}" if function else path,
             module="",
-            description=f"user model {os.path.basename(path)}:{function}",
+            description=f"user model {short_name(path + (':' + function if function else ''))}",
             path=path,
             function=function,
             sha256=user.sha256_of(path),
@@ -206,7 +215,10 @@ def spec_for(model: str) -> ModelSpec:
 
 
 def short_name(model: str) -> str:
-    """``file.py:build`` for a user model's canonical reference; zoo names unchanged."""
+    """``file.py:build`` for a user model's canonical reference, ``model.keras`` for a
+    saved model's; zoo names unchanged."""
+    if model not in MODELS and model.endswith(".keras"):
+        return os.path.basename(model)
     if model in MODELS or ":" not in model:
         return model
     where, _, function = model.rpartition(":")

@@ -39,7 +39,12 @@ HOOKS: Dict[str, str] = {
     "VOCABULARY_SIZE": "vocabulary_size",
 }
 DEFAULTS: Dict[str, Any] = {"input_shape": (28, 28, 1), "num_classes": 10}
-FORMS = "path/to/file.py:FUNCTION or package.module:FUNCTION (e.g. my_model.py:build)"
+FORMS = (
+    "path/to/file.py:FUNCTION or package.module:FUNCTION (e.g. my_model.py:build), or a "
+    "Keras 3 saved model path/to/model.keras"
+)
+SAVED_SUFFIX = ".keras"
+SAVED_FORMAT = "Keras 3 saved model (.keras: architecture and weights)"
 
 
 class UserModelError(ValueError):
@@ -56,7 +61,14 @@ class UserModelImportError(RuntimeError):
 
 def is_reference(model: str) -> bool:
     """Whether ``model`` names a user model rather than a zoo name."""
-    return isinstance(model, str) and (":" in model or model.endswith(".py"))
+    return isinstance(model, str) and (
+        ":" in model or model.endswith(".py") or is_saved_model(model)
+    )
+
+
+def is_saved_model(model: str) -> bool:
+    """Whether ``model`` names a Keras 3 saved model (``path/to/model.keras``)."""
+    return isinstance(model, str) and model.endswith(SAVED_SUFFIX)
 
 
 def split_reference(model: str) -> Tuple[str, str]:
@@ -79,11 +91,12 @@ def split_reference(model: str) -> Tuple[str, str]:
 
 def locate(where: str) -> str:
     """The absolute path of a model file or an importable ``package.module``."""
-    if where.endswith(".py") or os.sep in where or "/" in where:
+    if where.endswith((".py", SAVED_SUFFIX)) or os.sep in where or "/" in where:
         path = os.path.abspath(os.path.expanduser(where))
         if not os.path.isfile(path):
+            wanted = "Keras 3 saved model" if is_saved_model(where) else "Python file"
             raise UserModelError(
-                f"model file {where!r}: expected an existing Python file; received a path "
+                f"model file {where!r}: expected an existing {wanted}; received a path "
                 f"that {'is a directory' if os.path.isdir(path) else 'does not exist'} "
                 f"({path}). Check the path (relative paths start at the current folder, "
                 f"{os.getcwd()})."
@@ -170,12 +183,15 @@ def _literal(path: str, name: str, node: ast.AST) -> Any:
         ) from None
 
 
-def load_builder(path: str, function: str) -> Callable[..., Any]:
-    """Import ``path`` (in the worker) and return its ``function``."""
+def load_module(path: str) -> Any:
+    """Import ``path`` once (in the worker), with its folder first on ``sys.path`` so
+    that sibling modules import as from a script."""
     folder = os.path.dirname(path)
     if folder not in sys.path:
-        sys.path.insert(0, folder)  # sibling modules import as from a script
+        sys.path.insert(0, folder)
     name = "kbench_user_model_" + hashlib.sha1(path.encode()).hexdigest()[:10]
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise UserModelError(f"model file {path}: Python cannot load it as a module.")
@@ -184,19 +200,55 @@ def load_builder(path: str, function: str) -> Callable[..., Any]:
     try:
         spec.loader.exec_module(module)
     except BaseException as err:
+        del sys.modules[name]
         frames = traceback.format_exception(type(err), err, err.__traceback__)
         last = "".join(frames[-4:]).rstrip()
         raise UserModelImportError(
             f"model file {path} raised {type(err).__name__} while being imported: {err}. "
             f"Fix the file; its last frames:\n{last}"
         ) from err
-    builder = getattr(module, function, None)
+    return module
+
+
+def load_builder(path: str, function: str) -> Callable[..., Any]:
+    """Import ``path`` (in the worker) and return its ``function``."""
+    builder = getattr(load_module(path), function, None)
     if not callable(builder):
         raise UserModelError(
             f"model file {path}: expected a function {function}(input_shape, num_classes); "
             f"after import, {function!r} is {type(builder).__name__}."
         )
     return builder
+
+
+KERAS3_BACKENDS = ("tensorflow", "jax", "torch", "numpy")
+TORCH_SUFFIX = "_torch"  # the twin of build is build_torch, of build_small build_small_torch
+
+
+def load_torch_twin(path: str, function: str) -> Optional[Callable[..., Any]]:
+    """The file's optional PyTorch twin of ``function``, ``<function>_torch(input_shape,
+    num_classes)`` (``build_torch`` for ``build``), in a torch-native worker; None where
+    the file defines none (a saved model never does). ``input_shape`` comes channels
+    first for images. The module returned follows the zoo twins' contract: a
+    ``kbench_models.pytorch.KerasTwin`` whose ``keras_layers()`` list the Keras model's
+    weighted layers in ``model.layers`` order, so that Keras weights load into it."""
+    if is_saved_model(path):
+        return None
+    # The file imports keras at its top, and the torch-native worker's KERAS_BACKEND
+    # names no Keras backend: import it as Keras' torch backend for this import only
+    # (the twin never touches Keras; this process already holds torch).
+    previous = os.environ.get("KERAS_BACKEND")
+    if previous not in KERAS3_BACKENDS:
+        os.environ["KERAS_BACKEND"] = "torch"
+    try:
+        module = load_module(path)
+    finally:
+        if previous is None:
+            os.environ.pop("KERAS_BACKEND", None)
+        else:
+            os.environ["KERAS_BACKEND"] = previous
+    twin = getattr(module, function + TORCH_SUFFIX, None)
+    return twin if callable(twin) else None
 
 
 def check_keras_model(model: Any, path: str, function: str) -> Any:
@@ -215,5 +267,8 @@ def check_keras_model(model: Any, path: str, function: str) -> Any:
 
 
 def describe(path: str, function: str, sha256: Optional[str] = None) -> Dict[str, str]:
-    """What a result records about the model's source."""
+    """What a result records about the model's source: a file's path and sha256, and
+    the function (a Python file) or the format (a saved model)."""
+    if is_saved_model(path):
+        return {"path": path, "format": SAVED_FORMAT, "sha256": sha256 or sha256_of(path)}
     return {"path": path, "function": function, "sha256": sha256 or sha256_of(path)}

@@ -12,4 +12,5 @@ echo "[test] ruff" >&2
 echo "[test] pytest" >&2
 # Every backend must run here: a missing environment fails the tests instead of skipping them.
 export KBENCH_REQUIRE_ALL_BACKENDS=1
-exec "$py" -m pytest -q -p no:cacheprovider "$@"
+# The slowest tests are listed at the end, so a slow-down shows where it came from.
+exec "$py" -m pytest -q -p no:cacheprovider --durations=20 "$@"

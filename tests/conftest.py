@@ -79,3 +79,15 @@ def dump(completed: Completed) -> str:
         if not result.ok:
             parts.append(json.dumps(result.error, indent=1)[-3000:])
     return "\n".join(parts)
+
+
+@pytest.fixture(scope="session")
+def keras_twin_files(tmp_path_factory) -> Dict[str, Path]:
+    """The Keras side of test_pytorch_twins (every model, each data format, one process
+    each), run once per session: test_gluon replays its channels_first results.
+
+    {data format: pickle path}; each module loads what it needs and lets it go.
+    """
+    import test_pytorch_twins
+
+    return test_pytorch_twins.run_keras_side_by_side(tmp_path_factory.mktemp("keras_twins"))

@@ -4,9 +4,10 @@ Gluon runs only in the MXNet environment (numpy<1.24, no Keras 3), so everything
 that touches it is a subprocess there: the parameter census; the twins against Keras
 3 on the odd shapes and random weights of ``test_pytorch_twins`` (outputs, Keras'
 count and weight penalty, a few SGD steps and the output after them), imperative and
-hybridized; a real training run with and without ``--hybridize``; and ``kbench
-parity`` against TensorFlow through the CLI. MXNet's OpenMP threads spin when another
-process holds the cores, so the subprocesses here run on one thread.
+hybridized; a real training run with and without ``--hybridize``. (``kbench parity``
+against TensorFlow is in test_parity, beside the other backends, sharing their
+reference runs.) MXNet's OpenMP threads spin when another process holds the cores, so
+the subprocesses here run on one thread.
 """
 
 from __future__ import annotations
@@ -125,11 +126,11 @@ def test_every_model_has_the_keras_parameter_count(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def twin_report(tmp_path_factory):
-    """Keras 3 (test_pytorch_twins' script, channels_first) and the Gluon replay."""
+def twin_report(tmp_path_factory, keras_twin_files):
+    """Keras 3 (test_pytorch_twins' results, channels_first) and the Gluon replay."""
     require_backends("torch", BACKEND)
     tmp = tmp_path_factory.mktemp("gluon_twins")
-    keras = twin_cases.run_keras(tmp, "channels_first")
+    keras = twin_cases.load_keras(keras_twin_files, "channels_first")
     for key, result in keras.items():
         # plain .npz: the MXNet environment's numpy cannot read numpy 2's pickles
         weightfile.save(tmp / f"{key}-weights.npz", result["weights"])
@@ -189,25 +190,3 @@ def test_training_run_records_the_hybridize_switch(home, hybridize):
     assert switch["status"] == ("applied" if hybridize else "default")
     assert ("net.hybridize(" in switch["detail"]) is hybridize
     assert framework["switches"]["mixed_precision"]["detail"] == "float32 throughout"
-
-
-@slow
-def test_parity_with_tensorflow_through_the_cli(home):
-    require_backends("tensorflow", BACKEND)
-    out = home / "parity"
-    completed = run_kbench(["parity", "-m", "mlp,small_cnn,resnet20,lstm", "-b",
-                            f"tensorflow,{BACKEND}", "--batch-size", "4", "--steps", "2",
-                            "--output-dir", str(out)], home)  # fmt: skip
-    assert completed.returncode == 0, dump(completed)
-    saved = [json.loads(p.read_text()) for p in out.glob("*.json")]
-    by_backend = {(d["config"]["backend"], d["model"]["name"]): d for d in saved}
-    gluon = {name: d for (backend, name), d in by_backend.items() if backend == BACKEND}
-    assert set(gluon) == {"mlp", "small_cnn", "resnet20", "lstm"}
-    for name, document in gluon.items():
-        found = document["metrics"]["parity"]
-        assert found["passed"] and found["output_max_abs"] < 1e-4, (name, found)
-        assert not found["notes"], (name, found)  # no known differences: Gluon is not Keras
-        # counted off the Gluon blocks, as kbench.measure.flops counts them off the Keras layers
-        keras_model = by_backend[("tensorflow", name)]["model"]
-        assert document["model"]["flops"] == keras_model["flops"], name
-        assert document["model"]["params"] == keras_model["params"], name

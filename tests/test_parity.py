@@ -1,6 +1,8 @@
 """Parity: every model, every backend, the same weights and batches (tiny, few steps)."""
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import dump, require_backends, run_kbench
@@ -12,27 +14,53 @@ from kbench_models import MODELS
 pytestmark = pytest.mark.slow
 
 BACKENDS = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
+# mxnet-gluon beside them on one model of each kind of layer (dense, convolution,
+# BatchNormalization with residuals, LSTM); test_gluon checks every model's Gluon twin
+# against Keras in one process
+GLUON_MODELS = ("mlp", "small_cnn", "resnet20", "lstm")
 SMALL_SHAPES = {"resnet50": (64, 64, 3), "lstm": (24, 8), "lstm_embedding": (24,)}
 WITHOUT_BATCHNORM = ("mlp", "mlp3", "small_cnn", "lenet5", "alexnet", "lstm", "lstm_embedding")
+# started first, so that the models running side by side finish together
+LARGEST = ("resnet50", "vgg16", "alexnet", "resnet18", "resnet56")
+
+
+def backends_for(model):
+    return BACKENDS + (("mxnet-gluon",) if model in GLUON_MODELS else ())
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory):
-    require_backends(*BACKENDS)
-    runner = Runner(output_dir=tmp_path_factory.mktemp("parity"))
-    found = {}
-    for model in MODELS:
-        for row in parity.check_model(
-            runner, model, BACKENDS, steps=2, batch_size=4, learning_rate=1e-3,
+def checked(tmp_path_factory):
+    """{model: (rows, the store its parity documents went to)}.
+
+    A model's backends run one after another (each loads the reference's weights);
+    models run side by side, as many as there are cores, each with its own runner
+    and store: a worker spends most of its few seconds importing its framework on
+    one core.
+    """
+    require_backends(*BACKENDS, "mxnet-gluon")
+    stores = tmp_path_factory.mktemp("parity")
+
+    def check(model):
+        runner = Runner(output_dir=stores / model)
+        rows = parity.check_model(
+            runner, model, backends_for(model), steps=2, batch_size=4, learning_rate=1e-3,
             dataset="synthetic", seed=0, tolerance=parity.Tolerance(), timeout_s=900,
             input_shape=SMALL_SHAPES.get(model),
-        ):  # fmt: skip
-            found[(row.model, row.backend)] = row
-    return found
+        )  # fmt: skip
+        return model, (rows, runner.output_dir)
+
+    order = sorted(MODELS, key=lambda m: LARGEST.index(m) if m in LARGEST else len(LARGEST))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(pool.map(check, order))
+
+
+@pytest.fixture(scope="module")
+def rows(checked):
+    return {(row.model, row.backend): row for found, _ in checked.values() for row in found}
 
 
 def test_every_model_ran_on_every_backend(rows):
-    assert set(rows) == {(m, b) for m in MODELS for b in BACKENDS}
+    assert set(rows) == {(m, b) for m in MODELS for b in backends_for(m)}
     for row in rows.values():
         assert row.status == "ok", (row.model, row.backend, row.reason)
         assert len(row.losses) == 2
@@ -70,6 +98,20 @@ def test_every_model_passes_on_mxnet_with_its_batchnorm_difference_named(rows):
     for model in ("resnet20", "resnet56", "resnet18", "resnet50", "vgg16"):
         assert any("gamma" in note for note in rows[(model, "mxnet")].notes)
         assert not rows[(model, "torch")].notes
+
+
+def test_mxnet_gluon_matches_tensorflow_and_counts_what_keras_counts(rows, checked):
+    for model in GLUON_MODELS:
+        row = rows[(model, "mxnet-gluon")]
+        assert row.passed and row.output_max_abs < 1e-4, row
+        assert not row.notes, row  # no known differences: Gluon is not Keras
+        saved = [json.loads(p.read_text()) for p in checked[model][1].glob("*.json")]
+        by_backend = {d["config"]["backend"]: d for d in saved}
+        assert by_backend["mxnet-gluon"]["metrics"]["parity"]["passed"]
+        # counted off the Gluon blocks, as kbench.measure.flops counts them off the Keras layers
+        gluon, keras_model = by_backend["mxnet-gluon"]["model"], by_backend["tensorflow"]["model"]
+        assert gluon["flops"] == keras_model["flops"], model
+        assert gluon["params"] == keras_model["params"], model
 
 
 def test_parity_command_exit_status_and_saved_comparisons(home):

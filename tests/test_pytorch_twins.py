@@ -24,6 +24,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Dict
 
 import numpy as np
 import pytest
@@ -178,7 +179,8 @@ def keras_env(tmp: Path, data_format: str):
     )
 
 
-def run_keras(tmp: Path, data_format: str) -> dict:
+def run_keras(tmp: Path, data_format: str) -> Path:
+    """One Keras 3 process building every case in ``data_format``; the pickle it wrote."""
     out = tmp / "keras.pkl"
     done = subprocess.run(
         [
@@ -198,19 +200,33 @@ def run_keras(tmp: Path, data_format: str) -> dict:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    with open(out, "rb") as f:
+    return out
+
+
+def run_keras_side_by_side(tmp: Path) -> Dict[str, Path]:
+    """{data format: pickle}: both formats' processes at once (conftest's
+    ``keras_twin_files`` runs this once per session; test_gluon replays the same)."""
+    require_backends("torch")
+    with ThreadPoolExecutor(max_workers=len(FORMATS)) as pool:
+        futures = {}
+        for data_format in FORMATS:
+            (tmp / data_format).mkdir()
+            futures[data_format] = pool.submit(run_keras, tmp / data_format, data_format)
+        return {f: future.result() for f, future in futures.items()}
+
+
+def load_keras(files: Dict[str, Path], data_format: str) -> dict:
+    """{case: Keras results} in ``data_format``, from ``keras_twin_files``."""
+    with open(files[data_format], "rb") as f:
         saved = pickle.load(f)
     assert saved["data_format"] == data_format
     return saved["results"]
 
 
 @pytest.fixture(scope="module")
-def keras_runs(tmp_path_factory):
-    """{data format: {case: Keras results}}: both formats' processes at once."""
-    require_backends("torch")
-    with ThreadPoolExecutor(max_workers=len(FORMATS)) as pool:
-        futures = {f: pool.submit(run_keras, tmp_path_factory.mktemp(f), f) for f in FORMATS}
-        return {f: future.result() for f, future in futures.items()}
+def keras_runs(keras_twin_files):
+    """{data format: {case: Keras results}}, loaded for this module only."""
+    return {f: load_keras(keras_twin_files, f) for f in FORMATS}
 
 
 def nchw(x: np.ndarray, data_format: str) -> np.ndarray:

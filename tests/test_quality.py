@@ -4,6 +4,7 @@ machine is noticed before the first run."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -18,7 +19,7 @@ from kbench.results.result import ResultError, RunResult
 from kbench.views.compare import compare
 from kbench.views.significance import median_interval
 from kbench.views.tables import comparison_tables, study_text
-from tests.conftest import dump, require_backends, run_kbench
+from tests.conftest import ROOT, dump, require_backends, run_kbench
 
 # --------------------------------------------------------------------- hand-made series
 
@@ -308,3 +309,153 @@ def test_operations_timed_beside_spinning_processes_are_flagged(tmp_path: Path, 
     (entry,) = result.metrics["ops"]
     assert entry["quality"]["other_share"] > 0.25 and entry["quality"]["flags"], entry
     assert "% of the cores used by other processes]" in done.stdout
+
+
+# --------------------------------------------------------------------- GPU neighbours
+
+
+def with_gpus(**extra: List[float]) -> dict:
+    return series([10.0] * 3, [0.0] * 3, **extra)
+
+
+BY_PIDS = {"indices": [0], "method": "nvml_pids", "note": "test"}
+
+
+def test_other_processes_on_the_workers_gpu_are_flagged() -> None:
+    found = quality.assess(
+        with_gpus(gpu0_other_processes=[1, 2, 2], gpu0_other_memory_bytes=[2**30, 3 * 2**30, 0],
+                  gpu1_other_processes=[5, 5, 5]),  # not the worker's GPU: not counted
+        (100, 102), machine_cores=4, worker_gpus=BY_PIDS,
+    )  # fmt: skip
+    assert found.gpu_other_processes == 2 and found.gpu_other_memory_bytes == 3 * 2**30
+    assert found.gpu_neighbours == {"gpu0": {"processes": 2, "memory_bytes": 3 * 2**30}}
+    assert found.flags == ["shared GPU: 2 other processes using 3,072 MiB"]
+    alone = quality.assess(with_gpus(gpu0_other_processes=[0, 0, 0]), (100, 102),
+                           machine_cores=4, worker_gpus=BY_PIDS)  # fmt: skip
+    assert alone.gpu_other_processes == 0 and not alone.flagged
+
+
+def test_neighbours_are_unknown_where_nvml_lists_none_of_the_workers_pids() -> None:
+    container = {"indices": [0], "method": "cuda_visible_devices", "note": "test"}
+    found = quality.assess(with_gpus(gpu0_other_processes=[1, 1, 1]), (100, 102),
+                           machine_cores=4, worker_gpus=container)  # fmt: skip
+    assert found.gpu_other_processes is None and not found.flagged
+    assert "container" in found.gpu_neighbours_reason
+    no_gpu = quality.assess(with_gpus(), (100, 102), machine_cores=4)
+    assert no_gpu.gpu_other_processes is None and no_gpu.gpu_neighbours_reason is None
+
+
+# The runner's sampler on a child process, through the real binding on the NVML stand-in,
+# then the quality section the runner would write.
+NEIGHBOUR_SAMPLE = r"""
+import json, subprocess, sys, time
+from kbench.measure import quality, sampler
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+start = time.time()
+with sampler.Sampler(worker.pid, interval_s=0.04) as s:
+    worker.wait()
+end = time.time()
+result = s.result({"run": (start, end), "measured": (start, end)})
+used = result.sources["gpu"]["worker_gpus"]
+found = quality.assess(result.series, (start, end), worker_gpus=used)
+print(json.dumps(found.to_dict()))
+"""
+
+
+def test_a_shared_gpu_is_flagged_through_the_nvml_standin(tmp_path: Path) -> None:
+    from tests.nvml_standin import (
+        CompilerMissing,
+        StandinDevice,
+        build_standin,
+        standin_env,
+        write_config,
+    )
+
+    try:
+        lib = build_standin(tmp_path, "full")
+    except CompilerMissing as err:
+        pytest.skip(str(err))
+    gib = 2**30
+    devices = [
+        # the worker, someone else's training job, and a process whose memory NVML hides
+        StandinDevice(processes=[("children", gib), (999_999, 3 * gib), (888_888, None)]),
+        StandinDevice(processes=[(777_777, 8 * gib)]),  # a GPU the worker did not use
+    ]
+    config = write_config(tmp_path / "nvml.conf", devices)
+    done = subprocess.run([sys.executable, "-c", NEIGHBOUR_SAMPLE], env=standin_env(lib, config),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["gpu_neighbours"] == {"gpu0": {"processes": 2, "memory_bytes": 3 * gib}}
+    assert "shared GPU: 2 other processes using 3,072 MiB" in found["flags"]
+
+
+# --------------------------------------------------------------------- data-parallel runs
+
+
+def test_a_data_parallel_run_gets_a_quality_section_and_its_flag_in_the_table() -> None:
+    from kbench.distributed.sampling import assess_quality
+    from kbench.views.distributed import breakdown_tables
+    from tests.test_distributed import fake_run
+
+    # every core busy, the run's processes using 2 of them (the 2 it was given): the rest
+    # ran on the cores it left free, not against it
+    sampled = {"series": series([100.0] * 3, [200.0] * 3), "sources": {"cpu": {}}}
+    section = assess_quality(sampled, (100, 102), cores_given=2)
+    assert section["cores_given"] == 2 and section["other_share"] == 0 and not section["flags"]
+    # given 1 core and using half of it: the other half went to other processes
+    busy = assess_quality({"series": series([100.0] * 3, [50.0] * 3)}, (100, 102), 1)
+    assert busy["other_share"] == pytest.approx(0.5)
+    assert busy["flags"] == ["busy: 50% of the cores used by other processes"]
+    run = fake_run("torch-ddp", "torch", 2)
+    run.metrics["quality"] = busy
+    (table,) = breakdown_tables([run])
+    assert f"[{busy['flags'][0]}]" in table.text()
+    assert any(note.startswith("[...]: measured while") for note in table.notes)
+
+
+@pytest.mark.slow
+def test_a_real_data_parallel_run_records_its_quality(tmp_path: Path, home: Path) -> None:
+    require_backends("torch-native")
+    completed = run_kbench(
+        ["run", "--backend", "torch-native", "--model", "mlp", "--dataset", "synthetic",
+         "--distributed", "torch-ddp", "--workers", "2", "--steps", "5", "--warmup-steps", "2",
+         "--batch-size", "8", "--train-samples", "128", "--test-samples", "32",
+         "--threads", "1", "--sample-interval", "0.1"],
+        home,
+    )  # fmt: skip
+    assert completed.returncode == 0, dump(completed)
+    (result,) = completed.results()
+    q = result.metrics["quality"]
+    assert q["window"] == "measured" and q["cores_given"] == 2
+    assert q["other_share"] is not None or q["samples"] == 0
+    assert isinstance(q["flags"], list)
+
+
+# --------------------------------------------------------------------- room for results
+
+
+def test_kbench_run_warns_of_low_space_before_it_starts(tmp_path: Path) -> None:
+    """For real: the store on a full 64 KB tmpfs; the warning comes before the log fails
+    (and stops the command before any worker starts)."""
+    import shutil
+
+    if not shutil.which("unshare"):
+        pytest.skip("unshare is not installed")
+    store = tmp_path / "s"
+    store.mkdir()
+    command = (
+        f"mount -t tmpfs -o size=64k none {store} && "
+        f"dd if=/dev/zero of={store}/filler bs=4k count=16 2>/dev/null; cd {ROOT} && "
+        f"{sys.executable} -m kbench run -b torch -m mlp --dataset synthetic --steps 2 "
+        f"--output-dir {store}; echo exit $?"
+    )
+    env = dict(os.environ, HOME=str(tmp_path))
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", command], capture_output=True,
+                          text=True, timeout=300, env=env)  # fmt: skip
+    if "exit" not in done.stdout:
+        pytest.skip(f"cannot mount a tmpfs with unshare -rm: {done.stderr}")
+    warned = done.stderr.find("MB free where results go")
+    assert warned >= 0, done.stderr
+    assert "A result that cannot be written stops kbench run" in done.stderr
+    assert warned < done.stderr.find("No space left on device")  # before, not after

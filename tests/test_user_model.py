@@ -111,7 +111,7 @@ def test_importable_module_reference(npz, monkeypatch):
             "--dataset: npz 'nowhere.npz': expected an existing .npz file holding x_train, "
             "y_train, x_test, y_test",
         ),
-        (None, "imagenett", "Or your own arrays: npz:path/to/data.npz"),
+        (None, "imagenett", "Or your own data: npz:path/to/data.npz, folder:"),
     ],
 )
 def test_bad_references_exit_2(capsys, tmp_path, npz, model, dataset, expected):
@@ -306,6 +306,18 @@ def test_sweep_file_paths_are_relative_to_the_file(tmp_path, monkeypatch):
     assert {c.dataset for c in configs} == {f"npz:{tmp_path / 'data.npz'}"}
 
 
+def test_saved_models_and_image_folders_in_a_sweep_file_are_beside_it(tmp_path):
+    from kbench.studies.sweep import relative_to_file
+
+    moved = relative_to_file({"model": "net.keras", "dataset": "folder:images"}, tmp_path)
+    assert moved == {
+        "model": str(tmp_path / "net.keras"),
+        "dataset": f"folder:{tmp_path / 'images'}",
+    }
+    kept = {"model": "/abs/net.keras", "dataset": "tfds:mnist"}
+    assert relative_to_file(kept, tmp_path) == kept
+
+
 @pytest.mark.slow
 def test_sweep_runs_a_user_model_on_user_data(home, tmp_path):
     require_backends("jax", "mxnet")
@@ -330,3 +342,269 @@ def test_parity_of_a_user_model(home):
     saved = [r for r in done.results() if r.kind == "parity"]
     assert sorted(r.config["backend"] for r in saved) == ["jax", "mxnet", "tensorflow", "torch"]
     assert all(r.model["source"]["sha256"] == sha256(RESIDUAL) for r in saved)
+
+
+# ------------------------------------------------ saved models, folders, tfds, twins
+
+TWIN = MODELS_DIR / "with_twin.py"
+SAVE_MODELS = """
+import sys, keras
+from keras import layers
+folder = sys.argv[1]
+keras.utils.set_random_seed(1)
+inputs = keras.Input(shape=(8, 8, 1))
+x = layers.Conv2D(4, 3, padding="same", activation="relu")(inputs)
+y = layers.BatchNormalization()(layers.Conv2D(4, 3, padding="same")(x))
+x = layers.Add()([x, y])
+outputs = layers.Dense(4, activation="softmax")(layers.Flatten()(x))
+keras.Model(inputs, outputs).save(folder + "/tiny.keras")
+a, b = keras.Input(shape=(3,)), keras.Input(shape=(3,))
+two = layers.Dense(2, activation="softmax")(layers.Concatenate()([a, b]))
+keras.Model([a, b], two).save(folder + "/two_inputs.keras")
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    """A folder holding tiny.keras (made here under jax, never committed) and
+    two_inputs.keras; one Keras process for the whole module."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("saved")
+    env = dict(os.environ, KERAS_BACKEND="jax", KERAS_HOME=str(folder / "keras_home"))
+    subprocess.run([sys.executable, "-c", SAVE_MODELS, str(folder)], env=env, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    return folder
+
+
+def test_saved_model_reference(saved, npz, monkeypatch):
+    from kbench.views.names import model_label
+
+    monkeypatch.chdir(saved)
+    path = saved / "tiny.keras"
+    config = RunConfig(backend="torch", model="tiny.keras", dataset=f"npz:{npz}")
+    assert config.model == str(path)
+    assert config.label() == "torch/tiny.keras"
+    assert short_name(config.model) == model_label(config.model) == "tiny.keras"
+    spec = spec_for(config.model)
+    assert (spec.input_shape, spec.num_classes, spec.input_kind) == ((8, 8, 1), 4, "image")
+    assert spec.loss == "sparse_categorical_crossentropy"
+    assert spec.source() == {
+        "path": str(path),
+        "format": "Keras 3 saved model (.keras: architecture and weights)",
+        "sha256": sha256(path),
+    }
+    assert RunConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("missing.keras", None, "expected an existing Keras 3 saved model|does not exist"),
+        ("text.keras", b"not a zip", "expected a Keras 3 saved model (a zip archive); it "
+         "cannot be read as one|model.save('model.keras')"),
+        ("empty_zip.keras", "zip", "a zip archive holding config.json and model.weights.h5; "
+         "the archive holds other.txt"),
+        ("two_inputs.keras", "copy", "kbench feeds a model one input; this model has 2"),
+    ],
+)  # fmt: skip
+def test_bad_saved_models_exit_2(capsys, tmp_path, saved, npz, name, content, expected):
+    import zipfile
+
+    path = tmp_path / name
+    if content == "zip":
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("other.txt", "x")
+    elif content == "copy":
+        path.write_bytes((saved / name).read_bytes())
+    elif content is not None:
+        path.write_bytes(content)
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, ["--backend", "jax", "--model", str(path), "--dataset",
+                                 f"npz:{npz}", "--output-dir", str(out)])  # fmt: skip
+    assert code == 2, err
+    for part in expected.split("|"):
+        assert part in err
+    assert not out.exists()
+
+
+def test_folder_and_tfds_references(tmp_path, monkeypatch):
+    from kbench.datasets import dataset_spec
+
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    config = RunConfig(backend="jax", model=str(RESIDUAL), dataset="folder:photos",
+                       image_size=(8, 8))  # fmt: skip
+    assert config.dataset == f"folder:{tmp_path / 'photos'}"
+    tfds = RunConfig(backend="jax", model=str(RESIDUAL), dataset="tfds:mnist:3.*.*")
+    assert tfds.dataset == "tfds:mnist:3.*.*"
+    assert dataset_spec(config.dataset).kind == dataset_spec(tfds.dataset).kind == "image"
+
+
+@pytest.mark.parametrize(
+    "dataset, expected",
+    [
+        ("folder:no/such/dir", "--dataset: folder 'no/such/dir': expected a directory of class "
+         "folders|does not exist"),
+        ("folder:", "expected folder:PATH"),
+        ("tfds:MNIST!", "--dataset: tfds: expected tfds:NAME, tfds:NAME/CONFIG or "
+         "tfds:NAME:VERSION|received 'tfds:MNIST!'"),
+    ],
+)  # fmt: skip
+def test_bad_folder_and_tfds_exit_2(capsys, tmp_path, dataset, expected):
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, ["--backend", "jax", "--model", str(RESIDUAL), "--dataset",
+                                 dataset, "--output-dir", str(out)])  # fmt: skip
+    assert code == 2, err
+    for part in expected.split("|"):
+        assert part in err
+    assert not out.exists()
+
+
+def test_tables_name_files_not_paths():
+    from kbench.views.names import dataset_label, model_label
+
+    assert model_label(f"{RESIDUAL}:build") == "residual.py:build"
+    assert model_label("/data/models/net.keras") == "net.keras"
+    assert model_label("resnet20") == "resnet20"
+    assert dataset_label("npz:/data/x/train.npz") == "npz:train.npz"
+    assert dataset_label("folder:/data/photos/") == "folder:photos"
+    assert dataset_label("tfds:mnist:3.0.1") == dataset_label("tfds:mnist:3.0.1")
+    assert dataset_label("cifar10") == "cifar10"
+
+
+@pytest.mark.slow
+def test_saved_model_starts_from_its_weights_on_every_keras3_backend(home, saved, npz):
+    """One measured step from the saved weights: the same first loss on tensorflow, jax
+    and torch (a fresh initialisation would differ); mxnet cannot read the format."""
+    require_backends("tensorflow", "jax", "torch", "mxnet")
+    path = saved / "tiny.keras"
+    done = run_kbench(
+        ["run", "-b", "tensorflow,jax,torch,mxnet", "--model", str(path), "--dataset",
+         f"npz:{npz}", "--steps", "1", "--warmup-steps", "0", "--batch-size", "32",
+         "--optimizer", "sgd", "--sample-interval", "0"],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    results = {r.config["backend"]: r for r in done.results()}
+    source = {"path": str(path), "format": "Keras 3 saved model (.keras: architecture and "
+              "weights)", "sha256": sha256(path)}  # fmt: skip
+    losses = []
+    for backend in ("tensorflow", "jax", "torch"):
+        result = results[backend]
+        assert result.status == "ok", dump(done)
+        assert result.model["source"] == source
+        assert result.data["sha256"] == sha256(npz)
+        losses.append(result.metrics["final_train_loss"])  # the one step's loss
+    assert max(losses) - min(losses) <= 1e-5 * abs(losses[0]), losses
+    assert len({results[b].model["params"] for b in ("tensorflow", "jax", "torch")}) == 1
+    mxnet = results["mxnet"]
+    assert mxnet.status == "unsupported"
+    assert "cannot read a Keras 3 saved model (tiny.keras" in mxnet.reason
+    assert mxnet.model["source"] == source
+    table = done.stdout[done.stdout.index("backend ") :]
+    assert "tiny.keras" in table and str(path) not in table
+
+
+@pytest.mark.slow
+def test_parity_of_a_saved_model_and_of_a_user_twin(home, saved):
+    """Parity from a .keras file's weights, and for a file with its own PyTorch twin
+    (build_torch), which torch-native runs with the Keras weights loaded into it."""
+    require_backends("jax", "torch")
+    models = f"{saved / 'tiny.keras'},{TWIN}:build"
+    done = run_kbench(
+        ["parity", "--model", models, "--backend", "jax,torch,torch-native", "--output-dir",
+         str(home / "parity")],
+        home,
+    )  # fmt: skip
+    rows = {(short_name(r.config["model"]), r.config["backend"]): r for r in done.results()}
+    (native,) = [
+        line
+        for line in done.stdout.splitlines()
+        if line.split()[:2] == ["tiny.keras", "torch-native"]
+    ]
+    assert "FAIL (unsupported: " in native and "no hand-written twin (tiny.keras)" in native
+    for key in [("tiny.keras", "torch"), ("with_twin.py:build", "torch"),
+                ("with_twin.py:build", "torch-native")]:  # fmt: skip
+        assert rows[key].ok and rows[key].metrics["parity"]["passed"], dump(done)
+    assert rows[("tiny.keras", "torch")].model["source"]["sha256"] == sha256(saved / "tiny.keras")
+    assert done.returncode == 1  # torch-native cannot run tiny.keras: parity is incomplete
+
+
+# tensorflow-datasets' own mock data (no prepared set here, no download), entered in the
+# child process kbench starts to read the set (as in tests/test_datasets.py)
+TFDS_MOCK_SITE = """
+import sys
+if "kbench.datasets.tfds_reader" in sys.orig_argv:
+    from kbench.datasets import sources
+    MOCK = sources.import_tfds().testing.mock_data(num_examples=12)  # kept: a context
+    MOCK.__enter__()  # that is garbage-collected ends
+"""
+
+
+@pytest.mark.slow
+def test_tfds_dataset_with_a_user_model(home, tmp_path):
+    """tfds:mnist (mocked) trains the residual model; the result names the set and its
+    version; a misspelt name stops before any worker, naming the close ones."""
+    require_backends("jax")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(TFDS_MOCK_SITE)
+    env = {"PYTHONPATH": str(site), "KBENCH_OFFLINE": "1"}
+    common = ["run", "-b", "jax", "--model", f"{RESIDUAL}:build", "--steps", "2",
+              "--warmup-steps", "1", "--batch-size", "4", "--sample-interval", "0"]  # fmt: skip
+    done = run_kbench([*common, "--dataset", "tfds:mnist", "--image-size", "8x8"], home, env=env)
+    assert done.returncode == 0, dump(done)
+    (result,) = done.results()
+    assert result.status == "ok", dump(done)
+    assert result.data["name"] == "tfds:mnist" and result.data["version"] == "3.0.1"
+    assert result.data["source"].startswith("tensorflow-datasets mnist/3.0.1 (version 3.0.1)")
+    assert (result.data["train_samples"], result.data["test_samples"]) == (12, 12)
+    assert result.model["input_shape"] == [8, 8, 1] and result.data["num_classes"] == 10
+    wrong = run_kbench([*common, "--dataset", "tfds:mnistt"], home, tmp_path / "wrong", env=env)
+    assert wrong.returncode == 2, dump(wrong)
+    assert "tfds:mnistt: tensorflow-datasets" in wrong.stderr
+    assert "has no data set 'mnistt'; close names: mnist" in wrong.stderr
+    assert not list((tmp_path / "wrong").glob("*.json"))
+
+
+@pytest.mark.slow
+def test_folder_data_inference_and_profile_of_a_user_model(home, tmp_path):
+    """folder: images, resized to the model's input, in an inference run with the
+    operator profile: the user model goes wherever a zoo model goes."""
+    require_backends("jax")
+    from test_stream import image_folder
+
+    photos = image_folder(tmp_path / "photos", per_class=(4, 2))
+    done = run_kbench(
+        ["run", "-b", "jax", "--model", f"{RESIDUAL}:build", "--dataset", f"folder:{photos}",
+         "--mode", "inference", "--duration", "0.5", "--warmup-steps", "1", "--batch-size",
+         "4", "--profile", "--profile-steps", "1", "--sample-interval", "0"],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    (result,) = done.results()
+    assert result.status == "ok" and result.config["mode"] == "inference", dump(done)
+    assert result.model["input_shape"] == [8, 8, 3]  # the model's 8x8, decoded as RGB
+    assert result.data["streamed"] and result.data["num_classes"] == 3
+    assert (result.data["train_samples"], result.data["test_samples"]) == (12, 6)
+    assert f"image folders {photos}/train and {photos}/val" in result.data["source"]
+    assert result.metrics["profile"], "the --profile breakdown is missing"
+    assert result.model["source"]["sha256"] == sha256(RESIDUAL)
+    assert "folder:photos" in done.stdout or "residual.py:build" in done.stdout
+
+
+@pytest.mark.slow
+def test_max_batch_of_a_user_model(home, tmp_path):
+    require_backends("jax")
+    done = run_kbench(
+        ["max-batch", "-b", "jax", "--model", f"{RESIDUAL}:build", "--start", "2", "--limit",
+         "2", "--steps", "1"],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    assert "every batch up to the limit 2 fits" in done.stdout
+    (result,) = done.results()
+    assert result.ok and result.model["source"]["sha256"] == sha256(RESIDUAL)

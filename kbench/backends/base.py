@@ -13,13 +13,13 @@ from __future__ import annotations
 import abc
 import logging
 import os
-import resource
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from kbench.backends.switches import SwitchBoard
+from kbench.measure import processes
 from kbench.profiling import ProfilerUnsupported
 
 log = logging.getLogger(__name__)
@@ -208,12 +208,7 @@ class Backend(abc.ABC):
                 if key in os.environ
             },
         }
-        if hasattr(os, "sched_getaffinity"):
-            cores = sorted(os.sched_getaffinity(0))
-            if self.threads < len(cores):
-                cores = cores[: self.threads]
-                os.sched_setaffinity(0, cores)
-            settings["cpu_affinity"] = cores
+        settings.update(processes.pin_cores(self.threads))
         return settings
 
     def apply_switches(self) -> None:
@@ -339,14 +334,7 @@ class Backend(abc.ABC):
         (the framework's own GPU allocator peak). The parent's sampler adds
         ``process_nvml`` and ``device_used``.
         """
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-        readings = [
-            {
-                "kind": "process_peak_rss",
-                "bytes": int(peak_kib) * 1024,
-                "source": "getrusage(RUSAGE_SELF).ru_maxrss of the worker",
-            }
-        ]
+        readings = [dict(kind="process_peak_rss", **processes.peak_rss())]
         if self.gpus:
             readings += self.framework_peaks()
         return readings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Dict, List, Optional
 
 from kbench.backends.base import GpuMemoryUnknown, cuda_device
@@ -17,7 +18,34 @@ def optimizer_name(model: Any) -> str:
     return optimizer.name if optimizer is not None else ""
 
 
+# Keras 3 imports these when it is imported, each behind a guard (``try: import ...
+# except ImportError``), for features a zoo model never uses: the scikit-learn wrappers,
+# the plotting utilities and (on every backend) JAX for the Orbax checkpoint callback.
+# Together they cost 3-5 s of a worker's start on 2 cores.
+UNUSED_BY_THE_ZOO = ("sklearn", "matplotlib", "jax")
+
+
 class Keras3Backend(KerasBackend):
+    # Set by the worker for a zoo model (never for the user's own model, which may use
+    # them): those of UNUSED_BY_THE_ZOO that this backend does not need are kept out
+    # while the framework loads (TensorFlow's own import loads Keras too).
+    skip_unused_imports = False
+    imports_skipped: List[str] = []
+
+    def start(self, *args: Any, **kwargs: Any) -> None:
+        if not self.skip_unused_imports:
+            return super().start(*args, **kwargs)
+        skipped = [m for m in UNUSED_BY_THE_ZOO if m != self.name and m not in sys.modules]
+        for module in skipped:
+            sys.modules[module] = None  # `import` raises ImportError; Keras goes on
+        try:
+            super().start(*args, **kwargs)
+        finally:
+            for module in skipped:
+                if module in sys.modules and sys.modules[module] is None:
+                    del sys.modules[module]
+        self.imports_skipped = skipped
+
     def import_keras(self) -> Any:
         import keras
 

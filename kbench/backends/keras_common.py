@@ -100,6 +100,8 @@ class KerasBackend(Backend):
             keras_backend=self.keras.backend.backend(),
             image_data_format=self.keras.backend.image_data_format(),
         )
+        if getattr(self, "imports_skipped", None):  # see keras3.UNUSED_BY_THE_ZOO
+            info["imports_skipped"] = list(self.imports_skipped)
         return info
 
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:

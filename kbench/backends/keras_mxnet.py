@@ -15,7 +15,7 @@ from kbench.backends.base import Unsupported
 from kbench.backends.keras_common import KerasBackend
 from kbench.backends.mxnet_common import MXNetFramework, gpu_contexts
 from kbench_models import short_name
-from kbench_models.user import UserModelImportError, is_reference
+from kbench_models.user import UserModelImportError, is_reference, is_saved_model
 
 SLOW_PATH_WARNING = (
     "channels_last on keras-mxnet is the slow path: MXNet's convolution and pooling "
@@ -93,6 +93,13 @@ class KerasMXNetBackend(MXNetFramework, KerasBackend):
         # A keras-mxnet Model takes its context (the devices its MXNet Module binds to)
         # when it is created; K.Context is the fork's scope for choosing it, and holds for
         # training and inference alike (compile(context=...) would for training only).
+        if is_saved_model(name):
+            raise Unsupported(
+                f"keras-mxnet (Keras {self.keras.__version__}) cannot read a Keras 3 saved "
+                f"model ({short_name(name)}: the .keras zip format came with Keras 3); run it "
+                "on tensorflow, jax or torch, or give mxnet the model's code as "
+                "file.py:build."
+            )
         gpus = self.switchboard.value("mxnet_gpus")
         scope = self.keras.backend.Context(gpu_contexts(gpus)) if gpus else contextlib.nullcontext()
         with scope:

@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Dict, List, Optional
 
 NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
+
+
+def mps_available(torch: Any) -> bool:
+    """Whether PyTorch can run on an Apple GPU (Metal Performance Shaders) here."""
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def choose_device(torch: Any, wanted: str = "auto") -> str:
+    """The device PyTorch runs on for ``--device wanted``: ``cpu`` when asked; else
+    ``cuda`` where CUDA sees a GPU, ``mps`` on an Apple GPU, and ``cpu`` without either
+    (``--device gpu`` then fails in :meth:`kbench.backends.base.Backend.start`)."""
+    if wanted == "cpu":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if mps_available(torch):
+        return "mps"
+    return "cpu"
 
 
 def limit_current_device(fraction: float) -> Dict[str, str]:
@@ -37,6 +58,26 @@ class TorchFramework:
     gpus: int
     threads: int
     memory_default = "caching allocator grows on demand; no fraction limit"
+    requested_device = "auto"
+
+    def start(self, data_format: str, device: str = "auto", *args: Any, **kwargs: Any) -> None:
+        """Remember ``--device`` for the device choice, then start as every backend does.
+
+        Keras' torch backend picks its device when it is imported, preferring an Apple
+        GPU (MPS) to everything; ``KERAS_TORCH_DEVICE=cpu`` keeps ``--device cpu`` on the
+        CPU there (CUDA_VISIBLE_DEVICES='' hides CUDA GPUs only)."""
+        self.requested_device = device
+        if device == "cpu" and "KERAS_TORCH_DEVICE" not in os.environ:
+            os.environ["KERAS_TORCH_DEVICE"] = "cpu"  # before Keras is imported
+        super().start(data_format, device, *args, **kwargs)  # type: ignore[misc]
+
+    def device_used(self) -> str:
+        """The device the model ran on: torch-native's own, or Keras' torch backend's."""
+        device = getattr(self, "device", None)
+        if device is not None:
+            return str(device)
+        core = sys.modules.get("keras.src.backend.torch.core")
+        return str(core.get_device()) if core is not None else "unknown"
 
     def configure_threads(self) -> Dict[str, Any]:
         import torch
@@ -59,20 +100,35 @@ class TorchFramework:
                 "not applicable: PyTorch's caching allocator always grows on demand"
             )
         if fraction is not None:
-            if not torch.cuda.is_available():
+            if choose_device(torch, self.requested_device) == "mps":
+                torch.mps.set_per_process_memory_fraction(float(fraction))
+                applied["mps"] = f"torch.mps.set_per_process_memory_fraction({float(fraction):g})"
+            elif not torch.cuda.is_available():
                 applied["gpu_memory_fraction"] = NOT_APPLICABLE_WITHOUT_GPU
             else:
                 applied.update(limit_current_device(fraction))
         return applied
 
     def visible_gpus(self) -> int:
+        """CUDA's GPUs, or 1 where the run uses the Apple GPU (MPS)."""
         import torch
 
+        if choose_device(torch, self.requested_device) == "mps":
+            return 1
         return torch.cuda.device_count()
 
     def framework_peaks(self) -> List[Dict[str, Any]]:
         import torch
 
+        if choose_device(torch, self.requested_device) == "mps":
+            return [  # MPS keeps no peak: the allocator's size when the worker ends
+                {
+                    "kind": "framework_current",
+                    "bytes": int(torch.mps.driver_allocated_memory()),
+                    "device": "mps",
+                    "source": "torch.mps.driver_allocated_memory() at the end (MPS has no peak)",
+                }
+            ]
         readings = []
         for index in range(self.gpus):
             for what, read in (
@@ -95,8 +151,11 @@ class TorchFramework:
         return {
             "name": "torch",
             "version": torch.__version__,
-            "devices": ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())],
+            "devices": ["cpu"]
+            + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+            + (["mps"] if mps_available(torch) else []),
             "cuda": torch.version.cuda,
+            "device_used": self.device_used(),
         }
 
     def tf32_default(self) -> str:
@@ -119,3 +178,5 @@ class TorchFramework:
 
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+        elif self.gpus and mps_available(torch):
+            torch.mps.synchronize()

@@ -14,8 +14,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.backends.base import BackendMismatch, NativePort
-from kbench.backends.torch_common import TorchFramework
+from kbench.backends.base import USER_MODEL_NO_TWIN, BackendMismatch, NativePort, Unsupported
+from kbench.backends.torch_common import TorchFramework, choose_device
+from kbench_models import short_name as kbench_short
 
 KERAS_EPSILON = 1e-7
 
@@ -35,7 +36,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
         from kbench_models import pytorch as twins
 
         self.torch, self.twins = torch, twins
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(choose_device(torch, self.requested_device))
 
     def apply_switches(self) -> None:
         board = self.switchboard
@@ -78,9 +79,12 @@ class TorchNativeBackend(TorchFramework, NativePort):
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         import kbench_models
 
-        self.refuse_user_model(name)
-        model = self.twins.build(name, tuple(input_shape), num_classes).to(self.device)
-        model.kbench_spec = kbench_models.MODELS[name]
+        spec = kbench_models.spec_for(name)
+        if spec.is_user:
+            model = self.user_twin(spec, tuple(input_shape), num_classes).to(self.device)
+        else:
+            model = self.twins.build(name, tuple(input_shape), num_classes).to(self.device)
+        model.kbench_spec = spec
         model.kbench_input_shape = tuple(input_shape)
         if self.switchboard.value("torch_compile"):
             call = self.torch.compile(model)
@@ -90,6 +94,33 @@ class TorchNativeBackend(TorchFramework, NativePort):
             detail = "eager PyTorch"
         model.__dict__["kbench_call"] = call  # not a submodule: parameters stay counted once
         self.switchboard.applied("torch_compile", detail)
+        return model
+
+    def user_twin(self, spec: Any, input_shape: Tuple[int, ...], num_classes: int) -> Any:
+        """The twin a user model's file defines (``build_torch``), else :class:`Unsupported`."""
+        from kbench_models import user
+
+        twin = (spec.function or "build") + user.TORCH_SUFFIX
+        make = user.load_torch_twin(spec.path, spec.function)
+        if make is None:
+            hint = (
+                ""
+                if user.is_saved_model(spec.path)
+                else f"; or define {twin}(input_shape, num_classes) in the model file, "
+                "returning its PyTorch twin (see examples/my_model.py)"
+            )
+            raise Unsupported(
+                USER_MODEL_NO_TWIN.format(backend=self.name, model=kbench_short(spec.name)) + hint
+            )
+        model = make(input_shape, num_classes)
+        if not isinstance(model, self.twins.KerasTwin):
+            raise TypeError(
+                f"{kbench_short(spec.name)}: {twin} must return a "
+                "kbench_models.pytorch.KerasTwin (a torch.nn.Module whose keras_layers() "
+                "lists the Keras model's weighted layers in order, as the zoo's twins in "
+                f"models/pytorch/ do); it returned {type(model).__module__}."
+                f"{type(model).__qualname__}."
+            )
         return model
 
     def count_params(self, model: Any) -> int:

@@ -9,7 +9,7 @@ import sys
 from typing import Optional, Sequence
 
 from kbench import __version__
-from kbench.cli import many_runs, ops, run_commands
+from kbench.cli import exec_command, many_runs, ops, reproduce, run_commands
 from kbench.cli.arguments import EXAMPLES
 from kbench.datasets import DataUnavailable
 from kbench.results.config import ConfigError
@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_commands.add_commands(commands)
     many_runs.add_commands(commands)
     ops.add_command(commands)
+    reproduce.add_command(commands)
+    exec_command.add_command(commands)
     return parser
 
 

@@ -193,3 +193,45 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
         help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
         "machine's cores also pins the worker to that many cores (default: all cores)",
     )
+
+
+def precision(text: str) -> float:
+    """A relative half-width above 0 and below 1 (0.02 is +-2%)."""
+    value = finite(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a relative half-width above 0 and below 1, for example 0.02 for "
+            f"+-2%; received {text!r}"
+        )
+    return value
+
+
+def budget(text: str) -> float:
+    value = finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected more than 0 seconds; received {text!r}")
+    return value
+
+
+def add_precision_arguments(parser: argparse.ArgumentParser, unit: str, limit: str) -> None:
+    """``--target-precision`` and ``--time-budget`` (kbench.measure.precision): ``unit`` is
+    what is measured, ``limit`` what bounds it without them."""
+    group = parser.add_argument_group(
+        "precision on request (the result records the interval reached and why it stopped)"
+    )
+    group.add_argument(
+        "--target-precision",
+        type=precision,
+        metavar="P",
+        help=f"keep measuring {unit} until the median throughput's 95%% confidence interval "
+        "(order statistics, distribution-free) is within +-P of it, e.g. 0.02; stops "
+        f"earlier when --time-budget is spent or at {limit} (default: off)",
+    )
+    group.add_argument(
+        "--time-budget",
+        type=budget,
+        dest="time_budget_s",
+        metavar="SECONDS",
+        help=f"stop measuring {unit} after this many seconds, precision reached or not "
+        "(default: none)",
+    )

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import List, Sequence
 
 from kbench.cli.arguments import add_quality_arguments
+from kbench.cli.before_runs import look_before_runs
 from kbench.cli.progress import show_progress
-from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.config import ConfigError
 from kbench.results.lock import writer_lock
@@ -274,10 +274,9 @@ def _sweep_into(args: argparse.Namespace, sweep, runs, output_dir: Path) -> int:
     progress = sweep_mod.Progress(total=len(runs), skipped=len(plan.done))
     results: List[RunResult] = []
     if plan.to_run:
-        low = store_mod.low_space_warning(output_dir, len(plan.to_run))
-        if low:
-            log.warning("%s", low)
-        quality.preflight_unless_skipped(args.busy_threshold, args.wait_quiet)
+        look_before_runs(
+            output_dir, len(plan.to_run), args.busy_threshold, args.wait_quiet, "the sweep"
+        )
         runner = Runner(
             output_dir=output_dir, on_progress=show_progress, busy_threshold=args.busy_threshold
         )

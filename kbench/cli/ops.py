@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench.cli.arguments import add_threads_argument, finite
+from kbench.cli.arguments import add_precision_arguments, add_threads_argument, finite
 from kbench.ops.runner import (
     DEFAULT_MAX_MEMORY_MB,
     DEFAULT_REPEATS,
@@ -141,6 +141,9 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
         "gpu: fail unless the framework sees one (default: auto)",
     )
     add_threads_argument(parser)
+    add_precision_arguments(
+        parser, "calls of each operation at each size", "--repeats calls (the most it makes)"
+    )
     parser.add_argument(
         "--timeout",
         type=finite,
@@ -219,6 +222,8 @@ def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
         timeout_s=args.timeout_s,
         seed=args.seed,
         max_memory_mb=args.max_memory,
+        target_precision=args.target_precision,
+        time_budget_s=args.time_budget_s,
     )
     return [OpsConfig(backend=backend, **settings) for backend in dict.fromkeys(backends)]
 

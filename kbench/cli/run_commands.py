@@ -17,12 +17,14 @@ from kbench.cli.arguments import (
     EXAMPLES,
     add_memory_arguments,
     add_output_arguments,
+    add_precision_arguments,
     add_quality_arguments,
     add_switch_arguments,
     comma_list,
     finite,
     shape,
 )
+from kbench.cli.before_runs import look_before_runs
 from kbench.cli.progress import show_progress
 from kbench.datasets import DataUnavailable
 from kbench.measure import quality, sysinfo
@@ -38,6 +40,7 @@ from kbench.results.result import RunResult
 from kbench.run import environments
 from kbench.run.runner import Runner
 from kbench.views import tables
+from kbench.views.names import model_label
 from kbench_models import MODELS
 
 log = logging.getLogger("kbench")
@@ -80,14 +83,18 @@ def add_commands(commands) -> None:
         metavar="M[,M...]",
         help=f"one or more of: {', '.join(MODELS)} (default: mlp); or your own model: "
         "path/to/file.py:build (or package.module:build), a function build(input_shape, "
-        "num_classes) returning a Keras model (see examples/my_model.py)",
+        "num_classes) returning a Keras model (see examples/my_model.py), or a Keras 3 "
+        "saved model path/to/model.keras (its saved weights on tensorflow, jax and torch)",
     )
     run.add_argument(
         "--dataset",
         default="fashion_mnist",
         help=f"one of: {', '.join(DATASETS)} (default: fashion_mnist); or your own arrays: "
         "npz:path/to/data.npz holding x_train, y_train, x_test, y_test (integer labels, "
-        "images channels last, uint8 or floats in [0, 1]). Real data is read "
+        "images channels last, uint8 or floats in [0, 1]); folder:path/to/images, one "
+        "folder of images per class (PATH/train/ and PATH/val/, else 10%% of each class held "
+        "out; resized to --image-size or the model's input); tfds:NAME[/CONFIG][:VERSION], "
+        "a tensorflow-datasets image set tfds has prepared. Real data is read "
         "from --data-dir, the Keras cache (~/.keras/datasets, read only), kbench's cache, "
         "Debian's dataset-fashion-mnist, prepared tensorflow-datasets, else downloaded; "
         "synthetic data is labelled so in every result",
@@ -168,6 +175,11 @@ def add_commands(commands) -> None:
     add_memory_arguments(run)
     add_switch_arguments(run)
     add_quality_arguments(run)
+    add_precision_arguments(
+        run,
+        "training steps (inference passes with --mode inference)",
+        "the end of the data and epochs (inference: of --duration, unless a budget is given)",
+    )
     parallel = run.add_argument_group("data-parallel training (each framework's own engine)")
     parallel.add_argument(
         "--distributed",
@@ -307,7 +319,7 @@ def execute(
     busy_threshold: float = quality.BUSY_THRESHOLD,
     wait_quiet_s: float = 0.0,
 ) -> List[RunResult]:
-    quality.preflight_unless_skipped(busy_threshold, wait_quiet_s)
+    look_before_runs(output_dir, len(configs), busy_threshold, wait_quiet_s, "kbench run")
     runner = Runner(output_dir=output_dir, on_progress=show_progress, busy_threshold=busy_threshold)
     return runner.run_all(configs)
 
@@ -345,6 +357,7 @@ def command_run(args: argparse.Namespace) -> int:
         **{name: getattr(args, name) for name in SWITCHES},
         distributed=args.distributed, workers=args.workers,
         profile=args.profile, profile_steps=args.profile_steps,
+        target_precision=args.target_precision, time_budget_s=args.time_budget_s,
     )  # fmt: skip
     # Round by round, so that drift of the machine hits every backend alike.
     configs = [
@@ -428,8 +441,8 @@ def command_parity(args: argparse.Namespace) -> int:
     print(tables.render(
         ["model", "backend", "vs", "max |d output|", "max |d loss|", "max rel d loss",
          "noise floor", "verdict"],
-        [[r.model, r.backend, r.reference, number(r.output_max_abs), number(r.loss_max_abs),
-          number(r.loss_max_rel), number(r.noise_floor),
+        [[model_label(r.model), r.backend, r.reference, number(r.output_max_abs),
+          number(r.loss_max_abs), number(r.loss_max_rel), number(r.noise_floor),
           "pass" if r.passed else (f"FAIL ({r.status}: {r.reason})" if r.reason else "FAIL")]
          for r in rows],
     ))  # fmt: skip

@@ -23,12 +23,15 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from kbench.datasets.folder import FOLDER_PREFIX
 from kbench.datasets.npz import NPZ_PREFIX
 from kbench.datasets.sources import DataUnavailable
+from kbench.datasets.tfds_source import TFDS_PREFIX
 
 __all__ = [
-    "DATASETS", "DataUnavailable", "DatasetSpec", "PreparedData", "batch_order",
-    "dataset_spec", "load_prepared", "prepare", "to_model_input",
+    "DATASETS", "FOLDER_PREFIX", "NPZ_PREFIX", "TFDS_PREFIX", "DataUnavailable", "DatasetSpec",
+    "PreparedData", "batch_order", "dataset_spec", "load_prepared", "prepare", "to_model_input",
+    "user_dataset",
 ]  # fmt: skip
 
 SYNTHETIC_DEFAULT_SAMPLES = (2048, 512)  # train, test
@@ -71,7 +74,23 @@ def dataset_spec(name: str) -> DatasetSpec:
     is whatever the model takes, checked against the arrays by the run's config)."""
     if name.startswith(NPZ_PREFIX):
         return DatasetSpec(name, "any", f"your arrays: {name[len(NPZ_PREFIX) :]}")
+    if name.startswith(FOLDER_PREFIX):
+        return DatasetSpec(name, "image", f"your image folders: {name[len(FOLDER_PREFIX) :]}")
+    if name.startswith(TFDS_PREFIX):
+        return DatasetSpec(name, "image", f"tensorflow-datasets {name[len(TFDS_PREFIX) :]}")
     return DATASETS[name]
+
+
+def user_dataset(name: str) -> Optional[str]:
+    """``folder:PATH`` (made absolute) or ``tfds:NAME`` checked for its form, else None;
+    :class:`DataUnavailable` saying the fix for one that cannot be used."""
+    from kbench.datasets import folder, tfds_source
+
+    if name.startswith(FOLDER_PREFIX):
+        return folder.canonical(name)
+    if name.startswith(TFDS_PREFIX):
+        return tfds_source.canonical(name)
+    return None
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,7 @@ class PreparedData:
     prepare_time_s: float
     streamed: bool = False  # x_* hold image file paths, decoded by the worker per batch
     sha256: Optional[str] = None  # the user's own file (npz:), hashed as read
+    version: Optional[str] = None  # a tensorflow-datasets set's version (tfds:)
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -128,14 +148,30 @@ def prepare(
 
     ``input_shape``/``num_classes``/``model_kind``/``vocabulary`` shape synthetic data
     (the run passes its model's own when the user gave none); ``image_size`` resizes
-    real images.
+    real images. ``folder:`` images are resized to ``image_size``, else to the height
+    and width of ``input_shape`` (the model's input, which the run passes).
     """
     from kbench.datasets import sources, synthetic, transform
 
     start = time.perf_counter()
     spec = dataset_spec(dataset)
-    sha256 = None
-    if dataset.startswith(NPZ_PREFIX):
+    sha256 = version = None
+    folder_shape: Optional[Tuple[int, ...]] = None
+    if dataset.startswith(FOLDER_PREFIX):
+        from kbench.datasets import folder
+
+        kind = "image"
+        arrays, source, classes, folder_shape = folder.folder_arrays(
+            dataset, image_size, input_shape, seed
+        )
+    elif dataset.startswith(TFDS_PREFIX):
+        from kbench.datasets import tfds_source
+
+        kind = "image"
+        arrays, source, facts = tfds_source.tfds_arrays(dataset, data_dir, image_size)
+        classes, version = facts["num_classes"], facts["version"]
+        image_size = None  # resized by the reader already
+    elif dataset.startswith(NPZ_PREFIX):
         from kbench.datasets import npz
 
         facts = npz.inspect_npz(dataset[len(NPZ_PREFIX) :])
@@ -192,8 +228,11 @@ def prepare(
         if limit is not None:
             arrays[f"x_{split}"] = arrays[f"x_{split}"][:limit]
             arrays[f"y_{split}"] = arrays[f"y_{split}"][:limit]
-    streamed = dataset == "imagenet"
-    if streamed:
+    streamed = dataset == "imagenet" or folder_shape is not None
+    if folder_shape is not None:
+        shape = folder_shape
+        source += f", decoded and resized to {shape[0]}x{shape[1]} (bilinear) batch by batch"
+    elif streamed:
         height, width = image_size or spec.input_shape[:2]
         shape: Tuple[int, ...] = (int(height), int(width), 3)
         source += f", decoded and resized to {height}x{width} (bilinear) batch by batch"
@@ -207,7 +246,8 @@ def prepare(
               image_size, model_kind, vocabulary, seed)).encode()
     ).hexdigest()[:12]  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{'npz' if sha256 else dataset}-{key}.npz"
+    stem = dataset.split(":")[0] if ":" in dataset else dataset
+    path = out_dir / f"{stem}-{key}.npz"
     np.savez(path, **arrays)
     return PreparedData(
         path=str(path),
@@ -222,6 +262,7 @@ def prepare(
         prepare_time_s=time.perf_counter() - start,
         streamed=streamed,
         sha256=sha256,
+        version=version,
     )
 
 

@@ -14,6 +14,7 @@ get the data, or to use ``--dataset synthetic``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -21,7 +22,7 @@ import sys
 import tempfile
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -178,16 +179,27 @@ def from_tfds(name: str, batch: int = 4096) -> Arrays:
     could start its GPU runtime and hold GPU memory for the whole sweep, beside the
     workers being measured. The parent never imports TensorFlow.
     """
+    return run_tfds_reader(name, batch)[0]
+
+
+def run_tfds_reader(
+    name: str, batch: int = 4096, options: Sequence[str] = ()
+) -> Tuple[Arrays, Optional[Dict[str, Any]]]:
+    """The child reader's arrays, and its facts (name, version, splits, classes) when
+    ``options`` hold ``--general``; :class:`TfdsUnavailable` with its one line if not."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
     with tempfile.TemporaryDirectory(prefix="kbench-tfds-") as tmp:
         out = Path(tmp) / "arrays.npz"
         command = [sys.executable, "-m", "kbench.datasets.tfds_reader", name, str(out), str(batch)]
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        done = subprocess.run([*command, *options], env=env, capture_output=True, text=True)
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
-            raise TfdsUnavailable(f"{name}: {lines[-1]}")
+            raise TfdsUnavailable(lines[-1] if "--general" in options else f"{name}: {lines[-1]}")
         with np.load(out) as data:
-            return {key: data[key] for key in data.files}
+            arrays = {key: data[key] for key in data.files}
+        facts_path = Path(str(out) + ".json")
+        facts = json.loads(facts_path.read_text()) if facts_path.exists() else None
+        return arrays, facts
 
 
 class TfdsUnavailable(RuntimeError):

@@ -50,7 +50,9 @@ class FolderListing:
     source: str
 
 
-def scan(root: Path, test_fraction: float = 0.1, seed: int = 0) -> FolderListing:
+def scan(
+    root: Path, test_fraction: float = 0.1, seed: int = 0, name: str = "imagenet"
+) -> FolderListing:
     """Files and labels of an image-folder data set; classes sorted by folder name.
 
     With ``train/`` and ``val/`` (or ``test/``) under ``root`` those are the splits;
@@ -65,11 +67,16 @@ def scan(root: Path, test_fraction: float = 0.1, seed: int = 0) -> FolderListing
     base = train_dir if train_dir.is_dir() else root
     classes = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
     if not classes:
+        fix = (
+            "Point --data-dir at it, or use --dataset synthetic --input-shape 224x224x3 "
+            "--num-classes 1000."
+            if name == "imagenet"
+            else "Give the folder that holds one folder per class."
+        )
         raise DataUnavailable(
-            f"imagenet: expected a directory of class folders ({root}/train/<class>/*.JPEG "
+            f"{name}: expected a directory of class folders ({root}/train/<class>/*.JPEG "
             f"and {root}/val/<class>/*.JPEG, or {root}/<class>/*.JPEG); found no class "
-            "folder. Point --data-dir at it, or use --dataset synthetic --input-shape "
-            "224x224x3 --num-classes 1000."
+            f"folder. {fix}"
         )
     index = {name: i for i, name in enumerate(classes)}
 
@@ -99,7 +106,7 @@ def scan(root: Path, test_fraction: float = 0.1, seed: int = 0) -> FolderListing
         source = f"image folders {base} ({test_fraction:.0%} of each class held out)"
     if not train or not test:
         raise DataUnavailable(
-            f"imagenet: found {len(train)} training and {len(test)} test images under {root} "
+            f"{name}: found {len(train)} training and {len(test)} test images under {root} "
             f"(extensions {', '.join(EXTENSIONS)}); both splits need at least one."
         )
     return FolderListing(classes, train, test, source)

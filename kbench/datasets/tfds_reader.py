@@ -1,34 +1,155 @@
 """Read a prepared tensorflow-datasets data set into an ``.npz`` file (a child process).
 
-``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH]``: started by
-:func:`kbench.datasets.sources.from_tfds` with every GPU hidden, so that TensorFlow,
-which tensorflow-datasets imports, never starts in the long-lived parent. Exit code 0
-and the arrays in ``OUT.npz`` (``x_train``, ``y_train``, ``x_test``, ``y_test``), or
-exit code 1 and one line on stderr saying why.
+``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--general] [--data-dir DIR]
+[--size HxW]``: started by :func:`kbench.datasets.sources.from_tfds` with every GPU
+hidden, so that TensorFlow, which tensorflow-datasets imports, never starts in the
+long-lived parent. Exit code 0 and the arrays in ``OUT.npz`` (``x_train``, ``y_train``,
+``x_test``, ``y_test``), or exit code 1 and one line on stderr saying why.
+
+With ``--general`` (``--dataset tfds:NAME``) NAME may be any image-classification
+builder, ``name[/config][:version]``: an unknown name is refused with the closest
+registered names; the test split is ``test``, else ``validation``; images are resized
+to ``--size`` in TensorFlow when given (needed when their sizes differ); and
+``OUT.npz.json`` receives the builder's name, version, splits and class count.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from kbench.datasets.sources import read_tfds
+from kbench.datasets.sources import import_tfds, read_tfds
+
+TEST_SPLITS = ("test", "validation")
+
+
+class TfdsRefusal(RuntimeError):
+    """A tfds data set kbench cannot read; the message says why and the fix."""
+
+
+def check_name(tfds: Any, name: str) -> None:
+    """Refuse an unregistered builder name, naming the closest registered ones."""
+    base = name.split(":")[0].split("/")[0]
+    known = tfds.list_builders(with_community_datasets=False)
+    if base in known:
+        return
+    close = difflib.get_close_matches(base, known, n=4, cutoff=0.6)
+    raise TfdsRefusal(
+        f"tfds:{name}: tensorflow-datasets {tfds.__version__} has no data set {base!r}"
+        + (f"; close names: {', '.join(close)}" if close else "")
+        + ". `python -c 'import tensorflow_datasets as t; print(t.list_builders())'` lists them."
+    )
+
+
+def read_general(
+    name: str, batch: int, data_dir: Optional[str], size: Optional[Tuple[int, int]]
+) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+    """Arrays and facts of any prepared image-classification builder (never downloaded)."""
+    tfds = import_tfds()
+    import tensorflow as tf
+
+    check_name(tfds, name)
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except Exception as err:
+        raise TfdsRefusal(f"tfds:{name}: {type(err).__name__}: {err}") from None
+    info = builder.info
+    keys = getattr(info, "supervised_keys", None)
+    label = info.features[keys[1]] if keys else None
+    if keys is None or not hasattr(label, "num_classes"):
+        raise TfdsRefusal(
+            f"tfds:{name}: expected an image-classification set (supervised keys image, "
+            f"label with a class count); its features are {info.features}."
+        )
+    # an info read before the set was prepared lists no splits: try train and test,
+    # and let reading them say whether the set is there
+    splits = list(info.splits.keys()) or ["train", "test"]
+    test = next((s for s in TEST_SPLITS if s in splits), None)
+    if "train" not in splits or test is None:
+        raise TfdsRefusal(
+            f"tfds:{name}: expected a 'train' split and a 'test' or 'validation' split; it "
+            f"has {', '.join(splits) or 'none'}."
+        )
+    arrays: Dict[str, np.ndarray] = {}
+    for split, tfds_split in (("train", "train"), ("test", test)):
+        try:
+            dataset = builder.as_dataset(split=tfds_split, as_supervised=True)
+        except Exception as err:
+            raise TfdsRefusal(
+                f"tfds:{name}: not prepared in {data_dir or 'tfds data directory'} "
+                f"({type(err).__name__}: {' '.join(str(err).split())[:200]}). kbench never "
+                f"downloads through tfds: prepare it once (tfds build {name.split(':')[0]}, "
+                "or tfds.load in Python), or point --data-dir at its data directory."
+            ) from None
+        if size is not None:
+            dataset = dataset.map(
+                lambda x, y: (tf.cast(tf.round(tf.image.resize(x, size)), tf.uint8), y)
+            )
+        try:
+            parts = list(tfds.as_numpy(dataset.batch(batch)))
+        except Exception as err:  # images of several sizes cannot be batched
+            raise TfdsRefusal(
+                f"tfds:{name}: its images cannot be stacked ({type(err).__name__}); they "
+                "differ in size. Pass --image-size HxW to resize them."
+            ) from None
+        images, labels = zip(*parts)
+        x = np.concatenate(images)
+        if x.ndim == 3:
+            x = x[..., np.newaxis]
+        arrays[f"x_{split}"] = x.astype(np.uint8)
+        arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
+    facts = {
+        "name": info.full_name.split("/")[0] if "/" in info.full_name else name,
+        "full_name": info.full_name,
+        "version": str(info.version),
+        "splits": {"train": "train", "test": test},
+        "num_classes": int(label.num_classes),
+    }
+    return arrays, facts
+
+
+def _parse(argv: List[str]) -> Dict[str, Any]:
+    options: Dict[str, Any] = {"general": False, "data_dir": None, "size": None}
+    positional = []
+    items = iter(argv)
+    for item in items:
+        if item == "--general":
+            options["general"] = True
+        elif item == "--data-dir":
+            options["data_dir"] = next(items)
+        elif item == "--size":
+            height, width = next(items).split("x")
+            options["size"] = (int(height), int(width))
+        else:
+            positional.append(item)
+    options["name"], options["out"] = positional[0], positional[1]
+    options["batch"] = int(positional[2]) if len(positional) > 2 else 4096
+    return options
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    name, out = argv[0], argv[1]
-    batch = int(argv[2]) if len(argv) > 2 else 4096
+    options = _parse(sys.argv[1:] if argv is None else argv)
+    name, out, batch = options["name"], options["out"], options["batch"]
+    facts = None
     try:
-        arrays = read_tfds(name, batch)
-    except Exception as err:  # not installed, not prepared: the parent tries elsewhere
-        message = " ".join(str(err).split())[:300]
-        sys.stderr.write(f"{type(err).__name__}: {message}\n")
+        if options["general"]:
+            arrays, facts = read_general(name, batch, options["data_dir"], options["size"])
+        else:
+            arrays = read_tfds(name, batch)
+    except Exception as err:  # not installed, not prepared: the parent says so or looks on
+        message = " ".join(str(err).split())[:600]
+        prefix = "" if isinstance(err, TfdsRefusal) else f"{type(err).__name__}: "
+        sys.stderr.write(f"{prefix}{message}\n")
         return 1
     with open(out, "wb") as handle:
         np.savez(handle, **arrays)
+    if facts is not None:
+        with open(out + ".json", "w") as handle:
+            json.dump(facts, handle)
     return 0
 
 

@@ -25,7 +25,6 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -40,8 +39,9 @@ from kbench import datasets
 from kbench.backends.switches import SWITCHES
 from kbench.distributed import merge, summary
 from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
-from kbench.distributed.sampling import JobSampler
-from kbench.measure import sysinfo
+from kbench.distributed.sampling import JobSampler, assess_quality
+from kbench.measure import processes, sysinfo
+from kbench.measure.processes import alive, interrupt_on_sigterm
 from kbench.measure.sampler import windows_from_markers
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import read_json, write_json_atomic
@@ -179,6 +179,9 @@ def run_distributed(
         if metrics:
             metrics["memory"] += sampled_memory(sampled["summary"])
             metrics["energy"] = measured_energy(sampled["summary"], metrics["measured_images"])
+            metrics["quality"] = assess_quality(
+                sampled, windows["measured"], threads * local_trainers, runner.busy_threshold
+            )
     if metrics and leader:
         reply = WorkerReply(
             status="ok", framework=leader.get("framework", {}), model=leader.get("model", {})
@@ -368,13 +371,12 @@ class Job:
         return Outcome(timed_out, failures, processes, sampler, tails)
 
     def _start(self, spec: Process, sampler: Optional[JobSampler]) -> None:
-        popen = subprocess.Popen(
+        popen = processes.start(  # its own process group: stopped as a whole
             [self.interpreter, *spec.args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=dict(self.env, **spec.env),
             cwd=self.run_dir,
-            start_new_session=True,  # its own process group: stopped as a whole
             text=True,
             errors="replace",
         )
@@ -459,7 +461,7 @@ class Job:
         elif code is None:
             how = f"{name} (pid {pid}) ended without reporting a result"
         elif code < 0:
-            how = f"{name} (pid {pid}) was killed by signal {signal.Signals(-code).name}"
+            how = f"{name} (pid {pid}) was killed by signal {processes.signal_name(code)}"
         else:
             how = f"{name} (pid {pid}) exited with code {code} without reporting a result"
         by_signal = code is not None and code < 0 or (code is None and reply is None)
@@ -477,9 +479,9 @@ class Job:
         groups = [r.popen.pid for r in self.running.values() if r.popen.poll() is None]
         strays = [a["pid"] for a in self.announced.values() if alive(a["pid"])]
         for pgid in groups:
-            signal_group(pgid, signal.SIGTERM)
+            processes.stop_tree(pgid)
         for pid in strays:
-            signal_pid(pid, signal.SIGTERM)
+            processes.stop_pid(pid)
         # after a failure the others are usually stuck in a collective: less grace
         deadline = time.monotonic() + (KILL_GRACE_S if success else FAILED_GRACE_S)
         while time.monotonic() < deadline and (
@@ -488,59 +490,19 @@ class Job:
         ):
             time.sleep(POLL_S)
         for running in self.running.values():
-            signal_group(running.popen.pid, signal.SIGKILL)  # whatever its group left behind
+            processes.kill_tree(running.popen.pid)  # whatever its group left behind
             if running.popen.poll() is None:
                 running.popen.kill()
             running.popen.wait()
         for pid in strays:
-            signal_pid(pid, signal.SIGKILL)
+            processes.kill_pid(pid)
         for proc in left_behind(self.run_dir):
             log.warning(
                 "stopping pid %d left behind by the run (%s)",
                 proc.pid,
                 " ".join(proc.info.get("cmdline") or [])[:200],
             )
-            signal_pid(proc.pid, signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def interrupt_on_sigterm():
-    """SIGTERM (``kill``) raises KeyboardInterrupt while a run is on, so that its
-    processes are stopped on the way out; only from the main thread."""
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def signal_pid(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+            processes.kill_pid(proc.pid)
 
 
 def left_behind(run_dir: Path) -> List[psutil.Process]:

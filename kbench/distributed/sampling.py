@@ -13,6 +13,8 @@ of its PIDs or does not know their memory). A source that fails is marked failed
 the error and the others, the CPU series included, go on; the summary covers the GPUs
 the run's processes used (:func:`kbench.measure.sampler.scoped_summary`). The result is a
 :class:`~kbench.measure.sampler.SamplerResult`: one time axis, one column per series.
+:func:`assess_quality` turns it into the run's ``quality`` section (other processes'
+CPU share, throttling, battery, other processes on the run's GPUs).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import psutil
 
+from kbench.measure import quality
 from kbench.measure.nvml import NvmlSource, visible_devices_of
 from kbench.measure.sampler import (
     LABELS,
@@ -173,6 +176,27 @@ class JobSampler:
             "single-process names; processes: the pid each prefix names"
         )
         return data
+
+
+def assess_quality(
+    sampled: Dict[str, Any],
+    window: Optional[Sequence[Optional[float]]],
+    cores_given: int,
+    busy_threshold: float = quality.BUSY_THRESHOLD,
+) -> Optional[Dict[str, Any]]:
+    """The run's ``quality`` section (:func:`kbench.measure.quality.assess`) from
+    :meth:`JobSampler.result`: the run's own processes are every one it sampled
+    (workers, servers, schedulers: ``process_cpu_percent`` is their sum), so "other"
+    is everything else on the machine; ``cores_given`` is what its training processes
+    were given together (threads per worker x local workers). None without a window."""
+    assessed = quality.assess(
+        sampled["series"],
+        window,
+        cores_given,
+        busy_threshold,
+        worker_gpus=(sampled.get("sources") or {}).get("gpu", {}).get("worker_gpus"),
+    )
+    return None if assessed is None else assessed.to_dict()
 
 
 def label_of(name: str, prefixes: List[str]) -> str:

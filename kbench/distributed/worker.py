@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
+import psutil
 
 import kbench_models
 from kbench import datasets
@@ -36,6 +37,7 @@ from kbench.backends import load_backend
 from kbench.backends.base import Backend, is_out_of_memory
 from kbench.backends.switches import SWITCHES
 from kbench.distributed.breakdown import StepLog, shard_digest, worker_summary
+from kbench.measure import processes
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run.task import WorkerTask, emit_progress
 
@@ -136,10 +138,13 @@ def announce(dist: Dict[str, Any], role: str, rank: int) -> None:
 
 def pin_cores(dist: Dict[str, Any], local_index: int) -> Optional[List[int]]:
     layout = dist.get("cores") or []
-    if not layout or not hasattr(os, "sched_setaffinity"):
+    if not layout:
         return None
     cores = layout[local_index % len(layout)]
-    os.sched_setaffinity(0, cores)
+    process = psutil.Process()
+    if not hasattr(process, "cpu_affinity"):  # macOS: the worker runs unpinned
+        return None
+    process.cpu_affinity(cores)
     return cores
 
 
@@ -365,12 +370,8 @@ def watch_parent(pid: Optional[int], interval_s: float = 1.0) -> None:
     def watch() -> None:
         while True:
             time.sleep(interval_s)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not processes.alive(pid):
                 os._exit(70)
-            except PermissionError:
-                pass
 
     threading.Thread(target=watch, name="kbench-parent-watch", daemon=True).start()
 

@@ -255,6 +255,12 @@ class NvmlSource:
                     gpu.worker_memory_unknown = True
                 elif mine:  # nothing matched or unknown: no value, never 0
                     reading[prefix + "process_memory_bytes"] = sum(int(used) for used in mine)
+                # the other processes on this GPU (kbench.measure.quality: "shared GPU")
+                others = [used for pid, used in gpu.processes if pid not in pids]
+                reading[prefix + "other_processes"] = len(others)
+                known = [int(used) for used in others if used is not None]
+                if known:  # NVML_VALUE_NOT_AVAILABLE everywhere: unknown, not 0
+                    reading[prefix + "other_memory_bytes"] = sum(known)
             scalars = (
                 ("power_w", lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
                 ("energy_j", lambda h: nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0),

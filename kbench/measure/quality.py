@@ -21,6 +21,15 @@ measured one), nothing new is sampled:
   (``THROTTLE_BITS``) in any sample of a GPU's ``gpuN_throttle_reasons``; idle,
   application-clock and sync-boost reasons are not throttling.
 - **on battery**: ``power_plugged`` was 0 in any sample.
+- **shared GPU**: compute processes other than the worker's tree that NVML lists on the
+  GPUs the worker used (``gpuN_other_processes``, ``gpuN_other_memory_bytes``, read by
+  :mod:`kbench.measure.nvml` from the same process list as the worker's own memory).
+  Per GPU, the most processes and the most memory seen in any sample of the window;
+  added over the worker's GPUs. Flagged when any other process was there (at least
+  ``GPU_NEIGHBOURS``): it shares the GPU's time and memory, whatever it does. Only
+  compute processes count (a display server's graphics context does not). Unknown,
+  with the reason, where NVML listed none of the worker's PIDs (a container's PID
+  namespace: the worker itself would count as "other").
 
 Each figure is ``None`` where its series is missing: unknown, never fine.
 
@@ -54,6 +63,8 @@ THROTTLE_BITS: Dict[int, str] = {
     0x80: "power brake",
 }
 THROTTLE_SERIES = re.compile(r"^(gpu\d+)_throttle_reasons$")
+NEIGHBOUR_SERIES = re.compile(r"^gpu(\d+)_other_processes$")
+GPU_NEIGHBOURS = 1  # other compute processes on the worker's GPUs that flag a run
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,11 @@ class Quality:
     cpu_freq_max_mhz: Optional[float] = None
     gpu_throttled: Dict[str, List[str]] = field(default_factory=dict)  # gpuN -> reasons
     on_battery: Optional[bool] = None
+    # other compute processes on the worker's GPUs (most seen in a sample, per GPU, added)
+    gpu_other_processes: Optional[int] = None
+    gpu_other_memory_bytes: Optional[int] = None  # None: none listed, or NVML did not know
+    gpu_neighbours: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # gpuN -> figures
+    gpu_neighbours_reason: Optional[str] = None  # why the figures are unknown
     flags: List[str] = field(default_factory=list)
 
     @property
@@ -119,10 +135,13 @@ def assess(
     machine_cores: Optional[int] = None,
     cpu_freq_max_mhz: Optional[float] = None,
     window_name: str = "measured",
+    worker_gpus: Optional[Dict[str, Any]] = None,
 ) -> Optional[Quality]:
     """The quality of ``window`` (start, end) from the sampler ``series``; None where the
     window has no edges. ``machine_cores`` and ``cpu_freq_max_mhz`` default to this
-    machine's (the runner assesses right after the run, on the machine that ran it)."""
+    machine's (the runner assesses right after the run, on the machine that ran it).
+    ``worker_gpus`` is the sampler's ``sources.gpu.worker_gpus`` (which GPUs the worker
+    used, and how that was found); None counts every GPU in the series as the worker's."""
     if not window or window[0] is None or window[1] is None:
         return None
     if not 0 < busy_threshold <= 1:
@@ -164,6 +183,9 @@ def assess(
     battery = (min(plugged) == 0) if plugged else None
     if battery:
         flags.append("on battery")
+    neighbours = gpu_neighbours(series, start, end, worker_gpus)
+    if neighbours.count is not None and neighbours.count >= GPU_NEIGHBOURS:
+        flags.append(neighbours.flag())
     return Quality(
         window=window_name,
         samples=samples,
@@ -176,8 +198,64 @@ def assess(
         cpu_freq_max_mhz=cpu_freq_max_mhz or None,
         gpu_throttled=throttled,
         on_battery=battery,
+        gpu_other_processes=neighbours.count,
+        gpu_other_memory_bytes=neighbours.memory_bytes,
+        gpu_neighbours=neighbours.per_gpu,
+        gpu_neighbours_reason=neighbours.reason,
         flags=flags,
     )
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """Other compute processes on the worker's GPUs during a window."""
+
+    count: Optional[int] = None
+    memory_bytes: Optional[int] = None
+    per_gpu: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    reason: Optional[str] = None
+
+    def flag(self) -> str:
+        memory = (
+            "memory unknown"
+            if self.memory_bytes is None
+            else f"using {self.memory_bytes / 2**20:,.0f} MiB"
+        )
+        plural = "process" if self.count == 1 else "processes"
+        return f"shared GPU: {self.count} other {plural} {memory}"
+
+
+def gpu_neighbours(
+    series: Dict[str, List[Any]],
+    start: float,
+    end: float,
+    worker_gpus: Optional[Dict[str, Any]] = None,
+) -> Neighbours:
+    """The other processes on the worker's GPUs in [start, end] (see the module docstring)."""
+    listed = {int(m.group(1)) for m in map(NEIGHBOUR_SERIES.match, series) if m}
+    if not listed:
+        return Neighbours()  # no NVML process listing: nothing known, nothing to say
+    if worker_gpus is not None and worker_gpus.get("method") != "nvml_pids":
+        return Neighbours(
+            reason="NVML listed none of the worker's PIDs (a container's PID namespace, or "
+            "the worker used no GPU), so its processes cannot be told from others'"
+        )
+    indices = sorted(listed if worker_gpus is None else set(worker_gpus.get("indices") or ()))
+    per_gpu: Dict[str, Dict[str, Any]] = {}
+    for index in indices:
+        counts = _in_window(series, f"gpu{index}_other_processes", start, end)
+        if not counts:
+            continue
+        memory = _in_window(series, f"gpu{index}_other_memory_bytes", start, end)
+        per_gpu[f"gpu{index}"] = {
+            "processes": int(max(counts)),
+            "memory_bytes": int(max(memory)) if memory else None,
+        }
+    if not per_gpu:
+        return Neighbours(reason="no NVML process listing inside the window")
+    count = sum(gpu["processes"] for gpu in per_gpu.values())
+    known = [gpu["memory_bytes"] for gpu in per_gpu.values() if gpu["memory_bytes"] is not None]
+    return Neighbours(count, sum(known) if known else None, per_gpu)
 
 
 def _freq_max() -> Optional[float]:

@@ -6,6 +6,11 @@ frequency and battery, and, where NVML answers, each GPU: the fraction of time a
 kernel ran, the fraction of time device memory was read or written, device memory
 used and total, the worker's own device memory, power, the energy counter, SM clock,
 temperature and throttle reasons. RAPL energy is read where the kernel exposes it.
+On an NVIDIA Jetson the GPU is read from sysfs instead (:mod:`kbench.measure.jetson`:
+devfreq load and frequency, INA3221 power rails, NvMapMemUsed); on macOS from
+``powermetrics`` when kbench runs as root (:mod:`kbench.measure.powermetrics`), else
+it is unavailable with that reason. ``KBENCH_SYSTEM_ROOT`` moves where ``/sys``,
+``/proc`` and ``/etc`` are read (tests point it at a fake Jetson tree).
 
 A source that cannot be read (no GPU, no NVML, no RAPL) is recorded as unavailable
 with the reason; it never fails the run. A source that fails mid-run is marked failed
@@ -27,6 +32,7 @@ names; :data:`LABELS` says what each one is.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -36,7 +42,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psutil
 
+from kbench.measure import jetson, processes
 from kbench.measure.nvml import NvmlSource, visible_devices_of
+from kbench.measure.powermetrics import PowermetricsSource
 from kbench.measure.source import SourceUnavailable, error_text
 
 log = logging.getLogger(__name__)
@@ -58,12 +66,25 @@ LABELS: Dict[str, str] = {
     "driver-reserved memory where the v2 query exists, see sources.gpu.devices)",
     "memory_total_bytes": "device memory in total (NVML)",
     "process_memory_bytes": "device memory of the worker and its children (NVML per process)",
-    "power_w": "board power draw (NVML)",
+    "other_processes": "compute processes on the GPU other than the worker's (NVML)",
+    "other_memory_bytes": "device memory of the GPU's other compute processes (NVML)",
+    "power_w": "board power draw (NVML; a Jetson's GPU rail; powermetrics' GPU energy "
+    "over its interval on macOS)",
     "energy_j": "energy counter since the driver loaded (NVML), joules",
     "sm_clock_mhz": "SM clock (NVML)",
     "temperature_c": "GPU core temperature (NVML)",
     "throttle_reasons": "bit mask of clock event (throttle) reasons (NVML; the event-reasons "
     "call where the driver has it)",
+    "load_percent": "GPU load of a Jetson (devfreq): percent of the governor's window the GPU "
+    "was busy (not NVML's kernel time)",
+    "freq_mhz": "GPU frequency of a Jetson (devfreq cur_freq)",
+    "shared_memory_bytes": "memory a Jetson's GPU driver (nvmap) allocated from the memory it "
+    "shares with the CPU (NvMapMemUsed), every process",
+    "active_percent": "Apple GPU active residency (powermetrics): percent of the interval "
+    "the GPU was not idle",
+    "board_power_w": "a Jetson's board power: its INA3221 input rail, or the sum of its rails",
+    "board_energy_j": "a Jetson's board energy: board_power_w integrated over the samples",
+    "rail_power_w": "one INA3221 power rail of a Jetson (rail_<name>_power_w)",
 }
 COUNTERS = ("energy_j",)  # summarized by their increase over a window
 TREE_REFRESH_S = 1.0
@@ -94,10 +115,27 @@ def tree_usage(
     return (cpu, rss) if alive else None
 
 
-def optional_sources(nvml: Any = None) -> Tuple[list, Dict[str, Dict[str, Any]]]:
-    """The GPU (NVML) and RAPL sources this machine has, and why the others are absent."""
+ROOT_VARIABLE = "KBENCH_SYSTEM_ROOT"  # where /sys, /proc and /etc are read (tests: a fake tree)
+
+
+def gpu_source(nvml: Any = None, interval_s: float = 0.2) -> Any:
+    """The ``gpu`` source of this machine: a Jetson's sysfs (:mod:`kbench.measure.jetson`),
+    macOS powermetrics (:mod:`kbench.measure.powermetrics`), else NVML."""
+    root = Path(os.environ.get(ROOT_VARIABLE) or "/")
+    if jetson.is_jetson(root):
+        return jetson.JetsonSource(root)
+    if processes.SYSTEM == "Darwin":
+        return PowermetricsSource(interval_s)
+    return NvmlSource(nvml)
+
+
+def optional_sources(
+    nvml: Any = None, interval_s: float = 0.2
+) -> Tuple[list, Dict[str, Dict[str, Any]]]:
+    """The GPU (NVML, Jetson, powermetrics) and RAPL sources this machine has, and why
+    the others are absent."""
     sources, unavailable = [], {}
-    for name, make in (("gpu", lambda: NvmlSource(nvml)), ("rapl", RaplSource)):
+    for name, make in (("gpu", lambda: gpu_source(nvml, interval_s)), ("rapl", RaplSource)):
         try:
             sources.append(make())
         except SourceUnavailable as err:
@@ -191,7 +229,8 @@ class SamplerResult:
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data["labels"] = {
-            name: LABELS.get(name.split("_", 1)[1] if name.startswith("gpu") else name, "")
+            name: LABELS.get(name.split("_", 1)[1] if name.startswith("gpu") else name)
+            or (LABELS["rail_power_w"] if name.startswith("rail_") else "")
             for name in self.series
             if name != "t"
         }
@@ -221,7 +260,7 @@ class Sampler:
         self._rows: List[Dict[str, Any]] = []
         self._tree_cache: List[psutil.Process] = []
         self._tree_at = float("-inf")
-        optional, self.unavailable = optional_sources(nvml)
+        optional, self.unavailable = optional_sources(nvml, interval_s)
         self.sources: list = [CpuSource(), *optional]
         self.failed: Dict[str, str] = {}
 

@@ -137,9 +137,12 @@ def machine() -> Dict[str, Any]:
 MATMUL_PEAK_CODE = r"""
 import os, sys, time, json
 threads = int(sys.argv[1])
-cores = sorted(os.sched_getaffinity(0))
-if threads < len(cores):
-    os.sched_setaffinity(0, cores[:threads])
+import psutil
+process = psutil.Process()
+if hasattr(process, "cpu_affinity") and sys.platform != "darwin":  # as processes.pin_cores
+    cores = sorted(process.cpu_affinity())
+    if threads < len(cores):
+        process.cpu_affinity(cores[:threads])
 import numpy as np
 n = 2048
 a = np.random.default_rng(0).random((n, n), dtype=np.float32)

@@ -13,7 +13,9 @@ output(s). Its docstring's first line says what it calls; results record it.
 reference (a mismatch is not timed), then times it: ``warmup`` calls, then
 ``repeats`` calls, each followed by :meth:`OpsBackend.sync` so that the clock stops
 only when the device is done, with Python's garbage collector paused (as
-``timeit`` does).
+``timeit`` does). With ``--target-precision`` / ``--time-budget`` the calls stop as
+soon as :class:`kbench.measure.precision.PrecisionTracker` says so, ``repeats`` being
+the most, and the entry keeps the tracker's record under ``precision``.
 
 Standard library and numpy only, as :mod:`kbench.ops.spec`.
 """
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional,
 
 import numpy as np
 
+from kbench.measure.precision import PrecisionGoal, PrecisionTracker
 from kbench.measure.stats import percentiles
 from kbench.ops.spec import OpSpec, check
 
@@ -135,8 +138,10 @@ class OpsBackend(abc.ABC):
 
 
 def time_calls(call: Callable[[], Any], sync: Callable[[Any], None], warmup: int,
-               repeats: int) -> List[float]:  # fmt: skip
-    """Seconds per call of ``repeats`` calls after ``warmup`` calls, each synchronized."""
+               repeats: int, tracker: Optional[PrecisionTracker] = None
+               ) -> List[float]:  # fmt: skip
+    """Seconds per call of ``repeats`` calls after ``warmup`` calls, each synchronized;
+    with ``tracker``, fewer once it says stop (``repeats`` is then the most calls)."""
     for _ in range(warmup):
         sync(call())
     times = []
@@ -146,7 +151,10 @@ def time_calls(call: Callable[[], Any], sync: Callable[[Any], None], warmup: int
         for _ in range(repeats):
             start = time.perf_counter()
             sync(call())
-            times.append(time.perf_counter() - start)
+            end = time.perf_counter()
+            times.append(end - start)
+            if tracker is not None and tracker.add(start, end):
+                break
     finally:
         if collecting:
             gc.enable()
@@ -172,6 +180,7 @@ def measure(
     warmup: int,
     repeats: int,
     max_memory_bytes: Optional[float] = None,
+    goal: Optional[PrecisionGoal] = None,
 ) -> Dict[str, Any]:
     """Check, then time, one operation at one size; never raises for the operation's
     own failures (they become ``failed`` or ``unsupported`` entries)."""
@@ -209,8 +218,11 @@ def measure(
             return dict(entry, status="mismatch", reason=_mismatch_reason(entry["check"]))
         stage = "timing"
         timed_from = time.time()  # wall clock, comparable with the parent's sampler
-        times = time_calls(call, backend.sync, warmup, repeats)
+        tracker = PrecisionTracker(goal) if goal is not None and goal.active else None
+        times = time_calls(call, backend.sync, warmup, repeats, tracker)
         entry["timed_window"] = [timed_from, time.time()]
+        if tracker is not None:  # calls per second: the interval on 1 / time per call
+            entry["precision"] = tracker.record()
     except Exception as err:  # an operation's failure is recorded; the next one runs
         return dict(entry, **_failure(err, stage))
     spread = percentiles(times)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from kbench.measure import quality, sysinfo
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
-from kbench.results.config import DEVICES, ConfigError, check_choice
+from kbench.results.config import DEVICES, ConfigError, check_choice, check_precision
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
@@ -77,6 +77,10 @@ class OpsConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     seed: int = 0
     max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
+    # time each operation until its median's 95% interval is within +-target_precision
+    # or time_budget_s is spent; repeats is then the most calls (kbench.measure.precision)
+    target_precision: Optional[float] = None
+    time_budget_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         check_choice("backend", self.backend, IMPLEMENTATIONS)
@@ -103,6 +107,7 @@ class OpsConfig:
         _positive_number("max_memory", self.max_memory_mb, "MiB")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError("seed", f"expected a non-negative integer; received {self.seed!r}.")
+        check_precision(self.target_precision, self.time_budget_s)
 
     # What kbench.run.supervise.supervise reads of a config.
     # A coarse sampler (a reading costs about 1 ms of the parent's CPU, 0.2% at this

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Type
 
 from kbench.backends.base import is_out_of_memory
+from kbench.measure.precision import PrecisionGoal
 from kbench.ops.base import OpsBackend, measure, summarize
 from kbench.ops.spec import OPS
 from kbench.results.jsonfile import read_json, write_json_atomic
@@ -85,6 +86,7 @@ def run(task: OpsTask) -> WorkerReply:
         }
 
     max_memory = config.get("max_memory_mb")
+    goal = PrecisionGoal.from_config(config)  # --target-precision, --time-budget
     for name in config["ops"]:
         for n in config["sizes"]:
             entry = measure(
@@ -96,6 +98,7 @@ def run(task: OpsTask) -> WorkerReply:
                 warmup=config["warmup"],
                 repeats=config["repeats"],
                 max_memory_bytes=None if max_memory is None else max_memory * 2**20,
+                goal=goal,
             )
             entries.append(entry)
             emit_progress("op", op=name, size=n, status=entry["status"],

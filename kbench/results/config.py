@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.datasets import DATASETS as DATASET_SPECS
-from kbench.datasets import DataUnavailable, dataset_spec
+from kbench.datasets import DataUnavailable, dataset_spec, user_dataset
 from kbench.datasets.npz import NPZ_PREFIX, inspect_npz
 from kbench_models import MODELS, short_name, spec_for
 from kbench_models.user import FORMS as USER_MODEL_FORMS
@@ -155,6 +155,22 @@ def _positive_number(
         raise ConfigError(setting, f"expected {what}{bound} (finite); received {value!r}.")
 
 
+def check_precision(target_precision: Any, time_budget_s: Any) -> None:
+    """``--target-precision`` (a relative half-width in (0, 1)) and ``--time-budget``
+    (positive seconds), each optional; shared by runs and ``kbench ops``."""
+    target = target_precision
+    if target is not None and (
+        _not_number(target) or not math.isfinite(target) or not 0 < target < 1
+    ):
+        raise ConfigError(
+            "target_precision",
+            "expected a relative half-width above 0 and below 1 (0.02: the median's 95% "
+            f"interval within +-2%); received {target!r}.",
+        )
+    if time_budget_s is not None:
+        _positive_number("time_budget_s", time_budget_s, "seconds", MAX_SECONDS)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One run of one model on one backend: training or inference.
@@ -207,6 +223,10 @@ class RunConfig:
     # per-operator breakdown (kbench.profiling): extra steps after the measured run
     profile: bool = False
     profile_steps: int = 10
+    # measure until the median throughput's 95% interval is within +-target_precision
+    # of it, or time_budget_s seconds of measuring are spent (kbench.measure.precision)
+    target_precision: Optional[float] = None
+    time_budget_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         for name in REQUIRED:
@@ -220,6 +240,7 @@ class RunConfig:
         self._check_measurement()
         self._check_distributed()
         self._check_profile()
+        self._check_precision()
         for name, switch in SWITCHES.items():
             value = getattr(self, name)
             if isinstance(value, bool) and "on" in switch.choices:
@@ -261,11 +282,20 @@ class RunConfig:
                 raise ConfigError("dataset", str(err)) from None
             object.__setattr__(self, "dataset", NPZ_PREFIX + facts.path)
             return
+        try:  # folder:PATH made absolute, tfds:NAME checked for its form
+            own = user_dataset(self.dataset) if isinstance(self.dataset, str) else None
+        except DataUnavailable as err:
+            raise ConfigError("dataset", str(err)) from None
+        if own is not None:
+            object.__setattr__(self, "dataset", own)
+            return
         try:
             check_choice("dataset", self.dataset, DATASETS)
         except ConfigError as err:
             raise ConfigError(
-                "dataset", f"{err.message} Or your own arrays: npz:path/to/data.npz."
+                "dataset",
+                f"{err.message} Or your own data: npz:path/to/data.npz, folder:path/to/images "
+                "or tfds:NAME.",
             ) from None
 
     def _check_mxnet_gpus(self) -> None:
@@ -412,6 +442,17 @@ class RunConfig:
                 f"profiles one process; received --distributed {self.distributed} too. Profile "
                 "the model without --distributed (the breakdown per operator is the same "
                 "computation), or drop --profile.",
+            )
+
+    def _check_precision(self) -> None:
+        check_precision(self.target_precision, self.time_budget_s)
+        asked = self.target_precision is not None or self.time_budget_s is not None
+        if asked and self.distributed != "none":
+            raise ConfigError(
+                "target_precision",
+                f"--distributed {self.distributed} trains a fixed number of steps on every "
+                "worker; received --target-precision/--time-budget too. Drop them, or set the "
+                "length with --steps or --epochs.",
             )
 
     def _check_warmup_fits(self) -> None:

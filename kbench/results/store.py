@@ -448,10 +448,10 @@ def open_log(store: Path, run_id: str) -> Path:
     return path
 
 
-def low_space_warning(store: Path, runs: int) -> Optional[str]:
+def low_space_warning(store: Path, runs: int, command: str = "the sweep") -> Optional[str]:
     """A warning when the file system of ``store`` has less room than ``runs`` runs
     may need (results, sampler series and logs); None when there is room or no way
-    to tell."""
+    to tell. ``command`` is what a result that cannot be written stops."""
     try:
         free = shutil.disk_usage(_existing_parent(Path(store))).free
     except OSError:
@@ -461,8 +461,8 @@ def low_space_warning(store: Path, runs: int) -> Optional[str]:
         return None
     return (
         f"only {free / 2**20:.1f} MB free where results go ({store}); {runs} runs may "
-        f"need about {need / 2**20:.0f} MB. A result that cannot be written stops the "
-        "sweep (and is kept aside); free some space or choose another --output-dir."
+        f"need about {need / 2**20:.0f} MB. A result that cannot be written stops "
+        f"{command} (and is kept aside); free some space or choose another --output-dir."
     )
 
 

@@ -2,7 +2,7 @@
 the metrics it adds) and the child's worker (trainer, inference, parity replay, probe).
 
 May import: kbench.results, kbench.backends, kbench.datasets, kbench.measure,
-kbench.profiling, kbench.distributed, kbench_models. Only ``runner`` imports
+kbench.profiling, kbench.distributed, kbench.setup, kbench_models. Only ``runner`` imports
 kbench.distributed (it hands data-parallel configs to the launcher, which builds on
 this package's lower modules and never imports the runner).
 """

@@ -2,9 +2,13 @@
 
 Backends live in two virtual environments inside the checkout (``envs/keras3`` for
 TensorFlow, JAX and PyTorch; ``envs/mxnet`` for keras-mxnet), created by
-``scripts/setup_envs.sh``. ``KBENCH_PYTHON_<BACKEND>`` (for example
+``python3 -m kbench.setup`` (``scripts/setup_envs.sh``, ``scripts\\setup_envs.cmd``);
+each interpreter is where ``venv`` puts it on this system (``bin/python``,
+``Scripts\\python.exe``). ``KBENCH_PYTHON_<BACKEND>`` (for example
 ``KBENCH_PYTHON_MXNET``) points a backend at another interpreter, and
-``KBENCH_ENVS_DIR`` moves the environments' folder.
+``KBENCH_ENVS_DIR`` moves the environments' folder. A backend whose environment this
+platform cannot have (MXNet on Apple Silicon) is unsupported, with the reason
+:mod:`kbench.setup.platforms` gives.
 
 Nothing here reads or writes ``~/.keras``: every process gets a fresh ``KERAS_HOME``
 holding a copy of ``keras_configs/<backend>.json``.
@@ -22,13 +26,18 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import kbench
 import kbench_models
 from kbench.backends import BACKENDS
+from kbench.setup.platforms import Platform, unsupported_reason, venv_python
 
 PROJECT_ROOT = Path(kbench.__file__).resolve().parent.parent  # the checkout
-SETUP_SCRIPT = "scripts/setup_envs.sh"
+SETUP_SCRIPT = "scripts\\setup_envs.cmd" if os.name == "nt" else "scripts/setup_envs.sh"
 
 
 class EnvironmentMissing(RuntimeError):
     """A backend's interpreter does not exist; the message names the command that creates it."""
+
+
+class EnvironmentUnsupported(EnvironmentMissing):
+    """This platform cannot have the backend's environment; the message says why."""
 
 
 def envs_dir() -> Path:
@@ -52,8 +61,14 @@ def interpreter_for(backend: str) -> Path:
                 "no such file. Fix the path or unset the variable."
             )
         return path
-    path = envs_dir() / spec.environment / "bin" / "python"
+    path = venv_python(envs_dir() / spec.environment)
     if not path.exists():
+        reason = unsupported_reason(spec.environment)
+        if reason:
+            raise EnvironmentUnsupported(
+                f"backend {backend!r} is unsupported on {Platform.current().label}: {reason} "
+                f"(to run it anyway, point {variable} at a Python that has it)."
+            )
         raise EnvironmentMissing(
             f"backend {backend!r} runs in the {spec.environment!r} environment, which does not "
             f"exist (expected {path}). Create it with: {SETUP_SCRIPT} {spec.environment} "

@@ -4,16 +4,23 @@ Forward passes of one fixed batch with ``predict_on_batch``, which returns host
 arrays, so each call's time covers the device's work: ``warmup_steps`` passes
 (tracing, compilation, caches) kept apart, then passes for ``duration_s`` seconds,
 each timed. Throughput is measured batches over measured time; latency is per batch.
+
+With ``--target-precision P`` the passes go on until the 95% interval on the median
+throughput is within ±P (:mod:`kbench.measure.precision`) or ``--time-budget`` is
+spent; without a budget, ``duration_s`` bounds the run ("steps exhausted"). With a
+budget alone, passes run for the budget.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from kbench.measure.precision import PrecisionTracker
 from kbench.measure.stats import percentiles
 from kbench.run.task import emit_progress
 
@@ -37,6 +44,8 @@ class InferenceMetrics:
     build_time_s: float
     memory: List[Dict[str, Any]]
     markers: Dict[str, Any]
+    # --target-precision / --time-budget: the interval reached and why passes stopped
+    precision: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -53,16 +62,20 @@ def infer(
     process_start: float,
     import_time_s: float,
     build_time_s: float,
+    tracker: Optional[PrecisionTracker] = None,
 ) -> InferenceMetrics:
     source = arrays["x_test"] if len(arrays["x_test"]) >= batch_size else arrays["x_train"]
     if len(source) < batch_size:
         source = np.resize(source, (batch_size,) + source.shape[1:])
     batch = np.ascontiguousarray(source[:batch_size])
 
+    ends: List[float] = []
+
     def forward() -> float:
         start = time.perf_counter()
         backend.predict(model, batch)  # a host array: the device is done
-        return time.perf_counter() - start
+        ends.append(time.perf_counter())
+        return ends[-1] - start
 
     start_wall = time.time()
     first = forward()
@@ -74,10 +87,14 @@ def infer(
     latencies: List[float] = []
     started = time.perf_counter()
     next_report = started + 10.0
+    # a budget replaces the duration as the limit; a target alone stops within the duration
+    limit_s = duration_s if tracker is None or tracker.goal.budget_s is None else math.inf
     while True:
         latencies.append(forward())
         now = time.perf_counter()
-        if now - started >= duration_s:
+        if tracker is not None and tracker.add(ends[-1] - latencies[-1], ends[-1]):
+            break
+        if now - started >= limit_s:
             break
         if now >= next_report:
             next_report = now + 10.0
@@ -102,6 +119,7 @@ def infer(
         import_time_s=import_time_s,
         build_time_s=build_time_s,
         memory=backend.memory_readings(),
+        precision=None if tracker is None else tracker.record(),
         markers={
             "fit_start": start_wall,
             "first_step_end": first_end_wall,

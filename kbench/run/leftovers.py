@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from kbench.measure import processes
 from kbench.results.config import RunConfig
 from kbench.results.jsonfile import write_json_atomic
 
@@ -39,14 +40,9 @@ def owner_alive(pid: int) -> bool:
     if pid <= 0:
         return True  # not a PID kbench wrote: keep the directory
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
+        return processes.alive(pid)
+    except OverflowError:  # not a PID this system can have: keep the directory
         return True
-    except OverflowError:
-        return True
-    return True
 
 
 def remove_stale(root: Optional[Path] = None) -> List[Path]:

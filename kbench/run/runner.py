@@ -61,7 +61,9 @@ def data_request(config: RunConfig) -> Dict[str, Any]:
         data_dir=config.data_dir,
         train_samples=config.train_samples,
         test_samples=config.test_samples,
-        input_shape=(config.input_shape or spec.input_shape) if synthetic else None,
+        input_shape=(config.input_shape or spec.input_shape)
+        if synthetic or config.dataset.startswith(datasets.FOLDER_PREFIX)  # its image size
+        else None,
         num_classes=(config.num_classes or spec.num_classes) if synthetic else own_classes or None,
         image_size=config.image_size,
         model_kind=spec.input_kind,
@@ -204,8 +206,9 @@ class Runner:
                 metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
                 metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
                 assessed = quality_mod.assess(
-                    sampled.series, windows["measured"], config.threads, self.busy_threshold
-                )
+                    sampled.series, windows["measured"], config.threads, self.busy_threshold,
+                    worker_gpus=sampled.sources.get("gpu", {}).get("worker_gpus"),
+                )  # fmt: skip
                 if assessed is not None:
                     metrics["quality"] = assessed.to_dict()
         if metrics and parity is None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import os
-import signal
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psutil
 
+from kbench.measure import processes
 from kbench.measure.sampler import Sampler
 from kbench.results.config import RunConfig
 from kbench.run.task import WorkerReply, parse_progress
@@ -53,13 +52,12 @@ def supervise(
     ``label()``, ``timeout_s`` and ``sample_interval_s`` (``kbench ops`` passes its own)."""
     tail: collections.deque = collections.deque(maxlen=LOG_TAIL_LINES)
     with contextlib.closing(LogWriter.open(log_path)) as log_file:
-        process = subprocess.Popen(
+        process = processes.start(  # its own process group: killed as a whole
             command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
             cwd=run_dir,
-            start_new_session=True,  # its own process group: killed as a whole
             text=True,
             errors="replace",
         )
@@ -88,7 +86,7 @@ def supervise(
         finally:
             if sampler is not None:
                 sampler.__exit__(None, None, None)
-            kill_group(process.pid)  # whatever the worker left behind
+            processes.kill_tree(process.pid)  # whatever the worker left behind
         reader.join(timeout=10)
     return Outcome(
         returncode=process.returncode,
@@ -159,12 +157,7 @@ def judge(
         error = dict(reply.error, log_tail=tail)
         first_line = f"{error['type']}: {error['message']}".strip().splitlines()[0]
         return reply.status, first_line[:500], error
-    code = outcome.returncode
-    how = f"exited with code {code}"
-    if code < 0:
-        how = f"was killed by signal {signal.Signals(-code).name}"
-    if code == -signal.SIGKILL:
-        how += " (the kernel's out-of-memory killer does this; see dmesg)"
+    how = processes.describe_exit(outcome.returncode)
     return (
         "failed",
         f"the worker {how} without reporting a result",
@@ -173,20 +166,11 @@ def judge(
 
 
 def stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the worker's process group, then SIGKILL it after a grace period."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
+    """Stop the worker's process group (SIGTERM), then kill it after a grace period."""
+    if not processes.stop_tree(process.pid):
         return
     try:
         process.wait(timeout=KILL_GRACE_S)
     except subprocess.TimeoutExpired:
-        kill_group(process.pid)
+        processes.kill_tree(process.pid)
         process.wait()
-
-
-def kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

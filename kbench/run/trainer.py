@@ -8,6 +8,16 @@ host: that waits for the device, so a step's time covers its whole computation.
 The first ``warmup_steps`` steps (tracing, compilation, caches) are kept apart; the
 measured window runs from the end of the last warmup step to the end of the last
 step and counts only time spent inside the epochs' training loops.
+
+With ``--target-precision`` or ``--time-budget`` the clock feeds every measured step
+to a :class:`~kbench.measure.precision.PrecisionTracker` and, once the goal is met,
+raises :class:`~kbench.measure.precision.StopMeasuring` from ``batch_end``: that one
+place stops every backend's step loop (Keras' ``fit``, the torch-native and Gluon
+loops) without any of them knowing. The trainer catches it, keeps the epoch's last
+logs as its training loss and accuracy (Keras 3 logs running means of the epoch so far;
+keras-mxnet and the native loops the last batch's loss), and skips the remaining epochs.
+Keras 3 writes the JAX state back to the model in ``fit``'s ``finally``; the other
+frameworks update their weights in place, so evaluation sees the trained model.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from kbench.datasets.stream import LOADING
+from kbench.measure.precision import PrecisionTracker, StopMeasuring
 from kbench.measure.stats import percentiles
 from kbench.run.task import emit_progress
 
@@ -35,6 +46,8 @@ class StepClock:
     epoch_first_step: List[int] = field(default_factory=list)
     last_heartbeat: float = field(default_factory=time.perf_counter)
     on_heartbeat: Optional[Callable[[int], None]] = None
+    tracker: Optional[PrecisionTracker] = None  # --target-precision / --time-budget
+    last_logs: Dict[str, Any] = field(default_factory=dict)
     # perf_counter -> wall clock, so markers line up with the parent's sampler series
     wall_offset: float = field(default_factory=lambda: time.time() - time.perf_counter())
 
@@ -50,9 +63,14 @@ class StepClock:
         now = time.perf_counter()
         self.ends.append(now)
         self.losses.append(loss)
+        self.last_logs = dict(logs or {})
         if self.on_heartbeat and now - self.last_heartbeat >= self.heartbeat_s:
             self.last_heartbeat = now
             self.on_heartbeat(len(self.ends))
+        if self.tracker is not None and len(self.ends) > self.warmup_steps:
+            reason = self.tracker.add(self.begins[-1], now)
+            if reason is not None:
+                raise StopMeasuring(reason)
 
     def wall(self, perf_time: float) -> float:
         return perf_time + self.wall_offset
@@ -118,9 +136,21 @@ class TrainMetrics:
     eval_time_s: float
     memory: List[Dict[str, Any]]
     markers: Dict[str, Any]  # wall-clock stage boundaries, for slicing the sampler series
+    # --target-precision / --time-budget: the interval reached and why measuring stopped
+    # (PrecisionTracker.record); None when neither was asked for
+    precision: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+
+def epoch_logs_at_stop(logs: Dict[str, Any]) -> Dict[str, float]:
+    """An epoch cut short: its training loss and accuracy from the last step's logs."""
+    out = {"loss": float(logs.get("loss", float("nan")))}
+    accuracy = logs.get("accuracy", logs.get("acc"))  # Keras 2.2 spelling
+    if accuracy is not None:
+        out["accuracy"] = float(accuracy)
+    return out
 
 
 def train(
@@ -137,7 +167,10 @@ def train(
     process_start: float,
     import_time_s: float,
     build_time_s: float,
+    tracker: Optional[PrecisionTracker] = None,
 ) -> TrainMetrics:
+    """Train over ``order`` (epochs x samples); with ``tracker``, stop measuring as soon as
+    it says so (see the module docstring)."""
     backend.compile(model, optimizer, learning_rate, loss)
     steps_per_epoch = order.shape[1] // batch_size
     total_steps = steps_per_epoch * order.shape[0]
@@ -147,7 +180,7 @@ def train(
             f"{warmup_steps}. Lower --warmup-steps or train longer."
         )
 
-    clock = StepClock(warmup_steps=warmup_steps)
+    clock = StepClock(warmup_steps=warmup_steps, tracker=tracker)
     clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
     epoch_times, epoch_ends, epoch_logs, last_logs = [], [], [], {}
     fit_start = time.time()
@@ -159,7 +192,11 @@ def train(
         gather_s += time.perf_counter() - gather_start
         clock.epoch_begin()
         started = time.perf_counter()
-        last_logs = backend.fit_epoch(model, x, y, batch_size, clock)
+        stopped = False
+        try:
+            last_logs = backend.fit_epoch(model, x, y, batch_size, clock)
+        except StopMeasuring:
+            last_logs, stopped = epoch_logs_at_stop(clock.last_logs), True
         backend.sync()
         epoch_times.append(time.perf_counter() - started)
         epoch_ends.append(time.time())
@@ -171,7 +208,9 @@ def train(
             loss=float(last_logs.get("loss", float("nan"))),
             seconds=epoch_times[-1],
         )
-    if len(clock.ends) != total_steps:
+        if stopped:
+            break
+    if len(clock.ends) != total_steps and (tracker is None or tracker.stopped is None):
         raise RuntimeError(
             f"the step clock saw {len(clock.ends)} steps; expected {total_steps}. "
             f"{backend.name}'s fit_epoch does not stamp every step."
@@ -198,7 +237,7 @@ def train(
         clock.markers(), fit_start=fit_start, epoch_ends=epoch_ends, eval_end=time.time()
     )
 
-    measured_steps = total_steps - warmup_steps
+    measured_steps = len(clock.ends) - warmup_steps
     step_times = [e - b for b, e in zip(clock.begins[warmup_steps:], clock.ends[warmup_steps:])]
     measured_time = clock.measured_seconds()
     step_pct = percentiles(step_times)
@@ -236,4 +275,5 @@ def train(
         eval_time_s=eval_time,
         memory=backend.memory_readings(),
         markers=markers,
+        precision=None if tracker is None else tracker.record(),
     )

@@ -25,6 +25,7 @@ from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import Unsupported, is_out_of_memory
 from kbench.backends.switches import SWITCHES
+from kbench.measure.precision import tracker_for
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run.parent_watch import watch_parent
 from kbench.run.task import WorkerReply, WorkerTask, emit_progress
@@ -36,6 +37,9 @@ def run(task: WorkerTask) -> WorkerReply:
     config = task.config
     switches = {name: config[name] for name in SWITCHES if name in config}
     backend = load_backend(config["backend"])(threads=config["threads"], switches=switches)
+    spec = kbench_models.spec_for(config["model"])
+    # a zoo model never needs Keras 3's scikit-learn, plotting or Orbax imports
+    backend.skip_unused_imports = not spec.is_user
 
     import_start = time.perf_counter()
     backend.start(
@@ -47,7 +51,6 @@ def run(task: WorkerTask) -> WorkerReply:
     import_time = time.perf_counter() - import_start
 
     data = datasets.PreparedData.from_dict(task.data)
-    spec = kbench_models.spec_for(config["model"])
     loss = spec.loss_for(data.num_classes)
     arrays = datasets.load_prepared(data.path)
     for split in ("train", "test"):
@@ -71,6 +74,7 @@ def run(task: WorkerTask) -> WorkerReply:
         import_time_s=import_time,
         build_time_s=build_time,
     )
+    tracker = tracker_for(config, config["batch_size"])  # --target-precision, --time-budget
     if task.parity is not None:
         from kbench.run.replay import replay
 
@@ -88,7 +92,9 @@ def run(task: WorkerTask) -> WorkerReply:
     elif config["mode"] == "inference":
         from kbench.run.inference import infer
 
-        metrics = infer(backend, model, arrays, duration_s=config["duration_s"], **stages)
+        metrics = infer(
+            backend, model, arrays, duration_s=config["duration_s"], tracker=tracker, **stages
+        )
     else:
         from kbench.run.trainer import train
 
@@ -100,6 +106,7 @@ def run(task: WorkerTask) -> WorkerReply:
             optimizer=config["optimizer"],
             learning_rate=config["learning_rate"],
             loss=loss,
+            tracker=tracker,
             **stages,
         )
     metrics = metrics if isinstance(metrics, dict) else metrics.to_dict()

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.backends import BACKENDS
+from kbench.datasets.folder import FOLDER_PREFIX
 from kbench.datasets.npz import NPZ_PREFIX
 from kbench.results.config import REQUIRED, ConfigError, RunConfig
 from kbench.results.result import RunResult
@@ -153,8 +154,9 @@ def load_sweep(path: Path, reduced: bool = False, max_runs: int = MAX_RUNS) -> S
 
 
 def relative_to_file(values: Dict[str, Any], base_dir: Optional[Path]) -> Dict[str, Any]:
-    """A user model (``model.py:build``) or data (``npz:data.npz``) named by a relative
-    path in a sweep file is found beside the file, wherever kbench is started from."""
+    """A user model (``model.py:build``, ``model.keras``) or data (``npz:data.npz``,
+    ``folder:images``) named by a relative path in a sweep file is found beside the
+    file, wherever kbench is started from."""
     if base_dir is None:
         return values
     values = dict(values)
@@ -162,13 +164,15 @@ def relative_to_file(values: Dict[str, Any], base_dir: Optional[Path]) -> Dict[s
     if isinstance(model, str) and is_reference(model):
         where, sep, function = model.rpartition(":")
         where, function = (where, sep + function) if sep and where else (model, "")
-        if (where.endswith(".py") or "/" in where) and not os.path.isabs(where):
+        is_file = where.endswith((".py", ".keras")) or "/" in where
+        if is_file and not os.path.isabs(where):
             values["model"] = str(base_dir / where) + function
     dataset = values.get("dataset")
-    if isinstance(dataset, str) and dataset.startswith(NPZ_PREFIX):
-        where = dataset[len(NPZ_PREFIX) :]
-        if not os.path.isabs(where):
-            values["dataset"] = NPZ_PREFIX + str(base_dir / where)
+    for prefix in (NPZ_PREFIX, FOLDER_PREFIX):
+        if isinstance(dataset, str) and dataset.startswith(prefix):
+            where = dataset[len(prefix) :]
+            if not os.path.isabs(where):
+                values["dataset"] = prefix + str(base_dir / where)
     return values
 
 

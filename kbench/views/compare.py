@@ -21,10 +21,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
+from kbench.views.names import dataset_label, model_label
 from kbench.views.significance import RatioInterval, median_interval
 
 IGNORED_IN_GROUPING = ("backend", "repeat", "timeout_s", "sample_interval_s")
-MODEL_KINDS = ("train", "inference")  # results that compare() tabulates
+MODEL_KINDS = ("train", "inference", "exec")  # results that compare() tabulates
 # Which memory reading a table shows, in order of preference: what NVML charges
 # the worker on the GPU, the framework's own peak, the whole device, host RSS.
 MEMORY_PREFERENCE = ("process_nvml", "framework_peak", "device_used", "process_peak_rss")
@@ -92,9 +93,10 @@ class ComparisonGroup:
 
     @property
     def title(self) -> str:
-        data = f"{self.dataset} (synthetic data)" if self.synthetic else self.dataset
+        dataset = dataset_label(self.dataset)
+        data = f"{dataset} (synthetic data)" if self.synthetic else dataset
         mode = ", inference" if self.mode == "inference" else ""
-        return f"{self.model} on {data}, batch {self.batch_size}{mode}"
+        return f"{model_label(self.model)} on {data}, batch {self.batch_size}{mode}"
 
 
 def group_key(result: RunResult) -> Tuple:
@@ -120,6 +122,8 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
     (``jax @ host``), and ``baseline`` may name a backend (its first machine) or a row.
     """
     results = [r for r in results if r.kind in MODEL_KINDS]  # parity and ops have own tables
+    # a kbench exec script that trained nothing has no throughput to compare
+    results = [r for r in results if not (r.ok and r.metrics.get("images_per_sec") is None)]
     several_hosts = len({host_of(r) for r in results}) > 1
 
     def column(r: RunResult) -> str:

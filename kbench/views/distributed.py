@@ -5,7 +5,9 @@ A row is one run: mode, backend, workers, global img/s, scaling efficiency again
 worker, the mean per-step time of each phase (data, forward, backward, update,
 communication) and the slowest worker. Rows go by model and the settings that differ
 between runs, then mode (in the order of :data:`kbench.results.config.DISTRIBUTED`), backend,
-workers. A run that did not finish shows its status; the notes give its reason.
+workers. A run that did not finish shows its status; the notes give its reason. A run
+measured on a busy machine (or throttled, or sharing its GPUs) has the reason beside its
+global img/s, as in every other table (``metrics.quality``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from kbench.distributed.summary import (
 )
 from kbench.results.config import DISTRIBUTED, RunConfig
 from kbench.results.result import RunResult
-from kbench.views.tables import Table
+from kbench.views.tables import QUALITY_NOTE, Table, run_flagged
 
 TITLE = "Data-parallel training: global throughput, scaling efficiency, time per step"
 BREAKDOWN = "Data-parallel step breakdown"
@@ -138,10 +140,21 @@ def breakdown_tables(results: Sequence[RunResult]) -> List[Table]:
     keys = _setting_keys(runs)
     headers = ["model", *(["setting"] if keys else []), *HEADERS]
     rows = [
-        [r.config["model"], *([_setting(r, keys)] if keys else []), *breakdown_cells(r)]
+        [r.config["model"], *([_setting(r, keys)] if keys else []), *_flagged_cells(r)]
         for r in _ordered(runs, keys)
     ]
-    return [Table(TITLE, headers, rows, _notes(runs))]
+    flagged = any((r.metrics.get("quality") or {}).get("flags") for r in runs)
+    return [Table(TITLE, headers, rows, _notes(runs) + ([QUALITY_NOTE] if flagged else []))]
+
+
+def _flagged_cells(result: RunResult) -> List[str]:
+    """The run's cells, its global img/s with the run's quality flags beside it (busy,
+    throttled, shared GPU: ``metrics.quality``, from every process of the run sampled)."""
+    cells = breakdown_cells(result)
+    column = HEADERS.index("img/s (global)")
+    if result.ok:
+        cells[column] = run_flagged(cells[column], result)
+    return cells
 
 
 def numeric_columns(table: Table) -> Tuple[int, ...]:

@@ -29,6 +29,7 @@ from kbench.views.compare import (
     compare,
     group_key,
 )
+from kbench.views.names import model_label
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,8 @@ class RunGroup:
 
     @property
     def label(self) -> str:
-        return f"{self.model}, {self.setting}" if self.setting else self.model
+        model = model_label(self.model)
+        return f"{model}, {self.setting}" if self.setting else model
 
     @property
     def config(self) -> Dict[str, Any]:

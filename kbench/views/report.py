@@ -24,6 +24,7 @@ from kbench.results.result import RunResult
 from kbench.views import accuracy_plots, figures, setting_plots, throughput_plots, timeline_plots
 from kbench.views.compare import Spread
 from kbench.views.figures import Drawn, RunGroup, Skipped
+from kbench.views.names import model_label
 from kbench.views.tables import Table
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ def write_report(
         )
     path = Path(path)
     measured = [r for r in results if r.kind in ("train", "inference")]
+    # kbench exec runs that timed training (one that trained nothing has no speed to plot)
+    measured += [r for r in results if r.kind == "exec" and r.metrics.get("images_per_sec")]
     backends = figures.backend_order(measured)
     if baseline is not None and baseline not in backends:
         raise ValueError(
@@ -128,7 +131,7 @@ def write_report(
     base = baseline or (backends[0] if backends else "")
     notes: List[str] = []
     operators = [r for r in results if r.kind == "ops"]
-    parity = len(results) - len(measured) - len(operators)
+    parity = sum(r.kind == "parity" for r in results)
     if parity:
         notes.append(
             f"{parity} parity run(s) are listed under failures if they failed, but not "
@@ -169,6 +172,9 @@ def write_report(
 
     extra_sections, extra_outcomes = distributed_section(results)
     extra_sections += profile_section(results)
+    paper_sections, paper_outcomes = paper_section(results)  # a published study's store
+    extra_sections = paper_sections + extra_sections
+    extra_outcomes = extra_outcomes + paper_outcomes
     drawn = [o for o in outcomes + extra_outcomes if isinstance(o, Drawn)] + timelines
     skipped = [o for o in outcomes + extra_outcomes if isinstance(o, Skipped)]
     page = render_page(
@@ -254,7 +260,7 @@ def header_html(
     if started[-1][:16] != started[0][:16]:
         span += " to " + started[-1][:16].replace("T", " ")
     ok = sum(r.ok for r in results)
-    models = list(dict.fromkeys(r.config.get("model", "?") for r in results))
+    models = list(dict.fromkeys(model_label(r.config.get("model", "?")) for r in results))
     cards = [
         (str(len(results)), "runs", False),
         (str(ok), "finished", False),
@@ -488,6 +494,22 @@ def distributed_section(
     return [("distributed", "Data-parallel training", body)], outcomes
 
 
+def paper_section(
+    results: Sequence[RunResult],
+) -> Tuple[List[Tuple[str, str, str]], List[Any]]:
+    """The "Paper vs this machine" section of a published study's store (reproduce): the
+    claims table and the paper's figures beside this machine's; nothing otherwise."""
+    from kbench.views.paper import intro, paper_parts
+
+    found = paper_parts(results)
+    if found is None:
+        return [], []
+    study, claims, outcomes = found
+    body = f"<p>{esc(intro(study))}</p>" + table_html(claims)
+    body += "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
+    return [("paper", "Paper vs this machine", body)], outcomes
+
+
 def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
     """The per-operator profiles of model runs (--profile), (id, heading, HTML); nothing
     without them."""
@@ -539,7 +561,7 @@ def failures_table(failed: Sequence[RunResult]) -> str:
             [
                 run.run_id,
                 config.get("backend", "?"),
-                f"{config.get('model', '?')}, batch {config.get('batch_size', '?')}",
+                f"{model_label(config.get('model', '?'))}, batch {config.get('batch_size', '?')}",
                 Markup(f'<span class="badge bad">{esc(run.status.upper())}</span>'),
                 Markup(detail),
             ]

@@ -17,6 +17,7 @@ from kbench.views.compare import (
     compare,
     varying_settings,
 )
+from kbench.views.names import model_label
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -87,6 +88,8 @@ def run_table(results: Sequence[RunResult]) -> str:
                 f"{m['first_step_s']:.2f}",
                 "-",
             ]
+        elif m.get("images_per_sec") is None:  # kbench exec: no Keras training observed
+            cells = [m.get("note") or "-", "-", "-", "-", "-"]
         else:
             per_step = m["images_per_sec_per_step"]
             cells = [
@@ -94,14 +97,14 @@ def run_table(results: Sequence[RunResult]) -> str:
                 f"p10-p90 {per_step['p10']:,.0f}-{per_step['p90']:,.0f} img/s",
                 f"{m['step_time_s']['p50'] * 1000:.2f}",
                 f"{m['first_step_s']:.2f}",
-                f"{m['test_accuracy']:.3f}",
+                "-" if m.get("test_accuracy") is None else f"{m['test_accuracy']:.3f}",
             ]
         params = r.model.get("params")
         repeat = r.config.get("repeat", 0)
         rows.append(
             [
                 r.config["backend"] + (f" #{repeat + 1}" if repeat else ""),
-                r.config["model"],
+                model_label(r.config["model"]),
                 r.kind,
                 keras_json.get("image_data_format", "-"),
                 "ok" if r.ok else r.status.upper(),
@@ -110,7 +113,7 @@ def run_table(results: Sequence[RunResult]) -> str:
             ]
         )
     warned = dict.fromkeys(
-        f"\nwarning: {r.config['backend']}/{r.config['model']}: {w}"
+        f"\nwarning: {r.config['backend']}/{model_label(r.config['model'])}: {w}"
         for r in results
         for w in r.warnings
     )
@@ -181,7 +184,7 @@ def not_ok_lines(results: Sequence[RunResult]) -> List[str]:
     """One line per run that gave no numbers, with its status and reason (a run that
     is ``unsupported`` on this machine is listed too, though it is no failure)."""
     return [
-        f"  {r.config['backend']}/{r.config['model']}: {r.status}: {r.reason}"
+        f"  {r.config['backend']}/{model_label(r.config['model'])}: {r.status}: {r.reason}"
         for r in results
         if not r.ok
     ]
@@ -215,7 +218,7 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
     row_headers = ["model"] + (["setting"] if varying else [])
 
     def label(model: str, synthetic: bool, settings: Dict[str, Any]) -> List[str]:
-        model += " (synthetic)" if synthetic else ""
+        model = model_label(model) + (" (synthetic)" if synthetic else "")
         if not varying:
             return [model]
         parts = [

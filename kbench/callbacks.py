@@ -1,0 +1,241 @@
+"""``kbench.callbacks.Throughput``: a Keras callback that times every batch.
+
+Add it to your own ``model.fit`` to get the figures ``kbench run`` reports, from your
+own training code, under Keras 3 (TensorFlow, JAX, PyTorch) or keras-mxnet 2.2.4::
+
+    import kbench
+    from kbench.callbacks import Throughput
+
+    speed = Throughput(warmup_steps=5, batch_size=64, samples=len(x))
+    model.fit(x, y, batch_size=64, epochs=2, callbacks=[speed])
+    print(speed.summary()["images_per_sec"])      # img/s over the measured window
+    kbench.record("results", name="my_model", throughput=speed)   # for kbench compare
+
+Keras 3 does not tell callbacks how many samples a batch held, so give ``batch_size``
+(and ``samples``, for the last, partial batch); keras-mxnet does tell. Each batch's
+end reads the loss from the device (``float(logs["loss"])``), so its clock stops only
+once the step is done. What it records is kept in memory (``speed.events``) and, with
+``events_path``, appended to a JSON-lines file as it happens (see
+:mod:`kbench.measure.keras_events`). ``kbench exec`` adds this same callback to every
+``fit``, ``evaluate`` and ``predict`` of a script it runs (:mod:`kbench.exec.instrument`).
+
+The class derives from the ``keras.callbacks.Callback`` of whichever Keras the
+process imported, so importing ``Throughput`` imports Keras (with keras-mxnet's
+``collections.Iterable`` shim, only where that import would otherwise fail).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Optional
+
+from kbench.measure.keras_events import EventLog, plain, summarize
+
+PROGRESS_VARIABLE = "KBENCH_PROGRESS"  # "1": epoch lines on stdout for kbench exec
+_classes: Dict[int, type] = {}
+
+
+def prepare_keras_import() -> None:
+    """Let keras-mxnet 2.2.4 import under Python 3.10+: it still reads
+    ``collections.Iterable``. Done only where keras-mxnet is the installed Keras and
+    the name is missing; nothing is changed for any other Keras."""
+    import collections
+    import collections.abc
+
+    if hasattr(collections, "Iterable"):
+        return
+    try:
+        from importlib import metadata
+
+        metadata.version("keras-mxnet")
+    except Exception:  # not keras-mxnet: its import needs nothing
+        return
+    collections.Iterable = collections.abc.Iterable  # type: ignore[attr-defined]
+
+
+def throughput_class(keras: Any) -> type:
+    """The Throughput callback class for the given ``keras`` module (built once)."""
+    key = id(keras)
+    if key not in _classes:
+        _classes[key] = type("Throughput", (_ThroughputMixin, keras.callbacks.Callback), {})
+        _classes[key].__module__ = __name__
+        _classes[key].__doc__ = _ThroughputMixin.__doc__
+    return _classes[key]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Throughput":
+        prepare_keras_import()
+        import keras
+
+        return throughput_class(keras)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _ThroughputMixin:
+    """Times every training batch of the fits it is given to.
+
+    Args:
+        warmup_steps: the first batches of the first fit, left out of img/s (tracing,
+            compilation). Default 5.
+        events_path: a JSON-lines file to append events to as they happen; default
+            memory only. (Under ``kbench exec`` the instrumentation's own callback
+            writes ``KBENCH_EVENTS``; one of yours does not add to it.)
+        batch_size, samples: the fit's batch size and training samples, where Keras
+            does not pass the size of each batch (Keras 3 does not; keras-mxnet
+            does). ``kbench exec`` fills them from the fit's arguments.
+        log: an :class:`~kbench.measure.keras_events.EventLog` to share (kbench exec
+            shares one per process).
+    """
+
+    def __init__(
+        self,
+        warmup_steps: int = 5,
+        events_path: Optional[str] = None,
+        batch_size: Optional[int] = None,
+        samples: Optional[int] = None,
+        log: Optional[EventLog] = None,
+    ) -> None:
+        super().__init__()
+        self.warmup_steps = warmup_steps
+        self.log = log or EventLog(events_path)
+        self.batch_size, self.samples = batch_size, samples
+        self.call = -1
+        self.epoch = 0
+        self.last_test_logs: Optional[Dict[str, Any]] = None
+        self._t0: Optional[float] = None
+        self._epoch_t0 = 0.0
+        self._offset = time.time() - time.perf_counter()
+        self._progress = os.environ.get(PROGRESS_VARIABLE) == "1"
+
+    # what was recorded
+    @property
+    def events(self):
+        return self.log.events
+
+    def summary(self) -> Dict[str, Any]:
+        """img/s over the measured window, step-time percentiles, epochs, final logs,
+        parameter count (see :func:`kbench.measure.keras_events.summarize`)."""
+        return summarize(self.log.events, self.warmup_steps)
+
+    def set_fit_arguments(self, batch_size: Optional[int], samples: Optional[int]) -> None:
+        self.batch_size, self.samples = batch_size, samples
+
+    # Keras hooks: Keras 3 calls on_train_batch_*; keras-mxnet 2.2.4 calls on_batch_*
+    def _now(self) -> float:
+        return time.perf_counter() + self._offset
+
+    def on_train_begin(self, logs=None):
+        self.call += 1
+        self.log.write("fit_begin", call=self.call, params=_params(self))
+        self._model_event()
+
+    def on_train_end(self, logs=None):
+        self.log.write("fit_end", call=self.call, logs=_logs(logs))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self._epoch_t0 = self._now()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = _logs(logs)
+        seconds = self._now() - self._epoch_t0
+        self.log.write("epoch", call=self.call, epoch=epoch, logs=logs, seconds=seconds)
+        if self._progress:
+            _emit_progress(epoch, _epochs(self), logs.get("loss"), seconds)
+
+    def on_batch_begin(self, batch, logs=None):
+        self._t0 = self._now()
+
+    def on_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None:
+            plain(loss)  # reading it waits for the device: the step is done
+        t1 = self._now()
+        if self._t0 is None:
+            return
+        size = (logs or {}).get("size")
+        size = int(size) if size is not None else self._size(batch)
+        self.log.write(
+            "batch", stage="train", call=self.call, epoch=self.epoch, batch=batch,
+            t0=self._t0, t1=t1, size=size,
+        )  # fmt: skip
+        self._t0 = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.on_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.on_batch_end(batch, logs)
+
+    # evaluate and predict batches (Keras 3 passes its callbacks to both)
+    def on_test_batch_begin(self, batch, logs=None):
+        self._other_t0 = self._now()
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._other_batch("evaluate", batch)
+
+    def on_predict_batch_begin(self, batch, logs=None):
+        self._other_t0 = self._now()
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self._other_batch("predict", batch)
+
+    def on_test_begin(self, logs=None):
+        self.last_test_logs = None
+
+    def on_test_end(self, logs=None):
+        self.last_test_logs = _logs(logs)
+
+    def _other_batch(self, stage: str, batch: int) -> None:
+        t0 = getattr(self, "_other_t0", None)
+        if t0 is not None:
+            self.log.write("batch", stage=stage, batch=batch, t0=t0, t1=self._now())
+
+    def _size(self, batch: int) -> Optional[int]:
+        if not self.batch_size:
+            return None
+        if self.samples is None:
+            return int(self.batch_size)
+        return max(0, min(int(self.batch_size), int(self.samples) - batch * int(self.batch_size)))
+
+    def _model_event(self) -> None:
+        model = getattr(self, "model", None)
+        if model is None:
+            return
+        try:
+            import keras
+
+            params = int(model.count_params())
+            backend = keras.backend.backend()
+            self.log.write(
+                "model", name=getattr(model, "name", None), params=params,
+                backend=backend, keras_version=getattr(keras, "__version__", None),
+            )  # fmt: skip
+        except Exception as err:  # an unbuilt subclassed model has no count yet
+            self.log.write("error", where="model facts", message=f"{type(err).__name__}: {err}")
+
+
+def _params(callback: Any) -> Dict[str, Any]:
+    params = dict(getattr(callback, "params", None) or {})
+    out = {k: plain(v) for k, v in params.items() if k != "metrics"}
+    out.update(batch_size=callback.batch_size, samples=callback.samples)
+    return out
+
+
+def _epochs(callback: Any) -> Optional[int]:
+    return (getattr(callback, "params", None) or {}).get("epochs")
+
+
+def _logs(logs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    return {str(k): plain(v) for k, v in (logs or {}).items()}
+
+
+def _emit_progress(epoch: int, epochs: Optional[int], loss: Any, seconds: float) -> None:
+    from kbench.run.task import emit_progress
+
+    emit_progress(
+        "epoch", epoch=epoch + 1, epochs=epochs or 0,
+        loss=loss if isinstance(loss, float) else float("nan"), seconds=seconds,
+    )  # fmt: skip

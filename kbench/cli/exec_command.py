@@ -1,0 +1,169 @@
+"""``kbench exec``: your own training script, unchanged, under each backend."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from kbench.cli.arguments import (
+    add_memory_arguments,
+    add_threads_argument,
+    comma_list,
+    finite,
+)
+from kbench.cli.progress import show_progress
+from kbench.exec.config import EXEC_BACKENDS, ExecConfig
+from kbench.exec.runner import ExecRunner
+from kbench.measure import sysinfo
+from kbench.results.config import ConfigError
+from kbench.views import tables
+
+log = logging.getLogger("kbench")
+
+DESCRIPTION = """\
+Run your own command (usually `python train.py ARGS`) once per --backend, each in its
+own process tree, and measure it as `kbench run` measures its worker. A leading
+`python` is replaced by the backend's interpreter (envs/keras3 or envs/mxnet); the
+process gets KERAS_BACKEND, a fresh KERAS_HOME with keras_configs/<backend>.json, the
+thread variables and --device hiding. The sampler watches the whole tree (CPU, RSS,
+GPU through NVML). Results are ordinary documents (kind "exec") that `kbench results`,
+`compare` and `report` read; logs go to OUTPUT_DIR/logs/.
+
+Without any change to the script, kbench instruments Keras in the child: a
+sitecustomize.py on its PYTHONPATH (kbench/exec/site) wraps Model.fit, evaluate and
+predict as Keras is imported, adding kbench.callbacks.Throughput beside your own
+callbacks. It reports img/s over the measured window (the first --warmup-steps
+batches of the first fit excluded), step-time percentiles, epochs, the final loss and
+accuracy, the parameter count and the backend Keras reported. Keras 3 (tensorflow,
+jax, torch) and keras-mxnet 2.2.4 both work. A script that never calls fit is
+recorded with its process figures and "no Keras training observed".
+
+A non-zero exit is recorded as failed (exit code and log tail), one past --timeout as
+timeout (the whole tree killed); the other runs go on. Ctrl-C stops the tree and keeps
+the finished results. Exits 1 if a run failed or timed out, 2 on bad input.
+"""
+
+EXAMPLES = """\
+examples:
+  kbench exec -b tensorflow,jax,torch,mxnet -- python train.py --epochs 1
+  kbench exec -b jax,torch --repeats 3 --threads 4 --name mnist -- python train.py
+  kbench exec -b tensorflow --device cpu --timeout 600 -- python -m mypkg.train
+  kbench compare                                 the exec runs beside each other
+"""
+
+
+def add_command(commands) -> None:
+    parser = commands.add_parser(
+        "exec",
+        help="run your own training script under each backend, measured",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--backend",
+        "-b",
+        type=comma_list(list(EXEC_BACKENDS), "backends"),
+        required=True,
+        metavar="B[,B...]",
+        help=f"one or more of: {', '.join(EXEC_BACKENDS)}",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run each backend N times, rounds interleaved (default: 1)",
+    )
+    add_threads_argument(parser)
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto: whatever the framework picks; cpu: hide every GPU from the script "
+        "(CUDA_VISIBLE_DEVICES='', JAX_PLATFORMS=cpu); gpu: refuse to start unless this "
+        "machine has an NVIDIA GPU (default: auto)",
+    )
+    add_memory_arguments(parser)
+    parser.add_argument(
+        "--timeout",
+        type=finite,
+        default=1800.0,
+        dest="timeout_s",
+        metavar="SECONDS",
+        help="stop a run's whole process tree past this and record it as 'timeout' (default: 1800)",
+    )
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=5,
+        help="first batches of the first fit left out of img/s (default: 5)",
+    )
+    parser.add_argument(
+        "--no-instrument",
+        dest="instrument",
+        action="store_false",
+        help="do not wrap Keras in the script: process figures (CPU, memory, GPU, wall "
+        "time, exit code) only",
+    )
+    parser.add_argument(
+        "--sample-interval",
+        type=finite,
+        default=0.2,
+        dest="sample_interval_s",
+        metavar="SECONDS",
+        help="how often the sampler reads the process tree; 0 turns it off (default: 0.2)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("results"),
+        help="the results store (default: ./results)",
+    )
+    parser.add_argument(
+        "--name",
+        help="the name results show for the script (default: its file name)",
+    )
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the command to run, after `--`: python train.py ARGS",
+    )
+    parser.set_defaults(handler=command_exec)
+
+
+def command_exec(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.repeats < 1:
+        raise ConfigError("repeats", f"expected a positive integer; received {args.repeats}.")
+    if args.device == "gpu" and not (sysinfo.machine().get("gpu") or {}).get("devices"):
+        raise ConfigError(
+            "device",
+            "expected a machine with an NVIDIA GPU for --device gpu; NVML lists none here. "
+            "Use --device auto or cpu.",
+        )
+    shared = dict(
+        command=tuple(command), name=args.name, threads=args.threads, device=args.device,
+        gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
+        timeout_s=args.timeout_s, warmup_steps=args.warmup_steps, instrument=args.instrument,
+        sample_interval_s=args.sample_interval_s,
+    )  # fmt: skip
+    # Round by round, so that drift of the machine hits every backend alike.
+    configs = [
+        ExecConfig(backend=backend, repeat=repeat, **shared)
+        for repeat in range(args.repeats)
+        for backend in args.backend
+    ]
+    runner = ExecRunner(output_dir=args.output_dir, on_progress=show_progress)
+    results = runner.run_all(configs)
+    print(tables.run_table(results))
+    trained = [r for r in results if r.ok and r.metrics.get("images_per_sec") is not None]
+    if len(trained) > 1:
+        print()
+        print(tables.comparison_tables(results))
+    print(f"\n{len(results)} result(s) in {args.output_dir}/, logs in {args.output_dir}/logs/")
+    for line in tables.not_ok_lines(results):
+        print(line)
+    return 1 if any(r.failed for r in results) else 0

@@ -1,0 +1,16 @@
+"""``kbench exec``: the user's own training script, run under each backend and
+measured as ``kbench run`` measures its worker.
+
+The parent side (:mod:`~kbench.exec.runner`) gives each run its environment (the
+backend's interpreter, ``KERAS_BACKEND``, a fresh ``KERAS_HOME``, threads, device
+hiding, memory variables), supervises the process tree with the sampler and the
+timeout, and writes an ordinary result document (``kind: "exec"``). The child side
+(:mod:`~kbench.exec.instrument`, loaded by ``site/sitecustomize.py``) wraps Keras'
+``fit``, ``evaluate`` and ``predict`` to add the :mod:`kbench.callbacks` callback.
+:mod:`~kbench.exec.record` writes result documents from users' own processes.
+
+Importing this package imports nothing: the child imports it under every backend.
+
+May import: kbench.results, kbench.backends, kbench.measure, kbench.run (the runner's
+environments and supervision), kbench.callbacks.
+"""

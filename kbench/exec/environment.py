@@ -1,0 +1,110 @@
+"""The environment of a ``kbench exec`` child: what ``kbench run`` gives its worker
+(:func:`kbench.run.environments.process_environment`: ``KERAS_BACKEND``, a fresh
+``KERAS_HOME``, thread variables, device hiding), plus what a worker would set from
+inside and a script cannot be asked to: the frameworks' thread and GPU memory
+variables, the cores to pin to, and the instrumentation's folder and events file.
+
+Only what can be set from outside a process is set; what cannot (TensorFlow's and
+PyTorch's memory fraction) is recorded as not applied, with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from kbench.exec import instrument
+from kbench.exec.config import PYTHON_NAMES, ExecConfig
+from kbench.measure.keras_events import EVENTS_VARIABLE
+from kbench.run import environments
+
+SITE_DIR = Path(__file__).resolve().parent / "site"  # holds the sitecustomize.py
+PROGRESS_VARIABLE = "KBENCH_PROGRESS"
+NOT_FROM_OUTSIDE = "not applied: {framework} has no environment variable for it (kbench run sets it from inside its worker)"  # noqa: E501
+
+
+def memory_variables(
+    backend: str, fraction: Optional[float], growth: bool
+) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """(variables to set, what each memory option became) for one backend."""
+    variables: Dict[str, str] = {}
+    applied: Dict[str, str] = {}
+    if fraction is not None:
+        if backend == "jax":
+            variables["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:g}"
+        elif backend == "mxnet":  # MXNet's pool leaves this share to others
+            variables["MXNET_GPU_MEM_POOL_RESERVE"] = str(round((1.0 - fraction) * 100))
+        else:
+            name = {"tensorflow": "TensorFlow", "torch": "PyTorch"}[backend]
+            applied["gpu_memory_fraction"] = NOT_FROM_OUTSIDE.format(framework=name)
+    if growth:
+        if backend == "tensorflow":
+            variables["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        elif backend == "jax":
+            variables["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        else:
+            applied["gpu_memory_growth"] = "not applicable: the allocator grows on demand"
+    applied.update(variables)
+    return variables, applied
+
+
+def thread_variables(threads: int) -> Dict[str, str]:
+    """Thread counts the frameworks read from the environment (OpenMP and MKL are set
+    by process_environment)."""
+    count = str(threads)
+    return {
+        "TF_NUM_INTRAOP_THREADS": count,
+        "TF_NUM_INTEROP_THREADS": count,
+        "MXNET_CPU_WORKER_NTHREADS": count,
+    }
+
+
+def cores(threads: int) -> Optional[List[int]]:
+    """The first ``threads`` cores this process may use, when fewer than all."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    available = sorted(os.sched_getaffinity(0))
+    return available[:threads] if threads < len(available) else None
+
+
+def child_environment(
+    config: ExecConfig, run_dir: Path, python_path: Path
+) -> Tuple[Dict[str, str], Dict[str, Any], Dict[str, Any]]:
+    """(environment, keras.json, what was set and why) of one run's child."""
+    env, keras_json = environments.process_environment(
+        config.backend, run_dir, python_path, config.threads_in_force, None, config.device
+    )
+    paths = [str(SITE_DIR), str(python_path)]
+    if os.environ.get("PYTHONPATH"):  # the user's own stays, after kbench's
+        paths.append(os.environ["PYTHONPATH"])
+    memory, applied = memory_variables(
+        config.backend, config.gpu_memory_fraction, config.gpu_memory_growth
+    )
+    env.update(thread_variables(config.threads_in_force), **memory)
+    env.update(
+        PYTHONPATH=os.pathsep.join(paths),
+        **{
+            EVENTS_VARIABLE: str(run_dir / "events.jsonl"),
+            instrument.WARMUP_VARIABLE: str(config.warmup_steps),
+            instrument.INSTRUMENT_VARIABLE: "1" if config.instrument else "0",
+            PROGRESS_VARIABLE: "1",
+        },
+    )
+    pinned = cores(config.threads_in_force) if config.threads else None
+    if pinned:
+        env[instrument.AFFINITY_VARIABLE] = ",".join(map(str, pinned))
+    recorded = environments.recorded_variables(env, config.backend)
+    for key in [*thread_variables(1), *memory, instrument.AFFINITY_VARIABLE]:
+        if key in env:
+            recorded[key] = env[key]
+    settings = {"variables": recorded, "memory_options": applied, "cpu_affinity": pinned}
+    return env, keras_json, settings
+
+
+def resolve_command(command: Tuple[str, ...], interpreter: Path) -> List[str]:
+    """The command with a leading ``python``/``python3`` replaced by the backend's
+    interpreter; any other command runs as given (it must start Python itself)."""
+    if command[0] in PYTHON_NAMES:
+        return [str(interpreter), *command[1:]]
+    return list(command)

@@ -1,0 +1,141 @@
+"""``kbench.record(...)``: a result document from your own process.
+
+    import kbench, kbench.measure
+    from kbench.callbacks import Throughput
+
+    speed = Throughput(warmup_steps=5)
+    with kbench.measure.sample() as sampling:
+        model.fit(x, y, batch_size=64, epochs=2, callbacks=[speed])
+    kbench.record("results", name="my_model", throughput=speed, sampling=sampling)
+
+The document is one ``kbench exec`` would have written for this process (``kind``
+``exec``): the callback's figures (img/s over the measured window, step times,
+epochs, final logs, parameter count), the sampler's series and summary, and the
+machine. The backend is the one Keras reported (else ``KERAS_BACKEND``). The store's
+writer lock is held while writing, as every kbench writer does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from kbench.exec.config import SCRIPT_DATA, ExecConfig
+from kbench.exec.runner import new_run_id, sampled_rss, training_metrics
+from kbench.measure import sampler as sampler_mod
+from kbench.measure import sysinfo
+from kbench.measure.keras_events import summarize
+from kbench.results.config import ConfigError
+from kbench.results.lock import writer_lock
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore, check_output_dir
+from kbench.run.metrics import sampled_memory
+
+
+def record(
+    store: Any = "results",
+    name: Optional[str] = None,
+    *,
+    throughput: Any = None,
+    events: Optional[List[Dict[str, Any]]] = None,
+    sampling: Any = None,
+    backend: Optional[str] = None,
+    warmup_steps: Optional[int] = None,
+    repeat: int = 0,
+) -> Path:
+    """Write one result document into ``store`` and return its path.
+
+    Args:
+        store: the results store (a directory; created if needed).
+        name: what tables call the run (default: the script's file name).
+        throughput: a :class:`kbench.callbacks.Throughput` that watched the fits; or
+        events: the events such a callback wrote (from ``KBENCH_EVENTS`` files).
+        sampling: a finished ``kbench.measure.sample()`` block, for CPU, memory and
+            GPU series; without it the document has no sampler section.
+        backend: default the backend Keras reported, else ``KERAS_BACKEND``.
+        warmup_steps: default the callback's own.
+        repeat: which round this is, when you record several runs of one setting.
+    """
+    if throughput is not None:
+        events = throughput.events
+        warmup = throughput.warmup_steps if warmup_steps is None else warmup_steps
+    else:
+        warmup = 5 if warmup_steps is None else warmup_steps
+    if events is None:
+        raise ConfigError(
+            "throughput",
+            "expected the Throughput callback that watched your fit (throughput=...) or "
+            "its events (events=...); received neither.",
+        )
+    observed = summarize(list(events), warmup)
+    backend = backend or observed.get("keras_backend") or os.environ.get("KERAS_BACKEND")
+    if backend is None:
+        raise ConfigError(
+            "backend", "expected backend=...: no fit reported one and KERAS_BACKEND is unset."
+        )
+    config = ExecConfig(
+        backend=backend,
+        command=tuple([sys.executable, *sys.argv]),
+        name=name,
+        repeat=repeat,
+        warmup_steps=warmup,
+        sample_interval_s=getattr(sampling, "interval_s", 0.0),
+    )
+    times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
+    started = getattr(sampling, "started_at", None) or (min(times) if times else time.time())
+    ended = getattr(sampling, "ended_at", None) or (max(times) if times else time.time())
+    metrics: Dict[str, Any] = {
+        "command": list(config.command),
+        "exit_code": None,
+        "instrumented": True,
+        "images_per_sec": None,
+        "test_accuracy": None,
+        "memory": [],
+        **training_metrics(observed),
+    }
+    sampled = None
+    if sampling is not None:
+        windows = sampler_mod.windows_from_markers(observed.get("markers") or {}, started, ended)
+        sampled = sampling.result(windows)
+        metrics["memory"] = sampled_rss(sampled.summary) + sampled_memory(sampled.summary)
+    keras = sys.modules.get("keras")
+    keras_json = {}
+    if keras is not None and hasattr(keras, "backend"):
+        keras_json = {"backend": keras.backend.backend(),
+                      "image_data_format": keras.backend.image_data_format()}  # fmt: skip
+    result = RunResult(
+        run_id=new_run_id(config),
+        status="ok",
+        config=dict(config.to_dict(), recorded_by="kbench.record"),
+        started_at=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+        wall_time_s=max(0.0, ended - started),
+        environment={
+            "kbench": sysinfo.kbench_info(),
+            "machine": sysinfo.machine(),
+            "interpreter": sys.executable,
+            "process_env": {k: os.environ[k] for k in ("KERAS_BACKEND",) if k in os.environ},
+            "keras_json": keras_json,
+            "framework": {
+                "name": backend,
+                "keras_backend_reported": observed.get("keras_backend"),
+                "keras_version": observed.get("keras_version"),
+                "warnings": [],
+            },
+        },
+        data={"name": SCRIPT_DATA, "source": "the user's script"},
+        model={
+            "name": config.name,
+            "params": observed.get("params"),
+            "keras_name": observed.get("model_name"),
+        },  # fmt: skip
+        metrics=metrics,
+        sampler=sampled.to_dict() if sampled else None,
+        kind="exec",
+    )
+    directory = check_output_dir(Path(store))
+    with writer_lock(directory):
+        return ResultStore(directory).add(result)

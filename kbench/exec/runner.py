@@ -1,0 +1,242 @@
+"""Runs the user's command once per config, each in its own process tree, and turns
+what happened into a result document (``kind: "exec"``).
+
+Per run: the backend's interpreter and environment (:mod:`kbench.exec.environment`),
+the command started in its own process group from the user's directory, its output
+logged to ``STORE/logs/<run_id>.log`` and its epochs relayed, the sampler on the whole
+tree, the timeout enforced (the whole group killed), the store's writer lock held.
+The status is ``ok`` for exit code 0, ``failed`` for any other (or a signal),
+``timeout`` past ``--timeout``. Ctrl-C stops the tree; finished results stay.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from kbench.exec.config import SCRIPT_DATA, ExecConfig
+from kbench.exec.environment import child_environment, resolve_command
+from kbench.measure import quality as quality_mod
+from kbench.measure import sampler as sampler_mod
+from kbench.measure import sysinfo
+from kbench.measure.keras_events import NO_TRAINING, read_events, summarize
+from kbench.results.config import file_safe
+from kbench.results.lock import writer_lock
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore, check_output_dir, open_log
+from kbench.run import environments, leftovers
+from kbench.run.metrics import sampled_memory
+from kbench.run.supervise import Outcome, supervise
+
+log = logging.getLogger(__name__)
+
+
+def new_run_id(config: ExecConfig) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{config.backend}-exec-{file_safe(config.name)}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class ExecRunner:
+    output_dir: Path
+    on_progress: Optional[Callable[[Any, Dict], None]] = None
+    nvml: Any = None  # the NVML module the sampler reads; tests inject a stand-in
+    busy_threshold: float = quality_mod.BUSY_THRESHOLD
+
+    def run_all(self, configs: Sequence[ExecConfig]) -> List[RunResult]:
+        """Run every config in turn; only bad input (before any run starts) raises."""
+        for config in configs:
+            environments.interpreter_for(config.backend)
+        self.output_dir = check_output_dir(self.output_dir)
+        results: List[RunResult] = []
+        with leftovers.working_directory("exec") as directory, writer_lock(self.output_dir):
+            python_path = environments.import_root(Path(directory) / "pythonpath")
+            for index, config in enumerate(configs, start=1):
+                log.info("[%d/%d] %s: starting", index, len(configs), config.label())
+                result = self.run_one(config, Path(directory), python_path)
+                results.append(result)
+                log.info("[%d/%d] %s", index, len(configs), summary_line(result))
+        return results
+
+    def run_one(self, config: ExecConfig, session_dir: Path, python_path: Path) -> RunResult:
+        run_id = new_run_id(config)
+        run_dir = session_dir / run_id
+        run_dir.mkdir()
+        env, keras_json, settings = child_environment(config, run_dir, python_path)
+        interpreter = environments.interpreter_for(config.backend)
+        command = resolve_command(config.command, interpreter)
+        log_path = open_log(self.output_dir, run_id)
+        started_at = time.time()
+        try:
+            outcome = supervise(
+                command, env, Path(config.cwd), log_path, config, self.on_progress, self.nvml
+            )
+        except KeyboardInterrupt:  # the tree is stopped; say so beside the log
+            leftovers.write_interrupted(log_path, run_id, config, started_at, None)
+            raise
+        ended_at = time.time()
+        events = read_events(run_dir / "events.jsonl")
+        observed = summarize(events, config.warmup_steps) if config.instrument else {}
+        status, reason, error = judge(outcome, config)
+        metrics = exec_metrics(config, outcome, observed, command)
+        sampled = None
+        if outcome.sampler is not None:
+            windows = sampler_mod.windows_from_markers(
+                observed.get("markers") or {}, started_at, ended_at
+            )
+            sampled = outcome.sampler.result(windows)
+            metrics["memory"] = sampled_rss(sampled.summary) + sampled_memory(sampled.summary)
+            if observed.get("training_observed"):
+                assessed = quality_mod.assess(
+                    sampled.series, windows["measured"], config.threads, self.busy_threshold
+                )
+                if assessed is not None:
+                    metrics["quality"] = assessed.to_dict()
+        warnings = []
+        reported = observed.get("keras_backend")
+        if reported and reported != config.backend:
+            warnings.append(
+                f"Keras in the script reported backend {reported!r}, not {config.backend!r}: "
+                "the script chooses its backend itself (KERAS_BACKEND or keras.json set "
+                "inside it); its figures are that backend's"
+            )
+        result = RunResult(
+            run_id=run_id,
+            status=status,
+            config=config.to_dict(),
+            started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
+            wall_time_s=ended_at - started_at,
+            environment={
+                "kbench": sysinfo.kbench_info(),
+                "machine": sysinfo.machine(),
+                "interpreter": str(interpreter),
+                "process_env": settings["variables"],
+                "keras_json": keras_json,
+                "framework": {
+                    "name": config.backend,
+                    "keras_backend_reported": reported,
+                    "keras_version": observed.get("keras_version"),
+                    "memory_options": settings["memory_options"],
+                    "cpu_affinity": settings["cpu_affinity"],
+                    "warnings": warnings,
+                },
+            },
+            data={"name": SCRIPT_DATA, "source": "the user's script"},
+            model={
+                "name": config.name,
+                "params": observed.get("params"),
+                "keras_name": observed.get("model_name"),
+            },  # fmt: skip
+            metrics=metrics,
+            reason=reason,
+            error=error,
+            sampler=sampled.to_dict() if sampled else None,
+            kind="exec",
+        )
+        ResultStore(self.output_dir).add(result)
+        for warning in warnings:
+            log.warning("%s: %s", config.label(), warning)
+        for flag in (metrics.get("quality") or {}).get("flags") or []:
+            log.warning("%s: measured while %s", config.label(), flag)
+        return result
+
+
+def sampled_rss(summary: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The script tree's peak resident memory, as the sampler saw it (a worker reads
+    its own getrusage peak; a script's tree is read from outside)."""
+    peak = (summary.get("run") or {}).get("process_rss_bytes", {}).get("max")
+    if peak is None:
+        return []
+    return [
+        {
+            "kind": "process_peak_rss",
+            "bytes": int(peak),
+            "device": "host",
+            "source": "the largest sampled RSS of the script's process tree (psutil)",
+        }
+    ]
+
+
+def judge(outcome: Outcome, config: ExecConfig):
+    """(status, one-line reason, error details) from how the command ended."""
+    tail = "\n".join(outcome.log_tail)
+    if outcome.timed_out:
+        return (
+            "timeout",
+            f"the command ran past the {config.timeout_s:g} s timeout; its process tree was killed",
+            {"type": "Timeout", "message": "", "traceback": "", "log_tail": tail},
+        )
+    code = outcome.returncode
+    if code == 0:
+        return "ok", None, None
+    how = f"exited with code {code}"
+    if code < 0:
+        how = f"was killed by signal {signal.Signals(-code).name}"
+    last = next((line for line in reversed(outcome.log_tail) if line.strip()), "")
+    reason = f"the command {how}" + (f": {last.strip()[:300]}" if last else "")
+    return "failed", reason, {"type": "ScriptFailed", "message": how, "traceback": "",
+                              "log_tail": tail}  # fmt: skip
+
+
+def exec_metrics(
+    config: ExecConfig, outcome: Outcome, observed: Dict[str, Any], command: List[str]
+) -> Dict[str, Any]:
+    """The command's exit and the instrumentation's figures, in the units and names
+    of ``kbench run``'s training metrics where they mean the same."""
+    metrics: Dict[str, Any] = {
+        "command": command,
+        "exit_code": outcome.returncode,
+        "log_tail": outcome.log_tail[-20:],
+        "instrumented": config.instrument,
+        "images_per_sec": None,
+        "test_accuracy": None,
+        "memory": [],
+    }
+    if not config.instrument:
+        metrics["note"] = "--no-instrument: process figures only"
+        return metrics
+    return {**metrics, **training_metrics(observed)}
+
+
+def training_metrics(observed: Dict[str, Any]) -> Dict[str, Any]:
+    """The instrumentation's figures (:func:`kbench.measure.keras_events.summarize`) as
+    result metrics; a note where no fit ran."""
+    if not observed.get("training_observed"):
+        return {
+            "note": NO_TRAINING,
+            "instrumentation_errors": observed.get("instrumentation_errors", []),
+        }
+    metrics = {k: v for k, v in observed.items() if k not in ("params", "model_name")}
+    metrics["test_accuracy"] = _evaluated_accuracy(observed.get("evaluate_results") or [])
+    return metrics
+
+
+def _evaluated_accuracy(results: List[Any]) -> Optional[float]:
+    """The accuracy of the script's last ``evaluate``, where it reported one by name."""
+    for result in reversed(results):
+        if isinstance(result, dict):
+            value = result.get("accuracy", result.get("acc"))
+            if isinstance(value, (int, float)):
+                return float(value)
+    return None
+
+
+def summary_line(result: RunResult) -> str:
+    label = f"{result.config['backend']}/{result.config['model']}"
+    if not result.ok:
+        return f"{label}: {result.status.upper()}: {result.reason}"
+    m = result.metrics
+    if m.get("images_per_sec") is None:
+        what = m.get("note") or m.get("images_per_sec_reason") or "no img/s"
+        return f"{label}: ok (exit 0), {what}, {result.wall_time_s:.1f} s"
+    return (
+        f"{label}: ok, {m['images_per_sec']:,.0f} img/s (step p50 "
+        f"{m['step_time_s']['p50'] * 1000:.2f} ms, {m['epochs']} epoch(s), "
+        f"{result.model.get('params') or 0:,} params), {result.wall_time_s:.1f} s"
+    )

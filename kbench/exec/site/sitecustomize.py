@@ -1,0 +1,50 @@
+"""Loaded by Python at start-up in a ``kbench exec`` child (this folder is first on
+its PYTHONPATH): pins the process to the cores kbench was asked for, and, unless
+``--no-instrument``, installs kbench's Keras instrumentation (kbench.exec.instrument).
+
+Whatever fails here is written to the events file and the script goes on. A
+``sitecustomize`` this one shadows (the interpreter's own) is run afterwards.
+"""
+
+
+def _kbench_start() -> None:
+    import os
+
+    try:
+        from kbench.exec import instrument
+
+        instrument.start()
+    except Exception as err:  # never stop the user's script
+        path = os.environ.get("KBENCH_EVENTS")
+        if path:
+            import json
+            import time
+
+            with open(path, "a") as events:
+                text = f"{type(err).__name__}: {err}"
+                events.write(
+                    json.dumps(
+                        {"event": "error", "t": time.time(), "where": "start-up", "message": text}
+                    )
+                    + "\n"
+                )
+
+
+def _chain() -> None:
+    """Run the sitecustomize this file shadows, if the interpreter has one."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+_kbench_start()
+_chain()

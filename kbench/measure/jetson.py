@@ -1,0 +1,270 @@
+"""NVIDIA Jetson boards, read from sysfs and procfs (Jetsons had no NVML before their
+newest releases; tegrastats and jtop read the same files).
+
+What is read, each sample, under a root directory (``/`` on a board; tests point it at
+a fake tree laid out like a board's):
+
+- **GPU load and frequency** from the integrated GPU's devfreq node: the entry of
+  ``sys/class/devfreq/`` whose ``device/of_node/name`` is ``gpu``, ``gp10b``,
+  ``gv11b`` or ``ga10b`` (as jtop finds it); ``load`` in the device's directory is in
+  per mille of the time the GPU was busy over the governor's last window (so
+  ``sys/devices/gpu.0/load`` on Nano and TX2), ``cur_freq`` is in Hz.
+- **Power** from the board's INA3221 monitors: on current JetPack (5, 6) the hwmon files
+  ``sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*/in<N>_label`` with ``in<N>_input``
+  (bus voltage, mV) and ``curr<N>_input`` (mA); on JetPack 4 the iio files
+  ``sys/bus/i2c/drivers/ina3221x/*/iio:device*/rail_name_<N>`` with
+  ``in_power<N>_input`` (mW). Every rail is a series ``rail_<name>_power_w``; the
+  board's input rail (a name ending in ``_IN``: ``VDD_IN``, ``POM_5V_IN``) is
+  ``board_power_w``, else the sum of every rail, said so in ``describe()``. A rail that
+  feeds the GPU alone (``VDD_GPU``, ``POM_5V_GPU``, ``GPU``) is also ``gpu0_power_w``.
+- **Energy** by integrating the board power over the samples (trapezoids):
+  ``board_energy_j``, a counter from the first sample.
+- **GPU memory**: the integrated GPU shares the CPU's memory; ``NvMapMemUsed`` in
+  ``proc/meminfo`` is what the GPU driver (nvmap) has allocated, for every process.
+
+Detection (:func:`is_jetson`): ``proc/device-tree/model`` names a Jetson, or
+``etc/nv_tegra_release`` exists.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from kbench.measure.source import SourceUnavailable
+
+GPU_NODE_NAMES = ("gpu", "gp10b", "gv11b", "ga10b")  # Nano/TX2, TX2, Xavier, Orin
+METHOD = "Jetson sysfs: devfreq load and cur_freq, INA3221 rails, NvMapMemUsed"
+
+
+def is_jetson(root: Path = Path("/")) -> bool:
+    """Whether ``root`` is (the file tree of) an NVIDIA Jetson."""
+    try:
+        model = (root / "proc/device-tree/model").read_bytes().decode(errors="replace")
+    except OSError:
+        model = ""
+    return "jetson" in model.lower() or (root / "etc/nv_tegra_release").is_file()
+
+
+def board_model(root: Path) -> Optional[str]:
+    try:
+        text = (root / "proc/device-tree/model").read_bytes().decode(errors="replace")
+    except OSError:
+        return None
+    return text.rstrip("\x00\n ") or None
+
+
+@dataclass(frozen=True)
+class Rail:
+    """One INA3221 channel: its name and how to read its power in watts."""
+
+    name: str
+    files: List[Path]
+    read_w: Callable[[], float]
+
+
+def _number(path: Path) -> float:
+    return float(path.read_text().strip())
+
+
+def hwmon_rails(root: Path) -> List[Rail]:
+    """JetPack 5 and 6: ``in<N>_label``, ``in<N>_input`` (mV), ``curr<N>_input`` (mA)."""
+    rails = []
+    pattern = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*/in*_label"
+    for label in sorted(root.glob(pattern)):
+        channel = label.name[len("in") : -len("_label")]
+        volts, amps = label.with_name(f"in{channel}_input"), label.with_name(f"curr{channel}_input")
+        name = label.read_text().strip()
+        if name.upper() == "NC" or not (volts.is_file() and amps.is_file()):
+            continue  # not connected, or a channel without a current sensor
+
+        def read(volts: Path = volts, amps: Path = amps) -> float:
+            return _number(volts) * _number(amps) / 1e6  # mV x mA -> W
+
+        rails.append(Rail(name, [volts, amps], read))
+    return rails
+
+
+def iio_rails(root: Path) -> List[Rail]:
+    """JetPack 4: ``rail_name_<N>`` and ``in_power<N>_input`` (mW)."""
+    rails = []
+    pattern = "sys/bus/i2c/drivers/ina3221x/*/iio:device*/rail_name_*"
+    for label in sorted(root.glob(pattern)):
+        channel = label.name[len("rail_name_") :]
+        power = label.with_name(f"in_power{channel}_input")
+        name = label.read_text().strip()
+        if name.upper() == "NC" or not power.is_file():
+            continue
+
+        def read(power: Path = power) -> float:
+            return _number(power) / 1e3  # mW -> W
+
+        rails.append(Rail(name, [power], read))
+    return rails
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """The integrated GPU's files: ``load`` (per mille) and ``cur_freq`` (Hz, or None)."""
+
+    name: str
+    load: Path
+    freq: Optional[Path]
+
+
+def find_gpu(root: Path) -> Optional[GpuNode]:
+    """The integrated GPU's devfreq directory (``cur_freq``) and device directory
+    (``load``), found as jtop finds them; None without one."""
+    devfreq = root / "sys/class/devfreq"
+    if devfreq.is_dir():
+        for entry in sorted(devfreq.iterdir()):
+            name_file = entry / "device/of_node/name"
+            try:
+                name = name_file.read_bytes().decode(errors="replace").rstrip("\x00\n ")
+            except OSError:
+                continue
+            if name in GPU_NODE_NAMES:
+                device = Path(os.path.realpath(entry / "device"))
+                return GpuNode(name, load=device / "load", freq=entry / "cur_freq")
+    legacy = root / "sys/devices/gpu.0/load"  # Nano, TX1, TX2 without a devfreq of_node
+    if legacy.is_file():
+        return GpuNode("gpu.0", load=legacy, freq=None)
+    return None
+
+
+def _input_rail(rails: List[Rail]) -> List[Rail]:
+    return [r for r in rails if re.search(r"(^|_)IN$", r.name.upper())]
+
+
+def _gpu_rail(rails: List[Rail]) -> Optional[Rail]:
+    for rail in rails:
+        tokens = set(rail.name.upper().split("_"))
+        if "GPU" in tokens and "CPU" not in tokens:
+            return rail
+    return None
+
+
+def meminfo_kib(root: Path, key: str) -> Optional[int]:
+    try:
+        text = (root / "proc/meminfo").read_text()
+    except OSError:
+        return None
+    match = re.search(rf"^{key}:\s+(\d+)\s*kB", text, re.M)
+    return int(match.group(1)) if match else None
+
+
+class JetsonSource:
+    """The integrated GPU and the board's power of an NVIDIA Jetson, as the ``gpu``
+    source. ``root`` is ``/`` on a board; ``clock`` is for the energy integral."""
+
+    name = "gpu"
+
+    def __init__(self, root: Path = Path("/"), clock: Callable[[], float] = time.monotonic):
+        self.root, self.clock = Path(root), clock
+        if not is_jetson(self.root):
+            raise SourceUnavailable(
+                f"not a Jetson: {self.root / 'proc/device-tree/model'} names no Jetson and "
+                f"{self.root / 'etc/nv_tegra_release'} is absent"
+            )
+        self.gpu = find_gpu(self.root)
+        hwmon = hwmon_rails(self.root)
+        self.rails = hwmon or iio_rails(self.root)
+        self.power_files = "hwmon (ina3221)" if hwmon else "iio (ina3221x)"
+        inputs = _input_rail(self.rails)
+        self.board_rails = inputs or self.rails
+        self.board_method = (
+            f"input rail {'+'.join(r.name for r in inputs)}"
+            if inputs
+            else "sum of every rail (no input rail named *_IN: it may miss or double-count "
+            "parts of the board)"
+        )
+        self.gpu_rail = _gpu_rail(self.rails)
+        self.has_nvmap = meminfo_kib(self.root, "NvMapMemUsed") is not None
+        if self.gpu is None and not self.rails:
+            raise SourceUnavailable(
+                f"a Jetson, but neither a GPU devfreq node under {self.root / 'sys/class/devfreq'}"
+                " nor INA3221 power monitors under "
+                f"{self.root / 'sys/bus/i2c/drivers'} could be found"
+            )
+        self.energy_j = 0.0
+        self._last: Optional[tuple] = None  # (time, board watts)
+
+    def read(self, tree: List[Any]) -> Dict[str, Any]:
+        reading: Dict[str, Any] = {}
+        if self.gpu is not None:
+            try:
+                reading["gpu0_load_percent"] = _number(self.gpu.load) / 10.0  # per mille
+            except (OSError, ValueError):
+                pass
+            if self.gpu.freq is not None:
+                try:
+                    reading["gpu0_freq_mhz"] = _number(self.gpu.freq) / 1e6  # Hz
+                except (OSError, ValueError):
+                    pass
+        watts: Dict[str, float] = {}
+        for rail in self.rails:
+            try:
+                watts[rail.name] = rail.read_w()
+            except (OSError, ValueError):
+                continue
+            reading[f"rail_{rail.name}_power_w"] = watts[rail.name]
+        if self.gpu_rail is not None and self.gpu_rail.name in watts:
+            reading["gpu0_power_w"] = watts[self.gpu_rail.name]
+        if self.board_rails and all(r.name in watts for r in self.board_rails):
+            board = sum(watts[r.name] for r in self.board_rails)
+            now = self.clock()
+            if self._last is not None:
+                self.energy_j += (now - self._last[0]) * (board + self._last[1]) / 2
+            self._last = (now, board)
+            reading["board_power_w"] = board
+            reading["board_energy_j"] = self.energy_j
+        shared = meminfo_kib(self.root, "NvMapMemUsed")
+        if shared is not None:
+            reading["gpu0_shared_memory_bytes"] = shared * 1024
+        return reading
+
+    def describe(self) -> Dict[str, Any]:
+        unavailable = {}
+        if self.gpu is None:
+            unavailable["gpu0_load_percent"] = "no GPU devfreq node or sys/devices/gpu.0/load"
+        if not self.rails:
+            unavailable["board_power_w"] = (
+                "no INA3221 monitor (hwmon ina3221 or iio ina3221x); the Jetson Nano 2GB has none"
+            )
+        if self.gpu_rail is None and self.rails:
+            unavailable["gpu0_power_w"] = (
+                "no rail feeds the GPU alone (rails: "
+                + ", ".join(r.name for r in self.rails)
+                + "): GPU energy is part of the board's"
+            )
+        if not self.has_nvmap:
+            unavailable["gpu0_shared_memory_bytes"] = "no NvMapMemUsed in /proc/meminfo"
+        return {
+            "available": True,
+            "method": METHOD,
+            "board": board_model(self.root),
+            "gpu_node": None
+            if self.gpu is None
+            else {
+                "name": self.gpu.name,
+                "load": str(self.gpu.load),
+                "cur_freq": None if self.gpu.freq is None else str(self.gpu.freq),
+            },  # fmt: skip
+            "power_files": self.power_files if self.rails else None,
+            "rails": {r.name: [str(f) for f in r.files] for r in self.rails},
+            "board_power": self.board_method if self.rails else None,
+            "gpu_power_rail": None if self.gpu_rail is None else self.gpu_rail.name,
+            "energy": "board power integrated over the samples (trapezoids)",
+            "load": "per mille of time the GPU was busy over the devfreq governor's window, "
+            "as percent (the Jetson's own figure, as tegrastats' GR3D_FREQ; not NVML's)",
+            "shared_memory": "NvMapMemUsed: memory the GPU driver (nvmap) allocated from the "
+            "memory the GPU shares with the CPU, every process",
+            "unavailable": unavailable,
+        }
+
+    def close(self) -> None:
+        pass

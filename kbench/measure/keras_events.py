@@ -1,0 +1,193 @@
+"""What Keras did inside a process, as events, and the figures they give.
+
+The kbench callback (:mod:`kbench.callbacks`) writes one JSON object per line to an
+events file (:class:`EventLog`): ``fit_begin``/``fit_end`` (and ``evaluate_*``,
+``predict_*``) around each call, one ``batch`` per step with its wall-clock start and
+end and its sample count, ``epoch`` at each epoch's end with Keras' logs, ``model``
+with the parameter count and the backend Keras reports, and ``error`` where the
+instrumentation itself failed. Each line is flushed as it is written, so a process
+that crashes loses nothing it wrote; a last line cut short is skipped on reading.
+
+:func:`summarize` turns the events into training figures that line up with those of
+``kbench run``: img/s over the measured window (the first ``warmup_steps`` batches of
+the first ``fit`` excluded), step-time percentiles, epochs, final loss and accuracy.
+
+Standard library and numpy only: it is imported under every backend's interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from kbench.measure.stats import percentiles
+
+EVENTS_VARIABLE = "KBENCH_EVENTS"  # the file a kbench exec child writes its events to
+NO_TRAINING = "no Keras training observed"
+UNKNOWN_SIZE = (
+    "the number of samples in some batches was unknown (Keras 3 does not pass it to "
+    "callbacks; kbench reads it from fit's arrays, not from a data set or generator): "
+    "give Throughput(batch_size=..., samples=...)"
+)
+
+
+def plain(value: Any) -> Any:
+    """A JSON-safe copy of a Keras log value: numbers as floats, the rest as text."""
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    try:
+        number = float(value)  # numpy, tensor scalars; reading one waits for the device
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else None
+
+
+class EventLog:
+    """Events in memory and, where a path is given, appended to a JSON-lines file."""
+
+    def __init__(self, path: Optional[str] = None) -> None:
+        self.path = path
+        self.events: List[Dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._file = open(path, "a", encoding="utf-8") if path else None
+
+    @classmethod
+    def from_environment(cls) -> EventLog:
+        return cls(os.environ.get(EVENTS_VARIABLE) or None)
+
+    def write(self, event: str, **fields: Any) -> Dict[str, Any]:
+        record = {"event": event, "t": time.time(), **fields}
+        with self._lock:
+            self.events.append(record)
+            if self._file is not None:
+                try:
+                    self._file.write(json.dumps(record, default=str) + "\n")
+                    self._file.flush()
+                except (OSError, ValueError):  # a full disk or a closed file: memory only
+                    self._file = None
+        return record
+
+
+def read_events(path: Path) -> List[Dict[str, Any]]:
+    """The events of a file :class:`EventLog` wrote; a line cut short is skipped."""
+    events = []
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and "event" in event:
+            events.append(event)
+    return events
+
+
+def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]:
+    """Training figures from events; ``{"training_observed": False, "note": ...}`` when
+    no ``fit`` ran a batch.
+
+    The measured window is that of ``kbench run``: it opens as the last warmup batch
+    of the first ``fit`` ends (as the first batch begins when ``warmup_steps`` is 0)
+    and closes as the last batch of the last ``fit`` ends; within it, time between
+    ``fit`` calls (the script's own work) is left out. ``images_per_sec`` is the
+    measured samples over that time; it is None where no batch size was known.
+    """
+    facts = model_facts(events)
+    batches = [e for e in events if e["event"] == "batch" and e.get("stage") == "train"]
+    others = {
+        "evaluate_calls": sum(e["event"] == "evaluate_end" for e in events),
+        "predict_calls": sum(e["event"] == "predict_end" for e in events),
+        "instrumentation_errors": [e.get("message") for e in events if e["event"] == "error"],
+    }
+    if not batches:
+        return {"training_observed": False, "note": NO_TRAINING, **facts, **others}
+    fits = [e for e in events if e["event"] == "fit_begin"]
+    first_call = batches[0].get("call", 0)
+    first_fit = [b for b in batches if b.get("call", 0) == first_call]
+    warmup = min(warmup_steps, len(first_fit) - 1) if len(batches) > 1 else 0
+    measured = batches[warmup:]
+    measured_time = _measured_seconds(batches, warmup)
+    step_times = [b["t1"] - b["t0"] for b in measured]
+    sizes = [b.get("size") for b in measured]
+    known = all(isinstance(s, int) for s in sizes)
+    images = sum(sizes) if known else None
+    step_pct = percentiles(step_times)
+    per_step = [s / t for s, t in zip(sizes, step_times) if t > 0] if known else []
+    epochs = [e for e in events if e["event"] == "epoch"]
+    last_logs = (epochs[-1].get("logs") if epochs else None) or {}
+    fit_ends = [e for e in events if e["event"] == "fit_end"]
+    if fit_ends and fit_ends[-1].get("logs"):
+        last_logs = fit_ends[-1]["logs"]
+    evaluated = [e.get("result") for e in events if e["event"] == "evaluate_end"]
+    return {
+        "training_observed": True,
+        "images_per_sec": images / measured_time if known and measured_time > 0 else None,
+        "images_per_sec_reason": None if known else UNKNOWN_SIZE,
+        "measured_images": images,
+        "measured_steps": len(measured),
+        "measured_time_s": measured_time,
+        "warmup_steps": warmup,
+        "step_time_s": step_pct,
+        "images_per_sec_per_step": percentiles(per_step) if per_step else {},
+        "step_times_s": step_times,
+        "batch_sizes": sorted({s for s in sizes if isinstance(s, int)}),
+        "first_step_s": batches[0]["t1"] - batches[0]["t0"],
+        "fit_calls": len(fits),
+        "epochs": len(epochs),
+        "epoch_time_s": [e.get("seconds") for e in epochs],
+        "epoch_train_loss": [(e.get("logs") or {}).get("loss") for e in epochs],
+        "final_logs": last_logs,
+        "final_train_loss": last_logs.get("loss"),
+        "final_train_accuracy": last_logs.get("accuracy", last_logs.get("acc")),
+        "evaluate_results": evaluated,
+        "markers": {
+            "fit_start": fits[0]["t"] if fits else batches[0]["t0"],
+            "first_step_start": batches[0]["t0"],
+            "first_step_end": batches[0]["t1"],
+            "warmup_end": _window_start(batches, warmup),
+            "measured_start": _window_start(batches, warmup),
+            "measured_end": batches[-1]["t1"],
+        },
+        **facts,
+        **others,
+    }
+
+
+def model_facts(events: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The last ``model`` event's parameter count, backend and Keras version."""
+    seen = [e for e in events if e["event"] == "model"]
+    last = seen[-1] if seen else {}
+    return {
+        "params": last.get("params"),
+        "keras_backend": last.get("backend"),
+        "keras_version": last.get("keras_version"),
+        "model_name": last.get("name"),
+    }
+
+
+def _window_start(batches: List[Dict[str, Any]], warmup: int) -> float:
+    return batches[warmup - 1]["t1"] if warmup else batches[0]["t0"]
+
+
+def _measured_seconds(batches: List[Dict[str, Any]], warmup: int) -> float:
+    """Time from the window's start to the last batch's end, epoch by epoch and fit by
+    fit (a new epoch or fit call opens as its first batch begins)."""
+    total, start = 0.0, _window_start(batches, warmup)
+    for index in range(warmup, len(batches)):
+        batch = batches[index]
+        if index > warmup and _new_run(batches[index - 1], batch):
+            total += batches[index - 1]["t1"] - start
+            start = batch["t0"]
+    return total + batches[-1]["t1"] - start
+
+
+def _new_run(previous: Dict[str, Any], batch: Dict[str, Any]) -> bool:
+    return (previous.get("call"), previous.get("epoch")) != (batch.get("call"), batch.get("epoch"))

@@ -1,0 +1,276 @@
+"""Worker processes, the same way on every system: start one in its own group, stop
+or kill its whole tree, tell whether a process lives, describe how it ended, pin it
+to cores.
+
+One module does what used to be POSIX calls spread over the runner, the distributed
+launcher and the workers, so that the other systems differ in one place:
+
+=====================  ====================================  ===============================
+what                   Linux and macOS (POSIX)               Windows
+=====================  ====================================  ===============================
+own group              ``start_new_session=True`` (setsid)   ``CREATE_NEW_PROCESS_GROUP``
+stop (Ctrl-C, timeout) SIGTERM to the group                  CTRL_BREAK_EVENT to the group
+kill                   SIGKILL to the group                  psutil: every descendant, then it
+is it alive            psutil (zombies count as gone)        psutil
+pin to cores           ``psutil.Process.cpu_affinity``       ``psutil.Process.cpu_affinity``
+                       (Linux; macOS has none: recorded)
+parent gone            ``getppid()`` changed (re-parented)   no process with the parent's pid
+                                                             and creation time
+peak RSS               ``ru_maxrss`` (KiB Linux, bytes mac)  psutil ``peak_wset``
+=====================  ====================================  ===============================
+
+Windows has no group kill: a process the worker started and left running after the
+worker itself ended is no longer below it, so :func:`kill_tree` cannot find it there.
+
+The system is :data:`SYSTEM`, read once; tests patch it to run the other systems'
+branches here. Lives in :mod:`kbench.measure`, the floor every stage may import: the
+backends pin cores, the runner and the launchers start and stop workers, the workers
+watch their parent, and both environments have psutil.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import signal
+import subprocess
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+SYSTEM = platform.system()  # "Linux", "Darwin" (macOS) or "Windows"
+NO_AFFINITY_REASON = {
+    "Darwin": "macOS has no CPU affinity call (the scheduler places threads itself): "
+    "the worker is not pinned; its thread pools are still limited to the threads asked for",
+}
+OOM_HINT = " (the kernel's out-of-memory killer does this; see dmesg)"
+
+
+def windows() -> bool:
+    return SYSTEM == "Windows"
+
+
+def group_options() -> Dict[str, Any]:
+    """``subprocess.Popen`` arguments that start a process in its own group, so that
+    it and whatever it starts can be stopped as a whole and a Ctrl-C in the terminal
+    reaches kbench only (kbench then stops the group itself)."""
+    if windows():
+        return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)}
+    return {"start_new_session": True}
+
+
+def start(command: Sequence[str], **popen_args: Any) -> subprocess.Popen:
+    """``subprocess.Popen(command, **popen_args)`` in a new process group."""
+    return subprocess.Popen(list(command), **group_options(), **popen_args)
+
+
+def descendants(pid: int) -> List[psutil.Process]:
+    """Every process below ``pid`` (empty once it is gone or cannot be read)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def stop_tree(pid: int) -> bool:
+    """Ask the group led by ``pid`` to stop (SIGTERM; CTRL_BREAK_EVENT on Windows,
+    which ends a Python worker as Ctrl-C would). False when it is already gone."""
+    try:
+        if windows():
+            os.kill(pid, signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+        else:
+            os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    except OSError as err:  # Windows: the process ended between the check and the call
+        if not windows():
+            raise
+        log.debug("CTRL_BREAK_EVENT to %d: %s", pid, err)
+        return False
+    return True
+
+
+def kill_tree(pid: int) -> None:
+    """Kill the group led by ``pid``: SIGKILL to the group on POSIX (what its members
+    left behind included); on Windows, which has no group kill, every descendant psutil
+    still finds below it, then itself. Nothing to do is no error."""
+    if not windows():
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+    tree = descendants(pid)
+    with contextlib.suppress(psutil.Error):
+        tree.insert(0, psutil.Process(pid))
+    for proc in tree:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def stop_pid(pid: int) -> None:
+    """Ask one process (not its group) to stop: SIGTERM, or TerminateProcess on Windows."""
+    if windows():
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).terminate()
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_pid(pid: int) -> None:
+    """Kill one process: SIGKILL, or TerminateProcess on Windows."""
+    if windows():
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_own_group() -> None:
+    """Kill the group this process leads (itself and what it started), if it leads
+    one: what a worker does when its parent is gone. On Windows: its descendants."""
+    if windows():
+        for proc in descendants(os.getpid()):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        return
+    if os.getpgid(0) == os.getpid():  # leads its own group (the runner made it so)
+        os.killpg(os.getpid(), signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not). Never sends
+    a signal: ``os.kill(pid, 0)`` would end the process on Windows."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.AccessDenied:  # another user's process: it exists
+        return True
+    except psutil.Error:
+        return False
+
+
+class ParentWatch:
+    """Whether the process that started this one is gone.
+
+    POSIX re-parents an orphan (to init or a subreaper), so a changed ``getppid()``
+    says so. Windows never re-parents: the parent's pid stays, and may be reused; there
+    the parent is gone when no process has that pid with the creation time it had."""
+
+    def __init__(self) -> None:
+        self.parent = os.getppid()
+        self.created: Optional[float] = None
+        if windows():
+            with contextlib.suppress(psutil.Error):
+                self.created = psutil.Process(self.parent).create_time()
+
+    def gone(self) -> bool:
+        if not windows():
+            return os.getppid() != self.parent
+        try:
+            return psutil.Process(self.parent).create_time() != self.created
+        except psutil.Error:
+            return True
+
+
+def describe_exit(code: int) -> str:
+    """How a process ended, from its return code, in words: "exited with code 3",
+    "was killed by signal SIGKILL (the kernel's out-of-memory killer ...)". Negative
+    codes (a signal) arise on POSIX only."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = str(-code)
+    how = f"was killed by signal {name}"
+    if name == "SIGKILL":
+        how += OOM_HINT
+    return how
+
+
+def signal_name(code: int) -> str:
+    """The name of the signal behind a negative return code (``SIGKILL``)."""
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return str(-code)
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM (``kill``; CTRL_BREAK on Windows) raises KeyboardInterrupt while the
+    block runs, so that its processes are stopped on the way out; main thread only."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    names = ["SIGTERM"] + (["SIGBREAK"] if windows() else [])
+    previous = {}
+    try:
+        for name in names:
+            if hasattr(signal, name):
+                number = getattr(signal, name)
+                previous[number] = signal.signal(number, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def pin_cores(threads: int) -> Dict[str, Any]:
+    """Pin this process to its first ``threads`` allowed cores when fewer than all were
+    asked for, through ``psutil.Process.cpu_affinity``.
+
+    Returns what a result records: ``cpu_affinity`` (the cores it may run on after the
+    call, or None) and, where it could not be read or set, ``cpu_affinity_reason``.
+    """
+    process = psutil.Process()
+    if not hasattr(process, "cpu_affinity") or SYSTEM in NO_AFFINITY_REASON:
+        reason = NO_AFFINITY_REASON.get(
+            SYSTEM, f"psutil has no cpu_affinity on {SYSTEM}: the worker is not pinned"
+        )
+        return {"cpu_affinity": None, "cpu_affinity_reason": reason}
+    try:
+        cores = sorted(process.cpu_affinity())
+        if threads < len(cores):
+            cores = cores[:threads]
+            process.cpu_affinity(cores)
+    except (psutil.Error, OSError, ValueError) as err:
+        return {
+            "cpu_affinity": None,
+            "cpu_affinity_reason": f"cpu_affinity failed, not pinned: {type(err).__name__}: {err}",
+        }
+    return {"cpu_affinity": cores}
+
+
+def peak_rss() -> Dict[str, Any]:
+    """This process's peak resident memory: ``{"bytes": ..., "source": ...}``.
+
+    ``getrusage``'s ``ru_maxrss`` is in KiB on Linux and in bytes on macOS; Windows has
+    no ``resource`` module and reports the peak working set through psutil.
+    """
+    if windows():
+        info = psutil.Process().memory_info()
+        return {"bytes": int(info.peak_wset), "source": "psutil memory_info().peak_wset "
+                "(peak working set) of the worker"}  # fmt: skip
+    import resource  # POSIX only
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    unit = 1 if SYSTEM == "Darwin" else 1024  # bytes on macOS, KiB on Linux
+    return {"bytes": int(peak) * unit, "source": "getrusage(RUSAGE_SELF).ru_maxrss of the worker"}

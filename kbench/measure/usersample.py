@@ -1,0 +1,68 @@
+"""``kbench.measure.sample()``: the sampler ``kbench run`` puts on its workers, for
+your own code.
+
+    import kbench.measure
+
+    with kbench.measure.sample() as sampling:       # this process and its children
+        model.fit(x, y, epochs=2)
+    print(sampling.summary["run"]["process_rss_bytes"]["max"])
+    sampling.series["process_cpu_percent"]           # one value per reading
+
+``pid`` watches another process (and its children) instead. The series and the
+summary are those of a result document's ``sampler`` (see
+:mod:`kbench.measure.sampler`): psutil for CPU and memory, NVML for GPUs where it
+answers, RAPL where the kernel exposes it; a source that cannot be read is listed as
+unavailable with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Optional
+
+from kbench.measure.sampler import Sampler, SamplerResult
+
+
+class Sampling:
+    """A sampler running over a ``with`` block; its result once the block ends."""
+
+    def __init__(self, pid: Optional[int], interval_s: float, nvml: Any = None) -> None:
+        self.pid = pid or os.getpid()
+        self.sampler = Sampler(self.pid, interval_s, nvml=nvml)
+        self.interval_s = interval_s
+        self.started_at: Optional[float] = None
+        self.ended_at: Optional[float] = None
+        self._result: Optional[SamplerResult] = None
+
+    def __enter__(self) -> Sampling:
+        self.started_at = time.time()
+        self.sampler.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sampler.__exit__(*exc)
+        self.ended_at = time.time()
+        self._result = self.sampler.result({"run": (self.started_at, self.ended_at)})
+
+    def result(self, windows: Optional[Dict[str, Any]] = None) -> SamplerResult:
+        """The series and a summary per window (``{"name": (start, end)}``, wall-clock
+        seconds); by default one window, ``run``, the whole block."""
+        if windows is None and self._result is not None:
+            return self._result
+        end = self.ended_at or time.time()
+        return self.sampler.result(windows or {"run": (self.started_at, end)})
+
+    @property
+    def series(self) -> Dict[str, Any]:
+        return self.result().series
+
+    @property
+    def summary(self) -> Dict[str, Any]:
+        return self.result().summary
+
+
+def sample(pid: Optional[int] = None, interval_s: float = 0.2, nvml: Any = None) -> Sampling:
+    """Sample ``pid`` (default: this process) and its children every ``interval_s``
+    seconds for the length of a ``with`` block."""
+    return Sampling(pid, interval_s, nvml)

@@ -1,0 +1,101 @@
+"""``python3 -m kbench.setup [TARGET ...]``: create kbench's environments and the system
+packages its tests use, on Linux, macOS or Windows, with nothing installed beforehand.
+
+Every entry point calls this: ``scripts/setup_envs.sh`` and ``scripts/kbench`` (bash),
+``scripts\\setup_envs.cmd`` and ``scripts\\kbench.cmd`` (Windows). Run it from the
+checkout (or with the checkout on PYTHONPATH), under any Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+from kbench.setup import envs, system
+from kbench.setup.platforms import ENVIRONMENTS, MXNET_CUDA_WHEELS
+
+TARGETS = ENVIRONMENTS + tuple(system.PACKAGES)
+DEFAULT_TARGETS = ("keras3", "mxnet", "data")
+
+EPILOG = f"""\
+targets:
+  keras3    Keras 3 with TensorFlow, JAX and PyTorch 2.13.0, the harness and the tests,
+            and kbench itself (editable), in <envs>/keras3
+  mxnet     MXNet 1.9.1 with keras-mxnet 2.2.4.3 and numpy<1.24, in <envs>/mxnet
+  data      Debian's dataset-fashion-mnist (apt-get, as root on Linux)
+  browser   headless Chromium, for the report rendering test (apt-get, as root on Linux)
+  compiler  a C compiler, for the GPU tests' stand-in libraries (apt-get, as root on Linux)
+  (default: {" ".join(DEFAULT_TARGETS)})
+
+A finished environment is marked by a stamp file holding its requirements: a second
+call does nothing. What a platform cannot have (MXNet on Apple Silicon, CUDA builds on
+macOS) is skipped with the reason.
+
+settings (environment variables):
+  KBENCH_PYTHON         interpreter to build the venvs from (default: python3.11 on the
+                        PATH, else the one running this)
+  KBENCH_GPU=1          CUDA builds (tensorflow[and-cuda], jax[cuda12], torch 2.13.0's
+                        CUDA wheel, mxnet-cu112); KBENCH_GPU=0 CPU builds; unset: each
+                        environment keeps its kind (a new one is made for the CPU). An
+                        environment of the other kind is deleted and built afresh.
+  KBENCH_MXNET_WHEEL    with KBENCH_GPU=1, MXNet's CUDA build for your CUDA (default
+                        mxnet-cu112; {MXNET_CUDA_WHEELS[0]} to {MXNET_CUDA_WHEELS[-1]})
+  KBENCH_ENVS_DIR       where the environments live (default: envs/ in the checkout)
+  KBENCH_SETUP_DRY_RUN=1  say what would be done to each environment; change nothing
+
+examples:
+  python3 -m kbench.setup                          # keras3, mxnet, data
+  KBENCH_GPU=1 python3 -m kbench.setup keras3      # CUDA builds
+  KBENCH_SETUP_DRY_RUN=1 python3 -m kbench.setup   # what would happen
+"""
+
+
+def parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m kbench.setup",
+        description="Create kbench's Python environments (venv + pip) and the system "
+        "packages its tests use, idempotently, on Linux, macOS or Windows.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("targets", nargs="*", metavar="TARGET", help="what to set up (below)")
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.targets if t not in TARGETS]
+    if unknown:
+        parser.error(
+            f"unknown target {unknown[0]!r}; expected {', '.join(TARGETS[:-1])} or {TARGETS[-1]}"
+        )
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse(argv)
+    logging.basicConfig(level=logging.INFO, format="[setup] %(message)s", stream=sys.stderr)
+    try:
+        options = envs.SetupOptions.from_environ()
+        if not options.dry_run:
+            options.envs_dir.mkdir(parents=True, exist_ok=True)
+        for target in args.targets or DEFAULT_TARGETS:
+            if target in ENVIRONMENTS:
+                envs.make_environment(target, options)
+            elif options.dry_run:
+                logging.getLogger(__name__).info("%s: not checked in a dry run", target)
+            else:
+                system.install(target, options.envs_dir, options.platform, system.apt_get_install)
+    except ValueError as err:  # a setting: KBENCH_GPU, KBENCH_MXNET_WHEEL
+        logging.getLogger(__name__).error("%s", err)
+        return 2
+    except envs.SetupError as err:
+        logging.getLogger(__name__).error("%s", err)
+        return 1
+    except KeyboardInterrupt:
+        logging.getLogger(__name__).error("interrupted; run it again to finish (stamps mark "
+                                          "what is done)")  # fmt: skip
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""What each system can install: the requirements of kbench's two environments per
+platform and build kind, what a platform cannot have and why, and where a virtual
+environment keeps its interpreter.
+
+A platform is ``sys.platform`` with ``platform.machine()``: ``linux`` on ``x86_64`` or
+``aarch64``, ``darwin`` on ``x86_64`` or ``arm64``, ``win32`` on ``AMD64``. Each
+environment (``keras3``, ``mxnet``) of each kind (``cpu``, ``gpu``: CUDA builds) is
+planned for one platform as an :class:`EnvironmentPlan`: the pip requirements, or the
+reason the platform cannot have it (``unavailable``), and notes the user should read.
+The facts behind the choices (which wheels exist where) are checked against PyPI by
+``benchmarks/resolve_platforms.py``. Linux x86-64 is the reference: its requirements
+are those kbench has always installed, so its stamp files stay valid.
+
+Standard library only: this runs before any environment exists.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+ENVIRONMENTS = ("keras3", "mxnet")
+KINDS = ("cpu", "gpu")
+MXNET_VERSION = "1.9.1"
+# MXNet 1.9.1's CUDA builds on PyPI (Linux x86-64 only), one per CUDA release
+MXNET_CUDA_WHEELS = tuple(
+    f"mxnet-cu{v}" for v in (101, 102, 110, 111, 112, 113, 114, 115, 116, 117)
+)
+DEFAULT_MXNET_CUDA_WHEEL = "mxnet-cu112"
+
+# the harness and the tests: every keras3 environment has them
+KERAS3_COMMON = (
+    "keras", "tensorflow-datasets", "nvidia-ml-py", "psutil", "pyyaml", "pandas", "pyarrow",
+    "matplotlib", "pillow", "scikit-learn", "pytest", "ruff",
+)  # fmt: skip
+MXNET_COMMON = ("keras-mxnet==2.2.4.3", "numpy<1.24", "nvidia-ml-py", "psutil", "pillow")
+
+_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64",
+             "arm64": "arm64"}  # fmt: skip
+_SYSTEMS = {"linux": "Linux", "darwin": "macOS", "win32": "Windows"}
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A system and processor, as Python names them (``sys.platform``, ``platform.machine()``)."""
+
+    system: str  # "linux", "darwin", "win32", or what sys.platform says elsewhere
+    machine: str  # "x86_64", "aarch64", "arm64", "AMD64", ...
+
+    @classmethod
+    def current(cls) -> Platform:
+        return cls(sys.platform, _platform.machine())
+
+    @property
+    def arch(self) -> str:
+        """``x86_64`` or ``arm64`` (Linux's ``aarch64`` and Windows' ``AMD64`` folded in)."""
+        return _MACHINES.get(self.machine.lower(), self.machine.lower())
+
+    @property
+    def family(self) -> str:
+        """``linux``, ``darwin`` or ``win32`` (``linux2`` and ``cygwin`` folded in)."""
+        if self.system.startswith("linux"):
+            return "linux"
+        if self.system in ("win32", "cygwin"):
+            return "win32"
+        return self.system
+
+    @property
+    def label(self) -> str:
+        arch = {"x86_64": "x86-64", "arm64": "arm64"}.get(self.arch, self.machine)
+        if self.family == "linux" and self.arch == "arm64":
+            arch = "aarch64"
+        return f"{_SYSTEMS.get(self.family, self.system)} {arch}"
+
+
+def venv_python(env_dir: Path, system: Optional[str] = None) -> Path:
+    """The interpreter of the virtual environment ``env_dir`` on ``system``
+    (``sys.platform``; default: this one): ``Scripts\\python.exe`` on Windows,
+    ``bin/python`` elsewhere, as ``venv`` lays them out."""
+    system = sys.platform if system is None else system
+    if Platform(system, "").family == "win32":
+        return Path(env_dir) / "Scripts" / "python.exe"
+    return Path(env_dir) / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class EnvironmentPlan:
+    """One environment of one kind for one platform: what pip installs, or why not."""
+
+    name: str  # "keras3" or "mxnet"
+    kind: str  # "cpu" or "gpu"
+    platform: Platform
+    requirements: Tuple[str, ...] = ()
+    unavailable: Optional[str] = None  # why this platform cannot have it; None: it can
+    notes: Tuple[str, ...] = ()  # what the user should know about what is installed
+
+    @property
+    def available(self) -> bool:
+        return self.unavailable is None
+
+
+# pip's answer (benchmarks/resolve_platforms.py): the Windows wheel needs numpy<1.17,
+# whose wheels stop at Python 3.7
+MXNET_WINDOWS = (
+    f"MXNet {MXNET_VERSION} has no Windows wheel, and the newest that has one, 1.7.0.post2 "
+    "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer; to run the mxnet "
+    "backends on Windows, make a Python 3.7 environment with mxnet==1.7.0.post2 and "
+    "keras-mxnet==2.2.4.3 by hand and point KBENCH_PYTHON_<BACKEND> (for mxnet and "
+    "mxnet-gluon) at its python.exe"
+)
+
+
+# Why a platform cannot have MXNet (any kind), keyed by (family, arch).
+MXNET_UNAVAILABLE: Dict[Tuple[str, str], str] = {
+    ("darwin", "arm64"): (
+        "MXNet has no build for Apple Silicon (macOS arm64): mxnet 1.9.1's macOS wheel is "
+        "Intel (x86-64) only and the project is retired, so the mxnet and mxnet-gluon "
+        "backends cannot run here"
+    ),
+    ("win32", "x86_64"): MXNET_WINDOWS,
+}
+
+
+def plan(
+    name: str, kind: str, where: Optional[Platform] = None, mxnet_wheel: Optional[str] = None
+) -> EnvironmentPlan:
+    """What environment ``name`` of ``kind`` is on ``where`` (default: this platform).
+
+    ``mxnet_wheel`` is MXNet's CUDA build for ``kind="gpu"`` (``KBENCH_MXNET_WHEEL``;
+    default ``mxnet-cu112``). Raises ValueError, naming the allowed values, for an
+    unknown environment, kind or wheel.
+    """
+    where = where or Platform.current()
+    if name not in ENVIRONMENTS:
+        raise ValueError(
+            f"environment {name!r}: expected one of {', '.join(ENVIRONMENTS)}; received {name!r}."
+        )
+    if kind not in KINDS:
+        raise ValueError(
+            f"kind {kind!r}: expected cpu (CPU builds) or gpu (CUDA builds); received {kind!r}."
+        )
+    if name == "keras3":
+        return _keras3(kind, where)
+    return _mxnet(kind, where, mxnet_wheel)
+
+
+def unsupported_reason(name: str, where: Optional[Platform] = None) -> Optional[str]:
+    """Why ``where`` can have environment ``name`` in no kind at all, or None."""
+    where = where or Platform.current()
+    reasons = [plan(name, kind, where).unavailable for kind in KINDS]
+    if all(reasons):
+        return reasons[0]
+    return None
+
+
+def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
+    family, arch = where.family, where.arch
+    notes: Tuple[str, ...] = ()
+    if family not in ("linux", "darwin", "win32") or arch not in ("x86_64", "arm64"):
+        return EnvironmentPlan("keras3", kind, where, unavailable=_unknown(where))
+    if kind == "cpu":
+        # tensorflow-cpu has wheels for Linux x86-64 and Windows only; elsewhere the
+        # plain tensorflow wheel is the CPU build (macOS, Linux aarch64)
+        tensorflow = "tensorflow-cpu" if (family, arch) == ("linux", "x86_64") else "tensorflow"
+        frameworks: Tuple[str, ...] = (tensorflow, "jax[cpu]", "torch==2.13.0")
+        if family == "darwin" and arch == "arm64":
+            notes = ("torch's macOS wheel runs on Apple GPUs through MPS: --device gpu uses it",)
+        if family == "darwin" and arch == "x86_64":  # PyTorch stopped Intel macOS at 2.2
+            frameworks = (tensorflow, "jax[cpu]", "torch")
+            notes = (
+                "torch 2.13.0 has no Intel macOS wheel (the last is 2.2.2), so the newest "
+                "one there is installed; results record the version that ran",
+            )
+        return EnvironmentPlan("keras3", kind, where, frameworks + KERAS3_COMMON, notes=notes)
+    if family == "darwin":
+        return EnvironmentPlan("keras3", kind, where, unavailable=(
+            "macOS has no CUDA builds (KBENCH_GPU=1 asks for them); build the CPU environment "
+            "(KBENCH_GPU=0): its torch runs on Apple GPUs through MPS"
+        ))  # fmt: skip
+    if family == "win32":
+        notes = (
+            "TensorFlow has no native Windows GPU build after 2.10: tensorflow runs on the "
+            "CPU here (its GPU needs WSL2, where this is a Linux set-up)",
+            "JAX has no CUDA build for Windows: jax runs on the CPU here",
+            "PyPI's torch for Windows is the CPU build; for CUDA, install torch==2.13.0 from "
+            "https://download.pytorch.org/whl/ into this environment",
+        )
+        frameworks = ("tensorflow", "jax[cpu]", "torch==2.13.0")
+        return EnvironmentPlan("keras3", kind, where, frameworks + KERAS3_COMMON, notes=notes)
+    frameworks = ("tensorflow[and-cuda]", "jax[cuda12]", "torch==2.13.0")
+    return EnvironmentPlan("keras3", kind, where, frameworks + KERAS3_COMMON)
+
+
+def _mxnet(kind: str, where: Platform, mxnet_wheel: Optional[str]) -> EnvironmentPlan:
+    family, arch = where.family, where.arch
+    wheel = mxnet_wheel or DEFAULT_MXNET_CUDA_WHEEL
+    if wheel not in MXNET_CUDA_WHEELS:
+        raise ValueError(
+            f"KBENCH_MXNET_WHEEL={wheel}: expected one of MXNet {MXNET_VERSION}'s CUDA builds "
+            f"({', '.join(MXNET_CUDA_WHEELS)}); pick the one for your CUDA release."
+        )
+    if (family, arch) in MXNET_UNAVAILABLE:
+        return EnvironmentPlan("mxnet", kind, where, unavailable=MXNET_UNAVAILABLE[family, arch])
+    if family not in ("linux", "darwin", "win32") or arch not in ("x86_64", "arm64"):
+        return EnvironmentPlan("mxnet", kind, where, unavailable=_unknown(where))
+    if kind == "gpu" and not (family, arch) == ("linux", "x86_64"):
+        return EnvironmentPlan("mxnet", kind, where, unavailable=(
+            f"MXNet's CUDA builds ({wheel} and its siblings) exist for Linux x86-64 only, not "
+            f"for {where.label}; build the CPU environment (KBENCH_GPU=0)"
+        ))  # fmt: skip
+    framework = f"{wheel}=={MXNET_VERSION}" if kind == "gpu" else f"mxnet=={MXNET_VERSION}"
+    return EnvironmentPlan("mxnet", kind, where, (framework,) + MXNET_COMMON)
+
+
+def _unknown(where: Platform) -> str:
+    return (
+        f"kbench has no environment spec for {where.system} on {where.machine}: expected "
+        "Linux (x86-64, aarch64), macOS (x86-64, arm64) or Windows (AMD64); set "
+        "KBENCH_PYTHON_<BACKEND> to an interpreter you installed the frameworks into"
+    )

@@ -1,0 +1,652 @@
+"""A published study as data: its figures as the document gives them, and its claims as
+checks kbench can evaluate on result documents.
+
+One YAML file per study (``studies/<name>.yaml`` in the checkout), read with
+``safe_load`` and checked whole on loading; an error names the file, the place
+(``claims[3].numerator``), what was expected, what was received and the fix. A file
+holds:
+
+- ``name``, ``title``, ``document`` (the study's file name), ``source``, the paper's
+  ``hardware`` and framework ``versions`` (name -> text, as published);
+- ``sweep``: the sweep file that runs the study (``sweeps/x.yaml``, relative to the
+  folder above ``studies/``), and optionally ``reduced``: ``only`` (setting -> values,
+  narrowing the sweep's reduced runs, as ``kbench sweep --only`` does) with a ``note``
+  saying how that changes the question;
+- ``figures``: each published figure with an ``id``, its ``value`` (a number, or null
+  where the document prints none, e.g. "Out of Memory"), ``as_published`` (the text
+  exactly as printed, where it is not a plain number), ``units`` as published,
+  ``provenance`` (``table``, ``figure`` or ``section``, with ``row``, ``column`` or the
+  ``quote`` it stands in), ``read_off_plot`` (true where the number was read off a plot,
+  then with its ``precision``), optionally ``at`` (the kbench settings it corresponds
+  to, for plots);
+- ``claims``: see :class:`Claim`; ``plots``: see :class:`PaperPlot`.
+
+Where the files are found: ``$KBENCH_STUDIES_DIR``, else ``studies/`` in the checkout
+this module runs from (an editable install), else ``<prefix>/share/kbench/studies``
+(where ``pip install .`` puts them, with the sweeps in ``<prefix>/share/kbench/sweeps``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+KINDS = ("ratio", "sign", "ordering", "efficiency_ordering")
+REQUIREMENTS = {
+    "gpu": "no GPU: the paper measured on one and these runs had none",
+    "real_data": "data not available offline: these runs trained on synthetic data",
+}
+DIRECTIONS = ("increasing", "decreasing")
+EXPECTS = ("greater", "less")
+PROVENANCE_PLACES = ("table", "figure", "section")
+PROVENANCE_KEYS = PROVENANCE_PLACES + ("row", "column", "quote")
+TOP_KEYS = (
+    "name",
+    "title",
+    "document",
+    "source",
+    "hardware",
+    "versions",
+    "sweep",
+    "reduced",
+    "figures",
+    "claims",
+    "plots",
+    "note",
+)
+FIGURE_KEYS = (
+    "id",
+    "value",
+    "as_published",
+    "units",
+    "provenance",
+    "read_off_plot",
+    "precision",
+    "at",
+    "note",
+)
+CLAIM_KEYS = (
+    "id",
+    "kind",
+    "statement",
+    "quote",
+    "paper",
+    "figures",
+    "metric",
+    "where",
+    "numerator",
+    "denominator",
+    "items",
+    "direction",
+    "expect",
+    "than",
+    "expected",
+    "tolerance",
+    "for_each",
+    "requires",
+    "reduced",
+    "reduced_where",
+    "doubt",
+    "instead",
+    "note",
+)
+PLOT_KEYS = ("title", "x", "metric", "where", "series", "figures")
+SIDE_KEYS_EXTRA = ("metric",)  # a side of a ratio may read another metric than the claim's
+STUDIES_ENV = "KBENCH_STUDIES_DIR"
+
+
+class StudyError(ValueError):
+    """A study file kbench cannot use; ``where`` is the place in the file."""
+
+    def __init__(self, file: str, where: str, message: str) -> None:
+        super().__init__(f"{file}: {where}: {message}" if where else f"{file}: {message}")
+        self.file = file
+        self.where = where
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Provenance:
+    table: Optional[str] = None
+    figure: Optional[str] = None
+    section: Optional[str] = None
+    row: Optional[str] = None
+    column: Optional[str] = None
+    quote: Optional[str] = None
+
+    def text(self) -> str:
+        place = ", ".join(p for p in (self.table, self.figure, self.section) if p)
+        labels = "; ".join(
+            f"{k} {v!r}" for k, v in (("row", self.row), ("column", self.column)) if v
+        )
+        return place + (f" ({labels})" if labels else "")
+
+
+@dataclass(frozen=True)
+class PublishedFigure:
+    id: str
+    value: Optional[float]
+    units: str
+    provenance: Provenance
+    as_published: Optional[str] = None
+    read_off_plot: bool = False
+    precision: Optional[float] = None
+    at: Dict[str, Any] = field(default_factory=dict)
+    note: Optional[str] = None
+
+    def text(self) -> str:
+        """The figure as printed, with its units: ``3571 img/sec``, ``~7800 img/s (+-100)``."""
+        if self.as_published is None:
+            text = f"{_number(self.value)} {self.units}"
+        elif self.units.lower() in self.as_published.lower():
+            text = self.as_published
+        else:
+            text = f"{self.as_published} [{self.units}]"
+        if self.read_off_plot:
+            text += f" (read off a plot, +-{_number(self.precision)})"
+        return text
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One finding of the paper as a check on result documents.
+
+    Runs are chosen by settings selectors: ``where`` (common to every side) merged with
+    a side's own settings; ``group`` selects a sweep group. Kinds:
+
+    - ``ratio``: median per-round ``metric`` of ``numerator`` over ``denominator`` is
+      within ``tolerance`` of ``paper`` (or of ``expected``, where the paper prints no
+      ratio);
+    - ``sign``: that ratio is above (``expect: greater``) or below (``less``) ``than``
+      (default 1);
+    - ``ordering`` / ``efficiency_ordering``: ``metric`` (``scaling_efficiency`` for the
+      latter) rises (``direction: increasing``) or falls along ``items``, each adjacent
+      pair compared by its per-round ratio.
+
+    ``for_each: SETTING`` checks the claim once per value of that setting among the
+    stored runs. ``requires`` (``gpu``, ``real_data``) and ``reduced`` (why the reduced
+    size changes the question) make the verdict "not measurable here" where they do not
+    hold. ``doubt`` says why the paper's own measurement is not trusted and ``instead``
+    what kbench checks in its place.
+    """
+
+    id: str
+    kind: str
+    statement: str
+    quote: str
+    metric: str
+    paper: Optional[float] = None
+    figures: Tuple[str, ...] = ()
+    where: Dict[str, Any] = field(default_factory=dict)
+    numerator: Dict[str, Any] = field(default_factory=dict)
+    denominator: Dict[str, Any] = field(default_factory=dict)
+    items: Tuple[Dict[str, Any], ...] = ()
+    direction: str = "increasing"
+    expect: str = "greater"
+    than: float = 1.0
+    expected: Optional[float] = None
+    tolerance: Optional[float] = None
+    for_each: Optional[str] = None
+    requires: Tuple[str, ...] = ()
+    reduced: Optional[str] = None
+    reduced_where: Dict[str, Any] = field(default_factory=dict)
+    doubt: Optional[str] = None
+    instead: Optional[str] = None
+    note: Optional[str] = None
+
+    @property
+    def target(self) -> Optional[float]:
+        """The ratio a ``ratio`` claim is checked against."""
+        return self.paper if self.paper is not None else self.expected
+
+    def selectors(self, reduced: bool = False) -> List[Dict[str, Any]]:
+        """Every side's full selector (``where`` merged in), in the claim's order."""
+        where = {**self.where, **(self.reduced_where if reduced else {})}
+        sides = list(self.items) if self.items else [self.numerator, self.denominator]
+        return [
+            {**where, **{k: v for k, v in side.items() if k not in SIDE_KEYS_EXTRA}}
+            for side in sides
+        ]
+
+    def side_metric(self, side: Dict[str, Any]) -> str:
+        return side.get("metric", self.metric)
+
+
+@dataclass(frozen=True)
+class PaperPlot:
+    """The paper's figures beside this machine's, where the axes match: ``x`` a setting,
+    one line per ``series`` value (default: backend), ``metric`` over the runs ``where``
+    selects; each figure listed carries ``at`` (its series and x values)."""
+
+    title: str
+    x: str
+    metric: str
+    figures: Tuple[str, ...]
+    where: Dict[str, Any] = field(default_factory=dict)
+    series: str = "backend"
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    title: str
+    document: str
+    source: str
+    hardware: Dict[str, str]
+    versions: Dict[str, str]
+    sweep: str
+    figures: Dict[str, PublishedFigure]
+    claims: List[Claim]
+    file: str
+    plots: List[PaperPlot] = field(default_factory=list)
+    reduced_only: Dict[str, List[Any]] = field(default_factory=dict)
+    reduced_note: Optional[str] = None
+    note: Optional[str] = None
+
+    def sweep_path(self) -> Path:
+        """The sweep file, relative to the folder above the study's ``studies/``."""
+        return Path(self.file).resolve().parent.parent / self.sweep
+
+    def hardware_text(self) -> str:
+        return "; ".join(f"{k}: {v}" for k, v in self.hardware.items())
+
+    def versions_text(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.versions.items())
+
+
+# finding -------------------------------------------------------------------------
+
+
+def studies_dirs() -> List[Path]:
+    """Where study files are looked for, in order (see the module docstring)."""
+    places = []
+    if os.environ.get(STUDIES_ENV):
+        places.append(Path(os.environ[STUDIES_ENV]))
+    places.append(Path(__file__).resolve().parents[2] / "studies")
+    places.append(Path(sys.prefix) / "share" / "kbench" / "studies")
+    return places
+
+
+def studies_dir() -> Path:
+    for place in studies_dirs():
+        if place.is_dir() and any(place.glob("*.yaml")):
+            return place
+    tried = ", ".join(str(p) for p in studies_dirs())
+    raise StudyError(
+        "studies",
+        "",
+        f"expected a folder of study files (*.yaml); found none in {tried}. Run kbench from "
+        f"its checkout, install it with pip (which copies studies/ to share/kbench), or set "
+        f"{STUDIES_ENV}=DIR.",
+    )
+
+
+def study_files() -> List[Path]:
+    return sorted(studies_dir().glob("*.yaml"))
+
+
+def find_study(name: str) -> Path:
+    """A study by name (``keras-mxnet-laptop``) or by the path of its file."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    files = study_files()
+    names = {f.stem: f for f in files}
+    if name in names:
+        return names[name]
+    close = difflib.get_close_matches(name, list(names), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise StudyError(
+        "study",
+        "",
+        f"expected one of the studies {', '.join(names)} (kbench reproduce --list shows "
+        f"them) or a study file's path; received {name!r}.{hint}",
+    )
+
+
+def load_all() -> List[Study]:
+    return [load_study(f) for f in study_files()]
+
+
+def study_of_sweep(sweep_name: str) -> Optional[Study]:
+    """The study whose sweep file declares ``name: sweep_name``, if any; a study file
+    that does not load is skipped here (``kbench reproduce --list`` names its error)."""
+    import yaml
+
+    try:
+        files = study_files()
+    except StudyError:
+        return None
+    for path in files:
+        try:
+            study = load_study(path)
+            sweep_doc = yaml.safe_load(study.sweep_path().read_text())
+        except (StudyError, OSError, yaml.YAMLError):
+            continue
+        if isinstance(sweep_doc, dict) and sweep_doc.get("name") == sweep_name:
+            return study
+    return None
+
+
+# loading -------------------------------------------------------------------------
+
+
+def load_study(path: Path) -> Study:
+    import yaml
+
+    path = Path(path)
+    file = str(path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise StudyError(
+            file, "", f"expected a readable YAML file; {err.strerror or err}."
+        ) from err
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise StudyError(file, "", f"expected UTF-8 YAML; it does not parse: {err}") from err
+    return parse_study(document, file)
+
+
+def parse_study(document: Any, file: str) -> Study:
+    def fail(where: str, message: str) -> StudyError:
+        return StudyError(file, where, message)
+
+    top = _mapping(document, "", "a mapping with name, document, sweep, figures, claims", fail)
+    _known(top, TOP_KEYS, "", fail)
+    for key in ("name", "title", "document", "source", "sweep"):
+        _text(top.get(key), key, fail)
+    hardware = _text_mapping(top.get("hardware"), "hardware", fail)
+    versions = _text_mapping(top.get("versions"), "versions", fail)
+    reduced = _mapping(top.get("reduced"), "reduced", "a mapping with only and note", fail)
+    _known(reduced, ("only", "note"), "reduced.", fail)
+    only = _mapping(reduced.get("only"), "reduced.only", "a mapping setting -> [values]", fail)
+    for key, values in only.items():
+        if not isinstance(values, list) or not values:
+            raise fail(f"reduced.only.{key}", f"expected a non-empty list; received {values!r}.")
+    if only and not reduced.get("note"):
+        raise fail(
+            "reduced.note",
+            "expected a sentence saying how narrowing the runs changes "
+            "the question; received none.",
+        )
+
+    figures: Dict[str, PublishedFigure] = {}
+    for i, raw in enumerate(_list(top.get("figures"), "figures", fail)):
+        figure = _figure(raw, f"figures[{i}]", fail)
+        if figure.id in figures:
+            raise fail(f"figures[{i}].id", f"expected unique ids; {figure.id!r} is used twice.")
+        figures[figure.id] = figure
+    claims: List[Claim] = []
+    for i, raw in enumerate(_list(top.get("claims"), "claims", fail)):
+        claim = _claim(raw, f"claims[{i}]", figures, fail)
+        if any(c.id == claim.id for c in claims):
+            raise fail(f"claims[{i}].id", f"expected unique ids; {claim.id!r} is used twice.")
+        claims.append(claim)
+    plots = [
+        _plot(raw, f"plots[{i}]", figures, fail) for i, raw in enumerate(top.get("plots") or [])
+    ]
+    return Study(
+        name=top["name"],
+        title=top["title"],
+        document=top["document"],
+        source=top["source"],
+        hardware=hardware,
+        versions=versions,
+        sweep=top["sweep"],
+        figures=figures,
+        claims=claims,
+        file=file,
+        plots=plots,
+        reduced_only=dict(only),
+        reduced_note=reduced.get("note"),
+        note=top.get("note"),
+    )
+
+
+def _figure(raw: Any, where: str, fail) -> PublishedFigure:
+    data = _mapping(raw, where, "a mapping with id, value, units, provenance", fail)
+    _known(data, FIGURE_KEYS, where + ".", fail)
+    _text(data.get("id"), where + ".id", fail)
+    _text(
+        data.get("units"), where + ".units", fail, "the units exactly as published (img/sec, s, %)"
+    )
+    value = data.get("value")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise fail(
+            f"{where}.value",
+            f"expected a number or null; received {value!r}. Put text "
+            "as printed under as_published.",
+        )
+    if value is None and not data.get("as_published"):
+        raise fail(
+            f"{where}.as_published",
+            "expected the text as printed where value is null "
+            "(e.g. 'Out of Memory'); received none.",
+        )
+    read_off = data.get("read_off_plot", False)
+    if not isinstance(read_off, bool):
+        raise fail(f"{where}.read_off_plot", f"expected true or false; received {read_off!r}.")
+    precision = data.get("precision")
+    if read_off and not isinstance(precision, (int, float)):
+        raise fail(
+            f"{where}.precision",
+            "expected the precision a plot reading allows (a "
+            f"number in the figure's units) with read_off_plot: true; received {precision!r}.",
+        )
+    provenance = _mapping(data.get("provenance"), where + ".provenance", "a mapping", fail)
+    _known(provenance, PROVENANCE_KEYS, where + ".provenance.", fail)
+    if not any(provenance.get(k) for k in PROVENANCE_PLACES):
+        raise fail(
+            f"{where}.provenance",
+            "expected the place in the document: table, figure "
+            f"or section (with row, column or quote); received {provenance!r}.",
+        )
+    return PublishedFigure(
+        id=data["id"],
+        value=value,
+        units=data["units"],
+        provenance=Provenance(**{k: str(v) for k, v in provenance.items()}),
+        as_published=None if data.get("as_published") is None else str(data["as_published"]),
+        read_off_plot=read_off,
+        precision=precision,
+        at=_mapping(data.get("at"), where + ".at", "a mapping of kbench settings", fail),
+        note=data.get("note"),
+    )
+
+
+def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Claim:
+    data = _mapping(raw, where, "a mapping with id, kind, quote, metric", fail)
+    _known(data, CLAIM_KEYS, where + ".", fail)
+    for key in ("id", "statement", "quote"):
+        _text(data.get(key), f"{where}.{key}", fail)
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise fail(f"{where}.kind", f"expected one of {', '.join(KINDS)}; received {kind!r}.")
+    metric = data.get("metric", "scaling_efficiency" if kind == "efficiency_ordering" else None)
+    _text(metric, f"{where}.metric", fail, "a kbench metric name (kbench reproduce --help)")
+    if kind == "efficiency_ordering" and metric != "scaling_efficiency":
+        raise fail(
+            f"{where}.metric",
+            "an efficiency_ordering reads scaling_efficiency; drop "
+            f"metric or use kind: ordering. Received {metric!r}.",
+        )
+    for key in ("paper", "expected", "tolerance", "than"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise fail(f"{where}.{key}", f"expected a number; received {value!r}.")
+    named = data.get("figures") or []
+    if not isinstance(named, list):
+        raise fail(f"{where}.figures", f"expected a list of figure ids; received {named!r}.")
+    for j, figure_id in enumerate(named):
+        if figure_id not in figures:
+            raise fail(
+                f"{where}.figures[{j}]",
+                f"expected a figure id of this file; received "
+                f"{figure_id!r}.{_close(str(figure_id), list(figures))}",
+            )
+    where_ = _mapping(data.get("where"), where + ".where", "a mapping of settings", fail)
+    reduced_where = _mapping(data.get("reduced_where"), where + ".reduced_where", "a mapping", fail)
+    numerator = _mapping(data.get("numerator"), where + ".numerator", "a mapping", fail)
+    denominator = _mapping(data.get("denominator"), where + ".denominator", "a mapping", fail)
+    items = data.get("items") or []
+    if kind in ("ratio", "sign"):
+        if not numerator or not denominator:
+            raise fail(
+                f"{where}.numerator",
+                f"a {kind} claim needs numerator and denominator "
+                "selectors (settings, e.g. {backend: mxnet}); received "
+                f"{numerator!r} / {denominator!r}.",
+            )
+        if kind == "ratio":
+            if data.get("paper") is None and data.get("expected") is None:
+                raise fail(
+                    f"{where}.expected",
+                    "a ratio claim without the paper's ratio needs "
+                    "expected: the value checked (say where it comes from in note).",
+                )
+            if data.get("tolerance") is None:
+                raise fail(
+                    f"{where}.tolerance",
+                    "a ratio claim needs a tolerance (absolute, on the ratio); received none.",
+                )
+    else:
+        if not isinstance(items, list) or len(items) < 2:
+            raise fail(
+                f"{where}.items",
+                "an ordering needs two or more items (selectors, in "
+                f"the order the paper gives); received {items!r}.",
+            )
+        items = [
+            _mapping(item, f"{where}.items[{j}]", "a mapping", fail) for j, item in enumerate(items)
+        ]
+    if data.get("direction", "increasing") not in DIRECTIONS:
+        raise fail(
+            f"{where}.direction",
+            f"expected one of {', '.join(DIRECTIONS)}; received {data.get('direction')!r}.",
+        )
+    if data.get("expect", "greater") not in EXPECTS:
+        raise fail(
+            f"{where}.expect",
+            f"expected one of {', '.join(EXPECTS)}; received {data.get('expect')!r}.",
+        )
+    requires = data.get("requires") or []
+    for j, need in enumerate(requires if isinstance(requires, list) else [requires]):
+        if need not in REQUIREMENTS:
+            raise fail(
+                f"{where}.requires[{j}]",
+                f"expected one of {', '.join(REQUIREMENTS)}; received {need!r}.",
+            )
+    if data.get("doubt") and not data.get("instead"):
+        raise fail(
+            f"{where}.instead",
+            "a claim with a doubt needs instead: the sound measurement kbench checks in its place.",
+        )
+    return Claim(
+        id=data["id"],
+        kind=kind,
+        statement=data["statement"],
+        quote=data["quote"],
+        metric=metric,
+        paper=data.get("paper"),
+        figures=tuple(named),
+        where=where_,
+        numerator=numerator,
+        denominator=denominator,
+        items=tuple(items),
+        direction=data.get("direction", "increasing"),
+        expect=data.get("expect", "greater"),
+        than=float(data.get("than", 1.0)),
+        expected=data.get("expected"),
+        tolerance=data.get("tolerance"),
+        for_each=data.get("for_each"),
+        requires=tuple(requires if isinstance(requires, list) else [requires]),
+        reduced=data.get("reduced"),
+        reduced_where=reduced_where,
+        doubt=data.get("doubt"),
+        instead=data.get("instead"),
+        note=data.get("note"),
+    )
+
+
+def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> PaperPlot:
+    data = _mapping(raw, where, "a mapping with title, x, metric, figures", fail)
+    _known(data, PLOT_KEYS, where + ".", fail)
+    for key in ("title", "x", "metric"):
+        _text(data.get(key), f"{where}.{key}", fail)
+    series = data.get("series", "backend")
+    named = _list(data.get("figures"), where + ".figures", fail)
+    for j, figure_id in enumerate(named):
+        figure = figures.get(figure_id)
+        if figure is None:
+            raise fail(
+                f"{where}.figures[{j}]",
+                f"expected a figure id of this file; received "
+                f"{figure_id!r}.{_close(str(figure_id), list(figures))}",
+            )
+        if data["x"] not in figure.at or series not in figure.at:
+            raise fail(
+                f"{where}.figures[{j}]",
+                f"expected figure {figure_id!r} to say at: "
+                f"{{{series}: ..., {data['x']}: ...}}; it has {figure.at!r}.",
+            )
+    return PaperPlot(
+        title=data["title"],
+        x=data["x"],
+        metric=data["metric"],
+        figures=tuple(named),
+        where=_mapping(data.get("where"), where + ".where", "a mapping", fail),
+        series=series,
+    )
+
+
+# small checks --------------------------------------------------------------------
+
+
+def _mapping(value: Any, where: str, expected: str, fail) -> Dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise fail(where, f"expected {expected}; received {type(value).__name__} {value!r}.")
+    return value
+
+
+def _list(value: Any, where: str, fail) -> List[Any]:
+    if not isinstance(value, list) or not value:
+        raise fail(where, f"expected a non-empty list; received {value!r}.")
+    return value
+
+
+def _text(value: Any, where: str, fail, expected: str = "text") -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise fail(where, f"expected {expected}; received {value!r}.")
+
+
+def _text_mapping(value: Any, where: str, fail) -> Dict[str, str]:
+    data = _mapping(value, where, "a mapping of name -> text", fail)
+    if not data:
+        raise fail(where, "expected at least one entry, as the document gives it.")
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def _known(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fail) -> None:
+    for key in section:
+        if key not in allowed:
+            raise fail(
+                f"{prefix}{key}",
+                f"unknown key; expected one of: {', '.join(allowed)}.{_close(str(key), allowed)}",
+            )
+
+
+def _close(word: str, allowed: Sequence[str]) -> str:
+    match = difflib.get_close_matches(word, list(allowed), n=1)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+def _number(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,525 @@
+"""Published studies as data (studies/*.yaml), their claims as checks, kbench reproduce.
+
+The study files are checked against their sweeps; each kind of claim is evaluated on
+small result sets written into a real store with kbench's own writers (RunResult,
+ResultStore), for holds / does not hold / not measurable here; the CLI and the report
+read such a store. No framework runs here: `kbench reproduce STUDY --reduced` end to end
+takes minutes (see the README for the measured runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from kbench.cli.app import main
+from kbench.results.config import RunConfig
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore
+from kbench.studies import reproduce
+from kbench.views import claims, published
+from kbench.views.claims import FAILS, HOLDS, UNMEASURABLE
+
+STUDY_FILES = published.study_files()
+_ids = itertools.count()
+
+NO_GPU = {
+    "machine": {
+        "hostname": "here",
+        "gpu": {"available": False, "devices": [], "reason": "NVML: no driver"},
+    }
+}
+WITH_GPU = {
+    "machine": {"hostname": "here", "gpu": {"available": True, "devices": [{"index": 0}]}},
+    "framework": {"memory_options": {"gpus_visible": 1}},
+}
+
+
+def result(
+    backend: str,
+    repeat: int,
+    ips: Optional[float],
+    *,
+    sweep: str = "toy",
+    group: str = "g",
+    status: str = "ok",
+    reduced: bool = False,
+    synthetic: bool = False,
+    environment: Optional[Dict[str, Any]] = None,
+    metrics: Optional[Dict[str, Any]] = None,
+    sampler: Optional[Dict[str, Any]] = None,
+    **settings: Any,
+) -> RunResult:
+    """A result document as the runner writes one, its config built by RunConfig."""
+    settings = {"model": "mlp", "dataset": "synthetic", "batch_size": 32, **settings}
+    config = RunConfig.from_dict({"backend": backend, "repeat": repeat, **settings}).to_dict()
+    n = next(_ids)
+    return RunResult(
+        run_id=f"r{n:04d}",
+        status=status,
+        config=config,
+        started_at=f"2026-11-26T10:{n // 60:02d}:{n % 60:02d}Z",
+        wall_time_s=1.0,
+        environment=environment or NO_GPU,
+        data={"synthetic": synthetic},
+        metrics={"images_per_sec": ips, "memory": [], **(metrics or {})} if status == "ok" else {},
+        reason=None if status == "ok" else "it broke",
+        sampler=sampler,
+        sweep={
+            "name": sweep,
+            "file": "x.yaml",
+            "reduced": reduced,
+            "group": group,
+            "run_key": f"k{n}",
+        },
+    )
+
+
+def stored(tmp_path: Path, results: List[RunResult]) -> List[RunResult]:
+    """Write ``results`` into a store and read them back, as reproduce and report do."""
+    store = ResultStore(tmp_path / "store")
+    for r in results:
+        store.add(r)
+    return store.results(latest_only=True)
+
+
+def study(claim: Dict[str, Any], figures: Optional[List[Dict[str, Any]]] = None) -> published.Study:
+    document = {
+        "name": "toy",
+        "title": "A toy study",
+        "document": "toy.txt",
+        "source": "tests",
+        "hardware": {"gpu": "GTX 1060"},
+        "versions": {"mxnet": "1.4.0"},
+        "sweep": "sweeps/x.yaml",
+        "figures": figures
+        or [
+            {
+                "id": "f1",
+                "value": 0.71,
+                "units": "%",
+                "as_published": "71%",
+                "provenance": {"table": "Table 4", "row": "MLP", "column": "ratio"},
+            }
+        ],
+        "claims": [
+            {"id": "c", "statement": "s", "quote": "q", "metric": "images_per_sec", **claim}
+        ],
+    }
+    return published.parse_study(document, "toy.yaml")
+
+
+def outcome(study_: published.Study, results: List[RunResult]) -> claims.ClaimOutcome:
+    (found,) = claims.evaluate(study_, results)
+    return found
+
+
+RATIO = {
+    "kind": "ratio",
+    "paper": 0.71,
+    "tolerance": 0.15,
+    "figures": ["f1"],
+    "numerator": {"backend": "mxnet"},
+    "denominator": {"backend": "tensorflow"},
+}
+
+
+# the data files ------------------------------------------------------------------
+
+
+def test_there_is_a_study_file_per_seed_document():
+    documents = {published.load_study(p).document for p in STUDY_FILES}
+    assert documents == {
+        f"00{i}_{h}.txt"
+        for i, h in enumerate(
+            [
+                "7d69d32655156ec3",
+                "4e2b77e98b5e905e",
+                "96fbb6cf8d72fb30",
+                "9a8b24fde4561747",
+                "385fe6e9e41468ee",
+            ]
+        )
+    }
+
+
+@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda p: p.stem)
+def test_study_file_loads_and_fits_its_sweep(path):
+    found = published.load_study(path)
+    assert found.name == path.stem
+    assert found.figures and found.claims and found.hardware and found.versions
+    for figure in found.figures.values():
+        assert figure.units.strip()
+        assert figure.provenance.table or figure.provenance.figure or figure.provenance.section
+        assert figure.value is not None or figure.as_published
+        assert not figure.read_off_plot or figure.precision is not None
+    for claim in found.claims:
+        assert claim.quote.strip()
+        assert claim.kind != "ratio" or claim.target is not None
+        assert not claim.doubt or claim.instead
+    assert reproduce.check_study(found) == []
+
+
+def test_a_selector_the_sweep_lacks_is_named_with_the_fix(tmp_path):
+    good = STUDY_FILES[0]
+    text = good.read_text().replace("group: mlp-mnist", "group: mlp-mnistt", 1)
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "sweeps").symlink_to(good.parent.parent / "sweeps")
+    bad = tmp_path / "studies" / good.name
+    bad.write_text(text)
+    problems = reproduce.check_study(published.load_study(bad))
+    assert problems and "mlp-mnistt" in problems[0] and "Fix the selector" in problems[0]
+
+
+@pytest.mark.parametrize(
+    "change, where, words",
+    [
+        (
+            {"figures": [{"id": "f1", "value": 3, "units": "s", "provenance": {}}]},
+            "figures[0].provenance",
+            "table, figure or section",
+        ),
+        (
+            {"figures": [{"id": "f1", "value": 3, "provenance": {"table": "T1"}}]},
+            "figures[0].units",
+            "units exactly as published",
+        ),
+        (
+            {
+                "figures": [
+                    {
+                        "id": "f1",
+                        "value": 7800,
+                        "units": "img/s",
+                        "read_off_plot": True,
+                        "provenance": {"figure": "Fig 4.4"},
+                    }
+                ]
+            },
+            "figures[0].precision",
+            "precision",
+        ),
+        (
+            {
+                "claims": [
+                    {
+                        "id": "c",
+                        "kind": "ratio",
+                        "statement": "s",
+                        "quote": "q",
+                        "metric": "images_per_sec",
+                        "numerator": {"backend": "mxnet"},
+                        "denominator": {"backend": "tensorflow"},
+                        "tolerance": 0.1,
+                    }
+                ]
+            },
+            "claims[0].expected",
+            "without the paper's ratio",
+        ),
+        (
+            {
+                "claims": [
+                    {
+                        "id": "c",
+                        "kind": "sign",
+                        "statement": "s",
+                        "quote": "q",
+                        "metric": "images_per_sec",
+                        "numerator": {"backend": "mxnet"},
+                        "denominator": {"backend": "tensorflow"},
+                        "doubt": "unclear",
+                    }
+                ]
+            },
+            "claims[0].instead",
+            "sound measurement",
+        ),
+    ],
+)
+def test_errors_name_the_file_the_place_and_the_fix(change, where, words):
+    document = {
+        "name": "toy",
+        "title": "t",
+        "document": "d.txt",
+        "source": "s",
+        "hardware": {"gpu": "x"},
+        "versions": {"mxnet": "1"},
+        "sweep": "sweeps/x.yaml",
+        "figures": [{"id": "f1", "value": 1, "units": "s", "provenance": {"table": "T"}}],
+        "claims": [
+            {
+                "id": "c",
+                "kind": "sign",
+                "statement": "s",
+                "quote": "q",
+                "metric": "images_per_sec",
+                "numerator": {"backend": "a"},
+                "denominator": {"backend": "b"},
+            }
+        ],
+        **change,
+    }
+    with pytest.raises(published.StudyError) as caught:
+        published.parse_study(document, "toy.yaml")
+    assert caught.value.file == "toy.yaml" and caught.value.where == where
+    assert words in caught.value.message
+
+
+def test_studies_are_found_where_pip_installs_them(tmp_path, monkeypatch):
+    # pip install . copies studies/ and sweeps/ to <prefix>/share/kbench (setup.cfg
+    # data_files); KBENCH_STUDIES_DIR points at such a copy as the prefix lookup would.
+    share = tmp_path / "share" / "kbench"
+    for folder in ("studies", "sweeps"):
+        (share / folder).mkdir(parents=True)
+        for path in (STUDY_FILES[0].parent.parent / folder).glob("*.yaml"):
+            (share / folder / path.name).write_text(path.read_text())
+    monkeypatch.setenv(published.STUDIES_ENV, str(share / "studies"))
+    found = published.load_study(published.find_study("mxnet-pytorch-resnet"))
+    assert found.sweep_path() == share / "sweeps" / "mxnet_pytorch_resnet.yaml"
+    assert reproduce.check_study(found) == []
+    with pytest.raises(published.StudyError, match="Did you mean 'mxnet-pytorch-resnet'"):
+        published.find_study("mxnet-pytorch-resnt")
+
+
+# each kind of claim ---------------------------------------------------------------
+
+
+def test_ratio_holds_on_the_median_of_per_round_ratios(tmp_path):
+    # round 1 ran on a machine slowed twice over: the ratio is the same
+    runs = stored(
+        tmp_path,
+        [
+            result("mxnet", 0, 75),
+            result("tensorflow", 0, 100),
+            result("mxnet", 1, 36),
+            result("tensorflow", 1, 50),
+            result("mxnet", 2, 80),
+            result("tensorflow", 2, 100),
+        ],
+    )
+    found = outcome(study(RATIO), runs)
+    assert found.verdict == HOLDS, found.reason
+    assert "x0.75" in found.here and "within 0.15 of x0.71" in found.reason
+    assert "x0.71" in found.paper and "71% (Table 4" in found.paper
+
+
+def test_ratio_does_not_hold_outside_its_tolerance(tmp_path):
+    busy = {"quality": {"flags": ["busy: 90% of the cores used by other processes"]}}
+    runs = stored(tmp_path, [result("mxnet", 0, 120, metrics=busy), result("tensorflow", 0, 100)])
+    found = outcome(study(RATIO), runs)
+    assert found.verdict == FAILS
+    assert "x1.20 is outside 0.15 of x0.71" in found.reason
+    assert "1 run: no spread" in found.here
+    assert "[flagged: busy: 90% of the cores used by other processes" in found.here
+
+
+def test_runs_missing_or_failed_are_not_measurable(tmp_path):
+    runs = stored(
+        tmp_path, [result("mxnet", 0, None, status="failed"), result("tensorflow", 0, 100)]
+    )
+    found = outcome(study(RATIO), runs)
+    assert found.verdict == UNMEASURABLE
+    assert "runs missing" in found.reason and "1 failed" in found.reason
+    assert outcome(study(RATIO), []).verdict == UNMEASURABLE
+
+
+def test_sign_per_value_of_for_each(tmp_path):
+    claim = {
+        "kind": "sign",
+        "numerator": {"hybridize": True},
+        "denominator": {"hybridize": False},
+        "expect": "greater",
+        "for_each": "model",
+    }
+    gluon = {"backend": "mxnet-gluon", "dataset": "synthetic"}
+    fast = [
+        result(repeat=r, ips=ips, model="resnet20", hybridize=h, **gluon)
+        for r in (0, 1)
+        for h, ips in ((True, 200), (False, 100))
+    ]
+    slow = [
+        result(repeat=0, ips=ips, model="vgg16", hybridize=h, **gluon)
+        for h, ips in ((True, 90), (False, 100))
+    ]
+    held = outcome(study(claim), stored(tmp_path / "a", fast))
+    assert held.verdict == HOLDS and "model=resnet20" in held.here and "x2.00" in held.here
+    both = outcome(study(claim), stored(tmp_path / "b", fast + slow))
+    assert both.verdict == FAILS and "model=vgg16: x0.90 is not above x1" in both.reason
+
+
+def test_ordering_and_efficiency_ordering(tmp_path):
+    ordering = {
+        "kind": "ordering",
+        "items": [{"batch_size": 16}, {"batch_size": 32}],
+        "direction": "increasing",
+        "for_each": "backend",
+    }
+    runs = [
+        result("jax", 0, 10, batch_size=16),
+        result("jax", 0, 30, batch_size=32),
+        result("torch", 0, 20, batch_size=16),
+        result("torch", 0, 25, batch_size=32),
+    ]
+    assert outcome(study(ordering), stored(tmp_path / "a", runs)).verdict == HOLDS
+    runs.append(result("mxnet", 0, 40, batch_size=16))
+    runs.append(result("mxnet", 0, 30, batch_size=32))
+    found = outcome(study(ordering), stored(tmp_path / "b", runs))
+    assert found.verdict == FAILS and "backend=mxnet" in found.reason
+
+    efficiency = {
+        "kind": "efficiency_ordering",
+        "metric": "scaling_efficiency",
+        "items": [{"distributed": "tf-multiworker"}, {"distributed": "mxnet-sync"}],
+        "direction": "increasing",
+    }
+
+    def dist(backend, mode, eff):
+        return result(
+            backend,
+            0,
+            100,
+            distributed=mode,
+            workers=2,
+            metrics={"distributed": {"scaling": {"efficiency": eff}}},
+        )
+
+    ok = outcome(
+        study(efficiency),
+        stored(
+            tmp_path / "c",
+            [dist("tensorflow", "tf-multiworker", 0.5), dist("mxnet", "mxnet-sync", 0.8)],
+        ),
+    )
+    assert ok.verdict == HOLDS and "0.50" in ok.here and "0.80" in ok.here
+    bad = outcome(
+        study(efficiency),
+        stored(
+            tmp_path / "d",
+            [dist("tensorflow", "tf-multiworker", 0.9), dist("mxnet", "mxnet-sync", 0.8)],
+        ),
+    )
+    assert bad.verdict == FAILS
+
+
+def test_not_measurable_without_gpu_real_data_or_at_reduced_size(tmp_path):
+    pair = [result("mxnet", 0, 75), result("tensorflow", 0, 100)]
+    found = outcome(study({**RATIO, "requires": ["gpu"]}), stored(tmp_path / "a", pair))
+    assert found.verdict == UNMEASURABLE and found.reason.startswith("no GPU")
+    synthetic = [
+        result("mxnet", 0, 75, synthetic=True),
+        result("tensorflow", 0, 100, synthetic=True),
+    ]
+    found = outcome(study({**RATIO, "requires": ["real_data"]}), stored(tmp_path / "b", synthetic))
+    assert found.verdict == UNMEASURABLE and "data not available offline" in found.reason
+    small = [result("mxnet", 0, 75, reduced=True), result("tensorflow", 0, 100, reduced=True)]
+    found = outcome(
+        study({**RATIO, "reduced": "64x64 images are not the question"}),
+        stored(tmp_path / "c", small),
+    )
+    assert found.verdict == UNMEASURABLE and "reduced size changes the question" in found.reason
+    assert "x0.75" in found.here  # the numbers are still shown
+
+
+def test_a_doubtful_measurement_is_checked_the_sound_way_on_a_gpu(tmp_path):
+    claim = {
+        "kind": "ratio",
+        "expected": 0.05,
+        "tolerance": 0.05,
+        "requires": ["gpu"],
+        "metric": "gpu_kernel_time_percent",
+        "numerator": {"backend": "mxnet"},
+        "denominator": {"backend": "tensorflow"},
+        "doubt": "read how?",
+        "instead": "NVML kernel-time fractions",
+    }
+
+    def busy(percent):
+        return {"summary": {"measured": {"gpu0_kernel_time_percent": {"mean": percent}}}}
+
+    runs = [
+        result("mxnet", 0, 80, environment=WITH_GPU, sampler=busy(70)),
+        result("tensorflow", 0, 100, environment=WITH_GPU, sampler=busy(88)),
+    ]
+    found = outcome(study(claim), stored(tmp_path, runs))
+    assert found.verdict == FAILS and "x0.80" in found.here
+    text = claims.claims_text(study(claim), [found])
+    assert "doubt:        read how?" in text and "checked:      NVML" in text
+
+
+# the command and the report --------------------------------------------------------
+
+
+def run_main(args: List[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(args)
+    assert code == 0, out.getvalue()
+    return out.getvalue()
+
+
+def test_reproduce_list_shows_every_study_and_claim():
+    text = run_main(["reproduce", "--list"])
+    for path in STUDY_FILES:
+        found = published.load_study(path)
+        assert found.name in text and found.sweep in text
+        for claim in found.claims:
+            assert claim.id in text
+
+
+def laptop_store(tmp_path: Path) -> Path:
+    runs = []
+    for repeat in (0, 1):
+        for batch, mx, tf in ((16, 10, 12), (32, 30, 40)):
+            for backend, ips in (("mxnet", mx), ("tensorflow", tf)):
+                runs.append(
+                    result(
+                        backend,
+                        repeat,
+                        ips + repeat,
+                        sweep="keras-mxnet-laptop",
+                        group="resnet50-synthetic",
+                        model="resnet50",
+                        batch_size=batch,
+                        input_shape=[64, 64, 3],
+                        num_classes=1000,
+                        reduced=True,
+                    )
+                )
+    store = ResultStore(tmp_path / "laptop")
+    for r in runs:
+        store.add(r)
+    return store.directory
+
+
+def test_reproduce_no_run_prints_verdicts_from_the_store(tmp_path):
+    store = laptop_store(tmp_path)
+    text = run_main(
+        ["reproduce", "keras-mxnet-laptop", "--reduced", "--no-run", "--store", str(store)]
+    )
+    assert "[HOLDS] smaller-batches-slower" in text
+    assert "[NOT MEASURABLE HERE] resnet50-b32-gpu-ratio" in text and "no GPU" in text
+    assert "[NOT MEASURABLE HERE] mlp-cpu-mxnet-slower" in text and "runs missing" in text
+    assert "Intel Core i7-8750H" in text  # the paper's machine, for context
+    assert "| smaller-batches-slower |" in (store / "claims.md").read_text()
+
+
+def test_report_of_a_study_store_has_paper_vs_this_machine(tmp_path):
+    from kbench.views.report import write_report
+
+    store = laptop_store(tmp_path)
+    results = ResultStore(store).results(latest_only=True)
+    summary = write_report(results, tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert 'id="paper"' in page and "Paper vs this machine" in page
+    assert "smaller-batches-slower" in page and "GTX 1060" in page
+    assert (
+        "Paper vs this machine: ResNet-50, synthetic data - img/s against batch size (Table 5)"
+        in summary.figures
+    )
+    assert any("ResNet on CIFAR-10" in s and "no finished run" in s for s in summary.skipped)
