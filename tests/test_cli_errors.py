@@ -37,6 +37,19 @@ def run_cli(capsys, args):
         ),
         (["--backend", "jax", "--timeout", "0"], "--timeout: expected a positive number"),
         ([], "the following arguments are required: --backend"),
+        (
+            ["--backend", "jax", "--repeats", "8", "--ratio-precision", "0.05"],
+            "--ratio-precision: expected at least two backends to compare; received jax",
+        ),
+        (
+            ["--backend", "jax,torch", "--repeats", "3", "--ratio-precision", "0.05"],
+            "--ratio-precision: expected --repeats of at least 6",
+        ),
+        (["--backend", "jax,torch", "--ratio-precision", "1.5"], "below 1, for example 0.02"),
+        (
+            ["--backend", "jax,torch", "--ratio-budget", "60"],
+            "--ratio-budget: expected it only with --ratio-precision",
+        ),
     ],
 )
 def test_bad_flags(capsys, tmp_path, args, expected):

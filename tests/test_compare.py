@@ -1,5 +1,7 @@
 """Comparison maths: medians over repeats, per-round ratios, failures kept visible."""
 
+import pytest
+
 from kbench.results.result import RunResult
 from kbench.views.compare import compare
 from kbench.views.tables import comparison_tables
@@ -49,3 +51,16 @@ def test_different_settings_are_different_groups():
     groups = compare([result("a", 0, 1, batch=32), result("a", 0, 1, batch=64)])
     assert [g.batch_size for g in groups] == [32, 64]
     assert groups[0].title == "mlp on synthetic (synthetic data), batch 32"
+
+
+def test_ratio_precision_needs_six_rounds_then_reads_the_widest_interval():
+    from kbench.views.compare import widest_ratio_half_width
+
+    rounds = [(100, 200), (100, 210), (100, 190), (100, 205), (100, 195)]
+    results = [result(b, i, ips) for i, pair in enumerate(rounds) for b, ips in zip("ab", pair)]
+    assert widest_ratio_half_width(results) is None  # 5 rounds: no 95% interval yet
+    results += [result("a", 5, 100), result("b", 5, 200)]
+    # six rounds: the interval is the whole range, 1.90-2.10 around the median 2.00
+    assert widest_ratio_half_width(results) == pytest.approx(0.05)
+    results += [result("c", i, 100 * (1 + i)) for i in range(6)]  # a wildly varying third
+    assert widest_ratio_half_width(results) > 0.5

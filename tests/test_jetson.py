@@ -14,6 +14,7 @@ from kbench.measure import jetson
 from kbench.measure.jetson import JetsonSource
 from kbench.measure.sampler import ROOT_VARIABLE, Sampler, summarize
 from kbench.measure.source import SourceUnavailable
+from kbench.run.metrics import measured_energy
 
 
 class Clock:
@@ -62,6 +63,13 @@ def test_board_energy_is_the_power_integrated_over_the_samples(tmp_path):
     stats = summarize(series, {"run": (100.0, 103.0)})["run"]
     assert stats["board_energy_j"]["increase"] == pytest.approx(expected)
     assert stats["board_power_w"]["integral_j"] == pytest.approx(expected)
+    # the run's energy is the board's (no rail feeds the Orin's GPU alone): not unknown
+    loaded = dict(series, gpu0_load_percent=[10.0, 20.0, 30.0])
+    summary = summarize(loaded, {"measured": (100.0, 103.0)})
+    energy = measured_energy(summary, 600)
+    assert energy["available"] and energy["method"] == "board_power_integral"
+    assert energy["measured_j"] == pytest.approx(expected)
+    assert energy["images_per_joule"] == pytest.approx(600 / expected)
 
 
 def test_nano_on_jetpack4_reads_the_iio_rails_and_its_gpu_rail(tmp_path):

@@ -251,3 +251,44 @@ def test_kbench_ops_times_each_operation_until_its_interval(tmp_path):
     (entry,) = completed.results()[0].metrics["ops"]
     assert entry["precision"]["stopped"] == PRECISION_REACHED
     assert entry["n"] == entry["precision"]["measured_steps"] < 5000
+
+
+# ------------------------------------------- --ratio-precision: rounds until ratios settle
+
+
+def _run(backend, repeat, ips):
+    from kbench.results.result import RunResult
+
+    return RunResult(
+        run_id=f"{backend}{repeat}", status="ok", started_at="t", wall_time_s=1.0,
+        config={"backend": backend, "model": "mlp", "dataset": "synthetic", "batch_size": 32,
+                "repeat": repeat, "mode": "train"},
+        environment={}, data={"synthetic": True}, metrics={"images_per_sec": ips},
+    )  # fmt: skip
+
+
+def test_rounds_stop_once_every_ratio_is_within_the_target():
+    from kbench.cli.run_commands import ratio_stop
+
+    stop = ratio_stop(0.10, None, None)
+    steady = [_run(b, i, ips) for i in range(6) for b, ips in (("a", 100), ("b", 200 + i))]
+    assert stop(steady[:10]) is None  # five rounds: no 95% interval yet
+    assert stop(steady).startswith("ratio precision reached")
+    noisy = [_run(b, i, ips) for i in range(6) for b, ips in (("a", 100), ("b", 100 + 60 * i))]
+    assert stop(noisy) is None  # the ratios spread over 1.0-4.0: go on
+
+
+@pytest.mark.slow
+def test_a_spent_ratio_budget_stops_the_rounds(tmp_path):
+    require_backends("torch-native", "mxnet-gluon")
+    store = tmp_path / "store"
+    done = run_kbench(
+        ["run", "-b", "torch-native,mxnet-gluon", "-m", "mlp", "--dataset", "synthetic",
+         "--steps", "2", "--warmup-steps", "1", "--train-samples", "128", "--test-samples",
+         "32", "--repeats", "8", "--ratio-precision", "0.01", "--ratio-budget", "0.5",
+         "--output-dir", str(store)],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    assert len(done.results()) == 2  # one round of eight
+    assert "rounds: 1 of at most 8: --ratio-budget 0.5 s spent" in done.stdout

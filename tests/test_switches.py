@@ -143,8 +143,8 @@ def test_asking_mxnet_for_gpus_it_does_not_see_fails_the_run_and_says_how_to_fix
     assert keras_mxnet.error["type"] == "NoGpu"
     assert keras_mxnet.error["message"].startswith(
         "--mxnet-gpus 2: expected 2 GPU(s) visible to MXNet; received 0. This MXNet 1.9.1 is "
-        "a CPU build: install its CUDA build (delete envs/mxnet, then KBENCH_GPU=1 "
-        "scripts/setup_envs.sh mxnet)"
+        "a CPU build: install its CUDA build (KBENCH_GPU=1 scripts/setup_envs.sh mxnet "
+        "rebuilds envs/mxnet)"
     )
     assert keras_mxnet.error["message"].endswith(
         "or drop --mxnet-gpus to train on mxnet's default device."

@@ -69,7 +69,7 @@ class MXNetFramework:
         else:
             fix = (
                 f"This MXNet {mx.__version__} is a CPU build: install its CUDA build "
-                "(delete envs/mxnet, then KBENCH_GPU=1 scripts/setup_envs.sh mxnet) on a "
+                "(KBENCH_GPU=1 scripts/setup_envs.sh mxnet rebuilds envs/mxnet) on a "
                 "machine with GPUs"
             )
         raise NoGpu(

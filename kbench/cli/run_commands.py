@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from kbench import __version__
 from kbench.backends import BACKENDS
@@ -20,8 +21,10 @@ from kbench.cli.arguments import (
     add_precision_arguments,
     add_quality_arguments,
     add_switch_arguments,
+    budget,
     comma_list,
     finite,
+    precision,
     shape,
 )
 from kbench.cli.before_runs import look_before_runs
@@ -39,7 +42,7 @@ from kbench.results.config import (
 from kbench.results.result import RunResult
 from kbench.run import environments
 from kbench.run.runner import Runner
-from kbench.views import tables
+from kbench.views import compare, tables
 from kbench.views.names import model_label
 from kbench_models import MODELS
 
@@ -171,6 +174,22 @@ def add_commands(commands) -> None:
         "--baseline",
         metavar="BACKEND",
         help="the backend ratios are against (default: the first in --backend)",
+    )
+    run.add_argument(
+        "--ratio-precision",
+        type=precision,
+        metavar="P",
+        help="with --repeats N and several backends: stop adding rounds once every "
+        "backend's per-round speed ratio to the baseline has a 95%% interval within +-P of "
+        "its median (order statistics: from 6 rounds on), e.g. 0.05; N is then the most "
+        "rounds (default: off, every round runs)",
+    )
+    run.add_argument(
+        "--ratio-budget",
+        type=budget,
+        dest="ratio_budget_s",
+        metavar="SECONDS",
+        help="with --ratio-precision: start no round after this many seconds (default: none)",
     )
     add_memory_arguments(run)
     add_switch_arguments(run)
@@ -319,9 +338,41 @@ def execute(
     busy_threshold: float = quality.BUSY_THRESHOLD,
     wait_quiet_s: float = 0.0,
 ) -> List[RunResult]:
-    look_before_runs(output_dir, len(configs), busy_threshold, wait_quiet_s, "kbench run")
+    return execute_rounds([configs], output_dir, busy_threshold, wait_quiet_s)[0]
+
+
+def execute_rounds(
+    rounds: List[List[RunConfig]],
+    output_dir: Path,
+    busy_threshold: float = quality.BUSY_THRESHOLD,
+    wait_quiet_s: float = 0.0,
+    stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
+) -> Tuple[List[RunResult], Optional[str]]:
+    count = sum(len(r) for r in rounds)
+    look_before_runs(output_dir, count, busy_threshold, wait_quiet_s, "kbench run")
     runner = Runner(output_dir=output_dir, on_progress=show_progress, busy_threshold=busy_threshold)
-    return runner.run_all(configs)
+    return runner.run_rounds(rounds, stop)
+
+
+def ratio_stop(
+    target: float, budget_s: Optional[float], baseline: Optional[str]
+) -> Callable[[List[RunResult]], Optional[str]]:
+    """``--ratio-precision``: after a round, the reason to run no more, or None."""
+    started = time.monotonic()
+
+    def stop(results: List[RunResult]) -> Optional[str]:
+        widest = compare.widest_ratio_half_width(results, baseline)
+        if widest is not None and widest <= target:
+            return (
+                f"ratio precision reached: every per-round ratio's 95% interval within "
+                f"+-{widest:.1%} of its median (target +-{target:.1%})"
+            )
+        if budget_s is not None and time.monotonic() - started >= budget_s:
+            where = "not yet measurable" if widest is None else f"+-{widest:.1%}"
+            return f"--ratio-budget {budget_s:g} s spent; widest ratio interval {where}"
+        return None
+
+    return stop
 
 
 def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] = None) -> int:
@@ -360,14 +411,43 @@ def command_run(args: argparse.Namespace) -> int:
         target_precision=args.target_precision, time_budget_s=args.time_budget_s,
     )  # fmt: skip
     # Round by round, so that drift of the machine hits every backend alike.
-    configs = [
-        RunConfig(backend=backend, model=model, repeat=repeat, **shared)
+    rounds = [
+        [
+            RunConfig(backend=backend, model=model, repeat=repeat, **shared)
+            for model in args.model
+            for backend in args.backend
+        ]
         for repeat in range(args.repeats)
-        for model in args.model
-        for backend in args.backend
     ]
-    results = execute(configs, args.output_dir, args.busy_threshold, args.wait_quiet)
-    return report(results, args.output_dir, args.baseline)
+    stop = None
+    if args.ratio_precision is not None:
+        check_ratio_precision(args)
+        stop = ratio_stop(args.ratio_precision, args.ratio_budget_s, args.baseline)
+    elif args.ratio_budget_s is not None:
+        raise ConfigError("ratio_budget", "expected it only with --ratio-precision.")
+    results, stopped = execute_rounds(
+        rounds, args.output_dir, args.busy_threshold, args.wait_quiet, stop
+    )
+    code = report(results, args.output_dir, args.baseline)
+    if stop is not None:
+        ran = len({r.config.get("repeat", 0) for r in results})
+        print(f"rounds: {ran} of at most {args.repeats}: {stopped or 'every round ran'}")
+    return code
+
+
+def check_ratio_precision(args: argparse.Namespace) -> None:
+    if len(args.backend) < 2:
+        raise ConfigError(
+            "ratio_precision",
+            f"expected at least two backends to compare; received {', '.join(args.backend)}. "
+            "For one backend's own precision use --target-precision.",
+        )
+    if args.repeats < 6:
+        raise ConfigError(
+            "ratio_precision",
+            f"expected --repeats of at least 6 (the most rounds to run: a 95% interval on a "
+            f"median needs 6); received --repeats {args.repeats}.",
+        )
 
 
 def command_max_batch(args: argparse.Namespace) -> int:

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import psutil
+
 from kbench.exec import instrument
 from kbench.exec.config import PYTHON_NAMES, ExecConfig
 from kbench.measure.keras_events import EVENTS_VARIABLE
@@ -61,10 +63,12 @@ def thread_variables(threads: int) -> Dict[str, str]:
 
 
 def cores(threads: int) -> Optional[List[int]]:
-    """The first ``threads`` cores this process may use, when fewer than all."""
-    if not hasattr(os, "sched_getaffinity"):
+    """The first ``threads`` cores this process may use, when fewer than all (None on
+    a system without CPU affinity, macOS: the script runs unpinned)."""
+    process = psutil.Process()
+    if not hasattr(process, "cpu_affinity"):
         return None
-    available = sorted(os.sched_getaffinity(0))
+    available = sorted(process.cpu_affinity())
     return available[:threads] if threads < len(available) else None
 
 

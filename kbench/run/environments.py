@@ -45,7 +45,8 @@ def envs_dir() -> Path:
 
 
 def override_variable(backend: str) -> str:
-    return f"KBENCH_PYTHON_{backend.upper()}"
+    """``KBENCH_PYTHON_MXNET_GLUON`` for mxnet-gluon: a name every shell can set."""
+    return f"KBENCH_PYTHON_{backend.upper().replace('-', '_')}"
 
 
 def interpreter_for(backend: str) -> Path:

@@ -96,7 +96,10 @@ def measured_energy(
     Per GPU the worker used: its energy counter's increase (``method: counter``), else
     its sampled power integrated over the window (``power_integral``, boards without a
     counter); a GPU with neither makes the energy unknown with the reason, never 0.
-    Intel RAPL adds the CPU package's counter where the kernel exposes it.
+    Intel RAPL adds the CPU package's counter where the kernel exposes it. A board that
+    measures its own input power (a Jetson's INA3221 input rail, ``board_energy_j``)
+    gives the whole board's energy instead, GPU and CPU together (``method:
+    board_power_integral``): the GPU's share of it is not known apart.
     """
     measured = summary.get("measured", {})
     devices: Dict[str, Dict[str, Any]] = {}
@@ -116,8 +119,13 @@ def measured_energy(
                 "neither an energy counter nor at least two power readings around the "
                 "measured window"
             )
+    board = measured.get("board_energy_j") or {}
+    if board.get("increase") is not None:
+        devices = {"board": {"joules": board["increase"], "method": "board_power_integral",
+                             "covered_fraction": board.get("covered_fraction")}}  # fmt: skip
+        missing = {}  # the board's energy holds its GPU's
     rapl = measured.get("rapl_energy_j") or {}
-    if rapl.get("increase") is not None:
+    if rapl.get("increase") is not None and "board" not in devices:
         devices["cpu_package"] = {"joules": rapl["increase"], "method": "counter (Intel RAPL)"}
     if missing:
         return {

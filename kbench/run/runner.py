@@ -102,14 +102,30 @@ class Runner:
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
-        results = []
+        return self.run_rounds([configs])[0]
+
+    def run_rounds(
+        self,
+        rounds: Sequence[Sequence[RunConfig]],
+        stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
+    ) -> Tuple[List[RunResult], Optional[str]]:
+        """Run the rounds in turn; after each, ``stop(results so far)`` may end them early
+        by giving its reason (returned beside the results; None: every round ran)."""
+        configs = [config for round_configs in rounds for config in round_configs]
+        results: List[RunResult] = []
+        index = 0
         with self.session(configs) as session:
-            for index, config in enumerate(configs, start=1):
-                log.info("[%d/%d] %s: starting", index, len(configs), config.label())
-                result = session.run(config)
-                results.append(result)
-                log.info("[%d/%d] %s", index, len(configs), summary_line(result))
-        return results
+            for round_configs in rounds:
+                for config in round_configs:
+                    index += 1
+                    log.info("[%d/%d] %s: starting", index, len(configs), config.label())
+                    result = session.run(config)
+                    results.append(result)
+                    log.info("[%d/%d] %s", index, len(configs), summary_line(result))
+                reason = stop(results) if stop is not None else None
+                if reason is not None and index < len(configs):
+                    return results, reason
+        return results, None
 
     @contextlib.contextmanager
     def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:

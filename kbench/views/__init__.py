@@ -3,5 +3,5 @@ HTML report, for model runs and for the distributed, ops and profiling pipelines
 Views read result documents only; they start no run.
 
 May import: kbench.results, kbench.backends, kbench.distributed, kbench.ops,
-kbench.profiling.
+kbench.profiling, kbench.measure (statistics).
 """

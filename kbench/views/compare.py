@@ -84,7 +84,7 @@ class BackendRow:
 class ComparisonGroup:
     model: str
     dataset: str
-    batch_size: int
+    batch_size: Optional[int]  # None: kbench exec, the script's own
     mode: str
     synthetic: bool
     baseline: str
@@ -96,6 +96,8 @@ class ComparisonGroup:
         dataset = dataset_label(self.dataset)
         data = f"{dataset} (synthetic data)" if self.synthetic else dataset
         mode = ", inference" if self.mode == "inference" else ""
+        if self.batch_size is None:  # kbench exec: data and batch are the script's
+            return f"{model_label(self.model)} on {data} data and batch{mode}"
         return f"{model_label(self.model)} on {data}, batch {self.batch_size}{mode}"
 
 
@@ -194,6 +196,25 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
             )
         )
     return out
+
+
+def widest_ratio_half_width(
+    results: Sequence[RunResult], baseline: Optional[str] = None, level: float = 0.95
+) -> Optional[float]:
+    """The widest half-width, relative to its median, of the per-round ratios' intervals
+    over every compared backend and group (``--ratio-precision``); None while any ratio
+    has fewer rounds than its interval needs to reach ``level`` (6 for 95%) or none."""
+    widest = None
+    for group in compare(results, baseline):
+        for row in group.rows:
+            if row.backend == group.baseline:
+                continue
+            interval = row.ratio_interval
+            if interval is None or interval.coverage < level or interval.median <= 0:
+                return None
+            half = max(interval.median - interval.low, interval.high - interval.median)
+            widest = max(widest or 0.0, half / interval.median)
+    return widest
 
 
 def quality_flags(runs: Sequence[RunResult]) -> List[str]:

@@ -152,7 +152,7 @@ def ops_tables(results: Sequence[RunResult]) -> List[Table]:
     first = next(iter(cols.values()))
     config = first.config
     time_notes = [
-        f"median time per call, in brackets p10-p90 over {config.get('repeats')} timed calls "
+        f"median time per call, in brackets p10-p90 over {timed_calls(config)} timed calls "
         f"after {config.get('warmup')} warmup calls, each ending when the device is done; "
         f"dtype {config.get('dtype')}",
         "check: every backend's output against a float64 numpy reference of the same inputs, "
@@ -272,3 +272,11 @@ def ops_figures(results: Sequence[RunResult]) -> List[Tuple[str, bytes]]:
         figure.savefig(buffer, format="png")
         figures.append((title, buffer.getvalue()))
     return figures
+
+
+def timed_calls(config) -> str:
+    """How many calls each operation was timed for: --repeats, or up to it under a
+    --target-precision (then each entry's own count is in its precision record)."""
+    if config.get("target_precision"):
+        return f"up to {config.get('repeats')} (until ±{config['target_precision']:.0%})"
+    return str(config.get("repeats"))

@@ -11,9 +11,10 @@ whose interval holds 1 reads "no clear difference"; one run has no spread at all
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
+
+from kbench.measure import stats
 
 LEVEL = 0.95
 
@@ -44,25 +45,13 @@ class RatioInterval:
         return f"{ratio} ({detail})" if self.clear else f"no clear difference ({ratio}, {detail})"
 
 
-def _binomial_below(j: int, n: int) -> float:
-    """P(Binomial(n, 1/2) < j)."""
-    return sum(math.comb(n, k) for k in range(j)) / 2**n
-
-
 def median_interval(values: Sequence[float], level: float = LEVEL) -> Optional[RatioInterval]:
-    """The order-statistics interval on the median of ``values``; None for no values."""
-    ordered = sorted(values)
-    n = len(ordered)
-    if not n:
+    """The order-statistics interval on the median of ``values`` (the one
+    :func:`kbench.measure.stats.median_interval` computes for step times); None for no
+    values."""
+    interval = stats.median_interval(values, level)
+    if interval is None:
         return None
-    middle = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
-    if n == 1:
-        return RatioInterval(middle, middle, middle, 0.0, 1)
-    best = 1
-    for j in range(1, n // 2 + 1):
-        if 1 - 2 * _binomial_below(j, n) >= level:
-            best = j
-        else:
-            break
-    coverage = 1 - 2 * _binomial_below(best, n)
-    return RatioInterval(middle, ordered[best - 1], ordered[n - best], coverage, n)
+    return RatioInterval(
+        interval.median, interval.low, interval.high, interval.coverage, interval.n
+    )

@@ -327,7 +327,8 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
 
 QUALITY_NOTE = (
     "[...]: measured while the machine was busy (other processes' share of the cores the "
-    "run was given, above --busy-threshold), its clock was held down, or on battery: "
+    "run was given, above --busy-threshold), other processes shared its GPU, its clock "
+    "was held down, or on battery: "
     "those numbers understate what the machine does when quiet"
 )
 
@@ -345,7 +346,9 @@ def setting_cell(value) -> str:
     if value is None:
         return "default"
     if isinstance(value, (list, tuple)):
-        return "x".join(map(str, value))
+        if all(isinstance(v, int) for v in value):  # a shape: 28x28x1
+            return "x".join(map(str, value))
+        return " ".join(map(str, value))  # a command line (kbench exec)
     return str(value)
 
 

@@ -6,6 +6,7 @@ usage: python library_use.py STORE
 """
 
 import sys
+import time
 
 # Throughput first: importing it imports Keras, with keras-mxnet's collections.Iterable
 # shim where Keras 2.2.4 on Python 3.10+ needs it (a plain `import keras` fails there).
@@ -33,6 +34,7 @@ model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=
 speed = Throughput(warmup_steps=2, batch_size=16, samples=128)
 with kbench.measure.sample(interval_s=0.05) as sampling:
     model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[speed])
+    time.sleep(0.3)  # the script's own work after fit: the sampler keeps reading (every 0.05 s)
 summary = speed.summary()
 print("img/s", summary["images_per_sec"])
 print("readings", len(sampling.series["t"]))
