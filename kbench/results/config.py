@@ -68,6 +68,17 @@ def file_safe(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "-", short_name(model)).strip("-")
 
 
+class FileError(ValueError):
+    """A file kbench reads settings from (a sweep, a study) that it cannot use;
+    ``where`` is the place in the file (``runs[2].model``), "" for the whole file."""
+
+    def __init__(self, file: str, where: str, message: str) -> None:
+        super().__init__(f"{file}: {where}: {message}" if where else f"{file}: {message}")
+        self.file = file
+        self.where = where
+        self.message = message
+
+
 class ConfigError(ValueError):
     """A setting has a value kbench cannot run with; the message says how to fix it.
 

@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from kbench.backends import BACKENDS
 from kbench.datasets.folder import FOLDER_PREFIX
 from kbench.datasets.npz import NPZ_PREFIX
-from kbench.results.config import REQUIRED, ConfigError, RunConfig
+from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig
 from kbench.results.result import RunResult
 from kbench_models import MODELS
 from kbench_models.user import is_reference
@@ -62,14 +62,8 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_RUNS = 10_000
 
 
-class SweepError(ValueError):
+class SweepError(FileError):
     """A sweep file kbench cannot run; ``where`` is the place in the file."""
-
-    def __init__(self, file: str, where: str, message: str) -> None:
-        super().__init__(f"{file}: {where}: {message}" if where else f"{file}: {message}")
-        self.file = file
-        self.where = where
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from kbench.results.config import FileError
+
 KINDS = ("ratio", "sign", "ordering", "efficiency_ordering")
 REQUIREMENTS = {
     "gpu": "no GPU: the paper measured on one and these runs had none",
@@ -99,14 +101,8 @@ SIDE_KEYS_EXTRA = ("metric",)  # a side of a ratio may read another metric than 
 STUDIES_ENV = "KBENCH_STUDIES_DIR"
 
 
-class StudyError(ValueError):
+class StudyError(FileError):
     """A study file kbench cannot use; ``where`` is the place in the file."""
-
-    def __init__(self, file: str, where: str, message: str) -> None:
-        super().__init__(f"{file}: {where}: {message}" if where else f"{file}: {message}")
-        self.file = file
-        self.where = where
-        self.message = message
 
 
 @dataclass(frozen=True)
