@@ -69,7 +69,9 @@ def shape(text: str):
         ) from None
 
 
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+def add_output_arguments(parser: argparse.ArgumentParser, process: str = "worker") -> None:
+    """Where results go and how each run's ``process`` (the worker; kbench exec: the
+    script's process tree) is run, timed out, sampled and shown devices."""
     parser.add_argument(
         "--output-dir",
         type=Path,
@@ -84,7 +86,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
         default=1800.0,
         dest="timeout_s",
         metavar="SECONDS",
-        help="stop a run that takes longer and record it as 'timeout' (default: 1800)",
+        help=f"stop a run's {process} past this and record it as 'timeout' (default: 1800)",
     )
     parser.add_argument(
         "--sample-interval",
@@ -92,14 +94,14 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.2,
         dest="sample_interval_s",
         metavar="SECONDS",
-        help="how often the sampler reads the worker's CPU, memory and GPUs (NVML); "
+        help=f"how often the sampler reads the {process}'s CPU, memory and GPUs (NVML); "
         "0 turns it off (default: 0.2)",
     )
     parser.add_argument(
         "--device",
         default="auto",
-        help="auto: whatever the framework picks; cpu: hide every GPU from the worker; "
-        "gpu: fail unless the framework sees one (default: auto)",
+        help=f"auto: whatever the framework picks; cpu: hide every GPU from the {process}; "
+        "gpu: fail unless there is one (default: auto)",
     )
 
 

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
-from kbench.cli.arguments import (
-    add_memory_arguments,
-    add_threads_argument,
-    comma_list,
-    finite,
-)
+from kbench.cli.arguments import add_memory_arguments, add_output_arguments, comma_list
 from kbench.cli.progress import show_progress
 from kbench.exec.config import EXEC_BACKENDS, ExecConfig
 from kbench.exec.runner import ExecRunner
@@ -75,23 +69,8 @@ def add_command(commands) -> None:
         default=1,
         help="run each backend N times, rounds interleaved (default: 1)",
     )
-    add_threads_argument(parser)
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help="auto: whatever the framework picks; cpu: hide every GPU from the script "
-        "(CUDA_VISIBLE_DEVICES='', JAX_PLATFORMS=cpu); gpu: refuse to start unless this "
-        "machine has an NVIDIA GPU (default: auto)",
-    )
+    add_output_arguments(parser, process="script's process tree")
     add_memory_arguments(parser)
-    parser.add_argument(
-        "--timeout",
-        type=finite,
-        default=1800.0,
-        dest="timeout_s",
-        metavar="SECONDS",
-        help="stop a run's whole process tree past this and record it as 'timeout' (default: 1800)",
-    )
     parser.add_argument(
         "--warmup-steps",
         type=int,
@@ -104,20 +83,6 @@ def add_command(commands) -> None:
         action="store_false",
         help="do not wrap Keras in the script: process figures (CPU, memory, GPU, wall "
         "time, exit code) only",
-    )
-    parser.add_argument(
-        "--sample-interval",
-        type=finite,
-        default=0.2,
-        dest="sample_interval_s",
-        metavar="SECONDS",
-        help="how often the sampler reads the process tree; 0 turns it off (default: 0.2)",
-    )
-    parser.add_argument(
-        "--output-dir",
-        type=Path,
-        default=Path("results"),
-        help="the results store (default: ./results)",
     )
     parser.add_argument(
         "--name",

@@ -17,21 +17,18 @@ writer lock is held while writing, as every kbench writer does.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench.exec.config import SCRIPT_DATA, ExecConfig
-from kbench.exec.runner import new_run_id, sampled_rss, training_metrics
+from kbench.exec.config import ExecConfig
+from kbench.exec.runner import new_run_id, sampled_rss, script_document, training_metrics
 from kbench.measure import sampler as sampler_mod
-from kbench.measure import sysinfo
 from kbench.measure.keras_events import summarize
 from kbench.results.config import ConfigError
 from kbench.results.lock import writer_lock
-from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir
 from kbench.run.metrics import sampled_memory
 
@@ -107,35 +104,14 @@ def record(
     if keras is not None and hasattr(keras, "backend"):
         keras_json = {"backend": keras.backend.backend(),
                       "image_data_format": keras.backend.image_data_format()}  # fmt: skip
-    result = RunResult(
-        run_id=new_run_id(config),
-        status="ok",
-        config=dict(config.to_dict(), recorded_by="kbench.record"),
-        started_at=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
-        wall_time_s=max(0.0, ended - started),
-        environment={
-            "kbench": sysinfo.kbench_info(),
-            "machine": sysinfo.machine(),
-            "interpreter": sys.executable,
-            "process_env": {k: os.environ[k] for k in ("KERAS_BACKEND",) if k in os.environ},
-            "keras_json": keras_json,
-            "framework": {
-                "name": backend,
-                "keras_backend_reported": observed.get("keras_backend"),
-                "keras_version": observed.get("keras_version"),
-                "warnings": [],
-            },
-        },
-        data={"name": SCRIPT_DATA, "source": "the user's script"},
-        model={
-            "name": config.name,
-            "params": observed.get("params"),
-            "keras_name": observed.get("model_name"),
-        },  # fmt: skip
-        metrics=metrics,
-        sampler=sampled.to_dict() if sampled else None,
-        kind="exec",
-    )
+    result = script_document(
+        dict(config.to_dict(), recorded_by="kbench.record"), config.name, observed,
+        run_id=new_run_id(config), status="ok", started_at=started, ended_at=ended,
+        interpreter=sys.executable,
+        process_env={k: os.environ[k] for k in ("KERAS_BACKEND",) if k in os.environ},
+        keras_json=keras_json, framework={"name": backend, "warnings": []},
+        metrics=metrics, sampled=sampled,
+    )  # fmt: skip
     directory = check_output_dir(Path(store))
     with writer_lock(directory):
         return ResultStore(directory).add(result)

@@ -106,45 +106,75 @@ class ExecRunner:
                 "the script chooses its backend itself (KERAS_BACKEND or keras.json set "
                 "inside it); its figures are that backend's"
             )
-        result = RunResult(
-            run_id=run_id,
-            status=status,
-            config=config.to_dict(),
-            started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-            wall_time_s=ended_at - started_at,
-            environment={
-                "kbench": sysinfo.kbench_info(),
-                "machine": sysinfo.machine(),
-                "interpreter": str(interpreter),
-                "process_env": settings["variables"],
-                "keras_json": keras_json,
-                "framework": {
-                    "name": config.backend,
-                    "keras_backend_reported": reported,
-                    "keras_version": observed.get("keras_version"),
-                    "memory_options": settings["memory_options"],
-                    "cpu_affinity": settings["cpu_affinity"],
-                    "warnings": warnings,
-                },
-            },
-            data={"name": SCRIPT_DATA, "source": "the user's script"},
-            model={
-                "name": config.name,
-                "params": observed.get("params"),
-                "keras_name": observed.get("model_name"),
-            },  # fmt: skip
-            metrics=metrics,
-            reason=reason,
-            error=error,
-            sampler=sampled.to_dict() if sampled else None,
-            kind="exec",
-        )
+        result = script_document(
+            config.to_dict(), config.name, observed, run_id=run_id, status=status,
+            started_at=started_at, ended_at=ended_at, interpreter=str(interpreter),
+            process_env=settings["variables"], keras_json=keras_json, metrics=metrics,
+            sampled=sampled, reason=reason, error=error,
+            framework=dict(name=config.backend, memory_options=settings["memory_options"],
+                           cpu_affinity=settings["cpu_affinity"], warnings=warnings),
+        )  # fmt: skip
         ResultStore(self.output_dir).add(result)
         for warning in warnings:
             log.warning("%s: %s", config.label(), warning)
         for flag in (metrics.get("quality") or {}).get("flags") or []:
             log.warning("%s: measured while %s", config.label(), flag)
         return result
+
+
+def script_document(
+    config: Dict[str, Any],
+    name: str,
+    observed: Dict[str, Any],
+    *,
+    run_id: str,
+    status: str,
+    started_at: float,
+    ended_at: float,
+    interpreter: str,
+    process_env: Dict[str, str],
+    keras_json: Dict[str, Any],
+    framework: Dict[str, Any],
+    metrics: Dict[str, Any],
+    sampled: Any,
+    reason: Optional[str] = None,
+    error: Optional[Dict[str, Any]] = None,
+) -> RunResult:
+    """The result document of a script's run (``kind: exec``): a ``kbench exec`` run or
+    one that ``kbench.record`` writes from inside the user's process. ``framework``
+    names the backend (``name``) and what was set for it; what Keras reported in the
+    script (``observed``) is added."""
+    framework = dict(
+        framework,
+        keras_backend_reported=observed.get("keras_backend"),
+        keras_version=observed.get("keras_version"),
+    )
+    return RunResult(
+        run_id=run_id,
+        status=status,
+        config=config,
+        started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
+        wall_time_s=max(0.0, ended_at - started_at),
+        environment={
+            "kbench": sysinfo.kbench_info(),
+            "machine": sysinfo.machine(),
+            "interpreter": interpreter,
+            "process_env": process_env,
+            "keras_json": keras_json,
+            "framework": framework,
+        },
+        data={"name": SCRIPT_DATA, "source": "the user's script"},
+        model={
+            "name": name,
+            "params": observed.get("params"),
+            "keras_name": observed.get("model_name"),
+        },  # fmt: skip
+        metrics=metrics,
+        reason=reason,
+        error=error,
+        sampler=sampled.to_dict() if sampled else None,
+        kind="exec",
+    )
 
 
 def sampled_rss(summary: Dict[str, Any]) -> List[Dict[str, Any]]:
