@@ -18,10 +18,27 @@ from kbench.run import environments
 ROOT = Path(__file__).resolve().parent.parent
 # No one-second look at the machine before each CLI run (test_quality checks it itself).
 os.environ.setdefault("KBENCH_SKIP_PREFLIGHT", "1")
+# side by side, backend selection, framework processes counted, ~/.keras left alone
+pytest_plugins = ["suite_plugin"]
+
+
+def selected_backends() -> Optional[List[str]]:
+    """``KBENCH_TEST_BACKENDS=torch,jax``: only tests that need no other backend run;
+    ``cross``: only tests that need two backends or more (and those that need none)."""
+    chosen = os.environ.get("KBENCH_TEST_BACKENDS", "").strip()
+    return [name.strip() for name in chosen.split(",") if name.strip()] if chosen else None
 
 
 def require_backends(*backends: str) -> None:
-    """Skip (or fail, under scripts/test.sh) when a backend's environment is missing."""
+    """Skip when KBENCH_TEST_BACKENDS leaves a backend out; skip (or fail, under
+    scripts/test.sh) when a backend's environment is missing."""
+    selected = selected_backends()
+    if selected == ["cross"] and len(set(backends)) < 2:
+        pytest.skip(f"needs {backends[0]} alone; KBENCH_TEST_BACKENDS=cross runs the others")
+    left_out = [b for b in backends if selected not in (None, ["cross"]) and b not in selected]
+    if left_out:
+        chosen = ",".join(selected or [])
+        pytest.skip(f"needs {', '.join(left_out)}, not in KBENCH_TEST_BACKENDS={chosen}")
     for backend in backends:
         try:
             environments.interpreter_for(backend)

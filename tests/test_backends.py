@@ -26,12 +26,15 @@ def small_cnn_params(h, w, c, classes):
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory):
-    """One `kbench run` over all backends and both models (one command, eight workers)."""
+    """One `kbench run --warm` over all backends and both models: one worker per
+    backend, each training both models (the process-per-run path is what test_failures
+    and the data-format test below run)."""
     require_backends(*BACKENDS)
     home = tmp_path_factory.mktemp("home")
     completed = run_kbench(
         [
             "run",
+            "--warm",
             "--backend",
             ",".join(BACKENDS),
             "--model",
@@ -56,10 +59,12 @@ def test_every_backend_and_model_runs(matrix):
     _, completed = matrix
     assert completed.returncode == 0, dump(completed)
     results = completed.results()
+    # a warm worker per backend, in --backend's order, each running the models in turn
     assert [(r.config["model"], r.config["backend"]) for r in results] == [
-        (m, b) for m in MODELS for b in BACKENDS
+        (m, b) for b in BACKENDS for m in MODELS
     ]
     for r in results:
+        assert r.metrics.get("warm_worker", False) == (r.config["model"] != MODELS[0])
         assert r.status == "ok", (r.config, r.reason)
         m = r.metrics
         assert m["images_per_sec"] > 0
@@ -150,7 +155,31 @@ def test_data_format_flag_overrides_the_default(home):
         assert r.environment["keras_json"]["image_data_format"] == "channels_first"
         assert r.model["input_shape"] == [3, 12, 16]
         assert r.model["params"] == small_cnn_params(12, 16, 3, 4)
+        assert r.environment["machine"]["cpu"]["architecture"]
+        assert r.environment["framework"]["cpu_kernels"]
+    # TensorFlow's Eigen CPU kernels cannot run NCHW convolutions: oneDNN is on for this
+    # run whatever TF_ENABLE_ONEDNN_OPTS says, and the result says why
+    (tf,) = [r for r in completed.results() if r.config["backend"] == "tensorflow"]
+    kernels = tf.environment["framework"]["cpu_kernels"]
+    assert kernels["onednn"] is True and kernels["library"] == "oneDNN", kernels
+    assert tf.environment["framework"]["switches"]["onednn"]["detail"].startswith("oneDNN on")
     assert not (home / ".keras").exists()
+
+
+def test_channels_first_with_onednn_off_is_unsupported_before_it_starts(home):
+    """Forced onto Eigen, a channels_first TensorFlow run is refused with its reason and
+    the fix, never a traceback from the middle of training."""
+    require_backends("tensorflow")
+    args = ["run", "--backend", "tensorflow", "--model", "small_cnn", "--dataset",
+            "synthetic", "--input-shape", "12x16x3", "--num-classes", "4", "--steps", "2",
+            "--warmup-steps", "1", "--batch-size", "8", "--test-samples", "8",
+            "--data-format", "channels_first", "--onednn", "off",
+            "--sample-interval", "0"]  # fmt: skip
+    completed = run_kbench(args, home)
+    (result,) = completed.results()
+    assert result.status == "unsupported", dump(completed)
+    assert "Eigen CPU kernels, which cannot run NCHW" in result.reason
+    assert "--jit-compile on, or --data-format channels_last" in result.reason
 
 
 def forward_flops(model, h=28, w=28, c=1, classes=10):

@@ -99,6 +99,13 @@ def test_missing_data_suggests_synthetic(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("KBENCH_OFFLINE", "1")
     monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "none")
+
+    def not_prepared(name, *args, **kwargs):
+        # what the tensorflow-datasets reader (a TensorFlow process) says of a set it lacks;
+        # test_env_and_demo's demo test runs the real reader
+        raise sources.TfdsUnavailable(f"{name}: not prepared")
+
+    monkeypatch.setattr(sources, "from_tfds", not_prepared)
     out = tmp_path / "out"
     code, err = run_cli(capsys, ["--backend", "jax", "--output-dir", str(out)])
     assert code == 2 and "--dataset synthetic" in err

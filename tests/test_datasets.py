@@ -70,10 +70,18 @@ def test_fashion_mnist_unavailable_suggests_synthetic(tmp_path, monkeypatch):
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("KBENCH_OFFLINE", "1")
     monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
+
+    # nor has tensorflow-datasets prepared it: its reader child would say so after importing
+    # TensorFlow (seconds: test_env_and_demo's demo runs the real child)
+    def not_prepared(name, batch=4096):
+        raise sources.TfdsUnavailable(f"{name}: not prepared")
+
+    monkeypatch.setattr(sources, "from_tfds", not_prepared)
     with pytest.raises(datasets.DataUnavailable) as info:
         datasets.prepare("fashion_mnist", tmp_path / "out")
     message = str(info.value)
     assert "--dataset synthetic" in message and "Keras cache" in message
+    assert "tensorflow-datasets (TfdsUnavailable: fashion_mnist: not prepared)" in message
     assert not (tmp_path / "out").exists()
 
 
@@ -294,7 +302,9 @@ if "kbench.datasets.tfds_reader" in sys.orig_argv:
 
 
 @pytest.mark.slow
-def test_tensorflow_datasets_source_keeps_tensorflow_out_of_the_parent(tmp_path):
+def test_tensorflow_datasets_source_keeps_tensorflow_out_of_the_parent_and_home_keras_alone(
+    tmp_path,
+):
     import json
     import os
     import subprocess
@@ -319,20 +329,9 @@ def test_tensorflow_datasets_source_keeps_tensorflow_out_of_the_parent(tmp_path)
     assert source == "tensorflow-datasets: cifar100"
     assert (samples, shape) == (12, [32, 32, 3])
     assert imported == []  # TensorFlow (and its GPU runtime) only ever in the child
-    assert not (tmp_path / ".keras").exists()  # tfds imports Keras: kbench steers it away
-    y = datasets.load_prepared(path)["y_train"]
-    assert y.dtype == np.int64 and y.max() < 100
-
-
-@pytest.mark.slow
-def test_importing_tensorflow_datasets_leaves_home_keras_alone(tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "KERAS_HOME"}
-    env.update(HOME=str(tmp_path), KBENCH_CACHE_DIR=str(tmp_path / "cache"))
-    code = "from kbench.datasets import sources; sources.import_tfds(); import keras"
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    # tfds imports Keras, which writes keras.json: kbench steers it away from ~/.keras (the
+    # child ran with HOME here, KERAS_HOME unset) into its cache
     assert not (tmp_path / ".keras").exists()
     assert (tmp_path / "cache" / "keras_home_for_tfds" / "keras.json").exists()
+    y = datasets.load_prepared(path)["y_train"]
+    assert y.dtype == np.int64 and y.max() < 100

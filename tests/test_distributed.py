@@ -353,7 +353,11 @@ def test_switches_are_refused_before_anything_starts():
 @pytest.fixture(scope="module")
 def runs_store(tmp_path_factory):
     """Every mode with 2 workers, and torch-ddp and jax with 1 (the scaling baselines),
-    in one runner session: the results store they were written to."""
+    in one runner session: the results store they were written to.
+
+    Whichever test first asks for it builds it, so every test that reads it is marked
+    serial: the runs' timings (a jax step compiled once, the scaling efficiency, the
+    quality section) are measured with no other test beside them."""
     from kbench.run.runner import Runner
 
     backends = sorted({b for _, b in MODES})
@@ -381,6 +385,7 @@ def runs(runs_store):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("mode, backend", MODES)
 def test_every_mode_trains_with_two_workers(runs, mode, backend):
     result = runs[(mode, backend, 2)]
@@ -415,6 +420,21 @@ def test_every_mode_trains_with_two_workers(runs, mode, backend):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
+def test_a_data_parallel_run_records_its_quality(runs):
+    """The measured window of a real data-parallel run is judged against the cores its
+    training processes were given (moved here from test_quality: the same torch-ddp run)."""
+    result = runs[("torch-ddp", "torch-native", 2)]
+    assert result.ok, json.dumps(result.error, indent=1)[-3000:]
+    threads, _ = core_layout(RunConfig.from_dict(result.config), 2)
+    q = result.metrics["quality"]
+    assert q["window"] == "measured" and q["cores_given"] == 2 * threads
+    assert q["other_share"] is not None or q["samples"] == 0
+    assert isinstance(q["flags"], list)
+
+
+@pytest.mark.slow
+@pytest.mark.serial
 def test_scaling_efficiency_against_the_one_worker_run(runs):
     one, two = runs[("torch-ddp", "torch-native", 1)], runs[("torch-ddp", "torch-native", 2)]
     assert one.ok and two.ok
@@ -426,6 +446,7 @@ def test_scaling_efficiency_against_the_one_worker_run(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_one_jax_worker_compiles_its_step_once(runs):
     """Over a one-device mesh Keras' step compiled again on its second call, inside the
     measured window of a one-step warmup; the engine trains that case without a mesh."""
@@ -440,6 +461,7 @@ def test_one_jax_worker_compiles_its_step_once(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_compare_report_and_table_show_the_breakdown(runs, runs_store, tmp_path, capsys):
     (found,) = breakdown_tables(list(runs.values()))
     # the jax runs warm up for one step, the others for two: a setting column tells them apart
@@ -523,6 +545,7 @@ def tagged_processes(tag: str, exclude: int):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("mode, backend", [("torch-ddp", "torch-native"), ("mxnet-sync", "mxnet")])
 def test_a_killed_worker_fails_the_run_and_leaves_nothing_running(home, tmp_path, mode, backend):
     """Worker 1 is killed once training has started: the run fails at once (well inside
@@ -605,6 +628,7 @@ def test_a_killed_worker_fails_the_run_and_leaves_nothing_running(home, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_two_hosts_on_one_machine_share_one_run(tmp_path):
     """The multi-host path (KBENCH_DIST_*), both 'hosts' on 127.0.0.1: each runs its own
     worker and records the run from its side."""

@@ -344,6 +344,7 @@ def test_an_interrupted_run_leaves_a_document_beside_its_log(home, tmp_path, par
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # times the worker's end: alone on the cores
 def test_a_worker_stops_within_a_second_of_its_parent(home, tmp_path):
     """kill -9 of kbench: its real worker, mid-training, notices and ends."""
     import psutil

@@ -22,8 +22,6 @@ from conftest import ROOT, require_backends
 import kbench_models
 from kbench.run import environments
 
-pytestmark = pytest.mark.slow
-
 BACKENDS = ("tensorflow", "jax", "torch", "mxnet")
 # channels_first is mxnet's default; jax is left out only to keep the suite short.
 PROBES = [(b, "channels_last") for b in BACKENDS]
@@ -316,6 +314,7 @@ def probes():
         return {key: future.result() for key, future in futures.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend,data_format", PROBES, ids=[f"{b}-{f}" for b, f in PROBES])
 def test_every_model_builds_with_the_expected_parameter_count(probes, backend, data_format):
     require_backends(backend)
@@ -338,6 +337,7 @@ def test_every_model_builds_with_the_expected_parameter_count(probes, backend, d
     assert not failures, json.dumps(failures, indent=1)
 
 
+@pytest.mark.slow
 def test_resnet50_matches_keras_applications(tmp_path):
     """Under Keras 3: same layers (type by type, in order), weight shapes and count.
 

@@ -2,7 +2,6 @@
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import dump, require_backends, run_kbench
@@ -11,8 +10,6 @@ from kbench.run.runner import Runner
 from kbench.studies import parity
 from kbench_models import MODELS
 
-pytestmark = pytest.mark.slow
-
 BACKENDS = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
 # mxnet-gluon beside them on one model of each kind of layer (dense, convolution,
 # BatchNormalization with residuals, LSTM); test_gluon checks every model's Gluon twin
@@ -20,8 +17,6 @@ BACKENDS = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
 GLUON_MODELS = ("mlp", "small_cnn", "resnet20", "lstm")
 SMALL_SHAPES = {"resnet50": (64, 64, 3), "lstm": (24, 8), "lstm_embedding": (24,)}
 WITHOUT_BATCHNORM = ("mlp", "mlp3", "small_cnn", "lenet5", "alexnet", "lstm", "lstm_embedding")
-# started first, so that the models running side by side finish together
-LARGEST = ("resnet50", "vgg16", "alexnet", "resnet18", "resnet56")
 
 
 def backends_for(model):
@@ -30,28 +25,29 @@ def backends_for(model):
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
-    """{model: (rows, the store its parity documents went to)}.
+    """{model: (rows, its parity documents)}.
 
-    A model's backends run one after another (each loads the reference's weights);
-    models run side by side, as many as there are cores, each with its own runner
-    and store: a worker spends most of its few seconds importing its framework on
-    one core.
+    One warm worker per backend runs every model (kbench.studies.parity.check_models):
+    the reference first, exporting each model's weights, then the other backends side
+    by side, as many as there are cores, loading them.
     """
     require_backends(*BACKENDS, "mxnet-gluon")
-    stores = tmp_path_factory.mktemp("parity")
-
-    def check(model):
-        runner = Runner(output_dir=stores / model)
-        rows = parity.check_model(
-            runner, model, backends_for(model), steps=2, batch_size=4, learning_rate=1e-3,
-            dataset="synthetic", seed=0, tolerance=parity.Tolerance(), timeout_s=900,
-            input_shape=SMALL_SHAPES.get(model),
-        )  # fmt: skip
-        return model, (rows, runner.output_dir)
-
-    order = sorted(MODELS, key=lambda m: LARGEST.index(m) if m in LARGEST else len(LARGEST))
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return dict(pool.map(check, order))
+    store = tmp_path_factory.mktemp("parity")
+    runner = Runner(output_dir=store)
+    settings = dict(
+        steps=2, batch_size=4, learning_rate=1e-3, dataset="synthetic", seed=0,
+        tolerance=parity.Tolerance(), timeout_s=900, input_shapes=SMALL_SHAPES,
+        parallel=os.cpu_count() or 1,
+    )  # fmt: skip
+    rows = parity.check_models(runner, {m: backends_for(m) for m in MODELS}, **settings)
+    saved = [json.loads(path.read_text()) for path in store.glob("*.json")]
+    return {
+        model: (
+            [r for r in rows if r.model == model],
+            [d for d in saved if d["config"]["model"] == model],
+        )
+        for model in MODELS
+    }
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +55,7 @@ def rows(checked):
     return {(row.model, row.backend): row for found, _ in checked.values() for row in found}
 
 
+@pytest.mark.slow
 def test_every_model_ran_on_every_backend(rows):
     assert set(rows) == {(m, b) for m in MODELS for b in backends_for(m)}
     for row in rows.values():
@@ -66,6 +63,7 @@ def test_every_model_ran_on_every_backend(rows):
         assert len(row.losses) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["jax", "torch", "torch-native"])
 def test_keras3_backends_and_the_pytorch_port_match_tensorflow(rows, backend):
     for model in MODELS:
@@ -74,6 +72,7 @@ def test_keras3_backends_and_the_pytorch_port_match_tensorflow(rows, backend):
         assert row.output_max_abs < 1e-4
 
 
+@pytest.mark.slow
 def test_noise_floor_tells_ill_conditioned_models_apart(rows):
     # A 1e-7 nudge of the weights: invisible in a shallow model, amplified in ResNet-50.
     shallow, deep = rows[("mlp", "tensorflow")], rows[("resnet50", "tensorflow")]
@@ -83,6 +82,7 @@ def test_noise_floor_tells_ill_conditioned_models_apart(rows):
         assert row.noise_floor == rows[(model, "tensorflow")].noise_floor
 
 
+@pytest.mark.slow
 def test_mxnet_matches_where_keras_mxnet_computes_the_same_function(rows):
     # The LSTMs included: keras-mxnet's rolled LSTM returns wrong outputs, so the
     # models unroll it there (models/_compat.py); that computes the standard LSTM.
@@ -92,6 +92,7 @@ def test_mxnet_matches_where_keras_mxnet_computes_the_same_function(rows):
         assert row.output_max_abs < 1e-6
 
 
+@pytest.mark.slow
 def test_every_model_passes_on_mxnet_with_its_batchnorm_difference_named(rows):
     for model in MODELS:
         assert rows[(model, "mxnet")].passed, rows[(model, "mxnet")]
@@ -100,13 +101,13 @@ def test_every_model_passes_on_mxnet_with_its_batchnorm_difference_named(rows):
         assert not rows[(model, "torch")].notes
 
 
+@pytest.mark.slow
 def test_mxnet_gluon_matches_tensorflow_and_counts_what_keras_counts(rows, checked):
     for model in GLUON_MODELS:
         row = rows[(model, "mxnet-gluon")]
         assert row.passed and row.output_max_abs < 1e-4, row
         assert not row.notes, row  # no known differences: Gluon is not Keras
-        saved = [json.loads(p.read_text()) for p in checked[model][1].glob("*.json")]
-        by_backend = {d["config"]["backend"]: d for d in saved}
+        by_backend = {d["config"]["backend"]: d for d in checked[model][1]}
         assert by_backend["mxnet-gluon"]["metrics"]["parity"]["passed"]
         # counted off the Gluon blocks, as kbench.measure.flops counts them off the Keras layers
         gluon, keras_model = by_backend["mxnet-gluon"]["model"], by_backend["tensorflow"]["model"]
@@ -114,6 +115,7 @@ def test_mxnet_gluon_matches_tensorflow_and_counts_what_keras_counts(rows, check
         assert gluon["params"] == keras_model["params"], model
 
 
+@pytest.mark.slow
 def test_parity_command_exit_status_and_saved_comparisons(home):
     require_backends("tensorflow", "torch-native", "mxnet")
     ok = run_kbench(["parity", "--model", "mlp", "--backend", "tensorflow,torch-native",

@@ -3,7 +3,8 @@ throughput's 95% interval is within +-P, ``--time-budget S`` stops it after S se
 and the result says which happened (issue 20).
 
 The statistics run on hand-made step times; the real runs (slow) train and infer a tiny
-MLP on torch and time one operation with ``kbench ops``, through the CLI."""
+MLP on torch (the runs of one sweep file, sharing one warm worker) and time one operation
+with ``kbench ops`` through the CLI."""
 
 from __future__ import annotations
 
@@ -197,19 +198,24 @@ groups:
 
 @pytest.fixture(scope="module")
 def precision_runs(tmp_path_factory):
-    """Three tiny torch runs of one sweep: {group name: RunResult}."""
+    """The three tiny torch runs of one sweep file, in one warm worker (what they check is
+    where each run stopped and why, not a fresh process): {group name: RunResult}."""
+    from kbench.run.runner import Runner
+
     require_backends("torch")
     root = tmp_path_factory.mktemp("precision")
-    (root / "home").mkdir()
     (root / "p.yaml").write_text(SWEEP)
-    store = root / "store"
-    completed = run_kbench(["sweep", str(root / "p.yaml"), "--output-dir", str(store)],
-                           root / "home", timeout=600)  # fmt: skip
-    assert completed.returncode == 0, dump(completed)
-    return {r.sweep["group"]: r for r in completed.results()}
+    runs = load_sweep(root / "p.yaml").runs
+    results = Runner(output_dir=root / "store", warm=True).run_all([r.config for r in runs])
+    assert [r.config["mode"] for r in results] == [r.config.mode for r in runs]
+    for result in results:
+        assert result.ok, json.dumps(result.error, indent=1)[-3000:]
+    assert [r.metrics.get("warm_worker", False) for r in results] == [False, True, True]
+    return {run.group: result for run, result in zip(runs, results)}
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an interval of measured times: nothing beside it
 def test_a_real_training_run_stops_when_its_interval_is_reached(precision_runs):
     r = precision_runs["steady"]
     m = r.metrics
@@ -225,6 +231,7 @@ def test_a_real_training_run_stops_when_its_interval_is_reached(precision_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an interval of measured times: nothing beside it
 def test_an_unreachable_precision_spends_the_budget(precision_runs):
     p = precision_runs["noisy"].metrics["precision"]
     assert p["stopped"] == BUDGET_SPENT and p["measured_s"] >= 3.0
@@ -233,6 +240,7 @@ def test_an_unreachable_precision_spends_the_budget(precision_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an interval of measured times: nothing beside it
 def test_inference_passes_stop_at_the_interval_too(precision_runs):
     m = precision_runs["inference"].metrics
     assert m["precision"]["stopped"] == PRECISION_REACHED
@@ -240,6 +248,7 @@ def test_inference_passes_stop_at_the_interval_too(precision_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an interval of measured times: nothing beside it
 def test_kbench_ops_times_each_operation_until_its_interval(tmp_path):
     require_backends("torch-native")
     completed = run_kbench(

@@ -182,6 +182,7 @@ RUN = ["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic", "--steps", "
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # loads every core on purpose: nothing beside it
 def test_a_run_beside_spinning_processes_is_flagged(tmp_path: Path, home: Path) -> None:
     require_backends("torch")
     quiet_dir, busy_dir = tmp_path / "quiet", tmp_path / "busy"
@@ -296,6 +297,7 @@ def test_each_operation_batch_gets_its_own_quality() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # loads every core on purpose: nothing beside it
 def test_operations_timed_beside_spinning_processes_are_flagged(tmp_path: Path, home: Path):
     require_backends("torch")
     load = spinners(os.cpu_count() or 2)
@@ -414,22 +416,8 @@ def test_a_data_parallel_run_gets_a_quality_section_and_its_flag_in_the_table() 
     assert any(note.startswith("[...]: measured while") for note in table.notes)
 
 
-@pytest.mark.slow
-def test_a_real_data_parallel_run_records_its_quality(tmp_path: Path, home: Path) -> None:
-    require_backends("torch-native")
-    completed = run_kbench(
-        ["run", "--backend", "torch-native", "--model", "mlp", "--dataset", "synthetic",
-         "--distributed", "torch-ddp", "--workers", "2", "--steps", "5", "--warmup-steps", "2",
-         "--batch-size", "8", "--train-samples", "128", "--test-samples", "32",
-         "--threads", "1", "--sample-interval", "0.1"],
-        home,
-    )  # fmt: skip
-    assert completed.returncode == 0, dump(completed)
-    (result,) = completed.results()
-    q = result.metrics["quality"]
-    assert q["window"] == "measured" and q["cores_given"] == 2
-    assert q["other_share"] is not None or q["samples"] == 0
-    assert isinstance(q["flags"], list)
+# A real data-parallel run's quality section: checked on test_distributed's runs
+# (test_a_data_parallel_run_records_its_quality), which train torch-ddp anyway.
 
 
 # --------------------------------------------------------------------- room for results

@@ -107,8 +107,8 @@ TINY_MXNET = ["--dataset", "synthetic", "--steps", "2", "--warmup-steps", "1", "
 def test_channels_last_on_keras_mxnet_warns_that_it_is_the_slow_path(tmp_path):
     require_backends("mxnet")
     done = run_kbench(
-        ["run", "-b", "mxnet", "--model", "mlp,small_cnn", "--data-format", "channels_last",
-         *TINY_MXNET],
+        ["run", "--warm", "-b", "mxnet", "--model", "mlp,small_cnn", "--data-format",
+         "channels_last", *TINY_MXNET],
         tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, dump(done)
@@ -124,6 +124,7 @@ def test_channels_last_on_keras_mxnet_warns_that_it_is_the_slow_path(tmp_path):
     assert f"warning: mxnet/small_cnn: {warning}" in done.stdout  # under the run table
     assert f"warning: mxnet, small_cnn (synthetic): {warning}" in tables.study_text(done.results())
     assert html.escape(warning) in report.backend_cell("mxnet", [cnn])  # the HTML summary
+    assert [r.metrics.get("warm_worker", False) for r in (mlp, cnn)] == [False, True]  # one worker
     # the default device, recorded as the context keras-mxnet bound to
     for run in (cnn, mlp):
         switch = run.environment["framework"]["switches"]["mxnet_gpus"]

@@ -52,6 +52,12 @@ def npz(tmp_path: Path) -> Path:
     return write_npz(tmp_path / "data.npz")
 
 
+@pytest.fixture(scope="module")
+def module_npz(tmp_path_factory) -> Path:
+    """The same data as ``npz``, once for the module's shared runs."""
+    return write_npz(tmp_path_factory.mktemp("module_data") / "data.npz")
+
+
 def run_cli(capsys, args):
     with pytest.raises(SystemExit) as info:
         cli.main(["run", *args])
@@ -210,24 +216,19 @@ def test_keras224_gap_looks_through_an_import_failure():
 
 
 @pytest.mark.slow
-def test_user_model_on_every_keras_backend(home, tmp_path, npz):
-    """One process, every backend: each run ok, naming the model's source and the data's."""
-    require_backends("tensorflow", "jax", "torch", "mxnet")
-    done = run_kbench(
-        ["run", "-b", "tensorflow,jax,torch,mxnet,torch-native", "--model",
-         f"{RESIDUAL}:build", "--dataset", f"npz:{npz}", "--steps", "3",
-         "--warmup-steps", "1", "--batch-size", "32", "--sample-interval", "0"],
-        home,
-    )  # fmt: skip
+def test_user_model_on_every_keras_backend(every_backend, module_npz):
+    """One command, every backend: each run ok, naming the model's source and the data's."""
+    done = every_backend
     assert done.returncode == 0, dump(done)
-    results = {r.config["backend"]: r for r in done.results()}
+    residual = f"{RESIDUAL}:build"
+    results = {r.config["backend"]: r for r in done.results() if r.config["model"] == residual}
     source = {"path": str(RESIDUAL), "function": "build", "sha256": sha256(RESIDUAL)}
     for backend in ("tensorflow", "jax", "torch", "mxnet"):
         result = results[backend]
         assert result.status == "ok", dump(done)
         assert result.model["source"] == source
-        assert result.data["sha256"] == sha256(npz)
-        assert str(npz) in result.data["source"]
+        assert result.data["sha256"] == sha256(module_npz)
+        assert str(module_npz) in result.data["source"]
         assert (result.data["train_samples"], result.data["test_samples"]) == (256, 64)
         assert result.data["num_classes"] == 4
     params = {results[b].model["params"] for b in ("tensorflow", "jax", "torch", "mxnet")}
@@ -242,7 +243,8 @@ def test_user_model_on_every_keras_backend(home, tmp_path, npz):
 @pytest.mark.slow
 def test_worker_refusals_are_results(home, npz):
     """A non-model and a file raising on import fail with the sentence; a layer or an
-    argument keras-mxnet lacks is ``unsupported`` on mxnet, naming it."""
+    argument keras-mxnet lacks is ``unsupported`` on mxnet, naming it. One warm worker
+    runs the four: each refusal is caught for its own case."""
     require_backends("mxnet")
     models = ",".join(
         [
@@ -254,11 +256,12 @@ def test_worker_refusals_are_results(home, npz):
     )
     done = run_kbench(
         ["run", "-b", "mxnet", "--model", models, "--dataset", f"npz:{npz}", "--steps", "2",
-         "--warmup-steps", "1", "--batch-size", "32", "--sample-interval", "0"],
+         "--warmup-steps", "1", "--batch-size", "32", "--sample-interval", "0", "--warm"],
         home,
     )  # fmt: skip
     assert done.returncode == 1, dump(done)
     results = {short_name(r.config["model"]): r for r in done.results()}
+    assert len(results) == 4, dump(done)  # each case its own result, though one worker ran them
     not_a_model = results["not_a_model.py:build"]
     assert not_a_model.status == "failed"
     assert "not_a_model.py:build must return a Keras model" in not_a_model.reason
@@ -379,6 +382,7 @@ def saved(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow  # the saved fixture makes tiny.keras under jax
 def test_saved_model_reference(saved, npz, monkeypatch):
     from kbench.views.names import model_label
 
@@ -407,10 +411,11 @@ def test_saved_model_reference(saved, npz, monkeypatch):
          "cannot be read as one|model.save('model.keras')"),
         ("empty_zip.keras", "zip", "a zip archive holding config.json and model.weights.h5; "
          "the archive holds other.txt"),
-        ("two_inputs.keras", "copy", "kbench feeds a model one input; this model has 2"),
+        pytest.param("two_inputs.keras", "copy", "kbench feeds a model one input; this model "
+                     "has 2", marks=pytest.mark.slow),  # the saved fixture makes it under jax
     ],
 )  # fmt: skip
-def test_bad_saved_models_exit_2(capsys, tmp_path, saved, npz, name, content, expected):
+def test_bad_saved_models_exit_2(request, capsys, tmp_path, npz, name, content, expected):
     import zipfile
 
     path = tmp_path / name
@@ -418,7 +423,7 @@ def test_bad_saved_models_exit_2(capsys, tmp_path, saved, npz, name, content, ex
         with zipfile.ZipFile(path, "w") as archive:
             archive.writestr("other.txt", "x")
     elif content == "copy":
-        path.write_bytes((saved / name).read_bytes())
+        path.write_bytes((request.getfixturevalue("saved") / name).read_bytes())
     elif content is not None:
         path.write_bytes(content)
     out = tmp_path / "out"
@@ -475,20 +480,32 @@ def test_tables_name_files_not_paths():
     assert dataset_label("cifar10") == "cifar10"
 
 
-@pytest.mark.slow
-def test_saved_model_starts_from_its_weights_on_every_keras3_backend(home, saved, npz):
-    """One measured step from the saved weights: the same first loss on tensorflow, jax
-    and torch (a fresh initialisation would differ); mxnet cannot read the format."""
+@pytest.fixture(scope="module")
+def every_backend(tmp_path_factory, saved, module_npz):
+    """One ``kbench run --warm`` of the residual model and of tiny.keras on every backend
+    (one worker per backend runs both): one measured SGD step from the initial weights,
+    for test_user_model_on_every_keras_backend and
+    test_saved_model_starts_from_its_weights_on_every_keras3_backend."""
     require_backends("tensorflow", "jax", "torch", "mxnet")
-    path = saved / "tiny.keras"
-    done = run_kbench(
-        ["run", "-b", "tensorflow,jax,torch,mxnet", "--model", str(path), "--dataset",
-         f"npz:{npz}", "--steps", "1", "--warmup-steps", "0", "--batch-size", "32",
-         "--optimizer", "sgd", "--sample-interval", "0"],
+    home = tmp_path_factory.mktemp("every_backend_home")
+    models = f"{RESIDUAL}:build,{saved / 'tiny.keras'}"
+    return run_kbench(
+        ["run", "-b", "tensorflow,jax,torch,mxnet,torch-native", "--model", models,
+         "--dataset", f"npz:{module_npz}", "--steps", "1", "--warmup-steps", "0",
+         "--batch-size", "32", "--optimizer", "sgd", "--sample-interval", "0", "--warm"],
         home,
     )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_saved_model_starts_from_its_weights_on_every_keras3_backend(every_backend, saved,
+                                                                      module_npz):  # fmt: skip
+    """One measured step from the saved weights: the same first loss on tensorflow, jax
+    and torch (a fresh initialisation would differ); mxnet cannot read the format."""
+    done = every_backend
+    path = saved / "tiny.keras"
     assert done.returncode == 0, dump(done)
-    results = {r.config["backend"]: r for r in done.results()}
+    results = {r.config["backend"]: r for r in done.results() if r.config["model"] == str(path)}
     source = {"path": str(path), "format": "Keras 3 saved model (.keras: architecture and "
               "weights)", "sha256": sha256(path)}  # fmt: skip
     losses = []
@@ -496,7 +513,7 @@ def test_saved_model_starts_from_its_weights_on_every_keras3_backend(home, saved
         result = results[backend]
         assert result.status == "ok", dump(done)
         assert result.model["source"] == source
-        assert result.data["sha256"] == sha256(npz)
+        assert result.data["sha256"] == sha256(module_npz)
         losses.append(result.metrics["final_train_loss"])  # the one step's loss
     assert max(losses) - min(losses) <= 1e-5 * abs(losses[0]), losses
     assert len({results[b].model["params"] for b in ("tensorflow", "jax", "torch")}) == 1

@@ -11,7 +11,7 @@ def test_lstm_models_train_on_every_backend(home):
     backends = ("tensorflow", "jax", "torch", "mxnet")
     require_backends(*backends)
     completed = run_kbench(
-        ["run", "--backend", ",".join(backends), "--model", "lstm,lstm_embedding",
+        ["run", "--warm", "--backend", ",".join(backends), "--model", "lstm,lstm_embedding",
          "--dataset", "synthetic", "--steps", "2", "--warmup-steps", "1", "--batch-size", "8",
          "--train-samples", "32", "--test-samples", "16"],
         home,

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbench.backends import kernels
 from kbench.backends.switches import SwitchBoard
 from kbench.measure import processes
 from kbench.profiling import ProfilerUnsupported
@@ -183,6 +184,7 @@ class Backend(abc.ABC):
         """What a result records about the framework and the settings in force."""
         info = self.framework_info()
         info.update(
+            numpy_blas=kernels.numpy_blas(),
             threads=self.thread_settings,
             memory_options=self.memory_settings,
             switches=self.switchboard.record(),
@@ -190,6 +192,10 @@ class Backend(abc.ABC):
             warnings=list(self.warnings),
         )
         return info
+
+    def end_case(self) -> None:
+        """Let go of the models of the task that ended, before a warm worker's next task
+        (:mod:`kbench.run.worker`). Keras backends clear Keras' session."""
 
     def warn(self, message: str) -> None:
         """Something about this run's settings that its numbers should be read with:

@@ -6,9 +6,11 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from kbench.backends.base import GpuMemoryUnknown, cuda_device
+from kbench.backends import kernels
+from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device
 from kbench.backends.keras_common import KerasBackend
 from kbench.backends.torch_common import NOT_APPLICABLE_WITHOUT_GPU, TorchFramework
+from kbench.measure.sysinfo import cpu_features
 
 
 def optimizer_name(model: Any) -> str:
@@ -95,9 +97,72 @@ class Keras3Backend(KerasBackend):
             )
 
 
+def onednn_in_force() -> Optional[bool]:
+    """Whether TensorFlow runs its oneDNN CPU kernels, as TensorFlow itself says; None
+    where this build cannot say."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
+
+
 class TensorFlowBackend(Keras3Backend):
     name = "tensorflow"
     jit_meaning = "XLA compilation of the train step (auto: off unless XLA is known to help)"
+    onednn_plan: Optional[kernels.OneDnnPlan] = None
+    onednn: Optional[bool] = None
+
+    def start(self, data_format: str, device: str = "auto", **kwargs: Any) -> None:
+        """TF_ENABLE_ONEDNN_OPTS is read once, when TensorFlow starts: set it first
+        (:func:`kbench.backends.kernels.plan_onednn`), then check what TensorFlow did."""
+        plan = kernels.plan_onednn(
+            self.switchboard.value("onednn"),
+            os.environ.get(kernels.ONEDNN_VARIABLE),
+            cpu_features(),
+            sys.platform,
+            data_format,
+            device,
+        )
+        if plan.set_to is not None:
+            os.environ[kernels.ONEDNN_VARIABLE] = plan.set_to
+        self.onednn_plan = plan
+        super().start(data_format, device, **kwargs)  # apply_switches reads self.onednn
+        refusal = kernels.nchw_refusal(
+            data_format,
+            self.onednn,
+            self.gpus,
+            self.switchboard.value("jit_compile"),
+            plan.reason,
+        )
+        if refusal:
+            raise Unsupported(refusal)
+        if plan.switched_for_layout and self.onednn:
+            self.warn(
+                "TensorFlow runs oneDNN's CPU kernels for this channels_first run ("
+                + plan.reason
+                + "): its CPU numbers are oneDNN's, not those of TensorFlow's default kernels "
+                "on this CPU"
+            )
+
+    def apply_switches(self) -> None:
+        super().apply_switches()
+        self.onednn = onednn_in_force()
+        plan = self.onednn_plan
+        if plan is not None:
+            state = {True: "on", False: "off", None: "unknown"}[self.onednn]
+            self.switchboard.applied("onednn", f"oneDNN {state}: {plan.reason}")
+
+    def kernel_info(self) -> Dict[str, Any]:
+        plan = self.onednn_plan
+        return {
+            "library": {True: "oneDNN", False: "Eigen", None: "unknown"}[self.onednn],
+            "onednn": self.onednn,
+            "why": plan.reason if plan else None,
+            "onednn_plan": plan.to_dict() if plan else None,
+            kernels.ONEDNN_VARIABLE: os.environ.get(kernels.ONEDNN_VARIABLE),
+        }
 
     def tf32_default(self) -> str:
         return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"
@@ -192,6 +257,7 @@ class TensorFlowBackend(Keras3Backend):
             "version": tf.__version__,
             "devices": [d.name for d in tf.config.list_physical_devices()],
             "built_with_cuda": tf.test.is_built_with_cuda(),
+            "cpu_kernels": self.kernel_info(),
         }
 
 
@@ -268,6 +334,11 @@ class JaxBackend(Keras3Backend):
             "version": jax.__version__,
             "devices": [str(d) for d in jax.devices()],
             "default_backend": jax.default_backend(),
+            "cpu_kernels": {
+                "library": "XLA (LLVM code generated for this CPU's features; Eigen and "
+                "oneDNN for some operations)",
+                **kernels.variables(("XLA_FLAGS",)),
+            },
         }
 
     def sync(self) -> None:

@@ -89,6 +89,10 @@ class KerasBackend(Backend):
                 f"{os.environ.get('KERAS_HOME', '$KERAS_HOME')}/keras.json."
             )
 
+    def end_case(self) -> None:
+        self.keras.backend.clear_session()
+        self.apply_switches()  # clearing the session also resets Keras' dtype policy
+
     @property
     def keras_generation(self) -> int:
         return int(self.keras.__version__.split(".")[0])

@@ -8,7 +8,30 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
+from kbench.backends import kernels
 from kbench.backends.base import NoGpu
+
+
+def mxnet_kernels(features: Any) -> Dict[str, Any]:
+    """MXNet's CPU kernels: its MKLDNN (oneDNN) operators where built in and not turned
+    off by MXNET_MKLDNN_ENABLED=0, else its own; and the BLAS it was built with."""
+
+    def enabled(name: str) -> bool:
+        try:
+            return bool(features.is_enabled(name))
+        except RuntimeError:  # a feature this MXNet does not know
+            return False
+
+    built = enabled("MKLDNN")
+    on = built and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0"
+    blas = {"BLAS_MKL": "MKL", "BLAS_OPEN": "OpenBLAS", "BLAS_ATLAS": "ATLAS",
+            "BLAS_APPLE": "Apple Accelerate"}  # fmt: skip
+    return {
+        "library": "MKLDNN (oneDNN)" if on else "MXNet's own operators",
+        "mkldnn_built": built,
+        "blas": next((text for name, text in blas.items() if enabled(name)), None),
+        **kernels.variables(("MXNET_MKLDNN_ENABLED",)),
+    }
 
 
 def gpu_contexts(count: int) -> List[str]:
@@ -115,6 +138,7 @@ class MXNetFramework:
                 name: features.is_enabled(name)
                 for name in ("CUDA", "CUDNN", "MKLDNN", "OPENMP", "DIST_KVSTORE", "PROFILER")
             },
+            "cpu_kernels": mxnet_kernels(features),
         }
 
     def seed_generators(self, seed: int) -> None:

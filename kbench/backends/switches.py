@@ -70,6 +70,16 @@ SWITCHES: Dict[str, Switch] = {
             "TensorFloat-32 matmuls on GPUs that have them (auto: the framework's default)",
         ),
         Switch(
+            "onednn",
+            "auto",
+            ("auto", "on", "off"),
+            "TensorFlow's oneDNN CPU kernels (TF_ENABLE_ONEDNN_OPTS, set before TensorFlow "
+            "starts). auto: TensorFlow's choice for this CPU (on only with AVX-512 VNNI/BF16, "
+            "AVX-VNNI or AMX; else its Eigen kernels) or TF_ENABLE_ONEDNN_OPTS where set, "
+            "except that a channels_first run gets oneDNN, since Eigen cannot run NCHW "
+            "convolutions on the CPU (off: such a run is unsupported, unless --jit-compile on)",
+        ),
+        Switch(
             "mxnet_gpus",
             0,
             (),

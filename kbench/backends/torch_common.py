@@ -6,6 +6,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
+from kbench.backends import kernels
+
 NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
 
 
@@ -156,6 +158,7 @@ class TorchFramework:
             + (["mps"] if mps_available(torch) else []),
             "cuda": torch.version.cuda,
             "device_used": self.device_used(),
+            "cpu_kernels": kernels.torch_kernels(torch),
         }
 
     def tf32_default(self) -> str:

@@ -171,6 +171,15 @@ def add_commands(commands) -> None:
         "(A B C A B C ...); tables show medians, ranges and per-round ratios (default: 1)",
     )
     run.add_argument(
+        "--warm",
+        action="store_true",
+        help="run each backend's runs in one worker process, the framework imported once "
+        "(each run still its own result, marked warm_worker after the first): much quicker "
+        "for many models or settings; for checking that they run and compute, not for "
+        "comparing speeds, since a warm run is not measured as a fresh process (default: "
+        "a fresh process per run)",
+    )
+    run.add_argument(
         "--baseline",
         metavar="BACKEND",
         help="the backend ratios are against (default: the first in --backend)",
@@ -347,10 +356,13 @@ def execute_rounds(
     busy_threshold: float = quality.BUSY_THRESHOLD,
     wait_quiet_s: float = 0.0,
     stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
+    warm: bool = False,
 ) -> Tuple[List[RunResult], Optional[str]]:
     count = sum(len(r) for r in rounds)
     look_before_runs(output_dir, count, busy_threshold, wait_quiet_s, "kbench run")
-    runner = Runner(output_dir=output_dir, on_progress=show_progress, busy_threshold=busy_threshold)
+    runner = Runner(
+        output_dir=output_dir, on_progress=show_progress, busy_threshold=busy_threshold, warm=warm
+    )
     return runner.run_rounds(rounds, stop)
 
 
@@ -426,7 +438,7 @@ def command_run(args: argparse.Namespace) -> int:
     elif args.ratio_budget_s is not None:
         raise ConfigError("ratio_budget", "expected it only with --ratio-precision.")
     results, stopped = execute_rounds(
-        rounds, args.output_dir, args.busy_threshold, args.wait_quiet, stop
+        rounds, args.output_dir, args.busy_threshold, args.wait_quiet, stop, args.warm
     )
     code = report(results, args.output_dir, args.baseline)
     if stop is not None:
@@ -507,13 +519,12 @@ def command_parity(args: argparse.Namespace) -> int:
                                        f"{getattr(args, setting)}.")  # fmt: skip
     tolerance = parity.Tolerance(output_atol=args.output_atol, loss_rtol=args.loss_rtol)
     runner = Runner(output_dir=args.output_dir, on_progress=show_progress)
-    rows = []
-    for model in args.model:
-        rows += parity.check_model(
-            runner, model, backends, steps=args.steps, batch_size=args.batch_size,
-            learning_rate=args.learning_rate, dataset=args.dataset, seed=args.seed,
-            tolerance=tolerance, timeout_s=args.timeout_s, input_shape=args.input_shape,
-        )  # fmt: skip
+    rows = parity.check_models(
+        runner, {model: backends for model in args.model}, steps=args.steps,
+        batch_size=args.batch_size, learning_rate=args.learning_rate, dataset=args.dataset,
+        seed=args.seed, tolerance=tolerance, timeout_s=args.timeout_s,
+        input_shapes={model: args.input_shape for model in args.model},
+    )  # fmt: skip
 
     def number(value):
         return "-" if value is None else f"{value:.2e}"

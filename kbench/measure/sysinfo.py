@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 import kbench
 
@@ -25,6 +25,77 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# The instruction-set features that decide which kernels a framework runs: TensorFlow
+# turns oneDNN on by default only with the VNNI/BF16/AMX ones; oneDNN, XLA, MKL and
+# OpenBLAS pick their code paths by AVX2/FMA/AVX-512 (x86) and NEON/SVE (ARM). Names as
+# Linux's /proc/cpuinfo spells them (ARM's NEON is "asimd" there).
+KERNEL_FEATURES: Tuple[str, ...] = (
+    "sse4_2", "avx", "avx2", "fma",
+    "avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl",
+    "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
+    "amx_tile", "amx_int8", "amx_bf16",
+    "asimd", "asimddp", "sve", "sve2", "i8mm", "bf16",
+)  # fmt: skip
+ARM_IMPLEMENTERS = {"0x41": "ARM", "0x61": "Apple", "0xc0": "Ampere", "0x48": "HiSilicon",
+                    "0x51": "Qualcomm", "0x4e": "NVIDIA"}  # fmt: skip
+
+
+def parse_cpuinfo(text: str, machine: str) -> Dict[str, Any]:
+    """Vendor, model and kernel-deciding features from the text of ``/proc/cpuinfo``
+    (x86: ``vendor_id``, ``model name``, ``flags``; ARM: ``CPU implementer``, ``Features``)."""
+    fields: Dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    implementer = fields.get("CPU implementer", "").lower()
+    return {
+        "vendor": fields.get("vendor_id") or ARM_IMPLEMENTERS.get(implementer, implementer or None),
+        "model": fields.get("model name") or fields.get("Model") or None,
+        "architecture": machine,
+        "features": [name for name in KERNEL_FEATURES if name in flags],
+        "source": "/proc/cpuinfo",
+    }
+
+
+def _sysctl(name: str) -> Optional[str]:
+    try:
+        done = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_features() -> Dict[str, Any]:
+    """The CPU's vendor, model and the features in :data:`KERNEL_FEATURES` it has.
+
+    Linux reads ``/proc/cpuinfo``; macOS asks ``sysctl`` (an Apple chip always has NEON,
+    named ``asimd`` as Linux names it); elsewhere the features are unknown (``None``),
+    which says so instead of claiming none.
+    """
+    machine = platform.machine()
+    try:
+        return parse_cpuinfo(Path("/proc/cpuinfo").read_text(), machine)
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        brand = _sysctl("machdep.cpu.brand_string")
+        if machine == "arm64":
+            features = ["asimd"] + (["bf16"] if _sysctl("hw.optional.arm.FEAT_BF16") == "1" else [])
+            return {"vendor": "Apple", "model": brand, "architecture": machine,
+                    "features": features, "source": "sysctl"}  # fmt: skip
+        flags = " ".join(filter(None, (_sysctl("machdep.cpu.features"),
+                                       _sysctl("machdep.cpu.leaf7_features")))).lower()  # fmt: skip
+        flags = flags.replace("avx1.0", "avx").replace("avx512vnni", "avx512_vnni")
+        return {"vendor": _sysctl("machdep.cpu.vendor"), "model": brand, "architecture": machine,
+                "features": [f for f in KERNEL_FEATURES if f in flags.split()],
+                "source": "sysctl"}  # fmt: skip
+    return {"vendor": None, "model": platform.processor() or None, "architecture": machine,
+            "features": None, "source": f"not read on {sys.platform}"}  # fmt: skip
 
 
 def gpu_info() -> Dict[str, Any]:
@@ -126,6 +197,7 @@ def machine() -> Dict[str, Any]:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
+        "cpu": cpu_features(),
         "cpu_logical_cores": os.cpu_count(),
         "cpu_physical_cores": psutil.cpu_count(logical=False),
         "cpu_max_mhz": frequency.max if frequency and frequency.max else None,

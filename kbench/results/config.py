@@ -226,6 +226,7 @@ class RunConfig:
     mixed_precision: str = "off"
     hybridize: bool = False
     tf32: str = "auto"
+    onednn: str = "auto"  # TensorFlow's oneDNN CPU kernels (TF_ENABLE_ONEDNN_OPTS)
     mxnet_gpus: int = 0  # 0: keras-mxnet's own choice of device
     # data-parallel training (kbench.distributed): batch_size is per worker, the global
     # batch is batch_size x workers

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import shutil
+import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from kbench import datasets
+from kbench.backends.switches import SWITCHES
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
@@ -35,7 +38,7 @@ from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, open_log
 from kbench.run import environments, leftovers
 from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
-from kbench.run.supervise import judge, supervise
+from kbench.run.supervise import Outcome, judge, supervise
 from kbench.run.task import WorkerReply, WorkerTask
 from kbench_models import short_name, spec_for
 
@@ -99,6 +102,11 @@ class Runner:
     nvml: Any = None
     # Share of the given cores that other processes may use before a run is flagged busy.
     busy_threshold: float = quality_mod.BUSY_THRESHOLD
+    # A round's runs that can share a worker process run in one (the framework imported
+    # once): for checks and quick looks; their timings are not those of fresh processes.
+    warm: bool = False
+    # one result written to the store at a time, when runs go on side by side in threads
+    store_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
@@ -110,22 +118,37 @@ class Runner:
         stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
     ) -> Tuple[List[RunResult], Optional[str]]:
         """Run the rounds in turn; after each, ``stop(results so far)`` may end them early
-        by giving its reason (returned beside the results; None: every round ran)."""
+        by giving its reason (returned beside the results; None: every round ran).
+        With :attr:`warm`, a round's runs that can share a worker process share one."""
         configs = [config for round_configs in rounds for config in round_configs]
         results: List[RunResult] = []
-        index = 0
         with self.session(configs) as session:
             for round_configs in rounds:
-                for config in round_configs:
-                    index += 1
-                    log.info("[%d/%d] %s: starting", index, len(configs), config.label())
-                    result = session.run(config)
-                    results.append(result)
-                    log.info("[%d/%d] %s", index, len(configs), summary_line(result))
+                for group in self._groups(round_configs):
+                    first = len(results) + 1
+                    labels = ", ".join(config.label() for config in group)
+                    log.info("[%d/%d] %s: starting", first, len(configs), labels)
+                    if len(group) == 1:
+                        results.append(session.run(group[0]))
+                    else:
+                        results += session.run_warm(group)
+                    for index, result in enumerate(results[first - 1 :], first):
+                        log.info("[%d/%d] %s", index, len(configs), summary_line(result))
                 reason = stop(results) if stop is not None else None
-                if reason is not None and index < len(configs):
+                if reason is not None and len(results) < len(configs):
                     return results, reason
         return results, None
+
+    def _groups(self, configs: Sequence[RunConfig]) -> List[List[RunConfig]]:
+        """One run per worker; with :attr:`warm`, every run that can share a worker with
+        an earlier one joins it (in the order the first of each kind came)."""
+        if not self.warm:
+            return [[config] for config in configs]
+        groups: Dict[Tuple, List[RunConfig]] = {}
+        for config in configs:
+            key = ("distributed", id(config)) if config.distributed != "none" else None
+            groups.setdefault(key or worker_key(config), []).append(config)
+        return list(groups.values())
 
     @contextlib.contextmanager
     def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:
@@ -159,58 +182,102 @@ class Runner:
     ) -> RunResult:
         if config.distributed != "none":  # several processes on the framework's own engine
             return run_distributed(self, config, data, session_dir, python_path, sweep)
+        return self.run_warm([Case(config, data, parity)], session_dir, python_path, sweep)[0]
+
+    def run_warm(
+        self,
+        cases: Sequence[Case],
+        session_dir: Path,
+        python_path: Path,
+        sweep: Optional[Dict[str, Any]] = None,
+    ) -> List[RunResult]:
+        """Run ``cases`` in one worker process, one after another (one case: an ordinary
+        run). They must share what the process is started with (:func:`worker_key`);
+        each becomes its own result. A worker that dies fails the cases it had not
+        answered yet; the timeout is the sum of the cases'."""
+        keys = {worker_key(case.config) for case in cases}
+        if len(keys) != 1:
+            raise ValueError(
+                f"run_warm: expected cases that share one worker (backend, data format, "
+                f"threads, device, memory options, switches); received {len(keys)} kinds"
+            )
+        planned = [self._plan(case, session_dir) for case in cases]
+        first = planned[0]
+        env, keras_json = environments.process_environment(
+            first.config.backend,
+            first.run_dir,
+            python_path,
+            first.config.threads_in_force,
+            first.config.data_format,
+            first.config.device,
+        )
+        interpreter = environments.interpreter_for(first.config.backend)
+        started_at = time.time()
+        for run in planned:
+            run.write_task(keras_json["image_data_format"], started_at)
+        log_path = open_log(self.output_dir, first.run_id)  # a store that cannot take it: stop
+        supervised = first.config
+        if len(planned) > 1:
+            supervised = dataclasses.replace(
+                first.config, timeout_s=sum(run.config.timeout_s for run in planned)
+            )
+        try:
+            outcome = supervise(
+                [str(interpreter), "-m", "kbench.run.worker"]
+                + [str(run.run_dir / "run.json") for run in planned],
+                env,
+                first.run_dir,
+                log_path,
+                supervised,
+                self.on_progress,
+                self.nvml,
+            )
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
+            leftovers.write_interrupted(log_path, first.run_id, first.config, started_at, sweep)
+            raise
+        ended_at = time.time()
+        for run in planned[1:]:  # every run of a warm worker has the worker's whole log
+            shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
+        context = RunContext(
+            interpreter=str(interpreter),
+            process_env=environments.recorded_variables(env, first.config.backend),
+            keras_json=keras_json,
+            started_at=started_at,
+            ended_at=ended_at,
+            outcome=outcome,
+            warm=len(planned) > 1,
+        )
+        return [self._finish(run, context, sweep) for run in planned]
+
+    def _plan(self, case: Case, session_dir: Path) -> PlannedRun:
+        config = case.config
         run_id = new_run_id(config)
         run_dir = session_dir / run_id
         run_dir.mkdir()
         order = datasets.batch_order(
-            data.train_samples,
+            case.data.train_samples,
             config.batch_size,
             config.epochs or 1,
             config.seed,
             total_steps=None if config.steps is None else config.warmup_steps + config.steps,
         )
         np.save(run_dir / "order.npy", order)
-        env, keras_json = environments.process_environment(
-            config.backend,
-            run_dir,
-            python_path,
-            config.threads_in_force,
-            config.data_format,
-            config.device,
-        )
-        interpreter = environments.interpreter_for(config.backend)
-        started_at = time.time()
-        task = WorkerTask(
-            config=config.to_dict() | {"threads": config.threads_in_force},
-            data=data.to_dict(),
-            order_path=str(run_dir / "order.npy"),
-            data_format=keras_json["image_data_format"],
-            reply_path=str(run_dir / "reply.json"),
-            started_at=started_at,
-            parity=parity,
-        )
-        write_json_atomic(run_dir / "run.json", task.to_dict())
+        return PlannedRun(case, run_id, run_dir)
 
-        log_path = open_log(self.output_dir, run_id)  # a store that cannot take it: stop
-        try:
-            outcome = supervise(
-                [str(interpreter), "-m", "kbench.run.worker", str(run_dir / "run.json")],
-                env,
-                run_dir,
-                log_path,
-                config,
-                self.on_progress,
-                self.nvml,
-            )
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
-            leftovers.write_interrupted(log_path, run_id, config, started_at, sweep)
-            raise
-        ended_at = time.time()
-        wall_time = ended_at - started_at
-
-        reply_path = Path(task.reply_path)
+    def _finish(
+        self, run: PlannedRun, context: RunContext, sweep: Optional[Dict[str, Any]]
+    ) -> RunResult:
+        """The run's result document from its reply and how the worker ended, saved."""
+        config, parity, outcome = run.config, run.case.parity, context.outcome
+        reply_path = run.run_dir / "reply.json"
         reply = WorkerReply.from_dict(read_json(reply_path)) if reply_path.exists() else None
+        started_at, ended_at = context.started_at, context.ended_at
+        if context.warm and reply is not None:  # the worker ended later, for this case
+            outcome = dataclasses.replace(outcome, returncode=0, timed_out=False)
+            started_at, ended_at = reply.started_at or started_at, reply.ended_at or ended_at
         status, reason, error = judge(outcome, reply, config)
+        if context.warm and reply is None and reason:
+            reason += " (in a warm worker shared with other runs: this one had not replied yet)"
         metrics = dict(reply.metrics) if reply and status == "ok" else {}
         sampled = None
         if outcome.sampler is not None:
@@ -232,19 +299,19 @@ class Runner:
         environment = {
             "kbench": sysinfo.kbench_info(),
             "machine": sysinfo.machine(),
-            "interpreter": str(interpreter),
-            "process_env": environments.recorded_variables(env, config.backend),
-            "keras_json": keras_json,
+            "interpreter": context.interpreter,
+            "process_env": context.process_env,
+            "keras_json": context.keras_json,
             "framework": reply.framework if reply else {},
         }
         result = RunResult(
-            run_id=run_id,
+            run_id=run.run_id,
             status=status,
             config=config.to_dict(),
             started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-            wall_time_s=wall_time,
+            wall_time_s=ended_at - started_at,
             environment=environment,
-            data=data.describe(),
+            data=run.case.data.describe(),
             model=model_facts(config, reply),
             metrics=metrics,
             reason=reason,
@@ -253,12 +320,73 @@ class Runner:
             kind="parity" if parity is not None else config.mode,
             sweep=sweep,
         )
-        ResultStore(self.output_dir).add(result)
+        with self.store_lock:
+            ResultStore(self.output_dir).add(result)
         for warning in result.warnings:
             log.warning("%s: %s", config.label(), warning)
         for flag in (metrics.get("quality") or {}).get("flags") or []:
             log.warning("%s: measured while %s", config.label(), flag)
         return result
+
+
+def worker_key(config: RunConfig) -> Tuple:
+    """What a worker process is started with: runs that share it may share a warm worker."""
+    switches = tuple(sorted((name, getattr(config, name, None)) for name in SWITCHES))
+    return (
+        config.backend,
+        config.data_format,
+        config.threads_in_force,
+        config.device,
+        config.gpu_memory_fraction,
+        config.gpu_memory_growth,
+        spec_for(config.model).is_user,
+        switches,
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run for a worker: its config, its prepared data, and (kbench parity) what to replay."""
+
+    config: RunConfig
+    data: datasets.PreparedData
+    parity: Optional[Dict[str, Any]] = None
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    case: Case
+    run_id: str
+    run_dir: Path
+
+    @property
+    def config(self) -> RunConfig:
+        return self.case.config
+
+    def write_task(self, data_format: str, started_at: float) -> None:
+        task = WorkerTask(
+            config=self.config.to_dict() | {"threads": self.config.threads_in_force},
+            data=self.case.data.to_dict(),
+            order_path=str(self.run_dir / "order.npy"),
+            data_format=data_format,
+            reply_path=str(self.run_dir / "reply.json"),
+            started_at=started_at,
+            parity=self.case.parity,
+        )
+        write_json_atomic(self.run_dir / "run.json", task.to_dict())
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """How a worker process went, shared by the runs it ran."""
+
+    interpreter: str
+    process_env: Dict[str, str]
+    keras_json: Dict[str, Any]
+    started_at: float
+    ended_at: float
+    outcome: Outcome
+    warm: bool
 
 
 def model_facts(config: RunConfig, reply: Optional[WorkerReply]) -> Dict[str, Any]:
@@ -323,6 +451,20 @@ class Session:
         result = self.runner.run_one(config, data, self.directory, self.python_path, parity, sweep)
         self.prepared.release(config)
         return result
+
+    def run_warm(
+        self,
+        configs: Sequence[RunConfig],
+        parities: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
+    ) -> List[RunResult]:
+        """``configs`` in one warm worker (:meth:`Runner.run_warm`); they must share a
+        worker. ``parities``: what each replays (kbench parity), or None."""
+        parities = list(parities) if parities is not None else [None] * len(configs)
+        cases = [Case(c, self.prepared.get(c), p) for c, p in zip(configs, parities)]
+        results = self.runner.run_warm(cases, self.directory, self.python_path)
+        for config in configs:
+            self.prepared.release(config)
+        return results
 
 
 def summary_line(result: RunResult) -> str:

@@ -60,6 +60,10 @@ class WorkerReply:
     framework: Dict[str, Any] = field(default_factory=dict)
     model: Dict[str, Any] = field(default_factory=dict)
     error: Optional[Dict[str, str]] = None  # type, message, traceback
+    # time.time() when the worker began and ended this task: a warm worker's tasks
+    # each have their own (None from workers older than this field)
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

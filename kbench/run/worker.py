@@ -1,4 +1,4 @@
-"""The child process of one run: ``python -m kbench.run.worker RUN_JSON``.
+"""The child process of one run, or of several: ``python -m kbench.run.worker RUN_JSON...``.
 
 It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the
 per-run ``KERAS_HOME`` holding its keras.json, and the thread variables before
@@ -7,16 +7,26 @@ success, the exception and traceback on failure. A crash that kills the
 interpreter leaves none, and the runner records that instead. It ends within a
 second of its runner (:mod:`kbench.run.parent_watch`): nobody would read its reply.
 
+Given several task files (a warm worker: the runner groups runs that share a
+backend, data format, threads, device and memory options), it starts the framework
+once and runs each task in turn, each in its own ``try``, with the framework's
+session cleared between them, and writes each task's reply as soon as it is done;
+the second and later tasks record ``import_time_s`` 0 and ``warm_worker`` in their
+metrics. Where isolation is what matters (timings one can compare with a cold
+process, crashes, memory), the runner gives each run its own worker.
+
 Imports only what runs under both environments (Keras 3 and keras-mxnet).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any, List
 
 import numpy as np
 
@@ -33,14 +43,14 @@ from kbench.run.task import WorkerReply, WorkerTask, emit_progress
 log = logging.getLogger("kbench.run.worker")
 
 
-def run(task: WorkerTask) -> WorkerReply:
+def start_backend(task: WorkerTask) -> Any:
+    """The task's backend, started (threads, memory options, Keras imported and checked);
+    ``backend.import_time_s`` says how long the start took."""
     config = task.config
     switches = {name: config[name] for name in SWITCHES if name in config}
     backend = load_backend(config["backend"])(threads=config["threads"], switches=switches)
-    spec = kbench_models.spec_for(config["model"])
     # a zoo model never needs Keras 3's scikit-learn, plotting or Orbax imports
-    backend.skip_unused_imports = not spec.is_user
-
+    backend.skip_unused_imports = not kbench_models.spec_for(config["model"]).is_user
     import_start = time.perf_counter()
     backend.start(
         task.data_format,
@@ -48,7 +58,16 @@ def run(task: WorkerTask) -> WorkerReply:
         gpu_memory_fraction=config["gpu_memory_fraction"],
         gpu_memory_growth=config["gpu_memory_growth"],
     )
-    import_time = time.perf_counter() - import_start
+    backend.import_time_s = time.perf_counter() - import_start
+    return backend
+
+
+def run(task: WorkerTask, backend: Any = None, warm: bool = False) -> WorkerReply:
+    """One task, on ``backend`` when given (started for it, or, ``warm``, by an earlier task)."""
+    backend = backend if backend is not None else start_backend(task)
+    config = task.config
+    spec = kbench_models.spec_for(config["model"])
+    import_time = 0.0 if warm else backend.import_time_s
 
     data = datasets.PreparedData.from_dict(task.data)
     loss = spec.loss_for(data.num_classes)
@@ -70,7 +89,7 @@ def run(task: WorkerTask) -> WorkerReply:
     stages = dict(
         batch_size=config["batch_size"],
         warmup_steps=config["warmup_steps"],
-        process_start=task.started_at,
+        process_start=time.time() if warm else task.started_at,
         import_time_s=import_time,
         build_time_s=build_time,
     )
@@ -110,6 +129,8 @@ def run(task: WorkerTask) -> WorkerReply:
             **stages,
         )
     metrics = metrics if isinstance(metrics, dict) else metrics.to_dict()
+    if warm:
+        metrics["warm_worker"] = True  # the framework was started by an earlier task
     if config.get("profile"):
         from kbench.profiling import profile_model
 
@@ -137,31 +158,68 @@ def run(task: WorkerTask) -> WorkerReply:
     )
 
 
+def reply_failure(task: WorkerTask, err: BaseException, started_at: float) -> None:
+    status = "oom" if is_out_of_memory(err) else "failed"
+    reply = WorkerReply(
+        status="unsupported" if isinstance(err, Unsupported) else status,
+        error={
+            "type": type(err).__name__,
+            "message": str(err),
+            "traceback": "".join(traceback.format_exception(err)),
+        },
+        started_at=started_at,
+        ended_at=time.time(),
+    )
+    write_json_atomic(Path(task.reply_path), reply.to_dict())
+
+
+def run_and_reply(task: WorkerTask, backend: Any = None, warm: bool = False) -> bool:
+    """Run ``task`` and write its reply, whatever happens; True when it succeeded."""
+    started_at = time.time()
+    try:
+        reply = run(task, backend, warm)
+        reply = dataclasses.replace(reply, started_at=started_at, ended_at=time.time())
+        write_json_atomic(Path(task.reply_path), reply.to_dict())
+        return True
+    except BaseException as err:  # noqa: B036 - every failure must reach the runner
+        reply_failure(task, err, started_at)
+        log.error("%s: %s", type(err).__name__, err)
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        return False
+
+
+def run_tasks(tasks: List[WorkerTask]) -> bool:
+    """A warm worker: start the framework once, then each task in turn."""
+    try:
+        backend = start_backend(tasks[0])
+    except BaseException as err:  # noqa: B036 - every task reports why nothing could start
+        for task in tasks:
+            reply_failure(task, err, task.started_at)
+        log.error("%s: %s", type(err).__name__, err)
+        return False
+    start_warnings = list(backend.warnings)
+    ok = True
+    for index, task in enumerate(tasks):
+        emit_progress("case", index=index, of=len(tasks), model=task.config["model"])
+        if index:
+            backend.end_case()  # the framework's session cleared, the earlier models let go
+        backend.warnings = list(start_warnings)  # each task's own, beside the start's
+        ok = run_and_reply(task, backend, warm=index > 0) and ok
+    return ok
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="[worker] %(message)s", stream=sys.stderr)
-    if len(argv) != 1:
-        log.error("usage: python -m kbench.run.worker RUN_JSON (the runner writes RUN_JSON)")
+    if not argv:
+        log.error("usage: python -m kbench.run.worker RUN_JSON... (the runner writes RUN_JSON)")
         return 2
     watch_parent()
-    task = WorkerTask.from_dict(read_json(Path(argv[0])))
-    try:
-        reply = run(task)
-        write_json_atomic(Path(task.reply_path), reply.to_dict())
-    except BaseException as err:  # noqa: B036 - every failure must reach the runner
-        status = "oom" if is_out_of_memory(err) else "failed"
-        reply = WorkerReply(
-            status="unsupported" if isinstance(err, Unsupported) else status,
-            error={
-                "type": type(err).__name__,
-                "message": str(err),
-                "traceback": traceback.format_exc(),
-            },
-        )
-        write_json_atomic(Path(task.reply_path), reply.to_dict())
-        log.error("%s: %s", type(err).__name__, err)
-        return 1
-    return 0
+    tasks = [WorkerTask.from_dict(read_json(Path(path))) for path in argv]
+    if len(tasks) == 1:
+        return 0 if run_and_reply(tasks[0]) else 1
+    return 0 if run_tasks(tasks) else 1
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ DEFAULT_MXNET_CUDA_WHEEL = "mxnet-cu112"
 # the harness and the tests: every keras3 environment has them
 KERAS3_COMMON = (
     "keras", "tensorflow-datasets", "nvidia-ml-py", "psutil", "pyyaml", "pandas", "pyarrow",
-    "matplotlib", "pillow", "scikit-learn", "pytest", "ruff",
+    "matplotlib", "pillow", "scikit-learn", "pytest", "pytest-xdist", "ruff",
 )  # fmt: skip
 MXNET_COMMON = ("keras-mxnet==2.2.4.3", "numpy<1.24", "nvidia-ml-py", "psutil", "pillow")
 

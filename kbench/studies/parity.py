@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -117,10 +118,15 @@ def compare(reference: RunResult, result: RunResult, tolerance: Tolerance) -> Di
     }
 
 
-def check_model(
+def check_model(runner: Runner, model: str, backends: Sequence[str], **settings) -> List[ParityRow]:
+    """:func:`check_models` for one model (``input_shape`` for its shape)."""
+    shape = settings.pop("input_shape", None)
+    return check_models(runner, {model: backends}, input_shapes={model: shape}, **settings)
+
+
+def check_models(
     runner: Runner,
-    model: str,
-    backends: Sequence[str],
+    plan: Mapping[str, Sequence[str]],
     *,
     steps: int,
     batch_size: int,
@@ -129,10 +135,28 @@ def check_model(
     seed: int,
     tolerance: Tolerance,
     timeout_s: float,
-    input_shape: Optional[Sequence[int]] = None,
+    input_shapes: Optional[Dict[str, Optional[Sequence[int]]]] = None,
+    parallel: int = 1,
 ) -> List[ParityRow]:
-    configs = [
-        RunConfig(
+    """Each model of ``plan`` on its backends, the first of which (the reference, the
+    same for every model) runs every model in one warm worker, exporting each model's
+    initial weights; then each other backend runs, in one warm worker, the models that
+    list it and whose reference ran, loading those weights. ``parallel``: how many of
+    those other backends run side by side (a worker spends most of its start importing
+    its framework on one core). Rows come model by model, in ``plan``'s order.
+    """
+    models = list(plan)
+    references = {backends[0] for backends in plan.values()}
+    if len(references) != 1:
+        raise ValueError(
+            f"check_models: expected one reference backend (first of each model's list); "
+            f"received {sorted(references)}. Check those models in separate calls."
+        )
+    reference = references.pop()
+    others = [b for b in dict.fromkeys(b for bs in plan.values() for b in bs[1:])]
+    input_shapes = input_shapes or {}
+    configs = {
+        (model, backend): RunConfig(
             backend=backend,
             model=model,
             dataset=dataset,
@@ -145,57 +169,84 @@ def check_model(
             test_samples=batch_size,
             seed=seed,
             timeout_s=timeout_s,
-            input_shape=tuple(input_shape) if input_shape else None,
+            input_shape=tuple(input_shapes[model]) if input_shapes.get(model) else None,
             sample_interval_s=0,
         )  # fmt: skip
-        for backend in backends
-    ]
-    results: List[RunResult] = []
-    with runner.session(configs) as session:
-        weights = str(session.directory / f"{file_safe(model)}-initial-weights.npz")
-        for index, config in enumerate(configs):
-            if index and not results[0].ok:
-                break
-            log.info("parity %s: %s%s", model, config.backend, " (reference)" if not index else "")
-            parity = {
-                "steps": steps,
-                "seed": seed,
-                "weights_in" if index else "weights_out": weights,
-            }
-            results.append(session.run(config, parity=parity))
-    reference = results[0]
-    rows = []
-    for config, result in zip(configs, results + [None] * (len(configs) - len(results))):
-        row = dict(model=model, backend=config.backend, reference=reference.config["backend"])
-        if result is None or not result.ok:
-            reason = (result.reason if result else None) or (
-                f"the reference {reference.config['backend']} failed: {reference.reason}"
-            )
-            rows.append(ParityRow(**row, status=result.status if result else "skipped",
-                                  reason=reason, output_max_abs=None, loss_max_abs=None,
-                                  loss_max_rel=None, noise_floor=None, losses=[],
-                                  passed=False))  # fmt: skip
-            continue
-        if result is reference:
-            diffs = {"output_max_abs": 0.0, "loss_max_abs": 0.0, "loss_max_rel": 0.0,
-                     "noise_floor": noise_floor(reference), "passed": True}  # fmt: skip
-        else:
-            diffs = compare(reference, result, tolerance)
-        notes = [
-            text
-            for (backend, layer), text in KNOWN_DIFFERENCES.items()
-            if backend == config.backend and layer in result.metrics.get("layer_types", [])
-        ]
-        rows.append(ParityRow(**row, status="ok", reason=None, losses=result.metrics["losses"],
-                              notes=notes, **diffs))  # fmt: skip
-        metrics = dict(
-            result.metrics,
-            parity=dict(
-                diffs,
-                reference=row["reference"],
-                notes=notes,
-                tolerance=dataclasses.asdict(tolerance),
-            ),
+        for model in models
+        for backend in plan[model]
+    }
+    results: Dict[Tuple[str, str], RunResult] = {}
+    with runner.session(list(configs.values())) as session:
+        directory = session.directory
+        weights = {m: str(directory / f"{file_safe(m)}-initial-weights.npz") for m in models}
+        log.info("parity: %s (reference) on %d model(s)", reference, len(models))
+        ran = session.run_warm(
+            [configs[(m, reference)] for m in models],
+            [{"steps": steps, "seed": seed, "weights_out": weights[m]} for m in models],
         )
-        dataclasses.replace(result, metrics=metrics).save(runner.output_dir)
+        results.update({(m, reference): r for m, r in zip(models, ran)})
+        ready = [m for m in models if results[(m, reference)].ok]
+
+        def check_backend(backend: str) -> List[Tuple[Tuple[str, str], RunResult]]:
+            mine = [m for m in ready if backend in plan[m]]
+            if not mine:
+                return []
+            log.info("parity: %s on %d model(s)", backend, len(mine))
+            ran = session.run_warm(
+                [configs[(m, backend)] for m in mine],
+                [{"steps": steps, "seed": seed, "weights_in": weights[m]} for m in mine],
+            )
+            return [((m, backend), r) for m, r in zip(mine, ran)]
+
+        for model in ready:  # every data set prepared now: the threads below only run
+            for backend in plan[model][1:]:
+                session.prepared.get(configs[(model, backend)])
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            for found in pool.map(check_backend, others):
+                results.update(found)
+    rows = []
+    for model in models:
+        for backend in plan[model]:
+            rows.append(_row(runner, model, backend, results, reference, tolerance))
     return rows
+
+
+def _row(
+    runner: Runner,
+    model: str,
+    backend: str,
+    results: Dict[Tuple[str, str], RunResult],
+    reference_backend: str,
+    tolerance: Tolerance,
+) -> ParityRow:
+    """One backend's row for one model; a checked result is saved again with its verdict."""
+    reference = results[(model, reference_backend)]
+    result = results.get((model, backend))
+    row = dict(model=model, backend=backend, reference=reference_backend)
+    if result is None or not result.ok:
+        reason = (result.reason if result else None) or (
+            f"the reference {reference_backend} failed: {reference.reason}"
+        )
+        return ParityRow(**row, status=result.status if result else "skipped",
+                         reason=reason, output_max_abs=None, loss_max_abs=None,
+                         loss_max_rel=None, noise_floor=None, losses=[],
+                         passed=False)  # fmt: skip
+    if result is reference:
+        diffs = {"output_max_abs": 0.0, "loss_max_abs": 0.0, "loss_max_rel": 0.0,
+                 "noise_floor": noise_floor(reference), "passed": True}  # fmt: skip
+    else:
+        diffs = compare(reference, result, tolerance)
+    notes = [
+        text
+        for (known_backend, layer), text in KNOWN_DIFFERENCES.items()
+        if known_backend == backend and layer in result.metrics.get("layer_types", [])
+    ]
+    metrics = dict(
+        result.metrics,
+        parity=dict(
+            diffs, reference=reference_backend, notes=notes, tolerance=dataclasses.asdict(tolerance)
+        ),
+    )
+    dataclasses.replace(result, metrics=metrics).save(runner.output_dir)
+    return ParityRow(**row, status="ok", reason=None, losses=result.metrics["losses"],
+                     notes=notes, **diffs)  # fmt: skip

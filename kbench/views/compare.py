@@ -10,7 +10,10 @@ during the command cannot pick the winner. Whether that ratio differs from 1 bey
 the noise between rounds is an order-statistics interval
 (:mod:`kbench.views.significance`). A run measured while the machine was busy,
 throttled or on battery (``metrics.quality.flags``, :mod:`kbench.measure.quality`)
-lends its flags to its row.
+lends its flags to its row. Rows measured on different CPUs, or one framework's rows
+on different CPU kernel libraries (TensorFlow on oneDNN and on Eigen, PyTorch with
+and without oneDNN), say so (``setup_flags``): their ratio compares the machines and
+kernels as much as the backends.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ class BackendRow:
     ratio_interval: Optional[RatioInterval] = None  # on the median per-round ratio
     # why some of its runs' numbers may not be trusted (busy machine, throttling, battery)
     quality_flags: List[str] = field(default_factory=list)
+    # the CPU or kernel library that sets it apart from rows it stands beside
+    setup_flags: List[str] = field(default_factory=list)
 
     @property
     def all_ok(self) -> bool:
@@ -143,6 +148,7 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
             for r in members
             if column(r) == base and r.ok
         }
+        setups = setup_flags({b: [r for r in members if column(r) == b and r.ok] for b in backends})
         rows = []
         for backend in backends:
             runs = [r for r in members if column(r) == backend]
@@ -180,6 +186,7 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
                     memory_reason=memory_reason,
                     ratio_interval=median_interval(ratios),
                     quality_flags=quality_flags(ok),
+                    setup_flags=setups[backend],
                 )
             )
         first = members[0]
@@ -215,6 +222,53 @@ def widest_ratio_half_width(
             half = max(interval.median - interval.low, interval.high - interval.median)
             widest = max(widest or 0.0, half / interval.median)
     return widest
+
+
+# the CPU features that change which kernels run (kbench.measure.sysinfo.KERNEL_FEATURES)
+DECIDING_FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni",
+                     "amx_tile", "sve", "sve2")  # fmt: skip
+
+
+def cpu_of(result: RunResult) -> str:
+    """The CPU a run was measured on: its model and the features that decide kernels."""
+    machine = result.environment.get("machine") or {}
+    cpu = machine.get("cpu") or {}
+    name = cpu.get("model") or machine.get("cpu_model") or "unknown CPU"
+    features = cpu.get("features")
+    if features is None:
+        return name
+    found = [f for f in DECIDING_FEATURES if f in features]
+    return f"{name} ({', '.join(found) or 'none of ' + ', '.join(DECIDING_FEATURES[:3])})"
+
+
+def kernels_of(result: RunResult) -> str:
+    """The CPU kernel library a run's framework used, as its result records it."""
+    kernels = (result.environment.get("framework") or {}).get("cpu_kernels") or {}
+    if kernels.get("library"):
+        return str(kernels["library"])
+    if "mkldnn_enabled" in kernels:  # PyTorch
+        on = kernels["mkldnn_available"] and kernels["mkldnn_enabled"]
+        return f"oneDNN {'on' if on else 'off'}, {kernels.get('cpu_capability') or '?'}"
+    return "not recorded"
+
+
+def setup_flags(runs: Dict[str, List[RunResult]]) -> Dict[str, List[str]]:
+    """{row: flags} for the rows of one group (``runs``: each row's ok runs): the CPU of
+    every row where the group spans several CPUs; the kernel library of every row of a
+    framework whose rows (or runs) used several."""
+    cpus = {b: sorted({cpu_of(r) for r in found}) for b, found in runs.items()}
+    libraries = {b: sorted({kernels_of(r) for r in found}) for b, found in runs.items()}
+    mixed_cpus = len({c for found in cpus.values() for c in found}) > 1
+    flags: Dict[str, List[str]] = {}
+    for row in runs:
+        framework = row.split(" @ ")[0]
+        beside = {lib for b in runs if b.split(" @ ")[0] == framework for lib in libraries[b]}
+        flags[row] = []
+        if mixed_cpus and cpus[row]:
+            flags[row].append("CPU: " + " / ".join(cpus[row]))
+        if len(beside) > 1 and libraries[row]:
+            flags[row].append("kernels: " + " / ".join(libraries[row]))
+    return flags
 
 
 def quality_flags(runs: Sequence[RunResult]) -> List[str]:

@@ -58,8 +58,10 @@ def ratio_text(row: BackendRow, baseline: str) -> str:
 
 
 def flagged(text: str, row: BackendRow) -> str:
-    """``text`` with the row's quality flags beside it: ``1,234 [busy: 48% of ...]``."""
-    return f"{text} [{'; '.join(row.quality_flags)}]" if row.quality_flags else text
+    """``text`` with the row's quality and setup flags beside it: ``1,234 [busy: 48% of
+    ...]``, ``x0.52 [kernels: Eigen]``."""
+    flags = [*row.quality_flags, *row.setup_flags]
+    return f"{text} [{'; '.join(flags)}]" if flags else text
 
 
 def run_flagged(text: str, result: RunResult) -> str:
@@ -146,7 +148,8 @@ def group_table(group: ComparisonGroup) -> str:
                 spread_text(row.first_step_s, ".2f"),
             ]
         rows.append(cells)
-    return f"{group.title}\n{render(headers, rows)}"
+    note = f"\n  {SETUP_NOTE}" if any(row.setup_flags for row in group.rows) else ""
+    return f"{group.title}\n{render(headers, rows)}{note}"
 
 
 def comparison_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
@@ -266,7 +269,8 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
             f"Throughput, images/s: {repeats}",
             lambda r: flagged(spread_text(r.images_per_sec, ",.0f"), r),
             ["measured window only (after the warmup steps)", *warned]
-            + ([QUALITY_NOTE] if any(r.quality_flags for g in groups for r in g.rows) else []),
+            + ([QUALITY_NOTE] if any(r.quality_flags for g in groups for r in g.rows) else [])
+            + ([SETUP_NOTE] if any(r.setup_flags for g in groups for r in g.rows) else []),
         ),
         table(
             f"Speed against {', '.join(baselines)}: median of per-round ratios (interval)",
@@ -325,6 +329,11 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
     return tables
 
 
+SETUP_NOTE = (
+    "[CPU: ...], [kernels: ...]: rows measured on different CPUs (model and the features "
+    "that decide kernels), or one framework on different CPU kernel libraries: their "
+    "numbers and ratios compare those as much as the backends"
+)
 QUALITY_NOTE = (
     "[...]: measured while the machine was busy (other processes' share of the cores the "
     "run was given, above --busy-threshold), other processes shared its GPU, its clock "

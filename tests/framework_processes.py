@@ -1,0 +1,150 @@
+"""Counts the processes the suite starts that import a framework, whatever starts them.
+
+A one-line ``.pth`` file in each backend environment's site-packages (written when the
+session starts, removed when it ends) installs, only while ``KBENCH_TEST_PROCESS_LOG``
+names a file, an import hook that appends one line to that file the first time a
+process imports keras, tensorflow, jax, torch or mxnet: ``pid<TAB>framework<TAB>test<TAB>argv``
+(``keras/BACKEND`` when KERAS_BACKEND is set),
+where ``test`` is ``KBENCH_TEST_ID`` as the suite set it for the test that was running
+(``slow|`` or ``fast|`` and the test's node id), inherited by whatever it started.
+Counting at the import catches every entry point (run and ops workers, probes,
+data-parallel workers, ``kbench exec`` children, the tests' own helper processes).
+The summary at the end of the run prints the count, and what started them.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List
+
+import psutil
+
+from kbench.run import environments
+
+VARIABLE = "KBENCH_TEST_PROCESS_LOG"
+TEST_VARIABLE = "KBENCH_TEST_ID"
+PTH_PATTERN = "kbench_test_process_log_*.pth"
+FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "mxnet")
+
+# What the .pth line runs: an import hook that writes one line, then stays out of the way.
+_HOOK_SOURCE = f"""
+class _KbenchCountFrameworkImport:
+    seen = False
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if not cls.seen and name in {FRAMEWORKS!r}:
+            cls.seen = True
+            try:
+                cls.record(name)
+            except Exception:  # never in the way of the process
+                pass
+        return None
+
+    @staticmethod
+    def record(name):
+        test = os.environ.get({TEST_VARIABLE!r}, "")
+        if name == "keras" and os.environ.get("KERAS_BACKEND"):
+            name = "keras/" + os.environ["KERAS_BACKEND"]
+        argv = " ".join(sys.argv)[:300].replace("\\t", " ").replace("\\n", " ")
+        line = "%d\\t%s\\t%s\\t%s\\n" % (os.getpid(), name, test, argv)
+        fd = os.open(os.environ[{VARIABLE!r}], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, line.encode())
+        os.close(fd)
+
+
+# (a venv's lib64 is a link to lib: site may read this .pth twice)
+if not any(getattr(f, "__name__", "") == "_KbenchCountFrameworkImport" for f in sys.meta_path):
+    sys.meta_path.insert(0, _KbenchCountFrameworkImport)
+"""
+# site.py executes a .pth line that starts with "import"; the whole hook is that one line,
+# run in a namespace of its own (site's locals would hide its names from one another).
+_HOOK = (
+    f"import os, sys; exec({_HOOK_SOURCE!r}, {{'os': os, 'sys': sys}}) "
+    f"if os.environ.get({VARIABLE!r}) else None\n"
+)
+
+
+def site_packages() -> List[Path]:
+    """Every backend environment's site-packages folder that exists here."""
+    found = []
+    for name in ("keras3", "mxnet"):
+        found += sorted((environments.envs_dir() / name).glob("lib/python*/site-packages"))
+    return found
+
+
+def install(log_path: Path) -> List[Path]:
+    """Write this session's .pth (named after its pid, so that sessions side by side
+    never remove each other's), removing those of sessions that are gone."""
+    os.environ[VARIABLE] = str(log_path)
+    written = []
+    for folder in site_packages():
+        for old in folder.glob(PTH_PATTERN):
+            pid = old.stem.rpartition("_")[2]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                old.unlink(missing_ok=True)
+        path = folder / PTH_PATTERN.replace("*", str(os.getpid()))
+        path.write_text(_HOOK)
+        written.append(path)
+    return written
+
+
+def remove(written: List[Path]) -> None:
+    for path in written:
+        path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Started:
+    pid: int
+    framework: str
+    test: str  # KBENCH_TEST_ID: "slow|node id", "fast|node id", or "" outside a test
+    argv: str
+
+
+def read(log_path: Path) -> List[Started]:
+    """One entry per process, in the order they first imported a framework."""
+    found: Dict[int, Started] = {}
+    if not log_path.exists():
+        return []
+    for line in log_path.read_text(errors="replace").splitlines():
+        fields = line.split("\t", 3)
+        if len(fields) == 4 and fields[0].isdigit() and int(fields[0]) not in found:
+            found[int(fields[0])] = Started(int(fields[0]), *fields[1:])
+    return list(found.values())
+
+
+# what a process that imported FRAMEWORK (keras/BACKEND for Keras) may be running
+FRAMEWORK_BACKENDS = {
+    "tensorflow": {"tensorflow"},
+    "keras/tensorflow": {"tensorflow"},
+    "jax": {"jax"},
+    "keras/jax": {"jax"},
+    "torch": {"torch", "torch-native"},
+    "keras/torch": {"torch"},
+    "mxnet": {"mxnet", "mxnet-gluon"},
+    "keras/mxnet": {"mxnet"},
+}
+
+
+def outside(started: List[Started], backends: List[str]) -> List[Started]:
+    """The processes whose framework serves none of ``backends`` (keras with no
+    KERAS_BACKEND: Keras 3's default, tensorflow)."""
+    chosen = set(backends)
+    return [s for s in started if not FRAMEWORK_BACKENDS.get(s.framework, {"tensorflow"}) & chosen]
+
+
+def count(started: List[Started]) -> Dict[str, int]:
+    """{what started it: processes}."""
+    return dict(collections.Counter(entry_point(s.argv) for s in started))
+
+
+def entry_point(argv: str) -> str:
+    """``run/worker.py`` for ``-m kbench.run.worker run.json`` (what ``sys.argv[0]`` holds)."""
+    first = argv.split(" ", 1)[0]
+    if first in ("-c", ""):
+        return "python -c"
+    return "/".join(Path(first).parts[-2:])
