@@ -25,4 +25,4 @@ export KBENCH_REQUIRE_ALL_BACKENDS=1
 workers="${KBENCH_TEST_WORKERS:-$("$py" -c 'import os; print(min(os.cpu_count() or 1, 4))')}"
 # The slowest tests are listed at the end, so a slow-down shows where it came from; so
 # is the number of processes that imported a framework.
-exec "$py" -m pytest -q -p no:cacheprovider --durations=20 -n "$workers" --dist loadgroup "$@"
+exec "$py" -m pytest -q -p no:cacheprovider --durations=20 -n "$workers" --dist loadscope "$@"

@@ -1,10 +1,11 @@
 """How the suite runs: side by side, each backend on request, and keeping its promises.
 
-- **Side by side** (``pytest -n 2 --dist loadgroup``, as ``scripts/test.sh`` runs it):
-  each test module is one group (its module-scoped fixtures are built once, on one
-  worker) unless it names its own ``xdist_group``. A test marked ``serial`` measures
-  time or load, so it runs alone: it takes the cores exclusively (a readers-writer
-  lock over ``flock``: every other test holds it shared), and the other worker waits.
+- **Side by side** (``pytest -n 2 --dist loadscope``, as ``scripts/test.sh`` runs it):
+  each test module is one unit of work (its module-scoped fixtures are built once, on
+  one worker), and modules that share a session fixture one unit together. A test
+  marked ``serial`` measures time or load, so it runs alone: it takes the cores
+  exclusively (a readers-writer lock over ``flock``: every other test holds it
+  shared), and the other worker waits.
 - **One backend at a time**: ``KBENCH_TEST_BACKENDS=torch,jax`` skips every test that
   needs another backend (:func:`conftest.require_backends`).
 - **Counted**: every process that imports a framework (:mod:`framework_processes`); the
@@ -51,11 +52,24 @@ def pytest_configure(config):
         pids.write(f"{os.getpid()}\n")  # pytest's own processes: they run tests, not workers
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+# Modules whose tests must share one pytest-xdist worker: they read one session fixture.
+SHARED_WORKER = {"tests/test_gluon.py": "keras twins", "tests/test_pytorch_twins.py": "keras twins"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope``, every module one unit of work, and the modules of
+    :data:`SHARED_WORKER` one unit together. (pytest-xdist's own ``loadgroup`` cannot be
+    used: its marks rename node ids, which pytest 9 no longer lets a plugin do.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_WORKER.get(module, module)
+
+    return ModuleScheduling(config, log)
 
 
 @contextlib.contextmanager

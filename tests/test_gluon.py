@@ -26,8 +26,6 @@ from kbench.run import environments, weightfile
 from kbench_models import MODELS
 
 slow = pytest.mark.slow
-# beside test_pytorch_twins on one pytest-xdist worker: both read the session's Keras side
-pytestmark = pytest.mark.xdist_group("keras_twins")
 
 BACKEND = "mxnet-gluon"
 # mlp and small_cnn, which test_models leaves to test_backends, by their formulas

@@ -34,8 +34,6 @@ import kbench_models
 from kbench.run import environments
 
 slow = pytest.mark.slow
-# beside test_gluon on one pytest-xdist worker: both read the session's Keras side
-pytestmark = pytest.mark.xdist_group("keras_twins")
 
 FORMATS = ("channels_last", "channels_first")
 BATCH = 4
