@@ -48,6 +48,10 @@ def pytest_configure(config):
         config._kbench_scratch = scratch
         config._kbench_pth = framework_processes.install(scratch / "framework-processes.log")
         os.environ[LOCK_DIR_VARIABLE] = str(scratch)  # the xdist workers inherit it
+        # Tests that import a framework in pytest's own process (TensorFlow imports Keras,
+        # which writes KERAS_HOME/keras.json) get a folder of the suite's; kbench gives
+        # each of its own processes one (the guard below holds it to that).
+        os.environ.setdefault("KERAS_HOME", str(scratch / "keras_home_of_pytest"))
     with open(Path(os.environ[LOCK_DIR_VARIABLE]) / "pytest-pids", "a") as pids:
         pids.write(f"{os.getpid()}\n")  # pytest's own processes: they run tests, not workers
 
