@@ -30,6 +30,7 @@ PAIRS: Tuple[Tuple[str, str, Any, Any], ...] = (
     ("tensorflow", "jit_compile", "off", "on"),
     ("tensorflow", "run_eagerly", False, True),
     ("tensorflow", "mixed_precision", "off", "bfloat16"),
+    ("tensorflow", "onednn", "off", "on"),  # the CPU kernel library (issue 24)
     ("jax", "jit_compile", "off", "on"),
     ("jax", "mixed_precision", "off", "bfloat16"),
     ("torch", "jit_compile", "off", "on"),

@@ -2,10 +2,17 @@
 
 - **Side by side** (``pytest -n 2 --dist loadscope``, as ``scripts/test.sh`` runs it):
   each test module is one unit of work (its module-scoped fixtures are built once, on
-  one worker), and modules that share a session fixture one unit together. A test
-  marked ``serial`` measures time or load, so it runs alone: it takes the cores
-  exclusively (a readers-writer lock over ``flock``: every other test holds it
-  shared), and the other worker waits.
+  one worker), and modules that share a session fixture one unit together; those that
+  took longest in the last measured run (``tests/durations.json``) go first, so that no
+  long one is left for the end with a core idle beside it, and the modules with
+  ``serial`` tests go last, as one unit.
+- **Each worker on its own cores**: a pytest-xdist worker is pinned to its share of
+  the cores, and everything it starts inherits that affinity; kbench sizes a run's
+  threads to the cores it may use, so two trainings side by side never run more
+  threads than there are cores (which made them spin against each other, 6x slower).
+  A test marked ``serial`` measures time or load, so it runs alone, on every core: it
+  takes the cores exclusively (a readers-writer lock over ``flock``: every other test
+  holds it shared), and the other worker waits.
 - **One backend at a time**: ``KBENCH_TEST_BACKENDS=torch,jax`` skips every test that
   needs another backend (:func:`conftest.require_backends`).
 - **Counted**: every process that imports a framework (:mod:`framework_processes`); the
@@ -20,16 +27,19 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import functools
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Dict, Iterator, List, Tuple
 
 import framework_processes
 import pytest
 
 LOCK_DIR_VARIABLE = "KBENCH_TEST_LOCK_DIR"
+CORES_VARIABLE = "KBENCH_TEST_CORES"
 KERAS_DIR = Path.home() / ".keras"
 
 
@@ -48,32 +58,142 @@ def pytest_configure(config):
         config._kbench_scratch = scratch
         config._kbench_pth = framework_processes.install(scratch / "framework-processes.log")
         os.environ[LOCK_DIR_VARIABLE] = str(scratch)  # the xdist workers inherit it
+        if hasattr(os, "sched_getaffinity"):  # every core the suite may use, for its workers
+            os.environ[CORES_VARIABLE] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
         # Tests that import a framework in pytest's own process (TensorFlow imports Keras,
         # which writes KERAS_HOME/keras.json) get a folder of the suite's; kbench gives
         # each of its own processes one (the guard below holds it to that).
         os.environ.setdefault("KERAS_HOME", str(scratch / "keras_home_of_pytest"))
+    else:
+        pin_worker(config)
     with open(Path(os.environ[LOCK_DIR_VARIABLE]) / "pytest-pids", "a") as pids:
         pids.write(f"{os.getpid()}\n")  # pytest's own processes: they run tests, not workers
+
+
+def suite_cores() -> List[int]:
+    """Every core the suite may use (a worker itself runs on its share of them)."""
+    if os.environ.get(CORES_VARIABLE):
+        return [int(core) for core in os.environ[CORES_VARIABLE].split(",")]
+    return sorted(os.sched_getaffinity(0))
+
+
+def pin_worker(config) -> None:
+    """Pin this pytest-xdist worker to its share of the cores (worker i of n: every n-th
+    core from the i-th), remembering every core for the ``serial`` tests."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cores = suite_cores()
+    index = int(config.workerinput["workerid"].lstrip("gw"))
+    count = int(config.workerinput["workercount"])
+    share = cores[index::count] or [cores[index % len(cores)]]
+    config._kbench_cores = (cores, share)
+    os.sched_setaffinity(0, share)
+
+
+@contextlib.contextmanager
+def affinity(config, every_core: bool) -> Iterator[None]:
+    """A serial test (it holds the cores exclusively) runs on every core, then the
+    worker goes back to its share."""
+    cores, share = getattr(config, "_kbench_cores", (None, None))
+    if not every_core or cores is None:
+        yield
+        return
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, share)
 
 
 # Modules whose tests must share one pytest-xdist worker: they read one session fixture.
 SHARED_WORKER = {"tests/test_gluon.py": "keras twins", "tests/test_pytorch_twins.py": "keras twins"}
 
 
+DURATIONS = Path(__file__).with_name("durations.json")
+RECORD_VARIABLE = "KBENCH_TEST_RECORD_DURATIONS"
+
+
+SERIAL_UNIT = "modules with serial tests"
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, its SHARED_WORKER group, or the
+    one unit of every module that marks a test serial."""
+    module = nodeid.split("::", 1)[0]
+    if has_serial_tests(module):
+        return SERIAL_UNIT
+    return SHARED_WORKER.get(module, module)
+
+
+@functools.cache
+def has_serial_tests(module: str) -> bool:
+    """Whether a test module marks a test serial."""
+    path = Path(__file__).parent.parent / module
+    return path.is_file() and "pytest.mark.serial" in path.read_text()
+
+
+def expected_seconds() -> Dict[str, float]:
+    """{unit: seconds it took in the run that wrote tests/durations.json}."""
+    try:
+        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadscope``, every module one unit of work, and the modules of
-    :data:`SHARED_WORKER` one unit together. (pytest-xdist's own ``loadgroup`` cannot be
-    used: its marks rename node ids, which pytest 9 no longer lets a plugin do.)"""
+    """``--dist loadscope``, every module one unit of work, the modules of
+    :data:`SHARED_WORKER` one unit together, the longest units first (as measured in
+    tests/durations.json; a unit not in it first, since its time is unknown), so that no
+    long one is left for the end; and the modules with ``serial`` tests one unit, last:
+    a serial test (every core, nothing beside it) waits for the other worker's current
+    test to end, which at the end of the run is a short one (first, it waited minutes
+    on the parity check with a core idle).
+    pytest-xdist's own ``loadgroup`` cannot be used: its marks rename node ids, which
+    pytest 9 no longer lets a plugin do; and its ``loadscope`` orders units by their
+    number of tests, which put a one-test module of five minutes last."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return SHARED_WORKER.get(module, module)
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            # The queue is whole when the first unit is assigned: order it then (the
+            # nodes' collections stay as collected: a node reads indices into its own)
+            if not getattr(self, "_kbench_ordered", False):
+                seconds = expected_seconds()
+
+                def order(unit: str) -> Tuple[bool, float]:
+                    return unit == SERIAL_UNIT, -seconds.get(unit, float("inf"))
+
+                units = sorted(self.workqueue.items(), key=lambda item: order(item[0]))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self._kbench_ordered = True
+            super()._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
+
+
+def pytest_runtest_logreport(report):
+    """The controller adds up each unit's time (setup, call and teardown of its tests)."""
+    took = _unit_seconds.setdefault(unit_of(report.nodeid), 0.0)
+    _unit_seconds[unit_of(report.nodeid)] = took + (report.duration or 0.0)
+
+
+_unit_seconds: Dict[str, float] = {}
+
+
+def record_durations() -> None:
+    """With KBENCH_TEST_RECORD_DURATIONS=1, a whole run (every unit ran) writes
+    tests/durations.json for the next runs' order."""
+    if os.environ.get(RECORD_VARIABLE) == "1" and _unit_seconds:
+        ordered = dict(sorted(_unit_seconds.items(), key=lambda item: -item[1]))
+        DURATIONS.write_text(
+            json.dumps({k: round(v, 1) for k, v in ordered.items()}, indent=1) + "\n"
+        )
 
 
 @contextlib.contextmanager
@@ -110,7 +230,8 @@ def cores(exclusive: bool) -> Iterator[None]:
 def pytest_runtest_protocol(item, nextitem):
     speed = "slow" if item.get_closest_marker("slow") else "fast"
     os.environ[framework_processes.TEST_VARIABLE] = f"{speed}|{item.nodeid}"
-    with cores(exclusive=item.get_closest_marker("serial") is not None):
+    serial = item.get_closest_marker("serial") is not None
+    with cores(exclusive=serial), affinity(item.config, every_core=serial):
         yield
     os.environ.pop(framework_processes.TEST_VARIABLE, None)
 
@@ -146,6 +267,10 @@ def pytest_sessionfinish(session, exitstatus):
     started = framework_processes.read(scratch / "framework-processes.log")
     pytest_pids = {int(line) for line in (scratch / "pytest-pids").read_text().split()}
     config._kbench_started = started
+    record_durations()
+    keep = os.environ.get("KBENCH_TEST_KEEP_PROCESS_LOG")  # a path: where to copy the log
+    if keep:
+        shutil.copyfile(scratch / "framework-processes.log", keep)
     config._kbench_fast_offenders = sorted(
         {s.test.partition("|")[2] for s in started
          if s.test.startswith("fast|") and s.pid not in pytest_pids}

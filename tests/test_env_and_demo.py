@@ -8,6 +8,8 @@ from conftest import dump, require_backends, run_kbench
 from kbench import cli
 from kbench.cli import run_commands
 from kbench.datasets import sources
+from kbench.measure import sysinfo
+from kbench.views.compare import cpu_text
 
 
 @pytest.mark.slow
@@ -35,6 +37,9 @@ def test_env_says_how_to_create_a_missing_environment(home, tmp_path):
     assert completed.returncode == 1
     assert "scripts/setup_envs.sh keras3" in completed.stdout
     assert "scripts/setup_envs.sh mxnet" in completed.stdout
+    # the CPU line names the features that decide the kernels; a column says which ran
+    assert cpu_text(sysinfo.machine()) in completed.stdout.splitlines()[0]
+    assert "CPU kernels" in completed.stdout.splitlines()[1]
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 
 Expected parameter counts come from formulas written here, independently of the
 model code, and the formulas are pinned to the published reference counts. Each
-(backend, data format) is one ``kbench.run.probe`` process that builds every model.
+backend is one ``kbench.run.probe`` process that builds every model in each data format.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from conftest import ROOT, require_backends
 
 import kbench_models
+from kbench.measure.processes import usable_cores
 from kbench.run import environments
 
 BACKENDS = ("tensorflow", "jax", "torch", "mxnet")
@@ -298,20 +299,37 @@ def test_importing_the_registry_does_not_import_keras(tmp_path):
 
 @pytest.fixture(scope="module")
 def probes():
-    """One probe process per (backend, data format), each building every model spec.
+    """{(backend, data format): report}: one probe process per backend builds every
+    model spec in each of its formats (the first as the worker starts, the others
+    switched to in the same process).
 
     As many at a time as there are cores, the slowest (JAX) first: more would only
     make their thread pools fight over the same cores.
     """
     runnable = environments.runnable_backends()
-    wanted = [(b, f) for b, f in PROBES if runnable[b] is None]
-    wanted.sort(key=lambda key: key[0] not in DEFAULTS_ONLY)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    formats = {}
+    for backend, data_format in PROBES:
+        if runnable[backend] is None:
+            formats.setdefault(backend, []).append(data_format)
+    wanted = sorted(formats, key=lambda backend: backend not in DEFAULTS_ONLY)
+    with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
         futures = {
-            key: pool.submit(environments.probe, key[0], specs_for(key[0]), data_format=key[1])
-            for key in wanted
+            backend: pool.submit(
+                environments.probe,
+                backend,
+                specs_for(backend),
+                data_format=formats[backend][0],
+                other_formats=formats[backend][1:],
+            )  # fmt: skip
+            for backend in wanted
         }
-        return {key: future.result() for key, future in futures.items()}
+        reports = {backend: future.result() for backend, future in futures.items()}
+    by_key = {}
+    for backend, report in reports.items():
+        for data_format in formats[backend]:
+            found = (report.get("models_by_format") or {}).get(data_format)
+            by_key[(backend, data_format)] = dict(report, models=found)
+    return by_key
 
 
 @pytest.mark.slow
@@ -321,6 +339,7 @@ def test_every_model_builds_with_the_expected_parameter_count(probes, backend, d
     report = probes[(backend, data_format)]
     assert report["ok"], report.get("error")
     models = report["models"]
+    assert models is not None, f"the probe built nothing in {data_format}: {report}"
     assert set(models) == set(specs_for(backend))
     failures = {}
     for text in specs_for(backend):

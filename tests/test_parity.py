@@ -1,11 +1,11 @@
 """Parity: every model, every backend, the same weights and batches (tiny, few steps)."""
 
 import json
-import os
 
 import pytest
 from conftest import dump, require_backends, run_kbench
 
+from kbench.measure.processes import usable_cores
 from kbench.run.runner import Runner
 from kbench.studies import parity
 from kbench_models import MODELS
@@ -37,7 +37,7 @@ def checked(tmp_path_factory):
     settings = dict(
         steps=2, batch_size=4, learning_rate=1e-3, dataset="synthetic", seed=0,
         tolerance=parity.Tolerance(), timeout_s=900, input_shapes=SMALL_SHAPES,
-        parallel=os.cpu_count() or 1,
+        parallel=usable_cores(),
     )  # fmt: skip
     rows = parity.check_models(runner, {m: backends_for(m) for m in MODELS}, **settings)
     saved = [json.loads(path.read_text()) for path in store.glob("*.json")]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from suite_plugin import suite_cores
 
 from kbench.measure import processes
 
@@ -113,12 +114,12 @@ def test_sigterm_raises_keyboard_interrupt_inside_the_block_only():
 
 
 def test_linux_pinning_uses_the_first_allowed_cores():
-    allowed = sorted(psutil.Process().cpu_affinity())
+    allowed = suite_cores()  # the pytest worker runs on its share: the child gets them all
     if len(allowed) < 2:
         pytest.skip("one core: nothing to pin to fewer")
     code = (
-        "import json; from kbench.measure import processes; "
-        "print(json.dumps(processes.pin_cores(1)))"
+        f"import json, os; os.sched_setaffinity(0, {allowed}); "
+        "from kbench.measure import processes; print(json.dumps(processes.pin_cores(1)))"
     )
     done = run_python(code)
     assert json.loads(done.stdout) == {"cpu_affinity": allowed[:1]}
@@ -223,10 +224,12 @@ def test_windows_kill_own_group_kills_what_the_worker_started():
 
 
 def test_windows_pins_through_psutil_too(monkeypatch):
-    if len(psutil.Process().cpu_affinity()) < 2:
+    allowed = suite_cores()
+    if len(allowed) < 2:
         pytest.skip("one core: nothing to pin to fewer")
     code = (
-        "import json\nfrom kbench.measure import processes\nprocesses.SYSTEM = 'Windows'\n"
+        f"import json, os\nos.sched_setaffinity(0, {allowed})\n"
+        "from kbench.measure import processes\nprocesses.SYSTEM = 'Windows'\n"
         "print(json.dumps(processes.pin_cores(1)))\n"
     )
     assert len(json.loads(run_python(code).stdout)["cpu_affinity"]) == 1

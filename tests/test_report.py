@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 from conftest import Completed, dump, require_backends, run_kbench
 
+from kbench.measure.processes import usable_cores
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.run.runner import Runner
@@ -44,7 +45,8 @@ def real_results(tmp_path_factory: pytest.TempPathFactory) -> List[RunResult]:
     tiny = dict(model="mlp", dataset="synthetic", train_samples=64, test_samples=32, warmup_steps=2)
     # both backends, two repeats; then one backend at other settings. What is read here is
     # the report, not fresh-process timings: the runs that can share a worker share a warm
-    # one (torch-native's four, jax's two; threads 1 is a worker of its own)
+    # one (torch-native's four, jax's two; one more thread than the cores is a worker of
+    # its own)
     configs = [
         RunConfig(backend=backend, steps=6, batch_size=16, repeat=repeat, **tiny)
         for repeat in (0, 1)
@@ -52,7 +54,7 @@ def real_results(tmp_path_factory: pytest.TempPathFactory) -> List[RunResult]:
     ]
     configs += [
         RunConfig(backend=first, steps=6, batch_size=32, **tiny),
-        RunConfig(backend=first, steps=6, batch_size=16, threads=1, **tiny),
+        RunConfig(backend=first, steps=6, batch_size=16, threads=usable_cores() + 1, **tiny),
         RunConfig(backend=first, epochs=2, batch_size=16, **tiny),
     ]
     ran = Runner(output_dir=out, warm=True).run_all(configs)
@@ -109,7 +111,7 @@ def test_report_is_one_self_contained_file(real_report: ReportSummary) -> None:
         [
             "torch-native, mlp, batch 16, steps 6",
             "jax, mlp, batch 16, steps 6",
-            "torch-native, mlp, batch 16, steps 6, threads 1",
+            f"torch-native, mlp, batch 16, steps 6, threads {usable_cores() + 1}",
             "torch-native, mlp, batch 16, epochs 2",
             "torch-native, mlp, batch 32, steps 6",
             "torch-native, mlp, batch 64, steps 6",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import dump, require_backends, run_kbench
 
+from kbench.measure.processes import usable_cores
 from kbench.results.config import RunConfig
 from kbench.run.runner import worker_key
 
@@ -48,7 +49,7 @@ def test_runs_share_a_worker_only_when_they_start_alike():
     assert worker_key(base) == worker_key(same)  # model and batch are the run's own
     for other in (
         RunConfig(backend="jax", model="mlp", dataset="synthetic"),
-        RunConfig(backend="torch", model="mlp", dataset="synthetic", threads=1),
+        RunConfig(backend="torch", model="mlp", dataset="synthetic", threads=usable_cores() + 1),
         RunConfig(backend="torch", model="mlp", dataset="synthetic", data_format="channels_first"),
         RunConfig(backend="torch", model="mlp", dataset="synthetic", torch_compile=True),
     ):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from kbench.backends import kernels
 from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device
@@ -27,6 +28,22 @@ def optimizer_name(model: Any) -> str:
 UNUSED_BY_THE_ZOO = ("sklearn", "matplotlib", "jax")
 
 
+@contextlib.contextmanager
+def kept_out(modules: List[str]) -> Iterator[List[str]]:
+    """While inside, ``import`` of any of ``modules`` not yet imported raises ImportError
+    (what a guarded ``try: import ... except ImportError`` expects); yields the ones
+    kept out."""
+    skipped = [m for m in modules if m not in sys.modules]
+    for module in skipped:
+        sys.modules[module] = None
+    try:
+        yield skipped
+    finally:
+        for module in skipped:
+            if module in sys.modules and sys.modules[module] is None:
+                del sys.modules[module]
+
+
 class Keras3Backend(KerasBackend):
     # Set by the worker for a zoo model (never for the user's own model, which may use
     # them): those of UNUSED_BY_THE_ZOO that this backend does not need are kept out
@@ -37,15 +54,9 @@ class Keras3Backend(KerasBackend):
     def start(self, *args: Any, **kwargs: Any) -> None:
         if not self.skip_unused_imports:
             return super().start(*args, **kwargs)
-        skipped = [m for m in UNUSED_BY_THE_ZOO if m != self.name and m not in sys.modules]
-        for module in skipped:
-            sys.modules[module] = None  # `import` raises ImportError; Keras goes on
-        try:
+        unused = [m for m in UNUSED_BY_THE_ZOO if m != self.name]
+        with kept_out(unused) as skipped:
             super().start(*args, **kwargs)
-        finally:
-            for module in skipped:
-                if module in sys.modules and sys.modules[module] is None:
-                    del sys.modules[module]
         self.imports_skipped = skipped
 
     def import_keras(self) -> Any:
@@ -54,7 +65,13 @@ class Keras3Backend(KerasBackend):
         return keras
 
     def seed(self, seed: int) -> None:
-        self.keras.utils.set_random_seed(seed)  # Python, numpy and the backend's generator
+        # Python's, numpy's and the backend's generators. Keras seeds TensorFlow's too
+        # whatever the backend, importing it (3-4 s) where it is installed: a zoo model
+        # on JAX or PyTorch never uses TensorFlow, so there it stays out.
+        outside = ["tensorflow"] if self.skip_unused_imports and self.name != "tensorflow" else []
+        with kept_out(outside) as skipped:
+            self.keras.utils.set_random_seed(seed)
+        self.imports_skipped = sorted(set(self.imports_skipped) | set(skipped))
 
     def make_optimizer(self, name: str, learning_rate: float) -> Any:
         optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}

@@ -193,7 +193,8 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
-        "machine's cores also pins the worker to that many cores (default: all cores)",
+        "cores kbench may run on also pins the worker to that many cores (default: every "
+        "core of kbench's CPU affinity, e.g. as taskset or a container's cpuset set it)",
     )
 
 

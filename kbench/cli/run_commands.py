@@ -602,8 +602,8 @@ def command_env(args: argparse.Namespace) -> int:
     gpu = machine["gpu"]
     gpus = ", ".join(d["name"] for d in gpu.get("devices", [])) or f"none ({gpu.get('reason')})"
     print(
-        f"kbench {__version__}  {machine['cpu_model']}, {machine['cpu_logical_cores']} cores, "
-        f"GPUs: {gpus}"
+        f"kbench {__version__}  {compare.cpu_text(machine)}, {machine['cpu_logical_cores']} "
+        f"cores, GPUs: {gpus}"
     )
     rows = []
     for p in probes:
@@ -617,13 +617,11 @@ def command_env(args: argparse.Namespace) -> int:
                 p.get("keras") or "-",
                 f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
                 ", ".join(framework.get("devices", [])) or "-",
+                compare.kernels_text(framework) if p["ok"] else "-",
             ]
         )
-    print(
-        tables.render(
-            ["backend", "runnable", "environment", "python", "keras", "framework", "devices"], rows
-        )
-    )
+    headers = ["backend", "runnable", "environment", "python", "keras", "framework", "devices"]
+    print(tables.render(headers + ["CPU kernels"], rows))
     for p in probes:
         if not p["ok"]:
             print(f"  {p['backend']}: {p['error']}")

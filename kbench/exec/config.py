@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from kbench.measure.processes import usable_cores
 from kbench.results.config import DEVICES, MAX_SECONDS, MAX_THREADS, ConfigError, check_choice
 
 # The backends whose processes run Keras (torch-native and mxnet-gluon do not).
@@ -72,7 +73,7 @@ class ExecConfig:
 
     @property
     def threads_in_force(self) -> int:
-        return self.threads or os.cpu_count() or 1
+        return self.threads or usable_cores()
 
     def label(self) -> str:
         repeat = f" #{self.repeat + 1}" if self.repeat else ""

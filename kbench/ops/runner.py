@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.measure import quality, sysinfo
+from kbench.measure.processes import usable_cores
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
 from kbench.results.config import DEVICES, ConfigError, check_choice, check_precision
@@ -116,7 +116,7 @@ class OpsConfig:
 
     @property
     def threads_in_force(self) -> int:
-        return self.threads or os.cpu_count() or 1
+        return self.threads or usable_cores()
 
     def label(self) -> str:
         return f"{self.backend}/ops"

@@ -2,5 +2,5 @@
 documents (versioned JSON, written atomically), the results store.
 
 May import: kbench.backends, kbench.datasets, kbench_models (the names a config is
-checked against).
+checked against), kbench.measure (the cores a run may use).
 """

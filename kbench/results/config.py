@@ -19,6 +19,7 @@ from kbench.backends.switches import SWITCHES
 from kbench.datasets import DATASETS as DATASET_SPECS
 from kbench.datasets import DataUnavailable, dataset_spec, user_dataset
 from kbench.datasets.npz import NPZ_PREFIX, inspect_npz
+from kbench.measure.processes import usable_cores
 from kbench_models import MODELS, short_name, spec_for
 from kbench_models.user import FORMS as USER_MODEL_FORMS
 from kbench_models.user import UserModelError, is_reference
@@ -209,7 +210,7 @@ class RunConfig:
     num_classes: Optional[int] = None  # synthetic only
     image_size: Optional[Tuple[int, int]] = None  # real images resized to (height, width)
     data_dir: Optional[str] = None
-    threads: Optional[int] = None  # None: every core of this machine
+    threads: Optional[int] = None  # None: every core this process may run on
     seed: int = 0
     timeout_s: float = 1800.0
     mode: str = "train"
@@ -517,7 +518,7 @@ class RunConfig:
 
     @property
     def threads_in_force(self) -> int:
-        return self.threads or os.cpu_count() or 1
+        return self.threads or usable_cores()
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import kbench
 import kbench_models
 from kbench.backends import BACKENDS
+from kbench.measure.processes import usable_cores
 from kbench.setup.platforms import Platform, unsupported_reason, venv_python
 
 PROJECT_ROOT = Path(kbench.__file__).resolve().parent.parent  # the checkout
@@ -163,12 +164,14 @@ def probe(
     models: Sequence[str] = (),
     data_format: Optional[str] = None,
     timeout_s: float = 600,
+    other_formats: Sequence[str] = (),
 ) -> Dict[str, Any]:
     """Start ``backend`` as a worker would and report what it is (see kbench.run.probe).
 
     ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with
-    its parameter count and output shape. Never raises for a backend that cannot
-    start: the report says ``ok: False`` and why.
+    its parameter count and output shape, and again for each of ``other_formats``
+    (``models_by_format``: one process builds them in every format). Never raises for
+    a backend that cannot start: the report says ``ok: False`` and why.
     """
     try:
         interpreter = interpreter_for(backend)
@@ -177,10 +180,10 @@ def probe(
     with tempfile.TemporaryDirectory(prefix="kbench-probe-") as tmp:
         python_path = import_root(Path(tmp) / "pythonpath")
         env, keras_json = process_environment(
-            backend, Path(tmp), python_path, os.cpu_count() or 1, data_format
+            backend, Path(tmp), python_path, usable_cores(), data_format
         )
         command = [str(interpreter), "-m", "kbench.run.probe", backend]
-        command += [keras_json["image_data_format"], *models]
+        command += [",".join([keras_json["image_data_format"], *other_formats]), *models]
         done = subprocess.run(
             command, env=env, cwd=tmp, capture_output=True, text=True, timeout=timeout_s
         )

@@ -1,21 +1,23 @@
-"""``python -m kbench.run.probe BACKEND FORMAT [MODEL[:HxWxC[:CLASSES]] ...]``
+"""``python -m kbench.run.probe BACKEND FORMAT[,FORMAT...] [MODEL[:HxWxC[:CLASSES]] ...]``
 
 Starts the backend exactly as a worker would (threads, Keras import, backend and
-format check) and prints one JSON line: interpreter, Keras and framework versions,
-devices, and for each MODEL given its parameter count and output shape when built
-for that input (channels last, laid out for FORMAT); or the error that stopped it.
+format check, in the first FORMAT) and prints one JSON line: interpreter, Keras and
+framework versions, devices, and for each MODEL given its parameter count and output
+shape when built for that input (channels last, laid out for FORMAT); or the error
+that stopped it. With several formats the models are built in each, one after the
+other in the same process (``models_by_format``; ``models`` holds the first's).
 ``kbench env`` and the model tests use it through :func:`kbench.run.environments.probe`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import traceback
 
 from kbench.backends import load_backend
+from kbench.measure.processes import usable_cores
 
 
 def parse_model(text: str):
@@ -49,21 +51,35 @@ def census(backend, models, data_format: str):
     return built
 
 
+def switch_format(backend, data_format: str) -> None:
+    """Keras' image data format, changed in the running process (Keras 3 and Keras 2.2
+    both read it when a layer is built)."""
+    keras = getattr(backend, "keras", None)
+    if keras is None:
+        raise ValueError(f"{backend.name} is not a Keras backend: it builds in one data format")
+    keras.backend.set_image_data_format(data_format)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    backend_name, data_format, *models = argv
+    backend_name, formats, *models = argv
+    data_format, *other_formats = formats.split(",")
     report = {
         "backend": backend_name,
         "python": platform.python_version(),
         "executable": sys.executable,
     }
     try:
-        backend = load_backend(backend_name)(threads=os.cpu_count() or 1)
+        backend = load_backend(backend_name)(threads=usable_cores())
         backend.start(data_format)
         framework = backend.describe()
         report.update(ok=True, keras=framework.get("keras_version"), framework=framework)
         if models:
             report["models"] = census(backend, models, data_format)
+            report["models_by_format"] = {data_format: report["models"]}
+            for other in other_formats:
+                switch_format(backend, other)
+                report["models_by_format"][other] = census(backend, models, other)
     except Exception as err:  # the report is the point: any failure is an answer
         report.update(ok=False, error=f"{type(err).__name__}: {err}")
     sys.stdout.write(json.dumps(report) + "\n")

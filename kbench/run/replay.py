@@ -62,7 +62,10 @@ def replay(
             for kind, arrays_ in initial
         ]  # fmt: skip
         backend.set_weights(model, nudged, data_format, backend.kernel_layout())
-        backend.compile(model, "sgd", learning_rate, loss)
+        # Not compiled again (a second trace of the training step: 9 s for ResNet-56 on
+        # TensorFlow): plain SGD keeps nothing but its step count, which does not change
+        # its update, and each step's loss is that batch's alone (train_on_batch resets
+        # Keras 3's loss tracker; keras-mxnet, PyTorch and Gluon return the batch's loss).
         noise_losses = train_steps()
     return {
         "layer_types": sorted({kind for kind, _ in source_weights(backend, model, parity)}),

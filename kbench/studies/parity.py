@@ -17,6 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbench.measure.processes import usable_cores
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.result import RunResult
 from kbench.run.runner import Runner
@@ -143,7 +144,9 @@ def check_models(
     initial weights; then each other backend runs, in one warm worker, the models that
     list it and whose reference ran, loading those weights. ``parallel``: how many of
     those other backends run side by side (a worker spends most of its start importing
-    its framework on one core). Rows come model by model, in ``plan``'s order.
+    its framework on one core), each then with its share of the cores as threads (more
+    threads than cores make the frameworks' thread pools spin against each other).
+    Rows come model by model, in ``plan``'s order.
     """
     models = list(plan)
     references = {backends[0] for backends in plan.values()}
@@ -155,6 +158,7 @@ def check_models(
     reference = references.pop()
     others = [b for b in dict.fromkeys(b for bs in plan.values() for b in bs[1:])]
     input_shapes = input_shapes or {}
+    threads = max(1, usable_cores() // parallel) if parallel > 1 else None
     configs = {
         (model, backend): RunConfig(
             backend=backend,
@@ -171,6 +175,7 @@ def check_models(
             timeout_s=timeout_s,
             input_shape=tuple(input_shapes[model]) if input_shapes.get(model) else None,
             sample_interval_s=0,
+            threads=threads,
         )  # fmt: skip
         for model in models
         for backend in plan[model]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
@@ -231,7 +231,12 @@ DECIDING_FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "av
 
 def cpu_of(result: RunResult) -> str:
     """The CPU a run was measured on: its model and the features that decide kernels."""
-    machine = result.environment.get("machine") or {}
+    return cpu_text(result.environment.get("machine") or {})
+
+
+def cpu_text(machine: Dict[str, Any]) -> str:
+    """A machine's CPU (as ``sysinfo.machine()`` records it): its model and the
+    features that decide kernels."""
     cpu = machine.get("cpu") or {}
     name = cpu.get("model") or machine.get("cpu_model") or "unknown CPU"
     features = cpu.get("features")
@@ -243,7 +248,12 @@ def cpu_of(result: RunResult) -> str:
 
 def kernels_of(result: RunResult) -> str:
     """The CPU kernel library a run's framework used, as its result records it."""
-    kernels = (result.environment.get("framework") or {}).get("cpu_kernels") or {}
+    return kernels_text(result.environment.get("framework") or {})
+
+
+def kernels_text(framework: Dict[str, Any]) -> str:
+    """The CPU kernel library of a framework as a backend describes it."""
+    kernels = framework.get("cpu_kernels") or {}
     if kernels.get("library"):
         return str(kernels["library"])
     if "mkldnn_enabled" in kernels:  # PyTorch

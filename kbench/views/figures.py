@@ -16,10 +16,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
 from kbench.backends.switches import SWITCHES
 from kbench.results.result import RunResult
 from kbench.views.compare import (
@@ -240,19 +236,24 @@ class Skipped:
 Outcome = Union[Drawn, Skipped]
 
 
-def new_figure(height_in: float, width_in: float = WIDTH_IN) -> Figure:
+def new_figure(height_in: float, width_in: float = WIDTH_IN) -> Any:
+    # matplotlib is imported where a figure is drawn: importing it costs every kbench
+    # command half a second (this module is read by commands that draw nothing)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
 
 
-def png_of(figure: Figure) -> bytes:
+def png_of(figure: Any) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
 
 
-def panel_grid(figure: Figure, count: int, columns: int, **kwargs) -> List[Any]:
+def panel_grid(figure: Any, count: int, columns: int, **kwargs) -> List[Any]:
     rows = -(-count // columns)
     axes = figure.subplots(rows, columns, squeeze=False, **kwargs).ravel()
     for ax in axes[count:]:
@@ -294,6 +295,8 @@ def has_rate(row: Optional[BackendRow]) -> bool:
 
 
 def log_axis(ax: Any) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     """A log y axis with plain numbers (100, 1k, 10k) at 1, 2 and 5 times powers of ten."""
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
