@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, require_backends
+from conftest import ROOT, require_backends, selected_backends
 
 import kbench_models
 from kbench.measure.processes import usable_cores
@@ -307,9 +307,10 @@ def probes():
     make their thread pools fight over the same cores.
     """
     runnable = environments.runnable_backends()
+    selected = selected_backends()  # KBENCH_TEST_BACKENDS: the others' tests are skipped
     formats = {}
     for backend, data_format in PROBES:
-        if runnable[backend] is None:
+        if runnable[backend] is None and (selected is None or backend in selected):
             formats.setdefault(backend, []).append(data_format)
     wanted = sorted(formats, key=lambda backend: backend not in DEFAULTS_ONLY)
     with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
