@@ -59,6 +59,14 @@ DEMO_SETTINGS = dict(
 
 
 def add_commands(commands) -> None:
+    add_run_command(commands)
+    add_demo_command(commands)
+    add_max_batch_command(commands)
+    add_parity_command(commands)
+    add_env_command(commands)
+
+
+def add_run_command(commands) -> None:
     run = commands.add_parser(
         "run",
         help="train models on backends, one process per run",
@@ -70,6 +78,23 @@ def add_commands(commands) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_workload_arguments(run)
+    add_round_arguments(run)
+    add_memory_arguments(run)
+    add_switch_arguments(run)
+    add_quality_arguments(run)
+    add_precision_arguments(
+        run,
+        "training steps (inference passes with --mode inference)",
+        "the end of the data and epochs (inference: of --duration, unless a budget is given)",
+    )
+    add_parallel_and_profile_arguments(run)
+    add_output_arguments(run)
+    run.set_defaults(handler=command_run)
+
+
+def add_workload_arguments(run) -> None:
+    """What ``kbench run`` trains or infers: backends, models, data and how long."""
     run.add_argument(
         "--backend",
         "-b",
@@ -163,6 +188,10 @@ def add_commands(commands) -> None:
         metavar="SECONDS",
         help="inference: measured seconds of forward passes (default: 10)",
     )
+
+
+def add_round_arguments(run) -> None:
+    """How ``kbench run`` repeats its runs and compares them round by round."""
     run.add_argument(
         "--repeats",
         type=int,
@@ -200,14 +229,10 @@ def add_commands(commands) -> None:
         metavar="SECONDS",
         help="with --ratio-precision: start no round after this many seconds (default: none)",
     )
-    add_memory_arguments(run)
-    add_switch_arguments(run)
-    add_quality_arguments(run)
-    add_precision_arguments(
-        run,
-        "training steps (inference passes with --mode inference)",
-        "the end of the data and epochs (inference: of --duration, unless a budget is given)",
-    )
+
+
+def add_parallel_and_profile_arguments(run) -> None:
+    """``kbench run``'s data-parallel training and profiler options."""
     parallel = run.add_argument_group("data-parallel training (each framework's own engine)")
     parallel.add_argument(
         "--distributed",
@@ -234,9 +259,9 @@ def add_commands(commands) -> None:
         metavar="N",
         help="steps (forward passes with --mode inference) to profile (default: 10)",
     )
-    add_output_arguments(run)
-    run.set_defaults(handler=command_run)
 
+
+def add_demo_command(commands) -> None:
     demo = commands.add_parser(
         "demo",
         help="MLP and small CNN on Fashion-MNIST across every runnable backend",
@@ -256,6 +281,8 @@ def add_commands(commands) -> None:
     add_output_arguments(demo)
     demo.set_defaults(handler=command_demo)
 
+
+def add_max_batch_command(commands) -> None:
     max_batch = commands.add_parser(
         "max-batch",
         help="the largest batch that trains without running out of memory",
@@ -282,6 +309,8 @@ def add_commands(commands) -> None:
     add_output_arguments(max_batch)
     max_batch.set_defaults(handler=command_max_batch)
 
+
+def add_parity_command(commands) -> None:
     parity = commands.add_parser(
         "parity",
         help="prove the backends compute the same thing (same weights, same batches)",
@@ -331,6 +360,8 @@ def add_commands(commands) -> None:
     parity.add_argument("--timeout", type=finite, default=1800.0, dest="timeout_s")
     parity.set_defaults(handler=command_parity)
 
+
+def add_env_command(commands) -> None:
     env = commands.add_parser(
         "env",
         help="what is installed per environment and which backends can run",

@@ -283,6 +283,17 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
             ],
         ),
     ]
+    return tables + _measure_tables(groups, table, repeats)
+
+
+def _measure_tables(
+    groups: Sequence[ComparisonGroup],
+    table: Callable[[str, Callable[[BackendRow], Optional[str]], List[str]], Table],
+    repeats: str,
+) -> List[Table]:
+    """The study tables that only some runs have figures for: utilization, peak memory,
+    time per epoch, test accuracy (``table`` draws one, as :func:`study_tables` does)."""
+    tables: List[Table] = []
     kinds = {r.utilization_kind for g in groups for r in g.rows if r.utilization_kind}
     if kinds:
         tables.append(
