@@ -108,3 +108,12 @@ def keras_twin_files(tmp_path_factory) -> Dict[str, Path]:
     import test_pytorch_twins
 
     return test_pytorch_twins.run_keras_side_by_side(tmp_path_factory.mktemp("keras_twins"))
+
+
+@pytest.fixture(scope="session")
+def shared_sweep(tmp_path_factory):
+    """The runs test_accuracy, test_stream, test_zoo_training and test_profile read:
+    one ``kbench sweep --warm``, one worker per backend (tests/shared_sweep.py)."""
+    import shared_sweep as shared
+
+    return shared.run_shared_sweep(tmp_path_factory.mktemp("shared_sweep"))

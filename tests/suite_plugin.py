@@ -106,7 +106,14 @@ def affinity(config, every_core: bool) -> Iterator[None]:
 
 
 # Modules whose tests must share one pytest-xdist worker: they read one session fixture.
-SHARED_WORKER = {"tests/test_gluon.py": "keras twins", "tests/test_pytorch_twins.py": "keras twins"}
+SHARED_WORKER = {
+    "tests/test_gluon.py": "keras twins",
+    "tests/test_pytorch_twins.py": "keras twins",
+    **{
+        f"tests/test_{name}.py": "shared sweep"
+        for name in ("accuracy", "stream", "zoo_training", "profile")
+    },
+}
 
 
 DURATIONS = Path(__file__).with_name("durations.json")

@@ -1,36 +1,20 @@
-"""Training is real: the MLP learns scikit-learn's digits under every backend."""
+"""Training is real: the MLP learns scikit-learn's digits under every backend
+(the runs of tests/shared_sweep.py's "accuracy" group)."""
 
 import pytest
-from conftest import dump, require_backends, run_kbench
 
 pytestmark = pytest.mark.slow
 
 
-def test_mlp_reaches_85_percent_on_digits_everywhere(home):
+def test_mlp_reaches_85_percent_on_digits_everywhere(shared_sweep):
+    """10 epochs of the MLP on digits, every backend (the shared sweep's "accuracy" group:
+    10 epochs, batch 32, 3 warmup steps)."""
     backends = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
-    require_backends(*backends)
-    completed = run_kbench(
-        [
-            "run",
-            "--backend",
-            ",".join(backends),
-            "--model",
-            "mlp",
-            "--dataset",
-            "digits",
-            "--epochs",
-            "10",
-            "--batch-size",
-            "32",
-            "--warmup-steps",
-            "3",
-        ],
-        home,
-    )
-    assert completed.returncode == 0, dump(completed)
+    completed = shared_sweep.group("accuracy")
     results = completed.results()
-    assert len(results) == len(backends)
+    assert sorted(r.config["backend"] for r in results) == sorted(backends)
     for r in results:
+        assert r.ok, (r.config["backend"], r.reason)
         assert r.data["name"] == "digits" and not r.data["synthetic"]
         assert r.model["params"] == 8 * 8 * 128 + 128 + 128 * 10 + 10
         assert r.metrics["test_accuracy"] >= 0.85, (r.config["backend"], r.metrics)

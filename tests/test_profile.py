@@ -7,7 +7,6 @@ import html
 
 import numpy as np
 import pytest
-from conftest import dump, require_backends, run_kbench
 
 from kbench.cli.many_runs import section_tables
 from kbench.profiling import ProfilerUnsupported, profile_model, summarize, xspace
@@ -237,24 +236,16 @@ def test_bad_profile_settings_are_refused(settings, message):
 
 
 @pytest.fixture(scope="module")
-def profiled_runs(tmp_path_factory):
-    require_backends(*PROFILED, "mxnet")
-    home = tmp_path_factory.mktemp("profile")
-    done = run_kbench(
-        ["run", "-b", ",".join(PROFILED + ("mxnet",)), "-m", "small_cnn",
-         "--dataset", "synthetic", "--input-shape", "12x12x1", "--num-classes", "4",
-         "--train-samples", "32", "--test-samples", "8", "--batch-size", "8", "--steps", "2",
-         "--warmup-steps", "1", "--threads", "1", "--sample-interval", "0",
-         "--profile", "--profile-steps", "2"],
-        home,
-    )  # fmt: skip
-    assert done.returncode == 0, dump(done)
-    return done
+def profiled_runs(shared_sweep):
+    """The shared sweep's "profile" group: small_cnn on 12x12x1 synthetic data, 2 steps
+    profiled, on every backend (tests/shared_sweep.py's PROFILED)."""
+    return shared_sweep.group("profile")
 
 
 @pytest.mark.slow
 def test_every_profiler_attributes_a_cnns_time_to_its_convolutions(profiled_runs):
     by_backend = {r.config["backend"]: r for r in profiled_runs.results()}
+    assert sorted(by_backend) == sorted(PROFILED + ("mxnet",))
     for backend in PROFILED:
         profile = by_backend[backend].metrics["profile"]
         assert profile["status"] == "ok", (backend, profile)

@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from conftest import require_backends, run_kbench
 from PIL import Image
+from shared_sweep import image_folder
 
 from kbench import datasets
 from kbench.datasets import DataUnavailable
 from kbench.datasets.stream import LoadingClock, StreamedImages, scan
-
-COLOURS = {"n01": (220, 20, 20), "n02": (20, 220, 20), "n03": (20, 20, 220)}
-
-
-def image_folder(root: Path, per_class=(8, 2), split=True) -> Path:
-    rng = np.random.default_rng(0)
-    splits = (("train", per_class[0]), ("val", per_class[1])) if split else (("", sum(per_class)),)
-    for name, count in splits:
-        for label, colour in COLOURS.items():
-            folder = root / name / label
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                height, width = (30, 40) if i % 2 else (50, 50)
-                noise = rng.normal(0, 30, (height, width, 3))
-                pixels = np.clip(np.array(colour) + noise, 0, 255).astype(np.uint8)
-                Image.fromarray(pixels).save(folder / f"{label}_{i}.png")
-    (root / "train" if split else root).joinpath("README.txt").write_text("not an image")
-    return root
 
 
 def test_pixels_keep_their_place_in_both_layouts(tmp_path):
@@ -80,16 +60,12 @@ def test_prepared_imagenet_holds_paths_not_pixels(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_backend_trains_from_a_streamed_image_folder(tmp_path):
-    require_backends("tensorflow", "jax", "torch", "torch-native", "mxnet")
-    root = image_folder(tmp_path / "images")
-    done = run_kbench(
-        ["run", "-b", "tensorflow,jax,torch,torch-native,mxnet", "-m", "mlp",
-         "--dataset", "imagenet", "--data-dir", str(root), "--image-size", "16x16",
-         "--epochs", "2", "--batch-size", "4", "--warmup-steps", "1", "--sample-interval", "0"],
-        tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def test_every_backend_trains_from_a_streamed_image_folder(shared_sweep):
+    """The shared sweep's "stream" group: the MLP, 2 epochs of batch 4, on image_folder()
+    resized to 16x16, every backend."""
+    done = shared_sweep.group("stream")
+    backends = ["tensorflow", "jax", "torch", "torch-native", "mxnet"]
+    assert sorted(r.config["backend"] for r in done.results()) == sorted(backends)
     for result in done.results():
         assert result.ok and result.data["streamed"] and result.data["input_shape"] == [16, 16, 3]
         loading = result.metrics["data_loading"]

@@ -16,7 +16,7 @@ from conftest import ROOT, require_backends, run_kbench
 
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore
-from kbench.studies.sweep import Progress, SweepError, load_sweep, parse_sweep
+from kbench.studies.sweep import Progress, SweepError, load_sweep, parse_sweep, worker_groups
 from kbench.views import tables
 
 TINY = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
@@ -95,6 +95,37 @@ def test_expansion_interleaves_backends_and_reduced_sections_win():
     assert {r.config.train_samples for r in reduced.runs} == {64}
     assert len({r.key for r in full.runs}) == 12
     assert full.varying() == ["backend", "batch_size", "train_samples", "repeat"]
+
+
+def test_a_warm_sweep_shares_a_worker_within_each_repeat_only():
+    """--warm: each repeat's runs that can share a worker process share one (backend,
+    data format, threads, switches alike); a repeat never shares with another, so the
+    rounds stay interleaved; a data-parallel run is always its own. (The shared sweep,
+    tests/shared_sweep.py, runs --warm for real.)"""
+    pairs = {"backend": ["torch", "jax"], "batch_size": [8, 16]}
+    ddp = {"backend": "torch-native", "distributed": "torch-ddp", "workers": 2}
+    document = sweep(
+        repeats=2,
+        groups=[{"name": "g1", "matrix": pairs},
+                {"name": "g2", "settings": {"data_format": "channels_first"}, "matrix": pairs},
+                {"name": "ddp", "settings": ddp, "matrix": {"batch_size": [8, 16]}}],
+    )  # fmt: skip
+    runs = parse_sweep(document, "f.yaml").runs
+    groups = worker_groups(runs)
+    assert sum(len(g) for g in groups) == len(runs)
+    described = [
+        {(r.group, r.config.backend, r.config.batch_size, r.config.repeat) for r in g}
+        for g in groups
+    ]
+    for repeat in (0, 1):
+        for backend in ("torch", "jax"):
+            assert {("g1", backend, b, repeat) for b in (8, 16)} in described
+            assert {("g2", backend, b, repeat) for b in (8, 16)} in described  # NCHW
+        for b in (8, 16):
+            assert {("ddp", "torch-native", b, repeat)} in described
+    assert len(groups) == 2 * (4 + 2)
+    # the repeats in turn: every group of repeat 0 before any of repeat 1
+    assert [g[0].config.repeat for g in groups] == [0] * 6 + [1] * 6
 
 
 def test_shipped_example_sweeps_load_at_both_sizes():

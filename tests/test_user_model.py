@@ -11,15 +11,19 @@ keras-mxnet lacks) become ``failed`` / ``unsupported`` results, never a tracebac
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import List
 
 import numpy as np
 import pytest
-from conftest import dump, require_backends, run_kbench
+import yaml
+from conftest import Completed, dump, require_backends, run_kbench
 
 from kbench import cli
 from kbench.backends.keras_mxnet import keras224_gap
 from kbench.results.config import ConfigError, RunConfig
+from kbench.results.result import RunResult
 from kbench.studies.sweep import load_sweep
 from kbench_models import short_name, spec_for
 from kbench_models.user import UserModelImportError
@@ -216,12 +220,12 @@ def test_keras224_gap_looks_through_an_import_failure():
 
 
 @pytest.mark.slow
-def test_user_model_on_every_keras_backend(every_backend, module_npz):
-    """One command, every backend: each run ok, naming the model's source and the data's."""
-    done = every_backend
-    assert done.returncode == 0, dump(done)
+def test_user_model_on_every_keras_backend(user_sweep, module_npz):
+    """One sweep, every backend: each run ok, naming the model's source and the data's."""
+    done = user_sweep.completed
     residual = f"{RESIDUAL}:build"
-    results = {r.config["backend"]: r for r in done.results() if r.config["model"] == residual}
+    every = user_sweep.group("every-backend")
+    results = {r.config["backend"]: r for r in every if r.config["model"] == residual}
     source = {"path": str(RESIDUAL), "function": "build", "sha256": sha256(RESIDUAL)}
     for backend in ("tensorflow", "jax", "torch", "mxnet"):
         result = results[backend]
@@ -241,26 +245,15 @@ def test_user_model_on_every_keras_backend(every_backend, module_npz):
 
 
 @pytest.mark.slow
-def test_worker_refusals_are_results(home, npz):
+def test_worker_refusals_are_results(user_sweep):
     """A non-model and a file raising on import fail with the sentence; a layer or an
     argument keras-mxnet lacks is ``unsupported`` on mxnet, naming it. One warm worker
-    runs the four: each refusal is caught for its own case."""
-    require_backends("mxnet")
-    models = ",".join(
-        [
-            f"{MODELS_DIR / 'not_a_model.py'}:build",
-            f"{MODELS_DIR / 'raises_on_import.py'}:build",
-            f"{MODELS_DIR / 'keras3_only.py'}:build",
-            f"{MODELS_DIR / 'keras3_only.py'}:build_grouped",
-        ]
-    )
-    done = run_kbench(
-        ["run", "-b", "mxnet", "--model", models, "--dataset", f"npz:{npz}", "--steps", "2",
-         "--warmup-steps", "1", "--batch-size", "32", "--sample-interval", "0", "--warm"],
-        home,
-    )  # fmt: skip
-    assert done.returncode == 1, dump(done)
-    results = {short_name(r.config["model"]): r for r in done.results()}
+    runs the four (and the other user-model runs on mxnet): each refusal is caught for
+    its own case, and they are the sweep's only failures."""
+    done = user_sweep.completed
+    failed = {short_name(r.config["model"]) for r in done.results() if r.failed}
+    assert failed == {"not_a_model.py:build", "raises_on_import.py:build"}, dump(done)
+    results = {short_name(r.config["model"]): r for r in user_sweep.group("refusals")}
     assert len(results) == 4, dump(done)  # each case its own result, though one worker ran them
     not_a_model = results["not_a_model.py:build"]
     assert not_a_model.status == "failed"
@@ -322,14 +315,15 @@ def test_saved_models_and_image_folders_in_a_sweep_file_are_beside_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_runs_a_user_model_on_user_data(home, tmp_path):
-    require_backends("jax", "mxnet")
-    path = write_sweep(tmp_path / "study")
-    done = run_kbench(["sweep", str(path), "--output-dir", str(tmp_path / "out")], home)
-    assert done.returncode == 0, dump(done)
-    results = done.results()
+def test_sweep_runs_a_user_model_on_user_data(user_sweep):
+    """write_sweep's runs (model and data named relative to the file), in the module's
+    sweep: the worker found both by the paths the file gave."""
+    results = user_sweep.group("own-model")
     assert sorted(r.config["backend"] for r in results) == ["jax", "mxnet"]
     assert all(r.status == "ok" and r.model["source"]["function"] == "build" for r in results)
+    model = f"{user_sweep.study / 'models' / 'residual.py'}:build"
+    assert {r.config["model"] for r in results} == {model}
+    assert {r.config["dataset"] for r in results} == {f"npz:{user_sweep.study / 'data.npz'}"}
 
 
 @pytest.mark.slow
@@ -480,32 +474,83 @@ def test_tables_name_files_not_paths():
     assert dataset_label("cifar10") == "cifar10"
 
 
+REFUSED = [
+    f"{MODELS_DIR / 'not_a_model.py'}:build",
+    f"{MODELS_DIR / 'raises_on_import.py'}:build",
+    f"{MODELS_DIR / 'keras3_only.py'}:build",
+    f"{MODELS_DIR / 'keras3_only.py'}:build_grouped",
+]
+
+
+@dataclass
+class UserSweep:
+    """The module's one ``kbench sweep --warm`` and the folder its file is in."""
+
+    completed: Completed
+    study: Path
+
+    def group(self, name: str) -> List[RunResult]:
+        return [r for r in self.completed.results() if r.sweep["group"] == name]
+
+
 @pytest.fixture(scope="module")
-def every_backend(tmp_path_factory, saved, module_npz):
-    """One ``kbench run --warm`` of the residual model and of tiny.keras on every backend
-    (one worker per backend runs both): one measured SGD step from the initial weights,
-    for test_user_model_on_every_keras_backend and
-    test_saved_model_starts_from_its_weights_on_every_keras3_backend."""
-    require_backends("tensorflow", "jax", "torch", "mxnet")
-    home = tmp_path_factory.mktemp("every_backend_home")
-    models = f"{RESIDUAL}:build,{saved / 'tiny.keras'}"
-    return run_kbench(
-        ["run", "-b", "tensorflow,jax,torch,mxnet,torch-native", "--model", models,
-         "--dataset", f"npz:{module_npz}", "--steps", "1", "--warmup-steps", "0",
-         "--batch-size", "32", "--optimizer", "sgd", "--sample-interval", "0", "--warm"],
-        home,
-    )  # fmt: skip
+def user_sweep(tmp_path_factory, saved, module_npz) -> UserSweep:
+    """One ``kbench sweep --warm`` of user models on user data, one worker per backend
+    (user models share a worker with user models only), each group for its tests:
+
+    - every-backend: the residual model and tiny.keras on every backend, one measured
+      SGD step from the initial weights;
+    - own-model: the residual model on jax and mxnet, model and data named relative to
+      the sweep file (as write_sweep writes them);
+    - refusals: four files mxnet's worker refuses, each for its own case;
+    - folder: folder: images, resized, in an inference run with the operator profile.
+    """
+    require_backends("tensorflow", "jax", "torch", "torch-native", "mxnet")
+    from shared_sweep import image_folder
+
+    study = tmp_path_factory.mktemp("study")
+    own = yaml.safe_load(write_sweep(study).read_text())
+    image_folder(study / "photos", per_class=(4, 2))
+    quiet = {"sample_interval_s": 0}
+    document = {
+        "name": "own-model",
+        "groups": [
+            {"name": "every-backend",
+             "settings": {"dataset": f"npz:{module_npz}", "steps": 1, "warmup_steps": 0,
+                          "batch_size": 32, "optimizer": "sgd", **quiet},
+             "matrix": {"model": [f"{RESIDUAL}:build", str(saved / "tiny.keras")],
+                        "backend": ["tensorflow", "jax", "torch", "mxnet", "torch-native"]}},
+            {"name": "own-model", "settings": own["settings"], "matrix": own["matrix"]},
+            {"name": "refusals",
+             "settings": {"backend": "mxnet", "dataset": "npz:data.npz", "steps": 2,
+                          "warmup_steps": 1, "batch_size": 32, **quiet},
+             "matrix": {"model": REFUSED}},
+            {"name": "folder",
+             "settings": {"backend": "jax", "model": "models/residual.py:build",
+                          "dataset": "folder:photos", "mode": "inference", "duration_s": 0.5,
+                          "warmup_steps": 1, "batch_size": 4, "profile": True,
+                          "profile_steps": 1, **quiet}},
+        ],
+    }  # fmt: skip
+    path = study / "own.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    home = tmp_path_factory.mktemp("user_sweep_home")
+    output = study / "out"
+    done = run_kbench(["sweep", str(path), "--warm", "--output-dir", str(output)], home, output)
+    # the refusals fail (exit 1); each group's test judges its own runs
+    assert done.returncode == 1, dump(done)
+    return UserSweep(done, study)
 
 
 @pytest.mark.slow
-def test_saved_model_starts_from_its_weights_on_every_keras3_backend(every_backend, saved,
+def test_saved_model_starts_from_its_weights_on_every_keras3_backend(user_sweep, saved,
                                                                       module_npz):  # fmt: skip
     """One measured step from the saved weights: the same first loss on tensorflow, jax
     and torch (a fresh initialisation would differ); mxnet cannot read the format."""
-    done = every_backend
+    done = user_sweep.completed
     path = saved / "tiny.keras"
-    assert done.returncode == 0, dump(done)
-    results = {r.config["backend"]: r for r in done.results() if r.config["model"] == str(path)}
+    every = user_sweep.group("every-backend")
+    results = {r.config["backend"]: r for r in every if r.config["model"] == str(path)}
     source = {"path": str(path), "format": "Keras 3 saved model (.keras: architecture and "
               "weights)", "sha256": sha256(path)}  # fmt: skip
     losses = []
@@ -521,8 +566,8 @@ def test_saved_model_starts_from_its_weights_on_every_keras3_backend(every_backe
     assert mxnet.status == "unsupported"
     assert "cannot read a Keras 3 saved model (tiny.keras" in mxnet.reason
     assert mxnet.model["source"] == source
-    table = done.stdout[done.stdout.index("backend ") :]
-    assert "tiny.keras" in table and str(path) not in table
+    # the sweep's tables name the model by its file name, never by its path
+    assert "tiny.keras" in done.stdout and str(path) not in done.stdout, done.stdout
 
 
 @pytest.mark.slow
@@ -588,21 +633,11 @@ def test_tfds_dataset_with_a_user_model(home, tmp_path):
 
 
 @pytest.mark.slow
-def test_folder_data_inference_and_profile_of_a_user_model(home, tmp_path):
+def test_folder_data_inference_and_profile_of_a_user_model(user_sweep):
     """folder: images, resized to the model's input, in an inference run with the
     operator profile: the user model goes wherever a zoo model goes."""
-    require_backends("jax")
-    from test_stream import image_folder
-
-    photos = image_folder(tmp_path / "photos", per_class=(4, 2))
-    done = run_kbench(
-        ["run", "-b", "jax", "--model", f"{RESIDUAL}:build", "--dataset", f"folder:{photos}",
-         "--mode", "inference", "--duration", "0.5", "--warmup-steps", "1", "--batch-size",
-         "4", "--profile", "--profile-steps", "1", "--sample-interval", "0"],
-        home,
-    )  # fmt: skip
-    assert done.returncode == 0, dump(done)
-    (result,) = done.results()
+    done, photos = user_sweep.completed, user_sweep.study / "photos"
+    (result,) = user_sweep.group("folder")
     assert result.status == "ok" and result.config["mode"] == "inference", dump(done)
     assert result.model["input_shape"] == [8, 8, 3]  # the model's 8x8, decoded as RGB
     assert result.data["streamed"] and result.data["num_classes"] == 3

@@ -1,25 +1,19 @@
-"""The wider zoo trains through `kbench run`: sequences, tokens, published file formats."""
+"""The wider zoo trains: sequences, tokens, published file formats (the runs of
+tests/shared_sweep.py's "lstm" and "cifar" groups)."""
 
 import pytest
-from conftest import dump, require_backends, run_kbench
-from test_datasets import write_cifar
 
 pytestmark = pytest.mark.slow
 
 
-def test_lstm_models_train_on_every_backend(home):
-    backends = ("tensorflow", "jax", "torch", "mxnet")
-    require_backends(*backends)
-    completed = run_kbench(
-        ["run", "--warm", "--backend", ",".join(backends), "--model", "lstm,lstm_embedding",
-         "--dataset", "synthetic", "--steps", "2", "--warmup-steps", "1", "--batch-size", "8",
-         "--train-samples", "32", "--test-samples", "16"],
-        home,
-    )  # fmt: skip
-    assert completed.returncode == 0, dump(completed)
+def test_lstm_models_train_on_every_backend(shared_sweep):
+    """The shared sweep's "lstm" group: both LSTM models, 2 steps of batch 8 on synthetic
+    data, on every Keras backend."""
+    completed = shared_sweep.group("lstm")
     results = completed.results()
     assert len(results) == 8
     for r in results:
+        assert r.ok, (r.config, r.reason)
         expected = {"lstm": [250, 50], "lstm_embedding": [250]}[r.config["model"]]
         assert r.model["input_shape"] == expected
         assert r.data["kind"] == {"lstm": "sequence", "lstm_embedding": "tokens"}[r.config["model"]]
@@ -27,16 +21,11 @@ def test_lstm_models_train_on_every_backend(home):
         assert r.model["flops"]["forward_per_sample"] == 2 * 4 * 128 * (50 + 128) * 250 + 2 * 128
 
 
-def test_cifar_from_published_archive_resized_for_alexnet(home, tmp_path):
-    require_backends("tensorflow", "mxnet")
-    write_cifar(tmp_path / "data", "cifar-10", n_train=24, n_test=8, as_tar=True)
-    completed = run_kbench(
-        ["run", "--backend", "tensorflow,mxnet", "--model", "alexnet", "--dataset", "cifar10",
-         "--data-dir", str(tmp_path / "data"), "--image-size", "64x64", "--steps", "2",
-         "--warmup-steps", "1", "--batch-size", "8"],
-        home,
-    )  # fmt: skip
-    assert completed.returncode == 0, dump(completed)
+def test_cifar_from_published_archive_resized_for_alexnet(shared_sweep):
+    """The shared sweep's "cifar" group: AlexNet on a CIFAR-10 archive as published
+    (write_cifar, 24 training images), resized to 64x64, 2 steps."""
+    completed = shared_sweep.group("cifar")
+    assert sorted(r.config["backend"] for r in completed.results()) == ["mxnet", "tensorflow"]
     for r in completed.results():
         assert r.data["input_shape"] == [64, 64, 3] and not r.data["synthetic"]
         assert r.data["source"].startswith("--data-dir") and "resized to 64x64" in r.data["source"]

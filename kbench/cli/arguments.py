@@ -186,6 +186,20 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_warm_argument(parser: argparse.ArgumentParser, saved: str = "") -> None:
+    """``--warm``, as run and sweep take it; ``saved``: when the command saves warm results."""
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="run the runs that can share a worker process (same backend, data format, "
+        "threads, device, memory options and switches) in one, the framework imported once "
+        "(each run still its own result, marked warm_worker after the first): much quicker "
+        "for many models or settings; for checking that they run and compute, not for "
+        f"comparing speeds, since a warm run is not measured as a fresh process{saved} "
+        "(default: a fresh process per run)",
+    )
+
+
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     """``--threads``, as run, sweep-like commands and ``kbench ops`` take it."""
     parser.add_argument(

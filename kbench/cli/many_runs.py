@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import List, Sequence
 
-from kbench.cli.arguments import add_quality_arguments
+from kbench.cli.arguments import add_quality_arguments, add_warm_argument
 from kbench.cli.before_runs import look_before_runs
 from kbench.cli.progress import show_progress
 from kbench.results import store as store_mod
@@ -46,7 +46,8 @@ def add_commands(commands) -> None:
         "sweep",
         help="run a matrix of runs declared in a YAML file; resumable",
         description="Run every combination a sweep file declares (see sweeps/*.yaml and "
-        "kbench/studies/sweep.py for the format), each in its own worker process with a timeout. "
+        "kbench/studies/sweep.py for the format), each in its own worker process with a timeout "
+        "(with --warm, the runs that can share one). "
         "The whole file is checked before anything runs. A failed, out-of-memory or timed-out "
         "run is recorded and the sweep goes on. Results go to --output-dir (default: "
         "results/NAME, or results/NAME-reduced) as they finish, so an interrupted sweep loses "
@@ -91,6 +92,7 @@ def add_commands(commands) -> None:
         help="run only the runs whose setting NAME is one of the values, e.g. "
         "backend=tensorflow,jax (repeatable)",
     )
+    add_warm_argument(sweep, saved="; the runs of a warm worker are saved when it ends")
     sweep.add_argument("--baseline", metavar="BACKEND", help="for the closing tables")
     sweep.add_argument(
         "--output-dir",
@@ -282,7 +284,9 @@ def _sweep_into(args: argparse.Namespace, sweep, runs, output_dir: Path) -> int:
         )
         try:
             with runner.session([run.config for run in plan.to_run]) as session:
-                results = sweep_mod.execute(selected, plan.to_run, session, progress)
+                results = sweep_mod.execute(
+                    selected, plan.to_run, session, progress, warm=args.warm
+                )
         except store_mod.StoreWriteError as err:
             log.error("%s", err)
             log.error(

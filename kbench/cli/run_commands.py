@@ -21,6 +21,7 @@ from kbench.cli.arguments import (
     add_precision_arguments,
     add_quality_arguments,
     add_switch_arguments,
+    add_warm_argument,
     budget,
     comma_list,
     finite,
@@ -199,15 +200,7 @@ def add_round_arguments(run) -> None:
         help="run everything N times, each in a fresh process, interleaved round by round "
         "(A B C A B C ...); tables show medians, ranges and per-round ratios (default: 1)",
     )
-    run.add_argument(
-        "--warm",
-        action="store_true",
-        help="run each backend's runs in one worker process, the framework imported once "
-        "(each run still its own result, marked warm_worker after the first): much quicker "
-        "for many models or settings; for checking that they run and compute, not for "
-        "comparing speeds, since a warm run is not measured as a fresh process (default: "
-        "a fresh process per run)",
-    )
+    add_warm_argument(run)
     run.add_argument(
         "--baseline",
         metavar="BACKEND",

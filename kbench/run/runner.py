@@ -141,14 +141,10 @@ class Runner:
 
     def _groups(self, configs: Sequence[RunConfig]) -> List[List[RunConfig]]:
         """One run per worker; with :attr:`warm`, every run that can share a worker with
-        an earlier one joins it (in the order the first of each kind came)."""
+        an earlier one joins it (:func:`shared_workers`)."""
         if not self.warm:
             return [[config] for config in configs]
-        groups: Dict[Tuple, List[RunConfig]] = {}
-        for config in configs:
-            key = ("distributed", id(config)) if config.distributed != "none" else None
-            groups.setdefault(key or worker_key(config), []).append(config)
-        return list(groups.values())
+        return [[configs[i] for i in group] for group in shared_workers(configs)]
 
     @contextlib.contextmanager
     def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:
@@ -182,14 +178,10 @@ class Runner:
     ) -> RunResult:
         if config.distributed != "none":  # several processes on the framework's own engine
             return run_distributed(self, config, data, session_dir, python_path, sweep)
-        return self.run_warm([Case(config, data, parity)], session_dir, python_path, sweep)[0]
+        return self.run_warm([Case(config, data, parity, sweep)], session_dir, python_path)[0]
 
     def run_warm(
-        self,
-        cases: Sequence[Case],
-        session_dir: Path,
-        python_path: Path,
-        sweep: Optional[Dict[str, Any]] = None,
+        self, cases: Sequence[Case], session_dir: Path, python_path: Path
     ) -> List[RunResult]:
         """Run ``cases`` in one worker process, one after another (one case: an ordinary
         run). They must share what the process is started with (:func:`worker_key`);
@@ -233,7 +225,9 @@ class Runner:
                 self.nvml,
             )
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
-            leftovers.write_interrupted(log_path, first.run_id, first.config, started_at, sweep)
+            leftovers.write_interrupted(
+                log_path, first.run_id, first.config, started_at, first.case.sweep
+            )
             raise
         ended_at = time.time()
         for run in planned[1:]:  # every run of a warm worker has the worker's whole log
@@ -247,7 +241,7 @@ class Runner:
             outcome=outcome,
             warm=len(planned) > 1,
         )
-        return [self._finish(run, context, sweep) for run in planned]
+        return [self._finish(run, context) for run in planned]
 
     def _plan(self, case: Case, session_dir: Path) -> PlannedRun:
         config = case.config
@@ -264,9 +258,7 @@ class Runner:
         np.save(run_dir / "order.npy", order)
         return PlannedRun(case, run_id, run_dir)
 
-    def _finish(
-        self, run: PlannedRun, context: RunContext, sweep: Optional[Dict[str, Any]]
-    ) -> RunResult:
+    def _finish(self, run: PlannedRun, context: RunContext) -> RunResult:
         """The run's result document from its reply and how the worker ended, saved."""
         config, parity, outcome = run.config, run.case.parity, context.outcome
         reply_path = run.run_dir / "reply.json"
@@ -318,7 +310,7 @@ class Runner:
             error=error,
             sampler=sampled.to_dict() if sampled else None,
             kind="parity" if parity is not None else config.mode,
-            sweep=sweep,
+            sweep=run.case.sweep,
         )
         with self.store_lock:
             ResultStore(self.output_dir).add(result)
@@ -344,13 +336,25 @@ def worker_key(config: RunConfig) -> Tuple:
     )
 
 
+def shared_workers(configs: Sequence[RunConfig]) -> List[List[int]]:
+    """The indexes of ``configs`` grouped by the worker they can share (:func:`worker_key`),
+    each group in the order its first run came; a data-parallel run is a group of its own."""
+    groups: Dict[Tuple, List[int]] = {}
+    for index, config in enumerate(configs):
+        key = ("distributed", index) if config.distributed != "none" else worker_key(config)
+        groups.setdefault(key, []).append(index)
+    return list(groups.values())
+
+
 @dataclass(frozen=True)
 class Case:
-    """One run for a worker: its config, its prepared data, and (kbench parity) what to replay."""
+    """One run for a worker: its config, its prepared data, (kbench parity) what to
+    replay, and (kbench sweep) the sweep it belongs to."""
 
     config: RunConfig
     data: datasets.PreparedData
     parity: Optional[Dict[str, Any]] = None
+    sweep: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -456,11 +460,14 @@ class Session:
         self,
         configs: Sequence[RunConfig],
         parities: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
+        sweeps: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
     ) -> List[RunResult]:
         """``configs`` in one warm worker (:meth:`Runner.run_warm`); they must share a
-        worker. ``parities``: what each replays (kbench parity), or None."""
+        worker. ``parities``: what each replays (kbench parity); ``sweeps``: the sweep
+        each belongs to (kbench sweep); None: nothing."""
         parities = list(parities) if parities is not None else [None] * len(configs)
-        cases = [Case(c, self.prepared.get(c), p) for c, p in zip(configs, parities)]
+        sweeps = list(sweeps) if sweeps is not None else [None] * len(configs)
+        cases = [Case(c, self.prepared.get(c), p, s) for c, p, s in zip(configs, parities, sweeps)]
         results = self.runner.run_warm(cases, self.directory, self.python_path)
         for config in configs:
             self.prepared.release(config)

@@ -44,6 +44,7 @@ from kbench.datasets.folder import FOLDER_PREFIX
 from kbench.datasets.npz import NPZ_PREFIX
 from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig
 from kbench.results.result import RunResult
+from kbench.run.runner import shared_workers
 from kbench_models import MODELS
 from kbench_models.user import is_reference
 
@@ -457,15 +458,40 @@ def plan(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: boo
     return Plan(to_run, done)
 
 
-def execute(sweep: Sweep, runs: Sequence[SweepRun], session, progress: Progress) -> List[RunResult]:
-    """Run ``runs`` in a runner session; each result is in the store once it returns."""
+def execute(
+    sweep: Sweep, runs: Sequence[SweepRun], session, progress: Progress, warm: bool = False
+) -> List[RunResult]:
+    """Run ``runs`` in a runner session; each result is in the store once it returns.
+    With ``warm``, each repeat's runs that can share a worker process share one
+    (:func:`~kbench.run.runner.shared_workers`); their results are in the store once
+    that worker ends."""
     results = []
-    for run in runs:
-        progress.write(progress.line(f"{run.config.label()}: starting"))
+    for group in worker_groups(runs) if warm else [[run] for run in runs]:
+        labels = ", ".join(run.config.label() for run in group)
+        progress.write(progress.line(f"{labels}: starting"))
         started = time.monotonic()
-        result = session.run(run.config, sweep=sweep.provenance(run))
-        progress.finished(result, time.monotonic() - started)
-        results.append(result)
-        status = "ok" if result.ok else f"{result.status.upper()}: {result.reason}"
-        progress.write(progress.line(f"{run.config.label()}: {status}"))
+        if len(group) == 1:
+            ran = [session.run(group[0].config, sweep=sweep.provenance(group[0]))]
+        else:
+            ran = session.run_warm(
+                [run.config for run in group], sweeps=[sweep.provenance(run) for run in group]
+            )
+        seconds = (time.monotonic() - started) / len(group)
+        for run, result in zip(group, ran):
+            progress.finished(result, seconds)
+            results.append(result)
+            status = "ok" if result.ok else f"{result.status.upper()}: {result.reason}"
+            progress.write(progress.line(f"{run.config.label()}: {status}"))
     return results
+
+
+def worker_groups(runs: Sequence[SweepRun]) -> List[List[SweepRun]]:
+    """The runs of each repeat, in turn, grouped by the worker they can share."""
+    groups: List[List[SweepRun]] = []
+    for _, same_repeat in itertools.groupby(runs, key=lambda run: run.config.repeat):
+        round_runs = list(same_repeat)
+        groups += [
+            [round_runs[i] for i in indexes]
+            for indexes in shared_workers([run.config for run in round_runs])
+        ]
+    return groups

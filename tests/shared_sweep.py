@@ -1,0 +1,123 @@
+"""The runs several test modules read, made by one ``kbench sweep --warm``: one worker
+process per backend instead of one per backend for each module.
+
+test_accuracy (the MLP learns digits), test_stream (training from a streamed image
+folder), test_zoo_training (the LSTM models, AlexNet on a CIFAR archive) and
+test_profile (every profiler) each
+read their group of this sweep (:meth:`SharedSweep.group`); what each asserts is what it
+asserted of its own ``kbench run`` before. The modules share one pytest-xdist worker
+(``suite_plugin.SHARED_WORKER``), so the sweep runs once per session. A group's runs are
+warm (every run of a worker but the first): these tests check what runs compute and
+record, not the speed of a fresh process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List
+
+import numpy as np
+import yaml
+from conftest import Completed, dump, require_backends, run_kbench
+from PIL import Image
+from test_datasets import write_cifar
+
+from kbench.results.result import RunResult
+
+EVERY_BACKEND = ["tensorflow", "jax", "torch", "torch-native", "mxnet"]
+COLOURS = {"n01": (220, 20, 20), "n02": (20, 220, 20), "n03": (20, 20, 220)}
+
+# The profiled runs (test_profile): every profiler, and MXNet's that is compiled out.
+PROFILED = {"model": "small_cnn", "dataset": "synthetic", "input_shape": [12, 12, 1],
+            "num_classes": 4, "train_samples": 32, "test_samples": 8, "batch_size": 8,
+            "steps": 2, "warmup_steps": 1, "sample_interval_s": 0, "profile": True,
+            "profile_steps": 2}  # fmt: skip
+
+
+def image_folder(root: Path, per_class=(8, 2), split=True) -> Path:
+    """Three classes of coloured noise, of two sizes, as PNG files in class folders
+    (``train/`` and ``val/`` with ``split``), and a file that is not an image."""
+    rng = np.random.default_rng(0)
+    splits = (("train", per_class[0]), ("val", per_class[1])) if split else (("", sum(per_class)),)
+    for name, count in splits:
+        for label, colour in COLOURS.items():
+            folder = root / name / label
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                height, width = (30, 40) if i % 2 else (50, 50)
+                noise = rng.normal(0, 30, (height, width, 3))
+                pixels = np.clip(np.array(colour) + noise, 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).save(folder / f"{label}_{i}.png")
+    (root / "train" if split else root).joinpath("README.txt").write_text("not an image")
+    return root
+
+
+def sweep_file(folder: Path) -> Path:
+    """The sweep: one group per test module that reads it."""
+    images = image_folder(folder / "images")
+    cifar = folder / "cifar"
+    write_cifar(cifar, "cifar-10", n_train=24, n_test=8, as_tar=True)
+    sweep = {
+        "name": "suite",
+        "description": "the runs test_accuracy, test_stream, test_zoo_training and "
+        "test_profile read (tests/shared_sweep.py)",
+        # one thread, as the profiled runs ask: every group shares its backend's worker
+        "settings": {"threads": 1},
+        "groups": [
+            {"name": "accuracy",
+             "settings": {"model": "mlp", "dataset": "digits", "epochs": 10, "batch_size": 32,
+                          "warmup_steps": 3},
+             "matrix": {"backend": EVERY_BACKEND}},
+            {"name": "stream",
+             "settings": {"model": "mlp", "dataset": "imagenet", "data_dir": str(images),
+                          "image_size": [16, 16], "epochs": 2, "batch_size": 4,
+                          "warmup_steps": 1, "sample_interval_s": 0},
+             "matrix": {"backend": EVERY_BACKEND}},
+            {"name": "lstm",
+             "settings": {"dataset": "synthetic", "steps": 2, "warmup_steps": 1,
+                          "batch_size": 8, "train_samples": 32, "test_samples": 16},
+             "matrix": {"backend": ["tensorflow", "jax", "torch", "mxnet"],
+                        "model": ["lstm", "lstm_embedding"]}},
+            {"name": "profile", "settings": PROFILED, "matrix": {"backend": EVERY_BACKEND}},
+            {"name": "cifar",
+             "settings": {"model": "alexnet", "dataset": "cifar10", "data_dir": str(cifar),
+                          "image_size": [64, 64], "steps": 2, "warmup_steps": 1,
+                          "batch_size": 8},
+             "matrix": {"backend": ["tensorflow", "mxnet"]}},
+        ],
+    }  # fmt: skip
+    path = folder / "suite.yaml"
+    path.write_text(yaml.safe_dump(sweep, sort_keys=False))
+    return path
+
+
+@dataclass
+class Group:
+    """One group's runs, read as a test module read its own command's results."""
+
+    name: str
+    completed: Completed
+
+    def results(self) -> List[RunResult]:
+        return [r for r in self.completed.results() if (r.sweep or {}).get("group") == self.name]
+
+
+@dataclass
+class SharedSweep:
+    completed: Completed
+
+    def group(self, name: str) -> Group:
+        return Group(name, self.completed)
+
+
+def run_shared_sweep(folder: Path) -> SharedSweep:
+    require_backends(*EVERY_BACKEND)
+    home = folder / "home"
+    home.mkdir()
+    output = folder / "results"
+    completed = run_kbench(
+        ["sweep", str(sweep_file(folder)), "--warm", "--output-dir", str(output)], home, output
+    )
+    assert completed.returncode == 0, dump(completed)
+    return SharedSweep(completed)
