@@ -174,3 +174,28 @@ def test_compare_says_nothing_when_cpu_and_kernels_agree():
              run_on("laptop", AMD, "tensorflow", 90, ONEDNN, repeat=1)]  # fmt: skip
     (group,) = compare(mixed)
     assert group.rows[0].setup_flags == ["kernels: Eigen / oneDNN"]
+
+
+def test_the_report_marks_rows_from_other_cpus_and_kernel_libraries(tmp_path):
+    import html
+
+    from kbench.views import report
+
+    mixed = [
+        run_on("laptop", AMD, "tensorflow", 100, EIGEN),
+        run_on("laptop", AMD, "jax", 120, XLA),
+        run_on("server", INTEL, "tensorflow", 300, ONEDNN),
+    ]
+    report.write_report(mixed, tmp_path / "mixed.html")
+    text = html.unescape((tmp_path / "mixed.html").read_text())
+    assert text.count('<span class="badge base">other setup</span>') == 3
+    assert '<div class="flag">CPU: AMD EPYC 7B12 (avx2, fma)</div>' in text
+    assert '<div class="flag">kernels: Eigen</div>' in text
+    assert "<b>other setup</b>: rows measured on different CPUs" in text
+    # results of two machines: a row per backend and machine, in the table and the plots
+    # (the throughput plot divided by zero when it looked for rows by backend alone)
+    assert "<td>tensorflow @ server</td>" in text and "<td>jax @ laptop</td>" in text
+    assert 'alt="Throughput by backend' in text
+    agreeing = mixed[:2]
+    report.write_report(agreeing, tmp_path / "agreeing.html")
+    assert 'badge base">other setup' not in (tmp_path / "agreeing.html").read_text()

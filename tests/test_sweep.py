@@ -158,8 +158,8 @@ def test_a_bad_file_fails_before_anything_runs(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _start_sweep(path: Path, out: Path, home: Path, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache"))
+def _start_sweep(path: Path, out: Path, home: Path, *extra: str, **env_extra) -> subprocess.Popen:
+    env = dict(os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache"), **env_extra)
     return subprocess.Popen(
         [sys.executable, "-m", "kbench", "sweep", str(path), "--output-dir", str(out), *extra],
         env=env,
@@ -216,6 +216,38 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     latest = store.results(latest_only=True)
     assert len(latest) == 4 and sum(r.status == "timeout" for r in latest) == 2
     assert all(r.sweep["name"] == "t" and r.sweep["run_key"] for r in latest)
+
+
+@pytest.mark.slow
+def test_a_killed_warm_sweep_keeps_the_runs_its_worker_finished(tmp_path):
+    """--warm: one worker runs the three runs; killed during the third, the sweep saves
+    the two that had replied (the second marked warm), marks the third interrupted, and
+    the same command again would run only the third."""
+    require_backends("torch")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sweep(
+        settings=dict(TINY, backend="torch", sample_interval_s=0),
+        groups=[{"name": "quick", "matrix": {"batch_size": [8, 16]}},
+                {"name": "long", "settings": {"steps": 100_000, "batch_size": 4}}],
+    )))  # fmt: skip
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    running = _start_sweep(path, out, tmp_path, "--warm", TMPDIR=str(scratch))
+    deadline = time.monotonic() + 300
+    while len(list(scratch.glob("kbench-*/*/reply.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(list(scratch.glob("kbench-*/*/reply.json"))) == 2, "two runs did not reply"
+    running.send_signal(signal.SIGTERM)
+    output, _ = running.communicate(timeout=60)
+    assert running.returncode != 0, output
+    kept = sorted(ResultStore(out).results(), key=lambda r: r.started_at)
+    assert [(r.status, r.config["batch_size"]) for r in kept] == [("ok", 8), ("ok", 16)], output
+    assert [bool(r.metrics.get("warm_worker")) for r in kept] == [False, True]
+    assert all(r.sweep["group"] == "quick" for r in kept)
+    (interrupted,) = (out / "logs").glob("*.interrupted.json")
+    assert '"steps": 100000' in interrupted.read_text()
+    again = run_kbench(["sweep", str(path), "--output-dir", str(out), "--dry-run"], tmp_path)
+    assert "3 runs, 2 already done, 1 to run" in again.stdout, again.stdout
 
 
 def _result(status):

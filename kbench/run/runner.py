@@ -14,6 +14,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import shutil
 import threading
@@ -213,6 +214,14 @@ class Runner:
             supervised = dataclasses.replace(
                 first.config, timeout_s=sum(run.config.timeout_s for run in planned)
             )
+        context = functools.partial(
+            RunContext,
+            interpreter=str(interpreter),
+            process_env=environments.recorded_variables(env, first.config.backend),
+            keras_json=keras_json,
+            started_at=started_at,
+            warm=len(planned) > 1,
+        )
         try:
             outcome = supervise(
                 [str(interpreter), "-m", "kbench.run.worker"]
@@ -224,24 +233,34 @@ class Runner:
                 self.on_progress,
                 self.nvml,
             )
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
-            leftovers.write_interrupted(
-                log_path, first.run_id, first.config, started_at, first.case.sweep
-            )
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, say so, stop
+            stopped = Outcome(returncode=-1, timed_out=False, log_tail=[])
+            self._interrupted(planned, log_path, context(ended_at=time.time(), outcome=stopped))
             raise
-        ended_at = time.time()
         for run in planned[1:]:  # every run of a warm worker has the worker's whole log
             shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
-        context = RunContext(
-            interpreter=str(interpreter),
-            process_env=environments.recorded_variables(env, first.config.backend),
-            keras_json=keras_json,
-            started_at=started_at,
-            ended_at=ended_at,
-            outcome=outcome,
-            warm=len(planned) > 1,
-        )
+        context = context(ended_at=time.time(), outcome=outcome)
         return [self._finish(run, context) for run in planned]
+
+    def _interrupted(
+        self, planned: Sequence[PlannedRun], log_path: Path, context: RunContext
+    ) -> None:
+        """The worker was stopped (Ctrl-C, SIGTERM): each run that had replied is saved,
+        so a warm worker's finished runs are not lost; each other one is marked
+        interrupted beside the log, and a resumed sweep runs it again."""
+        replied = dataclasses.replace(context, warm=True)  # each reply judged on its own
+        for run in planned:
+            if (run.run_dir / "reply.json").exists():
+                try:
+                    if run is not planned[0]:
+                        shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
+                    self._finish(run, replied)
+                    continue
+                except Exception as err:  # the interrupt goes on whatever this does
+                    log.warning("%s: its reply could not be saved: %s", run.config.label(), err)
+            leftovers.write_interrupted(
+                log_path, run.run_id, run.config, context.started_at, run.case.sweep
+            )
 
     def _plan(self, case: Case, session_dir: Path) -> PlannedRun:
         config = case.config

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
@@ -122,6 +122,23 @@ def varying_settings(groups: Sequence[ComparisonGroup]) -> List[str]:
     return [k for k in keys if len({repr(g.settings.get(k)) for g in groups}) > 1]
 
 
+def column_of(results: Sequence[RunResult]) -> Callable[[RunResult], str]:
+    """How each of ``results`` is named as a row: its backend, or ``backend @ host``
+    when they come from several machines (stores merged with ``kbench results --merge``)."""
+    several_hosts = len({host_of(r) for r in results}) > 1
+
+    def column(r: RunResult) -> str:
+        return f"{r.config['backend']} @ {host_of(r)}" if several_hosts else r.config["backend"]
+
+    return column
+
+
+def in_column(result: RunResult, column: str) -> bool:
+    """Whether ``result`` belongs to the row ``column`` (``backend`` or ``backend @ host``)."""
+    backend, _, host = column.partition(" @ ")
+    return result.config["backend"] == backend and (not host or host_of(result) == host)
+
+
 def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> List[ComparisonGroup]:
     """One group per distinct config; ``baseline`` defaults to the first backend run.
 
@@ -131,11 +148,7 @@ def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> Lis
     results = [r for r in results if r.kind in MODEL_KINDS]  # parity and ops have own tables
     # a kbench exec script that trained nothing has no throughput to compare
     results = [r for r in results if not (r.ok and r.metrics.get("images_per_sec") is None)]
-    several_hosts = len({host_of(r) for r in results}) > 1
-
-    def column(r: RunResult) -> str:
-        return f"{r.config['backend']} @ {host_of(r)}" if several_hosts else r.config["backend"]
-
+    column = column_of(results)
     groups: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         groups.setdefault(group_key(result), []).append(result)

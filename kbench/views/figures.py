@@ -22,8 +22,10 @@ from kbench.views.compare import (
     IGNORED_IN_GROUPING,
     BackendRow,
     ComparisonGroup,
+    column_of,
     compare,
     group_key,
+    in_column,
 )
 from kbench.views.names import model_label
 
@@ -93,7 +95,8 @@ class RunGroup:
         return self.runs[0].config
 
     def runs_of(self, backend: str) -> List[RunResult]:
-        return [r for r in self.runs if r.config["backend"] == backend]
+        """The runs of a row: a backend, or ``backend @ host`` (results of several machines)."""
+        return [r for r in self.runs if in_column(r, backend)]
 
     def row(self, backend: str) -> Optional[BackendRow]:
         return next((row for row in self.comparison.rows if row.backend == backend), None)
@@ -168,7 +171,10 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
 
 
 def backend_order(results: Sequence[RunResult]) -> List[str]:
-    return list(dict.fromkeys(r.config["backend"] for r in results))
+    """The rows ``results`` make, in the order they first came: backends, or
+    ``backend @ host`` where they come from several machines (as :func:`compare` names them)."""
+    column = column_of(results)
+    return list(dict.fromkeys(column(r) for r in results))
 
 
 def colour(backend: str, backends: Sequence[str]) -> str:

@@ -380,7 +380,10 @@ def summary_table(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
     return table(headers, rows, numeric=(2, 3, 4, 5)) + (
         '<p class="muted">img/s: median over the repeats that finished, measured window only '
         "(warmup excluded); <b>flagged</b>: measured while other processes used more than "
-        "the busy threshold of the run's cores, the clock was held down, or on battery. "
+        "the busy threshold of the run's cores, the clock was held down, or on battery; "
+        "<b>other setup</b>: rows measured on different CPUs (model and the features that "
+        "decide kernels), or one framework on different CPU kernel libraries (TensorFlow on "
+        "oneDNN and on Eigen): their numbers compare those as much as the backends. "
         f"vs {esc(baseline)}: median of per-round ratios, with an order-statistics interval "
         "(95% from 6 rounds, else the whole range with its coverage); “no clear "
         "difference” where the interval holds 1. Memory: median over repeats of each "
@@ -424,14 +427,20 @@ def ratio_cell(row: Any, group: RunGroup, baseline: str) -> Any:
 
 def rate_cell(row: Any) -> Any:
     """The median img/s, with the quality flags of its runs beside it (busy, throttled,
-    on battery: :mod:`kbench.measure.quality`)."""
+    on battery: :mod:`kbench.measure.quality`), and what sets its setup apart from the
+    rows beside it (another CPU, another kernel library: ``BackendRow.setup_flags``)."""
     rate = row.images_per_sec
     if rate is None:
         return "—"
-    if not row.quality_flags:
+    if not row.quality_flags and not row.setup_flags:
         return f"{rate.median:,.0f}"
-    flags = "".join(f'<div class="flag">{esc(flag)}</div>' for flag in row.quality_flags)
-    return Markup(f'{rate.median:,.0f} <span class="badge bad">flagged</span>{flags}')
+    cell = f"{rate.median:,.0f}"
+    if row.quality_flags:
+        cell += ' <span class="badge bad">flagged</span>'
+    if row.setup_flags:
+        cell += ' <span class="badge base">other setup</span>'
+    flags = [*row.quality_flags, *row.setup_flags]
+    return Markup(cell + "".join(f'<div class="flag">{esc(flag)}</div>' for flag in flags))
 
 
 def accuracy_cell(spread: Optional[Spread]) -> str:

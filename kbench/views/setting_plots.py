@@ -18,7 +18,6 @@ from kbench.views.figures import (
     Outcome,
     RunGroup,
     Skipped,
-    backend_order,
     colour,
     describe_setting,
     effective_threads,
@@ -70,7 +69,8 @@ def sweep_lines(
         members.sort(key=lambda item: _sort_x(item[0]))
         first = members[0][1]
         rest = describe_setting(first.config, rest_keys)
-        for backend in backend_order([r for _, g in members for r in g.runs]):
+        rows = [row.backend for _, g in members for row in g.comparison.rows]
+        for backend in dict.fromkeys(rows):  # as compare named them (backend @ host)
             points = [(x, g) for x, g in members if g.row(backend)]
             lines.append(SweepLine(first.model, backend, rest, points))
     return lines
