@@ -150,7 +150,8 @@ def torch_kernels(torch: Any) -> Dict[str, Any]:
     # "Intel(R) MKL-DNN v3.12.0 (Git Hash ...)" (oneDNN under its old name) or "oneDNN v..."
     found = re.search(r"(?:MKL-DNN|oneDNN) v[\d.]+", config)
     info["onednn_version"] = found.group(0).split(" v")[1] if found else None
-    return info
+    # ATEN_CPU_CAPABILITY=default (or avx2) runs the kernels an older CPU would get
+    return {**info, **variables(("ATEN_CPU_CAPABILITY",))}
 
 
 def numpy_blas() -> Dict[str, Any]:
