@@ -48,6 +48,16 @@ def require_backends(*backends: str) -> None:
             pytest.skip(str(err))
 
 
+def fused_rnn_refused(model: str, backend: str) -> bool:
+    """Whether ``backend`` refuses ``model`` as unsupported in this suite's environment:
+    Gluon's fused LSTM where MXNET_MKLDNN_ENABLED=0 (the suite's workers inherit it) turns
+    off the only CPU path MXNet 1.9's RNN operator has (kbench.backends.mxnet_gluon)."""
+    from kbench.backends.mxnet_gluon import FUSED_RNN_MODELS
+
+    off = os.environ.get("MXNET_MKLDNN_ENABLED") == "0"
+    return off and backend == "mxnet-gluon" and model in FUSED_RNN_MODELS
+
+
 @dataclass
 class Completed:
     returncode: int

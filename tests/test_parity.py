@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import dump, require_backends, run_kbench
+from conftest import dump, fused_rnn_refused, require_backends, run_kbench
 
 from kbench.measure.processes import usable_cores
 from kbench.run.runner import Runner
@@ -59,6 +59,9 @@ def rows(checked):
 def test_every_model_ran_on_every_backend(rows):
     assert set(rows) == {(m, b) for m in MODELS for b in backends_for(m)}
     for row in rows.values():
+        if fused_rnn_refused(row.model, row.backend):
+            assert row.status == "unsupported" and "MXNET_MKLDNN_ENABLED=0" in row.reason, row
+            continue
         assert row.status == "ok", (row.model, row.backend, row.reason)
         assert len(row.losses) == 2
 
@@ -78,8 +81,9 @@ def test_noise_floor_tells_ill_conditioned_models_apart(rows):
     shallow, deep = rows[("mlp", "tensorflow")], rows[("resnet50", "tensorflow")]
     assert shallow.noise_floor < 1e-5
     assert deep.noise_floor > 100 * shallow.noise_floor
-    for (model, _backend), row in rows.items():
-        assert row.noise_floor == rows[(model, "tensorflow")].noise_floor
+    for (model, backend), row in rows.items():
+        if not fused_rnn_refused(model, backend):  # a refused row measured nothing
+            assert row.noise_floor == rows[(model, "tensorflow")].noise_floor
 
 
 @pytest.mark.slow
@@ -104,6 +108,8 @@ def test_every_model_passes_on_mxnet_with_its_batchnorm_difference_named(rows):
 @pytest.mark.slow
 def test_mxnet_gluon_matches_tensorflow_and_counts_what_keras_counts(rows, checked):
     for model in GLUON_MODELS:
+        if fused_rnn_refused(model, "mxnet-gluon"):  # test_every_model_ran... checks why
+            continue
         row = rows[(model, "mxnet-gluon")]
         assert row.passed and row.output_max_abs < 1e-4, row
         assert not row.notes, row  # no known differences: Gluon is not Keras

@@ -12,18 +12,29 @@ from kbench.backends import kernels
 from kbench.backends.base import NoGpu
 
 
+def _enabled(features: Any, name: str) -> bool:
+    """Whether MXNet was built with a feature (``mx.runtime.Features()``)."""
+    try:
+        return bool(features.is_enabled(name))
+    except RuntimeError:  # a feature this MXNet does not know
+        return False
+
+
+def mkldnn_on(features: Any) -> bool:
+    """Whether MXNet runs its MKLDNN (oneDNN) CPU operators: built in, and not turned off
+    by MXNET_MKLDNN_ENABLED=0."""
+    return _enabled(features, "MKLDNN") and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0"
+
+
 def mxnet_kernels(features: Any) -> Dict[str, Any]:
     """MXNet's CPU kernels: its MKLDNN (oneDNN) operators where built in and not turned
     off by MXNET_MKLDNN_ENABLED=0, else its own; and the BLAS it was built with."""
 
     def enabled(name: str) -> bool:
-        try:
-            return bool(features.is_enabled(name))
-        except RuntimeError:  # a feature this MXNet does not know
-            return False
+        return _enabled(features, name)
 
     built = enabled("MKLDNN")
-    on = built and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0"
+    on = mkldnn_on(features)
     blas = {"BLAS_MKL": "MKL", "BLAS_OPEN": "OpenBLAS", "BLAS_ATLAS": "ATLAS",
             "BLAS_APPLE": "Apple Accelerate"}  # fmt: skip
     return {

@@ -15,13 +15,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.backends.base import BackendMismatch, NativePort
-from kbench.backends.mxnet_common import MXNetFramework
+from kbench.backends.base import BackendMismatch, NativePort, Unsupported
+from kbench.backends.mxnet_common import MXNetFramework, mkldnn_on
 
 KERAS_EPSILON = 1e-7
 # hybridize(): a graph whose memory is planned once and reused (static_alloc), for
 # inputs of one shape (static_shape); measured faster than plain hybridize() here
 HYBRIDIZE_OPTIONS = {"static_alloc": True, "static_shape": True}
+# The twins built on Gluon's fused LSTM layer (MXNet's RNN operator)
+FUSED_RNN_MODELS = ("lstm", "lstm_embedding")
 
 
 class MXNetGluonBackend(MXNetFramework, NativePort):
@@ -82,6 +84,7 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         import kbench_models
 
         self.refuse_user_model(name)
+        self.refuse_fused_rnn_without_mkldnn(name)
         net = self.twins.build(name, tuple(input_shape), num_classes)
         net.collect_params().reset_ctx(self.context)
         net.kbench_spec = kbench_models.MODELS[name]
@@ -99,6 +102,22 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
             detail = "imperative Gluon: not hybridized, operators dispatched one by one"
         self.switchboard.applied("hybridize", detail)
         return net
+
+    def refuse_fused_rnn_without_mkldnn(self, name: str) -> None:
+        """MXNet 1.9's RNN operator (Gluon's fused LSTM) has no working CPU path without
+        MKLDNN: its first forward pass stops with ``Check failed: in_data.size() ==
+        num_inputs (4 vs. 3)`` (measured with MXNET_MKLDNN_ENABLED=0). Say so before
+        the model is built."""
+        on_gpu = self.context.device_type == "gpu"
+        if name not in FUSED_RNN_MODELS or on_gpu or mkldnn_on(self.mx.runtime.Features()):
+            return
+        raise Unsupported(
+            f"mxnet-gluon: {name} runs on Gluon's fused LSTM (MXNet's RNN operator), which "
+            "MXNet 1.9 runs on the CPU only through MKLDNN, and MXNET_MKLDNN_ENABLED=0 turns "
+            "MKLDNN off (without it the first forward pass fails inside MXNet). Unset "
+            "MXNET_MKLDNN_ENABLED, run on a GPU, or use backend mxnet (keras-mxnet unrolls "
+            "the LSTM into ordinary operators)."
+        )
 
     def count_params(self, model: Any) -> int:
         return int(self.twins.keras_param_count(model))
