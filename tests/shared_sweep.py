@@ -19,7 +19,7 @@ from typing import List
 
 import numpy as np
 import yaml
-from conftest import Completed, dump, require_backends, run_kbench
+from conftest import Completed, dump, require_backends, run_kbench, selected_backends
 from PIL import Image
 from test_datasets import write_cifar
 
@@ -112,12 +112,22 @@ class SharedSweep:
 
 
 def run_shared_sweep(folder: Path) -> SharedSweep:
-    require_backends(*EVERY_BACKEND)
+    """The sweep, on the backends KBENCH_TEST_BACKENDS selects (default: every one)."""
+    selected = selected_backends()
+    backends = [b for b in EVERY_BACKEND if selected in (None, ["cross"]) or b in selected]
+    require_backends(*backends)
+    only = [] if backends == EVERY_BACKEND else ["--only", "backend=" + ",".join(backends)]
     home = folder / "home"
     home.mkdir()
     output = folder / "results"
-    completed = run_kbench(
-        ["sweep", str(sweep_file(folder)), "--warm", "--output-dir", str(output)], home, output
-    )
+    command = ["sweep", str(sweep_file(folder)), "--warm", "--output-dir", str(output), *only]
+    completed = run_kbench(command, home, output)
     assert completed.returncode == 0, dump(completed)
     return SharedSweep(completed)
+
+
+def group(request, name: str, *backends: str) -> Group:
+    """The shared sweep's group ``name``, for a test that needs ``backends``: skipped
+    (before the sweep runs) where KBENCH_TEST_BACKENDS leaves one out."""
+    require_backends(*backends)
+    return request.getfixturevalue("shared_sweep").group(name)

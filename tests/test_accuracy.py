@@ -2,15 +2,16 @@
 (the runs of tests/shared_sweep.py's "accuracy" group)."""
 
 import pytest
+import shared_sweep
 
 pytestmark = pytest.mark.slow
 
 
-def test_mlp_reaches_85_percent_on_digits_everywhere(shared_sweep):
+def test_mlp_reaches_85_percent_on_digits_everywhere(request):
     """10 epochs of the MLP on digits, every backend (the shared sweep's "accuracy" group:
     10 epochs, batch 32, 3 warmup steps)."""
     backends = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
-    completed = shared_sweep.group("accuracy")
+    completed = shared_sweep.group(request, "accuracy", *backends)
     results = completed.results()
     assert sorted(r.config["backend"] for r in results) == sorted(backends)
     for r in results:

@@ -120,12 +120,12 @@ def test_numpy_blas_is_named():
     assert info["blas"] is None or "name" in info["blas"]
 
 
-def run_on(host, cpu, backend, ips, kernels, repeat=0):
+def run_on(host, cpu, backend, ips, kernels, repeat=0, model="mlp"):
     from kbench.results.result import RunResult
 
     return RunResult(
-        run_id=f"{host}{backend}{repeat}", status="ok",
-        config={"backend": backend, "model": "mlp", "dataset": "synthetic", "batch_size": 32,
+        run_id=f"{host}{backend}{repeat}{model}", status="ok",
+        config={"backend": backend, "model": model, "dataset": "synthetic", "batch_size": 32,
                 "repeat": repeat, "mode": "train"},
         started_at="t", wall_time_s=1.0, data={"synthetic": True},
         environment={"machine": {"hostname": host, "cpu": cpu},
@@ -188,7 +188,7 @@ def test_the_report_marks_rows_from_other_cpus_and_kernel_libraries(tmp_path):
     ]
     report.write_report(mixed, tmp_path / "mixed.html")
     text = html.unescape((tmp_path / "mixed.html").read_text())
-    assert text.count('<span class="badge base">other setup</span>') == 3
+    assert text.count('<span class="badge setup">other setup</span>') == 3
     assert '<div class="flag">CPU: AMD EPYC 7B12 (avx2, fma)</div>' in text
     assert '<div class="flag">kernels: Eigen</div>' in text
     assert "<b>other setup</b>: rows measured on different CPUs" in text
@@ -196,6 +196,33 @@ def test_the_report_marks_rows_from_other_cpus_and_kernel_libraries(tmp_path):
     # (the throughput plot divided by zero when it looked for rows by backend alone)
     assert "<td>tensorflow @ server</td>" in text and "<td>jax @ laptop</td>" in text
     assert 'alt="Throughput by backend' in text
+    # a model one machine alone ran: its rows are named as every other group's, and a
+    # plain backend is a baseline (its first machine)
+    alone = mixed + [run_on("laptop", AMD, "tensorflow", 50, EIGEN, model="small_cnn"),
+                     run_on("laptop", AMD, "jax", 70, XLA, model="small_cnn")]  # fmt: skip
+    report.write_report(alone, tmp_path / "alone.html", baseline="tensorflow")
+    text = html.unescape((tmp_path / "alone.html").read_text())
+    assert text.count("<td>tensorflow @ laptop</td>") == 2  # both models' summary rows
+    assert 'alt="Throughput by backend' in text and "1.4×" in text  # small_cnn: jax 70/50
     agreeing = mixed[:2]
     report.write_report(agreeing, tmp_path / "agreeing.html")
-    assert 'badge base">other setup' not in (tmp_path / "agreeing.html").read_text()
+    assert 'badge setup">other setup' not in (tmp_path / "agreeing.html").read_text()
+
+
+@pytest.mark.slow
+def test_pytorch_records_the_kernels_an_older_cpu_gets(tmp_path):
+    """ATEN_CPU_CAPABILITY=default: PyTorch dispatches its unvectorised kernels, as on a
+    CPU without AVX2, and the result says so."""
+    from conftest import dump, require_backends, run_kbench
+
+    require_backends("torch-native")
+    done = run_kbench(
+        ["run", "-b", "torch-native", "-m", "mlp", "--dataset", "synthetic", "--steps", "1",
+         "--warmup-steps", "0", "--batch-size", "8", "--train-samples", "8",
+         "--test-samples", "8", "--sample-interval", "0"],
+        tmp_path, env={"ATEN_CPU_CAPABILITY": "default"},
+    )  # fmt: skip
+    (result,) = done.results()
+    assert result.ok, dump(done)
+    kernels = result.environment["framework"]["cpu_kernels"]
+    assert kernels["cpu_capability"] == "DEFAULT" and kernels["ATEN_CPU_CAPABILITY"] == "default"

@@ -7,6 +7,7 @@ import html
 
 import numpy as np
 import pytest
+import shared_sweep
 
 from kbench.cli.many_runs import section_tables
 from kbench.profiling import ProfilerUnsupported, profile_model, summarize, xspace
@@ -236,10 +237,10 @@ def test_bad_profile_settings_are_refused(settings, message):
 
 
 @pytest.fixture(scope="module")
-def profiled_runs(shared_sweep):
+def profiled_runs(request):
     """The shared sweep's "profile" group: small_cnn on 12x12x1 synthetic data, 2 steps
     profiled, on every backend (tests/shared_sweep.py's PROFILED)."""
-    return shared_sweep.group("profile")
+    return shared_sweep.group(request, "profile", *PROFILED, "mxnet")
 
 
 @pytest.mark.slow

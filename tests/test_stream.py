@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import shared_sweep
 from PIL import Image
 from shared_sweep import image_folder
 
@@ -60,11 +61,11 @@ def test_prepared_imagenet_holds_paths_not_pixels(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_backend_trains_from_a_streamed_image_folder(shared_sweep):
+def test_every_backend_trains_from_a_streamed_image_folder(request):
     """The shared sweep's "stream" group: the MLP, 2 epochs of batch 4, on image_folder()
     resized to 16x16, every backend."""
-    done = shared_sweep.group("stream")
     backends = ["tensorflow", "jax", "torch", "torch-native", "mxnet"]
+    done = shared_sweep.group(request, "stream", *backends)
     assert sorted(r.config["backend"] for r in done.results()) == sorted(backends)
     for result in done.results():
         assert result.ok and result.data["streamed"] and result.data["input_shape"] == [16, 16, 3]

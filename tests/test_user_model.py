@@ -18,7 +18,7 @@ from typing import List
 import numpy as np
 import pytest
 import yaml
-from conftest import Completed, dump, require_backends, run_kbench
+from conftest import Completed, dump, require_backends, run_kbench, selected_backends
 
 from kbench import cli
 from kbench.backends.keras_mxnet import keras224_gap
@@ -220,8 +220,9 @@ def test_keras224_gap_looks_through_an_import_failure():
 
 
 @pytest.mark.slow
-def test_user_model_on_every_keras_backend(user_sweep, module_npz):
+def test_user_model_on_every_keras_backend(request, module_npz):
     """One sweep, every backend: each run ok, naming the model's source and the data's."""
+    user_sweep = sweep_for(request, "every-backend")
     done = user_sweep.completed
     residual = f"{RESIDUAL}:build"
     every = user_sweep.group("every-backend")
@@ -245,11 +246,12 @@ def test_user_model_on_every_keras_backend(user_sweep, module_npz):
 
 
 @pytest.mark.slow
-def test_worker_refusals_are_results(user_sweep):
+def test_worker_refusals_are_results(request):
     """A non-model and a file raising on import fail with the sentence; a layer or an
     argument keras-mxnet lacks is ``unsupported`` on mxnet, naming it. One warm worker
     runs the four (and the other user-model runs on mxnet): each refusal is caught for
     its own case, and they are the sweep's only failures."""
+    user_sweep = sweep_for(request, "refusals")
     done = user_sweep.completed
     failed = {short_name(r.config["model"]) for r in done.results() if r.failed}
     assert failed == {"not_a_model.py:build", "raises_on_import.py:build"}, dump(done)
@@ -315,9 +317,10 @@ def test_saved_models_and_image_folders_in_a_sweep_file_are_beside_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_runs_a_user_model_on_user_data(user_sweep):
+def test_sweep_runs_a_user_model_on_user_data(request):
     """write_sweep's runs (model and data named relative to the file), in the module's
     sweep: the worker found both by the paths the file gave."""
+    user_sweep = sweep_for(request, "own-model")
     results = user_sweep.group("own-model")
     assert sorted(r.config["backend"] for r in results) == ["jax", "mxnet"]
     assert all(r.status == "ok" and r.model["source"]["function"] == "build" for r in results)
@@ -377,7 +380,9 @@ def saved(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow  # the saved fixture makes tiny.keras under jax
-def test_saved_model_reference(saved, npz, monkeypatch):
+def test_saved_model_reference(request, npz, monkeypatch):
+    require_backends("jax")  # the saved fixture makes tiny.keras under jax
+    saved = request.getfixturevalue("saved")
     from kbench.views.names import model_label
 
     monkeypatch.chdir(saved)
@@ -416,7 +421,8 @@ def test_bad_saved_models_exit_2(request, capsys, tmp_path, npz, name, content, 
     if content == "zip":
         with zipfile.ZipFile(path, "w") as archive:
             archive.writestr("other.txt", "x")
-    elif content == "copy":
+    elif content == "copy":  # the saved fixture makes it under jax
+        require_backends("jax")
         path.write_bytes((request.getfixturevalue("saved") / name).read_bytes())
     elif content is not None:
         path.write_bytes(content)
@@ -493,8 +499,22 @@ class UserSweep:
         return [r for r in self.completed.results() if r.sweep["group"] == name]
 
 
+EVERY = ("tensorflow", "jax", "torch", "mxnet", "torch-native")
+# what each group of user_sweep runs on: a group runs where KBENCH_TEST_BACKENDS selects
+# all of them (as its tests need), so that one backend's tests start no other's worker
+GROUP_BACKENDS = {"every-backend": EVERY, "own-model": ("jax", "mxnet"),
+                  "refusals": ("mxnet",), "folder": ("jax",)}  # fmt: skip
+
+
+def sweep_for(request, group: str) -> UserSweep:
+    """The module's sweep, for a test of ``group``: skipped (before the sweep runs) where
+    KBENCH_TEST_BACKENDS leaves out a backend the group runs on."""
+    require_backends(*GROUP_BACKENDS[group])
+    return request.getfixturevalue("user_sweep")
+
+
 @pytest.fixture(scope="module")
-def user_sweep(tmp_path_factory, saved, module_npz) -> UserSweep:
+def user_sweep(request, tmp_path_factory, module_npz) -> UserSweep:
     """One ``kbench sweep --warm`` of user models on user data, one worker per backend
     (user models share a worker with user models only), each group for its tests:
 
@@ -505,48 +525,53 @@ def user_sweep(tmp_path_factory, saved, module_npz) -> UserSweep:
     - refusals: four files mxnet's worker refuses, each for its own case;
     - folder: folder: images, resized, in an inference run with the operator profile.
     """
-    require_backends("tensorflow", "jax", "torch", "torch-native", "mxnet")
     from shared_sweep import image_folder
 
+    selected = selected_backends()
+    wanted = [
+        name
+        for name, backends in GROUP_BACKENDS.items()
+        if selected in (None, ["cross"]) or all(b in selected for b in backends)
+    ]
+    require_backends(*{b for name in wanted for b in GROUP_BACKENDS[name]})
     study = tmp_path_factory.mktemp("study")
     own = yaml.safe_load(write_sweep(study).read_text())
     image_folder(study / "photos", per_class=(4, 2))
     quiet = {"sample_interval_s": 0}
-    document = {
-        "name": "own-model",
-        "groups": [
-            {"name": "every-backend",
-             "settings": {"dataset": f"npz:{module_npz}", "steps": 1, "warmup_steps": 0,
-                          "batch_size": 32, "optimizer": "sgd", **quiet},
-             "matrix": {"model": [f"{RESIDUAL}:build", str(saved / "tiny.keras")],
-                        "backend": ["tensorflow", "jax", "torch", "mxnet", "torch-native"]}},
-            {"name": "own-model", "settings": own["settings"], "matrix": own["matrix"]},
-            {"name": "refusals",
-             "settings": {"backend": "mxnet", "dataset": "npz:data.npz", "steps": 2,
-                          "warmup_steps": 1, "batch_size": 32, **quiet},
-             "matrix": {"model": REFUSED}},
-            {"name": "folder",
-             "settings": {"backend": "jax", "model": "models/residual.py:build",
-                          "dataset": "folder:photos", "mode": "inference", "duration_s": 0.5,
-                          "warmup_steps": 1, "batch_size": 4, "profile": True,
-                          "profile_steps": 1, **quiet}},
-        ],
+    groups = {
+        "own-model": {"settings": own["settings"], "matrix": own["matrix"]},
+        "refusals": {"settings": {"backend": "mxnet", "dataset": "npz:data.npz", "steps": 2,
+                                  "warmup_steps": 1, "batch_size": 32, **quiet},
+                     "matrix": {"model": REFUSED}},
+        "folder": {"settings": {"backend": "jax", "model": "models/residual.py:build",
+                                "dataset": "folder:photos", "mode": "inference",
+                                "duration_s": 0.5, "warmup_steps": 1, "batch_size": 4,
+                                "profile": True, "profile_steps": 1, **quiet}},
     }  # fmt: skip
+    if "every-backend" in wanted:  # tiny.keras: the saved fixture (a jax process) makes it
+        tiny = str(request.getfixturevalue("saved") / "tiny.keras")
+        groups["every-backend"] = {
+            "settings": {"dataset": f"npz:{module_npz}", "steps": 1, "warmup_steps": 0,
+                         "batch_size": 32, "optimizer": "sgd", **quiet},
+            "matrix": {"model": [f"{RESIDUAL}:build", tiny], "backend": list(EVERY)},
+        }  # fmt: skip
+    document = {"name": "own-model", "groups": [dict(name=n, **groups[n]) for n in wanted]}
     path = study / "own.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     home = tmp_path_factory.mktemp("user_sweep_home")
     output = study / "out"
     done = run_kbench(["sweep", str(path), "--warm", "--output-dir", str(output)], home, output)
     # the refusals fail (exit 1); each group's test judges its own runs
-    assert done.returncode == 1, dump(done)
+    assert done.returncode == (1 if "refusals" in wanted else 0), dump(done)
     return UserSweep(done, study)
 
 
 @pytest.mark.slow
-def test_saved_model_starts_from_its_weights_on_every_keras3_backend(user_sweep, saved,
-                                                                      module_npz):  # fmt: skip
+def test_saved_model_starts_from_its_weights_on_every_keras3_backend(request, module_npz):
     """One measured step from the saved weights: the same first loss on tensorflow, jax
     and torch (a fresh initialisation would differ); mxnet cannot read the format."""
+    user_sweep = sweep_for(request, "every-backend")
+    saved = request.getfixturevalue("saved")
     done = user_sweep.completed
     path = saved / "tiny.keras"
     every = user_sweep.group("every-backend")
@@ -571,10 +596,11 @@ def test_saved_model_starts_from_its_weights_on_every_keras3_backend(user_sweep,
 
 
 @pytest.mark.slow
-def test_parity_of_a_saved_model_and_of_a_user_twin(home, saved):
+def test_parity_of_a_saved_model_and_of_a_user_twin(home, request):
     """Parity from a .keras file's weights, and for a file with its own PyTorch twin
     (build_torch), which torch-native runs with the Keras weights loaded into it."""
     require_backends("jax", "torch")
+    saved = request.getfixturevalue("saved")
     models = f"{saved / 'tiny.keras'},{TWIN}:build"
     done = run_kbench(
         ["parity", "--model", models, "--backend", "jax,torch,torch-native", "--output-dir",
@@ -633,9 +659,10 @@ def test_tfds_dataset_with_a_user_model(home, tmp_path):
 
 
 @pytest.mark.slow
-def test_folder_data_inference_and_profile_of_a_user_model(user_sweep):
+def test_folder_data_inference_and_profile_of_a_user_model(request):
     """folder: images, resized to the model's input, in an inference run with the
     operator profile: the user model goes wherever a zoo model goes."""
+    user_sweep = sweep_for(request, "folder")
     done, photos = user_sweep.completed, user_sweep.study / "photos"
     (result,) = user_sweep.group("folder")
     assert result.status == "ok" and result.config["mode"] == "inference", dump(done)

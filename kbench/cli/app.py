@@ -84,5 +84,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.error("kbench %s: stopped: %s", args.command, err)
         return 1
     except KeyboardInterrupt:
-        log.warning("interrupted: finished runs are saved; the run in progress was discarded")
+        log.warning(
+            "interrupted: every run that finished is saved (a warm worker's too); those in "
+            "progress were stopped and marked interrupted under logs/"
+        )
         return 130

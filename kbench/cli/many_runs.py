@@ -289,13 +289,18 @@ def _sweep_into(args: argparse.Namespace, sweep, runs, output_dir: Path) -> int:
                 )
         except store_mod.StoreWriteError as err:
             log.error("%s", err)
+            not_started = (
+                "the rest were not saved (a warm worker's runs are saved as it ends)"
+                if args.warm
+                else f"{len(plan.to_run) - progress.done - 1} not started"
+            )
             log.error(
-                "sweep %s stopped: %d runs of this invocation finished and are saved, %d "
-                "not started. Free some space, then run the same command again: it resumes, "
-                "skipping the runs that are done.",
+                "sweep %s stopped: %d runs of this invocation finished and are saved, %s. "
+                "Free some space, then run the same command again: it resumes, skipping the "
+                "runs that are done.",
                 sweep.name,
                 progress.done,
-                len(plan.to_run) - progress.done - 1,
+                not_started,
             )
             return 1
     everything = store.results([Filter("sweep", (sweep.name,))], latest_only=True)

@@ -139,23 +139,34 @@ def in_column(result: RunResult, column: str) -> bool:
     return result.config["backend"] == backend and (not host or host_of(result) == host)
 
 
-def compare(results: Sequence[RunResult], baseline: Optional[str] = None) -> List[ComparisonGroup]:
+def row_named(rows: Sequence[str], name: str) -> Optional[str]:
+    """The row ``name`` means: itself, or a backend's first row (``jax`` for ``jax @ a``)."""
+    return next((row for row in rows if name in (row, row.split(" @ ")[0])), None)
+
+
+def compare(
+    results: Sequence[RunResult],
+    baseline: Optional[str] = None,
+    column: Optional[Callable[[RunResult], str]] = None,
+) -> List[ComparisonGroup]:
     """One group per distinct config; ``baseline`` defaults to the first backend run.
 
     With results from several machines, each row is a backend on a machine
     (``jax @ host``), and ``baseline`` may name a backend (its first machine) or a row.
+    ``column`` names the rows (default: :func:`column_of` ``results``); pass the one of
+    a larger set to name rows alike across calls (a report compares group by group).
     """
     results = [r for r in results if r.kind in MODEL_KINDS]  # parity and ops have own tables
     # a kbench exec script that trained nothing has no throughput to compare
     results = [r for r in results if not (r.ok and r.metrics.get("images_per_sec") is None)]
-    column = column_of(results)
+    column = column or column_of(results)
     groups: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         groups.setdefault(group_key(result), []).append(result)
     out = []
     for members in groups.values():
         backends = list(dict.fromkeys(column(r) for r in members))
-        base = next((b for b in backends if baseline in (b, b.split(" @ ")[0])), backends[0])
+        base = row_named(backends, baseline or "") or backends[0]
         base_by_round = {
             r.config.get("repeat", 0): r.metrics["images_per_sec"]
             for r in members

@@ -152,12 +152,13 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
         for model in models
     }
     groups = []
+    column = column_of(results)  # rows named alike in every group (backend @ host)
     for key, runs in members.items():
         config = runs[0].config
         setting = describe_setting(config, keys[config["model"]])
         if config.get("mode") == "inference" and "mode" not in keys[config["model"]]:
             setting += ", inference"
-        (comparison,) = compare(runs, baseline)
+        (comparison,) = compare(runs, baseline, column)
         groups.append(RunGroup(key, config["model"], setting, comparison, runs))
     return sorted(
         groups,

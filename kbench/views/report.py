@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from kbench.results.jsonfile import write_text_atomic
 from kbench.results.result import RunResult
 from kbench.views import accuracy_plots, figures, setting_plots, throughput_plots, timeline_plots
-from kbench.views.compare import Spread
+from kbench.views.compare import Spread, row_named
 from kbench.views.figures import Drawn, RunGroup, Skipped
 from kbench.views.names import model_label
 from kbench.views.tables import Table
@@ -57,6 +57,7 @@ h3 { font-size: 17px; margin: 28px 0 6px; }
 .badge.synthetic { background: #f0c36d; color: #5a3d00; }
 .badge.bad { background: #fadbd8; color: #922b21; }
 .badge.base { background: #e3e6ea; color: #39424b; }
+.badge.setup { background: #d6e4f5; color: #1f4e79; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0 4px; font-size: 14px; }
 th, td { text-align: left; padding: 5px 10px; border-bottom: 1px solid #eceef1;
          vertical-align: top; }
@@ -123,12 +124,12 @@ def write_report(
     # kbench exec runs that timed training (one that trained nothing has no speed to plot)
     measured += [r for r in results if r.kind == "exec" and r.metrics.get("images_per_sec")]
     backends = figures.backend_order(measured)
-    if baseline is not None and baseline not in backends:
+    if baseline is not None and row_named(backends, baseline) is None:
         raise ValueError(
             f"baseline: expected one of the backends that ran ({', '.join(backends)}); "
             f"got {baseline!r}"
         )
-    base = baseline or (backends[0] if backends else "")
+    base = row_named(backends, baseline) if baseline else (backends[0] if backends else "")
     notes: List[str] = []
     operators = [r for r in results if r.kind == "ops"]
     parity = sum(r.kind == "parity" for r in results)
@@ -438,7 +439,7 @@ def rate_cell(row: Any) -> Any:
     if row.quality_flags:
         cell += ' <span class="badge bad">flagged</span>'
     if row.setup_flags:
-        cell += ' <span class="badge base">other setup</span>'
+        cell += ' <span class="badge setup">other setup</span>'
     flags = [*row.quality_flags, *row.setup_flags]
     return Markup(cell + "".join(f'<div class="flag">{esc(flag)}</div>' for flag in flags))
 

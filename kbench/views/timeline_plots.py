@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from kbench.results.result import RunResult
+from kbench.views.compare import in_column
 from kbench.views.figures import MIB, Drawn, RunGroup, colour, new_figure, png_of
 
 TIMELINES = "Per-run timelines"
@@ -152,9 +153,10 @@ def timeline(group: RunGroup, run: RunResult, backends: Sequence[str]) -> Drawn:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(**legend)
         ax.grid(alpha=0.25)
-    title = f"{TIMELINE_PREFIX}{run.config['backend']}, {group.label}"
+    row = next((b for b in backends if in_column(run, b)), run.config["backend"])  # @ host
+    title = f"{TIMELINE_PREFIX}{row}, {group.label}"
     parts = [f"Run {run.run_id}"]
-    repeats = len(group.runs_of(run.config["backend"]))
+    repeats = len(group.runs_of(row))
     if repeats > 1 and run.ok:
         parts.append(f"the repeat with the median img/s of {repeats}")
     if not run.ok:
