@@ -29,18 +29,14 @@ def mkldnn_on(features: Any) -> bool:
 def mxnet_kernels(features: Any) -> Dict[str, Any]:
     """MXNet's CPU kernels: its MKLDNN (oneDNN) operators where built in and not turned
     off by MXNET_MKLDNN_ENABLED=0, else its own; and the BLAS it was built with."""
-
-    def enabled(name: str) -> bool:
-        return _enabled(features, name)
-
-    built = enabled("MKLDNN")
+    built = _enabled(features, "MKLDNN")
     on = mkldnn_on(features)
     blas = {"BLAS_MKL": "MKL", "BLAS_OPEN": "OpenBLAS", "BLAS_ATLAS": "ATLAS",
             "BLAS_APPLE": "Apple Accelerate"}  # fmt: skip
     return {
         "library": "MKLDNN (oneDNN)" if on else "MXNet's own operators",
         "mkldnn_built": built,
-        "blas": next((text for name, text in blas.items() if enabled(name)), None),
+        "blas": next((text for name, text in blas.items() if _enabled(features, name)), None),
         **kernels.variables(("MXNET_MKLDNN_ENABLED",)),
     }
 

@@ -42,6 +42,14 @@ examples:
 
 
 def add_commands(commands) -> None:
+    """kbench sweep, results, compare and report."""
+    _add_sweep(commands)
+    _add_results(commands)
+    _add_compare(commands)
+    _add_report(commands)
+
+
+def _add_sweep(commands) -> None:
     sweep = commands.add_parser(
         "sweep",
         help="run a matrix of runs declared in a YAML file; resumable",
@@ -104,6 +112,8 @@ def add_commands(commands) -> None:
     add_quality_arguments(sweep)
     sweep.set_defaults(handler=command_sweep)
 
+
+def _add_results(commands) -> None:
     results = commands.add_parser(
         "results",
         help="list, filter, export and merge stored results",
@@ -128,6 +138,8 @@ def add_commands(commands) -> None:
     )
     results.set_defaults(handler=command_results)
 
+
+def _add_compare(commands) -> None:
     compare = commands.add_parser(
         "compare",
         help="the study tables: backends side by side, per model and setting",
@@ -145,6 +157,8 @@ def add_commands(commands) -> None:
     )
     compare.set_defaults(handler=command_compare)
 
+
+def _add_report(commands) -> None:
     report = commands.add_parser(
         "report",
         help="one self-contained HTML file with the tables and plots",

@@ -4,7 +4,7 @@ the warmup and measured stages shaded."""
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -78,8 +78,25 @@ def timeline(group: RunGroup, run: RunResult, backends: Sequence[str]) -> Drawn:
         dots = "." if len(values) < 20 else None  # a short run: show where the samples are
         ax.plot(x, values * scale, label=label, linewidth=1.4, marker=dots, **kw)
 
-    usage = axes[0]
-    _shade_stages(usage, markers, t0, label=True)
+    _shade_stages(axes[0], markers, t0, label=True)
+    gpu = _usage_panel(axes[0], run, series, curve)
+    _shade_stages(axes[1], markers, t0)
+    drawn_memory = _memory_panel(axes[1], series, curve)
+    if has_rate:
+        _shade_stages(axes[2], markers, t0)
+        _rate_panel(axes[2], run, markers, t0, backends)
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(**legend)
+        ax.grid(alpha=0.25)
+    row = next((b for b in backends if in_column(run, b)), run.config["backend"])  # @ host
+    title = f"{TIMELINE_PREFIX}{row}, {group.label}"
+    caption = _caption(group, run, row, has_rate, drawn_memory, [labels.get(n) for n in gpu])
+    return Drawn(title, png_of(figure), caption)
+
+
+def _usage_panel(usage: Any, run: RunResult, series: Dict, curve: Callable) -> List[str]:
+    """GPU utilization where sampled, else the CPU use; the GPU series drawn."""
     gpu = sorted(n for n in series if GPU_UTILIZATION.match(n))
     if gpu:
         for name in gpu:
@@ -88,18 +105,20 @@ def timeline(group: RunGroup, run: RunResult, backends: Sequence[str]) -> Drawn:
         usage.set_ylabel("GPU utilization, %")
         usage.set_title("GPU utilization (NVML: share of time a kernel ran)", fontsize=10)
         usage.set_ylim(0, 105)
-    else:
-        why = run.sampler.get("sources", {}).get("gpu", {}).get("reason", "no GPU series")
-        if "process_cpu_percent" in series:
-            curve(usage, "process_cpu_percent", "worker and children,\n% of one core", c="#444")
-        if "system_cpu_percent" in series:
-            curve(usage, "system_cpu_percent", "whole machine,\n% of all cores", c="#aaa")
-        usage.set_ylabel("CPU, %")
-        usage.set_ylim(bottom=0)
-        usage.set_title(f"CPU use (no GPU utilization: {_clip(why, 80)})", fontsize=10)
+        return gpu
+    why = run.sampler.get("sources", {}).get("gpu", {}).get("reason", "no GPU series")
+    if "process_cpu_percent" in series:
+        curve(usage, "process_cpu_percent", "worker and children,\n% of one core", c="#444")
+    if "system_cpu_percent" in series:
+        curve(usage, "system_cpu_percent", "whole machine,\n% of all cores", c="#aaa")
+    usage.set_ylabel("CPU, %")
+    usage.set_ylim(bottom=0)
+    usage.set_title(f"CPU use (no GPU utilization: {_clip(why, 80)})", fontsize=10)
+    return gpu
 
-    memory = axes[1]
-    _shade_stages(memory, markers, t0)
+
+def _memory_panel(memory: Any, series: Dict, curve: Callable) -> bool:
+    """Every memory series, each named by its kind; whether there was one."""
     drawn_memory = False
     for name in series:
         if name == "process_rss_bytes":
@@ -116,45 +135,53 @@ def timeline(group: RunGroup, run: RunResult, backends: Sequence[str]) -> Drawn:
     memory.set_ylim(bottom=0)
     memory.set_title("Memory (each line names its kind)", fontsize=10)
     memory.set_xlabel("seconds since the worker started")
+    return drawn_memory
 
-    width = None
-    if has_rate:
-        rate = axes[2]
-        start = markers["first_step_start"] - t0
-        edges, rates, width = step_rate(np.asarray(steps, dtype=float), batch, markers)
-        _shade_stages(rate, markers, t0)
-        rate.stairs(
-            rates,
-            start + edges,
-            color=colour(run.config["backend"], backends),
-            linewidth=1.6,
-            label=f"img/s in {_seconds(width)} bins\n(batch size × steps ended\n"
-            "in the bin / bin width)",
-        )
-        end = start + float(edges[-1])
-        left, cut = start, False
-        if markers.get("measured_start") and markers.get("measured_end"):
-            # a warmup (compilation) far longer than the measured window would squeeze
-            # the window into a sliver: show only its last part then
-            opened = markers["measured_start"] - t0
-            window = markers["measured_end"] - markers["measured_start"]
-            if opened - start > window:
-                left, cut = max(start, opened - window / 2), True
-        margin = (end - left) * 0.03
-        rate.set_xlim(left - margin, end + margin)
-        rate.set_ylim(bottom=0)
-        rate.set_ylabel("img/s")
-        rate.set_xlabel(
-            "seconds since the worker started (zoomed to the "
-            + ("measured window; the start of the warmup is cut off)" if cut else "training steps)")
-        )
-        rate.set_title("Training throughput over time", fontsize=10)
-    for ax in axes:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(**legend)
-        ax.grid(alpha=0.25)
-    row = next((b for b in backends if in_column(run, b)), run.config["backend"])  # @ host
-    title = f"{TIMELINE_PREFIX}{row}, {group.label}"
+
+def _rate_panel(
+    rate: Any, run: RunResult, markers: Dict, t0: float, backends: Sequence[str]
+) -> None:
+    """img/s over time from the steps' end times, zoomed to the training steps."""
+    steps, batch = run.metrics["step_ends_s"], run.config["batch_size"]
+    start = markers["first_step_start"] - t0
+    edges, rates, width = step_rate(np.asarray(steps, dtype=float), batch, markers)
+    rate.stairs(
+        rates,
+        start + edges,
+        color=colour(run.config["backend"], backends),
+        linewidth=1.6,
+        label=f"img/s in {_seconds(width)} bins\n(batch size × steps ended\n"
+        "in the bin / bin width)",
+    )
+    end = start + float(edges[-1])
+    left, cut = start, False
+    if markers.get("measured_start") and markers.get("measured_end"):
+        # a warmup (compilation) far longer than the measured window would squeeze
+        # the window into a sliver: show only its last part then
+        opened = markers["measured_start"] - t0
+        window = markers["measured_end"] - markers["measured_start"]
+        if opened - start > window:
+            left, cut = max(start, opened - window / 2), True
+    margin = (end - left) * 0.03
+    rate.set_xlim(left - margin, end + margin)
+    rate.set_ylim(bottom=0)
+    rate.set_ylabel("img/s")
+    rate.set_xlabel(
+        "seconds since the worker started (zoomed to the "
+        + ("measured window; the start of the warmup is cut off)" if cut else "training steps)")
+    )
+    rate.set_title("Training throughput over time", fontsize=10)
+
+
+def _caption(
+    group: RunGroup,
+    run: RunResult,
+    row: str,
+    has_rate: bool,
+    drawn_memory: bool,
+    gpu_labels: List[Optional[str]],
+) -> str:
+    """Which run the timeline shows, why, and what it lacks."""
     parts = [f"Run {run.run_id}"]
     repeats = len(group.runs_of(row))
     if repeats > 1 and run.ok:
@@ -165,14 +192,14 @@ def timeline(group: RunGroup, run: RunResult, backends: Sequence[str]) -> Drawn:
         parts.append("no img/s line: the document has no step_ends_s (written by an older kbench)")
     if not drawn_memory:
         parts.append("no memory series was sampled")
-    labels_used = [labels[n] for n in gpu if labels.get(n)]
+    labels_used = [label for label in gpu_labels if label]
     if labels_used:
         parts.append(f"the utilization series, as the sampler labels it: {labels_used[0]}")
     parts.append(
         f"sampled every {run.sampler.get('interval_s', '?')} s; shaded: warmup steps "
         "(compilation, tracing) and the measured window"
     )
-    return Drawn(title, png_of(figure), "; ".join(parts) + ".")
+    return "; ".join(parts) + "."
 
 
 def step_rate(
