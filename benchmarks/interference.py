@@ -39,7 +39,7 @@ def measure(store: Path, backends: str, steps: int, repeats: int) -> str:
     done = kbench(
         "run", "-b", backends, "-m", "mlp", "--dataset", "synthetic", "--steps", str(steps),
         "--warmup-steps", "2", "--train-samples", "256", "--test-samples", "32",
-        "--repeats", str(repeats), "--sample-interval", "0.1", "--output-dir", str(store),
+        "--repeats", str(repeats), "--sample-interval", "0.1", "--store", str(store),
     )  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"kbench run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

@@ -33,7 +33,7 @@ def measure(store: Path, args: argparse.Namespace) -> None:
          "--test-samples", "64", "--batch-size", str(args.batch_size), "--epochs", "1",
          "--warmup-steps", "5", "--threads", str(args.threads), "--sample-interval", "0.2",
          "--target-precision", str(args.target), "--time-budget", str(args.budget),
-         "--output-dir", str(store)],
+         "--store", str(store)],
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     if done.returncode != 0:

@@ -49,7 +49,7 @@ out="$(mktemp -d)"
 status=0
 "$py" -m kbench run --backend "$backends" --model "$model" --dataset synthetic \
   --steps 50 --warmup-steps 10 --batch-size 128 --device "$device" --sample-interval 0.1 \
-  --profile --profile-steps 5 --output-dir "$out" || status=$?
+  --profile --profile-steps 5 --store "$out" || status=$?
 
 "$py" - "$out" <<'PY'
 import glob, json, sys

@@ -78,14 +78,14 @@ def run_kbench(
     timeout: float = 900,
 ) -> Completed:
     """``python -m kbench ARGS`` with HOME pointed at ``home`` (so ~/.keras is ``home/.keras``)."""
-    if "--output-dir" in args:
-        output_dir = Path(args[args.index("--output-dir") + 1])
+    if "--store" in args:
+        output_dir = Path(args[args.index("--store") + 1])
     output_dir = output_dir or home / "results"
     full_env = dict(os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache"))
     full_env.update(env or {})
     command = [sys.executable, "-m", "kbench", *args]
-    if args and args[0] in ("run", "demo", "max-batch") and "--output-dir" not in args:
-        command += ["--output-dir", str(output_dir)]
+    if args and args[0] in ("run", "demo", "max-batch") and "--store" not in args:
+        command += ["--store", str(output_dir)]
     done = subprocess.run(
         command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
     )

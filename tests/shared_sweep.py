@@ -116,11 +116,11 @@ def run_shared_sweep(folder: Path) -> SharedSweep:
     selected = selected_backends()
     backends = [b for b in EVERY_BACKEND if selected in (None, ["cross"]) or b in selected]
     require_backends(*backends)
-    only = [] if backends == EVERY_BACKEND else ["--only", "backend=" + ",".join(backends)]
+    only = [] if backends == EVERY_BACKEND else ["--filter", "backend=" + ",".join(backends)]
     home = folder / "home"
     home.mkdir()
     output = folder / "results"
-    command = ["sweep", str(sweep_file(folder)), "--warm", "--output-dir", str(output), *only]
+    command = ["sweep", str(sweep_file(folder)), "--warm", "--store", str(output), *only]
     completed = run_kbench(command, home, output)
     assert completed.returncode == 0, dump(completed)
     return SharedSweep(completed)

@@ -16,7 +16,7 @@ def run_cli(capsys, args):
     [
         (
             ["--backend", "tensorflw"],
-            "--backend: expected one of tensorflow, jax, torch, torch-native, mxnet"
+            "--backend/-b: expected one of tensorflow, jax, torch, torch-native, mxnet"
             "|received 'tensorflw'. Did you mean 'tensorflow'?",
         ),
         (["--backend", "jax,cntk"], "received 'cntk'"),
@@ -54,7 +54,7 @@ def run_cli(capsys, args):
 )
 def test_bad_flags(capsys, tmp_path, args, expected):
     out = tmp_path / "out"
-    code, err = run_cli(capsys, [*args, "--output-dir", str(out)])
+    code, err = run_cli(capsys, [*args, "--store", str(out)])
     assert code == 2
     for part in expected.split("|"):  # parts that must all appear
         assert part in err
@@ -65,10 +65,10 @@ def test_unwritable_output_dir(capsys, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     code, err = run_cli(
-        capsys, ["--backend", "jax", "--dataset", "synthetic", "--output-dir", str(blocker / "x")]
+        capsys, ["--backend", "jax", "--dataset", "synthetic", "--store", str(blocker / "x")]
     )
     assert code == 2
-    assert "--output-dir: expected a directory kbench can write" in err
+    assert "--store: expected a directory kbench can write" in err
     assert str(blocker / "x") in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
@@ -77,7 +77,7 @@ def test_missing_environment_names_the_command_that_creates_it(capsys, tmp_path,
     monkeypatch.setenv("KBENCH_ENVS_DIR", str(tmp_path / "no-envs"))
     out = tmp_path / "out"
     code, err = run_cli(
-        capsys, ["--backend", "mxnet", "--dataset", "synthetic", "--output-dir", str(out)]
+        capsys, ["--backend", "mxnet", "--dataset", "synthetic", "--store", str(out)]
     )
     assert code == 2
     assert "scripts/setup_envs.sh mxnet" in err and "KBENCH_PYTHON_MXNET" in err
@@ -87,7 +87,7 @@ def test_missing_environment_names_the_command_that_creates_it(capsys, tmp_path,
 def test_bad_interpreter_override(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("KBENCH_PYTHON_TORCH", str(tmp_path / "python-that-is-not-there"))
     code, err = run_cli(
-        capsys, ["--backend", "torch", "--dataset", "synthetic", "--output-dir", str(tmp_path)]
+        capsys, ["--backend", "torch", "--dataset", "synthetic", "--store", str(tmp_path)]
     )
     assert code == 2 and "KBENCH_PYTHON_TORCH=" in err and "no such file" in err
 
@@ -107,7 +107,7 @@ def test_missing_data_suggests_synthetic(capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(sources, "from_tfds", not_prepared)
     out = tmp_path / "out"
-    code, err = run_cli(capsys, ["--backend", "jax", "--output-dir", str(out)])
+    code, err = run_cli(capsys, ["--backend", "jax", "--store", str(out)])
     assert code == 2 and "--dataset synthetic" in err
     assert not out.exists()
 

@@ -507,7 +507,7 @@ def test_compare_report_and_table_show_the_breakdown(runs, runs_store, tmp_path,
 
     # kbench compare: printed and in its Markdown file
     markdown = tmp_path / "compare.md"
-    done = run_kbench(["compare", "--store", str(runs_store), "--markdown", str(markdown)],
+    done = run_kbench(["compare", "--store", str(runs_store), "--output", str(markdown)],
                       tmp_path)  # fmt: skip
     assert done.returncode == 0, dump(done)
     assert found.text() in done.stdout
@@ -580,7 +580,7 @@ def test_a_killed_worker_fails_the_run_and_leaves_nothing_running(home, tmp_path
         "32",
         "--timeout",
         "300",
-        "--output-dir",
+        "--store",
         str(out),
     ]
     env = dict(
@@ -672,7 +672,7 @@ def test_two_hosts_on_one_machine_share_one_run(tmp_path):
             "16",
             "--timeout",
             "120",
-            "--output-dir",
+            "--store",
             str(tmp_path / f"host{node}"),
         ]
         procs.append(

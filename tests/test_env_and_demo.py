@@ -9,6 +9,7 @@ from kbench import cli
 from kbench.cli import run_commands
 from kbench.datasets import sources
 from kbench.measure import sysinfo
+from kbench.studies import rounds
 from kbench.views.compare import cpu_text
 
 
@@ -66,12 +67,14 @@ def test_demo_without_fashion_mnist_uses_labelled_synthetic_data(
 
     # its two runs (mlp, small_cnn) in one warm worker: what is checked is the fallback
     # to synthetic data and the results, not fresh-process timings
-    def warm_execute(configs, output_dir):
-        return run_commands.execute_rounds([configs], output_dir, warm=True)[0]
+    run_once = rounds.run_once
 
-    monkeypatch.setattr(run_commands, "execute", warm_execute)
+    def warm_run_once(configs, store, **settings):
+        return run_once(configs, store, **dict(settings, warm=True))
+
+    monkeypatch.setattr(rounds, "run_once", warm_run_once)
     out = tmp_path / "out"
-    code = cli.main(["demo", "--backend", "torch", "--output-dir", str(out)])
+    code = cli.main(["demo", "--backend", "torch", "--store", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured
     assert "SYNTHETIC" in captured.err

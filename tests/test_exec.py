@@ -144,7 +144,7 @@ def test_cli_records_a_failing_command_and_exits_1(home, tmp_path):
     require_backends("jax")
     store = tmp_path / "store"
     done = run_kbench(
-        ["exec", "-b", "jax", "--output-dir", str(store), "--", "python", "-c",
+        ["exec", "-b", "jax", "--store", str(store), "--", "python", "-c",
          "import sys; sys.exit(3)"],
         home,
     )  # fmt: skip
@@ -165,7 +165,7 @@ def trained(tmp_path_factory):
     home = tmp_path_factory.mktemp("exec-home")
     store = home / "store"
     done = run_kbench(
-        ["exec", "-b", ",".join(BACKENDS), "--warmup-steps", "2", "--output-dir", str(store),
+        ["exec", "-b", ",".join(BACKENDS), "--warmup-steps", "2", "--store", str(store),
          "--", "python", TRAIN, "--samples", "256", "--batch-size", "32", "--epochs", "1"],
         home,
     )  # fmt: skip

@@ -175,7 +175,7 @@ def test_bad_numbers_and_duplicates_exit_2(capsys, tmp_path, args, expected):
     out = tmp_path / "out"
     backend = [] if "--backend" in args else ["--backend", "jax"]
     code, _, err = kbench_exit(
-        capsys, ["run", *backend, "--dataset", "synthetic", *args, "--output-dir", str(out)]
+        capsys, ["run", *backend, "--dataset", "synthetic", *args, "--store", str(out)]
     )
     assert code == 2, err
     for part in expected.split("|"):
@@ -217,9 +217,7 @@ def test_max_runs_and_the_summary_of_a_large_dry_run(capsys, tmp_path):
     assert code == 2 and "expected at most 100 runs; the file declares 120" in err
     assert "x 2 repeats" in err
     out_dir = tmp_path / "out"
-    code, out, err = kbench_exit(
-        capsys, ["sweep", str(path), "--dry-run", "--output-dir", str(out_dir)]
-    )
+    code, out, err = kbench_exit(capsys, ["sweep", str(path), "--dry-run", "--store", str(out_dir)])
     assert code == 0, err
     assert "120 runs, 0 already done, 120 to run" in out
     assert "backend: 2 values: jax (60), torch (60)" in out
@@ -230,41 +228,41 @@ def test_max_runs_and_the_summary_of_a_large_dry_run(capsys, tmp_path):
     assert not out_dir.exists()
 
 
-# case 9: --only, compare --markdown ------------------------------------------------
+# case 9: --filter, compare --output ------------------------------------------------
 
 
 def test_only_that_selects_nothing_names_the_values(capsys, tmp_path):
     path = sweep_file(
         tmp_path, f"name: a\nsettings: {{{SMALL}}}\nmatrix: {{backend: [jax, torch]}}\n"
     )
-    code, _, err = kbench_exit(capsys, ["sweep", str(path), "--dry-run", "--only", "backend=jaxx"])
+    code, _, err = kbench_exit(
+        capsys, ["sweep", str(path), "--dry-run", "--filter", "backend=jaxx"]
+    )
     assert code == 2
     assert (
-        "--only: expected a filter that keeps at least one of the file's 2 runs; "
-        "--only backend=jaxx keeps none. In this file backend has jax, torch." in err
+        "--filter: expected a filter that keeps at least one of the file's 2 runs; "
+        "--filter backend=jaxx keeps none. In this file backend has jax, torch." in err
     )
     code, out, err = kbench_exit(
         capsys,
-        ["sweep", str(path), "--dry-run", "--only", "backend=jax,jaxx",
-         "--output-dir", str(tmp_path / "out")],
+        ["sweep", str(path), "--dry-run", "--filter", "backend=jax,jaxx",
+         "--store", str(tmp_path / "out")],
     )  # fmt: skip
     assert code == 0 and "1 runs, 0 already done" in out
-    assert "--only backend=jaxx: no run of" in err and "its values: jax, torch" in err
+    assert "--filter backend=jaxx: no run of" in err and "its values: jax, torch" in err
 
 
 def test_compare_markdown_into_a_missing_directory(capsys, home, tmp_path):
     store = tmp_path / "store"  # one (failed) run, from a stand-in worker
     fake = fake_worker(tmp_path, "exit 3")
-    made = run_kbench(["run", "--backend", "torch", *TINY, "--output-dir", str(store)], home,
+    made = run_kbench(["run", "--backend", "torch", *TINY, "--store", str(store)], home,
                       env={"KBENCH_PYTHON_TORCH": fake})  # fmt: skip
     assert made.returncode == 1 and list(store.glob("*.json")), dump(made)
     target = tmp_path / "missing-dir" / "x.md"
-    code, _, err = kbench_exit(
-        capsys, ["compare", "--store", str(store), "--markdown", str(target)]
-    )
+    code, _, err = kbench_exit(capsys, ["compare", "--store", str(store), "--output", str(target)])
     assert code == 2
     assert "Traceback" not in err
-    assert f"--markdown: expected a file in an existing directory; received '{target}'" in err
+    assert f"--output: expected a file in an existing directory; received '{target}'" in err
     assert f"mkdir -p {target.parent}" in err
 
 
@@ -282,7 +280,7 @@ def test_data_sets_are_prepared_one_group_at_a_time(home, tmp_path):
         "test_samples: 8}\nmatrix: {seed: [0, 1, 2]}\n",
     )
     completed = run_kbench(
-        ["sweep", str(path), "--output-dir", str(tmp_path / "out")],
+        ["sweep", str(path), "--store", str(tmp_path / "out")],
         home,
         env={"KBENCH_PYTHON_TORCH": fake},
     )
@@ -325,7 +323,7 @@ def test_an_interrupted_run_leaves_a_document_beside_its_log(home, tmp_path, par
     fake = fake_worker(tmp_path, f"touch {started}; sleep 60")
     command = [sys.executable, "-m", "kbench", "run", "--backend", "torch", "--model", "mlp",
                "--dataset", "synthetic", "--steps", "2", "--train-samples", "16",
-               "--test-samples", "8", "--output-dir", str(out), *parallel]  # fmt: skip
+               "--test-samples", "8", "--store", str(out), *parallel]  # fmt: skip
     env = dict(os.environ, HOME=str(home), KBENCH_PYTHON_TORCH=fake)
     process = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -354,7 +352,7 @@ def test_a_worker_stops_within_a_second_of_its_parent(home, tmp_path):
                "--dataset", "synthetic", "--steps", "100000", "--warmup-steps", "1",
                "--batch-size", "8", "--train-samples", "64", "--test-samples", "8",
                "--threads", "1", "--sample-interval", "0",
-               "--output-dir", str(tmp_path / "out")]  # fmt: skip
+               "--store", str(tmp_path / "out")]  # fmt: skip
     env = dict(os.environ, HOME=str(home))
     parent = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)  # fmt: skip

@@ -1,8 +1,11 @@
 """The layout keeps data flowing one way: no import circles in ``kbench`` or
 ``kbench_models``, every stage imports only the stages its ``__init__`` names
 ("May import: ..."), ``models/`` imports nothing of kbench, and setup.cfg installs
-every package. Computed from the source with ``ast``, imports inside functions
-included; nothing is imported.
+every package. Each stage owns its logic: study files, claims, verdicts, sweep plans
+and round rules are defined only in ``kbench.studies`` (``views`` renders), and the CLI
+parses, calls and prints: it takes no store lock, runs no pre-run checks and builds no
+``argparse.Namespace`` to call another command. Computed from the source with ``ast``,
+imports inside functions included; nothing is imported.
 
 The checks run first on a small package made here, with a known circle and a known
 import the stage does not allow, so a checker that found nothing would fail.
@@ -15,7 +18,7 @@ import configparser
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Sequence, Set
 
 ROOT = Path(__file__).resolve().parent.parent
 # The package each top-level source folder installs as (setup.cfg: package_dir).
@@ -158,6 +161,58 @@ def upward_imports(found: Dict[str, Path], top: str = "kbench") -> List[str]:
     return out
 
 
+# Names of study logic: what a study file says, how a claim is judged, how a sweep is
+# planned and run, when rounds stop. Each is defined in kbench.studies and nowhere else.
+STUDY_LOGIC = (
+    "Study", "Claim", "ClaimOutcome", "StudyError", "load_study", "find_study",
+    "evaluate_claim", "Sweep", "SweepRun", "load_sweep", "PlannedSweep", "planned_sweep",
+    "run_planned", "select_runs", "ratio_stop", "run_rounds",
+)  # fmt: skip
+# What only a stage below the CLI does: hold a store's writer lock, look at the machine
+# before runs, open a runner's session; and a Namespace built to call another command.
+CLI_FORBIDDEN_IMPORTS = ("kbench.run.before_runs",)
+CLI_FORBIDDEN_CALLS = ("Namespace", "session", "writer_lock", "look_before_runs")
+
+
+def top_level_names(path: Path) -> Set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {node.name for node in tree.body if isinstance(node, kinds)}
+
+
+def misplaced_logic(
+    found: Dict[str, Path], names: Sequence[str], home: str, top: str = "kbench"
+) -> List[str]:
+    """Top-level definitions of ``names`` in a stage of ``top`` other than ``home``."""
+    out = []
+    for module, path in sorted(found.items()):
+        if not module.startswith(top + ".") or stage_of(module, top) == home:
+            continue
+        for name in sorted(top_level_names(path) & set(names)):
+            out.append(f"{module} defines {name}: study logic belongs in {home}")
+    return out
+
+
+def cli_orchestration(found: Dict[str, Path], cli: str = "kbench.cli") -> List[str]:
+    """What the CLI does that a stage below it should: imports of a lock or the pre-run
+    checks, calls of a runner's rounds or session, an argparse.Namespace built by hand."""
+    out = [
+        f"{edge.module}:{edge.line} imports {edge.target}"
+        for edge in imports(found)
+        if edge.module.startswith(cli) and edge.target in CLI_FORBIDDEN_IMPORTS
+    ]
+    for module, path in sorted(found.items()):
+        if not module.startswith(cli):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in CLI_FORBIDDEN_CALLS:
+                    out.append(f"{module}:{node.lineno} calls {name}(...)")
+    return out
+
+
 # ---------------------------------------------------------------- the checkers, proven
 
 
@@ -185,6 +240,32 @@ def test_the_checkers_find_a_circle_and_an_import_the_stage_does_not_allow(tmp_p
     upward = upward_imports(found, top="pkg")
     assert len(upward) == 1 and "pkg.low.a imports pkg.high.b" in upward[0], upward
     assert "may import only nothing" in upward[0]
+
+
+def test_the_checkers_find_study_logic_outside_studies_and_orchestration_in_the_cli(tmp_path):
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": '"""Top."""\n',
+            "pkg/studies/__init__.py": '"""Studies."""\n',
+            "pkg/studies/claims.py": "def evaluate(study, results):\n    return []\n",
+            "pkg/views/__init__.py": '"""Views."""\n',
+            "pkg/views/claims.py": "class Claim:\n    pass\n\n\ndef render():\n    pass\n",
+            "pkg/cli/__init__.py": '"""CLI."""\n',
+            "pkg/cli/go.py": "import argparse\nfrom kbench.run.before_runs import look\n"
+            "def go():\n    return argparse.Namespace(file=None)\n",
+        },
+    )
+    found = modules(tmp_path, {"pkg": "pkg"})
+    assert misplaced_logic(found, STUDY_LOGIC, "pkg.studies", top="pkg") == [
+        "pkg.views.claims defines Claim: study logic belongs in pkg.studies"
+    ]
+    found["kbench.run.before_runs"] = tmp_path / "pkg/__init__.py"  # the import's target
+    said = cli_orchestration(found, cli="pkg.cli")
+    assert said == [
+        "pkg.cli.go:2 imports kbench.run.before_runs",
+        "pkg.cli.go:4 calls Namespace(...)",
+    ]
 
 
 def test_no_import_circles_in_kbench_or_the_models():
@@ -256,3 +337,12 @@ def test_git_ignores_no_source_file():
     assert ignored == [], (
         f"git ignores these source files: {ignored}; anchor the pattern in .gitignore"
     )
+
+
+def test_study_logic_lives_in_studies_and_the_cli_only_parses_calls_and_prints():
+    found = modules(ROOT, FOLDERS)
+    homes = [m for m in found if m.startswith("kbench.studies.")]
+    defined = set().union(*(top_level_names(found[m]) for m in homes))
+    assert set(STUDY_LOGIC) <= defined, sorted(set(STUDY_LOGIC) - defined)  # names still real
+    assert misplaced_logic(found, STUDY_LOGIC, "kbench.studies") == []
+    assert cli_orchestration(found) == []

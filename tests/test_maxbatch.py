@@ -35,7 +35,7 @@ def test_max_batch_command_runs_real_probes(home):
     require_backends("torch")
     completed = run_kbench(
         ["max-batch", "--backend", "torch", "--model", "mlp", "--start", "4", "--limit", "8",
-         "--output-dir", str(home / "out")],
+         "--store", str(home / "out")],
         home,
     )  # fmt: skip
     assert completed.returncode == 0, dump(completed)

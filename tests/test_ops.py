@@ -140,12 +140,12 @@ def test_a_wrong_implementation_is_a_mismatch_and_is_not_timed(torch_ops):
     "argv, setting, words",
     [
         (["--ops", "gemm,convolution"], "ops", ["expected one of", "'convolution'", "conv2d"]),
-        (["--backend", "jax,pytorch"], "backend", ["expected one of", "'pytorch'"]),
         (["--sizes", "64,0"], "sizes", ["positive integers", "received 0"]),
         (["--sizes", "64,big"], "sizes", ["positive integers", "received 'big'"]),
         (["--max-size", "-8"], "max_size", ["positive integer", "received -8"]),
         (["--dtype", "int8"], "dtype", ["float32", "received 'int8'"]),
-        (["--repeats", "0"], "repeats", ["positive integer", "received 0"]),
+        (["--calls", "0"], "calls", ["positive integer", "received 0"]),
+        (["--warmup-steps", "-1"], "warmup_steps", ["received -1"]),
         (["--device", "tpu"], "device", ["auto, cpu, gpu", "received 'tpu'"]),
     ],
 )
@@ -155,6 +155,14 @@ def test_bad_input_names_the_setting_expected_and_received(argv, setting, words)
     assert caught.value.setting == setting
     for word in words:
         assert word in caught.value.message
+
+
+def test_an_unknown_backend_is_refused_as_the_flag_is_read(capsys):
+    with pytest.raises(SystemExit) as caught:
+        parse("--backend", "jax,pytorch")
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected one of" in err and "'pytorch'" in err
 
 
 def test_bad_input_exits_2_through_the_kbench_command(capsys):
@@ -175,7 +183,7 @@ def run(tmp_path_factory):
     require_backends(*ALL_BACKENDS)
     output = tmp_path_factory.mktemp("ops") / "results"
     args = parse("--backend", ",".join(ALL_BACKENDS), "--sizes", ",".join(map(str, SIZES)),
-                 "--repeats", "2", "--warmup", "1", "--output-dir", str(output))  # fmt: skip
+                 "--calls", "2", "--warmup-steps", "1", "--store", str(output))  # fmt: skip
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         code = args.handler(args)

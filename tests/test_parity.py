@@ -125,7 +125,7 @@ def test_mxnet_gluon_matches_tensorflow_and_counts_what_keras_counts(rows, check
 def test_parity_command_exit_status_and_saved_comparisons(home):
     require_backends("tensorflow", "torch-native", "mxnet")
     ok = run_kbench(["parity", "--model", "mlp", "--backend", "tensorflow,torch-native",
-                     "--output-dir", str(home / "ok")], home)  # fmt: skip
+                     "--store", str(home / "ok")], home)  # fmt: skip
     assert ok.returncode == 0, dump(ok)
     assert "pass" in ok.stdout and "FAIL" not in ok.stdout
     saved = [json.loads(p.read_text()) for p in (home / "ok").glob("*.json")]
@@ -136,7 +136,7 @@ def test_parity_command_exit_status_and_saved_comparisons(home):
     # Held to an impossible tolerance, the same pair fails and the command says so.
     bad = run_kbench(["parity", "--model", "small_cnn", "--backend", "tensorflow,torch-native",
                       "--output-atol", "1e-30", "--loss-rtol", "1e-30",
-                      "--output-dir", str(home / "bad")], home)  # fmt: skip
+                      "--store", str(home / "bad")], home)  # fmt: skip
     assert bad.returncode == 1 and "FAIL" in bad.stdout and "do not match" in bad.stdout
 
 

@@ -253,7 +253,7 @@ def test_kbench_ops_times_each_operation_until_its_interval(tmp_path):
     require_backends("torch-native")
     completed = run_kbench(
         ["ops", "--backend", "torch-native", "--ops", "gemm", "--sizes", "16",
-         "--repeats", "5000", "--target-precision", "0.2", "--output-dir", str(tmp_path / "o")],
+         "--calls", "5000", "--target-precision", "0.2", "--store", str(tmp_path / "o")],
         tmp_path,
     )  # fmt: skip
     assert completed.returncode == 0, dump(completed)
@@ -277,7 +277,7 @@ def _run(backend, repeat, ips):
 
 
 def test_rounds_stop_once_every_ratio_is_within_the_target():
-    from kbench.cli.run_commands import ratio_stop
+    from kbench.studies.rounds import ratio_stop
 
     stop = ratio_stop(0.10, None, None)
     steady = [_run(b, i, ips) for i in range(6) for b, ips in (("a", 100), ("b", 200 + i))]
@@ -295,7 +295,7 @@ def test_a_spent_ratio_budget_stops_the_rounds(tmp_path):
         ["run", "-b", "torch-native,mxnet-gluon", "-m", "mlp", "--dataset", "synthetic",
          "--steps", "2", "--warmup-steps", "1", "--train-samples", "128", "--test-samples",
          "32", "--repeats", "8", "--ratio-precision", "0.01", "--ratio-budget", "0.5",
-         "--output-dir", str(store)],
+         "--store", str(store)],
         tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, dump(done)

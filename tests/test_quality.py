@@ -186,13 +186,13 @@ RUN = ["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic", "--steps", "
 def test_a_run_beside_spinning_processes_is_flagged(tmp_path: Path, home: Path) -> None:
     require_backends("torch")
     quiet_dir, busy_dir = tmp_path / "quiet", tmp_path / "busy"
-    quiet = run_kbench([*RUN, "--output-dir", str(quiet_dir)], home)
+    quiet = run_kbench([*RUN, "--store", str(quiet_dir)], home)
     assert quiet.returncode == 0, dump(quiet)
     load = spinners(os.cpu_count() or 2)
     try:
         # the one-second look before the run, which the other tests skip, warns
         busy = run_kbench(
-            [*RUN, "--output-dir", str(busy_dir)], home, env={quality.PREFLIGHT_SKIP_ENV: "0"}
+            [*RUN, "--store", str(busy_dir)], home, env={quality.PREFLIGHT_SKIP_ENV: "0"}
         )
     finally:
         stop(load)
@@ -303,7 +303,7 @@ def test_operations_timed_beside_spinning_processes_are_flagged(tmp_path: Path, 
     load = spinners(os.cpu_count() or 2)
     try:
         done = run_kbench(["ops", "--backend", "torch", "--ops", "gemm", "--sizes", "32",
-                           "--output-dir", str(tmp_path / "ops")], home)  # fmt: skip
+                           "--store", str(tmp_path / "ops")], home)  # fmt: skip
     finally:
         stop(load)
     assert done.returncode == 0, dump(done)
@@ -436,7 +436,7 @@ def test_kbench_run_warns_of_low_space_before_it_starts(tmp_path: Path) -> None:
         f"mount -t tmpfs -o size=64k none {store} && "
         f"dd if=/dev/zero of={store}/filler bs=4k count=16 2>/dev/null; cd {ROOT} && "
         f"{sys.executable} -m kbench run -b torch -m mlp --dataset synthetic --steps 2 "
-        f"--output-dir {store}; echo exit $?"
+        f"--store {store}; echo exit $?"
     )
     env = dict(os.environ, HOME=str(tmp_path))
     done = subprocess.run(["unshare", "-rm", "sh", "-c", command], capture_output=True,

@@ -63,7 +63,7 @@ def real_results(tmp_path_factory: pytest.TempPathFactory) -> List[RunResult]:
     # a run that cannot finish, through the CLI in a worker of its own: it exits 1 and
     # records the run as a timeout
     failing = ["run", "-b", first, "--steps", "6", "--batch-size", "64", "--timeout", "0.5"]
-    done = run_kbench([*failing, *TINY, "--output-dir", str(out)], home)
+    done = run_kbench([*failing, *TINY, "--store", str(out)], home)
     assert done.returncode == 1, dump(done)
     results = Completed(0, "", "", out).results()
     assert [r.status for r in results].count("timeout") == 1, [r.status for r in results]

@@ -21,9 +21,8 @@ from kbench.cli.app import main
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore
-from kbench.studies import reproduce
-from kbench.views import claims, published
-from kbench.views.claims import FAILS, HOLDS, UNMEASURABLE
+from kbench.studies import claims, published, reproduce
+from kbench.studies.claims import FAILS, HOLDS, UNMEASURABLE
 
 STUDY_FILES = published.study_files()
 _ids = itertools.count()
@@ -500,21 +499,33 @@ def laptop_store(tmp_path: Path) -> Path:
 def test_reproduce_no_run_prints_verdicts_from_the_store(tmp_path):
     store = laptop_store(tmp_path)
     text = run_main(
-        ["reproduce", "keras-mxnet-laptop", "--reduced", "--no-run", "--store", str(store)]
+        ["reproduce", "keras-mxnet-laptop", "--reduced", "--dry-run", "--store", str(store)]
     )
     assert "[HOLDS] smaller-batches-slower" in text
     assert "[NOT MEASURABLE HERE] resnet50-b32-gpu-ratio" in text and "no GPU" in text
     assert "[NOT MEASURABLE HERE] mlp-cpu-mxnet-slower" in text and "runs missing" in text
     assert "Intel Core i7-8750H" in text  # the paper's machine, for context
     assert "| smaller-batches-slower |" in (store / "claims.md").read_text()
+    assert "already done, " in text and f"results in {store}/" in text  # the plan, first
+
+
+def test_reproduce_no_run_is_the_renamed_dry_run(tmp_path, caplog):
+    store = laptop_store(tmp_path)
+    text = run_main(
+        ["reproduce", "keras-mxnet-laptop", "--reduced", "--no-run", "--store", str(store)]
+    )
+    assert "[HOLDS] smaller-batches-slower" in text  # started nothing, judged the store
+    assert "--no-run is renamed --dry-run" in caplog.text
 
 
 def test_report_of_a_study_store_has_paper_vs_this_machine(tmp_path):
+    from kbench.studies.paper import paper_section
     from kbench.views.report import write_report
 
     store = laptop_store(tmp_path)
     results = ResultStore(store).results(latest_only=True)
-    summary = write_report(results, tmp_path / "report.html")
+    assert paper_section([r for r in results if not r.sweep]) is None  # no study's runs
+    summary = write_report(results, tmp_path / "report.html", sections=[paper_section(results)])
     page = (tmp_path / "report.html").read_text()
     assert 'id="paper"' in page and "Paper vs this machine" in page
     assert "smaller-batches-slower" in page and "GTX 1060" in page
@@ -523,3 +534,6 @@ def test_report_of_a_study_store_has_paper_vs_this_machine(tmp_path):
         in summary.figures
     )
     assert any("ResNet on CIFAR-10" in s and "no finished run" in s for s in summary.skipped)
+    # `kbench report` adds the section itself
+    run_main(["report", "--store", str(store), "--output", str(tmp_path / "cli.html")])
+    assert 'id="paper"' in (tmp_path / "cli.html").read_text()

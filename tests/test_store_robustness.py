@@ -115,7 +115,7 @@ def test_a_document_of_the_wrong_type_is_skipped_once_by_every_reader(tmp_path):
     assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
     assert (store / "report.html").exists()
 
-    dry = run_kbench(["sweep", str(path), "--output-dir", str(store), "--dry-run"], tmp_path)
+    dry = run_kbench(["sweep", str(path), "--store", str(store), "--dry-run"], tmp_path)
     assert dry.returncode == 0 and "Traceback" not in dry.stderr, dry.stderr
     assert "2 runs, 1 already done, 1 to run" in dry.stdout, dry.stdout
     assert "counts as not done" in dry.stderr
@@ -158,7 +158,7 @@ def test_the_index_is_a_cache_checked_against_each_document(tmp_path):
     assert "1 runs written" in export.stdout
     assert "3 unreadable documents left out" in export.stdout, export.stdout
 
-    dry = run_kbench(["sweep", str(path), "--output-dir", str(store), "--dry-run"], tmp_path)
+    dry = run_kbench(["sweep", str(path), "--store", str(store), "--dry-run"], tmp_path)
     assert "4 runs, 1 already done, 3 to run" in dry.stdout, dry.stdout + dry.stderr
     assert ResultStore(store).done_keys() == {results[3].sweep["run_key"]: "ok"}
     # The index was rewritten with what the documents say now.
@@ -269,7 +269,7 @@ def test_a_log_that_cannot_be_created_stops_kbench_run_before_it_starts(tmp_path
     store.mkdir()
     (store / "logs").write_text("a file where the logs directory should be")
     done = run_kbench(["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic", "--steps",
-                       "2", "--output-dir", str(store)], tmp_path, timeout=300)  # fmt: skip
+                       "2", "--store", str(store)], tmp_path, timeout=300)  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert "cannot write the log of the next run" in done.stderr
@@ -302,7 +302,7 @@ def test_a_disk_with_no_space_at_all_stops_kbench_run_before_the_worker(tmp_path
         f"mount -t tmpfs -o size=64k none {store} && "
         f"dd if=/dev/zero of={store}/filler bs=4k count=16 2>/dev/null; cd {ROOT} && "
         f"{sys.executable} -m kbench run -b torch -m mlp --dataset synthetic --steps 2 "
-        f"--output-dir {store}; echo exit $?; ls -A {store} {store}/logs"
+        f"--store {store}; echo exit $?; ls -A {store} {store}/logs"
     )
     env = dict(os.environ, HOME=str(tmp_path))
     done = subprocess.run(["unshare", "-rm", "sh", "-c", command], capture_output=True,
@@ -332,7 +332,7 @@ def test_a_full_disk_stops_the_sweep_and_keeps_the_finished_run(tmp_path):
         # leave about 12 KB: the logs fit, a result document with its sampler series does not
         dd if=/dev/zero of={store}/filler bs=4k count=47 2>/dev/null
         cd {ROOT}
-        {sys.executable} -m kbench sweep {path} --output-dir {store} \\
+        {sys.executable} -m kbench sweep {path} --store {store} \\
             > {tmp_path}/out 2> {tmp_path}/err
         echo "exit $?" >> {tmp_path}/out
         ls -a {store} > {tmp_path}/listing
@@ -365,7 +365,7 @@ def test_a_full_disk_stops_the_sweep_and_keeps_the_finished_run(tmp_path):
 def test_low_space_is_told_before_a_sweep_starts(tmp_path):
     assert low_space_warning(tmp_path, 1) is None  # this machine has 200 MB to spare
     warning = low_space_warning(tmp_path, 10**9)  # 10^9 runs need petabytes
-    assert "MB free where results go" in warning and "choose another --output-dir" in warning
+    assert "MB free where results go" in warning and "choose another --store" in warning
 
 
 # 4. one writer at a time -------------------------------------------------------------
@@ -389,16 +389,16 @@ def test_a_second_writer_is_refused_at_once_naming_the_holder(tmp_path):
         assert holder.stdout.readline().strip() == "locked"
         started = time.monotonic()
         second = run_kbench(["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic",
-                             "--steps", "2", "--output-dir", str(store)], tmp_path)  # fmt: skip
+                             "--steps", "2", "--store", str(store)], tmp_path)  # fmt: skip
         assert time.monotonic() - started < 60
         assert second.returncode == 2, second.stderr
         assert f"process {holder.pid}" in second.stderr and str(store) in second.stderr
         assert "Traceback" not in second.stderr
-        sweep = run_kbench(["sweep", str(write_sweep(tmp_path)), "--output-dir", str(store)],
+        sweep = run_kbench(["sweep", str(write_sweep(tmp_path)), "--store", str(store)],
                            tmp_path)  # fmt: skip
         assert sweep.returncode == 2 and f"process {holder.pid}" in sweep.stderr, sweep.stderr
         assert len(list(store.glob("*.json"))) == 1  # neither ran anything
-        ops = run_kbench(["ops", "--backend", "torch", "--sizes", "8", "--output-dir", str(store)],
+        ops = run_kbench(["ops", "--backend", "torch", "--sizes", "8", "--store", str(store)],
                          tmp_path)  # fmt: skip
         assert ops.returncode == 2 and f"process {holder.pid}" in ops.stderr, ops.stderr
         merge = run_kbench(["results", "--store", str(store), "--merge", str(tmp_path)], tmp_path)
@@ -406,7 +406,7 @@ def test_a_second_writer_is_refused_at_once_naming_the_holder(tmp_path):
         # Reading takes no lock.
         listing = run_kbench(["results", "--store", str(store)], tmp_path)
         assert listing.returncode == 0 and "a1" in listing.stdout, listing.stderr
-        dry = run_kbench(["sweep", str(write_sweep(tmp_path)), "--output-dir", str(store),
+        dry = run_kbench(["sweep", str(write_sweep(tmp_path)), "--store", str(store),
                           "--dry-run"], tmp_path)  # fmt: skip
         assert dry.returncode == 0, dry.stderr
         with pytest.raises(StoreLocked, match=f"process {holder.pid}"):

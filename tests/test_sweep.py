@@ -141,7 +141,7 @@ def test_shipped_example_sweeps_load_at_both_sizes():
 def test_dry_run_lists_runs_and_writes_nothing(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sweep(matrix={"backend": ["torch", "jax"]})))
-    done = run_kbench(["sweep", str(path), "--dry-run", "--output-dir", str(tmp_path / "out")],
+    done = run_kbench(["sweep", str(path), "--dry-run", "--store", str(tmp_path / "out")],
                       tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "2 runs, 0 already done, 2 to run" in done.stdout
@@ -152,7 +152,7 @@ def test_dry_run_lists_runs_and_writes_nothing(tmp_path):
 def test_a_bad_file_fails_before_anything_runs(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sweep(matrix={"backend": ["torch"], "batch_size": [-1]})))
-    done = run_kbench(["sweep", str(path), "--output-dir", str(tmp_path / "out")], tmp_path)
+    done = run_kbench(["sweep", str(path), "--store", str(tmp_path / "out")], tmp_path)
     assert done.returncode == 2
     assert "matrix.batch_size[0]: batch_size: expected a positive integer" in done.stderr
     assert not (tmp_path / "out").exists()
@@ -161,7 +161,7 @@ def test_a_bad_file_fails_before_anything_runs(tmp_path):
 def _start_sweep(path: Path, out: Path, home: Path, *extra: str, **env_extra) -> subprocess.Popen:
     env = dict(os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache"), **env_extra)
     return subprocess.Popen(
-        [sys.executable, "-m", "kbench", "sweep", str(path), "--output-dir", str(out), *extra],
+        [sys.executable, "-m", "kbench", "sweep", str(path), "--store", str(out), *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -195,7 +195,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     assert 1 <= len(finished) < 4
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
-    second = run_kbench(["sweep", str(path), "--output-dir", str(out)], tmp_path)
+    second = run_kbench(["sweep", str(path), "--store", str(out)], tmp_path)
     assert f"{len(finished)} already done" in second.stdout, second.stdout
     entries = ResultStore(out).entries()
     assert len(entries) == 4 and len({e.run_key for e in entries}) == 4
@@ -204,12 +204,12 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     assert second.returncode == 1  # its own runs included the failures
     assert "Throughput, images/s" in second.stdout
 
-    third = run_kbench(["sweep", str(path), "--output-dir", str(out)], tmp_path)
+    third = run_kbench(["sweep", str(path), "--store", str(out)], tmp_path)
     assert "4 already done, 0 to run" in third.stdout and third.returncode == 0
     assert len(ResultStore(out).entries()) == 4
 
-    retried = run_kbench(["sweep", str(path), "--output-dir", str(out), "--retry-failed",
-                          "--only", "batch_size=8"], tmp_path)  # fmt: skip
+    retried = run_kbench(["sweep", str(path), "--store", str(out), "--retry-failed",
+                          "--filter", "batch_size=8"], tmp_path)  # fmt: skip
     assert "1 already done, 1 to run" in retried.stdout, retried.stdout
     store = ResultStore(out)
     assert len(store.entries()) == 5
@@ -246,7 +246,7 @@ def test_a_killed_warm_sweep_keeps_the_runs_its_worker_finished(tmp_path):
     assert all(r.sweep["group"] == "quick" for r in kept)
     (interrupted,) = (out / "logs").glob("*.interrupted.json")
     assert '"steps": 100000' in interrupted.read_text()
-    again = run_kbench(["sweep", str(path), "--output-dir", str(out), "--dry-run"], tmp_path)
+    again = run_kbench(["sweep", str(path), "--store", str(out), "--dry-run"], tmp_path)
     assert "3 runs, 2 already done, 1 to run" in again.stdout, again.stdout
 
 

@@ -127,7 +127,7 @@ def test_importable_module_reference(npz, monkeypatch):
 def test_bad_references_exit_2(capsys, tmp_path, npz, model, dataset, expected):
     out = tmp_path / "out"
     args = ["--backend", "jax", "--model", model or str(RESIDUAL)]
-    args += ["--dataset", dataset or f"npz:{npz}", "--output-dir", str(out)]
+    args += ["--dataset", dataset or f"npz:{npz}", "--store", str(out)]
     code, err = run_cli(capsys, args)
     assert code == 2, err
     for part in expected.split("|"):
@@ -166,7 +166,7 @@ def test_bad_npz_exits_2(capsys, tmp_path, npz, case, extra, expected):
     out = tmp_path / "out"
     data = _npz_case(tmp_path, case) if case else str(npz)
     args = ["--backend", "jax", "--model", str(RESIDUAL), "--dataset", f"npz:{data}", *extra]
-    code, err = run_cli(capsys, [*args, "--output-dir", str(out)])
+    code, err = run_cli(capsys, [*args, "--store", str(out)])
     assert code == 2, err
     assert "--dataset: npz " in err
     for part in expected.split("|"):
@@ -334,7 +334,7 @@ def test_parity_of_a_user_model(home):
     require_backends("tensorflow", "jax", "torch", "mxnet")
     done = run_kbench(
         ["parity", "--model", f"{RESIDUAL}:build", "--backend", "tensorflow,jax,torch,mxnet",
-         "--output-dir", str(home / "parity")],
+         "--store", str(home / "parity")],
         home,
     )  # fmt: skip
     assert done.returncode == 0, dump(done)
@@ -428,7 +428,7 @@ def test_bad_saved_models_exit_2(request, capsys, tmp_path, npz, name, content, 
         path.write_bytes(content)
     out = tmp_path / "out"
     code, err = run_cli(capsys, ["--backend", "jax", "--model", str(path), "--dataset",
-                                 f"npz:{npz}", "--output-dir", str(out)])  # fmt: skip
+                                 f"npz:{npz}", "--store", str(out)])  # fmt: skip
     assert code == 2, err
     for part in expected.split("|"):
         assert part in err
@@ -461,7 +461,7 @@ def test_folder_and_tfds_references(tmp_path, monkeypatch):
 def test_bad_folder_and_tfds_exit_2(capsys, tmp_path, dataset, expected):
     out = tmp_path / "out"
     code, err = run_cli(capsys, ["--backend", "jax", "--model", str(RESIDUAL), "--dataset",
-                                 dataset, "--output-dir", str(out)])  # fmt: skip
+                                 dataset, "--store", str(out)])  # fmt: skip
     assert code == 2, err
     for part in expected.split("|"):
         assert part in err
@@ -560,7 +560,7 @@ def user_sweep(request, tmp_path_factory, module_npz) -> UserSweep:
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     home = tmp_path_factory.mktemp("user_sweep_home")
     output = study / "out"
-    done = run_kbench(["sweep", str(path), "--warm", "--output-dir", str(output)], home, output)
+    done = run_kbench(["sweep", str(path), "--warm", "--store", str(output)], home, output)
     # the refusals fail (exit 1); each group's test judges its own runs
     assert done.returncode == (1 if "refusals" in wanted else 0), dump(done)
     return UserSweep(done, study)
@@ -603,7 +603,7 @@ def test_parity_of_a_saved_model_and_of_a_user_twin(home, request):
     saved = request.getfixturevalue("saved")
     models = f"{saved / 'tiny.keras'},{TWIN}:build"
     done = run_kbench(
-        ["parity", "--model", models, "--backend", "jax,torch,torch-native", "--output-dir",
+        ["parity", "--model", models, "--backend", "jax,torch,torch-native", "--store",
          str(home / "parity")],
         home,
     )  # fmt: skip

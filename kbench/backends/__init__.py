@@ -19,11 +19,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One backend: the environment it runs in and the class that drives it."""
+    """One backend: the environment it runs in, the class that drives it, and how
+    figures show it."""
 
     name: str
     environment: str  # a name under envs/, see kbench.run.environments
     implementation: str  # "module:Class", imported only inside the worker
+    colour: str  # the backend's colour in every figure and report
     # Variables that must be set before the interpreter starts.
     process_env: Dict[str, str] = field(default_factory=dict)
     packages: Tuple[str, ...] = ()  # distributions `kbench env` reports
@@ -43,6 +45,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             name="tensorflow",
             environment="keras3",
             implementation="kbench.backends.keras3:TensorFlowBackend",
+            colour="#f28e2b",
             process_env={"TF_CPP_MIN_LOG_LEVEL": "2"},
             packages=("keras", "tensorflow-cpu", "tensorflow"),
         ),
@@ -50,18 +53,21 @@ BACKENDS: Dict[str, BackendSpec] = {
             name="jax",
             environment="keras3",
             implementation="kbench.backends.keras3:JaxBackend",
+            colour="#4e79a7",
             packages=("keras", "jax", "jaxlib"),
         ),
         BackendSpec(
             name="torch",
             environment="keras3",
             implementation="kbench.backends.keras3:TorchBackend",
+            colour="#e15759",
             packages=("keras", "torch"),
         ),
         BackendSpec(
             name="torch-native",
             environment="keras3",
             implementation="kbench.backends.torch_native:TorchNativeBackend",
+            colour="#b07aa1",
             packages=("torch",),
             data_formats=("channels_first",),
             exports_weights=False,
@@ -70,12 +76,14 @@ BACKENDS: Dict[str, BackendSpec] = {
             name="mxnet",
             environment="mxnet",
             implementation="kbench.backends.keras_mxnet:KerasMXNetBackend",
+            colour="#59a14f",
             packages=("keras-mxnet", "mxnet", "mxnet-cu112"),
         ),
         BackendSpec(
             name="mxnet-gluon",
             environment="mxnet",
             implementation="kbench.backends.mxnet_gluon:MXNetGluonBackend",
+            colour="#8cd17d",
             packages=("mxnet", "mxnet-cu112"),
             data_formats=("channels_first",),
             exports_weights=False,

@@ -137,9 +137,23 @@ def gpu_total_bytes(index: int) -> int:
     return cuda_device(index).total_bytes
 
 
+# Why a GPU memory option is not set when no environment variable expresses it.
+FRACTION_NOT_FROM_OUTSIDE = (
+    "not applied: {framework} has no environment variable for it (kbench run sets it from "
+    "inside its worker)"
+)
+GROWTH_ON_DEMAND = "not applicable: the allocator grows on demand"
+
+
 class Backend(abc.ABC):
     name: ClassVar[str]
+    framework_name: ClassVar[str]  # the framework as messages name it: "TensorFlow"
     memory_default: ClassVar[str]  # what the framework does with GPU memory unless told
+    # The GPU memory options as environment variables the framework reads when it
+    # starts (memory_variables): --gpu-memory-fraction's variable (its value from
+    # fraction_value) and --gpu-memory-growth's (name, value); None: no variable.
+    fraction_variable: ClassVar[Optional[str]] = None
+    growth_variable: ClassVar[Optional[Tuple[str, str]]] = None
 
     def __init__(self, threads: int, switches: Optional[Dict[str, Any]] = None) -> None:
         self.threads = threads
@@ -249,6 +263,35 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
         """Apply the GPU memory options before the framework starts; return what was set."""
+
+    @classmethod
+    def memory_variables(
+        cls, fraction: Optional[float], growth: bool
+    ) -> Tuple[Dict[str, str], Dict[str, str]]:
+        """(environment variables, notes): the GPU memory options as the variables the
+        framework reads when it starts (``fraction_variable``, ``growth_variable``), and
+        why each option no variable expresses is not applied. ``kbench exec`` sets them
+        for a script it cannot configure from inside; :meth:`configure_memory` sets them
+        where the worker applies an option through a variable."""
+        variables: Dict[str, str] = {}
+        notes: Dict[str, str] = {}
+        if fraction is not None and cls.fraction_variable:
+            variables[cls.fraction_variable] = cls.fraction_value(fraction)
+        elif fraction is not None:
+            notes["gpu_memory_fraction"] = FRACTION_NOT_FROM_OUTSIDE.format(
+                framework=cls.framework_name
+            )
+        if growth and cls.growth_variable:
+            name, value = cls.growth_variable
+            variables[name] = value
+        elif growth:
+            notes["gpu_memory_growth"] = GROWTH_ON_DEMAND
+        return variables, notes
+
+    @staticmethod
+    def fraction_value(fraction: float) -> str:
+        """``fraction_variable``'s value for ``--gpu-memory-fraction``."""
+        return f"{fraction:g}"
 
     @abc.abstractmethod
     def visible_gpus(self) -> int:

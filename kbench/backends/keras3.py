@@ -195,7 +195,10 @@ class TensorFlowBackend(Keras3Backend):
         tf.config.experimental.enable_tensor_float_32_execution(on)
         return f"tf.config.experimental.enable_tensor_float_32_execution({on})"
 
+    framework_name = "TensorFlow"
     memory_default = "allocates nearly all GPU memory when it starts (no memory growth, no limit)"
+    # for kbench exec; the worker sets both options through tf.config (configure_memory)
+    growth_variable = ("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
     def configure_threads(self) -> Dict[str, Any]:
         import tensorflow as tf
@@ -297,10 +300,13 @@ class JaxBackend(Keras3Backend):
         jax.config.update("jax_default_matmul_precision", precision)
         return f"jax.config.update('jax_default_matmul_precision', {precision!r})"
 
+    framework_name = "JAX"
     memory_default = (
         "preallocates 75% of GPU memory when it starts (XLA_PYTHON_CLIENT_PREALLOCATE=true, "
         "XLA_PYTHON_CLIENT_MEM_FRACTION=0.75)"
     )
+    fraction_variable = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+    growth_variable = ("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
     def configure_threads(self) -> Dict[str, Any]:
         return {
@@ -310,16 +316,9 @@ class JaxBackend(Keras3Backend):
 
     def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
         # Read when JAX starts its GPU client, which happens after this.
-        applied = {}
-        if fraction is not None:
-            applied["XLA_PYTHON_CLIENT_MEM_FRACTION"] = os.environ[
-                "XLA_PYTHON_CLIENT_MEM_FRACTION"
-            ] = f"{fraction:g}"
-        if growth:
-            applied["XLA_PYTHON_CLIENT_PREALLOCATE"] = os.environ[
-                "XLA_PYTHON_CLIENT_PREALLOCATE"
-            ] = "false"
-        return applied
+        variables, _ = self.memory_variables(fraction, growth)
+        os.environ.update(variables)
+        return dict(variables)
 
     def visible_gpus(self) -> int:
         import jax

@@ -49,6 +49,7 @@ def gpu_contexts(count: int) -> List[str]:
 class MXNetFramework:
     """Threads, GPU memory options, devices and framework info of MXNet (a mixin)."""
 
+    framework_name = "MXNet"
     memory_default = (
         "pooled allocator grows on demand; MXNET_GPU_MEM_POOL_RESERVE=5 keeps 5% of GPU "
         "memory out of the pool"
@@ -65,13 +66,20 @@ class MXNetFramework:
             }
         }
 
+    # MXNet has no per-process fraction. The nearest control is the share of GPU
+    # memory its pool leaves to others, read when mxnet is imported.
+    fraction_variable = "MXNET_GPU_MEM_POOL_RESERVE"
+
+    @staticmethod
+    def fraction_value(fraction: float) -> str:
+        return str(round((1.0 - fraction) * 100))
+
     def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
-        # MXNet has no per-process fraction. The nearest control is the share of GPU
-        # memory its pool leaves to others, read when mxnet is imported (after this).
         applied: Dict[str, Any] = {}
+        variables, _ = self.memory_variables(fraction, growth)
+        os.environ.update(variables)  # before mxnet is imported
         if fraction is not None:
-            reserve = round((1.0 - fraction) * 100)
-            os.environ["MXNET_GPU_MEM_POOL_RESERVE"] = str(reserve)
+            reserve = variables["MXNET_GPU_MEM_POOL_RESERVE"]
             applied["MXNET_GPU_MEM_POOL_RESERVE"] = (
                 f"{reserve} (the pool may use about {fraction:g} of GPU memory; MXNet has no "
                 "hard per-process limit)"

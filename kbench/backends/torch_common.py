@@ -59,6 +59,7 @@ class TorchFramework:
 
     gpus: int
     threads: int
+    framework_name = "PyTorch"
     memory_default = "caching allocator grows on demand; no fraction limit"
     requested_device = "auto"
 

@@ -20,10 +20,13 @@ from kbench.studies.sweep import SweepError
 
 log = logging.getLogger("kbench")
 
-FLAG_NAMES = {  # RunConfig fields whose flag is named otherwise
+FLAG_NAMES = {  # settings (RunConfig fields, args attributes) whose flag is named otherwise
     "timeout_s": "timeout",
     "sample_interval_s": "sample-interval",
     "duration_s": "duration",
+    "output_dir": "store",
+    "markdown": "output",
+    "only": "filter",
 }
 
 

@@ -1,14 +1,25 @@
-"""Argument types and groups that several commands share."""
+"""Argument types and the flag of each concept, defined once and used by every command.
+
+One concept, one flag: the results store is ``--store`` in every command, run selection
+``--filter``, untimed warm-up iterations ``--warmup-steps``, and so on (:data:`CONCEPTS`).
+A flag that was spelled otherwise keeps its old spelling for one release: hidden from
+--help, parsed into the same place, with a warning naming the new one (:class:`Renamed`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence
+from typing import Optional, Sequence, Tuple
 
 from kbench.backends.switches import SWITCHES
 from kbench.measure import quality
+
+log = logging.getLogger(__name__)
 
 EXAMPLES = """\
 examples:
@@ -26,12 +37,92 @@ examples:
 """
 
 
-def comma_list(allowed: Sequence[str], what: str):
+@dataclass(frozen=True)
+class Concept:
+    """A concept's one flag, the ``args`` attributes it fills (one per command family,
+    kept as the commands read them), and its old spellings, accepted for one release."""
+
+    flag: str
+    dests: Tuple[str, ...]
+    old: Tuple[str, ...] = ()
+
+
+CONCEPTS = {
+    "results store": Concept("--store", ("output_dir", "store"), ("--output-dir",)),
+    "runs selected by settings": Concept("--filter", ("filter", "only"), ("--only",)),
+    "output file": Concept("--output", ("output", "markdown"), ("--markdown",)),
+    "fresh-process rounds": Concept("--repeats", ("repeats",)),
+    "timed calls per operation": Concept("--calls", ("calls",), ("--repeats",)),
+    "untimed warm-up iterations": Concept("--warmup-steps", ("warmup_steps",), ("--warmup",)),
+    "backends": Concept("--backend", ("backend",)),
+    "models": Concept("--model", ("model",)),
+    "timeout": Concept("--timeout", ("timeout_s",)),
+    "device": Concept("--device", ("device",)),
+    "CPU threads": Concept("--threads", ("threads",)),
+    "sampler interval": Concept("--sample-interval", ("sample_interval_s",)),
+    "seed": Concept("--seed", ("seed",)),
+    "batch size": Concept("--batch-size", ("batch_size",)),
+    "baseline backend": Concept("--baseline", ("baseline",)),
+    "start no run": Concept("--dry-run", ("dry_run",), ("--no-run",)),
+}
+
+
+def renamed_warning(old: str, new: str) -> str:
+    return f"{old} is renamed {new}; the old spelling goes in the next release"
+
+
+class Renamed(argparse.Action):
+    """The old spelling of a flag, accepted for one release: hidden from --help, it does
+    what the new flag's action does (same type, same ``args`` attribute) and logs, once
+    per command line, that it is renamed. Add it with :func:`add_renamed`."""
+
+    def __init__(self, option_strings, dest, target: argparse.Action, **kwargs) -> None:
+        kwargs.update(help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+        self.target = target
+        self.new = target.option_strings[0]
+        self._warned_for: Optional[argparse.Namespace] = None
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if self._warned_for is not namespace:
+            self._warned_for = namespace
+            log.warning("%s", renamed_warning(option_string or self.option_strings[0], self.new))
+        self.target(parser, namespace, values, self.new)
+
+
+def add_renamed(parser, old: str, target: argparse.Action) -> argparse.Action:
+    """Accept ``old`` for the flag of ``target`` (an action ``add_argument`` returned)."""
+    return parser.add_argument(
+        old,
+        action=Renamed,
+        target=target,
+        dest=target.dest,
+        type=target.type,
+        nargs=target.nargs,
+        metavar=target.metavar,
+    )
+
+
+def _close(value: str, allowed: Sequence[str]) -> str:
+    close = difflib.get_close_matches(value, allowed, n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def comma_list(
+    allowed: Sequence[str],
+    what: str,
+    *,
+    check: bool = False,
+    single: bool = False,
+    again: Optional[str] = "to run it again, use --repeats N",
+):
     """A comma-separated list; a name given twice is refused, not merged: it is nearly
     always a slip (torch,torch for torch,torch-native), and merging it would hide that.
-    Running a backend again is what --repeats does, rounds interleaved."""
+    Running a backend again is what --repeats does, rounds interleaved. ``check``: each
+    name must be one of ``allowed`` (models are not checked: a path names the user's
+    own); ``single``: exactly one name, returned as a string."""
 
-    def parse(text: str) -> List[str]:
+    def parse(text: str):
         items = [item.strip() for item in text.split(",") if item.strip()]
         if not items:
             raise argparse.ArgumentTypeError(f"expected one or more {what}; received {text!r}")
@@ -39,9 +130,20 @@ def comma_list(allowed: Sequence[str], what: str):
         if twice is not None:
             raise argparse.ArgumentTypeError(
                 f"expected each of the {what} once; received {twice!r} twice in {text!r}. "
-                "Drop the second one; to run it again, use --repeats N"
+                "Drop the second one" + (f"; {again}" if again else "")
             )
-        return items  # values are checked by RunConfig, which suggests close matches
+        unknown = [item for item in items if check and item not in allowed]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"expected one of {', '.join(allowed)}; received {unknown[0]!r}."
+                + _close(unknown[0], allowed)
+            )
+        if single and len(items) > 1:
+            raise argparse.ArgumentTypeError(
+                f"expected one of the {what}; received {len(items)} in {text!r}. "
+                "This command takes one at a time: run it once for each"
+            )
+        return items[0] if single else items
 
     return parse
 
@@ -72,37 +174,11 @@ def shape(text: str):
 def add_output_arguments(parser: argparse.ArgumentParser, process: str = "worker") -> None:
     """Where results go and how each run's ``process`` (the worker; kbench exec: the
     script's process tree) is run, timed out, sampled and shown devices."""
-    parser.add_argument(
-        "--output-dir",
-        type=Path,
-        default=Path("results"),
-        help="where result JSON files (one per run, plus an index) and worker logs go "
-        "(default: ./results)",
-    )
+    add_store_argument(parser)
     add_threads_argument(parser)
-    parser.add_argument(
-        "--timeout",
-        type=finite,
-        default=1800.0,
-        dest="timeout_s",
-        metavar="SECONDS",
-        help=f"stop a run's {process} past this and record it as 'timeout' (default: 1800)",
-    )
-    parser.add_argument(
-        "--sample-interval",
-        type=finite,
-        default=0.2,
-        dest="sample_interval_s",
-        metavar="SECONDS",
-        help=f"how often the sampler reads the {process}'s CPU, memory and GPUs (NVML); "
-        "0 turns it off (default: 0.2)",
-    )
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help=f"auto: whatever the framework picks; cpu: hide every GPU from the {process}; "
-        "gpu: fail unless there is one (default: auto)",
-    )
+    add_timeout_argument(parser, process=process)
+    add_sample_interval_argument(parser, process)
+    add_device_argument(parser, process)
 
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
@@ -206,6 +282,7 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=None,
+        metavar="N",
         help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
         "cores kbench may run on also pins the worker to that many cores (default: every "
         "core of kbench's CPU affinity, e.g. as taskset or a container's cpuset set it)",
@@ -251,4 +328,219 @@ def add_precision_arguments(parser: argparse.ArgumentParser, unit: str, limit: s
         metavar="SECONDS",
         help=f"stop measuring {unit} after this many seconds, precision reached or not "
         "(default: none)",
+    )
+
+
+def add_backend_argument(
+    parser,
+    allowed: Sequence[str],
+    *,
+    required: bool = False,
+    single: bool = False,
+    default_text: str = "",
+    again: Optional[str] = "to run it again, use --repeats N",
+) -> argparse.Action:
+    """``--backend``/``-b``: names checked against the command's ``allowed`` backends,
+    each at most once; ``single``: exactly one, given as a string."""
+    names = ", ".join(allowed)
+    return parser.add_argument(
+        "--backend",
+        "-b",
+        type=comma_list(list(allowed), "backends", check=True, single=single, again=again),
+        required=required,
+        default=None,
+        metavar="B" if single else "B[,B...]",
+        help=(f"one of: {names}" if single else f"one or more of: {names}, comma-separated")
+        + (f" ({default_text})" if default_text else ""),
+    )
+
+
+def add_model_argument(
+    parser,
+    allowed: Sequence[str],
+    *,
+    default=None,
+    single: bool = False,
+    default_text: str = "",
+    own: str = "or your own: path/to/file.py:build",
+) -> argparse.Action:
+    """``--model``/``-m``: zoo names or the user's own (a path), each at most once."""
+    names = ", ".join(allowed)
+    return parser.add_argument(
+        "--model",
+        "-m",
+        type=comma_list(list(allowed), "models", single=single),
+        required=default is None,
+        default=default,
+        metavar="M" if single else "M[,M...]",
+        help=(f"one of: {names}" if single else f"one or more of: {names}")
+        + (f" ({default_text})" if default_text else "")
+        + f"; {own}",
+    )
+
+
+def add_store_argument(
+    parser,
+    *,
+    dest: str = "output_dir",
+    default=Path("results"),
+    default_text: str = "./results",
+    several: bool = False,
+    holds: str = "one result JSON per run, an index, worker logs",
+) -> argparse.Action:
+    """``--store DIR``: the results store a command writes (``dest`` output_dir: those
+    commands spelled it --output-dir before, still accepted) or reads (``several``: one
+    or more read together)."""
+    if several:
+        help = f"one or more result directories, read together (default: {default_text})"
+    else:
+        help = f"the results store: {holds} (default: {default_text})"
+    action = parser.add_argument(
+        "--store",
+        type=Path,
+        nargs="+" if several else None,
+        default=[default] if several else default,
+        dest=dest,
+        metavar="DIR",
+        help=help,
+    )
+    if dest == "output_dir":
+        add_renamed(parser, "--output-dir", action)
+    return action
+
+
+def add_filter_argument(parser, *, dest: str = "filter") -> argparse.Action:
+    """``--filter NAME=VALUE[,VALUE]`` (repeatable): runs selected by their settings,
+    stored runs also by status, kind, host and sweep (``dest`` only: the runs of a sweep
+    file, kbench sweep, which spelled it --only before, still accepted)."""
+    planned = dest == "only"
+    action = parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        dest=dest,
+        metavar="NAME=VALUE[,VALUE]",
+        help=f"{'run' if planned else 'keep'} only the runs whose setting NAME (backend, "
+        f"model, batch_size, ...{'' if planned else '; or status, kind, host, sweep'}) is "
+        "one of the values, e.g. backend=tensorflow,jax (repeatable: every filter must hold; "
+        "default: every run)",
+    )
+    if dest == "only":
+        add_renamed(parser, "--only", action)
+    return action
+
+
+def add_output_file_argument(
+    parser, what: str, default_text: str, *, dest: str = "output"
+) -> argparse.Action:
+    """``--output FILE``: the file a command writes (``dest`` markdown: kbench compare,
+    which spelled it --markdown before, still accepted)."""
+    action = parser.add_argument(
+        "--output", type=Path, dest=dest, metavar="FILE", help=f"{what} (default: {default_text})"
+    )
+    if dest == "markdown":
+        add_renamed(parser, "--markdown", action)
+    return action
+
+
+def add_repeats_argument(parser, each: str = "everything", shows: str = "") -> argparse.Action:
+    """``--repeats N``: fresh-process rounds, interleaved."""
+    return parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"run {each} N times, each time in a fresh process, interleaved round by round "
+        f"(A B C A B C ...){shows} (default: 1)",
+    )
+
+
+def add_calls_argument(parser, default: int) -> argparse.Action:
+    """``--calls N``: timed calls of an operation (kbench ops; it was --repeats there)."""
+    action = parser.add_argument(
+        "--calls",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"timed calls per operation and size (default: {default})",
+    )
+    add_renamed(parser, "--repeats", action)
+    return action
+
+
+def add_warmup_argument(
+    parser, default: int, steps: str, *, renamed: bool = False
+) -> argparse.Action:
+    """``--warmup-steps N``: untimed warm-up iterations; ``steps`` says what a step is
+    here; ``renamed``: also accept --warmup (kbench ops spelled it so)."""
+    action = parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"untimed warm-up steps before the timed ones ({steps}) (default: {default})",
+    )
+    if renamed:
+        add_renamed(parser, "--warmup", action)
+    return action
+
+
+def add_timeout_argument(
+    parser, *, default: float = 1800.0, process: str = "worker", keeps: str = ""
+) -> argparse.Action:
+    """``--timeout SECONDS`` for a run's ``process``."""
+    return parser.add_argument(
+        "--timeout",
+        type=finite,
+        default=default,
+        dest="timeout_s",
+        metavar="SECONDS",
+        help=f"stop a run's {process} past this and record it as 'timeout'{keeps} "
+        f"(default: {default:g})",
+    )
+
+
+def add_device_argument(parser, process: str = "worker") -> argparse.Action:
+    return parser.add_argument(
+        "--device",
+        default="auto",
+        metavar="auto|cpu|gpu",
+        help=f"auto: whatever the framework picks; cpu: hide every GPU from the {process}; "
+        "gpu: fail unless there is one (default: auto)",
+    )
+
+
+def add_sample_interval_argument(parser, process: str = "worker") -> argparse.Action:
+    return parser.add_argument(
+        "--sample-interval",
+        type=finite,
+        default=0.2,
+        dest="sample_interval_s",
+        metavar="SECONDS",
+        help=f"how often the sampler reads the {process}'s CPU, memory and GPUs (NVML); "
+        "0 turns it off (default: 0.2)",
+    )
+
+
+def add_seed_argument(parser, seeds: str = "data order and synthetic data") -> argparse.Action:
+    return parser.add_argument(
+        "--seed", type=int, default=0, metavar="N", help=f"seed of the {seeds} (default: 0)"
+    )
+
+
+def add_batch_size_argument(parser, default: int = 64, extra: str = "") -> argparse.Action:
+    return parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"samples per step{extra} (default: {default})",
+    )
+
+
+def add_baseline_argument(parser, default_text: str = "the first backend") -> argparse.Action:
+    return parser.add_argument(
+        "--baseline",
+        metavar="BACKEND",
+        help=f"the backend speed ratios are against (default: {default_text})",
     )

@@ -14,26 +14,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from kbench.cli.arguments import add_filter_argument, add_store_argument
 from kbench.results.store import Filter, ResultStore, StoreError
 from kbench.views.distributed import breakdown_tables
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kbench.cli.distributed_table", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--store", type=Path, default=Path("results"), help="results store")
-    parser.add_argument(
-        "--filter",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE[,VALUE]",
-        help="keep runs whose setting or status has one of the values",
-    )
+    add_store_argument(parser, dest="store")
+    add_filter_argument(parser)
     parser.add_argument("--text", action="store_true", help="aligned text instead of Markdown")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         filters = [Filter.parse(text) for text in args.filter]
         store = ResultStore(args.store)

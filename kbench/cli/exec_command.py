@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 
-from kbench.cli.arguments import add_memory_arguments, add_output_arguments, comma_list
+from kbench.cli.arguments import (
+    add_backend_argument,
+    add_memory_arguments,
+    add_output_arguments,
+    add_repeats_argument,
+    add_warmup_argument,
+)
 from kbench.cli.progress import show_progress
 from kbench.exec.config import EXEC_BACKENDS, ExecConfig
 from kbench.exec.runner import ExecRunner
@@ -22,7 +28,7 @@ own process tree, and measure it as `kbench run` measures its worker. A leading
 process gets KERAS_BACKEND, a fresh KERAS_HOME with keras_configs/<backend>.json, the
 thread variables and --device hiding. The sampler watches the whole tree (CPU, RSS,
 GPU through NVML). Results are ordinary documents (kind "exec") that `kbench results`,
-`compare` and `report` read; logs go to OUTPUT_DIR/logs/.
+`compare` and `report` read; logs go to STORE/logs/ (--store).
 
 Without any change to the script, kbench instruments Keras in the child: a
 sitecustomize.py on its PYTHONPATH (kbench/exec/site) wraps Model.fit, evaluate and
@@ -55,28 +61,11 @@ def add_command(commands) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--backend",
-        "-b",
-        type=comma_list(list(EXEC_BACKENDS), "backends"),
-        required=True,
-        metavar="B[,B...]",
-        help=f"one or more of: {', '.join(EXEC_BACKENDS)}",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="run each backend N times, rounds interleaved (default: 1)",
-    )
+    add_backend_argument(parser, list(EXEC_BACKENDS), required=True)
+    add_repeats_argument(parser, "the script on each backend")
     add_output_arguments(parser, process="script's process tree")
     add_memory_arguments(parser)
-    parser.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=5,
-        help="first batches of the first fit left out of img/s (default: 5)",
-    )
+    add_warmup_argument(parser, 5, "the first batches of the script's first fit")
     parser.add_argument(
         "--no-instrument",
         dest="instrument",

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import collections
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
-from kbench.cli.arguments import add_quality_arguments, add_warm_argument
-from kbench.cli.before_runs import look_before_runs
+from kbench.cli.arguments import (
+    add_baseline_argument,
+    add_filter_argument,
+    add_output_file_argument,
+    add_quality_arguments,
+    add_store_argument,
+    add_warm_argument,
+)
 from kbench.cli.progress import show_progress
+from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.config import ConfigError
-from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
-from kbench.run.runner import Runner
 from kbench.studies import sweep as sweep_mod
-from kbench.views import tables
+from kbench.studies import sweep_runs
+from kbench.views import run_lists, tables
 
 log = logging.getLogger("kbench")
 
@@ -28,7 +34,7 @@ examples:
   kbench sweep sweeps/lenet.yaml --reduced --dry-run   list the runs, run nothing
   kbench sweep sweeps/lenet.yaml --reduced             run them (CPU-sized)
   kbench sweep sweeps/lenet.yaml --reduced             again: resumes, skips finished runs
-  kbench sweep sweeps/lenet.yaml --only backend=jax,torch
+  kbench sweep sweeps/lenet.yaml --filter backend=jax,torch
   kbench report --store results/lenet-reduced          the HTML report of what ran
 """
 
@@ -57,7 +63,7 @@ def _add_sweep(commands) -> None:
         "kbench/studies/sweep.py for the format), each in its own worker process with a timeout "
         "(with --warm, the runs that can share one). "
         "The whole file is checked before anything runs. A failed, out-of-memory or timed-out "
-        "run is recorded and the sweep goes on. Results go to --output-dir (default: "
+        "run is recorded and the sweep goes on. Results go to --store (default: "
         "results/NAME, or results/NAME-reduced) as they finish, so an interrupted sweep loses "
         "only the run in progress; the same command again resumes, skipping every run that "
         "already has a result. Exits 1 if a run of this invocation failed, ran out of "
@@ -75,7 +81,7 @@ def _add_sweep(commands) -> None:
     sweep.add_argument(
         "--dry-run",
         action="store_true",
-        help=f"list the runs (a summary past {DRY_RUN_LISTED} runs); run nothing",
+        help=f"list the runs (a summary past {run_lists.PLAN_LISTED} runs); run nothing",
     )
     sweep.add_argument(
         "--max-runs",
@@ -92,22 +98,14 @@ def _add_sweep(commands) -> None:
         action="store_true",
         help="rerun the runs whose newest result is failed, oom or timeout",
     )
-    sweep.add_argument(
-        "--only",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE[,VALUE]",
-        help="run only the runs whose setting NAME is one of the values, e.g. "
-        "backend=tensorflow,jax (repeatable)",
-    )
+    add_filter_argument(sweep, dest="only")
     add_warm_argument(sweep, saved="; the runs of a warm worker are saved when it ends")
-    sweep.add_argument("--baseline", metavar="BACKEND", help="for the closing tables")
-    sweep.add_argument(
-        "--output-dir",
-        type=Path,
-        help="the results store: one JSON per run, an index, worker logs (default: "
-        "results/NAME, results/NAME-reduced with --reduced). Threads, timeouts and the "
-        "sampler are settings in the file.",
+    add_baseline_argument(sweep, "the first backend; for the closing tables")
+    add_store_argument(
+        sweep,
+        default=None,
+        default_text="results/NAME, results/NAME-reduced with --reduced; threads, timeouts "
+        "and the sampler are settings in the file",
     )
     add_quality_arguments(sweep)
     sweep.set_defaults(handler=command_sweep)
@@ -151,9 +149,9 @@ def _add_compare(commands) -> None:
         "that was rerun, only the newest result counts.",
     )
     add_store_arguments(compare, several=True)
-    compare.add_argument("--baseline", metavar="BACKEND", help="default: the first backend")
-    compare.add_argument(
-        "--markdown", type=Path, metavar="FILE", help="default: compare.md in the first store"
+    add_baseline_argument(compare)
+    add_output_file_argument(
+        compare, "the Markdown file of the tables", "compare.md in the first store", dest="markdown"
     )
     compare.set_defaults(handler=command_compare)
 
@@ -168,41 +166,17 @@ def _add_report(commands) -> None:
         "stored runs call for.",
     )
     add_store_arguments(report, several=True)
-    report.add_argument("--baseline", metavar="BACKEND", help="default: the first backend")
-    report.add_argument(
-        "--output", type=Path, metavar="FILE", help="default: report.html in the first store"
-    )
+    add_baseline_argument(report)
+    add_output_file_argument(report, "the HTML file", "report.html in the first store")
     report.add_argument("--title", default=None, help="default: the store's name")
     report.set_defaults(handler=command_report)
 
 
 # A dry run of more runs than this prints a summary, not a line per run.
-DRY_RUN_LISTED = 50
-DRY_RUN_FIRST = 10
-
-
 def add_store_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
-    if several:
-        parser.add_argument(
-            "--store",
-            type=Path,
-            nargs="+",
-            default=[Path("results")],
-            metavar="DIR",
-            help="one or more result directories, read together (default: ./results)",
-        )
-    else:
-        parser.add_argument(
-            "--store", type=Path, default=Path("results"), help="default: ./results"
-        )
-    parser.add_argument(
-        "--filter",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE[,VALUE]",
-        help="keep runs whose setting (backend, model, batch_size, ...) or status, kind, host, "
-        "sweep is one of the values (repeatable)",
-    )
+    """The stores a reading command reads, and the runs it keeps."""
+    add_store_argument(parser, dest="store", several=several)
+    add_filter_argument(parser)
 
 
 def load(stores: Sequence[Path], filters: Sequence[str], latest_only: bool) -> List[RunResult]:
@@ -224,155 +198,96 @@ def load(stores: Sequence[Path], filters: Sequence[str], latest_only: bool) -> L
 def command_sweep(args: argparse.Namespace) -> int:
     if args.max_runs < 1:
         raise ConfigError("max_runs", f"expected a positive integer; received {args.max_runs}.")
-    only = [Filter.parse(f) for f in args.only]
     sweep = sweep_mod.load_sweep(args.file, reduced=args.reduced, max_runs=args.max_runs)
-    for f in only:
-        if f.name not in sweep_mod.RUN_FIELDS:
-            raise sweep_mod.SweepError(sweep.file, "--only", f"unknown setting {f.name!r}")
-    runs = [
-        run
-        for run in sweep.runs
-        if all(str(getattr(run.config, f.name, None)) in f.values for f in only)
-    ]
-    if not runs and only:
-        raise sweep_mod.SweepError(sweep.file, "--only", _selects_nothing(sweep, only))
-    for f in only:  # a typo beside a good value drops runs without a word otherwise
-        present = {str(getattr(run.config, f.name)) for run in sweep.runs}
-        for value in f.values:
-            if value not in present:
-                log.warning(
-                    "--only %s=%s: no run of %s has %s=%s; its values: %s",
-                    f.name, value, sweep.file, f.name, value, ", ".join(sorted(present)),
-                )  # fmt: skip
-    output_dir = args.output_dir or Path("results") / (
-        sweep.name + ("-reduced" if sweep.reduced else "")
+    selected = sweep_runs.select_runs(sweep, args.only)
+    return show_sweep(
+        selected,
+        args.output_dir or sweep_runs.store_for(sweep),
+        SweepOptions.of(args),
+        varying=sweep.varying(),
     )
-    if not args.dry_run:
-        # One writer per store, taken before the plan: a second sweep into this store
-        # is refused here instead of running the same runs again. A dry run only reads.
-        with writer_lock(store_mod.check_output_dir(output_dir)):
-            return _sweep_into(args, sweep, runs, output_dir)
-    return _sweep_into(args, sweep, runs, output_dir)
 
 
-def _sweep_into(args: argparse.Namespace, sweep, runs, output_dir: Path) -> int:
-    """Plan ``runs`` against the store at ``output_dir``, run what is not done, show
-    the tables."""
-    store = ResultStore(output_dir)
-    done = store.done_keys() if store.exists() else {}
-    for name, why in store.unreadable:
-        log.warning("%s: skipped, its run counts as not done: %s", output_dir / name, why)
-    selected = sweep_mod.Sweep(sweep.name, sweep.description, sweep.file, sweep.reduced, runs)
-    plan = sweep_mod.plan(selected, done, args.force, args.retry_failed)
-    varying = sweep.varying()
-    size = "reduced" if sweep.reduced else "full size"
-    print(
-        f"sweep {sweep.name} ({size}): {len(runs)} runs, {len(plan.done)} already done, "
-        f"{len(plan.to_run)} to run; results in {output_dir}/"
-    )
-    if args.dry_run and len(runs) > DRY_RUN_LISTED:
-        print(dry_run_summary(runs, plan, varying))
-        return 0
-    if args.dry_run:
-        status = {id(run): s for run, s in plan.done}
+@dataclass(frozen=True)
+class SweepOptions:
+    """How ``kbench sweep`` and ``kbench reproduce`` run a sweep and show it."""
+
+    dry_run: bool = False
+    force: bool = False
+    retry_failed: bool = False
+    warm: bool = False
+    busy_threshold: float = quality.BUSY_THRESHOLD
+    wait_quiet_s: float = 0.0
+    baseline: Optional[str] = None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> SweepOptions:
+        return cls(
+            dry_run=args.dry_run,
+            force=getattr(args, "force", False),
+            retry_failed=args.retry_failed,
+            warm=getattr(args, "warm", False),
+            busy_threshold=args.busy_threshold,
+            wait_quiet_s=args.wait_quiet,
+            baseline=args.baseline,
+        )
+
+
+def show_sweep(
+    sweep: sweep_mod.Sweep, store: Path, options: SweepOptions, varying: Sequence[str] = ()
+) -> int:
+    """Plan ``sweep`` against ``store``, print the plan, run what is not done (unless a dry
+    run), then print the store's tables of the sweep."""
+    with sweep_runs.planned_sweep(
+        sweep,
+        store,
+        varying=varying or None,
+        force=options.force,
+        retry_failed=options.retry_failed,
+        lock=not options.dry_run,
+    ) as planned:
+        size = "reduced" if sweep.reduced else "full size"
         print(
-            tables.render(
-                ["#", "backend", "model", *[v for v in varying if v not in ("backend", "model")],
-                 "state"],
-                [[str(i), run.config.backend, run.config.model,
-                  *[tables.setting_cell(getattr(run.config, v)) for v in varying
-                    if v not in ("backend", "model")],
-                  f"done ({status[id(run)]})" if id(run) in status else "to run"]
-                 for i, run in enumerate(runs, start=1)],
-            )
-        )  # fmt: skip
-        return 0
-    progress = sweep_mod.Progress(total=len(runs), skipped=len(plan.done))
-    results: List[RunResult] = []
-    if plan.to_run:
-        look_before_runs(
-            output_dir, len(plan.to_run), args.busy_threshold, args.wait_quiet, "the sweep"
+            f"sweep {sweep.name} ({size}): {len(sweep.runs)} runs, {len(planned.plan.done)} "
+            f"already done, {len(planned.plan.to_run)} to run; results in {store}/"
         )
-        runner = Runner(
-            output_dir=output_dir, on_progress=show_progress, busy_threshold=args.busy_threshold
-        )
+        if options.dry_run:
+            configs = [run.config for run in sweep.runs]
+            print(run_lists.plan_text(configs, planned.states(), planned.varying))
+            return 0
         try:
-            with runner.session([run.config for run in plan.to_run]) as session:
-                results = sweep_mod.execute(
-                    selected, plan.to_run, session, progress, warm=args.warm
-                )
-        except store_mod.StoreWriteError as err:
+            results = sweep_runs.run_planned(
+                planned,
+                warm=options.warm,
+                busy_threshold=options.busy_threshold,
+                wait_quiet_s=options.wait_quiet_s,
+                on_progress=show_progress,
+            )
+        except sweep_runs.SweepStopped as err:
             log.error("%s", err)
-            not_started = (
-                "the rest were not saved (a warm worker's runs are saved as it ends)"
-                if args.warm
-                else f"{len(plan.to_run) - progress.done - 1} not started"
-            )
-            log.error(
-                "sweep %s stopped: %d runs of this invocation finished and are saved, %s. "
-                "Free some space, then run the same command again: it resumes, skipping the "
-                "runs that are done.",
-                sweep.name,
-                progress.done,
-                not_started,
-            )
             return 1
-    everything = store.results([Filter("sweep", (sweep.name,))], latest_only=True)
+        everything = sweep_runs.stored_results(planned)
     if everything:
-        sections = section_tables(everything)
-        print(tables.study_text(everything, args.baseline))
-        for table in sections:
-            print("\n" + table.text())
-        markdown = output_dir / "compare.md"
-        text = tables.study_markdown(everything, f"Sweep {sweep.name} ({size})", args.baseline)
-        try:
-            markdown.write_text(text + "".join("\n" + t.markdown() + "\n" for t in sections))
-            print(f"\nTables also in {markdown}; plots: kbench report --store {output_dir}")
-        except OSError as err:
-            log.warning("%s: not written (%s); the tables are above", markdown, err.strerror)
+        _show_tables(everything, store, f"Sweep {sweep.name} ({size})", options.baseline)
     for line in tables.not_ok_lines(results):
         print(line)
     return 1 if any(r.failed for r in results) else 0
 
 
-def _selects_nothing(sweep: sweep_mod.Sweep, only: Sequence[Filter]) -> str:
-    """Which values each --only setting has in the file, for a filter that kept no run."""
-    parts = []
-    for f in only:
-        values = sorted({str(getattr(run.config, f.name)) for run in sweep.runs})
-        shown = ", ".join(values[:20]) + (
-            f" (and {len(values) - 20} more)" if len(values) > 20 else ""
-        )
-        parts.append(f"{f.name} has {shown}")
-    given = " ".join(f"--only {f.name}={','.join(f.values)}" for f in only)
-    return (
-        f"expected a filter that keeps at least one of the file's {len(sweep.runs)} runs; "
-        f"{given} keeps none. In this file {'; '.join(parts)}."
-    )
-
-
-def dry_run_summary(runs: Sequence[sweep_mod.SweepRun], plan, varying: Sequence[str]) -> str:
-    """How many runs take each value of each varying setting, and the first few runs."""
-    status = {id(run): s for run, s in plan.done}
-    lines = []
-    for name in varying:
-        counts = collections.Counter(tables.setting_cell(getattr(run.config, name)) for run in runs)
-        shown = ", ".join(f"{value} ({count})" for value, count in counts.most_common(12))
-        more = f", and {len(counts) - 12} more values" if len(counts) > 12 else ""
-        lines.append(f"  {name}: {len(counts)} values: {shown}{more}")
-    first = runs[:DRY_RUN_FIRST]
-    rest = [v for v in varying if v not in ("backend", "model")]
-    table = tables.render(
-        ["#", "backend", "model", *rest, "state"],
-        [[str(i), run.config.backend, run.config.model,
-          *[tables.setting_cell(getattr(run.config, v)) for v in rest],
-          f"done ({status[id(run)]})" if id(run) in status else "to run"]
-         for i, run in enumerate(first, start=1)],
-    )  # fmt: skip
-    return "\n".join(
-        ["settings that vary (runs per value):", *lines, "", f"the first {len(first)} runs:",
-         table, f"... and {len(runs) - len(first)} more (--only NAME=VALUE lists a part)"]
-    )  # fmt: skip
+def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline) -> None:
+    """The study tables and section tables of ``results``, printed and kept in the store's
+    compare.md."""
+    sections = section_tables(results)
+    print(tables.study_text(results, baseline))
+    for table in sections:
+        print("\n" + table.text())
+    markdown = store / "compare.md"
+    text = tables.study_markdown(results, title, baseline)
+    try:
+        markdown.write_text(text + "".join("\n" + t.markdown() + "\n" for t in sections))
+        print(f"\nTables also in {markdown}; plots: kbench report --store {store}")
+    except OSError as err:
+        log.warning("%s: not written (%s); the tables are above", markdown, err.strerror)
 
 
 def command_results(args: argparse.Namespace) -> int:
@@ -397,16 +312,7 @@ def command_results(args: argparse.Namespace) -> int:
     entries = store.entries([Filter.parse(f) for f in args.filter])
     for name, why in store.unreadable:
         log.warning("%s/%s: unreadable, skipped: %s", args.store, name, why)
-    print(
-        tables.render(
-            ["run", "status", "kind", "backend", "model", "dataset", "batch", "img/s", "host",
-             "sweep"],
-            [[e.run_id, e.status, e.kind, str(e.config.get("backend")), str(e.config.get("model")),
-              str(e.config.get("dataset")), str(e.config.get("batch_size")),
-              "-" if e.images_per_sec is None else f"{e.images_per_sec:,.0f}", e.host,
-              e.sweep or "-"] for e in entries],
-        )
-    )  # fmt: skip
+    print(run_lists.store_index(entries))
     print(f"\n{len(entries)} runs in {args.store}/")
     return 0
 
@@ -459,12 +365,16 @@ def command_compare(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
+    from kbench.studies.paper import paper_section
     from kbench.views import report
 
     results = load(args.store, args.filter, latest_only=True)
     output = args.output or args.store[0] / "report.html"
     title = args.title or "kbench report: " + ", ".join(s.name or str(s) for s in args.store)
-    summary = report.write_report(results, output, title=title, baseline=args.baseline)
+    study = paper_section(results)  # a published study's store: its claims and plots
+    summary = report.write_report(
+        results, output, title=title, baseline=args.baseline, sections=[study] if study else []
+    )
     print(f"{output}: {len(summary.figures)} plots from {len(results)} runs", file=sys.stderr)
     for why in summary.skipped:
         print(f"  not drawn: {why}")

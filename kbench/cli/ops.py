@@ -7,10 +7,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench.cli.arguments import add_precision_arguments, add_threads_argument, finite
+from kbench.cli.arguments import (
+    add_backend_argument,
+    add_calls_argument,
+    add_device_argument,
+    add_precision_arguments,
+    add_seed_argument,
+    add_store_argument,
+    add_threads_argument,
+    add_timeout_argument,
+    add_warmup_argument,
+    finite,
+)
 from kbench.ops.runner import (
     DEFAULT_MAX_MEMORY_MB,
     DEFAULT_REPEATS,
@@ -48,13 +58,13 @@ Before it is timed, every operation at every size is checked against a float64 n
 reference computed from the same seeded inputs: each output must be within
 rtol x scale of it (rtol grows with the number of terms summed into an output; scale
 is the output's magnitude). A MISMATCH is reported and not timed. Then each operation
-runs --warmup times, and --repeats times on the clock, each call ending only when the
+runs --warmup-steps times, and --calls times on the clock, each call ending only when the
 device is done (block_until_ready, torch.cuda.synchronize, mx.nd.waitall, TensorFlow's
 sync_devices); the table shows the median and p10-p90. GEMM, convolutions, dense
 backward and the LSTM cell also get GFLOP/s and, on the CPU, their share of the
 machine's measured float32 matrix-multiply peak.
 
-One result per backend (kind "ops") goes to --output-dir, with every call's time.
+One result per backend (kind "ops") goes to --store, with every call's time.
 """
 
 EPILOG = f"""\
@@ -65,7 +75,7 @@ examples:
   kbench ops                                        every op and backend, sizes {DEFAULT_SIZES_TEXT}
   kbench ops --backend jax,torch-native --ops gemm,conv2d --sizes 128,256
   kbench ops --max-size 2048 --max-memory 4096      powers of two from {MIN_SWEEP_SIZE} to 2048
-  kbench ops --backend mxnet --device cpu --threads 1 --repeats 30
+  kbench ops --backend mxnet --device cpu --threads 1 --calls 30
   kbench ops --dtype float64 --ops gemm,dot         float64 (JAX gets JAX_ENABLE_X64=1)
 """
 
@@ -79,13 +89,33 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--backend",
-        default=None,
-        metavar="NAMES",
-        help=f"comma-separated, from {', '.join(IMPLEMENTATIONS)} (default: every one whose "
-        "environment exists)",
+    add_backend_argument(
+        parser, list(IMPLEMENTATIONS), again=None,
+        default_text="default: every one whose environment exists",
+    )  # fmt: skip
+    _add_operation_arguments(parser)
+    add_calls_argument(parser, DEFAULT_REPEATS)
+    add_warmup_argument(
+        parser, DEFAULT_WARMUP, "steps: calls of the operation, after the check's call",
+        renamed=True,
+    )  # fmt: skip
+    add_seed_argument(parser, "inputs")
+    add_device_argument(parser)
+    add_threads_argument(parser)
+    add_precision_arguments(
+        parser, "calls of each operation at each size", "--calls calls (the most it makes)"
     )
+    add_timeout_argument(
+        parser, default=DEFAULT_TIMEOUT_S, process="worker (one per backend, all its operations "
+        "together)", keeps=", keeping what it finished",
+    )  # fmt: skip
+    add_store_argument(parser, holds="one result JSON per backend, an index, worker logs")
+    parser.set_defaults(handler=command_ops)
+    return parser
+
+
+def _add_operation_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which operations ``kbench ops`` times, at which sizes and in which dtype."""
     parser.add_argument(
         "--ops",
         "--op",
@@ -121,47 +151,6 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--dtype", default="float32", help=f"one of {', '.join(DTYPES)} (default: float32)"
     )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=DEFAULT_REPEATS,
-        help=f"timed calls per operation and size (default: {DEFAULT_REPEATS})",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=int,
-        default=DEFAULT_WARMUP,
-        help=f"untimed calls before them, after the check's call (default: {DEFAULT_WARMUP})",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs (default: 0)")
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help="auto: whatever the framework picks; cpu: hide every GPU from the worker; "
-        "gpu: fail unless the framework sees one (default: auto)",
-    )
-    add_threads_argument(parser)
-    add_precision_arguments(
-        parser, "calls of each operation at each size", "--repeats calls (the most it makes)"
-    )
-    parser.add_argument(
-        "--timeout",
-        type=finite,
-        default=DEFAULT_TIMEOUT_S,
-        dest="timeout_s",
-        metavar="SECONDS",
-        help="stop a backend's worker that takes longer (all its operations together) and "
-        f"record it as 'timeout', keeping what it finished (default: {DEFAULT_TIMEOUT_S:g})",
-    )
-    parser.add_argument(
-        "--output-dir",
-        type=Path,
-        default=Path("results"),
-        help="where result JSON files (one per backend, plus an index) and worker logs go "
-        "(default: ./results)",
-    )
-    parser.set_defaults(handler=command_ops)
-    return parser
 
 
 def _names(text: Optional[str], setting: str, allowed: List[str]) -> Optional[List[str]]:
@@ -198,9 +187,13 @@ def parse_sizes(text: Optional[str], max_size: Optional[int]) -> List[int]:
     return list(dict.fromkeys(sizes))
 
 
+# OpsConfig fields whose flag is named otherwise: an error names the flag.
+FLAG_SETTINGS = {"repeats": "calls", "warmup": "warmup_steps"}
+
+
 def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
     """Validated configs, one per backend; raises ConfigError for bad input."""
-    backends = _names(args.backend, "backend", list(IMPLEMENTATIONS))
+    backends = args.backend  # names checked, each once, by the --backend type
     if backends is None:
         runnable = environments.runnable_backends()
         backends = [name for name in IMPLEMENTATIONS if runnable.get(name, "absent") is None]
@@ -215,8 +208,8 @@ def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
         ops=ops,
         sizes=parse_sizes(args.sizes, args.max_size),
         dtype=args.dtype,
-        repeats=args.repeats,
-        warmup=args.warmup,
+        repeats=args.calls,
+        warmup=args.warmup_steps,
         device=args.device,
         threads=args.threads,
         timeout_s=args.timeout_s,
@@ -225,7 +218,13 @@ def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
         target_precision=args.target_precision,
         time_budget_s=args.time_budget_s,
     )
-    return [OpsConfig(backend=backend, **settings) for backend in dict.fromkeys(backends)]
+    try:
+        return [OpsConfig(backend=backend, **settings) for backend in backends]
+    except ConfigError as err:
+        setting = FLAG_SETTINGS.get(err.setting)
+        if setting is None:
+            raise
+        raise ConfigError(setting, err.message) from None
 
 
 def show_progress(config: OpsConfig, event: Dict[str, Any]) -> None:

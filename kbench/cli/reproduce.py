@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from kbench.cli import many_runs
-from kbench.cli.arguments import add_quality_arguments
-from kbench.results.store import Filter, ResultStore, StoreError
-from kbench.studies import reproduce
-from kbench.studies.sweep import MAX_RUNS
-from kbench.views import claims as claims_mod
-from kbench.views import published
-from kbench.views.tables import render
+from kbench.cli.arguments import (
+    add_baseline_argument,
+    add_quality_arguments,
+    add_renamed,
+    add_store_argument,
+)
+from kbench.studies import claims as claims_mod
+from kbench.studies import published, reproduce, sweep_runs
 
 log = logging.getLogger("kbench")
 
 EXAMPLES = """\
 examples:
   kbench reproduce --list                               the studies and their claims
-  kbench reproduce keras-mxnet-laptop --reduced --dry-run   the runs it would make
+  kbench reproduce keras-mxnet-laptop --reduced --dry-run   the runs, and verdicts on what
+                                                        is stored; starts no run
   kbench reproduce mxnet-pytorch-resnet --reduced       run (resumable), then the verdicts
-  kbench reproduce mxnet-pytorch-resnet --reduced --no-run   verdicts on what is stored
   kbench report --store results/mxnet-pytorch-resnet-reduced   HTML: "Paper vs this machine"
 
 verdicts: holds / does not hold (on the median of per-round ratios measured here, never
@@ -62,24 +62,23 @@ def add_command(commands) -> None:
         help="the sweep's reduced runs: a "
         "size a CPU finishes (the study file says what that changes)",
     )
-    parser.add_argument(
-        "--store",
-        type=Path,
-        metavar="DIR",
-        help="the results store (default: results/SWEEP, results/SWEEP-reduced with --reduced)",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="list the runs; run nothing")
-    parser.add_argument(
-        "--no-run",
+    add_store_argument(
+        parser, dest="store", default=None,
+        default_text="results/SWEEP, results/SWEEP-reduced with --reduced",
+    )  # fmt: skip
+    dry_run = parser.add_argument(
+        "--dry-run",
         action="store_true",
-        help="check the claims on what the store holds; start no run",
+        help="start no run: list the runs and whether the store holds them, then check the "
+        "claims on what it holds",
     )
+    add_renamed(parser, "--no-run", dry_run)
     parser.add_argument(
         "--retry-failed",
         action="store_true",
         help="rerun runs whose newest result failed, ran out of memory or timed out",
     )
-    parser.add_argument("--baseline", metavar="BACKEND", help="for the sweep's closing tables")
+    add_baseline_argument(parser, "the first backend; for the sweep's closing tables")
     add_quality_arguments(parser)
     parser.set_defaults(handler=command_reproduce)
 
@@ -101,79 +100,31 @@ def _reproduce(args: argparse.Namespace) -> int:
             "",
             "expected a STUDY (kbench reproduce --list shows them) or --list; received neither.",
         )
-    study = published.load_study(published.find_study(args.study))
-    problems = reproduce.check_study(study)
-    if problems:
-        raise published.StudyError(
-            study.file, "", "does not fit its sweep:\n  " + "\n  ".join(problems)
-        )
-    sweep = reproduce.study_sweep(study, args.reduced)
-    store = args.store or Path("results") / (sweep.name + ("-reduced" if args.reduced else ""))
+    study, sweep = reproduce.prepare(args.study, args.reduced)
+    store = args.store or sweep_runs.store_for(sweep)
     print(f"study {study.name}: {study.title} ({study.document})")
     print(f"  the paper's machine: {study.hardware_text()}; {study.versions_text()}")
     if args.reduced and study.reduced_note:
         print(f"  reduced: {study.reduced_note}")
-    status = 0
-    if not args.no_run:
-        only = [
-            f"{k}={','.join(str(v) for v in values)}" for k, values in study.reduced_only.items()
-        ]
-        sweep_args = argparse.Namespace(
-            file=study.sweep_path(),
-            reduced=args.reduced,
-            dry_run=args.dry_run,
-            max_runs=MAX_RUNS,
-            force=False,
-            retry_failed=args.retry_failed,
-            only=only if args.reduced else [],
-            baseline=args.baseline,
-            output_dir=store,
-            busy_threshold=args.busy_threshold,
-            wait_quiet=args.wait_quiet,
-        )
-        status = many_runs.command_sweep(sweep_args)
-        if args.dry_run:
-            return status
-    results = ResultStore(store).results([Filter("sweep", (sweep.name,))], latest_only=True)
-    if not results:
-        raise StoreError(
-            f"store: no runs of the sweep {sweep.name} in {store}; run "
-            f"kbench reproduce {study.name}{' --reduced' if args.reduced else ''}"
-        )
-    outcomes = claims_mod.evaluate(study, results)
+    status = many_runs.show_sweep(sweep, store, many_runs.SweepOptions.of(args))
+    results = reproduce.stored_results(study, sweep, store)
+    if args.dry_run and not results:
+        print(f"\nno run of {sweep.name} in {store} yet: the verdicts come once it has run")
+        return status
+    outcomes = reproduce.verdicts(study, sweep, store, results)
     print("\n" + claims_mod.claims_text(study, outcomes))
-    markdown = store / "claims.md"
     try:
-        markdown.write_text(claims_mod.claims_table(study, outcomes).markdown() + "\n")
+        markdown = reproduce.write_claims(study, outcomes, store)
         print(f"\nClaims also in {markdown}; with plots: kbench report --store {store}")
     except OSError as err:
-        log.warning("%s: not written (%s); the claims are above", markdown, err.strerror)
+        log.warning("%s: not written (%s); the claims are above", store / "claims.md", err.strerror)
     return status
 
 
 def list_studies() -> int:
-    rows, errors = [], []
-    for path in published.study_files():
-        try:
-            study = published.load_study(path)
-        except published.StudyError as err:
-            errors.append(str(err))
-            continue
-        rows.append(
-            [
-                study.name,
-                study.document,
-                study.sweep,
-                str(len(study.figures)),
-                str(len(study.claims)),
-            ]
-        )
-    print(render(["study", "document", "sweep", "published figures", "claims"], rows))
-    for path in published.study_files():
-        try:
-            study = published.load_study(path)
-        except published.StudyError:
-            continue
+    text, studies, errors = reproduce.study_list()
+    print(text)
+    for study in studies:
         print(f"\n{study.name}: {study.title}")
         for claim in study.claims:
             doubt = " [doubt]" if claim.doubt else ""

@@ -6,32 +6,38 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import List, Optional
 
 from kbench import __version__
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.cli.arguments import (
     EXAMPLES,
+    add_backend_argument,
+    add_baseline_argument,
+    add_batch_size_argument,
     add_memory_arguments,
+    add_model_argument,
     add_output_arguments,
     add_precision_arguments,
     add_quality_arguments,
+    add_repeats_argument,
+    add_seed_argument,
+    add_store_argument,
     add_switch_arguments,
+    add_timeout_argument,
     add_warm_argument,
+    add_warmup_argument,
     budget,
-    comma_list,
     finite,
     precision,
     shape,
 )
-from kbench.cli.before_runs import look_before_runs
 from kbench.cli.progress import show_progress
 from kbench.datasets import DataUnavailable
-from kbench.measure import quality, sysinfo
+from kbench.measure import sysinfo
 from kbench.results.config import (
     DATA_FORMATS,
     DATASETS,
@@ -43,8 +49,8 @@ from kbench.results.config import (
 from kbench.results.result import RunResult
 from kbench.run import environments
 from kbench.run.runner import Runner
+from kbench.studies import rounds as studies_rounds
 from kbench.views import compare, tables
-from kbench.views.names import model_label
 from kbench_models import MODELS
 
 log = logging.getLogger("kbench")
@@ -96,25 +102,54 @@ def add_run_command(commands) -> None:
 
 def add_workload_arguments(run) -> None:
     """What ``kbench run`` trains or infers: backends, models, data and how long."""
-    run.add_argument(
-        "--backend",
-        "-b",
-        type=comma_list(list(BACKENDS), "backends"),
-        required=True,
-        metavar="B[,B...]",
-        help=f"one or more of: {', '.join(BACKENDS)}",
-    )
-    run.add_argument(
-        "--model",
-        "-m",
-        type=comma_list(list(MODELS), "models"),
+    add_backend_argument(run, list(BACKENDS), required=True)
+    add_model_argument(
+        run,
+        list(MODELS),
         default=["mlp"],
-        metavar="M[,M...]",
-        help=f"one or more of: {', '.join(MODELS)} (default: mlp); or your own model: "
-        "path/to/file.py:build (or package.module:build), a function build(input_shape, "
-        "num_classes) returning a Keras model (see examples/my_model.py), or a Keras 3 "
-        "saved model path/to/model.keras (its saved weights on tensorflow, jax and torch)",
+        default_text="default: mlp",
+        own="or your own model: path/to/file.py:build (or package.module:build), a function "
+        "build(input_shape, num_classes) returning a Keras model (see examples/my_model.py), "
+        "or a Keras 3 saved model path/to/model.keras (its saved weights on tensorflow, jax "
+        "and torch)",
     )
+    add_data_arguments(run)
+    add_batch_size_argument(run)
+    length = run.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, default=1, help="passes over the training set")
+    length.add_argument(
+        "--steps", type=int, help="measured steps instead of epochs (after the warmup steps)"
+    )
+    add_warmup_argument(
+        run, 5, "training steps, or forward passes with --mode inference: tracing, compilation"
+    )
+    run.add_argument(
+        "--data-format",
+        metavar="FORMAT",
+        help=f"override the backend's image_data_format: {' or '.join(DATA_FORMATS)} "
+        "(defaults: keras_configs/<backend>.json)",
+    )
+    run.add_argument("--optimizer", default="adam", help=f"{' or '.join(OPTIMIZERS)}")
+    run.add_argument("--learning-rate", type=finite, default=1e-3)
+    add_seed_argument(run)
+    run.add_argument(
+        "--mode",
+        default="train",
+        help="train (default) or inference: forward passes of one batch for --duration "
+        "seconds after the warmup passes; reports latency p50/p90/p99",
+    )
+    run.add_argument(
+        "--duration",
+        type=finite,
+        default=10.0,
+        dest="duration_s",
+        metavar="SECONDS",
+        help="inference: measured seconds of forward passes (default: 10)",
+    )
+
+
+def add_data_arguments(run) -> None:
+    """Which data ``kbench run`` trains on, and how much of it."""
     run.add_argument(
         "--dataset",
         default="fashion_mnist",
@@ -133,26 +168,6 @@ def add_workload_arguments(run) -> None:
         help="a directory holding the data set's files as published (mnist.npz, "
         "cifar-10-python.tar.gz, the Fashion-MNIST idx files, imdb.npz, ...)",
     )
-    run.add_argument("--batch-size", type=int, default=64, help="samples per step (default: 64)")
-    length = run.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=int, default=1, help="passes over the training set")
-    length.add_argument(
-        "--steps", type=int, help="measured steps instead of epochs (after the warmup steps)"
-    )
-    run.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=5,
-        help="first steps excluded from throughput: tracing, compilation (default: 5)",
-    )
-    run.add_argument(
-        "--data-format",
-        metavar="FORMAT",
-        help=f"override the backend's image_data_format: {' or '.join(DATA_FORMATS)} "
-        "(defaults: keras_configs/<backend>.json)",
-    )
-    run.add_argument("--optimizer", default="adam", help=f"{' or '.join(OPTIMIZERS)}")
-    run.add_argument("--learning-rate", type=finite, default=1e-3)
     run.add_argument("--train-samples", type=int, help="use only the first N training samples")
     run.add_argument("--test-samples", type=int, help="use only the first N test samples")
     run.add_argument(
@@ -174,38 +189,13 @@ def add_workload_arguments(run) -> None:
         metavar="HxW",
         help="resize real images (bilinear), e.g. 64x64 for alexnet on CIFAR",
     )
-    run.add_argument("--seed", type=int, default=0, help="data order and synthetic data")
-    run.add_argument(
-        "--mode",
-        default="train",
-        help="train (default) or inference: forward passes of one batch for --duration "
-        "seconds after the warmup passes; reports latency p50/p90/p99",
-    )
-    run.add_argument(
-        "--duration",
-        type=finite,
-        default=10.0,
-        dest="duration_s",
-        metavar="SECONDS",
-        help="inference: measured seconds of forward passes (default: 10)",
-    )
 
 
 def add_round_arguments(run) -> None:
     """How ``kbench run`` repeats its runs and compares them round by round."""
-    run.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="run everything N times, each in a fresh process, interleaved round by round "
-        "(A B C A B C ...); tables show medians, ranges and per-round ratios (default: 1)",
-    )
+    add_repeats_argument(run, shows="; tables show medians, ranges and per-round ratios")
     add_warm_argument(run)
-    run.add_argument(
-        "--baseline",
-        metavar="BACKEND",
-        help="the backend ratios are against (default: the first in --backend)",
-    )
+    add_baseline_argument(run, "the first in --backend")
     run.add_argument(
         "--ratio-precision",
         type=precision,
@@ -263,14 +253,7 @@ def add_demo_command(commands) -> None:
         "images (synthetic images of the same shape if the real files are absent, and said "
         "so) under every backend whose environment exists, then a comparison table.",
     )
-    demo.add_argument(
-        "--backend",
-        "-b",
-        type=comma_list(list(BACKENDS), "backends"),
-        default=None,
-        metavar="B[,B...]",
-        help="limit the demo to these backends (default: all runnable)",
-    )
+    add_backend_argument(demo, list(BACKENDS), default_text="default: every runnable one")
     add_output_arguments(demo)
     demo.set_defaults(handler=command_demo)
 
@@ -280,16 +263,13 @@ def add_max_batch_command(commands) -> None:
         "max-batch",
         help="the largest batch that trains without running out of memory",
         description="Doubling from --start, then bisection: each probe trains a few steps on "
-        "synthetic data in a fresh worker process (recorded in --output-dir like any run). A "
+        "synthetic data in a fresh worker process (recorded in --store like any run). A "
         "batch does not fit when the run ends 'oom' or the worker is killed by SIGKILL. On a "
         "machine without a GPU the probes use host memory: keep --limit within what the "
         "machine can spare.",
     )
-    max_batch.add_argument("--backend", "-b", required=True, help=f"one of: {', '.join(BACKENDS)}")
-    max_batch.add_argument(
-        "--model", "-m", required=True,
-        help=f"one of: {', '.join(MODELS)}; or your own: path/to/file.py:build",
-    )  # fmt: skip
+    add_backend_argument(max_batch, list(BACKENDS), required=True, single=True, again=None)
+    add_model_argument(max_batch, list(MODELS), single=True)
     max_batch.add_argument("--start", type=int, default=1, help="first batch tried (default: 1)")
     max_batch.add_argument(
         "--limit", type=int, default=4096, help="largest batch tried (default: 4096)"
@@ -322,17 +302,16 @@ def add_parity_command(commands) -> None:
         "amplify it a thousandfold per step). Known differences of a backend are noted "
         "beside its numbers.",
     )
-    parity.add_argument(
-        "--model", "-m", type=comma_list(list(MODELS), "models"), default=list(MODELS),
-        metavar="M[,M...]", help="default: every zoo model; or your own: file.py:build",
-    )  # fmt: skip
-    parity.add_argument(
-        "--backend", "-b", type=comma_list(list(BACKENDS), "backends"), default=None,
-        metavar="B[,B...]",
-        help="the first is the reference (default: every runnable backend, tensorflow first)",
+    add_model_argument(
+        parity, list(MODELS), default=list(MODELS), default_text="default: every zoo model"
+    )
+    add_backend_argument(
+        parity, list(BACKENDS), again=None,
+        default_text="the first is the reference; default: every runnable backend, "
+        "tensorflow first",
     )  # fmt: skip
     parity.add_argument("--steps", type=int, default=3, help="SGD steps compared (default: 3)")
-    parity.add_argument("--batch-size", type=int, default=8, help="default: 8")
+    add_batch_size_argument(parity, 8)
     parity.add_argument(
         "--learning-rate", type=finite, default=1e-3,
         help="default: 0.001 (larger rates make deep BatchNorm models chaotic: rounding "
@@ -344,13 +323,11 @@ def add_parity_command(commands) -> None:
         help="synthetic data only: the input shape for every model given (default: each "
         "model's own), e.g. 64x64x3 to check resnet50 faster",
     )  # fmt: skip
-    parity.add_argument("--seed", type=int, default=0)
+    add_seed_argument(parity, "weights nudged for the noise floor and synthetic data")
     parity.add_argument("--output-atol", type=finite, default=1e-4, metavar="TOL")
     parity.add_argument("--loss-rtol", type=finite, default=1e-2, metavar="TOL")
-    parity.add_argument(
-        "--output-dir", type=Path, default=Path("results"), help="default: ./results"
-    )
-    parity.add_argument("--timeout", type=finite, default=1800.0, dest="timeout_s")
+    add_store_argument(parity)
+    add_timeout_argument(parity)
     parity.set_defaults(handler=command_parity)
 
 
@@ -363,52 +340,6 @@ def add_env_command(commands) -> None:
     )
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     env.set_defaults(handler=command_env)
-
-
-def execute(
-    configs: List[RunConfig],
-    output_dir: Path,
-    busy_threshold: float = quality.BUSY_THRESHOLD,
-    wait_quiet_s: float = 0.0,
-) -> List[RunResult]:
-    return execute_rounds([configs], output_dir, busy_threshold, wait_quiet_s)[0]
-
-
-def execute_rounds(
-    rounds: List[List[RunConfig]],
-    output_dir: Path,
-    busy_threshold: float = quality.BUSY_THRESHOLD,
-    wait_quiet_s: float = 0.0,
-    stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
-    warm: bool = False,
-) -> Tuple[List[RunResult], Optional[str]]:
-    count = sum(len(r) for r in rounds)
-    look_before_runs(output_dir, count, busy_threshold, wait_quiet_s, "kbench run")
-    runner = Runner(
-        output_dir=output_dir, on_progress=show_progress, busy_threshold=busy_threshold, warm=warm
-    )
-    return runner.run_rounds(rounds, stop)
-
-
-def ratio_stop(
-    target: float, budget_s: Optional[float], baseline: Optional[str]
-) -> Callable[[List[RunResult]], Optional[str]]:
-    """``--ratio-precision``: after a round, the reason to run no more, or None."""
-    started = time.monotonic()
-
-    def stop(results: List[RunResult]) -> Optional[str]:
-        widest = compare.widest_ratio_half_width(results, baseline)
-        if widest is not None and widest <= target:
-            return (
-                f"ratio precision reached: every per-round ratio's 95% interval within "
-                f"+-{widest:.1%} of its median (target +-{target:.1%})"
-            )
-        if budget_s is not None and time.monotonic() - started >= budget_s:
-            where = "not yet measurable" if widest is None else f"+-{widest:.1%}"
-            return f"--ratio-budget {budget_s:g} s spent; widest ratio interval {where}"
-        return None
-
-    return stop
 
 
 def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] = None) -> int:
@@ -458,11 +389,17 @@ def command_run(args: argparse.Namespace) -> int:
     stop = None
     if args.ratio_precision is not None:
         check_ratio_precision(args)
-        stop = ratio_stop(args.ratio_precision, args.ratio_budget_s, args.baseline)
+        stop = studies_rounds.ratio_stop(args.ratio_precision, args.ratio_budget_s, args.baseline)
     elif args.ratio_budget_s is not None:
         raise ConfigError("ratio_budget", "expected it only with --ratio-precision.")
-    results, stopped = execute_rounds(
-        rounds, args.output_dir, args.busy_threshold, args.wait_quiet, stop, args.warm
+    results, stopped = studies_rounds.run_rounds(
+        rounds,
+        args.output_dir,
+        busy_threshold=args.busy_threshold,
+        wait_quiet_s=args.wait_quiet,
+        stop=stop,
+        warm=args.warm,
+        on_progress=show_progress,
     )
     code = report(results, args.output_dir, args.baseline)
     if stop is not None:
@@ -506,11 +443,7 @@ def command_max_batch(args: argparse.Namespace) -> int:
     except maxbatch.ProbeFailed as err:
         log.error("max-batch: %s", err)
         return 1
-    print(tables.render(
-        ["batch", "fits", "status", "img/s"],
-        [[str(r.config["batch_size"]), "yes" if r.ok else "no", r.status,
-          f"{r.metrics['images_per_sec']:,.0f}" if r.ok else "-"] for r in runs],
-    ))  # fmt: skip
+    print(maxbatch.probes_table(runs))
     label = f"{args.backend}/{args.model}"
     if found.largest_fit is None:
         print(f"\n{label}: not even batch {args.start} fits")
@@ -550,17 +483,7 @@ def command_parity(args: argparse.Namespace) -> int:
         input_shapes={model: args.input_shape for model in args.model},
     )  # fmt: skip
 
-    def number(value):
-        return "-" if value is None else f"{value:.2e}"
-
-    print(tables.render(
-        ["model", "backend", "vs", "max |d output|", "max |d loss|", "max rel d loss",
-         "noise floor", "verdict"],
-        [[model_label(r.model), r.backend, r.reference, number(r.output_max_abs),
-          number(r.loss_max_abs), number(r.loss_max_rel), number(r.noise_floor),
-          "pass" if r.passed else (f"FAIL ({r.status}: {r.reason})" if r.reason else "FAIL")]
-         for r in rows],
-    ))  # fmt: skip
+    print(parity.rows_table(rows))
     for note in sorted({note for r in rows for note in r.notes}):
         backends = sorted({r.backend for r in rows if note in r.notes})
         print(f"note ({', '.join(backends)}): {note}")
@@ -604,11 +527,15 @@ def command_demo(args: argparse.Namespace) -> int:
         ]
 
     try:
-        results = execute(configs("fashion_mnist"), args.output_dir)
+        results = studies_rounds.run_once(
+            configs("fashion_mnist"), args.output_dir, on_progress=show_progress
+        )
     except DataUnavailable as err:
         log.warning("demo: Fashion-MNIST is not available (%s)", err)
         log.warning("demo: using SYNTHETIC images of the same shape; accuracy is not comparable")
-        results = execute(configs("synthetic"), args.output_dir)
+        results = studies_rounds.run_once(
+            configs("synthetic"), args.output_dir, on_progress=show_progress
+        )
     return report(results, args.output_dir)
 
 
@@ -629,23 +556,7 @@ def command_env(args: argparse.Namespace) -> int:
         f"kbench {__version__}  {compare.cpu_text(machine)}, {machine['cpu_logical_cores']} "
         f"cores, GPUs: {gpus}"
     )
-    rows = []
-    for p in probes:
-        framework = p.get("framework", {})
-        rows.append(
-            [
-                p["backend"],
-                "yes" if p["ok"] else "no",
-                BACKENDS[p["backend"]].environment,
-                p.get("python", "-"),
-                p.get("keras") or "-",
-                f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
-                ", ".join(framework.get("devices", [])) or "-",
-                compare.kernels_text(framework) if p["ok"] else "-",
-            ]
-        )
-    headers = ["backend", "runnable", "environment", "python", "keras", "framework", "devices"]
-    print(tables.render(headers + ["CPU kernels"], rows))
+    print(tables.environments_table(probes))
     for p in probes:
         if not p["ok"]:
             print(f"  {p['backend']}: {p['error']}")

@@ -151,96 +151,18 @@ def prepare(
     real images. ``folder:`` images are resized to ``image_size``, else to the height
     and width of ``input_shape`` (the model's input, which the run passes).
     """
-    from kbench.datasets import sources, synthetic, transform
-
     start = time.perf_counter()
     spec = dataset_spec(dataset)
-    sha256 = version = None
-    folder_shape: Optional[Tuple[int, ...]] = None
-    if dataset.startswith(FOLDER_PREFIX):
-        from kbench.datasets import folder
-
-        kind = "image"
-        arrays, source, classes, folder_shape = folder.folder_arrays(
-            dataset, image_size, input_shape, seed
-        )
-    elif dataset.startswith(TFDS_PREFIX):
-        from kbench.datasets import tfds_source
-
-        kind = "image"
-        arrays, source, facts = tfds_source.tfds_arrays(dataset, data_dir, image_size)
-        classes, version = facts["num_classes"], facts["version"]
+    loaded = _load(
+        dataset, spec, data_dir, train_samples=train_samples, test_samples=test_samples,
+        input_shape=input_shape, num_classes=num_classes, image_size=image_size,
+        model_kind=model_kind, vocabulary=vocabulary, seed=seed,
+    )  # fmt: skip
+    if loaded.resized:
         image_size = None  # resized by the reader already
-    elif dataset.startswith(NPZ_PREFIX):
-        from kbench.datasets import npz
-
-        facts = npz.inspect_npz(dataset[len(NPZ_PREFIX) :])
-        facts.check_fits(model_kind, num_classes)
-        kind, classes = model_kind, num_classes or facts.num_classes
-        arrays, source, sha256 = npz.prepared_arrays(facts.path, kind), facts.source(), facts.sha256
-    elif dataset == "synthetic":
-        kind = model_kind
-        classes = num_classes or 10
-        arrays = synthetic.synthetic_arrays(
-            kind, tuple(input_shape or (28, 28, 1)), classes,
-            train_samples or SYNTHETIC_DEFAULT_SAMPLES[0],
-            test_samples or SYNTHETIC_DEFAULT_SAMPLES[1], seed, vocabulary=vocabulary or 0,
-        )  # fmt: skip
-        source = f"synthetic (seed {seed}, class templates plus noise)"
-    elif dataset == "digits":
-        kind, classes = "image", 10
-        arrays, source = _load_digits(seed)
-    elif dataset == "imagenet":
-        from kbench.datasets import stream
-
-        if data_dir is None:
-            raise DataUnavailable(
-                "imagenet: expected --data-dir, a directory of class folders "
-                "(DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG); it is never "
-                "downloaded. Or use --dataset synthetic --input-shape 224x224x3 "
-                "--num-classes 1000."
-            )
-        listing = stream.scan(Path(data_dir), seed=seed)
-        kind, classes = "image", len(listing.classes)
-        arrays, source = stream.listing_arrays(listing), listing.source
-        rng = np.random.default_rng(seed)  # mixed classes, so that a cut keeps them all
-        for split in ("train", "test"):
-            order = rng.permutation(len(arrays[f"y_{split}"]))
-            arrays[f"x_{split}"] = arrays[f"x_{split}"][order]
-            arrays[f"y_{split}"] = arrays[f"y_{split}"][order]
-    else:
-        kind, classes = spec.kind, spec.num_classes
-        arrays, source = sources.load(dataset, data_dir)
-        if kind == "tokens":
-            for split in ("x_train", "x_test"):
-                arrays[split] = transform.token_rows(
-                    arrays[split], spec.vocabulary, spec.input_shape[0]
-                )
-            arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
-
-    for split, limit in (("train", train_samples), ("test", test_samples)):
-        have = len(arrays[f"x_{split}"])
-        if limit is not None and limit > have:
-            raise DataUnavailable(
-                f"{split}_samples: {dataset} has {have} {split} samples; received a request "
-                f"for {limit}. Ask for at most that many."
-            )
-        if limit is not None:
-            arrays[f"x_{split}"] = arrays[f"x_{split}"][:limit]
-            arrays[f"y_{split}"] = arrays[f"y_{split}"][:limit]
-    streamed = dataset == "imagenet" or folder_shape is not None
-    if folder_shape is not None:
-        shape = folder_shape
-        source += f", decoded and resized to {shape[0]}x{shape[1]} (bilinear) batch by batch"
-    elif streamed:
-        height, width = image_size or spec.input_shape[:2]
-        shape: Tuple[int, ...] = (int(height), int(width), 3)
-        source += f", decoded and resized to {height}x{width} (bilinear) batch by batch"
-    elif image_size is not None and kind == "image":
-        for split in ("x_train", "x_test"):
-            arrays[split] = transform.resize_images(arrays[split], image_size)
-        source += f", resized to {image_size[0]}x{image_size[1]} (bilinear)"
-
+    arrays = loaded.arrays
+    _cut(arrays, dataset, train_samples, test_samples)
+    streamed_shape, source = _fit_images(loaded, dataset, spec, image_size)
     key = hashlib.sha1(
         repr((dataset, source, train_samples, test_samples, input_shape, num_classes,
               image_size, model_kind, vocabulary, seed)).encode()
@@ -252,18 +174,184 @@ def prepare(
     return PreparedData(
         path=str(path),
         name=dataset,
-        kind=kind,
+        kind=loaded.kind,
         source=source,
         synthetic=dataset == "synthetic",
-        input_shape=shape if streamed else tuple(int(d) for d in arrays["x_train"].shape[1:]),
-        num_classes=classes,
+        input_shape=streamed_shape or tuple(int(d) for d in arrays["x_train"].shape[1:]),
+        num_classes=loaded.classes,
         train_samples=len(arrays["x_train"]),
         test_samples=len(arrays["x_test"]),
         prepare_time_s=time.perf_counter() - start,
-        streamed=streamed,
-        sha256=sha256,
-        version=version,
+        streamed=streamed_shape is not None,
+        sha256=loaded.sha256,
+        version=loaded.version,
     )
+
+
+@dataclass
+class _Loaded:
+    """A data set as read, before it is cut to the samples asked for and resized."""
+
+    arrays: Dict[str, np.ndarray]  # x_train, y_train, x_test, y_test
+    source: str
+    kind: str
+    classes: int
+    sha256: Optional[str] = None  # npz:
+    version: Optional[str] = None  # tfds:
+    folder_shape: Optional[Tuple[int, ...]] = None  # folder: decoded per batch at this shape
+    resized: bool = False  # the reader resized the images already (tfds:)
+
+
+def _load(
+    dataset: str,
+    spec: DatasetSpec,
+    data_dir: Optional[str],
+    *,
+    train_samples: Optional[int],
+    test_samples: Optional[int],
+    input_shape: Optional[Tuple[int, ...]],
+    num_classes: Optional[int],
+    image_size: Optional[Tuple[int, int]],
+    model_kind: str,
+    vocabulary: Optional[int],
+    seed: int,
+) -> _Loaded:
+    """Read ``dataset`` from where its name says (see :func:`prepare`)."""
+    if dataset.startswith(FOLDER_PREFIX):
+        return _load_folder(dataset, image_size, input_shape, seed)
+    if dataset.startswith(TFDS_PREFIX):
+        return _load_tfds(dataset, data_dir, image_size)
+    if dataset.startswith(NPZ_PREFIX):
+        return _load_npz(dataset, model_kind, num_classes)
+    if dataset == "synthetic":
+        from kbench.datasets import synthetic
+
+        classes = num_classes or 10
+        arrays = synthetic.synthetic_arrays(
+            model_kind, tuple(input_shape or (28, 28, 1)), classes,
+            train_samples or SYNTHETIC_DEFAULT_SAMPLES[0],
+            test_samples or SYNTHETIC_DEFAULT_SAMPLES[1], seed, vocabulary=vocabulary or 0,
+        )  # fmt: skip
+        return _Loaded(
+            arrays, f"synthetic (seed {seed}, class templates plus noise)", model_kind, classes
+        )
+    if dataset == "digits":
+        return _Loaded(*_load_digits(seed), kind="image", classes=10)
+    if dataset == "imagenet":
+        return _load_imagenet(data_dir, seed)
+    return _load_builtin(dataset, spec, data_dir)
+
+
+def _load_folder(
+    dataset: str,
+    image_size: Optional[Tuple[int, int]],
+    input_shape: Optional[Tuple[int, ...]],
+    seed: int,
+) -> _Loaded:
+    from kbench.datasets import folder
+
+    arrays, source, classes, shape = folder.folder_arrays(dataset, image_size, input_shape, seed)
+    return _Loaded(arrays, source, "image", classes, folder_shape=shape)
+
+
+def _load_tfds(
+    dataset: str, data_dir: Optional[str], image_size: Optional[Tuple[int, int]]
+) -> _Loaded:
+    from kbench.datasets import tfds_source
+
+    arrays, source, facts = tfds_source.tfds_arrays(dataset, data_dir, image_size)
+    return _Loaded(
+        arrays, source, "image", facts["num_classes"], version=facts["version"], resized=True
+    )
+
+
+def _load_npz(dataset: str, model_kind: str, num_classes: Optional[int]) -> _Loaded:
+    from kbench.datasets import npz
+
+    facts = npz.inspect_npz(dataset[len(NPZ_PREFIX) :])
+    facts.check_fits(model_kind, num_classes)
+    arrays = npz.prepared_arrays(facts.path, model_kind)
+    classes = num_classes or facts.num_classes
+    return _Loaded(arrays, facts.source(), model_kind, classes, sha256=facts.sha256)
+
+
+def _load_imagenet(data_dir: Optional[str], seed: int) -> _Loaded:
+    """The file paths of a local ImageNet-style tree, classes mixed (the worker decodes
+    them batch by batch)."""
+    from kbench.datasets import stream
+
+    if data_dir is None:
+        raise DataUnavailable(
+            "imagenet: expected --data-dir, a directory of class folders "
+            "(DIR/train/<class>/*.JPEG and DIR/val/<class>/*.JPEG); it is never "
+            "downloaded. Or use --dataset synthetic --input-shape 224x224x3 "
+            "--num-classes 1000."
+        )
+    listing = stream.scan(Path(data_dir), seed=seed)
+    arrays = stream.listing_arrays(listing)
+    rng = np.random.default_rng(seed)  # mixed classes, so that a cut keeps them all
+    for split in ("train", "test"):
+        order = rng.permutation(len(arrays[f"y_{split}"]))
+        arrays[f"x_{split}"] = arrays[f"x_{split}"][order]
+        arrays[f"y_{split}"] = arrays[f"y_{split}"][order]
+    return _Loaded(arrays, listing.source, "image", len(listing.classes))
+
+
+def _load_builtin(dataset: str, spec: DatasetSpec, data_dir: Optional[str]) -> _Loaded:
+    """A built-in set from :mod:`kbench.datasets.sources`; token sets cut to the
+    spec's vocabulary and length."""
+    from kbench.datasets import sources, transform
+
+    arrays, source = sources.load(dataset, data_dir)
+    if spec.kind == "tokens":
+        for split in ("x_train", "x_test"):
+            arrays[split] = transform.token_rows(
+                arrays[split], spec.vocabulary, spec.input_shape[0]
+            )
+        arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
+    return _Loaded(arrays, source, spec.kind, spec.num_classes)
+
+
+def _cut(
+    arrays: Dict[str, np.ndarray],
+    dataset: str,
+    train_samples: Optional[int],
+    test_samples: Optional[int],
+) -> None:
+    """Keep the first ``train_samples``/``test_samples`` of each split, in place."""
+    for split, limit in (("train", train_samples), ("test", test_samples)):
+        have = len(arrays[f"x_{split}"])
+        if limit is not None and limit > have:
+            raise DataUnavailable(
+                f"{split}_samples: {dataset} has {have} {split} samples; received a request "
+                f"for {limit}. Ask for at most that many."
+            )
+        if limit is not None:
+            arrays[f"x_{split}"] = arrays[f"x_{split}"][:limit]
+            arrays[f"y_{split}"] = arrays[f"y_{split}"][:limit]
+
+
+def _fit_images(
+    loaded: _Loaded, dataset: str, spec: DatasetSpec, image_size: Optional[Tuple[int, int]]
+) -> Tuple[Optional[Tuple[int, ...]], str]:
+    """(the shape images streamed batch by batch are decoded to, None for arrays held
+    whole; the source, saying how the images were resized). Held images are resized to
+    ``image_size`` in place."""
+    source = loaded.source
+    streamed = ", decoded and resized to {}x{} (bilinear) batch by batch"
+    if loaded.folder_shape is not None:
+        shape = loaded.folder_shape
+        return shape, source + streamed.format(shape[0], shape[1])
+    if dataset == "imagenet":
+        height, width = image_size or spec.input_shape[:2]
+        return (int(height), int(width), 3), source + streamed.format(height, width)
+    if image_size is not None and loaded.kind == "image":
+        from kbench.datasets import transform
+
+        for split in ("x_train", "x_test"):
+            loaded.arrays[split] = transform.resize_images(loaded.arrays[split], image_size)
+        source += f", resized to {image_size[0]}x{image_size[1]} (bilinear)"
+    return None, source
 
 
 def _load_digits(seed: int) -> Tuple[Dict[str, np.ndarray], str]:

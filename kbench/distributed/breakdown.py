@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -97,21 +97,7 @@ def worker_summary(
             f"warmup_steps: expected fewer than the {total} steps worker {rank} ran; received "
             f"{warmup}. Lower --warmup-steps or train longer."
         )
-    measured = slice(warmup, total)
-    step = [e - b for b, e in zip(log.begins[measured], log.ends[measured])]
-    parts = {
-        "data": log.data[measured],
-        "forward": log.forward[measured],
-        "backward": log.backward[measured],
-    }
-    updates = log.update[measured]
-    separate_update = all(u is not None for u in updates)
-    parts["update"] = [float(u) for u in updates] if separate_update else None
-    comm = [
-        s - d - f - b - (u if separate_update else 0.0)
-        for s, d, f, b, u in zip(step, parts["data"], parts["forward"], parts["backward"], updates)
-    ]
-    parts["comm"] = comm
+    step, parts = measured_phases(log)
     measured_start = log.ends[warmup - 1] if warmup else log.begins[0]
     measured_time = log.ends[-1] - measured_start
     measured_steps = total - warmup
@@ -155,6 +141,26 @@ def worker_summary(
     }
     summary.update(extra or {})
     return summary
+
+
+def measured_phases(log: StepLog) -> Tuple[List[float], Dict[str, Optional[List[float]]]]:
+    """The measured steps' times, and each phase's times (``update`` None where the
+    engine does not run it apart; ``comm`` the rest of each step)."""
+    measured = slice(log.warmup_steps, len(log))
+    step = [e - b for b, e in zip(log.begins[measured], log.ends[measured])]
+    parts: Dict[str, Optional[List[float]]] = {
+        "data": log.data[measured],
+        "forward": log.forward[measured],
+        "backward": log.backward[measured],
+    }
+    updates = log.update[measured]
+    separate_update = all(u is not None for u in updates)
+    parts["update"] = [float(u) for u in updates] if separate_update else None
+    parts["comm"] = [
+        s - d - f - b - (u if separate_update else 0.0)
+        for s, d, f, b, u in zip(step, parts["data"], parts["forward"], parts["backward"], updates)
+    ]
+    return step, parts
 
 
 def combine(workers: Sequence[Dict[str, Any]], global_batch: int) -> Dict[str, Any]:

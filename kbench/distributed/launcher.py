@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import datetime as dt
 import logging
 import os
 import subprocess
@@ -40,9 +39,10 @@ from kbench.backends.switches import SWITCHES
 from kbench.distributed import merge, summary
 from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
 from kbench.distributed.sampling import JobSampler, assess_quality
-from kbench.measure import processes, sysinfo
+from kbench.measure import processes
 from kbench.measure.processes import alive, interrupt_on_sigterm
 from kbench.measure.sampler import windows_from_markers
+from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.result import RunResult
@@ -69,60 +69,126 @@ def run_distributed(
     sweep: Optional[Dict[str, Any]] = None,
 ) -> RunResult:
     """Run ``config`` on its mode's engine; save and return its result."""
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    run_id = (
-        f"{stamp}-{config.backend}-{file_safe(config.model)}-{config.distributed}x{config.workers}-"
-        f"{os.urandom(3).hex()}"
+    run_id = ending.new_run_id(
+        config.backend, file_safe(config.model), f"{config.distributed}x{config.workers}"
     )
     run_dir = session_dir / run_id
     for sub in ("procs", "replies"):
         (run_dir / sub).mkdir(parents=True)
-    started_at = time.time()
-    interpreter = environments.interpreter_for(config.backend)
-    base = dict(
-        run_id=run_id,
-        config=config,
-        data=data,
-        started_at=started_at,
-        interpreter=interpreter,
-        sweep=sweep,
+    begun = Begun(
+        run_id, config, data, time.time(), environments.interpreter_for(config.backend), sweep
     )
     store = ResultStore(runner.output_dir)
-
     refused = preflight(config)
     if refused:
-        return save(ended(**base, status="unsupported", reason=refused), store)
+        return save(begun.result(ending.Verdict("unsupported", refused, None)), store, config)
     try:
-        cluster = Cluster.from_environment()
-        ports = cluster.ports(ports_needed(config.distributed, config.workers))
-        procs, endpoints = plan(
-            config.distributed, config.workers, cluster, ports, str(run_dir / "run.json")
-        )
+        launch = prepare(begun, run_dir, python_path)
     except PlanError as err:
-        return save(ended(**base, status="failed", reason=str(err)), store)
+        return save(begun.result(ending.Verdict("failed", str(err), None)), store, config)
+    log_path = open_log(Path(runner.output_dir), run_id)  # a store that cannot take it: stop
+    job = Job(
+        launch.procs, begun.interpreter, launch.env, run_dir, log_path, config,
+        runner.on_progress, runner.nvml,
+    )  # fmt: skip
+    try:
+        outcome = job.run()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
+        leftovers.write_interrupted(log_path, run_id, config, begun.started_at, sweep)
+        raise
+    ended_at = time.time()
+    replies = read_replies(run_dir / "replies")
+    result = finish(begun, launch, outcome, replies, ended_at, runner.busy_threshold)
+    if result.ok:
+        result.metrics["distributed"]["scaling"] = merge.scaling(
+            config, result.metrics["images_per_sec"], store, host_of(result)
+        )
+        log.info("%s", summary.breakdown_line(result))
+    return save(result, store, config)
 
+
+@dataclass(frozen=True)
+class Begun:
+    """A run as far as every one of its endings records it, however far it got."""
+
+    run_id: str
+    config: RunConfig
+    data: datasets.PreparedData
+    started_at: float
+    interpreter: Path
+    sweep: Optional[Dict[str, Any]]
+
+    def result(
+        self,
+        verdict: ending.Verdict,
+        ended_at: Optional[float] = None,
+        *,
+        metrics: Optional[Dict[str, Any]] = None,
+        sampler: Optional[Dict[str, Any]] = None,
+        leader: Optional[Dict[str, Any]] = None,
+        process_env: Optional[Dict[str, str]] = None,
+        keras_json: Optional[Dict[str, Any]] = None,
+    ) -> RunResult:
+        """The run's result (kind ``train``), ending now unless ``ended_at`` says when;
+        ``leader``: the reply of the process that evaluated (its model and framework)."""
+        leader = leader or {}
+        return ending.run_result(
+            run_id=self.run_id,
+            kind="train",
+            config=self.config.to_dict(),
+            verdict=verdict,
+            started_at=self.started_at,
+            ended_at=time.time() if ended_at is None else ended_at,
+            environment=ending.environment(
+                self.interpreter, process_env, keras_json, leader.get("framework", {})
+            ),
+            data=self.data.describe(),
+            model=leader.get("model", {}),
+            metrics=metrics,
+            sampler=sampler,
+            sweep=self.sweep,
+        )
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a run starts: its processes, with the endpoints and ports they are told, the
+    shards they train on, each training process's threads and cores, their variables."""
+
+    cluster: Cluster
+    ports: List[int]
+    procs: List[Process]
+    endpoints: Dict[str, Any]
+    shards: np.ndarray  # (workers, steps, batch)
+    pass_length: int  # positions of the global order per pass over the data
+    local_trainers: int  # processes that compute on this host
+    threads: int
+    cores: List[List[int]]
+    env: Dict[str, str]
+    keras_json: Dict[str, Any]
+
+
+def prepare(begun: Begun, run_dir: Path, python_path: Path) -> Launch:
+    """Plan the processes (:class:`PlanError` if the hosts and ports cannot make the
+    run), cut and save the shards, and write ``run.json`` that every process reads."""
+    config, data = begun.config, begun.data
+    cluster = Cluster.from_environment()
+    ports = cluster.ports(ports_needed(config.distributed, config.workers))
+    procs, endpoints = plan(
+        config.distributed, config.workers, cluster, ports, str(run_dir / "run.json")
+    )
     # the order every worker's shard comes from: the runner's, at the global batch
-    global_batch = config.batch_size * config.workers
     order = datasets.batch_order(
         data.train_samples,
-        global_batch,
+        config.batch_size * config.workers,
         config.epochs or 1,
         config.seed,
         total_steps=None if config.steps is None else config.warmup_steps + config.steps,
     )
     shards = cut_shards(order, config.workers, config.batch_size)
     np.save(run_dir / "shards.npy", shards)
-
-    # processes that compute on this host (torchrun's workers counted through it)
-    local_trainers = (
-        sum(
-            len(p.worker_ranks) if p.role == "launcher" else 1
-            for p in procs
-            if p.pin or p.role == "launcher"
-        )
-        or 1
-    )
-    threads, cores = core_layout(config, local_trainers)
+    trainers = local_trainers(procs)
+    threads, cores = core_layout(config, trainers)
     env, keras_json = environments.process_environment(
         config.backend, run_dir, python_path, threads, config.data_format, config.device
     )
@@ -130,58 +196,85 @@ def run_distributed(
         env["GLOO_SOCKET_IFNAME"] = cluster.ifname
     env["KBENCH_DIST_MODE"] = config.distributed
     env["KBENCH_DIST_PARENT"] = str(os.getpid())  # workers end if this process is killed
+    launch = Launch(
+        cluster, ports, procs, endpoints, shards,
+        pass_length=order.shape[1] if config.steps is None else data.train_samples,
+        local_trainers=trainers, threads=threads, cores=cores, env=env, keras_json=keras_json,
+    )  # fmt: skip
+    write_run_json(begun, launch, run_dir)
+    return launch
+
+
+def local_trainers(procs: List[Process]) -> int:
+    """The processes that compute on this host (torchrun's workers counted through it)."""
+    return (
+        sum(
+            len(p.worker_ranks) if p.role == "launcher" else 1
+            for p in procs
+            if p.pin or p.role == "launcher"
+        )
+        or 1
+    )
+
+
+def write_run_json(begun: Begun, launch: Launch, run_dir: Path) -> None:
+    """``run.json``: the worker task every process reads, and the run's distributed facts."""
+    config = begun.config
     dist = {
         "mode": config.distributed,
         "workers": config.workers,
-        "steps_per_epoch": int(shards.shape[1] // (config.epochs or 1))
+        "steps_per_epoch": int(launch.shards.shape[1] // (config.epochs or 1))
         if config.steps is None
-        else int(shards.shape[1]),
+        else int(launch.shards.shape[1]),
         "shards_path": str(run_dir / "shards.npy"),
         "procs_dir": str(run_dir / "procs"),
         "replies_dir": str(run_dir / "replies"),
         "run_dir": str(run_dir),
-        "endpoints": endpoints,
-        "cluster": cluster.to_dict(),
-        "cores": cores,
-        "pin_workers": bool(cores),
-        "threads_per_worker": threads,
+        "endpoints": launch.endpoints,
+        "cluster": launch.cluster.to_dict(),
+        "cores": launch.cores,
+        "pin_workers": bool(launch.cores),
+        "threads_per_worker": launch.threads,
     }
     task = WorkerTask(
-        config=config.to_dict() | {"threads": threads},
-        data=data.to_dict(),
+        config=config.to_dict() | {"threads": launch.threads},
+        data=begun.data.to_dict(),
         order_path=str(run_dir / "shards.npy"),
-        data_format=keras_json["image_data_format"],
+        data_format=launch.keras_json["image_data_format"],
         reply_path=str(run_dir / "replies"),
-        started_at=started_at,
+        started_at=begun.started_at,
     )
     write_json_atomic(run_dir / "run.json", {"task": task.to_dict(), "distributed": dist})
 
-    log_path = open_log(Path(runner.output_dir), run_id)  # a store that cannot take it: stop
-    job = Job(procs, interpreter, env, run_dir, log_path, config, runner.on_progress, runner.nvml)
-    try:
-        outcome = job.run()
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so beside the log, then stop
-        leftovers.write_interrupted(log_path, run_id, config, started_at, sweep)
-        raise
-    ended_at = time.time()
 
-    replies = read_replies(run_dir / "replies")
-    status, reason, error = judge(outcome, replies, config)
-    metrics: Dict[str, Any] = {}
+def finish(
+    begun: Begun,
+    launch: Launch,
+    outcome: Outcome,
+    replies: Dict[str, Dict[str, Any]],
+    ended_at: float,
+    busy_threshold: float,
+) -> RunResult:
+    """The run's result from how its processes ended and what they replied: the
+    workers' metrics merged (:func:`kbench.distributed.merge.metrics`), what the sampler
+    adds, the model's achieved FLOP/s, where and how the processes ran."""
+    config = begun.config
+    verdict = judge(outcome, replies, config)
     leader = next((r for r in replies.values() if r.get("evaluation")), None)
-    if status == "ok":
-        pass_length = order.shape[1] if config.steps is None else data.train_samples
-        metrics = merge.metrics(config, replies, shards, pass_length)
+    metrics: Dict[str, Any] = {}
+    if verdict.status == "ok":
+        metrics = merge.metrics(config, replies, launch.shards, launch.pass_length)
     sampled = None
     if outcome.sampler is not None:
-        windows = windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
+        windows = windows_from_markers(metrics.get("markers", {}), begun.started_at, ended_at)
         sampled = outcome.sampler.result(windows)
         if metrics:
             metrics["memory"] += sampled_memory(sampled["summary"])
             metrics["energy"] = measured_energy(sampled["summary"], metrics["measured_images"])
             metrics["quality"] = assess_quality(
-                sampled, windows["measured"], threads * local_trainers, runner.busy_threshold
-            )
+                sampled, windows["measured"], launch.threads * launch.local_trainers,
+                busy_threshold,
+            )  # fmt: skip
     if metrics and leader:
         reply = WorkerReply(
             status="ok", framework=leader.get("framework", {}), model=leader.get("model", {})
@@ -190,32 +283,18 @@ def run_distributed(
     if metrics:
         metrics["distributed"].update(
             processes=outcome.processes,
-            endpoints=endpoints,
-            ports=ports,
-            cluster=cluster.to_dict(),
-            threads_per_worker=threads,
-            cores=cores,
-            traffic=traffic_note(config.distributed, cluster),
+            endpoints=launch.endpoints,
+            ports=launch.ports,
+            cluster=launch.cluster.to_dict(),
+            threads_per_worker=launch.threads,
+            cores=launch.cores,
+            traffic=traffic_note(config.distributed, launch.cluster),
         )
-    result = ended(
-        **base,
-        status=status,
-        reason=reason,
-        error=error,
-        wall_time_s=ended_at - started_at,
-        metrics=metrics,
-        sampler=sampled,
-        model=(leader or {}).get("model", {}),
-        framework=(leader or {}).get("framework", {}),
-        process_env=environments.recorded_variables(env, config.backend),
-        keras_json=keras_json,
-    )
-    if result.ok:
-        metrics["distributed"]["scaling"] = merge.scaling(
-            config, metrics["images_per_sec"], store, host_of(result)
-        )
-        log.info("%s", summary.breakdown_line(result))
-    return save(result, store)
+    return begun.result(
+        verdict, ended_at, metrics=metrics, sampler=sampled, leader=leader,
+        process_env=environments.recorded_variables(launch.env, config.backend),
+        keras_json=launch.keras_json,
+    )  # fmt: skip
 
 
 def preflight(config: RunConfig) -> Optional[str]:
@@ -457,7 +536,7 @@ class Job:
         reply = self._reply(name)
         if reply is not None and reply.get("error"):
             error = reply["error"]
-            how = f"{name}: {error['type']}: {error['message']}".strip().splitlines()[0]
+            how = ending.first_line(f"{name}: {error['type']}: {error['message']}")
         elif code is None:
             how = f"{name} (pid {pid}) ended without reporting a result"
         elif code < 0:
@@ -536,97 +615,55 @@ def read_replies(directory: Path) -> Dict[str, Dict[str, Any]]:
 
 def judge(
     outcome: Outcome, replies: Dict[str, Dict[str, Any]], config: RunConfig
-) -> Tuple[str, Optional[str], Optional[Dict[str, Any]]]:
-    """(status, one-line reason, error details) of the whole run."""
+) -> ending.Verdict:
+    """How the whole run ended. Unlike one worker's (:func:`kbench.run.supervise.judge`),
+    its many processes are judged together, in this order: ``unsupported`` if any
+    process found that its mode cannot run here (the other processes then fail only
+    because it left); ``timeout``, with the last lines of every process; ``failed`` (or
+    ``oom``) from the process that caused the failure (:func:`failed`); ``failed`` if
+    every process exited cleanly but no worker replied; else ``ok``."""
     unsupported = [r for r in replies.values() if r.get("status") == "unsupported"]
     if unsupported:
         error = dict(unsupported[0]["error"])
-        return "unsupported", error["message"].splitlines()[0][:500], error
+        return ending.Verdict("unsupported", ending.first_line(error["message"]), error)
+    last_lines = [(n, line) for n, t in outcome.tails.items() for line in t[-10:]]
     if outcome.timed_out:
-        tails = "\n".join(f"[{n}] {line}" for n, t in outcome.tails.items() for line in t[-10:])
-        return (
-            "timeout",
+        return ending.timed_out(
             f"the run passed its {config.timeout_s:g} s timeout; every process was stopped",
-            {"type": "Timeout", "message": "", "traceback": "", "log_tail": tails},
+            [f"[{n}] {line}" for n, line in last_lines],
         )
     if outcome.failures:
-        # the cause: a process that died (signal, no reply) before one that reported the
-        # error its peers' death gave it
-        cause = sorted(outcome.failures, key=lambda f: not f.by_signal)[0]
-        reply = replies.get(cause.name) or {}
-        error = dict(
-            reply.get("error") or {"type": "WorkerDied", "message": cause.how, "traceback": ""}
+        return failed(outcome, replies)
+    if not any(r.get("workers") for r in replies.values()):
+        return ending.no_result(
+            "NoReply", "", "no worker reported a result", [line for _, line in last_lines]
         )
-        error.update(
-            process=cause.name,
-            pid=cause.pid,
-            returncode=cause.returncode,
-            log_tail="\n".join(cause.tail or outcome.tails.get(cause.name, [])),
-            others=[f.how for f in outcome.failures if f is not cause],
-        )
-        status = reply.get("status") if reply.get("status") in ("oom", "failed") else "failed"
-        return status, cause.how, error
-    trainers = [r for r in replies.values() if r.get("workers")]
-    if not trainers:
-        return (
-            "failed",
-            "no worker reported a result",
-            {
-                "type": "NoReply",
-                "message": "",
-                "traceback": "",
-                "log_tail": "\n".join(line for t in outcome.tails.values() for line in t[-10:]),
-            },
-        )
-    return "ok", None, None
+    return ending.OK
 
 
-def ended(
-    *,
-    run_id: str,
-    config: RunConfig,
-    data: datasets.PreparedData,
-    started_at: float,
-    interpreter: Path,
-    sweep: Optional[Dict[str, Any]],
-    status: str,
-    reason: Optional[str] = None,
-    error: Optional[Dict[str, Any]] = None,
-    wall_time_s: Optional[float] = None,
-    metrics: Optional[Dict[str, Any]] = None,
-    sampler: Optional[Dict[str, Any]] = None,
-    model: Optional[Dict[str, Any]] = None,
-    framework: Optional[Dict[str, Any]] = None,
-    process_env: Optional[Dict[str, str]] = None,
-    keras_json: Optional[Dict[str, Any]] = None,
-) -> RunResult:
-    return RunResult(
-        run_id=run_id,
-        status=status,
-        config=config.to_dict(),
-        started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-        wall_time_s=time.time() - started_at if wall_time_s is None else wall_time_s,
-        environment={
-            "kbench": sysinfo.kbench_info(),
-            "machine": sysinfo.machine(),
-            "interpreter": str(interpreter),
-            "process_env": process_env or {},
-            "keras_json": keras_json or {},
-            "framework": framework or {},
-        },
-        data=data.describe(),
-        model=model or {},
-        metrics=metrics or {},
-        reason=reason,
-        error=error,
-        sampler=sampler,
-        kind="train",
-        sweep=sweep,
+def failed(outcome: Outcome, replies: Dict[str, Dict[str, Any]]) -> ending.Verdict:
+    """The verdict of a run some of whose processes failed: the cause is a process that
+    died (by a signal, or without a reply) before one that reported the error its peers'
+    death gave it; its error (or ``WorkerDied``), with every other failure under
+    ``others``; ``oom`` where the cause said so."""
+    cause = sorted(outcome.failures, key=lambda f: not f.by_signal)[0]
+    reply = replies.get(cause.name) or {}
+    error = dict(
+        reply.get("error") or {"type": "WorkerDied", "message": cause.how, "traceback": ""}
     )
+    error.update(
+        process=cause.name,
+        pid=cause.pid,
+        returncode=cause.returncode,
+        log_tail="\n".join(cause.tail or outcome.tails.get(cause.name, [])),
+        others=[f.how for f in outcome.failures if f is not cause],
+    )
+    status = reply.get("status") if reply.get("status") in ("oom", "failed") else "failed"
+    return ending.Verdict(status, cause.how, error)
 
 
-def save(result: RunResult, store: ResultStore) -> RunResult:
-    store.add(result)
+def save(result: RunResult, store: ResultStore, config: RunConfig) -> RunResult:
+    ending.keep(result, store, config.label())
     if not result.ok:
         log.info("%s: %s", result.run_id, result.reason)
     return result

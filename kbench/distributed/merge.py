@@ -10,7 +10,7 @@ each worker's own summary under ``per_worker`` and the breakdown under
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -77,33 +77,21 @@ def metrics(
     shards: np.ndarray,
     pass_length: int,
 ) -> Dict[str, Any]:
+    """The run's metrics from every worker's summary, in the names and units of a
+    single-process run's, with the data-parallel facts under ``distributed``."""
     workers = workers_of(replies)
     leader = next((w for w in workers if w["rank"] == 0), workers[0])
     evaluation = next((r["evaluation"] for r in replies.values() if r.get("evaluation")), {})
     global_batch = config.batch_size * config.workers
-    starts = [w["markers"]["measured_start"] for w in workers]
-    ends = [w["markers"]["measured_end"] for w in workers]
-    window = max(ends) - min(starts)
-    images = sum(w["measured_images"] for w in workers)
-    rate = images / window
-    scope = "every worker"
-    if len(workers) < config.workers:  # across hosts: this host's workers only
-        scope = f"this host's {len(workers)} of {config.workers} workers"
-        if config.distributed not in ASYNCHRONOUS:
-            # every synchronous step trains the global batch
-            rate = leader["measured_steps"] * global_batch / window
-            scope += "; images_per_sec: this host's steps x the global batch (synchronous)"
-    pooled = [t for w in workers for t in w["step_times_s"]]
-    step = percentiles(pooled)
+    rate, window, scope = throughput(config, workers, leader)
+    step = percentiles([t for w in workers for t in w["step_times_s"]])
     accuracies = [
         w["final_train_accuracy"] for w in workers if w["final_train_accuracy"] is not None
     ]
-    memory = [dict(m, worker=w["rank"]) for w in workers for m in w.get("memory", [])]
     breakdown = combine(workers, global_batch)
-    data_mean = breakdown["mean"]["data_s"]
     return {
         "images_per_sec": rate,
-        "measured_images": images,
+        "measured_images": sum(w["measured_images"] for w in workers),
         "measured_steps": leader["measured_steps"],
         "measured_time_s": window,
         "step_time_s": step,
@@ -115,19 +103,14 @@ def metrics(
         "step_times_s": leader["step_times_s"],
         "step_ends_s": leader["step_ends_s"],
         "warmup_steps": config.warmup_steps,
-        "warmup_time_s": max(w["warmup_time_s"] for w in workers),
-        "first_step_s": max(w["first_step_s"] for w in workers),
-        "time_to_first_step_s": max(w.get("time_to_first_step_s", 0.0) for w in workers),
-        "import_time_s": max(w.get("import_time_s", 0.0) for w in workers),
-        "build_time_s": max(w.get("build_time_s", 0.0) for w in workers),
-        "setup_time_s": max(w.get("setup_time_s", 0.0) for w in workers),
+        **slowest_timings(workers),
         "epoch_time_s": leader["epoch_time_s"],
         "epoch_train_loss": [
             float(np.mean(values)) for values in zip(*(w["epoch_train_loss"] for w in workers))
         ],
         "epoch_train_accuracy": [None] * len(leader["epoch_train_loss"]),
         "data_loading": {
-            "per_step_s": data_mean,
+            "per_step_s": breakdown["mean"]["data_s"],
             "note": "mean per step over the workers: gathering the worker's batch from its "
             "shard and handing it to the framework (see distributed.breakdown)",
         },
@@ -137,15 +120,8 @@ def metrics(
         "test_accuracy": evaluation.get("test_accuracy"),
         "eval_time_s": evaluation.get("eval_time_s"),
         "evaluation": evaluation,
-        "memory": memory,
-        "markers": {
-            "fit_start": min(w["markers"]["first_step_start"] for w in workers),
-            "first_step_start": min(w["markers"]["first_step_start"] for w in workers),
-            "first_step_end": max(w["markers"]["first_step_end"] for w in workers),
-            "warmup_end": min(starts),
-            "measured_start": min(starts),
-            "measured_end": max(ends),
-        },
+        "memory": [dict(m, worker=w["rank"]) for w in workers for m in w.get("memory", [])],
+        "markers": markers(workers),
         "global_batch_size": global_batch,
         "per_worker_batch_size": config.batch_size,
         "distributed": {
@@ -162,6 +138,50 @@ def metrics(
             "shards": shard_check(shards, pass_length, workers),
         },
         "per_worker": workers,
+    }
+
+
+def throughput(
+    config: RunConfig, workers: Sequence[Dict[str, Any]], leader: Dict[str, Any]
+) -> Tuple[float, float, str]:
+    """(global img/s, the measured window in s, what the figure covers): every worker's
+    measured images over the union of their measured windows."""
+    starts = [w["markers"]["measured_start"] for w in workers]
+    ends = [w["markers"]["measured_end"] for w in workers]
+    window = max(ends) - min(starts)
+    rate = sum(w["measured_images"] for w in workers) / window
+    scope = "every worker"
+    if len(workers) < config.workers:  # across hosts: this host's workers only
+        scope = f"this host's {len(workers)} of {config.workers} workers"
+        if config.distributed not in ASYNCHRONOUS:
+            # every synchronous step trains the global batch
+            rate = leader["measured_steps"] * config.batch_size * config.workers / window
+            scope += "; images_per_sec: this host's steps x the global batch (synchronous)"
+    return rate, window, scope
+
+
+def slowest_timings(workers: Sequence[Dict[str, Any]]) -> Dict[str, float]:
+    """Warmup, first step and start-up times: the slowest worker's, which the run waited for."""
+    return {
+        "warmup_time_s": max(w["warmup_time_s"] for w in workers),
+        "first_step_s": max(w["first_step_s"] for w in workers),
+        "time_to_first_step_s": max(w.get("time_to_first_step_s", 0.0) for w in workers),
+        "import_time_s": max(w.get("import_time_s", 0.0) for w in workers),
+        "build_time_s": max(w.get("build_time_s", 0.0) for w in workers),
+        "setup_time_s": max(w.get("setup_time_s", 0.0) for w in workers),
+    }
+
+
+def markers(workers: Sequence[Dict[str, Any]]) -> Dict[str, float]:
+    """The run's stage markers: the first worker's start to the last worker's end."""
+    starts = [w["markers"]["measured_start"] for w in workers]
+    return {
+        "fit_start": min(w["markers"]["first_step_start"] for w in workers),
+        "first_step_start": min(w["markers"]["first_step_start"] for w in workers),
+        "first_step_end": max(w["markers"]["first_step_end"] for w in workers),
+        "warmup_end": min(starts),
+        "measured_start": min(starts),
+        "measured_end": max(w["markers"]["measured_end"] for w in workers),
     }
 
 

@@ -28,7 +28,7 @@ import json
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 LOOPBACK = "127.0.0.1"
 
@@ -165,6 +165,37 @@ class Process:
         return f"{self.role}{self.rank}"
 
 
+@dataclass(frozen=True)
+class Site:
+    """What planning one mode's processes on this host starts from."""
+
+    workers: int
+    cluster: Cluster
+    ports: Sequence[int]
+    entry: Tuple[str, ...]  # the arguments after the interpreter: the worker module
+    local: range  # the global ranks of this host's workers
+
+    @property
+    def hosts(self) -> Tuple[str, ...]:
+        return self.cluster.hosts
+
+    @property
+    def coordinator(self) -> str:
+        return self.cluster.coordinator
+
+    def host_of(self, rank: int) -> str:
+        return self.hosts[rank // (self.workers // len(self.hosts))]
+
+    def one_host(self, refusal: str) -> None:
+        """Refuse a mode that runs on one host only, saying what to do instead."""
+        if len(self.hosts) > 1:
+            raise PlanError(refusal)
+
+
+def role_env(role: str, rank: int) -> Dict[str, str]:
+    return {"KBENCH_DIST_ROLE": role, "KBENCH_DIST_RANK": str(rank)}
+
+
 def plan(
     mode: str,
     workers: int,
@@ -178,131 +209,158 @@ def plan(
     it for torch-ddp) and learns its role and rank from ``KBENCH_DIST_ROLE`` and
     ``KBENCH_DIST_RANK`` (torchrun's ``RANK`` for torch-ddp).
     """
-    hosts = cluster.hosts
-    local = worker_ranks(workers, len(hosts), cluster.node)
-    entry = ("-m", "kbench.distributed.worker", run_json)
-    coordinator = cluster.coordinator
+    local = worker_ranks(workers, len(cluster.hosts), cluster.node)
+    site = Site(workers, cluster, ports, ("-m", "kbench.distributed.worker", run_json), local)
+    if mode not in PLANNERS:
+        raise PlanError(f"distributed: no launcher for mode {mode!r}")
+    endpoints: Dict[str, object] = {"coordinator": cluster.coordinator, "bind": cluster.address}
+    return PLANNERS[mode](site, endpoints), endpoints
 
-    def host_of(rank: int) -> str:
-        return hosts[rank // (workers // len(hosts))]
 
-    def role_env(role: str, rank: int) -> Dict[str, str]:
-        return {"KBENCH_DIST_ROLE": role, "KBENCH_DIST_RANK": str(rank)}
-
-    procs: List[Process] = []
-    endpoints: Dict[str, object] = {"coordinator": coordinator, "bind": cluster.address}
-    on_coordinator = cluster.node == 0
-    if mode == "torch-ddp":
-        port = ports[0]
-        endpoints["master"] = f"{coordinator}:{port}"
-        args = (
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(len(hosts)),
-            "--node-rank",
-            str(cluster.node),
-            "--nproc-per-node",
-            str(len(local)),
-            "--master-addr",
-            coordinator,
-            "--master-port",
-            str(port),
-            "--local-addr",
-            cluster.address,
-            "--max-restarts",
-            "0",
-            "--monitor-interval",
-            "0.5",
-            *entry,
+def _torch_ddp(site: Site, endpoints: Dict[str, object]) -> List[Process]:
+    """torchrun, which starts this host's workers; its rendezvous store on the
+    coordinator's port."""
+    cluster, port = site.cluster, site.ports[0]
+    endpoints["master"] = f"{site.coordinator}:{port}"
+    args = (
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(len(site.hosts)),
+        "--node-rank",
+        str(cluster.node),
+        "--nproc-per-node",
+        str(len(site.local)),
+        "--master-addr",
+        site.coordinator,
+        "--master-port",
+        str(port),
+        "--local-addr",
+        cluster.address,
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.5",
+        *site.entry,
+    )
+    return [
+        Process(
+            LAUNCHER,
+            cluster.node,
+            args,
+            {"KBENCH_DIST_ROLE": WORKER},
+            worker_ranks=tuple(site.local),
+            pin=False,
         )
+    ]
+
+
+def _tf_multiworker(site: Site, endpoints: Dict[str, object]) -> List[Process]:
+    """One worker per process, each with its gRPC port in ``TF_CONFIG``."""
+    addresses = [f"{site.host_of(r)}:{site.ports[r]}" for r in range(site.workers)]
+    endpoints["workers"] = addresses
+    procs = []
+    for rank in site.local:
+        tf_config = {
+            "cluster": {"worker": addresses},
+            "task": {"type": "worker", "index": rank},
+        }
+        env = dict(role_env(WORKER, rank), TF_CONFIG=json.dumps(tf_config))
+        procs.append(Process(WORKER, rank, site.entry, env, worker_ranks=(rank,), pin=True))
+    return procs
+
+
+def _tf_ps(site: Site, endpoints: Dict[str, object]) -> List[Process]:
+    """The parameter server, the worker servers, then the chief that schedules steps."""
+    site.one_host(
+        "tf-ps runs on one host here: a TensorFlow worker server never exits and "
+        "cannot learn when the chief is done, so kbench on another host could not end "
+        "its part of the run. Use tf-multiworker across hosts, or unset "
+        "KBENCH_DIST_HOSTS."
+    )
+    coordinator, ports = site.coordinator, site.ports
+    cluster_spec = {
+        "chief": [f"{coordinator}:{ports[0]}"],
+        "ps": [f"{coordinator}:{ports[1]}"],
+        "worker": [f"{coordinator}:{ports[2 + r]}" for r in range(site.workers)],
+    }
+    endpoints["cluster"] = cluster_spec
+
+    def tf_env(role: str, index: int) -> Dict[str, str]:
+        config = {"cluster": cluster_spec, "task": {"type": role, "index": index}}
+        return dict(role_env(role, index), TF_CONFIG=json.dumps(config))
+
+    entry = site.entry
+    procs = [Process(PS, 0, entry, tf_env(PS, 0), primary=False)]
+    for rank in site.local:  # worker servers: they run the steps the chief schedules
         procs.append(
             Process(
-                LAUNCHER,
-                cluster.node,
-                args,
-                {"KBENCH_DIST_ROLE": WORKER},
-                worker_ranks=tuple(local),
-                pin=False,
+                WORKER,
+                rank,
+                entry,
+                tf_env(WORKER, rank),
+                primary=False,
+                worker_ranks=(rank,),
+                pin=True,
             )
         )
-    elif mode == "tf-multiworker":
-        addresses = [f"{host_of(r)}:{ports[r]}" for r in range(workers)]
-        endpoints["workers"] = addresses
-        for rank in local:
-            tf_config = {
-                "cluster": {"worker": addresses},
-                "task": {"type": "worker", "index": rank},
-            }
-            env = dict(role_env(WORKER, rank), TF_CONFIG=json.dumps(tf_config))
-            procs.append(Process(WORKER, rank, entry, env, worker_ranks=(rank,), pin=True))
-    elif mode == "tf-ps":
-        if len(hosts) > 1:
-            raise PlanError(
-                "tf-ps runs on one host here: a TensorFlow worker server never exits and "
-                "cannot learn when the chief is done, so kbench on another host could not end "
-                "its part of the run. Use tf-multiworker across hosts, or unset "
-                "KBENCH_DIST_HOSTS."
-            )
-        cluster_spec = {
-            "chief": [f"{coordinator}:{ports[0]}"],
-            "ps": [f"{coordinator}:{ports[1]}"],
-            "worker": [f"{coordinator}:{ports[2 + r]}" for r in range(workers)],
-        }
-        endpoints["cluster"] = cluster_spec
+    # last: it connects to the others; the run is done when it is
+    procs.append(
+        Process(CHIEF, 0, entry, tf_env(CHIEF, 0), worker_ranks=tuple(range(site.workers)))
+    )
+    return procs
 
-        def tf_env(role: str, index: int) -> Dict[str, str]:
-            config = {"cluster": cluster_spec, "task": {"type": role, "index": index}}
-            return dict(role_env(role, index), TF_CONFIG=json.dumps(config))
 
-        procs.append(Process(PS, 0, entry, tf_env(PS, 0), primary=False))
-        for rank in local:  # worker servers: they run the steps the chief schedules
-            procs.append(
-                Process(
-                    WORKER,
-                    rank,
-                    entry,
-                    tf_env(WORKER, rank),
-                    primary=False,
-                    worker_ranks=(rank,),
-                    pin=True,
-                )
-            )
-        # last: it connects to the others; the run is done when it is
-        procs.append(Process(CHIEF, 0, entry, tf_env(CHIEF, 0), worker_ranks=tuple(range(workers))))
-    elif mode == "tf-mirrored":
-        if len(hosts) > 1:
-            raise PlanError(
-                "tf-mirrored mirrors over one host's GPUs; it does not span hosts. Use "
-                "tf-multiworker across hosts, or unset KBENCH_DIST_HOSTS."
-            )
-        procs.append(
-            Process(WORKER, 0, entry, role_env(WORKER, 0), worker_ranks=tuple(range(workers)))
-        )
-    elif mode == "jax":
-        endpoints["coordinator_address"] = f"{coordinator}:{ports[0]}"
-        for rank in local:
-            procs.append(
-                Process(WORKER, rank, entry, role_env(WORKER, rank), worker_ranks=(rank,), pin=True)
-            )
-    elif mode in ("mxnet-sync", "mxnet-async"):
-        dmlc = {
-            "DMLC_PS_ROOT_URI": coordinator,
-            "DMLC_PS_ROOT_PORT": str(ports[0]),
-            "DMLC_NUM_SERVER": "1",
-            "DMLC_NUM_WORKER": str(workers),
-            "DMLC_NODE_HOST": cluster.address,
-        }
-        if cluster.ifname:
-            dmlc["DMLC_INTERFACE"] = cluster.ifname
-        endpoints["scheduler"] = f"{coordinator}:{ports[0]}"
-        if on_coordinator:
-            for role in (SCHEDULER, SERVER):
-                env = dict(dmlc, DMLC_ROLE=role, **role_env(role, 0))
-                procs.append(Process(role, 0, entry, env, primary=False, stops_itself=True))
-        for rank in local:
-            env = dict(dmlc, DMLC_ROLE="worker", **role_env(WORKER, rank))
-            procs.append(Process(WORKER, rank, entry, env, worker_ranks=(rank,), pin=True))
-    else:
-        raise PlanError(f"distributed: no launcher for mode {mode!r}")
-    return procs, endpoints
+def _tf_mirrored(site: Site, endpoints: Dict[str, object]) -> List[Process]:
+    """One process that mirrors the model over this host's GPUs."""
+    site.one_host(
+        "tf-mirrored mirrors over one host's GPUs; it does not span hosts. Use "
+        "tf-multiworker across hosts, or unset KBENCH_DIST_HOSTS."
+    )
+    workers = tuple(range(site.workers))
+    return [Process(WORKER, 0, site.entry, role_env(WORKER, 0), worker_ranks=workers)]
+
+
+def _jax(site: Site, endpoints: Dict[str, object]) -> List[Process]:
+    """One worker per process; rank 0's host holds the coordinator."""
+    endpoints["coordinator_address"] = f"{site.coordinator}:{site.ports[0]}"
+    return [
+        Process(WORKER, rank, site.entry, role_env(WORKER, rank), worker_ranks=(rank,), pin=True)
+        for rank in site.local
+    ]
+
+
+def _mxnet(site: Site, endpoints: Dict[str, object]) -> List[Process]:
+    """The ps-lite scheduler and server (on the coordinator's host), then the workers."""
+    cluster, coordinator, port = site.cluster, site.coordinator, site.ports[0]
+    dmlc = {
+        "DMLC_PS_ROOT_URI": coordinator,
+        "DMLC_PS_ROOT_PORT": str(port),
+        "DMLC_NUM_SERVER": "1",
+        "DMLC_NUM_WORKER": str(site.workers),
+        "DMLC_NODE_HOST": cluster.address,
+    }
+    if cluster.ifname:
+        dmlc["DMLC_INTERFACE"] = cluster.ifname
+    endpoints["scheduler"] = f"{coordinator}:{port}"
+    procs = []
+    if cluster.node == 0:  # the coordinator's host
+        for role in (SCHEDULER, SERVER):
+            env = dict(dmlc, DMLC_ROLE=role, **role_env(role, 0))
+            procs.append(Process(role, 0, site.entry, env, primary=False, stops_itself=True))
+    for rank in site.local:
+        env = dict(dmlc, DMLC_ROLE="worker", **role_env(WORKER, rank))
+        procs.append(Process(WORKER, rank, site.entry, env, worker_ranks=(rank,), pin=True))
+    return procs
+
+
+# mode -> the processes of this host (and the endpoints they add)
+PLANNERS: Dict[str, Callable[[Site, Dict[str, object]], List[Process]]] = {
+    "torch-ddp": _torch_ddp,
+    "tf-multiworker": _tf_multiworker,
+    "tf-ps": _tf_ps,
+    "tf-mirrored": _tf_mirrored,
+    "jax": _jax,
+    "mxnet-sync": _mxnet,
+    "mxnet-async": _mxnet,
+}

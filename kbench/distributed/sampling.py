@@ -1,17 +1,18 @@
 """Samples every process of a data-parallel run at once, from the parent.
 
-One thread reads, every ``interval_s``, each process registered with :meth:`add`
-(a worker, a parameter server, a scheduler; torchrun's workers as they announce
-themselves) and its children: CPU percent and RSS per process, under
-``<name>_process_cpu_percent`` and ``<name>_process_rss_bytes`` (``worker0_...``,
-``server0_...``), their sums under the single-process names
-(``process_cpu_percent``, ``process_rss_bytes``), and the machine's CPU load and
-frequency. Where NVML answers, each GPU's series as :mod:`kbench.measure.sampler` reads them
-(the run's device memory summed over its processes) plus each process's own device
-memory as ``<name>_gpu<i>_process_memory_bytes`` (absent, never 0, where NVML lists none
-of its PIDs or does not know their memory). A source that fails is marked failed with
-the error and the others, the CPU series included, go on; the summary covers the GPUs
-the run's processes used (:func:`kbench.measure.sampler.scoped_summary`). The result is a
+One thread (the sampler's own, :class:`kbench.measure.sampler.SamplingThread`) reads,
+every ``interval_s``, each process registered with :meth:`add` (a worker, a parameter
+server, a scheduler; torchrun's workers as they announce themselves) and its children:
+CPU percent and RSS per process, under ``<name>_process_cpu_percent`` and
+``<name>_process_rss_bytes`` (``worker0_...``, ``server0_...``), their sums under the
+single-process names (``process_cpu_percent``, ``process_rss_bytes``), and the
+machine's CPU load and frequency. Where NVML answers, each GPU's series as
+:mod:`kbench.measure.sampler` reads them (the run's device memory summed over its
+processes) plus each process's own device memory as
+``<name>_gpu<i>_process_memory_bytes`` (absent, never 0, where NVML lists none of its
+PIDs or does not know their memory). A source that fails is marked failed with the
+error and the others, the CPU series included, go on; the summary covers the GPUs the
+run's processes used (:func:`kbench.measure.sampler.scoped_summary`). The result is a
 :class:`~kbench.measure.sampler.SamplerResult`: one time axis, one column per series.
 :func:`assess_quality` turns it into the run's ``quality`` section (other processes'
 CPU share, throttling, battery, other processes on the run's GPUs).
@@ -31,6 +32,8 @@ from kbench.measure.nvml import NvmlSource, visible_devices_of
 from kbench.measure.sampler import (
     LABELS,
     SamplerResult,
+    SamplingThread,
+    close_sources,
     describe_sources,
     optional_sources,
     read_sources,
@@ -60,8 +63,7 @@ class JobSampler:
         self._known: Dict[int, psutil.Process] = {}
         self._rows: List[Dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="kbench-job-sampler", daemon=True)
+        self._thread = SamplingThread(self._sample, interval_s, "kbench-job-sampler")
         self.sources, self.unavailable = optional_sources(nvml)
         psutil.cpu_percent(None)  # the first call only starts the interval
         self.pids: Dict[str, int] = {}
@@ -81,21 +83,14 @@ class JobSampler:
             self.visible[name] = visible
 
     def start(self) -> JobSampler:
+        """The first reading one interval from now (no reading before any process is
+        added), then one every interval, on :mod:`kbench.measure.sampler`'s thread."""
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        for source in self.sources:
-            source.close()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self._sample()
-            except Exception as err:  # a flaky reading must never end the run
-                log.debug("sampler: %s", err)
+        self._thread.stop()
+        close_sources(self.sources)
 
     def _tree(self, name: str) -> List[psutil.Process]:
         now = time.monotonic()

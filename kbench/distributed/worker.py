@@ -303,6 +303,30 @@ def summarize(
     )
 
 
+def training_reply(
+    ctx: Context,
+    model: Any,
+    workers: List[Dict[str, Any]],
+    predict: Callable[[np.ndarray], Any],
+    **more: Any,
+) -> Dict[str, Any]:
+    """What a training process replies, whatever its engine: the summaries of the workers
+    it measured (:func:`summarize`), anything the engine adds (``more``), the model, and,
+    on the leader (:attr:`Context.leader`), the test-set evaluation through ``predict``
+    (the model's probabilities for a batch of inputs). :func:`main` adds the status,
+    role, rank, cores and framework."""
+    reply: Dict[str, Any] = {"workers": workers, **more, "model": describe_model(ctx, model)}
+    if ctx.leader:
+        reply["evaluation"] = evaluate(
+            predict,
+            ctx.arrays["x_test"],
+            ctx.arrays["y_test"],
+            ctx.loss,
+            max(ctx.batch_size, 256),
+        )
+    return reply
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="[worker] %(message)s", stream=sys.stderr)

@@ -4,8 +4,9 @@
 inside and a script cannot be asked to: the frameworks' thread and GPU memory
 variables, the cores to pin to, and the instrumentation's folder and events file.
 
-Only what can be set from outside a process is set; what cannot (TensorFlow's and
-PyTorch's memory fraction) is recorded as not applied, with the reason.
+Only what can be set from outside a process is set (each backend class says which
+memory variables those are); what cannot (TensorFlow's and PyTorch's memory fraction)
+is recorded as not applied, with the reason.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import psutil
 
+from kbench.backends import load_backend
 from kbench.exec import instrument
 from kbench.exec.config import PYTHON_NAMES, ExecConfig
 from kbench.measure.keras_events import EVENTS_VARIABLE
@@ -23,30 +25,14 @@ from kbench.run import environments
 
 SITE_DIR = Path(__file__).resolve().parent / "site"  # holds the sitecustomize.py
 PROGRESS_VARIABLE = "KBENCH_PROGRESS"
-NOT_FROM_OUTSIDE = "not applied: {framework} has no environment variable for it (kbench run sets it from inside its worker)"  # noqa: E501
 
 
 def memory_variables(
     backend: str, fraction: Optional[float], growth: bool
 ) -> Tuple[Dict[str, str], Dict[str, str]]:
-    """(variables to set, what each memory option became) for one backend."""
-    variables: Dict[str, str] = {}
-    applied: Dict[str, str] = {}
-    if fraction is not None:
-        if backend == "jax":
-            variables["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:g}"
-        elif backend == "mxnet":  # MXNet's pool leaves this share to others
-            variables["MXNET_GPU_MEM_POOL_RESERVE"] = str(round((1.0 - fraction) * 100))
-        else:
-            name = {"tensorflow": "TensorFlow", "torch": "PyTorch"}[backend]
-            applied["gpu_memory_fraction"] = NOT_FROM_OUTSIDE.format(framework=name)
-    if growth:
-        if backend == "tensorflow":
-            variables["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-        elif backend == "jax":
-            variables["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        else:
-            applied["gpu_memory_growth"] = "not applicable: the allocator grows on demand"
+    """(variables to set, what each memory option became) for one backend: its class's
+    :meth:`~kbench.backends.base.Backend.memory_variables`, which imports no framework."""
+    variables, applied = load_backend(backend).memory_variables(fraction, growth)
     applied.update(variables)
     return variables, applied
 

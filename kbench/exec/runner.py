@@ -11,22 +11,21 @@ The status is ``ok`` for exit code 0, ``failed`` for any other (or a signal),
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import signal
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from kbench.exec.config import SCRIPT_DATA, ExecConfig
 from kbench.exec.environment import child_environment, resolve_command
+from kbench.measure import processes
 from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
-from kbench.measure import sysinfo
 from kbench.measure.keras_events import NO_TRAINING, read_events, summarize
+from kbench.results import ending
 from kbench.results.config import file_safe
+from kbench.results.ending import summary_line
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, open_log
@@ -38,8 +37,7 @@ log = logging.getLogger(__name__)
 
 
 def new_run_id(config: ExecConfig) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{config.backend}-exec-{file_safe(config.name)}-{uuid.uuid4().hex[:6]}"
+    return ending.new_run_id(config.backend, "exec", file_safe(config.name))
 
 
 @dataclass
@@ -83,43 +81,58 @@ class ExecRunner:
         ended_at = time.time()
         events = read_events(run_dir / "events.jsonl")
         observed = summarize(events, config.warmup_steps) if config.instrument else {}
-        status, reason, error = judge(outcome, config)
         metrics = exec_metrics(config, outcome, observed, command)
-        sampled = None
-        if outcome.sampler is not None:
-            windows = sampler_mod.windows_from_markers(
-                observed.get("markers") or {}, started_at, ended_at
-            )
-            sampled = outcome.sampler.result(windows)
-            metrics["memory"] = sampled_rss(sampled.summary) + sampled_memory(sampled.summary)
-            if observed.get("training_observed"):
-                assessed = quality_mod.assess(
-                    sampled.series, windows["measured"], config.threads, self.busy_threshold
-                )
-                if assessed is not None:
-                    metrics["quality"] = assessed.to_dict()
-        warnings = []
-        reported = observed.get("keras_backend")
-        if reported and reported != config.backend:
-            warnings.append(
-                f"Keras in the script reported backend {reported!r}, not {config.backend!r}: "
-                "the script chooses its backend itself (KERAS_BACKEND or keras.json set "
-                "inside it); its figures are that backend's"
-            )
+        sampled = self._sampled(config, outcome, observed, metrics, started_at, ended_at)
+        status, reason, error = judge(outcome, config)
         result = script_document(
             config.to_dict(), config.name, observed, run_id=run_id, status=status,
             started_at=started_at, ended_at=ended_at, interpreter=str(interpreter),
             process_env=settings["variables"], keras_json=keras_json, metrics=metrics,
             sampled=sampled, reason=reason, error=error,
             framework=dict(name=config.backend, memory_options=settings["memory_options"],
-                           cpu_affinity=settings["cpu_affinity"], warnings=warnings),
+                           cpu_affinity=settings["cpu_affinity"],
+                           warnings=backend_warnings(config, observed)),
         )  # fmt: skip
-        ResultStore(self.output_dir).add(result)
-        for warning in warnings:
-            log.warning("%s: %s", config.label(), warning)
-        for flag in (metrics.get("quality") or {}).get("flags") or []:
-            log.warning("%s: measured while %s", config.label(), flag)
-        return result
+        return ending.keep(result, ResultStore(self.output_dir), config.label())
+
+    def _sampled(
+        self,
+        config: ExecConfig,
+        outcome: Outcome,
+        observed: Dict[str, Any],
+        metrics: Dict[str, Any],
+        started_at: float,
+        ended_at: float,
+    ) -> Optional[sampler_mod.SamplerResult]:
+        """The sampler's series over the script's windows (None: nothing sampled), and
+        what it adds to ``metrics``: the tree's memory, and, where a fit was observed,
+        what else the machine did meanwhile."""
+        if outcome.sampler is None:
+            return None
+        windows = sampler_mod.windows_from_markers(
+            observed.get("markers") or {}, started_at, ended_at
+        )
+        sampled = outcome.sampler.result(windows)
+        metrics["memory"] = sampled_rss(sampled.summary) + sampled_memory(sampled.summary)
+        if observed.get("training_observed"):
+            assessed = quality_mod.assess(
+                sampled.series, windows["measured"], config.threads, self.busy_threshold
+            )
+            if assessed is not None:
+                metrics["quality"] = assessed.to_dict()
+        return sampled
+
+
+def backend_warnings(config: ExecConfig, observed: Dict[str, Any]) -> List[str]:
+    """What the run's figures must be read with: a script that chose another backend."""
+    reported = observed.get("keras_backend")
+    if reported and reported != config.backend:
+        return [
+            f"Keras in the script reported backend {reported!r}, not {config.backend!r}: "
+            "the script chooses its backend itself (KERAS_BACKEND or keras.json set "
+            "inside it); its figures are that backend's"
+        ]
+    return []
 
 
 def script_document(
@@ -149,31 +162,22 @@ def script_document(
         keras_backend_reported=observed.get("keras_backend"),
         keras_version=observed.get("keras_version"),
     )
-    return RunResult(
+    return ending.run_result(
         run_id=run_id,
-        status=status,
+        kind="exec",
         config=config,
-        started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-        wall_time_s=max(0.0, ended_at - started_at),
-        environment={
-            "kbench": sysinfo.kbench_info(),
-            "machine": sysinfo.machine(),
-            "interpreter": interpreter,
-            "process_env": process_env,
-            "keras_json": keras_json,
-            "framework": framework,
-        },
+        verdict=ending.Verdict(status, reason, error),
+        started_at=started_at,
+        ended_at=ended_at,
+        environment=ending.environment(interpreter, process_env, keras_json, framework),
         data={"name": SCRIPT_DATA, "source": "the user's script"},
         model={
             "name": name,
             "params": observed.get("params"),
             "keras_name": observed.get("model_name"),
-        },  # fmt: skip
+        },
         metrics=metrics,
-        reason=reason,
-        error=error,
         sampler=sampled.to_dict() if sampled else None,
-        kind="exec",
     )
 
 
@@ -193,25 +197,25 @@ def sampled_rss(summary: Dict[str, Any]) -> List[Dict[str, Any]]:
     ]
 
 
-def judge(outcome: Outcome, config: ExecConfig):
-    """(status, one-line reason, error details) from how the command ended."""
-    tail = "\n".join(outcome.log_tail)
+def judge(outcome: Outcome, config: ExecConfig) -> ending.Verdict:
+    """How the command ended, from its exit alone: a script writes no reply, so exit
+    code 0 is ``ok`` and any other (or a signal) is ``failed``, with the last line it
+    printed as the reason (``kbench run``'s workers are judged by their reply too:
+    :func:`kbench.run.supervise.judge`)."""
     if outcome.timed_out:
-        return (
-            "timeout",
+        return ending.timed_out(
             f"the command ran past the {config.timeout_s:g} s timeout; its process tree was killed",
-            {"type": "Timeout", "message": "", "traceback": "", "log_tail": tail},
+            outcome.log_tail,
         )
     code = outcome.returncode
     if code == 0:
-        return "ok", None, None
+        return ending.OK
     how = f"exited with code {code}"
     if code < 0:
-        how = f"was killed by signal {signal.Signals(-code).name}"
+        how = f"was killed by signal {processes.signal_name(code)}"
     last = next((line for line in reversed(outcome.log_tail) if line.strip()), "")
     reason = f"the command {how}" + (f": {last.strip()[:300]}" if last else "")
-    return "failed", reason, {"type": "ScriptFailed", "message": how, "traceback": "",
-                              "log_tail": tail}  # fmt: skip
+    return ending.no_result("ScriptFailed", how, reason, outcome.log_tail)
 
 
 def exec_metrics(
@@ -255,18 +259,3 @@ def _evaluated_accuracy(results: List[Any]) -> Optional[float]:
             if isinstance(value, (int, float)):
                 return float(value)
     return None
-
-
-def summary_line(result: RunResult) -> str:
-    label = f"{result.config['backend']}/{result.config['model']}"
-    if not result.ok:
-        return f"{label}: {result.status.upper()}: {result.reason}"
-    m = result.metrics
-    if m.get("images_per_sec") is None:
-        what = m.get("note") or m.get("images_per_sec_reason") or "no img/s"
-        return f"{label}: ok (exit 0), {what}, {result.wall_time_s:.1f} s"
-    return (
-        f"{label}: ok, {m['images_per_sec']:,.0f} img/s (step p50 "
-        f"{m['step_time_s']['p50'] * 1000:.2f} ms, {m['epochs']} epoch(s), "
-        f"{result.model.get('params') or 0:,} params), {result.wall_time_s:.1f} s"
-    )

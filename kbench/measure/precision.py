@@ -12,7 +12,7 @@ step, an inference pass, one call of an operation). Measuring stops at the first
   least 6 steps (fewer cannot reach 95% coverage).
 - **budget spent**: ``S`` seconds since the first measured step began.
 - **steps exhausted**: the caller ran out of steps (training data and epochs, an
-  inference run's ``--duration`` when no budget is given, ``--repeats`` calls of an
+  inference run's ``--duration`` when no budget is given, ``--calls`` calls of an
   operation) before either.
 
 The interval is checked cheaply: after ``MIN_STEPS`` steps, then every ``CHECK_EVERY``

@@ -237,6 +237,34 @@ class SamplerResult:
         return data
 
 
+class SamplingThread:
+    """The thread every sampler reads on (this module's :class:`Sampler`, the
+    data-parallel launcher's ``JobSampler``): ``read()`` every ``interval_s`` seconds
+    from :meth:`start` until :meth:`stop`. A reading that raises is logged and skipped,
+    and the next one goes on: sampling never ends the run."""
+
+    def __init__(self, read: Callable[[], None], interval_s: float, name: str) -> None:
+        self.read = read
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the reading in progress (waiting 5 s at most)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.read()
+            except Exception as err:  # a flaky reading must never end the run
+                log.debug("sampler: %s", err)
+
+
 class Sampler:
     """``with Sampler(pid) as s: ...``; then ``s.result(windows)``.
 
@@ -255,8 +283,7 @@ class Sampler:
         self.clock = clock
         self._root = psutil.Process(pid)
         self.visible = visible_devices_of(self._root)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="kbench-sampler", daemon=True)
+        self._thread = SamplingThread(self._sample, interval_s, "kbench-sampler")
         self._rows: List[Dict[str, Any]] = []
         self._tree_cache: List[psutil.Process] = []
         self._tree_at = float("-inf")
@@ -270,14 +297,8 @@ class Sampler:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        for source in self.sources:
-            source.close()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
+        self._thread.stop()
+        close_sources(self.sources)
 
     def _tree(self) -> List[psutil.Process]:
         """The worker and its children, rescanned at most every TREE_REFRESH_S.
@@ -322,6 +343,11 @@ def read_sources(
         except Exception as err:  # a broken source must never end the run
             failed[source.name] = error_text(err)
             log.warning("sampler: %s failed, not read again: %s", source.name, failed[source.name])
+
+
+def close_sources(sources: list) -> None:
+    for source in sources:
+        source.close()
 
 
 def describe_sources(

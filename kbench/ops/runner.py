@@ -17,10 +17,8 @@ known.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -29,11 +27,13 @@ from kbench.measure import quality, sysinfo
 from kbench.measure.processes import usable_cores
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
+from kbench.results import ending
 from kbench.results.config import DEVICES, ConfigError, check_choice, check_precision
+from kbench.results.ending import summary_line
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, check_output_dir
+from kbench.results.store import ResultStore, check_output_dir, open_log
 from kbench.run import environments, leftovers
 from kbench.run.supervise import judge, supervise
 from kbench.run.task import WorkerReply
@@ -132,8 +132,15 @@ class OpsConfig:
 
 
 def new_run_id(config: OpsConfig) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{config.backend}-ops-{uuid.uuid4().hex[:6]}"
+    return ending.new_run_id(config.backend, "ops")
+
+
+# what an ops result's ``data`` says: every operation draws its own inputs
+OPS_DATA = {
+    "name": "ops-inputs",
+    "source": "seeded normal draws: numpy.random.default_rng([seed, crc32(op), size])",
+    "synthetic": True,
+}
 
 
 def run_ops(
@@ -165,15 +172,11 @@ def run_one(
     python_path: Path,
     on_progress: Optional[Callable[[OpsConfig, Dict[str, Any]], None]] = None,
 ) -> RunResult:
+    """One backend's worker, supervised; its result stored and returned."""
     run_id = new_run_id(config)
     run_dir = session_dir / run_id
     run_dir.mkdir()
-    env, keras_json = environments.process_environment(
-        config.backend, run_dir, python_path, config.threads_in_force, None, config.device
-    )
-    recorded = environments.recorded_variables(env, config.backend)
-    if config.dtype == "float64":  # JAX computes in float32 unless told otherwise
-        env["JAX_ENABLE_X64"] = recorded["JAX_ENABLE_X64"] = "1"
+    env, recorded, keras_json = worker_environment(config, run_dir, python_path)
     interpreter = environments.interpreter_for(config.backend)
     started_at = time.time()
     task = OpsTask(
@@ -183,52 +186,51 @@ def run_one(
         started_at=started_at,
     )
     write_json_atomic(run_dir / "task.json", task.to_dict())
-    log_path = output_dir / "logs" / f"{run_id}.log"
-    log_path.parent.mkdir(exist_ok=True)
     outcome = supervise(
         [str(interpreter), "-m", "kbench.ops.worker", str(run_dir / "task.json")],
         env,
         run_dir,
-        log_path,
+        open_log(output_dir, run_id),  # a store that cannot take it: stop
         config,  # duck-typed: label(), timeout_s, sample_interval_s
         on_progress,
     )
-    wall_time = time.time() - started_at
+    ended_at = time.time()
     reply_path = Path(task.reply_path)
     reply = WorkerReply.from_dict(read_json(reply_path)) if reply_path.exists() else None
-    status, reason, error = judge(outcome, reply, config)
     metrics = dict(reply.metrics) if reply else {}  # what finished, whatever the status
     if metrics.get("ops"):
         add_peak_fractions(metrics, config.threads_in_force)
         if outcome.sampler is not None:
             add_quality(metrics, outcome.sampler.result({}).series, config)
-    result = RunResult(
+    result = ending.run_result(
         run_id=run_id,
-        status=status,
-        config=config.to_dict(),
-        started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-        wall_time_s=wall_time,
-        environment={
-            "kbench": sysinfo.kbench_info(),
-            "machine": sysinfo.machine(),
-            "interpreter": str(interpreter),
-            "process_env": recorded,
-            "keras_json": keras_json,
-            "framework": reply.framework if reply else {},
-        },
-        data={
-            "name": "ops-inputs",
-            "source": "seeded normal draws: numpy.random.default_rng([seed, crc32(op), size])",
-            "synthetic": True,
-            "seed": config.seed,
-        },
-        metrics=metrics,
-        reason=reason,
-        error=error,
         kind="ops",
+        config=config.to_dict(),
+        verdict=judge(outcome, reply, config),
+        started_at=started_at,
+        ended_at=ended_at,
+        environment=ending.environment(
+            interpreter, recorded, keras_json, reply.framework if reply else {}
+        ),
+        data=dict(OPS_DATA, seed=config.seed),
+        metrics=metrics,
     )
-    ResultStore(output_dir).add(result)
-    return result
+    return ending.keep(result, ResultStore(output_dir), config.label())
+
+
+def worker_environment(
+    config: OpsConfig, run_dir: Path, python_path: Path
+) -> Tuple[Dict[str, str], Dict[str, str], Dict[str, Any]]:
+    """The worker's variables, those a result records, and its keras.json: a model
+    run's (:func:`kbench.run.environments.process_environment`), with JAX told to
+    compute in float64 where the operations are."""
+    env, keras_json = environments.process_environment(
+        config.backend, run_dir, python_path, config.threads_in_force, None, config.device
+    )
+    recorded = environments.recorded_variables(env, config.backend)
+    if config.dtype == "float64":  # JAX computes in float32 unless told otherwise
+        env["JAX_ENABLE_X64"] = recorded["JAX_ENABLE_X64"] = "1"
+    return env, recorded, keras_json
 
 
 def add_quality(metrics: Dict[str, Any], series: Dict[str, List[Any]], config: OpsConfig) -> None:
@@ -264,18 +266,6 @@ def add_peak_fractions(metrics: Dict[str, Any], threads: int) -> None:
             entry["peak_fraction"] = entry["gflops_per_sec"] / peak["gflops_per_sec"]
         else:
             entry["peak_fraction"] = None
-
-
-def summary_line(result: RunResult) -> str:
-    entries = result.metrics.get("ops", [])
-    counts: Dict[str, int] = {}
-    for entry in entries:
-        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-    done = ", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing measured"
-    label = f"{result.config['backend']}/ops"
-    if not result.ok:
-        return f"{label}: {result.status.upper()}: {result.reason} ({done})"
-    return f"{label}: {done}, {result.wall_time_s:.1f} s"
 
 
 def progress_line(config: OpsConfig, event: Dict[str, Any]) -> Optional[str]:

@@ -64,7 +64,7 @@ def writer_lock(directory: Path) -> Iterator[Path]:
     except OSError as err:
         raise LockError(
             f"store: expected a directory kbench can write; {directory} cannot be created "
-            f"({err.strerror or err}). Choose another with --output-dir."
+            f"({err.strerror or err}). Choose another with --store."
         ) from None
     key = directory.resolve()
     if key in _held:
@@ -80,7 +80,7 @@ def writer_lock(directory: Path) -> Iterator[Path]:
     except OSError as err:
         raise LockError(
             f"store: expected to create the lock file {path}; {err.strerror or err}. "
-            "Choose an --output-dir kbench can write."
+            "Choose a --store kbench can write."
         ) from None
     try:
         _lock(fd)
@@ -92,7 +92,7 @@ def writer_lock(directory: Path) -> Iterator[Path]:
             f"store: {directory} is being written by {holder_of(path)}. Two writers would "
             "run the same runs twice and time each against the other; wait for it to "
             "finish (then run this again: finished runs are skipped), or choose another "
-            "--output-dir."
+            "--store."
         ) from None
     _held[key] = _Held(fd, 1)
     try:

@@ -247,7 +247,7 @@ class ResultStore:
         if not self.exists():
             raise StoreError(
                 f"store: expected a directory of kbench results; {self.directory} does not "
-                "exist. Point --store at the --output-dir of a run or sweep."
+                "exist. Point --store at the directory a run or sweep wrote to."
             )
         indexed = {e.file: e for e in self._read_index()}
         on_disk = sorted(
@@ -442,7 +442,7 @@ def open_log(store: Path, run_id: str) -> Path:
             path.unlink()  # an empty log of a run that never started would puzzle
         raise StoreWriteError(
             f"cannot write the log of the next run, {path}: {err.strerror or err}. "
-            f"Free some space in (or choose another) --output-dir; runs already finished "
+            f"Free some space in (or choose another) --store; runs already finished "
             f"are in {store}."
         ) from None
     return path
@@ -462,7 +462,7 @@ def low_space_warning(store: Path, runs: int, command: str = "the sweep") -> Opt
     return (
         f"only {free / 2**20:.1f} MB free where results go ({store}); {runs} runs may "
         f"need about {need / 2**20:.0f} MB. A result that cannot be written stops "
-        f"{command} (and is kept aside); free some space or choose another --output-dir."
+        f"{command} (and is kept aside); free some space or choose another --store."
     )
 
 
@@ -600,6 +600,6 @@ def check_output_dir(path: Path) -> Path:
         raise ConfigError(
             "output_dir",
             f"expected a directory kbench can write; {path} is not one "
-            f"({err.strerror or err}). Choose another with --output-dir.",
+            f"({err.strerror or err}). Choose another with --store.",
         ) from err
     return path

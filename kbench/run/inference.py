@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -64,19 +64,7 @@ def infer(
     build_time_s: float,
     tracker: Optional[PrecisionTracker] = None,
 ) -> InferenceMetrics:
-    source = arrays["x_test"] if len(arrays["x_test"]) >= batch_size else arrays["x_train"]
-    if len(source) < batch_size:
-        source = np.resize(source, (batch_size,) + source.shape[1:])
-    batch = np.ascontiguousarray(source[:batch_size])
-
-    ends: List[float] = []
-
-    def forward() -> float:
-        start = time.perf_counter()
-        backend.predict(model, batch)  # a host array: the device is done
-        ends.append(time.perf_counter())
-        return ends[-1] - start
-
+    forward = _Passes(backend, model, _fixed_batch(arrays, batch_size))
     start_wall = time.time()
     first = forward()
     first_end_wall = time.time()
@@ -84,22 +72,7 @@ def infer(
         forward()
     measured_start_wall = time.time()
     warmup_time = measured_start_wall - start_wall
-    latencies: List[float] = []
-    started = time.perf_counter()
-    next_report = started + 10.0
-    # a budget replaces the duration as the limit; a target alone stops within the duration
-    limit_s = duration_s if tracker is None or tracker.goal.budget_s is None else math.inf
-    while True:
-        latencies.append(forward())
-        now = time.perf_counter()
-        if tracker is not None and tracker.add(ends[-1] - latencies[-1], ends[-1]):
-            break
-        if now - started >= limit_s:
-            break
-        if now >= next_report:
-            next_report = now + 10.0
-            emit_progress("inference", seconds=now - started, duration=duration_s)
-    measured_time = time.perf_counter() - started
+    latencies, measured_time = _measured_passes(forward, duration_s, tracker)
     measured_end_wall = time.time()
     backend.sync()
 
@@ -128,3 +101,50 @@ def infer(
             "measured_end": measured_end_wall,
         },
     )
+
+
+def _fixed_batch(arrays: Dict[str, np.ndarray], batch_size: int) -> np.ndarray:
+    """The one batch every pass feeds: test samples, else training samples, repeated
+    when there are fewer than a batch."""
+    source = arrays["x_test"] if len(arrays["x_test"]) >= batch_size else arrays["x_train"]
+    if len(source) < batch_size:
+        source = np.resize(source, (batch_size,) + source.shape[1:])
+    return np.ascontiguousarray(source[:batch_size])
+
+
+class _Passes:
+    """Timed forward passes of one batch: a call returns its seconds; ``ends`` keeps
+    each pass's end (``perf_counter``)."""
+
+    def __init__(self, backend: Any, model: Any, batch: np.ndarray) -> None:
+        self.backend, self.model, self.batch = backend, model, batch
+        self.ends: List[float] = []
+
+    def __call__(self) -> float:
+        start = time.perf_counter()
+        self.backend.predict(self.model, self.batch)  # a host array: the device is done
+        self.ends.append(time.perf_counter())
+        return self.ends[-1] - start
+
+
+def _measured_passes(
+    forward: _Passes, duration_s: float, tracker: Optional[PrecisionTracker]
+) -> Tuple[List[float], float]:
+    """(latency of each measured pass, measured seconds): passes until the tracker says
+    stop or the limit is spent (see the module docstring)."""
+    latencies: List[float] = []
+    started = time.perf_counter()
+    next_report = started + 10.0
+    # a budget replaces the duration as the limit; a target alone stops within the duration
+    limit_s = duration_s if tracker is None or tracker.goal.budget_s is None else math.inf
+    while True:
+        latencies.append(forward())
+        now = time.perf_counter()
+        if tracker is not None and tracker.add(forward.ends[-1] - latencies[-1], forward.ends[-1]):
+            break
+        if now - started >= limit_s:
+            break
+        if now >= next_report:
+            next_report = now + 10.0
+            emit_progress("inference", seconds=now - started, duration=duration_s)
+    return latencies, time.perf_counter() - started

@@ -13,13 +13,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import datetime as dt
 import functools
 import logging
 import shutil
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -31,8 +29,9 @@ from kbench.backends.switches import SWITCHES
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
-from kbench.measure import sysinfo
+from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
+from kbench.results.ending import summary_line
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
@@ -41,14 +40,13 @@ from kbench.run import environments, leftovers
 from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
 from kbench.run.supervise import Outcome, judge, supervise
 from kbench.run.task import WorkerReply, WorkerTask
-from kbench_models import short_name, spec_for
+from kbench_models import spec_for
 
 log = logging.getLogger(__name__)
 
 
 def new_run_id(config: RunConfig) -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{config.backend}-{file_safe(config.model)}-{uuid.uuid4().hex[:6]}"
+    return ending.new_run_id(config.backend, file_safe(config.model))
 
 
 def data_request(config: RunConfig) -> Dict[str, Any]:
@@ -279,65 +277,68 @@ class Runner:
 
     def _finish(self, run: PlannedRun, context: RunContext) -> RunResult:
         """The run's result document from its reply and how the worker ended, saved."""
-        config, parity, outcome = run.config, run.case.parity, context.outcome
+        config = run.config
         reply_path = run.run_dir / "reply.json"
         reply = WorkerReply.from_dict(read_json(reply_path)) if reply_path.exists() else None
-        started_at, ended_at = context.started_at, context.ended_at
+        outcome, started_at, ended_at = context.outcome, context.started_at, context.ended_at
         if context.warm and reply is not None:  # the worker ended later, for this case
             outcome = dataclasses.replace(outcome, returncode=0, timed_out=False)
             started_at, ended_at = reply.started_at or started_at, reply.ended_at or ended_at
-        status, reason, error = judge(outcome, reply, config)
-        if context.warm and reply is None and reason:
-            reason += " (in a warm worker shared with other runs: this one had not replied yet)"
-        metrics = dict(reply.metrics) if reply and status == "ok" else {}
-        sampled = None
-        if outcome.sampler is not None:
-            windows = sampler_mod.windows_from_markers(
-                metrics.get("markers", {}), started_at, ended_at
+        verdict = judge(outcome, reply, config)
+        if context.warm and reply is None and verdict.reason:
+            verdict = verdict._replace(
+                reason=verdict.reason
+                + " (in a warm worker shared with other runs: this one had not replied yet)"
             )
-            sampled = outcome.sampler.result(windows)
-            if metrics and parity is None:
-                metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
-                metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
-                assessed = quality_mod.assess(
-                    sampled.series, windows["measured"], config.threads, self.busy_threshold,
-                    worker_gpus=sampled.sources.get("gpu", {}).get("worker_gpus"),
-                )  # fmt: skip
-                if assessed is not None:
-                    metrics["quality"] = assessed.to_dict()
-        if metrics and parity is None:
+        metrics = dict(reply.metrics) if reply and verdict.status == "ok" else {}
+        sampled = self._sampled(run, outcome, metrics, started_at, ended_at)
+        if metrics and run.case.parity is None:
             metrics["compute"] = compute_rate(config, metrics, reply)
-        environment = {
-            "kbench": sysinfo.kbench_info(),
-            "machine": sysinfo.machine(),
-            "interpreter": context.interpreter,
-            "process_env": context.process_env,
-            "keras_json": context.keras_json,
-            "framework": reply.framework if reply else {},
-        }
-        result = RunResult(
+        framework = reply.framework if reply else {}
+        result = ending.run_result(
             run_id=run.run_id,
-            status=status,
+            kind="parity" if run.case.parity is not None else config.mode,
             config=config.to_dict(),
-            started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-            wall_time_s=ended_at - started_at,
-            environment=environment,
+            verdict=verdict,
+            started_at=started_at,
+            ended_at=ended_at,
+            environment=ending.environment(
+                context.interpreter, context.process_env, context.keras_json, framework
+            ),
             data=run.case.data.describe(),
             model=model_facts(config, reply),
             metrics=metrics,
-            reason=reason,
-            error=error,
             sampler=sampled.to_dict() if sampled else None,
-            kind="parity" if parity is not None else config.mode,
             sweep=run.case.sweep,
         )
-        with self.store_lock:
-            ResultStore(self.output_dir).add(result)
-        for warning in result.warnings:
-            log.warning("%s: %s", config.label(), warning)
-        for flag in (metrics.get("quality") or {}).get("flags") or []:
-            log.warning("%s: measured while %s", config.label(), flag)
-        return result
+        with self.store_lock:  # runs side by side in threads: one writer at a time
+            return ending.keep(result, ResultStore(self.output_dir), config.label())
+
+    def _sampled(
+        self,
+        run: PlannedRun,
+        outcome: Outcome,
+        metrics: Dict[str, Any],
+        started_at: float,
+        ended_at: float,
+    ) -> Optional[sampler_mod.SamplerResult]:
+        """The sampler's series over the run's windows (None: nothing sampled); a measured
+        run's (not parity's) ``metrics`` get what the sampler adds: memory the worker
+        could not see, energy, what else the machine did meanwhile."""
+        if outcome.sampler is None:
+            return None
+        windows = sampler_mod.windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
+        sampled = outcome.sampler.result(windows)
+        if metrics and run.case.parity is None:
+            metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
+            metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
+            assessed = quality_mod.assess(
+                sampled.series, windows["measured"], run.config.threads, self.busy_threshold,
+                worker_gpus=sampled.sources.get("gpu", {}).get("worker_gpus"),
+            )  # fmt: skip
+            if assessed is not None:
+                metrics["quality"] = assessed.to_dict()
+        return sampled
 
 
 def worker_key(config: RunConfig) -> Tuple:
@@ -491,20 +492,3 @@ class Session:
         for config in configs:
             self.prepared.release(config)
         return results
-
-
-def summary_line(result: RunResult) -> str:
-    label = f"{result.config['backend']}/{short_name(result.config['model'])}"
-    if not result.ok:
-        return f"{label}: {result.status.upper()}: {result.reason}"
-    m = result.metrics
-    if result.kind == "inference":
-        latency = m["latency_ms"]
-        detail = f"latency p50 {latency['p50']:.2f} ms, p99 {latency['p99']:.2f} ms"
-    else:
-        spread = m["images_per_sec_per_step"]
-        detail = (
-            f"per step p10-p90 {spread['p10']:,.0f}-{spread['p90']:,.0f}, "
-            f"test accuracy {m['test_accuracy']:.3f}"
-        )
-    return f"{label}: ok, {m['images_per_sec']:,.0f} img/s ({detail}), {result.wall_time_s:.1f} s"

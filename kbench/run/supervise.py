@@ -1,6 +1,7 @@
 """One worker process, supervised: its own process group, its output logged and its
 progress relayed, the sampler on its process tree, the timeout enforced, and how it
-ended judged as a status (``ok``, ``failed``, ``oom``, ``timeout``).
+ended judged as a status (``ok``, ``failed``, ``oom``, ``timeout``) with the pieces
+of :mod:`kbench.results.ending`.
 
 The runner (:mod:`kbench.run.runner`) and ``kbench ops`` (:mod:`kbench.ops.runner`)
 supervise their workers with it.
@@ -15,13 +16,15 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import psutil
 
 from kbench.measure import processes
 from kbench.measure.sampler import Sampler
+from kbench.results import ending
 from kbench.results.config import RunConfig
+from kbench.results.ending import Verdict
 from kbench.run.task import WorkerReply, parse_progress
 
 log = logging.getLogger(__name__)
@@ -140,28 +143,23 @@ def _relay(process, log_file: LogWriter, tail, config: RunConfig, on_progress) -
             on_progress(config, event)
 
 
-def judge(
-    outcome: Outcome, reply: Optional[WorkerReply], config: RunConfig
-) -> Tuple[str, Optional[str], Optional[Dict]]:
-    """(status, one-line reason, error details) from how the worker ended."""
-    tail = "\n".join(outcome.log_tail)
+def judge(outcome: Outcome, reply: Optional[WorkerReply], config: RunConfig) -> Verdict:
+    """How a worker ended, as a :class:`~kbench.results.ending.Verdict`: ``timeout`` past
+    its timeout; ``ok`` only when it replied ok *and* exited 0; else the error it
+    reported, with its own status (``failed``, ``oom``, ``unsupported``); else ``failed``,
+    how it exited (``kbench exec`` and data-parallel runs judge their own way)."""
     if outcome.timed_out:
-        return (
-            "timeout",
+        return ending.timed_out(
             f"the worker ran past the {config.timeout_s:g} s timeout and was killed",
-            {"type": "Timeout", "message": "", "traceback": "", "log_tail": tail},
+            outcome.log_tail,
         )
     if reply is not None and reply.status == "ok" and outcome.returncode == 0:
-        return "ok", None, None
+        return ending.OK
     if reply is not None and reply.error:
-        error = dict(reply.error, log_tail=tail)
-        first_line = f"{error['type']}: {error['message']}".strip().splitlines()[0]
-        return reply.status, first_line[:500], error
+        return ending.reported(reply.status, reply.error, outcome.log_tail)
     how = processes.describe_exit(outcome.returncode)
-    return (
-        "failed",
-        f"the worker {how} without reporting a result",
-        {"type": "WorkerCrashed", "message": how, "traceback": "", "log_tail": tail},
+    return ending.no_result(
+        "WorkerCrashed", how, f"the worker {how} without reporting a result", outcome.log_tail
     )
 
 

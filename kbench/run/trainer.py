@@ -172,77 +172,133 @@ def train(
     """Train over ``order`` (epochs x samples); with ``tracker``, stop measuring as soon as
     it says so (see the module docstring)."""
     backend.compile(model, optimizer, learning_rate, loss)
-    steps_per_epoch = order.shape[1] // batch_size
-    total_steps = steps_per_epoch * order.shape[0]
-    if warmup_steps >= total_steps:
-        raise ValueError(
-            f"warmup_steps: expected fewer than the run's {total_steps} steps; received "
-            f"{warmup_steps}. Lower --warmup-steps or train longer."
-        )
-
+    total_steps = _total_steps(order, batch_size, warmup_steps)
     clock = StepClock(warmup_steps=warmup_steps, tracker=tracker)
     clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
-    epoch_times, epoch_ends, epoch_logs, last_logs = [], [], [], {}
     fit_start = time.time()
-    gather_s = 0.0
     decode_start, decoded_start = LOADING.seconds, LOADING.images
-    for epoch, indices in enumerate(order):
-        gather_start = time.perf_counter()
-        x, y = arrays["x_train"][indices], arrays["y_train"][indices]
-        gather_s += time.perf_counter() - gather_start
-        clock.epoch_begin()
-        started = time.perf_counter()
-        stopped = False
-        try:
-            last_logs = backend.fit_epoch(model, x, y, batch_size, clock)
-        except StopMeasuring:
-            last_logs, stopped = epoch_logs_at_stop(clock.last_logs), True
-        backend.sync()
-        epoch_times.append(time.perf_counter() - started)
-        epoch_ends.append(time.time())
-        epoch_logs.append(last_logs)
-        emit_progress(
-            "epoch",
-            epoch=epoch + 1,
-            epochs=len(order),
-            loss=float(last_logs.get("loss", float("nan"))),
-            seconds=epoch_times[-1],
-        )
-        if stopped:
-            break
+    epochs = _run_epochs(backend, model, arrays, order, batch_size, clock)
     if len(clock.ends) != total_steps and (tracker is None or tracker.stopped is None):
         raise RuntimeError(
             f"the step clock saw {len(clock.ends)} steps; expected {total_steps}. "
             f"{backend.name}'s fit_epoch does not stamp every step."
         )
+    data_loading = _data_loading(epochs, clock, decode_start, decoded_start)
 
-    data_loading = {
-        "epoch_gather_s": gather_s,
-        "streamed_decode_s": LOADING.seconds - decode_start,
-        "streamed_images": LOADING.images - decoded_start,
-        "outside_steps_s": max(
-            sum(epoch_times) - sum(e - b for b, e in zip(clock.begins, clock.ends)), 0.0
-        ),
-        "note": "epoch_gather_s: copying each epoch's samples in the drawn order, before its "
-        "fit; streamed_decode_s: reading and decoding image files (streamed data sets), "
-        "inside the steps where the framework fetches data in its step; outside_steps_s: "
-        "time inside fit between steps",
-    }
     eval_start = time.perf_counter()
     test_loss, test_accuracy = backend.evaluate(
         model, arrays["x_test"], arrays["y_test"], max(batch_size, 256)
     )
     eval_time = time.perf_counter() - eval_start
     markers = dict(
-        clock.markers(), fit_start=fit_start, epoch_ends=epoch_ends, eval_end=time.time()
+        clock.markers(), fit_start=fit_start, epoch_ends=epochs.ends, eval_end=time.time()
+    )
+    return TrainMetrics(
+        **_step_metrics(clock, batch_size),
+        **_epoch_metrics(epochs),
+        time_to_first_step_s=clock.wall(clock.ends[0]) - process_start,
+        import_time_s=import_time_s,
+        build_time_s=build_time_s,
+        data_loading=data_loading,
+        test_loss=float(test_loss),
+        test_accuracy=float(test_accuracy),
+        eval_time_s=eval_time,
+        memory=backend.memory_readings(),
+        markers=markers,
+        precision=None if tracker is None else tracker.record(),
     )
 
+
+def _total_steps(order: np.ndarray, batch_size: int, warmup_steps: int) -> int:
+    """The steps ``order`` makes (the last partial batch of each epoch dropped), which
+    must be more than the warmup."""
+    total_steps = order.shape[1] // batch_size * order.shape[0]
+    if warmup_steps >= total_steps:
+        raise ValueError(
+            f"warmup_steps: expected fewer than the run's {total_steps} steps; received "
+            f"{warmup_steps}. Lower --warmup-steps or train longer."
+        )
+    return total_steps
+
+
+@dataclass
+class _Epochs:
+    """What the epochs left: each one's time, end and logs, and the gathering time."""
+
+    times: List[float] = field(default_factory=list)  # wall time of each fit call
+    ends: List[float] = field(default_factory=list)  # time.time() as each one ended
+    logs: List[Dict[str, Any]] = field(default_factory=list)
+    gather_s: float = 0.0  # copying each epoch's samples in order, before its fit
+
+    @property
+    def last_logs(self) -> Dict[str, Any]:
+        return self.logs[-1] if self.logs else {}
+
+
+def _run_epochs(
+    backend: Any,
+    model: Any,
+    arrays: Dict[str, np.ndarray],
+    order: np.ndarray,
+    batch_size: int,
+    clock: StepClock,
+) -> _Epochs:
+    """One ``fit_epoch`` per row of ``order``, until the end or the clock's tracker stops."""
+    epochs = _Epochs()
+    for epoch, indices in enumerate(order):
+        gather_start = time.perf_counter()
+        x, y = arrays["x_train"][indices], arrays["y_train"][indices]
+        epochs.gather_s += time.perf_counter() - gather_start
+        clock.epoch_begin()
+        started = time.perf_counter()
+        stopped = False
+        try:
+            logs = backend.fit_epoch(model, x, y, batch_size, clock)
+        except StopMeasuring:
+            logs, stopped = epoch_logs_at_stop(clock.last_logs), True
+        backend.sync()
+        epochs.times.append(time.perf_counter() - started)
+        epochs.ends.append(time.time())
+        epochs.logs.append(logs)
+        emit_progress(
+            "epoch",
+            epoch=epoch + 1,
+            epochs=len(order),
+            loss=float(logs.get("loss", float("nan"))),
+            seconds=epochs.times[-1],
+        )
+        if stopped:
+            break
+    return epochs
+
+
+def _data_loading(
+    epochs: _Epochs, clock: StepClock, decode_start: float, decoded_start: int
+) -> Dict[str, Any]:
+    """Data loading apart from compute (``TrainMetrics.data_loading``)."""
+    return {
+        "epoch_gather_s": epochs.gather_s,
+        "streamed_decode_s": LOADING.seconds - decode_start,
+        "streamed_images": LOADING.images - decoded_start,
+        "outside_steps_s": max(
+            sum(epochs.times) - sum(e - b for b, e in zip(clock.begins, clock.ends)), 0.0
+        ),
+        "note": "epoch_gather_s: copying each epoch's samples in the drawn order, before its "
+        "fit; streamed_decode_s: reading and decoding image files (streamed data sets), "
+        "inside the steps where the framework fetches data in its step; outside_steps_s: "
+        "time inside fit between steps",
+    }
+
+
+def _step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
+    """The ``TrainMetrics`` fields read from the step clock: the measured window, the
+    warmup and the first step."""
+    warmup_steps = clock.warmup_steps
     measured_steps = len(clock.ends) - warmup_steps
     step_times = [e - b for b, e in zip(clock.begins[warmup_steps:], clock.ends[warmup_steps:])]
     measured_time = clock.measured_seconds()
     step_pct = percentiles(step_times)
-    train_accuracy = last_logs.get("accuracy")
-    return TrainMetrics(
+    return dict(
         images_per_sec=measured_steps * batch_size / measured_time,
         measured_images=measured_steps * batch_size,
         measured_steps=measured_steps,
@@ -259,21 +315,20 @@ def train(
         warmup_steps=warmup_steps,
         warmup_time_s=(clock.ends[warmup_steps - 1] - clock.begins[0]) if warmup_steps else 0.0,
         first_step_s=clock.ends[0] - clock.begins[0],
-        time_to_first_step_s=clock.wall(clock.ends[0]) - process_start,
-        import_time_s=import_time_s,
-        build_time_s=build_time_s,
-        epoch_time_s=epoch_times,
-        epoch_train_loss=[float(logs.get("loss", float("nan"))) for logs in epoch_logs],
+    )
+
+
+def _epoch_metrics(epochs: _Epochs) -> Dict[str, Any]:
+    """The ``TrainMetrics`` fields read from the epochs: times, training loss and accuracy."""
+    last_logs = epochs.last_logs
+    train_accuracy = last_logs.get("accuracy")
+    return dict(
+        epoch_time_s=epochs.times,
+        epoch_train_loss=[float(logs.get("loss", float("nan"))) for logs in epochs.logs],
         epoch_train_accuracy=[
-            None if logs.get("accuracy") is None else float(logs["accuracy"]) for logs in epoch_logs
+            None if logs.get("accuracy") is None else float(logs["accuracy"])
+            for logs in epochs.logs
         ],
-        data_loading=data_loading,
         final_train_loss=float(last_logs.get("loss", float("nan"))),
         final_train_accuracy=None if train_accuracy is None else float(train_accuracy),
-        test_loss=float(test_loss),
-        test_accuracy=float(test_accuracy),
-        eval_time_s=eval_time,
-        memory=backend.memory_readings(),
-        markers=markers,
-        precision=None if tracker is None else tracker.record(),
     )

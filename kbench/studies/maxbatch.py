@@ -18,6 +18,7 @@ from typing import Callable, List, Optional, Tuple
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.run.runner import Runner
+from kbench.views.tables import render
 
 log = logging.getLogger(__name__)
 
@@ -95,3 +96,12 @@ def find_max_batch(
         )
 
     return search(fits, start, limit), runs
+
+
+def probes_table(runs: List[RunResult]) -> str:
+    """One row per batch size tried: whether it fit, the run's status, its speed."""
+    return render(
+        ["batch", "fits", "status", "img/s"],
+        [[str(r.config["batch_size"]), "yes" if r.ok else "no", r.status,
+          f"{r.metrics['images_per_sec']:,.0f}" if r.ok else "-"] for r in runs],
+    )  # fmt: skip

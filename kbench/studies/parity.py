@@ -21,6 +21,8 @@ from kbench.measure.processes import usable_cores
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.result import RunResult
 from kbench.run.runner import Runner
+from kbench.views.names import model_label
+from kbench.views.tables import render
 
 log = logging.getLogger(__name__)
 
@@ -255,3 +257,20 @@ def _row(
     dataclasses.replace(result, metrics=metrics).save(runner.output_dir)
     return ParityRow(**row, status="ok", reason=None, losses=result.metrics["losses"],
                      notes=notes, **diffs)  # fmt: skip
+
+
+def rows_table(rows: Sequence[ParityRow]) -> str:
+    """One row per backend and model: the largest differences from the reference, the
+    noise floor and the verdict."""
+
+    def number(value: Optional[float]) -> str:
+        return "-" if value is None else f"{value:.2e}"
+
+    return render(
+        ["model", "backend", "vs", "max |d output|", "max |d loss|", "max rel d loss",
+         "noise floor", "verdict"],
+        [[model_label(r.model), r.backend, r.reference, number(r.output_max_abs),
+          number(r.loss_max_abs), number(r.loss_max_rel), number(r.noise_floor),
+          "pass" if r.passed else (f"FAIL ({r.status}: {r.reason})" if r.reason else "FAIL")]
+         for r in rows],
+    )  # fmt: skip

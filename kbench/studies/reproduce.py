@@ -1,6 +1,6 @@
 """A published study reproduced: its sweep, and its claims checked against that sweep.
 
-The study file (:mod:`kbench.views.published`) names a sweep file; :func:`study_sweep`
+The study file (:mod:`kbench.studies.published`) names a sweep file; :func:`study_sweep`
 loads it (full size or reduced, narrowed by the study's ``reduced.only``), and
 :func:`check_study` makes sure every claim and plot refers to runs the sweep defines
 and to metrics kbench records, so a typo in a selector fails when the file is checked,
@@ -10,11 +10,15 @@ not as "runs missing" after an hour of runs.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Dict, List
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from kbench.results.result import RunResult
+from kbench.results.store import Filter, ResultStore, StoreError
+from kbench.studies.claims import METRICS, ClaimOutcome, claims_table, evaluate
+from kbench.studies.published import Study, StudyError, find_study, load_study, study_files
 from kbench.studies.sweep import RUN_FIELDS, Sweep, SweepError, SweepRun, load_sweep
-from kbench.views.claims import METRICS
-from kbench.views.published import Study, StudyError
+from kbench.views.tables import render
 
 
 def study_sweep(study: Study, reduced: bool) -> Sweep:
@@ -121,3 +125,57 @@ def check_study(study: Study) -> List[str]:
         if not any(run_matches(run, plot.where) for run in sweeps[False].runs):
             problems.append(f"{study.file}: plots[{i}]: no run of the sweep has {plot.where!r}.")
     return problems
+
+
+def prepare(name: str, reduced: bool) -> Tuple[Study, Sweep]:
+    """The study named ``name`` (or at that path) and its sweep, the study checked
+    against the sweep first: a claim or plot that names no run of it is refused here."""
+    study = load_study(find_study(name))
+    problems = check_study(study)
+    if problems:
+        raise StudyError(study.file, "", "does not fit its sweep:\n  " + "\n  ".join(problems))
+    return study, study_sweep(study, reduced)
+
+
+def stored_results(study: Study, sweep: Sweep, store: Path) -> List[RunResult]:
+    """The newest result of each run of the study's sweep in ``store``."""
+    return ResultStore(store).results([Filter("sweep", (sweep.name,))], latest_only=True)
+
+
+def verdicts(
+    study: Study, sweep: Sweep, store: Path, results: Optional[Sequence[RunResult]] = None
+) -> List[ClaimOutcome]:
+    """Each claim of the study judged on the runs of its sweep that ``store`` holds."""
+    results = stored_results(study, sweep, store) if results is None else results
+    if not results:
+        raise StoreError(
+            f"store: no runs of the sweep {sweep.name} in {store}; run "
+            f"kbench reproduce {study.name}{' --reduced' if sweep.reduced else ''}"
+        )
+    return evaluate(study, results)
+
+
+def write_claims(study: Study, outcomes: Sequence[ClaimOutcome], store: Path) -> Path:
+    """The claims table as Markdown in the store (claims.md); OSError if it cannot be."""
+    path = store / "claims.md"
+    path.write_text(claims_table(study, outcomes).markdown() + "\n")
+    return path
+
+
+def study_list() -> Tuple[str, List[Study], List[str]]:
+    """Every study file found: a text table of them, the studies, and one error per
+    file that does not load."""
+    rows, studies, errors = [], [], []
+    for path in study_files():
+        try:
+            study = load_study(path)
+        except StudyError as err:
+            errors.append(str(err))
+            continue
+        studies.append(study)
+        rows.append(
+            [study.name, study.document, study.sweep, str(len(study.figures)),
+             str(len(study.claims))]
+        )  # fmt: skip
+    headers = ["study", "document", "sweep", "published figures", "claims"]
+    return render(headers, rows), studies, errors

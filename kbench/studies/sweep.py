@@ -26,7 +26,6 @@ command resumes where an interrupted one stopped.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import itertools
 import json
@@ -45,6 +44,7 @@ from kbench.datasets.npz import NPZ_PREFIX
 from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig
 from kbench.results.result import RunResult
 from kbench.run.runner import shared_workers
+from kbench.studies.file_checks import close_match, expect_mapping, known_keys
 from kbench_models import MODELS
 from kbench_models.user import is_reference
 
@@ -181,8 +181,8 @@ def parse_sweep(
     def fail(where: str, message: str) -> SweepError:
         return SweepError(file, where, message)
 
-    top = _mapping(document, "", "a mapping with name, settings, matrix", fail)
-    _known_keys(top, TOP_KEYS, "", fail)
+    top = expect_mapping(document, "", "a mapping with name, settings, matrix", fail)
+    known_keys(top, TOP_KEYS, "", fail)
     name = top.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise fail(
@@ -212,8 +212,8 @@ def parse_sweep(
         layers, places = [], []
         for i, group in enumerate(groups):
             where = f"groups[{i}]"
-            group = _mapping(group, where, "a mapping with settings and/or matrix", fail)
-            _known_keys(group, GROUP_KEYS, where + ".", fail)
+            group = expect_mapping(group, where, "a mapping with settings and/or matrix", fail)
+            known_keys(group, GROUP_KEYS, where + ".", fail)
             layer = base.over(Layer.of(group, where + ".", fail))
             section = _reduced_section(group.get("reduced"), where + ".reduced", fail)
             if "repeats" in section:
@@ -293,8 +293,10 @@ class Layer:
 
     @classmethod
     def of(cls, section: Dict[str, Any], prefix: str, fail) -> Layer:
-        settings = _mapping(section.get("settings", {}), prefix + "settings", "a mapping", fail)
-        matrix = _mapping(section.get("matrix", {}), prefix + "matrix", "a mapping", fail)
+        settings = expect_mapping(
+            section.get("settings", {}), prefix + "settings", "a mapping", fail
+        )
+        matrix = expect_mapping(section.get("matrix", {}), prefix + "matrix", "a mapping", fail)
         origins = {}
         for kind, values in (("settings", settings), ("matrix", matrix)):
             for key in values:
@@ -340,23 +342,6 @@ class Layer:
             yield values, origins
 
 
-def _mapping(value: Any, where: str, expected: str, fail) -> Dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise fail(where, f"expected {expected}; received {type(value).__name__} {value!r}.")
-    return value
-
-
-def _known_keys(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fail) -> None:
-    for key in section:
-        if key not in allowed:
-            raise fail(
-                f"{prefix}{key}",
-                f"unknown key; expected one of: {', '.join(allowed)}.{_close(key, allowed)}",
-            )
-
-
 def _known_setting(key: Any, where: str, fail) -> None:
     if key == "repeat":
         raise fail(f"{where}.repeat", "the repeat index is kbench's; use repeats at the top.")
@@ -364,23 +349,18 @@ def _known_setting(key: Any, where: str, fail) -> None:
         raise fail(
             f"{where}.{key}",
             f"unknown setting; expected a run setting: {', '.join(RUN_FIELDS)}."
-            f"{_close(str(key), RUN_FIELDS)}",
+            f"{close_match(str(key), RUN_FIELDS)}",
         )
 
 
 def _reduced_section(value: Any, where: str, fail) -> Dict[str, Any]:
-    section = _mapping(value, where, "a mapping with settings, matrix and/or repeats", fail)
-    _known_keys(section, REDUCED_KEYS, where + ".", fail)
+    section = expect_mapping(value, where, "a mapping with settings, matrix and/or repeats", fail)
+    known_keys(section, REDUCED_KEYS, where + ".", fail)
     return section
 
 
 def _listed(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
-
-
-def _close(word: str, allowed: Sequence[str]) -> str:
-    match = difflib.get_close_matches(word, allowed, n=1)
-    return f" Did you mean {match[0]!r}?" if match else ""
 
 
 def _describe(values: Dict[str, Any], keys: Sequence[str]) -> str:

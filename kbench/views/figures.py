@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.results.result import RunResult
 from kbench.views.compare import (
@@ -36,14 +37,8 @@ LOG_SCALE_ABOVE = 30  # a panel whose values span more than this many times uses
 MIB = 2**20
 DPI = 100
 WIDTH_IN = 11.0
-# Fixed colours, so a backend looks the same in every figure.
-BACKEND_COLOURS = {
-    "tensorflow": "#f28e2b",
-    "jax": "#4e79a7",
-    "torch": "#e15759",
-    "torch-native": "#b07aa1",
-    "mxnet": "#59a14f",
-}
+# A backend has its own colour (kbench.backends), so it looks the same in every figure;
+# a name kbench does not know (an older result's) takes a spare one.
 SPARE_COLOURS = ("#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac")
 NOT_OK_COLOUR = "#c0392b"
 
@@ -179,9 +174,9 @@ def backend_order(results: Sequence[RunResult]) -> List[str]:
 
 
 def colour(backend: str, backends: Sequence[str]) -> str:
-    if backend in BACKEND_COLOURS:
-        return BACKEND_COLOURS[backend]
-    spare = [b for b in backends if b not in BACKEND_COLOURS]
+    if backend in BACKENDS:
+        return BACKENDS[backend].colour
+    spare = [b for b in backends if b not in BACKENDS]
     return SPARE_COLOURS[spare.index(backend) % len(SPARE_COLOURS)] if backend in spare else "k"
 
 

@@ -16,14 +16,18 @@ from kbench.backends import BACKENDS
 from kbench.ops.spec import OPS
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
+from kbench.views.figures import SPARE_COLOURS
 from kbench.views.tables import Table
 
 NOT_TIMED = {"mismatch": "MISMATCH", "failed": "FAILED", "unsupported": "UNSUPPORTED",
              "skipped": "SKIPPED"}  # fmt: skip
-COLOURS = {"tensorflow": "#f28e2b", "jax": "#4e79a7", "torch": "#e15759",
-           "torch-native": "#b07aa1", "mxnet": "#59a14f"}  # fmt: skip
-SPARE_COLOURS = ("#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac")
 MAX_REASONS = 12
+
+
+def backend_colour(backend: Optional[str]) -> Optional[str]:
+    """The backend's own colour (:mod:`kbench.backends`); None for a name it does not know."""
+    spec = BACKENDS.get(backend or "")
+    return spec.colour if spec else None
 
 
 def ops_results(results: Sequence[RunResult]) -> List[RunResult]:
@@ -229,7 +233,7 @@ def ops_figures(results: Sequence[RunResult]) -> List[Tuple[str, bytes]]:
     rows = _rows(cols)
     figures = []
     spare = iter(SPARE_COLOURS * 4)
-    colours = {label: COLOURS.get(r.config.get("backend")) or next(spare, "#333333")
+    colours = {label: backend_colour(r.config.get("backend")) or next(spare, "#333333")
                for label, r in cols.items()}  # fmt: skip
     for op in dict.fromkeys(op for op, _ in rows):
         figure = Figure(figsize=(7.0, 4.6), dpi=100)
@@ -275,7 +279,7 @@ def ops_figures(results: Sequence[RunResult]) -> List[Tuple[str, bytes]]:
 
 
 def timed_calls(config) -> str:
-    """How many calls each operation was timed for: --repeats, or up to it under a
+    """How many calls each operation was timed for: --calls, or up to it under a
     --target-precision (then each entry's own count is in its precision record)."""
     if config.get("target_precision"):
         return f"up to {config.get('repeats')} (until ±{config['target_precision']:.0%})"

@@ -97,6 +97,18 @@ class ReportSummary:
     notes: List[str] = field(default_factory=list)  # what else was left out, and why
 
 
+@dataclass(frozen=True)
+class Section:
+    """A section another stage adds to the page, after the summary: a published study's
+    "Paper vs this machine" (:func:`kbench.studies.paper.paper_section`)."""
+
+    id: str  # the HTML anchor
+    heading: str
+    intro: str = ""  # plain text, escaped
+    tables: Sequence[Table] = ()
+    outcomes: Sequence[Any] = ()  # Drawn / Skipped figures
+
+
 class Markup(str):
     """Text that is already HTML: cells and blocks built from escaped pieces."""
 
@@ -111,8 +123,10 @@ def write_report(
     *,
     title: str = "kbench report",
     baseline: Optional[str] = None,
+    sections: Sequence[Section] = (),
 ) -> ReportSummary:
-    """Write one HTML file about ``results`` to ``path``; return what it holds."""
+    """Write one HTML file about ``results`` to ``path``; return what it holds.
+    ``sections`` come first after the summary (a study's claims and plots)."""
     results = list(results)
     if not results:
         raise ValueError(
@@ -173,9 +187,8 @@ def write_report(
 
     extra_sections, extra_outcomes = distributed_section(results)
     extra_sections += profile_section(results)
-    paper_sections, paper_outcomes = paper_section(results)  # a published study's store
-    extra_sections = paper_sections + extra_sections
-    extra_outcomes = extra_outcomes + paper_outcomes
+    extra_sections = [_section_html(s) for s in sections] + extra_sections
+    extra_outcomes = extra_outcomes + [o for s in sections for o in s.outcomes]
     drawn = [o for o in outcomes + extra_outcomes if isinstance(o, Drawn)] + timelines
     skipped = [o for o in outcomes + extra_outcomes if isinstance(o, Skipped)]
     page = render_page(
@@ -504,20 +517,11 @@ def distributed_section(
     return [("distributed", "Data-parallel training", body)], outcomes
 
 
-def paper_section(
-    results: Sequence[RunResult],
-) -> Tuple[List[Tuple[str, str, str]], List[Any]]:
-    """The "Paper vs this machine" section of a published study's store (reproduce): the
-    claims table and the paper's figures beside this machine's; nothing otherwise."""
-    from kbench.views.paper import intro, paper_parts
-
-    found = paper_parts(results)
-    if found is None:
-        return [], []
-    study, claims, outcomes = found
-    body = f"<p>{esc(intro(study))}</p>" + table_html(claims)
-    body += "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
-    return [("paper", "Paper vs this machine", body)], outcomes
+def _section_html(section: Section) -> Tuple[str, str, str]:
+    body = f"<p>{esc(section.intro)}</p>" if section.intro else ""
+    body += "".join(table_html(t) for t in section.tables)
+    body += "".join(figure_html(o) for o in section.outcomes if isinstance(o, Drawn))
+    return section.id, section.heading, body
 
 
 def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:

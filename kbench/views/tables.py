@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.results.result import RunResult
 from kbench.views.compare import (
@@ -15,6 +16,7 @@ from kbench.views.compare import (
     ComparisonGroup,
     Spread,
     compare,
+    kernels_text,
     varying_settings,
 )
 from kbench.views.names import model_label
@@ -386,3 +388,25 @@ def study_markdown(results: Sequence[RunResult], title: str, baseline: Optional[
             f"| {r.run_id} | {r.status} | {(r.reason or '').replace('|', '/')} |" for r in failed
         ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
+    """``kbench env``: one row per backend probe (what its environment has, whether it
+    runs, its framework's devices and CPU kernels)."""
+    rows = []
+    for p in probes:
+        framework = p.get("framework", {})
+        rows.append(
+            [
+                p["backend"],
+                "yes" if p["ok"] else "no",
+                BACKENDS[p["backend"]].environment,
+                p.get("python", "-"),
+                p.get("keras") or "-",
+                f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
+                ", ".join(framework.get("devices", [])) or "-",
+                kernels_text(framework) if p["ok"] else "-",
+            ]
+        )
+    headers = ["backend", "runnable", "environment", "python", "keras", "framework", "devices"]
+    return render(headers + ["CPU kernels"], rows)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 from matplotlib.colors import TwoSlopeNorm
@@ -37,92 +38,121 @@ SPEED_RATIO = "Speed against the baseline"
 def throughput_bars(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
     if not groups:
         return Skipped(THROUGHPUT, "no training or inference run to show")
-    models = by_model(groups)
-    unfinished = {
-        model: members
-        for model, members in models.items()
-        if not any(has_rate(row) for g in members for row in g.comparison.rows)
-    }
-    models = {m: members for m, members in models.items() if m not in unfinished}
+    models, unfinished = _finished_models(groups)
     if not models:
         return Skipped(THROUGHPUT, "no training or inference run finished")
     widest = max(len(g) for g in models.values())
     columns = 1 if widest > 3 else min(2, len(models))
     rows = -(-len(models) // columns)
     figure = new_figure(3.8 * rows + 0.4)
-    marked = []  # (backend, group label, statuses) of runs drawn as text, not bars
+    marked: List[str] = []  # "backend, group label: statuses" of runs drawn as text, not bars
     for ax, (model, members) in zip(panel_grid(figure, len(models), columns), models.items()):
-        present = [b for b in backends if any(g.row(b) for g in members)]
-        width = 0.8 / len(present)
-        spreads = [g.row(b).images_per_sec for g in members for b in present if has_rate(g.row(b))]
+        _throughput_panel(ax, model, members, backends, marked)
+    _shared_legend(figure)
+    return Drawn(THROUGHPUT, png_of(figure), _throughput_caption(marked, unfinished))
+
+
+def _finished_models(
+    groups: Sequence[RunGroup],
+) -> Tuple[Dict[str, List[RunGroup]], Dict[str, List[RunGroup]]]:
+    """(the models with a finished run, the models with none), each with its groups."""
+    models = by_model(groups)
+    unfinished = {
+        model: members
+        for model, members in models.items()
+        if not any(has_rate(row) for g in members for row in g.comparison.rows)
+    }
+    return {m: members for m, members in models.items() if m not in unfinished}, unfinished
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """A panel's value axis: linear from 0, or logarithmic from a floor below the lowest
+    repeat where the values span more than LOG_SCALE_ABOVE times."""
+
+    top: float
+    log_scale: bool
+    floor: float
+
+    @classmethod
+    def of(cls, spreads: Sequence[Any]) -> _Scale:
         top = max(s.high for s in spreads)
         log_scale = top / max(min(s.low for s in spreads), 1e-9) > LOG_SCALE_ABOVE
-        floor = min(s.low for s in spreads) / 3 if log_scale else 0.0
+        return cls(top, log_scale, min(s.low for s in spreads) / 3 if log_scale else 0.0)
 
-        def above(value: float, log_scale: bool = log_scale, top: float = top) -> float:
-            return value * 1.12 if log_scale else value + top * 0.015
+    def above(self, value: float) -> float:
+        """Where a label just above ``value`` goes."""
+        return value * 1.12 if self.log_scale else value + self.top * 0.015
 
-        for j, backend in enumerate(present):
-            for i, group in enumerate(members):
-                row = group.row(backend)
-                if row is None:
-                    continue
-                x = i + (j - (len(present) - 1) / 2) * width
-                spread = row.images_per_sec
-                if spread is None:  # no run finished: say so where the bar would be
-                    marked.append(f"{backend}, {group.label}: {not_ok_text(row.statuses)}")
-                    ax.text(
-                        x,
-                        above(floor),
-                        f"{backend}: {not_ok_text(row.statuses)}",
-                        rotation=90,
-                        ha="center",
-                        va="bottom",
-                        color=NOT_OK_COLOUR,
-                        fontsize=9,
-                        fontweight="bold",
-                    )
-                    continue
-                ax.bar(
-                    x,
-                    spread.median - floor,
-                    width * 0.92,
-                    bottom=floor,
-                    label=backend,
-                    color=colour(backend, backends),
-                    yerr=[[spread.median - spread.low], [spread.high - spread.median]],
-                    capsize=3,
-                    ecolor="#333",
-                )
-                note = short_number(spread.median)
-                if not row.all_ok:
-                    note += f"\n+{not_ok_text(row.statuses)}"
-                    marked.append(f"{backend}, {group.label}: {not_ok_text(row.statuses)}")
-                ax.text(
-                    x,
-                    above(spread.high),
-                    note,
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                    color=NOT_OK_COLOUR if not row.all_ok else "#222",
-                )
-        ax.set_xticks(range(len(members)))
-        ax.set_xticklabels([g.setting.replace(", ", "\n") for g in members], fontsize=9)
-        if log_scale:
-            log_axis(ax)
-            ax.set_ylim(floor, top * 3)
-            ax.set_ylabel("images per second (img/s, log scale)")
-        else:
-            ax.set_ylim(0, top * 1.18)
-            ax.set_ylabel("images per second (img/s)")
-        ax.set_title(model_title(model, members), fontsize=11)
-        ax.grid(axis="y", alpha=0.3)
+
+def _throughput_panel(
+    ax: Any, model: str, members: List[RunGroup], backends: Sequence[str], marked: List[str]
+) -> None:
+    """One model's panel: a bar per backend and setting, or a red label where no run of
+    it finished (added to ``marked``)."""
+    present = [b for b in backends if any(g.row(b) for g in members)]
+    width = 0.8 / len(present)
+    scale = _Scale.of(
+        [g.row(b).images_per_sec for g in members for b in present if has_rate(g.row(b))]
+    )
+    for j, backend in enumerate(present):
+        for i, group in enumerate(members):
+            row = group.row(backend)
+            if row is None:
+                continue
+            x = i + (j - (len(present) - 1) / 2) * width
+            if row.images_per_sec is None:  # no run finished: say so where the bar would be
+                marked.append(f"{backend}, {group.label}: {not_ok_text(row.statuses)}")
+                ax.text(x, scale.above(scale.floor), f"{backend}: {not_ok_text(row.statuses)}",
+                        rotation=90, ha="center", va="bottom", color=NOT_OK_COLOUR, fontsize=9,
+                        fontweight="bold")  # fmt: skip
+                continue
+            _bar(ax, x, width, backend, row, scale, colour(backend, backends))
+            if not row.all_ok:
+                marked.append(f"{backend}, {group.label}: {not_ok_text(row.statuses)}")
+    ax.set_xticks(range(len(members)))
+    ax.set_xticklabels([g.setting.replace(", ", "\n") for g in members], fontsize=9)
+    if scale.log_scale:
+        log_axis(ax)
+        ax.set_ylim(scale.floor, scale.top * 3)
+        ax.set_ylabel("images per second (img/s, log scale)")
+    else:
+        ax.set_ylim(0, scale.top * 1.18)
+        ax.set_ylabel("images per second (img/s)")
+    ax.set_title(model_title(model, members), fontsize=11)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _bar(
+    ax: Any, x: float, width: float, backend: str, row: Any, scale: _Scale, colour_: str
+) -> None:
+    """One backend's bar: the median over its repeats, the lowest to highest as error bar,
+    the median written above (in red, with the statuses, where some runs did not finish)."""
+    spread = row.images_per_sec
+    ax.bar(
+        x,
+        spread.median - scale.floor,
+        width * 0.92,
+        bottom=scale.floor,
+        label=backend,
+        color=colour_,
+        yerr=[[spread.median - spread.low], [spread.high - spread.median]],
+        capsize=3,
+        ecolor="#333",
+    )
+    note = short_number(spread.median)
+    if not row.all_ok:
+        note += f"\n+{not_ok_text(row.statuses)}"
+    ax.text(x, scale.above(spread.high), note, ha="center", va="bottom", fontsize=8,
+            color=NOT_OK_COLOUR if not row.all_ok else "#222")  # fmt: skip
+
+
+def _shared_legend(figure: Any) -> None:
+    """One legend for every panel (a backend has one colour throughout), above them."""
     handles: Dict[str, Any] = {}
     for ax in figure.axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    # one legend for every panel (a backend has one colour throughout), above them
     figure.legend(
         list(handles.values()),
         list(handles),
@@ -131,6 +161,9 @@ def throughput_bars(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outc
         fontsize=10,
         frameon=False,
     )
+
+
+def _throughput_caption(marked: List[str], unfinished: Dict[str, List[RunGroup]]) -> str:
     caption = (
         "Bars: median img/s over the repeats of each backend (measured window only, "
         "warmup excluded); error bars: lowest to highest repeat. A red label marks runs "
@@ -146,7 +179,7 @@ def throughput_bars(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outc
             for row in g.comparison.rows
         ]
         caption += f" {model}: no run finished ({', '.join(statuses)}), so it has no panel."
-    return Drawn(THROUGHPUT, png_of(figure), caption)
+    return caption
 
 
 # --------------------------------------------------------------------------- 2 ratio heatmap
@@ -167,23 +200,7 @@ def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
             f"no model and setting has a finished run of both the baseline ({baseline}) "
             "and another backend",
         )
-    values = np.full((len(rows), len(columns)), np.nan)
-    texts = [["" for _ in columns] for _ in rows]
-    for i, group in enumerate(rows):
-        base_ok = group.comparison.baseline == baseline and has_rate(group.row(baseline))
-        for j, backend in enumerate(columns):
-            row = group.row(backend)
-            if row is None:
-                texts[i][j] = "not run"
-            elif row.images_per_sec is None:
-                texts[i][j] = not_ok_text(row.statuses)
-            elif not base_ok:
-                texts[i][j] = f"no {baseline}\nrun"
-            elif row.ratio is not None:
-                values[i, j] = row.ratio.median
-                texts[i][j] = f"{row.ratio.median:.3g}×"
-                if row.ratio.n > 1 and backend != baseline:
-                    texts[i][j] += f"\n({row.ratio.low:.3g}–{row.ratio.high:.3g})"
+    values, texts = _ratio_cells(rows, columns, baseline)
     logs = np.log2(values)
     finite = np.abs(logs[np.isfinite(logs)])
     limit = max(float(finite.max()) if finite.size else 1.0, 1.0)  # colours reach 2x at least
@@ -215,12 +232,7 @@ def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
         f"Speed against {baseline} (img/s ratio, >1 is faster);\none row per model and setting",
         fontsize=11,
     )
-    bar = figure.colorbar(image, ax=ax, shrink=0.9)
-    step = 0.5 if limit <= 2 else max(1, int(np.ceil(2 * limit / 8)))
-    ticks = [t * step for t in range(-40, 41) if abs(t * step) <= limit]
-    bar.set_ticks(ticks)
-    bar.set_ticklabels([f"{2.0**t:.2g}×" for t in ticks])
-    bar.set_label("ratio (log scale)")
+    _ratio_colour_bar(figure, image, ax, limit)
     caption = (
         f"Each cell: the median over rounds of (this backend's img/s in round r) / "
         f"({baseline}'s img/s in round r); below it, the lowest and highest round. Rounds "
@@ -228,6 +240,40 @@ def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
         "Grey cells: no ratio (the run did not finish, or the baseline did not run there)."
     )
     return Drawn(SPEED_RATIO, png_of(figure), caption)
+
+
+def _ratio_cells(
+    rows: Sequence[RunGroup], columns: Sequence[str], baseline: str
+) -> Tuple[np.ndarray, List[List[str]]]:
+    """(each cell's ratio, NaN where there is none; each cell's text)."""
+    values = np.full((len(rows), len(columns)), np.nan)
+    texts = [["" for _ in columns] for _ in rows]
+    for i, group in enumerate(rows):
+        base_ok = group.comparison.baseline == baseline and has_rate(group.row(baseline))
+        for j, backend in enumerate(columns):
+            row = group.row(backend)
+            if row is None:
+                texts[i][j] = "not run"
+            elif row.images_per_sec is None:
+                texts[i][j] = not_ok_text(row.statuses)
+            elif not base_ok:
+                texts[i][j] = f"no {baseline}\nrun"
+            elif row.ratio is not None:
+                values[i, j] = row.ratio.median
+                texts[i][j] = f"{row.ratio.median:.3g}×"
+                if row.ratio.n > 1 and backend != baseline:
+                    texts[i][j] += f"\n({row.ratio.low:.3g}–{row.ratio.high:.3g})"
+    return values, texts
+
+
+def _ratio_colour_bar(figure: Any, image: Any, ax: Any, limit: float) -> None:
+    """The colour bar beside the heatmap, its ticks at round ratios (log scale)."""
+    bar = figure.colorbar(image, ax=ax, shrink=0.9)
+    step = 0.5 if limit <= 2 else max(1, int(np.ceil(2 * limit / 8)))
+    ticks = [t * step for t in range(-40, 41) if abs(t * step) <= limit]
+    bar.set_ticks(ticks)
+    bar.set_ticklabels([f"{2.0**t:.2g}×" for t in ticks])
+    bar.set_label("ratio (log scale)")
 
 
 def _diverging() -> Any:

@@ -27,13 +27,13 @@ Keras 3.15 and JAX 0.10). One device computes the same program either way.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from kbench.distributed.breakdown import StepLog
 from kbench.distributed.engines import Engine
-from kbench.distributed.worker import Context, build_model, describe_model, evaluate, summarize
+from kbench.distributed.worker import Context, build_model, summarize, training_reply
 
 PROBES = 5
 
@@ -73,10 +73,29 @@ class JaxDataParallel(Engine):
             keras.distribution.set_distribution(self.distribution)
 
     def train(self, ctx: Context) -> Dict[str, Any]:
-        keras = ctx.backend.keras
         model = build_model(ctx)
         ctx.backend.compile(model, ctx.config["optimizer"], ctx.config["learning_rate"], ctx.loss)
         shard = ctx.shard()
+        log, accuracy = self.fit(ctx, model, shard)
+        forward, backward, predict = self.calibrate(ctx, model, shard)
+        log.forward = [forward] * len(log)
+        log.backward = [backward] * len(log)
+        engine = {
+            "devices": self.devices,
+            "distribution": "DataParallel"
+            if self.distribution is not None
+            else "none (one device: plain Keras fit)",
+            "process_count": self.jax.process_count(),
+            "calibration_probes": PROBES,
+        }
+        summary = summarize(ctx, log, self.method, final_train_accuracy=accuracy, engine=engine)
+        return training_reply(ctx, model, [summary], predict)
+
+    def fit(self, ctx: Context, model: Any, shard: np.ndarray) -> Tuple[StepLog, Optional[float]]:
+        """Keras ``fit`` over this worker's shard, one epoch at a time, with a callback
+        that clocks every step: the steps (data: the time between steps; no forward or
+        backward yet) and the last training accuracy Keras reported."""
+        keras = ctx.backend.keras
         x_train, y_train = ctx.arrays["x_train"], ctx.arrays["y_train"]
         log = StepLog(warmup_steps=ctx.warmup_steps)
         state = {"last_end": 0.0, "begin": 0.0, "accuracy": None}
@@ -126,38 +145,7 @@ class JaxDataParallel(Engine):
                 loss=log.losses[-1],
                 seconds=log.ends[-1] - log.begins[first],
             )
-
-        forward, backward, predict = self.calibrate(ctx, model, shard)
-        log.forward = [forward] * len(log)
-        log.backward = [backward] * len(log)
-        reply: Dict[str, Any] = {
-            "workers": [
-                summarize(
-                    ctx,
-                    log,
-                    self.method,
-                    final_train_accuracy=state["accuracy"],
-                    engine={
-                        "devices": self.devices,
-                        "distribution": "DataParallel"
-                        if self.distribution is not None
-                        else "none (one device: plain Keras fit)",
-                        "process_count": self.jax.process_count(),
-                        "calibration_probes": PROBES,
-                    },
-                )
-            ],
-            "model": describe_model(ctx, model),
-        }
-        if ctx.leader:
-            reply["evaluation"] = evaluate(
-                predict,
-                ctx.arrays["x_test"],
-                ctx.arrays["y_test"],
-                ctx.loss,
-                max(ctx.batch_size, 256),
-            )
-        return reply
+        return log, state["accuracy"]
 
     def calibrate(self, ctx: Context, model: Any, shard: np.ndarray):
         """(forward s, backward s, predict) from local single-device programs on this

@@ -38,15 +38,15 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List
 
+from kbench.backends.base import NativePort
 from kbench.distributed.engines import Engine
 from kbench.distributed.worker import (
     Context,
     StepOut,
     build_model,
-    describe_model,
-    evaluate,
     host_loop,
     summarize,
+    training_reply,
 )
 
 
@@ -90,36 +90,23 @@ class KVStoreSync(Engine):
     def train(self, ctx: Context) -> Dict[str, Any]:
         model = build_model(ctx)
         ctx.backend.compile(model, ctx.config["optimizer"], ctx.config["learning_rate"], ctx.loss)
-        if ctx.backend.name == "mxnet-gluon":
+        if isinstance(ctx.backend, NativePort):  # mxnet-gluon: the Gluon twin
             convert, step = self._gluon(ctx, model)
-        else:
+        else:  # keras-mxnet: the Keras model's own module
             convert, step = self._keras(ctx, model)
         steps = host_loop(ctx, convert, step)
-        reply: Dict[str, Any] = {
-            "workers": [
-                summarize(
-                    ctx,
-                    steps,
-                    self.method,
-                    engine={
-                        "kvstore": self.kv.type,
-                        "kvstore_rank": self.kv.rank,
-                        "num_workers": self.kv.num_workers,
-                        "keys": len(self.keys),
-                    },
-                )
-            ],
-            "model": describe_model(ctx, model),
+        engine = {
+            "kvstore": self.kv.type,
+            "kvstore_rank": self.kv.rank,
+            "num_workers": self.kv.num_workers,
+            "keys": len(self.keys),
         }
-        if ctx.leader:
-            reply["evaluation"] = evaluate(
-                lambda x: ctx.backend.predict(model, x),
-                ctx.arrays["x_test"],
-                ctx.arrays["y_test"],
-                ctx.loss,
-                max(ctx.batch_size, 256),
-            )
-        return reply
+        return training_reply(
+            ctx,
+            model,
+            [summarize(ctx, steps, self.method, engine=engine)],
+            lambda x: ctx.backend.predict(model, x),
+        )
 
     def share(self, optimizer: Any, params: List[Any]) -> None:
         """Put the parameters in the kvstore, rank 0's values, and start from them."""

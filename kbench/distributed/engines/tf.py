@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -37,10 +37,9 @@ from kbench.distributed.worker import (
     StepOut,
     Unsupported,
     build_model,
-    describe_model,
-    evaluate,
     host_loop,
     summarize,
+    training_reply,
 )
 
 INTER_OP_MIN = 4
@@ -92,6 +91,22 @@ def replica_step(tf: Any, keras: Any, model: Any, optimizer: Any, loss: str, bat
     return step
 
 
+def build_under(strategy: Any, ctx: Context) -> Tuple[Any, Any]:
+    """The model and its optimizer, created under ``strategy``'s scope."""
+    with strategy.scope():
+        model = build_model(ctx)
+        optimizer = ctx.backend.make_optimizer(ctx.config["optimizer"], ctx.config["learning_rate"])
+        # its slots now, under the strategy, not lazily inside the traced step
+        optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
+def predictor(tf: Any, model: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """The model's probabilities for a batch of inputs, in a ``tf.function``."""
+    call = tf.function(lambda x: model(x, training=False))
+    return lambda x: call(tf.constant(x)).numpy()
+
+
 class MultiWorker(Engine):
     mode = "tf-multiworker"
     method = METHOD.format(data=" and converting it to tensors", extra="")
@@ -114,30 +129,22 @@ class MultiWorker(Engine):
                 f"{ctx.workers} workers"
             )
 
-    def build(self, ctx: Context):
-        with self.strategy.scope():
-            model = build_model(ctx)
-            optimizer = ctx.backend.make_optimizer(
-                ctx.config["optimizer"], ctx.config["learning_rate"]
-            )
-            # its slots now, under the strategy, not lazily inside the traced step
-            optimizer.build(model.trainable_variables)
-        step = replica_step(
-            self.tf, ctx.backend.keras, model, optimizer, ctx.loss, ctx.global_batch
-        )
-        return model, step
-
-    def predictor(self, model: Any):
-        call = self.tf.function(lambda x: model(x, training=False))
-        return lambda x: call(self.tf.constant(x)).numpy()
-
-    def train(self, ctx: Context) -> Dict[str, Any]:
+    def build(self, ctx: Context) -> Tuple[Any, Any]:
+        """The model, and one step of every replica in a ``tf.function``: its outputs
+        per replica (mean loss, correct answers, the in-graph stamps)."""
         tf, strategy = self.tf, self.strategy
-        model, replica = self.build(ctx)
+        model, optimizer = build_under(strategy, ctx)
+        replica = replica_step(tf, ctx.backend.keras, model, optimizer, ctx.loss, ctx.global_batch)
 
         @tf.function
         def distributed_step(x, y):
             return strategy.run(replica, args=(x, y))
+
+        return model, distributed_step
+
+    def train(self, ctx: Context) -> Dict[str, Any]:
+        tf, strategy = self.tf, self.strategy
+        model, distributed_step = self.build(ctx)
 
         def step(x, y) -> StepOut:
             outputs = distributed_step(x, y)  # returns when the whole step is done
@@ -149,29 +156,13 @@ class MultiWorker(Engine):
             )
 
         steps = host_loop(ctx, lambda x, y: (tf.constant(x), tf.constant(y)), step)
-        reply: Dict[str, Any] = {
-            "workers": [
-                summarize(
-                    ctx,
-                    steps,
-                    self.method,
-                    engine={
-                        "strategy": type(strategy).__name__,
-                        "replicas_in_sync": strategy.num_replicas_in_sync,
-                    },
-                )
-            ],
-            "model": describe_model(ctx, model),
+        engine = {
+            "strategy": type(strategy).__name__,
+            "replicas_in_sync": strategy.num_replicas_in_sync,
         }
-        if ctx.leader:
-            reply["evaluation"] = evaluate(
-                self.predictor(model),
-                ctx.arrays["x_test"],
-                ctx.arrays["y_test"],
-                ctx.loss,
-                max(ctx.batch_size, 256),
-            )
-        return reply
+        return training_reply(
+            ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predictor(tf, model)
+        )
 
     def finish(self, ctx: Context) -> None:
         # the other workers wait here while rank 0 evaluates: no worker leaves early
@@ -205,15 +196,10 @@ class Mirrored(MultiWorker):
 
     def train(self, ctx: Context) -> Dict[str, Any]:
         tf, strategy = self.tf, self.strategy
-        model, replica = self.build(ctx)
+        model, distributed_step = self.build(ctx)
         shards = [ctx.shard(r) for r in range(ctx.workers)]
         x_train, y_train = ctx.arrays["x_train"], ctx.arrays["y_train"]
         logs = [StepLog(warmup_steps=ctx.warmup_steps) for _ in shards]
-
-        @tf.function
-        def distributed_step(x, y):
-            return strategy.run(replica, args=(x, y))
-
         for index in range(len(shards[0])):
             begin = time.perf_counter()
             xs = [tf.constant(x_train[s[index]]) for s in shards]
@@ -239,21 +225,11 @@ class Mirrored(MultiWorker):
                     loss=loss,
                     hits=hits,
                 )
-        reply: Dict[str, Any] = {
-            "workers": [
-                summarize(ctx, log, self.method, rank=r, engine={"replica": r})
-                for r, log in enumerate(logs)
-            ],
-            "model": describe_model(ctx, model),
-            "evaluation": evaluate(
-                self.predictor(model),
-                ctx.arrays["x_test"],
-                ctx.arrays["y_test"],
-                ctx.loss,
-                max(ctx.batch_size, 256),
-            ),
-        }
-        return reply
+        workers = [
+            summarize(ctx, log, self.method, rank=r, engine={"replica": r})
+            for r, log in enumerate(logs)
+        ]
+        return training_reply(ctx, model, workers, predictor(tf, model))  # one process: leader
 
     def finish(self, ctx: Context) -> None:
         pass
@@ -319,35 +295,42 @@ class ParameterServer(Engine):
         return directory
 
     def train(self, ctx: Context) -> Dict[str, Any]:
-        tf, strategy, coordinator = self.tf, self.strategy, self.coordinator
+        tf = self.tf
         directory = self.write_shards(ctx)
+        model, optimizer = build_under(self.strategy, ctx)
+        replica = replica_step(tf, ctx.backend.keras, model, optimizer, ctx.loss, ctx.batch_size)
+        dataset = self.coordinator.create_per_worker_dataset(self.dataset_fn(ctx, directory))
+        rows = self.run_steps(ctx, self.step_fn(model, replica), iter(dataset))
+        workers, idle = self.summaries(ctx, step_logs(ctx, rows))
+        # the chief is the leader: it evaluates
+        return training_reply(ctx, model, workers, predictor(tf, model), idle_workers=idle)
+
+    def dataset_fn(self, ctx: Context, directory: Path) -> Callable[[], Any]:
+        """Each worker server's dataset: batches of its own shard file, round and round
+        (a worker faster than the others may take more steps)."""
+        tf, batch = self.tf, ctx.batch_size
         x_dtype = tf.as_dtype(ctx.arrays["x_train"].dtype)
         y_dtype = tf.as_dtype(ctx.arrays["y_train"].dtype)
         x_shape = [-1, *ctx.input_shape]
         y_shape = [-1, *ctx.arrays["y_train"].shape[1:]]
-        batch = ctx.batch_size
 
         def dataset_fn():
             index = tf.distribute.coordinator.experimental_get_current_worker_index()
             prefix = tf.strings.join([str(directory) + "/", tf.strings.as_string(index)])
             x = tf.reshape(tf.io.decode_raw(tf.io.read_file(prefix + ".x"), x_dtype), x_shape)
             y = tf.reshape(tf.io.decode_raw(tf.io.read_file(prefix + ".y"), y_dtype), y_shape)
-            # a worker faster than the others may take more steps: it goes round its shard
             return (
                 tf.data.Dataset.from_tensor_slices((x, y))
                 .batch(batch, drop_remainder=True)
                 .repeat()
             )
 
-        with strategy.scope():
-            model = build_model(ctx)
-            optimizer = ctx.backend.make_optimizer(
-                ctx.config["optimizer"], ctx.config["learning_rate"]
-            )
-            # its slots now, under the strategy, not lazily inside the traced step
-            optimizer.build(model.trainable_variables)
-        replica = replica_step(tf, ctx.backend.keras, model, optimizer, ctx.loss, batch)
-        iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+        return dataset_fn
+
+    def step_fn(self, model: Any, replica: Callable) -> Any:
+        """One scheduled step on a worker server: its outputs and in-graph stamps, and
+        the index of the worker that ran it."""
+        tf, strategy = self.tf, self.strategy
 
         @tf.function
         def step(iterator):
@@ -363,6 +346,12 @@ class ParameterServer(Engine):
             worker = tf.distribute.coordinator.experimental_get_current_worker_index()
             return loss, hits, t_begin, t_data, t_loss, t_grads, t_end, worker
 
+        return step
+
+    def run_steps(self, ctx: Context, step: Any, iterator: Any) -> List[List[float]]:
+        """Schedule every worker's steps and wait for them all: one row of
+        :meth:`step_fn`'s outputs per step."""
+        coordinator = self.coordinator
         total = ctx.workers * len(ctx.shard(0))
         started = time.perf_counter()
         results = [coordinator.schedule(step, args=(iterator,)) for _ in range(total)]
@@ -370,21 +359,13 @@ class ParameterServer(Engine):
         ctx.progress("step", step=1, steps=total)
         coordinator.join()
         ctx.timings["coordinator_wall_s"] = time.perf_counter() - started
-        rows = [[np.asarray(v).item() for v in r.fetch()] for r in results]
-        logs: Dict[int, StepLog] = {}
-        for loss, hits, t_begin, t_data, t_loss, t_grads, t_end, worker in sorted(
-            rows, key=lambda row: row[2]
-        ):
-            log = logs.setdefault(int(worker), StepLog(warmup_steps=ctx.warmup_steps))
-            log.add(
-                t_begin,
-                t_end,
-                data=t_data - t_begin,
-                forward=t_loss - t_data,
-                backward=t_grads - t_loss,
-                loss=loss,
-                hits=hits,
-            )
+        return [[np.asarray(v).item() for v in r.fetch()] for r in results]
+
+    def summaries(
+        self, ctx: Context, logs: Dict[int, StepLog]
+    ) -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
+        """Each worker's summary, and the workers that took no measured step (with the
+        steps they took): the chief measured them all."""
         summaries: List[Dict[str, Any]] = []
         idle = {}
         for rank in range(ctx.workers):
@@ -406,16 +387,23 @@ class ParameterServer(Engine):
                     engine={"steps_taken": len(log), "asynchronous": True},
                 )
             )
-        predict = self.tf.function(lambda x: model(x, training=False))
-        return {
-            "workers": summaries,
-            "idle_workers": idle,
-            "model": describe_model(ctx, model),
-            "evaluation": evaluate(
-                lambda x: predict(self.tf.constant(x)).numpy(),
-                ctx.arrays["x_test"],
-                ctx.arrays["y_test"],
-                ctx.loss,
-                max(ctx.batch_size, 256),
-            ),
-        }
+        return summaries, idle
+
+
+def step_logs(ctx: Context, rows: List[List[float]]) -> Dict[int, StepLog]:
+    """The scheduled steps' rows as each worker's step log, in the order they began."""
+    logs: Dict[int, StepLog] = {}
+    for loss, hits, t_begin, t_data, t_loss, t_grads, t_end, worker in sorted(
+        rows, key=lambda row: row[2]
+    ):
+        log = logs.setdefault(int(worker), StepLog(warmup_steps=ctx.warmup_steps))
+        log.add(
+            t_begin,
+            t_end,
+            data=t_data - t_begin,
+            forward=t_loss - t_data,
+            backward=t_grads - t_loss,
+            loss=loss,
+            hits=hits,
+        )
+    return logs

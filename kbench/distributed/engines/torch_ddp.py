@@ -23,17 +23,17 @@ import datetime as dt
 import inspect
 import os
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
+from kbench.backends.base import NativePort
 from kbench.distributed.engines import Engine
 from kbench.distributed.worker import (
     Context,
     StepOut,
     build_model,
-    describe_model,
-    evaluate,
     host_loop,
     summarize,
+    training_reply,
 )
 
 
@@ -68,27 +68,9 @@ class TorchDDP(Engine):
         return time.perf_counter()
 
     def train(self, ctx: Context) -> Dict[str, Any]:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        from torch.nn.parallel import DistributedDataParallel
-
-        native = ctx.backend.name == "torch-native"
         model = build_model(ctx)
-        # buffers (BatchNorm statistics) synced once at the start, then each worker's own
-        if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
-            no_sync = {"forward_sync_buffers": False}  # torch >= 2.13
-        else:
-            no_sync = {"broadcast_buffers": False}
-        ddp = DistributedDataParallel(
-            model, device_ids=[self.device.index] if self.cuda else None, **no_sync
-        )
-        ready = []
-
-        def timed_allreduce(state, bucket):
-            ready.append(time.perf_counter())
-            return default_hooks.allreduce_hook(state, bucket)
-
-        ddp.register_comm_hook(None, timed_allreduce)
-        if native:
+        ddp, ready = self._wrap(model)
+        if isinstance(ctx.backend, NativePort):  # the port's own module, not a Keras model
             ctx.backend.compile(
                 model, ctx.config["optimizer"], ctx.config["learning_rate"], ctx.loss
             )
@@ -118,30 +100,37 @@ class TorchDDP(Engine):
             )
 
         steps = host_loop(ctx, convert, step)
-        reply: Dict[str, Any] = {
-            "workers": [
-                summarize(
-                    ctx,
-                    steps,
-                    self.method,
-                    engine={
-                        "process_group": self.process_backend,
-                        "world_size": self.dist.get_world_size(),
-                        "buckets": len(ready),
-                    },
-                )
-            ],
-            "model": describe_model(ctx, model),
+        engine = {
+            "process_group": self.process_backend,
+            "world_size": self.dist.get_world_size(),
+            "buckets": len(ready),
         }
-        if ctx.leader:
-            reply["evaluation"] = evaluate(
-                predict,
-                ctx.arrays["x_test"],
-                ctx.arrays["y_test"],
-                ctx.loss,
-                max(ctx.batch_size, 256),
-            )
-        return reply
+        return training_reply(
+            ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predict
+        )
+
+    def _wrap(self, model: Any) -> Tuple[Any, List[float]]:
+        """The model in ``DistributedDataParallel``, and the list its communication hook
+        stamps (``time.perf_counter()``) as each gradient bucket is handed over."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        # buffers (BatchNorm statistics) synced once at the start, then each worker's own
+        if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
+            no_sync = {"forward_sync_buffers": False}  # torch >= 2.13
+        else:
+            no_sync = {"broadcast_buffers": False}
+        ddp = DistributedDataParallel(
+            model, device_ids=[self.device.index] if self.cuda else None, **no_sync
+        )
+        ready: List[float] = []
+
+        def timed_allreduce(state, bucket):
+            ready.append(time.perf_counter())
+            return default_hooks.allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(None, timed_allreduce)
+        return ddp, ready
 
     def _torch_optimizer(self, ctx: Context, model: Any) -> Any:
         params = [p for p in model.parameters() if p.requires_grad]

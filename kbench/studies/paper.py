@@ -1,5 +1,5 @@
 """The report's "Paper vs this machine" section, for a store that holds a published
-study's sweep (:mod:`kbench.views.published`): the claims table (:mod:`kbench.views.claims`)
+study's sweep (:mod:`kbench.studies.published`): the claims table (:mod:`kbench.studies.claims`)
 and, where the study names them, plots of the paper's figures beside this machine's
 numbers on the same axes (for example img/s against batch size per backend).
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
+from kbench.studies.claims import METRICS, claims_table, evaluate, matches
+from kbench.studies.published import PaperPlot, Study, study_of_sweep
 from kbench.views import figures as fig
-from kbench.views.claims import METRICS, claims_table, evaluate, matches
 from kbench.views.compare import Spread
-from kbench.views.published import PaperPlot, Study, study_of_sweep
-from kbench.views.tables import Table
+from kbench.views.report import Section
 
 
 def study_of(results: Sequence[RunResult]) -> Optional[Tuple[Study, str]]:
@@ -29,16 +29,22 @@ def study_of(results: Sequence[RunResult]) -> Optional[Tuple[Study, str]]:
     return None
 
 
-def paper_parts(results: Sequence[RunResult]) -> Optional[Tuple[Study, Table, List[Any]]]:
-    """(the study, its claims table, its plots as Drawn / Skipped), or None when the
-    results are no study's. Only the runs of the study's sweep count."""
+def paper_section(results: Sequence[RunResult]) -> Optional[Section]:
+    """The report's "Paper vs this machine" section of a published study's store: the
+    claims table and the paper's figures beside this machine's; None when the results
+    are no study's. Only the runs of the study's sweep count."""
     found = study_of(results)
     if found is None:
         return None
     study, name = found
     mine = [r for r in results if (r.sweep or {}).get("name") == name]
-    table = claims_table(study, evaluate(study, mine))
-    return study, table, [paper_plot(study, plot, mine) for plot in study.plots]
+    return Section(
+        id="paper",
+        heading="Paper vs this machine",
+        intro=intro(study),
+        tables=[claims_table(study, evaluate(study, mine))],
+        outcomes=[paper_plot(study, plot, mine) for plot in study.plots],
+    )
 
 
 def intro(study: Study) -> str:

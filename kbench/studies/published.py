@@ -10,7 +10,7 @@ holds:
   ``hardware`` and framework ``versions`` (name -> text, as published);
 - ``sweep``: the sweep file that runs the study (``sweeps/x.yaml``, relative to the
   folder above ``studies/``), and optionally ``reduced``: ``only`` (setting -> values,
-  narrowing the sweep's reduced runs, as ``kbench sweep --only`` does) with a ``note``
+  narrowing the sweep's reduced runs, as ``kbench sweep --filter`` does) with a ``note``
   saying how that changes the question;
 - ``figures``: each published figure with an ``id``, its ``value`` (a number, or null
   where the document prints none, e.g. "Out of Memory"), ``as_published`` (the text
@@ -33,9 +33,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from kbench.results.config import FileError
+from kbench.studies.file_checks import close_match, expect_mapping, known_keys
 
 KINDS = ("ratio", "sign", "ordering", "efficiency_ordering")
 REQUIREMENTS = {
@@ -351,15 +352,19 @@ def parse_study(document: Any, file: str) -> Study:
     def fail(where: str, message: str) -> StudyError:
         return StudyError(file, where, message)
 
-    top = _mapping(document, "", "a mapping with name, document, sweep, figures, claims", fail)
-    _known(top, TOP_KEYS, "", fail)
+    top = expect_mapping(
+        document, "", "a mapping with name, document, sweep, figures, claims", fail
+    )
+    known_keys(top, TOP_KEYS, "", fail)
     for key in ("name", "title", "document", "source", "sweep"):
         _text(top.get(key), key, fail)
     hardware = _text_mapping(top.get("hardware"), "hardware", fail)
     versions = _text_mapping(top.get("versions"), "versions", fail)
-    reduced = _mapping(top.get("reduced"), "reduced", "a mapping with only and note", fail)
-    _known(reduced, ("only", "note"), "reduced.", fail)
-    only = _mapping(reduced.get("only"), "reduced.only", "a mapping setting -> [values]", fail)
+    reduced = expect_mapping(top.get("reduced"), "reduced", "a mapping with only and note", fail)
+    known_keys(reduced, ("only", "note"), "reduced.", fail)
+    only = expect_mapping(
+        reduced.get("only"), "reduced.only", "a mapping setting -> [values]", fail
+    )
     for key, values in only.items():
         if not isinstance(values, list) or not values:
             raise fail(f"reduced.only.{key}", f"expected a non-empty list; received {values!r}.")
@@ -404,8 +409,8 @@ def parse_study(document: Any, file: str) -> Study:
 
 
 def _figure(raw: Any, where: str, fail) -> PublishedFigure:
-    data = _mapping(raw, where, "a mapping with id, value, units, provenance", fail)
-    _known(data, FIGURE_KEYS, where + ".", fail)
+    data = expect_mapping(raw, where, "a mapping with id, value, units, provenance", fail)
+    known_keys(data, FIGURE_KEYS, where + ".", fail)
     _text(data.get("id"), where + ".id", fail)
     _text(
         data.get("units"), where + ".units", fail, "the units exactly as published (img/sec, s, %)"
@@ -433,8 +438,8 @@ def _figure(raw: Any, where: str, fail) -> PublishedFigure:
             "expected the precision a plot reading allows (a "
             f"number in the figure's units) with read_off_plot: true; received {precision!r}.",
         )
-    provenance = _mapping(data.get("provenance"), where + ".provenance", "a mapping", fail)
-    _known(provenance, PROVENANCE_KEYS, where + ".provenance.", fail)
+    provenance = expect_mapping(data.get("provenance"), where + ".provenance", "a mapping", fail)
+    known_keys(provenance, PROVENANCE_KEYS, where + ".provenance.", fail)
     if not any(provenance.get(k) for k in PROVENANCE_PLACES):
         raise fail(
             f"{where}.provenance",
@@ -449,98 +454,37 @@ def _figure(raw: Any, where: str, fail) -> PublishedFigure:
         as_published=None if data.get("as_published") is None else str(data["as_published"]),
         read_off_plot=read_off,
         precision=precision,
-        at=_mapping(data.get("at"), where + ".at", "a mapping of kbench settings", fail),
+        at=expect_mapping(data.get("at"), where + ".at", "a mapping of kbench settings", fail),
         note=data.get("note"),
     )
 
 
 def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Claim:
-    data = _mapping(raw, where, "a mapping with id, kind, quote, metric", fail)
-    _known(data, CLAIM_KEYS, where + ".", fail)
+    data = expect_mapping(raw, where, "a mapping with id, kind, quote, metric", fail)
+    known_keys(data, CLAIM_KEYS, where + ".", fail)
     for key in ("id", "statement", "quote"):
         _text(data.get(key), f"{where}.{key}", fail)
     kind = data.get("kind")
     if kind not in KINDS:
         raise fail(f"{where}.kind", f"expected one of {', '.join(KINDS)}; received {kind!r}.")
-    metric = data.get("metric", "scaling_efficiency" if kind == "efficiency_ordering" else None)
-    _text(metric, f"{where}.metric", fail, "a kbench metric name (kbench reproduce --help)")
-    if kind == "efficiency_ordering" and metric != "scaling_efficiency":
-        raise fail(
-            f"{where}.metric",
-            "an efficiency_ordering reads scaling_efficiency; drop "
-            f"metric or use kind: ordering. Received {metric!r}.",
-        )
+    metric = _claim_metric(data, kind, where, fail)
     for key in ("paper", "expected", "tolerance", "than"):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise fail(f"{where}.{key}", f"expected a number; received {value!r}.")
-    named = data.get("figures") or []
-    if not isinstance(named, list):
-        raise fail(f"{where}.figures", f"expected a list of figure ids; received {named!r}.")
-    for j, figure_id in enumerate(named):
-        if figure_id not in figures:
-            raise fail(
-                f"{where}.figures[{j}]",
-                f"expected a figure id of this file; received "
-                f"{figure_id!r}.{_close(str(figure_id), list(figures))}",
-            )
-    where_ = _mapping(data.get("where"), where + ".where", "a mapping of settings", fail)
-    reduced_where = _mapping(data.get("reduced_where"), where + ".reduced_where", "a mapping", fail)
-    numerator = _mapping(data.get("numerator"), where + ".numerator", "a mapping", fail)
-    denominator = _mapping(data.get("denominator"), where + ".denominator", "a mapping", fail)
-    items = data.get("items") or []
+    named = _claim_figures(data, where, figures, fail)
+    where_ = expect_mapping(data.get("where"), where + ".where", "a mapping of settings", fail)
+    reduced_where = expect_mapping(
+        data.get("reduced_where"), where + ".reduced_where", "a mapping", fail
+    )
+    numerator = expect_mapping(data.get("numerator"), where + ".numerator", "a mapping", fail)
+    denominator = expect_mapping(data.get("denominator"), where + ".denominator", "a mapping", fail)
+    items: List[Dict[str, Any]] = []
     if kind in ("ratio", "sign"):
-        if not numerator or not denominator:
-            raise fail(
-                f"{where}.numerator",
-                f"a {kind} claim needs numerator and denominator "
-                "selectors (settings, e.g. {backend: mxnet}); received "
-                f"{numerator!r} / {denominator!r}.",
-            )
-        if kind == "ratio":
-            if data.get("paper") is None and data.get("expected") is None:
-                raise fail(
-                    f"{where}.expected",
-                    "a ratio claim without the paper's ratio needs "
-                    "expected: the value checked (say where it comes from in note).",
-                )
-            if data.get("tolerance") is None:
-                raise fail(
-                    f"{where}.tolerance",
-                    "a ratio claim needs a tolerance (absolute, on the ratio); received none.",
-                )
+        _check_ratio_sides(data, kind, numerator, denominator, where, fail)
     else:
-        if not isinstance(items, list) or len(items) < 2:
-            raise fail(
-                f"{where}.items",
-                "an ordering needs two or more items (selectors, in "
-                f"the order the paper gives); received {items!r}.",
-            )
-        items = [
-            _mapping(item, f"{where}.items[{j}]", "a mapping", fail) for j, item in enumerate(items)
-        ]
-    if data.get("direction", "increasing") not in DIRECTIONS:
-        raise fail(
-            f"{where}.direction",
-            f"expected one of {', '.join(DIRECTIONS)}; received {data.get('direction')!r}.",
-        )
-    if data.get("expect", "greater") not in EXPECTS:
-        raise fail(
-            f"{where}.expect",
-            f"expected one of {', '.join(EXPECTS)}; received {data.get('expect')!r}.",
-        )
-    requires = data.get("requires") or []
-    for j, need in enumerate(requires if isinstance(requires, list) else [requires]):
-        if need not in REQUIREMENTS:
-            raise fail(
-                f"{where}.requires[{j}]",
-                f"expected one of {', '.join(REQUIREMENTS)}; received {need!r}.",
-            )
-    if data.get("doubt") and not data.get("instead"):
-        raise fail(
-            f"{where}.instead",
-            "a claim with a doubt needs instead: the sound measurement kbench checks in its place.",
-        )
+        items = _ordering_items(data.get("items") or [], where, fail)
+    requires = _claim_choices(data, where, fail)
     return Claim(
         id=data["id"],
         kind=kind,
@@ -559,7 +503,7 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
         expected=data.get("expected"),
         tolerance=data.get("tolerance"),
         for_each=data.get("for_each"),
-        requires=tuple(requires if isinstance(requires, list) else [requires]),
+        requires=requires,
         reduced=data.get("reduced"),
         reduced_where=reduced_where,
         doubt=data.get("doubt"),
@@ -568,9 +512,104 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
     )
 
 
+def _claim_metric(data: Dict[str, Any], kind: str, where: str, fail) -> str:
+    metric = data.get("metric", "scaling_efficiency" if kind == "efficiency_ordering" else None)
+    _text(metric, f"{where}.metric", fail, "a kbench metric name (kbench reproduce --help)")
+    if kind == "efficiency_ordering" and metric != "scaling_efficiency":
+        raise fail(
+            f"{where}.metric",
+            "an efficiency_ordering reads scaling_efficiency; drop "
+            f"metric or use kind: ordering. Received {metric!r}.",
+        )
+    return metric
+
+
+def _claim_figures(
+    data: Dict[str, Any], where: str, figures: Dict[str, PublishedFigure], fail
+) -> List[str]:
+    named = data.get("figures") or []
+    if not isinstance(named, list):
+        raise fail(f"{where}.figures", f"expected a list of figure ids; received {named!r}.")
+    for j, figure_id in enumerate(named):
+        if figure_id not in figures:
+            raise fail(
+                f"{where}.figures[{j}]",
+                f"expected a figure id of this file; received "
+                f"{figure_id!r}.{close_match(str(figure_id), list(figures))}",
+            )
+    return named
+
+
+def _check_ratio_sides(
+    data: Dict[str, Any], kind: str, numerator, denominator, where: str, fail
+) -> None:
+    """A ratio or sign claim: both selectors; a ratio also its value and tolerance."""
+    if not numerator or not denominator:
+        raise fail(
+            f"{where}.numerator",
+            f"a {kind} claim needs numerator and denominator "
+            "selectors (settings, e.g. {backend: mxnet}); received "
+            f"{numerator!r} / {denominator!r}.",
+        )
+    if kind != "ratio":
+        return
+    if data.get("paper") is None and data.get("expected") is None:
+        raise fail(
+            f"{where}.expected",
+            "a ratio claim without the paper's ratio needs "
+            "expected: the value checked (say where it comes from in note).",
+        )
+    if data.get("tolerance") is None:
+        raise fail(
+            f"{where}.tolerance",
+            "a ratio claim needs a tolerance (absolute, on the ratio); received none.",
+        )
+
+
+def _ordering_items(items: Any, where: str, fail) -> List[Dict[str, Any]]:
+    if not isinstance(items, list) or len(items) < 2:
+        raise fail(
+            f"{where}.items",
+            "an ordering needs two or more items (selectors, in "
+            f"the order the paper gives); received {items!r}.",
+        )
+    return [
+        expect_mapping(item, f"{where}.items[{j}]", "a mapping", fail)
+        for j, item in enumerate(items)
+    ]
+
+
+def _claim_choices(data: Dict[str, Any], where: str, fail) -> Tuple[str, ...]:
+    """direction, expect, requires, doubt checked; the requirements as a tuple."""
+    if data.get("direction", "increasing") not in DIRECTIONS:
+        raise fail(
+            f"{where}.direction",
+            f"expected one of {', '.join(DIRECTIONS)}; received {data.get('direction')!r}.",
+        )
+    if data.get("expect", "greater") not in EXPECTS:
+        raise fail(
+            f"{where}.expect",
+            f"expected one of {', '.join(EXPECTS)}; received {data.get('expect')!r}.",
+        )
+    requires = data.get("requires") or []
+    requires = requires if isinstance(requires, list) else [requires]
+    for j, need in enumerate(requires):
+        if need not in REQUIREMENTS:
+            raise fail(
+                f"{where}.requires[{j}]",
+                f"expected one of {', '.join(REQUIREMENTS)}; received {need!r}.",
+            )
+    if data.get("doubt") and not data.get("instead"):
+        raise fail(
+            f"{where}.instead",
+            "a claim with a doubt needs instead: the sound measurement kbench checks in its place.",
+        )
+    return tuple(requires)
+
+
 def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> PaperPlot:
-    data = _mapping(raw, where, "a mapping with title, x, metric, figures", fail)
-    _known(data, PLOT_KEYS, where + ".", fail)
+    data = expect_mapping(raw, where, "a mapping with title, x, metric, figures", fail)
+    known_keys(data, PLOT_KEYS, where + ".", fail)
     for key in ("title", "x", "metric"):
         _text(data.get(key), f"{where}.{key}", fail)
     series = data.get("series", "backend")
@@ -581,7 +620,7 @@ def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Pa
             raise fail(
                 f"{where}.figures[{j}]",
                 f"expected a figure id of this file; received "
-                f"{figure_id!r}.{_close(str(figure_id), list(figures))}",
+                f"{figure_id!r}.{close_match(str(figure_id), list(figures))}",
             )
         if data["x"] not in figure.at or series not in figure.at:
             raise fail(
@@ -594,20 +633,12 @@ def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Pa
         x=data["x"],
         metric=data["metric"],
         figures=tuple(named),
-        where=_mapping(data.get("where"), where + ".where", "a mapping", fail),
+        where=expect_mapping(data.get("where"), where + ".where", "a mapping", fail),
         series=series,
     )
 
 
 # small checks --------------------------------------------------------------------
-
-
-def _mapping(value: Any, where: str, expected: str, fail) -> Dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise fail(where, f"expected {expected}; received {type(value).__name__} {value!r}.")
-    return value
 
 
 def _list(value: Any, where: str, fail) -> List[Any]:
@@ -622,24 +653,10 @@ def _text(value: Any, where: str, fail, expected: str = "text") -> None:
 
 
 def _text_mapping(value: Any, where: str, fail) -> Dict[str, str]:
-    data = _mapping(value, where, "a mapping of name -> text", fail)
+    data = expect_mapping(value, where, "a mapping of name -> text", fail)
     if not data:
         raise fail(where, "expected at least one entry, as the document gives it.")
     return {str(k): str(v) for k, v in data.items()}
-
-
-def _known(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fail) -> None:
-    for key in section:
-        if key not in allowed:
-            raise fail(
-                f"{prefix}{key}",
-                f"unknown key; expected one of: {', '.join(allowed)}.{_close(str(key), allowed)}",
-            )
-
-
-def _close(word: str, allowed: Sequence[str]) -> str:
-    match = difflib.get_close_matches(word, list(allowed), n=1)
-    return f" Did you mean {match[0]!r}?" if match else ""
 
 
 def _number(value: Optional[float]) -> str:

@@ -7,7 +7,7 @@ per-round ratio (round r of one over round r of the other, on the same machine),
 median and order-statistics interval (:mod:`kbench.views.significance`) decide. The
 paper's absolute figures are context, never compared with this machine's.
 
-- **holds** / **does not hold**: the claim's test (:class:`kbench.views.published.Claim`)
+- **holds** / **does not hold**: the claim's test (:class:`kbench.studies.published.Claim`)
   on the median per-round ratio;
 - **not measurable here**, with the reason: the claim needs a GPU and the runs had none,
   needs the real data set and the runs trained on synthetic data, the reduced size
@@ -23,9 +23,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
+from kbench.studies.published import REQUIREMENTS, Claim, Study
 from kbench.views.compare import MEMORY_LABELS, UTILIZATION_LABELS, Spread, quality_flags
 from kbench.views.figures import memory_by_kind, no_gpu_reason
-from kbench.views.published import REQUIREMENTS, Claim, Study
 from kbench.views.significance import RatioInterval, median_interval
 from kbench.views.tables import Table
 

@@ -1,0 +1,202 @@
+"""How a run ends, one way for every kind of run: ``kbench run`` (:mod:`kbench.run.runner`),
+``kbench ops`` (:mod:`kbench.ops.runner`), ``kbench exec`` (:mod:`kbench.exec.runner`)
+and data-parallel runs (:mod:`kbench.distributed.launcher`).
+
+- :func:`new_run_id`: the run's name in the store (UTC stamp, what it ran, 6 random hex).
+- :class:`Verdict`: the status (``ok``, ``failed``, ``oom``, ``timeout``,
+  ``unsupported``), one line of reason and the error details. Each kind of run judges
+  with its own function, because what it can check differs (a worker's reply and exit
+  code; a script's exit code alone; the replies of many processes), and builds its
+  verdict from the pieces here: :data:`OK`, :func:`timed_out`, :func:`reported` (the
+  error the worker wrote) and :func:`no_result` (it ended without one). The error
+  details always hold ``type``, ``message``, ``traceback`` and ``log_tail``.
+- :func:`environment`: the block every result carries (kbench, the machine, the
+  interpreter, the variables and keras.json the worker had, what its framework said).
+- :func:`run_result`: the result document from all of it.
+- :func:`keep`: the result into the store, its warnings into the log (:func:`log_notes`).
+- :func:`summary_line`: the run in one line for the log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from typing import Any, Dict, Iterable, NamedTuple, Optional
+
+from kbench.measure import sysinfo
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore
+from kbench_models import short_name
+
+log = logging.getLogger(__name__)
+
+REASON_CHARS = 500  # a reason is one line of at most this many characters
+
+
+def new_run_id(*parts: str) -> str:
+    """``<UTC stamp>-<parts joined by ->-<6 random hex>``: unique, and sorted by start."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return "-".join([stamp, *parts, uuid.uuid4().hex[:6]])
+
+
+class Verdict(NamedTuple):
+    """How a run ended: ``(status, one-line reason, error details)``; reason and error are
+    None when the status is ``ok``."""
+
+    status: str
+    reason: Optional[str]
+    error: Optional[Dict[str, Any]]
+
+
+OK = Verdict("ok", None, None)
+
+
+def first_line(text: str, limit: int = REASON_CHARS) -> str:
+    """The first line of ``text``, at most ``limit`` characters: a reason."""
+    return (text.strip().splitlines() or [""])[0][:limit]
+
+
+def error_details(kind: str, message: str, log_tail: Iterable[str]) -> Dict[str, Any]:
+    """The error section of a run that left no error of its own: the worker's last lines."""
+    return {"type": kind, "message": message, "traceback": "", "log_tail": "\n".join(log_tail)}
+
+
+def timed_out(reason: str, log_tail: Iterable[str]) -> Verdict:
+    """The run passed its timeout and was stopped."""
+    return Verdict("timeout", reason, error_details("Timeout", "", log_tail))
+
+
+def reported(status: str, error: Dict[str, Any], log_tail: Iterable[str]) -> Verdict:
+    """The worker wrote its own error (type, message, traceback) and status (``failed``,
+    ``oom``, ``unsupported``); the reason is the error's first line."""
+    details = dict(error, log_tail="\n".join(log_tail))
+    return Verdict(status, first_line(f"{error['type']}: {error['message']}"), details)
+
+
+def no_result(kind: str, how: str, reason: str, log_tail: Iterable[str]) -> Verdict:
+    """The run ended without a result of its own: failed, ``how`` it ended."""
+    return Verdict("failed", reason, error_details(kind, how, log_tail))
+
+
+def environment(
+    interpreter: Any,
+    process_env: Optional[Dict[str, str]],
+    keras_json: Optional[Dict[str, Any]],
+    framework: Optional[Dict[str, Any]],
+) -> Dict[str, Any]:
+    """The ``environment`` of a result: this kbench and machine, the interpreter the run
+    had, its recorded variables and keras.json, what its framework reported."""
+    return {
+        "kbench": sysinfo.kbench_info(),
+        "machine": sysinfo.machine(),
+        "interpreter": str(interpreter),
+        "process_env": process_env or {},
+        "keras_json": keras_json or {},
+        "framework": framework or {},
+    }
+
+
+def run_result(
+    *,
+    run_id: str,
+    kind: str,
+    config: Dict[str, Any],
+    verdict: Verdict,
+    started_at: float,
+    ended_at: float,
+    environment: Dict[str, Any],
+    data: Dict[str, Any],
+    model: Optional[Dict[str, Any]] = None,
+    metrics: Optional[Dict[str, Any]] = None,
+    sampler: Optional[Dict[str, Any]] = None,
+    sweep: Optional[Dict[str, Any]] = None,
+) -> RunResult:
+    """The result document of a run that went from ``started_at`` to ``ended_at`` (wall
+    clock, seconds since the epoch) and ended as ``verdict`` says."""
+    return RunResult(
+        run_id=run_id,
+        status=verdict.status,
+        config=config,
+        started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
+        wall_time_s=max(0.0, ended_at - started_at),
+        environment=environment,
+        data=data,
+        model=model or {},
+        metrics=metrics or {},
+        reason=verdict.reason,
+        error=verdict.error,
+        sampler=sampler,
+        kind=kind,
+        sweep=sweep,
+    )
+
+
+def keep(result: RunResult, store: ResultStore, label: str) -> RunResult:
+    """Add ``result`` to ``store``, then warn of what it should be read with
+    (:func:`log_notes`); ``label`` names the run in the log."""
+    store.add(result)
+    log_notes(result, label)
+    return result
+
+
+def log_notes(result: RunResult, label: str) -> None:
+    """Warn of what a stored result should be read with: its framework's warnings and
+    what else the machine was doing while it was measured (``metrics.quality.flags``)."""
+    for warning in result.warnings:
+        log.warning("%s: %s", label, warning)
+    for flag in (result.metrics.get("quality") or {}).get("flags") or []:
+        log.warning("%s: measured while %s", label, flag)
+
+
+def summary_line(result: RunResult) -> str:
+    """A run in one line for the log: ``backend/model: ok, <figures>, <wall> s``, or
+    ``backend/model: STATUS: reason``. The figures depend on the kind of run: training
+    (img/s, per-step spread, test accuracy), inference (latency), ``exec`` (step time,
+    epochs, parameters; what is missing where nothing was instrumented), ``ops`` (how
+    many operations ended how; a failed ops worker's too, as it keeps what finished)."""
+    label = f"{result.config['backend']}/{_subject(result)}"
+    if not result.ok:
+        done = f" ({_ops_counts(result)})" if result.kind == "ops" else ""
+        return f"{label}: {result.status.upper()}: {result.reason}{done}"
+    return f"{label}: {_figures(result)}, {result.wall_time_s:.1f} s"
+
+
+def _subject(result: RunResult) -> str:
+    if result.kind == "ops":
+        return "ops"
+    if result.kind == "exec":
+        return result.config["model"]  # the script's name, as given
+    return short_name(result.config["model"])
+
+
+def _ops_counts(result: RunResult) -> str:
+    counts: Dict[str, int] = {}
+    for entry in result.metrics.get("ops", []):
+        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    return ", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing measured"
+
+
+def _figures(result: RunResult) -> str:
+    """What :func:`summary_line` says of a run that ended ``ok``."""
+    m = result.metrics
+    if result.kind == "ops":
+        return _ops_counts(result)
+    if result.kind == "exec" and m.get("images_per_sec") is None:
+        what = m.get("note") or m.get("images_per_sec_reason") or "no img/s"
+        return f"ok (exit 0), {what}"
+    if result.kind == "exec":
+        detail = (
+            f"step p50 {m['step_time_s']['p50'] * 1000:.2f} ms, {m['epochs']} epoch(s), "
+            f"{result.model.get('params') or 0:,} params"
+        )
+    elif result.kind == "inference":
+        latency = m["latency_ms"]
+        detail = f"latency p50 {latency['p50']:.2f} ms, p99 {latency['p99']:.2f} ms"
+    else:
+        spread = m["images_per_sec_per_step"]
+        detail = (
+            f"per step p10-p90 {spread['p10']:,.0f}-{spread['p90']:,.0f}, "
+            f"test accuracy {m['test_accuracy']:.3f}"
+        )
+    return f"ok, {m['images_per_sec']:,.0f} img/s ({detail})"
