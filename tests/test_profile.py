@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import shared_sweep
 
-from kbench.cli.many_runs import section_tables
+from kbench.api import section_tables
 from kbench.profiling import ProfilerUnsupported, profile_model, summarize, xspace
 from kbench.profiling.jax_capture import JaxCapture
 from kbench.profiling.ops import OpTime, common_name

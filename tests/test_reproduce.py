@@ -4,7 +4,7 @@ The study files are checked against their sweeps; each kind of claim is evaluate
 small result sets written into a real store with kbench's own writers (RunResult,
 ResultStore), for holds / does not hold / not measurable here; the CLI and the report
 read such a store. No framework runs here: `kbench reproduce STUDY --reduced` end to end
-takes minutes (see the README for the measured runs).
+takes minutes (see docs/guides/reproduce.md for the measured runs).
 """
 
 from __future__ import annotations

@@ -57,10 +57,12 @@ LEGACY_MXNET_CPU = (
 
 
 def test_linux_x86_64_gets_what_it_always_got():
-    # plus pytest-xdist, which runs the suite on every core (an old environment gets it
-    # installed on its next set-up, nothing else changes)
+    # plus pytest-xdist, which runs the suite on every core, and what builds the docs and
+    # runs the example notebook (an old environment gets them installed on its next
+    # set-up, nothing else changes)
     legacy = list(LEGACY_KERAS3_CPU)
     legacy.insert(legacy.index("ruff"), "pytest-xdist")
+    legacy += ["mkdocs-material", "nbclient", "nbformat", "ipykernel"]
     assert plan("keras3", "cpu", LINUX).requirements == tuple(legacy)
     assert plan("mxnet", "cpu", LINUX).requirements == LEGACY_MXNET_CPU
     gpu = plan("keras3", "gpu", LINUX).requirements

@@ -32,6 +32,7 @@ class BackendSpec:
     data_formats: Tuple[str, ...] = ("channels_last", "channels_first")
     # Whether it can be the parity reference: the native ports only load Keras weights.
     exports_weights: bool = True
+    runs_keras: bool = True  # False: a native port, no Keras in its process
 
     def load(self) -> type[Backend]:
         module_name, class_name = self.implementation.split(":")
@@ -71,6 +72,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             packages=("torch",),
             data_formats=("channels_first",),
             exports_weights=False,
+            runs_keras=False,
         ),
         BackendSpec(
             name="mxnet",
@@ -87,6 +89,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             packages=("mxnet", "mxnet-cu112"),
             data_formats=("channels_first",),
             exports_weights=False,
+            runs_keras=False,
         ),
     )
 }

@@ -31,9 +31,9 @@ examples:
   kbench run -b tensorflow,jax,torch,mxnet --model my_model.py:build --dataset npz:data.npz
                                                 your own model file and arrays
   kbench env                                    what is installed, which backends run
-  kbench sweep sweeps/lenet.yaml --reduced      a study declared in a file; resumable
-  kbench compare --store results/lenet-reduced  backends side by side, also as Markdown
-  kbench report --store results/lenet-reduced   one HTML file with the plots
+  kbench sweep sweeps/lenet_epochs.yaml --reduced      a study declared in a file; resumable
+  kbench compare --store results/lenet-epochs-reduced  backends side by side, also as Markdown
+  kbench report --store results/lenet-epochs-reduced   one HTML file with the plots
 """
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from kbench import api
 from kbench.cli.arguments import (
     add_baseline_argument,
     add_filter_argument,
@@ -31,19 +32,19 @@ log = logging.getLogger("kbench")
 
 SWEEP_EXAMPLES = """\
 examples:
-  kbench sweep sweeps/lenet.yaml --reduced --dry-run   list the runs, run nothing
-  kbench sweep sweeps/lenet.yaml --reduced             run them (CPU-sized)
-  kbench sweep sweeps/lenet.yaml --reduced             again: resumes, skips finished runs
-  kbench sweep sweeps/lenet.yaml --filter backend=jax,torch
-  kbench report --store results/lenet-reduced          the HTML report of what ran
+  kbench sweep sweeps/lenet_epochs.yaml --reduced --dry-run   list the runs, run nothing
+  kbench sweep sweeps/lenet_epochs.yaml --reduced             run them (CPU-sized)
+  kbench sweep sweeps/lenet_epochs.yaml --reduced             again: resumes, skips finished runs
+  kbench sweep sweeps/lenet_epochs.yaml --filter backend=jax,torch
+  kbench report --store results/lenet-epochs-reduced          the HTML report of what ran
 """
 
 RESULTS_EXAMPLES = """\
 examples:
-  kbench results --store results/lenet-reduced --filter backend=jax --filter status=ok
-  kbench results --store results/lenet-reduced --export lenet.csv   (or .parquet)
+  kbench results --store results/lenet-epochs-reduced --filter backend=jax --filter status=ok
+  kbench results --store results/lenet-epochs-reduced --export lenet.csv   (or .parquet)
   kbench results --store all-machines --merge laptop-results gpu-box-results
-  python -c "from kbench.results.store import load_frame; print(load_frame('results'))"
+  python -c "import kbench; print(kbench.load('results').frame())"
 """
 
 
@@ -180,19 +181,7 @@ def add_store_arguments(parser: argparse.ArgumentParser, several: bool = False) 
 
 
 def load(stores: Sequence[Path], filters: Sequence[str], latest_only: bool) -> List[RunResult]:
-    parsed = [Filter.parse(f) for f in filters]
-    results = []
-    for directory in stores:
-        store = ResultStore(directory)
-        results += store.results(parsed, latest_only=latest_only)
-        for name, why in store.unreadable:
-            log.warning("%s/%s: skipped: %s", directory, name, why)
-    if not results:
-        raise store_mod.StoreError(
-            f"store: no runs in {', '.join(map(str, stores))}"
-            + (f" pass the filters {', '.join(filters)}" if filters else "")
-        )
-    return sorted(results, key=lambda r: (r.started_at, r.run_id))
+    return list(api.load(stores, filters, latest_only=latest_only))
 
 
 def command_sweep(args: argparse.Namespace) -> int:
@@ -275,16 +264,12 @@ def show_sweep(
 
 
 def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline) -> None:
-    """The study tables and section tables of ``results``, printed and kept in the store's
-    compare.md."""
-    sections = section_tables(results)
-    print(tables.study_text(results, baseline))
-    for table in sections:
-        print("\n" + table.text())
+    """The comparison tables of ``results``, printed and kept in the store's compare.md."""
+    comparison = api.Comparison.of(results, baseline)
+    print(comparison.text())
     markdown = store / "compare.md"
-    text = tables.study_markdown(results, title, baseline)
     try:
-        markdown.write_text(text + "".join("\n" + t.markdown() + "\n" for t in sections))
+        markdown.write_text(comparison.markdown(title))
         print(f"\nTables also in {markdown}; plots: kbench report --store {store}")
     except OSError as err:
         log.warning("%s: not written (%s); the tables are above", markdown, err.strerror)
@@ -317,20 +302,6 @@ def command_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:
-    """The tables beside the study tables: operators, the data-parallel breakdown, the
-    per-operator profiles of model runs."""
-    from kbench.views.distributed import breakdown_tables
-    from kbench.views.ops import ops_tables
-    from kbench.views.profile import profile_tables
-
-    return (
-        ops_tables([r for r in results if r.kind == "ops"])
-        + breakdown_tables(results)
-        + profile_tables(results)
-    )
-
-
 def check_writable_file(setting: str, path: Path) -> None:
     """Refuse an output file whose directory is missing before any work is done."""
     if path.is_dir():
@@ -350,16 +321,11 @@ def check_writable_file(setting: str, path: Path) -> None:
 def command_compare(args: argparse.Namespace) -> int:
     if args.markdown is not None:
         check_writable_file("markdown", args.markdown)
-    results = load(args.store, args.filter, latest_only=True)
-    sections = section_tables(results)
-    print(tables.study_text(results, args.baseline))
-    for table in sections:
-        print("\n" + table.text())
+    comparison = api.compare(args.store, args.baseline, args.filter)
+    print(comparison.text())
     markdown = args.markdown or args.store[0] / "compare.md"
     title = "kbench comparison: " + ", ".join(str(s) for s in args.store)
-    text = tables.study_markdown(results, title, args.baseline)
-    text += "".join("\n" + table.markdown() + "\n" for table in sections)
-    markdown.write_text(text)
+    markdown.write_text(comparison.markdown(title))
     print(f"\nMarkdown: {markdown}", file=sys.stderr)
     return 0
 

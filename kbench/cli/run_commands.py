@@ -8,7 +8,7 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from kbench import __version__
 from kbench.backends import BACKENDS
@@ -354,38 +354,15 @@ def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] =
 
 
 def command_run(args: argparse.Namespace) -> int:
-    if args.repeats < 1:
-        raise ConfigError("repeats", f"expected a positive integer; received {args.repeats}.")
     if args.baseline is not None and args.baseline not in args.backend:
         raise ConfigError(
             "baseline",
             f"expected one of the backends run ({', '.join(args.backend)}); "
             f"received {args.baseline!r}.",
         )
-    shared = dict(
-        dataset=args.dataset, batch_size=args.batch_size, epochs=args.epochs, steps=args.steps,
-        warmup_steps=args.warmup_steps, data_format=args.data_format, optimizer=args.optimizer,
-        learning_rate=args.learning_rate, train_samples=args.train_samples,
-        test_samples=args.test_samples, input_shape=args.input_shape,
-        num_classes=args.num_classes, image_size=args.image_size, data_dir=args.data_dir,
-        threads=args.threads,
-        seed=args.seed, timeout_s=args.timeout_s, mode=args.mode, duration_s=args.duration_s,
-        sample_interval_s=args.sample_interval_s, device=args.device,
-        gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
-        **{name: getattr(args, name) for name in SWITCHES},
-        distributed=args.distributed, workers=args.workers,
-        profile=args.profile, profile_steps=args.profile_steps,
-        target_precision=args.target_precision, time_budget_s=args.time_budget_s,
-    )  # fmt: skip
-    # Round by round, so that drift of the machine hits every backend alike.
-    rounds = [
-        [
-            RunConfig(backend=backend, model=model, repeat=repeat, **shared)
-            for model in args.model
-            for backend in args.backend
-        ]
-        for repeat in range(args.repeats)
-    ]
+    rounds = studies_rounds.plan_rounds(
+        args.backend, args.model, args.repeats, **run_settings(args)
+    )
     stop = None
     if args.ratio_precision is not None:
         check_ratio_precision(args)
@@ -406,6 +383,25 @@ def command_run(args: argparse.Namespace) -> int:
         ran = len({r.config.get("repeat", 0) for r in results})
         print(f"rounds: {ran} of at most {args.repeats}: {stopped or 'every round ran'}")
     return code
+
+
+def run_settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """``kbench run``'s flags as the run settings of :func:`studies.rounds.plan_rounds`."""
+    return dict(
+        dataset=args.dataset, batch_size=args.batch_size, epochs=args.epochs, steps=args.steps,
+        warmup_steps=args.warmup_steps, data_format=args.data_format, optimizer=args.optimizer,
+        learning_rate=args.learning_rate, train_samples=args.train_samples,
+        test_samples=args.test_samples, input_shape=args.input_shape,
+        num_classes=args.num_classes, image_size=args.image_size, data_dir=args.data_dir,
+        threads=args.threads,
+        seed=args.seed, timeout_s=args.timeout_s, mode=args.mode, duration_s=args.duration_s,
+        sample_interval_s=args.sample_interval_s, device=args.device,
+        gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
+        **{name: getattr(args, name) for name in SWITCHES},
+        distributed=args.distributed, workers=args.workers,
+        profile=args.profile, profile_steps=args.profile_steps,
+        target_precision=args.target_precision, time_budget_s=args.time_budget_s,
+    )  # fmt: skip
 
 
 def check_ratio_precision(args: argparse.Namespace) -> None:

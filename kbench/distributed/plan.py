@@ -3,7 +3,7 @@
 On one machine (the default) every process binds and advertises ``127.0.0.1`` and the
 ports are free ones picked when the run starts. Across machines every host runs the
 same ``kbench run`` command with the same flags and three variables set
-(see README, "Distributed"):
+(see docs/guides/distributed.md):
 
 ``KBENCH_DIST_HOSTS``
     the hosts' addresses, comma-separated, the same list on every host; the first one

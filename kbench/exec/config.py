@@ -9,11 +9,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from kbench.backends import BACKENDS
 from kbench.measure.processes import usable_cores
 from kbench.results.config import DEVICES, MAX_SECONDS, MAX_THREADS, ConfigError, check_choice
 
 # The backends whose processes run Keras (torch-native and mxnet-gluon do not).
-EXEC_BACKENDS: Tuple[str, ...] = ("tensorflow", "jax", "torch", "mxnet")
+EXEC_BACKENDS: Tuple[str, ...] = tuple(name for name, spec in BACKENDS.items() if spec.runs_keras)
 # Interpreter names that the backend's own interpreter replaces at the command's start.
 PYTHON_NAMES = ("python", "python3")
 SCRIPT_DATA = "the script's own"  # data and batch: whatever the script uses

@@ -35,6 +35,7 @@ DEFAULT_MXNET_CUDA_WHEEL = "mxnet-cu112"
 KERAS3_COMMON = (
     "keras", "tensorflow-datasets", "nvidia-ml-py", "psutil", "pyyaml", "pandas", "pyarrow",
     "matplotlib", "pillow", "scikit-learn", "pytest", "pytest-xdist", "ruff",
+    "mkdocs-material", "nbclient", "nbformat", "ipykernel",
 )  # fmt: skip
 MXNET_COMMON = ("keras-mxnet==2.2.4.3", "numpy<1.24", "nvidia-ml-py", "psutil", "pillow")
 

@@ -1,15 +1,17 @@
-"""A comparison run round by round (``kbench run``, ``kbench demo``): every backend and
-model once per round, so that drift of the machine hits every backend alike, and the
-ratio stop rule (``--ratio-precision``) read after each round."""
+"""A comparison run round by round (``kbench run``, ``kbench.run()``, ``kbench demo``):
+every backend and model once per round, so that drift of the machine hits every backend
+alike, and the ratio stop rule (``--ratio-precision``) read after each round."""
 
 from __future__ import annotations
 
+import difflib
 import time
+from dataclasses import fields
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.measure import quality
-from kbench.results.config import RunConfig
+from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
 from kbench.run.before_runs import look_before_runs
 from kbench.run.runner import Runner
@@ -17,6 +19,63 @@ from kbench.views import compare
 
 Stop = Callable[[List[RunResult]], Optional[str]]
 OnProgress = Callable[[RunConfig, Dict], None]
+
+# The run settings a caller gives: every RunConfig field but those the plan sets itself.
+PLANNED = ("backend", "model", "repeat")
+SETTINGS: Tuple[str, ...] = tuple(f.name for f in fields(RunConfig) if f.name not in PLANNED)
+
+
+class UnknownSetting(ConfigError, TypeError):
+    """A keyword that is no run setting: a :class:`ConfigError` to the CLI, and the
+    TypeError Python raises for an unknown keyword to a caller of :func:`kbench.run`."""
+
+
+def check_settings(settings: Dict[str, Any], parameters: Sequence[str] = ()) -> None:
+    """Refuse a name that is not in :data:`SETTINGS`, naming it, the accepted ones and
+    the closest of those or of the caller's own ``parameters`` (``backends``)."""
+    unknown = [name for name in settings if name not in SETTINGS]
+    if not unknown:
+        return
+    name = unknown[0]
+    close = difflib.get_close_matches(name, [*SETTINGS, *parameters], n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise UnknownSetting(
+        name,
+        f"expected a run setting, one of: {', '.join(SETTINGS)}; received {name!r}.{hint}",
+    )
+
+
+def plan_rounds(
+    backends: Sequence[str], models: Sequence[str], repeats: int = 1, **settings: Any
+) -> List[List[RunConfig]]:
+    """The runs of ``kbench run`` and :func:`kbench.run`, round by round: in each of
+    ``repeats`` rounds every model under every backend (models outer), each a
+    :class:`RunConfig` of ``settings`` (its field names: ``batch_size=32``, ``steps=50``).
+    One name alone may be a string. Every setting is checked here, before any process
+    starts."""
+    check_settings(settings, ("backends", "models", "repeats"))
+    backends = [backends] if isinstance(backends, str) else list(backends)
+    models = [models] if isinstance(models, str) else list(models)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError("repeats", f"expected a positive integer; received {repeats}.")
+    for setting, names in (("backend", backends), ("model", models)):
+        if not names:
+            raise ConfigError(setting, f"expected at least one {setting}; received none.")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(
+                setting,
+                f"expected each {setting} once; received {', '.join(twice)} more than once. "
+                "Name each once (use repeats for more runs of one).",
+            )
+    return [
+        [
+            RunConfig(backend=backend, model=model, repeat=repeat, **settings)
+            for model in models
+            for backend in backends
+        ]
+        for repeat in range(repeats)
+    ]
 
 
 def run_rounds(

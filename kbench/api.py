@@ -1,0 +1,273 @@
+"""The Python API, for notebooks: :func:`run`, :func:`compare`, :func:`load`.
+
+The same functions the CLI calls, with nothing of the CLI in between: :func:`run`
+plans the rounds ``kbench run`` plans (:func:`kbench.studies.rounds.plan_rounds`) and
+runs them, one fresh worker process per run, into a store; :func:`compare` builds the
+tables ``kbench compare`` prints. Progress goes to the ``kbench`` loggers, never to
+print: ``logging.basicConfig(level=logging.INFO)`` shows it. pandas and the HTML
+renderer are imported only when a frame or a table is asked for.
+
+    >>> import kbench
+    >>> results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20)
+    >>> results.frame()[["backend", "status", "images_per_sec"]]
+    >>> kbench.compare(results)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence as SequenceABC
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union, overload
+
+from kbench.results import store as store_mod
+from kbench.results.result import RunResult
+from kbench.results.store import Filter, IndexEntry, ResultStore
+from kbench.studies import rounds as studies_rounds
+from kbench.views import tables
+from kbench.views.names import model_label
+
+log = logging.getLogger(__name__)
+
+StorePath = Union[str, "os.PathLike[str]"]
+
+# kbench.run's own parameters, for the close match of a misspelt setting.
+RUN_PARAMETERS = ("backends", "model", "dataset", "store", "repeats", "warm")
+
+
+class Results(SequenceABC):
+    """The result documents (:class:`~kbench.results.result.RunResult`) of
+    :func:`run` or :func:`load`: a sequence (``len``, ``results[0]``, ``for r in
+    results``), a DataFrame with :meth:`frame`, a table in Jupyter.
+
+    >>> results.frame()        # one row per run
+    >>> results.compare()      # the comparison tables
+    >>> results[0].metrics["images_per_sec"]
+    """
+
+    def __init__(self, runs: Iterable[RunResult], store: Optional[StorePath] = None) -> None:
+        self.runs: List[RunResult] = list(runs)
+        self.store: Optional[Path] = None if store is None else Path(store)
+
+    @overload
+    def __getitem__(self, index: int) -> RunResult: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Results: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Results(self.runs[index], self.store)
+        return self.runs[index]
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def frame(self):
+        """A pandas DataFrame, one row per run: the settings, then what was measured
+        (:func:`kbench.results.store.flatten` names the columns)."""
+        return store_mod.to_frame(self.runs)
+
+    to_frame = frame
+
+    def compare(self, baseline: Optional[str] = None) -> Comparison:
+        """The comparison tables of these runs (:func:`compare`)."""
+        return compare(self, baseline)
+
+    def table(self) -> tables.Table:
+        """One row per run: backend (``#2`` for a repeat), model, mode, status, img/s,
+        the median step (latency for inference) in ms, test accuracy, seconds."""
+        ok = sum(r.ok for r in self.runs)
+        where = f" in {self.store}" if self.store else ""
+        title = f"{len(self.runs)} runs, {ok} ok{where}"
+        headers = ["backend", "model", "mode", "status", "img/s", "ms p50", "test acc", "wall s"]
+        return tables.Table(title, headers, [_row(r) for r in self.runs], tables.not_ok_lines(self))
+
+    def __repr__(self) -> str:
+        return f"kbench.Results: {self.table().text()}"
+
+    def _repr_html_(self) -> str:
+        from kbench.views.report import table_html
+
+        return table_html(self.table(), numeric=range(4, 8))
+
+
+def _row(result: RunResult) -> List[str]:
+    m = result.metrics
+    repeat = result.config.get("repeat", 0)
+    ms = (m.get("latency_ms") or {}).get("p50")  # inference
+    step_s = (m.get("step_time_s") or {}).get("p50")
+    if ms is None and step_s is not None:
+        ms = step_s * 1000
+
+    def number(value: Any, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    return [
+        result.config.get("backend", "?") + (f" #{repeat + 1}" if repeat else ""),
+        model_label(result.config.get("model", "?")),
+        result.kind,
+        result.status,
+        number(m.get("images_per_sec"), ",.0f"),
+        number(ms, ".2f"),
+        number(m.get("test_accuracy"), ".3f"),
+        number(result.wall_time_s, ".1f"),
+    ]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What ``kbench compare`` prints: the study tables (throughput, speed ratio,
+    utilization, memory, accuracy: a row per model and setting, a column per backend)
+    and the tables beside them (operators, data-parallel breakdown, profiles).
+
+    >>> comparison = kbench.compare("results")
+    >>> print(comparison.text())            # as the terminal shows it
+    >>> comparison.tables[0].rows           # the cells, as text
+    """
+
+    results: Tuple[RunResult, ...]
+    baseline: Optional[str]
+    study: Tuple[tables.Table, ...]
+    sections: Tuple[tables.Table, ...]
+
+    @classmethod
+    def of(cls, results: Sequence[RunResult], baseline: Optional[str] = None) -> Comparison:
+        return cls(
+            tuple(results),
+            baseline,
+            tuple(tables.study_tables(results, baseline)),
+            tuple(section_tables(results)),
+        )
+
+    @property
+    def tables(self) -> List[tables.Table]:
+        return [*self.study, *self.sections]
+
+    def text(self) -> str:
+        """The tables as ``kbench compare`` prints them."""
+        return "\n\n".join(t.text() for t in self.study) + "".join(
+            "\n\n" + t.text() for t in self.sections
+        )
+
+    def markdown(self, title: str = "kbench comparison") -> str:
+        """The Markdown file ``kbench compare`` writes: the tables and the runs without
+        a result."""
+        text = tables.study_markdown(self.results, title, self.baseline)
+        return text + "".join("\n" + t.markdown() + "\n" for t in self.sections)
+
+    def __repr__(self) -> str:
+        return self.text() or f"<kbench.Comparison: nothing to compare in {len(self.results)} runs>"
+
+    def _repr_html_(self) -> str:
+        from kbench.views.report import esc, table_html
+
+        if not self.tables:
+            return f"<p>Nothing to compare in {len(self.results)} runs.</p>"
+        lines = [f"<li>{esc(line.strip())}</li>" for line in tables.not_ok_lines(self.results)]
+        failed = f"<p>Runs without a result:</p><ul>{''.join(lines)}</ul>" if lines else ""
+        return "".join(table_html(t) for t in self.tables) + failed
+
+
+def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:
+    """The tables beside the study tables: operators, the data-parallel breakdown, the
+    per-operator profiles of model runs."""
+    from kbench.views.distributed import breakdown_tables
+    from kbench.views.ops import ops_tables
+    from kbench.views.profile import profile_tables
+
+    return (
+        ops_tables([r for r in results if r.kind == "ops"])
+        + breakdown_tables(results)
+        + profile_tables(results)
+    )
+
+
+def run(
+    backends: Union[str, Sequence[str]],
+    model: Union[str, Sequence[str]] = "mlp",
+    dataset: str = "synthetic",
+    store: StorePath = "results",
+    repeats: int = 1,
+    warm: bool = False,
+    **settings: Any,
+) -> Results:
+    """Train (or infer with) ``model`` under each of ``backends``, as ``kbench run``
+    does: round by round, each run in a fresh worker process, every result written to
+    ``store`` as it finishes. ``model`` is a zoo name, a list of them, or your own
+    (``path/file.py:build``, ``model.keras``); ``repeats`` rounds; ``warm``: one worker
+    per backend for the runs that can share it. ``settings`` are
+    :class:`~kbench.results.config.RunConfig` fields (``batch_size``, ``steps``,
+    ``epochs``, ``warmup_steps``, ``train_samples``, ``threads``, ``timeout_s``,
+    ``mode``, ``device``, ...); an unknown one raises a TypeError that names it.
+
+    >>> results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20,
+    ...                      batch_size=32, train_samples=2000, store="results")
+    >>> results.frame()
+    """
+    studies_rounds.check_settings(settings, RUN_PARAMETERS)
+    planned = studies_rounds.plan_rounds(backends, model, repeats, dataset=dataset, **settings)
+    runs, _ = studies_rounds.run_rounds(planned, Path(store), warm=warm)
+    return Results(runs, store)
+
+
+def load(
+    store: Union[StorePath, Sequence[StorePath]],
+    filters: Sequence[str] = (),
+    latest_only: bool = True,
+) -> Results:
+    """The runs of one store (or several read together), oldest first: of a sweep run
+    that was rerun, only the newest (``latest_only=False``: every one). ``filters`` are
+    ``kbench results --filter`` expressions (``"backend=jax,torch"``, ``"status=ok"``).
+    A document kbench cannot read is logged and left out; no run at all is an error.
+
+    >>> results = kbench.load("results/lenet-epochs-reduced", filters=["status=ok"])
+    """
+    stores = [Path(store)] if isinstance(store, (str, os.PathLike)) else [Path(s) for s in store]
+    parsed = [Filter.parse(f) for f in filters]
+    runs: List[RunResult] = []
+    for directory in stores:
+        found = ResultStore(directory)
+        runs += found.results(parsed, latest_only=latest_only)
+        for name, why in found.unreadable:
+            log.warning("%s/%s: skipped: %s", directory, name, why)
+    if not runs:
+        raise store_mod.StoreError(
+            f"store: no runs in {', '.join(map(str, stores))}"
+            + (f" pass the filters {', '.join(filters)}" if filters else "")
+        )
+    runs.sort(key=lambda r: (r.started_at, r.run_id))
+    return Results(runs, stores[0] if len(stores) == 1 else None)
+
+
+def compare(
+    results_or_store: Union[Results, Sequence[RunResult], StorePath, Sequence[StorePath]],
+    baseline: Optional[str] = None,
+    filters: Sequence[str] = (),
+) -> Comparison:
+    """The tables ``kbench compare`` prints, of :class:`Results`, a list of
+    :class:`~kbench.results.result.RunResult`, or a store path (or several, read as
+    :func:`load` reads them). ``baseline``: the backend ratios are taken against
+    (default: the first of each comparison); ``filters`` keep the runs they accept.
+    In Jupyter the comparison shows as HTML tables.
+
+    >>> kbench.compare(results)
+    >>> kbench.compare("results", baseline="jax", filters=["batch_size=64"])
+    """
+    given = results_or_store
+    if isinstance(given, (str, os.PathLike)) or (
+        isinstance(given, SequenceABC) and given and not isinstance(given[0], RunResult)
+    ):
+        return Comparison.of(load(given, filters), baseline)
+    runs = list(given)
+    wrong = [type(r).__name__ for r in runs if not isinstance(r, RunResult)]
+    if wrong:
+        raise TypeError(
+            "compare: expected kbench Results, a list of RunResult or a store path; "
+            f"received a list holding {wrong[0]}."
+        )
+    parsed = [Filter.parse(f) for f in filters]
+    runs = [r for r in runs if all(f.accepts(IndexEntry.of(r, "")) for f in parsed)]
+    return Comparison.of(runs, baseline)
