@@ -18,15 +18,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence as SequenceABC
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union, overload
+from typing import Any, Iterable, List, Optional, Sequence, Union, overload
 
 from kbench.results import store as store_mod
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, IndexEntry, ResultStore
+from kbench.run.progress import show_progress
 from kbench.studies import rounds as studies_rounds
 from kbench.views import tables
+from kbench.views.comparison import Comparison
 from kbench.views.names import model_label
 
 log = logging.getLogger(__name__)
@@ -117,74 +118,6 @@ def _row(result: RunResult) -> List[str]:
     ]
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """What ``kbench compare`` prints: the study tables (throughput, speed ratio,
-    utilization, memory, accuracy: a row per model and setting, a column per backend)
-    and the tables beside them (operators, data-parallel breakdown, profiles).
-
-    >>> comparison = kbench.compare("results")
-    >>> print(comparison.text())            # as the terminal shows it
-    >>> comparison.tables[0].rows           # the cells, as text
-    """
-
-    results: Tuple[RunResult, ...]
-    baseline: Optional[str]
-    study: Tuple[tables.Table, ...]
-    sections: Tuple[tables.Table, ...]
-
-    @classmethod
-    def of(cls, results: Sequence[RunResult], baseline: Optional[str] = None) -> Comparison:
-        return cls(
-            tuple(results),
-            baseline,
-            tuple(tables.study_tables(results, baseline)),
-            tuple(section_tables(results)),
-        )
-
-    @property
-    def tables(self) -> List[tables.Table]:
-        return [*self.study, *self.sections]
-
-    def text(self) -> str:
-        """The tables as ``kbench compare`` prints them."""
-        return "\n\n".join(t.text() for t in self.study) + "".join(
-            "\n\n" + t.text() for t in self.sections
-        )
-
-    def markdown(self, title: str = "kbench comparison") -> str:
-        """The Markdown file ``kbench compare`` writes: the tables and the runs without
-        a result."""
-        text = tables.study_markdown(self.results, title, self.baseline)
-        return text + "".join("\n" + t.markdown() + "\n" for t in self.sections)
-
-    def __repr__(self) -> str:
-        return self.text() or f"<kbench.Comparison: nothing to compare in {len(self.results)} runs>"
-
-    def _repr_html_(self) -> str:
-        from kbench.views.report import esc, table_html
-
-        if not self.tables:
-            return f"<p>Nothing to compare in {len(self.results)} runs.</p>"
-        lines = [f"<li>{esc(line.strip())}</li>" for line in tables.not_ok_lines(self.results)]
-        failed = f"<p>Runs without a result:</p><ul>{''.join(lines)}</ul>" if lines else ""
-        return "".join(table_html(t) for t in self.tables) + failed
-
-
-def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:
-    """The tables beside the study tables: operators, the data-parallel breakdown, the
-    per-operator profiles of model runs."""
-    from kbench.views.distributed import breakdown_tables
-    from kbench.views.ops import ops_tables
-    from kbench.views.profile import profile_tables
-
-    return (
-        ops_tables([r for r in results if r.kind == "ops"])
-        + breakdown_tables(results)
-        + profile_tables(results)
-    )
-
-
 def run(
     backends: Union[str, Sequence[str]],
     model: Union[str, Sequence[str]] = "mlp",
@@ -196,8 +129,9 @@ def run(
 ) -> Results:
     """Train (or infer with) ``model`` under each of ``backends``, as ``kbench run``
     does: round by round, each run in a fresh worker process, every result written to
-    ``store`` as it finishes. ``model`` is a zoo name, a list of them, or your own
-    (``path/file.py:build``, ``model.keras``); ``repeats`` rounds; ``warm``: one worker
+    ``store`` as it finishes; progress (each epoch) goes to the ``kbench`` loggers.
+    ``model`` is a zoo name, a list of them, or your own (``path/file.py:build``,
+    ``model.keras``); ``repeats`` rounds; ``warm``: one worker
     per backend for the runs that can share it. ``settings`` are
     :class:`~kbench.results.config.RunConfig` fields (``batch_size``, ``steps``,
     ``epochs``, ``warmup_steps``, ``train_samples``, ``threads``, ``timeout_s``,
@@ -209,7 +143,7 @@ def run(
     """
     studies_rounds.check_settings(settings, RUN_PARAMETERS)
     planned = studies_rounds.plan_rounds(backends, model, repeats, dataset=dataset, **settings)
-    runs, _ = studies_rounds.run_rounds(planned, Path(store), warm=warm)
+    runs, _ = studies_rounds.run_rounds(planned, Path(store), warm=warm, on_progress=show_progress)
     return Results(runs, store)
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import shared_sweep
 
-from kbench.api import section_tables
 from kbench.profiling import ProfilerUnsupported, profile_model, summarize, xspace
 from kbench.profiling.jax_capture import JaxCapture
 from kbench.profiling.ops import OpTime, common_name
 from kbench.profiling.tf_capture import TensorFlowCapture
 from kbench.results.config import ConfigError, RunConfig
 from kbench.views import report
+from kbench.views.comparison import section_tables
 
 PROFILED = ("tensorflow", "jax", "torch", "torch-native")
 

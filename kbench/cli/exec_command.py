@@ -12,11 +12,11 @@ from kbench.cli.arguments import (
     add_repeats_argument,
     add_warmup_argument,
 )
-from kbench.cli.progress import show_progress
 from kbench.exec.config import EXEC_BACKENDS, ExecConfig
 from kbench.exec.runner import ExecRunner
 from kbench.measure import sysinfo
 from kbench.results.config import ConfigError
+from kbench.run.progress import show_progress
 from kbench.views import tables
 
 log = logging.getLogger("kbench")

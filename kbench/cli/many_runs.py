@@ -18,15 +18,16 @@ from kbench.cli.arguments import (
     add_store_argument,
     add_warm_argument,
 )
-from kbench.cli.progress import show_progress
 from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.config import ConfigError
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
+from kbench.run.progress import show_progress
 from kbench.studies import sweep as sweep_mod
 from kbench.studies import sweep_runs
 from kbench.views import run_lists, tables
+from kbench.views.comparison import Comparison
 
 log = logging.getLogger("kbench")
 
@@ -265,7 +266,7 @@ def show_sweep(
 
 def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline) -> None:
     """The comparison tables of ``results``, printed and kept in the store's compare.md."""
-    comparison = api.Comparison.of(results, baseline)
+    comparison = Comparison.of(results, baseline)
     print(comparison.text())
     markdown = store / "compare.md"
     try:

@@ -35,7 +35,6 @@ from kbench.cli.arguments import (
     precision,
     shape,
 )
-from kbench.cli.progress import show_progress
 from kbench.datasets import DataUnavailable
 from kbench.measure import sysinfo
 from kbench.results.config import (
@@ -48,6 +47,7 @@ from kbench.results.config import (
 )
 from kbench.results.result import RunResult
 from kbench.run import environments
+from kbench.run.progress import show_progress
 from kbench.run.runner import Runner
 from kbench.studies import rounds as studies_rounds
 from kbench.views import compare, tables

@@ -1,0 +1,80 @@
+"""The comparison tables of a set of runs, as ``kbench compare`` prints them and the
+Python API returns them (:func:`kbench.api.compare`): the study tables (throughput,
+speed ratio, utilization, memory, accuracy) and the tables beside them (operators, the
+data-parallel breakdown, profiles), as text, Markdown or HTML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from kbench.results.result import RunResult
+from kbench.views import tables
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What ``kbench compare`` prints: the study tables (throughput, speed ratio,
+    utilization, memory, accuracy: a row per model and setting, a column per backend)
+    and the tables beside them (operators, data-parallel breakdown, profiles).
+
+    >>> comparison = kbench.compare("results")
+    >>> print(comparison.text())            # as the terminal shows it
+    >>> comparison.tables[0].rows           # the cells, as text
+    """
+
+    results: Tuple[RunResult, ...]
+    baseline: Optional[str]
+    study: Tuple[tables.Table, ...]
+    sections: Tuple[tables.Table, ...]
+
+    @classmethod
+    def of(cls, results: Sequence[RunResult], baseline: Optional[str] = None) -> Comparison:
+        return cls(
+            tuple(results),
+            baseline,
+            tuple(tables.study_tables(results, baseline)),
+            tuple(section_tables(results)),
+        )
+
+    @property
+    def tables(self) -> List[tables.Table]:
+        return [*self.study, *self.sections]
+
+    def text(self) -> str:
+        """The tables as ``kbench compare`` prints them."""
+        return "\n\n".join(t.text() for t in self.study) + "".join(
+            "\n\n" + t.text() for t in self.sections
+        )
+
+    def markdown(self, title: str = "kbench comparison") -> str:
+        """The Markdown file ``kbench compare`` writes: the tables and the runs without
+        a result."""
+        text = tables.study_markdown(self.results, title, self.baseline)
+        return text + "".join("\n" + t.markdown() + "\n" for t in self.sections)
+
+    def __repr__(self) -> str:
+        return self.text() or f"<kbench.Comparison: nothing to compare in {len(self.results)} runs>"
+
+    def _repr_html_(self) -> str:
+        from kbench.views.report import esc, table_html
+
+        if not self.tables:
+            return f"<p>Nothing to compare in {len(self.results)} runs.</p>"
+        lines = [f"<li>{esc(line.strip())}</li>" for line in tables.not_ok_lines(self.results)]
+        failed = f"<p>Runs without a result:</p><ul>{''.join(lines)}</ul>" if lines else ""
+        return "".join(table_html(t) for t in self.tables) + failed
+
+
+def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:
+    """The tables beside the study tables: operators, the data-parallel breakdown, the
+    per-operator profiles of model runs."""
+    from kbench.views.distributed import breakdown_tables
+    from kbench.views.ops import ops_tables
+    from kbench.views.profile import profile_tables
+
+    return (
+        ops_tables([r for r in results if r.kind == "ops"])
+        + breakdown_tables(results)
+        + profile_tables(results)
+    )
