@@ -23,7 +23,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Union, overload
 
 from kbench.results import store as store_mod
 from kbench.results.result import RunResult
-from kbench.results.store import Filter, IndexEntry, ResultStore
+from kbench.results.store import Filter, IndexEntry
 from kbench.run.progress import show_progress
 from kbench.studies import rounds as studies_rounds
 from kbench.views import tables
@@ -160,19 +160,7 @@ def load(
     >>> results = kbench.load("results/lenet-epochs-reduced", filters=["status=ok"])
     """
     stores = [Path(store)] if isinstance(store, (str, os.PathLike)) else [Path(s) for s in store]
-    parsed = [Filter.parse(f) for f in filters]
-    runs: List[RunResult] = []
-    for directory in stores:
-        found = ResultStore(directory)
-        runs += found.results(parsed, latest_only=latest_only)
-        for name, why in found.unreadable:
-            log.warning("%s/%s: skipped: %s", directory, name, why)
-    if not runs:
-        raise store_mod.StoreError(
-            f"store: no runs in {', '.join(map(str, stores))}"
-            + (f" pass the filters {', '.join(filters)}" if filters else "")
-        )
-    runs.sort(key=lambda r: (r.started_at, r.run_id))
+    runs = store_mod.load_runs(stores, filters, latest_only=latest_only)
     return Results(runs, stores[0] if len(stores) == 1 else None)
 
 
@@ -203,5 +191,7 @@ def compare(
             f"received a list holding {wrong[0]}."
         )
     parsed = [Filter.parse(f) for f in filters]
-    runs = [r for r in runs if all(f.accepts(IndexEntry.of(r, "")) for f in parsed)]
+    entries = [IndexEntry.of(r, "") for r in runs]
+    store_mod.check_filters(parsed, entries)  # a misspelt name is refused, as in a store
+    runs = [r for r, e in zip(runs, entries) if all(f.accepts(e) for f in parsed)]
     return Comparison.of(runs, baseline)

@@ -136,6 +136,9 @@ def test_compare_baseline_filters_and_html(store: Path) -> None:
     only = kbench.compare(results, filters=["backend=torch,jax"])
     assert "tensorflow" not in only.text()
     assert only.text() == kbench.compare(store, filters=["backend=torch,jax"]).text()
+    for given in (results, store):  # a misspelt name is refused, not an empty comparison
+        with pytest.raises(StoreError, match="unknown field 'backnd'"):
+            kbench.compare(given, filters=["backnd=jax"])
     page = kbench.compare(results)._repr_html_()
     assert page.count("<table>") == 4 and "<th>torch</th>" in page and "<th>jax</th>" in page
     assert "&lt;b&gt;it broke&lt;/b&gt;" in page and "<b>it" not in page

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-from typing import Dict, List
+from typing import Dict, List, Set
 
 import pytest
 
@@ -86,7 +86,7 @@ def spelling_problems(parser: argparse.ArgumentParser) -> List[str]:
 
 def test_the_checker_finds_planted_spellings():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--output-dir")  # an old spelling, visible
+    parser.add_argument("--output-dir", dest="store")  # an old spelling, visible
     parser.add_argument("--warmup", dest="warmup_steps")  # a concept under another flag
     parser.add_argument("--repeats", dest="calls")  # a flag of one concept for another
     parser.add_argument("--seed", dest="random_state")  # a concept's flag, elsewhere
@@ -206,11 +206,22 @@ def test_backend_refuses_a_duplicate_and_an_unknown_name(capsys, name):
     err = refusal(capsys, name, ["--backend", "jax,torch,jax"])
     assert "--backend/-b: expected each of the backends once; received 'jax' twice" in err
     assert "Drop the second one" in err
+    # the hint names --repeats only where the command has it
+    repeats = COMMANDS[name]._option_string_actions.get("--repeats")
+    has_repeats = repeats is not None and not isinstance(repeats, Renamed)  # ops: --calls
+    assert ("use --repeats N" in err) == has_repeats, (name, err)
     err = refusal(capsys, name, ["-b", "jax,pytorch"])
     assert "--backend/-b: expected one of tensorflow, jax" in err
     assert "received 'pytorch'. Did you mean 'torch'?" in err
     err = refusal(capsys, name, ["-b", "tensorflw"])
     assert "Did you mean 'tensorflow'?" in err
+
+
+@pytest.mark.parametrize("name", ["run", "parity", "max-batch"])
+def test_a_model_given_twice_is_refused_with_a_hint_the_command_can_follow(capsys, name):
+    err = refusal(capsys, name, ["-m", "mlp,mlp"])
+    assert "expected each of the models once; received 'mlp' twice" in err
+    assert ("use --repeats N" in err) == (name == "run"), err
 
 
 def test_max_batch_takes_one_backend(capsys):
@@ -246,3 +257,20 @@ def test_help_renders_and_shows_the_defaults_of_every_concept(capsys, name):
             cli.main([name, "--help"])
         assert caught.value.code == 0
         assert capsys.readouterr().out.startswith(f"usage: kbench {name}")
+
+
+def test_across_commands_each_flag_fills_one_attribute_and_each_attribute_has_one_flag():
+    """The rule behind CONCEPTS, read off the parsers: a concept nobody listed is caught
+    too (a flag that fills ``output_dir`` in one command and ``store`` in another)."""
+    dests: Dict[str, Set[str]] = {}
+    flags: Dict[str, Set[str]] = {}
+    for parser in COMMANDS.values():
+        for action in options(parser):
+            if isinstance(action, Renamed):
+                continue
+            flag = max(action.option_strings, key=len)  # the long spelling
+            dests.setdefault(flag, set()).add(action.dest)
+            flags.setdefault(action.dest, set()).add(flag)
+    assert len(dests) > 40, sorted(dests)  # the walk saw the commands' flags
+    assert {f: d for f, d in dests.items() if len(d) > 1} == {}
+    assert {d: f for d, f in flags.items() if len(f) > 1} == {}

@@ -17,8 +17,9 @@ import pytest
 from kbench.measure import quality
 from kbench.results.result import ResultError, RunResult
 from kbench.views.compare import compare
+from kbench.views.comparison import Comparison
 from kbench.views.significance import median_interval
-from kbench.views.tables import comparison_tables, study_text
+from kbench.views.tables import comparison_tables
 from tests.conftest import ROOT, dump, require_backends, run_kbench
 
 # --------------------------------------------------------------------- hand-made series
@@ -210,7 +211,7 @@ def test_a_run_beside_spinning_processes_is_flagged(tmp_path: Path, home: Path) 
     compared = run_kbench(["compare", "--store", str(busy_dir)], home)
     assert compared.returncode == 0, dump(compared)
     assert "% of the cores used by other processes]" in compared.stdout
-    text = study_text(quiet.results() + busy.results())
+    text = comparison_text(quiet.results() + busy.results())
     assert "of the cores used by other processes" in text, text  # beside the figure
 
 
@@ -236,14 +237,14 @@ def test_comparisons_say_whether_a_ratio_is_clear() -> None:
     assert "no clear difference (x1.02, 0.97-1.10, 94% interval, n=5)" in text
     assert "x1.00" in text  # the baseline itself
     # an old document (no quality section) with one run a side
-    text = study_text([hand_made("a", 0, 10.0), hand_made("b", 0, 20.0)])
+    text = comparison_text([hand_made("a", 0, 10.0), hand_made("b", 0, 20.0)])
     assert "x2.00 (1 run: no spread)" in text and "[" not in text
 
 
 def test_a_flagged_run_is_marked_beside_its_figure(tmp_path: Path) -> None:
     busy = "busy: 48% of the cores used by other processes"
     runs = [hand_made("a", 0, 10.0), hand_made("b", 0, 20.0, [busy])]
-    text = study_text(runs)
+    text = comparison_text(runs)
     assert f"20 [{busy}]" in text and f"x2.00 (1 run: no spread) [{busy}]" in text
     assert "10 [" not in text
     assert f"[{busy}]" in comparison_tables(runs)
@@ -447,3 +448,8 @@ def test_kbench_run_warns_of_low_space_before_it_starts(tmp_path: Path) -> None:
     assert warned >= 0, done.stderr
     assert "A result that cannot be written stops kbench run" in done.stderr
     assert warned < done.stderr.find("No space left on device")  # before, not after
+
+
+def comparison_text(results) -> str:
+    """The comparison tables as ``kbench compare`` prints them."""
+    return Comparison.of(results).text()

@@ -10,7 +10,8 @@ from conftest import run_kbench
 
 from kbench.results.result import RunResult
 from kbench.results.store import INDEX_NAME, Filter, ResultStore, StoreError, load_frame
-from kbench.views.tables import study_markdown, study_tables
+from kbench.views.comparison import Comparison
+from kbench.views.tables import study_tables
 
 
 def result(run_id, backend, ips, *, host="laptop", status="ok", batch=32, repeat=0, gpu=None,
@@ -119,7 +120,7 @@ def test_merged_machines_stay_apart_in_comparisons(tmp_path):
     assert throughput.rows == [["mlp (synthetic)", "10", "20", "400", "OOM"]]
     ratio = study_tables(results, baseline="jax")[1]
     assert ratio.rows[0][1:4] == ["x1.00", "x2.00 (1 run: no spread)", "x40.00 (1 run: no spread)"]
-    markdown = study_markdown(results, "merged")
+    markdown = Comparison.of(results).markdown("merged")
     assert "| mlp (synthetic) | 10 | 20 | 400 | OOM |" in markdown
     assert "| d4444 | oom | out of memory |" in markdown
 

@@ -10,7 +10,8 @@ from conftest import dump, require_backends, run_kbench
 
 from kbench.backends.switches import SWITCHES, SwitchBoard
 from kbench.results.config import ConfigError, RunConfig
-from kbench.views import report, tables
+from kbench.views import report
+from kbench.views.comparison import Comparison
 
 
 @pytest.mark.parametrize(
@@ -122,7 +123,8 @@ def test_channels_last_on_keras_mxnet_warns_that_it_is_the_slow_path(tmp_path):
     assert mlp.warnings == []  # no convolution, nothing transposed
     assert f"mxnet/small_cnn: {warning}" in done.stderr  # logged when the run ended
     assert f"warning: mxnet/small_cnn: {warning}" in done.stdout  # under the run table
-    assert f"warning: mxnet, small_cnn (synthetic): {warning}" in tables.study_text(done.results())
+    compared = Comparison.of(done.results()).text()
+    assert f"warning: mxnet, small_cnn (synthetic): {warning}" in compared
     assert html.escape(warning) in report.backend_cell("mxnet", [cnn])  # the HTML summary
     assert [r.metrics.get("warm_worker", False) for r in (mlp, cnn)] == [False, True]  # one worker
     # the default device, recorded as the context keras-mxnet bound to

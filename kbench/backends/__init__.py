@@ -24,15 +24,27 @@ class BackendSpec:
 
     name: str
     environment: str  # a name under envs/, see kbench.run.environments
-    implementation: str  # "module:Class", imported only inside the worker
+    # "module:Class": the worker drives it; the parent reads only its class attributes
+    # (kbench exec's memory variables), which import no framework
+    implementation: str
     colour: str  # the backend's colour in every figure and report
     # Variables that must be set before the interpreter starts.
     process_env: Dict[str, str] = field(default_factory=dict)
     packages: Tuple[str, ...] = ()  # distributions `kbench env` reports
     data_formats: Tuple[str, ...] = ("channels_last", "channels_first")
-    # Whether it can be the parity reference: the native ports only load Keras weights.
-    exports_weights: bool = True
-    runs_keras: bool = True  # False: a native port, no Keras in its process
+    # A framework's own port of the models (torch-native, mxnet-gluon): no Keras in its
+    # process, and it only loads the weights a Keras backend exports.
+    native_port: bool = False
+
+    @property
+    def runs_keras(self) -> bool:
+        """Its process runs Keras (what ``kbench exec`` can drive)."""
+        return not self.native_port
+
+    @property
+    def exports_weights(self) -> bool:
+        """It can be the parity reference: it writes the initial weights the others load."""
+        return not self.native_port
 
     def load(self) -> type[Backend]:
         module_name, class_name = self.implementation.split(":")
@@ -71,8 +83,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             colour="#b07aa1",
             packages=("torch",),
             data_formats=("channels_first",),
-            exports_weights=False,
-            runs_keras=False,
+            native_port=True,
         ),
         BackendSpec(
             name="mxnet",
@@ -88,8 +99,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             colour="#8cd17d",
             packages=("mxnet", "mxnet-cu112"),
             data_formats=("channels_first",),
-            exports_weights=False,
-            runs_keras=False,
+            native_port=True,
         ),
     )
 }

@@ -24,9 +24,6 @@ FLAG_NAMES = {  # settings (RunConfig fields, args attributes) whose flag is nam
     "timeout_s": "timeout",
     "sample_interval_s": "sample-interval",
     "duration_s": "duration",
-    "output_dir": "store",
-    "markdown": "output",
-    "only": "filter",
 }
 
 

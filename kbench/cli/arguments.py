@@ -9,7 +9,6 @@ A flag that was spelled otherwise keeps its old spelling for one release: hidden
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import math
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Optional, Sequence, Tuple
 
 from kbench.backends.switches import SWITCHES
 from kbench.measure import quality
+from kbench.results.config import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,9 @@ class Concept:
 
 
 CONCEPTS = {
-    "results store": Concept("--store", ("output_dir", "store"), ("--output-dir",)),
-    "runs selected by settings": Concept("--filter", ("filter", "only"), ("--only",)),
-    "output file": Concept("--output", ("output", "markdown"), ("--markdown",)),
+    "results store": Concept("--store", ("store",), ("--output-dir",)),
+    "runs selected by settings": Concept("--filter", ("filter",), ("--only",)),
+    "output file": Concept("--output", ("output",), ("--markdown",)),
     "fresh-process rounds": Concept("--repeats", ("repeats",)),
     "timed calls per operation": Concept("--calls", ("calls",), ("--repeats",)),
     "untimed warm-up iterations": Concept("--warmup-steps", ("warmup_steps",), ("--warmup",)),
@@ -103,9 +103,8 @@ def add_renamed(parser, old: str, target: argparse.Action) -> argparse.Action:
     )
 
 
-def _close(value: str, allowed: Sequence[str]) -> str:
-    close = difflib.get_close_matches(value, allowed, n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
+# The hint for a name given twice, in the commands that have --repeats.
+AGAIN_WITH_REPEATS = "to run it again, use --repeats N"
 
 
 def comma_list(
@@ -114,7 +113,7 @@ def comma_list(
     *,
     check: bool = False,
     single: bool = False,
-    again: Optional[str] = "to run it again, use --repeats N",
+    again: Optional[str] = None,
 ):
     """A comma-separated list; a name given twice is refused, not merged: it is nearly
     always a slip (torch,torch for torch,torch-native), and merging it would hide that.
@@ -136,7 +135,7 @@ def comma_list(
         if unknown:
             raise argparse.ArgumentTypeError(
                 f"expected one of {', '.join(allowed)}; received {unknown[0]!r}."
-                + _close(unknown[0], allowed)
+                + did_you_mean(unknown[0], allowed)
             )
         if single and len(items) > 1:
             raise argparse.ArgumentTypeError(
@@ -338,10 +337,12 @@ def add_backend_argument(
     required: bool = False,
     single: bool = False,
     default_text: str = "",
-    again: Optional[str] = "to run it again, use --repeats N",
+    again: Optional[str] = None,
 ) -> argparse.Action:
     """``--backend``/``-b``: names checked against the command's ``allowed`` backends,
-    each at most once; ``single``: exactly one, given as a string."""
+    each at most once; ``single``: exactly one, given as a string; ``again``: what a
+    name given twice should be instead (:data:`AGAIN_WITH_REPEATS` where the command
+    has ``--repeats``)."""
     names = ", ".join(allowed)
     return parser.add_argument(
         "--backend",
@@ -363,13 +364,14 @@ def add_model_argument(
     single: bool = False,
     default_text: str = "",
     own: str = "or your own: path/to/file.py:build",
+    again: Optional[str] = None,
 ) -> argparse.Action:
     """``--model``/``-m``: zoo names or the user's own (a path), each at most once."""
     names = ", ".join(allowed)
     return parser.add_argument(
         "--model",
         "-m",
-        type=comma_list(list(allowed), "models", single=single),
+        type=comma_list(list(allowed), "models", single=single, again=again),
         required=default is None,
         default=default,
         metavar="M" if single else "M[,M...]",
@@ -382,15 +384,15 @@ def add_model_argument(
 def add_store_argument(
     parser,
     *,
-    dest: str = "output_dir",
     default=Path("results"),
     default_text: str = "./results",
     several: bool = False,
     holds: str = "one result JSON per run, an index, worker logs",
+    renamed: bool = True,
 ) -> argparse.Action:
-    """``--store DIR``: the results store a command writes (``dest`` output_dir: those
-    commands spelled it --output-dir before, still accepted) or reads (``several``: one
-    or more read together)."""
+    """``--store DIR``: the results store a command writes, or reads (``several``: one or
+    more read together). ``renamed``: the command spelled it ``--output-dir`` before,
+    still accepted (the commands that write a store)."""
     if several:
         help = f"one or more result directories, read together (default: {default_text})"
     else:
@@ -400,45 +402,42 @@ def add_store_argument(
         type=Path,
         nargs="+" if several else None,
         default=[default] if several else default,
-        dest=dest,
         metavar="DIR",
         help=help,
     )
-    if dest == "output_dir":
+    if renamed:
         add_renamed(parser, "--output-dir", action)
     return action
 
 
-def add_filter_argument(parser, *, dest: str = "filter") -> argparse.Action:
+def add_filter_argument(parser, *, planned: bool = False) -> argparse.Action:
     """``--filter NAME=VALUE[,VALUE]`` (repeatable): runs selected by their settings,
-    stored runs also by status, kind, host and sweep (``dest`` only: the runs of a sweep
-    file, kbench sweep, which spelled it --only before, still accepted)."""
-    planned = dest == "only"
+    stored runs also by status, kind, host and sweep. ``planned``: the runs of a sweep
+    file (kbench sweep, which spelled it ``--only`` before, still accepted)."""
     action = parser.add_argument(
         "--filter",
         action="append",
         default=[],
-        dest=dest,
         metavar="NAME=VALUE[,VALUE]",
         help=f"{'run' if planned else 'keep'} only the runs whose setting NAME (backend, "
         f"model, batch_size, ...{'' if planned else '; or status, kind, host, sweep'}) is "
         "one of the values, e.g. backend=tensorflow,jax (repeatable: every filter must hold; "
         "default: every run)",
     )
-    if dest == "only":
+    if planned:
         add_renamed(parser, "--only", action)
     return action
 
 
 def add_output_file_argument(
-    parser, what: str, default_text: str, *, dest: str = "output"
+    parser, what: str, default_text: str, *, renamed: bool = False
 ) -> argparse.Action:
-    """``--output FILE``: the file a command writes (``dest`` markdown: kbench compare,
-    which spelled it --markdown before, still accepted)."""
+    """``--output FILE``: the file a command writes (``renamed``: kbench compare, which
+    spelled it ``--markdown`` before, still accepted)."""
     action = parser.add_argument(
-        "--output", type=Path, dest=dest, metavar="FILE", help=f"{what} (default: {default_text})"
+        "--output", type=Path, metavar="FILE", help=f"{what} (default: {default_text})"
     )
-    if dest == "markdown":
+    if renamed:
         add_renamed(parser, "--markdown", action)
     return action
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from kbench.cli.arguments import (
+    AGAIN_WITH_REPEATS,
     add_backend_argument,
     add_memory_arguments,
     add_output_arguments,
@@ -61,7 +62,7 @@ def add_command(commands) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_backend_argument(parser, list(EXEC_BACKENDS), required=True)
+    add_backend_argument(parser, list(EXEC_BACKENDS), required=True, again=AGAIN_WITH_REPEATS)
     add_repeats_argument(parser, "the script on each backend")
     add_output_arguments(parser, process="script's process tree")
     add_memory_arguments(parser)
@@ -110,14 +111,14 @@ def command_exec(args: argparse.Namespace) -> int:
         for repeat in range(args.repeats)
         for backend in args.backend
     ]
-    runner = ExecRunner(output_dir=args.output_dir, on_progress=show_progress)
+    runner = ExecRunner(output_dir=args.store, on_progress=show_progress)
     results = runner.run_all(configs)
     print(tables.run_table(results))
     trained = [r for r in results if r.ok and r.metrics.get("images_per_sec") is not None]
     if len(trained) > 1:
         print()
         print(tables.comparison_tables(results))
-    print(f"\n{len(results)} result(s) in {args.output_dir}/, logs in {args.output_dir}/logs/")
+    print(f"\n{len(results)} result(s) in {args.store}/, logs in {args.store}/logs/")
     for line in tables.not_ok_lines(results):
         print(line)
     return 1 if any(r.failed for r in results) else 0

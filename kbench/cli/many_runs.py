@@ -7,9 +7,8 @@ import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
-from kbench import api
 from kbench.cli.arguments import (
     add_baseline_argument,
     add_filter_argument,
@@ -100,7 +99,7 @@ def _add_sweep(commands) -> None:
         action="store_true",
         help="rerun the runs whose newest result is failed, oom or timeout",
     )
-    add_filter_argument(sweep, dest="only")
+    add_filter_argument(sweep, planned=True)
     add_warm_argument(sweep, saved="; the runs of a warm worker are saved when it ends")
     add_baseline_argument(sweep, "the first backend; for the closing tables")
     add_store_argument(
@@ -153,7 +152,7 @@ def _add_compare(commands) -> None:
     add_store_arguments(compare, several=True)
     add_baseline_argument(compare)
     add_output_file_argument(
-        compare, "the Markdown file of the tables", "compare.md in the first store", dest="markdown"
+        compare, "the Markdown file of the tables", "compare.md in the first store", renamed=True
     )
     compare.set_defaults(handler=command_compare)
 
@@ -174,25 +173,20 @@ def _add_report(commands) -> None:
     report.set_defaults(handler=command_report)
 
 
-# A dry run of more runs than this prints a summary, not a line per run.
 def add_store_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
     """The stores a reading command reads, and the runs it keeps."""
-    add_store_argument(parser, dest="store", several=several)
+    add_store_argument(parser, several=several, renamed=False)
     add_filter_argument(parser)
-
-
-def load(stores: Sequence[Path], filters: Sequence[str], latest_only: bool) -> List[RunResult]:
-    return list(api.load(stores, filters, latest_only=latest_only))
 
 
 def command_sweep(args: argparse.Namespace) -> int:
     if args.max_runs < 1:
         raise ConfigError("max_runs", f"expected a positive integer; received {args.max_runs}.")
     sweep = sweep_mod.load_sweep(args.file, reduced=args.reduced, max_runs=args.max_runs)
-    selected = sweep_runs.select_runs(sweep, args.only)
+    selected = sweep_runs.select_runs(sweep, args.filter)
     return show_sweep(
         selected,
-        args.output_dir or sweep_runs.store_for(sweep),
+        args.store or sweep_runs.store_for(sweep),
         SweepOptions.of(args),
         varying=sweep.varying(),
     )
@@ -200,7 +194,8 @@ def command_sweep(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """How ``kbench sweep`` and ``kbench reproduce`` run a sweep and show it."""
+    """How ``kbench sweep`` and ``kbench reproduce`` run a sweep and show it
+    (:meth:`of`: ``kbench sweep``'s flags)."""
 
     dry_run: bool = False
     force: bool = False
@@ -214,9 +209,9 @@ class SweepOptions:
     def of(cls, args: argparse.Namespace) -> SweepOptions:
         return cls(
             dry_run=args.dry_run,
-            force=getattr(args, "force", False),
+            force=args.force,
             retry_failed=args.retry_failed,
-            warm=getattr(args, "warm", False),
+            warm=args.warm,
             busy_threshold=args.busy_threshold,
             wait_quiet_s=args.wait_quiet,
             baseline=args.baseline,
@@ -224,14 +219,17 @@ class SweepOptions:
 
 
 def show_sweep(
-    sweep: sweep_mod.Sweep, store: Path, options: SweepOptions, varying: Sequence[str] = ()
+    sweep: sweep_mod.Sweep,
+    store: Path,
+    options: SweepOptions,
+    varying: Optional[Sequence[str]] = None,
 ) -> int:
     """Plan ``sweep`` against ``store``, print the plan, run what is not done (unless a dry
     run), then print the store's tables of the sweep."""
     with sweep_runs.planned_sweep(
         sweep,
         store,
-        varying=varying or None,
+        varying=varying,
         force=options.force,
         retry_failed=options.retry_failed,
         lock=not options.dry_run,
@@ -256,7 +254,7 @@ def show_sweep(
         except sweep_runs.SweepStopped as err:
             log.error("%s", err)
             return 1
-        everything = sweep_runs.stored_results(planned)
+        everything = sweep_runs.stored_results(store, sweep)
     if everything:
         _show_tables(everything, store, f"Sweep {sweep.name} ({size})", options.baseline)
     for line in tables.not_ok_lines(results):
@@ -320,11 +318,11 @@ def check_writable_file(setting: str, path: Path) -> None:
 
 
 def command_compare(args: argparse.Namespace) -> int:
-    if args.markdown is not None:
-        check_writable_file("markdown", args.markdown)
-    comparison = api.compare(args.store, args.baseline, args.filter)
+    if args.output is not None:
+        check_writable_file("output", args.output)
+    comparison = Comparison.of(store_mod.load_runs(args.store, args.filter), args.baseline)
     print(comparison.text())
-    markdown = args.markdown or args.store[0] / "compare.md"
+    markdown = args.output or args.store[0] / "compare.md"
     title = "kbench comparison: " + ", ".join(str(s) for s in args.store)
     markdown.write_text(comparison.markdown(title))
     print(f"\nMarkdown: {markdown}", file=sys.stderr)
@@ -335,7 +333,7 @@ def command_report(args: argparse.Namespace) -> int:
     from kbench.studies.paper import paper_section
     from kbench.views import report
 
-    results = load(args.store, args.filter, latest_only=True)
+    results = store_mod.load_runs(args.store, args.filter)
     output = args.output or args.store[0] / "report.html"
     title = args.title or "kbench report: " + ", ".join(s.name or str(s) for s in args.store)
     study = paper_section(results)  # a published study's store: its claims and plots

@@ -90,7 +90,7 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_backend_argument(
-        parser, list(IMPLEMENTATIONS), again=None,
+        parser, list(IMPLEMENTATIONS),
         default_text="default: every one whose environment exists",
     )  # fmt: skip
     _add_operation_arguments(parser)
@@ -235,11 +235,11 @@ def show_progress(config: OpsConfig, event: Dict[str, Any]) -> None:
 
 def command_ops(args: argparse.Namespace) -> int:
     configs = configs_from_args(args)
-    results = run_ops(configs, args.output_dir, on_progress=show_progress)
+    results = run_ops(configs, args.store, on_progress=show_progress)
     for table in ops_tables(results):
         print(table.text())
         print()
-    print(f"{len(results)} result(s) in {args.output_dir}/, worker logs in {args.output_dir}/logs/")
+    print(f"{len(results)} result(s) in {args.store}/, worker logs in {args.store}/logs/")
     bad = [r for r in results if not r.ok]
     for result in bad:
         print(f"  {result.config['backend']}/ops: {result.status}: {result.reason}")

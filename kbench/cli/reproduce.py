@@ -63,7 +63,7 @@ def add_command(commands) -> None:
         "size a CPU finishes (the study file says what that changes)",
     )
     add_store_argument(
-        parser, dest="store", default=None,
+        parser, default=None, renamed=False,
         default_text="results/SWEEP, results/SWEEP-reduced with --reduced",
     )  # fmt: skip
     dry_run = parser.add_argument(
@@ -106,8 +106,15 @@ def _reproduce(args: argparse.Namespace) -> int:
     print(f"  the paper's machine: {study.hardware_text()}; {study.versions_text()}")
     if args.reduced and study.reduced_note:
         print(f"  reduced: {study.reduced_note}")
-    status = many_runs.show_sweep(sweep, store, many_runs.SweepOptions.of(args))
-    results = reproduce.stored_results(study, sweep, store)
+    options = many_runs.SweepOptions(
+        dry_run=args.dry_run,
+        retry_failed=args.retry_failed,
+        busy_threshold=args.busy_threshold,
+        wait_quiet_s=args.wait_quiet,
+        baseline=args.baseline,
+    )
+    status = many_runs.show_sweep(sweep, store, options)
+    results = sweep_runs.stored_results(store, sweep)
     if args.dry_run and not results:
         print(f"\nno run of {sweep.name} in {store} yet: the verdicts come once it has run")
         return status

@@ -14,6 +14,7 @@ from kbench import __version__
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.cli.arguments import (
+    AGAIN_WITH_REPEATS,
     EXAMPLES,
     add_backend_argument,
     add_baseline_argument,
@@ -102,12 +103,13 @@ def add_run_command(commands) -> None:
 
 def add_workload_arguments(run) -> None:
     """What ``kbench run`` trains or infers: backends, models, data and how long."""
-    add_backend_argument(run, list(BACKENDS), required=True)
+    add_backend_argument(run, list(BACKENDS), required=True, again=AGAIN_WITH_REPEATS)
     add_model_argument(
         run,
         list(MODELS),
         default=["mlp"],
         default_text="default: mlp",
+        again=AGAIN_WITH_REPEATS,
         own="or your own model: path/to/file.py:build (or package.module:build), a function "
         "build(input_shape, num_classes) returning a Keras model (see examples/my_model.py), "
         "or a Keras 3 saved model path/to/model.keras (its saved weights on tensorflow, jax "
@@ -268,7 +270,7 @@ def add_max_batch_command(commands) -> None:
         "machine without a GPU the probes use host memory: keep --limit within what the "
         "machine can spare.",
     )
-    add_backend_argument(max_batch, list(BACKENDS), required=True, single=True, again=None)
+    add_backend_argument(max_batch, list(BACKENDS), required=True, single=True)
     add_model_argument(max_batch, list(MODELS), single=True)
     max_batch.add_argument("--start", type=int, default=1, help="first batch tried (default: 1)")
     max_batch.add_argument(
@@ -306,7 +308,7 @@ def add_parity_command(commands) -> None:
         parity, list(MODELS), default=list(MODELS), default_text="default: every zoo model"
     )
     add_backend_argument(
-        parity, list(BACKENDS), again=None,
+        parity, list(BACKENDS),
         default_text="the first is the reference; default: every runnable backend, "
         "tensorflow first",
     )  # fmt: skip
@@ -371,14 +373,14 @@ def command_run(args: argparse.Namespace) -> int:
         raise ConfigError("ratio_budget", "expected it only with --ratio-precision.")
     results, stopped = studies_rounds.run_rounds(
         rounds,
-        args.output_dir,
+        args.store,
         busy_threshold=args.busy_threshold,
         wait_quiet_s=args.wait_quiet,
         stop=stop,
         warm=args.warm,
         on_progress=show_progress,
     )
-    code = report(results, args.output_dir, args.baseline)
+    code = report(results, args.store, args.baseline)
     if stop is not None:
         ran = len({r.config.get("repeat", 0) for r in results})
         print(f"rounds: {ran} of at most {args.repeats}: {stopped or 'every round ran'}")
@@ -433,7 +435,7 @@ def command_max_batch(args: argparse.Namespace) -> int:
         timeout_s=args.timeout_s, sample_interval_s=args.sample_interval_s, device=args.device,
         gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
     )  # fmt: skip
-    runner = Runner(output_dir=args.output_dir, on_progress=show_progress)
+    runner = Runner(output_dir=args.store, on_progress=show_progress)
     try:
         found, runs = maxbatch.find_max_batch(runner, template, args.start, args.limit)
     except maxbatch.ProbeFailed as err:
@@ -471,7 +473,7 @@ def command_parity(args: argparse.Namespace) -> int:
             raise ConfigError(setting, f"expected a positive integer; received "
                                        f"{getattr(args, setting)}.")  # fmt: skip
     tolerance = parity.Tolerance(output_atol=args.output_atol, loss_rtol=args.loss_rtol)
-    runner = Runner(output_dir=args.output_dir, on_progress=show_progress)
+    runner = Runner(output_dir=args.store, on_progress=show_progress)
     rows = parity.check_models(
         runner, {model: backends for model in args.model}, steps=args.steps,
         batch_size=args.batch_size, learning_rate=args.learning_rate, dataset=args.dataset,
@@ -524,15 +526,15 @@ def command_demo(args: argparse.Namespace) -> int:
 
     try:
         results = studies_rounds.run_once(
-            configs("fashion_mnist"), args.output_dir, on_progress=show_progress
+            configs("fashion_mnist"), args.store, on_progress=show_progress
         )
     except DataUnavailable as err:
         log.warning("demo: Fashion-MNIST is not available (%s)", err)
         log.warning("demo: using SYNTHETIC images of the same shape; accuracy is not comparable")
         results = studies_rounds.run_once(
-            configs("synthetic"), args.output_dir, on_progress=show_progress
+            configs("synthetic"), args.store, on_progress=show_progress
         )
-    return report(results, args.output_dir)
+    return report(results, args.store)
 
 
 def command_env(args: argparse.Namespace) -> int:

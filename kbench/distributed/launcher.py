@@ -540,7 +540,7 @@ class Job:
         elif code is None:
             how = f"{name} (pid {pid}) ended without reporting a result"
         elif code < 0:
-            how = f"{name} (pid {pid}) was killed by signal {processes.signal_name(code)}"
+            how = f"{name} (pid {pid}) {processes.describe_exit(code)}"
         else:
             how = f"{name} (pid {pid}) exited with code {code} without reporting a result"
         by_signal = code is not None and code < 0 or (code is None and reply is None)

@@ -106,7 +106,7 @@ def record(
                       "image_data_format": keras.backend.image_data_format()}  # fmt: skip
     result = script_document(
         dict(config.to_dict(), recorded_by="kbench.record"), config.name, observed,
-        run_id=new_run_id(config), status="ok", started_at=started, ended_at=ended,
+        run_id=new_run_id(config), started_at=started, ended_at=ended,
         interpreter=sys.executable,
         process_env={k: os.environ[k] for k in ("KERAS_BACKEND",) if k in os.environ},
         keras_json=keras_json, framework={"name": backend, "warnings": []},

@@ -25,7 +25,6 @@ from kbench.measure import sampler as sampler_mod
 from kbench.measure.keras_events import NO_TRAINING, read_events, summarize
 from kbench.results import ending
 from kbench.results.config import file_safe
-from kbench.results.ending import summary_line
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, open_log
@@ -59,7 +58,7 @@ class ExecRunner:
                 log.info("[%d/%d] %s: starting", index, len(configs), config.label())
                 result = self.run_one(config, Path(directory), python_path)
                 results.append(result)
-                log.info("[%d/%d] %s", index, len(configs), summary_line(result))
+                log.info("[%d/%d] %s", index, len(configs), ending.summary_line(result))
         return results
 
     def run_one(self, config: ExecConfig, session_dir: Path, python_path: Path) -> RunResult:
@@ -82,20 +81,19 @@ class ExecRunner:
         events = read_events(run_dir / "events.jsonl")
         observed = summarize(events, config.warmup_steps) if config.instrument else {}
         metrics = exec_metrics(config, outcome, observed, command)
-        sampled = self._sampled(config, outcome, observed, metrics, started_at, ended_at)
-        status, reason, error = judge(outcome, config)
+        sampled = self._add_sampled(config, outcome, observed, metrics, started_at, ended_at)
         result = script_document(
-            config.to_dict(), config.name, observed, run_id=run_id, status=status,
+            config.to_dict(), config.name, observed, run_id=run_id, verdict=judge(outcome, config),
             started_at=started_at, ended_at=ended_at, interpreter=str(interpreter),
             process_env=settings["variables"], keras_json=keras_json, metrics=metrics,
-            sampled=sampled, reason=reason, error=error,
+            sampled=sampled,
             framework=dict(name=config.backend, memory_options=settings["memory_options"],
                            cpu_affinity=settings["cpu_affinity"],
                            warnings=backend_warnings(config, observed)),
         )  # fmt: skip
         return ending.keep(result, ResultStore(self.output_dir), config.label())
 
-    def _sampled(
+    def _add_sampled(
         self,
         config: ExecConfig,
         outcome: Outcome,
@@ -141,7 +139,7 @@ def script_document(
     observed: Dict[str, Any],
     *,
     run_id: str,
-    status: str,
+    verdict: ending.Verdict = ending.OK,
     started_at: float,
     ended_at: float,
     interpreter: str,
@@ -150,8 +148,6 @@ def script_document(
     framework: Dict[str, Any],
     metrics: Dict[str, Any],
     sampled: Any,
-    reason: Optional[str] = None,
-    error: Optional[Dict[str, Any]] = None,
 ) -> RunResult:
     """The result document of a script's run (``kind: exec``): a ``kbench exec`` run or
     one that ``kbench.record`` writes from inside the user's process. ``framework``
@@ -166,7 +162,7 @@ def script_document(
         run_id=run_id,
         kind="exec",
         config=config,
-        verdict=ending.Verdict(status, reason, error),
+        verdict=verdict,
         started_at=started_at,
         ended_at=ended_at,
         environment=ending.environment(interpreter, process_env, keras_json, framework),
@@ -210,9 +206,7 @@ def judge(outcome: Outcome, config: ExecConfig) -> ending.Verdict:
     code = outcome.returncode
     if code == 0:
         return ending.OK
-    how = f"exited with code {code}"
-    if code < 0:
-        how = f"was killed by signal {processes.signal_name(code)}"
+    how = processes.describe_exit(code)
     last = next((line for line in reversed(outcome.log_tail) if line.strip()), "")
     reason = f"the command {how}" + (f": {last.strip()[:300]}" if last else "")
     return ending.no_result("ScriptFailed", how, reason, outcome.log_tail)

@@ -188,10 +188,7 @@ def describe_exit(code: int) -> str:
     codes (a signal) arise on POSIX only."""
     if code >= 0:
         return f"exited with code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = str(-code)
+    name = signal_name(code)
     how = f"was killed by signal {name}"
     if name == "SIGKILL":
         how += OOM_HINT

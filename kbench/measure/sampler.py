@@ -240,8 +240,9 @@ class SamplerResult:
 class SamplingThread:
     """The thread every sampler reads on (this module's :class:`Sampler`, the
     data-parallel launcher's ``JobSampler``): ``read()`` every ``interval_s`` seconds
-    from :meth:`start` until :meth:`stop`. A reading that raises is logged and skipped,
-    and the next one goes on: sampling never ends the run."""
+    from :meth:`start` until :meth:`stop`. A reading that raises is skipped and the next
+    one goes on (sampling never ends the run); the first such error is a warning, the
+    rest are logged at debug level, so a reader that always fails is seen once."""
 
     def __init__(self, read: Callable[[], None], interval_s: float, name: str) -> None:
         self.read = read
@@ -258,11 +259,13 @@ class SamplingThread:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
+        warned = False
         while not self._stop.wait(self.interval_s):
             try:
                 self.read()
             except Exception as err:  # a flaky reading must never end the run
-                log.debug("sampler: %s", err)
+                log.log(logging.DEBUG if warned else logging.WARNING, "sampler: %s", err)
+                warned = True
 
 
 class Sampler:

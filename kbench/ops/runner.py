@@ -29,7 +29,6 @@ from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
 from kbench.results import ending
 from kbench.results.config import DEVICES, ConfigError, check_choice, check_precision
-from kbench.results.ending import summary_line
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
@@ -160,7 +159,7 @@ def run_ops(
         for index, config in enumerate(configs, start=1):
             log.info("[%d/%d] %s: starting", index, len(configs), config.label())
             result = run_one(config, output_dir, Path(directory), python_path, on_progress)
-            log.info("[%d/%d] %s", index, len(configs), summary_line(result))
+            log.info("[%d/%d] %s", index, len(configs), ending.summary_line(result))
             results.append(result)
     return results
 

@@ -92,15 +92,18 @@ class ConfigError(ValueError):
         self.message = message
 
 
+def did_you_mean(word: str, allowed: Iterable[str]) -> str:
+    """ " Did you mean 'x'?" for the closest of ``allowed``, or "": the hint every
+    error about a misspelt name ends with."""
+    close = difflib.get_close_matches(word, list(allowed), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def check_choice(setting: str, value: Any, allowed: Iterable[str]) -> None:
     allowed = tuple(allowed)
     if value in allowed:
         return
-    hint = ""
-    if isinstance(value, str):
-        close = difflib.get_close_matches(value, allowed, n=1)
-        if close:
-            hint = f" Did you mean {close[0]!r}?"
+    hint = did_you_mean(value, allowed) if isinstance(value, str) else ""
     raise ConfigError(setting, f"expected one of {', '.join(allowed)}; received {value!r}.{hint}")
 
 

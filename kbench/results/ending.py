@@ -9,7 +9,8 @@ and data-parallel runs (:mod:`kbench.distributed.launcher`).
   code; a script's exit code alone; the replies of many processes), and builds its
   verdict from the pieces here: :data:`OK`, :func:`timed_out`, :func:`reported` (the
   error the worker wrote) and :func:`no_result` (it ended without one). The error
-  details always hold ``type``, ``message``, ``traceback`` and ``log_tail``.
+  details of a process that ran hold ``type``, ``message``, ``traceback`` and
+  ``log_tail``.
 - :func:`environment`: the block every result carries (kbench, the machine, the
   interpreter, the variables and keras.json the worker had, what its framework said).
 - :func:`run_result`: the result document from all of it.

@@ -560,8 +560,30 @@ def to_frame(results: Sequence[RunResult]):
     return pd.DataFrame([flatten(r) for r in results])
 
 
+def load_runs(
+    stores: Sequence[Path], filters: Sequence[str] = (), latest_only: bool = True
+) -> List[RunResult]:
+    """The runs of ``stores`` read together, oldest first, that pass ``filters``
+    (``NAME=VALUE[,VALUE]``); with ``latest_only``, the newest of each sweep run. An
+    unreadable document is logged and left out; no run at all is a :class:`StoreError`."""
+    parsed = [Filter.parse(f) for f in filters]
+    runs: List[RunResult] = []
+    for directory in stores:
+        store = ResultStore(Path(directory))
+        runs += store.results(parsed, latest_only=latest_only)
+        for name, why in store.unreadable:
+            log.warning("%s/%s: skipped: %s", directory, name, why)
+    if not runs:
+        raise StoreError(
+            f"store: no runs in {', '.join(map(str, stores))}"
+            + (f" pass the filters {', '.join(filters)}" if filters else "")
+        )
+    return sorted(runs, key=lambda r: (r.started_at, r.run_id))
+
+
 def load_frame(directory: Path, filters: Sequence[str] = (), latest_only: bool = False):
-    """The Python API: ``kbench.results.store.load_frame("results")`` -> one row per run."""
+    """``load_frame("results")`` -> one row per run (``kbench.load(store).frame()`` is
+    the same with the newest of each sweep run only)."""
     store = ResultStore(Path(directory))
     return to_frame(store.results([Filter.parse(f) for f in filters], latest_only=latest_only))
 
@@ -598,7 +620,7 @@ def check_output_dir(path: Path) -> Path:
         probe.close()
     except OSError as err:
         raise ConfigError(
-            "output_dir",
+            "store",
             f"expected a directory kbench can write; {path} is not one "
             f"({err.strerror or err}). Choose another with --store.",
         ) from err

@@ -31,7 +31,6 @@ from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
 from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
-from kbench.results.ending import summary_line
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
@@ -132,7 +131,7 @@ class Runner:
                     else:
                         results += session.run_warm(group)
                     for index, result in enumerate(results[first - 1 :], first):
-                        log.info("[%d/%d] %s", index, len(configs), summary_line(result))
+                        log.info("[%d/%d] %s", index, len(configs), ending.summary_line(result))
                 reason = stop(results) if stop is not None else None
                 if reason is not None and len(results) < len(configs):
                     return results, reason
@@ -291,7 +290,7 @@ class Runner:
                 + " (in a warm worker shared with other runs: this one had not replied yet)"
             )
         metrics = dict(reply.metrics) if reply and verdict.status == "ok" else {}
-        sampled = self._sampled(run, outcome, metrics, started_at, ended_at)
+        sampled = self._add_sampled(run, outcome, metrics, started_at, ended_at)
         if metrics and run.case.parity is None:
             metrics["compute"] = compute_rate(config, metrics, reply)
         framework = reply.framework if reply else {}
@@ -314,7 +313,7 @@ class Runner:
         with self.store_lock:  # runs side by side in threads: one writer at a time
             return ending.keep(result, ResultStore(self.output_dir), config.label())
 
-    def _sampled(
+    def _add_sampled(
         self,
         run: PlannedRun,
         outcome: Outcome,

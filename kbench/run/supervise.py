@@ -24,7 +24,6 @@ from kbench.measure import processes
 from kbench.measure.sampler import Sampler
 from kbench.results import ending
 from kbench.results.config import RunConfig
-from kbench.results.ending import Verdict
 from kbench.run.task import WorkerReply, parse_progress
 
 log = logging.getLogger(__name__)
@@ -143,7 +142,7 @@ def _relay(process, log_file: LogWriter, tail, config: RunConfig, on_progress) -
             on_progress(config, event)
 
 
-def judge(outcome: Outcome, reply: Optional[WorkerReply], config: RunConfig) -> Verdict:
+def judge(outcome: Outcome, reply: Optional[WorkerReply], config: RunConfig) -> ending.Verdict:
     """How a worker ended, as a :class:`~kbench.results.ending.Verdict`: ``timeout`` past
     its timeout; ``ok`` only when it replied ok *and* exited 0; else the error it
     reported, with its own status (``failed``, ``oom``, ``unsupported``); else ``failed``,

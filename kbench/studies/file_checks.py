@@ -4,8 +4,9 @@ received and, for a misspelt key, the closest known one."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Dict, Sequence
+
+from kbench.results.config import did_you_mean
 
 
 def expect_mapping(value: Any, where: str, expected: str, fail) -> Dict[str, Any]:
@@ -24,11 +25,5 @@ def known_keys(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fai
             raise fail(
                 f"{prefix}{key}",
                 f"unknown key; expected one of: {', '.join(allowed)}."
-                f"{close_match(str(key), allowed)}",
+                f"{did_you_mean(str(key), allowed)}",
             )
-
-
-def close_match(word: str, allowed: Sequence[str]) -> str:
-    """ " Did you mean 'x'?" for the closest of ``allowed``, or ""."""
-    match = difflib.get_close_matches(word, allowed, n=1)
-    return f" Did you mean {match[0]!r}?" if match else ""

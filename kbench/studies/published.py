@@ -28,15 +28,14 @@ this module runs from (an editable install), else ``<prefix>/share/kbench/studie
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from kbench.results.config import FileError
-from kbench.studies.file_checks import close_match, expect_mapping, known_keys
+from kbench.results.config import FileError, did_you_mean
+from kbench.studies.file_checks import expect_mapping, known_keys
 
 KINDS = ("ratio", "sign", "ordering", "efficiency_ordering")
 REQUIREMENTS = {
@@ -295,8 +294,7 @@ def find_study(name: str) -> Path:
     names = {f.stem: f for f in files}
     if name in names:
         return names[name]
-    close = difflib.get_close_matches(name, list(names), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, names)
     raise StudyError(
         "study",
         "",
@@ -535,7 +533,7 @@ def _claim_figures(
             raise fail(
                 f"{where}.figures[{j}]",
                 f"expected a figure id of this file; received "
-                f"{figure_id!r}.{close_match(str(figure_id), list(figures))}",
+                f"{figure_id!r}.{did_you_mean(str(figure_id), list(figures))}",
             )
     return named
 
@@ -620,7 +618,7 @@ def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Pa
             raise fail(
                 f"{where}.figures[{j}]",
                 f"expected a figure id of this file; received "
-                f"{figure_id!r}.{close_match(str(figure_id), list(figures))}",
+                f"{figure_id!r}.{did_you_mean(str(figure_id), list(figures))}",
             )
         if data["x"] not in figure.at or series not in figure.at:
             raise fail(

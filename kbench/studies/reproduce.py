@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
-from kbench.results.store import Filter, ResultStore, StoreError
+from kbench.results.store import StoreError
 from kbench.studies.claims import METRICS, ClaimOutcome, claims_table, evaluate
 from kbench.studies.published import Study, StudyError, find_study, load_study, study_files
 from kbench.studies.sweep import RUN_FIELDS, Sweep, SweepError, SweepRun, load_sweep
+from kbench.studies.sweep_runs import stored_results
 from kbench.views.tables import render
 
 
@@ -137,16 +138,11 @@ def prepare(name: str, reduced: bool) -> Tuple[Study, Sweep]:
     return study, study_sweep(study, reduced)
 
 
-def stored_results(study: Study, sweep: Sweep, store: Path) -> List[RunResult]:
-    """The newest result of each run of the study's sweep in ``store``."""
-    return ResultStore(store).results([Filter("sweep", (sweep.name,))], latest_only=True)
-
-
 def verdicts(
     study: Study, sweep: Sweep, store: Path, results: Optional[Sequence[RunResult]] = None
 ) -> List[ClaimOutcome]:
     """Each claim of the study judged on the runs of its sweep that ``store`` holds."""
-    results = stored_results(study, sweep, store) if results is None else results
+    results = stored_results(store, sweep) if results is None else results
     if not results:
         raise StoreError(
             f"store: no runs of the sweep {sweep.name} in {store}; run "

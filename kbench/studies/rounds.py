@@ -4,14 +4,13 @@ alike, and the ratio stop rule (``--ratio-precision``) read after each round."""
 
 from __future__ import annotations
 
-import difflib
 import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.measure import quality
-from kbench.results.config import ConfigError, RunConfig
+from kbench.results.config import ConfigError, RunConfig, did_you_mean
 from kbench.results.result import RunResult
 from kbench.run.before_runs import look_before_runs
 from kbench.run.runner import Runner
@@ -37,8 +36,7 @@ def check_settings(settings: Dict[str, Any], parameters: Sequence[str] = ()) -> 
     if not unknown:
         return
     name = unknown[0]
-    close = difflib.get_close_matches(name, [*SETTINGS, *parameters], n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, [*SETTINGS, *parameters])
     raise UnknownSetting(
         name,
         f"expected a run setting, one of: {', '.join(SETTINGS)}; received {name!r}.{hint}",

@@ -41,10 +41,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from kbench.backends import BACKENDS
 from kbench.datasets.folder import FOLDER_PREFIX
 from kbench.datasets.npz import NPZ_PREFIX
-from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig
+from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig, did_you_mean
 from kbench.results.result import RunResult
 from kbench.run.runner import shared_workers
-from kbench.studies.file_checks import close_match, expect_mapping, known_keys
+from kbench.studies.file_checks import expect_mapping, known_keys
 from kbench_models import MODELS
 from kbench_models.user import is_reference
 
@@ -349,7 +349,7 @@ def _known_setting(key: Any, where: str, fail) -> None:
         raise fail(
             f"{where}.{key}",
             f"unknown setting; expected a run setting: {', '.join(RUN_FIELDS)}."
-            f"{close_match(str(key), RUN_FIELDS)}",
+            f"{did_you_mean(str(key), RUN_FIELDS)}",
         )
 
 

@@ -143,9 +143,9 @@ def run_planned(
     """Run what the plan says is not done; each result is in the store as it returns.
     Raises :class:`SweepStopped` when a result cannot be written."""
     to_run = planned.plan.to_run
-    progress = Progress(total=len(planned.sweep.runs), skipped=len(planned.plan.done))
     if not to_run:
         return []
+    progress = Progress(total=len(planned.sweep.runs), skipped=len(planned.plan.done))
     look_before_runs(planned.store, len(to_run), busy_threshold, wait_quiet_s, "the sweep")
     runner = Runner(
         output_dir=planned.store, on_progress=on_progress, busy_threshold=busy_threshold
@@ -166,9 +166,7 @@ def run_planned(
         ) from err
 
 
-def stored_results(planned: PlannedSweep) -> List[RunResult]:
-    """The newest result of every run of this sweep the store holds (all of its runs,
-    not only the selected ones)."""
-    return ResultStore(planned.store).results(
-        [Filter("sweep", (planned.sweep.name,))], latest_only=True
-    )
+def stored_results(store: Path, sweep: Sweep) -> List[RunResult]:
+    """The newest result of every run of ``sweep`` that ``store`` holds (all of the
+    file's runs, not only the selected ones)."""
+    return ResultStore(store).results([Filter("sweep", (sweep.name,))], latest_only=True)

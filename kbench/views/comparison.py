@@ -50,7 +50,16 @@ class Comparison:
     def markdown(self, title: str = "kbench comparison") -> str:
         """The Markdown file ``kbench compare`` writes: the tables and the runs without
         a result."""
-        text = tables.study_markdown(self.results, title, self.baseline)
+        failed = [r for r in self.results if not r.ok]
+        lines = [f"# {title}", "", f"{len(self.results)} runs, {len(failed)} without a result."]
+        lines += ["", *(t.markdown() + "\n" for t in self.study)]
+        if failed:
+            lines += ["### Runs without a result", "", "| run | status | reason |", "|---|---|---|"]
+            lines += [
+                f"| {r.run_id} | {r.status} | {(r.reason or '').replace('|', '/')} |"
+                for r in failed
+            ]
+        text = "\n".join(lines).rstrip() + "\n"
         return text + "".join("\n" + t.markdown() + "\n" for t in self.sections)
 
     def __repr__(self) -> str:

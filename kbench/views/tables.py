@@ -374,22 +374,6 @@ def setting_cell(value) -> str:
     return str(value)
 
 
-def study_text(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
-    return "\n\n".join(t.text() for t in study_tables(results, baseline))
-
-
-def study_markdown(results: Sequence[RunResult], title: str, baseline: Optional[str] = None) -> str:
-    failed = [r for r in results if not r.ok]
-    lines = [f"# {title}", "", f"{len(results)} runs, {len(failed)} without a result."]
-    lines += ["", *(t.markdown() + "\n" for t in study_tables(results, baseline))]
-    if failed:
-        lines += ["### Runs without a result", "", "| run | status | reason |", "|---|---|---|"]
-        lines += [
-            f"| {r.run_id} | {r.status} | {(r.reason or '').replace('|', '/')} |" for r in failed
-        ]
-    return "\n".join(lines).rstrip() + "\n"
-
-
 def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
     """``kbench env``: one row per backend probe (what its environment has, whether it
     runs, its framework's devices and CPU kernels)."""
