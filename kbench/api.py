@@ -136,6 +136,9 @@ def run(
     :class:`~kbench.results.config.RunConfig` fields (``batch_size``, ``steps``,
     ``epochs``, ``warmup_steps``, ``train_samples``, ``threads``, ``timeout_s``,
     ``mode``, ``device``, ...); an unknown one raises a TypeError that names it.
+    ``window_s=1.0`` (several backends, training): warm interleaved windows instead of
+    fresh processes, as ``kbench run`` measures several backends by default, until every
+    ratio's 95% interval is within +-2% or 100 s are spent.
 
     >>> results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20,
     ...                      batch_size=32, train_samples=2000, store="results")

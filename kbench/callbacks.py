@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from kbench.measure.keras_events import EventLog, plain, summarize
 
@@ -104,6 +104,10 @@ class _ThroughputMixin:
         self.call = -1
         self.epoch = 0
         self.last_test_logs: Optional[Dict[str, Any]] = None
+        self.other_call = -1  # evaluate and predict calls made outside a fit
+        self.other_sizes: Tuple[Optional[int], Optional[int]] = (None, None)
+        self._in_fit = False
+        self._facts_pending = False  # a subclassed model is built by its first batch
         self._t0: Optional[float] = None
         self._epoch_t0 = 0.0
         self._offset = time.time() - time.perf_counter()
@@ -122,16 +126,22 @@ class _ThroughputMixin:
     def set_fit_arguments(self, batch_size: Optional[int], samples: Optional[int]) -> None:
         self.batch_size, self.samples = batch_size, samples
 
+    def set_call_arguments(self, batch_size: Optional[int], samples: Optional[int]) -> None:
+        """The batch size and samples of an ``evaluate`` or ``predict`` call."""
+        self.other_sizes = (batch_size, samples)
+
     # Keras hooks: Keras 3 calls on_train_batch_*; keras-mxnet 2.2.4 calls on_batch_*
     def _now(self) -> float:
         return time.perf_counter() + self._offset
 
     def on_train_begin(self, logs=None):
         self.call += 1
+        self._in_fit = True
         self.log.write("fit_begin", call=self.call, params=_params(self))
-        self._model_event()
+        self._model_event(defer=True)
 
     def on_train_end(self, logs=None):
+        self._in_fit = False
         self.log.write("fit_end", call=self.call, logs=_logs(logs))
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -162,6 +172,8 @@ class _ThroughputMixin:
             t0=self._t0, t1=t1, size=size,
         )  # fmt: skip
         self._t0 = None
+        if self._facts_pending:  # the first batch has built the model
+            self._model_event()
 
     def on_train_batch_begin(self, batch, logs=None):
         self.on_batch_begin(batch, logs)
@@ -174,24 +186,50 @@ class _ThroughputMixin:
         self._other_t0 = self._now()
 
     def on_test_batch_end(self, batch, logs=None):
-        self._other_batch("evaluate", batch)
+        self._other_batch("evaluate", batch, self._other_size(batch))
 
     def on_predict_batch_begin(self, batch, logs=None):
         self._other_t0 = self._now()
 
     def on_predict_batch_end(self, batch, logs=None):
-        self._other_batch("predict", batch)
+        # reading the outputs waits for the device; their first axis is the batch
+        size = _outputs_size((logs or {}).get("outputs"))
+        self._other_batch("predict", batch, size if size is not None else self._other_size(batch))
 
     def on_test_begin(self, logs=None):
         self.last_test_logs = None
+        self._other_begin()
+
+    def on_predict_begin(self, logs=None):
+        self._other_begin()
 
     def on_test_end(self, logs=None):
         self.last_test_logs = _logs(logs)
 
-    def _other_batch(self, stage: str, batch: int) -> None:
+    def _other_begin(self) -> None:
+        """An evaluate or predict outside a fit: a call of its own, with the model's
+        facts (an inference-only script has no fit to read them at)."""
+        if not self._in_fit:
+            self.other_call += 1
+            self._model_event(defer=True)
+
+    def _other_batch(self, stage: str, batch: int, size: Optional[int]) -> None:
         t0 = getattr(self, "_other_t0", None)
-        if t0 is not None:
-            self.log.write("batch", stage=stage, batch=batch, t0=t0, t1=self._now())
+        if t0 is None:
+            return
+        where = {"within": "fit"} if self._in_fit else {"call": self.other_call}
+        self.log.write("batch", stage=stage, batch=batch, t0=t0, t1=self._now(), size=size, **where)
+        self._other_t0 = None
+        if self._facts_pending and not self._in_fit:
+            self._model_event()
+
+    def _other_size(self, batch: int) -> Optional[int]:
+        batch_size, samples = self.other_sizes
+        if not batch_size:
+            return None
+        if samples is None:
+            return int(batch_size)
+        return max(0, min(int(batch_size), int(samples) - batch * int(batch_size)))
 
     def _size(self, batch: int) -> Optional[int]:
         if not self.batch_size:
@@ -200,21 +238,53 @@ class _ThroughputMixin:
             return int(self.batch_size)
         return max(0, min(int(self.batch_size), int(self.samples) - batch * int(self.batch_size)))
 
-    def _model_event(self) -> None:
+    def _model_event(self, defer: bool = False) -> None:
+        """The model's facts (parameters, name, the backend Keras reports); where the
+        model is not built yet (a subclassed model before its first batch, as on
+        TensorFlow), read after the next batch (``defer``)."""
         model = getattr(self, "model", None)
         if model is None:
             return
+        self._facts_pending = False
         try:
-            import keras
-
-            params = int(model.count_params())
-            backend = keras.backend.backend()
-            self.log.write(
-                "model", name=getattr(model, "name", None), params=params,
-                backend=backend, keras_version=getattr(keras, "__version__", None),
-            )  # fmt: skip
+            write_model_facts(self.log, model)
         except Exception as err:  # an unbuilt subclassed model has no count yet
+            if defer:
+                self._facts_pending = True
+                return
             self.log.write("error", where="model facts", message=f"{type(err).__name__}: {err}")
+
+
+def write_model_facts(log: EventLog, model: Any) -> None:
+    """A ``model`` event: parameter count, name, backend and version of the Keras the
+    process imported (raises where the model cannot count its parameters yet)."""
+    import keras
+
+    params = int(model.count_params())
+    backend = keras.backend.backend() if hasattr(keras.backend, "backend") else None
+    log.write(
+        "model", name=getattr(model, "name", None), params=params,
+        backend=backend, keras_version=getattr(keras, "__version__", None),
+    )  # fmt: skip
+
+
+def _outputs_size(outputs: Any) -> Optional[int]:
+    """The batch size of predict's outputs (the first axis of the first array), read
+    once the device has computed them."""
+    while isinstance(outputs, (list, tuple, dict)) and outputs:
+        outputs = next(iter(outputs.values())) if isinstance(outputs, dict) else outputs[0]
+    shape = getattr(outputs, "shape", None)
+    if not shape:
+        return None
+    ready = getattr(outputs, "block_until_ready", None)  # JAX
+    try:
+        if ready is not None:
+            ready()
+        else:
+            plain(outputs[(0,) * len(shape)])  # TensorFlow, PyTorch: reading one waits
+    except Exception:
+        pass
+    return int(shape[0]) if isinstance(shape[0], int) else None
 
 
 def _params(callback: Any) -> Dict[str, Any]:

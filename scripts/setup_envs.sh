@@ -3,7 +3,7 @@
 # its tests use, idempotently: a thin wrapper around `python3 -m kbench.setup`, which
 # does the same on Linux, macOS and Windows (scripts\setup_envs.cmd).
 #
-# Usage: scripts/setup_envs.sh [keras3] [mxnet] [data] [browser] [compiler]
+# Usage: scripts/setup_envs.sh [keras3] [mxnet] [data] [browser] [compiler] [slurm]
 #        (default: keras3 mxnet data)
 # Settings: KBENCH_PYTHON, KBENCH_GPU, KBENCH_MXNET_WHEEL, KBENCH_ENVS_DIR,
 # KBENCH_SETUP_DRY_RUN; `scripts/setup_envs.sh --help` says what each does.

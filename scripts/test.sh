@@ -11,7 +11,7 @@ case ",${KBENCH_TEST_BACKENDS:-mxnet}," in
   *,mxnet,*|*,mxnet-gluon,*|*,cross,*) ;;
   *) envs="keras3" ;;
 esac
-scripts/setup_envs.sh $envs data browser compiler
+scripts/setup_envs.sh $envs data browser compiler slurm
 py=envs/keras3/bin/python
 echo "[test] ruff" >&2
 "$py" -m ruff check kbench models tests benchmarks examples

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from kbench.results.result import RunResult
+from kbench.results.store import REPORT_NAMES
 from kbench.run import environments
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +67,7 @@ class Completed:
     output_dir: Path
 
     def results(self) -> List[RunResult]:
-        paths = sorted(self.output_dir.glob("*.json"))
+        paths = sorted(p for p in self.output_dir.glob("*.json") if p.name not in REPORT_NAMES)
         return sorted((RunResult.load(p) for p in paths), key=lambda r: (r.started_at, r.run_id))
 
 

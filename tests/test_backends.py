@@ -126,6 +126,8 @@ def test_data_format_flag_overrides_the_default(home):
     completed = run_kbench(
         [
             "run",
+            "--repeats",
+            "1",
             "--backend",
             "tensorflow,torch,mxnet",
             "--model",

@@ -47,9 +47,20 @@ def run_cli(capsys, args):
         ),
         (["--backend", "jax,torch", "--ratio-precision", "1.5"], "below 1, for example 0.02"),
         (
-            ["--backend", "jax,torch", "--ratio-budget", "60"],
+            ["--backend", "jax,torch", "--repeats", "2", "--ratio-budget", "60"],
             "--ratio-budget: expected it only with --ratio-precision",
         ),
+        (
+            ["--backend", "jax,torch", "--repeats", "2", "--window", "2"],
+            "--window: expected --window only for warm windows (several backends, no "
+            "--repeats, training in one process each); received it with --repeats",
+        ),
+        (
+            ["--backend", "jax", "--window", "2"],
+            "--window: expected --window only for warm windows (several backends, no "
+            "--repeats, training in one process each); received it with one backend",
+        ),
+        (["--backend", "jax,torch", "--window", "0"], "expected more than 0 seconds"),
     ],
 )
 def test_bad_flags(capsys, tmp_path, args, expected):

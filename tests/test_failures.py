@@ -42,7 +42,9 @@ def test_crash_is_recorded_and_the_next_backend_runs(home, tmp_path):
     require_backends("jax")
     fake = fake_interpreter(tmp_path, 'echo "Fatal Python error: simulated" >&2; exit 3')
     completed = run_kbench(
-        ["run", "--backend", "torch,jax", *COMMON], home, env={"KBENCH_PYTHON_TORCH": fake}
+        ["run", "--backend", "torch,jax", "--repeats", "1", *COMMON],
+        home,
+        env={"KBENCH_PYTHON_TORCH": fake},
     )
     assert completed.returncode == 1, dump(completed)
     crashed, ok = completed.results()
@@ -72,7 +74,7 @@ def test_hang_past_timeout_is_killed_with_its_children(home, tmp_path):
     next_python = fake_interpreter(tmp_path / "next", 'echo "the next backend ran" >&2; exit 3')
     started = time.monotonic()
     completed = run_kbench(
-        ["run", "--backend", "torch,jax", *COMMON, "--timeout", "3"],
+        ["run", "--backend", "torch,jax", "--repeats", "1", *COMMON, "--timeout", "3"],
         home,
         env={"KBENCH_PYTHON_TORCH": hung_python, "KBENCH_PYTHON_JAX": next_python},
     )

@@ -42,6 +42,7 @@ REQUIRED = {
     "max-batch": ["--backend", "jax", "--model", "mlp"],
     "sweep": ["sweep.yaml"],
     "exec": ["--backend", "jax"],
+    "tune": ["--backend", "jax"],
 }
 # A value for each old spelling (a new rename adds its own here).
 SAMPLES = {
@@ -120,7 +121,7 @@ def test_the_concepts_are_where_the_issue_found_them():
         if isinstance(action, Renamed)
         for old in action.option_strings
     }
-    writers = ["run", "demo", "max-batch", "parity", "sweep", "ops", "exec"]
+    writers = ["run", "demo", "max-batch", "parity", "sweep", "ops", "exec", "tune"]
     expected = {(name, "--output-dir") for name in writers} | {
         ("sweep", "--only"), ("compare", "--markdown"), ("ops", "--repeats"), ("ops", "--warmup"),
         ("reproduce", "--no-run"),
@@ -186,7 +187,7 @@ def backend_commands():
 
 
 def test_every_command_that_runs_backends_takes_backend():
-    assert backend_commands() == ["demo", "exec", "max-batch", "ops", "parity", "run"]
+    assert backend_commands() == ["demo", "exec", "max-batch", "ops", "parity", "run", "tune"]
     for name in backend_commands():
         action = COMMANDS[name]._option_string_actions["--backend"]
         assert action.option_strings == ["--backend", "-b"], name

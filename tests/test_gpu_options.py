@@ -107,7 +107,8 @@ def test_results_record_the_loss_scaling_of_float16_runs(home):
     """Both sides of the comparison scale the loss, and the result says how."""
     require_backends("torch", "torch-native")
     completed = run_kbench(
-        ["run", "--backend", "torch,torch-native", "--model", "mlp", "--dataset", "synthetic",
+        ["run", "--backend", "torch,torch-native", "--repeats", "1", "--model", "mlp",
+         "--dataset", "synthetic",
          "--mixed-precision", "float16", "--steps", "4", "--warmup-steps", "1",
          "--batch-size", "8", "--test-samples", "16"],
         home,

@@ -96,7 +96,7 @@ def test_out_of_memory_is_its_own_status(home):
         ["run", "--backend", "torch,jax", "--model", "mlp", "--dataset", "synthetic",
          "--input-shape", f"{side}x{side}x1", "--num-classes", "2", "--train-samples", "1",
          "--test-samples", "1", "--batch-size", "1", "--steps", "1", "--warmup-steps", "0",
-         "--sample-interval", "0"],
+         "--sample-interval", "0", "--repeats", "1"],
         home,
     )  # fmt: skip
     assert completed.returncode == 1

@@ -2,9 +2,11 @@
 
 The study files are checked against their sweeps; each kind of claim is evaluated on
 small result sets written into a real store with kbench's own writers (RunResult,
-ResultStore), for holds / does not hold / not measurable here; the CLI and the report
-read such a store. No framework runs here: `kbench reproduce STUDY --reduced` end to end
-takes minutes (see docs/guides/reproduce.md for the measured runs).
+ResultStore), for holds / does not hold / inconclusive / not measurable here (a verdict
+needs ROUNDS_NEEDED rounds: the tests write that many); the CLI and the report read such
+a store. tests/test_verdicts.py holds the cases where a verdict must say inconclusive.
+No framework runs here: `kbench reproduce STUDY --reduced` end to end takes minutes
+(see docs/guides/reproduce.md for the measured runs).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -22,7 +25,7 @@ from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore
 from kbench.studies import claims, published, reproduce
-from kbench.studies.claims import FAILS, HOLDS, UNMEASURABLE
+from kbench.studies.claims import FAILS, HOLDS, INCONCLUSIVE, ROUNDS_NEEDED, UNMEASURABLE
 
 STUDY_FILES = published.study_files()
 _ids = itertools.count()
@@ -77,6 +80,11 @@ def result(
             "run_key": f"k{n}",
         },
     )
+
+
+def rounds(backend: str, values: List[float], **kwargs: Any) -> List[RunResult]:
+    """One result per round (repeat 0, 1, ...) of ``backend``, with those img/s."""
+    return [result(backend, repeat, ips, **kwargs) for repeat, ips in enumerate(values)]
 
 
 def stored(tmp_path: Path, results: List[RunResult]) -> List[RunResult]:
@@ -289,43 +297,48 @@ def test_studies_are_found_where_pip_installs_them(tmp_path, monkeypatch):
 # each kind of claim ---------------------------------------------------------------
 
 
-def test_ratio_holds_on_the_median_of_per_round_ratios(tmp_path):
-    # round 1 ran on a machine slowed twice over: the ratio is the same
+def test_ratio_holds_on_the_interval_of_per_round_ratios(tmp_path):
+    # rounds 1 and 4 ran on a machine slowed twice over: the ratio is the same
     runs = stored(
         tmp_path,
-        [
-            result("mxnet", 0, 75),
-            result("tensorflow", 0, 100),
-            result("mxnet", 1, 36),
-            result("tensorflow", 1, 50),
-            result("mxnet", 2, 80),
-            result("tensorflow", 2, 100),
-        ],
+        rounds("mxnet", [75, 37.5, 80, 75, 37.5, 74])
+        + rounds("tensorflow", [100, 50, 100, 100, 50, 100]),
     )
     found = outcome(study(RATIO), runs)
     assert found.verdict == HOLDS, found.reason
-    assert "x0.75" in found.here and "within 0.15 of x0.71" in found.reason
+    assert "x0.75" in found.here and "lies inside x0.56-x0.86 (x0.71 +- 0.15)" in found.reason
+    assert "x0.75 [0.74-0.80, 97%, n=6]" in found.reason
     assert "x0.71" in found.paper and "71% (Table 4" in found.paper
 
 
 def test_ratio_does_not_hold_outside_its_tolerance(tmp_path):
-    busy = {"quality": {"flags": ["busy: 90% of the cores used by other processes"]}}
-    runs = stored(tmp_path, [result("mxnet", 0, 120, metrics=busy), result("tensorflow", 0, 100)])
+    runs = stored(
+        tmp_path / "a",
+        rounds("mxnet", [120, 121, 119, 120, 122, 118]) + rounds("tensorflow", [100] * 6),
+    )
     found = outcome(study(RATIO), runs)
     assert found.verdict == FAILS
-    assert "x1.20 is outside 0.15 of x0.71" in found.reason
+    assert "x1.20 [1.18-1.22, 97%, n=6] lies outside x0.56-x0.86" in found.reason
+    # one round, flagged: no verdict, and both reasons given
+    busy = {"quality": {"flags": ["busy: 90% of the cores used by other processes"]}}
+    runs = stored(
+        tmp_path / "b", [result("mxnet", 0, 120, metrics=busy), result("tensorflow", 0, 100)]
+    )
+    found = outcome(study(RATIO), runs)
+    assert found.verdict == INCONCLUSIVE
     assert "1 run: no spread" in found.here
-    assert "[flagged: busy: 90% of the cores used by other processes" in found.here
+    assert "1 round: no interval; a 95% interval needs 6 rounds" in found.reason
+    assert "backend=mxnet: busy: 90% of the cores used by other processes" in found.reason
 
 
-def test_runs_missing_or_failed_are_not_measurable(tmp_path):
+def test_runs_missing_or_failed_are_inconclusive(tmp_path):
     runs = stored(
         tmp_path, [result("mxnet", 0, None, status="failed"), result("tensorflow", 0, 100)]
     )
     found = outcome(study(RATIO), runs)
-    assert found.verdict == UNMEASURABLE
+    assert found.verdict == INCONCLUSIVE
     assert "runs missing" in found.reason and "1 failed" in found.reason
-    assert outcome(study(RATIO), []).verdict == UNMEASURABLE
+    assert outcome(study(RATIO), []).verdict == INCONCLUSIVE
 
 
 def test_sign_per_value_of_for_each(tmp_path):
@@ -338,18 +351,22 @@ def test_sign_per_value_of_for_each(tmp_path):
     }
     gluon = {"backend": "mxnet-gluon", "dataset": "synthetic"}
     fast = [
-        result(repeat=r, ips=ips, model="resnet20", hybridize=h, **gluon)
-        for r in (0, 1)
+        result(repeat=r, ips=ips * (1 + r / 100), model="resnet20", hybridize=h, **gluon)
+        for r in range(ROUNDS_NEEDED)
         for h, ips in ((True, 200), (False, 100))
     ]
     slow = [
-        result(repeat=0, ips=ips, model="vgg16", hybridize=h, **gluon)
+        result(repeat=r, ips=ips, model="vgg16", hybridize=h, **gluon)
+        for r in range(ROUNDS_NEEDED)
         for h, ips in ((True, 90), (False, 100))
     ]
     held = outcome(study(claim), stored(tmp_path / "a", fast))
     assert held.verdict == HOLDS and "model=resnet20" in held.here and "x2.00" in held.here
     both = outcome(study(claim), stored(tmp_path / "b", fast + slow))
-    assert both.verdict == FAILS and "model=vgg16: x0.90 is not above x1" in both.reason
+    assert (
+        both.verdict == FAILS
+        and "model=vgg16: x0.90 [0.90-0.90, 97%, n=6] lies at or below x1" in both.reason
+    )
 
 
 def test_ordering_and_efficiency_ordering(tmp_path):
@@ -359,15 +376,14 @@ def test_ordering_and_efficiency_ordering(tmp_path):
         "direction": "increasing",
         "for_each": "backend",
     }
-    runs = [
-        result("jax", 0, 10, batch_size=16),
-        result("jax", 0, 30, batch_size=32),
-        result("torch", 0, 20, batch_size=16),
-        result("torch", 0, 25, batch_size=32),
-    ]
+    six = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0]  # each round's speed, a little apart
+
+    def each(backend, ips, batch_size):
+        return rounds(backend, [ips * f for f in six], batch_size=batch_size)
+
+    runs = each("jax", 10, 16) + each("jax", 30, 32) + each("torch", 20, 16) + each("torch", 25, 32)
     assert outcome(study(ordering), stored(tmp_path / "a", runs)).verdict == HOLDS
-    runs.append(result("mxnet", 0, 40, batch_size=16))
-    runs.append(result("mxnet", 0, 30, batch_size=32))
+    runs += each("mxnet", 40, 16) + each("mxnet", 30, 32)
     found = outcome(study(ordering), stored(tmp_path / "b", runs))
     assert found.verdict == FAILS and "backend=mxnet" in found.reason
 
@@ -379,20 +395,23 @@ def test_ordering_and_efficiency_ordering(tmp_path):
     }
 
     def dist(backend, mode, eff):
-        return result(
-            backend,
-            0,
-            100,
-            distributed=mode,
-            workers=2,
-            metrics={"distributed": {"scaling": {"efficiency": eff}}},
-        )
+        return [
+            result(
+                backend,
+                repeat,
+                100,
+                distributed=mode,
+                workers=2,
+                metrics={"distributed": {"scaling": {"efficiency": eff * six[repeat]}}},
+            )
+            for repeat in range(ROUNDS_NEEDED)
+        ]
 
     ok = outcome(
         study(efficiency),
         stored(
             tmp_path / "c",
-            [dist("tensorflow", "tf-multiworker", 0.5), dist("mxnet", "mxnet-sync", 0.8)],
+            dist("tensorflow", "tf-multiworker", 0.5) + dist("mxnet", "mxnet-sync", 0.8),
         ),
     )
     assert ok.verdict == HOLDS and "0.50" in ok.here and "0.80" in ok.here
@@ -400,7 +419,7 @@ def test_ordering_and_efficiency_ordering(tmp_path):
         study(efficiency),
         stored(
             tmp_path / "d",
-            [dist("tensorflow", "tf-multiworker", 0.9), dist("mxnet", "mxnet-sync", 0.8)],
+            dist("tensorflow", "tf-multiworker", 0.9) + dist("mxnet", "mxnet-sync", 0.8),
         ),
     )
     assert bad.verdict == FAILS
@@ -442,8 +461,9 @@ def test_a_doubtful_measurement_is_checked_the_sound_way_on_a_gpu(tmp_path):
         return {"summary": {"measured": {"gpu0_kernel_time_percent": {"mean": percent}}}}
 
     runs = [
-        result("mxnet", 0, 80, environment=WITH_GPU, sampler=busy(70)),
-        result("tensorflow", 0, 100, environment=WITH_GPU, sampler=busy(88)),
+        result(backend, repeat, 80, environment=WITH_GPU, sampler=busy(percent + repeat))
+        for repeat in range(ROUNDS_NEEDED)
+        for backend, percent in (("mxnet", 70), ("tensorflow", 88))
     ]
     found = outcome(study(claim), stored(tmp_path, runs))
     assert found.verdict == FAILS and "x0.80" in found.here
@@ -472,27 +492,19 @@ def test_reproduce_list_shows_every_study_and_claim():
 
 
 def laptop_store(tmp_path: Path) -> Path:
-    runs = []
-    for repeat in (0, 1):
-        for batch, mx, tf in ((16, 10, 12), (32, 30, 40)):
-            for backend, ips in (("mxnet", mx), ("tensorflow", tf)):
-                runs.append(
-                    result(
-                        backend,
-                        repeat,
-                        ips + repeat,
-                        sweep="keras-mxnet-laptop",
-                        group="resnet50-synthetic",
-                        model="resnet50",
-                        batch_size=batch,
-                        input_shape=[64, 64, 3],
-                        num_classes=1000,
-                        reduced=True,
-                    )
-                )
+    """ResNet-50 runs of the study's reduced sweep (its own run keys), MXNet and
+    TensorFlow, in as many rounds as a verdict needs."""
+    _, sweep = reproduce.prepare("keras-mxnet-laptop", True)
+    sweep = reproduce.with_rounds(sweep, ROUNDS_NEEDED)
+    speeds = {(16, "mxnet"): 10, (32, "mxnet"): 30, (16, "tensorflow"): 12, (32, "tensorflow"): 40}
     store = ResultStore(tmp_path / "laptop")
-    for r in runs:
-        store.add(r)
+    for run in sweep.runs:
+        ips = speeds.get((run.config.batch_size, run.config.backend))
+        if run.group != "resnet50-synthetic" or ips is None:
+            continue
+        settings = {k: v for k, v in run.config.to_dict().items() if k not in ("backend", "repeat")}
+        done = result(run.config.backend, run.config.repeat, ips + run.config.repeat, **settings)
+        store.add(replace(done, sweep=sweep.provenance(run)))
     return store.directory
 
 
@@ -503,7 +515,7 @@ def test_reproduce_no_run_prints_verdicts_from_the_store(tmp_path):
     )
     assert "[HOLDS] smaller-batches-slower" in text
     assert "[NOT MEASURABLE HERE] resnet50-b32-gpu-ratio" in text and "no GPU" in text
-    assert "[NOT MEASURABLE HERE] mlp-cpu-mxnet-slower" in text and "runs missing" in text
+    assert "[INCONCLUSIVE] mlp-cpu-mxnet-slower" in text and "runs missing" in text
     assert "Intel Core i7-8750H" in text  # the paper's machine, for context
     assert "| smaller-batches-slower |" in (store / "claims.md").read_text()
     assert "already done, " in text and f"results in {store}/" in text  # the plan, first

@@ -359,9 +359,8 @@ def test_setup_envs_sh_forwards_its_arguments_and_settings(tmp_path):
     assert list(tmp_path.iterdir()) == []  # a dry run changes nothing
     bad = wrapper("setup_envs.sh", "keras3", "tensorflow", KBENCH_ENVS_DIR=str(tmp_path))
     assert bad.returncode == 2
-    assert "unknown target 'tensorflow'; expected keras3, mxnet, data, browser or compiler" in (
-        bad.stderr
-    )
+    expected = "expected keras3, mxnet, data, browser, compiler or slurm"
+    assert f"unknown target 'tensorflow'; {expected}" in bad.stderr
     wheel = wrapper("setup_envs.sh", "mxnet", KBENCH_ENVS_DIR=str(tmp_path), KBENCH_GPU="1",
                     KBENCH_MXNET_WHEEL="mxnet-cu99")  # fmt: skip
     assert wheel.returncode == 2 and "KBENCH_MXNET_WHEEL=mxnet-cu99: expected one of" in (

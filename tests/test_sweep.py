@@ -59,6 +59,8 @@ def error_of(document) -> SweepError:
          "groups[0].settings.dataset", "takes sequences"),
         (sweep(settings={"model": "mlp", "dataset": "fashion_mnist", "num_classes": 3},
                matrix={"backend": ["jax"]}), "a run with", "only synthetic data takes them"),
+        (sweep(settings=dict(TINY, window_s=1.0), matrix={"backend": ["jax", "torch"]}),
+         "settings.window_s", "a sweep runs each run in a fresh process"),
     ],
 )  # fmt: skip
 def test_bad_sweep_files_name_the_place_and_the_fix(document, where, message):

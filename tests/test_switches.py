@@ -77,7 +77,8 @@ def test_switches_reach_the_frameworks_and_say_what_they_did(tmp_path):
               "--batch-size", "8", "--train-samples", "32", "--test-samples", "8",
               "--sample-interval", "0", "--mixed-precision", "bfloat16"]  # fmt: skip
     done = run_kbench(
-        ["run", "-b", "tensorflow,torch-native,mxnet", "--run-eagerly", *common], tmp_path
+        ["run", "-b", "tensorflow,torch-native,mxnet", "--repeats", "1", "--run-eagerly", *common],
+        tmp_path,
     )
     assert done.returncode == 0, done.stderr
     by_backend = {r.config["backend"]: r for r in done.results()}
@@ -136,10 +137,8 @@ def test_channels_last_on_keras_mxnet_warns_that_it_is_the_slow_path(tmp_path):
 @pytest.mark.slow
 def test_asking_mxnet_for_gpus_it_does_not_see_fails_the_run_and_says_how_to_fix_it(tmp_path):
     require_backends("mxnet", "mxnet-gluon")
-    done = run_kbench(
-        ["run", "-b", "mxnet,mxnet-gluon", "--model", "mlp", "--mxnet-gpus", "2", *TINY_MXNET],
-        tmp_path,
-    )
+    args = ["run", "-b", "mxnet,mxnet-gluon", "--repeats", "1", "--model", "mlp"]
+    done = run_kbench([*args, "--mxnet-gpus", "2", *TINY_MXNET], tmp_path)
     assert done.returncode == 1, dump(done)
     keras_mxnet, gluon = done.results()
     assert keras_mxnet.status == "failed"

@@ -8,7 +8,9 @@ from __future__ import annotations
 import collections
 import collections.abc
 import contextlib
+import os
 import re
+import traceback
 from typing import Any, List, Optional, Sequence
 
 from kbench.backends.base import Unsupported
@@ -26,9 +28,12 @@ SLOW_PATH_WARNING = (
 )
 
 
-def keras224_gap(err: BaseException) -> Optional[str]:
+def keras224_gap(err: BaseException, keras_root: Optional[str] = None) -> Optional[str]:
     """The layer, function or argument Keras 2.2.4 lacks, named from the error that
-    building (or importing) a model raised; None when the error is of another kind."""
+    building (or importing) a model raised; None when the error is of another kind.
+    ``keras_root``: the folder of the Keras package imported, where a TypeError raised
+    inside Keras' own code (a custom layer calling ``add_weight`` as Keras 3 does) is a
+    call that Keras 2.2.4 takes otherwise."""
     if isinstance(err, UserModelImportError) and err.__cause__ is not None:
         err = err.__cause__
     if isinstance(err, ImportError) and "keras" in f"{err} {err.name}":
@@ -48,7 +53,27 @@ def keras224_gap(err: BaseException) -> Optional[str]:
         match = re.search(r"([\w.]+)\(\) got an unexpected keyword argument '(\w+)'", text)
         if match:
             return f"the argument `{match.group(2)}` of `{match.group(1)}` ({text})"
+        return _raised_in_keras(err, keras_root)
     return None
+
+
+def _raised_in_keras(err: TypeError, keras_root: Optional[str]) -> Optional[str]:
+    """What a TypeError raised within the Keras package at ``keras_root`` says Keras
+    2.2.4 lacks; None when Keras did not raise it (the model's own code did)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not keras_root or not frames:
+        return None
+    root = os.path.join(os.path.realpath(keras_root), "")
+    if not os.path.realpath(frames[-1].filename).startswith(root):
+        return None
+    text = str(err)
+    missing = re.search(r"([\w.]+)\(\) missing \d+ required positional arguments?: (.+)", text)
+    if missing:
+        return (
+            f"a default for the argument {missing.group(2)} of `{missing.group(1)}` "
+            f"(TypeError: {text})"
+        )
+    return f"the call as written, refused in Keras' `{frames[-1].name}` (TypeError: {text})"
 
 
 def transposed_layers(model: Any) -> List[str]:
@@ -106,7 +131,7 @@ class KerasMXNetBackend(MXNetFramework, KerasBackend):
             try:
                 model = super().build(name, input_shape, num_classes)
             except (AttributeError, ImportError, TypeError, UserModelImportError) as err:
-                missing = keras224_gap(err)
+                missing = keras224_gap(err, os.path.dirname(self.keras.__file__))
                 if missing is None or not is_reference(name):
                     raise
                 raise Unsupported(

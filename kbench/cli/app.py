@@ -9,7 +9,7 @@ import sys
 from typing import Optional, Sequence
 
 from kbench import __version__
-from kbench.cli import exec_command, many_runs, ops, reproduce, run_commands
+from kbench.cli import exec_command, many_runs, ops, reproduce, run_commands, tune_command
 from kbench.cli.arguments import EXAMPLES
 from kbench.datasets import DataUnavailable
 from kbench.results.config import ConfigError
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_command(commands)
     reproduce.add_command(commands)
     exec_command.add_command(commands)
+    tune_command.add_command(commands)
     return parser
 
 

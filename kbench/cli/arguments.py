@@ -13,11 +13,12 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from kbench.backends.switches import SWITCHES
 from kbench.measure import quality
 from kbench.results.config import did_you_mean
+from kbench_models.user import split_references
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ CONCEPTS = {
     "runs selected by settings": Concept("--filter", ("filter",), ("--only",)),
     "output file": Concept("--output", ("output",), ("--markdown",)),
     "fresh-process rounds": Concept("--repeats", ("repeats",)),
+    "warm window length": Concept("--window", ("window_s",)),
     "timed calls per operation": Concept("--calls", ("calls",), ("--repeats",)),
     "untimed warm-up iterations": Concept("--warmup-steps", ("warmup_steps",), ("--warmup",)),
     "backends": Concept("--backend", ("backend",)),
@@ -114,15 +116,17 @@ def comma_list(
     check: bool = False,
     single: bool = False,
     again: Optional[str] = None,
+    split: Optional[Callable[[str], List[str]]] = None,
 ):
-    """A comma-separated list; a name given twice is refused, not merged: it is nearly
+    """A comma-separated list (``split``: how to cut it, where a comma may belong to a
+    name); a name given twice is refused, not merged: it is nearly
     always a slip (torch,torch for torch,torch-native), and merging it would hide that.
     Running a backend again is what --repeats does, rounds interleaved. ``check``: each
     name must be one of ``allowed`` (models are not checked: a path names the user's
     own); ``single``: exactly one name, returned as a string."""
 
     def parse(text: str):
-        items = [item.strip() for item in text.split(",") if item.strip()]
+        items = [item.strip() for item in (split or _commas)(text) if item.strip()]
         if not items:
             raise argparse.ArgumentTypeError(f"expected one or more {what}; received {text!r}")
         twice = next((item for i, item in enumerate(items) if item in items[:i]), None)
@@ -145,6 +149,10 @@ def comma_list(
         return items[0] if single else items
 
     return parse
+
+
+def _commas(text: str) -> List[str]:
+    return text.split(",")
 
 
 def finite(text: str) -> float:
@@ -306,6 +314,21 @@ def budget(text: str) -> float:
     return value
 
 
+def duration(text: str) -> float:
+    """Seconds, written ``90``, ``90s``, ``10m`` or ``1h``."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    number, unit = (text[:-1], text[-1]) if text[-1:].lower() in units else (text, "s")
+    try:
+        value = finite(number) * units[unit.lower()]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 90, 90s, 10m or 1h; received {text!r}"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected more than 0 seconds; received {text!r}")
+    return value
+
+
 def add_precision_arguments(parser: argparse.ArgumentParser, unit: str, limit: str) -> None:
     """``--target-precision`` and ``--time-budget`` (kbench.measure.precision): ``unit`` is
     what is measured, ``limit`` what bounds it without them."""
@@ -371,7 +394,9 @@ def add_model_argument(
     return parser.add_argument(
         "--model",
         "-m",
-        type=comma_list(list(allowed), "models", single=single, again=again),
+        type=comma_list(
+            list(allowed), "models", single=single, again=again, split=split_references
+        ),
         required=default is None,
         default=default,
         metavar="M" if single else "M[,M...]",
@@ -442,15 +467,17 @@ def add_output_file_argument(
     return action
 
 
-def add_repeats_argument(parser, each: str = "everything", shows: str = "") -> argparse.Action:
+def add_repeats_argument(
+    parser, each: str = "everything", shows: str = "", default: Optional[int] = 1, default_text=""
+) -> argparse.Action:
     """``--repeats N``: fresh-process rounds, interleaved."""
     return parser.add_argument(
         "--repeats",
         type=int,
-        default=1,
+        default=default,
         metavar="N",
         help=f"run {each} N times, each time in a fresh process, interleaved round by round "
-        f"(A B C A B C ...){shows} (default: 1)",
+        f"(A B C A B C ...){shows} (default: {default_text or default})",
     )
 
 

@@ -29,7 +29,8 @@ own process tree, and measure it as `kbench run` measures its worker. A leading
 process gets KERAS_BACKEND, a fresh KERAS_HOME with keras_configs/<backend>.json, the
 thread variables and --device hiding. The sampler watches the whole tree (CPU, RSS,
 GPU through NVML). Results are ordinary documents (kind "exec") that `kbench results`,
-`compare` and `report` read; logs go to STORE/logs/ (--store).
+`compare` and `report` read; logs go to STORE/logs/ (--store): the first 64 MiB of
+the output, then its last lines (the result's metrics.log says where it was cut).
 
 Without any change to the script, kbench instruments Keras in the child: a
 sitecustomize.py on its PYTHONPATH (kbench/exec/site) wraps Model.fit, evaluate and
@@ -37,10 +38,21 @@ predict as Keras is imported, adding kbench.callbacks.Throughput beside your own
 callbacks. It reports img/s over the measured window (the first --warmup-steps
 batches of the first fit excluded), step-time percentiles, epochs, the final loss and
 accuracy, the parameter count and the backend Keras reported. Keras 3 (tensorflow,
-jax, torch) and keras-mxnet 2.2.4 both work. A script that never calls fit is
-recorded with its process figures and "no Keras training observed".
+jax, torch) and keras-mxnet 2.2.4 both work. A script that only predicts (or
+evaluates) is measured over those batches; one that does neither is recorded with its
+process figures and "no Keras training observed". Your ~/.keras/datasets (or
+$KERAS_HOME/datasets) is seen read-only from the run's KERAS_HOME. Each epoch is
+shown as it ends, read from the instrumentation's own events file (never from the
+script's output, so Keras' progress bar and the script's prints stay as they are).
 
-A non-zero exit is recorded as failed (exit code and log tail), one past --timeout as
+The script's time ends when its own process exits. Whatever it started is then
+stopped: its process group, its session, and any process that carries the run's
+token in its environment (a daemon that called setsid and closed its streams
+included); the result lists them (metrics.processes_stopped). A command that is
+neither python nor an existing program is refused (exit 2) before any run.
+
+A non-zero exit is recorded as failed (exit code, the exception line of the last
+traceback, log tail; what it measured before is kept, shown as partial), one past --timeout as
 timeout (the whole tree killed); the other runs go on. Ctrl-C stops the tree and keeps
 the finished results. Exits 1 if a run failed or timed out, 2 on bad input.
 """
@@ -79,7 +91,7 @@ def add_command(commands) -> None:
         help="the name results show for the script (default: its file name)",
     )
     parser.add_argument(
-        "command",
+        "script_command",  # not "command": the CLI names the subcommand by that
         nargs=argparse.REMAINDER,
         metavar="-- COMMAND ...",
         help="the command to run, after `--`: python train.py ARGS",
@@ -88,7 +100,7 @@ def add_command(commands) -> None:
 
 
 def command_exec(args: argparse.Namespace) -> int:
-    command = list(args.command)
+    command = list(args.script_command)
     if command[:1] == ["--"]:
         command = command[1:]
     if args.repeats < 1:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from kbench.cli.arguments import (
     add_baseline_argument,
@@ -23,8 +24,8 @@ from kbench.results.config import ConfigError
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.progress import show_progress
+from kbench.studies import slurm, sweep_runs
 from kbench.studies import sweep as sweep_mod
-from kbench.studies import sweep_runs
 from kbench.views import run_lists, tables
 from kbench.views.comparison import Comparison
 
@@ -36,6 +37,8 @@ examples:
   kbench sweep sweeps/lenet_epochs.yaml --reduced             run them (CPU-sized)
   kbench sweep sweeps/lenet_epochs.yaml --reduced             again: resumes, skips finished runs
   kbench sweep sweeps/lenet_epochs.yaml --filter backend=jax,torch
+  kbench sweep sweeps/lenet_epochs.yaml --executor slurm --partition gpu --max-parallel 8 \
+      --sbatch "--gres=gpu:1 --time=00:30:00"   one job array; again: follows and resumes it
   kbench report --store results/lenet-epochs-reduced          the HTML report of what ran
 """
 
@@ -109,7 +112,45 @@ def _add_sweep(commands) -> None:
         "and the sampler are settings in the file",
     )
     add_quality_arguments(sweep)
+    _add_executor_arguments(sweep)
     sweep.set_defaults(handler=command_sweep)
+
+
+def _add_executor_arguments(sweep: argparse.ArgumentParser) -> None:
+    """Where the sweep's runs run: here, or as the tasks of one Slurm job array."""
+    where = sweep.add_argument_group("running on a Slurm cluster (--executor slurm)")
+    where.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: run here, one run after another (default); slurm: the runs to do "
+        "become the tasks of one sbatch --array job, each running kbench on its node into "
+        "the store (the checkout, its environments and the store on a filesystem every "
+        "node shares); this command shows their progress until all end. Ctrl-C leaves the "
+        "job running; the same command again follows it, records what Slurm ended without "
+        "a result (with Slurm's reason) and submits what failed in Slurm or never ran",
+    )
+    where.add_argument("--partition", metavar="P", help="sbatch --partition (default: Slurm's)")
+    where.add_argument(
+        "--max-parallel", type=int, metavar="N", help="at most N tasks at a time (--array=...%%N)"
+    )
+    where.add_argument(
+        "--sbatch",
+        metavar='"ARGS"',
+        help='more sbatch options, quoted as one argument: --sbatch "--gres=gpu:1 --time=00:30:00" '
+        "(one option alone: --sbatch=--gres=gpu:1)",
+    )
+    where.add_argument(
+        "--per-task",
+        choices=slurm.PER_TASK,
+        default="comparison",
+        help="comparison: one setting and repeat with every backend per task, so that "
+        "their ratios are taken on one node (default); run: one run per task (with --warm, "
+        "one warm worker's runs)",
+    )
+    where.add_argument(
+        "--poll", type=float, default=10.0, metavar="S", help="look at the queue every S seconds"
+    )
 
 
 def _add_results(commands) -> None:
@@ -182,12 +223,15 @@ def add_store_arguments(parser: argparse.ArgumentParser, several: bool = False) 
 def command_sweep(args: argparse.Namespace) -> int:
     if args.max_runs < 1:
         raise ConfigError("max_runs", f"expected a positive integer; received {args.max_runs}.")
+    options = SweepOptions.of(args)
     sweep = sweep_mod.load_sweep(args.file, reduced=args.reduced, max_runs=args.max_runs)
     selected = sweep_runs.select_runs(sweep, args.filter)
+    if options.slurm is not None and not args.dry_run:
+        slurm.check_tools()
     return show_sweep(
         selected,
         args.store or sweep_runs.store_for(sweep),
-        SweepOptions.of(args),
+        options,
         varying=sweep.varying(),
     )
 
@@ -204,10 +248,14 @@ class SweepOptions:
     busy_threshold: float = quality.BUSY_THRESHOLD
     wait_quiet_s: float = 0.0
     baseline: Optional[str] = None
+    slurm: Optional[slurm.SlurmOptions] = None  # None: run here
+    max_runs: int = sweep_mod.MAX_RUNS
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> SweepOptions:
         return cls(
+            slurm=_slurm_options(args),
+            max_runs=args.max_runs,
             dry_run=args.dry_run,
             force=args.force,
             retry_failed=args.retry_failed,
@@ -216,6 +264,28 @@ class SweepOptions:
             wait_quiet_s=args.wait_quiet,
             baseline=args.baseline,
         )
+
+
+def _slurm_options(args: argparse.Namespace) -> Optional[slurm.SlurmOptions]:
+    """--executor slurm's settings; its flags refused with --executor local."""
+    if args.executor == "local":
+        flags = (("--partition", args.partition), ("--max-parallel", args.max_parallel),
+                 ("--sbatch", args.sbatch))  # fmt: skip
+        given = [flag for flag, value in flags if value]
+        if given:
+            raise ConfigError(
+                "executor",
+                f"expected {given[0]} with --executor slurm only; received it with the local "
+                "executor. Add --executor slurm, or drop it.",
+            )
+        return None
+    return slurm.SlurmOptions(
+        partition=args.partition,
+        max_parallel=args.max_parallel,
+        sbatch=slurm.SlurmOptions.parse_sbatch(args.sbatch),
+        per_task=args.per_task,
+        poll_s=args.poll,
+    )
 
 
 def show_sweep(
@@ -235,31 +305,58 @@ def show_sweep(
         lock=not options.dry_run,
     ) as planned:
         size = "reduced" if sweep.reduced else "full size"
+        to_run = len(planned.plan.to_run)
+        if options.slurm is not None:  # a run a Slurm task left without a result is to do
+            to_run = len(slurm.runs_to_do(sweep, store, options.force, options.retry_failed))
         print(
-            f"sweep {sweep.name} ({size}): {len(sweep.runs)} runs, {len(planned.plan.done)} "
-            f"already done, {len(planned.plan.to_run)} to run; results in {store}/"
+            f"sweep {sweep.name} ({size}): {len(sweep.runs)} runs, {len(sweep.runs) - to_run} "
+            f"already done, {to_run} to run; results in {store}/"
         )
         if options.dry_run:
             configs = [run.config for run in sweep.runs]
             print(run_lists.plan_text(configs, planned.states(), planned.varying))
             return 0
         try:
-            results = sweep_runs.run_planned(
-                planned,
-                warm=options.warm,
-                busy_threshold=options.busy_threshold,
-                wait_quiet_s=options.wait_quiet_s,
-                on_progress=show_progress,
-            )
+            results = _run_sweep(planned, options)
         except sweep_runs.SweepStopped as err:
             log.error("%s", err)
             return 1
+        except KeyboardInterrupt:
+            if options.slurm is None:
+                raise
+            print(
+                f"\nleft the Slurm job(s) running; `kbench sweep {sweep.file} --executor "
+                "slurm` with the same options follows them, records what ended without a "
+                "result and submits what remains"
+            )
+            return 130
         everything = sweep_runs.stored_results(store, sweep)
     if everything:
         _show_tables(everything, store, f"Sweep {sweep.name} ({size})", options.baseline)
     for line in tables.not_ok_lines(results):
         print(line)
     return 1 if any(r.failed for r in results) else 0
+
+
+def _run_sweep(planned: sweep_runs.PlannedSweep, options: SweepOptions) -> List[RunResult]:
+    """Run the plan here, or (``options.slurm``) as one Slurm job array."""
+    if options.slurm is None:
+        return sweep_runs.run_planned(
+            planned,
+            warm=options.warm,
+            busy_threshold=options.busy_threshold,
+            wait_quiet_s=options.wait_quiet_s,
+            on_progress=show_progress,
+        )
+    return slurm.run_on_slurm(
+        planned.sweep,
+        planned.store,
+        options.slurm,
+        force=options.force,
+        retry_failed=options.retry_failed,
+        warm=options.warm,
+        settings={"max_runs": options.max_runs, "busy_threshold": options.busy_threshold},
+    )
 
 
 def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline) -> None:
@@ -276,13 +373,15 @@ def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline
 
 def command_results(args: argparse.Namespace) -> int:
     store = ResultStore(args.store)
+    store.check_is_store()  # a folder of other JSON files: refused, nothing written to it
     if args.merge:
         summary = store.merge(args.merge)
+        refused = f"; {len(summary.refused)} refused (see the warnings)" if summary.refused else ""
         print(
             f"merged into {args.store}: {summary.added} runs added, {summary.already_present} "
-            f"already there; machines: {', '.join(sorted(summary.hosts)) or '-'}"
+            f"already there{refused}; machines: {', '.join(sorted(summary.hosts)) or '-'}"
         )
-        for name, why in summary.unreadable:
+        for name, why in summary.unreadable + summary.refused:
             log.warning("%s: not merged: %s", name, why)
     if args.export:
         results = store.results([Filter.parse(f) for f in args.filter])
@@ -337,8 +436,14 @@ def command_report(args: argparse.Namespace) -> int:
     output = args.output or args.store[0] / "report.html"
     title = args.title or "kbench report: " + ", ".join(s.name or str(s) for s in args.store)
     study = paper_section(results)  # a published study's store: its claims and plots
+    sections = [study] if study else []
+    searched = args.store[0] / "tune.json"  # a kbench tune store: its search
+    if searched.is_file():
+        from kbench.views.tune import tune_section
+
+        sections.append(tune_section(json.loads(searched.read_text())))
     summary = report.write_report(
-        results, output, title=title, baseline=args.baseline, sections=[study] if study else []
+        results, output, title=title, baseline=args.baseline, sections=sections
     )
     print(f"{output}: {len(summary.figures)} plots from {len(results)} runs", file=sys.stderr)
     for why in summary.skipped:

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from kbench.cli import many_runs
 from kbench.cli.arguments import (
     add_baseline_argument,
+    add_precision_arguments,
     add_quality_arguments,
     add_renamed,
     add_store_argument,
+    precision,
 )
+from kbench.results.config import ConfigError
 from kbench.studies import claims as claims_mod
 from kbench.studies import published, reproduce, sweep_runs
+from kbench.studies.sweep import Sweep
 
 log = logging.getLogger("kbench")
 
@@ -24,11 +29,23 @@ examples:
   kbench reproduce keras-mxnet-laptop --reduced --dry-run   the runs, and verdicts on what
                                                         is stored; starts no run
   kbench reproduce mxnet-pytorch-resnet --reduced       run (resumable), then the verdicts
+  kbench reproduce tf21-mxnet15-lenet --reduced --repeats 12 --ratio-precision 0.05
+                                                        up to 12 rounds, fewer once precise
   kbench report --store results/mxnet-pytorch-resnet-reduced   HTML: "Paper vs this machine"
 
-verdicts: holds / does not hold (on the median of per-round ratios measured here, never
-on absolute figures across hardware) / not measurable here (no GPU, data not available
-offline, the reduced size changes the question, runs missing).
+verdicts, from the 95% order-statistics interval on the median per-round ratio measured
+here (never the median alone, never absolute figures across hardware):
+  holds            the interval lies inside the claim's band (or on its side of x1)
+  does not hold    the interval lies wholly outside it
+  inconclusive     it straddles an edge; or fewer than 6 rounds (a 95% interval needs 6);
+                   a flagged run (busy, throttled, GPU shared, battery); a side that failed
+                   or is missing; a GPU claim with a side off the GPU; two runs of one round
+                   matching one side
+  not measurable here   no GPU, data not available offline, the reduced size changes
+                   the question
+Each verdict comes with its evidence (size, device, rounds, interval and coverage, flags,
+deviations from the paper's setting), in the terminal, STORE/claims.md, STORE/claims.json
+and the report.
 """
 
 
@@ -78,9 +95,33 @@ def add_command(commands) -> None:
         action="store_true",
         help="rerun runs whose newest result failed, ran out of memory or timed out",
     )
+    add_rounds_arguments(parser)
+    add_precision_arguments(parser, "each run's steps", "the run's epochs or steps")
     add_baseline_argument(parser, "the first backend; for the sweep's closing tables")
     add_quality_arguments(parser)
     parser.set_defaults(handler=command_reproduce)
+
+
+def add_rounds_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--repeats`` and ``--ratio-precision``, as reproduce takes them."""
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the study's sweep N times, each run in a fresh process, round by round "
+        "(A B C A B C ...) (default: the sweep file's repeats, and at least "
+        f"{claims_mod.ROUNDS_NEEDED}: the fewest rounds whose per-round ratios give a 95%% "
+        "interval; with fewer every ratio verdict is inconclusive)",
+    )
+    parser.add_argument(
+        "--ratio-precision",
+        type=precision,
+        metavar="P",
+        help="stop adding rounds once every claim's per-round ratio has a 95%% interval "
+        f"within +-P of its median (from {claims_mod.ROUNDS_NEEDED} rounds on), e.g. 0.05; "
+        "--repeats is then the most rounds (default: off, every round runs)",
+    )
 
 
 def command_reproduce(args: argparse.Namespace) -> int:
@@ -102,18 +143,13 @@ def _reproduce(args: argparse.Namespace) -> int:
         )
     study, sweep = reproduce.prepare(args.study, args.reduced)
     store = args.store or sweep_runs.store_for(sweep)
+    check_store(store)
+    sweep = sweep_as_asked(sweep, args)
     print(f"study {study.name}: {study.title} ({study.document})")
     print(f"  the paper's machine: {study.hardware_text()}; {study.versions_text()}")
     if args.reduced and study.reduced_note:
         print(f"  reduced: {study.reduced_note}")
-    options = many_runs.SweepOptions(
-        dry_run=args.dry_run,
-        retry_failed=args.retry_failed,
-        busy_threshold=args.busy_threshold,
-        wait_quiet_s=args.wait_quiet,
-        baseline=args.baseline,
-    )
-    status = many_runs.show_sweep(sweep, store, options)
+    status = run_sweep(study, sweep, store, args)
     results = sweep_runs.stored_results(store, sweep)
     if args.dry_run and not results:
         print(f"\nno run of {sweep.name} in {store} yet: the verdicts come once it has run")
@@ -121,10 +157,64 @@ def _reproduce(args: argparse.Namespace) -> int:
     outcomes = reproduce.verdicts(study, sweep, store, results)
     print("\n" + claims_mod.claims_text(study, outcomes))
     try:
-        markdown = reproduce.write_claims(study, outcomes, store)
-        print(f"\nClaims also in {markdown}; with plots: kbench report --store {store}")
+        markdown, data = reproduce.write_claims(study, outcomes, store)
+        print(f"\nClaims also in {markdown} and {data}; with plots: kbench report --store {store}")
     except OSError as err:
         log.warning("%s: not written (%s); the claims are above", store / "claims.md", err.strerror)
+    return status
+
+
+def check_store(store: Path) -> None:
+    """Refuse a --store that names a file, before any plan is printed or run started."""
+    if store.exists() and not store.is_dir():
+        raise ConfigError(
+            "store",
+            f"expected a folder (a results store, or one to create); received {str(store)!r}, "
+            "which is a file, not a folder. Name a folder, e.g. --store results/mine.",
+        )
+
+
+def sweep_as_asked(sweep: Sweep, args: argparse.Namespace) -> Sweep:
+    """The study's sweep in --repeats rounds, with --target-precision/--time-budget."""
+    sweep, kept = reproduce.as_asked(
+        sweep, args.repeats, args.ratio_precision, args.target_precision, args.time_budget_s
+    )
+    if kept:
+        log.warning(
+            "--target-precision/--time-budget: not taken by %d of %d runs (data-parallel runs "
+            "train a fixed number of steps), e.g. %s",
+            len(kept), len(sweep.runs), kept[0],
+        )  # fmt: skip
+    return sweep
+
+
+def run_sweep(study, sweep: Sweep, store: Path, args: argparse.Namespace) -> int:
+    """Run the sweep (or show it, with --dry-run); with --ratio-precision round by round,
+    stopping once every claim's interval is that precise."""
+    options = many_runs.SweepOptions(
+        dry_run=args.dry_run,
+        retry_failed=args.retry_failed,
+        busy_threshold=args.busy_threshold,
+        wait_quiet_s=args.wait_quiet,
+        baseline=args.baseline,
+    )
+    if args.ratio_precision is None or args.dry_run:
+        return many_runs.show_sweep(sweep, store, options)
+    status, rounds = 0, reproduce.rounds_of(sweep)
+    for done, one_round in enumerate(rounds, start=1):
+        status = max(status, many_runs.show_sweep(one_round, store, options, sweep.varying()))
+        outcomes = reproduce.verdicts(study, sweep, store)
+        widest = claims_mod.widest_half_width(outcomes)
+        if widest is not None and widest <= args.ratio_precision:
+            print(
+                f"\nrounds: {done} of at most {len(rounds)}: ratio precision reached (every "
+                f"claim's 95% interval within +-{widest:.1%} of its median, target "
+                f"+-{args.ratio_precision:.1%})"
+            )
+            break
+    else:
+        print(f"\nrounds: all {len(rounds)} ran; ratio precision +-{args.ratio_precision:.1%} "
+              "not reached (see the intervals below)")  # fmt: skip
     return status
 
 

@@ -4,6 +4,7 @@ compare and report are in :mod:`kbench.cli.many_runs`; ops in :mod:`kbench.cli.o
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,8 @@ from kbench.run.progress import show_progress
 from kbench.run.runner import Runner
 from kbench.studies import rounds as studies_rounds
 from kbench.views import compare, tables
+from kbench.views import windows as windows_view
+from kbench.views.compare import parameter_mismatches
 from kbench_models import MODELS
 
 log = logging.getLogger("kbench")
@@ -195,24 +198,44 @@ def add_data_arguments(run) -> None:
 
 def add_round_arguments(run) -> None:
     """How ``kbench run`` repeats its runs and compares them round by round."""
-    add_repeats_argument(run, shows="; tables show medians, ranges and per-round ratios")
+    add_repeats_argument(
+        run,
+        shows="; tables show medians, ranges and per-round ratios. Without it, several "
+        "backends are compared in warm interleaved windows (--window)",
+        default=None,
+        default_text="1 for one backend; none for several, which are measured in windows",
+    )
+    run.add_argument(
+        "--window",
+        type=budget,
+        dest="window_s",
+        metavar="SECONDS",
+        help="several backends, no --repeats, training: one warm worker per backend builds "
+        "and compiles once, then the backends measure windows of about this many seconds "
+        "in turn (A B C, B C A, ...), round after round, until every ratio to the baseline "
+        "has its 95%% interval within --ratio-precision or --ratio-budget is spent; a round "
+        "with a window flagged busy is dropped, and said. --steps N: windows of N steps "
+        f"instead (default: {studies_rounds.WINDOW_S:g} s)",
+    )
     add_warm_argument(run)
     add_baseline_argument(run, "the first in --backend")
     run.add_argument(
         "--ratio-precision",
         type=precision,
         metavar="P",
-        help="with --repeats N and several backends: stop adding rounds once every "
-        "backend's per-round speed ratio to the baseline has a 95%% interval within +-P of "
-        "its median (order statistics: from 6 rounds on), e.g. 0.05; N is then the most "
-        "rounds (default: off, every round runs)",
+        help="stop adding rounds once every backend's per-round speed ratio to the baseline "
+        "has a 95%% interval within +-P of its median (order statistics: from 6 rounds on), "
+        "e.g. 0.05; with --repeats N, N is then the most rounds (default: "
+        f"{studies_rounds.WINDOW_PRECISION:g} for windows; with --repeats, off: every round runs)",
     )
     run.add_argument(
         "--ratio-budget",
         type=budget,
         dest="ratio_budget_s",
         metavar="SECONDS",
-        help="with --ratio-precision: start no round after this many seconds (default: none)",
+        help="start no round after this many seconds (windows: counted from the workers' "
+        f"start; default {studies_rounds.WINDOW_BUDGET_S:g}; with --repeats and "
+        "--ratio-precision: default none)",
     )
 
 
@@ -350,9 +373,18 @@ def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] =
         print()
         print(tables.comparison_tables(results, baseline))
     print(f"\n{len(results)} result(s) in {output_dir}/, worker logs in {output_dir}/logs/")
+    return ending_lines(results)
+
+
+def ending_lines(results: List[RunResult]) -> int:
+    """Print what did not go right (runs not ok, backends that built different models);
+    the exit code: 1 when either happened."""
     for line in tables.not_ok_lines(results):
         print(line)
-    return 1 if any(r.failed for r in results) else 0
+    mismatched = parameter_mismatches(results)
+    for line in mismatched:
+        print(line)
+    return 1 if mismatched or any(r.failed for r in results) else 0
 
 
 def command_run(args: argparse.Namespace) -> int:
@@ -362,13 +394,22 @@ def command_run(args: argparse.Namespace) -> int:
             f"expected one of the backends run ({', '.join(args.backend)}); "
             f"received {args.baseline!r}.",
         )
-    rounds = studies_rounds.plan_rounds(
-        args.backend, args.model, args.repeats, **run_settings(args)
-    )
+    windowed = in_windows(args)
+    settings = run_settings(args)
+    if windowed:
+        settings["window_s"] = args.window_s or studies_rounds.WINDOW_S
+        if args.ratio_precision is None:
+            args.ratio_precision = studies_rounds.WINDOW_PRECISION
+        if args.ratio_budget_s is None:
+            args.ratio_budget_s = studies_rounds.WINDOW_BUDGET_S
+    rounds = studies_rounds.plan_rounds(args.backend, args.model, args.repeats or 1, **settings)
     stop = None
     if args.ratio_precision is not None:
-        check_ratio_precision(args)
-        stop = studies_rounds.ratio_stop(args.ratio_precision, args.ratio_budget_s, args.baseline)
+        if not windowed:
+            check_ratio_precision(args)
+        stop = functools.partial(
+            studies_rounds.ratio_stop, args.ratio_precision, args.ratio_budget_s, args.baseline
+        )
     elif args.ratio_budget_s is not None:
         raise ConfigError("ratio_budget", "expected it only with --ratio-precision.")
     results, stopped = studies_rounds.run_rounds(
@@ -380,11 +421,51 @@ def command_run(args: argparse.Namespace) -> int:
         warm=args.warm,
         on_progress=show_progress,
     )
+    if windowed:
+        return report_windows(results, args.store, args.baseline, stopped)
     code = report(results, args.store, args.baseline)
     if stop is not None:
         ran = len({r.config.get("repeat", 0) for r in results})
-        print(f"rounds: {ran} of at most {args.repeats}: {stopped or 'every round ran'}")
+        print(f"rounds: {ran} of at most {args.repeats or 1}: {stopped or 'every round ran'}")
     return code
+
+
+def in_windows(args: argparse.Namespace) -> bool:
+    """Whether ``kbench run`` measures warm interleaved windows: several backends, no
+    --repeats, training in one process each. ``--window`` anywhere else is refused."""
+    fresh_only = (
+        "--repeats" if args.repeats is not None
+        else "--warm" if args.warm
+        else "one backend" if len(args.backend) < 2
+        else "--mode inference" if args.mode != "train"
+        else f"--distributed {args.distributed}" if args.distributed != "none"
+        else "--profile" if args.profile
+        else "--target-precision/--time-budget"
+        if args.target_precision is not None or args.time_budget_s is not None
+        else None
+    )  # fmt: skip
+    if fresh_only is not None and args.window_s is not None:
+        raise ConfigError(
+            "window",
+            f"expected --window only for warm windows (several backends, no --repeats, "
+            f"training in one process each); received it with {fresh_only}. Drop --window, "
+            "or the option that needs fresh processes.",
+        )
+    return fresh_only is None
+
+
+def report_windows(
+    results: List[RunResult], output_dir: Path, baseline: Optional[str], stopped: Optional[str]
+) -> int:
+    """The end of a comparison in warm windows: the comparison (its per-round ratios and
+    their intervals), the windows per backend, and why measuring stopped."""
+    counted = [r for r in results if not r.dropped]
+    print(tables.comparison_tables(counted, baseline))
+    print()
+    print(windows_view.windows_table(results))
+    print(f"\nmeasuring stopped: {stopped}")
+    print(f"{len(results)} window result(s) in {output_dir}/, worker logs in {output_dir}/logs/")
+    return ending_lines(results)
 
 
 def run_settings(args: argparse.Namespace) -> Dict[str, Any]:
@@ -413,11 +494,11 @@ def check_ratio_precision(args: argparse.Namespace) -> None:
             f"expected at least two backends to compare; received {', '.join(args.backend)}. "
             "For one backend's own precision use --target-precision.",
         )
-    if args.repeats < 6:
+    if (args.repeats or 1) < 6:
         raise ConfigError(
             "ratio_precision",
             f"expected --repeats of at least 6 (the most rounds to run: a 95% interval on a "
-            f"median needs 6); received --repeats {args.repeats}.",
+            f"median needs 6); received --repeats {args.repeats or 1}.",
         )
 
 

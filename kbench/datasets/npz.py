@@ -8,6 +8,10 @@ uint8 0-255 or floats in [0, 1] (stored as uint8 like every kbench data set, so 
 float image is rounded to 1/255); sequences (N, steps, features) likewise; tokens
 (N, steps) integer ids. Everything is checked in the parent, before any worker
 starts, with a message that says what was expected, what the file holds and the fix.
+Refused, because what would run on them measures nothing or something else than the
+file holds: NaN or infinite values (stored as uint8 they would become 0), values
+outside 0-255 or [0, 1] anywhere in the arrays (they would wrap), labels of one class
+only (any classifier is 100 % right), and a truncated or damaged archive.
 
 Only numpy and the standard library: the file is read here, written again as the
 prepared arrays (:func:`kbench.datasets.prepare`), and never opened by a worker.
@@ -23,6 +27,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from kbench.datasets.readers import NPZ_ERRORS
 from kbench.datasets.sources import DataUnavailable
 
 NPZ_PREFIX = "npz:"
@@ -30,6 +35,8 @@ ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 EXAMPLE = "np.savez(PATH, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)"
 # ndim of x (without the sample axis) each kind of model input takes
 SAMPLE_DIMS = {"image": (2, 3), "sequence": (2,), "tokens": (1,)}
+TOKEN_MAX = 2**31 - 1  # tokens are stored as int32
+SCAN_VALUES = 1 << 22  # values read at a time when every value of x is checked
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,12 @@ class NpzFacts:
             raise DataUnavailable(
                 f"npz {self.path}: a tokens model takes integer word ids; x_train holds "
                 "floats. Store the ids as integers (x.astype('int32'))."
+            )
+        if model_kind == "tokens" and (self.x_range[0] < 0 or self.x_range[1] > TOKEN_MAX):
+            raise DataUnavailable(
+                f"npz {self.path}: expected word ids from 0 to {TOKEN_MAX} (stored as int32); "
+                f"x holds ids from {self.x_range[0]:g} to {self.x_range[1]:g}. Renumber "
+                "the words from 0."
             )
         if model_kind != "tokens":
             low, high = self.x_range
@@ -139,17 +152,61 @@ def _inspect(path: str, mtime_ns: int, size: int) -> NpzFacts:
             f"npz {path}: labels out of range: expected class labels from 0; the labels "
             f"go down to {low}. Shift them (y - y.min()) or drop those samples."
         )
-    values = np.concatenate([x_train.ravel()[:1_000_000], x_test.ravel()[:1_000_000]])
+    _require_classes(path, y_train)
+    ranges = [
+        _value_range(path, f"x_{split}", x) for split, x in (("train", x_train), ("test", x_test))
+    ]
     return NpzFacts(
         path=path,
         sha256=_sha256(path),
         sample_shape=tuple(int(d) for d in x_train.shape[1:]),
         x_integer=bool(np.issubdtype(x_train.dtype, np.integer)),
-        x_range=(float(values.min()), float(values.max())),
+        x_range=(min(r[0] for r in ranges), max(r[1] for r in ranges)),
         label_range=(low, high),
         train_samples=len(x_train),
         test_samples=len(x_test),
     )
+
+
+def _require_classes(path: str, y_train: np.ndarray) -> None:
+    """Refuse training labels of one class: a classifier of one class is always right,
+    so its accuracy (and a comparison of it) says nothing."""
+    classes = np.unique(y_train)
+    if len(classes) < 2:
+        raise DataUnavailable(
+            f"npz {path}: expected labels of at least two classes; y_train holds one class "
+            f"only (label {int(classes[0])}, all {len(y_train)} samples). A classifier of one "
+            "class is right whatever it learns, so its accuracy measures nothing. Add samples "
+            "of another class."
+        )
+
+
+def _value_range(path: str, name: str, x: np.ndarray) -> Tuple[float, float]:
+    """(lowest, highest) value of every sample of ``x``, read a slice at a time;
+    NaN or infinity anywhere is refused (stored as uint8 it would become 0)."""
+    per_sample = max(1, int(np.prod(x.shape[1:])))
+    rows = max(1, SCAN_VALUES // per_sample)
+    low, high, nan, inf, where = np.inf, -np.inf, 0, 0, []
+    for start in range(0, len(x), rows):
+        part = x[start : start + rows]
+        if np.issubdtype(x.dtype, np.floating):
+            finite = np.isfinite(part)
+            if not finite.all():
+                part_nan = int(np.isnan(part).sum())
+                nan, inf = nan + part_nan, inf + part.size - np.count_nonzero(finite) - part_nan
+                bad = np.flatnonzero(~finite.reshape(len(part), -1).all(axis=1)) + start
+                where += bad[: 5 - len(where)].tolist()
+                part = part[finite]
+        if part.size:
+            low, high = min(low, float(part.min())), max(high, float(part.max()))
+    if nan or inf:
+        count = " and ".join(f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "infinite")) if n)
+        raise DataUnavailable(
+            f"npz {path}: expected finite numbers in {name}; it holds {count} values (first "
+            f"in samples {', '.join(map(str, where))}). Stored as uint8 they would silently "
+            f"become 0. Replace them (np.nan_to_num({name}, nan=0.0)) or drop those samples."
+        )
+    return low, high
 
 
 def load_npz(path: str) -> Dict[str, np.ndarray]:
@@ -166,9 +223,11 @@ def load_npz(path: str) -> Dict[str, np.ndarray]:
             return {name: archive[name] for name in ARRAYS}
     except DataUnavailable:
         raise
-    except (OSError, ValueError) as err:
+    except NPZ_ERRORS as err:  # truncated, a bad CRC, not a zip archive, pickled arrays
         raise DataUnavailable(
-            f"npz {path}: expected a numpy .npz archive ({EXAMPLE}); numpy cannot read it: {err}."
+            f"npz {path}: expected a numpy .npz archive ({EXAMPLE}); numpy cannot read it "
+            f"({type(err).__name__}: {err}). If it was copied or downloaded, it may be "
+            "truncated or damaged: write or copy it again."
         ) from None
 
 

@@ -2,17 +2,27 @@
 
 Every reader returns ``{"x_train", "y_train", "x_test", "y_test"}`` with images as
 uint8 (N, H, W, C) and labels as int64, or raises :class:`FileNotFoundError` when
-the files are not in ``directory``.
+the files are not in ``directory`` and :class:`CorruptData` naming the file when one
+does not hold what its format promises.
+
+Pickles (the CIFAR batches, the word lists in ``imdb.npz``) are read with
+:class:`DataUnpickler`, which builds only what those files hold (dicts, lists,
+tuples, bytes, strings, numbers and numpy arrays) and refuses any other class or
+function a pickle names: a planted file cannot run code here.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
+import importlib
 import pickle
 import struct
 import tarfile
+import zipfile
+import zlib
 from pathlib import Path
-from typing import Dict, Optional
+from typing import IO, Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -28,6 +38,11 @@ IDX_FILES = {
 
 class CorruptData(ValueError):
     """A file exists but does not hold what its format promises."""
+
+
+# how numpy and zipfile say an .npz is truncated, damaged or not one (a bad CRC is a
+# BadZipFile, a damaged deflate stream a zlib.error, a missing array a KeyError)
+NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError)
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -69,8 +84,11 @@ def keras_npz_images(path: Path) -> Arrays:
     """Keras' ``mnist.npz``: x_train (N, 28, 28) uint8, y_train, x_test, y_test."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    with np.load(path, allow_pickle=False) as archive:
-        arrays = {key: archive[key] for key in ("x_train", "y_train", "x_test", "y_test")}
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in ("x_train", "y_train", "x_test", "y_test")}
+    except NPZ_ERRORS as err:
+        raise CorruptData(f"{path}: not a readable .npz archive ({err}).") from None
     for split in ("x_train", "x_test"):
         if arrays[split].ndim == 3:
             arrays[split] = arrays[split][..., np.newaxis]
@@ -79,8 +97,97 @@ def keras_npz_images(path: Path) -> Arrays:
     return arrays
 
 
-def _unpickle(handle) -> dict:
-    return pickle.load(handle, encoding="bytes")
+def _numpy_attr(module: str, name: str) -> Any:
+    """``numpy._core.<module>.<name>`` (numpy 2), else ``numpy.core.<module>.<name>``."""
+    for package in ("numpy._core", "numpy.core"):
+        try:
+            return getattr(importlib.import_module(f"{package}.{module}"), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError(f"numpy has no {module}.{name}")
+
+
+def _latin1_encode(text: str, encoding: str = "latin1") -> bytes:
+    """``_codecs.encode`` as Python 3 pickles bytes at protocol 2, and nothing else."""
+    if codecs.lookup(encoding).name != "iso8859-1":
+        raise pickle.UnpicklingError(f"_codecs.encode with {encoding!r}, not latin1")
+    return codecs.encode(text, "latin1")
+
+
+def _numpy(module: str, name: str) -> Callable[[], Any]:
+    return lambda: _numpy_attr(module, name)
+
+
+# (module, name) -> how to get it: what numpy needs to rebuild its arrays, under the
+# module names numpy 1 and numpy 2 write, and the bytes of a Python 3 protocol 2 pickle
+_ALLOWED: Dict[tuple, Callable[[], Any]] = {
+    ("numpy", "ndarray"): lambda: np.ndarray,
+    ("numpy", "dtype"): lambda: np.dtype,
+    ("_codecs", "encode"): lambda: _latin1_encode,
+    **{
+        (f"{package}.{module}", name): _numpy(module, name)
+        for package in ("numpy.core", "numpy._core")
+        for module, name in (
+            ("multiarray", "_reconstruct"),
+            ("multiarray", "scalar"),
+            ("numeric", "_frombuffer"),
+        )
+    },
+}
+
+
+class DataUnpickler(pickle.Unpickler):
+    """An unpickler for data files: dicts, lists, tuples, bytes, strings, numbers and
+    numpy arrays (by numpy's own rebuild functions and ``dtype``); a pickle that names
+    any other class or function is refused (:class:`pickle.UnpicklingError`) before
+    anything of it runs."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        make = _ALLOWED.get((module, name))
+        if make is None:
+            raise pickle.UnpicklingError(
+                f"it names {module}.{name}, which a data file has no need of (allowed: "
+                "dicts, lists, bytes, strings, numbers, numpy arrays)"
+            )
+        return make()
+
+
+def safe_unpickle(handle: IO[bytes], where: str) -> Any:
+    """The object pickled in ``handle`` (Python 2 strings as bytes), built by
+    :class:`DataUnpickler`; :class:`CorruptData` naming ``where`` when it cannot be."""
+    try:
+        return DataUnpickler(handle, encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            ImportError, IndexError, KeyError, OverflowError, MemoryError) as err:  # fmt: skip
+        raise CorruptData(
+            f"{where}: not read: {err}. kbench reads pickled data files with a restricted "
+            "unpickler and runs nothing they name; a file that asks for more is not the "
+            "published data set."
+        ) from None
+
+
+def _unpickle(handle: IO[bytes], where: str) -> dict:
+    """One CIFAR batch: a dict (``b"data"``, the labels, ``b"batch_label"``, ``b"filenames"``)."""
+    batch = safe_unpickle(handle, where)
+    if not isinstance(batch, dict):
+        raise CorruptData(
+            f"{where}: expected a CIFAR batch (a dict with b'data' and its labels); "
+            f"received {type(batch).__name__}."
+        )
+    return batch
+
+
+def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
+    """(uint8 rows of 3072 values, int64 labels) of one CIFAR batch file."""
+    batch = _unpickle(handle, where)
+    rows = _batch_array(batch, b"data", np.uint8, where)
+    labels = _batch_array(batch, label_key, np.int64, where)
+    if rows.ndim != 2 or rows.shape[1] != 3 * 32 * 32 or labels.shape != (len(rows),):
+        raise CorruptData(
+            f"{where}: expected b'data' of shape (N, 3072) and N labels; received "
+            f"{rows.shape} and {labels.shape}."
+        )
+    return rows, labels
 
 
 def cifar(directory: Path, variant: str) -> Arrays:
@@ -104,32 +211,93 @@ def cifar(directory: Path, variant: str) -> Arrays:
     else:
         train_names, test_names, label_key = ["train"], ["test"], b"fine_labels"
 
-    def load(open_member) -> Arrays:
+    def load(open_member, where: Callable[[str], str]) -> Arrays:
         arrays = {}
         for split, names in (("train", train_names), ("test", test_names)):
             images, labels = [], []
             for name in names:
                 with open_member(name) as handle:
-                    batch = _unpickle(handle)
-                images.append(np.asarray(batch[b"data"], dtype=np.uint8))
-                labels.append(np.asarray(batch[label_key], dtype=np.int64))
+                    rows, batch_labels = _cifar_batch(handle, where(name), label_key)
+                images.append(rows)
+                labels.append(batch_labels)
             x = np.concatenate(images).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
             arrays[f"x_{split}"] = np.ascontiguousarray(x)
             arrays[f"y_{split}"] = np.concatenate(labels)
         return arrays
 
     if folder.is_dir():
-        return load(lambda name: open(folder / name, "rb"))
+        return load(lambda name: open(folder / name, "rb"), lambda name: str(folder / name))
     if archive.is_file():
-        with tarfile.open(archive, "r:gz") as tar:
-            prefix = tar.getnames()[0].split("/")[0]
-            return load(lambda name: tar.extractfile(f"{prefix}/{name}"))
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                prefix = tar.getnames()[0].split("/")[0]
+                return load(
+                    lambda name: _tar_member(tar, f"{prefix}/{name}", archive),
+                    lambda name: f"{archive}:{prefix}/{name}",
+                )
+        except (tarfile.TarError, EOFError, zlib.error, IndexError, OSError) as err:
+            raise CorruptData(
+                f"{archive}: not a readable {variant}-python.tar.gz ({err})."
+            ) from None
     raise FileNotFoundError(f"{directory}: neither {folder.name}/ nor {archive.name}")
+
+
+def _tar_member(tar: tarfile.TarFile, name: str, archive: Path) -> IO[bytes]:
+    try:
+        handle = tar.extractfile(name)
+    except KeyError:
+        handle = None
+    if handle is None:
+        raise CorruptData(f"{archive}: expected the file {name} in the archive; it is not there.")
+    return handle
+
+
+def _batch_array(batch: dict, key: bytes, dtype: type, where: str) -> np.ndarray:
+    """``batch[key]`` as an array of ``dtype``, or :class:`CorruptData` naming the file."""
+    if key not in batch:
+        raise CorruptData(
+            f"{where}: expected a CIFAR batch with {key!r}; it holds "
+            f"{', '.join(sorted(map(repr, batch)))}."
+        )
+    try:
+        return np.asarray(batch[key], dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise CorruptData(f"{where}: {key!r} is not an array of numbers ({err}).") from None
 
 
 def imdb_npz(path: Path) -> Dict[str, np.ndarray]:
     """Keras' ``imdb.npz``: reviews as lists of word ranks, labels 0/1 (raw, unpadded)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    with np.load(path, allow_pickle=True) as archive:
-        return {key: archive[key] for key in ("x_train", "y_train", "x_test", "y_test")}
+    keys = ("x_train", "y_train", "x_test", "y_test")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return {key: _npy_member(archive, key, f"{path}:{key}.npy") for key in keys}
+    except CorruptData:
+        raise
+    except NPZ_ERRORS as err:
+        raise CorruptData(f"{path}: not a readable .npz archive ({err}).") from None
+
+
+def _npy_member(archive: zipfile.ZipFile, key: str, where: str) -> np.ndarray:
+    """One array of an .npz; an array of Python objects (lists) read with
+    :class:`DataUnpickler`, never with numpy's unrestricted ``allow_pickle``."""
+    try:
+        handle = archive.open(f"{key}.npy")
+    except KeyError:
+        raise CorruptData(f"{where}: expected the array {key}; the archive lacks it.") from None
+    with handle:
+        version = np.lib.format.read_magic(handle)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+        else:
+            raise CorruptData(f"{where}: .npy format version {version} is not read here.")
+        if not dtype.hasobject:
+            handle.seek(0)
+            return np.lib.format.read_array(handle, allow_pickle=False)
+        array = safe_unpickle(handle, where)
+    if not isinstance(array, np.ndarray) or array.shape != shape:
+        raise CorruptData(f"{where}: expected an array of shape {shape}; it holds another thing.")
+    return array

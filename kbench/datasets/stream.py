@@ -3,18 +3,24 @@
 Parent side, :func:`scan` lists a directory of class folders (``DIR/train/<class>/``
 and ``DIR/val/<class>/``, the layout of ImageNet's CLS-LOC set and of
 torchvision's ``ImageFolder``) into file paths and labels; nothing is decoded.
+Hidden folders and files (``.ipynb_checkpoints``, ``._x.jpg``) are not data and are
+skipped. Refused, with the names: a link that leads a class folder out of the data
+folder, a class folder without images, one class only (a classifier of one class
+measures nothing), and a validation class that training lacks.
 
 Worker side, :class:`StreamedImages` stands where an array of images would: taking
 rows with an index array narrows it without reading anything, slicing a range of
 rows decodes just those files (Pillow), resizes them (bilinear) and lays them out
 as the model takes them. The time spent decoding is counted in :data:`LOADING`,
-so a result can report data loading apart from compute.
+so a result can report data loading apart from compute. A file that cannot be
+decoded raises :class:`UnreadableImage`, which names it.
 
 Only numpy, Pillow and the standard library: this runs under every environment.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +28,13 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+log = logging.getLogger(__name__)
+
 EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".ppm", ".webp")
+
+
+class UnreadableImage(ValueError):
+    """An image file of a data set that Pillow cannot decode; the message names it."""
 
 
 @dataclass
@@ -65,7 +77,7 @@ def scan(
     train_dir = root / "train"
     test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)
     base = train_dir if train_dir.is_dir() else root
-    classes = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    classes = class_folders(base, root, name) if base.is_dir() else []
     if not classes:
         fix = (
             "Point --data-dir at it, or use --dataset synthetic --input-shape 224x224x3 "
@@ -78,38 +90,125 @@ def scan(
             f"and {root}/val/<class>/*.JPEG, or {root}/<class>/*.JPEG); found no class "
             f"folder. {fix}"
         )
+    if len(classes) == 1:
+        raise DataUnavailable(
+            f"{name}: expected at least two class folders in {base}; found one, "
+            f"{classes[0]!r}. A classifier of one class is right whatever it learns, so its "
+            "accuracy measures nothing. Add a folder of another class."
+        )
+    split = base is train_dir and test_dir is not None
+    if split:
+        _require_known_classes(test_dir, train_dir, classes, root, name)
     index = {name: i for i, name in enumerate(classes)}
 
     def files(folder: Path) -> List[Tuple[str, int]]:
         out = []
         for name in classes:
-            if not (folder / name).is_dir():
-                continue
-            for path in sorted((folder / name).iterdir()):
-                if path.suffix.lower() in EXTENSIONS:
-                    out.append((str(path), index[name]))
+            if (folder / name).is_dir():
+                out += [(path, index[name]) for path in image_files(folder / name)]
         return out
 
-    if base is train_dir and test_dir is not None:
+    if split:
         train, test = files(train_dir), files(test_dir)
         source = f"image folders {train_dir} and {test_dir}"
     else:
-        everything = files(base)
-        rng = np.random.default_rng(seed)
-        held = set()
-        for label in range(len(classes)):
-            members = [i for i, (_, y) in enumerate(everything) if y == label]
-            count = int(round(len(members) * test_fraction))
-            held.update(rng.permutation(members)[:count].tolist())
-        train = [f for i, f in enumerate(everything) if i not in held]
-        test = [f for i, f in enumerate(everything) if i in held]
+        train, test = _hold_out(files(base), len(classes), test_fraction, seed)
         source = f"image folders {base} ({test_fraction:.0%} of each class held out)"
+    _require_images(base, classes, train if split else train + test, name)
     if not train or not test:
         raise DataUnavailable(
             f"{name}: found {len(train)} training and {len(test)} test images under {root} "
             f"(extensions {', '.join(EXTENSIONS)}); both splits need at least one."
         )
     return FolderListing(classes, train, test, source)
+
+
+def class_folders(base: Path, root: Path, name: str = "folder") -> List[str]:
+    """The class folders of ``base``, sorted: hidden ones (``.ipynb_checkpoints``) are
+    skipped and said; a link that leads out of the data folder is refused."""
+    from kbench.datasets.sources import DataUnavailable
+
+    inside = {Path(base).resolve(), Path(root).resolve()}
+    classes, hidden, leaving = [], [], []
+    for path in sorted(Path(base).iterdir()):
+        if not path.is_dir():
+            continue
+        if path.name.startswith("."):
+            hidden.append(path.name)
+        elif path.is_symlink() and not _within(path.resolve(), inside):
+            leaving.append(f"{path.name} -> {path.resolve()}")
+        else:
+            classes.append(path.name)
+    if hidden:
+        log.info("%s: hidden folders are not classes, skipped: %s", base, ", ".join(hidden))
+    if leaving:
+        raise DataUnavailable(
+            f"{name}: expected class folders inside {base}; these are links that lead out "
+            f"of it: {', '.join(leaving)}. kbench follows no link out of the data folder. "
+            "Copy (or move) the images into the folder, or remove the links."
+        )
+    return classes
+
+
+def _within(path: Path, folders: set) -> bool:
+    return any(path == folder or folder in path.parents for folder in folders)
+
+
+def image_files(folder: Path) -> List[str]:
+    """The images of one class folder, sorted; hidden files (``._x.jpg``) left out."""
+    return [
+        str(path)
+        for path in sorted(folder.iterdir())
+        if path.suffix.lower() in EXTENSIONS and not path.name.startswith(".")
+    ]
+
+
+def _require_known_classes(
+    test_dir: Path, train_dir: Path, classes: List[str], root: Path, name: str
+) -> None:
+    """Refuse validation classes that training lacks (their images would be dropped)."""
+    from kbench.datasets.sources import DataUnavailable
+
+    unknown = sorted(set(class_folders(test_dir, root, name)) - set(classes))
+    if unknown:
+        shown = ", ".join(unknown[:10]) + (f" ({len(unknown)} in all)" if len(unknown) > 10 else "")
+        raise DataUnavailable(
+            f"{name}: every class of {test_dir} must be one of {train_dir}; these are not: "
+            f"{shown}. A model trained without them cannot be scored on them. Add their "
+            f"training images to {train_dir}, or remove them from {test_dir}."
+        )
+
+
+def _require_images(
+    base: Path, classes: List[str], items: List[Tuple[str, int]], name: str
+) -> None:
+    """Refuse class folders with no image: each would be an output the model never sees."""
+    from kbench.datasets.sources import DataUnavailable
+
+    counts = np.bincount([label for _, label in items], minlength=len(classes))
+    empty = [classes[i] for i in np.flatnonzero(counts == 0)]
+    if empty and len(empty) < len(classes):
+        raise DataUnavailable(
+            f"{name}: these class folders of {base} hold no image "
+            f"({', '.join(EXTENSIONS)}): {', '.join(empty[:10])}"
+            f"{f' ({len(empty)} in all)' if len(empty) > 10 else ''}. Each would be a class "
+            "the model is never shown. Add their images, or remove the folders."
+        )
+
+
+def _hold_out(
+    everything: List[Tuple[str, int]], classes: int, test_fraction: float, seed: int
+) -> Tuple[List[Tuple[str, int]], List[Tuple[str, int]]]:
+    """(train, test): a seeded ``test_fraction`` of each class held out."""
+    rng = np.random.default_rng(seed)
+    held = set()
+    for label in range(classes):
+        members = [i for i, (_, y) in enumerate(everything) if y == label]
+        count = int(round(len(members) * test_fraction))
+        held.update(rng.permutation(members)[:count].tolist())
+    train = [f for i, f in enumerate(everything) if i not in held]
+    test = [f for i, f in enumerate(everything) if i in held]
+    return train, test
 
 
 def listing_arrays(listing: FolderListing) -> Dict[str, np.ndarray]:
@@ -171,14 +270,26 @@ class StreamedImages:
         height, width = self.size
         batch = np.empty((len(paths), height, width, 3), dtype=np.float32)
         for row, path in enumerate(paths):
-            with Image.open(path) as image:
-                image = image.convert("RGB").resize((width, height), Image.BILINEAR)
-                batch[row] = np.asarray(image, dtype=np.float32) / 255.0
+            batch[row] = _decode_one(Image, str(path), width, height)
         if self.data_format == "channels_first":
             batch = np.ascontiguousarray(batch.transpose(0, 3, 1, 2))
         self.clock.seconds += time.perf_counter() - start
         self.clock.images += len(paths)
         return batch
+
+
+def _decode_one(image_module: Any, path: str, width: int, height: int) -> np.ndarray:
+    """One file as float32 (height, width, 3) in [0, 1]; :class:`UnreadableImage` naming
+    the file when Pillow cannot decode it (truncated, not an image, too large)."""
+    try:
+        with image_module.open(path) as image:
+            image = image.convert("RGB").resize((width, height), image_module.BILINEAR)
+            return np.asarray(image, dtype=np.float32) / 255.0
+    except (OSError, ValueError, SyntaxError, image_module.DecompressionBombError) as err:
+        raise UnreadableImage(
+            f"{path}: not a readable image ({type(err).__name__}: {err}). Replace or delete "
+            "the file (or move it out of the class folder)."
+        ) from None
 
 
 def is_streamed(x: Any) -> bool:

@@ -3,10 +3,13 @@ measured as ``kbench run`` measures its worker.
 
 The parent side (:mod:`~kbench.exec.runner`) gives each run its environment (the
 backend's interpreter, ``KERAS_BACKEND``, a fresh ``KERAS_HOME``, threads, device
-hiding, memory variables), supervises the process tree with the sampler and the
-timeout, and writes an ordinary result document (``kind: "exec"``). The child side
+hiding, memory variables), watches the process tree (:mod:`~kbench.exec.watch`: the
+sampler, the timeout, a capped log, epochs from the events file, and everything the
+script started stopped at the end), and writes an ordinary result document
+(``kind: "exec"``). The child side
 (:mod:`~kbench.exec.instrument`, loaded by ``site/sitecustomize.py``) wraps Keras'
-``fit``, ``evaluate`` and ``predict`` to add the :mod:`kbench.callbacks` callback.
+``fit``, ``evaluate`` and ``predict`` to add the :mod:`kbench.callbacks` callback;
+:mod:`~kbench.exec.figures` turns its events into training or inference figures.
 :mod:`~kbench.exec.record` writes result documents from users' own processes.
 
 Importing this package imports nothing: the child imports it under every backend.

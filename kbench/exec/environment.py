@@ -2,7 +2,15 @@
 (:func:`kbench.run.environments.process_environment`: ``KERAS_BACKEND``, a fresh
 ``KERAS_HOME``, thread variables, device hiding), plus what a worker would set from
 inside and a script cannot be asked to: the frameworks' thread and GPU memory
-variables, the cores to pin to, and the instrumentation's folder and events file.
+variables, the cores to pin to, the instrumentation's folder and events file (its
+own channel: progress is read from there, never from the script's output), and the
+run's token, by which whatever the script starts is found at the end
+(:mod:`kbench.exec.watch`).
+
+The run's own ``KERAS_HOME`` holds kbench's ``keras.json``, and a read-only view of
+the user's Keras dataset cache (:func:`link_datasets`): ``keras.datasets`` and
+``keras.utils.get_file`` find what the user downloaded before, offline too, and
+nothing is written there.
 
 Only what can be set from outside a process is set (each backend class says which
 memory variables those are); what cannot (TensorFlow's and PyTorch's memory fraction)
@@ -12,6 +20,7 @@ is recorded as not applied, with the reason.
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -20,11 +29,11 @@ import psutil
 from kbench.backends import load_backend
 from kbench.exec import instrument
 from kbench.exec.config import PYTHON_NAMES, ExecConfig
+from kbench.exec.watch import TOKEN_VARIABLE
 from kbench.measure.keras_events import EVENTS_VARIABLE
 from kbench.run import environments
 
 SITE_DIR = Path(__file__).resolve().parent / "site"  # holds the sitecustomize.py
-PROGRESS_VARIABLE = "KBENCH_PROGRESS"
 
 
 def memory_variables(
@@ -58,6 +67,35 @@ def cores(threads: int) -> Optional[List[int]]:
     return available[:threads] if threads < len(available) else None
 
 
+def user_datasets() -> Path:
+    """The user's Keras dataset cache: ``$KERAS_HOME/datasets`` where kbench itself was
+    started with ``KERAS_HOME``, else ``~/.keras/datasets`` (Keras' default)."""
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    return Path(home) / "datasets"
+
+
+def link_datasets(keras_home: Path, source: Optional[Path] = None) -> Optional[str]:
+    """Give the run's ``KERAS_HOME`` a read-only view of the user's dataset cache:
+    ``datasets/`` is the run's own folder, each folder in the cache one of its own
+    too, and each entry below them a link to the user's. What the cache has is found
+    (offline too); what the script downloads lands in the run's folder and goes with
+    it, so the cache is never written. Returns the cache's path, or None where there
+    is none."""
+    source = source or user_datasets()
+    if not source.is_dir():
+        return None
+    target = Path(keras_home) / "datasets"
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(source.iterdir()):
+        if entry.is_dir() and not entry.is_symlink():
+            (target / entry.name).mkdir(exist_ok=True)
+            for inner in sorted(entry.iterdir()):
+                (target / entry.name / inner.name).symlink_to(inner.resolve())
+        else:
+            (target / entry.name).symlink_to(entry.resolve())
+    return str(source)
+
+
 def child_environment(
     config: ExecConfig, run_dir: Path, python_path: Path
 ) -> Tuple[Dict[str, str], Dict[str, Any], Dict[str, Any]]:
@@ -65,6 +103,7 @@ def child_environment(
     env, keras_json = environments.process_environment(
         config.backend, run_dir, python_path, config.threads_in_force, None, config.device
     )
+    datasets = link_datasets(Path(env["KERAS_HOME"]))
     paths = [str(SITE_DIR), str(python_path)]
     if os.environ.get("PYTHONPATH"):  # the user's own stays, after kbench's
         paths.append(os.environ["PYTHONPATH"])
@@ -78,7 +117,7 @@ def child_environment(
             EVENTS_VARIABLE: str(run_dir / "events.jsonl"),
             instrument.WARMUP_VARIABLE: str(config.warmup_steps),
             instrument.INSTRUMENT_VARIABLE: "1" if config.instrument else "0",
-            PROGRESS_VARIABLE: "1",
+            TOKEN_VARIABLE: uuid.uuid4().hex,
         },
     )
     pinned = cores(config.threads_in_force) if config.threads else None
@@ -88,7 +127,14 @@ def child_environment(
     for key in [*thread_variables(1), *memory, instrument.AFFINITY_VARIABLE]:
         if key in env:
             recorded[key] = env[key]
-    settings = {"variables": recorded, "memory_options": applied, "cpu_affinity": pinned}
+    settings = {
+        "variables": recorded,
+        "memory_options": applied,
+        "cpu_affinity": pinned,
+        "keras_datasets": (
+            f"{datasets} (read-only: links from the run's KERAS_HOME)" if datasets else None
+        ),
+    }
     return env, keras_json, settings
 
 

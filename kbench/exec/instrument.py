@@ -11,13 +11,17 @@ Keras defines them, so every model class has them:
 - ``fit`` gets one more callback, :class:`kbench.callbacks.Throughput` (the user's
   own callbacks stay, in their order), told the batch size and sample count from
   the call's arguments; it times each batch and writes events to ``KBENCH_EVENTS``;
-- ``evaluate`` and ``predict`` are marked (``evaluate_begin``/``_end``) and, where
-  they take callbacks (Keras 3), get the same callback for their batches.
+- ``evaluate`` and ``predict`` are marked (``evaluate_begin``/``_end``, with the
+  call's batch size and samples where its arguments are arrays) and, where they take
+  callbacks (Keras 3), get the same callback for their batches (an inference-only
+  script is measured over them: :mod:`kbench.exec.figures`); where they take none
+  (keras-mxnet), the model's facts are written as the call begins.
 
 Calls made from inside another wrapped call (the validation ``evaluate`` that Keras 3's
 ``fit`` runs) pass through untouched. For keras-mxnet 2.2.4 under Python 3.10+ the
 hook sets ``collections.Iterable`` before Keras loads, only where that import would
-otherwise fail (:func:`kbench.callbacks.prepare_keras_import`).
+otherwise fail (:func:`kbench.callbacks.prepare_keras_import`); with
+``--no-instrument`` :func:`start` sets it at once, as nothing else is done.
 
 Whatever goes wrong in here is written to the events file as an ``error`` event and
 the user's call goes on as if kbench were absent.
@@ -76,6 +80,13 @@ def start() -> None:
             error("cpu affinity", err)
     if os.environ.get(INSTRUMENT_VARIABLE, "1") != "0":
         install()
+        return
+    try:  # --no-instrument: keras-mxnet still needs its shim to import at all
+        from kbench.callbacks import prepare_keras_import
+
+        prepare_keras_import()
+    except Exception as err:
+        error("keras-mxnet shim", err)
 
 
 def pin(cores: list) -> None:
@@ -176,8 +187,11 @@ def _wrap(original, name: str, keras: Any):
     def wrapper(self, *args, **kwargs):
         if _state.depth:
             return original(self, *args, **kwargs)
+        sizes: Dict[str, Any] = {}
         try:
-            args, kwargs, callback = _add_callback(signature, name, keras, self, args, kwargs)
+            args, kwargs, callback, sizes = _add_callback(
+                signature, name, keras, self, args, kwargs
+            )
         except Exception as err:
             error(f"preparing {name}", err)
             callback = None
@@ -185,7 +199,9 @@ def _wrap(original, name: str, keras: Any):
         try:
             if name == "fit":
                 return original(self, *args, **kwargs)
-            events().write(f"{name}_begin")
+            if callback is None:  # keras-mxnet: no callbacks, so the model's facts here
+                _model_facts(self)
+            events().write(f"{name}_begin", **sizes)
             result = original(self, *args, **kwargs)
             _ended(name, result, self, callback)
             return result
@@ -213,19 +229,34 @@ def _ended(name: str, result: Any, model: Any, callback: Any) -> None:
         error(f"{name} result", err)
 
 
+def _model_facts(model: Any) -> None:
+    try:
+        from kbench.callbacks import write_model_facts
+
+        write_model_facts(events(), model)
+    except Exception as err:
+        error("model facts", err)
+
+
 def _add_callback(
     signature, name: str, keras: Any, model: Any, args: Tuple, kwargs: Dict[str, Any]
-) -> Tuple[Tuple, Dict[str, Any], Any]:
+) -> Tuple[Tuple, Dict[str, Any], Any, Dict[str, Any]]:
     """The call's arguments with the kbench callback added (where the call takes
-    callbacks), and the callback."""
-    if signature is None or "callbacks" not in signature.parameters:
-        return args, kwargs, None
+    callbacks), the callback, and the call's batch size and samples (where its
+    arguments are arrays)."""
+    if signature is None:
+        return args, kwargs, None, {}
     bound = signature.bind(model, *args, **kwargs)
+    batch_size, samples = _fit_sizes(bound.arguments)
+    sizes = {"batch_size": batch_size, "samples": samples}
+    if "callbacks" not in signature.parameters:
+        return args, kwargs, None, sizes
     given = bound.arguments.get("callbacks")
     callback = _the_callback(keras)
     if name == "fit":
-        batch_size, samples = _fit_sizes(bound.arguments)
         callback.set_fit_arguments(batch_size, samples)
+    else:
+        callback.set_call_arguments(batch_size, samples)
     if given is None:
         callbacks = [callback]
     elif isinstance(given, (list, tuple)):
@@ -233,7 +264,7 @@ def _add_callback(
     else:  # a CallbackList or something else kbench should not take apart
         raise TypeError(f"callbacks of type {type(given).__name__}: left as given")
     bound.arguments["callbacks"] = callbacks
-    return bound.args[1:], bound.kwargs, callback
+    return bound.args[1:], bound.kwargs, callback, sizes
 
 
 def _the_callback(keras: Any) -> Any:
@@ -247,8 +278,9 @@ def _the_callback(keras: Any) -> Any:
 
 
 def _fit_sizes(arguments: Dict[str, Any]) -> Tuple[Optional[int], Optional[int]]:
-    """(batch size, training samples) of a fit on arrays; (None, None) for data sets
-    and generators, whose batches Keras 3 does not size for callbacks."""
+    """(batch size, samples) of a fit, evaluate or predict on arrays (fit: those it
+    trains on); (None, None) for data sets and generators, whose batches Keras 3 does
+    not size for callbacks."""
     samples = _count(arguments.get("x"))
     if samples is None:
         return None, None

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from kbench.exec.config import ExecConfig
+from kbench.exec.figures import observe
 from kbench.exec.runner import new_run_id, sampled_rss, script_document, training_metrics
 from kbench.measure import sampler as sampler_mod
-from kbench.measure.keras_events import summarize
 from kbench.results.config import ConfigError
 from kbench.results.lock import writer_lock
 from kbench.results.store import ResultStore, check_output_dir
@@ -68,7 +68,7 @@ def record(
             "expected the Throughput callback that watched your fit (throughput=...) or "
             "its events (events=...); received neither.",
         )
-    observed = summarize(list(events), warmup)
+    observed = observe(list(events), warmup)
     backend = backend or observed.get("keras_backend") or os.environ.get("KERAS_BACKEND")
     if backend is None:
         raise ConfigError(

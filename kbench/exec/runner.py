@@ -2,35 +2,41 @@
 what happened into a result document (``kind: "exec"``).
 
 Per run: the backend's interpreter and environment (:mod:`kbench.exec.environment`),
-the command started in its own process group from the user's directory, its output
-logged to ``STORE/logs/<run_id>.log`` and its epochs relayed, the sampler on the whole
-tree, the timeout enforced (the whole group killed), the store's writer lock held.
-The status is ``ok`` for exit code 0, ``failed`` for any other (or a signal),
-``timeout`` past ``--timeout``. Ctrl-C stops the tree; finished results stay.
+the command started in its own process group from the user's directory, watched by
+:mod:`kbench.exec.watch`: its output logged to ``STORE/logs/<run_id>.log`` (up to a
+limit), its epochs relayed from the events file, the sampler on the whole tree, the
+timeout enforced, everything it started stopped at the end; the store's writer lock
+held. A command that is neither ``python`` nor a program that exists is refused
+before any run starts. The status is ``ok`` for exit code 0, ``failed`` for any other
+(or a signal), ``timeout`` past ``--timeout``. Ctrl-C stops the tree; finished
+results stay.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from kbench.exec.config import SCRIPT_DATA, ExecConfig
+from kbench.exec.config import EXEC_BACKENDS, PYTHON_NAMES, SCRIPT_DATA, ExecConfig
 from kbench.exec.environment import child_environment, resolve_command
+from kbench.exec.figures import observe
+from kbench.exec.watch import LOG_LIMIT_BYTES, CannotStart, ScriptOutcome, watch
 from kbench.measure import processes
 from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
-from kbench.measure.keras_events import NO_TRAINING, read_events, summarize
+from kbench.measure.keras_events import NO_TRAINING, read_events
 from kbench.results import ending
-from kbench.results.config import file_safe
+from kbench.results.config import ConfigError, file_safe
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, open_log
 from kbench.run import environments, leftovers
 from kbench.run.metrics import sampled_memory
-from kbench.run.supervise import Outcome, supervise
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +51,13 @@ class ExecRunner:
     on_progress: Optional[Callable[[Any, Dict], None]] = None
     nvml: Any = None  # the NVML module the sampler reads; tests inject a stand-in
     busy_threshold: float = quality_mod.BUSY_THRESHOLD
+    log_limit_bytes: int = LOG_LIMIT_BYTES  # of each script's output kept in its log
 
     def run_all(self, configs: Sequence[ExecConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
         for config in configs:
             environments.interpreter_for(config.backend)
+            check_command(config.command, config.cwd)
         self.output_dir = check_output_dir(self.output_dir)
         results: List[RunResult] = []
         with leftovers.working_directory("exec") as directory, writer_lock(self.output_dir):
@@ -71,15 +79,18 @@ class ExecRunner:
         log_path = open_log(self.output_dir, run_id)
         started_at = time.time()
         try:
-            outcome = supervise(
-                command, env, Path(config.cwd), log_path, config, self.on_progress, self.nvml
-            )
+            outcome = watch(
+                command, env, Path(config.cwd), log_path, config, run_dir / "events.jsonl",
+                self.on_progress, self.nvml, self.log_limit_bytes,
+            )  # fmt: skip
         except KeyboardInterrupt:  # the tree is stopped; say so beside the log
             leftovers.write_interrupted(log_path, run_id, config, started_at, None)
             raise
-        ended_at = time.time()
+        except CannotStart as err:  # not an executable file, no rights to run it
+            raise ConfigError("command", cannot_start(config.command, err.args[0])) from None
+        ended_at = outcome.ended_at  # the script's own end, not that of what it left
         events = read_events(run_dir / "events.jsonl")
-        observed = summarize(events, config.warmup_steps) if config.instrument else {}
+        observed = observe(events, config.warmup_steps) if config.instrument else {}
         metrics = exec_metrics(config, outcome, observed, command)
         sampled = self._add_sampled(config, outcome, observed, metrics, started_at, ended_at)
         result = script_document(
@@ -89,6 +100,7 @@ class ExecRunner:
             sampled=sampled,
             framework=dict(name=config.backend, memory_options=settings["memory_options"],
                            cpu_affinity=settings["cpu_affinity"],
+                           keras_datasets=settings["keras_datasets"],
                            warnings=backend_warnings(config, observed)),
         )  # fmt: skip
         return ending.keep(result, ResultStore(self.output_dir), config.label())
@@ -96,7 +108,7 @@ class ExecRunner:
     def _add_sampled(
         self,
         config: ExecConfig,
-        outcome: Outcome,
+        outcome: ScriptOutcome,
         observed: Dict[str, Any],
         metrics: Dict[str, Any],
         started_at: float,
@@ -112,7 +124,7 @@ class ExecRunner:
         )
         sampled = outcome.sampler.result(windows)
         metrics["memory"] = sampled_rss(sampled.summary) + sampled_memory(sampled.summary)
-        if observed.get("training_observed"):
+        if observed.get("measured_stage"):
             assessed = quality_mod.assess(
                 sampled.series, windows["measured"], config.threads, self.busy_threshold
             )
@@ -122,15 +134,25 @@ class ExecRunner:
 
 
 def backend_warnings(config: ExecConfig, observed: Dict[str, Any]) -> List[str]:
-    """What the run's figures must be read with: a script that chose another backend."""
+    """What the run's figures must be read with: a script that chose another backend
+    (its result is filed under that backend: :func:`script_document`), a measurement
+    too short to mean much."""
+    warnings = []
     reported = observed.get("keras_backend")
     if reported and reported != config.backend:
-        return [
+        moved = (
+            f"its figures are filed under {reported}"
+            if reported in EXEC_BACKENDS
+            else "its figures are that backend's"
+        )
+        warnings.append(
             f"Keras in the script reported backend {reported!r}, not {config.backend!r}: "
             "the script chooses its backend itself (KERAS_BACKEND or keras.json set "
-            "inside it); its figures are that backend's"
-        ]
-    return []
+            f"inside it); {moved}"
+        )
+    if observed.get("measurement_note"):
+        warnings.append(observed["measurement_note"])
+    return warnings
 
 
 def script_document(
@@ -158,6 +180,10 @@ def script_document(
         keras_backend_reported=observed.get("keras_backend"),
         keras_version=observed.get("keras_version"),
     )
+    reported = observed.get("keras_backend")
+    if reported in EXEC_BACKENDS and reported != config["backend"]:
+        # the script chose its backend: file its figures under the one that ran them
+        config = dict(config, backend=reported, backend_requested=config["backend"])
     return ending.run_result(
         run_id=run_id,
         kind="exec",
@@ -193,11 +219,12 @@ def sampled_rss(summary: Dict[str, Any]) -> List[Dict[str, Any]]:
     ]
 
 
-def judge(outcome: Outcome, config: ExecConfig) -> ending.Verdict:
+def judge(outcome: ScriptOutcome, config: ExecConfig) -> ending.Verdict:
     """How the command ended, from its exit alone: a script writes no reply, so exit
-    code 0 is ``ok`` and any other (or a signal) is ``failed``, with the last line it
-    printed as the reason (``kbench run``'s workers are judged by their reply too:
-    :func:`kbench.run.supervise.judge`)."""
+    code 0 is ``ok`` and any other (or a signal) is ``failed``, with the exception
+    line of the last traceback it printed as the reason (else its last line: JAX and
+    Keras print notes after the error) (``kbench run``'s workers are judged by their
+    reply too: :func:`kbench.run.supervise.judge`)."""
     if outcome.timed_out:
         return ending.timed_out(
             f"the command ran past the {config.timeout_s:g} s timeout; its process tree was killed",
@@ -207,20 +234,25 @@ def judge(outcome: Outcome, config: ExecConfig) -> ending.Verdict:
     if code == 0:
         return ending.OK
     how = processes.describe_exit(code)
-    last = next((line for line in reversed(outcome.log_tail) if line.strip()), "")
+    last = outcome.exception or next(
+        (line for line in reversed(outcome.log_tail) if line.strip()), ""
+    )
     reason = f"the command {how}" + (f": {last.strip()[:300]}" if last else "")
     return ending.no_result("ScriptFailed", how, reason, outcome.log_tail)
 
 
 def exec_metrics(
-    config: ExecConfig, outcome: Outcome, observed: Dict[str, Any], command: List[str]
+    config: ExecConfig, outcome: ScriptOutcome, observed: Dict[str, Any], command: List[str]
 ) -> Dict[str, Any]:
     """The command's exit and the instrumentation's figures, in the units and names
-    of ``kbench run``'s training metrics where they mean the same."""
+    of ``kbench run``'s training metrics where they mean the same; how much the
+    script printed (``log``: where its log was cut) and what it left running."""
     metrics: Dict[str, Any] = {
         "command": command,
         "exit_code": outcome.returncode,
         "log_tail": outcome.log_tail[-20:],
+        "log": outcome.log,
+        "processes_stopped": outcome.stopped,
         "instrumented": config.instrument,
         "images_per_sec": None,
         "test_accuracy": None,
@@ -233,23 +265,63 @@ def exec_metrics(
 
 
 def training_metrics(observed: Dict[str, Any]) -> Dict[str, Any]:
-    """The instrumentation's figures (:func:`kbench.measure.keras_events.summarize`) as
-    result metrics; a note where no fit ran."""
-    if not observed.get("training_observed"):
+    """The instrumentation's figures (:func:`kbench.exec.figures.observe`: training,
+    else inference) as result metrics; a note where the script neither trained nor
+    predicted."""
+    if not observed.get("measured_stage"):
         return {
             "note": NO_TRAINING,
+            "evaluate_calls": observed.get("evaluate_calls"),
+            "predict_calls": observed.get("predict_calls"),
             "instrumentation_errors": observed.get("instrumentation_errors", []),
         }
     metrics = {k: v for k, v in observed.items() if k not in ("params", "model_name")}
-    metrics["test_accuracy"] = _evaluated_accuracy(observed.get("evaluate_results") or [])
+    name, value = _evaluated_accuracy(observed.get("evaluate_results") or [])
+    metrics["test_accuracy"], metrics["test_accuracy_metric"] = value, name
     return metrics
 
 
-def _evaluated_accuracy(results: List[Any]) -> Optional[float]:
-    """The accuracy of the script's last ``evaluate``, where it reported one by name."""
+def _evaluated_accuracy(results: List[Any]) -> Tuple[Optional[str], Optional[float]]:
+    """(the name the script gave it, the value) of the accuracy of its last
+    ``evaluate``, where it reported one by name; tables show the name beside it."""
     for result in reversed(results):
         if isinstance(result, dict):
-            value = result.get("accuracy", result.get("acc"))
-            if isinstance(value, (int, float)):
-                return float(value)
-    return None
+            for name in ("accuracy", "acc"):
+                if isinstance(result.get(name), (int, float)):
+                    return name, float(result[name])
+    return None, None
+
+
+def check_command(command: Sequence[str], cwd: str) -> None:
+    """Refuse, before any run, a command that names no program that exists: not
+    ``python``, not on PATH, not a file (relative to ``cwd``) that may be run."""
+    program = command[0]
+    if program in PYTHON_NAMES:
+        return
+    if os.sep not in program and not (os.altsep and os.altsep in program):
+        if shutil.which(program) is None:
+            raise ConfigError(
+                "command",
+                f"expected a program on PATH or the path to one as the command's first "
+                f"word; received {program!r}, which is neither. Start a script with python "
+                "(kbench exec -b jax -- python train.py) or give the program's path.",
+            )
+        return
+    path = Path(cwd, program)
+    if not path.is_file():
+        raise ConfigError(
+            "command",
+            f"expected the path of a program to run; received {program!r}, and there is "
+            f"no such file (looked from {cwd}). Check the path, or start a script with "
+            "python: kbench exec -b jax -- python train.py",
+        )
+    if not os.access(path, os.X_OK):
+        raise ConfigError("command", cannot_start(command, PermissionError("not executable")))
+
+
+def cannot_start(command: Sequence[str], err: OSError) -> str:
+    return (
+        f"expected a command the system can start; {command[0]!r} could not be started "
+        f"({err.strerror or err}). Make it executable with a #! line (chmod +x), or run "
+        "it through its interpreter: kbench exec -b jax -- python train.py, or -- bash run.sh"
+    )

@@ -181,6 +181,8 @@ def _measured_seconds(batches: List[Dict[str, Any]], warmup: int) -> float:
     """Time from the window's start to the last batch's end, epoch by epoch and fit by
     fit (a new epoch or fit call opens as its first batch begins)."""
     total, start = 0.0, _window_start(batches, warmup)
+    if warmup and _new_run(batches[warmup - 1], batches[warmup]):  # not the gap between
+        start = batches[warmup]["t0"]
     for index in range(warmup, len(batches)):
         batch = batches[index]
         if index > warmup and _new_run(batches[index - 1], batch):

@@ -243,6 +243,9 @@ class RunConfig:
     # of it, or time_budget_s seconds of measuring are spent (kbench.measure.precision)
     target_precision: Optional[float] = None
     time_budget_s: Optional[float] = None
+    # a measuring window of this many seconds in a warm worker, interleaved with the other
+    # backends' (kbench.run.windows); None: the run is a fresh process of its own
+    window_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         for name in REQUIRED:
@@ -463,12 +466,32 @@ class RunConfig:
     def _check_precision(self) -> None:
         check_precision(self.target_precision, self.time_budget_s)
         asked = self.target_precision is not None or self.time_budget_s is not None
+        if self.window_s is not None:
+            self._check_window(asked)
         if asked and self.distributed != "none":
             raise ConfigError(
                 "target_precision",
                 f"--distributed {self.distributed} trains a fixed number of steps on every "
                 "worker; received --target-precision/--time-budget too. Drop them, or set the "
                 "length with --steps or --epochs.",
+            )
+
+    def _check_window(self, precision_asked: bool) -> None:
+        """A warm window measures training steps of one process, for a set time."""
+        _positive_number("window_s", self.window_s, "seconds", MAX_SECONDS)
+        other = (
+            "--mode inference" if self.mode != "train"
+            else f"--distributed {self.distributed}" if self.distributed != "none"
+            else "--profile" if self.profile
+            else "--target-precision/--time-budget" if precision_asked
+            else None
+        )  # fmt: skip
+        if other is not None:
+            raise ConfigError(
+                "window_s",
+                f"warm windows measure training steps in one process per backend; received "
+                f"{other} too, which needs fresh processes. Add --repeats N (fresh-process "
+                "rounds) or drop it.",
             )
 
     def _check_warmup_fits(self) -> None:

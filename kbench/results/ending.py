@@ -35,10 +35,15 @@ log = logging.getLogger(__name__)
 REASON_CHARS = 500  # a reason is one line of at most this many characters
 
 
+RUN_ID_PARTS_CHARS = 120  # what a run id keeps of its parts: room for "-w123" and more
+
+
 def new_run_id(*parts: str) -> str:
-    """``<UTC stamp>-<parts joined by ->-<6 random hex>``: unique, and sorted by start."""
+    """``<UTC stamp>-<parts joined by ->-<6 random hex>``: unique, and sorted by start;
+    the parts cut to :data:`RUN_ID_PARTS_CHARS` (a long model file name)."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return "-".join([stamp, *parts, uuid.uuid4().hex[:6]])
+    middle = "-".join(parts)[:RUN_ID_PARTS_CHARS].rstrip("-")
+    return "-".join([stamp, middle, uuid.uuid4().hex[:6]])
 
 
 class Verdict(NamedTuple):

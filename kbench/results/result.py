@@ -183,6 +183,12 @@ class RunResult:
         return self.status not in ("ok", "unsupported")
 
     @property
+    def dropped(self) -> Optional[str]:
+        """Why this measuring window's round was left out of every comparison (a window of
+        it measured while the machine was busy: kbench.run.windows); None: it counts."""
+        return ((self.metrics or {}).get("window") or {}).get("dropped")
+
+    @property
     def warnings(self) -> List[str]:
         """What the backend said the run's numbers should be read with (for example a
         slow data format), from ``environment.framework.warnings``."""

@@ -16,7 +16,13 @@ written to the store (a full disk, permissions) is kept in a place that can take
 (:func:`rescue`) and :class:`ResultNotSaved` says where and how to import it.
 
 Documents from several machines can live in one store (``merge``): each carries
-its machine in ``environment``, and :func:`host_of` tells them apart.
+its machine in ``environment``, and :func:`host_of` tells them apart. A document's
+``run_id`` names its file, so a merge takes only run ids that name a file inside the
+store (:func:`run_id_problem`), and never overwrites a document of another run.
+
+A directory that holds ``.json`` files of which none is a kbench result, and no
+index, is not a store: it is refused (:meth:`ResultStore.check_is_store`), and no
+index is ever written into it.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from kbench.results.result import ResultError, RunResult
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "index.jsonl"
+# kbench's own reports kept beside the documents (kbench reproduce, kbench tune): not runs
+REPORT_NAMES = ("claims.json", "tune.json")
 INDEX_VERSION = 2  # 2: entries carry the document's size and mtime_ns
 UNSAVED_NAME = "unsaved"  # logs/unsaved/ in a store, or the cache's unsaved/STORE/
 # Below this much free space a sweep is warned before it starts (a result with its
@@ -49,6 +57,10 @@ UNSAVED_NAME = "unsaved"  # logs/unsaved/ in a store, or the cache's unsaved/STO
 LOW_SPACE_BYTES = 200 * 2**20
 SPACE_PER_RUN_BYTES = 5 * 2**20
 LOG_PROBE_BYTES = 8192  # written (then truncated) before a run: a store that cannot is full
+# A run id names files in the store (<run_id>.json, its temporary twin, logs/<run_id>.log):
+# letters, digits, "_", "." and "-", not starting with "." (hidden, "..").
+RUN_ID_CHARS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+RUN_ID_MAX = 200  # a file name is at most 255 bytes; the temporary file adds 19
 
 
 class StoreError(ValueError):
@@ -143,6 +155,21 @@ _INDEX_TYPES = {
 }
 
 
+def run_id_problem(run_id: str) -> Optional[str]:
+    """Why ``run_id`` cannot name a file inside a store (None when it can): a path
+    separator, ``..``, an absolute path, NUL, a leading dot or too long a name would
+    write elsewhere, hide the file or fail."""
+    if len(run_id) > RUN_ID_MAX:
+        return f"run_id of {len(run_id)} characters: at most {RUN_ID_MAX} name a file"
+    if not RUN_ID_CHARS.fullmatch(run_id):
+        shown = run_id if len(run_id) <= 60 else run_id[:57] + "..."
+        return (
+            f"run_id {shown!r} is not a file name inside the store (a run id is letters, digits, "
+            "'_', '.' and '-', not starting with '.'; no '/', '..', absolute path or NUL)"
+        )
+    return None
+
+
 def host_of(result: RunResult) -> str:
     """The machine a result comes from: its hostname, and its GPU where it had one."""
     machine = result.environment.get("machine", {})
@@ -207,6 +234,47 @@ class ResultStore:
     def exists(self) -> bool:
         return self.directory.is_dir()
 
+    def _require_directory(self) -> None:
+        if not self.exists():
+            what = "is a file" if self.directory.exists() else "does not exist"
+            raise StoreError(
+                f"store: expected a directory of kbench results; {self.directory} {what}. "
+                "Point --store at the directory a run or sweep wrote to."
+            )
+
+    def _documents(self) -> List[str]:
+        """The names of the candidate documents: ``*.json`` files, hidden ones and
+        kbench's reports (:data:`REPORT_NAMES`) left out."""
+        return sorted(
+            p.name
+            for p in self.directory.glob("*.json")
+            if not p.name.startswith(".") and p.name not in REPORT_NAMES
+        )
+
+    def check_is_store(self) -> None:
+        """Refuse (:class:`StoreError`) a directory that holds ``.json`` files of which
+        none is a kbench result, and no index: it is not a store, and nothing of kbench's
+        is written into it. A missing or empty directory is a store yet to be written."""
+        if not self.exists() or self.index_path.exists():
+            return
+        names = self._documents()
+        problems = []
+        for name in names:
+            try:
+                RunResult.load(self.directory / name)
+                return
+            except (ResultError, OSError) as err:
+                problems.append(f"{name}: {_why(err)}")
+        if problems:
+            shown = "; ".join(p[:200] for p in problems[:3])
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise StoreError(
+                f"store: expected a directory of kbench results (DIR/<run_id>.json and "
+                f"DIR/{INDEX_NAME}); {self.directory} has no {INDEX_NAME} and none of its "
+                f"{len(names)} .json files is a kbench result: {shown}{more}. Point --store "
+                "at the directory a run or sweep wrote to (kbench writes nothing here)."
+            )
+
     # writing -------------------------------------------------------------
 
     def add(self, result: RunResult) -> Path:
@@ -215,8 +283,12 @@ class ResultStore:
         Raises :class:`ResultNotSaved` when the document cannot be written: nothing of
         it is left in the store, and a copy is kept where :func:`rescue` could put it.
         An index that cannot be rewritten is only warned about: the document is safe
-        and the index is rebuilt from it when next read.
+        and the index is rebuilt from it when next read. A run id that cannot name a
+        file inside the store (:func:`run_id_problem`) is a :class:`StoreError`.
         """
+        problem = run_id_problem(result.run_id)
+        if problem:
+            raise StoreError(f"{problem}; the result is not written to {self.directory}.")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = result.save(self.directory)
@@ -244,15 +316,9 @@ class ResultStore:
         modification time are those it recorded; otherwise the document is read
         (and checked) again. Unreadable documents land in :attr:`unreadable`.
         """
-        if not self.exists():
-            raise StoreError(
-                f"store: expected a directory of kbench results; {self.directory} does not "
-                "exist. Point --store at the directory a run or sweep wrote to."
-            )
+        self._require_directory()
         indexed = {e.file: e for e in self._read_index()}
-        on_disk = sorted(
-            p.name for p in self.directory.glob("*.json") if not p.name.startswith(".")
-        )
+        on_disk = self._documents()
         entries, changed = [], set(indexed) != set(on_disk)
         self.unreadable = []
         for name in on_disk:
@@ -267,7 +333,8 @@ class ResultStore:
                 self.unreadable.append((name, _why(err)))
                 continue
             entries.append(entry)
-        if changed:
+        # a directory with no index and nothing readable is not a store: leave it as it is
+        if changed and (entries or self.index_path.exists()):
             try:
                 self._write_index(entries)
             except OSError as err:  # a read-only store is still readable
@@ -301,32 +368,87 @@ class ResultStore:
 
     def merge(self, sources: Iterable[Path]) -> MergeSummary:
         """Copy every readable document of ``sources`` that this store lacks (and its
-        log), holding this store's writer lock."""
+        log), holding this store's writer lock.
+
+        Only inside this store: a document whose run id cannot name a file here
+        (:func:`run_id_problem`), or whose file here holds another run, is refused and
+        listed in ``refused``. ``added`` counts the documents listed afterwards.
+        """
+        sources = [Path(source) for source in sources]
+        for store in (self, *(ResultStore(source) for source in sources)):
+            store.check_is_store()
         summary = MergeSummary()
         with writer_lock(self.directory):
             have = {e.run_id for e in self.entries()}
             summary.unreadable += [(str(self.directory / n), why) for n, why in self.unreadable]
+            written: Dict[str, str] = {}  # run id -> host, of the documents written
             for source in sources:
-                other = ResultStore(Path(source))
+                other = ResultStore(source)
                 for entry in other.entries():
-                    if entry.run_id in have:
+                    if entry.run_id not in have:
+                        self._merge_one(other, entry, have, written, summary)
+                    else:
                         summary.already_present += 1
-                        continue
-                    try:
-                        result = RunResult.load(other.directory / entry.file)
-                    except (ResultError, OSError) as err:
-                        other.unreadable.append((entry.file, _why(err)))
-                        continue
-                    self.add(result)  # rewritten in the current schema version
-                    have.add(entry.run_id)
-                    summary.added += 1
-                    summary.hosts.add(entry.host)
-                    log_file = other.directory / "logs" / f"{entry.run_id}.log"
-                    if log_file.exists():
-                        (self.directory / "logs").mkdir(exist_ok=True)
-                        shutil.copy2(log_file, self.directory / "logs" / log_file.name)
                 summary.unreadable += [(f"{source}/{name}", why) for name, why in other.unreadable]
+            listed = {e.run_id for e in self.entries()}
+        for run_id, host in written.items():
+            if run_id in listed:
+                summary.added += 1
+                summary.hosts.add(host)
+            else:
+                why = dict(self.unreadable).get(f"{run_id}.json", "no such file")
+                summary.refused.append((run_id, f"written but not listed: {why}"))
         return summary
+
+    def _merge_one(
+        self,
+        other: ResultStore,
+        entry: IndexEntry,
+        have: set,
+        written: Dict[str, str],
+        summary: MergeSummary,
+    ) -> None:
+        """Copy one document of ``other`` (and its log) unless it is here or refused."""
+        try:  # the document's own run id counts, whatever the other store's index says
+            result = RunResult.load(other.directory / entry.file)
+        except (ResultError, OSError) as err:
+            other.unreadable.append((entry.file, _why(err)))
+            return
+        if result.run_id in have:
+            summary.already_present += 1
+            return
+        problem = self._refusal(result.run_id)
+        if problem:
+            summary.refused.append((str(other.directory / entry.file), problem))
+            return
+        self.add(result)  # rewritten in the current schema version
+        have.add(result.run_id)
+        written[result.run_id] = entry.host
+        self._copy_log(other.directory / "logs" / f"{result.run_id}.log")
+
+    def _refusal(self, run_id: str) -> Optional[str]:
+        """Why the document of run ``run_id`` may not be written into this store, or None."""
+        problem = run_id_problem(run_id)
+        if problem:
+            return (
+                f"{problem}: its file would land outside {self.directory} or not "
+                "at all. Correct the document's run_id (letters, digits, '_', '.', '-') "
+                "and merge again."
+            )
+        target = self.directory / f"{run_id}.json"
+        if target.exists() or target.is_symlink():
+            return (
+                f"{target} exists and is not run {run_id} (another run's document, or "
+                "an unreadable one): merging would overwrite it. Move it aside and merge again."
+            )
+        return None
+
+    def _copy_log(self, log_file: Path) -> None:
+        """Copy a run's log beside its document: a plain file only (a link could lead
+        anywhere)."""
+        if log_file.is_file() and not log_file.is_symlink():
+            (self.directory / "logs").mkdir(exist_ok=True)
+            shutil.copy2(log_file, self.directory / "logs" / log_file.name)
 
     # index file -----------------------------------------------------------
 
@@ -479,6 +601,7 @@ class MergeSummary:
     already_present: int = 0
     hosts: set = field(default_factory=set)
     unreadable: List[Tuple[str, str]] = field(default_factory=list)
+    refused: List[Tuple[str, str]] = field(default_factory=list)  # (document, why)
 
 
 def latest_per_run(entries: Sequence[IndexEntry]) -> List[IndexEntry]:

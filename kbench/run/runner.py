@@ -43,6 +43,10 @@ from kbench_models import spec_for
 
 log = logging.getLogger(__name__)
 
+# A worker's errors that no backend could avoid (kbench_models.user): the model's runs
+# on the other backends are recorded with it, not started.
+MODEL_REFUSALS = ("WrongOutput",)
+
 
 def new_run_id(config: RunConfig) -> str:
     return ending.new_run_id(config.backend, file_safe(config.model))
@@ -120,22 +124,50 @@ class Runner:
         With :attr:`warm`, a round's runs that can share a worker process share one."""
         configs = [config for round_configs in rounds for config in round_configs]
         results: List[RunResult] = []
+        refused: Dict[str, RunResult] = {}  # model -> the run that found it unusable
         with self.session(configs) as session:
             for round_configs in rounds:
                 for group in self._groups(round_configs):
                     first = len(results) + 1
                     labels = ", ".join(config.label() for config in group)
                     log.info("[%d/%d] %s: starting", first, len(configs), labels)
-                    if len(group) == 1:
-                        results.append(session.run(group[0]))
-                    else:
-                        results += session.run_warm(group)
+                    results += [self._refused_again(c, refused[c.model])
+                                for c in group if c.model in refused]  # fmt: skip
+                    todo = [c for c in group if c.model not in refused]
+                    if len(todo) == 1:
+                        results.append(session.run(todo[0]))
+                    elif todo:
+                        results += session.run_warm(todo)
+                    for result in results[first - 1 :]:
+                        if (result.error or {}).get("type") in MODEL_REFUSALS:
+                            refused.setdefault(result.config["model"], result)
                     for index, result in enumerate(results[first - 1 :], first):
                         log.info("[%d/%d] %s", index, len(configs), ending.summary_line(result))
                 reason = stop(results) if stop is not None else None
                 if reason is not None and len(results) < len(configs):
                     return results, reason
         return results, None
+
+    def _refused_again(self, config: RunConfig, found: RunResult) -> RunResult:
+        """A run of a model an earlier run found unusable on any backend (its output
+        does not fit the data): recorded failed with that reason, no worker started."""
+        now = time.time()
+        verdict = ending.Verdict(
+            "failed",
+            ending.first_line(
+                f"{found.reason} (found by {found.config['backend']}'s run, the same on "
+                "every backend: not run again)"
+            ),
+            found.error,
+        )
+        result = ending.run_result(
+            run_id=new_run_id(config), kind=config.mode, config=config.to_dict(),
+            verdict=verdict, started_at=now, ended_at=now,
+            environment=ending.environment("", {}, {}, {}), data=found.data,
+            model=model_facts(config, None),
+        )  # fmt: skip
+        with self.store_lock:
+            return ending.keep(result, ResultStore(self.output_dir), config.label())
 
     def _groups(self, configs: Sequence[RunConfig]) -> List[List[RunConfig]]:
         """One run per worker; with :attr:`warm`, every run that can share a worker with
@@ -174,6 +206,11 @@ class Runner:
         parity: Optional[Dict[str, Any]] = None,
         sweep: Optional[Dict[str, Any]] = None,
     ) -> RunResult:
+        if config.window_s is not None:
+            raise ValueError(
+                f"{config.label()}: window_s is measured by kbench.run.windows (warm "
+                "interleaved windows), not in a worker of its own"
+            )
         if config.distributed != "none":  # several processes on the framework's own engine
             return run_distributed(self, config, data, session_dir, python_path, sweep)
         return self.run_warm([Case(config, data, parity, sweep)], session_dir, python_path)[0]
@@ -321,23 +358,44 @@ class Runner:
         started_at: float,
         ended_at: float,
     ) -> Optional[sampler_mod.SamplerResult]:
-        """The sampler's series over the run's windows (None: nothing sampled); a measured
-        run's (not parity's) ``metrics`` get what the sampler adds: memory the worker
-        could not see, energy, what else the machine did meanwhile."""
         if outcome.sampler is None:
             return None
-        windows = sampler_mod.windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
-        sampled = outcome.sampler.result(windows)
-        if metrics and run.case.parity is None:
-            metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
-            metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
-            assessed = quality_mod.assess(
-                sampled.series, windows["measured"], run.config.threads, self.busy_threshold,
-                worker_gpus=sampled.sources.get("gpu", {}).get("worker_gpus"),
-            )  # fmt: skip
-            if assessed is not None:
-                metrics["quality"] = assessed.to_dict()
-        return sampled
+        measured = bool(metrics) and run.case.parity is None
+        return add_sampled(
+            outcome.sampler,
+            run.config,
+            metrics,
+            started_at,
+            ended_at,
+            self.busy_threshold,
+            measured,
+        )
+
+
+def add_sampled(
+    sampler: sampler_mod.Sampler,
+    config: RunConfig,
+    metrics: Dict[str, Any],
+    started_at: float,
+    ended_at: float,
+    busy_threshold: float,
+    measured: bool = True,
+) -> sampler_mod.SamplerResult:
+    """The sampler's series over the run's windows (from ``metrics["markers"]``); a
+    ``measured`` run's (not parity's) ``metrics`` get what the sampler adds: memory the
+    worker could not see, energy, what else the machine did meanwhile."""
+    windows = sampler_mod.windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
+    sampled = sampler.result(windows)
+    if measured:
+        metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
+        metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
+        assessed = quality_mod.assess(
+            sampled.series, windows["measured"], config.threads, busy_threshold,
+            worker_gpus=sampled.sources.get("gpu", {}).get("worker_gpus"),
+        )  # fmt: skip
+        if assessed is not None:
+            metrics["quality"] = assessed.to_dict()
+    return sampled
 
 
 def worker_key(config: RunConfig) -> Tuple:

@@ -64,7 +64,7 @@ def supervise(
             errors="replace",
         )
         reader = threading.Thread(
-            target=_relay, args=(process, log_file, tail, config, on_progress), daemon=True
+            target=relay_output, args=(process, log_file, tail, config, on_progress), daemon=True
         )
         reader.start()
         sampler = None
@@ -132,14 +132,19 @@ class LogWriter:
             pass
 
 
-def _relay(process, log_file: LogWriter, tail, config: RunConfig, on_progress) -> None:
+def relay_output(process, log_file: LogWriter, tail, config: RunConfig, on_progress) -> None:
+    """A reader thread's target: each line of the worker's output into its log; progress
+    events to ``on_progress``, every other line into ``tail`` (the log's last lines)."""
     for line in process.stdout:
         log_file.write(line)
         event = parse_progress(line)
         if event is None:
             tail.append(line.rstrip("\n"))
         elif event and on_progress:
-            on_progress(config, event)
+            try:
+                on_progress(config, event)
+            except Exception as err:  # showing progress must never stop the reading
+                log.debug("progress event not shown: %s", err)
 
 
 def judge(outcome: Outcome, reply: Optional[WorkerReply], config: RunConfig) -> ending.Verdict:

@@ -24,14 +24,20 @@ def emit_progress(event: str, **fields: Any) -> None:
 
 def parse_progress(line: str) -> Optional[Dict[str, Any]]:
     """The event of a line :func:`emit_progress` wrote; None for any other line (output
-    to keep) and ``{}`` for a progress line cut short or garbled (nothing to show)."""
-    if not line.startswith(PROGRESS_PREFIX):
+    to keep) and ``{}`` for a progress line cut short or garbled (nothing to show). An
+    event glued after other text (an unfinished progress-bar line) is read too; text
+    that merely contains the prefix stays output. An event is a JSON object with a
+    string ``event``; whether it has the fields to show is the shower's question."""
+    at = line.find(PROGRESS_PREFIX)
+    if at < 0:
         return None
     try:
-        event = json.loads(line[len(PROGRESS_PREFIX) :])
+        event = json.loads(line[at + len(PROGRESS_PREFIX) :])
     except ValueError:
-        return {}
-    return event if isinstance(event, dict) else {}
+        event = None
+    if isinstance(event, dict) and isinstance(event.get("event"), str):
+        return event
+    return {} if at == 0 else None
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,7 @@ def train(
         clock.markers(), fit_start=fit_start, epoch_ends=epochs.ends, eval_end=time.time()
     )
     return TrainMetrics(
-        **_step_metrics(clock, batch_size),
+        **step_metrics(clock, batch_size),
         **_epoch_metrics(epochs),
         time_to_first_step_s=clock.wall(clock.ends[0]) - process_start,
         import_time_s=import_time_s,
@@ -290,7 +290,7 @@ def _data_loading(
     }
 
 
-def _step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
+def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
     """The ``TrainMetrics`` fields read from the step clock: the measured window, the
     warmup and the first step."""
     warmup_steps = clock.warmup_steps

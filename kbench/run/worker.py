@@ -26,7 +26,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -66,24 +66,11 @@ def run(task: WorkerTask, backend: Any = None, warm: bool = False) -> WorkerRepl
     """One task, on ``backend`` when given (started for it, or, ``warm``, by an earlier task)."""
     backend = backend if backend is not None else start_backend(task)
     config = task.config
-    spec = kbench_models.spec_for(config["model"])
     import_time = 0.0 if warm else backend.import_time_s
 
-    data = datasets.PreparedData.from_dict(task.data)
-    loss = spec.loss_for(data.num_classes)
-    arrays = datasets.load_prepared(data.path)
-    for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        arrays[f"x_{split}"] = datasets.to_model_input(
-            x, data.kind, task.data_format, data.input_shape[:2] if data.streamed else None
-        )
-        arrays[f"y_{split}"] = datasets.labels_for_loss(y, loss)
+    data, loss, arrays = task_arrays(task)
     input_shape = arrays["x_train"].shape[1:]
-
-    backend.seed(config["seed"])
-    build_start = time.perf_counter()
-    model = backend.build(config["model"], input_shape, data.num_classes)
-    build_time = time.perf_counter() - build_start
+    model, build_time = build_model(backend, task, input_shape, data.num_classes)
     flops = backend.flops(model)
 
     stages = dict(
@@ -147,20 +134,58 @@ def run(task: WorkerTask, backend: Any = None, warm: bool = False) -> WorkerRepl
         status="ok",
         metrics=metrics,
         framework=backend.describe(),
-        model={
-            "name": config["model"],
-            "params": backend.count_params(model),
-            "input_shape": [int(d) for d in input_shape],
-            "num_classes": data.num_classes,
-            "flops": flops,
-        }
-        | ({"source": spec.source()} if spec.is_user else {}),
+        model=model_facts(backend, model, config["model"], input_shape, data.num_classes, flops),
     )
 
 
-def reply_failure(task: WorkerTask, err: BaseException, started_at: float) -> None:
+def task_arrays(task: WorkerTask) -> Tuple[datasets.PreparedData, str, Dict[str, np.ndarray]]:
+    """The task's data, its loss, and its arrays as the model takes them (layout, labels)."""
+    data = datasets.PreparedData.from_dict(task.data)
+    loss = kbench_models.spec_for(task.config["model"]).loss_for(data.num_classes)
+    arrays = datasets.load_prepared(data.path)
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        arrays[f"x_{split}"] = datasets.to_model_input(
+            x, data.kind, task.data_format, data.input_shape[:2] if data.streamed else None
+        )
+        arrays[f"y_{split}"] = datasets.labels_for_loss(y, loss)
+    return data, loss, arrays
+
+
+def build_model(
+    backend: Any, task: WorkerTask, input_shape: Sequence[int], num_classes: int
+) -> Tuple[Any, float]:
+    """The task's model, built after seeding, and the seconds the build took."""
+    backend.seed(task.config["seed"])
+    build_start = time.perf_counter()
+    model = backend.build(task.config["model"], input_shape, num_classes)
+    return model, time.perf_counter() - build_start
+
+
+def model_facts(
+    backend: Any,
+    model: Any,
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    flops: Dict[str, Any],
+) -> Dict[str, Any]:
+    """What a reply says of the model: parameters, input, classes, FLOPs, a user model's source."""
+    spec = kbench_models.spec_for(name)
+    return {
+        "name": name,
+        "params": backend.count_params(model),
+        "input_shape": [int(d) for d in input_shape],
+        "num_classes": num_classes,
+        "flops": flops,
+    } | ({"source": spec.source()} if spec.is_user else {})
+
+
+def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
+    """The reply of a task that raised ``err``: its status (``oom``, ``unsupported`` or
+    ``failed``) and the error's type, message and traceback."""
     status = "oom" if is_out_of_memory(err) else "failed"
-    reply = WorkerReply(
+    return WorkerReply(
         status="unsupported" if isinstance(err, Unsupported) else status,
         error={
             "type": type(err).__name__,
@@ -170,7 +195,10 @@ def reply_failure(task: WorkerTask, err: BaseException, started_at: float) -> No
         started_at=started_at,
         ended_at=time.time(),
     )
-    write_json_atomic(Path(task.reply_path), reply.to_dict())
+
+
+def reply_failure(task: WorkerTask, err: BaseException, started_at: float) -> None:
+    write_json_atomic(Path(task.reply_path), failure_reply(err, started_at).to_dict())
 
 
 def run_and_reply(task: WorkerTask, backend: Any = None, warm: bool = False) -> bool:

@@ -27,6 +27,8 @@ targets:
   data      Debian's dataset-fashion-mnist (apt-get, as root on Linux)
   browser   headless Chromium, for the report rendering test (apt-get, as root on Linux)
   compiler  a C compiler, for the GPU tests' stand-in libraries (apt-get, as root on Linux)
+  slurm     slurm-wlm, munge, slurmdbd and MariaDB, for the tests that submit sweeps to a
+            one-node Slurm cluster (apt-get, as root on Linux)
   (default: {" ".join(DEFAULT_TARGETS)})
 
 A finished environment is marked by a stamp file holding its requirements: a second

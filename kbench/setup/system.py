@@ -1,6 +1,7 @@
 """System packages kbench can use, installed where the system allows it: Debian's
 Fashion-MNIST files (``data``), headless Chromium for the report rendering test
-(``browser``) and a C compiler for the GPU tests' stand-in libraries (``compiler``).
+(``browser``), a C compiler for the GPU tests' stand-in libraries (``compiler``) and
+a one-node Slurm cluster's daemons for the tests of sweeps on Slurm (``slurm``).
 
 On Linux with ``apt-get``, run as root, each is installed through apt (once: a failed
 attempt is logged, never fatal). Anywhere else the log says what to install by hand,
@@ -49,7 +50,15 @@ PACKAGES: Dict[str, SystemPackage] = {
         "Debian's gcc (the GPU tests compile stand-in NVML/CUDA libraries)",
         "install a C compiler (cc) to run the GPU tests",
     ),
+    "slurm": SystemPackage(
+        "slurm", ("slurm-wlm", "munge", "slurmdbd", "mariadb-server"),
+        "Debian's slurm-wlm and munge, slurmdbd and MariaDB for sacct (the tests of sweeps "
+        "on Slurm start a one-node cluster)",
+        "install slurm-wlm and munge (and slurmdbd with MariaDB) to run the tests of sweeps "
+        "on Slurm; they skip without",
+    ),
 }  # fmt: skip
+SLURM_PROGRAMS = ("slurmctld", "slurmd", "munged", "slurmdbd", "mariadbd")
 
 
 def present(target: str, envs_dir: Path) -> bool:
@@ -58,6 +67,8 @@ def present(target: str, envs_dir: Path) -> bool:
         return DEBIAN_FASHION_MNIST.is_dir() or (envs_dir / DATA_STAMP).is_file()
     if target == "browser":
         return bool(shutil.which("chromium") or shutil.which("chromium-browser"))
+    if target == "slurm":
+        return all(shutil.which(program) for program in SLURM_PROGRAMS)
     return bool(shutil.which("cc") or shutil.which("gcc"))
 
 

@@ -1,36 +1,69 @@
 """A study's claims checked on result documents: per claim, the paper's figure, this
 machine's numbers (median and range over repeats), the ratio or ordering on each side,
-and a verdict.
+a verdict and the evidence behind it.
 
 Verdicts use only ratios measured in the same store: for each pair of sides, the
-per-round ratio (round r of one over round r of the other, on the same machine), whose
-median and order-statistics interval (:mod:`kbench.views.significance`) decide. The
-paper's absolute figures are context, never compared with this machine's.
+per-round ratio (round r of one over round r of the other, on the same machine), and
+the order-statistics interval on their median (:mod:`kbench.views.significance`, 95%).
+The interval decides, never the median alone:
 
-- **holds** / **does not hold**: the claim's test (:class:`kbench.studies.published.Claim`)
-  on the median per-round ratio;
-- **not measurable here**, with the reason: the claim needs a GPU and the runs had none,
-  needs the real data set and the runs trained on synthetic data, the reduced size
-  changes the question (the study file says why), or runs are missing (none stored, or
-  none finished).
+- **holds**: the interval lies inside the claim's band (``ratio``: the paper's ratio
+  +- its tolerance) or wholly on the claimed side of ``than`` (``sign``), every step of an
+  ordering wholly on the claimed side of x1;
+- **does not hold**: the interval lies wholly outside the band, or on the other side;
+- **inconclusive**, with the reason: the interval straddles the edge; fewer rounds than
+  a 95% interval needs (:data:`ROUNDS_NEEDED`, 6: with fewer, the interval is the whole
+  range and its coverage ``1 - 2 * 0.5**n`` is below 95%); a run behind the numbers was
+  flagged (busy, slow clock, throttled, GPU shared, on battery: ``metrics.quality``); a
+  compared side or ordering item has no finished run (failed, missing); a GPU claim with
+  a side whose run saw no GPU (or a CPU claim with a side on a GPU); two runs of one
+  round match one side (both are named, the claim's selector needs narrowing);
+- **not measurable here**, with the reason: no run had the GPU the claim needs, the runs
+  trained on synthetic data where the claim needs the real set, or the reduced size
+  changes the question (the study file says why).
+
+Every verdict carries its :class:`Evidence`: full or reduced size, the devices, the
+rounds and the interval with its coverage, the flags, and the study's deviations from
+the paper's setting; :func:`outcomes_json` is the same as JSON (``claims.json``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from kbench.measure import stats
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
 from kbench.studies.published import REQUIREMENTS, Claim, Study
-from kbench.views.compare import MEMORY_LABELS, UTILIZATION_LABELS, Spread, quality_flags
+from kbench.views.compare import (
+    MEMORY_LABELS,
+    UTILIZATION_LABELS,
+    Spread,
+    cpu_of,
+    quality_flags,
+)
 from kbench.views.figures import memory_by_kind, no_gpu_reason
-from kbench.views.significance import RatioInterval, median_interval
+from kbench.views.significance import LEVEL, RatioInterval, median_interval
 from kbench.views.tables import Table
 
-HOLDS, FAILS, UNMEASURABLE = "holds", "does not hold", "not measurable here"
+HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+UNMEASURABLE = "not measurable here"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNMEASURABLE)
 MEASURED_KINDS = ("train", "inference")
+
+
+def rounds_needed(level: float = LEVEL) -> int:
+    """The fewest per-round ratios whose order-statistics interval reaches ``level``
+    (its widest pair, the whole range, covers the median with ``1 - 2 * 0.5**n``)."""
+    n = 1
+    while 1 - 2 * stats.binomial_below(1, n) < level:
+        n += 1
+    return n
+
+
+ROUNDS_NEEDED = rounds_needed()  # 6 for 95%: 5 rounds cover 94%
 
 
 def _number(value: Any) -> Optional[float]:
@@ -52,9 +85,9 @@ def _mean(values: Any) -> Optional[float]:
 
 def _gpu_kernel_time(result: RunResult) -> Optional[float]:
     measured = _dig(result.sampler, "summary", "measured") or {}
-    for name, stats in sorted(measured.items()):
+    for name, summary in sorted(measured.items()):
         if name.startswith("gpu") and name.endswith("kernel_time_percent"):
-            return _number((stats or {}).get("mean"))
+            return _number((summary or {}).get("mean"))
     return None
 
 
@@ -116,18 +149,32 @@ def selector_text(selector: Dict[str, Any], skip: Sequence[str] = ()) -> str:
     return ", ".join(f"{k}={_plain(v)}" for k, v in selector.items() if k not in skip) or "all"
 
 
+def device_of(result: RunResult) -> str:
+    """Where a run computed: ``GPU <name>``, or ``CPU <model (features)>``."""
+    if no_gpu_reason([result]) is None:
+        devices = result.environment.get("machine", {}).get("gpu", {}).get("devices") or [{}]
+        return f"GPU {devices[0].get('name') or '(unnamed)'}"
+    return f"CPU {cpu_of(result)}"
+
+
 # outcomes ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Side:
-    """One selector's runs: the metric's median and range over its finished rounds."""
+    """One selector's runs: the metric's median and range over its finished rounds,
+    and what may make them unfit to judge by."""
 
     label: str
     metric: str
     spread: Optional[Spread]
     statuses: Dict[str, int]
     rounds: Dict[Tuple[str, int], float] = field(default_factory=dict)  # (host, repeat) -> value
+    duplicates: List[str] = field(default_factory=list)  # rounds that several runs matched
+    devices: List[str] = field(default_factory=list)  # where its finished runs computed
+    off_gpu: Optional[str] = None  # why one of its finished runs saw no GPU
+    on_gpu: bool = False  # one of its finished runs computed on a GPU
+    flags: List[str] = field(default_factory=list)  # its finished runs' quality flags
 
 
 @dataclass(frozen=True)
@@ -140,6 +187,57 @@ class Check:
     sides: List[Side]
     ratios: List[Optional[RatioInterval]]  # one per compared pair
     here: str  # this machine's ratio or ordering, in words
+    pairs: List[str] = field(default_factory=list)  # each ratio's pair: "top / bottom"
+    flags: List[str] = field(default_factory=list)  # "side: flag"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a verdict rests on: the size run, the devices, the rounds and each compared
+    pair's interval (with its coverage), the flags, and how the runs differ from the
+    paper's setting (the study file's ``deviations``)."""
+
+    size: str  # "full" or "reduced"
+    devices: List[str]
+    rounds: Optional[int]  # per-round ratios behind the intervals (the fewest of any pair)
+    intervals: List[Tuple[str, RatioInterval]]  # compared pair -> interval
+    flags: List[str]
+    deviations: List[str]
+    rounds_needed: int = ROUNDS_NEEDED
+    level: float = LEVEL
+
+    def text(self) -> str:
+        """``reduced size; CPU x; 1 round (a verdict needs 6); a / b: x1.00 [...]; ...``"""
+        parts = [f"{self.size} size", " + ".join(self.devices) or "no finished run"]
+        if self.rounds is None:
+            parts.append("no per-round ratio")
+        else:
+            parts.append(f"{_rounds(self.rounds)} (a verdict needs {self.rounds_needed})")
+        parts += [f"{label}: {interval_text(i)}" for label, i in self.intervals]
+        parts.append("flagged: " + "; ".join(self.flags) if self.flags else "no run flagged")
+        return "; ".join(parts)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "size": self.size,
+            "devices": list(self.devices),
+            "rounds": self.rounds,
+            "rounds_needed": self.rounds_needed,
+            "level": self.level,
+            "intervals": [
+                {
+                    "pair": label,
+                    "median": i.median,
+                    "low": i.low,
+                    "high": i.high,
+                    "coverage": i.coverage,
+                    "n": i.n,
+                }
+                for label, i in self.intervals
+            ],  # fmt: skip
+            "flags": list(self.flags),
+            "deviations": list(self.deviations),
+        }
 
 
 @dataclass(frozen=True)
@@ -150,15 +248,45 @@ class ClaimOutcome:
     paper: str  # the paper's side, in words
     here: str  # this machine's side, in words
     checks: List[Check]
+    evidence: Optional[Evidence] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "id": self.claim.id,
+            "statement": self.claim.statement,
+            "kind": self.claim.kind,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "paper": self.paper,
+            "here": self.here,
+            "evidence": self.evidence.to_dict() if self.evidence else None,
+            "checks": [
+                {"label": c.label, "verdict": c.verdict, "reason": c.reason} for c in self.checks
+            ],
+        }
 
 
-def evaluate(study: Study, results: Sequence[RunResult]) -> List[ClaimOutcome]:
-    """Every claim of ``study`` on ``results`` (a store's newest result per run)."""
+ORDERINGS = ("ordering", "efficiency_ordering")
+Defined = Callable[[Dict[str, Any]], bool]  # whether the sweep has runs for a selector
+
+
+def evaluate(
+    study: Study, results: Sequence[RunResult], defined: Optional[Defined] = None
+) -> List[ClaimOutcome]:
+    """Every claim of ``study`` on ``results`` (a store's newest result per run).
+    ``defined``: whether the sweep run has runs for a selector; an ordering's item it has
+    none of is left out (and named), any other item without a finished run makes the
+    claim inconclusive."""
     measured = [r for r in results if r.kind in MEASURED_KINDS]
-    return [evaluate_claim(study, claim, measured) for claim in study.claims]
+    return [evaluate_claim(study, claim, measured, defined) for claim in study.claims]
 
 
-def evaluate_claim(study: Study, claim: Claim, results: Sequence[RunResult]) -> ClaimOutcome:
+def evaluate_claim(
+    study: Study,
+    claim: Claim,
+    results: Sequence[RunResult],
+    defined: Optional[Defined] = None,
+) -> ClaimOutcome:
     reduced = any((r.sweep or {}).get("reduced") for r in results)
     where = {**claim.where, **(claim.reduced_where if reduced else {})}
     pool = [r for r in results if matches(r, where)]
@@ -173,137 +301,259 @@ def evaluate_claim(study: Study, claim: Claim, results: Sequence[RunResult]) -> 
         extra = {} if value is None else {claim.for_each: value}
         label = "" if value is None else f"{claim.for_each}={_plain(value)}"
         members = [r for r in pool if matches(r, extra)]
-        check = _check(claim, members, label, reduced)
-        used = [r for r in members if r.ok and any(matches(r, s) for s in claim.selectors(reduced))]
-        flags = quality_flags(used)
-        if flags:  # a busy or throttled machine: the ratio may not be the engines'
-            check = replace(check, here=f"{check.here} [flagged: {'; '.join(flags)}]")
-        checks.append(check)
+        checks.append(_check(claim, members, label, reduced, defined))
     verdict, reason = _combine(checks)
     here = "; ".join(f"{c.label}: {c.here}" if c.label else c.here for c in checks)
-    return ClaimOutcome(claim, verdict, reason, paper_text(study, claim), here, checks)
+    evidence = _evidence(study, claim, checks, reduced)
+    return ClaimOutcome(claim, verdict, reason, paper_text(study, claim), here, checks, evidence)
+
+
+def _evidence(study: Study, claim: Claim, checks: Sequence[Check], reduced: bool) -> Evidence:
+    devices = list(dict.fromkeys(d for c in checks for s in c.sides for d in s.devices))
+    intervals = [
+        (f"{c.label}: {pair}" if c.label else pair, ratio)
+        for c in checks
+        for pair, ratio in zip(c.pairs, c.ratios)
+        if ratio is not None
+    ]
+    return Evidence(
+        size="reduced" if reduced else "full",
+        devices=devices,
+        rounds=min((i.n for _, i in intervals), default=None),
+        intervals=intervals,
+        flags=list(dict.fromkeys(f for c in checks for f in c.flags)),
+        deviations=list(study.deviations) + list(claim.deviations),
+    )
 
 
 def _combine(checks: Sequence[Check]) -> Tuple[str, str]:
     def labelled(c: Check) -> str:
         return f"{c.label}: {c.reason}" if c.label else c.reason
 
-    failed = [c for c in checks if c.verdict == FAILS]
-    held = [c for c in checks if c.verdict == HOLDS]
-    unmeasured = [c for c in checks if c.verdict == UNMEASURABLE]
-    if failed:
-        return FAILS, "; ".join(labelled(c) for c in failed)
-    if held:
+    by = {v: [c for c in checks if c.verdict == v] for v in VERDICTS}
+    for verdict in (FAILS, INCONCLUSIVE):
+        if by[verdict]:
+            return verdict, "; ".join(labelled(c) for c in by[verdict])
+    if by[HOLDS]:
+        unmeasured = by[UNMEASURABLE]
         missing = (
             f" (not measured: {'; '.join(labelled(c) for c in unmeasured)})" if unmeasured else ""
         )
-        return HOLDS, "; ".join(labelled(c) for c in held) + missing
-    reasons = list(dict.fromkeys(c.reason for c in unmeasured))
-    return UNMEASURABLE, "; ".join(reasons)
+        return HOLDS, "; ".join(labelled(c) for c in by[HOLDS]) + missing
+    return UNMEASURABLE, "; ".join(dict.fromkeys(c.reason for c in by[UNMEASURABLE]))
 
 
 def _side(claim: Claim, side: Dict[str, Any], selector: Dict[str, Any], pool, shown) -> Side:
     metric = claim.side_metric(side)
     read = METRICS[metric][1]
-    runs = [r for r in pool if matches(r, selector)]
+    runs = sorted((r for r in pool if matches(r, selector)), key=lambda r: (r.started_at, r.run_id))
     statuses: Dict[str, int] = {}
-    rounds: Dict[Tuple[str, int], float] = {}
-    for r in sorted(runs, key=lambda r: (r.started_at, r.run_id)):
+    by_round: Dict[Tuple[str, int], List[RunResult]] = {}
+    for r in runs:
         statuses[r.status] = statuses.get(r.status, 0) + 1
-        value = read(r) if r.ok else None
-        if value is not None:
-            rounds[(host_of(r), int(r.config.get("repeat", 0)))] = value
+        by_round.setdefault((host_of(r), int(r.config.get("repeat", 0))), []).append(r)
+    rounds: Dict[Tuple[str, int], float] = {}
+    for key, found in by_round.items():
+        values = [read(r) for r in found if r.ok]
+        values = [v for v in values if v is not None]
+        if values:
+            rounds[key] = values[-1]
+    finished = [r for r in runs if r.ok]
+    off = [no_gpu_reason([r]) for r in finished]
     label = selector_text(selector, skip=shown)
     if metric != claim.metric:
         label += f" [{metric}]"
-    return Side(label, metric, Spread.of(list(rounds.values())), statuses, rounds)
+    return Side(
+        label, metric, Spread.of(list(rounds.values())), statuses, rounds,
+        duplicates=[_duplicate(key, found) for key, found in by_round.items() if len(found) > 1],
+        devices=list(dict.fromkeys(device_of(r) for r in finished)),
+        off_gpu=next((why for why in off if why is not None), None),
+        on_gpu=any(why is None for why in off),
+        flags=quality_flags(finished),
+    )  # fmt: skip
 
 
-def _check(claim: Claim, pool: Sequence[RunResult], label: str, reduced: bool) -> Check:
+def _duplicate(key: Tuple[str, int], found: Sequence[RunResult]) -> str:
+    """``round 1 on host: 2 runs (r1: dataset=cifar10; r2: dataset=cifar100)``: the
+    settings in which the runs one selector matched differ."""
+    settings = [{**r.config, "group": (r.sweep or {}).get("group")} for r in found]
+    differ = [k for k in settings[0] if len({repr(s.get(k)) for s in settings}) > 1]
+    runs = "; ".join(
+        f"{r.run_id}: " + (", ".join(f"{k}={_plain(s.get(k))}" for k in differ) or "same settings")
+        for r, s in zip(found, settings)
+    )
+    return f"round {key[1] + 1} on {key[0]}: {len(found)} runs ({runs})"
+
+
+def _check(
+    claim: Claim, pool: Sequence[RunResult], label: str, reduced: bool, defined: Optional[Defined]
+) -> Check:
     shown = (
         list(claim.where) + list(claim.reduced_where) + ([claim.for_each] if claim.for_each else [])
     )
-    sides_spec = list(claim.items) if claim.items else [claim.numerator, claim.denominator]
+    specs = list(claim.items) if claim.items else [claim.numerator, claim.denominator]
     selectors = claim.selectors(reduced)
-    sides = [_side(claim, spec, sel, pool, shown) for spec, sel in zip(sides_spec, selectors)]
+    sides = [_side(claim, spec, sel, pool, shown) for spec, sel in zip(specs, selectors)]
+    left_out: List[str] = []
+    if claim.kind in ORDERINGS and defined is not None:  # items this sweep never runs
+        keep = [s.statuses or defined(sel) for s, sel in zip(sides, selectors)]
+        left_out = [s.label for s, k in zip(sides, keep) if not k]
+        sides = [s for s, k in zip(sides, keep) if k]
+    ratios = _pair_ratios(claim, sides)
+    pairs = _pair_labels(claim, sides)
+    flags = [f"{s.label}: {f}" for s in sides for f in s.flags]
 
-    def unmeasurable(reason: str, ratios=()) -> Check:
-        return Check(
-            label, UNMEASURABLE, reason, sides, list(ratios), _here(claim, sides, list(ratios))
+    def made(verdict: str, reason: str) -> Check:
+        if left_out:
+            reason += f" (items this sweep does not run, left out: {', '.join(left_out)})"
+        here = _here(claim, sides, ratios)
+        return Check(label, verdict, reason, sides, ratios, here, pairs, flags)
+
+    early = _not_judged(claim, pool, sides, reduced)
+    if early is not None:
+        return made(*early)
+    if any(r is None for r in ratios):
+        return made(
+            INCONCLUSIVE,
+            "runs missing: the sides share no round (same repeat on the same machine), so "
+            "no per-round ratio",
         )
+    verdict, position = _test(claim, ratios)  # type: ignore[arg-type]
+    doubts = _doubts(claim, sides, ratios)  # type: ignore[arg-type]
+    if doubts:
+        return made(INCONCLUSIVE, "; ".join(doubts) + f"; the interval: {position}")
+    return made(verdict, position)
 
+
+def _not_judged(
+    claim: Claim, pool: Sequence[RunResult], sides: Sequence[Side], reduced: bool
+) -> Optional[Tuple[str, str]]:
+    """The verdict and reason where the runs cannot be judged at all, else None."""
     if not pool:
-        return unmeasurable(f"runs missing: no stored run of {selector_text(claim.where)}")
+        return INCONCLUSIVE, f"runs missing: no stored run of {selector_text(claim.where)}"
+    finished = [r for r in pool if r.ok] or list(pool)
     for need in claim.requires:
         if need == "gpu" and no_gpu_reason(pool) is not None:
-            return unmeasurable(f"{REQUIREMENTS['gpu']} ({no_gpu_reason(pool)})")
+            return UNMEASURABLE, f"{REQUIREMENTS['gpu']} ({no_gpu_reason(pool)})"
+        if need == "cpu" and all(no_gpu_reason([r]) is None for r in finished):
+            return UNMEASURABLE, REQUIREMENTS["cpu"]
         if need == "real_data" and any(r.data.get("synthetic") for r in pool):
-            return unmeasurable(REQUIREMENTS["real_data"])
+            return UNMEASURABLE, REQUIREMENTS["real_data"]
     if claim.reduced and reduced:
-        pairs = _pair_ratios(claim, sides)
-        return unmeasurable(f"reduced size changes the question: {claim.reduced}", pairs)
-    present = [s for s in sides if s.rounds]
+        return UNMEASURABLE, f"reduced size changes the question: {claim.reduced}"
     absent = [s for s in sides if not s.rounds]
-    ordering = claim.kind in ("ordering", "efficiency_ordering")
-    if absent and not (ordering and len(present) >= 2):
+    if absent:
         missing = "; ".join(f"{s.label} ({_statuses(s)})" for s in absent)
-        return unmeasurable(f"runs missing: no finished run with {claim.metric} for {missing}")
-    ratios = _pair_ratios(claim, present if ordering else sides)
-    if any(r is None for r in ratios):
-        return unmeasurable(
-            "runs missing: the sides share no round (same repeat on the same "
-            "machine), so no per-round ratio",
-            ratios,
+        return INCONCLUSIVE, f"runs missing: no finished run with {claim.metric} for {missing}"
+    if len(sides) < 2:
+        return INCONCLUSIVE, "runs missing: fewer than two items of the ordering ran here"
+    twice = [f"{s.label}: {d}" for s in sides for d in s.duplicates]
+    if twice:
+        return INCONCLUSIVE, (
+            "two runs of one round match one side, and a ratio needs one: "
+            + "; ".join(twice)
+            + ". Narrow the claim's selector (where) to one of them"
         )
-    verdict, reason = _test(claim, ratios)
-    if ordering and absent:
-        reason += f" (items without runs: {', '.join(s.label for s in absent)})"
-    return Check(
-        label, verdict, reason, sides, ratios, _here(claim, present if ordering else sides, ratios)
-    )
+    return None
+
+
+def _doubts(claim: Claim, sides: Sequence[Side], ratios: Sequence[RatioInterval]) -> List[str]:
+    """Why a verdict the interval gives cannot be trusted: too few rounds, a side off the
+    device the claim is about, flagged runs."""
+    doubts = []
+    n = min(r.n for r in ratios)
+    if n < ROUNDS_NEEDED:
+        need = f"a {LEVEL:.0%} interval needs {ROUNDS_NEEDED} rounds (--repeats {ROUNDS_NEEDED})"
+        if n == 1:
+            doubts.append(f"1 round: no interval; {need}")
+        else:
+            coverage = 1 - 2 * stats.binomial_below(1, n)
+            doubts.append(
+                f"{n} rounds: the interval (the whole range) covers the median with "
+                f"{coverage:.0%}; {need}"
+            )
+    if "gpu" in claim.requires:
+        doubts += [f"a side off the GPU: {s.label} ({s.off_gpu})" for s in sides if s.off_gpu]
+    if "cpu" in claim.requires:
+        doubts += [
+            f"a side on a GPU: {s.label} ({'; '.join(s.devices)})" for s in sides if s.on_gpu
+        ]
+    flags = [f"{s.label}: {f}" for s in sides for f in s.flags]
+    if flags:
+        doubts.append("runs flagged, the ratio may be the machine's: " + "; ".join(flags))
+    return doubts
+
+
+def _rounds(n: int) -> str:
+    return f"{n} round{'s' if n != 1 else ''}"
 
 
 def _pair_ratios(claim: Claim, sides: Sequence[Side]) -> List[Optional[RatioInterval]]:
     """Per-round ratios: numerator over denominator, or each item over the one before."""
-    pairs = [(sides[0], sides[1])] if not claim.items else list(zip(sides[1:], sides[:-1]))
     out = []
-    for top, bottom in pairs:
+    for top, bottom in _pairs(claim, sides):
         common = sorted(set(top.rounds) & set(bottom.rounds))
         ratios = [top.rounds[k] / bottom.rounds[k] for k in common if bottom.rounds[k]]
         out.append(median_interval(ratios))
     return out
 
 
+def _pairs(claim: Claim, sides: Sequence[Side]) -> List[Tuple[Side, Side]]:
+    if len(sides) < 2:
+        return []
+    return [(sides[0], sides[1])] if not claim.items else list(zip(sides[1:], sides[:-1]))
+
+
+def _pair_labels(claim: Claim, sides: Sequence[Side]) -> List[str]:
+    return [f"{top.label} / {bottom.label}" for top, bottom in _pairs(claim, sides)]
+
+
+def interval_text(interval: RatioInterval) -> str:
+    """``x0.75 [0.70-0.80, 97%, n=6]``; ``x1.20 [1 round: no interval]``."""
+    if interval.n < 2:
+        return f"x{interval.median:.2f} [1 round: no interval]"
+    return (
+        f"x{interval.median:.2f} [{interval.low:.2f}-{interval.high:.2f}, "
+        f"{interval.coverage:.0%}, n={interval.n}]"
+    )
+
+
 def _test(claim: Claim, ratios: Sequence[RatioInterval]) -> Tuple[str, str]:
+    """The verdict the intervals give, and where they lie, in words."""
     if claim.kind == "ratio":
-        ratio, target, tolerance = ratios[0], claim.target, claim.tolerance
-        near = abs(ratio.median - target) <= tolerance
-        how = "within" if near else "outside"
-        return (HOLDS if near else FAILS), (
-            f"x{ratio.median:.2f} is {how} {tolerance:g} of x{target:g}"
-        )
+        i, target, tolerance = ratios[0], claim.target, claim.tolerance
+        low, high = target - tolerance, target + tolerance
+        band = f"x{low:.2f}-x{high:.2f} (x{target:g} +- {tolerance:g})"
+        if low <= i.low and i.high <= high:
+            return HOLDS, f"{interval_text(i)} lies inside {band}"
+        if i.high < low or i.low > high:
+            return FAILS, f"{interval_text(i)} lies outside {band}"
+        return INCONCLUSIVE, f"{interval_text(i)} straddles an edge of {band}"
     if claim.kind == "sign":
-        ratio = ratios[0]
-        above = ratio.median > claim.than
-        ok = above if claim.expect == "greater" else ratio.median < claim.than
-        side = "above" if above else "not above"
-        if claim.expect == "less":
-            side = "below" if ratio.median < claim.than else "not below"
-        apart = ratio.low > claim.than or ratio.high < claim.than
-        clear = "" if apart else f", no clear difference from x{claim.than:g} between rounds"
-        if ratio.n < 2:
-            clear = ", from 1 round: no spread to tell it from noise"
-        return (HOLDS if ok else FAILS), f"x{ratio.median:.2f} is {side} x{claim.than:g}{clear}"
+        i, than = ratios[0], claim.than
+        greater = claim.expect == "greater"
+        claimed, other = ("above", "at or below") if greater else ("below", "at or above")
+        if (i.low > than) if greater else (i.high < than):
+            return HOLDS, f"{interval_text(i)} lies {claimed} x{than:g}"
+        if (i.high <= than) if greater else (i.low >= than):
+            return FAILS, f"{interval_text(i)} lies {other} x{than:g}, not {claimed}"
+        return INCONCLUSIVE, f"{interval_text(i)} holds x{than:g}: no clear difference"
     rising = claim.direction == "increasing"
-    wrong = [r for r in ratios if (r.median <= 1.0 if rising else r.median >= 1.0)]
-    word = "rises" if rising else "falls"
+    word = "rise" if rising else "fall"
+    wrong = [r for r in ratios if (r.high <= 1.0 if rising else r.low >= 1.0)]
+    clear = [r for r in ratios if (r.low > 1.0 if rising else r.high < 1.0)]
+    steps = ", ".join(interval_text(r) for r in ratios)
     if wrong:
-        return (
-            FAILS,
-            f"{claim.metric} does not {word.rstrip('s')} at every step "
-            f"({len(wrong)} of {len(ratios)} steps the other way)",
+        return FAILS, (
+            f"{claim.metric} does not {word} at every step ({len(wrong)} of {len(ratios)} "
+            f"steps wholly the other way: {steps})"
         )
-    return HOLDS, f"{claim.metric} {word} at every step"
+    if len(clear) < len(ratios):
+        return INCONCLUSIVE, (
+            f"{claim.metric}: {len(ratios) - len(clear)} of {len(ratios)} steps' intervals "
+            f"hold x1 ({steps})"
+        )
+    return HOLDS, f"{claim.metric} {word}s at every step, each interval clear of x1 ({steps})"
 
 
 def _statuses(side: Side) -> str:
@@ -362,26 +612,48 @@ def paper_text(study: Study, claim: Claim) -> str:
 
 
 def claims_table(study: Study, outcomes: Sequence[ClaimOutcome]) -> Table:
-    """The claims as a table: claim, paper, this machine, verdict (with the reason)."""
+    """The claims as a table: claim, paper, this machine, verdict (with the reason) and
+    the evidence (size, devices, rounds, intervals, flags, deviations)."""
     rows = []
     for o in outcomes:
         statement = o.claim.statement
         if o.claim.doubt:
             statement += f" [doubt: {o.claim.doubt} Checked instead: {o.claim.instead}]"
-        rows.append([o.claim.id, statement, o.paper, o.here, f"{o.verdict}: {o.reason}"])
-    counts = {v: sum(o.verdict == v for o in outcomes) for v in (HOLDS, FAILS, UNMEASURABLE)}
-    notes = [
+        evidence = o.evidence.text() if o.evidence else ""
+        if o.claim.deviations:
+            evidence += "; this claim's deviations from the paper: " + "; ".join(o.claim.deviations)
+        rows.append([o.claim.id, statement, o.paper, o.here, f"{o.verdict}: {o.reason}", evidence])
+    size = _size(outcomes)
+    return Table(
+        f"Paper vs this machine: {study.name}" + (f" ({size} size)" if size else ""),
+        ["claim", "statement", "paper", "this machine", "verdict", "evidence"],
+        rows,
+        _notes(study, outcomes),
+    )
+
+
+def _size(outcomes: Sequence[ClaimOutcome]) -> str:
+    sizes = {o.evidence.size for o in outcomes if o.evidence}
+    return " and ".join(sorted(sizes))
+
+
+def _notes(study: Study, outcomes: Sequence[ClaimOutcome]) -> List[str]:
+    counts = {v: sum(o.verdict == v for o in outcomes) for v in VERDICTS}
+    deviations = (
+        ["How these runs differ from the paper's (every claim): " + "; ".join(study.deviations)]
+        if study.deviations
+        else []
+    )
+    return deviations + [
         f"paper: {study.title} ({study.document}); hardware: {study.hardware_text()}; "
         f"versions: {study.versions_text()}. Its absolute figures are context; verdicts use "
         "ratios of runs measured here, round by round.",
+        f"A verdict is read off the {LEVEL:.0%} order-statistics interval on the median "
+        f"per-round ratio, never the median alone: it needs {ROUNDS_NEEDED} rounds; fewer "
+        "rounds, flagged runs, a side that did not run or ran off the claim's device give "
+        "inconclusive.",
         ", ".join(f"{n} {v}" for v, n in counts.items()),
     ]
-    return Table(
-        f"Paper vs this machine: {study.name}",
-        ["claim", "statement", "paper", "this machine", "verdict"],
-        rows,
-        notes,
-    )
 
 
 def claims_text(study: Study, outcomes: Sequence[ClaimOutcome]) -> str:
@@ -398,5 +670,42 @@ def claims_text(study: Study, outcomes: Sequence[ClaimOutcome]) -> str:
             lines.append(f"  note:         {o.claim.note}")
         lines.append(f"  this machine: {o.here}")
         lines.append(f"  verdict:      {o.verdict}: {o.reason}")
+        if o.evidence:
+            lines.append(f"  evidence:     {o.evidence.text()}")
+        for deviation in o.claim.deviations:
+            lines.append(f"  deviation:    {deviation}")
         lines.append("")
     return "\n".join(lines + [f"  {n}" for n in table.notes])
+
+
+def outcomes_json(study: Study, outcomes: Sequence[ClaimOutcome]) -> Dict[str, Any]:
+    """The verdicts as JSON (``claims.json``): the study, the rule, and per claim its
+    verdict, reason and evidence."""
+    return {
+        "study": study.name,
+        "title": study.title,
+        "document": study.document,
+        "size": _size(outcomes) or None,
+        "level": LEVEL,
+        "rounds_needed": ROUNDS_NEEDED,
+        "deviations": list(study.deviations),
+        "counts": {v: sum(o.verdict == v for o in outcomes) for v in VERDICTS},
+        "claims": [o.to_dict() for o in outcomes],
+    }
+
+
+def widest_half_width(outcomes: Sequence[ClaimOutcome], level: float = LEVEL) -> Optional[float]:
+    """The widest half-width, relative to its median, of the per-round ratios' intervals of
+    every claim judged here (``reproduce --ratio-precision``); None while any of them is
+    below ``level`` or there is none yet."""
+    widest: Optional[float] = None
+    for o in outcomes:
+        for check in o.checks:
+            if check.verdict == UNMEASURABLE:
+                continue
+            for interval in check.ratios:
+                if interval is None or interval.coverage < level or interval.median <= 0:
+                    return None
+                half = max(interval.median - interval.low, interval.high - interval.median)
+                widest = max(widest or 0.0, half / interval.median)
+    return widest

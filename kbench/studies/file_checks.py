@@ -27,3 +27,25 @@ def known_keys(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fai
                 f"unknown key; expected one of: {', '.join(allowed)}."
                 f"{did_you_mean(str(key), allowed)}",
             )
+
+
+MAX_DEPTH = 32  # far deeper than any sweep or study; YAML nested past it is refused
+
+
+def check_depth(document: Any, fail, limit: int = MAX_DEPTH) -> None:
+    """Refuse a document nested deeper than ``limit`` (read without recursion, so that a
+    file of 100,000 nested lists is an error that names the depth, not a crash)."""
+    stack = [(document, 1, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > limit:
+            raise fail(
+                where,
+                f"expected settings nested at most {limit} deep; this file nests deeper "
+                "here. A study or sweep file is a few levels of mappings and lists: check "
+                "the brackets.",
+            )
+        if isinstance(value, dict):
+            stack += [(v, depth + 1, f"{where}.{k}" if where else str(k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1, f"{where}[{i}]") for i, v in enumerate(value)]

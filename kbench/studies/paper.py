@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
-from kbench.studies.claims import METRICS, claims_table, evaluate, matches
-from kbench.studies.published import PaperPlot, Study, study_of_sweep
+from kbench.studies.claims import METRICS, ROUNDS_NEEDED, Defined, claims_table, evaluate, matches
+from kbench.studies.published import PaperPlot, Study, StudyError, study_of_sweep
+from kbench.studies.reproduce import run_matches, study_sweep
+from kbench.studies.sweep import SweepError
 from kbench.views import figures as fig
 from kbench.views.compare import Spread
 from kbench.views.report import Section
@@ -38,20 +40,40 @@ def paper_section(results: Sequence[RunResult]) -> Optional[Section]:
         return None
     study, name = found
     mine = [r for r in results if (r.sweep or {}).get("name") == name]
+    reduced = any((r.sweep or {}).get("reduced") for r in mine)
+    outcomes = evaluate(study, mine, defined=_defined(study, reduced))
     return Section(
         id="paper",
         heading="Paper vs this machine",
-        intro=intro(study),
-        tables=[claims_table(study, evaluate(study, mine))],
+        intro=intro(study, reduced),
+        tables=[claims_table(study, outcomes)],
         outcomes=[paper_plot(study, plot, mine) for plot in study.plots],
     )
 
 
-def intro(study: Study) -> str:
+def _defined(study: Study, reduced: bool) -> Optional[Defined]:
+    """Whether the study's sweep (at this size) has runs for a selector; None where the
+    sweep file cannot be read here (then every ordering item counts)."""
+    try:
+        sweep = study_sweep(study, reduced)
+    except (StudyError, SweepError):
+        return None
+    return lambda selector: any(run_matches(run, selector) for run in sweep.runs)
+
+
+def intro(study: Study, reduced: bool = False) -> str:
+    size = (
+        "This store holds the study's reduced sweep (smaller inputs, fewer runs; the study "
+        f"file says what that changes: {study.reduced_note or 'no note'}). "
+        if reduced
+        else "This store holds the study's full-size sweep. "
+    )
     return (
         f"{study.title} ({study.source}; {study.document}). The paper's machine: "
-        f"{study.hardware_text()}; {study.versions_text()}. Verdicts use ratios of runs "
-        "measured here, round by round; the paper's absolute figures are context."
+        f"{study.hardware_text()}; {study.versions_text()}. {size}Verdicts use ratios of "
+        "runs measured here, round by round, and the 95% interval on their median decides "
+        f"(from {ROUNDS_NEEDED} rounds; fewer, or flagged runs, give inconclusive); the "
+        "paper's absolute figures are context."
     )
 
 

@@ -19,7 +19,13 @@ holds:
   ``quote`` it stands in), ``read_off_plot`` (true where the number was read off a plot,
   then with its ``precision``), optionally ``at`` (the kbench settings it corresponds
   to, for plots);
-- ``claims``: see :class:`Claim`; ``plots``: see :class:`PaperPlot`.
+- ``claims``: see :class:`Claim`; ``plots``: see :class:`PaperPlot`;
+- ``deviations`` (here and in a claim): each way the sweep differs from the paper's
+  setting (optimizer, learning rate, batch size, model variant, data, epochs, framework
+  version, device), one sentence each, shown with every verdict.
+
+A file nested deeper than :data:`~kbench.studies.file_checks.MAX_DEPTH` is refused, as
+is a number that is not finite or out of its range (a tolerance of -1 or .nan).
 
 Where the files are found: ``$KBENCH_STUDIES_DIR``, else ``studies/`` in the checkout
 this module runs from (an editable install), else ``<prefix>/share/kbench/studies``
@@ -28,6 +34,7 @@ this module runs from (an editable install), else ``<prefix>/share/kbench/studie
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -35,11 +42,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from kbench.results.config import FileError, did_you_mean
-from kbench.studies.file_checks import expect_mapping, known_keys
+from kbench.studies.file_checks import check_depth, expect_mapping, known_keys
 
 KINDS = ("ratio", "sign", "ordering", "efficiency_ordering")
 REQUIREMENTS = {
     "gpu": "no GPU: the paper measured on one and these runs had none",
+    "cpu": "on a GPU: the paper measured on the CPU and every run here used a GPU "
+    "(run the sweep with device: cpu)",
     "real_data": "data not available offline: these runs trained on synthetic data",
 }
 DIRECTIONS = ("increasing", "decreasing")
@@ -59,6 +68,7 @@ TOP_KEYS = (
     "claims",
     "plots",
     "note",
+    "deviations",
 )
 FIGURE_KEYS = (
     "id",
@@ -95,6 +105,7 @@ CLAIM_KEYS = (
     "doubt",
     "instead",
     "note",
+    "deviations",
 )
 PLOT_KEYS = ("title", "x", "metric", "where", "series", "figures")
 SIDE_KEYS_EXTRA = ("metric",)  # a side of a ratio may read another metric than the claim's
@@ -164,10 +175,11 @@ class Claim:
       pair compared by its per-round ratio.
 
     ``for_each: SETTING`` checks the claim once per value of that setting among the
-    stored runs. ``requires`` (``gpu``, ``real_data``) and ``reduced`` (why the reduced
-    size changes the question) make the verdict "not measurable here" where they do not
-    hold. ``doubt`` says why the paper's own measurement is not trusted and ``instead``
-    what kbench checks in its place.
+    stored runs. ``requires`` (``gpu``, ``cpu``, ``real_data``) and ``reduced`` (why the
+    reduced size changes the question) make the verdict "not measurable here" where they
+    do not hold (a side off the required device makes it inconclusive). ``doubt`` says
+    why the paper's own measurement is not trusted and ``instead`` what kbench checks in
+    its place. ``deviations``: how its runs differ from the paper's, beyond the study's.
     """
 
     id: str
@@ -193,6 +205,7 @@ class Claim:
     doubt: Optional[str] = None
     instead: Optional[str] = None
     note: Optional[str] = None
+    deviations: Tuple[str, ...] = ()  # how its runs differ from the paper's, beyond the study's
 
     @property
     def target(self) -> Optional[float]:
@@ -242,6 +255,7 @@ class Study:
     reduced_only: Dict[str, List[Any]] = field(default_factory=dict)
     reduced_note: Optional[str] = None
     note: Optional[str] = None
+    deviations: Tuple[str, ...] = ()  # how the sweep differs from the paper's setting
 
     def sweep_path(self) -> Path:
         """The sweep file, relative to the folder above the study's ``studies/``."""
@@ -343,6 +357,13 @@ def load_study(path: Path) -> Study:
         ) from err
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise StudyError(file, "", f"expected UTF-8 YAML; it does not parse: {err}") from err
+    except RecursionError:
+        raise StudyError(
+            file,
+            "",
+            "expected a few levels of mappings and lists; the YAML is nested too deep to "
+            "read (thousands of levels). Check the brackets.",
+        ) from None
     return parse_study(document, file)
 
 
@@ -350,6 +371,7 @@ def parse_study(document: Any, file: str) -> Study:
     def fail(where: str, message: str) -> StudyError:
         return StudyError(file, where, message)
 
+    check_depth(document, fail)
     top = expect_mapping(
         document, "", "a mapping with name, document, sweep, figures, claims", fail
     )
@@ -386,7 +408,8 @@ def parse_study(document: Any, file: str) -> Study:
             raise fail(f"claims[{i}].id", f"expected unique ids; {claim.id!r} is used twice.")
         claims.append(claim)
     plots = [
-        _plot(raw, f"plots[{i}]", figures, fail) for i, raw in enumerate(top.get("plots") or [])
+        _plot(raw, f"plots[{i}]", figures, fail)
+        for i, raw in enumerate(_optional_list(top.get("plots"), "plots", "plots", fail))
     ]
     return Study(
         name=top["name"],
@@ -403,6 +426,7 @@ def parse_study(document: Any, file: str) -> Study:
         reduced_only=dict(only),
         reduced_note=reduced.get("note"),
         note=top.get("note"),
+        deviations=_deviations(top.get("deviations"), "deviations", fail),
     )
 
 
@@ -467,9 +491,7 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
         raise fail(f"{where}.kind", f"expected one of {', '.join(KINDS)}; received {kind!r}.")
     metric = _claim_metric(data, kind, where, fail)
     for key in ("paper", "expected", "tolerance", "than"):
-        value = data.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise fail(f"{where}.{key}", f"expected a number; received {value!r}.")
+        _positive(data.get(key), f"{where}.{key}", fail)
     named = _claim_figures(data, where, figures, fail)
     where_ = expect_mapping(data.get("where"), where + ".where", "a mapping of settings", fail)
     reduced_where = expect_mapping(
@@ -507,7 +529,30 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
         doubt=data.get("doubt"),
         instead=data.get("instead"),
         note=data.get("note"),
+        deviations=_deviations(data.get("deviations"), where + ".deviations", fail),
     )
+
+
+def _positive(value: Any, where: str, fail) -> None:
+    """A claim's ratio, tolerance or threshold: absent, or a finite number above 0."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail(where, f"expected a number; received {value!r}.")
+    if not math.isfinite(value) or value <= 0:
+        what = "a ratio's absolute tolerance" if where.endswith("tolerance") else "a ratio"
+        raise fail(
+            where,
+            f"expected {what}: a finite number above 0 (e.g. 0.15); received {value!r}. A "
+            "tolerance of 0 or less, or not a number, would make every verdict the same.",
+        )
+
+
+def _deviations(value: Any, where: str, fail) -> Tuple[str, ...]:
+    """A list of sentences (each way the runs differ from the paper's setting)."""
+    for i, item in enumerate(_optional_list(value, where, "sentences", fail)):
+        _text(item, f"{where}[{i}]", fail, "a sentence saying how the runs differ from the paper")
+    return tuple(value or ())
 
 
 def _claim_metric(data: Dict[str, Any], kind: str, where: str, fail) -> str:
@@ -637,6 +682,19 @@ def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Pa
 
 
 # small checks --------------------------------------------------------------------
+
+
+def _optional_list(value: Any, where: str, what: str, fail) -> List[Any]:
+    """``value`` if it is a list, [] if absent; else ``fail`` saying a list was expected."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise fail(
+            where,
+            f"expected a list of {what} (each item on a line starting with '- '); received "
+            f"{type(value).__name__} {value!r}.",
+        )
+    return value
 
 
 def _list(value: Any, where: str, fail) -> List[Any]:

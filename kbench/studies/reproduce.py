@@ -4,7 +4,13 @@ The study file (:mod:`kbench.studies.published`) names a sweep file; :func:`stud
 loads it (full size or reduced, narrowed by the study's ``reduced.only``), and
 :func:`check_study` makes sure every claim and plot refers to runs the sweep defines
 and to metrics kbench records, so a typo in a selector fails when the file is checked,
-not as "runs missing" after an hour of runs.
+not as "runs missing" after an hour of runs (and that no side matches two runs of one
+round, which no ratio can be taken from).
+
+:func:`with_rounds` runs the sweep ``repeats`` times round by round (``reproduce
+--repeats``), :func:`with_precision` passes ``--target-precision`` to its runs, and
+:func:`verdicts` judges the claims on exactly the runs planned; :func:`write_claims`
+keeps them as ``claims.md`` and ``claims.json`` in the store.
 """
 
 from __future__ import annotations
@@ -13,11 +19,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from kbench.results.config import ConfigError
+from kbench.results.jsonfile import finite, write_json_atomic, write_text_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import StoreError
-from kbench.studies.claims import METRICS, ClaimOutcome, claims_table, evaluate
+from kbench.studies.claims import (
+    METRICS,
+    ROUNDS_NEEDED,
+    ClaimOutcome,
+    claims_table,
+    evaluate,
+    outcomes_json,
+)
 from kbench.studies.published import Study, StudyError, find_study, load_study, study_files
-from kbench.studies.sweep import RUN_FIELDS, Sweep, SweepError, SweepRun, load_sweep
+from kbench.studies.sweep import RUN_FIELDS, Sweep, SweepError, SweepRun, load_sweep, run_key
 from kbench.studies.sweep_runs import stored_results
 from kbench.views.tables import render
 
@@ -105,6 +120,9 @@ def check_study(study: Study) -> List[str]:
                     )
                     continue
                 if any(run_matches(run, selector) for run in sweep.runs):
+                    twice = _ambiguous(sweep, selector, claim.for_each)
+                    if twice and not (reduced and claim.reduced):
+                        problems.append(f"{place}: {size} runs: {twice}")
                     continue
                 if reduced and claim.reduced:
                     continue  # the claim says why the reduced runs cannot answer it
@@ -128,6 +146,105 @@ def check_study(study: Study) -> List[str]:
     return problems
 
 
+def _ambiguous(sweep: Sweep, selector: Dict[str, Any], for_each: Optional[str]) -> Optional[str]:
+    """Where ``selector`` matches two runs of one round (for one value of ``for_each``),
+    which of their settings differ; None where it matches at most one."""
+    found: Dict[Tuple[int, str], List[SweepRun]] = {}
+    for run in sweep.runs:
+        if run_matches(run, selector):
+            value = repr(_plain(getattr(run.config, for_each, None))) if for_each else ""
+            found.setdefault((run.config.repeat, value), []).append(run)
+    for runs in found.values():
+        if len(runs) > 1:
+            configs = [run.config.to_dict() for run in runs]
+            differ = sorted(k for k in configs[0] if len({repr(c[k]) for c in configs}) > 1)
+            differ += ["group"] if len({run.group for run in runs}) > 1 else []
+            return (
+                f"{selector!r} matches {len(runs)} runs of one round (they differ in "
+                f"{', '.join(differ) or 'nothing'}); a per-round ratio needs one. Add the "
+                "setting to the claim's where (and reduced_where)."
+            )
+    return None
+
+
+def file_rounds(sweep: Sweep) -> int:
+    """The rounds (``repeats``) the sweep file declares at this size."""
+    return len({run.config.repeat for run in sweep.runs})
+
+
+def default_rounds(sweep: Sweep) -> int:
+    """``reproduce``'s rounds without ``--repeats``: the sweep file's, and at least the
+    rounds a 95% interval on the per-round ratios needs (:data:`ROUNDS_NEEDED`)."""
+    return max(file_rounds(sweep), ROUNDS_NEEDED)
+
+
+def with_rounds(sweep: Sweep, repeats: Any) -> Sweep:
+    """The sweep's runs ``repeats`` times, round by round (every run of round 0, then of
+    round 1, ...): each run keeps its key in the rounds the file already had, so a store
+    that holds them resumes."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(
+            "repeats",
+            f"expected a positive number of rounds, at least {ROUNDS_NEEDED} for a verdict "
+            f"(a 95% interval on the median per-round ratio); received {repeats!r}.",
+        )
+    first = [run for run in sweep.runs if run.config.repeat == 0]
+    runs = []
+    for repeat in range(repeats):
+        for run in first:
+            config = replace(run.config, repeat=repeat)
+            runs.append(SweepRun(config, run_key(config), run.group))
+    return replace(sweep, runs=runs)
+
+
+def with_precision(
+    sweep: Sweep, target: Optional[float], budget_s: Optional[float]
+) -> Tuple[Sweep, List[str]]:
+    """``--target-precision`` / ``--time-budget`` set on every run that takes them (a
+    data-parallel run trains a fixed number of steps: left as it is); the sweep and the
+    labels of the runs left as they were."""
+    if target is None and budget_s is None:
+        return sweep, []
+    runs, kept = [], []
+    for run in sweep.runs:
+        try:
+            config = replace(run.config, target_precision=target, time_budget_s=budget_s)
+        except ConfigError:
+            runs.append(run)
+            kept.append(run.config.label())
+            continue
+        runs.append(SweepRun(config, run_key(config), run.group))
+    return replace(sweep, runs=runs), kept
+
+
+def as_asked(
+    sweep: Sweep,
+    repeats: Optional[int],
+    ratio_precision: Optional[float],
+    target_precision: Optional[float],
+    time_budget_s: Optional[float],
+) -> Tuple[Sweep, List[str]]:
+    """The study's sweep as ``reproduce`` runs it: in ``repeats`` rounds (None:
+    :func:`default_rounds`; at least :data:`ROUNDS_NEEDED` with ``ratio_precision``),
+    each run with the precision goal where it takes one; and the runs that do not."""
+    repeats = default_rounds(sweep) if repeats is None else repeats
+    if ratio_precision is not None and repeats < ROUNDS_NEEDED:
+        raise ConfigError(
+            "ratio_precision",
+            f"expected --repeats of at least {ROUNDS_NEEDED} (the most rounds to run: a 95% "
+            f"interval on a median needs {ROUNDS_NEEDED}); received --repeats {repeats}.",
+        )
+    return with_precision(with_rounds(sweep, repeats), target_precision, time_budget_s)
+
+
+def rounds_of(sweep: Sweep) -> List[Sweep]:
+    """The sweep split into its rounds, in order (``--ratio-precision`` stops between)."""
+    repeats = sorted({run.config.repeat for run in sweep.runs})
+    return [
+        replace(sweep, runs=[run for run in sweep.runs if run.config.repeat == r]) for r in repeats
+    ]
+
+
 def prepare(name: str, reduced: bool) -> Tuple[Study, Sweep]:
     """The study named ``name`` (or at that path) and its sweep, the study checked
     against the sweep first: a claim or plot that names no run of it is refused here."""
@@ -141,21 +258,29 @@ def prepare(name: str, reduced: bool) -> Tuple[Study, Sweep]:
 def verdicts(
     study: Study, sweep: Sweep, store: Path, results: Optional[Sequence[RunResult]] = None
 ) -> List[ClaimOutcome]:
-    """Each claim of the study judged on the runs of its sweep that ``store`` holds."""
+    """Each claim of the study judged on the runs of ``sweep`` (exactly those: its run
+    keys) that ``store`` holds; an ordering's item the sweep has no run of is left out."""
     results = stored_results(store, sweep) if results is None else results
-    if not results:
+    planned = {run.key for run in sweep.runs}
+    mine = [r for r in results if (r.sweep or {}).get("run_key") in planned]
+    if not mine:
+        other = f" ({len(results)} of its runs with other settings or rounds)" if results else ""
         raise StoreError(
-            f"store: no runs of the sweep {sweep.name} in {store}; run "
-            f"kbench reproduce {study.name}{' --reduced' if sweep.reduced else ''}"
+            f"store: no runs of the sweep {sweep.name} as planned here in {store}{other}; "
+            f"run kbench reproduce {study.name}{' --reduced' if sweep.reduced else ''}"
         )
-    return evaluate(study, results)
+    return evaluate(study, mine, defined=lambda s: any(run_matches(r, s) for r in sweep.runs))
 
 
-def write_claims(study: Study, outcomes: Sequence[ClaimOutcome], store: Path) -> Path:
-    """The claims table as Markdown in the store (claims.md); OSError if it cannot be."""
-    path = store / "claims.md"
-    path.write_text(claims_table(study, outcomes).markdown() + "\n")
-    return path
+def write_claims(study: Study, outcomes: Sequence[ClaimOutcome], store: Path) -> Tuple[Path, Path]:
+    """The claims in the store: a Markdown table (claims.md) and the verdicts with their
+    evidence as JSON (claims.json, :func:`kbench.studies.claims.outcomes_json`); OSError
+    if they cannot be written."""
+    markdown, data = store / "claims.md", store / "claims.json"
+    write_text_atomic(markdown, claims_table(study, outcomes).markdown() + "\n")
+    document, _ = finite(outcomes_json(study, outcomes))  # standard JSON: no NaN
+    write_json_atomic(data, document, allow_nan=False)
+    return markdown, data
 
 
 def study_list() -> Tuple[str, List[Study], List[str]]:

@@ -1,9 +1,16 @@
 """A comparison run round by round (``kbench run``, ``kbench.run()``, ``kbench demo``):
 every backend and model once per round, so that drift of the machine hits every backend
-alike, and the ratio stop rule (``--ratio-precision``) read after each round."""
+alike, and the ratio stop rule (``--ratio-precision``) read after each round.
+
+Two kinds of round: fresh processes (``repeats``: each run a worker process of its own,
+:class:`kbench.run.runner.Runner`), or warm interleaved windows (configs with
+``window_s``: one warm worker per backend, a window each per round,
+:mod:`kbench.run.windows`), model after model."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -12,12 +19,21 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from kbench.measure import quality
 from kbench.results.config import ConfigError, RunConfig, did_you_mean
 from kbench.results.result import RunResult
+from kbench.run import windows
 from kbench.run.before_runs import look_before_runs
 from kbench.run.runner import Runner
 from kbench.views import compare
 
 Stop = Callable[[List[RunResult]], Optional[str]]
+
+# Warm interleaved windows, unless told otherwise: windows of about a second, until every
+# ratio's 95% interval is within +-2% or 100 s since the workers started (so that the
+# whole comparison of four backends ends within about two minutes).
+WINDOW_S = 1.0
+WINDOW_PRECISION = 0.02
+WINDOW_BUDGET_S = 100.0
 OnProgress = Callable[[RunConfig, Dict], None]
+log = logging.getLogger(__name__)
 
 # The run settings a caller gives: every RunConfig field but those the plan sets itself.
 PLANNED = ("backend", "model", "repeat")
@@ -56,6 +72,18 @@ def plan_rounds(
     models = [models] if isinstance(models, str) else list(models)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ConfigError("repeats", f"expected a positive integer; received {repeats}.")
+    if settings.get("window_s") is not None and repeats > 1:
+        raise ConfigError(
+            "window_s",
+            f"warm windows are rounds of their own; received repeats {repeats} too. Give "
+            "window_s (warm interleaved windows) or repeats (fresh-process rounds), not both.",
+        )
+    if settings.get("window_s") is not None and len(set(backends)) < 2:
+        raise ConfigError(
+            "window_s",
+            f"warm windows interleave several backends to measure their ratios; received "
+            f"one backend ({', '.join(backends)}). Name two or more, or drop window_s.",
+        )
     for setting, names in (("backend", backends), ("model", models)):
         if not names:
             raise ConfigError(setting, f"expected at least one {setting}; received none.")
@@ -82,18 +110,41 @@ def run_rounds(
     *,
     busy_threshold: float = quality.BUSY_THRESHOLD,
     wait_quiet_s: float = 0.0,
-    stop: Optional[Stop] = None,
+    stop: Optional[Callable[[], Stop]] = None,
     warm: bool = False,
     on_progress: Optional[OnProgress] = None,
 ) -> Tuple[List[RunResult], Optional[str]]:
-    """Run ``rounds`` in turn into ``store``; after each, ``stop`` may give the reason to
-    run no more. Returns the results and that reason (None: every round ran)."""
+    """Run ``rounds`` in turn into ``store``; after each, the rule ``stop()`` made may give
+    the reason to run no more. Returns the results and that reason (None: every round
+    ran). Configs with ``window_s`` run as warm interleaved windows (:func:`run_windows`)."""
     count = sum(len(r) for r in rounds)
     look_before_runs(store, count, busy_threshold, wait_quiet_s, "kbench run")
     runner = Runner(
         output_dir=store, on_progress=on_progress, busy_threshold=busy_threshold, warm=warm
     )
-    return runner.run_rounds([list(r) for r in rounds], stop)
+    if any(config.window_s is not None for r in rounds for config in r):
+        return run_windows(runner, [config for r in rounds for config in r], stop)
+    return runner.run_rounds([list(r) for r in rounds], stop() if stop is not None else None)
+
+
+def run_windows(
+    runner: Runner, configs: Sequence[RunConfig], stop: Optional[Callable[[], Stop]]
+) -> Tuple[List[RunResult], Optional[str]]:
+    """Warm interleaved windows, one model at a time (its backends' workers side by side),
+    each with a fresh ``stop()`` rule (default: :data:`WINDOW_PRECISION` or
+    :data:`WINDOW_BUDGET_S`); the reasons each stopped, joined."""
+    if stop is None:
+        stop = functools.partial(ratio_stop, WINDOW_PRECISION, WINDOW_BUDGET_S, None)
+    by_model: Dict[str, List[RunConfig]] = {}
+    for config in configs:
+        by_model.setdefault(config.model, []).append(config)
+    results: List[RunResult] = []
+    reasons = []
+    for model, model_configs in by_model.items():
+        found, reason = windows.interleave(runner, model_configs, stop=stop())
+        results += found
+        reasons.append(f"{model}: {reason}" if len(by_model) > 1 else reason)
+    return results, "; ".join(reasons)
 
 
 def run_once(
@@ -111,6 +162,11 @@ def ratio_stop(target: float, budget_s: Optional[float], baseline: Optional[str]
 
     def stop(results: List[RunResult]) -> Optional[str]:
         widest = compare.widest_ratio_half_width(results, baseline)
+        log.info(
+            "    widest ratio interval so far: %s (target +-%.1f%%)",
+            "not yet measurable" if widest is None else f"+-{widest:.1%}",
+            target * 100,
+        )
         if widest is not None and widest <= target:
             return (
                 f"ratio precision reached: every per-round ratio's 95% interval within "

@@ -241,6 +241,13 @@ def parse_sweep(
                     if err.setting not in origins:  # a check across settings
                         where = f"a run with {_describe(values, layer.swept())}"
                     raise fail(where, f"{err.setting}: {err.message}") from None
+                if config.window_s is not None:
+                    raise fail(
+                        origins.get("window_s", "settings"),
+                        "window_s: a sweep runs each run in a fresh process; warm "
+                        "interleaved windows are kbench run's (several backends, no "
+                        "--repeats). Drop window_s here.",
+                    )
                 key = run_key(config)
                 here = ", ".join(origins[k] for k in layer.swept()) or f"{place}settings"
                 if key in declared:

@@ -51,14 +51,16 @@ class Comparison:
         """The Markdown file ``kbench compare`` writes: the tables and the runs without
         a result."""
         failed = [r for r in self.results if not r.ok]
-        lines = [f"# {title}", "", f"{len(self.results)} runs, {len(failed)} without a result."]
-        lines += ["", *(t.markdown() + "\n" for t in self.study)]
+        lines = [f"# {tables.markdown_text(title)}", ""]
+        lines += [f"{len(self.results)} runs, {len(failed)} without a result.", ""]
+        lines += [t.markdown() + "\n" for t in self.study]
         if failed:
-            lines += ["### Runs without a result", "", "| run | status | reason |", "|---|---|---|"]
-            lines += [
-                f"| {r.run_id} | {r.status} | {(r.reason or '').replace('|', '/')} |"
-                for r in failed
-            ]
+            rows = [[r.run_id, r.status, (r.reason or "").replace("|", "/")] for r in failed]
+            lines.append(
+                tables.Table(
+                    "Runs without a result", ["run", "status", "reason"], rows, []
+                ).markdown()
+            )
         text = "\n".join(lines).rstrip() + "\n"
         return text + "".join("\n" + t.markdown() + "\n" for t in self.sections)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -250,8 +251,14 @@ def new_figure(height_in: float, width_in: float = WIDTH_IN) -> Any:
 
 
 def png_of(figure: Any) -> bytes:
+    """The figure as PNG. What matplotlib warns while drawing it (a layout it could not
+    fit, values it could not scale) goes to kbench's debug log, not to the terminal."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=DPI)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure.savefig(buffer, format="png", dpi=DPI)
+    for warning in caught:
+        log.debug("matplotlib, drawing a figure: %s", warning.message)
     return buffer.getvalue()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -15,8 +16,10 @@ from kbench.views.compare import (
     BackendRow,
     ComparisonGroup,
     Spread,
+    by_machine,
     compare,
     kernels_text,
+    model_labels,
     varying_settings,
 )
 from kbench.views.names import model_label
@@ -52,6 +55,8 @@ def spread_text(spread: Optional[Spread], spec: str, prefix: str = "") -> str:
 def ratio_text(row: BackendRow, baseline: str) -> str:
     """The speed ratio with its significance (:mod:`kbench.views.significance`): the
     baseline itself reads ``x1.00``."""
+    if row.apart:
+        return f"- [{row.apart}]"
     if row.ratio_interval is None:
         return "-"
     if row.backend == baseline:
@@ -78,10 +83,13 @@ def run_table(results: Sequence[RunResult]) -> str:
         "ms p50", "first step s", "test acc", "params",
     ]  # fmt: skip
     rows = []
+    labels = model_labels(r.config["model"] for r in results)
     for r in results:
         m = r.metrics
         keras_json = r.environment.get("keras_json", {})
-        if not r.ok:
+        if not r.ok and m.get("images_per_sec") is not None:  # what it measured before
+            cells = [f"{m['images_per_sec']:,.0f} (partial)", *_steps_cells(m)[1:]]
+        elif not r.ok:
             cells = ["-"] * 5
         elif r.kind == "inference":
             latency = m["latency_ms"]
@@ -92,23 +100,17 @@ def run_table(results: Sequence[RunResult]) -> str:
                 f"{m['first_step_s']:.2f}",
                 "-",
             ]
-        elif m.get("images_per_sec") is None:  # kbench exec: no Keras training observed
+        elif m.get("images_per_sec") is None and not m.get("step_time_s"):  # exec: no fit
             cells = [m.get("note") or "-", "-", "-", "-", "-"]
         else:
-            per_step = m["images_per_sec_per_step"]
-            cells = [
-                run_flagged(f"{m['images_per_sec']:,.0f}", r),
-                f"p10-p90 {per_step['p10']:,.0f}-{per_step['p90']:,.0f} img/s",
-                f"{m['step_time_s']['p50'] * 1000:.2f}",
-                f"{m['first_step_s']:.2f}",
-                "-" if m.get("test_accuracy") is None else f"{m['test_accuracy']:.3f}",
-            ]
+            cells = _steps_cells(m)
+            cells[0] = run_flagged(cells[0], r)
         params = r.model.get("params")
         repeat = r.config.get("repeat", 0)
         rows.append(
             [
                 r.config["backend"] + (f" #{repeat + 1}" if repeat else ""),
-                model_label(r.config["model"]),
+                labels[r.config["model"]],
                 r.kind,
                 keras_json.get("image_data_format", "-"),
                 "ok" if r.ok else r.status.upper(),
@@ -117,11 +119,40 @@ def run_table(results: Sequence[RunResult]) -> str:
             ]
         )
     warned = dict.fromkeys(
-        f"\nwarning: {r.config['backend']}/{model_label(r.config['model'])}: {w}"
+        f"\nwarning: {r.config['backend']}/{labels[r.config['model']]}: {w}"
         for r in results
         for w in r.warnings
     )
     return render(headers, rows) + "".join(warned)
+
+
+def _steps_cells(m: Dict[str, Any]) -> List[str]:
+    """img/s, its spread, ms p50, first step and test accuracy of a training run (or a
+    kbench exec script's measured calls): the spread only over enough steps (a short
+    measurement says how many, and no spread beside it); the accuracy with the name
+    the script gave it, where that is not ``accuracy``."""
+    steps = m.get("measured_steps")
+    per_step = m.get("images_per_sec_per_step") or {}
+    if m.get("measurement_note"):
+        spread = f"{steps} step(s): too short to mean much"
+    elif not per_step and steps:
+        spread = f"{steps} steps"
+    elif per_step:
+        spread = f"p10-p90 {per_step['p10']:,.0f}-{per_step['p90']:,.0f} img/s"
+        spread += f", {steps} steps" if steps else ""
+    else:
+        spread = "-"
+    accuracy = m.get("test_accuracy")
+    name = m.get("test_accuracy_metric")
+    rate = m.get("images_per_sec")
+    return [
+        "n/a: batch sizes unknown" if rate is None else f"{rate:,.0f}",  # data sets, generators
+        spread,
+        f"{m['step_time_s']['p50'] * 1000:.2f}" if m.get("step_time_s") else "-",
+        f"{m['first_step_s']:.2f}" if m.get("first_step_s") is not None else "-",
+        "-" if accuracy is None
+        else f"{accuracy:.3f}" + (f" ({name})" if name and name != "accuracy" else ""),
+    ]  # fmt: skip
 
 
 def group_table(group: ComparisonGroup) -> str:
@@ -151,6 +182,8 @@ def group_table(group: ComparisonGroup) -> str:
             ]
         rows.append(cells)
     note = f"\n  {SETUP_NOTE}" if any(row.setup_flags for row in group.rows) else ""
+    if group.apart:
+        note += f"\n  {APART_NOTE}: {'; '.join(group.apart)}"
     return f"{group.title}\n{render(headers, rows)}{note}"
 
 
@@ -176,20 +209,28 @@ class Table:
 
     def markdown(self) -> str:
         def cells(row: Sequence[str]) -> str:
-            return "| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |"
+            return "| " + " | ".join(markdown_text(c).replace("|", "\\|") for c in row) + " |"
 
-        lines = [f"### {self.title}", "", cells(self.headers)]
+        lines = [f"### {markdown_text(self.title)}", "", cells(self.headers)]
         lines.append("|" + "|".join("---" for _ in self.headers) + "|")
         lines += [cells(r) for r in self.rows]
-        lines += [""] + [f"- {n}" for n in self.notes] if self.notes else []
+        lines += [""] + [f"- {markdown_text(n)}" for n in self.notes] if self.notes else []
         return "\n".join(lines)
+
+
+def markdown_text(text: object) -> str:
+    """``text`` as Markdown shows it, never as HTML: model names, titles and reasons
+    come from the user (``<script>`` in a file name stays text), and a line break would
+    end a table row."""
+    return html.escape(" ".join(str(text).splitlines()), quote=False)
 
 
 def not_ok_lines(results: Sequence[RunResult]) -> List[str]:
     """One line per run that gave no numbers, with its status and reason (a run that
     is ``unsupported`` on this machine is listed too, though it is no failure)."""
+    labels = model_labels(r.config["model"] for r in results)
     return [
-        f"  {r.config['backend']}/{model_label(r.config['model'])}: {r.status}: {r.reason}"
+        f"  {r.config['backend']}/{labels[r.config['model']]}: {r.status}: {r.reason}"
         for r in results
         if not r.ok
     ]
@@ -214,29 +255,58 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
     Rows are the distinct settings (model, data set, batch size and whatever else
     differs between runs); a backend that did not run a setting shows ``-``, one
     whose runs all ended without a result shows ``OOM``/``FAILED``/``TIMEOUT``.
+    Runs of several machines (a merged store, a sweep run on a cluster) get tables per
+    machine, titled with it: no median and no ratio mixes machines.
     """
+    machines = by_machine([r for r in results if r.kind in MODEL_KINDS])
+    # a machine with no measurement (a run recorded failed before it ran anywhere) has
+    # no table; below the tables, such runs are listed with their reasons
+    measured = {host: runs for host, runs in machines.items() if any(r.ok for r in runs)}
+    if len(machines) <= 1 or not measured:
+        return _machine_tables(results, baseline)
+    if len(measured) == 1:
+        (runs,) = measured.values()
+        return _machine_tables(runs, baseline)
+    machines = measured
+    mixed = (
+        f"these runs come from {len(machines)} machines ({', '.join(machines)}): a table "
+        "per machine; no ratio is computed across machines"
+    )
+    out: List[Table] = []
+    for machine, runs in machines.items():
+        for t in _machine_tables(runs, baseline):
+            out.append(Table(f"{t.title}, on {machine}", t.headers, t.rows, [mixed, *t.notes]))
+    return out
+
+
+def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> List[Table]:
+    """:func:`study_tables` of the runs of one machine."""
     groups = compare(results, baseline)
     if not groups:
         return []
     columns = list(dict.fromkeys(row.backend for g in groups for row in g.rows))
     varying = [k for k in varying_settings(groups) if k not in ("model",)]
-    row_headers = ["model"] + (["setting"] if varying else [])
+    variants = any(g.variant for g in groups)  # groups of one setting, apart (compare)
+    row_headers = ["model"] + (["setting"] if varying or variants else [])
+    labels = {g.model: g.label for g in groups}
 
-    def label(model: str, synthetic: bool, settings: Dict[str, Any]) -> List[str]:
-        model = model_label(model) + (" (synthetic)" if synthetic else "")
-        if not varying:
+    def label(
+        model: str, synthetic: bool, settings: Dict[str, Any], variant: str = ""
+    ) -> List[str]:
+        model = (labels.get(model) or model_label(model)) + (" (synthetic)" if synthetic else "")
+        if not (varying or variants):
             return [model]
         parts = [
-            f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(settings[k])}"
+            f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(settings[k], k)}"
             for k in varying
             if settings.get(k) is not None
             and not (k == "dataset" and synthetic)
             and not (k in SWITCHES and settings[k] == SWITCHES[k].default)  # a switch left off
-        ]
+        ] + ([variant] if variant else [])
         return [model, ", ".join(parts) or "defaults"]
 
     def row_label(group: ComparisonGroup) -> List[str]:
-        return label(group.model, group.synthetic, group.settings)
+        return label(group.model, group.synthetic, group.settings, group.variant)
 
     warned = dict.fromkeys(
         f"warning: {r.config['backend']}, "
@@ -271,6 +341,7 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
             f"Throughput, images/s: {repeats}",
             lambda r: flagged(spread_text(r.images_per_sec, ",.0f"), r),
             ["measured window only (after the warmup steps)", *warned]
+            + [apart_note(row_label(g), g) for g in groups if g.apart]
             + ([QUALITY_NOTE] if any(r.quality_flags for g in groups for r in g.rows) else [])
             + ([SETUP_NOTE] if any(r.setup_flags for g in groups for r in g.rows) else []),
         ),
@@ -342,6 +413,12 @@ def _measure_tables(
     return tables
 
 
+def apart_note(label: Sequence[str], group: ComparisonGroup) -> str:
+    """Why ``group`` (its row ``label``) stands apart from rows of the same settings."""
+    return f"{APART_NOTE}: {', '.join(label)}: {'; '.join(group.apart)}"
+
+
+APART_NOTE = "shown apart (no ratio to the rows of the same settings)"
 SETUP_NOTE = (
     "[CPU: ...], [kernels: ...]: rows measured on different CPUs (model and the features "
     "that decide kernels), or one framework on different CPU kernel libraries: their "
@@ -360,18 +437,37 @@ SHORT_NAMES = {
     "test_samples": "test n", "input_shape": "input", "num_classes": "classes",
     "image_size": "images", "data_format": "format", "gpu_memory_fraction": "mem fraction",
     "gpu_memory_growth": "mem growth", "mixed_precision": "mixed", "learning_rate": "lr",
-    "duration_s": "seconds",
+    "duration_s": "seconds", "command": "args", "cwd": "in",
 }  # fmt: skip
 
 
-def setting_cell(value) -> str:
+def setting_cell(value, key: str = "") -> str:
     if value is None:
         return "default"
+    if key == "command" and isinstance(value, (list, tuple)):  # kbench exec
+        return _command_cell(value)
+    if key == "cwd" and isinstance(value, str):  # kbench exec: the folder's name
+        return value.rstrip("/").rpartition("/")[2] or value
     if isinstance(value, (list, tuple)):
         if all(isinstance(v, int) for v in value):  # a shape: 28x28x1
             return "x".join(map(str, value))
         return " ".join(map(str, value))  # a command line (kbench exec)
     return str(value)
+
+
+def _command_cell(command: Sequence[str]) -> str:
+    """A kbench exec command as a row tells it apart: its arguments after the script
+    (the model column names the script; the interpreter's path says nothing)."""
+    words = [str(w) for w in command]
+    if words and words[0].rpartition("/")[2].startswith("python"):
+        words = words[1:]
+        while words and words[0].startswith("-") and words[0] not in ("-m", "-c"):
+            words = words[1:]
+        words = words[2:] if words[:1] in (["-m"], ["-c"]) else words[1:]
+    else:
+        words = words[1:]
+    text = " ".join(words) or "none"
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def environments_table(probes: Sequence[Dict[str, Any]]) -> str:

@@ -2,15 +2,47 @@
 its PYTHONPATH): pins the process to the cores kbench was asked for, and, unless
 ``--no-instrument``, installs kbench's Keras instrumentation (kbench.exec.instrument).
 
+kbench is imported from its own files, not through the links of the run's temporary
+import folder (the mxnet environment has no kbench installed): a traceback through
+kbench's wrapper then names a file that still exists after the run.
+
 Whatever fails here is written to the events file and the script goes on. A
 ``sitecustomize`` this one shadows (the interpreter's own) is run afterwards.
 """
+
+
+def _real_kbench() -> None:
+    """Import ``kbench`` from the folder its link on the path points to."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    if "kbench" in sys.modules:
+        return
+    spec = importlib.machinery.PathFinder.find_spec("kbench")
+    if spec is None or not spec.origin:
+        return
+    real = os.path.realpath(spec.origin)
+    if real == spec.origin:
+        return
+    spec = importlib.util.spec_from_file_location(
+        "kbench", real, submodule_search_locations=[os.path.dirname(real)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kbench"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["kbench"]
+        raise
 
 
 def _kbench_start() -> None:
     import os
 
     try:
+        _real_kbench()
         from kbench.exec import instrument
 
         instrument.start()

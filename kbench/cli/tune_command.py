@@ -1,0 +1,120 @@
+"""``kbench tune``: each backend at its best, then the backends compared at their best."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from kbench.backends import BACKENDS
+from kbench.cli.arguments import (
+    add_backend_argument,
+    add_batch_size_argument,
+    add_model_argument,
+    add_output_arguments,
+    add_seed_argument,
+    add_warmup_argument,
+    budget,
+    duration,
+    precision,
+)
+from kbench.results.config import RunConfig
+from kbench.studies import rounds as studies_rounds
+from kbench.studies import tune as studies_tune
+from kbench.views import tune as tune_view
+from kbench_models import MODELS
+
+DESCRIPTION = """\
+For each --backend, search the settings that apply to it on this machine (XLA or
+jit_compile on and off, eager, TensorFlow's oneDNN kernels, the other data format,
+bfloat16 where the CPU computes it, Gluon's hybridize, torch.compile, half the threads;
+the batch size only with --allow-batch-size) for the fastest one that computes the
+same thing: each setting starts from the default's initial weights, and its outputs
+and warmup losses must lie within the parity tolerance of the default's. Each setting
+is a warm worker; the settings measure windows in turn, round after round, and from
+6 rounds on a setting clearly slower than the best is dropped, so the budget goes to
+the close contenders. The changes that were clearly faster are then tried together.
+Then the backends, each at its best, measure windows in turn for the ratios between
+them. Every window is a result in --store; the report is printed and written as
+STORE/tune.json. Exits 1 when a backend's default setting could not run, 2 on bad input.
+"""
+
+EXAMPLES = """\
+examples:
+  kbench tune -b tensorflow,jax,torch,mxnet -m small_cnn --dataset synthetic --budget 10m
+  kbench tune -b torch -m resnet20 --dataset cifar10 --budget 5m --allow-batch-size
+"""
+
+
+def add_command(commands) -> None:
+    parser = commands.add_parser(
+        "tune",
+        help="each backend's fastest settings that compute the same, then the backends compared",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_backend_argument(parser, list(BACKENDS), required=True)
+    add_model_argument(
+        parser, list(MODELS), default="mlp", single=True, default_text="default: mlp"
+    )
+    parser.add_argument("--dataset", default="synthetic", help="as kbench run (default: synthetic)")
+    parser.add_argument("--data-dir", help="as kbench run")
+    parser.add_argument(
+        "--train-samples", type=int, default=2048,
+        help="training samples the windows cycle through (default: 2048)",
+    )  # fmt: skip
+    add_batch_size_argument(parser)
+    add_warmup_argument(parser, 5, "training steps before measuring; their losses are compared")
+    add_seed_argument(parser)
+    parser.add_argument(
+        "--budget", type=duration, default=600.0, dest="budget_s", metavar="DURATION",
+        help="the whole search's time: 90s, 10m, 1h (default: 10m); a quarter of it goes "
+        "to comparing the backends at their best",
+    )  # fmt: skip
+    parser.add_argument(
+        "--allow-batch-size", action="store_true",
+        help="also try half and twice --batch-size (it changes the training: their losses "
+        "are not compared, only the outputs before training)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--window", type=budget, dest="window_s", metavar="SECONDS",
+        default=studies_rounds.WINDOW_S,
+        help=f"seconds a window measures (default: {studies_rounds.WINDOW_S:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ratio-precision", type=precision, metavar="P",
+        default=studies_rounds.WINDOW_PRECISION,
+        help="a search settles when every ratio's 95%% interval is within +-P "
+        f"(default: {studies_rounds.WINDOW_PRECISION:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--try", dest="only", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+        metavar="SETTING[,...]",
+        help="try only these settings: jit_compile, run_eagerly, onednn, data_format, "
+        "mixed_precision, hybridize, torch_compile, tf32, threads, batch_size (default: "
+        "every one that applies)",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_output_arguments(parser)
+    parser.set_defaults(handler=command_tune)
+
+
+def command_tune(args: argparse.Namespace) -> int:
+    base = RunConfig(
+        backend=args.backend[0], model=args.model, dataset=args.dataset, data_dir=args.data_dir,
+        train_samples=args.train_samples, batch_size=args.batch_size,
+        warmup_steps=args.warmup_steps, seed=args.seed, threads=args.threads,
+        timeout_s=args.timeout_s, sample_interval_s=args.sample_interval_s, device=args.device,
+        window_s=args.window_s, epochs=1,
+    )  # fmt: skip
+    report = studies_tune.tune(
+        args.backend, base, args.store, budget_s=args.budget_s, target=args.ratio_precision,
+        allow_batch_size=args.allow_batch_size, only=args.only,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(tune_view.tune_text(report))
+        print(f"\nevery window in {args.store}/; this report in {args.store}/tune.json; "
+              f"kbench report --store {args.store} draws it")  # fmt: skip
+    return 1 if any(b["best"] is None for b in report["backends"]) else 0

@@ -1,0 +1,513 @@
+"""Warm interleaved windows: a comparison measured in rounds of A B C D windows (parent side).
+
+Each config (a backend, usually) gets one warm worker (:mod:`kbench.run.window_worker`)
+that starts its framework, builds and compiles the model once and then measures a
+window of steps each time it is told to. The workers start side by side; their warmups
+run one at a time; then, round after round, each worker measures one window while the
+others wait doing nothing, in an order that turns by one each round (A B C, B C A,
+C A B), so that drift of the machine and the position in a round hit every backend
+alike. Each window is a result document of its own (``config.repeat`` = its round,
+``config.window_s`` set, ``metrics.window`` saying which worker and window): the
+per-round ratios, their interval and the ratio stop rule read them as they read fresh
+rounds.
+
+- The sampler runs during each window only, on that worker's process tree; the window's
+  quality flags are its own. A round in which any window was flagged busy or on a shared
+  GPU is dropped: its documents are kept, marked ``metrics.window.dropped`` with the
+  reason, and left out of every comparison; the rounds go on.
+- A worker that crashes, runs out of memory or stops answering (a window past
+  :func:`window_timeout`) is stopped and recorded as today's runs are (``failed``,
+  ``oom``, ``timeout``); the others go on. With fewer than two workers left there is no
+  ratio to measure, and the comparison stops.
+- What needs a fresh process (the first step, compilation, cold memory) is measured
+  once, at the worker's start, and kept in its first window's document only.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import os
+import queue
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import psutil
+
+from kbench.measure import processes
+from kbench.measure.sampler import Sampler, process_tree, tree_usage
+from kbench.results import ending
+from kbench.results.config import RunConfig
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore, open_log
+from kbench.run import environments
+from kbench.run.channel import REPLY_FD_VARIABLE, read_replies
+from kbench.run.metrics import compute_rate
+from kbench.run.runner import Case, PlannedRun, Runner, Session, add_sampled, model_facts
+from kbench.run.supervise import LOG_TAIL_LINES, LogWriter, relay_output, stop_group
+from kbench.run.task import WorkerReply
+
+log = logging.getLogger(__name__)
+
+WINDOW_TIMEOUT_MIN_S = 60.0  # a window that has not answered by then has hung
+# After its window a worker is waited for until its threads are idle: thread pools spin
+# for a while after work (OpenMP's block time), which would land in the next window.
+SETTLE_CPU_PERCENT = 10.0  # of one core
+SETTLE_MAX_S = 1.0
+SETTLE_STEP_S = 0.05
+FINISH_TIMEOUT_S = 30.0
+MAX_ROUNDS = 1000
+DROPPING_FLAGS = ("busy", "shared GPU")  # interference that comes and goes: drop the round
+NOTE = (
+    "a measuring window of a warm worker: the framework, model and compilation were "
+    "started once, before the first window; throughput is the window's steps over their "
+    "time, as a fresh run's measured window. Not captured here: the first step and "
+    "compilation (the worker's start, in its first window's document), and what grows "
+    "across windows (allocator pools, caches). Memory readings are the process's peaks "
+    "since it started. Test accuracy is not measured: each backend trains as many steps "
+    "as its windows take."
+)
+
+Stop = Callable[[List[RunResult]], Optional[str]]
+OnWindow = Callable[["WindowWorker", int], None]
+
+
+class WorkerGone(Exception):
+    """The worker ended or was stopped; ``verdict`` says how (its status and reason)."""
+
+    def __init__(self, verdict: ending.Verdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+
+
+def window_timeout(window_s: float) -> float:
+    """How long a window may take before its worker counts as hung."""
+    return max(WINDOW_TIMEOUT_MIN_S, 20.0 * window_s)
+
+
+@dataclass
+class WindowWorker:
+    """One warm worker process and what it has said so far."""
+
+    runner: Runner
+    planned: PlannedRun
+    process: subprocess.Popen
+    replies: queue.Queue
+    log_file: LogWriter
+    tail: collections.deque
+    interpreter: str
+    process_env: Dict[str, str]
+    keras_json: Dict[str, Any]
+    launched_at: float
+    threads: List[threading.Thread] = field(default_factory=list)
+    started: Dict[str, Any] = field(default_factory=dict)  # the ``started`` reply
+    ready: Dict[str, Any] = field(default_factory=dict)  # the ``ready`` reply
+    gone: Optional[ending.Verdict] = None
+    windows: int = 0  # windows measured so far
+    name: str = ""  # what logs and reasons call it (default: its backend)
+    weights: Dict[str, Any] = field(default_factory=dict)  # weights_out, weights_in, check
+    tags: Dict[str, Any] = field(default_factory=dict)  # added to each window's metrics
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.config.backend
+
+    @property
+    def config(self) -> RunConfig:
+        return self.planned.config
+
+    @property
+    def alive(self) -> bool:
+        return self.gone is None
+
+    @classmethod
+    def launch(cls, runner: Runner, session: Session, config: RunConfig) -> WindowWorker:
+        """Start the worker process; it imports and builds while the others do too."""
+        planned = runner._plan(Case(config, session.prepared.get(config)), session.directory)
+        env, keras_json = environments.process_environment(
+            config.backend, planned.run_dir, session.python_path, config.threads_in_force,
+            config.data_format, config.device,
+        )  # fmt: skip
+        interpreter = environments.interpreter_for(config.backend)
+        launched_at = time.time()
+        planned.write_task(keras_json["image_data_format"], launched_at)
+        log_path = open_log(runner.output_dir, planned.run_id)
+        command = [
+            str(interpreter),
+            "-m",
+            "kbench.run.window_worker",
+            str(planned.run_dir / "run.json"),
+        ]
+        read_end, write_end = os.pipe()
+        env[REPLY_FD_VARIABLE] = str(write_end)
+        try:
+            process = processes.start(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env=env, cwd=planned.run_dir, text=True, errors="replace", pass_fds=(write_end,),
+            )  # fmt: skip
+        finally:
+            os.close(write_end)
+        worker = cls(
+            runner=runner, planned=planned, process=process, replies=queue.Queue(),
+            log_file=LogWriter.open(log_path),
+            tail=collections.deque(maxlen=LOG_TAIL_LINES), interpreter=str(interpreter),
+            process_env=environments.recorded_variables(env, config.backend),
+            keras_json=keras_json, launched_at=launched_at,
+        )  # fmt: skip
+        worker.threads = [
+            threading.Thread(target=read_replies, args=(read_end, worker.replies), daemon=True),
+            threading.Thread(
+                target=relay_output,
+                args=(process, worker.log_file, worker.tail, config, runner.on_progress),
+                daemon=True,
+            ),
+        ]
+        for thread in worker.threads:
+            thread.start()
+        return worker
+
+    # --------------------------------------------------------------- talking to it
+
+    def _send(self, command: Dict[str, Any]) -> None:
+        try:
+            self.process.stdin.write(json.dumps(command) + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # it is gone: the reply channel says how
+
+    def _await(self, what: str, timeout_s: float) -> Dict[str, Any]:
+        """The next reply; raises :class:`WorkerGone` when the worker failed, died or did
+        not answer within ``timeout_s`` (then it is stopped)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                reply = self.replies.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                stop_group(self.process)
+                self._end(ending.timed_out(
+                    f"the warm worker did not answer {what} within {timeout_s:g} s and was "
+                    "stopped", self.tail,
+                ))  # fmt: skip
+            if reply is None:
+                self._wait_exit()
+                how = processes.describe_exit(self.process.returncode)
+                self._end(ending.no_result(
+                    "WorkerCrashed", how, f"the warm worker {how} during {what}", self.tail
+                ))  # fmt: skip
+            if reply["event"] == "failed":
+                self._wait_exit()
+                self._end(ending.reported(reply["status"], reply["error"], self.tail))
+            if reply["event"] == "garbled":
+                log.warning("%s: a garbled reply was ignored: %s", self.label, reply["line"])
+                continue
+            return reply
+
+    def _wait_exit(self) -> None:
+        try:
+            self.process.wait(timeout=FINISH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            stop_group(self.process)
+
+    def _end(self, verdict: ending.Verdict) -> None:
+        self.gone = verdict
+        raise WorkerGone(verdict)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name != self.config.backend else self.config.label()
+
+    # --------------------------------------------------------------- its stages
+
+    def start(self) -> List[RunResult]:
+        """Wait for the framework, data and model; [] when started, else its failed result."""
+        try:
+            self.started = self._await("its start", self.config.timeout_s)
+        except WorkerGone as gone:
+            return [self._failed(gone.verdict, 0, self.launched_at)]
+        return []
+
+    def warm_up(self) -> List[RunResult]:
+        """The warmup and calibration steps; [] when ready, else its failed result."""
+        began = time.time()
+        self._send(
+            {"do": "warmup", "window_s": self.config.window_s, "steps": self.config.steps}
+            | self.weights
+        )
+        try:
+            self.ready = self._await("its warmup", self.config.timeout_s)
+        except WorkerGone as gone:
+            return [self._failed(gone.verdict, 0, began)]
+        for warning in self.started["framework"].get("warnings") or []:
+            log.warning("%s: %s", self.label, warning)
+        log.info(
+            "%s: warm; first step %.2f s, %d-step windows (%.1f ms a step)",
+            self.label, self.ready["first_step_s"], self.ready["window_steps"],
+            self.ready["calibration_step_s"] * 1000,
+        )  # fmt: skip
+        return []
+
+    def window(
+        self, round_index: int, position: int, on_sent: Optional[OnWindow] = None
+    ) -> RunResult:
+        """One measuring window: its result document (not yet stored)."""
+        config = self.config
+        sampler = None
+        if config.sample_interval_s > 0:
+            sampler = Sampler(self.process.pid, config.sample_interval_s, nvml=self.runner.nvml)
+            sampler.__enter__()
+        began = time.time()
+        try:
+            self._send({"do": "window", "index": self.windows})
+            if on_sent is not None:
+                on_sent(self, round_index)
+            reply = self._await(f"window {self.windows + 1}", window_timeout(config.window_s))
+        except WorkerGone as gone:
+            return self._failed(gone.verdict, round_index, began)
+        finally:
+            if sampler is not None:
+                sampler.__exit__(None, None, None)
+        self.windows += 1
+        result = self._window_result(reply, round_index, position, sampler)
+        result.metrics["window"]["idle_wait_s"] = self.settle()
+        return result
+
+    def settle(self) -> float:
+        """Wait, at most :data:`SETTLE_MAX_S`, until the worker's processes use under
+        :data:`SETTLE_CPU_PERCENT` of a core; the seconds waited."""
+        started = time.monotonic()
+        try:
+            tree = process_tree(psutil.Process(self.process.pid))
+        except psutil.Error:
+            return 0.0
+        known: Dict[int, psutil.Process] = {}
+        tree_usage(tree, known)  # the first reading only starts the count
+        while time.monotonic() - started < SETTLE_MAX_S:
+            time.sleep(SETTLE_STEP_S)
+            usage = tree_usage(tree, known)
+            if usage is None or usage[0] < SETTLE_CPU_PERCENT:
+                break
+        return time.monotonic() - started
+
+    def close(self) -> None:
+        """Tell it to finish; stop whatever of it is left; close its log."""
+        if self.alive and self.process.poll() is None:
+            self._send({"do": "finish"})
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass
+            self._wait_exit()
+        elif self.process.poll() is None:
+            stop_group(self.process)
+        processes.kill_tree(self.process.pid)
+        for thread in self.threads:
+            thread.join(timeout=10)
+        self.log_file.close()
+
+    # --------------------------------------------------------------- its results
+
+    def _result(
+        self,
+        verdict: ending.Verdict,
+        round_index: int,
+        started_at: float,
+        ended_at: float,
+        metrics: Optional[Dict[str, Any]] = None,
+        sampled: Optional[Dict[str, Any]] = None,
+        reply: Optional[WorkerReply] = None,
+        run_id: Optional[str] = None,
+    ) -> RunResult:
+        config = dataclasses.replace(self.config, repeat=round_index)
+        return ending.run_result(
+            run_id=run_id or f"{self.planned.run_id}-w{self.windows:03d}",
+            kind="train",
+            config=config.to_dict(),
+            verdict=verdict,
+            started_at=started_at,
+            ended_at=ended_at,
+            environment=ending.environment(
+                self.interpreter,
+                self.process_env,
+                self.keras_json,
+                reply.framework if reply else self.started.get("framework"),
+            ),  # fmt: skip
+            data=self.planned.case.data.describe(),
+            model=model_facts(config, reply),
+            metrics=metrics,
+            sampler=sampled,
+        )
+
+    def _failed(self, verdict: ending.Verdict, round_index: int, started_at: float) -> RunResult:
+        reply = None
+        if self.started:
+            reply = WorkerReply("failed", framework=self.started["framework"],
+                                model=self.started["model"])  # fmt: skip
+        return self._result(verdict, round_index, started_at, time.time(), reply=reply)
+
+    def _window_result(
+        self,
+        reply: Dict[str, Any],
+        round_index: int,
+        position: int,
+        sampler: Optional[Sampler],
+    ) -> RunResult:
+        metrics = dict(reply["metrics"]) | self._worker_figures() | {
+            "window": {
+                "index": self.windows - 1, "round": round_index, "position": position,
+                "steps": self.ready["window_steps"],
+                "worker_run_id": self.planned.run_id, "worker_pid": self.process.pid,
+                "fresh_process": False, "dropped": None, "note": NOTE,
+            },
+            **self.tags,
+            "warm_worker": True, "epoch_time_s": [], "epoch_train_loss": [],
+            "epoch_train_accuracy": [], "test_loss": None, "test_accuracy": None,
+        }  # fmt: skip
+        started_at, ended_at = reply["started_at"], reply["ended_at"]
+        sampled = None
+        if sampler is not None:
+            sampled = add_sampled(
+                sampler, self.config, metrics, started_at, ended_at, self.runner.busy_threshold
+            ).to_dict()
+        worker_reply = WorkerReply(
+            "ok", metrics=metrics, framework=reply["framework"], model=self.started["model"]
+        )
+        metrics["compute"] = compute_rate(self.config, metrics, worker_reply)
+        return self._result(
+            ending.OK, round_index, started_at, ended_at, metrics, sampled, worker_reply,
+            run_id=f"{self.planned.run_id}-w{self.windows - 1:03d}",
+        )  # fmt: skip
+
+    def _worker_figures(self) -> Dict[str, Any]:
+        """The start's figures, in the first window's document only (None in the others)."""
+        first = self.windows == 1
+        ready, started = self.ready, self.started
+        return {
+            "import_time_s": started["import_time_s"] if first else None,
+            "build_time_s": started["build_time_s"] if first else None,
+            "first_step_s": ready["first_step_s"] if first else None,
+            "time_to_first_step_s": ready["first_step_at"] - self.launched_at if first else None,
+            "warmup_steps": ready["warmup_steps"] if first else 0,
+            "warmup_time_s": ready["warmup_time_s"] if first else None,
+        }
+
+
+def drop_reason(
+    round_results: Sequence[RunResult], names: Optional[Dict[int, str]] = None
+) -> Optional[str]:
+    """Why this round must be dropped: a window flagged busy or on a shared GPU.
+    ``names``: what to call each result's worker (by ``id``; default: its backend)."""
+    for result in round_results:
+        for flag in (result.metrics.get("quality") or {}).get("flags") or []:
+            if flag.startswith(DROPPING_FLAGS):
+                name = (names or {}).get(id(result), result.config["backend"])
+                return f"{name}'s window measured while {flag}"
+    return None
+
+
+def interleave(
+    runner: Runner,
+    configs: Sequence[RunConfig],
+    *,
+    stop: Optional[Stop] = None,
+    max_rounds: int = MAX_ROUNDS,
+    on_window: Optional[OnWindow] = None,
+) -> Tuple[List[RunResult], str]:
+    """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, the
+    steps of a window) in warm interleaved windows into ``runner.output_dir`` until
+    ``stop(counted results)`` gives a reason, ``max_rounds`` rounds ran, or fewer than
+    two workers are left. Returns every window's result (dropped ones included) and why
+    it stopped. ``on_window(worker, round)`` is called as each window's command is sent."""
+    unset = [config.label() for config in configs if config.window_s is None]
+    if unset:
+        raise ValueError(f"interleave: expected configs with window_s; {unset[0]} has none")
+    results: List[RunResult] = []
+    with runner.session(configs) as session:
+        workers = [WindowWorker.launch(runner, session, config) for config in configs]
+        try:
+            results += start_workers(runner, workers)
+            reason = _rounds(runner, workers, results, stop, max_rounds, on_window)
+        finally:
+            for worker in workers:
+                worker.close()
+    return results, reason
+
+
+def _rounds(
+    runner: Runner,
+    workers: List[WindowWorker],
+    results: List[RunResult],
+    stop: Optional[Stop],
+    max_rounds: int,
+    on_window: Optional[OnWindow],
+) -> str:
+    """The rounds of :func:`interleave`, their results added to ``results``; why they ended."""
+    for round_index in range(max_rounds):
+        alive = [w for w in workers if w.alive]
+        if len(alive) < 2:
+            left = ", ".join(w.name for w in alive) or "none"
+            return f"fewer than two workers left ({left}): no ratio to measure"
+        results += measure_round(runner, alive, round_index, on_window)
+        counted = [r for r in results if not r.dropped]
+        why = stop(counted) if stop is not None else None
+        if why is not None:
+            return why
+    return f"{max_rounds} rounds ran"
+
+
+def measure_round(
+    runner: Runner,
+    workers: Sequence[WindowWorker],
+    round_index: int,
+    on_window: Optional[OnWindow] = None,
+) -> List[RunResult]:
+    """One round: a window of each of ``workers`` in turn, the order turned by
+    ``round_index``; the round dropped (and said) where a window was flagged busy. Its
+    results, stored."""
+    shift = round_index % len(workers)
+    turn = list(workers[shift:]) + list(workers[:shift])
+    round_results = [
+        worker.window(round_index, position, on_window) for position, worker in enumerate(turn)
+    ]
+    reason = drop_reason(round_results, {id(r): w.name for r, w in zip(round_results, turn)})
+    for result in round_results:
+        if reason and result.ok:
+            result.metrics["window"]["dropped"] = reason
+    _log_round(round_index, [(w.name, r) for w, r in zip(turn, round_results)], reason)
+    return keep(runner, round_results)
+
+
+def start_workers(runner: Runner, workers: Sequence[WindowWorker]) -> List[RunResult]:
+    """Wait for every worker's start, then warm each up in turn; the failed ones' results."""
+    results: List[RunResult] = []
+    for worker in workers:
+        results += keep(runner, worker.start())
+    for worker in [w for w in workers if w.alive]:
+        results += keep(runner, worker.warm_up())
+    return results
+
+
+def keep(runner: Runner, results: List[RunResult]) -> List[RunResult]:
+    """``results`` into the store; their flags are told once a round (:func:`_log_round`),
+    the framework's warnings once a worker (:meth:`WindowWorker.warm_up`)."""
+    with runner.store_lock:
+        store = ResultStore(runner.output_dir)
+        for result in results:
+            store.add(result)
+            if not result.ok:
+                log.warning("%s", ending.summary_line(result))
+    return list(results)
+
+
+def _log_round(
+    round_index: int, named: Sequence[Tuple[str, RunResult]], dropped_for: Optional[str]
+) -> None:
+    figures = ", ".join(
+        f"{name} {r.metrics['images_per_sec']:,.0f} img/s" if r.ok else f"{name} {r.status.upper()}"
+        for name, r in named
+    )
+    tail = f"; dropped: {dropped_for}" if dropped_for else ""
+    log.info("round %d: %s%s", round_index + 1, figures, tail)

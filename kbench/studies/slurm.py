@@ -1,0 +1,574 @@
+"""A sweep's runs as the tasks of one Slurm job array, into the sweep's one store.
+
+The submitting command plans the sweep against its store as the local executor does,
+holding the store's writer lock; the runs to do become the tasks of one ``sbatch
+--array`` job (``%N`` for ``--max-parallel``). A task is the runs of one comparison
+(one setting and repeat, every backend: their ratio is computed on one node), or with
+``--per-task run`` one run, or with ``--warm`` one warm worker's runs. Each task runs
+:mod:`kbench.studies.slurm_node` on its node with the submitter's interpreter, from
+the submitter's directory: the checkout, its environments and the store must be on a
+filesystem every node shares, at the same paths.
+
+What lives in the store (``STORE/.slurm/<submission>/``): ``tasks.json`` (the sweep
+file, its settings and each task's run keys, written before ``sbatch``), ``job.json``
+(the job id, written after), ``task-<i>.out`` (each task's output), ``task-<i>/`` (the
+task's own working store: the runner writes there under that folder's own lock, so no
+node waits on the sweep's writer lock) and ``settled.json`` once every task has ended
+and been accounted for.
+
+Writing one store from several nodes: a task moves each finished run's document (and
+its log) from its folder into the store with ``os.replace``, atomic on one
+filesystem; nodes never write the index. The index is a cache that every reader
+reconciles with the documents and replaces atomically (:mod:`kbench.results.store`):
+the submitter's polls bring it up to date.
+
+Waiting: the submitter polls ``squeue`` (and ``sacct`` where accounting answers) and
+the store, and prints a line when a task or a count changes; left with Ctrl-C, the job
+goes on. The same command again reads the earlier submissions of the store: it waits
+for their tasks still queued or running, records every run a task left without a
+result, and submits what remains. A run a task left without a result (the task
+failed, was cancelled, timed out, preempted, its node failed) is recorded as a result
+(``failed``, ``timeout`` or ``oom``) whose reason is Slurm's (``sacct`` State and
+Reason, exit code, node); such a record does not count as done: the next submission
+runs the run again. A result a run wrote itself (ok or failed) counts as done, as in a
+local sweep (``--retry-failed``, ``--force`` as there). A task checks the store for each
+run before running it, so a task requeued by Slurm runs nothing twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from kbench.measure import sysinfo
+from kbench.results import ending
+from kbench.results.config import ConfigError
+from kbench.results.jsonfile import write_text_atomic
+from kbench.results.result import RunResult
+from kbench.results.store import IndexEntry, ResultStore, latest_per_run
+from kbench.studies.sweep import Sweep, SweepRun, worker_groups
+
+log = logging.getLogger(__name__)
+
+SLURM_DIR = ".slurm"  # in the store
+PER_TASK = ("comparison", "run")
+SLURM_TOOLS = ("sbatch", "squeue", "sacct", "scancel")
+# States a task leaves only to end (or, preempted with requeue, to be pending again).
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "UNLISTED")  # fmt: skip
+STATUS_OF_STATE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY": "oom"}
+# why a task waited (sacct keeps the last one on an ended task): not why it ended
+WAITING = ("Priority", "Resources", "Dependency", "BeginTime", "ReqNodeNotAvail")
+RECORD_PART = "slurm"  # run ids of the records of runs a Slurm task left without a result
+OWN_OPTIONS = ("--array", "-a", "--output", "-o", "--error", "-e", "--parsable", "--wrap")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm tool failed; the message says which, with what it printed."""
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """``kbench sweep --executor slurm``'s settings, checked on creation."""
+
+    partition: Optional[str] = None
+    max_parallel: Optional[int] = None
+    sbatch: Tuple[str, ...] = ()  # more sbatch options, as words
+    per_task: str = "comparison"
+    poll_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.max_parallel is not None and self.max_parallel < 1:
+            raise ConfigError(
+                "max_parallel",
+                f"expected a positive number of tasks at a time; received {self.max_parallel}.",
+            )
+        if self.per_task not in PER_TASK:
+            raise ConfigError(
+                "per_task", f"expected one of {', '.join(PER_TASK)}; received {self.per_task!r}."
+            )
+        if not self.poll_s > 0:
+            raise ConfigError("poll", f"expected seconds > 0; received {self.poll_s}.")
+        for word in self.sbatch:
+            name = word.split("=", 1)[0]
+            if name in OWN_OPTIONS or (name[:2] in ("-a", "-o", "-e") and not name[:2] == name):
+                raise ConfigError(
+                    "sbatch",
+                    f"expected sbatch options other than the array, output and error, which "
+                    f"kbench sets; received {word!r}. Drop it (--max-parallel sets the %N of "
+                    "the array).",
+                )
+
+    @classmethod
+    def parse_sbatch(cls, text: Optional[str]) -> Tuple[str, ...]:
+        """``--sbatch "--gres=gpu:1 --time=00:30:00"`` as words (shell quoting)."""
+        try:
+            return tuple(shlex.split(text or ""))
+        except ValueError as err:
+            raise ConfigError(
+                "sbatch", f"expected sbatch options in shell quoting; {err}: {text!r}."
+            ) from None
+
+
+def check_tools() -> None:
+    """Refuse (exit 2) a machine without Slurm's client tools on the PATH."""
+    missing = [tool for tool in ("sbatch", "squeue", "scancel") if shutil.which(tool) is None]
+    if missing:
+        raise ConfigError(
+            "executor",
+            f"expected Slurm's {', '.join(missing)} on the PATH for --executor slurm; "
+            "received none. Run the sweep on a Slurm login node, or use --executor local.",
+        )
+
+
+def task_units(runs: Sequence[SweepRun], per_task: str, warm: bool) -> List[List[SweepRun]]:
+    """The runs of each task, in the sweep's order. ``comparison``: the runs of one
+    setting and repeat (every backend), so that their ratios are taken on one node;
+    ``run``: one run each, or with ``warm`` the runs one warm worker shares."""
+    if per_task == "run":
+        return worker_groups(runs) if warm else [[run] for run in runs]
+    units: Dict[str, List[SweepRun]] = {}
+    for run in runs:
+        settings = {k: v for k, v in run.config.to_dict().items() if k != "backend"}
+        units.setdefault(json.dumps(settings, sort_keys=True, default=str), []).append(run)
+    return list(units.values())
+
+
+# Slurm's tools ---------------------------------------------------------------------
+
+
+def _tool(command: List[str], check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SlurmError(f"{' '.join(command[:2])}: {err}") from None
+    if check and done.returncode != 0:
+        raise SlurmError(
+            f"{shlex.join(command)} exited {done.returncode}: "
+            f"{(done.stderr or done.stdout).strip()[:500]}"
+        )
+    return done
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """One array task as Slurm reports it."""
+
+    state: str  # PENDING, RUNNING, COMPLETED, CANCELLED by 0, ..., UNLISTED
+    reason: str = ""
+    exit_code: str = ""
+    node: str = ""
+
+    @property
+    def word(self) -> str:
+        return self.state.split()[0] if self.state else "UNLISTED"
+
+    @property
+    def ended(self) -> bool:
+        return self.word in ENDED
+
+    def describe(self) -> str:
+        parts = [self.state]
+        waited = self.ended and (self.reason.endswith("Limit") or self.reason in WAITING)
+        if self.reason and self.reason not in ("None", "(null)") and not waited:
+            parts.append(f"reason {self.reason}")
+        if self.exit_code and self.exit_code != "0:0":
+            parts.append(f"exit code {self.exit_code}")
+        if self.node and self.node not in ("None assigned", "(null)"):
+            parts.append(f"on {self.node}")
+        return ", ".join(parts)
+
+
+UNLISTED = TaskState(
+    "UNLISTED",
+    "neither squeue nor sacct lists it: cancelled before it started (Slurm keeps no record "
+    "of an array task cancelled while pending), or its record expired",
+)
+
+
+@dataclass
+class Queue:
+    """``squeue`` and ``sacct`` for one job array's tasks; ``sacct`` only where the
+    cluster's accounting answers (a cluster without it: squeue's record of ended tasks,
+    kept for MinJobAge)."""
+
+    accounting: Optional[bool] = None
+    # (job, task) -> when squeue first showed it ended while sacct did not yet
+    ending_since: Dict[Tuple[str, int], float] = field(default_factory=dict)
+    accounting_lag_s: float = 30.0
+
+    def states(self, job_id: str) -> Dict[int, TaskState]:
+        found: Dict[int, TaskState] = {}
+        if self.accounting is not False and shutil.which("sacct"):
+            done = _tool(["sacct", "-n", "-P", "-X", "-j", job_id,
+                          "-o", "JobID,State,Reason,ExitCode,NodeList"], check=False)  # fmt: skip
+            self.accounting = done.returncode == 0
+            if not self.accounting:
+                log.debug("sacct: %s", (done.stderr or done.stdout).strip())
+            found.update(_parse(done.stdout if self.accounting else "", job_id))
+        done = _tool(["squeue", "-h", "-r", "--states=all", "-j", job_id,
+                      "-o", "%i|%T|%r|-|%N"], check=False)  # fmt: skip
+        if done.returncode != 0 and "Invalid job id" not in done.stderr:
+            raise SlurmError(f"squeue -j {job_id}: {(done.stderr or done.stdout).strip()[:300]}")
+        for index, state in _parse(done.stdout, job_id).items():
+            if index not in found or not state.ended:  # squeue knows best what still runs
+                found[index] = TaskState(state.state, state.reason, found.get(
+                    index, state).exit_code, state.node)  # fmt: skip
+            if self.accounting and state.ended and not found[index].exit_code:
+                # accounting records an end a moment later: wait for its exit code
+                since = self.ending_since.setdefault((job_id, index), time.monotonic())
+                if time.monotonic() - since < self.accounting_lag_s:
+                    found[index] = TaskState("COMPLETING", state.reason, "", state.node)
+        return found
+
+
+def _parse(text: str, job_id: str) -> Dict[int, TaskState]:
+    """``JOB_TASK|State|Reason|...`` lines; collapsed ranges of pending tasks skipped
+    (``squeue -r`` and ``sacct -X`` list each task that started or ended)."""
+    out: Dict[int, TaskState] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        job, _, task = parts[0].partition("_")
+        if job != job_id or not task.isdigit():
+            continue
+        parts += [""] * 5
+        if parts[3] and ":" not in parts[3]:  # squeue: the dependency column, no exit code
+            parts[3] = ""
+        out[int(task)] = TaskState(parts[1].strip(), parts[2].strip(), parts[3].strip(),
+                                   parts[4].strip())  # fmt: skip
+    return out
+
+
+def cancel(job_id: str, task: Optional[int] = None) -> None:
+    """``scancel JOB[_TASK]``."""
+    _tool(["scancel", job_id if task is None else f"{job_id}_{task}"])
+
+
+# submissions -------------------------------------------------------------------------
+
+
+@dataclass
+class Submission:
+    """One ``sbatch --array`` of a sweep, as kept in ``STORE/.slurm/<name>/``."""
+
+    directory: Path
+    manifest: Dict
+    job_id: Optional[str] = None
+    states: Dict[int, TaskState] = field(default_factory=dict)
+
+    @property
+    def tasks(self) -> List[List[str]]:
+        return self.manifest["tasks"]
+
+    @property
+    def submitted_at(self) -> str:
+        return self.manifest["submitted_at"]
+
+    def keys(self) -> Set[str]:
+        return {key for task in self.tasks for key in task}
+
+    def output(self, index: int) -> Path:
+        return self.directory / f"task-{index}.out"
+
+    def settle(self) -> None:
+        write_text_atomic(self.directory / "settled.json", json.dumps({"job_id": self.job_id}))
+
+    def all_ended(self) -> bool:
+        return bool(self.states) and all(
+            self.states.get(i, UNLISTED).ended for i in range(len(self.tasks))
+        )
+
+
+def open_submissions(store: Path) -> List[Submission]:
+    """The store's submissions not yet settled, oldest first."""
+    out = []
+    for directory in sorted((store / SLURM_DIR).glob("*/")):
+        job = directory / "job.json"
+        if not job.is_file() or (directory / "settled.json").exists():
+            continue
+        try:
+            manifest = json.loads((directory / "tasks.json").read_text())
+            job_id = str(json.loads(job.read_text())["job_id"])
+        except (OSError, ValueError, KeyError) as err:
+            log.warning("%s: not read (%s); its tasks are not followed", directory, err)
+            continue
+        out.append(Submission(directory, manifest, job_id))
+    return out
+
+
+def submit(
+    sweep: Sweep,
+    store: Path,
+    units: Sequence[Sequence[SweepRun]],
+    options: SlurmOptions,
+    settings: Dict,
+) -> Submission:
+    """Write the manifest, ``sbatch --array`` the tasks, then write the job id."""
+    now = dt.datetime.now(dt.timezone.utc)
+    directory = store.resolve() / SLURM_DIR / f"{now:%Y%m%dT%H%M%S%fZ}"
+    directory.mkdir(parents=True)
+    manifest = dict(
+        settings,
+        sweep_file=str(Path(sweep.file).resolve()),
+        reduced=sweep.reduced,
+        store=str(store.resolve()),
+        submitted_at=now.isoformat(),
+        tasks=[[run.key for run in unit] for unit in units],
+    )
+    write_text_atomic(directory / "tasks.json", json.dumps(manifest, indent=1))
+    script = directory / "task.sh"
+    script.write_text(
+        "#!/bin/sh\n# one task of a kbench sweep: its runs, by SLURM_ARRAY_TASK_ID\n"
+        f"exec {shlex.quote(sys.executable)} -m kbench.studies.slurm_node "
+        f"{shlex.quote(str(directory / 'tasks.json'))}\n"
+    )
+    array = f"0-{len(units) - 1}" + (f"%{options.max_parallel}" if options.max_parallel else "")
+    command = ["sbatch", "--parsable", f"--array={array}", f"--job-name=kbench-{sweep.name}",
+               f"--output={directory}/task-%a.out", f"--chdir={os.getcwd()}"]  # fmt: skip
+    if options.partition:
+        command.append(f"--partition={options.partition}")
+    command += [*options.sbatch, str(script)]
+    job_id = _tool(command).stdout.strip().split(";")[0]
+    write_text_atomic(directory / "job.json", json.dumps({"job_id": job_id}))
+    return Submission(directory, manifest, job_id)
+
+
+# results of the tasks ------------------------------------------------------------------
+
+
+def move_documents(folder: Path, store: Path) -> int:
+    """Move the result documents and logs a task wrote in its own ``folder`` into the
+    store (``os.replace``: atomic on one filesystem); the number that could not be."""
+    lost = 0
+    moves = [(p, store / p.name) for p in folder.glob("*.json")]
+    if (folder / "logs").is_dir():
+        (store / "logs").mkdir(exist_ok=True)
+        moves += [(p, store / "logs" / p.name) for p in (folder / "logs").iterdir()]
+    for source, target in moves:
+        try:
+            os.replace(source, target)
+        except OSError as err:
+            log.error("%s: not moved into %s: %s", source, target.parent, err)
+            lost += source.suffix == ".json"
+    return lost
+
+
+def is_slurm_record(entry: IndexEntry) -> bool:
+    """Whether a stored result is kbench's record of a run a Slurm task left without one."""
+    return entry.run_id.split("-")[1:2] == [RECORD_PART]
+
+
+def newest_entries(store: Path) -> Dict[str, IndexEntry]:
+    """run key -> the newest readable result of it in ``store``."""
+    results = ResultStore(store)
+    if not results.exists():
+        return {}
+    return {e.run_key: e for e in latest_per_run(results.entries()) if e.run_key}
+
+
+def ran_since(entry: Optional[IndexEntry], submitted_at: str) -> bool:
+    """Whether ``entry`` is a result of a submission made at ``submitted_at`` (or later)."""
+    return entry is not None and _instant(entry.started_at) >= _instant(submitted_at)
+
+
+def _instant(text: str) -> float:
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def record_ended(
+    sweep: Sweep, submission: Submission, index: int, runs: Sequence[SweepRun], store: Path
+) -> List[RunResult]:
+    """Record each of ``runs`` (task ``index`` ended without their results) as a result
+    whose reason is Slurm's."""
+    state = submission.states.get(index, UNLISTED)
+    status = STATUS_OF_STATE.get(state.word, "failed")
+    task = f"{submission.job_id}_{index}"
+    reason = ending.first_line(
+        f"Slurm task {task} ended before this run had a result: {state.describe()}; "
+        f"its output: {submission.output(index)}"
+    )
+    now = time.time()
+    kept = []
+    for run in runs:
+        result = ending.run_result(
+            run_id=ending.new_run_id(RECORD_PART, run.config.backend),
+            kind=run.config.mode,
+            config=run.config.to_dict(),
+            verdict=ending.Verdict(
+                status,
+                reason,
+                {
+                    "type": "SlurmTaskEnded",
+                    "job": task,
+                    "state": state.state,
+                    "reason": state.reason,
+                    "exit_code": state.exit_code,
+                    "node": state.node,
+                },
+            ),  # fmt: skip
+            started_at=now,
+            ended_at=now,
+            environment={
+                "kbench": sysinfo.kbench_info(),
+                "machine": {"hostname": state.node or "no node (the task never started)"},
+            },
+            data={},
+            sweep=sweep.provenance(run),
+        )
+        ResultStore(store).add(result)
+        kept.append(result)
+    return kept
+
+
+# waiting ----------------------------------------------------------------------------
+
+
+@dataclass
+class Watch:
+    """The submitter's view of its submissions: polls Slurm and the store, records
+    runs that tasks left without a result, prints what changed."""
+
+    sweep: Sweep
+    store: Path
+    submissions: List[Submission]
+    queue: Queue = field(default_factory=Queue)
+    write: Callable[[str], None] = print
+    started: float = field(default_factory=time.monotonic)
+    shown: Dict[Tuple[str, int], str] = field(default_factory=dict)
+    last_line: str = ""
+    recorded: List[RunResult] = field(default_factory=list)
+
+    def runs_of(self, submission: Submission, index: int) -> List[SweepRun]:
+        by_key = {run.key: run for run in self.sweep.runs}
+        return [by_key[key] for key in submission.tasks[index] if key in by_key]
+
+    def poll(self) -> bool:
+        """One look; True when every task of every submission has ended."""
+        for sub in self.submissions:
+            sub.states = self.queue.states(sub.job_id or "")
+            for index in range(len(sub.tasks)):  # what a task killed mid-move left behind
+                folder = sub.directory / f"task-{index}"
+                if sub.states.get(index, UNLISTED).ended and folder.is_dir():
+                    move_documents(folder, self.store)
+        newest = newest_entries(self.store)
+        for sub in self.submissions:
+            for index in range(len(sub.tasks)):
+                state = sub.states.get(index, UNLISTED)
+                self._show_task(sub, index, state)
+                missing = [run for run in self.runs_of(sub, index)
+                           if not ran_since(newest.get(run.key), sub.submitted_at)]  # fmt: skip
+                if state.ended and missing:
+                    self.recorded += record_ended(self.sweep, sub, index, missing, self.store)
+            if sub.all_ended():
+                sub.settle()
+        self._show_counts(newest_entries(self.store))
+        return all(sub.all_ended() for sub in self.submissions)
+
+    def wait(self, poll_s: float) -> None:
+        while not self.poll():
+            time.sleep(poll_s)
+
+    def _show_task(self, sub: Submission, index: int, state: TaskState) -> None:
+        words = state.describe()
+        if self.shown.get((sub.job_id or "", index)) == words:
+            return
+        self.shown[(sub.job_id or "", index)] = words
+        labels = ", ".join(run.config.label() for run in self.runs_of(sub, index))
+        self.write(f"  task {sub.job_id}_{index} [{labels}]: {words}")
+
+    def _show_counts(self, newest: Dict[str, IndexEntry]) -> None:
+        counts = {"queued": 0, "running": 0, "done": 0, "failed": 0}
+        ok = failed = 0
+        total = 0
+        for sub in self.submissions:
+            for index in range(len(sub.tasks)):
+                word = sub.states.get(index, UNLISTED).word
+                kind = ("done" if word == "COMPLETED" else "failed" if word in ENDED
+                        else "queued" if word in ("PENDING", "REQUEUED", "CONFIGURING")
+                        else "running")  # fmt: skip
+                counts[kind] += 1
+            for key in sub.keys():
+                total += 1
+                entry = newest.get(key)
+                if ran_since(entry, sub.submitted_at):
+                    ok += entry.status == "ok"
+                    failed += entry.status != "ok"
+        tasks = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+        line = f"tasks: {tasks} | runs: {ok + failed}/{total} in the store, {failed} not ok"
+        if line != self.last_line:
+            self.last_line = line
+            elapsed = int(time.monotonic() - self.started)
+            self.write(f"[{elapsed // 60}m{elapsed % 60:02d}s] {line}")
+
+
+def run_on_slurm(
+    sweep: Sweep,
+    store: Path,
+    options: SlurmOptions,
+    *,
+    force: bool = False,
+    retry_failed: bool = False,
+    warm: bool = False,
+    settings: Optional[Dict] = None,
+    write: Callable[[str], None] = print,
+) -> List[RunResult]:
+    """Follow the store's earlier submissions, submit the runs of ``sweep`` that are not
+    done and not in flight as one job array, and wait until every task has ended.
+    Returns this invocation's results (read from the store). The caller holds the
+    store's writer lock; KeyboardInterrupt leaves the jobs running."""
+    check_tools()
+    earlier = open_submissions(store)
+    watch = Watch(sweep, store, earlier, write=write)
+    if earlier:
+        write(f"following {len(earlier)} earlier submission(s): job "
+              f"{', '.join(s.job_id or '?' for s in earlier)}")  # fmt: skip
+        watch.poll()
+    in_flight = {key for sub in earlier if not sub.all_ended() for key in sub.keys()}
+    to_run = [run for run in runs_to_do(sweep, store, force, retry_failed)
+              if run.key not in in_flight]  # fmt: skip
+    first = time.time()
+    if to_run:
+        units = task_units(to_run, options.per_task, warm)
+        sub = submit(sweep, store, units, options, dict(settings or {}, warm=warm))
+        watch.submissions.append(sub)
+        where = f" on partition {options.partition}" if options.partition else ""
+        write(f"submitted job {sub.job_id}{where}: {len(units)} tasks, {len(to_run)} runs "
+              f"(task outputs in {sub.directory}/)")  # fmt: skip
+    elif not in_flight:
+        write("nothing to submit: every run has a result")
+        return []
+    watch.wait(options.poll_s)
+    since = "its submission" if to_run else "this command started"
+    write(f"all tasks ended, {time.time() - first:.0f}s after {since}")
+    newest = newest_entries(store)
+    keys = {key for sub in watch.submissions for key in sub.keys()}
+    results = ResultStore(store)
+    return [RunResult.load(store / newest[k].file) for k in sorted(keys) if k in newest
+            and results.exists()]  # fmt: skip
+
+
+def runs_to_do(sweep: Sweep, store: Path, force: bool, retry_failed: bool) -> List[SweepRun]:
+    """The runs of ``sweep`` to submit: those without a result in ``store``, those whose
+    newest result is the record of a task Slurm ended, and (``force``, ``retry_failed``)
+    as a local sweep."""
+    newest = newest_entries(store)
+    return [run for run in sweep.runs if _to_run(newest.get(run.key), force, retry_failed)]
+
+
+def _to_run(entry: Optional[IndexEntry], force: bool, retry_failed: bool) -> bool:
+    if entry is None or force or is_slurm_record(entry):
+        return True
+    return retry_failed and entry.status != "ok"

@@ -1,0 +1,539 @@
+"""Each backend at its best (``kbench tune``): the fastest settings that compute the same
+thing, found in warm interleaved windows, then the backends compared at their best.
+
+For each backend, one after another:
+
+1. **Candidates** (:func:`search_space`): the default settings and each single change
+   that applies to this backend on this machine: XLA/``jit_compile``, eager, oneDNN,
+   the other data format, bfloat16 where the CPU computes it, Gluon's hybridize,
+   ``torch.compile``, half the threads, and (only with ``allow_batch_size``, since it
+   changes the training) half and twice the batch. A change that cannot run here is
+   skipped with its reason, not run.
+2. **Same computation** (:func:`differs`): every candidate starts from the default's
+   initial weights (a Keras backend exports them; a native port starts from its own
+   seeded ones) and its outputs on the first test batch and its warmup losses must lie
+   within the parity tolerance of the default's (bfloat16: its own, wider one, and
+   said). One that does not is out, with the figures.
+3. **Successive halving in windows**: each candidate is a warm worker; round after
+   round each measures one window, so that every per-round ratio to the default is
+   taken side by side. From :data:`MIN_ROUNDS` rounds on, a candidate whose ratio
+   interval lies wholly below the best one's is dropped (its worker closed), so the
+   budget goes to the close contenders; the phase ends when every remaining interval is
+   within ``target``, or its share of the budget is spent. The changes that were
+   clearly faster (interval above x1) are then tried together, once, the same way.
+4. **The best**: the candidate with the highest median ratio whose interval lies above
+   x1; else the default ("no setting clearly faster").
+
+Then the backends' best workers, still warm, measure windows in turn until every ratio
+to the first backend is within ``target`` or the budget is spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import yaml
+
+from kbench.backends import BACKENDS
+from kbench.measure import processes, sysinfo
+from kbench.measure.stats import LEVEL, MedianInterval, median_interval
+from kbench.results.config import ConfigError, RunConfig
+from kbench.results.jsonfile import write_json_atomic, write_text_atomic
+from kbench.results.result import RunResult
+from kbench.run import environments
+from kbench.run.runner import Runner, Session
+from kbench.run.windows import WindowWorker, keep, measure_round
+from kbench_models import spec_for
+
+log = logging.getLogger(__name__)
+
+MIN_ROUNDS = 6  # the fewest per-round ratios whose interval reaches 95%
+FINAL_SHARE = 0.25  # of the budget, for the backends compared at their best
+COMBINED_SHARE = 0.35  # of a backend's share, for its clearly faster changes together
+BF16_FEATURES = ("avx512_bf16", "amx_tile")
+ONEDNN_BY_DEFAULT = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    output_atol: float  # largest |difference| of an output probability
+    loss_rtol: float  # largest |difference| of a warmup step's loss, relative to it
+    note: str
+
+
+FLOAT32 = Tolerance(1e-4, 1e-2, "float32: the parity tolerance (kbench parity)")
+BFLOAT16 = Tolerance(
+    5e-2, 5e-2, "bfloat16 keeps 8 bits of mantissa: outputs within 0.05, losses within 5%"
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    backend: str
+    changes: Tuple[Tuple[str, Any], ...] = ()  # (setting, value) away from the base
+
+    @property
+    def name(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.changes) or "default"
+
+    def config(self, base: RunConfig) -> RunConfig:
+        return dataclasses.replace(base, backend=self.backend, **dict(self.changes))
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return BFLOAT16 if ("mixed_precision", "bfloat16") in self.changes else FLOAT32
+
+
+@dataclass
+class Trial:
+    """A candidate under measurement: its worker, its windows, what became of it."""
+
+    candidate: Candidate
+    worker: Optional[WindowWorker] = None
+    # measuring; at the end: best, measured (not clearly faster), dropped (clearly slower),
+    # differs (does not compute the same), skipped, or the status its worker ended with
+    state: str = "measuring"
+    reason: Optional[str] = None
+    results: List[RunResult] = field(default_factory=list)
+    check: Dict[str, Any] = field(default_factory=dict)
+
+    def speeds(self) -> Dict[int, float]:
+        """{round: img/s} of its counted windows."""
+        return {
+            r.config["repeat"]: r.metrics["images_per_sec"]
+            for r in self.results
+            if r.ok and not r.dropped
+        }
+
+    def to_dict(self, ratio: Optional[MedianInterval]) -> Dict[str, Any]:
+        return {
+            "setting": self.candidate.name,
+            "changes": dict(self.candidate.changes),
+            "state": self.state,
+            "reason": self.reason,
+            "windows": len(self.speeds()),
+            "dropped_windows": sum(1 for r in self.results if r.dropped),
+            "images_per_sec_median": _median(list(self.speeds().values())),
+            "ratio_to_default": None if ratio is None else ratio.to_dict(),
+            "check": self.check,
+        }
+
+
+def search_space(
+    backend: str,
+    base: RunConfig,
+    *,
+    cores: int,
+    cpu_features: Sequence[str],
+    gpu: bool,
+    allow_batch_size: bool,
+    only: Optional[Sequence[str]] = None,
+) -> Tuple[List[Candidate], List[Tuple[str, str]]]:
+    """The default and each single change that applies to ``backend`` here (``only``:
+    of those settings); and the changes left out, each with its reason."""
+    spec = BACKENDS[backend]
+    keras3 = spec.runs_keras and spec.environment == "keras3"
+    options: List[Tuple[str, Any]] = []
+    skipped: List[Tuple[str, str]] = []
+    if keras3:
+        options += [("jit_compile", "on"), ("jit_compile", "off")]
+        options.append(("run_eagerly", True))
+    if backend == "tensorflow" and not gpu:
+        by_default = any(f in cpu_features for f in ONEDNN_BY_DEFAULT)
+        options.append(("onednn", "off" if by_default else "on"))
+    if backend == "torch-native":
+        options.append(("torch_compile", True))
+    if backend == "mxnet-gluon":
+        options.append(("hybridize", True))
+    if spec_for(base.model).input_kind == "image" and len(spec.data_formats) > 1:
+        default_format = environments.keras_config(backend, None)["image_data_format"]
+        other = [f for f in spec.data_formats if f != (base.data_format or default_format)]
+        options += [("data_format", f) for f in other]
+    if keras3 or backend == "torch-native":
+        if gpu or any(f in cpu_features for f in BF16_FEATURES):
+            options.append(("mixed_precision", "bfloat16"))
+        else:
+            skipped.append(("mixed_precision=bfloat16", "this CPU has no bfloat16 arithmetic "
+                            "(no AVX512-BF16 or AMX): emulated, slower by design"))  # fmt: skip
+    if gpu:
+        options.append(("tf32", "on"))
+    else:
+        skipped.append(("tf32", "no GPU: TensorFloat-32 is a GPU matmul mode"))
+    threads = base.threads or cores
+    if threads > 1:
+        options.append(("threads", threads // 2))
+    skipped.append(("intra-op and inter-op threads apart", "kbench sets both from one "
+                    "--threads; they are searched together"))  # fmt: skip
+    if allow_batch_size:
+        options += [("batch_size", base.batch_size * 2), ("batch_size", base.batch_size // 2)]
+    else:
+        skipped.append(("batch size", "changes the training: only with --allow-batch-size"))
+    candidates = [Candidate(backend)]
+    for change in options:
+        candidate = Candidate(backend, (change,))
+        if only is not None and change[0] not in only:
+            skipped.append((candidate.name, f"not asked for (--try {','.join(only)})"))
+            continue
+        try:
+            candidate.config(base)
+        except ConfigError as err:
+            skipped.append((candidate.name, str(err)))
+            continue
+        candidates.append(candidate)
+    return candidates, skipped
+
+
+def differs(default: Dict[str, Any], check: Dict[str, Any], tolerance: Tolerance,
+            compare_losses: bool = True) -> Optional[str]:  # fmt: skip
+    """Why ``check`` (outputs, warmup losses) does not compute what ``default`` does;
+    None when it lies within ``tolerance``."""
+    outputs = np.asarray(check["outputs"], dtype=np.float64)
+    reference = np.asarray(default["outputs"], dtype=np.float64)
+    if outputs.shape != reference.shape:
+        return f"outputs of shape {outputs.shape}, the default's {reference.shape}"
+    worst = float(np.max(np.abs(outputs - reference))) if outputs.size else 0.0
+    if not math.isfinite(worst) or worst > tolerance.output_atol:
+        return (f"outputs differ by up to {worst:.3g} from the default's before training "
+                f"(tolerance {tolerance.output_atol:g})")  # fmt: skip
+    if not compare_losses:
+        return None
+    losses, base = np.asarray(check["losses"]), np.asarray(default["losses"])
+    steps = min(len(losses), len(base))
+    relative = np.abs(losses[:steps] - base[:steps]) / np.maximum(np.abs(base[:steps]), 1e-6)
+    worst_loss = float(np.max(relative)) if steps else 0.0
+    if not math.isfinite(worst_loss) or worst_loss > tolerance.loss_rtol:
+        return (f"warmup losses differ by up to {worst_loss:.2%} from the default's "
+                f"(tolerance {tolerance.loss_rtol:.0%})")  # fmt: skip
+    return None
+
+
+def round_ratios(trial: Trial, reference: Trial) -> List[float]:
+    """``trial``'s img/s over ``reference``'s, round by round where both counted."""
+    mine, theirs = trial.speeds(), reference.speeds()
+    return [mine[r] / theirs[r] for r in sorted(mine) if r in theirs and theirs[r] > 0]
+
+
+def ratio_interval(trial: Trial, reference: Trial) -> Optional[MedianInterval]:
+    return median_interval(round_ratios(trial, reference))
+
+
+def half_width(interval: Optional[MedianInterval]) -> float:
+    if interval is None or interval.coverage < LEVEL or interval.median <= 0:
+        return math.inf
+    return max(interval.high - interval.median, interval.median - interval.low) / interval.median
+
+
+@dataclass
+class Tuner:
+    """One ``kbench tune``: its runner, session and settings, the rounds so far."""
+
+    runner: Runner
+    session: Session
+    base: RunConfig
+    target: float
+    round_index: int = 0
+    weights_dir: Path = Path(".")
+
+    def launch(self, trials: Sequence[Trial]) -> None:
+        for trial in trials:
+            config = trial.candidate.config(self.base)
+            trial.worker = WindowWorker.launch(self.runner, self.session, config)
+            trial.worker.name = f"{trial.candidate.backend} {trial.candidate.name}"
+            trial.worker.tags = {
+                "tune": {"setting": trial.candidate.name, "changes": dict(trial.candidate.changes)}
+            }
+
+    def warm(self, default: Trial, others: Sequence[Trial]) -> None:
+        """Start and warm up ``default`` (exporting its initial weights) and ``others``
+        (from them), and drop each other that fails or does not compute the same."""
+        exports = BACKENDS[default.candidate.backend].exports_weights
+        weights = self.weights_dir / f"{default.candidate.backend}-initial.npz"
+        for trial in [default, *others]:
+            if trial.worker is None or not trial.worker.alive or trial.worker.ready:
+                continue  # gone, or warm already (the default, when changes are combined)
+            if default.state != "measuring":
+                self._out(trial, "skipped", "the default setting could not run")
+                continue
+            failed = keep(self.runner, trial.worker.start())
+            if not failed:
+                if not exports:  # a native port starts from its own seeded weights
+                    trial.worker.weights = {"check": True}
+                else:
+                    key = "weights_out" if trial is default else "weights_in"
+                    trial.worker.weights = {key: str(weights)}
+                failed = keep(self.runner, trial.worker.warm_up())
+            if failed:
+                self._out(trial, failed[0].status, failed[0].reason)
+                trial.results += failed
+                continue
+            trial.check = trial.worker.ready.get("check") or {}
+        for trial in others:
+            if trial.state != "measuring" or not default.check:
+                continue
+            batch_changed = any(k == "batch_size" for k, _ in trial.candidate.changes)
+            why = differs(default.check, trial.check, trial.candidate.tolerance,
+                          compare_losses=not batch_changed)  # fmt: skip
+            trial.check = dict(trial.check, tolerance=trial.candidate.tolerance.note,
+                               same_computation=why is None, differs=why)  # fmt: skip
+            if why is not None:
+                self._out(trial, "differs", why)
+
+    def _out(self, trial: Trial, state: str, reason: Optional[str]) -> None:
+        trial.state, trial.reason = state, reason
+        log.info("  %s: out (%s): %s", trial.worker.name if trial.worker else trial.candidate.name,
+                 state, reason)  # fmt: skip
+        if trial.worker is not None:
+            trial.worker.close()
+
+    def rounds(
+        self, trials: List[Trial], reference: Trial, deadline: float, started: float,
+        budget_s: float,
+    ) -> str:  # fmt: skip
+        """Rounds of the measuring ``trials`` until settled or ``deadline``; why they ended.
+        From :data:`MIN_ROUNDS` on, a trial clearly slower than the best is dropped."""
+        while True:
+            measuring = [t for t in trials if t.state == "measuring" and t.worker.alive]
+            if reference not in measuring:
+                return "the reference's worker ended"
+            if len(measuring) < 2:
+                return "one setting left"
+            results = measure_round(self.runner, [t.worker for t in measuring], self.round_index)
+            self.round_index += 1
+            for trial in measuring:
+                mine = [r for r in results if r.run_id.startswith(trial.worker.planned.run_id)]
+                trial.results += mine
+                if any(not r.ok for r in mine):
+                    self._out(trial, mine[0].status, mine[0].reason)
+            settled = self._halve(trials, reference)
+            best, why = best_of(trials, reference)
+            log.info(
+                "  %s: %.0f of %.0f s spent; best so far: %s (%s)", reference.candidate.backend,
+                time.monotonic() - started, budget_s, best.candidate.name, why,
+            )  # fmt: skip
+            if settled:
+                return settled
+            if time.monotonic() >= deadline:
+                return "its share of the budget spent"
+
+    def _halve(self, trials: List[Trial], reference: Trial) -> Optional[str]:
+        measuring = [t for t in trials if t.state == "measuring" and t is not reference]
+        intervals = {id(t): ratio_interval(t, reference) for t in measuring}
+        if any(i is None or i.n < MIN_ROUNDS for i in intervals.values()):
+            return None
+        best_low = max([1.0] + [intervals[id(t)].low for t in measuring])
+        for trial in measuring:
+            interval = intervals[id(trial)]
+            if interval.high < best_low:
+                self._out(trial, "dropped", f"clearly slower: x{interval.median:.3f} "
+                          f"({interval.low:.3f}-{interval.high:.3f}) of the default")  # fmt: skip
+        left = [t for t in measuring if t.state == "measuring"]
+        if all(half_width(intervals[id(t)]) <= self.target for t in left):
+            return f"every ratio within +-{self.target:.0%}"
+        return None
+
+
+def best_of(trials: Sequence[Trial], reference: Trial) -> Tuple[Trial, str]:
+    """The fastest trial whose ratio interval lies above x1, and why it was chosen."""
+    faster = []
+    for trial in trials:
+        if trial is reference or trial.state != "measuring":
+            continue
+        interval = ratio_interval(trial, reference)
+        if interval is not None and interval.coverage >= LEVEL and interval.low > 1.0:
+            faster.append((interval.median, trial, interval))
+    if not faster:
+        return reference, "no setting clearly faster than the default"
+    median, trial, interval = max(faster, key=lambda item: item[0])
+    return trial, f"x{median:.3f} ({interval.low:.3f}-{interval.high:.3f}) of the default"
+
+
+def tune_backend(tuner: Tuner, backend: str, budget_s: float, **space: Any) -> Dict[str, Any]:
+    """One backend's search (the module docstring's steps 1-4): its report, with its
+    default and best trials (``_finalists``), whose workers are left running for the
+    comparison of the backends."""
+    started = time.monotonic()
+    candidates, skipped = search_space(backend, tuner.base, **space)
+    trials = [Trial(c) for c in candidates]
+    reference = trials[0]
+    log.info("%s: %d settings to try: %s", backend, len(trials),
+             ", ".join(t.candidate.name for t in trials))  # fmt: skip
+    tuner.launch(trials)
+    tuner.warm(reference, trials[1:])
+    if reference.state != "measuring":
+        return _report(backend, trials, skipped, None, f"the default failed: {reference.reason}")
+    deadline = started + budget_s * (1 - COMBINED_SHARE)
+    ended = tuner.rounds(trials, reference, deadline, started, budget_s)
+    clearly = [t for t in trials[1:] if t.state == "measuring" and best_of([t], reference)[0] is t]
+    dimensions = {k for t in clearly for k, _ in t.candidate.changes}
+    if len(clearly) > 1 and len(dimensions) == len(clearly):
+        together = Trial(Candidate(backend, tuple(c for t in clearly for c in t.candidate.changes)))
+        trials.append(together)
+        tuner.launch([together])
+        tuner.warm(reference, [together])
+        ended = tuner.rounds(trials, reference, started + budget_s, started, budget_s)
+    best, why = best_of(trials, reference)
+    for trial in trials:
+        if trial.state == "measuring":
+            trial.state = "best" if trial is best else "measured"
+            if trial not in (best, reference):
+                trial.worker.close()
+    best.state, best.reason = "best", why
+    return _report(backend, trials, skipped, best, ended)
+
+
+def in_words(trials: Sequence[Trial], reference: Trial) -> str:
+    """What made the difference: each setting tried, its ratio to the default and what
+    became of it ("onednn=on: x1.62, best; data_format=channels_first: x0.91, dropped")."""
+    parts = []
+    for trial in trials[1:]:
+        interval = ratio_interval(trial, reference)
+        ratio = "no ratio" if interval is None else f"x{interval.median:.2f}"
+        parts.append(f"{trial.candidate.name}: {ratio}, {trial.state}")
+    return "; ".join(parts) or "nothing else to try here"
+
+
+def _report(backend: str, trials: List[Trial], skipped, best: Optional[Trial],
+            ended: str) -> Dict[str, Any]:  # fmt: skip
+    reference = trials[0]
+    finalists = [reference] if best is None or best is reference else [reference, best]
+    return {
+        "backend": backend,
+        "best": None if best is None else best.candidate.name,
+        "best_changes": {} if best is None else dict(best.candidate.changes),
+        "in_words": in_words(trials, reference),
+        "ended": ended,
+        "trials": [
+            t.to_dict(ratio_interval(t, reference) if t is not reference else None) for t in trials
+        ],  # fmt: skip
+        "skipped": [{"setting": name, "reason": reason} for name, reason in skipped],
+        "_finalists": [] if best is None else finalists,
+    }
+
+
+def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> Dict[str, Any]:
+    """Every backend's default and best, still warm, in windows until every ratio to the
+    first backend's default is within the target or ``deadline``; each with its ratio."""
+    reference = finalists[0]
+    ended = "one setting: nothing to compare"
+    while len(finalists) > 1:
+        alive = [t for t in finalists if t.worker.alive]
+        if reference not in alive or len(alive) < 2:
+            ended = "a worker ended"
+            break
+        results = measure_round(tuner.runner, [t.worker for t in alive], tuner.round_index)
+        tuner.round_index += 1
+        for trial in alive:
+            trial.results += [
+                r for r in results if r.run_id.startswith(trial.worker.planned.run_id)
+            ]
+        widths = [half_width(ratio_interval(t, reference)) for t in finalists[1:]]
+        if max(widths) <= tuner.target:
+            ended = f"every ratio within +-{tuner.target:.0%}"
+            break
+        if time.monotonic() >= deadline:
+            ended = "the budget spent"
+            break
+    rows = []
+    for trial in finalists:
+        interval = None if trial is reference else ratio_interval(trial, reference)
+        rows.append({
+            "backend": trial.candidate.backend,
+            "setting": trial.candidate.name,
+            "role": "best" if trial.state == "best" and trial.candidate.changes else "default",
+            "images_per_sec_median": _median(list(trial.speeds().values())),
+            "ratio_to_first": None if interval is None else interval.to_dict(),
+        })  # fmt: skip
+    return {"reference": f"{reference.candidate.backend} default", "ended": ended, "rows": rows}
+
+
+def best_sweep(base: RunConfig, reports: Sequence[Dict[str, Any]], repeats: int = 3) -> Dict:
+    """A sweep file (``kbench sweep``) of every backend at its best, fresh processes,
+    ``repeats`` rounds: to rerun the comparison, or to keep it in CI."""
+    settings = {
+        name: value
+        for name, value in base.to_dict().items()
+        if name not in ("backend", "repeat", "window_s", "timeout_s", "sample_interval_s")
+        and value != getattr(RunConfig(backend=base.backend, model=base.model), name)
+    }
+    settings["model"] = base.model
+    groups = [
+        {"name": f"{r['backend']}-best", "settings": {"backend": r["backend"], **r["best_changes"]}}
+        for r in reports
+        if r["best"] is not None
+    ]
+    return {
+        "name": f"tune-{base.model}-best".replace("/", "-").replace(":", "-").replace(" ", "-"),
+        "description": "each backend at the best settings kbench tune found (fresh processes)",
+        "repeats": repeats,
+        "settings": settings,
+        "groups": groups,
+    }
+
+
+def tune(
+    backends: Sequence[str],
+    base: RunConfig,
+    store: Path,
+    *,
+    budget_s: float,
+    target: float,
+    allow_batch_size: bool = False,
+    only: Optional[Sequence[str]] = None,
+) -> Dict[str, Any]:
+    """``kbench tune``: every backend's search, then the backends at their default and
+    best. Every window is a result in ``store``; the report is returned and written as
+    ``store/tune.json`` (a report beside the documents: the store reads it as none), and
+    a sweep of the best settings as ``store/tune-best.yaml``. ``only``: the settings to
+    try (names such as ``jit_compile``, ``data_format``, ``threads``); None: all."""
+    started = time.monotonic()
+    runner = Runner(output_dir=store)
+    cpu = sysinfo.cpu_features()
+    space = dict(
+        cores=processes.usable_cores(), cpu_features=cpu.get("features") or [],
+        gpu=base.device == "gpu", allow_batch_size=allow_batch_size, only=only,
+    )  # fmt: skip
+    configs = []
+    for backend in backends:
+        candidates, _ = search_space(backend, base, **space)
+        configs += [c.config(base) for c in candidates]
+    per_backend = budget_s * (1 - FINAL_SHARE) / len(backends)
+    reports, finalists = [], []
+    with runner.session(configs) as session:
+        tuner = Tuner(runner, session, base, target, weights_dir=session.directory)
+        try:
+            for backend in backends:
+                report = tune_backend(tuner, backend, per_backend, **space)
+                finalists += report.pop("_finalists")
+                reports.append(report)
+            final = compare_finalists(tuner, finalists, started + budget_s) if finalists else None
+        finally:
+            for trial in finalists:
+                if trial.worker is not None:
+                    trial.worker.close()
+    outcome = {
+        "model": base.model,
+        "dataset": base.dataset,
+        "batch_size": base.batch_size,
+        "budget_s": budget_s,
+        "target": target,
+        "seconds": time.monotonic() - started,
+        "backends": reports,
+        "compared": final,
+        "sweep_file": str(Path(store) / "tune-best.yaml"),
+        "method": __doc__,
+    }
+    write_json_atomic(Path(store) / "tune.json", outcome)
+    write_text_atomic(Path(store) / "tune-best.yaml", yaml.safe_dump(best_sweep(base, reports),
+                                                                     sort_keys=False))  # fmt: skip
+    return outcome
+
+
+def _median(values: List[float]) -> Optional[float]:
+    return float(np.median(values)) if values else None

@@ -1,0 +1,85 @@
+"""``kbench tune``'s report (``STORE/tune.json``) as tables: per backend, each setting
+tried and what became of it, in words, and the settings left out with their reasons;
+then the backends at their default and best in one table. As text for the terminal, and
+as a section of ``kbench report`` on a tune store."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from kbench.views.report import Section
+from kbench.views.tables import Table
+
+TRIAL_HEADERS = [
+    "setting", "outcome", "windows (dropped)", "img/s (median)", "vs default (95% interval)",
+]  # fmt: skip
+FINAL_HEADERS = ["backend", "setting", "img/s (median)", "vs the first default (95% interval)"]
+
+
+def interval_text(interval: Optional[Dict[str, Any]]) -> str:
+    if not interval:
+        return "-"
+    text = f"x{interval['median']:.3f} ({interval['low']:.3f}-{interval['high']:.3f}"
+    return text + f", {interval['coverage']:.0%}, n={interval['n']})"
+
+
+def _number(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def backend_table(report: Dict[str, Any]) -> Table:
+    """One backend's search: a row per setting tried, notes for the rest."""
+    rows = []
+    for trial in report["trials"]:
+        outcome = trial["state"] + (f": {trial['reason']}" if trial.get("reason") else "")
+        rows.append([
+            trial["setting"], outcome, f"{trial['windows']} ({trial['dropped_windows']})",
+            _number(trial["images_per_sec_median"]), interval_text(trial["ratio_to_default"]),
+        ])  # fmt: skip
+    best = report["best"] or "none (the default could not run)"
+    notes = [f"in words: {report['in_words']}"] if report.get("in_words") else []
+    notes += [f"not tried: {s['setting']}: {s['reason']}" for s in report["skipped"]]
+    title = f"{report['backend']}: best {best}; the search ended: {report['ended']}"
+    return Table(title, TRIAL_HEADERS, rows, notes)
+
+
+def final_table(compared: Dict[str, Any]) -> Table:
+    rows = [
+        [row["backend"], row["setting"], _number(row["images_per_sec_median"]),
+         interval_text(row["ratio_to_first"])]
+        for row in compared["rows"]
+    ]  # fmt: skip
+    title = f"at their default and best, against {compared['reference']} ({compared['ended']})"
+    return Table(title, FINAL_HEADERS, rows, [])
+
+
+def tune_tables(report: Dict[str, Any]) -> List[Table]:
+    tables = [backend_table(backend) for backend in report["backends"]]
+    if report.get("compared"):
+        tables.append(final_table(report["compared"]))
+    return tables
+
+
+def headline(report: Dict[str, Any]) -> str:
+    return (
+        f"kbench tune: {report['model']} on {report['dataset']}, batch {report['batch_size']}, "
+        f"{report['seconds']:.0f} s of a {report['budget_s']:.0f} s budget"
+    )
+
+
+def tune_text(report: Dict[str, Any]) -> str:
+    """The whole report for the terminal."""
+    parts = [headline(report)] + [table.text() for table in tune_tables(report)]
+    if report.get("sweep_file"):
+        parts.append(f"the best settings as a sweep: kbench sweep {report['sweep_file']}")
+    return "\n\n".join(parts)
+
+
+def tune_section(report: Dict[str, Any]) -> Section:
+    """``kbench report`` of a tune store: the search, each setting kept or dropped and why."""
+    return Section(
+        id="tune",
+        heading="Each backend at its best (kbench tune)",
+        intro=headline(report) + ". " + (report.get("method") or "").split("\n\n")[0],
+        tables=tune_tables(report),
+    )

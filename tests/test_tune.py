@@ -1,0 +1,118 @@
+"""kbench tune: the settings each backend may try here, the check that a setting computes
+the same, and a whole search on two cheap backends."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ROOT, dump, require_backends, run_kbench
+
+from kbench.cli.arguments import duration
+from kbench.measure.processes import usable_cores
+from kbench.results.config import RunConfig
+from kbench.studies.tune import FLOAT32, Candidate, differs, search_space
+
+BASE = RunConfig(backend="tensorflow", model="small_cnn", dataset="synthetic", window_s=1.0)
+
+
+def names(candidates):
+    return [c.name for c in candidates]
+
+
+def test_the_search_space_follows_the_backend_and_the_machine():
+    space = dict(cores=2, gpu=False, allow_batch_size=False)
+    tf, tf_skipped = search_space("tensorflow", BASE, cpu_features=[], **space)
+    assert names(tf) == ["default", "jit_compile=on", "jit_compile=off", "run_eagerly=True",
+                         "onednn=on", "data_format=channels_first", "threads=1"]  # fmt: skip
+    reasons = dict(tf_skipped)
+    assert "no bfloat16 arithmetic" in reasons["mixed_precision=bfloat16"]
+    assert "only with --allow-batch-size" in reasons["batch size"]
+    # a CPU with AMX: oneDNN is TensorFlow's default there, so "off" is the change; bf16 runs
+    amx, _ = search_space("tensorflow", BASE, cpu_features=["amx_tile"], **space)
+    assert "onednn=off" in names(amx) and "mixed_precision=bfloat16" in names(amx)
+    gluon, _ = search_space("mxnet-gluon", BASE, cpu_features=[], **dict(space, cores=1))
+    assert "hybridize=True" in names(gluon) and not any("threads" in n for n in names(gluon))
+    batches, _ = search_space("jax", BASE, cpu_features=[], **dict(space, allow_batch_size=True))
+    assert {"batch_size=128", "batch_size=32"} <= set(names(batches))
+    assert Candidate("jax", (("threads", 1),)).config(BASE).threads == 1
+
+
+def test_a_setting_that_computes_otherwise_is_named_with_its_figures():
+    default = {"outputs": [[0.1, 0.9]], "losses": [2.0, 1.5]}
+    assert differs(default, {"outputs": [[0.1, 0.9]], "losses": [2.0, 1.51]}, FLOAT32) is None
+    far = differs(default, {"outputs": [[0.2, 0.8]], "losses": [2.0, 1.5]}, FLOAT32)
+    assert far.startswith("outputs differ by up to 0.1 ") and "tolerance 0.0001" in far
+    drift = differs(default, {"outputs": [[0.1, 0.9]], "losses": [2.0, 1.8]}, FLOAT32)
+    assert drift == "warmup losses differ by up to 20.00% from the default's (tolerance 1%)"
+    nan = differs(default, {"outputs": [[0.1, 0.9]], "losses": [2.0, float("nan")]}, FLOAT32)
+    assert nan is not None and "warmup losses" in nan
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90.0), ("90s", 90.0), ("10m", 600.0),
+                                           ("1h", 3600.0), ("2.5m", 150.0)])  # fmt: skip
+def test_budgets_read_as_durations(text, seconds):
+    assert duration(text) == seconds
+
+
+@pytest.mark.slow
+def test_tune_searches_each_backend_and_compares_them_at_their_best(home):
+    require_backends("mxnet", "mxnet-gluon")
+    done = run_kbench(
+        ["tune", "-b", "mxnet,mxnet-gluon", "-m", "mlp", "--budget", "25", "--window", "0.2",
+         "--batch-size", "32", "--train-samples", "512", "--store", str(home / "store")],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    report = json.loads((done.output_dir / "tune.json").read_text())
+    backends = {b["backend"]: b for b in report["backends"]}
+    assert set(backends) == {"mxnet", "mxnet-gluon"}
+    for backend in backends.values():
+        trials = {t["setting"]: t for t in backend["trials"]}
+        assert trials["default"]["state"] == "best" or backend["best"] != "default"
+        assert ("threads=1" in trials) == (usable_cores() > 1)  # the suite pins to 1 core
+        for trial in backend["trials"][1:]:
+            if trial["state"] not in ("failed", "skipped"):
+                assert trial["check"]["same_computation"] is True, trial
+    assert "hybridize=True" in {t["setting"] for t in backends["mxnet-gluon"]["trials"]}
+    rows = report["compared"]["rows"]
+    assert {row["backend"] for row in rows} == {"mxnet", "mxnet-gluon"}
+    assert rows[0]["setting"] == "default" and rows[0]["backend"] == "mxnet"
+    assert "mxnet-gluon: best" in done.stdout and "against mxnet default" in done.stdout
+    assert "in words: hybridize=True: " in done.stdout
+    windows = done.results()  # tune.json is not read as a result
+    assert windows and all(r.metrics["tune"]["setting"] for r in windows if r.ok)
+    # the best settings as a sweep file kbench sweep reads, and the search in the report
+    sweep = run_kbench(["sweep", report["sweep_file"], "--dry-run"], home)
+    assert sweep.returncode == 0 and "mxnet" in sweep.stdout, dump(sweep)
+    drawn = run_kbench(["report", "--store", str(done.output_dir)], home)
+    assert drawn.returncode == 0, dump(drawn)
+    assert "Each backend at its best (kbench tune)" in (done.output_dir / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_faster_setting_that_computes_otherwise_is_refused_with_its_figures(home):
+    """A user model whose computation depends on the data format: channels_first starts
+    from the default's weights and gives other outputs, so it is out, with the figures."""
+    require_backends("jax")
+    done = run_kbench(
+        ["tune", "-b", "jax", "-m", f"{ROOT / 'tests/user_models/format_dependent.py'}:build",
+         "--try", "data_format", "--budget", "20", "--window", "0.2", "--batch-size", "16",
+         "--train-samples", "256", "--store", str(home / "store")],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    report = json.loads((done.output_dir / "tune.json").read_text())
+    (jax,) = report["backends"]
+    trials = {t["setting"]: t for t in jax["trials"]}
+    assert set(trials) == {"default", "data_format=channels_first"}
+    other = trials["data_format=channels_first"]
+    assert other["state"] == "differs", other
+    assert (
+        other["reason"].startswith("outputs differ by up to")
+        and "tolerance 0.0001" in other["reason"]
+    )
+    assert jax["best"] == "default"
+    assert {"setting": "jit_compile=on", "reason": "not asked for (--try data_format)"} in jax[
+        "skipped"
+    ]

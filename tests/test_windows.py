@@ -1,0 +1,154 @@
+"""Warm interleaved windows (kbench.run.windows): rounds of windows in warm workers, a
+busy round dropped and said, a killed worker recorded while the others go on, and the
+`kbench run` default that measures them until the ratio intervals are tight."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+from conftest import dump, require_backends, run_kbench
+
+from kbench.results.config import ConfigError, RunConfig
+from kbench.results.result import RunResult
+from kbench.run.channel import ReplyWriter, read_replies
+from kbench.run.runner import Runner
+from kbench.run.windows import drop_reason, interleave, window_timeout
+from kbench.studies.rounds import plan_rounds
+from kbench.views.compare import compare
+
+TINY = dict(dataset="synthetic", train_samples=256, test_samples=32, batch_size=16,
+            warmup_steps=2, sample_interval_s=0.05)  # fmt: skip
+
+
+def window_result(backend, repeat, ips, flags=(), dropped=None):
+    return RunResult(
+        run_id=f"{backend}{repeat}", status="ok",
+        config={"backend": backend, "model": "mlp", "dataset": "synthetic", "batch_size": 32,
+                "repeat": repeat, "mode": "train", "window_s": 1.0},
+        started_at="t", wall_time_s=1.0, environment={}, data={"synthetic": True},
+        metrics={"images_per_sec": ips, "quality": {"flags": list(flags)},
+                 "window": {"index": repeat, "dropped": dropped}},
+    )  # fmt: skip
+
+
+def test_a_busy_or_shared_window_drops_its_round_and_nothing_else_does():
+    calm = [window_result("a", 0, 100), window_result("b", 0, 200, ["slow clock: CPU at 50%"])]
+    assert drop_reason(calm) is None
+    busy = [window_result("a", 0, 100), window_result("b", 0, 200, ["busy: 60% of the cores"])]
+    assert drop_reason(busy) == "b's window measured while busy: 60% of the cores"
+    shared = [window_result("a", 0, 100, ["shared GPU: 1 other process using 10 MiB"])]
+    assert drop_reason(shared).startswith("a's window measured while shared GPU")
+
+
+def test_dropped_windows_are_left_out_of_the_comparison():
+    kept = [window_result("a", r, 100) for r in (0, 1)] + [
+        window_result("b", r, 200) for r in (0, 1)
+    ]
+    odd = [window_result("a", 2, 100, dropped="busy"), window_result("b", 2, 900, dropped="busy")]
+    (group,) = compare(kept + odd)
+    b = next(row for row in group.rows if row.backend == "b")
+    assert (b.runs, b.ratio.median, b.ratio.high) == (2, 2.0, 2.0)
+
+
+def test_window_settings_are_refused_where_they_cannot_apply():
+    with pytest.raises(ConfigError, match="--repeats N"):
+        RunConfig(backend="jax", model="mlp", mode="inference", window_s=1.0)
+    with pytest.raises(ConfigError, match="received one backend"):
+        plan_rounds(["jax"], "mlp", window_s=1.0)
+    with pytest.raises(ConfigError, match="not both"):
+        plan_rounds(["jax", "torch"], "mlp", 3, window_s=1.0)
+    assert window_timeout(0.5) == 60 and window_timeout(10) == 200
+
+
+def test_the_reply_channel_reads_lines_and_survives_garbage():
+    read_end, write_end = os.pipe()
+    replies: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=read_replies, args=(read_end, replies))
+    reader.start()
+    writer = ReplyWriter(write_end)
+    writer.send("ready", steps=3)
+    writer._file.write('{"no event": 1}\nnot json\n')
+    writer._file.close()
+    reader.join(timeout=5)
+    got = [replies.get_nowait() for _ in range(4)]
+    assert got[0] == {"event": "ready", "steps": 3}
+    assert [g["event"] for g in got[1:3]] == ["garbled", "garbled"] and got[3] is None
+
+
+def busy_loops():
+    return [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count())
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_busy_round_dropped_and_killed_worker_recorded_while_the_others_go_on(tmp_path):
+    """Round 1 beside busy loops on every core: dropped, with the reason. In round 3,
+    mxnet-gluon's worker is killed mid-window: its window fails as a run killed does, and
+    jax and mxnet measure round 4."""
+    require_backends("jax", "mxnet", "mxnet-gluon")
+    configs = [RunConfig(backend=b, model="mlp", window_s=0.3, **TINY)
+               for b in ("jax", "mxnet", "mxnet-gluon")]  # fmt: skip
+    loops = []
+
+    def on_window(worker, round_index):
+        if round_index == 0 and not loops:
+            loops.extend(busy_loops())
+        if round_index == 1 and loops:
+            for loop in loops:
+                loop.kill()
+                loop.wait()
+            loops.clear()
+        if round_index == 2 and worker.config.backend == "mxnet-gluon":
+            os.kill(worker.process.pid, signal.SIGKILL)
+
+    try:
+        results, reason = interleave(
+            Runner(output_dir=tmp_path), configs, max_rounds=4, on_window=on_window
+        )
+    finally:
+        for loop in loops:
+            loop.kill()
+    assert reason == "4 rounds ran", reason
+    by_round = {}
+    for result in results:
+        by_round.setdefault(result.config["repeat"], {})[result.config["backend"]] = result
+    first = by_round[0]
+    assert all("busy" in (r.dropped or "") for r in first.values()), [
+        r.dropped for r in first.values()
+    ]
+    killed = by_round[2]["mxnet-gluon"]
+    assert killed.status == "failed" and "SIGKILL" in killed.reason, killed.reason
+    for later in (3,):
+        assert sorted(by_round[later]) == ["jax", "mxnet"]
+        assert all(r.ok and r.metrics["measured_steps"] > 0 for r in by_round[later].values())
+    # every window is in the store, the start's figures in each worker's first window only
+    jax = sorted((r for r in results if r.config["backend"] == "jax"), key=lambda r: r.run_id)
+    assert jax[0].metrics["first_step_s"] > 0 and jax[1].metrics["first_step_s"] is None
+    assert len({r.metrics["window"]["worker_pid"] for r in jax}) == 1
+    assert len(list(tmp_path.glob("*.json"))) == len(results)
+
+
+@pytest.mark.slow
+def test_run_with_several_backends_measures_windows_and_says_how_it_stopped(home):
+    require_backends("jax", "mxnet")
+    done = run_kbench(
+        ["run", "-b", "jax,mxnet", "-m", "mlp", "--dataset", "synthetic", "--train-samples",
+         "256", "--test-samples", "32", "--batch-size", "16", "--warmup-steps", "2",
+         "--window", "0.2", "--ratio-precision", "0.5", "--ratio-budget", "60"],
+        home,
+    )  # fmt: skip
+    assert done.returncode == 0, dump(done)
+    assert "measuring stopped: ratio precision reached" in done.stdout, done.stdout
+    results = done.results()
+    assert {r.config["window_s"] for r in results} == {0.2}
+    counted = [r for r in results if not r.dropped]
+    assert len({r.config["repeat"] for r in counted}) >= 6  # an interval at 95% needs 6
+    assert "interval" in done.stdout and "windows" in done.stdout
