@@ -56,6 +56,7 @@ def test_budgets_read_as_durations(text, seconds):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_tune_searches_each_backend_and_compares_them_at_their_best(home):
     require_backends("mxnet", "mxnet-gluon")
     done = run_kbench(
@@ -91,6 +92,7 @@ def test_tune_searches_each_backend_and_compares_them_at_their_best(home):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_faster_setting_that_computes_otherwise_is_refused_with_its_figures(home):
     """A user model whose computation depends on the data format: channels_first starts
     from the default's weights and gives other outputs, so it is out, with the figures."""

@@ -137,6 +137,7 @@ def test_busy_round_dropped_and_killed_worker_recorded_while_the_others_go_on(tm
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_run_with_several_backends_measures_windows_and_says_how_it_stopped(home):
     require_backends("jax", "mxnet")
     done = run_kbench(

@@ -54,6 +54,7 @@ CONCEPTS = {
     "output file": Concept("--output", ("output",), ("--markdown",)),
     "fresh-process rounds": Concept("--repeats", ("repeats",)),
     "warm window length": Concept("--window", ("window_s",)),
+    "settings tried": Concept("--try", ("only",)),
     "timed calls per operation": Concept("--calls", ("calls",), ("--repeats",)),
     "untimed warm-up iterations": Concept("--warmup-steps", ("warmup_steps",), ("--warmup",)),
     "backends": Concept("--backend", ("backend",)),
@@ -327,6 +328,19 @@ def duration(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected more than 0 seconds; received {text!r}")
     return value
+
+
+def add_window_argument(parser, default: Optional[float], shows: str) -> argparse.Action:
+    """``--window SECONDS``: how long a warm worker's measuring window is (kbench run's
+    interleaved windows, kbench tune's trials)."""
+    return parser.add_argument(
+        "--window",
+        type=budget,
+        dest="window_s",
+        default=default,
+        metavar="SECONDS",
+        help=shows,
+    )
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser, unit: str, limit: str) -> None:

@@ -32,6 +32,7 @@ from kbench.cli.arguments import (
     add_timeout_argument,
     add_warm_argument,
     add_warmup_argument,
+    add_window_argument,
     budget,
     finite,
     precision,
@@ -205,12 +206,10 @@ def add_round_arguments(run) -> None:
         default=None,
         default_text="1 for one backend; none for several, which are measured in windows",
     )
-    run.add_argument(
-        "--window",
-        type=budget,
-        dest="window_s",
-        metavar="SECONDS",
-        help="several backends, no --repeats, training: one warm worker per backend builds "
+    add_window_argument(
+        run,
+        None,
+        "several backends, no --repeats, training: one warm worker per backend builds "
         "and compiles once, then the backends measure windows of about this many seconds "
         "in turn (A B C, B C A, ...), round after round, until every ratio to the baseline "
         "has its 95%% interval within --ratio-precision or --ratio-budget is spent; a round "
@@ -396,7 +395,9 @@ def command_run(args: argparse.Namespace) -> int:
         )
     windowed = in_windows(args)
     settings = run_settings(args)
+    baseline = args.baseline
     if windowed:
+        baseline = args.baseline or args.backend[0]  # never a backend whose worker failed
         settings["window_s"] = args.window_s or studies_rounds.WINDOW_S
         if args.ratio_precision is None:
             args.ratio_precision = studies_rounds.WINDOW_PRECISION
@@ -408,7 +409,7 @@ def command_run(args: argparse.Namespace) -> int:
         if not windowed:
             check_ratio_precision(args)
         stop = functools.partial(
-            studies_rounds.ratio_stop, args.ratio_precision, args.ratio_budget_s, args.baseline
+            studies_rounds.ratio_stop, args.ratio_precision, args.ratio_budget_s, baseline
         )
     elif args.ratio_budget_s is not None:
         raise ConfigError("ratio_budget", "expected it only with --ratio-precision.")
@@ -420,9 +421,10 @@ def command_run(args: argparse.Namespace) -> int:
         stop=stop,
         warm=args.warm,
         on_progress=show_progress,
+        baseline=baseline,
     )
     if windowed:
-        return report_windows(results, args.store, args.baseline, stopped)
+        return report_windows(results, args.store, baseline, stopped)
     code = report(results, args.store, args.baseline)
     if stop is not None:
         ran = len({r.config.get("repeat", 0) for r in results})
@@ -444,6 +446,11 @@ def in_windows(args: argparse.Namespace) -> bool:
         if args.target_precision is not None or args.time_budget_s is not None
         else None
     )  # fmt: skip
+    if fresh_only is None and args.sample_interval_s == 0:
+        log.warning(
+            "--sample-interval 0: no window can be checked for a busy machine, so no round "
+            "is dropped; the ratios may carry other processes' load"
+        )
     if fresh_only is not None and args.window_s is not None:
         raise ConfigError(
             "window",

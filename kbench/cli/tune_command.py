@@ -13,7 +13,8 @@ from kbench.cli.arguments import (
     add_output_arguments,
     add_seed_argument,
     add_warmup_argument,
-    budget,
+    add_window_argument,
+    comma_list,
     duration,
     precision,
 )
@@ -76,10 +77,10 @@ def add_command(commands) -> None:
         help="also try half and twice --batch-size (it changes the training: their losses "
         "are not compared, only the outputs before training)",
     )  # fmt: skip
-    parser.add_argument(
-        "--window", type=budget, dest="window_s", metavar="SECONDS",
-        default=studies_rounds.WINDOW_S,
-        help=f"seconds a window measures (default: {studies_rounds.WINDOW_S:g})",
+    add_window_argument(
+        parser, studies_tune.WINDOW_S,
+        f"seconds each setting's window measures (default: {studies_tune.WINDOW_S:g}: a search "
+        "needs 8 or more rounds of up to a dozen settings to call one faster)",
     )  # fmt: skip
     parser.add_argument(
         "--ratio-precision", type=precision, metavar="P",
@@ -88,11 +89,10 @@ def add_command(commands) -> None:
         f"(default: {studies_rounds.WINDOW_PRECISION:g})",
     )  # fmt: skip
     parser.add_argument(
-        "--try", dest="only", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+        "--try", dest="only", type=comma_list(studies_tune.TUNABLE, "settings", check=True),
         metavar="SETTING[,...]",
-        help="try only these settings: jit_compile, run_eagerly, onednn, data_format, "
-        "mixed_precision, hybridize, torch_compile, tf32, threads, batch_size (default: "
-        "every one that applies)",
+        help=f"try only these settings: {', '.join(studies_tune.TUNABLE)} (default: every "
+        "one that applies to the backend here)",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     add_output_arguments(parser)

@@ -6,14 +6,15 @@ in the same order, and each goes as far as its windows take it. First
 :meth:`~WindowTrainer.warm_up`: the warmup steps (tracing, compilation, caches), then a
 few calibration steps whose median time sets how many steps make a window of about
 ``window_s`` seconds (or the run's ``steps``, when it gives them). Then each
-:meth:`~WindowTrainer.window` is one ``backend.fit_epoch`` over that many batches,
+:meth:`~WindowTrainer.window` is one ``backend.fit_epoch`` over one untimed batch (the
+call's own set-up) and that many measured batches,
 timed by a :class:`~kbench.run.trainer.StepClock` exactly as a fresh run's measured
 steps are, and returns the figures of a run's measured window.
 
 What a window does not capture, by design: the first step and compilation (the
 worker's start has them, reported apart), and anything that grows across windows
-(allocator pools, caches), which a fresh process starts without. Memory readings are
-the process's peaks since it started.
+(allocator pools, caches), which a fresh process starts without. The framework's
+memory readings are the process's peaks since it started.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class WindowTrainer:
         weights_in: Optional[str] = None,
         weights_out: Optional[str] = None,
         check: bool = False,
+        check_rows: Optional[int] = None,
     ) -> Dict[str, Any]:
         """The warmup steps, then the calibration steps that size a window: ``steps`` when
         given, else enough steps for about ``window_s`` seconds (at least
@@ -72,10 +74,11 @@ class WindowTrainer:
         With ``weights_out`` (save the initial weights there) or ``weights_in`` (start
         from those), also ``check``: the outputs on the first test batch before training
         and each warmup step's loss, for comparing settings that must compute alike
-        (``check`` alone: the same from the model's own seeded weights)."""
+        (``check`` alone: the same from the model's own seeded weights), on the first
+        ``check_rows`` test rows (default: a batch)."""
         same = None
         if weights_in or weights_out or check:
-            same = self._same_start(weights_in, weights_out)
+            same = self._same_start(weights_in, weights_out, check_rows or self.batch_size)
         clock = StepClock(warmup_steps=0)
         self._steps(max(warmup_steps, 1), clock)
         first_step_s = clock.ends[0] - clock.begins[0]
@@ -99,7 +102,9 @@ class WindowTrainer:
             "first_step_at": clock.wall(clock.ends[0]),
         }
 
-    def _same_start(self, weights_in: Optional[str], weights_out: Optional[str]) -> Dict[str, Any]:
+    def _same_start(
+        self, weights_in: Optional[str], weights_out: Optional[str], rows: int
+    ) -> Dict[str, Any]:
         """Load (or save) the initial weights; the outputs on the first test batch."""
         if weights_in:
             weights, meta = weightfile.load(Path(weights_in))
@@ -111,17 +116,20 @@ class WindowTrainer:
                 Path(weights_out), self.backend.get_weights(self.model),
                 data_format=self.data_format, kernel_layout=self.backend.kernel_layout(),
             )  # fmt: skip
-        outputs = self.backend.predict(self.model, self.arrays["x_test"][: self.batch_size])
+        outputs = self.backend.predict(self.model, self.arrays["x_test"][:rows])
         return {"outputs": np.asarray(outputs, dtype=np.float64).tolist()}
 
     def window(self) -> Dict[str, Any]:
-        """One window of :attr:`window_steps` steps: the measured figures of a run."""
-        clock = StepClock(warmup_steps=0)
+        """One window: one untimed step (the framework's per-call set-up: its iterator,
+        prefetching, a thread pool waking), then :attr:`window_steps` measured steps: the
+        measured figures of a run."""
+        clock = StepClock(warmup_steps=1)
         fit_start = time.time()
-        logs = self._steps(self.window_steps, clock)
+        logs = self._steps(self.window_steps + 1, clock)
         figures = step_metrics(clock, self.batch_size)
         markers = clock.markers()
         accuracy = logs.get("accuracy")
+        markers = dict(markers, fit_start=fit_start)
         return {
             key: figures[key]
             for key in (
@@ -138,5 +146,5 @@ class WindowTrainer:
             "final_train_loss": float(logs.get("loss", float("nan"))),
             "final_train_accuracy": None if accuracy is None else float(accuracy),
             "memory": self.backend.memory_readings(),
-            "markers": dict(markers, fit_start=fit_start, warmup_end=markers["measured_start"]),
+            "markers": markers,
         }

@@ -74,6 +74,7 @@ def answer(
         return "ready", trainer.warm_up(
             task.config["warmup_steps"], float(command["window_s"]), command.get("steps"),
             command.get("weights_in"), command.get("weights_out"), bool(command.get("check")),
+            command.get("check_rows"),
         )  # fmt: skip
     if what == "window":
         started_at = time.time()

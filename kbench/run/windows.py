@@ -68,9 +68,10 @@ NOTE = (
     "started once, before the first window; throughput is the window's steps over their "
     "time, as a fresh run's measured window. Not captured here: the first step and "
     "compilation (the worker's start, in its first window's document), and what grows "
-    "across windows (allocator pools, caches). Memory readings are the process's peaks "
-    "since it started. Test accuracy is not measured: each backend trains as many steps "
-    "as its windows take."
+    "across windows (allocator pools, caches). The framework's memory readings are the "
+    "process's peaks since it started, the sampler's the window's own. Each window's first "
+    "step is untimed (the framework's per-call set-up). Test accuracy is not measured: "
+    "each backend trains as many steps as its windows take."
 )
 
 Stop = Callable[[List[RunResult]], Optional[str]]
@@ -85,9 +86,11 @@ class WorkerGone(Exception):
         self.verdict = verdict
 
 
-def window_timeout(window_s: float) -> float:
-    """How long a window may take before its worker counts as hung."""
-    return max(WINDOW_TIMEOUT_MIN_S, 20.0 * window_s)
+def window_timeout(window_s: float, expected_s: float = 0.0) -> float:
+    """How long a window may take before its worker counts as hung: 20 times what it
+    should take (its ``window_s``, or ``expected_s`` from the calibration steps when more:
+    a window of ``--steps N`` slow steps), and at least a minute."""
+    return max(WINDOW_TIMEOUT_MIN_S, 20.0 * max(window_s, expected_s))
 
 
 @dataclass
@@ -112,6 +115,8 @@ class WindowWorker:
     name: str = ""  # what logs and reasons call it (default: its backend)
     weights: Dict[str, Any] = field(default_factory=dict)  # weights_out, weights_in, check
     tags: Dict[str, Any] = field(default_factory=dict)  # added to each window's metrics
+    check_rows: Optional[int] = None  # test rows whose outputs the check compares
+    closed: bool = False
 
     def __post_init__(self) -> None:
         self.name = self.name or self.config.backend
@@ -194,17 +199,25 @@ class WindowWorker:
                 ))  # fmt: skip
             if reply is None:
                 self._wait_exit()
+                self._drain_output()
                 how = processes.describe_exit(self.process.returncode)
                 self._end(ending.no_result(
                     "WorkerCrashed", how, f"the warm worker {how} during {what}", self.tail
                 ))  # fmt: skip
             if reply["event"] == "failed":
                 self._wait_exit()
+                self._drain_output()
                 self._end(ending.reported(reply["status"], reply["error"], self.tail))
             if reply["event"] == "garbled":
                 log.warning("%s: a garbled reply was ignored: %s", self.label, reply["line"])
                 continue
             return reply
+
+    def _drain_output(self) -> None:
+        """Let the output reader take the worker's last lines (a crash's message) into the
+        tail before a verdict quotes it."""
+        if len(self.threads) > 1:
+            self.threads[1].join(timeout=5)
 
     def _wait_exit(self) -> None:
         try:
@@ -234,9 +247,10 @@ class WindowWorker:
         """The warmup and calibration steps; [] when ready, else its failed result."""
         began = time.time()
         self._send(
-            {"do": "warmup", "window_s": self.config.window_s, "steps": self.config.steps}
+            {"do": "warmup", "window_s": self.config.window_s, "steps": self.config.steps,
+             "check_rows": self.check_rows}
             | self.weights
-        )
+        )  # fmt: skip
         try:
             self.ready = self._await("its warmup", self.config.timeout_s)
         except WorkerGone as gone:
@@ -264,7 +278,10 @@ class WindowWorker:
             self._send({"do": "window", "index": self.windows})
             if on_sent is not None:
                 on_sent(self, round_index)
-            reply = self._await(f"window {self.windows + 1}", window_timeout(config.window_s))
+            expected = self.ready["window_steps"] * self.ready["calibration_step_s"]
+            reply = self._await(
+                f"window {self.windows + 1}", window_timeout(config.window_s, expected)
+            )
         except WorkerGone as gone:
             return self._failed(gone.verdict, round_index, began)
         finally:
@@ -292,9 +309,14 @@ class WindowWorker:
                 break
         return time.monotonic() - started
 
-    def close(self) -> None:
-        """Tell it to finish; stop whatever of it is left; close its log."""
-        if self.alive and self.process.poll() is None:
+    def close(self, now: bool = False) -> None:
+        """Tell it to finish (``now``: stop it at once, as on Ctrl-C); stop whatever of it
+        is left; close its log. Closing twice does nothing more."""
+        if self.closed:
+            return
+        if now and self.process.poll() is None:
+            stop_group(self.process)
+        elif self.alive and self.process.poll() is None:
             self._send({"do": "finish"})
             try:
                 self.process.stdin.close()
@@ -307,6 +329,7 @@ class WindowWorker:
         for thread in self.threads:
             thread.join(timeout=10)
         self.log_file.close()
+        self.closed = True
 
     # --------------------------------------------------------------- its results
 
@@ -389,7 +412,8 @@ class WindowWorker:
             "import_time_s": started["import_time_s"] if first else None,
             "build_time_s": started["build_time_s"] if first else None,
             "first_step_s": ready["first_step_s"] if first else None,
-            "time_to_first_step_s": ready["first_step_at"] - self.launched_at if first else None,
+            # the workers start side by side and warm up in turn: no fresh process's figure
+            "time_to_first_step_s": None,
             "warmup_steps": ready["warmup_steps"] if first else 0,
             "warmup_time_s": ready["warmup_time_s"] if first else None,
         }
@@ -420,16 +444,23 @@ def interleave(
     steps of a window) in warm interleaved windows into ``runner.output_dir`` until
     ``stop(counted results)`` gives a reason, ``max_rounds`` rounds ran, or fewer than
     two workers are left. Returns every window's result (dropped ones included) and why
-    it stopped. ``on_window(worker, round)`` is called as each window's command is sent."""
+    it stopped. ``on_window(worker, round)`` is called as each window's command is sent.
+    The first config is the baseline: when its worker ends, so does the comparison."""
     unset = [config.label() for config in configs if config.window_s is None]
     if unset:
         raise ValueError(f"interleave: expected configs with window_s; {unset[0]} has none")
     results: List[RunResult] = []
     with runner.session(configs) as session:
-        workers = [WindowWorker.launch(runner, session, config) for config in configs]
+        workers: List[WindowWorker] = []
         try:
+            for config in configs:
+                workers.append(WindowWorker.launch(runner, session, config))
             results += start_workers(runner, workers)
             reason = _rounds(runner, workers, results, stop, max_rounds, on_window)
+        except BaseException:  # Ctrl-C, or a failure of kbench's own: stop them at once
+            for worker in workers:
+                worker.close(now=True)
+            raise
         finally:
             for worker in workers:
                 worker.close()
@@ -447,11 +478,16 @@ def _rounds(
     """The rounds of :func:`interleave`, their results added to ``results``; why they ended."""
     for round_index in range(max_rounds):
         alive = [w for w in workers if w.alive]
+        if not workers[0].alive:
+            return f"the baseline's worker ({workers[0].name}) ended: no ratio to measure"
         if len(alive) < 2:
             left = ", ".join(w.name for w in alive) or "none"
             return f"fewer than two workers left ({left}): no ratio to measure"
         results += measure_round(runner, alive, round_index, on_window)
-        counted = [r for r in results if not r.dropped]
+        # the stop rule reads the live workers' counted windows: a worker that ended can
+        # no longer narrow its interval, and would hold the others to the budget
+        live = tuple(w.planned.run_id for w in workers if w.alive)
+        counted = [r for r in results if not r.dropped and r.run_id.startswith(live)]
         why = stop(counted) if stop is not None else None
         if why is not None:
             return why

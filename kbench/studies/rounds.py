@@ -113,6 +113,7 @@ def run_rounds(
     stop: Optional[Callable[[], Stop]] = None,
     warm: bool = False,
     on_progress: Optional[OnProgress] = None,
+    baseline: Optional[str] = None,
 ) -> Tuple[List[RunResult], Optional[str]]:
     """Run ``rounds`` in turn into ``store``; after each, the rule ``stop()`` made may give
     the reason to run no more. Returns the results and that reason (None: every round
@@ -123,20 +124,25 @@ def run_rounds(
         output_dir=store, on_progress=on_progress, busy_threshold=busy_threshold, warm=warm
     )
     if any(config.window_s is not None for r in rounds for config in r):
-        return run_windows(runner, [config for r in rounds for config in r], stop)
+        return run_windows(runner, [config for r in rounds for config in r], stop, baseline)
     return runner.run_rounds([list(r) for r in rounds], stop() if stop is not None else None)
 
 
 def run_windows(
-    runner: Runner, configs: Sequence[RunConfig], stop: Optional[Callable[[], Stop]]
+    runner: Runner,
+    configs: Sequence[RunConfig],
+    stop: Optional[Callable[[], Stop]],
+    baseline: Optional[str] = None,
 ) -> Tuple[List[RunResult], Optional[str]]:
-    """Warm interleaved windows, one model at a time (its backends' workers side by side),
-    each with a fresh ``stop()`` rule (default: :data:`WINDOW_PRECISION` or
-    :data:`WINDOW_BUDGET_S`); the reasons each stopped, joined."""
+    """Warm interleaved windows, one model at a time (its backends' workers side by side,
+    ``baseline``'s first: default the first backend), each with a fresh ``stop()`` rule
+    (default: :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S`); the reasons each
+    stopped, joined."""
+    baseline = baseline or configs[0].backend
     if stop is None:
-        stop = functools.partial(ratio_stop, WINDOW_PRECISION, WINDOW_BUDGET_S, None)
+        stop = functools.partial(ratio_stop, WINDOW_PRECISION, WINDOW_BUDGET_S, baseline)
     by_model: Dict[str, List[RunConfig]] = {}
-    for config in configs:
+    for config in sorted(configs, key=lambda c: c.backend != baseline):  # stable: baseline first
         by_model.setdefault(config.model, []).append(config)
     results: List[RunResult] = []
     reasons = []

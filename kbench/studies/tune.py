@@ -55,6 +55,14 @@ from kbench_models import spec_for
 log = logging.getLogger(__name__)
 
 MIN_ROUNDS = 6  # the fewest per-round ratios whose interval reaches 95%
+# Shorter windows than kbench run's: a round is one window of every setting still in (up
+# to 8 per backend, each window paying ~0.5 s of per-call set-up and settling besides), and
+# a best needs 8+ rounds (its interval at 1 - 0.05/k); measured on 2 cores, 1 s windows
+# gave TensorFlow's 7 settings 4 rounds in a 5-minute, 3-backend budget.
+WINDOW_S = 0.5
+# the settings a search may change (kbench tune --try)
+TUNABLE = ("jit_compile", "run_eagerly", "onednn", "data_format", "mixed_precision",
+           "hybridize", "torch_compile", "tf32", "threads", "batch_size")  # fmt: skip
 FINAL_SHARE = 0.25  # of the budget, for the backends compared at their best
 COMBINED_SHARE = 0.35  # of a backend's share, for its clearly faster changes together
 BF16_FEATURES = ("avx512_bf16", "amx_tile")
@@ -240,9 +248,11 @@ class Tuner:
     target: float
     round_index: int = 0
     weights_dir: Path = Path(".")
+    launched: List[Trial] = field(default_factory=list)  # every trial, closed at the end
 
     def launch(self, trials: Sequence[Trial]) -> None:
         for trial in trials:
+            self.launched.append(trial)
             config = trial.candidate.config(self.base)
             trial.worker = WindowWorker.launch(self.runner, self.session, config)
             trial.worker.name = f"{trial.candidate.backend} {trial.candidate.name}"
@@ -258,6 +268,7 @@ class Tuner:
         for trial in [default, *others]:
             if trial.worker is None or not trial.worker.alive or trial.worker.ready:
                 continue  # gone, or warm already (the default, when changes are combined)
+            trial.worker.check_rows = self.base.batch_size  # outputs on the same rows
             if default.state != "measuring":
                 self._out(trial, "skipped", "the default setting could not run")
                 continue
@@ -314,8 +325,9 @@ class Tuner:
             settled = self._halve(trials, reference)
             best, why = best_of(trials, reference)
             log.info(
-                "  %s: %.0f of %.0f s spent; best so far: %s (%s)", reference.candidate.backend,
-                time.monotonic() - started, budget_s, best.candidate.name, why,
+                "  %s: %.0f of %.0f s of measuring spent; best so far: %s (%s)",
+                reference.candidate.backend, time.monotonic() - started, budget_s,
+                best.candidate.name, why,
             )  # fmt: skip
             if settled:
                 return settled
@@ -334,31 +346,42 @@ class Tuner:
                 self._out(trial, "dropped", f"clearly slower: x{interval.median:.3f} "
                           f"({interval.low:.3f}-{interval.high:.3f}) of the default")  # fmt: skip
         left = [t for t in measuring if t.state == "measuring"]
+        if not left:
+            return "every other setting dropped"
         if all(half_width(intervals[id(t)]) <= self.target for t in left):
             return f"every ratio within +-{self.target:.0%}"
         return None
 
 
 def best_of(trials: Sequence[Trial], reference: Trial) -> Tuple[Trial, str]:
-    """The fastest trial whose ratio interval lies above x1, and why it was chosen."""
+    """The fastest trial whose ratio interval lies above x1, and why it was chosen. With
+    k settings compared, each interval is taken at 1 - 0.05/k (Bonferroni), so that the
+    chance of calling some setting faster when none is stays at most 5%."""
+    contenders = [t for t in trials if t is not reference and t.state == "measuring"]
+    # every setting measured counts, dropped ones too: the best was chosen among them all
+    compared = [t for t in trials if t is not reference and t.state in ("measuring", "dropped")]
+    level = 1 - (1 - LEVEL) / max(1, len(compared))
     faster = []
-    for trial in trials:
-        if trial is reference or trial.state != "measuring":
-            continue
-        interval = ratio_interval(trial, reference)
-        if interval is not None and interval.coverage >= LEVEL and interval.low > 1.0:
+    for trial in contenders:
+        interval = median_interval(round_ratios(trial, reference), level)
+        if interval is not None and interval.coverage >= level and interval.low > 1.0:
             faster.append((interval.median, trial, interval))
     if not faster:
-        return reference, "no setting clearly faster than the default"
+        return reference, (
+            f"no setting clearly faster than the default ({len(compared)} compared, "
+            f"each at {level:.1%})"
+        )
     median, trial, interval = max(faster, key=lambda item: item[0])
-    return trial, f"x{median:.3f} ({interval.low:.3f}-{interval.high:.3f}) of the default"
+    return trial, (
+        f"x{median:.3f} ({interval.low:.3f}-{interval.high:.3f}, {interval.coverage:.1%}, "
+        f"n={interval.n}) of the default, {len(compared)} settings compared"
+    )
 
 
 def tune_backend(tuner: Tuner, backend: str, budget_s: float, **space: Any) -> Dict[str, Any]:
     """One backend's search (the module docstring's steps 1-4): its report, with its
     default and best trials (``_finalists``), whose workers are left running for the
-    comparison of the backends."""
-    started = time.monotonic()
+    comparison of the backends. ``budget_s`` is measuring time, after the workers are warm."""
     candidates, skipped = search_space(backend, tuner.base, **space)
     trials = [Trial(c) for c in candidates]
     reference = trials[0]
@@ -368,8 +391,11 @@ def tune_backend(tuner: Tuner, backend: str, budget_s: float, **space: Any) -> D
     tuner.warm(reference, trials[1:])
     if reference.state != "measuring":
         return _report(backend, trials, skipped, None, f"the default failed: {reference.reason}")
+    started = time.monotonic()  # the budget is for measuring: starting the workers is not in it
     deadline = started + budget_s * (1 - COMBINED_SHARE)
     ended = tuner.rounds(trials, reference, deadline, started, budget_s)
+    if reference.state != "measuring":
+        return _report(backend, trials, skipped, None, f"the default failed: {reference.reason}")
     clearly = [t for t in trials[1:] if t.state == "measuring" and best_of([t], reference)[0] is t]
     dimensions = {k for t in clearly for k, _ in t.candidate.changes}
     if len(clearly) > 1 and len(dimensions) == len(clearly):
@@ -378,6 +404,10 @@ def tune_backend(tuner: Tuner, backend: str, budget_s: float, **space: Any) -> D
         tuner.launch([together])
         tuner.warm(reference, [together])
         ended = tuner.rounds(trials, reference, started + budget_s, started, budget_s)
+        if reference.state != "measuring":
+            return _report(
+                backend, trials, skipped, None, f"the default failed: {reference.reason}"
+            )
     best, why = best_of(trials, reference)
     for trial in trials:
         if trial.state == "measuring":
@@ -433,7 +463,7 @@ def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> 
             trial.results += [
                 r for r in results if r.run_id.startswith(trial.worker.planned.run_id)
             ]
-        widths = [half_width(ratio_interval(t, reference)) for t in finalists[1:]]
+        widths = [half_width(ratio_interval(t, reference)) for t in alive if t is not reference]
         if max(widths) <= tuner.target:
             ended = f"every ratio within +-{tuner.target:.0%}"
             break
@@ -488,10 +518,12 @@ def tune(
     only: Optional[Sequence[str]] = None,
 ) -> Dict[str, Any]:
     """``kbench tune``: every backend's search, then the backends at their default and
-    best. Every window is a result in ``store``; the report is returned and written as
-    ``store/tune.json`` (a report beside the documents: the store reads it as none), and
-    a sweep of the best settings as ``store/tune-best.yaml``. ``only``: the settings to
-    try (names such as ``jit_compile``, ``data_format``, ``threads``); None: all."""
+    best, in ``budget_s`` seconds of measuring (starting the workers is not counted: the
+    whole takes the budget plus the workers' starts). Every window is a result in
+    ``store``; the report is returned and written as ``store/tune.json`` (a report beside
+    the documents: the store reads it as none), and a sweep of the best settings as
+    ``store/tune-best.yaml``. ``only``: the settings to try (names such as
+    ``jit_compile``, ``data_format``, ``threads``); None: all."""
     started = time.monotonic()
     runner = Runner(output_dir=store)
     cpu = sysinfo.cpu_features()
@@ -512,9 +544,15 @@ def tune(
                 report = tune_backend(tuner, backend, per_backend, **space)
                 finalists += report.pop("_finalists")
                 reports.append(report)
-            final = compare_finalists(tuner, finalists, started + budget_s) if finalists else None
+            final_deadline = time.monotonic() + budget_s * FINAL_SHARE
+            final = compare_finalists(tuner, finalists, final_deadline) if finalists else None
+        except BaseException:
+            for trial in tuner.launched:
+                if trial.worker is not None:
+                    trial.worker.close(now=True)
+            raise
         finally:
-            for trial in finalists:
+            for trial in tuner.launched:
                 if trial.worker is not None:
                     trial.worker.close()
     outcome = {

@@ -63,7 +63,8 @@ def tune_tables(report: Dict[str, Any]) -> List[Table]:
 def headline(report: Dict[str, Any]) -> str:
     return (
         f"kbench tune: {report['model']} on {report['dataset']}, batch {report['batch_size']}, "
-        f"{report['seconds']:.0f} s of a {report['budget_s']:.0f} s budget"
+        f"{report['seconds']:.0f} s in all: a {report['budget_s']:.0f} s budget of measuring, "
+        "the rest starting and warming the workers"
     )
 
 

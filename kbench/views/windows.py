@@ -23,9 +23,21 @@ def windows_table(results: Sequence[RunResult]) -> str:
     for result in results:
         workers.setdefault((result.config["model"], result.config["backend"]), []).append(result)
     rows = [_row(model, backend, runs) for (model, backend), runs in workers.items()]
-    reasons = sorted({r.dropped for r in results if r.dropped})
-    notes = [f"dropped round: {reason}" for reason in reasons]
-    return "\n".join([render(HEADERS, rows), *notes])
+    return "\n".join([render(HEADERS, rows), *dropped_notes(results)])
+
+
+def dropped_notes(results: Sequence[RunResult]) -> List[str]:
+    """One line for the rounds dropped: how many, the first reason and the last."""
+    reasons: Dict[int, str] = {}
+    for result in results:
+        if result.dropped:
+            reasons.setdefault(result.config.get("repeat", 0), result.dropped)
+    if not reasons:
+        return []
+    rounds = sorted(reasons)
+    first, last = reasons[rounds[0]], reasons[rounds[-1]]
+    text = f"{len(rounds)} round(s) dropped, left out of the comparison: {first}"
+    return [text + (f" ... the last: {last}" if len(rounds) > 1 else "")]
 
 
 def _row(model: str, backend: str, runs: Sequence[RunResult]) -> List[str]:
