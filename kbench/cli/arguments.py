@@ -330,6 +330,16 @@ def duration(text: str) -> float:
     return value
 
 
+def add_ratio_precision_argument(
+    parser, shows: str, default: Optional[float] = None
+) -> argparse.Action:
+    """``--ratio-precision P``: stop adding rounds once every per-round ratio's 95%
+    interval is within +-P (kbench run, reproduce and tune; ``shows``: the rest of the help)."""
+    return parser.add_argument(
+        "--ratio-precision", type=precision, metavar="P", default=default, help=shows
+    )
+
+
 def add_window_argument(parser, default: Optional[float], shows: str) -> argparse.Action:
     """``--window SECONDS``: how long a warm worker's measuring window is (kbench run's
     interleaved windows, kbench tune's trials)."""

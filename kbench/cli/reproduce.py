@@ -12,9 +12,10 @@ from kbench.cli.arguments import (
     add_baseline_argument,
     add_precision_arguments,
     add_quality_arguments,
+    add_ratio_precision_argument,
     add_renamed,
+    add_repeats_argument,
     add_store_argument,
-    precision,
 )
 from kbench.results.config import ConfigError
 from kbench.studies import claims as claims_mod
@@ -104,21 +105,17 @@ def add_command(commands) -> None:
 
 def add_rounds_arguments(parser: argparse.ArgumentParser) -> None:
     """``--repeats`` and ``--ratio-precision``, as reproduce takes them."""
-    parser.add_argument(
-        "--repeats",
-        type=int,
+    add_repeats_argument(
+        parser,
+        "the study's sweep",
         default=None,
-        metavar="N",
-        help="run the study's sweep N times, each run in a fresh process, round by round "
-        "(A B C A B C ...) (default: the sweep file's repeats, and at least "
-        f"{claims_mod.ROUNDS_NEEDED}: the fewest rounds whose per-round ratios give a 95%% "
-        "interval; with fewer every ratio verdict is inconclusive)",
+        default_text=f"the sweep file's repeats, and at least {claims_mod.ROUNDS_NEEDED}: the "
+        "fewest rounds whose per-round ratios give a 95%% interval; with fewer every ratio "
+        "verdict is inconclusive",
     )
-    parser.add_argument(
-        "--ratio-precision",
-        type=precision,
-        metavar="P",
-        help="stop adding rounds once every claim's per-round ratio has a 95%% interval "
+    add_ratio_precision_argument(
+        parser,
+        "stop adding rounds once every claim's per-round ratio has a 95%% interval "
         f"within +-P of its median (from {claims_mod.ROUNDS_NEEDED} rounds on), e.g. 0.05; "
         "--repeats is then the most rounds (default: off, every round runs)",
     )

@@ -25,6 +25,7 @@ from kbench.cli.arguments import (
     add_output_arguments,
     add_precision_arguments,
     add_quality_arguments,
+    add_ratio_precision_argument,
     add_repeats_argument,
     add_seed_argument,
     add_store_argument,
@@ -35,7 +36,6 @@ from kbench.cli.arguments import (
     add_window_argument,
     budget,
     finite,
-    precision,
     shape,
 )
 from kbench.datasets import DataUnavailable
@@ -218,11 +218,9 @@ def add_round_arguments(run) -> None:
     )
     add_warm_argument(run)
     add_baseline_argument(run, "the first in --backend")
-    run.add_argument(
-        "--ratio-precision",
-        type=precision,
-        metavar="P",
-        help="stop adding rounds once every backend's per-round speed ratio to the baseline "
+    add_ratio_precision_argument(
+        run,
+        "stop adding rounds once every backend's per-round speed ratio to the baseline "
         "has a 95%% interval within +-P of its median (order statistics: from 6 rounds on), "
         "e.g. 0.05; with --repeats N, N is then the most rounds (default: "
         f"{studies_rounds.WINDOW_PRECISION:g} for windows; with --repeats, off: every round runs)",

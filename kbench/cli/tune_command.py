@@ -11,12 +11,12 @@ from kbench.cli.arguments import (
     add_batch_size_argument,
     add_model_argument,
     add_output_arguments,
+    add_ratio_precision_argument,
     add_seed_argument,
     add_warmup_argument,
     add_window_argument,
     comma_list,
     duration,
-    precision,
 )
 from kbench.results.config import RunConfig
 from kbench.studies import rounds as studies_rounds
@@ -82,12 +82,12 @@ def add_command(commands) -> None:
         f"seconds each setting's window measures (default: {studies_tune.WINDOW_S:g}: a search "
         "needs 8 or more rounds of up to a dozen settings to call one faster)",
     )  # fmt: skip
-    parser.add_argument(
-        "--ratio-precision", type=precision, metavar="P",
-        default=studies_rounds.WINDOW_PRECISION,
-        help="a search settles when every ratio's 95%% interval is within +-P "
+    add_ratio_precision_argument(
+        parser,
+        "a search settles when every ratio's 95%% interval is within +-P "
         f"(default: {studies_rounds.WINDOW_PRECISION:g})",
-    )  # fmt: skip
+        default=studies_rounds.WINDOW_PRECISION,
+    )
     parser.add_argument(
         "--try", dest="only", type=comma_list(studies_tune.TUNABLE, "settings", check=True),
         metavar="SETTING[,...]",
