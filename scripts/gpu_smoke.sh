@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# GPU smoke check: a few training steps per backend with the sampler on, then, for each
-# GPU the worker used (and how that was found), the sampled utilization (NVML: fraction
-# of time a kernel ran), memory by kind (the worker's own, the whole device's, with the
-# NVML call that gave it), power and energy with the method that gave the joules, and
-# the GPU path of --profile (kernel time per phase, the top operator).
-# Runs wherever NVML sees a GPU; elsewhere it says so and exits 0.
+# GPU smoke check, the first thing to run on a real GPU: everything it finds in one run.
 #
 #   scripts/gpu_smoke.sh [BACKENDS] [MODEL]      (default: every runnable backend, small_cnn)
+#
+# Stages (KBENCH_SMOKE_STAGES, default "check smoke memory parity windows"):
+#   check    the framework builds: what CUDA and cuDNN each was built for and loads
+#            (python -m kbench.setup --check where envs/ exist, else the probe on each
+#            KBENCH_PYTHON_<BACKEND> interpreter)
+#   smoke    a few training steps per backend with the sampler on, then, for each GPU the
+#            worker used (and how that was found), the sampled utilization (NVML: fraction
+#            of time a kernel ran), memory by kind (the worker's own, the whole device's,
+#            with the NVML call that gave it), power and energy with the method that gave
+#            the joules, and the GPU path of --profile (kernel time per phase, top operator)
+#   memory   each backend under its default, --gpu-memory-growth and --gpu-memory-fraction
+#            0.25: the framework's peak, the worker's NVML memory, the device's, its total
+#   parity   kbench parity on the GPU (the first Keras backend the reference)
+#   windows  warm interleaved windows between the backends (--ratio-budget 40)
+# Runs wherever NVML sees a GPU; elsewhere it says so and exits 0. Exits 1 if a stage
+# failed, after running the others. The stores go to KBENCH_SMOKE_OUT (default: a new
+# temporary folder), one folder per stage.
 #
 # Without the envs/ environments (for example on a machine that has PyTorch and JAX but
 # no TensorFlow), point the backends at an interpreter: KBENCH_PYTHON_TORCH=python3 ...
@@ -45,70 +57,81 @@ if [ -z "$backends" ]; then
 from kbench.run.environments import runnable_backends
 print(','.join(b for b, missing in runnable_backends().items() if missing is None))")
 fi
-out="$(mktemp -d)"
-status=0
-"$py" -m kbench run --backend "$backends" --model "$model" --dataset synthetic \
-  --steps 50 --warmup-steps 10 --batch-size 128 --device "$device" --sample-interval 0.1 \
-  --profile --profile-steps 5 --store "$out" || status=$?
+stages="${KBENCH_SMOKE_STAGES:-check smoke memory parity windows}"
+out="${KBENCH_SMOKE_OUT:-$(mktemp -d)}"  # each stage's results store, a folder under it
+failed=""
+report="$root/scripts/gpu_smoke_report.py"
+stage() { echo; echo "== gpu_smoke: $1"; }
+# The first Keras backend of the list: parity's reference.
+reference=$(tr ',' '\n' <<<"$backends" | grep -vE '^(torch-native|mxnet-gluon)$' | head -1 || true)
 
-"$py" - "$out" <<'PY'
-import glob, json, sys
+for name in $stages; do
+  case "$name" in
+  check)
+    stage "check: the framework builds, their CUDA and cuDNN"
+    if [ -d "$root/envs" ]; then
+      "$py" -m kbench.setup --check || failed="$failed check"
+    else
+      # Each interpreter the backends name, once: what its frameworks were built for.
+      probed=" "
+      for b in ${backends//,/ }; do
+        var="KBENCH_PYTHON_$(tr 'a-z-' 'A-Z_' <<<"$b")"
+        interp="${!var:-}"
+        [ -n "$interp" ] && [[ "$probed" != *" $interp "* ]] || continue
+        probed+="$interp "
+        echo "-- $interp (${var})"
+        "$interp" "$root/kbench/setup/probe.py" --pretty || failed="$failed check($interp)"
+      done
+      [ "$probed" != " " ] || echo "no envs/ and no KBENCH_PYTHON_<BACKEND>: nothing to probe"
+    fi
+    ;;
+  smoke)
+    stage "smoke: $model on $backends, sampler and profile"
+    "$py" -m kbench run --backend "$backends" --model "$model" --dataset synthetic \
+      --steps 50 --warmup-steps 10 --batch-size 128 --device "$device" --sample-interval 0.1 \
+      --profile --profile-steps 5 --store "$out/smoke" || failed="$failed smoke"
+    "$py" "$report" smoke "$out/smoke"
+    ;;
+  memory)
+    stage "memory: default, --gpu-memory-growth, --gpu-memory-fraction 0.25"
+    for option in "" "--gpu-memory-growth" "--gpu-memory-fraction 0.25"; do
+      # shellcheck disable=SC2086  # the option is one or two words
+      "$py" -m kbench -q run --backend "$backends" --model "$model" --dataset synthetic \
+        --steps 30 --warmup-steps 5 --batch-size 128 --device "$device" --repeats 1 \
+        --sample-interval 0.05 $option --store "$out/memory" || failed="$failed memory($option)"
+    done
+    "$py" "$report" memory "$out/memory"
+    ;;
+  parity)
+    stage "parity on the GPU: $model, reference $reference"
+    if [ -n "$reference" ]; then
+      "$py" -m kbench parity --model "$model" --backend "$backends" --store "$out/parity" \
+        || failed="$failed parity"
+    else
+      echo "no Keras backend among $backends: parity needs one as the reference"
+    fi
+    ;;
+  windows)
+    stage "windows: $backends, warm interleaved, 40 s budget"
+    if [ "$(tr ',' '\n' <<<"$backends" | wc -l)" -ge 2 ]; then
+      "$py" -m kbench run --backend "$backends" --model "$model" --dataset synthetic \
+        --batch-size 128 --device "$device" --ratio-budget 40 --store "$out/windows" \
+        || failed="$failed windows"
+    else
+      echo "one backend: nothing to interleave"
+    fi
+    ;;
+  *)
+    echo "gpu_smoke: unknown stage '$name' in KBENCH_SMOKE_STAGES (expected some of:" \
+      "check smoke memory parity windows)" >&2
+    exit 2
+    ;;
+  esac
+done
 
-def mib(value):
-    return "n/a" if value is None else f"{value / 2**20:,.0f} MiB"
-
-def stat(summary, name, key):
-    return (summary.get(name) or {}).get(key)
-
-def num(value, fmt=".1f"):
-    return "n/a" if value is None else format(value, fmt)
-
-for path in sorted(glob.glob(f"{sys.argv[1]}/*.json")):
-    r = json.load(open(path))
-    m = r.get("metrics", {})
-    sampler = r.get("sampler") or {}
-    summary = sampler.get("summary", {})
-    measured, run = summary.get("measured", {}), summary.get("run", {})
-    memory = {x["kind"]: x for x in m.get("memory", [])}
-    peak = (memory.get("framework_peak") or {}).get("bytes")
-    print(f"\n{r['config']['backend']}: {r['status']}, {m.get('images_per_sec', 0):,.0f} img/s, "
-          f"framework peak {mib(peak)}")
-    if r["status"] != "ok":
-        print(f"  {r['reason']}")
-    gpu = sampler.get("sources", {}).get("gpu", {})
-    if not gpu.get("available"):
-        print(f"  no GPU series: {gpu.get('reason') or 'sampler off'}")
-    used = gpu.get("worker_gpus") or {}
-    print(f"  GPUs the worker used: {used.get('indices')} ({used.get('method')}: {used.get('note')})")
-    devices = {d.get("index"): d for d in gpu.get("devices", [])}
-    energy = m.get("energy") or {}
-    for index in used.get("indices") or []:
-        p, d = f"gpu{index}_", devices.get(index, {})
-        process = run.get(p + "process_memory_bytes") or {}
-        joules = (energy.get("devices") or {}).get(f"gpu{index}") or {}
-        print(f"  GPU {index} {d.get('name')} ({d.get('pci_bus_id')})"
-              + (f" FAILED: {d['failed']}" if d.get("failed") else ""))
-        print(f"    kernel time % (measured, NVML): mean {num(stat(measured, p + 'kernel_time_percent', 'mean'))}"
-              f" / max {num(stat(measured, p + 'kernel_time_percent', 'max'))}")
-        print(f"    memory, peak over the run: worker (NVML per process) {mib(process.get('max'))}"
-              + (f" [{process['reason']}]" if process.get("reason") else "")
-              + f"; device used {mib(stat(run, p + 'memory_used_bytes', 'max'))}"
-              f" [{d.get('memory_used_method')}]")
-        print(f"    power (measured): mean {num(stat(measured, p + 'power_w', 'mean'))} W; energy "
-              + (f"{joules['joules']:.1f} J ({joules['method']})" if joules
-                 else f"n/a ({energy.get('reason') or 'the run gave no energy figure'})"))
-    if energy.get("available"):
-        print(f"  energy, measured window: {energy['measured_j']:.1f} J ({energy['method']}), "
-              f"{num(energy.get('images_per_joule'), '.2f')} img/J")
-    if gpu.get("unsupported") or gpu.get("failed"):
-        print(f"  unsupported: {gpu.get('unsupported')}; failed: {gpu.get('failed')}")
-    profile = m.get("profile") or {}
-    if profile.get("status") == "ok":
-        top = profile["top_ops"][0]
-        phases = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in profile["phases_s"].items())
-        print(f"  profile on {profile['device']}: {phases}; top: {top['op']} "
-              f"({top['phase']}, {top['share']:.0%})")
-    elif profile:
-        print(f"  profile: {profile.get('status')}: {profile.get('reason')}")
-PY
-exit "$status"
+echo
+if [ -n "$failed" ]; then
+  echo "gpu_smoke: failed:$failed"
+  exit 1
+fi
+echo "gpu_smoke: every stage passed ($stages)"

@@ -112,7 +112,8 @@ def dump(completed: Completed) -> str:
 @pytest.fixture(scope="session")
 def keras_twin_files(tmp_path_factory) -> Dict[str, Path]:
     """The Keras side of test_pytorch_twins (every model, each data format, one process
-    each), run once per session: test_gluon replays its channels_first results.
+    each), run once per session: test_gluon replays its channels_first results, and
+    test_models reads the ResNet-50 census its channels_last process makes.
 
     {data format: pickle path}; each module loads what it needs and lets it go.
     """
@@ -123,8 +124,9 @@ def keras_twin_files(tmp_path_factory) -> Dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def shared_sweep(tmp_path_factory):
-    """The runs test_accuracy, test_stream, test_zoo_training and test_profile read:
-    one ``kbench sweep --warm``, one worker per backend (tests/shared_sweep.py)."""
+    """The runs test_accuracy, test_stream, test_zoo_training, test_profile,
+    test_backends and test_measurement read: one ``kbench sweep --warm``, one worker per
+    backend (tests/shared_sweep.py)."""
     import shared_sweep as shared
 
     return shared.run_shared_sweep(tmp_path_factory.mktemp("shared_sweep"))

@@ -2,9 +2,10 @@
 process per backend instead of one per backend for each module.
 
 test_accuracy (the MLP learns digits), test_stream (training from a streamed image
-folder), test_zoo_training (the LSTM models, AlexNet on a CIFAR archive) and
-test_profile (every profiler) each
-read their group of this sweep (:meth:`SharedSweep.group`); what each asserts is what it
+folder), test_zoo_training (the LSTM models, AlexNet on a CIFAR archive),
+test_profile (every profiler), test_backends (both models on every backend) and
+test_measurement (an inference run) each read their group of this sweep
+(:meth:`SharedSweep.group`); what each asserts is what it
 asserted of its own ``kbench run`` before. The modules share one pytest-xdist worker
 (``suite_plugin.SHARED_WORKER``), so the sweep runs once per session. A group's runs are
 warm (every run of a worker but the first): these tests check what runs compute and
@@ -26,6 +27,9 @@ from test_datasets import write_cifar
 from kbench.results.result import RunResult
 
 EVERY_BACKEND = ["tensorflow", "jax", "torch", "torch-native", "mxnet"]
+# test_backends' group: what its tests assert of every backend's run of each model
+MATRIX_MODELS = ("mlp", "small_cnn")
+MATRIX_STEPS = 6
 COLOURS = {"n01": (220, 20, 20), "n02": (20, 220, 20), "n03": (20, 20, 220)}
 
 # The profiled runs (test_profile): every profiler, and MXNet's that is compiled out.
@@ -60,8 +64,8 @@ def sweep_file(folder: Path) -> Path:
     write_cifar(cifar, "cifar-10", n_train=24, n_test=8, as_tar=True)
     sweep = {
         "name": "suite",
-        "description": "the runs test_accuracy, test_stream, test_zoo_training and "
-        "test_profile read (tests/shared_sweep.py)",
+        "description": "the runs test_accuracy, test_stream, test_zoo_training, "
+        "test_profile, test_backends and test_measurement read (tests/shared_sweep.py)",
         # one thread, as the profiled runs ask: every group shares its backend's worker
         "settings": {"threads": 1},
         "groups": [
@@ -80,6 +84,17 @@ def sweep_file(folder: Path) -> Path:
              "matrix": {"backend": ["tensorflow", "jax", "torch", "mxnet"],
                         "model": ["lstm", "lstm_embedding"]}},
             {"name": "profile", "settings": PROFILED, "matrix": {"backend": EVERY_BACKEND}},
+            # test_backends: both models on every backend, 6 measured steps of batch 16
+            {"name": "matrix",
+             "settings": {"dataset": "synthetic", "steps": MATRIX_STEPS, "warmup_steps": 2,
+                          "batch_size": 16, "test_samples": 64},
+             "matrix": {"backend": EVERY_BACKEND, "model": list(MATRIX_MODELS)}},
+            # test_measurement: an inference run, latency percentiles over 1.5 s
+            {"name": "inference",
+             "settings": {"model": "small_cnn", "dataset": "synthetic", "mode": "inference",
+                          "duration_s": 1.5, "warmup_steps": 3, "batch_size": 16,
+                          "test_samples": 16, "train_samples": 16},
+             "matrix": {"backend": ["tensorflow"]}},
             {"name": "cifar",
              "settings": {"model": "alexnet", "dataset": "cifar10", "data_dir": str(cifar),
                           "image_size": [64, 64], "steps": 2, "warmup_steps": 1,

@@ -109,9 +109,10 @@ def affinity(config, every_core: bool) -> Iterator[None]:
 SHARED_WORKER = {
     "tests/test_gluon.py": "keras twins",
     "tests/test_pytorch_twins.py": "keras twins",
+    "tests/test_models.py": "keras twins",
     **{
         f"tests/test_{name}.py": "shared sweep"
-        for name in ("accuracy", "stream", "zoo_training", "profile")
+        for name in ("accuracy", "stream", "zoo_training", "profile", "backends", "measurement")
     },
 }
 

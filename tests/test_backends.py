@@ -1,17 +1,21 @@
-"""Every backend trains both models for real, in its own process, from one command."""
+"""Every backend trains both models for real, each backend in its own process (the
+shared sweep's warm workers); the data-format runs below, one process per run, from one
+``kbench run``."""
 
 import json
+import re
 
 import pytest
+import shared_sweep
 from conftest import ROOT, dump, require_backends, run_kbench
 
 from kbench.results.result import SCHEMA_VERSION
 
 pytestmark = pytest.mark.slow
 
-BACKENDS = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
-MODELS = ("mlp", "small_cnn")
-STEPS = 6
+BACKENDS = tuple(shared_sweep.EVERY_BACKEND)
+MODELS = shared_sweep.MATRIX_MODELS
+STEPS = shared_sweep.MATRIX_STEPS
 
 
 def mlp_params(h, w, c, classes):
@@ -25,46 +29,26 @@ def small_cnn_params(h, w, c, classes):
 
 
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory):
-    """One `kbench run --warm` over all backends and both models: one worker per
-    backend, each training both models (the process-per-run path is what test_failures
-    and the data-format test below run)."""
-    require_backends(*BACKENDS)
-    home = tmp_path_factory.mktemp("home")
-    completed = run_kbench(
-        [
-            "run",
-            "--warm",
-            "--backend",
-            ",".join(BACKENDS),
-            "--model",
-            ",".join(MODELS),
-            "--dataset",
-            "synthetic",
-            "--steps",
-            str(STEPS),
-            "--warmup-steps",
-            "2",
-            "--batch-size",
-            "16",
-            "--test-samples",
-            "64",
-        ],
-        home,
-    )
-    return home, completed
+def matrix(request):
+    """Both models on every backend: the shared sweep's "matrix" group
+    (tests/shared_sweep.py), run in the sweep's warm worker of each backend, which ran
+    the sweep's other groups before (the process-per-run path is what test_failures and
+    the data-format test below run). (the sweep's home, the group's runs)"""
+    group = shared_sweep.group(request, "matrix", *BACKENDS)
+    return group.completed.output_dir.parent / "home", group
 
 
 def test_every_backend_and_model_runs(matrix):
-    _, completed = matrix
-    assert completed.returncode == 0, dump(completed)
-    results = completed.results()
-    # a warm worker per backend, in --backend's order, each running the models in turn
+    _, group = matrix
+    assert group.completed.returncode == 0, dump(group.completed)
+    results = group.results()
+    # a warm worker per backend, in the sweep's order of backends, each running the
+    # models in turn, after the sweep's earlier groups (every run warm)
     assert [(r.config["model"], r.config["backend"]) for r in results] == [
         (m, b) for b in BACKENDS for m in MODELS
     ]
     for r in results:
-        assert r.metrics.get("warm_worker", False) == (r.config["model"] != MODELS[0])
+        assert r.metrics.get("warm_worker", False) is True, r.config
         assert r.status == "ok", (r.config, r.reason)
         m = r.metrics
         assert m["images_per_sec"] > 0
@@ -77,17 +61,19 @@ def test_every_backend_and_model_runs(matrix):
 
 
 def test_parameter_counts_match_the_reference(matrix):
-    _, completed = matrix
+    _, group = matrix
     expected = {"mlp": 101_770, "small_cnn": 203_434}
     assert mlp_params(28, 28, 1, 10) == expected["mlp"]
     assert small_cnn_params(28, 28, 1, 10) == expected["small_cnn"]
-    for r in completed.results():
+    assert len(group.results()) == len(BACKENDS) * len(MODELS)
+    for r in group.results():
         assert r.model["params"] == expected[r.config["model"]], r.config
 
 
 def test_results_record_backend_format_threads_and_data(matrix):
-    _, completed = matrix
-    for r in completed.results():
+    _, group = matrix
+    assert len(group.results()) == len(BACKENDS) * len(MODELS)
+    for r in group.results():
         backend = r.config["backend"]
         default = json.loads((ROOT / "keras_configs" / f"{backend}.json").read_text())
         framework = r.environment["framework"]
@@ -106,18 +92,23 @@ def test_results_record_backend_format_threads_and_data(matrix):
 
 
 def test_terminal_shows_tables_and_logs_are_kept(matrix):
-    _, completed = matrix
-    assert "vs tensorflow" in completed.stdout
+    """The sweep's closing tables: the group's row of each model, its speed against
+    tensorflow (kbench run's tables are checked by the data-format test)."""
+    _, group = matrix
+    completed = group.completed
+    assert "Speed against tensorflow" in completed.stdout
     for model in MODELS:
-        assert f"{model} on synthetic (synthetic data), batch 16" in completed.stdout
-    logs = list((completed.output_dir / "logs").glob("*.log"))
-    assert len(logs) == len(BACKENDS) * len(MODELS)
+        row = rf"^{model} \(synthetic\) +batch 16, steps {STEPS}, warmup 2, test n 64"
+        assert len(re.findall(row, completed.stdout, re.MULTILINE)) >= 2, (model, row)
+    logs = {p.stem for p in (completed.output_dir / "logs").glob("*.log")}
+    run_ids = {r.run_id for r in group.results()}
+    assert len(run_ids) == len(BACKENDS) * len(MODELS) and run_ids <= logs
 
 
 def test_home_keras_is_never_touched(matrix):
-    home, completed = matrix
-    assert completed.returncode == 0
-    assert not (home / ".keras").exists()
+    home, group = matrix
+    assert group.completed.returncode == 0
+    assert home.is_dir() and not (home / ".keras").exists()
 
 
 def test_data_format_flag_overrides_the_default(home):
@@ -152,6 +143,13 @@ def test_data_format_flag_overrides_the_default(home):
         home,
     )
     assert completed.returncode == 0, dump(completed)
+    # kbench run's terminal: a table per run and the comparison against the first
+    # backend; a log kept per run (moved here from the matrix, now the shared sweep's)
+    assert "vs tensorflow" in completed.stdout
+    assert "small_cnn on synthetic (synthetic data), batch 8" in completed.stdout
+    assert len(completed.results()) == 3
+    logs = {p.stem for p in (completed.output_dir / "logs").glob("*.log")}
+    assert logs == {r.run_id for r in completed.results()}
     for r in completed.results():
         assert r.environment["framework"]["image_data_format"] == "channels_first"
         assert r.environment["keras_json"]["image_data_format"] == "channels_first"
@@ -194,8 +192,9 @@ def forward_flops(model, h=28, w=28, c=1, classes=10):
 
 
 def test_flops_and_compute_rate(matrix):
-    _, completed = matrix
-    for r in completed.results():
+    _, group = matrix
+    assert len(group.results()) == len(BACKENDS) * len(MODELS)
+    for r in group.results():
         expected = forward_flops(r.config["model"])
         assert r.model["flops"]["forward_per_sample"] == expected, r.config["backend"]
         compute = r.metrics["compute"]

@@ -1,13 +1,13 @@
 """The MXNet Gluon twins and the ``mxnet-gluon`` backend compute what Keras computes.
 
 Gluon runs only in the MXNet environment (numpy<1.24, no Keras 3), so everything
-that touches it is a subprocess there: the parameter census; the twins against Keras
-3 on the odd shapes and random weights of ``test_pytorch_twins`` (outputs, Keras'
-count and weight penalty, a few SGD steps and the output after them), imperative and
-hybridized; a real training run with and without ``--hybridize``. (``kbench parity``
-against TensorFlow is in test_parity, beside the other backends, sharing their
-reference runs.) MXNet's OpenMP threads spin when another process holds the cores, so
-the subprocesses here run on one thread.
+that touches it is a subprocess there: one process (``gluon_reply``) for the parameter
+census and the twins against Keras 3 on the odd shapes and random weights of
+``test_pytorch_twins`` (outputs, Keras' count and weight penalty, a few SGD steps and
+the output after them), imperative and hybridized; a real training run with and
+without ``--hybridize``. (``kbench parity`` against TensorFlow is in test_parity,
+beside the other backends, sharing their reference runs.) MXNet's OpenMP threads spin
+when another process holds the cores, so the subprocesses here run on one thread.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ import subprocess
 import numpy as np
 import pytest
 import test_pytorch_twins as twin_cases
-from conftest import ROOT, dump, fused_rnn_refused, require_backends, run_kbench
+from conftest import (
+    ROOT,
+    dump,
+    fused_rnn_refused,
+    require_backends,
+    run_kbench,
+    selected_backends,
+)
 from test_models import SPECS, expected_params
 
 from kbench.run import environments, weightfile
@@ -28,12 +35,15 @@ from kbench_models import MODELS
 slow = pytest.mark.slow
 
 BACKEND = "mxnet-gluon"
+FORMAT = "channels_first"  # Gluon's only data format
 # mlp and small_cnn, which test_models leaves to test_backends, by their formulas
 EXTRA_SPECS = {"mlp:28x28x1:10": 101_770, "small_cnn:28x28x1:10": 203_434,
                "mlp:12x10x3:7": 12 * 10 * 3 * 128 + 128 + 128 * 7 + 7,
                "small_cnn:14x12x2:5": 3 * 3 * 2 * 64 + 64 + 3 * 3 * 64 * 32 + 32
                                       + 10 * 8 * 32 * 5 + 5}  # fmt: skip
 
+# The module's one MXNet process: the census of sys.argv[1] (model specs), then, where
+# sys.argv[2:] names a folder and the cases, the twins' replay (TWIN_SCRIPT).
 CENSUS_SCRIPT = r"""
 import json, sys
 from kbench_models import MODELS, gluon
@@ -47,7 +57,7 @@ for text in json.loads(sys.argv[1]):
         shape = (shape[2], shape[0], shape[1])
     net = gluon.build(name, shape, int(classes) if classes else spec.num_classes)
     counts[text] = gluon.keras_param_count(net)
-print(json.dumps(counts))
+report = {}
 """
 
 # Loads each case's Keras weights into the backend's model, imperative and hybridized,
@@ -57,7 +67,6 @@ print(json.dumps(counts))
 # from the float64 twin, the noise floor of this kernel path, as test_pytorch_twins
 # measures its own).
 TWIN_SCRIPT = r"""
-import json, sys
 from pathlib import Path
 import numpy as np
 from kbench.run import weightfile
@@ -66,7 +75,7 @@ from kbench.backends.mxnet_gluon import MXNetGluonBackend
 from kbench_models import MODELS, gluon
 
 folder, cases, trained, steps, learning_rate, nudge, seeds = (
-    sys.argv[1], *map(json.loads, sys.argv[2:8]))
+    sys.argv[2], *map(json.loads, sys.argv[3:9]))
 
 
 def nudged(weights, seed):
@@ -75,7 +84,6 @@ def nudged(weights, seed):
                     for a in arrays]) for kind, arrays in weights]
 
 
-report = {}
 for hybridize in (False, True):
     backend = MXNetGluonBackend(threads=1, switches={"hybridize": hybridize})
     backend.start("channels_first")
@@ -108,8 +116,8 @@ for hybridize in (False, True):
             found["nudged_outputs"] = [train(load(nudged(weights, seed)))[1]
                                        for seed in range(seeds)]
         report[f"{key}:{'hybridized' if hybridize else 'imperative'}"] = found
-print(json.dumps(report))
 """
+REPLY = 'print(json.dumps({"census": counts, "twins": report}))\n'
 
 
 def mxnet_env(tmp_path) -> dict:
@@ -139,34 +147,67 @@ def test_registered_for_the_mxnet_environment_and_nchw_only():
     assert keras_json["image_data_format"] == "channels_first"
 
 
-@slow
-def test_every_model_has_the_keras_parameter_count(tmp_path):
-    """Every model at its default and at other shapes and class counts (test_models'
-    formulas, pinned there to the published counts); builds only, no forward pass."""
-    require_backends(BACKEND)
+def census_specs() -> dict:
+    """{model spec: expected parameter count}: every model at its default and at other
+    shapes and class counts (test_models' formulas, pinned there to the published counts)."""
     expected = {text: expected_params(text) for text in SPECS}
     expected.update(EXTRA_SPECS)
+    return expected
+
+
+def twins_wanted() -> bool:
+    """Whether the twins' replay runs here: it needs the Keras side (torch) too."""
+    selected = selected_backends()
+    if selected not in (None, ["cross"]) and "torch" not in selected:
+        return False
+    try:
+        environments.interpreter_for("torch")
+    except environments.EnvironmentMissing:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def gluon_reply(request, tmp_path_factory) -> dict:
+    """The module's one MXNet process: {"census": {spec: count}, "twins": {case: replay}}
+    (the twins' replay where :func:`twins_wanted`: Keras 3's side is test_pytorch_twins'
+    channels_first results, ``keras_twin_files``)."""
+    tmp = tmp_path_factory.mktemp("gluon_twins")
+    script, args = CENSUS_SCRIPT, [json.dumps(sorted(census_specs()))]
+    if twins_wanted():
+        keras = twin_cases.load_keras(request.getfixturevalue("keras_twin_files"), FORMAT)
+        for key, result in keras.items():
+            # plain .npz: the MXNet environment's numpy cannot read numpy 2's pickles
+            weightfile.save(tmp / f"{key}-weights.npz", result["weights"])
+            np.savez(tmp / f"{key}-data.npz", x=result["x"], y=result.get("y", np.zeros(1)))
+        cases = [twin_cases.CASES, twin_cases.TRAINED, twin_cases.STEPS,
+                 twin_cases.LEARNING_RATE, twin_cases.NUDGE, twin_cases.NUDGE_SEEDS]  # fmt: skip
+        script += TWIN_SCRIPT
+        args += [str(tmp), *map(json.dumps, cases)]
+    return run_mxnet(tmp, script + REPLY, *args)
+
+
+@slow
+def test_every_model_has_the_keras_parameter_count(request):
+    """Every model at its default and at other shapes and class counts; builds only, no
+    forward pass (in the module's one MXNet process, ``gluon_reply``)."""
+    require_backends(BACKEND)
+    expected = census_specs()
     assert {text.partition(":")[0] for text in expected} == set(MODELS)
-    counts = run_mxnet(tmp_path, CENSUS_SCRIPT, json.dumps(sorted(expected)))
+    counts = request.getfixturevalue("gluon_reply")["census"]
+    assert set(counts) == set(expected)
     wrong = {text: (counts[text], want) for text, want in expected.items()
              if counts[text] != want}  # fmt: skip
     assert not wrong, f"(gluon, expected): {wrong}"
 
 
 @pytest.fixture(scope="module")
-def twin_report(tmp_path_factory, keras_twin_files):
+def twin_report(request, keras_twin_files):
     """Keras 3 (test_pytorch_twins' results, channels_first) and the Gluon replay."""
     require_backends("torch", BACKEND)
-    tmp = tmp_path_factory.mktemp("gluon_twins")
-    keras = twin_cases.load_keras(keras_twin_files, "channels_first")
-    for key, result in keras.items():
-        # plain .npz: the MXNet environment's numpy cannot read numpy 2's pickles
-        weightfile.save(tmp / f"{key}-weights.npz", result["weights"])
-        np.savez(tmp / f"{key}-data.npz", x=result["x"], y=result.get("y", np.zeros(1)))
-    args = [twin_cases.CASES, twin_cases.TRAINED, twin_cases.STEPS, twin_cases.LEARNING_RATE,
-            twin_cases.NUDGE, twin_cases.NUDGE_SEEDS]  # fmt: skip
-    gluon = run_mxnet(tmp, TWIN_SCRIPT, str(tmp), *map(json.dumps, args))
-    return keras, gluon
+    gluon = request.getfixturevalue("gluon_reply")["twins"]
+    assert gluon, "the twins' replay did not run: twins_wanted() said no"
+    return twin_cases.load_keras(keras_twin_files, FORMAT), gluon
 
 
 @slow

@@ -4,10 +4,13 @@ import math
 
 import psutil
 import pytest
+import shared_sweep
 from conftest import dump, require_backends, run_kbench
 from nvml_standin import CompilerMissing, StandinDevice, build_standin, standin_env, write_config
 
-pytestmark = pytest.mark.slow
+from kbench.cli import run_commands
+from kbench.cli.app import build_parser
+from kbench.views import tables
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +29,14 @@ def interleaved(tmp_path_factory):
     return completed
 
 
+@pytest.mark.slow
 def test_repeats_run_round_by_round(interleaved):
     order = [(r.config["backend"], r.config["repeat"]) for r in interleaved.results()]
     assert order == [("torch", 0), ("jax", 0), ("torch", 1), ("jax", 1)]
     assert "n=2" in interleaved.stdout and "vs torch" in interleaved.stdout
 
 
+@pytest.mark.slow
 def test_sampler_series_is_sliced_by_the_workers_markers(interleaved):
     for r in interleaved.results():
         s, markers = r.sampler, r.metrics["markers"]
@@ -49,6 +54,7 @@ def test_sampler_series_is_sliced_by_the_workers_markers(interleaved):
         assert "kernel ran" in s["labels"].get("gpu0_kernel_time_percent", "kernel ran")
 
 
+@pytest.mark.slow
 def test_threads_device_and_memory_options_are_recorded(interleaved):
     for r in interleaved.results():
         framework = r.environment["framework"]
@@ -68,26 +74,37 @@ def test_threads_device_and_memory_options_are_recorded(interleaved):
         assert kinds == ["process_peak_rss"]  # no GPU: no framework peak, no NVML readings
 
 
-def test_inference_mode_reports_latency_percentiles(home):
-    require_backends("tensorflow")
-    completed = run_kbench(
-        ["run", "--backend", "tensorflow", "--model", "small_cnn", "--dataset", "synthetic",
-         "--mode", "inference", "--duration", "1.5", "--warmup-steps", "3", "--batch-size", "16",
-         "--test-samples", "16", "--train-samples", "16"],
-        home,
-    )  # fmt: skip
-    assert completed.returncode == 0, dump(completed)
-    (r,) = completed.results()
+@pytest.mark.slow
+def test_inference_mode_reports_latency_percentiles(request):
+    """tensorflow, small_cnn, 1.5 s of inference after 3 warm-up batches of 16: the shared
+    sweep's "inference" group (tests/shared_sweep.py), in its warm tensorflow worker."""
+    group = shared_sweep.group(request, "inference", "tensorflow")
+    assert group.completed.returncode == 0, dump(group.completed)
+    (r,) = group.results()
     m = r.metrics
-    assert r.kind == "inference"
+    assert r.kind == "inference" and r.config["duration_s"] == 1.5
     assert m["measured_time_s"] >= 1.5 and m["measured_batches"] == len(m["latencies_s"]) >= 3
     assert m["images_per_sec"] == pytest.approx(m["batches_per_sec"] * 16)
     latency = m["latency_ms"]
     assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"]
     assert m["warmup_steps"] == 3 and m["first_step_s"] > 0
-    assert "latency p90" in completed.stdout
+    assert "latency p90" in tables.run_table([r])  # the table kbench run prints
 
 
+def test_inference_flags_reach_the_run_settings():
+    """Fast: kbench run's --mode inference --duration, as the inference run above takes
+    them, become the runs' settings."""
+    args = build_parser().parse_args(
+        ["run", "--backend", "tensorflow", "--model", "small_cnn", "--dataset", "synthetic",
+         "--mode", "inference", "--duration", "1.5", "--warmup-steps", "3", "--batch-size",
+         "16", "--test-samples", "16", "--train-samples", "16"]
+    )  # fmt: skip
+    settings = run_commands.run_settings(args)
+    assert (settings["mode"], settings["duration_s"]) == ("inference", 1.5)
+    assert (settings["warmup_steps"], settings["batch_size"]) == (3, 16)
+
+
+@pytest.mark.slow
 def test_out_of_memory_is_its_own_status(home):
     """An allocation larger than this machine's memory fails at once, on CPU too."""
     require_backends("torch", "jax")
@@ -107,6 +124,7 @@ def test_out_of_memory_is_its_own_status(home):
     assert "oom" in completed.stdout and torch_run.sampler is None
 
 
+@pytest.mark.slow
 def test_runner_with_a_stand_in_nvml_records_gpu_series_memory_and_energy(tmp_path):
     """The real binding on the stand-in library (tests/nvml_standin), the worker on GPU 0."""
     require_backends("torch")

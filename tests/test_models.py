@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, require_backends, selected_backends
+from test_pytorch_twins import load_keras
 
 import kbench_models
 from kbench.measure.processes import usable_cores
@@ -358,33 +359,15 @@ def test_every_model_builds_with_the_expected_parameter_count(probes, backend, d
 
 
 @pytest.mark.slow
-def test_resnet50_matches_keras_applications(tmp_path):
+def test_resnet50_matches_keras_applications(keras_twin_files):
     """Under Keras 3: same layers (type by type, in order), weight shapes and count.
 
     Built on torch, where Keras 3 builds ResNet-50 fastest (JAX compiles every
-    initializer); the architecture does not depend on the backend.
+    initializer); the architecture does not depend on the backend. Built in the
+    session's channels_last Keras process of test_pytorch_twins (``keras_twin_files``).
     """
     require_backends("torch")
-    code = (
-        "import json, keras, kbench_models\n"
-        "def census(m):\n"
-        "    return {'params': m.count_params(),\n"
-        "            'layers': [type(l).__name__ for l in m.layers],\n"
-        "            'weights': [list(w.shape) for w in m.weights]}\n"
-        "ours = kbench_models.build('resnet50', (224, 224, 3), 1000)\n"
-        "ref = keras.applications.ResNet50(weights=None)\n"
-        "print(json.dumps({'ours': census(ours), 'keras': census(ref)}))\n"
-    )
-    done = subprocess.run(
-        [str(environments.interpreter_for("torch")), "-c", code],
-        cwd=tmp_path,
-        env=python_env(tmp_path, "torch"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = load_keras(keras_twin_files, "channels_last", "resnet50")
     ours, ref = result["ours"], result["keras"]
     assert ours["params"] == ref["params"] == 25_636_712
     types = Counter(ref["layers"])

@@ -4,7 +4,8 @@ One Keras 3 process per data format (on the torch backend, the fastest to build
 these models) builds every model, gives it random weights (BatchNormalization
 statistics and biases too, so that a layer loaded into the wrong place shows), and
 saves its output on a seeded batch together with ``(layer class, get_weights())``
-per weighted layer. The twins load those weights and must reproduce the outputs.
+per weighted layer (the channels_last one also builds ResNet-50 and keras.applications'
+for test_models). The twins load those weights and must reproduce the outputs.
 Shapes are small but keep every architecture whole, and are chosen to exercise the
 odd cases: odd sizes into stride-2 "same" convolutions, odd sizes into "valid"
 pooling, and Flatten over maps with more than one channel and pixel (Keras flattens
@@ -159,8 +160,17 @@ for key, (name, shape, classes) in cases.items():
             losses.append(float(model.train_on_batch(x, y)))
         trained = keras.ops.convert_to_numpy(model(x, training=False))
         results[key].update(y=y, losses=losses, trained_output=trained)
+# test_models' ResNet-50 check, in the channels_last process (before: a process of its
+# own): our ResNet-50 and keras.applications' layer by layer, weight shapes and count
+resnet50 = None
+if data_format == "channels_last":
+    def census(m):
+        return {"params": m.count_params(), "layers": [type(l).__name__ for l in m.layers],
+                "weights": [list(w.shape) for w in m.weights]}
+    resnet50 = {"ours": census(kbench_models.build("resnet50", (224, 224, 3), 1000)),
+                "keras": census(keras.applications.ResNet50(weights=None))}
 with open(out_path, "wb") as f:
-    pickle.dump({"data_format": data_format, "results": results}, f)
+    pickle.dump({"data_format": data_format, "results": results, "resnet50": resnet50}, f)
 """
 
 
@@ -227,12 +237,13 @@ def run_keras_side_by_side(tmp: Path) -> Dict[str, Path]:
         return {f: future.result() for f, future in futures.items()}
 
 
-def load_keras(files: Dict[str, Path], data_format: str) -> dict:
-    """{case: Keras results} in ``data_format``, from ``keras_twin_files``."""
+def load_keras(files: Dict[str, Path], data_format: str, part: str = "results") -> dict:
+    """{case: Keras results} in ``data_format``, from ``keras_twin_files`` (``part``
+    "resnet50": test_models' census of ResNet-50, ours and keras.applications')."""
     with open(files[data_format], "rb") as f:
         saved = pickle.load(f)
     assert saved["data_format"] == data_format
-    return saved["results"]
+    return saved[part]
 
 
 @pytest.fixture(scope="module")

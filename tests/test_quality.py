@@ -354,43 +354,70 @@ NEIGHBOUR_SAMPLE = r"""
 import json, subprocess, sys, time
 from kbench.measure import quality, sampler
 worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+companions = [int(pid) for pid in sys.argv[1:]]
 start = time.time()
-with sampler.Sampler(worker.pid, interval_s=0.04) as s:
+with sampler.Sampler(worker.pid, interval_s=0.04, companions=companions) as s:
     worker.wait()
 end = time.time()
 result = s.result({"run": (start, end), "measured": (start, end)})
 used = result.sources["gpu"]["worker_gpus"]
 found = quality.assess(result.series, (start, end), worker_gpus=used)
-print(json.dumps(found.to_dict()))
+print(json.dumps({**found.to_dict(), "summary": result.summary["run"]}))
 """
 
 
-def test_a_shared_gpu_is_flagged_through_the_nvml_standin(tmp_path: Path) -> None:
-    from tests.nvml_standin import (
-        CompilerMissing,
-        StandinDevice,
-        build_standin,
-        standin_env,
-        write_config,
-    )
+def standin_sample(tmp_path: Path, devices, *companions: int) -> dict:
+    """NEIGHBOUR_SAMPLE's quality section under the NVML stand-in with ``devices``."""
+    from tests.nvml_standin import CompilerMissing, build_standin, standin_env, write_config
 
     try:
         lib = build_standin(tmp_path, "full")
     except CompilerMissing as err:
         pytest.skip(str(err))
+    config = write_config(tmp_path / "nvml.conf", devices)
+    done = subprocess.run([sys.executable, "-c", NEIGHBOUR_SAMPLE, *map(str, companions)],
+                          env=standin_env(lib, config), capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_shared_gpu_is_flagged_through_the_nvml_standin(tmp_path: Path) -> None:
+    from tests.nvml_standin import StandinDevice
+
     gib = 2**30
     devices = [
         # the worker, someone else's training job, and a process whose memory NVML hides
         StandinDevice(processes=[("children", gib), (999_999, 3 * gib), (888_888, None)]),
         StandinDevice(processes=[(777_777, 8 * gib)]),  # a GPU the worker did not use
     ]
-    config = write_config(tmp_path / "nvml.conf", devices)
-    done = subprocess.run([sys.executable, "-c", NEIGHBOUR_SAMPLE], env=standin_env(lib, config),
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = standin_sample(tmp_path, devices)
     assert found["gpu_neighbours"] == {"gpu0": {"processes": 2, "memory_bytes": 3 * gib}}
     assert "shared GPU: 2 other processes using 3,072 MiB" in found["flags"]
+
+
+def test_the_idle_workers_of_the_same_comparison_are_no_shared_gpu(tmp_path: Path) -> None:
+    """Before: on the first real GPU (an H100), every window of `kbench run -b
+    torch,jax,torch-native` was dropped as "shared GPU: 2 other processes using 62,398
+    MiB": the comparison's own idle warm workers (JAX holding 75% of the GPU). Now the
+    sampler is told their PIDs: they are recorded apart (``companion_*``), and only a
+    process of no comparison's makes the GPU shared."""
+    from tests.nvml_standin import StandinDevice
+
+    gib = 2**30
+    companion = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        devices = [StandinDevice(processes=[("children", gib), (companion.pid, 60 * gib)])]
+        found = standin_sample(tmp_path, devices, companion.pid)
+        assert not any("shared GPU" in flag for flag in found["flags"]), found["flags"]
+        assert found["gpu_neighbours"]["gpu0"]["processes"] == 0, found["gpu_neighbours"]
+        assert found["summary"]["gpu0_companion_memory_bytes"]["max"] == 60 * gib
+        assert found["summary"]["gpu0_companion_processes"]["max"] == 1
+        # without being told, the same process is another's job on the GPU
+        found = standin_sample(tmp_path, devices)
+        assert "shared GPU: 1 other process using 61,440 MiB" in found["flags"], found
+    finally:
+        companion.kill()
 
 
 # --------------------------------------------------------------------- data-parallel runs

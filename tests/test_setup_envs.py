@@ -65,8 +65,9 @@ def test_linux_x86_64_gets_what_it_always_got():
     legacy += ["mkdocs-material", "nbclient", "nbformat", "ipykernel"]
     assert plan("keras3", "cpu", LINUX).requirements == tuple(legacy)
     assert plan("mxnet", "cpu", LINUX).requirements == LEGACY_MXNET_CPU
+    # CUDA builds: pinned to one CUDA (12) for all three (issue 32; tests/test_setup_cuda.py)
     gpu = plan("keras3", "gpu", LINUX).requirements
-    assert gpu[:3] == ("tensorflow[and-cuda]", "jax[cuda12]", "torch==2.13.0")
+    assert gpu[:3] == ("tensorflow[and-cuda]==2.20.0", "jax[cuda12]==0.10.2", "torch==2.10.0")
     assert gpu[3:] == KERAS3_COMMON
     assert plan("mxnet", "gpu", LINUX).requirements[0] == "mxnet-cu112==1.9.1"
     assert plan("mxnet", "gpu", LINUX, "mxnet-cu117").requirements[0] == "mxnet-cu117==1.9.1"
@@ -118,7 +119,7 @@ def test_linux_aarch64_has_mxnet_for_the_cpu_only():
     assert plan("mxnet", "cpu", JETSON).requirements[0] == "mxnet==1.9.1"
     assert "Linux aarch64" in plan("mxnet", "gpu", JETSON).unavailable
     assert plan("keras3", "cpu", JETSON).requirements[0] == "tensorflow"
-    assert plan("keras3", "gpu", JETSON).requirements[1] == "jax[cuda12]"
+    assert plan("keras3", "gpu", JETSON).requirements[1] == "jax[cuda12]==0.10.2"
 
 
 def test_an_unknown_platform_or_setting_is_refused_with_what_is_expected():
@@ -352,10 +353,11 @@ def test_setup_envs_sh_forwards_its_arguments_and_settings(tmp_path):
     done = wrapper("setup_envs.sh", "mxnet", "browser", KBENCH_ENVS_DIR=str(tmp_path),
                    KBENCH_SETUP_DRY_RUN="1", KBENCH_GPU="1")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines() == [
-        "[setup] mxnet: create (gpu builds)",
-        "[setup] browser: not checked in a dry run",
-    ]
+    lines = done.stderr.splitlines()
+    assert lines[0] == "[setup] mxnet: create (gpu builds)"
+    assert lines[1].startswith("[setup] mxnet: would install mxnet-cu112==1.9.1 ")  # issue 32
+    assert "nvidia-cudnn-cu11==8.9.6.50" in lines[1].split()
+    assert lines[2:] == ["[setup] browser: not checked in a dry run"]
     assert list(tmp_path.iterdir()) == []  # a dry run changes nothing
     bad = wrapper("setup_envs.sh", "keras3", "tensorflow", KBENCH_ENVS_DIR=str(tmp_path))
     assert bad.returncode == 2

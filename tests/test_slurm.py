@@ -146,6 +146,7 @@ def _job(store: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # beside another test, a task ended before the kill reached it
 def test_a_sweep_on_slurm_fails_cancels_resumes_and_runs_nothing_twice(cluster, tmp_path):
     require_backends("mxnet", "mxnet-gluon")  # the cheapest imports: 8 runs and 4 again
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(SWEEP))

@@ -60,7 +60,9 @@ def error_of(document) -> SweepError:
         (sweep(settings={"model": "mlp", "dataset": "fashion_mnist", "num_classes": 3},
                matrix={"backend": ["jax"]}), "a run with", "only synthetic data takes them"),
         (sweep(settings=dict(TINY, window_s=1.0), matrix={"backend": ["jax", "torch"]}),
-         "settings.window_s", "a sweep runs each run in a fresh process"),
+         "settings.window_s", "at the top of the file (measure: windows"),
+        (sweep(matrix={"backend": ["jax"]}, measure="window"), "measure", "Did you mean 'windows'"),
+        (sweep(matrix={"backend": ["jax"]}, window=0), "window", "above 0"),
     ],
 )  # fmt: skip
 def test_bad_sweep_files_name_the_place_and_the_fix(document, where, message):

@@ -148,9 +148,9 @@ def test_busy_rounds_give_no_does_not_hold(tmp_path):
     study, sweep = planned("tf21-mxnet15-lenet", rounds=1)
 
     def documents(run):
-        if run.group != "defaults":
+        if run.group not in ("defaults", "hybridize"):
             return None
-        return {"ips": 1.0 if run.config.backend == "mxnet" else 100.0, "quality": BUSY}
+        return {"ips": 1.0 if run.config.backend == "mxnet-gluon" else 100.0, "quality": BUSY}
 
     found = verdict(study, sweep, store_of(tmp_path, sweep, documents), "lenet-cpu-mxnet-faster")
     assert found.verdict == INCONCLUSIVE and "x0.01" in found.reason
@@ -194,9 +194,9 @@ def test_a_failed_side_of_one_model_makes_the_claim_inconclusive(tmp_path):
     study, sweep = planned("mxnet-pytorch-resnet")
 
     def documents(run):
-        if run.config.backend == "mxnet" and run.config.model == "vgg16":
+        if run.config.backend == "mxnet-gluon" and run.config.model == "vgg16":
             return {"ips": None, "status": "failed"}
-        return {"ips": wobble(run, 150.0 if run.config.backend == "mxnet" else 100.0)}
+        return {"ips": wobble(run, 150.0 if run.config.backend == "mxnet-gluon" else 100.0)}
 
     found = verdict(study, sweep, store_of(tmp_path, sweep, documents), "mxnet-trains-faster")
     assert found.verdict == INCONCLUSIVE, found.reason

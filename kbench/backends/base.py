@@ -189,10 +189,44 @@ class Backend(abc.ABC):
         self.memory_settings["gpus_visible"] = self.gpus
         self.apply_switches()
         if device == "gpu" and self.gpus == 0:
-            raise NoGpu(
-                f"--device gpu: {self.name} sees no GPU here. Install the framework's CUDA "
-                "build (KBENCH_GPU=1 scripts/setup_envs.sh) or use --device auto/cpu."
+            raise NoGpu(self.no_gpu_message())
+
+    def no_gpu_message(self) -> str:
+        """Why ``--device gpu`` found no GPU: a CPU build, or no GPU or driver for a CUDA
+        build (``framework_info``'s ``built_with_cuda``, ``cuda`` or CUDA feature)."""
+        try:
+            info = self.framework_info()
+        except Exception:  # noqa: BLE001 - the message must come whatever the framework does
+            info = {}
+        features = info.get("features") or {}
+        built: Any = None  # True or the CUDA version: a CUDA build; False: CPU; None: unknown
+        if "built_with_cuda" in info:  # TensorFlow
+            built = bool(info["built_with_cuda"])
+        elif "cuda" in info:  # torch.version.cuda
+            built = info["cuda"] or False
+        elif "CUDA" in features:  # MXNet
+            built = bool(features["CUDA"])
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        shown = "unset" if visible is None else repr(visible)
+        if built:
+            which = f"a CUDA {built} build" if isinstance(built, str) else "a CUDA build"
+            return (
+                f"--device gpu: {self.name} is {which} but found no GPU: no NVIDIA GPU or "
+                f"driver was found (CUDA_VISIBLE_DEVICES {shown}; nvidia-smi shows what the "
+                "driver sees). Install the NVIDIA driver or make a GPU visible, or use "
+                "--device auto/cpu."
             )
+        if built is None:
+            return (
+                f"--device gpu: {self.name} sees no GPU here: no NVIDIA GPU or driver was found "
+                f"(CUDA_VISIBLE_DEVICES {shown}), or the framework is its CPU build "
+                "(python3 -m kbench.setup --check says which). Use --device auto/cpu, or "
+                "fix what --check names."
+            )
+        return (
+            f"--device gpu: {self.name} is a CPU build and sees no GPU. Install the framework's "
+            "CUDA build (KBENCH_GPU=1 scripts/setup_envs.sh) or use --device auto/cpu."
+        )
 
     def describe(self) -> Dict[str, Any]:
         """What a result records about the framework and the settings in force."""

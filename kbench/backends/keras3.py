@@ -276,6 +276,8 @@ class TensorFlowBackend(Keras3Backend):
             "name": "tensorflow",
             "version": tf.__version__,
             "devices": [d.name for d in tf.config.list_physical_devices()],
+            # TensorFlow places each operation on its first GPU where it sees one.
+            "device_used": "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0",
             "built_with_cuda": tf.test.is_built_with_cuda(),
             "cpu_kernels": self.kernel_info(),
         }
@@ -349,6 +351,7 @@ class JaxBackend(Keras3Backend):
             "name": "jax",
             "version": jax.__version__,
             "devices": [str(d) for d in jax.devices()],
+            "device_used": str(jax.devices()[0]),  # JAX's default device
             "default_backend": jax.default_backend(),
             "cpu_kernels": {
                 "library": "XLA (LLVM code generated for this CPU's features; Eigen and "

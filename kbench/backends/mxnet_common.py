@@ -149,6 +149,8 @@ class MXNetFramework:
             "name": "mxnet",
             "version": mx.__version__,
             "devices": ["cpu"] + [f"gpu({i})" for i in range(gpus)],
+            # Gluon's own context; keras-mxnet binds to its first GPU where it sees one.
+            "device_used": str(getattr(self, "context", None) or ("gpu(0)" if gpus else "cpu(0)")),
             "features": {
                 name: features.is_enabled(name)
                 for name in ("CUDA", "CUDNN", "MKLDNN", "OPENMP", "DIST_KVSTORE", "PROFILER")

@@ -340,6 +340,14 @@ def add_ratio_precision_argument(
     )
 
 
+def add_ratio_budget_argument(parser, shows: str) -> argparse.Action:
+    """``--ratio-budget SECONDS``: start no round after this many seconds (kbench run,
+    sweep and reproduce; ``shows``: the rest of the help)."""
+    return parser.add_argument(
+        "--ratio-budget", type=budget, dest="ratio_budget_s", metavar="SECONDS", help=shows
+    )
+
+
 def add_window_argument(parser, default: Optional[float], shows: str) -> argparse.Action:
     """``--window SECONDS``: how long a warm worker's measuring window is (kbench run's
     interleaved windows, kbench tune's trials)."""

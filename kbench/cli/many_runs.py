@@ -15,8 +15,11 @@ from kbench.cli.arguments import (
     add_filter_argument,
     add_output_file_argument,
     add_quality_arguments,
+    add_ratio_budget_argument,
+    add_ratio_precision_argument,
     add_store_argument,
     add_warm_argument,
+    add_window_argument,
 )
 from kbench.measure import quality
 from kbench.results import store as store_mod
@@ -24,9 +27,9 @@ from kbench.results.config import ConfigError
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.progress import show_progress
-from kbench.studies import slurm, sweep_runs
+from kbench.studies import rounds, slurm, sweep_runs, sweep_windows
 from kbench.studies import sweep as sweep_mod
-from kbench.views import run_lists, tables
+from kbench.views import machines, run_lists, tables
 from kbench.views.comparison import Comparison
 
 log = logging.getLogger("kbench")
@@ -37,6 +40,8 @@ examples:
   kbench sweep sweeps/lenet_epochs.yaml --reduced             run them (CPU-sized)
   kbench sweep sweeps/lenet_epochs.yaml --reduced             again: resumes, skips finished runs
   kbench sweep sweeps/lenet_epochs.yaml --filter backend=jax,torch
+  kbench sweep sweeps/lenet_epochs.yaml --reduced --windows   each setting's backends in
+                                                        warm interleaved windows
   kbench sweep sweeps/lenet_epochs.yaml --executor slurm --partition gpu --max-parallel 8 \
       --sbatch "--gres=gpu:1 --time=00:30:00"   one job array; again: follows and resumes it
   kbench report --store results/lenet-epochs-reduced          the HTML report of what ran
@@ -112,8 +117,50 @@ def _add_sweep(commands) -> None:
         "and the sampler are settings in the file",
     )
     add_quality_arguments(sweep)
+    add_windows_arguments(sweep)
     _add_executor_arguments(sweep)
     sweep.set_defaults(handler=command_sweep)
+
+
+def add_windows_arguments(
+    parser: argparse.ArgumentParser, what: str = "", with_precision: bool = True
+) -> None:
+    """``--windows`` / ``--fresh-processes`` and the windows' settings (kbench sweep and reproduce:
+    ``what`` says when each applies; ``with_precision``: add --ratio-precision too)."""
+    group = parser.add_argument_group(
+        "warm interleaved windows (a sweep file's measure: windows, or --windows)"
+    )
+    how = group.add_mutually_exclusive_group()
+    how.add_argument(
+        "--windows",
+        action="store_true",
+        help="compare each setting's backends in warm interleaved windows, as kbench run "
+        "does: one warm worker per backend, windows in turn (A B, B A, ...) until every "
+        "ratio to the baseline has a 95%% interval within --ratio-precision or "
+        "--ratio-budget is spent; the window rounds take the place of the file's repeats. "
+        "A setting of one backend, inference, data-parallel, --profile or "
+        f"--target-precision runs stays in fresh processes (the plan says which){what}",
+    )
+    how.add_argument(
+        "--fresh-processes",
+        action="store_true",
+        help="each run in a fresh process, repeats times, even where the file asks for "
+        f"windows{what}",
+    )
+    add_window_argument(
+        group, None, f"the windows' length (default: the file's window:, or {rounds.WINDOW_S:g})"
+    )
+    if with_precision:
+        add_ratio_precision_argument(
+            group,
+            "windows: stop a comparison once every ratio's 95%% interval is within +-P of "
+            f"its median (default: the file's ratio_precision:, or {rounds.WINDOW_PRECISION:g})",
+        )
+    add_ratio_budget_argument(
+        group,
+        "windows: stop a comparison after this many seconds from its workers' start "
+        f"(default: the file's ratio_budget:, or {rounds.WINDOW_BUDGET_S:g})",
+    )
 
 
 def _add_executor_arguments(sweep: argparse.ArgumentParser) -> None:
@@ -174,8 +221,11 @@ def _add_results(commands) -> None:
         nargs="+",
         type=Path,
         metavar="STORE",
-        help="copy the runs of these stores (and their logs) into --store first",
+        help="copy the runs of these stores (and their logs) into --store first; where "
+        "the store then holds runs of several machines, a table per machine and backend "
+        "follows the list (ratios only within a machine)",
     )
+    add_baseline_argument(results, "the first backend; for the --merge table")
     results.set_defaults(handler=command_results)
 
 
@@ -225,7 +275,12 @@ def command_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("max_runs", f"expected a positive integer; received {args.max_runs}.")
     options = SweepOptions.of(args)
     sweep = sweep_mod.load_sweep(args.file, reduced=args.reduced, max_runs=args.max_runs)
-    selected = sweep_runs.select_runs(sweep, args.filter)
+    selected = sweep_windows.as_asked(
+        sweep_runs.select_runs(sweep, args.filter),
+        measure_windows(args), args.window_s, args.ratio_precision, args.ratio_budget_s,
+    )  # fmt: skip
+    if selected.windows is not None:
+        check_windows_options(options)
     if options.slurm is not None and not args.dry_run:
         slurm.check_tools()
     return show_sweep(
@@ -234,6 +289,29 @@ def command_sweep(args: argparse.Namespace) -> int:
         options,
         varying=sweep.varying(),
     )
+
+
+def measure_windows(args: argparse.Namespace) -> Optional[bool]:
+    """--windows (True), --fresh-processes (False) or neither (None: as the file says)."""
+    return True if args.windows else False if args.fresh_processes else None
+
+
+def check_windows_options(options: SweepOptions) -> None:
+    """Refuse what a sweep in warm windows cannot do, before anything runs."""
+    if options.slurm is not None:
+        raise ConfigError(
+            "executor",
+            "expected --executor local for a sweep in warm windows: each comparison's "
+            "rounds must run on one node, and Slurm tasks run one fresh process per run; "
+            "received --executor slurm. Run the windows here (drop --executor slurm), or "
+            "the fresh-process rounds on Slurm (add --fresh-processes).",
+        )
+    if options.warm:
+        raise ConfigError(
+            "warm",
+            "expected --warm for fresh-process runs only; received it with warm windows, "
+            "whose workers are warm already. Drop --warm, or add --fresh-processes.",
+        )
 
 
 @dataclass(frozen=True)
@@ -309,12 +387,11 @@ def show_sweep(
         if options.slurm is not None:  # a run a Slurm task left without a result is to do
             to_run = len(slurm.runs_to_do(sweep, store, options.force, options.retry_failed))
         print(
-            f"sweep {sweep.name} ({size}): {len(sweep.runs)} runs, {len(sweep.runs) - to_run} "
-            f"already done, {to_run} to run; results in {store}/"
+            f"sweep {sweep.name} ({size}): {len(sweep.runs)} runs{_in_windows(sweep)}, "
+            f"{len(sweep.runs) - to_run} already done, {to_run} to run; results in {store}/"
         )
         if options.dry_run:
-            configs = [run.config for run in sweep.runs]
-            print(run_lists.plan_text(configs, planned.states(), planned.varying))
+            print(_plan_text(planned))
             return 0
         try:
             results = _run_sweep(planned, options)
@@ -338,6 +415,24 @@ def show_sweep(
     return 1 if any(r.failed for r in results) else 0
 
 
+def _in_windows(sweep: sweep_mod.Sweep) -> str:
+    """`` in 2 comparisons in warm windows``, for a sweep measured so."""
+    if sweep.windows is None:
+        return ""
+    count = sum(1 for g in sweep_mod.comparisons(sweep.runs) if sweep_windows.windowed(g))
+    return f" in {count} comparison{'s' if count != 1 else ''} in warm windows"
+
+
+def _plan_text(planned: sweep_runs.PlannedSweep) -> str:
+    """A dry run's plan: each run, or (in windows) each comparison."""
+    states = planned.states()
+    if planned.sweep.windows is not None:
+        by_key = {run.key: state for run, state in zip(planned.sweep.runs, states)}
+        return sweep_windows.plan_text(planned.sweep, by_key, planned.varying)
+    configs = [run.config for run in planned.sweep.runs]
+    return run_lists.plan_text(configs, states, planned.varying)
+
+
 def _run_sweep(planned: sweep_runs.PlannedSweep, options: SweepOptions) -> List[RunResult]:
     """Run the plan here, or (``options.slurm``) as one Slurm job array."""
     if options.slurm is None:
@@ -347,6 +442,7 @@ def _run_sweep(planned: sweep_runs.PlannedSweep, options: SweepOptions) -> List[
             busy_threshold=options.busy_threshold,
             wait_quiet_s=options.wait_quiet_s,
             on_progress=show_progress,
+            baseline=options.baseline,
         )
     return slurm.run_on_slurm(
         planned.sweep,
@@ -397,7 +493,18 @@ def command_results(args: argparse.Namespace) -> int:
         log.warning("%s/%s: unreadable, skipped: %s", args.store, name, why)
     print(run_lists.store_index(entries))
     print(f"\n{len(entries)} runs in {args.store}/")
+    if args.merge:
+        found = machines.newest_per_machine(store.results([Filter.parse(f) for f in args.filter]))
+        _show_machines(found, args.baseline)
     return 0
+
+
+def _show_machines(results: Sequence[RunResult], baseline: Optional[str]) -> None:
+    """After a merge, the headline figures per machine and backend, where the store
+    holds runs of several machines (:func:`kbench.views.machines.machine_table`)."""
+    table = machines.machine_table(results, baseline)
+    if table is not None:
+        print("\n" + table.text())
 
 
 def check_writable_file(setting: str, path: Path) -> None:
@@ -419,7 +526,7 @@ def check_writable_file(setting: str, path: Path) -> None:
 def command_compare(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_writable_file("output", args.output)
-    comparison = Comparison.of(store_mod.load_runs(args.store, args.filter), args.baseline)
+    comparison = Comparison.of(machines.load_per_machine(args.store, args.filter), args.baseline)
     print(comparison.text())
     markdown = args.output or args.store[0] / "compare.md"
     title = "kbench comparison: " + ", ".join(str(s) for s in args.store)
@@ -432,7 +539,7 @@ def command_report(args: argparse.Namespace) -> int:
     from kbench.studies.paper import paper_section
     from kbench.views import report
 
-    results = store_mod.load_runs(args.store, args.filter)
+    results = machines.load_per_machine(args.store, args.filter)  # each machine's newest
     output = args.output or args.store[0] / "report.html"
     title = args.title or "kbench report: " + ", ".join(s.name or str(s) for s in args.store)
     study = paper_section(results)  # a published study's store: its claims and plots

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import Tuple
 
 from kbench.cli import many_runs
 from kbench.cli.arguments import (
@@ -19,7 +20,7 @@ from kbench.cli.arguments import (
 )
 from kbench.results.config import ConfigError
 from kbench.studies import claims as claims_mod
-from kbench.studies import published, reproduce, sweep_runs
+from kbench.studies import published, reproduce, rounds, sweep_runs, sweep_windows
 from kbench.studies.sweep import Sweep
 
 log = logging.getLogger("kbench")
@@ -32,6 +33,11 @@ examples:
   kbench reproduce mxnet-pytorch-resnet --reduced       run (resumable), then the verdicts
   kbench reproduce tf21-mxnet15-lenet --reduced --repeats 12 --ratio-precision 0.05
                                                         up to 12 rounds, fewer once precise
+
+measured in: --reduced, a study whose claims judged here are all backend ratios on
+throughput (or GPU kernel time) is measured in warm interleaved windows, each setting's
+backends in one comparison (the plan says so, and why not where not); --repeats,
+--target-precision or --fresh-processes keep fresh-process rounds, --windows asks for windows.
   kbench report --store results/mxnet-pytorch-resnet-reduced   HTML: "Paper vs this machine"
 
 verdicts, from the 95% order-statistics interval on the median per-round ratio measured
@@ -97,6 +103,11 @@ def add_command(commands) -> None:
         help="rerun runs whose newest result failed, ran out of memory or timed out",
     )
     add_rounds_arguments(parser)
+    many_runs.add_windows_arguments(
+        parser,
+        " (default with --reduced for a study whose claims are backend ratios)",
+        with_precision=False,
+    )
     add_precision_arguments(parser, "each run's steps", "the run's epochs or steps")
     add_baseline_argument(parser, "the first backend; for the sweep's closing tables")
     add_quality_arguments(parser)
@@ -117,7 +128,9 @@ def add_rounds_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "stop adding rounds once every claim's per-round ratio has a 95%% interval "
         f"within +-P of its median (from {claims_mod.ROUNDS_NEEDED} rounds on), e.g. 0.05; "
-        "--repeats is then the most rounds (default: off, every round runs)",
+        "--repeats is then the most rounds (default: off, every round runs); in windows, "
+        "each comparison's stop rule (default: the sweep file's, or "
+        f"{rounds.WINDOW_PRECISION:g})",
     )
 
 
@@ -141,20 +154,21 @@ def _reproduce(args: argparse.Namespace) -> int:
     study, sweep = reproduce.prepare(args.study, args.reduced)
     store = args.store or sweep_runs.store_for(sweep)
     check_store(store)
-    sweep = sweep_as_asked(sweep, args)
+    sweep, measured = sweep_as_asked(study, sweep, args)
     print(f"study {study.name}: {study.title} ({study.document})")
     print(f"  the paper's machine: {study.hardware_text()}; {study.versions_text()}")
     if args.reduced and study.reduced_note:
         print(f"  reduced: {study.reduced_note}")
+    print(f"  measured in: {measured}")
     status = run_sweep(study, sweep, store, args)
-    results = sweep_runs.stored_results(store, sweep)
+    results = reproduce.sweep_results(store, sweep) if store.is_dir() else []
     if args.dry_run and not results:
         print(f"\nno run of {sweep.name} in {store} yet: the verdicts come once it has run")
         return status
-    outcomes = reproduce.verdicts(study, sweep, store, results)
-    print("\n" + claims_mod.claims_text(study, outcomes))
+    judged = reproduce.machine_verdicts(study, sweep, store, results)
+    print("\n" + reproduce.verdicts_text(study, judged))
     try:
-        markdown, data = reproduce.write_claims(study, outcomes, store)
+        markdown, data = reproduce.write_machine_claims(study, judged, store)
         print(f"\nClaims also in {markdown} and {data}; with plots: kbench report --store {store}")
     except OSError as err:
         log.warning("%s: not written (%s); the claims are above", store / "claims.md", err.strerror)
@@ -171,7 +185,29 @@ def check_store(store: Path) -> None:
         )
 
 
-def sweep_as_asked(sweep: Sweep, args: argparse.Namespace) -> Sweep:
+def sweep_as_asked(study, sweep: Sweep, args: argparse.Namespace) -> Tuple[Sweep, str]:
+    """The study's sweep in warm windows (:func:`kbench.studies.reproduce.measure_choice`),
+    or in --repeats rounds with --target-precision/--time-budget; and how, in words."""
+    fresh_flag = (
+        "--repeats" if args.repeats is not None
+        else "--target-precision/--time-budget"
+        if args.target_precision is not None or args.time_budget_s is not None
+        else None
+    )  # fmt: skip
+    windows, measured = reproduce.measure_choice(
+        study, args.reduced, many_runs.measure_windows(args), fresh_flag
+    )
+    if windows:
+        windowed = sweep_windows.as_asked(
+            sweep, True, args.window_s, args.ratio_precision, args.ratio_budget_s
+        )
+        assert windowed.windows is not None
+        return windowed, f"{measured}\n  windows: {windowed.windows.text()}"
+    sweep = sweep_windows.as_asked(sweep, False, args.window_s, None, args.ratio_budget_s)
+    return fresh_sweep(sweep, args), measured
+
+
+def fresh_sweep(sweep: Sweep, args: argparse.Namespace) -> Sweep:
     """The study's sweep in --repeats rounds, with --target-precision/--time-budget."""
     sweep, kept = reproduce.as_asked(
         sweep, args.repeats, args.ratio_precision, args.target_precision, args.time_budget_s
@@ -195,13 +231,13 @@ def run_sweep(study, sweep: Sweep, store: Path, args: argparse.Namespace) -> int
         wait_quiet_s=args.wait_quiet,
         baseline=args.baseline,
     )
-    if args.ratio_precision is None or args.dry_run:
+    if args.ratio_precision is None or args.dry_run or sweep.windows is not None:
         return many_runs.show_sweep(sweep, store, options)
     status, rounds = 0, reproduce.rounds_of(sweep)
     for done, one_round in enumerate(rounds, start=1):
         status = max(status, many_runs.show_sweep(one_round, store, options, sweep.varying()))
-        outcomes = reproduce.verdicts(study, sweep, store)
-        widest = claims_mod.widest_half_width(outcomes)
+        judged = reproduce.machine_verdicts(study, sweep, store)
+        widest = claims_mod.widest_half_width([o for j in judged for o in j.outcomes])
         if widest is not None and widest <= args.ratio_precision:
             print(
                 f"\nrounds: {done} of at most {len(rounds)}: ratio precision reached (every "

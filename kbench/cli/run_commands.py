@@ -25,6 +25,7 @@ from kbench.cli.arguments import (
     add_output_arguments,
     add_precision_arguments,
     add_quality_arguments,
+    add_ratio_budget_argument,
     add_ratio_precision_argument,
     add_repeats_argument,
     add_seed_argument,
@@ -34,7 +35,6 @@ from kbench.cli.arguments import (
     add_warm_argument,
     add_warmup_argument,
     add_window_argument,
-    budget,
     finite,
     shape,
 )
@@ -225,12 +225,9 @@ def add_round_arguments(run) -> None:
         "e.g. 0.05; with --repeats N, N is then the most rounds (default: "
         f"{studies_rounds.WINDOW_PRECISION:g} for windows; with --repeats, off: every round runs)",
     )
-    run.add_argument(
-        "--ratio-budget",
-        type=budget,
-        dest="ratio_budget_s",
-        metavar="SECONDS",
-        help="start no round after this many seconds (windows: counted from the workers' "
+    add_ratio_budget_argument(
+        run,
+        "start no round after this many seconds (windows: counted from the workers' "
         f"start; default {studies_rounds.WINDOW_BUDGET_S:g}; with --repeats and "
         "--ratio-precision: default none)",
     )

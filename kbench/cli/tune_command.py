@@ -94,6 +94,12 @@ def add_command(commands) -> None:
         help=f"try only these settings: {', '.join(studies_tune.TUNABLE)} (default: every "
         "one that applies to the backend here)",
     )  # fmt: skip
+    parser.add_argument(
+        "--fresh", action="store_true",
+        help="search every backend again; without it, a backend whose search the same tune "
+        "finished in --store (STORE/tune-progress.json) is not searched again: its default "
+        "and best only join the comparison of the backends",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     add_output_arguments(parser)
     parser.set_defaults(handler=command_tune)
@@ -109,7 +115,7 @@ def command_tune(args: argparse.Namespace) -> int:
     )  # fmt: skip
     report = studies_tune.tune(
         args.backend, base, args.store, budget_s=args.budget_s, target=args.ratio_precision,
-        allow_batch_size=args.allow_batch_size, only=args.only,
+        allow_batch_size=args.allow_batch_size, only=args.only, fresh=args.fresh,
     )  # fmt: skip
     if args.json:
         print(json.dumps(report, indent=2))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import psutil
 
@@ -114,6 +114,8 @@ class NvmlSource:
             except ImportError as err:
                 raise SourceUnavailable("nvidia-ml-py (pynvml) is not installed") from err
         self.nvml = nvml
+        # Processes of the same measurement, idle meanwhile (kbench.measure.sampler)
+        self.companion_pids: Set[int] = set()
         try:
             nvml.nvmlInit()
         except Exception as err:  # NVMLError, or anything a broken binding raises
@@ -255,8 +257,19 @@ class NvmlSource:
                     gpu.worker_memory_unknown = True
                 elif mine:  # nothing matched or unknown: no value, never 0
                     reading[prefix + "process_memory_bytes"] = sum(int(used) for used in mine)
-                # the other processes on this GPU (kbench.measure.quality: "shared GPU")
-                others = [used for pid, used in gpu.processes if pid not in pids]
+                # the other processes on this GPU (kbench.measure.quality: "shared GPU"),
+                # and apart from them, the idle workers of the same comparison
+                companions = [used for pid, used in gpu.processes if pid in self.companion_pids]
+                if companions:
+                    reading[prefix + "companion_processes"] = len(companions)
+                    known = [int(used) for used in companions if used is not None]
+                    if known:
+                        reading[prefix + "companion_memory_bytes"] = sum(known)
+                others = [
+                    used
+                    for pid, used in gpu.processes
+                    if pid not in pids and pid not in self.companion_pids
+                ]
                 reading[prefix + "other_processes"] = len(others)
                 known = [int(used) for used in others if used is not None]
                 if known:  # NVML_VALUE_NOT_AVAILABLE everywhere: unknown, not 0

@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
@@ -281,7 +281,11 @@ class Sampler:
         interval_s: float = 0.2,
         nvml: Any = None,
         clock: Callable[[], float] = time.time,
+        companions: Sequence[int] = (),
     ) -> None:
+        """``companions``: PIDs of processes of the same measurement that wait while this
+        one runs (the other warm workers of an interleaved comparison); the GPU source
+        counts them, and their children, apart from other processes."""
         self.interval_s = interval_s
         self.clock = clock
         self._root = psutil.Process(pid)
@@ -293,6 +297,16 @@ class Sampler:
         optional, self.unavailable = optional_sources(nvml, interval_s)
         self.sources: list = [CpuSource(), *optional]
         self.failed: Dict[str, str] = {}
+        if companions:
+            companion_pids = set()
+            for pid in companions:
+                try:
+                    companion_pids |= {p.pid for p in process_tree(psutil.Process(pid))}
+                except psutil.Error:  # a companion that already ended holds nothing
+                    pass
+            for source in self.sources:
+                if isinstance(source, NvmlSource):
+                    source.companion_pids = companion_pids
 
     def __enter__(self) -> Sampler:
         self._sample()

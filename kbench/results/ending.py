@@ -156,16 +156,27 @@ def log_notes(result: RunResult, label: str) -> None:
 
 
 def summary_line(result: RunResult) -> str:
-    """A run in one line for the log: ``backend/model: ok, <figures>, <wall> s``, or
-    ``backend/model: STATUS: reason``. The figures depend on the kind of run: training
+    """A run in one line for the log: ``backend/model on DEVICE: <figures>, <wall> s``,
+    or ``backend/model on DEVICE: STATUS: reason`` (the device where the result names
+    it). The figures depend on the kind of run: training
     (img/s, per-step spread, test accuracy), inference (latency), ``exec`` (step time,
     epochs, parameters; what is missing where nothing was instrumented), ``ops`` (how
     many operations ended how; a failed ops worker's too, as it keeps what finished)."""
     label = f"{result.config['backend']}/{_subject(result)}"
+    device = device_used(result)
+    label += f" on {device}" if device else ""
     if not result.ok:
         done = f" ({_ops_counts(result)})" if result.kind == "ops" else ""
         return f"{label}: {result.status.upper()}: {result.reason}{done}"
     return f"{label}: {_figures(result)}, {result.wall_time_s:.1f} s"
+
+
+def device_used(result: RunResult) -> Optional[str]:
+    """The device the run's model ran on, as its framework names it (``cuda:0``,
+    ``GPU:0``, ``gpu(0)``, ``cpu``), or None where the result does not say (a run that
+    failed before its framework started, ``exec``, a result written before kbench 0.1
+    recorded it)."""
+    return (result.environment.get("framework") or {}).get("device_used")
 
 
 def _subject(result: RunResult) -> str:

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 INDEX_NAME = "index.jsonl"
 # kbench's own reports kept beside the documents (kbench reproduce, kbench tune): not runs
-REPORT_NAMES = ("claims.json", "tune.json")
+REPORT_NAMES = ("claims.json", "tune.json", "tune-progress.json")
 INDEX_VERSION = 2  # 2: entries carry the document's size and mtime_ns
 UNSAVED_NAME = "unsaved"  # logs/unsaved/ in a store, or the cache's unsaved/STORE/
 # Below this much free space a sweep is warned before it starts (a result with its

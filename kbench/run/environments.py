@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -27,6 +28,7 @@ import kbench
 import kbench_models
 from kbench.backends import BACKENDS
 from kbench.measure.processes import usable_cores
+from kbench.setup.loader import loader_environment
 from kbench.setup.platforms import Platform, unsupported_reason, venv_python
 
 PROJECT_ROOT = Path(kbench.__file__).resolve().parent.parent  # the checkout
@@ -56,11 +58,13 @@ def interpreter_for(backend: str) -> Path:
     variable = override_variable(backend)
     override = os.environ.get(variable)
     if override:
-        path = Path(override)
+        # a name without a folder (python3) is looked up on PATH, as a shell would
+        found = shutil.which(override) if os.sep not in override else None
+        path = Path(found or override)
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise EnvironmentMissing(
-                f"{variable}={override}: expected an executable Python interpreter; "
-                "no such file. Fix the path or unset the variable."
+                f"{variable}={override}: expected an executable Python interpreter (a path, "
+                "or a name on PATH); no such file. Fix the path or unset the variable."
             )
         return path
     path = venv_python(envs_dir() / spec.environment)
@@ -138,14 +142,19 @@ def process_environment(
     (keras_home / "keras.json").write_text(json.dumps(config, indent=4) + "\n")
     env = dict(os.environ)
     env.update(BACKENDS[backend].process_env)
+    # kbench's folder first; a Python of the user's own (KBENCH_PYTHON_*) keeps the
+    # PYTHONPATH it may have its packages on, an environment of envs/ is complete as built
+    inherited = os.environ.get("PYTHONPATH") if os.environ.get(override_variable(backend)) else None
     env.update(
         KERAS_BACKEND=backend,
         KERAS_HOME=str(keras_home),
-        PYTHONPATH=str(python_path),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(python_path), inherited])),
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS=str(threads),
         MKL_NUM_THREADS=str(threads),
     )
+    if not os.environ.get(override_variable(backend)):  # its CUDA libraries (mxnet-cu112)
+        env = loader_environment(env, envs_dir() / BACKENDS[backend].environment)
     if device == "cpu":  # every framework, CUDA builds included, then sees no GPU
         env.update(CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
     return env, config

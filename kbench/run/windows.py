@@ -117,6 +117,9 @@ class WindowWorker:
     tags: Dict[str, Any] = field(default_factory=dict)  # added to each window's metrics
     check_rows: Optional[int] = None  # test rows whose outputs the check compares
     closed: bool = False
+    # The other workers of the comparison: idle while this one measures, so what they
+    # hold on a GPU is recorded apart from other processes' and drops no round.
+    companions: List[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.name = self.name or self.config.backend
@@ -271,7 +274,12 @@ class WindowWorker:
         config = self.config
         sampler = None
         if config.sample_interval_s > 0:
-            sampler = Sampler(self.process.pid, config.sample_interval_s, nvml=self.runner.nvml)
+            sampler = Sampler(
+                self.process.pid,
+                config.sample_interval_s,
+                nvml=self.runner.nvml,
+                companions=self.companions,
+            )
             sampler.__enter__()
         began = time.time()
         try:
@@ -518,6 +526,8 @@ def measure_round(
 
 def start_workers(runner: Runner, workers: Sequence[WindowWorker]) -> List[RunResult]:
     """Wait for every worker's start, then warm each up in turn; the failed ones' results."""
+    for worker in workers:
+        worker.companions = [other.process.pid for other in workers if other is not worker]
     results: List[RunResult] = []
     for worker in workers:
         results += keep(runner, worker.start())

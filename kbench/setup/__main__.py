@@ -13,17 +13,18 @@ import logging
 import sys
 from typing import List, Optional
 
-from kbench.setup import envs, system
-from kbench.setup.platforms import ENVIRONMENTS, MXNET_CUDA_WHEELS
+from kbench.setup import check, envs, system
+from kbench.setup.platforms import ENVIRONMENTS, KERAS3_CUDA_FRAMEWORKS, MXNET_CUDA_WHEELS
 
 TARGETS = ENVIRONMENTS + tuple(system.PACKAGES)
 DEFAULT_TARGETS = ("keras3", "mxnet", "data")
 
 EPILOG = f"""\
 targets:
-  keras3    Keras 3 with TensorFlow, JAX and PyTorch 2.13.0, the harness and the tests,
-            and kbench itself (editable), in <envs>/keras3
-  mxnet     MXNet 1.9.1 with keras-mxnet 2.2.4.3 and numpy<1.24, in <envs>/mxnet
+  keras3    Keras 3 with TensorFlow, JAX and PyTorch (2.13.0; CUDA builds: 2.10.0), the
+            harness and the tests, and kbench itself (editable), in <envs>/keras3
+  mxnet     MXNet 1.9.1 with keras-mxnet 2.2.4.3 and numpy<1.24 (CUDA builds: with PyPI's
+            CUDA 11 libraries on its workers' library path), in <envs>/mxnet
   data      Debian's dataset-fashion-mnist (apt-get, as root on Linux)
   browser   headless Chromium, for the report rendering test (apt-get, as root on Linux)
   compiler  a C compiler, for the GPU tests' stand-in libraries (apt-get, as root on Linux)
@@ -38,19 +39,27 @@ macOS) is skipped with the reason.
 settings (environment variables):
   KBENCH_PYTHON         interpreter to build the venvs from (default: python3.11 on the
                         PATH, else the one running this)
-  KBENCH_GPU=1          CUDA builds (tensorflow[and-cuda], jax[cuda12], torch 2.13.0's
-                        CUDA wheel, mxnet-cu112); KBENCH_GPU=0 CPU builds; unset: each
-                        environment keeps its kind (a new one is made for the CPU). An
-                        environment of the other kind is deleted and built afresh.
+  KBENCH_GPU=1          CUDA builds, one CUDA per environment: keras3 CUDA 12
+                        ({", ".join(KERAS3_CUDA_FRAMEWORKS)}),
+                        mxnet CUDA 11 (mxnet-cu112 and PyPI's CUDA 11 libraries);
+                        KBENCH_GPU=0 CPU builds; unset: each environment keeps its kind, a
+                        new one follows the environments beside it, else the machine (CUDA
+                        builds where an NVIDIA driver is installed). An environment of the
+                        other kind is deleted and built afresh. A GPU build ends with
+                        --check's checks of it and fails with the reason if they fail.
   KBENCH_MXNET_WHEEL    with KBENCH_GPU=1, MXNet's CUDA build for your CUDA (default
                         mxnet-cu112; {MXNET_CUDA_WHEELS[0]} to {MXNET_CUDA_WHEELS[-1]})
   KBENCH_ENVS_DIR       where the environments live (default: envs/ in the checkout)
-  KBENCH_SETUP_DRY_RUN=1  say what would be done to each environment; change nothing
+  KBENCH_SETUP_DRY_RUN=1  say what would be done to each environment and the packages it
+                        would install; change nothing
+  KBENCH_SETUP_CHECK=0  no check of a GPU environment after its build
 
 examples:
   python3 -m kbench.setup                          # keras3, mxnet, data
   KBENCH_GPU=1 python3 -m kbench.setup keras3      # CUDA builds
   KBENCH_SETUP_DRY_RUN=1 python3 -m kbench.setup   # what would happen
+  python3 -m kbench.setup --check                  # what each environment holds (exit 1:
+                                                   # something is wrong, and why)
 """
 
 
@@ -63,6 +72,13 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("targets", nargs="*", metavar="TARGET", help="what to set up (below)")
+    parser.add_argument(
+        "--check", action="store_true",
+        help="build nothing: check each environment that exists (or those named) against "
+        "its plan (framework builds, the CUDA and cuDNN each was built for and loads, files "
+        "owned by two packages, unresolved shared libraries, the driver needed); exit 1 "
+        "on anything wrong",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     unknown = [t for t in args.targets if t not in TARGETS]
     if unknown:
@@ -77,6 +93,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[setup] %(message)s", stream=sys.stderr)
     try:
         options = envs.SetupOptions.from_environ()
+        if args.check:
+            return run_check(options, [t for t in args.targets if t in ENVIRONMENTS])
         if not options.dry_run:
             options.envs_dir.mkdir(parents=True, exist_ok=True)
         for target in args.targets or DEFAULT_TARGETS:
@@ -96,6 +114,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         logging.getLogger(__name__).error("interrupted; run it again to finish (stamps mark "
                                           "what is done)")  # fmt: skip
         return 130
+    return 0
+
+
+def run_check(options: envs.SetupOptions, names: List[str]) -> int:
+    """``--check``: print what each environment holds; 1 when anything is wrong."""
+    verdict = check.check(options.envs_dir, envs.existing_kind, options.platform,
+                          options.mxnet_wheel, names or ENVIRONMENTS)  # fmt: skip
+    for line in verdict.lines:
+        print(line)
+    if verdict.problems:
+        print(f"check: {len(verdict.problems)} problem(s):")
+        for problem in verdict.problems:
+            print(f"  - {problem}")
+        return 1
+    print("check: ok")
     return 0
 
 

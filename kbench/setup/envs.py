@@ -12,23 +12,37 @@ would keep the CPU torch (it satisfies torch==2.13.0) and put tensorflow[and-cud
 beside tensorflow-cpu. So when ``KBENCH_GPU`` asks for the other kind, the environment
 is deleted and built afresh, and the log says so. Without ``KBENCH_GPU`` an existing
 environment keeps its kind (``scripts/kbench`` sets up before every command), and a new
-one is made for the CPU. An environment this platform cannot have is skipped with the
-reason, never a failed install.
+one follows the kind of the environments beside it, or, with none, the machine's (CUDA
+builds where an NVIDIA driver is installed); the log says which. A GPU environment whose
+framework pins changed is rebuilt too: pip would keep the old CUDA libraries beside the
+new ones. After a GPU build, :mod:`kbench.setup.check` holds the environment against its
+plan (a CUDA build of the planned CUDA version for every framework, one CUDA, no file
+owned twice) and the build fails with the reason if not. An environment this platform
+cannot have is skipped with the reason, never a failed install.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from kbench.setup.platforms import EnvironmentPlan, Platform, plan, venv_python
+from kbench.setup import check, loader
+from kbench.setup.platforms import (
+    ENVIRONMENTS,
+    FRAMEWORKS,
+    EnvironmentPlan,
+    Platform,
+    plan,
+    venv_python,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout
 KIND_FILE = ".kbench-kind"
 STAMP_FILE = ".kbench-requirements"
 GPU_MARKERS = ("tensorflow[and-cuda]", "jax[cuda12]")  # a stamp of CUDA builds names these
+# an NVIDIA driver is installed: an environment made without KBENCH_GPU gets CUDA builds
+DRIVER_FILES = ("/proc/driver/nvidia/version",)
 
 
 class SetupError(RuntimeError):
@@ -51,6 +67,7 @@ class SetupOptions:
     gpu: Optional[str] = None  # KBENCH_GPU: "1" CUDA builds, "0" CPU builds, None: keep
     mxnet_wheel: Optional[str] = None  # KBENCH_MXNET_WHEEL: MXNet's CUDA build
     dry_run: bool = False  # KBENCH_SETUP_DRY_RUN=1: say what would be done, change nothing
+    check: bool = True  # KBENCH_SETUP_CHECK=0: no check of a GPU environment after its build
     platform: Platform = Platform("", "")  # "": the running system
     root: Path = ROOT  # the checkout that keras3 installs kbench from
 
@@ -71,6 +88,7 @@ class SetupOptions:
             gpu=environ.get("KBENCH_GPU") or None,
             mxnet_wheel=environ.get("KBENCH_MXNET_WHEEL") or None,
             dry_run=environ.get("KBENCH_SETUP_DRY_RUN") == "1",
+            check=environ.get("KBENCH_SETUP_CHECK") != "0",
         )
 
 
@@ -87,16 +105,42 @@ def existing_kind(env_dir: Path) -> str:
         return kind_file.read_text().strip()
     if stamp.is_file():  # made before .kbench-kind: the stamp names the builds it installed
         lines = stamp.read_text().split()
-        cuda = any(line in GPU_MARKERS or line.startswith("mxnet-cu") for line in lines)
+        names = [line.split("==")[0] for line in lines]
+        cuda = any(name in GPU_MARKERS or name.startswith("mxnet-cu") for name in names)
         return "gpu" if cuda else "cpu"
     return "unknown" if env_dir.exists() else "none"
 
 
 def wanted_kind(env_dir: Path, gpu: Optional[str]) -> str:
-    """What KBENCH_GPU asks for, else what the environment is, else cpu."""
+    """What KBENCH_GPU asks for, else what the environment is, else what the
+    environments beside it are, else what the machine has (:func:`kind_and_reason`)."""
+    return kind_and_reason(env_dir, gpu)[0]
+
+
+def kind_and_reason(
+    env_dir: Path, gpu: Optional[str], driver_files: Sequence[str] = DRIVER_FILES
+) -> Tuple[str, str]:
+    """The kind environment ``env_dir`` should be, and why, in words."""
     if gpu is not None:
-        return "gpu" if gpu == "1" else "cpu"
-    return "gpu" if existing_kind(env_dir) == "gpu" else "cpu"
+        return ("gpu" if gpu == "1" else "cpu"), f"KBENCH_GPU={gpu}"
+    have = existing_kind(env_dir)
+    if have in ("cpu", "gpu"):
+        return have, f"no KBENCH_GPU: it keeps the {have} builds it holds"
+    beside = {name: existing_kind(env_dir.parent / name) for name in ENVIRONMENTS}
+    kinds = {name: kind for name, kind in beside.items()
+             if name != env_dir.name and kind in ("cpu", "gpu")}  # fmt: skip
+    if kinds:
+        kind = "gpu" if "gpu" in kinds.values() else "cpu"
+        names = " and ".join(sorted(name for name, k in kinds.items() if k == kind))
+        return kind, (f"no KBENCH_GPU: following {names} beside it, which holds {kind} builds "
+                      "(KBENCH_GPU=0 or 1 to choose)")  # fmt: skip
+    driver = next((path for path in driver_files if Path(path).exists()), None)
+    if driver:
+        return "gpu", (f"no KBENCH_GPU and no environment yet: this machine has an "
+                       f"NVIDIA driver ({driver}), so CUDA builds (KBENCH_GPU=0 for CPU "
+                       "builds)")  # fmt: skip
+    return "cpu", ("no KBENCH_GPU and no environment yet: no NVIDIA driver here, so CPU "
+                   "builds (KBENCH_GPU=1 for CUDA builds)")  # fmt: skip
 
 
 def stamp_text(requirements: Sequence[str]) -> str:
@@ -124,7 +168,23 @@ def action(env_dir: Path, wanted: EnvironmentPlan, gpu: Optional[str]) -> str:
         and os.access(python, os.X_OK)
     ):
         return "ready"
+    if wanted.kind == "gpu" and stamp.is_file():
+        was = framework_lines(wanted.name, stamp.read_text().split())
+        now = framework_lines(wanted.name, wanted.requirements)
+        if was != now:
+            return (
+                f"rebuild: {env_dir}'s CUDA builds change ({', '.join(was) or 'none'} -> "
+                f"{', '.join(now)}), and pip would keep the old ones' CUDA libraries"
+            )
     return "update"
+
+
+def framework_lines(name: str, requirements: Sequence[str]) -> List[str]:
+    """The requirement lines of environment ``name``'s frameworks (``torch==2.10.0``)."""
+    frameworks = FRAMEWORKS.get(name, ())
+    bases = {line: re.split(r"[\[=<>!~;\s]", line)[0] for line in requirements}
+    return sorted(line for line, base in bases.items()
+                  if base in frameworks or base.startswith("mxnet-cu"))  # fmt: skip
 
 
 def make_environment(
@@ -136,15 +196,19 @@ def make_environment(
     ``planner(name, kind, platform, mxnet_wheel)`` gives the plan (default
     :func:`kbench.setup.platforms.plan`; a test passes one with a tiny requirement)."""
     env_dir = options.envs_dir / name
-    kind = wanted_kind(env_dir, options.gpu)
+    kind, why = kind_and_reason(env_dir, options.gpu)
     wanted = planner(name, kind, options.platform, options.mxnet_wheel)
     if not wanted.available:
         log.info("%s: unavailable on %s (%s builds): %s", name, wanted.platform.label, kind,
                  wanted.unavailable)  # fmt: skip
         return "unavailable"
     done = action(env_dir, wanted, options.gpu)
+    if options.gpu is None and existing_kind(env_dir) not in ("cpu", "gpu"):
+        log.info("%s: %s builds: %s", name, kind, why)
     if options.dry_run:
         log.info("%s: %s (%s builds)", name, done, kind)
+        if done != "ready":
+            log.info("%s: would install %s", name, " ".join(wanted.requirements))
         return done
     if done == "ready":
         if not (env_dir / KIND_FILE).is_file():
@@ -178,7 +242,31 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
         # The harness runs here: kbench itself, editable, for the `kbench` command.
         # Workers in any environment import kbench through the runner's PYTHONPATH.
         call(pip + ["--no-deps", "-e", str(options.root)], "install kbench (editable)")
+    if wanted.loader_path:
+        folders = loader.record_library_folders(env_dir)
+        log.info("%s: %d CUDA library folders go on its workers' LD_LIBRARY_PATH (%s)",
+                 wanted.name, len(folders), loader.LIBRARY_PATH_FILE)  # fmt: skip
+    if wanted.cuda and options.check:
+        check_build(env_dir, wanted)
     stamp.write_text(stamp_text(wanted.requirements))
+
+
+def check_build(env_dir: Path, wanted: EnvironmentPlan) -> None:
+    """Hold a fresh GPU environment against its plan (:mod:`kbench.setup.check`); raise
+    SetupError with what is wrong, before the stamp marks it finished."""
+    log.info("%s: checking the CUDA builds (each framework imported in its own process)",
+             wanted.name)  # fmt: skip
+    verdict = check.check_environment(env_dir, wanted)
+    for line in verdict.lines:
+        log.info("%s", line)
+    if verdict.problems:
+        raise SetupError(
+            f"{wanted.name}: the GPU environment {env_dir} is not what its plan says "
+            f"(CUDA {wanted.cuda} builds): " + "; ".join(verdict.problems) + ". It is left "
+            "unfinished (no stamp): fix what is named and run the set-up again; "
+            "`python3 -m kbench.setup --check` shows the environment again (KBENCH_SETUP_CHECK=0 "
+            "builds without this check)."
+        )
 
 
 def call(command: Sequence[str], what: str) -> None:

@@ -8,8 +8,18 @@ environment (``keras3``, ``mxnet``) of each kind (``cpu``, ``gpu``: CUDA builds)
 planned for one platform as an :class:`EnvironmentPlan`: the pip requirements, or the
 reason the platform cannot have it (``unavailable``), and notes the user should read.
 The facts behind the choices (which wheels exist where) are checked against PyPI by
-``benchmarks/resolve_platforms.py``. Linux x86-64 is the reference: its requirements
-are those kbench has always installed, so its stamp files stay valid.
+``benchmarks/resolve_platforms.py``. Linux x86-64 is the reference: its CPU
+requirements are those kbench has always installed, so its stamp files stay valid.
+
+A GPU environment on Linux is built for one CUDA major version (``EnvironmentPlan.cuda``),
+every framework in it pinned to a build for that version: pip sees no conflict between
+``nvidia-cudnn-cu12`` and ``nvidia-cudnn-cu13`` (different names), so two CUDA versions
+in one environment overwrite each other's libraries without a word.
+``tests/test_setup_cuda.py`` checks the pins against the wheels' own metadata. keras3
+gets CUDA 12 (torch 2.10.0 is PyPI's last torch for CUDA 12, TensorFlow 2.20.0 the last
+whose CUDA 12 libraries torch's pins fit), mxnet CUDA 11 (``mxnet-cu112`` ships none of
+the CUDA libraries it links: PyPI's CUDA 11 wheels supply them, on the worker's
+``LD_LIBRARY_PATH``, ``loader_path``).
 
 Standard library only: this runs before any environment exists.
 """
@@ -38,6 +48,25 @@ KERAS3_COMMON = (
     "mkdocs-material", "nbclient", "nbformat", "ipykernel",
 )  # fmt: skip
 MXNET_COMMON = ("keras-mxnet==2.2.4.3", "numpy<1.24", "nvidia-ml-py", "psutil", "pillow")
+
+# The frameworks of each environment: what `python3 -m kbench.setup --check` inspects
+FRAMEWORKS = {"keras3": ("tensorflow", "jax", "torch"), "mxnet": ("mxnet",)}
+# keras3's CUDA builds on Linux: CUDA 12 for all three (torch 2.10.0 is cu128, PyPI's last
+# torch for CUDA 12; tensorflow 2.21's nvidia-nccl-cu12 range excludes torch 2.10.0's pin)
+KERAS3_CUDA = "12"
+KERAS3_CUDA_FRAMEWORKS = ("tensorflow[and-cuda]==2.20.0", "jax[cuda12]==0.10.2", "torch==2.10.0")
+# MXNet's CUDA 11 builds link these CUDA 11 libraries but ship none of them: PyPI's CUDA
+# 11 wheels (the last of each for CUDA 11) supply them, on the worker's library path
+MXNET_CUDA = "11"
+MXNET_CUDA_LIBRARIES = (
+    "nvidia-cuda-runtime-cu11==11.8.89", "nvidia-cuda-nvrtc-cu11==11.8.89",
+    "nvidia-cublas-cu11==11.11.3.6", "nvidia-cudnn-cu11==8.9.6.50",
+    "nvidia-cufft-cu11==10.9.0.58", "nvidia-curand-cu11==10.3.0.86",
+    "nvidia-cusolver-cu11==11.4.1.48",
+    "nvidia-nvtx-cu11==11.8.86", "nvidia-nccl-cu11==2.21.5",
+)  # fmt: skip
+# the MXNet CUDA builds those libraries fit: CUDA 11.2 and newer (libnvrtc.so.11.2)
+MXNET_PYPI_CUDA_WHEELS = tuple(f"mxnet-cu{v}" for v in (112, 113, 114, 115, 116, 117))
 
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64",
              "arm64": "arm64"}  # fmt: skip
@@ -97,6 +126,11 @@ class EnvironmentPlan:
     requirements: Tuple[str, ...] = ()
     unavailable: Optional[str] = None  # why this platform cannot have it; None: it can
     notes: Tuple[str, ...] = ()  # what the user should know about what is installed
+    # the CUDA major version every framework build in it is for ("12"); None: CPU builds
+    cuda: Optional[str] = None
+    # the nvidia-* libraries' folders go on the worker's LD_LIBRARY_PATH (the framework
+    # links them but does not find them itself)
+    loader_path: bool = False
 
     @property
     def available(self) -> bool:
@@ -191,8 +225,9 @@ def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
         )
         frameworks = ("tensorflow", "jax[cpu]", "torch==2.13.0")
         return EnvironmentPlan("keras3", kind, where, frameworks + KERAS3_COMMON, notes=notes)
-    frameworks = ("tensorflow[and-cuda]", "jax[cuda12]", "torch==2.13.0")
-    return EnvironmentPlan("keras3", kind, where, frameworks + KERAS3_COMMON)
+    return EnvironmentPlan(
+        "keras3", kind, where, KERAS3_CUDA_FRAMEWORKS + KERAS3_COMMON, cuda=KERAS3_CUDA
+    )
 
 
 def _mxnet(kind: str, where: Platform, mxnet_wheel: Optional[str]) -> EnvironmentPlan:
@@ -212,8 +247,21 @@ def _mxnet(kind: str, where: Platform, mxnet_wheel: Optional[str]) -> Environmen
             f"MXNet's CUDA builds ({wheel} and its siblings) exist for Linux x86-64 only, not "
             f"for {where.label}; build the CPU environment (KBENCH_GPU=0)"
         ))  # fmt: skip
-    framework = f"{wheel}=={MXNET_VERSION}" if kind == "gpu" else f"mxnet=={MXNET_VERSION}"
-    return EnvironmentPlan("mxnet", kind, where, (framework,) + MXNET_COMMON)
+    if kind == "cpu":
+        return EnvironmentPlan("mxnet", kind, where, (f"mxnet=={MXNET_VERSION}",) + MXNET_COMMON)
+    framework = (f"{wheel}=={MXNET_VERSION}",)
+    if wheel in MXNET_PYPI_CUDA_WHEELS:
+        requirements = framework + MXNET_COMMON + MXNET_CUDA_LIBRARIES
+        return EnvironmentPlan("mxnet", kind, where, requirements, cuda=MXNET_CUDA,
+                               loader_path=True)  # fmt: skip
+    cuda = wheel[len("mxnet-cu") :]
+    note = (
+        f"{wheel} is built for CUDA {cuda[:-1]}.{cuda[-1]}, for which PyPI has no CUDA "
+        "libraries: install that CUDA toolkit and its cuDNN and put their lib folders on "
+        "LD_LIBRARY_PATH before kbench starts (mxnet-cu112 to mxnet-cu117 get theirs from PyPI)"
+    )
+    return EnvironmentPlan("mxnet", kind, where, framework + MXNET_COMMON, notes=(note,),
+                           cuda=cuda[:-1])  # fmt: skip
 
 
 def _unknown(where: Platform) -> str:

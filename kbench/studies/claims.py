@@ -145,6 +145,15 @@ def matches(result: RunResult, selector: Dict[str, Any]) -> bool:
     return True
 
 
+def in_scope(result: RunResult, only: Dict[str, Sequence[Any]]) -> bool:
+    """The run's settings are among a claim's ``only`` values (the paper's scope)."""
+    for key, values in only.items():
+        have = (result.sweep or {}).get("group") if key == "group" else result.config.get(key)
+        if _plain(have) not in [_plain(v) for v in values]:
+            return False
+    return True
+
+
 def selector_text(selector: Dict[str, Any], skip: Sequence[str] = ()) -> str:
     return ", ".join(f"{k}={_plain(v)}" for k, v in selector.items() if k not in skip) or "all"
 
@@ -210,7 +219,7 @@ class Evidence:
         """``reduced size; CPU x; 1 round (a verdict needs 6); a / b: x1.00 [...]; ...``"""
         parts = [f"{self.size} size", " + ".join(self.devices) or "no finished run"]
         if self.rounds is None:
-            parts.append("no per-round ratio")
+            parts.append("no ratio measured")
         else:
             parts.append(f"{_rounds(self.rounds)} (a verdict needs {self.rounds_needed})")
         parts += [f"{label}: {interval_text(i)}" for label, i in self.intervals]
@@ -255,6 +264,8 @@ class ClaimOutcome:
             "id": self.claim.id,
             "statement": self.claim.statement,
             "kind": self.claim.kind,
+            "cited": self.claim.cited,
+            "scope": {k: list(v) for k, v in self.claim.only.items()},
             "verdict": self.verdict,
             "reason": self.reason,
             "paper": self.paper,
@@ -289,7 +300,7 @@ def evaluate_claim(
 ) -> ClaimOutcome:
     reduced = any((r.sweep or {}).get("reduced") for r in results)
     where = {**claim.where, **(claim.reduced_where if reduced else {})}
-    pool = [r for r in results if matches(r, where)]
+    pool = [r for r in results if matches(r, where) and in_scope(r, claim.only)]
     values: List[Any] = [None]
     if claim.for_each:
         found = {
@@ -322,7 +333,7 @@ def _evidence(study: Study, claim: Claim, checks: Sequence[Check], reduced: bool
         rounds=min((i.n for _, i in intervals), default=None),
         intervals=intervals,
         flags=list(dict.fromkeys(f for c in checks for f in c.flags)),
-        deviations=list(study.deviations) + list(claim.deviations),
+        deviations=study.deviations_for(reduced) + list(claim.deviations),
     )
 
 
@@ -429,6 +440,8 @@ def _not_judged(
     claim: Claim, pool: Sequence[RunResult], sides: Sequence[Side], reduced: bool
 ) -> Optional[Tuple[str, str]]:
     """The verdict and reason where the runs cannot be judged at all, else None."""
+    if claim.reduced and reduced:  # whether or not its runs are stored
+        return UNMEASURABLE, f"reduced size changes the question: {claim.reduced}"
     if not pool:
         return INCONCLUSIVE, f"runs missing: no stored run of {selector_text(claim.where)}"
     finished = [r for r in pool if r.ok] or list(pool)
@@ -439,8 +452,6 @@ def _not_judged(
             return UNMEASURABLE, REQUIREMENTS["cpu"]
         if need == "real_data" and any(r.data.get("synthetic") for r in pool):
             return UNMEASURABLE, REQUIREMENTS["real_data"]
-    if claim.reduced and reduced:
-        return UNMEASURABLE, f"reduced size changes the question: {claim.reduced}"
     absent = [s for s in sides if not s.rounds]
     if absent:
         missing = "; ".join(f"{s.label} ({_statuses(s)})" for s in absent)
@@ -619,6 +630,7 @@ def claims_table(study: Study, outcomes: Sequence[ClaimOutcome]) -> Table:
         statement = o.claim.statement
         if o.claim.doubt:
             statement += f" [doubt: {o.claim.doubt} Checked instead: {o.claim.instead}]"
+        statement += _scope_text(o.claim)
         evidence = o.evidence.text() if o.evidence else ""
         if o.claim.deviations:
             evidence += "; this claim's deviations from the paper: " + "; ".join(o.claim.deviations)
@@ -632,6 +644,17 @@ def claims_table(study: Study, outcomes: Sequence[ClaimOutcome]) -> Table:
     )
 
 
+def _scope_text(claim: Claim) -> str:
+    """`` [cited: ...]`` and `` [judged on model=a, b only]``, where the claim says so."""
+    text = ""
+    if claim.cited:
+        text += f" [cited: {claim.cited}; not the study's own measurement]"
+    if claim.only:
+        scope = "; ".join(f"{k}={', '.join(map(str, v))}" for k, v in claim.only.items())
+        text += f" [judged on {scope} only]"
+    return text
+
+
 def _size(outcomes: Sequence[ClaimOutcome]) -> str:
     sizes = {o.evidence.size for o in outcomes if o.evidence}
     return " and ".join(sorted(sizes))
@@ -639,9 +662,10 @@ def _size(outcomes: Sequence[ClaimOutcome]) -> str:
 
 def _notes(study: Study, outcomes: Sequence[ClaimOutcome]) -> List[str]:
     counts = {v: sum(o.verdict == v for o in outcomes) for v in VERDICTS}
+    shown = study.deviations_for("reduced" in _size(outcomes))
     deviations = (
-        ["How these runs differ from the paper's (every claim): " + "; ".join(study.deviations)]
-        if study.deviations
+        ["How these runs differ from the paper's (every claim): " + "; ".join(shown)]
+        if shown
         else []
     )
     return deviations + [
@@ -668,6 +692,8 @@ def claims_text(study: Study, outcomes: Sequence[ClaimOutcome]) -> str:
             lines.append(f"  checked:      {o.claim.instead}")
         if o.claim.note:
             lines.append(f"  note:         {o.claim.note}")
+        if o.claim.cited or o.claim.only:
+            lines.append(f"  scope:       {_scope_text(o.claim)}")
         lines.append(f"  this machine: {o.here}")
         lines.append(f"  verdict:      {o.verdict}: {o.reason}")
         if o.evidence:
@@ -688,7 +714,7 @@ def outcomes_json(study: Study, outcomes: Sequence[ClaimOutcome]) -> Dict[str, A
         "size": _size(outcomes) or None,
         "level": LEVEL,
         "rounds_needed": ROUNDS_NEEDED,
-        "deviations": list(study.deviations),
+        "deviations": study.deviations_for("reduced" in _size(outcomes)),
         "counts": {v: sum(o.verdict == v for o in outcomes) for v in VERDICTS},
         "claims": [o.to_dict() for o in outcomes],
     }

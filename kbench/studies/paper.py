@@ -12,9 +12,15 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
-from kbench.studies.claims import METRICS, ROUNDS_NEEDED, Defined, claims_table, evaluate, matches
+from kbench.studies.claims import METRICS, ROUNDS_NEEDED, Defined, evaluate, matches
 from kbench.studies.published import PaperPlot, Study, StudyError, study_of_sweep
-from kbench.studies.reproduce import run_matches, study_sweep
+from kbench.studies.reproduce import (
+    MachineVerdicts,
+    machine_claims_tables,
+    per_machine,
+    run_matches,
+    study_sweep,
+)
 from kbench.studies.sweep import SweepError
 from kbench.views import figures as fig
 from kbench.views.compare import Spread
@@ -41,12 +47,16 @@ def paper_section(results: Sequence[RunResult]) -> Optional[Section]:
     study, name = found
     mine = [r for r in results if (r.sweep or {}).get("name") == name]
     reduced = any((r.sweep or {}).get("reduced") for r in mine)
-    outcomes = evaluate(study, mine, defined=_defined(study, reduced))
+    defined = _defined(study, reduced)
+    judged = [
+        MachineVerdicts(host, runs, evaluate(study, runs, defined=defined))
+        for host, runs in per_machine(mine).items()
+    ]  # a table per machine where several ran the sweep
     return Section(
         id="paper",
         heading="Paper vs this machine",
         intro=intro(study, reduced),
-        tables=[claims_table(study, outcomes)],
+        tables=machine_claims_tables(study, judged),
         outcomes=[paper_plot(study, plot, mine) for plot in study.plots],
     )
 

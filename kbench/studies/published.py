@@ -20,9 +20,17 @@ holds:
   then with its ``precision``), optionally ``at`` (the kbench settings it corresponds
   to, for plots);
 - ``claims``: see :class:`Claim`; ``plots``: see :class:`PaperPlot`;
+- ``paper_settings``: the paper's own run settings, each entry ``where`` (a selector of
+  the sweep's runs, ``{}`` for all) and ``settings`` (setting -> the paper's value, or a
+  list of its values, e.g. ``batch_size: [16, 32]``; a list-valued setting is written as
+  a list of lists); :func:`setting_drift` names every run of the sweep (full or
+  reduced) whose setting differs and that no deviation covers;
 - ``deviations`` (here and in a claim): each way the sweep differs from the paper's
   setting (optimizer, learning rate, batch size, model variant, data, epochs, framework
-  version, device), one sentence each, shown with every verdict.
+  version, device), shown with every verdict: a sentence, or a mapping with ``text``,
+  the ``settings`` it covers, ``where`` (the runs it covers, default all) and ``size``
+  (``full``, ``reduced`` or ``both``, the default; a ``reduced`` one is shown only with
+  verdicts on the reduced sweep).
 
 A file nested deeper than :data:`~kbench.studies.file_checks.MAX_DEPTH` is refused, as
 is a number that is not finite or out of its range (a tolerance of -1 or .nan).
@@ -69,7 +77,10 @@ TOP_KEYS = (
     "plots",
     "note",
     "deviations",
+    "paper_settings",
 )
+SIZES = ("full", "reduced", "both")
+DEVIATION_KEYS = ("text", "settings", "where", "size")
 FIGURE_KEYS = (
     "id",
     "value",
@@ -106,6 +117,8 @@ CLAIM_KEYS = (
     "instead",
     "note",
     "deviations",
+    "only",
+    "cited",
 )
 PLOT_KEYS = ("title", "x", "metric", "where", "series", "figures")
 SIDE_KEYS_EXTRA = ("metric",)  # a side of a ratio may read another metric than the claim's
@@ -175,11 +188,15 @@ class Claim:
       pair compared by its per-round ratio.
 
     ``for_each: SETTING`` checks the claim once per value of that setting among the
-    stored runs. ``requires`` (``gpu``, ``cpu``, ``real_data``) and ``reduced`` (why the
+    stored runs. ``only`` (setting -> values) scopes the claim to the runs the paper drew
+    it from (``only: {model: [alexnet, resnet18]}``: LeNet-5 runs are not judged).
+    ``requires`` (``gpu``, ``cpu``, ``real_data``) and ``reduced`` (why the
     reduced size changes the question) make the verdict "not measurable here" where they
     do not hold (a side off the required device makes it inconclusive). ``doubt`` says
     why the paper's own measurement is not trusted and ``instead`` what kbench checks in
     its place. ``deviations``: how its runs differ from the paper's, beyond the study's.
+    ``cited``: where the finding is another work's that the study cites, that work (the
+    verdict then says it is not the study's own measurement).
     """
 
     id: str
@@ -206,6 +223,8 @@ class Claim:
     instead: Optional[str] = None
     note: Optional[str] = None
     deviations: Tuple[str, ...] = ()  # how its runs differ from the paper's, beyond the study's
+    only: Dict[str, Tuple[Any, ...]] = field(default_factory=dict)  # setting -> values judged
+    cited: Optional[str] = None  # the work whose finding this is, where not the study's own
 
     @property
     def target(self) -> Optional[float]:
@@ -240,6 +259,82 @@ class PaperPlot:
 
 
 @dataclass(frozen=True)
+class Deviation:
+    """One way the sweep differs from the paper: its sentence, and where it names them,
+    the settings and runs it covers and at which size (``full``, ``reduced``, ``both``)."""
+
+    text: str
+    settings: Tuple[str, ...] = ()
+    where: Dict[str, Any] = field(default_factory=dict)
+    size: str = "both"
+
+    def covers(self, key: str, run: Any, reduced: bool) -> bool:
+        if key not in self.settings or self.size == ("full" if reduced else "reduced"):
+            return False
+        return _run_matches(run, self.where)
+
+
+@dataclass(frozen=True)
+class PaperSetting:
+    """The paper's settings for the runs ``where`` selects: setting -> value, or a list
+    of the values it used."""
+
+    where: Dict[str, Any]
+    settings: Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A run whose setting differs from the paper's, with no deviation naming it."""
+
+    run: str
+    setting: str
+    have: Any
+    paper: Any
+
+    def text(self) -> str:
+        return (
+            f"{self.run}: {self.setting}={self.have!r} where the paper has {self.paper!r}; "
+            "set the paper's value in the sweep, or name the difference under deviations "
+            "(text, settings, where, size)"
+        )
+
+
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain_value(v) for v in value]
+    return value
+
+
+def _run_matches(run: Any, selector: Dict[str, Any]) -> bool:
+    """A sweep run (``config``, ``group``) has every setting of ``selector``."""
+    for key, wanted in selector.items():
+        have = run.group if key == "group" else getattr(run.config, key, None)
+        if _plain_value(have) != _plain_value(wanted):
+            return False
+    return True
+
+
+def setting_drift(study: Study, runs: Any, reduced: bool) -> List[Drift]:
+    """Every (run, setting) of ``runs`` (a sweep's, full size or reduced) that differs from
+    the study's ``paper_settings`` and that no deviation of that size covers."""
+    found: List[Drift] = []
+    for run in runs:
+        for paper in study.paper_settings:
+            if not _run_matches(run, paper.where):
+                continue
+            for key, want in paper.settings.items():
+                have = _plain_value(getattr(run.config, key, None))
+                allowed = want if isinstance(want, list) else [want]
+                if have in [_plain_value(v) for v in allowed]:
+                    continue
+                if any(d.covers(key, run, reduced) for d in study.deviation_rules):
+                    continue
+                found.append(Drift(f"{run.group}: {run.config.label()}", key, have, want))
+    return found
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     title: str
@@ -255,7 +350,14 @@ class Study:
     reduced_only: Dict[str, List[Any]] = field(default_factory=dict)
     reduced_note: Optional[str] = None
     note: Optional[str] = None
-    deviations: Tuple[str, ...] = ()  # how the sweep differs from the paper's setting
+    deviations: Tuple[str, ...] = ()  # how the full sweep differs from the paper's setting
+    reduced_deviations: Tuple[str, ...] = ()  # how the reduced sweep differs, on top
+    deviation_rules: Tuple[Deviation, ...] = ()  # the deviations that name settings
+    paper_settings: Tuple[PaperSetting, ...] = ()
+
+    def deviations_for(self, reduced: bool) -> List[str]:
+        """The deviations shown with a verdict on the full (or reduced) sweep's runs."""
+        return list(self.deviations) + (list(self.reduced_deviations) if reduced else [])
 
     def sweep_path(self) -> Path:
         """The sweep file, relative to the folder above the study's ``studies/``."""
@@ -426,7 +528,7 @@ def parse_study(document: Any, file: str) -> Study:
         reduced_only=dict(only),
         reduced_note=reduced.get("note"),
         note=top.get("note"),
-        deviations=_deviations(top.get("deviations"), "deviations", fail),
+        **_study_deviations(top, fail),
     )
 
 
@@ -530,6 +632,8 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
         instead=data.get("instead"),
         note=data.get("note"),
         deviations=_deviations(data.get("deviations"), where + ".deviations", fail),
+        only=_only(data.get("only"), where + ".only", fail),
+        cited=_optional_text(data.get("cited"), where + ".cited", fail),
     )
 
 
@@ -553,6 +657,65 @@ def _deviations(value: Any, where: str, fail) -> Tuple[str, ...]:
     for i, item in enumerate(_optional_list(value, where, "sentences", fail)):
         _text(item, f"{where}[{i}]", fail, "a sentence saying how the runs differ from the paper")
     return tuple(value or ())
+
+
+def _study_deviations(top: Dict[str, Any], fail) -> Dict[str, Any]:
+    """The study's deviations (sentences or mappings) and its paper_settings, as the
+    Study's fields."""
+    rules = []
+    listed = _optional_list(top.get("deviations"), "deviations", "deviations", fail)
+    for i, item in enumerate(listed):
+        where = f"deviations[{i}]"
+        if isinstance(item, str):
+            _text(item, where, fail, "a sentence saying how the runs differ from the paper")
+            rules.append(Deviation(item))
+            continue
+        data = expect_mapping(item, where, "a sentence, or a mapping with text and settings", fail)
+        known_keys(data, DEVIATION_KEYS, where + ".", fail)
+        _text(data.get("text"), where + ".text", fail, "a sentence saying how the runs differ")
+        settings = _optional_list(data.get("settings"), where + ".settings", "setting names", fail)
+        for j, key in enumerate(settings):
+            _text(key, f"{where}.settings[{j}]", fail, "a run setting's name")
+        size = data.get("size", "both")
+        if size not in SIZES:
+            raise fail(f"{where}.size", f"expected one of {', '.join(SIZES)}; received {size!r}.")
+        selector = expect_mapping(data.get("where"), where + ".where", "a selector of runs", fail)
+        rules.append(Deviation(data["text"], tuple(settings), dict(selector), size))
+    papers = []
+    for i, item in enumerate(
+        _optional_list(top.get("paper_settings"), "paper_settings", "where/settings", fail)
+    ):
+        where = f"paper_settings[{i}]"
+        data = expect_mapping(item, where, "a mapping with where and settings", fail)
+        known_keys(data, ("where", "settings"), where + ".", fail)
+        settings = expect_mapping(data.get("settings"), where + ".settings", "a mapping", fail)
+        if not settings:
+            raise fail(where + ".settings", "expected the paper's settings; received none.")
+        selector = expect_mapping(data.get("where"), where + ".where", "a selector of runs", fail)
+        papers.append(PaperSetting(dict(selector), dict(settings)))
+    return {
+        "deviations": tuple(d.text for d in rules if d.size != "reduced"),
+        "reduced_deviations": tuple(d.text for d in rules if d.size == "reduced"),
+        "deviation_rules": tuple(d for d in rules if d.settings),
+        "paper_settings": tuple(papers),
+    }
+
+
+def _only(value: Any, where: str, fail) -> Dict[str, Tuple[Any, ...]]:
+    """A claim's scope: setting -> the values of the runs it is judged on."""
+    data = expect_mapping(value, where, "a mapping setting -> [values]", fail)
+    for key, values in data.items():
+        if not isinstance(values, list) or not values:
+            raise fail(
+                f"{where}.{key}", f"expected a non-empty list of values; received {values!r}."
+            )
+    return {k: tuple(v) for k, v in data.items()}
+
+
+def _optional_text(value: Any, where: str, fail) -> Optional[str]:
+    if value is not None:
+        _text(value, where, fail)
+    return value
 
 
 def _claim_metric(data: Dict[str, Any], kind: str, where: str, fail) -> str:

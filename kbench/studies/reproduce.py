@@ -11,30 +11,46 @@ round, which no ratio can be taken from).
 --repeats``), :func:`with_precision` passes ``--target-precision`` to its runs, and
 :func:`verdicts` judges the claims on exactly the runs planned; :func:`write_claims`
 keeps them as ``claims.md`` and ``claims.json`` in the store.
+
+A store that holds the sweep's runs from several machines (stores merged from laptops
+that each ran it, a sweep whose runs went to several cluster nodes) is judged machine by
+machine (:func:`machine_verdicts`, :func:`kbench.views.machines.several_machines`): a
+claim's per-round ratios never pool two machines, and each machine's verdicts are headed
+by its hardware.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from kbench.measure import sysinfo
 from kbench.results.config import ConfigError
 from kbench.results.jsonfile import finite, write_json_atomic, write_text_atomic
 from kbench.results.result import RunResult
-from kbench.results.store import StoreError
+from kbench.results.store import Filter, ResultStore, StoreError
 from kbench.studies.claims import (
     METRICS,
     ROUNDS_NEEDED,
     ClaimOutcome,
     claims_table,
+    claims_text,
     evaluate,
     outcomes_json,
 )
 from kbench.studies.published import Study, StudyError, find_study, load_study, study_files
-from kbench.studies.sweep import RUN_FIELDS, Sweep, SweepError, SweepRun, load_sweep, run_key
-from kbench.studies.sweep_runs import stored_results
-from kbench.views.tables import render
+from kbench.studies.sweep import (
+    RUN_FIELDS,
+    Sweep,
+    SweepError,
+    SweepRun,
+    load_sweep,
+    run_key,
+    sweep_run_of,
+)
+from kbench.views.machines import hardware_text, mixed_note, newest_per_machine, several_machines
+from kbench.views.tables import Table, render
 
 
 def study_sweep(study: Study, reduced: bool) -> Sweep:
@@ -245,6 +261,89 @@ def rounds_of(sweep: Sweep) -> List[Sweep]:
     ]
 
 
+# What a warm window measures per round, as a claim reads it: throughput, and the GPU's
+# kernel time over the window. Memory peaks, accuracy and epoch times need fresh processes.
+WINDOW_METRICS = ("images_per_sec", "gpu_kernel_time_percent")
+
+
+def windows_misfit(study: Study, reduced: bool, gpu: bool) -> Optional[str]:
+    """Why the claims judged here are not all backend ratios that warm windows measure
+    (None: they are). Claims the reduced size cannot answer, and GPU claims on a machine
+    without one, are judged nowhere here and left out of the question."""
+    judged = [
+        claim
+        for claim in study.claims
+        if not (reduced and claim.reduced) and (gpu or "gpu" not in claim.requires)
+    ]
+    if not judged:
+        return "no claim of the study can be judged here"
+    for claim in judged:
+        sides = (claim.numerator, claim.denominator)
+        metrics = {claim.metric} | {claim.side_metric(side) for side in sides}
+        other = sorted(metrics - set(WINDOW_METRICS))
+        if other:
+            return (
+                f"claim {claim.id} reads {other[0]}, which needs fresh processes (windows "
+                f"measure {' and '.join(WINDOW_METRICS)} per round)"
+            )
+        selectors = claim.selectors(reduced)
+        keys = {k for selector in selectors for k in selector}
+        differ = [
+            k for k in sorted(keys - {"backend"}) if len({repr(s.get(k)) for s in selectors}) > 1
+        ]
+        if differ:
+            return (
+                f"claim {claim.id} compares {', '.join(differ)}, not backends (windows "
+                "interleave the backends of one setting)"
+            )
+    return None
+
+
+def measure_choice(
+    study: Study,
+    reduced: bool,
+    windows: Optional[bool],
+    fresh_flag: Optional[str],
+    gpu: Optional[bool] = None,
+) -> Tuple[bool, str]:
+    """Whether ``reproduce`` measures in warm windows, and why, in words. ``windows``:
+    ``--windows`` (True), ``--fresh-processes`` (False) or neither; ``fresh_flag``: a flag given
+    that asks for fresh processes (``--repeats``). Without either, a reduced study whose
+    claims are backend ratios (:func:`windows_misfit`) is measured in windows."""
+    if windows is False:
+        return False, "fresh-process rounds (--fresh-processes)"
+    if windows and fresh_flag:
+        raise ConfigError(
+            "windows",
+            f"expected --windows without {fresh_flag}, which asks for fresh-process rounds; "
+            f"received both. Drop one.",
+        )
+    if fresh_flag:
+        return False, f"fresh-process rounds ({fresh_flag})"
+    if gpu is None:
+        gpu = bool(sysinfo.gpu_info().get("available"))
+    misfit = windows_misfit(study, reduced, gpu)
+    if windows:
+        caveat = (
+            f"; but {misfit}: such a claim's sides are measured in different comparisons, "
+            "their rounds paired by number, not interleaved"
+            if misfit
+            else ""
+        )
+        return True, f"warm interleaved windows (--windows){caveat}"
+    if not reduced:
+        return False, (
+            "fresh-process rounds (full size: the study's epochs; --windows compares each "
+            "setting's backends in warm windows)"
+        )
+    if misfit:
+        return False, f"fresh-process rounds: {misfit}; --windows measures in windows anyway"
+    return True, (
+        "warm interleaved windows: every claim judged here compares backends on "
+        f"{' or '.join(WINDOW_METRICS)}; --fresh-processes for fresh-process rounds"
+    )
+
+
 def prepare(name: str, reduced: bool) -> Tuple[Study, Sweep]:
     """The study named ``name`` (or at that path) and its sweep, the study checked
     against the sweep first: a claim or plot that names no run of it is refused here."""
@@ -260,16 +359,106 @@ def verdicts(
 ) -> List[ClaimOutcome]:
     """Each claim of the study judged on the runs of ``sweep`` (exactly those: its run
     keys) that ``store`` holds; an ordering's item the sweep has no run of is left out."""
-    results = stored_results(store, sweep) if results is None else results
+    results = sweep_results(store, sweep) if results is None else results
     planned = {run.key for run in sweep.runs}
-    mine = [r for r in results if (r.sweep or {}).get("run_key") in planned]
+    mine = [r for r in results if sweep_run_of(r) in planned]
     if not mine:
         other = f" ({len(results)} of its runs with other settings or rounds)" if results else ""
         raise StoreError(
             f"store: no runs of the sweep {sweep.name} as planned here in {store}{other}; "
             f"run kbench reproduce {study.name}{' --reduced' if sweep.reduced else ''}"
         )
-    return evaluate(study, mine, defined=lambda s: any(run_matches(r, s) for r in sweep.runs))
+    counted = [r for r in mine if not r.dropped]  # a window of a dropped round: said where run
+    return evaluate(study, counted, defined=lambda s: any(run_matches(r, s) for r in sweep.runs))
+
+
+def sweep_results(store: Path, sweep: Sweep) -> List[RunResult]:
+    """The runs of ``sweep`` that ``store`` holds: the newest of each, on each machine
+    where several ran it (:func:`kbench.views.machines.newest_per_machine`)."""
+    return newest_per_machine(ResultStore(store).results([Filter("sweep", (sweep.name,))]))
+
+
+@dataclass(frozen=True)
+class MachineVerdicts:
+    """The claims judged on one machine's runs."""
+
+    host: str  # as kbench.views.compare.by_machine names it; "" where one machine ran them
+    runs: List[RunResult]
+    outcomes: List[ClaimOutcome]
+
+
+def per_machine(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
+    """``results`` by machine where they come from several, else ``{"": results}``."""
+    return several_machines(results) or {"": list(results)}
+
+
+def machine_verdicts(
+    study: Study, sweep: Sweep, store: Path, results: Optional[Sequence[RunResult]] = None
+) -> List[MachineVerdicts]:
+    """:func:`verdicts` on each machine's runs of ``sweep`` (one entry where one machine
+    ran them); a machine with no run of the sweep as planned here is left out."""
+    results = sweep_results(store, sweep) if results is None else results
+    planned = {run.key for run in sweep.runs}
+    out = []
+    for host, runs in per_machine(results).items():
+        if host and not any(sweep_run_of(r) in planned for r in runs):
+            continue
+        out.append(MachineVerdicts(host, runs, verdicts(study, sweep, store, runs)))
+    return out
+
+
+def machine_claims_tables(study: Study, judged: Sequence[MachineVerdicts]) -> List[Table]:
+    """The claims table, one per machine where several ran the sweep (titled with it,
+    its hardware and the note that no ratio pools machines in the notes)."""
+    hosts = [j.host for j in judged if j.host]
+    tables = []
+    for j in judged:
+        table = claims_table(study, j.outcomes)
+        if j.host:
+            notes = [mixed_note(hosts, "claims judged per machine"), hardware_text(j.runs)]
+            table = Table(f"{table.title}, on {j.host}", table.headers, table.rows,
+                          notes + table.notes)  # fmt: skip
+        tables.append(table)
+    return tables
+
+
+def verdicts_text(study: Study, judged: Sequence[MachineVerdicts]) -> str:
+    """The verdicts for a terminal (:func:`kbench.studies.claims.claims_text`); where
+    several machines ran the sweep, a block per machine headed by its hardware."""
+    if len(judged) == 1 and not judged[0].host:
+        return claims_text(study, judged[0].outcomes)
+    hosts = [j.host for j in judged]
+    lines = [mixed_note(hosts, "claims judged per machine")]
+    for j in judged:
+        lines += ["", f"=== on {j.host}: {hardware_text(j.runs)}", claims_text(study, j.outcomes)]
+    return "\n".join(lines)
+
+
+def write_machine_claims(
+    study: Study, judged: Sequence[MachineVerdicts], store: Path
+) -> Tuple[Path, Path]:
+    """:func:`write_claims` of one machine's verdicts; of several machines', a table per
+    machine in claims.md and, in claims.json, ``{"study", "machines": [{"machine",
+    "hardware", ...as for one machine}]}``; OSError if they cannot be written."""
+    if len(judged) == 1 and not judged[0].host:
+        return write_claims(study, judged[0].outcomes, store)
+    markdown, data = store / "claims.md", store / "claims.json"
+    tables = machine_claims_tables(study, judged)
+    write_text_atomic(markdown, "\n\n".join(t.markdown() for t in tables) + "\n")
+    document = {
+        "study": study.name,
+        "machines": [
+            {
+                "machine": j.host,
+                "hardware": hardware_text(j.runs),
+                **outcomes_json(study, j.outcomes),
+            }
+            for j in judged
+        ],
+    }
+    document, _ = finite(document)  # standard JSON: no NaN
+    write_json_atomic(data, document, allow_nan=False)
+    return markdown, data
 
 
 def write_claims(study: Study, outcomes: Sequence[ClaimOutcome], store: Path) -> Tuple[Path, Path]:

@@ -22,6 +22,12 @@ the place in the file (``groups[1].matrix.batch_size[2]``), what was expected an
 what was received. Each run has a key (a hash of its settings and repeat index); a
 result in the output store with that key marks the run done, so rerunning the same
 command resumes where an interrupted one stopped.
+
+``measure: windows`` (with ``window: SECONDS``, ``ratio_precision: P``, ``ratio_budget:
+SECONDS``, all optional) asks for each setting's backends to be compared in warm
+interleaved windows instead of ``repeats`` fresh processes: :func:`in_windows` turns
+the runs into one comparison per setting (:func:`comparisons`), and
+:mod:`kbench.studies.sweep_windows` measures them.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -45,12 +51,15 @@ from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig, d
 from kbench.results.result import RunResult
 from kbench.run.runner import shared_workers
 from kbench.studies.file_checks import expect_mapping, known_keys
+from kbench.studies.rounds import WINDOW_BUDGET_S, WINDOW_PRECISION, WINDOW_S
 from kbench_models import MODELS
 from kbench_models.user import is_reference
 
 log = logging.getLogger(__name__)
 
-TOP_KEYS = ("name", "description", "repeats", "settings", "matrix", "groups", "reduced")
+TOP_KEYS = ("name", "description", "repeats", "settings", "matrix", "groups", "reduced",
+            "measure", "window", "ratio_precision", "ratio_budget")  # fmt: skip
+MEASURES = ("fresh", "windows")  # fresh processes (repeats), or warm interleaved windows
 GROUP_KEYS = ("name", "description", "settings", "matrix", "reduced")
 REDUCED_KEYS = ("settings", "matrix", "repeats")
 RUN_FIELDS = tuple(f.name for f in fields(RunConfig) if f.name != "repeat")
@@ -75,12 +84,36 @@ class SweepRun:
 
 
 @dataclass(frozen=True)
+class WindowSettings:
+    """How a sweep's comparisons in warm windows measure and stop: windows of about
+    ``window_s`` seconds, until every ratio to the baseline has its 95% interval within
+    ``ratio_precision`` or ``ratio_budget_s`` seconds of a comparison are spent (the
+    defaults of ``kbench run``'s windows)."""
+
+    window_s: float = WINDOW_S
+    ratio_precision: float = WINDOW_PRECISION
+    ratio_budget_s: float = WINDOW_BUDGET_S
+
+    def text(self) -> str:
+        return (
+            f"windows of {self.window_s:g} s, until every ratio's 95% interval is within "
+            f"+-{self.ratio_precision:.1%} or {self.ratio_budget_s:g} s per comparison"
+        )
+
+
+@dataclass(frozen=True)
 class Sweep:
     name: str
     description: str
     file: str
     reduced: bool
     runs: List[SweepRun]
+    # what the file asks: measure (fresh or windows) and its windows' settings; the runs
+    # are the file's (fresh) until in_windows() turns them
+    measure: str = "fresh"
+    window_settings: WindowSettings = field(default_factory=WindowSettings)
+    # set by in_windows(): the runs are comparisons in warm windows, measured so
+    windows: Optional[WindowSettings] = None
 
     def varying(self) -> List[str]:
         """The settings whose values differ between runs, in RunConfig order."""
@@ -244,9 +277,10 @@ def parse_sweep(
                 if config.window_s is not None:
                     raise fail(
                         origins.get("window_s", "settings"),
-                        "window_s: a sweep runs each run in a fresh process; warm "
-                        "interleaved windows are kbench run's (several backends, no "
-                        "--repeats). Drop window_s here.",
+                        "window_s: a sweep asks for warm interleaved windows at the top of "
+                        "the file (measure: windows, and window: SECONDS for their length), "
+                        "or with kbench sweep --windows; received window_s as a run setting. "
+                        "Drop window_s here.",
                     )
                 key = run_key(config)
                 here = ", ".join(origins[k] for k in layer.swept()) or f"{place}settings"
@@ -259,7 +293,104 @@ def parse_sweep(
                     )
                 declared[key] = here
                 runs.append(SweepRun(config, key, group_name))
-    return Sweep(name, str(description), file, reduced, runs)
+    measure, settings = window_settings(top, fail)
+    return Sweep(name, str(description), file, reduced, runs, measure, settings)
+
+
+def window_settings(top: Dict[str, Any], fail) -> Tuple[str, WindowSettings]:
+    """The file's ``measure`` and its windows' settings. ``window``, ``ratio_precision``
+    and ``ratio_budget`` may stand without ``measure: windows``: they apply when
+    ``kbench sweep --windows`` asks for windows."""
+    measure = top.get("measure", "fresh")
+    if measure not in MEASURES:
+        raise fail(
+            "measure",
+            f"expected one of {', '.join(MEASURES)} (fresh: each run a fresh process, "
+            f"repeats times; windows: each setting's backends in warm interleaved windows); "
+            f"received {measure!r}.{did_you_mean(str(measure), MEASURES)}",
+        )
+    values = {}
+    for key, name, low, high in (("window", "window_s", 0.0, 3600.0),
+                                 ("ratio_precision", "ratio_precision", 0.0, 1.0),
+                                 ("ratio_budget", "ratio_budget_s", 0.0, 86400.0)):  # fmt: skip
+        if key not in top:
+            continue
+        value = top[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
+            raise fail(
+                key,
+                f"expected a number above {low:g} and below {high:g}; received {value!r}.",
+            )
+        values[name] = float(value)
+    return measure, WindowSettings(**values)
+
+
+def setting_of(config: RunConfig) -> str:
+    """What a comparison in windows shares: every setting but the backend and the repeat."""
+    data = config.to_dict()
+    for name in ("backend", "repeat", "window_s"):
+        data.pop(name, None)
+    return json.dumps(data, sort_keys=True)
+
+
+def comparisons(runs: Sequence[SweepRun]) -> List[List[SweepRun]]:
+    """``runs`` grouped by setting (:func:`setting_of`), in the order they first appear,
+    each group's runs in their order (every backend and repeat of one setting)."""
+    groups: Dict[str, List[SweepRun]] = {}
+    for run in runs:
+        groups.setdefault(setting_of(run.config), []).append(run)
+    return list(groups.values())
+
+
+# What makes a run need a fresh process of its own (a test, and how to say it), as
+# RunConfig refuses it beside window_s.
+NEEDS_FRESH: Tuple[Tuple[Callable[[RunConfig], bool], Callable[[RunConfig], str]], ...] = (
+    (lambda c: c.mode != "train", lambda c: f"mode {c.mode}"),
+    (lambda c: c.distributed != "none", lambda c: f"distributed {c.distributed}"),
+    (lambda c: c.profile, lambda c: "profile"),
+    (
+        lambda c: c.target_precision is not None or c.time_budget_s is not None,
+        lambda c: "target_precision/time_budget",
+    ),
+)
+
+
+def fresh_reason(configs: Sequence[RunConfig]) -> Optional[str]:
+    """Why these runs of one setting are measured in fresh processes, not in warm
+    windows; None where windows can compare them."""
+    config = configs[0]
+    backends = list(dict.fromkeys(c.backend for c in configs))
+    if len(backends) < 2:
+        return f"one backend ({backends[0]}): windows compare several backends"
+    needs = next((say(config) for test, say in NEEDS_FRESH if test(config)), None)
+    if needs is not None:
+        return f"{needs} needs a fresh process per run"
+    return None
+
+
+def in_windows(sweep: Sweep, settings: WindowSettings) -> Sweep:
+    """``sweep`` with each setting's runs turned into one comparison in warm windows: its
+    first repeat's runs with ``window_s`` (new keys; the window rounds take the place of
+    ``repeats``). The settings :func:`fresh_reason` keeps in fresh processes are left as
+    they are."""
+    runs: List[SweepRun] = []
+    for group in comparisons(sweep.runs):
+        if fresh_reason([run.config for run in group]) is not None:
+            runs += group
+            continue
+        for run in group:
+            if run.config.repeat == 0:
+                config = replace(run.config, window_s=settings.window_s)
+                runs.append(SweepRun(config, run_key(config), run.group))
+    return replace(sweep, runs=runs, windows=settings)
+
+
+def sweep_run_of(result: RunResult) -> Optional[str]:
+    """The key of the sweep run ``result`` belongs to: its ``sweep.run_key``, or for a
+    window of a comparison, the key of its worker's run (each window has its own key,
+    that of its round)."""
+    sweep = result.sweep or {}
+    return (sweep.get("windows") or {}).get("run_key") or sweep.get("run_key")
 
 
 def _check_size(layers, places: Sequence[str], repeats: int, max_runs: int, fail) -> None:

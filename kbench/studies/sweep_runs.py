@@ -19,12 +19,13 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from kbench.measure import quality
 from kbench.results import store as store_mod
-from kbench.results.config import RunConfig
+from kbench.results.config import ConfigError, RunConfig
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.before_runs import look_before_runs
 from kbench.run.runner import Runner
+from kbench.studies import sweep_windows
 from kbench.studies.sweep import RUN_FIELDS, Plan, Progress, Sweep, SweepError, execute, plan
 
 log = logging.getLogger(__name__)
@@ -124,11 +125,14 @@ def planned_sweep(
         done = results.done_keys() if results.exists() else {}
         for name, why in results.unreadable:
             log.warning("%s: skipped, its run counts as not done: %s", store / name, why)
+        planned = plan(sweep, done, force, retry_failed)
+        if sweep.windows is not None:  # a comparison in windows runs whole or not at all
+            planned = sweep_windows.whole_comparisons(sweep, planned)
         yield PlannedSweep(
             sweep=sweep,
             varying=list(sweep.varying() if varying is None else varying),
             store=store,
-            plan=plan(sweep, done, force, retry_failed),
+            plan=planned,
         )
 
 
@@ -139,24 +143,41 @@ def run_planned(
     busy_threshold: float = quality.BUSY_THRESHOLD,
     wait_quiet_s: float = 0.0,
     on_progress: Optional[Callable[[RunConfig, Dict], None]] = None,
+    baseline: Optional[str] = None,
 ) -> List[RunResult]:
     """Run what the plan says is not done; each result is in the store as it returns.
-    Raises :class:`SweepStopped` when a result cannot be written."""
+    A sweep in windows (``sweep.windows``) measures its comparisons so
+    (:func:`kbench.studies.sweep_windows.run_comparisons`; ``baseline``: each one's
+    baseline where it has that backend). Raises :class:`SweepStopped` when a result
+    cannot be written."""
     to_run = planned.plan.to_run
     if not to_run:
         return []
-    progress = Progress(total=len(planned.sweep.runs), skipped=len(planned.plan.done))
+    sweep = planned.sweep
+    if sweep.windows is not None and warm:
+        raise ConfigError(
+            "warm",
+            "expected --warm for fresh-process runs only; received it with warm windows "
+            "(measure: windows or --windows), whose workers are warm already. Drop --warm.",
+        )
+    progress = Progress(total=len(sweep.runs), skipped=len(planned.plan.done))
     look_before_runs(planned.store, len(to_run), busy_threshold, wait_quiet_s, "the sweep")
     runner = Runner(
         output_dir=planned.store, on_progress=on_progress, busy_threshold=busy_threshold
     )
     try:
+        if sweep.windows is not None:
+            return sweep_windows.run_comparisons(
+                sweep, to_run, runner, progress, planned.varying, baseline
+            )
         with runner.session([run.config for run in to_run]) as session:
-            return execute(planned.sweep, to_run, session, progress, warm=warm)
+            return execute(sweep, to_run, session, progress, warm=warm)
     except store_mod.StoreWriteError as err:
         not_started = (
             "the rest were not saved (a warm worker's runs are saved as it ends)"
             if warm
+            else "the comparison in progress is measured again whole when you resume"
+            if sweep.windows is not None
             else f"{len(to_run) - progress.done - 1} not started"
         )
         raise SweepStopped(

@@ -26,11 +26,18 @@ For each backend, one after another:
 
 Then the backends' best workers, still warm, measure windows in turn until every ratio
 to the first backend is within ``target`` or the budget is spent.
+
+**Resuming** (:func:`resumed_reports`): each backend's finished search is written to
+``STORE/tune-progress.json``; the same ``kbench tune`` again, in the same store, does
+not search those backends again but starts their default and best for the comparison
+of the backends. A backend cut short is searched again; other settings, or ``fresh``,
+start over.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import time
@@ -64,6 +71,7 @@ WINDOW_S = 0.5
 TUNABLE = ("jit_compile", "run_eagerly", "onednn", "data_format", "mixed_precision",
            "hybridize", "torch_compile", "tf32", "threads", "batch_size")  # fmt: skip
 FINAL_SHARE = 0.25  # of the budget, for the backends compared at their best
+PROGRESS_NAME = "tune-progress.json"  # each backend's finished search, for resuming
 COMBINED_SHARE = 0.35  # of a backend's share, for its clearly faster changes together
 BF16_FEATURES = ("avx512_bf16", "amx_tile")
 ONEDNN_BY_DEFAULT = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
@@ -507,6 +515,68 @@ def best_sweep(base: RunConfig, reports: Sequence[Dict[str, Any]], repeats: int 
     }
 
 
+def tune_identity(
+    base: RunConfig, target: float, allow_batch_size: bool, only: Optional[Sequence[str]]
+) -> Dict[str, Any]:
+    """What must match for a stored search to be reused: every setting but the backend."""
+    settings = {k: v for k, v in base.to_dict().items() if k not in ("backend", "repeat")}
+    return {
+        "settings": settings,
+        "target": target,
+        "allow_batch_size": allow_batch_size,
+        "only": sorted(only) if only else None,
+    }
+
+
+def resumed_reports(
+    path: Path, identity: Dict[str, Any], fresh: bool = False
+) -> Dict[str, Dict[str, Any]]:
+    """{backend: its finished search's report} from ``path`` (``STORE/tune-progress.json``)
+    where it was written by a tune of the same ``identity``; else {} and, where a file was
+    there, why it is not used."""
+    if fresh or not path.is_file():
+        return {}
+    try:
+        progress = json.loads(path.read_text())
+        reports = {r["backend"]: r for r in progress["reports"]}
+        stored = progress["identity"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.warning("%s: unreadable (%s): searching every backend again", path, err)
+        return {}
+    if stored != identity:
+        changed = sorted(
+            k
+            for k in {**stored.get("settings", {}), **identity["settings"]}
+            if stored.get("settings", {}).get(k) != identity["settings"].get(k)
+        ) + [k for k in ("target", "allow_batch_size", "only") if stored.get(k) != identity[k]]
+        log.warning("%s: a search with other settings (%s): searching every backend again",
+                    path, ", ".join(changed) or "its format")  # fmt: skip
+        return {}
+    return reports
+
+
+def resume_backend(tuner: Tuner, report: Dict[str, Any]) -> List[Trial]:
+    """A backend searched before: start its default and best (warm, the best checked
+    against the default again) for the comparison of the backends; its finalists."""
+    backend = report["backend"]
+    reference = Trial(Candidate(backend))
+    if report.get("best") is None:
+        return []
+    best = Trial(Candidate(backend, tuple(report["best_changes"].items())))
+    trials = [reference] if not best.candidate.changes else [reference, best]
+    log.info("%s: searched before in this store (%s): best %s; not searched again "
+             "(--fresh to search again)", backend, PROGRESS_NAME, report["best"])  # fmt: skip
+    tuner.launch(trials)
+    tuner.warm(reference, trials[1:])
+    if any(t.state != "measuring" for t in trials):
+        failed = next(t for t in trials if t.state != "measuring")
+        log.warning("%s: %s could not run again (%s): left out of the comparison",
+                    backend, failed.candidate.name, failed.reason)  # fmt: skip
+        return []
+    trials[-1].state = "best"
+    return trials
+
+
 def tune(
     backends: Sequence[str],
     base: RunConfig,
@@ -516,6 +586,7 @@ def tune(
     target: float,
     allow_batch_size: bool = False,
     only: Optional[Sequence[str]] = None,
+    fresh: bool = False,
 ) -> Dict[str, Any]:
     """``kbench tune``: every backend's search, then the backends at their default and
     best, in ``budget_s`` seconds of measuring (starting the workers is not counted: the
@@ -523,8 +594,13 @@ def tune(
     ``store``; the report is returned and written as ``store/tune.json`` (a report beside
     the documents: the store reads it as none), and a sweep of the best settings as
     ``store/tune-best.yaml``. ``only``: the settings to try (names such as
-    ``jit_compile``, ``data_format``, ``threads``); None: all."""
+    ``jit_compile``, ``data_format``, ``threads``); None: all. A backend whose search a
+    tune of the same settings finished in ``store`` is not searched again, unless
+    ``fresh`` (:func:`resumed_reports`)."""
     started = time.monotonic()
+    progress = Path(store) / PROGRESS_NAME
+    identity = tune_identity(base, target, allow_batch_size, only)
+    done = resumed_reports(progress, identity, fresh)
     runner = Runner(output_dir=store)
     cpu = sysinfo.cpu_features()
     space = dict(
@@ -541,9 +617,15 @@ def tune(
         tuner = Tuner(runner, session, base, target, weights_dir=session.directory)
         try:
             for backend in backends:
+                if backend in done:
+                    finalists += resume_backend(tuner, done[backend])
+                    reports.append(dict(done[backend], resumed=True))
+                    continue
                 report = tune_backend(tuner, backend, per_backend, **space)
                 finalists += report.pop("_finalists")
                 reports.append(report)
+                searched = [r for r in done.values() if r["backend"] not in backends]
+                write_json_atomic(progress, {"identity": identity, "reports": searched + reports})
             final_deadline = time.monotonic() + budget_s * FINAL_SHARE
             final = compare_finalists(tuner, finalists, final_deadline) if finalists else None
         except BaseException:

@@ -15,15 +15,17 @@ import datetime as dt
 import html
 import logging
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.jsonfile import write_text_atomic
 from kbench.results.result import RunResult
+from kbench.results.store import host_of
 from kbench.views import accuracy_plots, figures, setting_plots, throughput_plots, timeline_plots
-from kbench.views.compare import Spread, row_named
+from kbench.views.compare import Spread, kernels_text, row_named
 from kbench.views.figures import Drawn, RunGroup, Skipped
+from kbench.views.machines import hardware_text, mixed_note, several_machines
 from kbench.views.names import model_label
 from kbench.views.tables import Table
 
@@ -109,6 +111,18 @@ class Section:
     outcomes: Sequence[Any] = ()  # Drawn / Skipped figures
 
 
+@dataclass(frozen=True)
+class MachineRuns:
+    """One machine's share of a report on several machines' runs, compared on its own:
+    its speed ratios are to the baseline on the same machine."""
+
+    host: str  # as :func:`kbench.views.compare.by_machine` names it
+    runs: List[RunResult]
+    groups: List[RunGroup]
+    backends: List[str]
+    baseline: str  # the report's baseline backend, or this machine's first where it lacks it
+
+
 class Markup(str):
     """Text that is already HTML: cells and blocks built from escaped pieces."""
 
@@ -138,12 +152,7 @@ def write_report(
     # kbench exec runs that timed training (one that trained nothing has no speed to plot)
     measured += [r for r in results if r.kind == "exec" and r.metrics.get("images_per_sec")]
     backends = figures.backend_order(measured)
-    if baseline is not None and row_named(backends, baseline) is None:
-        raise ValueError(
-            f"baseline: expected one of the backends that ran ({', '.join(backends)}); "
-            f"got {baseline!r}"
-        )
-    base = row_named(backends, baseline) if baseline else (backends[0] if backends else "")
+    base = report_baseline(backends, baseline)
     notes: List[str] = []
     operators = [r for r in results if r.kind == "ops"]
     parity = sum(r.kind == "parity" for r in results)
@@ -153,10 +162,11 @@ def write_report(
             "plotted: they compare numbers between backends, not speed."
         )
     groups = figures.group_runs(measured, base)
+    machines = machine_groups(measured, base)
 
     outcomes: List[Any] = [
         throughput_plots.throughput_bars(groups, backends),
-        throughput_plots.speed_heatmap(groups, backends, base),
+        *speed_heatmaps(groups, backends, base, machines),
         setting_plots.batch_size_plot(groups, backends),
         setting_plots.memory_fraction_plot(groups, backends, measured),
         setting_plots.threads_plot(groups, backends),
@@ -203,6 +213,7 @@ def write_report(
         skipped=skipped,
         notes=notes,
         extra_sections=extra_sections,
+        machines=machines,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, page)
@@ -213,6 +224,72 @@ def write_report(
         skipped=[s.sentence for s in skipped],
         notes=notes,
     )
+
+
+def report_baseline(backends: Sequence[str], baseline: Optional[str]) -> str:
+    """The row speed ratios are against: ``baseline`` (a backend, or ``backend @ host``),
+    else the first that ran; ValueError for one that did not run."""
+    if baseline is None:
+        return backends[0] if backends else ""
+    found = row_named(backends, baseline)
+    if found is None:
+        raise ValueError(
+            f"baseline: expected one of the backends that ran ({', '.join(backends)}); "
+            f"got {baseline!r}"
+        )
+    return found
+
+
+# --------------------------------------------------------------------------- machines
+
+
+def machine_groups(measured: Sequence[RunResult], baseline: str) -> List[MachineRuns]:
+    """Each machine's runs grouped and compared on their own, where ``measured`` come from
+    several machines (:func:`kbench.views.machines.several_machines`); else nothing."""
+    machines = several_machines(measured)
+    if machines is None:
+        return []
+    wanted = baseline.split(" @ ")[0]
+    out = []
+    for host, runs in machines.items():
+        backends = figures.backend_order(runs)
+        own = wanted if wanted in backends else backends[0]
+        out.append(MachineRuns(host, runs, figures.group_runs(runs, own), backends, own))
+    return out
+
+
+def speed_heatmaps(
+    groups: Sequence[RunGroup],
+    backends: Sequence[str],
+    baseline: str,
+    machines: Sequence[MachineRuns],
+) -> List[Any]:
+    """The speed-ratio heatmap: one, or one per machine (never a ratio across machines)."""
+    if not machines:
+        return [throughput_plots.speed_heatmap(groups, backends, baseline)]
+    out = []
+    for m in machines:
+        found = throughput_plots.speed_heatmap(m.groups, m.backends, m.baseline)
+        out.append(replace(found, title=f"{found.title}, on {m.host}"))
+    return out
+
+
+def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
+    """The summary of several machines' runs: a table per machine, headed by its
+    hardware (CPU, GPU, kernel libraries), each with its own ratios."""
+    body = ""
+    for m in machines:
+        lacks = (
+            f" No {asked} run on this machine: its ratios are against {m.baseline}."
+            if asked and m.baseline != asked
+            else ""
+        )
+        body += (
+            f"<h3>On {esc(m.host)}</h3>"
+            f'<p class="muted">{esc(hardware_text(m.runs))}.{esc(lacks)}</p>'
+            + summary_table(m.groups, m.backends, m.baseline, legend=False)
+        )
+    return body + summary_legend(asked or "the baseline")
 
 
 # --------------------------------------------------------------------------- page
@@ -231,12 +308,19 @@ def render_page(
     skipped: Sequence[Skipped],
     notes: Sequence[str],
     extra_sections: Sequence[Tuple[str, str, str]] = (),
+    machines: Sequence[MachineRuns] = (),
 ) -> str:
     """``extra_sections``: (id, heading, HTML) of kinds of runs with a section of their own,
-    after the figures."""
+    after the figures. ``machines``: the runs of each of several machines
+    (:func:`machine_groups`), summarized apart."""
     failed = [r for r in results if not r.ok]
+    summary = (
+        machines_summary(machines, baseline.split(" @ ")[0])
+        if machines
+        else summary_table(groups, backends, baseline)
+    )
     sections = [
-        ("summary", "Summary", summary_table(groups, backends, baseline)),
+        ("summary", "Summary", summary),
         ("figures", "Figures", "".join(figure_html(f) for f in figures) or no_figures()),
         *extra_sections,
     ]
@@ -256,7 +340,7 @@ def render_page(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
         f"<body><main><h1>{esc(title)}</h1>"
-        f"{header_html(results, measured, backends, baseline)}"
+        f"{header_html(results, measured, backends, baseline, machines)}"
         f"<nav>{nav}</nav>{content}</main>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )
@@ -267,6 +351,7 @@ def header_html(
     measured: Sequence[RunResult],
     backends: Sequence[str],
     baseline: str,
+    machines: Sequence[MachineRuns] = (),
 ) -> str:
     started = sorted(r.started_at for r in results)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -282,9 +367,17 @@ def header_html(
         (str(len(backends)), "backends: " + ", ".join(backends), False),
         (str(len(models)), "models: " + ", ".join(models), False),
     ]
+    hosts = [m.host for m in machines]
+    if hosts:
+        cards.append((str(len(hosts)), "machines: " + ", ".join(hosts), False))
+        against = (
+            f"Speed ratios are against <b>{esc(baseline.split(' @ ')[0])}</b> on each machine."
+        )
+    else:
+        against = f"Speed ratios are against <b>{esc(baseline)}</b>." if baseline else ""
     out = (
         f'<p class="meta">Runs from {esc(span)} (UTC); report written {esc(generated)}. '
-        + (f"Speed ratios are against <b>{esc(baseline)}</b>." if baseline else "")
+        + against
         + "</p>"
         '<div class="cards">'
         + "".join(
@@ -293,6 +386,7 @@ def header_html(
         )
         + "</div>"
     )
+    out += machines_banner(hosts)
     synthetic = [r for r in measured if r.data.get("synthetic")]
     if synthetic:
         names = sorted({r.data.get("name") or r.config.get("dataset") for r in synthetic})
@@ -303,6 +397,19 @@ def header_html(
             "about a real data set.</div>"
         )
     return out
+
+
+def machines_banner(hosts: Sequence[str]) -> str:
+    """The banner of a report on several machines' runs: what is kept apart; nothing
+    for one machine."""
+    if not hosts:
+        return ""
+    note = mixed_note(hosts, "a summary table and a speed-ratio heatmap per machine")
+    return (
+        f'<div class="banner"><span class="badge setup">{len(hosts)} MACHINES</span> '
+        f"{esc(note)}. Figures that set them side by side (throughput bars, timelines) "
+        "name each row backend @ host.</div>"
+    )
 
 
 def figure_html(figure: Drawn) -> str:
@@ -347,7 +454,10 @@ def table(
 # --------------------------------------------------------------------------- summary
 
 
-def summary_table(groups: Sequence[RunGroup], backends: Sequence[str], baseline: str) -> str:
+def summary_table(
+    groups: Sequence[RunGroup], backends: Sequence[str], baseline: str, legend: bool = True
+) -> str:
+    """The summary table; ``legend``: with the paragraph that says how to read it."""
     if not groups:
         return "<p>No training or inference run.</p>"
     headers = [
@@ -391,7 +501,12 @@ def summary_table(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
                     memory_cell(group.runs_of(backend)),
                 ]
             )
-    return table(headers, rows, numeric=(2, 3, 4, 5)) + (
+    return table(headers, rows, numeric=(2, 3, 4, 5)) + (summary_legend(baseline) if legend else "")
+
+
+def summary_legend(baseline: str) -> str:
+    """How to read the summary table."""
+    return (
         '<p class="muted">img/s: median over the repeats that finished, measured window only '
         "(warmup excluded); <b>flagged</b>: measured while other processes used more than "
         "the busy threshold of the run's cores, the clock was held down, or on battery; "
@@ -587,30 +702,13 @@ def failures_table(failed: Sequence[RunResult]) -> str:
 
 
 def environment_html(results: Sequence[RunResult]) -> str:
+    """The machines, kbench and the frameworks the runs record; where they come from
+    several machines, each framework row names its machine and CPU kernel library."""
     machines: Dict[str, List[Any]] = {}
     software: Dict[str, List[Any]] = {}
-    frameworks: Dict[str, List[Any]] = {}
     for run in results:
         env = run.environment
-        machine = env.get("machine", {})
-        gpu = machine.get("gpu", {})
-        devices = gpu.get("devices") or []
-        if gpu.get("available") and devices:
-            gpu_text = (
-                "; ".join(device_text(d) for d in devices)
-                + f"; driver {gpu.get('driver', '?')}, CUDA {gpu.get('cuda_driver_version', '?')}"
-            )
-        else:
-            gpu_text = f"none ({gpu.get('reason', 'not recorded')})"
-        memory = machine.get("memory_total_bytes")
-        row = [
-            machine.get("hostname", "?"),
-            machine.get("cpu_model", "?"),
-            f"{machine.get('cpu_logical_cores', '?')} logical / "
-            f"{machine.get('cpu_physical_cores', '?')} physical",
-            format_bytes(memory) if memory else "?",
-            gpu_text,
-        ]
+        row = machine_row(env.get("machine", {}))
         machines.setdefault(repr(row), row)
         kbench_info = env.get("kbench", {})
         git = kbench_info.get("git") or {}
@@ -619,30 +717,62 @@ def environment_html(results: Sequence[RunResult]) -> str:
         )
         row = [kbench_info.get("version", "?"), sha, env.get("interpreter", "?")]
         software.setdefault(repr(row), row)
-        framework = env.get("framework") or {}
-        if framework:
-            threads = (framework.get("threads") or {}).get("requested")
-            row = [
-                run.config.get("backend", "?"),
-                f"{framework.get('name', '?')} {framework.get('version', '?')}",
-                framework.get("keras_version") or "—",
-                framework.get("image_data_format") or "—",
-                ", ".join(str(d) for d in framework.get("devices") or []) or "—",
-                "all cores" if threads is None else str(threads),
-            ]
-            frameworks.setdefault(repr(row), row)
     return (
         "<h3>Machine</h3>"
         + table(["host", "CPU", "cores", "memory", "GPU"], list(machines.values()))
         + "<h3>kbench</h3>"
         + table(["version", "git commit", "interpreter"], list(software.values()))
         + "<h3>Frameworks</h3>"
-        + (
-            table(
-                ["backend", "framework", "Keras", "image format", "devices", "threads"],
-                list(frameworks.values()),
-            )
-            if frameworks
-            else "<p>No worker reported its framework.</p>"
-        )
+        + frameworks_html(results)
     )
+
+
+def machine_row(machine: Dict[str, Any]) -> List[Any]:
+    """One machine of the machine table: host, CPU, cores, memory, GPU."""
+    gpu = machine.get("gpu", {})
+    devices = gpu.get("devices") or []
+    if gpu.get("available") and devices:
+        gpu_text = (
+            "; ".join(device_text(d) for d in devices)
+            + f"; driver {gpu.get('driver', '?')}, CUDA {gpu.get('cuda_driver_version', '?')}"
+        )
+    else:
+        gpu_text = f"none ({gpu.get('reason', 'not recorded')})"
+    memory = machine.get("memory_total_bytes")
+    return [
+        machine.get("hostname", "?"),
+        machine.get("cpu_model", "?"),
+        f"{machine.get('cpu_logical_cores', '?')} logical / "
+        f"{machine.get('cpu_physical_cores', '?')} physical",
+        format_bytes(memory) if memory else "?",
+        gpu_text,
+    ]
+
+
+def frameworks_html(results: Sequence[RunResult]) -> str:
+    """The frameworks the workers reported, a row each; where the runs come from several
+    machines, with the machine and the framework's CPU kernel library."""
+    several = several_machines(results) is not None
+    frameworks: Dict[str, List[Any]] = {}
+    for run in results:
+        framework = run.environment.get("framework") or {}
+        if not framework:
+            continue
+        threads = (framework.get("threads") or {}).get("requested")
+        row = [
+            run.config.get("backend", "?"),
+            f"{framework.get('name', '?')} {framework.get('version', '?')}",
+            framework.get("keras_version") or "—",
+            framework.get("image_data_format") or "—",
+            ", ".join(str(d) for d in framework.get("devices") or []) or "—",
+            "all cores" if threads is None else str(threads),
+        ]
+        if several:
+            row = [host_of(run), *row, kernels_text(framework)]
+        frameworks.setdefault(repr(row), row)
+    if not frameworks:
+        return "<p>No worker reported its framework.</p>"
+    headers = ["backend", "framework", "Keras", "image format", "devices", "threads"]
+    if several:
+        headers = ["host", *headers, "CPU kernels"]
+    return table(headers, list(frameworks.values()))

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
+from kbench.results.ending import device_used
 from kbench.results.result import RunResult
 from kbench.views.compare import (
     MEMORY_LABELS,
@@ -79,7 +80,8 @@ def run_flagged(text: str, result: RunResult) -> str:
 
 def run_table(results: Sequence[RunResult]) -> str:
     headers = [
-        "backend", "model", "mode", "format", "status", "img/s", "spread (per step/batch)",
+        "backend", "model", "mode", "format", "device", "status", "img/s",
+        "spread (per step/batch)",
         "ms p50", "first step s", "test acc", "params",
     ]  # fmt: skip
     rows = []
@@ -113,6 +115,7 @@ def run_table(results: Sequence[RunResult]) -> str:
                 labels[r.config["model"]],
                 r.kind,
                 keras_json.get("image_data_format", "-"),
+                device_used(r) or "-",
                 "ok" if r.ok else r.status.upper(),
                 *cells,
                 "-" if params is None else f"{params:,}",
@@ -181,6 +184,9 @@ def group_table(group: ComparisonGroup) -> str:
                 spread_text(row.first_step_s, ".2f"),
             ]
         rows.append(cells)
+    # a column no run has a figure for (warm windows record no test accuracy or epoch)
+    kept = [i for i in range(len(headers)) if i < 3 or any(r[i] not in ("-", "") for r in rows)]
+    headers, rows = [headers[i] for i in kept], [[r[i] for i in kept] for r in rows]
     note = f"\n  {SETUP_NOTE}" if any(row.setup_flags for row in group.rows) else ""
     if group.apart:
         note += f"\n  {APART_NOTE}: {'; '.join(group.apart)}"
@@ -389,7 +395,10 @@ def _measure_tables(
                     else ("n/a" if r.memory_reason else None)
                 ),
                 [f"{k}: {MEMORY_LABELS[k]}" for k in sorted(kinds)]
-                + [f"n/a: {reason}" for reason in sorted(unknown)],
+                + [f"n/a: {reason}" for reason in sorted(unknown)]
+                + sorted(
+                    {r.memory_reserved_note for g in groups for r in g.rows} - {None}  # type: ignore[operator]
+                ),
             )
         )
     if any(r.epoch_time_s for g in groups for r in g.rows):

@@ -38,6 +38,8 @@ def backend_table(report: Dict[str, Any]) -> Table:
         ])  # fmt: skip
     best = report["best"] or "none (the default could not run)"
     notes = [f"in words: {report['in_words']}"] if report.get("in_words") else []
+    if report.get("resumed"):
+        notes.append("searched by an earlier kbench tune in this store (tune-progress.json)")
     notes += [f"not tried: {s['setting']}: {s['reason']}" for s in report["skipped"]]
     title = f"{report['backend']}: best {best}; the search ended: {report['ended']}"
     return Table(title, TRIAL_HEADERS, rows, notes)

@@ -1,0 +1,335 @@
+"""``python3 -m kbench.setup --check``: whether each environment holds what its plan
+says, before the first GPU run.
+
+For each environment that exists under ``KBENCH_ENVS_DIR`` (default ``envs/``), the
+environment's own interpreter runs :mod:`kbench.setup.probe` (a standalone script: one
+child process per framework, with the library path its workers get,
+:mod:`kbench.setup.loader`) and prints what it found as JSON; :func:`judge` holds that
+against the plan of the environment's kind (:mod:`kbench.setup.platforms`):
+
+- each framework: its version, the CUDA (and cuDNN) it was built for and the one it
+  loads, or ``CPU build``; in a GPU environment a CPU build, or a CUDA build of another
+  major version than the plan's, is wrong;
+- the CUDA libraries pip installed: more than one CUDA major version is wrong;
+- files owned by two distributions with different contents (one overwrote the other)
+  are wrong;
+- shared libraries a framework's native libraries need and ``ldd`` cannot find are
+  wrong, except ``libcuda.so.1``, which only the NVIDIA driver provides: "needs the
+  NVIDIA driver";
+- the driver the CUDA builds need, and whether the one here (if any) fits.
+
+Every finding is a line of text; :func:`check` returns them with the problems, and the
+command exits 1 when there is any problem. A CPU environment passes with "CPU build".
+Standard library only: this runs with whatever Python runs the set-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from kbench.setup import cuda
+from kbench.setup.loader import loader_environment
+from kbench.setup.platforms import ENVIRONMENTS, FRAMEWORKS, EnvironmentPlan, plan, venv_python
+
+PROBE = Path(__file__).resolve().parent / "probe.py"
+DRIVER_LIBRARY = "libcuda.so.1"  # only the NVIDIA driver provides it
+PROBE_TIMEOUT_S = 1800
+
+
+class CheckError(RuntimeError):
+    """The probe could not say anything about an environment; the message says why."""
+
+
+@dataclass
+class Verdict:
+    """What the check says about one environment: lines to show, and what is wrong."""
+
+    lines: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)
+
+    def wrong(self, text: str) -> None:
+        self.problems.append(text)
+        self.lines.append(f"  WRONG: {text}")
+
+
+def probe_command(python: Path) -> List[str]:
+    """How to run the probe with ``python`` (any interpreter; it needs no kbench)."""
+    return [str(python), str(PROBE)]
+
+
+def run_probe(
+    env_dir: Path, python: Path, environ: Mapping[str, str] = os.environ,
+    frameworks: Sequence[str] = (),
+) -> Dict:  # fmt: skip
+    """The probe's report for the environment at ``env_dir`` (its interpreter ``python``),
+    run with the library path its workers get and a throw-away KERAS_HOME; ``frameworks``
+    narrows it (default: every framework installed)."""
+    env = loader_environment(environ, env_dir)
+    env.pop("PYTHONPATH", None)  # the environment as its own, not the checkout's kbench
+    with tempfile.TemporaryDirectory(prefix="kbench-check-") as home:
+        env["KERAS_HOME"] = home
+        done = subprocess.run(
+            probe_command(python) + list(frameworks), env=env, cwd=home, capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )  # fmt: skip
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+    raise CheckError(
+        f"the probe of {env_dir} ({python}) wrote no report: it exited with "
+        f"{done.returncode}: {tail}"
+    )
+
+
+def framework_cuda(facts: Mapping[str, Any]) -> Tuple[Optional[bool], Optional[str]]:
+    """(is it a CUDA build, the CUDA version it is built for) from a framework's facts;
+    None where the facts cannot say (it did not import, and its name does not say)."""
+    build = facts.get("build") or {}
+    name = facts.get("framework")
+    if name == "jax":
+        plugins = build.get("plugins")
+        if plugins is None:
+            return None, None
+        major = build.get("cuda_major")
+        return bool(plugins), build.get("cuda") or (major if isinstance(major, str) else None)
+    if name == "mxnet":
+        named = build.get("cuda_from_name")
+        if "cuda" in build and isinstance(build["cuda"], bool):
+            return build["cuda"], named if build["cuda"] else None
+        return (True, named) if named else (None, None)
+    if not facts.get("imported"):
+        return None, None
+    return bool(build.get("cuda")), build.get("cuda") or None
+
+
+def major_of(version: Optional[str]) -> Optional[str]:
+    return version.split(".")[0] if version else None
+
+
+def driver_present(report: Mapping[str, Any]) -> bool:
+    driver = report.get("driver") or {}
+    return bool(driver.get("kernel_module") or driver.get("cuda"))
+
+
+def describe_framework(facts: Mapping[str, Any]) -> str:
+    """``torch 2.10.0+cu128: CUDA 12.8 build, cuDNN 9.10.2; loads cuDNN 9.10.2 ...``"""
+    is_cuda, version = framework_cuda(facts)
+    build = facts.get("build") or {}
+    head = f"{facts['framework']} {facts.get('version') or '?'} ({facts.get('distribution')})"
+    if is_cuda is None:
+        kind = "build unknown"
+    elif not is_cuda:
+        kind = "CPU build"
+    else:
+        kind = f"CUDA {version or '?'} build"
+        if build.get("cudnn") not in (None, False, True):
+            kind += f", cuDNN {build['cudnn']}"
+        elif build.get("cudnn") is True:
+            kind += ", with cuDNN"
+        for plugin, plugin_version in sorted((build.get("plugins") or {}).items()):
+            kind += f", {plugin} {plugin_version}"
+        if build.get("compute_capabilities"):  # compute_NN: PTX the driver compiles
+            kind += f", kernels for {','.join(build['compute_capabilities'])}"
+    loads = [f"{lib['path'].rsplit('/', 1)[-1]} {lib.get('version') or ''}".strip()
+             + f" ({lib.get('owner') or 'no package'})"
+             for lib in facts.get("loaded") or ()
+             if "cudnn" in lib["path"] or "cudart" in lib["path"]]  # fmt: skip
+    text = f"{head}: {kind}"
+    for key, what in (("cuda_loaded", "CUDA runtime"), ("cudnn_loaded", "cuDNN")):
+        if build.get(key) is not None:
+            text += f"; loads {what} {build[key]}"
+    if loads:
+        text += f"; loaded: {', '.join(loads)}"
+    gpus = facts.get("gpus")
+    if facts.get("imported"):
+        text += f"; GPUs seen: {gpus}"
+    return text
+
+
+def judge_framework(
+    name: str, facts: Optional[Mapping[str, Any]], wanted: EnvironmentPlan,
+    has_driver: bool, verdict: Verdict,
+) -> None:  # fmt: skip
+    """Add the framework's line, and what is wrong with it, to ``verdict``."""
+    if facts is None:
+        verdict.wrong(f"{name} is not installed in {wanted.name}; expected it there "
+                      "(run the set-up again)")  # fmt: skip
+        return
+    verdict.lines.append(f"  {describe_framework(facts)}")
+    error = facts.get("error") or ""
+    if not facts.get("imported"):
+        if DRIVER_LIBRARY in error and not has_driver:
+            verdict.lines.append(f"    imports up to the missing driver: {error}")
+        else:
+            verdict.wrong(f"{name} does not import: {error}")
+    if wanted.cuda is None:
+        return
+    is_cuda, version = framework_cuda(facts)
+    requirement = next((r for r in wanted.requirements if name in r.split("==")[0]), name)
+    if is_cuda is False:
+        verdict.wrong(
+            f"{name} {facts.get('version')} ({facts.get('distribution')}) is a CPU build; "
+            f"the {wanted.name} GPU environment's plan wants a CUDA {wanted.cuda} build "
+            f"({requirement}). pip took a CPU wheel: look for a local wheel folder or "
+            "index in pip's configuration (`pip config list`: find-links, "
+            "extra-index-url) that holds it, take it out (or set PIP_FIND_LINKS= for the "
+            "set-up), and run the set-up again"
+        )
+    elif is_cuda and major_of(version) not in (None, wanted.cuda):
+        verdict.wrong(
+            f"{name} {facts.get('version')} is built for CUDA {version}; the "
+            f"{wanted.name} environment's plan is CUDA {wanted.cuda} for every framework "
+            f"in it ({requirement})"
+        )
+    for library in facts.get("loaded") or ():
+        owner_major = cuda.own_cuda_major(library.get("owner") or "")
+        if owner_major and owner_major != wanted.cuda:
+            verdict.wrong(
+                f"{name} loads {library['path']} of {library['owner']} (CUDA {owner_major}); "
+                f"the plan is CUDA {wanted.cuda}"
+            )
+
+
+def judge_libraries(report: Mapping[str, Any], wanted: EnvironmentPlan, verdict: Verdict) -> None:
+    """CUDA packages (one major), files owned twice, unresolved shared libraries."""
+    packages = report.get("cuda_packages") or []
+    majors = sorted({p["cuda"] for p in packages if p.get("cuda")})
+    names = ", ".join(f"{p['name']} {p['version']}" for p in packages)
+    if len(majors) > 1:
+        by_major = {m: [p["name"] for p in packages if p.get("cuda") == m] for m in majors}
+        verdict.wrong(
+            f"CUDA libraries of {len(majors)} CUDA versions in one environment: "
+            + "; ".join(f"CUDA {m}: {', '.join(n)}" for m, n in by_major.items())
+        )
+    elif majors and wanted.cuda and majors[0] != wanted.cuda:
+        verdict.wrong(f"its CUDA libraries are CUDA {majors[0]}; the plan is CUDA {wanted.cuda}")
+    else:
+        what = f"CUDA {majors[0]} only" if majors else "none"
+        verdict.lines.append(f"  CUDA libraries: {what}" + (f" ({names})" if names else ""))
+    twice = report.get("owned_twice") or []
+    clashes = [entry for entry in twice if not entry.get("identical")]
+    if clashes:
+        shown = "; ".join(f"{e['file']} ({', '.join(e['owners'])})" for e in clashes[:5])
+        verdict.wrong(f"{len(clashes)} files owned by two packages with different contents "
+                      f"(one overwrote the other): {shown}")  # fmt: skip
+    else:
+        same = f" ({len(twice)} identical, like nvidia/__init__.py)" if twice else ""
+        verdict.lines.append(f"  files owned by two packages: none{same}")
+    judge_unresolved(report, verdict)
+
+
+def judge_unresolved(report: Mapping[str, Any], verdict: Verdict) -> None:
+    """Shared libraries ``ldd`` could not find, per framework's native library."""
+    has_driver = driver_present(report)
+    missing: List[str] = []
+    driver_only: List[str] = []
+    for name, facts in sorted((report.get("frameworks") or {}).items()):
+        native = facts.get("native") or {}
+        if native.get("ldd", "") is None:
+            verdict.lines.append(f"  shared libraries of {name}: not checked (no ldd here)")
+            continue
+        for library, unresolved in sorted(native.items()):
+            for needed in unresolved or ():
+                if needed == DRIVER_LIBRARY and not has_driver:
+                    driver_only.append(library)
+                else:
+                    missing.append(f"{library} needs {needed}")
+    if missing:
+        verdict.wrong(f"unresolved shared libraries: {'; '.join(missing)}")
+    else:
+        verdict.lines.append("  unresolved shared libraries: none")
+    if driver_only:
+        verdict.lines.append(f"  {DRIVER_LIBRARY} needs the NVIDIA driver (not here): "
+                             f"{', '.join(driver_only)}")  # fmt: skip
+
+
+def judge_driver(report: Mapping[str, Any], verdict: Verdict) -> None:
+    """What the CUDA builds need of the driver, and whether the one here gives it."""
+    versions = []
+    for facts in (report.get("frameworks") or {}).values():
+        is_cuda, version = framework_cuda(facts)
+        if is_cuda and version:
+            versions.append(version)
+    if not versions:
+        verdict.lines.append("  driver: none needed (CPU builds)")
+        return
+    newest = max(versions, key=cuda.version_tuple)
+    need = cuda.driver_needed(newest)
+    driver = report.get("driver") or {}
+    if not driver_present(report):
+        verdict.lines.append(f"  driver: none here; the CUDA {newest} builds need {need}")
+        return
+    module = driver.get("kernel_module") or "?"
+    verdict.lines.append(
+        f"  driver: {module} (supports CUDA {driver.get('cuda')}); the CUDA {newest} builds "
+        f"need {need}"
+    )
+    for version in sorted(set(versions)):
+        if driver.get("kernel_module") and not cuda.driver_fits(module, version):
+            verdict.wrong(f"the driver {module} is too old for CUDA {version}: it needs "
+                          f"{cuda.driver_needed(version)}")  # fmt: skip
+
+
+def judge(report: Mapping[str, Any], wanted: EnvironmentPlan) -> Verdict:
+    """Hold a probe report against ``wanted``: the lines to show and what is wrong."""
+    python = report.get("python") or {}
+    planned = f"CUDA {wanted.cuda}" if wanted.cuda else "CPU"
+    verdict = Verdict([
+        f"{wanted.name}: {python.get('prefix')} ({wanted.kind} builds, planned: {planned}; "
+        f"Python {python.get('version')})"
+    ])  # fmt: skip
+    frameworks = report.get("frameworks") or {}
+    for name in FRAMEWORKS[wanted.name]:
+        judge_framework(name, frameworks.get(name), wanted, driver_present(report), verdict)
+    judge_libraries(report, wanted, verdict)
+    judge_driver(report, verdict)
+    verdict.lines.append(f"  {wanted.name}: " + (
+        f"{len(verdict.problems)} problem(s)" if verdict.problems else "ok"
+    ))  # fmt: skip
+    return verdict
+
+
+def check_environment(
+    env_dir: Path, wanted: EnvironmentPlan, environ: Mapping[str, str] = os.environ
+) -> Verdict:
+    """Probe the environment at ``env_dir`` and judge it against ``wanted``."""
+    python = venv_python(env_dir, wanted.platform.system)
+    try:
+        report = run_probe(env_dir, python, environ)
+    except (CheckError, OSError, subprocess.SubprocessError) as err:
+        verdict = Verdict([f"{wanted.name}: {env_dir}"])
+        verdict.wrong(str(err))
+        return verdict
+    return judge(report, wanted)
+
+
+def check(
+    envs_dir: Path, kind_of: Any, where: Any, mxnet_wheel: Optional[str] = None,
+    names: Sequence[str] = ENVIRONMENTS,
+) -> Verdict:  # fmt: skip
+    """Check every environment in ``names`` that exists under ``envs_dir``;
+    ``kind_of(env_dir)`` says which plan it was built to (``cpu``/``gpu``)."""
+    total = Verdict()
+    for name in names:
+        env_dir = envs_dir / name
+        kind = kind_of(env_dir)
+        if kind == "none":
+            total.lines.append(f"{name}: not built (no {env_dir})")
+            continue
+        if kind not in ("cpu", "gpu"):
+            total.wrong(f"{name}: {env_dir} is not a finished kbench environment; build it "
+                        "with python3 -m kbench.setup")  # fmt: skip
+            continue
+        wanted = plan(name, kind, where, mxnet_wheel)
+        verdict = check_environment(env_dir, wanted)
+        total.lines += verdict.lines
+        total.problems += [f"{name}: {problem}" for problem in verdict.problems]
+    return total

@@ -1,0 +1,220 @@
+"""Runs of several machines told apart: a store merged from laptops, a sweep run on a
+cluster's nodes.
+
+A machine is what :func:`kbench.views.compare.by_machine` groups by: its hostname, and
+its GPU where it had one (:func:`kbench.results.store.host_of`). What the machine was is
+said beside it (:func:`hardware_text`): its CPU model with the features that decide
+kernels, its GPU, and each framework's CPU kernel library (TensorFlow on oneDNN and on
+Eigen are different programs). No median and no ratio mixes machines: each machine's
+runs are compared on their own (:func:`kbench.views.compare.compare`), and a table that
+sets machines side by side says so (:func:`mixed_note`).
+
+Only machines with a finished model run count (:func:`measured_machines`): a run recorded
+failed before it reached any machine (a Slurm task that never started) has no machine to
+be compared on; the commands list such runs with their reasons as they list any failure.
+
+Machines that ran the same sweep file share its run keys: :func:`newest_per_machine`
+keeps the newest result of a run on each machine, where reading the newest of each run
+(``latest_only``) would keep one machine's and drop the others'.
+
+:func:`machine_table` is the table ``kbench results --merge`` prints: one row per
+setting, machine and backend, with the headline figures (img/s, the speed ratio to the
+baseline on the same machine, test accuracy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from kbench.results.result import RunResult
+from kbench.results.store import host_of, load_runs
+from kbench.views.compare import (
+    MODEL_KINDS,
+    ComparisonGroup,
+    by_machine,
+    compare,
+    cpu_of,
+    kernels_of,
+    varying_settings,
+)
+from kbench.views.tables import (
+    SHORT_NAMES,
+    Table,
+    flagged,
+    ratio_text,
+    setting_cell,
+    spread_text,
+)
+
+
+def measured_machines(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
+    """The model runs of ``results`` by machine (:func:`by_machine`), only the machines
+    with at least one finished run, in order of first appearance."""
+    machines = by_machine([r for r in results if r.kind in MODEL_KINDS])
+    return {host: runs for host, runs in machines.items() if any(r.ok for r in runs)}
+
+
+def newest_per_machine(results: Sequence[RunResult]) -> List[RunResult]:
+    """Of ``results`` (every stored result, reruns included), the newest result of each
+    sweep run on each machine, where that leaves runs of several machines (stores merged
+    from machines that ran the same sweep file); else the newest of each sweep run, as
+    ``ResultStore.results(latest_only=True)`` reads them. A result that did not finish and
+    was rerun later on another machine (a Slurm task rerun on another node) is left out.
+    Results of no sweep are all kept; the order is kept."""
+    overall = _newest(results, lambda r, key: key)
+    per_machine = _newest(results, lambda r, key: (key, host_of(r)))
+    kept = {id(r) for r in per_machine.values() if r.ok or overall[_run_key(r)] is r}
+    chosen = [r for r in results if not _run_key(r) or id(r) in kept]
+    if several_machines(chosen) is None:
+        return [r for r in results if not _run_key(r) or overall[_run_key(r)] is r]
+    return chosen
+
+
+def load_per_machine(stores: Sequence[Path], filters: Sequence[str] = ()) -> List[RunResult]:
+    """:func:`kbench.results.store.load_runs` of ``stores`` read together, keeping of each
+    sweep run the newest result on each machine (:func:`newest_per_machine`)."""
+    return newest_per_machine(load_runs(stores, filters, latest_only=False))
+
+
+def _run_key(result: RunResult) -> Optional[str]:
+    return (result.sweep or {}).get("run_key")
+
+
+def _newest(
+    results: Sequence[RunResult], key: Callable[[RunResult, str], Any]
+) -> Dict[Any, RunResult]:
+    """The newest result per ``key`` (of a result and its run key), over sweep runs; of
+    two started at once, the later in ``results`` (as the store's index orders them)."""
+    newest: Dict[Any, RunResult] = {}
+    for r in results:
+        run_key = _run_key(r)
+        if run_key:
+            k = key(r, run_key)
+            if k not in newest or r.started_at >= newest[k].started_at:
+                newest[k] = r
+    return newest
+
+
+def several_machines(results: Sequence[RunResult]) -> Optional[Dict[str, List[RunResult]]]:
+    """:func:`measured_machines` where there are two or more, else None (one machine's
+    runs need no telling apart)."""
+    machines = measured_machines(results)
+    return machines if len(machines) > 1 else None
+
+
+def mixed_note(machines: Sequence[str], what: str = "a table per machine") -> str:
+    """The sentence a view of several machines' runs carries."""
+    return (
+        f"These runs come from {len(machines)} machines ({', '.join(machines)}): {what}; "
+        "no median and no ratio is computed across machines"
+    )
+
+
+def hardware_text(runs: Sequence[RunResult]) -> str:
+    """What one machine's runs ran on: ``CPU AMD EPYC (avx2, fma); no GPU; kernels:
+    jax XLA ..., torch oneDNN on, AVX2``. Several CPUs under one name are all named,
+    and said to be mixed."""
+    cpus = list(dict.fromkeys(cpu_of(r) for r in runs if r.ok))
+    mixed = len(cpus) > 1
+    text = ("CPUs (mixed under one name) " if mixed else "CPU ") + (" / ".join(cpus) or "unknown")
+    gpus = list(
+        dict.fromkeys(
+            str(device.get("name") or "GPU")
+            for r in runs
+            if r.ok
+            for device in (r.environment.get("machine") or {}).get("gpu", {}).get("devices") or []
+        )
+    )
+    text += "; GPU " + ", ".join(gpus) if gpus else "; no GPU"
+    kernels = kernel_libraries(runs)
+    if kernels:
+        text += "; kernels: " + ", ".join(
+            f"{backend} {' / '.join(found)}" for backend, found in kernels.items()
+        )
+    return text
+
+
+def kernel_libraries(runs: Sequence[RunResult]) -> Dict[str, List[str]]:
+    """{backend: its CPU kernel libraries} over the finished runs of ``runs`` that
+    recorded one."""
+    found: Dict[str, List[str]] = {}
+    for r in runs:
+        library = kernels_of(r)
+        if r.ok and library != "not recorded":
+            found.setdefault(r.config["backend"], [])
+            if library not in found[r.config["backend"]]:
+                found[r.config["backend"]].append(library)
+    return found
+
+
+def machine_table(results: Sequence[RunResult], baseline: Optional[str] = None) -> Optional[Table]:
+    """The headline figures of several machines' runs: a row per setting, machine and
+    backend (img/s, the ratio to ``baseline`` on the same machine, test accuracy), the
+    machines' hardware in the notes. ``baseline``: a backend (default: the first that
+    ran). None where the runs come from fewer than two machines."""
+    machines = several_machines(results)
+    if machines is None:
+        return None
+    base = baseline or next(r.config["backend"] for runs in machines.values() for r in runs)
+    groups = {host: compare(runs, base) for host, runs in machines.items()}
+    varying = [
+        k
+        for k in varying_settings([g for found in groups.values() for g in found])
+        if k not in ("model", "dataset", "batch_size", "mode")
+    ]
+    labels = {host: [_label(g, varying) for g in found] for host, found in groups.items()}
+    kernels = {host: kernel_libraries(runs) for host, runs in machines.items()}
+    differ = _kernels_differ(kernels)
+    rows = []
+    for label in dict.fromkeys(text for found in labels.values() for text in found):
+        for host, found in groups.items():
+            for group, text in zip(found, labels[host]):
+                if text == label:
+                    rows += _rows(label, host, group, base, kernels[host] if differ else None)
+    headers = ["setting", "machine", "backend", "img/s: median (min-max, n)"]
+    headers += [f"vs {base}, same machine", "test acc"] + (["CPU kernels"] if differ else [])
+    notes = [mixed_note(list(machines), "a row per machine and backend")]
+    notes += [f"{host}: {hardware_text(runs)}" for host, runs in machines.items()]
+    return Table("Per machine: headline figures", headers, rows, notes)
+
+
+def _label(group: ComparisonGroup, varying: Sequence[str]) -> str:
+    """A group's row label: its title, and the settings that differ between groups."""
+    parts = [
+        f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(group.settings.get(k), k)}"
+        for k in varying
+    ]
+    return group.title + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _kernels_differ(kernels: Dict[str, Dict[str, List[str]]]) -> bool:
+    """Whether some backend ran on different CPU kernel libraries on different machines."""
+    backends = {b for found in kernels.values() for b in found}
+    return any(len({lib for found in kernels.values() for lib in found.get(b, [])}) > 1
+               for b in backends)  # fmt: skip
+
+
+def _rows(
+    label: str,
+    host: str,
+    group: ComparisonGroup,
+    baseline: str,
+    kernels: Optional[Dict[str, List[str]]],
+) -> List[List[str]]:
+    """One group's rows on one machine; a ratio only to the baseline of that machine."""
+    rows = []
+    for row in group.rows:
+        if row.images_per_sec is None:
+            rate = ", ".join(s.upper() for s in row.statuses)
+        else:
+            rate = flagged(spread_text(row.images_per_sec, ",.0f"), row)
+        if group.baseline != baseline:
+            ratio = f"- [no {baseline} run on {host}]"
+        else:
+            ratio = ratio_text(row, baseline)
+        cells = [label, host, row.backend, rate, ratio, spread_text(row.test_accuracy, ".3f")]
+        if kernels is not None:
+            cells.append(" / ".join(kernels.get(row.backend, [])) or "not recorded")
+        rows.append(cells)
+    return rows

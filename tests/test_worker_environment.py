@@ -1,0 +1,46 @@
+"""The worker's interpreter and environment variables when the user brings the Python.
+
+Found on the first real GPU machine (an H100 whose image has torch and JAX for CUDA 13 in
+its own Python, no envs/): ``KBENCH_PYTHON_TORCH=python3`` was refused as "no such file",
+and Keras, installed there on PYTHONPATH, was missing in every worker, which ran with a
+PYTHONPATH of kbench's folder alone.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from kbench.run import environments
+
+
+def executable(path: Path) -> Path:
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_an_interpreter_named_without_a_folder_is_found_on_path(tmp_path, monkeypatch):
+    python = executable(tmp_path / "my-python3")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("KBENCH_PYTHON_TORCH", "my-python3")
+    assert environments.interpreter_for("torch") == python
+    monkeypatch.setenv("KBENCH_PYTHON_TORCH", "no-such-python3")
+    with pytest.raises(environments.EnvironmentMissing, match="a name on PATH"):
+        environments.interpreter_for("torch")
+
+
+def test_the_users_python_keeps_its_pythonpath_an_environment_of_envs_does_not(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PYTHONPATH", "/opt/their-packages")
+    root = tmp_path / "import_root"
+    monkeypatch.setenv("KBENCH_PYTHON_TORCH", str(executable(tmp_path / "python3")))
+    env, _ = environments.process_environment("torch", tmp_path / "run1", root, 1, None)
+    assert env["PYTHONPATH"] == f"{root}{os.pathsep}/opt/their-packages"  # kbench's first
+    monkeypatch.delenv("KBENCH_PYTHON_TORCH")
+    env, _ = environments.process_environment("torch", tmp_path / "run2", root, 1, None)
+    assert env["PYTHONPATH"] == str(root)
