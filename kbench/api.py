@@ -26,7 +26,7 @@ from kbench.results.result import RunResult
 from kbench.results.store import Filter, IndexEntry
 from kbench.run.progress import show_progress
 from kbench.studies import rounds as studies_rounds
-from kbench.views import tables
+from kbench.views import machines, tables
 from kbench.views.comparison import Comparison
 from kbench.views.names import model_label
 
@@ -156,14 +156,18 @@ def load(
     latest_only: bool = True,
 ) -> Results:
     """The runs of one store (or several read together), oldest first: of a sweep run
-    that was rerun, only the newest (``latest_only=False``: every one). ``filters`` are
-    ``kbench results --filter`` expressions (``"backend=jax,torch"``, ``"status=ok"``).
-    A document kbench cannot read is logged and left out; no run at all is an error.
+    that was rerun, only the newest on each machine (``latest_only=False``: every one).
+    ``filters`` are ``kbench results --filter`` expressions (``"backend=jax,torch"``,
+    ``"status=ok"``). A document kbench cannot read is logged and left out; no run at all
+    is an error.
 
     >>> results = kbench.load("results/lenet-epochs-reduced", filters=["status=ok"])
     """
     stores = [Path(store)] if isinstance(store, (str, os.PathLike)) else [Path(s) for s in store]
-    runs = store_mod.load_runs(stores, filters, latest_only=latest_only)
+    if latest_only:  # the newest of each run on each machine (stores merged from several)
+        runs = machines.load_per_machine(stores, filters)
+    else:
+        runs = store_mod.load_runs(stores, filters, latest_only=False)
     return Results(runs, stores[0] if len(stores) == 1 else None)
 
 

@@ -368,3 +368,20 @@ def test_compare_of_a_store_merged_from_machines_that_ran_one_sweep_shows_both(t
     store = laptop_study_store(tmp_path, list(MACHINES))
     text = run_main(["compare", "--store", str(store)])
     assert "on laptop-a" in text and "on laptop-b" in text  # both machines' runs, apart
+
+
+def test_the_python_api_and_a_sweeps_closing_tables_keep_each_machines_runs(tmp_path):
+    """Before: kbench.load and the tables a sweep ends with kept one result per sweep run
+    over all machines, so a store merged from machines that ran one sweep lost one."""
+    from types import SimpleNamespace
+
+    import kbench
+    from kbench.studies import sweep_runs
+
+    store = laptop_study_store(tmp_path, list(MACHINES))
+    loaded = kbench.load(store)
+    hosts = {host_of(r) for r in loaded}
+    assert len(hosts) == 2 and all(h.split()[0] in MACHINES for h in hosts), hosts
+    assert len(loaded) == len(kbench.load(store, latest_only=False))  # nothing rerun
+    sweep = SimpleNamespace(name=loaded[0].sweep["name"])  # all stored_results reads of it
+    assert {host_of(r) for r in sweep_runs.stored_results(store, sweep)} == hosts

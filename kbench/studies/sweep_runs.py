@@ -27,6 +27,7 @@ from kbench.run.before_runs import look_before_runs
 from kbench.run.runner import Runner
 from kbench.studies import sweep_windows
 from kbench.studies.sweep import RUN_FIELDS, Plan, Progress, Sweep, SweepError, execute, plan
+from kbench.views import machines
 
 log = logging.getLogger(__name__)
 
@@ -189,5 +190,7 @@ def run_planned(
 
 def stored_results(store: Path, sweep: Sweep) -> List[RunResult]:
     """The newest result of every run of ``sweep`` that ``store`` holds (all of the
-    file's runs, not only the selected ones)."""
-    return ResultStore(store).results([Filter("sweep", (sweep.name,))], latest_only=True)
+    file's runs, not only the selected ones), on each machine that ran it (a store
+    merged from machines that ran the same file keeps each one's)."""
+    stored = ResultStore(store).results([Filter("sweep", (sweep.name,))], latest_only=False)
+    return machines.newest_per_machine(stored)
