@@ -9,6 +9,7 @@ three backends with the sampler and --profile, ``memory/`` JAX under its default
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,12 +54,19 @@ def test_jax_memory_options_as_nvml_saw_them():
     assert held[(False, None)] == pytest.approx(0.75 * total, rel=0.01)
     assert held[(True, None)] < 0.02 * total
     assert held[(False, 0.25)] == pytest.approx(0.25 * total, rel=0.03)
-    printed = script("scripts/gpu_smoke_report.py", "memory", str(H100 / "memory"))
+    printed = script("scripts/gpu_smoke_report.py", "memory", str(H100 / "memory"))  # reads only
     assert "jax           default       ok               392 MiB      61,444 MiB" in printed
 
 
-def test_compare_says_what_the_jax_figure_holds_and_leaves_torch_alone():
-    out = script("-m", "kbench", "compare", "--store", str(H100 / "smoke"))
+def copied(folder: str, tmp_path: Path) -> Path:
+    """A copy of a fixture store: reading a store writes its index and compare.md."""
+    store = tmp_path / folder
+    shutil.copytree(H100 / folder, store)
+    return store
+
+
+def test_compare_says_what_the_jax_figure_holds_and_leaves_torch_alone(tmp_path):
+    out = script("-m", "kbench", "compare", "--store", str(copied("smoke", tmp_path)))
     memory = out[out.index("Peak memory") :]
     assert "60.0 GiB" in memory
     assert "jax: its own peak allocation was 392 MiB; the rest of the 60.0 GiB" in memory
@@ -67,8 +75,8 @@ def test_compare_says_what_the_jax_figure_holds_and_leaves_torch_alone():
     assert "10 (gpu)" in out  # NVML's utilization of the torch run
 
 
-def test_the_smoke_printout_reads_each_gpu_the_worker_used():
-    printed = script("scripts/gpu_smoke_report.py", "smoke", str(H100 / "smoke"))
+def test_the_smoke_printout_reads_each_gpu_the_worker_used(tmp_path):
+    printed = script("scripts/gpu_smoke_report.py", "smoke", str(copied("smoke", tmp_path)))
     assert printed.count("(nvml_pids: GPUs on which NVML listed a process of the worker)") == 3
     assert "worker (NVML per process) 61,456 MiB" in printed
     assert "energy 54.5 J (counter)" in printed
