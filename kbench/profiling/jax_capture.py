@@ -49,13 +49,12 @@ def keep_trace(trace: Path) -> None:
 
 def in_order_events(events: List[XEvent]) -> Tuple[List[XEvent], List[XEvent]]:
     """(kept, dropped) events of one CUDA stream. A stream runs its operations in order:
-    the next may start a little early (Hopper's programmatic dependent launch: on an
-    H100, 88 of 250 kernels overlapped the next by 32-128 ns), but it cannot end before
-    its predecessor, so a record that ends after the next one on the stream ended is
-    impossible. One was seen on that H100 (JAX 0.11, CUDA 13): a 4-byte asynchronous
-    device-to-device copy recorded as 1,114 ms, spanning the compilation before the next
-    kernel. Such a record says nothing of how long the copy ran: it is left out, and
-    said."""
+    the next may start shortly before the previous one ended (on an H100, 87 of 250
+    events did, by 32 ns to 1.2 us), but it cannot end before it, so a record that ends
+    after the next one on the stream ended is impossible. One was seen on that H100
+    (JAX 0.11, CUDA 13): a 4-byte asynchronous device-to-device copy recorded as
+    1,114 ms, spanning the compilation before the next kernel. Such a record says nothing
+    of how long the copy ran: it is left out, and said."""
     ordered = sorted(events, key=lambda e: e.offset_ps)
     kept, dropped = [], []
     for event, following in zip(ordered, ordered[1:] + [None]):

@@ -13,12 +13,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
 from kbench.studies.claims import METRICS, ROUNDS_NEEDED, Defined, evaluate, matches
-from kbench.studies.published import PaperPlot, Study, StudyError, study_of_sweep
+from kbench.studies.published import PaperPlot, Study, StudyError, run_matches, study_of_sweep
 from kbench.studies.reproduce import (
     MachineVerdicts,
     machine_claims_tables,
     per_machine,
-    run_matches,
     study_sweep,
 )
 from kbench.studies.sweep import SweepError

@@ -271,7 +271,7 @@ class Deviation:
     def covers(self, key: str, run: Any, reduced: bool) -> bool:
         if key not in self.settings or self.size == ("full" if reduced else "reduced"):
             return False
-        return _run_matches(run, self.where)
+        return run_matches(run, self.where)
 
 
 @dataclass(frozen=True)
@@ -300,17 +300,18 @@ class Drift:
         )
 
 
-def _plain_value(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     if isinstance(value, tuple):
-        return [_plain_value(v) for v in value]
+        return [plain_value(v) for v in value]
     return value
 
 
-def _run_matches(run: Any, selector: Dict[str, Any]) -> bool:
-    """A sweep run (``config``, ``group``) has every setting of ``selector``."""
+def run_matches(run: Any, selector: Dict[str, Any]) -> bool:
+    """A sweep run (``config``, ``group``) has every setting of ``selector`` (a claim's,
+    a plot's, a paper setting's ``where``)."""
     for key, wanted in selector.items():
         have = run.group if key == "group" else getattr(run.config, key, None)
-        if _plain_value(have) != _plain_value(wanted):
+        if plain_value(have) != plain_value(wanted):
             return False
     return True
 
@@ -321,12 +322,12 @@ def setting_drift(study: Study, runs: Any, reduced: bool) -> List[Drift]:
     found: List[Drift] = []
     for run in runs:
         for paper in study.paper_settings:
-            if not _run_matches(run, paper.where):
+            if not run_matches(run, paper.where):
                 continue
             for key, want in paper.settings.items():
-                have = _plain_value(getattr(run.config, key, None))
+                have = plain_value(getattr(run.config, key, None))
                 allowed = want if isinstance(want, list) else [want]
-                if have in [_plain_value(v) for v in allowed]:
+                if have in [plain_value(v) for v in allowed]:
                     continue
                 if any(d.covers(key, run, reduced) for d in study.deviation_rules):
                     continue

@@ -39,7 +39,15 @@ from kbench.studies.claims import (
     evaluate,
     outcomes_json,
 )
-from kbench.studies.published import Study, StudyError, find_study, load_study, study_files
+from kbench.studies.published import (
+    Study,
+    StudyError,
+    find_study,
+    load_study,
+    plain_value,
+    run_matches,
+    study_files,
+)
 from kbench.studies.sweep import (
     RUN_FIELDS,
     Sweep,
@@ -75,7 +83,7 @@ def study_sweep(study: Study, reduced: bool) -> Sweep:
         run
         for run in sweep.runs
         if all(
-            _plain(getattr(run.config, k)) in [_plain(v) for v in values]
+            plain_value(getattr(run.config, k)) in [plain_value(v) for v in values]
             for k, values in study.reduced_only.items()
         )
     ]
@@ -87,18 +95,6 @@ def study_sweep(study: Study, reduced: bool) -> Sweep:
             f"{sweep.file}'s reduced runs; {study.reduced_only!r} keeps none.",
         )
     return replace(sweep, runs=runs)
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
-
-
-def run_matches(run: SweepRun, selector: Dict[str, Any]) -> bool:
-    for key, wanted in selector.items():
-        have = run.group if key == "group" else getattr(run.config, key, None)
-        if _plain(have) != _plain(wanted):
-            return False
-    return True
 
 
 def check_study(study: Study) -> List[str]:
@@ -168,7 +164,7 @@ def _ambiguous(sweep: Sweep, selector: Dict[str, Any], for_each: Optional[str]) 
     found: Dict[Tuple[int, str], List[SweepRun]] = {}
     for run in sweep.runs:
         if run_matches(run, selector):
-            value = repr(_plain(getattr(run.config, for_each, None))) if for_each else ""
+            value = repr(plain_value(getattr(run.config, for_each, None))) if for_each else ""
             found.setdefault((run.config.repeat, value), []).append(run)
     for runs in found.values():
         if len(runs) > 1:

@@ -622,15 +622,7 @@ def _memory(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float], Opti
     kind was read in every run, why (readings recorded as ``bytes: None`` carry a reason:
     MXNet has no framework peak, NVML may not know a process's memory)."""
     for kind in MEMORY_PREFERENCE:
-        values = []
-        for r in runs:
-            readings = [
-                m["bytes"]
-                for m in r.metrics.get("memory") or []
-                if m.get("kind") == kind and m.get("bytes") is not None
-            ]
-            if readings:
-                values.append(float(max(readings)))
+        values = [peak for peak in (_peak(r, kind) for r in runs) if peak is not None]
         if values and len(values) == len(runs):
             return kind, values, None
     reasons = dict.fromkeys(
