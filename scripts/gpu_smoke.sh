@@ -15,7 +15,11 @@
 #   memory   each backend under its default, --gpu-memory-growth and --gpu-memory-fraction
 #            0.25: the framework's peak, the worker's NVML memory, the device's, its total
 #   parity   kbench parity on the GPU (the first Keras backend the reference)
-#   windows  warm interleaved windows between the backends (--ratio-budget 40)
+#   windows  warm interleaved windows between the backends (--ratio-budget
+#            KBENCH_SMOKE_WINDOWS_BUDGET, default 40 seconds)
+#   tune     kbench tune on the GPU: each backend's settings searched (TensorFloat-32,
+#            bfloat16, XLA, torch.compile ...) within KBENCH_SMOKE_TUNE_BUDGET (default
+#            3m), the backends then compared at their best (not in the default stages)
 # Runs wherever NVML sees a GPU; elsewhere it says so and exits 0. Exits 1 if a stage
 # failed, after running the others. The stores go to KBENCH_SMOKE_OUT (default: a new
 # temporary folder), one folder per stage.
@@ -112,18 +116,25 @@ for name in $stages; do
     fi
     ;;
   windows)
-    stage "windows: $backends, warm interleaved, 40 s budget"
+    budget="${KBENCH_SMOKE_WINDOWS_BUDGET:-40}"
+    stage "windows: $backends, warm interleaved, $budget s budget"
     if [ "$(tr ',' '\n' <<<"$backends" | wc -l)" -ge 2 ]; then
       "$py" -m kbench run --backend "$backends" --model "$model" --dataset synthetic \
-        --batch-size 128 --device "$device" --ratio-budget 40 --store "$out/windows" \
+        --batch-size 128 --device "$device" --ratio-budget "$budget" --store "$out/windows" \
         || failed="$failed windows"
     else
       echo "one backend: nothing to interleave"
     fi
     ;;
+  tune)
+    budget="${KBENCH_SMOKE_TUNE_BUDGET:-3m}"
+    stage "tune: $model on $backends, budget $budget"
+    "$py" -m kbench tune --backend "$backends" --model "$model" --batch-size 128 \
+      --device "$device" --budget "$budget" --store "$out/tune" || failed="$failed tune"
+    ;;
   *)
     echo "gpu_smoke: unknown stage '$name' in KBENCH_SMOKE_STAGES (expected some of:" \
-      "check smoke memory parity windows)" >&2
+      "check smoke memory parity windows tune)" >&2
     exit 2
     ;;
   esac

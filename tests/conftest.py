@@ -93,6 +93,22 @@ def run_kbench(
     return Completed(done.returncode, done.stdout, done.stderr, output_dir)
 
 
+def spinning_loops() -> List[subprocess.Popen]:
+    """A busy loop on every core the suite may use, each pinned to its core: the whole
+    machine loaded whichever core the test itself runs on, so a run beside them is busy
+    by any count (a loop left on the test's own core would share it with the run, and
+    count as busy only with another test on the other core). Kill them when done."""
+    from suite_plugin import suite_cores  # (imported here: pytest loads it as a plugin)
+
+    loops = []
+    for core in suite_cores():
+        loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(loop.pid, {core})
+        loops.append(loop)
+    return loops
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"

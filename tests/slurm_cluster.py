@@ -10,7 +10,8 @@ already answering there is used and left running.
 
 :func:`start` returns the cluster, or raises :class:`Unavailable` with the reason (not
 root, a program missing, a daemon that did not come up); the fixture in
-``tests/test_slurm.py`` skips with it, except under CI (``CI`` set), where it fails.
+``tests/test_slurm.py`` skips with it, except under CI (``CI`` set), where it fails
+(:func:`running`, a fixture's body).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 ACCOUNTING = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr")
@@ -189,3 +190,19 @@ def start(root: Path) -> Cluster:
         cluster.stop()
         raise Unavailable(f"the Slurm cluster did not start: {err}") from None
     return cluster
+
+
+def running(root: Path) -> Iterator[Cluster]:
+    """A fixture's body (``yield from running(root)``): the cluster started in ``root``
+    and stopped after, or the test skipped with the reason (under CI, which must run the
+    Slurm tests, failed)."""
+    import pytest
+
+    try:
+        cluster = start(root)
+    except Unavailable as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {err}")
+        pytest.skip(str(err))
+    yield cluster
+    cluster.stop()

@@ -20,7 +20,7 @@ from kbench.views.compare import compare
 from kbench.views.comparison import Comparison
 from kbench.views.significance import median_interval
 from kbench.views.tables import comparison_tables
-from tests.conftest import ROOT, dump, require_backends, run_kbench
+from tests.conftest import ROOT, dump, require_backends, run_kbench, spinning_loops
 
 # --------------------------------------------------------------------- hand-made series
 
@@ -166,10 +166,6 @@ def test_the_thresholds_are_checked_on_the_command_line(home: Path) -> None:
 # --------------------------------------------------------------------- a real run
 
 
-def spinners(count: int) -> List[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-
-
 def stop(processes: List[subprocess.Popen]) -> None:
     for process in processes:
         process.kill()
@@ -182,14 +178,15 @@ RUN = ["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic", "--steps", "
        "--sample-interval", "0.1"]  # fmt: skip
 
 
+# Not serial: the loops load every core of the suite (busy whatever runs beside), and
+# what these tests assert is that a run is flagged, which more load only makes surer.
 @pytest.mark.slow
-@pytest.mark.serial  # loads every core on purpose: nothing beside it
 def test_a_run_beside_spinning_processes_is_flagged(tmp_path: Path, home: Path) -> None:
     require_backends("torch")
     quiet_dir, busy_dir = tmp_path / "quiet", tmp_path / "busy"
     quiet = run_kbench([*RUN, "--store", str(quiet_dir)], home)
     assert quiet.returncode == 0, dump(quiet)
-    load = spinners(os.cpu_count() or 2)
+    load = spinning_loops()
     try:
         # the one-second look before the run, which the other tests skip, warns
         busy = run_kbench(
@@ -298,10 +295,9 @@ def test_each_operation_batch_gets_its_own_quality() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # loads every core on purpose: nothing beside it
 def test_operations_timed_beside_spinning_processes_are_flagged(tmp_path: Path, home: Path):
     require_backends("torch")
-    load = spinners(os.cpu_count() or 2)
+    load = spinning_loops()
     try:
         done = run_kbench(["ops", "--backend", "torch", "--ops", "gemm", "--sizes", "32",
                            "--store", str(tmp_path / "ops")], home)  # fmt: skip

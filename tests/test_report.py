@@ -364,3 +364,16 @@ def test_inference_runs_are_plotted_and_parity_runs_noted(tmp_path: Path) -> Non
     assert any("1 parity run(s)" in note for note in summary.notes)
     text = summary.path.read_text(encoding="utf-8")
     assert "resnet20, batch 64, inference" in text and "no step_ends_s" not in text
+
+
+def test_a_store_whose_every_window_was_dropped_is_reported_not_a_crash(tmp_path: Path) -> None:
+    """Before: `kbench report` on a tune whose every window was dropped (measured while
+    the machine was busy) stopped with "ValueError: not enough values to unpack": the
+    comparison of a group leaves its dropped windows out, and had nothing left."""
+    results = [fake_result("torch"), fake_result("jax", rate=1500.0)]
+    for result in results:
+        result.metrics["window"] = {"index": 0, "dropped": "jax's window measured while busy"}
+    summary = write_report(results, tmp_path / "r.html")
+    assert summary.path.is_file()
+    assert any(note.startswith("2 window(s) dropped") for note in summary.notes), summary.notes
+    assert throughput_plots.THROUGHPUT not in summary.figures

@@ -8,7 +8,6 @@ after the same command resumes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -120,14 +119,7 @@ def cluster(tmp_path_factory):
     sys.path.insert(0, str(ROOT / "tests"))
     import slurm_cluster
 
-    try:
-        started = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
-    except slurm_cluster.Unavailable as err:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Slurm tests: {err}")
-        pytest.skip(str(err))
-    yield started
-    started.stop()
+    yield from slurm_cluster.running(tmp_path_factory.mktemp("slurm"))
 
 
 def _wait_for(what, ready, seconds=120):

@@ -221,18 +221,18 @@ def test_reproduce_measures_backend_ratio_studies_in_windows_only():
         reproduce.measure_choice(ratios, True, True, "--repeats", gpu=False)
 
 
-def test_windows_on_slurm_are_refused_before_anything_runs(tmp_path, capsys):
+def test_windows_on_slurm_one_run_per_task_are_refused_before_anything_runs(tmp_path, capsys):
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump(two_by_two(measure="windows")))
     with pytest.raises(SystemExit) as stopped:
-        main(["sweep", str(path), "--executor", "slurm", "--store", str(tmp_path / "s")])
+        main(["sweep", str(path), "--executor", "slurm", "--per-task", "run",
+              "--store", str(tmp_path / "s")])  # fmt: skip
     assert stopped.value.code == 2
-    assert "each comparison's rounds must run on one node" in capsys.readouterr().err
+    assert "runs cannot be tasks of their own; received --per-task run" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 def test_a_tiny_sweep_in_windows_stores_marked_windows_and_resumes(tmp_path, home):
     require_backends("jax", "torch")
     path = tmp_path / "w.yaml"

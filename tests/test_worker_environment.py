@@ -44,3 +44,19 @@ def test_the_users_python_keeps_its_pythonpath_an_environment_of_envs_does_not(
     monkeypatch.delenv("KBENCH_PYTHON_TORCH")
     env, _ = environments.process_environment("torch", tmp_path / "run2", root, 1, None)
     assert env["PYTHONPATH"] == str(root)
+
+
+def test_a_jax_compilation_cache_in_force_is_recorded_with_the_run(tmp_path, monkeypatch):
+    """A compile JAX reuses from an earlier process makes the first step fast: a result
+    of JAX's says so (the suite runs with one cache for the session)."""
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    recorded = {}
+    for backend in ("jax", "torch"):
+        env, _ = environments.process_environment(
+            backend, tmp_path / backend, tmp_path, 1, None, "cpu"
+        )
+        recorded[backend] = environments.recorded_variables(env, backend)
+    assert recorded["jax"]["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "cache")
+    assert recorded["jax"]["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    assert not any(key.startswith("JAX_COMP") for key in recorded["torch"])

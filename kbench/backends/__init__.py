@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbench.backends.base import Backend
@@ -35,6 +35,9 @@ class BackendSpec:
     # A framework's own port of the models (torch-native, mxnet-gluon): no Keras in its
     # process, and it only loads the weights a Keras backend exports.
     native_port: bool = False
+    # Why its framework has no inter-op thread pool kbench can set (--inter-op-threads is
+    # refused for it); None: it has one, set apart from the intra-op threads.
+    no_inter_op_pool: Optional[str] = None
 
     @property
     def runs_keras(self) -> bool:
@@ -46,10 +49,21 @@ class BackendSpec:
         """It can be the parity reference: it writes the initial weights the others load."""
         return not self.native_port
 
+    @property
+    def logs_mean_loss(self) -> bool:
+        """The loss its ``fit`` logs after each step is the epoch's mean so far (Keras 3's
+        loss tracker), not the step's own (Keras 2.2, the native ports)."""
+        return self.runs_keras and self.environment == "keras3"
+
     def load(self) -> type[Backend]:
         module_name, class_name = self.implementation.split(":")
         return getattr(importlib.import_module(module_name), class_name)
 
+
+MXNET_NO_INTER_OP = (
+    "MXNet runs its operators on OpenMP threads (OMP_NUM_THREADS, which --threads sets, "
+    "read when mxnet is imported) and has no API for an inter-op pool"
+)
 
 BACKENDS: Dict[str, BackendSpec] = {
     spec.name: spec
@@ -68,6 +82,8 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.keras3:JaxBackend",
             colour="#4e79a7",
             packages=("keras", "jax", "jaxlib"),
+            no_inter_op_pool="XLA's CPU client sizes its thread pools itself, to the cores of "
+            "the process's CPU affinity (which --threads sets): JAX has no API to set them",
         ),
         BackendSpec(
             name="torch",
@@ -91,6 +107,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.keras_mxnet:KerasMXNetBackend",
             colour="#59a14f",
             packages=("keras-mxnet", "mxnet", "mxnet-cu112"),
+            no_inter_op_pool=MXNET_NO_INTER_OP,
         ),
         BackendSpec(
             name="mxnet-gluon",
@@ -100,6 +117,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             packages=("mxnet", "mxnet-cu112"),
             data_formats=("channels_first",),
             native_port=True,
+            no_inter_op_pool=MXNET_NO_INTER_OP,
         ),
     )
 }

@@ -155,8 +155,15 @@ class Backend(abc.ABC):
     fraction_variable: ClassVar[Optional[str]] = None
     growth_variable: ClassVar[Optional[Tuple[str, str]]] = None
 
-    def __init__(self, threads: int, switches: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        threads: int,
+        switches: Optional[Dict[str, Any]] = None,
+        inter_op_threads: Optional[int] = None,
+    ) -> None:
         self.threads = threads
+        # the inter-op pool, where the framework has one (None: ``threads``, as intra-op)
+        self.inter_op_threads = inter_op_threads or threads
         self.gpus = 0
         # Subclasses apply the switches they have and say so on the board; the rest
         # are recorded as not applicable (kbench.backends.switches).

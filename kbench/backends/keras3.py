@@ -204,8 +204,13 @@ class TensorFlowBackend(Keras3Backend):
         import tensorflow as tf
 
         tf.config.threading.set_intra_op_parallelism_threads(self.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(self.threads)
-        return {"framework": {"intra_op": self.threads, "inter_op": self.threads}}
+        tf.config.threading.set_inter_op_parallelism_threads(self.inter_op_threads)
+        return {
+            "framework": {
+                "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+            }
+        }
 
     def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
         import tensorflow as tf

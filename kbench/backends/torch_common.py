@@ -59,6 +59,7 @@ class TorchFramework:
 
     gpus: int
     threads: int
+    inter_op_threads: int
     framework_name = "PyTorch"
     memory_default = "caching allocator grows on demand; no fraction limit"
     requested_device = "auto"
@@ -86,7 +87,7 @@ class TorchFramework:
         import torch
 
         torch.set_num_threads(self.threads)
-        torch.set_num_interop_threads(self.threads)
+        torch.set_num_interop_threads(self.inter_op_threads)
         return {
             "framework": {
                 "intra_op": torch.get_num_threads(),

@@ -62,6 +62,7 @@ CONCEPTS = {
     "timeout": Concept("--timeout", ("timeout_s",)),
     "device": Concept("--device", ("device",)),
     "CPU threads": Concept("--threads", ("threads",)),
+    "inter-op threads": Concept("--inter-op-threads", ("inter_op_threads",)),
     "sampler interval": Concept("--sample-interval", ("sample_interval_s",)),
     "seed": Concept("--seed", ("seed",)),
     "batch size": Concept("--batch-size", ("batch_size",)),
@@ -179,11 +180,16 @@ def shape(text: str):
         ) from None
 
 
-def add_output_arguments(parser: argparse.ArgumentParser, process: str = "worker") -> None:
+def add_output_arguments(
+    parser: argparse.ArgumentParser, process: str = "worker", inter_op: bool = False
+) -> None:
     """Where results go and how each run's ``process`` (the worker; kbench exec: the
-    script's process tree) is run, timed out, sampled and shown devices."""
+    script's process tree) is run, timed out, sampled and shown devices; ``inter_op``:
+    with ``--inter-op-threads`` (commands whose runs choose their backends' settings)."""
     add_store_argument(parser)
     add_threads_argument(parser)
+    if inter_op:
+        add_inter_op_threads_argument(parser)
     add_timeout_argument(parser, process=process)
     add_sample_interval_argument(parser, process)
     add_device_argument(parser, process)
@@ -284,6 +290,21 @@ def add_warm_argument(parser: argparse.ArgumentParser, saved: str = "") -> None:
     )
 
 
+def add_parity_check_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-parity-check``: skip the check at warm-up that warm windows' backends compute
+    the same thing (kbench.run.windows.plan_parity)."""
+    parser.add_argument(
+        "--no-parity-check",
+        dest="parity_check",
+        action="store_false",
+        help="warm windows: skip the check that each backend computes what the baseline "
+        "does (at warm-up, every Keras backend and native port starts from the baseline's "
+        "initial weights and trains on the same batches; outputs and losses are compared "
+        "with kbench parity's tolerance; default: checked, a backend that differs is "
+        "measured and flagged)",
+    )
+
+
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     """``--threads``, as run, sweep-like commands and ``kbench ops`` take it."""
     parser.add_argument(
@@ -294,6 +315,19 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
         help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
         "cores kbench may run on also pins the worker to that many cores (default: every "
         "core of kbench's CPU affinity, e.g. as taskset or a container's cpuset set it)",
+    )
+
+
+def add_inter_op_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--inter-op-threads``, as the commands that build run settings take it."""
+    parser.add_argument(
+        "--inter-op-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the framework's inter-op pool apart from --threads (TensorFlow "
+        "set_inter_op_parallelism_threads, torch set_num_interop_threads; refused for jax "
+        "and mxnet, which have no such pool to set) (default: --threads)",
     )
 
 

@@ -192,8 +192,8 @@ def _add_executor_arguments(sweep: argparse.ArgumentParser) -> None:
         choices=slurm.PER_TASK,
         default="comparison",
         help="comparison: one setting and repeat with every backend per task, so that "
-        "their ratios are taken on one node (default); run: one run per task (with --warm, "
-        "one warm worker's runs)",
+        "their ratios are taken on one node (default; in warm windows, a comparison's "
+        "windows on its node); run: one run per task (with --warm, one warm worker's runs)",
     )
     where.add_argument(
         "--poll", type=float, default=10.0, metavar="S", help="look at the queue every S seconds"
@@ -299,13 +299,7 @@ def measure_windows(args: argparse.Namespace) -> Optional[bool]:
 def check_windows_options(options: SweepOptions) -> None:
     """Refuse what a sweep in warm windows cannot do, before anything runs."""
     if options.slurm is not None:
-        raise ConfigError(
-            "executor",
-            "expected --executor local for a sweep in warm windows: each comparison's "
-            "rounds must run on one node, and Slurm tasks run one fresh process per run; "
-            "received --executor slurm. Run the windows here (drop --executor slurm), or "
-            "the fresh-process rounds on Slurm (add --fresh-processes).",
-        )
+        slurm.check_windows(options.slurm)
     if options.warm:
         raise ConfigError(
             "warm",
@@ -451,7 +445,11 @@ def _run_sweep(planned: sweep_runs.PlannedSweep, options: SweepOptions) -> List[
         force=options.force,
         retry_failed=options.retry_failed,
         warm=options.warm,
-        settings={"max_runs": options.max_runs, "busy_threshold": options.busy_threshold},
+        settings={
+            "max_runs": options.max_runs,
+            "busy_threshold": options.busy_threshold,
+            "baseline": options.baseline,
+        },
     )
 
 

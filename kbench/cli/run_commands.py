@@ -23,6 +23,7 @@ from kbench.cli.arguments import (
     add_memory_arguments,
     add_model_argument,
     add_output_arguments,
+    add_parity_check_argument,
     add_precision_arguments,
     add_quality_arguments,
     add_ratio_budget_argument,
@@ -101,7 +102,7 @@ def add_run_command(commands) -> None:
         "the end of the data and epochs (inference: of --duration, unless a budget is given)",
     )
     add_parallel_and_profile_arguments(run)
-    add_output_arguments(run)
+    add_output_arguments(run, inter_op=True)
     run.set_defaults(handler=command_run)
 
 
@@ -218,6 +219,7 @@ def add_round_arguments(run) -> None:
     )
     add_warm_argument(run)
     add_baseline_argument(run, "the first in --backend")
+    add_parity_check_argument(run)
     add_ratio_precision_argument(
         run,
         "stop adding rounds once every backend's per-round speed ratio to the baseline "
@@ -298,7 +300,7 @@ def add_max_batch_command(commands) -> None:
         "--input-shape", type=shape, metavar="HxWxC", help="default: the model's own"
     )
     add_memory_arguments(max_batch)
-    add_output_arguments(max_batch)
+    add_output_arguments(max_batch, inter_op=True)
     max_batch.set_defaults(handler=command_max_batch)
 
 
@@ -389,6 +391,13 @@ def command_run(args: argparse.Namespace) -> int:
             f"received {args.baseline!r}.",
         )
     windowed = in_windows(args)
+    if not windowed and not args.parity_check:
+        raise ConfigError(
+            "no_parity_check",
+            "expected it only with warm windows (several backends, no --repeats, training), "
+            "whose warm-up it skips; fresh-process runs make no such check (kbench parity "
+            "does). Drop --no-parity-check.",
+        )
     settings = run_settings(args)
     baseline = args.baseline
     if windowed:
@@ -417,6 +426,7 @@ def command_run(args: argparse.Namespace) -> int:
         warm=args.warm,
         on_progress=show_progress,
         baseline=baseline,
+        check_parity=args.parity_check,
     )
     if windowed:
         return report_windows(results, args.store, baseline, stopped)
@@ -478,7 +488,7 @@ def run_settings(args: argparse.Namespace) -> Dict[str, Any]:
         learning_rate=args.learning_rate, train_samples=args.train_samples,
         test_samples=args.test_samples, input_shape=args.input_shape,
         num_classes=args.num_classes, image_size=args.image_size, data_dir=args.data_dir,
-        threads=args.threads,
+        threads=args.threads, inter_op_threads=args.inter_op_threads,
         seed=args.seed, timeout_s=args.timeout_s, mode=args.mode, duration_s=args.duration_s,
         sample_interval_s=args.sample_interval_s, device=args.device,
         gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
@@ -515,7 +525,8 @@ def command_max_batch(args: argparse.Namespace) -> int:
     template = RunConfig(
         backend=args.backend, model=args.model, dataset="synthetic", steps=args.steps,
         warmup_steps=1, input_shape=args.input_shape, threads=args.threads,
-        timeout_s=args.timeout_s, sample_interval_s=args.sample_interval_s, device=args.device,
+        inter_op_threads=args.inter_op_threads, timeout_s=args.timeout_s,
+        sample_interval_s=args.sample_interval_s, device=args.device,
         gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
     )  # fmt: skip
     runner = Runner(output_dir=args.store, on_progress=show_progress)

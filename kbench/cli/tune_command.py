@@ -27,10 +27,11 @@ from kbench_models import MODELS
 DESCRIPTION = """\
 For each --backend, search the settings that apply to it on this machine (XLA or
 jit_compile on and off, eager, TensorFlow's oneDNN kernels, the other data format,
-bfloat16 where the CPU computes it, Gluon's hybridize, torch.compile, half the threads;
-the batch size only with --allow-batch-size) for the fastest one that computes the
-same thing: each setting starts from the default's initial weights, and its outputs
-and warmup losses must lie within the parity tolerance of the default's. Each setting
+bfloat16 where the CPU computes it, Gluon's hybridize, torch.compile, half the threads,
+one inter-op thread for TensorFlow and torch; the batch size only with
+--allow-batch-size) for the fastest one that computes the same thing: each setting
+starts from the default's initial weights, and its outputs and warmup losses must lie
+within the parity tolerance of the default's. Each setting
 is a warm worker; the settings measure windows in turn, round after round, and from
 6 rounds on a setting clearly slower than the best is dropped, so the budget goes to
 the close contenders. The changes that were clearly faster are then tried together.
@@ -101,7 +102,7 @@ def add_command(commands) -> None:
         "and best only join the comparison of the backends",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    add_output_arguments(parser)
+    add_output_arguments(parser, inter_op=True)
     parser.set_defaults(handler=command_tune)
 
 
@@ -110,6 +111,7 @@ def command_tune(args: argparse.Namespace) -> int:
         backend=args.backend[0], model=args.model, dataset=args.dataset, data_dir=args.data_dir,
         train_samples=args.train_samples, batch_size=args.batch_size,
         warmup_steps=args.warmup_steps, seed=args.seed, threads=args.threads,
+        inter_op_threads=args.inter_op_threads,
         timeout_s=args.timeout_s, sample_interval_s=args.sample_interval_s, device=args.device,
         window_s=args.window_s, epochs=1,
     )  # fmt: skip

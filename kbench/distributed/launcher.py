@@ -39,7 +39,7 @@ from kbench.backends.switches import SWITCHES
 from kbench.distributed import merge, summary
 from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
 from kbench.distributed.sampling import JobSampler, assess_quality
-from kbench.measure import processes
+from kbench.measure import processes, sysinfo
 from kbench.measure.processes import alive, interrupt_on_sigterm
 from kbench.measure.sampler import windows_from_markers
 from kbench.results import ending
@@ -306,7 +306,33 @@ def preflight(config: RunConfig) -> Optional[str]:
             f"({', '.join(changed)}) are not wired into kbench's distributed training loops; "
             "leave them at their defaults"
         )
+    if config.distributed == "tf-mirrored":
+        return mirrored_gpus_missing(config)
     return None
+
+
+def mirrored_gpus_missing(config: RunConfig) -> Optional[str]:
+    """Why tf-mirrored cannot run here, decided without starting TensorFlow (8 s of
+    import for a run that cannot happen): fewer GPUs than workers where NVML can count
+    them, or none where NVIDIA's driver is not here at all; None where it may run (the
+    worker then checks the GPUs TensorFlow sees)."""
+    needs = (f"tf-mirrored mirrors the model over one host's GPUs, one replica per worker: "
+             f"--workers {config.workers} needs {config.workers} GPUs")  # fmt: skip
+    fix = "Use tf-multiworker for CPU workers."
+    if config.device == "cpu":
+        return f"{needs}, and --device cpu hides them. {fix}"
+    info = sysinfo.gpu_info()
+    if info.get("available"):
+        visible = len([d for d in info["devices"] if "error" not in d])
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if hidden is not None:
+            visible = min(visible, len([d for d in hidden.split(",") if d.strip()]))
+        if visible < config.workers:
+            return f"{needs} and NVML sees {visible} here (CUDA_VISIBLE_DEVICES counted). {fix}"
+        return None
+    if "not installed" in info.get("reason", ""):
+        return None  # no NVML binding to ask: TensorFlow will say
+    return f"{needs} and this machine has none ({info.get('reason')}). {fix}"
 
 
 def cut_shards(order: np.ndarray, workers: int, batch_size: int) -> np.ndarray:

@@ -167,7 +167,10 @@ def load_data(ctx: Context) -> None:
 def start_backend(ctx: Context) -> None:
     config = ctx.config
     switches = {name: config[name] for name in SWITCHES if name in config}
-    ctx.backend = load_backend(config["backend"])(threads=config["threads"], switches=switches)
+    ctx.backend = load_backend(config["backend"])(
+        threads=config["threads"], switches=switches,
+        inter_op_threads=config.get("inter_op_threads"),
+    )  # fmt: skip
     started = time.perf_counter()
     ctx.backend.start(
         ctx.task.data_format,

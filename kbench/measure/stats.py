@@ -96,6 +96,12 @@ def _normal_quantile(p: float) -> float:
     return (low + high) / 2
 
 
+def rounds_needed(level: float = LEVEL) -> int:
+    """The fewest values whose median interval reaches ``level``: the range of ``n``
+    values covers the median with ``1 - 2 * 0.5**n`` (6 for 95%, 9 for 99.3%)."""
+    return max(2, math.ceil(math.log2(2 / (1 - level)) - 1e-12))
+
+
 def median_interval(values: Sequence[float], level: float = LEVEL) -> Optional[MedianInterval]:
     """The order-statistics interval on the median of ``values`` (see the module's
     docstring); None for no values. One value: the interval is the point, coverage 0."""

@@ -214,6 +214,9 @@ class RunConfig:
     image_size: Optional[Tuple[int, int]] = None  # real images resized to (height, width)
     data_dir: Optional[str] = None
     threads: Optional[int] = None  # None: every core this process may run on
+    # the framework's inter-op pool (TensorFlow, torch) apart from its intra-op threads;
+    # None: the threads in force, as for the intra-op pool
+    inter_op_threads: Optional[int] = None
     seed: int = 0
     timeout_s: float = 1800.0
     mode: str = "train"
@@ -514,6 +517,7 @@ class RunConfig:
     def _check_measurement(self) -> None:
         if self.threads is not None:
             _positive_int("threads", self.threads, most=MAX_THREADS)
+        self._check_inter_op()
         _positive_int("seed", self.seed, allow_zero=True, most=MAX_SEED)
         _positive_number("timeout_s", self.timeout_s, "seconds", MAX_SECONDS)
         check_choice("device", self.device, DEVICES)
@@ -540,6 +544,22 @@ class RunConfig:
         if not isinstance(self.gpu_memory_growth, bool):
             raise ConfigError(
                 "gpu_memory_growth", f"expected true or false; received {self.gpu_memory_growth!r}."
+            )
+
+    def _check_inter_op(self) -> None:
+        """``inter_op_threads``: a pool count, only where the framework has such a pool."""
+        if self.inter_op_threads is None:
+            return
+        _positive_int("inter_op_threads", self.inter_op_threads, most=MAX_THREADS)
+        why = BACKENDS[self.backend].no_inter_op_pool
+        if why is not None:
+            having = ", ".join(n for n, b in BACKENDS.items() if b.no_inter_op_pool is None)
+            raise ConfigError(
+                "inter_op_threads",
+                f"expected a backend with an inter-op thread pool ({having}); received "
+                f"--inter-op-threads {self.inter_op_threads} for {self.backend!r}, which has "
+                f"none to set: {why}. Drop --inter-op-threads for {self.backend} (--threads "
+                "sizes its threads).",
             )
 
     @property

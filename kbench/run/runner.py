@@ -405,6 +405,7 @@ def worker_key(config: RunConfig) -> Tuple:
         config.backend,
         config.data_format,
         config.threads_in_force,
+        config.inter_op_threads or config.threads_in_force,  # as the backend applies it
         config.device,
         config.gpu_memory_fraction,
         config.gpu_memory_growth,
@@ -521,6 +522,9 @@ class Session:
     directory: Path
     python_path: Path
     prepared: DataGroups
+    # Every warm window worker this session launched (kbench.run.windows): each one's
+    # windows count the others, idle meanwhile, as its companions, not as other load.
+    window_workers: List[Any] = field(default_factory=list, repr=False, compare=False)
 
     def run(
         self,

@@ -5,8 +5,9 @@ It starts the framework, loads the data, builds and compiles the model once, rep
 channel (:mod:`kbench.run.channel`):
 
 - ``{"do": "warmup", "window_s": S, "steps": N|null}``, optionally with ``weights_out`` or
-  ``weights_in`` (a path): the warmup and calibration steps
-  (:meth:`~kbench.run.window_steps.WindowTrainer.warm_up`); replies ``ready``.
+  ``weights_in`` (a path) and ``check_optional`` (:func:`warm_up`): the warmup and
+  calibration steps (:meth:`~kbench.run.window_steps.WindowTrainer.warm_up`); replies
+  ``ready``.
 - ``{"do": "window", "index": K}``: one measuring window; replies ``window`` with its
   figures, then waits, doing nothing, while the other backends measure.
 - ``{"do": "finish"}``: replies ``finished`` and exits 0 (so does the end of stdin).
@@ -71,11 +72,7 @@ def answer(
     """Do ``command``; the reply's event and fields, or None for ``finish``."""
     what = command.get("do")
     if what == "warmup":
-        return "ready", trainer.warm_up(
-            task.config["warmup_steps"], float(command["window_s"]), command.get("steps"),
-            command.get("weights_in"), command.get("weights_out"), bool(command.get("check")),
-            command.get("check_rows"),
-        )  # fmt: skip
+        return "ready", warm_up(trainer, task, command)
     if what == "window":
         started_at = time.time()
         figures = trainer.window()
@@ -89,6 +86,24 @@ def answer(
     if what == "finish":
         return None
     raise ValueError(f"command: expected do = warmup, window or finish; received {command!r}")
+
+
+def warm_up(trainer: WindowTrainer, task: WorkerTask, command: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``warmup`` command. With ``check_optional`` (a comparison's check at warm-up),
+    initial weights that cannot be saved or loaded (or outputs that cannot be read) fail
+    the check, not the worker: the warm-up runs again without them and ``check`` says why."""
+    settings = (task.config["warmup_steps"], float(command["window_s"]), command.get("steps"))
+    position = trainer.position
+    try:
+        return trainer.warm_up(
+            *settings, command.get("weights_in"), command.get("weights_out"),
+            bool(command.get("check")), command.get("check_rows"),
+        )  # fmt: skip
+    except Exception as err:
+        if not command.get("check_optional") or trainer.position != position:
+            raise  # not the check's: a training step failed
+        log.warning("the check at warm-up is left out: %s: %s", type(err).__name__, err)
+        return trainer.warm_up(*settings) | {"check": {"error": f"{type(err).__name__}: {err}"}}
 
 
 def serve(task: WorkerTask, replies: ReplyWriter) -> int:

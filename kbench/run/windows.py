@@ -21,12 +21,20 @@ rounds.
   ratio to measure, and the comparison stops.
 - What needs a fresh process (the first step, compilation, cold memory) is measured
   once, at the worker's start, and kept in its first window's document only.
+- Parity at warm-up (``check_parity``: :func:`plan_parity`, :func:`record_parity`): the
+  baseline's worker (or the first of a Keras backend, where the baseline is a native
+  port) exports its initial weights and the others start from them; the warmup steps
+  train on the same batches; each worker's outputs before training and warmup losses
+  are compared with the baseline's within ``kbench parity``'s tolerance
+  (:mod:`kbench.run.agreement`), and every window records ``metrics.parity``. A backend
+  that computes otherwise is measured all the same; one that cannot be checked says why.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -35,17 +43,20 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
-from kbench.measure import processes
+import kbench_models
+from kbench.backends import BACKENDS, load_backend
+from kbench.measure import processes, sysinfo
 from kbench.measure.sampler import Sampler, process_tree, tree_usage
 from kbench.results import ending
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, open_log
-from kbench.run import environments
+from kbench.run import agreement, environments, weightfile
 from kbench.run.channel import REPLY_FD_VARIABLE, read_replies
 from kbench.run.metrics import compute_rate
 from kbench.run.runner import Case, PlannedRun, Runner, Session, add_sampled, model_facts
@@ -93,6 +104,29 @@ def window_timeout(window_s: float, expected_s: float = 0.0) -> float:
     return max(WINDOW_TIMEOUT_MIN_S, 20.0 * max(window_s, expected_s))
 
 
+@functools.lru_cache(maxsize=1)
+def _gpu_present() -> bool:
+    return bool(sysinfo.gpu_info().get("available"))
+
+
+def grow_on_demand(config: RunConfig) -> Tuple[RunConfig, Optional[str]]:
+    """``config`` for a warm worker that shares a GPU with its session's others, and
+    what was changed (None: nothing). A framework that takes most of the GPU's memory
+    when it starts (JAX 75%, TensorFlow all of it) would leave the others none: on an
+    H100, every tune setting of JAX after the first failed with out of memory. Such a
+    worker grows its memory on demand instead; the user's own memory options are kept."""
+    if config.device == "cpu" or config.gpu_memory_growth or config.gpu_memory_fraction:
+        return config, None
+    backend = load_backend(config.backend)
+    if backend.growth_variable is None or (config.device != "gpu" and not _gpu_present()):
+        return config, None
+    note = (
+        f"grows on demand (as --gpu-memory-growth), not {backend.framework_name}'s default "
+        f"({backend.memory_default}): the warm workers share the GPU"
+    )
+    return dataclasses.replace(config, gpu_memory_growth=True), note
+
+
 @dataclass
 class WindowWorker:
     """One warm worker process and what it has said so far."""
@@ -117,9 +151,9 @@ class WindowWorker:
     tags: Dict[str, Any] = field(default_factory=dict)  # added to each window's metrics
     check_rows: Optional[int] = None  # test rows whose outputs the check compares
     closed: bool = False
-    # The other workers of the comparison: idle while this one measures, so what they
-    # hold on a GPU is recorded apart from other processes' and drops no round.
-    companions: List[int] = field(default_factory=list)
+    # Every worker its session launched, itself included (Session.window_workers).
+    siblings: List[WindowWorker] = field(default_factory=list, repr=False, compare=False)
+    memory_note: Optional[str] = None  # its GPU memory option changed, and why
 
     def __post_init__(self) -> None:
         self.name = self.name or self.config.backend
@@ -132,9 +166,18 @@ class WindowWorker:
     def alive(self) -> bool:
         return self.gone is None
 
+    @property
+    def companions(self) -> List[int]:
+        """The PIDs of the session's other live workers (of this comparison, of tune's
+        other settings and backends): idle while this one measures, so what they hold on
+        a GPU is recorded apart from other processes' and drops no window."""
+        return [w.process.pid for w in self.siblings
+                if w is not self and w.alive and not w.closed]  # fmt: skip
+
     @classmethod
     def launch(cls, runner: Runner, session: Session, config: RunConfig) -> WindowWorker:
         """Start the worker process; it imports and builds while the others do too."""
+        config, memory_note = grow_on_demand(config)
         planned = runner._plan(Case(config, session.prepared.get(config)), session.directory)
         env, keras_json = environments.process_environment(
             config.backend, planned.run_dir, session.python_path, config.threads_in_force,
@@ -164,8 +207,10 @@ class WindowWorker:
             log_file=LogWriter.open(log_path),
             tail=collections.deque(maxlen=LOG_TAIL_LINES), interpreter=str(interpreter),
             process_env=environments.recorded_variables(env, config.backend),
-            keras_json=keras_json, launched_at=launched_at,
+            keras_json=keras_json, launched_at=launched_at, siblings=session.window_workers,
         )  # fmt: skip
+        session.window_workers.append(worker)
+        worker.memory_note = memory_note
         worker.threads = [
             threading.Thread(target=read_replies, args=(read_end, worker.replies), daemon=True),
             threading.Thread(
@@ -260,6 +305,8 @@ class WindowWorker:
             return [self._failed(gone.verdict, 0, began)]
         for warning in self.started["framework"].get("warnings") or []:
             log.warning("%s: %s", self.label, warning)
+        if self.memory_note:
+            log.info("%s: GPU memory %s", self.label, self.memory_note)
         log.info(
             "%s: warm; first step %.2f s, %d-step windows (%.1f ms a step)",
             self.label, self.ready["first_step_s"], self.ready["window_steps"],
@@ -392,7 +439,7 @@ class WindowWorker:
                 "steps": self.ready["window_steps"],
                 "worker_run_id": self.planned.run_id, "worker_pid": self.process.pid,
                 "fresh_process": False, "dropped": None, "note": NOTE,
-            },
+            } | ({"gpu_memory": self.memory_note} if self.memory_note else {}),
             **self.tags,
             "warm_worker": True, "epoch_time_s": [], "epoch_train_loss": [],
             "epoch_train_accuracy": [], "test_loss": None, "test_accuracy": None,
@@ -447,13 +494,17 @@ def interleave(
     stop: Optional[Stop] = None,
     max_rounds: int = MAX_ROUNDS,
     on_window: Optional[OnWindow] = None,
+    check_parity: bool = False,
 ) -> Tuple[List[RunResult], str]:
     """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, the
     steps of a window) in warm interleaved windows into ``runner.output_dir`` until
     ``stop(counted results)`` gives a reason, ``max_rounds`` rounds ran, or fewer than
     two workers are left. Returns every window's result (dropped ones included) and why
     it stopped. ``on_window(worker, round)`` is called as each window's command is sent.
-    The first config is the baseline: when its worker ends, so does the comparison."""
+    The first config is the baseline: when its worker ends, so does the comparison.
+    ``check_parity``: every worker's warm-up is checked against the baseline's
+    (:func:`plan_parity`); each window's ``metrics.parity`` says how it came out, or that
+    it was not checked and why."""
     unset = [config.label() for config in configs if config.window_s is None]
     if unset:
         raise ValueError(f"interleave: expected configs with window_s; {unset[0]} has none")
@@ -463,7 +514,9 @@ def interleave(
         try:
             for config in configs:
                 workers.append(WindowWorker.launch(runner, session, config))
-            results += start_workers(runner, workers)
+            weights = session.directory.resolve() / "initial-weights.npz"
+            results += start_workers(runner, plan_parity(workers, weights, check_parity))
+            record_parity(workers, weights)
             reason = _rounds(runner, workers, results, stop, max_rounds, on_window)
         except BaseException:  # Ctrl-C, or a failure of kbench's own: stop them at once
             for worker in workers:
@@ -526,14 +579,115 @@ def measure_round(
 
 def start_workers(runner: Runner, workers: Sequence[WindowWorker]) -> List[RunResult]:
     """Wait for every worker's start, then warm each up in turn; the failed ones' results."""
-    for worker in workers:
-        worker.companions = [other.process.pid for other in workers if other is not worker]
     results: List[RunResult] = []
     for worker in workers:
         results += keep(runner, worker.start())
     for worker in [w for w in workers if w.alive]:
         results += keep(runner, worker.warm_up())
     return results
+
+
+def plan_parity(
+    workers: Sequence[WindowWorker], weights: Path, check: bool = True
+) -> List[WindowWorker]:
+    """Set up the check at warm-up that each worker computes what the first one (the
+    baseline: the reference) does: the first worker whose backend exports weights (a
+    Keras backend: the baseline where it is one) saves its initial weights at ``weights``,
+    every other starts from them (a native port converts their layout, as in ``kbench
+    parity``), and each reports its outputs on the same test rows before training and the
+    losses of its warmup steps, the same batches in each (:func:`record_parity` compares
+    them). A worker that cannot be checked gets its ``parity`` record now, saying why.
+    Returns the workers in the order to warm up: the one that exports first. Not
+    ``check``: none is checked, each record says so."""
+    reference = workers[0].config
+    why_none = not_comparable(reference) if check else NOT_ASKED
+    checked = [w for w in workers if _settings_apart(reference, w.config) is None]
+    source = next((w for w in checked if BACKENDS[w.config.backend].exports_weights), None)
+    if why_none is None and source is None:
+        why_none = (
+            f"no backend here exports initial weights: {', '.join(w.name for w in checked)} "
+            "only load a Keras backend's (native ports); add a Keras backend to check them"
+        )
+    for worker in workers:
+        apart = why_none or _settings_apart(reference, worker.config)
+        if apart is not None:
+            worker.tags["parity"] = agreement.unchecked(reference.backend, apart)
+            continue
+        worker.check_rows = reference.batch_size
+        where = "weights_out" if worker is source else "weights_in"
+        worker.weights = {where: str(weights), "check_optional": True}
+    if why_none is not None:
+        return list(workers)
+    return [source, *[w for w in workers if w is not source]]
+
+
+NOT_ASKED = "not asked for (--no-parity-check)"
+# The settings that change what a worker computes: workers apart in one are not checked.
+COMPUTATION = (
+    "model", "dataset", "data_dir", "train_samples", "test_samples", "input_shape",
+    "num_classes", "image_size", "batch_size", "warmup_steps", "optimizer", "learning_rate",
+    "seed", "mode", "mixed_precision",
+)  # fmt: skip
+
+
+def not_comparable(config: RunConfig) -> Optional[str]:
+    """Why no worker of ``config``'s comparison can be checked at warm-up; None: they can."""
+    if config.model not in kbench_models.MODELS:  # a user model
+        return (
+            "a user model: kbench cannot tell that its training steps are deterministic "
+            "(Dropout and other random layers draw apart on each backend); compare it with "
+            "kbench parity"
+        )
+    if config.mixed_precision != "off":
+        return (
+            f"mixed precision {config.mixed_precision}: the parity tolerance is float32's, "
+            "and half precision rounds apart on each backend"
+        )
+    return None
+
+
+def _settings_apart(reference: RunConfig, config: RunConfig) -> Optional[str]:
+    apart = [name for name in COMPUTATION if getattr(config, name) != getattr(reference, name)]
+    if not apart:
+        return None
+    return f"its settings differ from {reference.backend}'s in {', '.join(apart)}"
+
+
+def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
+    """After the warm-ups of :func:`plan_parity`: each warm worker's ``parity`` record
+    (:func:`kbench.run.agreement.same_start`), added to each of its windows' metrics, and
+    said. A backend that computes otherwise is still measured."""
+    reference = workers[0]
+    known = {backend for backend, _ in agreement.KNOWN_DIFFERENCES}
+    layer_types: List[str] = []
+    if weights.exists() and any(w.config.backend in known for w in workers):
+        try:  # for the known differences' notes only
+            layer_types = sorted({kind for kind, _ in weightfile.load(weights)[0]})
+        except (OSError, ValueError, KeyError) as err:
+            log.debug("the initial weights' layer types could not be read: %s", err)
+    for worker in workers:
+        if "parity" not in worker.tags and worker.ready:
+            worker.tags["parity"] = agreement.same_start(
+                reference.config.backend, reference.ready.get("check"), worker.config.backend,
+                worker.ready.get("check"), layer_types=layer_types,
+            )  # fmt: skip
+        record = worker.tags.get("parity")
+        if worker is reference or record is None:
+            continue
+        if not record["checked"]:
+            if record["why"] != NOT_ASKED:
+                log.info("%s: not checked against %s: %s", worker.label, reference.name,
+                         record["why"])  # fmt: skip
+        elif record["same_computation"]:
+            log.info(
+                "%s: computes as %s at warm-up (max |d output| %.1e, losses within %.1e)",
+                worker.label, reference.name, record["output_max_abs"], record["loss_max_rel"],
+            )  # fmt: skip
+        else:
+            log.warning(
+                "%s computes otherwise than %s at warm-up: %s; it is measured all the same",
+                worker.label, reference.name, record["differs"],
+            )  # fmt: skip
 
 
 def keep(runner: Runner, results: List[RunResult]) -> List[RunResult]:

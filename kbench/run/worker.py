@@ -8,9 +8,10 @@ interpreter leaves none, and the runner records that instead. It ends within a
 second of its runner (:mod:`kbench.run.parent_watch`): nobody would read its reply.
 
 Given several task files (a warm worker: the runner groups runs that share a
-backend, data format, threads, device and memory options), it starts the framework
-once and runs each task in turn, each in its own ``try``, with the framework's
-session cleared between them, and writes each task's reply as soon as it is done;
+backend, data format, threads (intra- and inter-op), device and memory options), it
+starts the framework once and runs each task in turn, each in its own ``try``, with
+the framework's session cleared between them, and writes each task's reply as soon as
+it is done;
 the second and later tasks record ``import_time_s`` 0 and ``warm_worker`` in their
 metrics. Where isolation is what matters (timings one can compare with a cold
 process, crashes, memory), the runner gives each run its own worker.
@@ -48,7 +49,11 @@ def start_backend(task: WorkerTask) -> Any:
     ``backend.import_time_s`` says how long the start took."""
     config = task.config
     switches = {name: config[name] for name in SWITCHES if name in config}
-    backend = load_backend(config["backend"])(threads=config["threads"], switches=switches)
+    backend = load_backend(config["backend"])(
+        threads=config["threads"],
+        switches=switches,
+        inter_op_threads=config.get("inter_op_threads"),  # absent from older task files
+    )
     # a zoo model never needs Keras 3's scikit-learn, plotting or Orbax imports
     backend.skip_unused_imports = not kbench_models.spec_for(config["model"]).is_user
     import_start = time.perf_counter()

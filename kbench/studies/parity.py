@@ -20,45 +20,12 @@ import numpy as np
 from kbench.measure.processes import usable_cores
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.result import RunResult
+from kbench.run.agreement import Tolerance, differences, known_differences
 from kbench.run.runner import Runner
 from kbench.views.names import model_label
 from kbench.views.tables import render
 
 log = logging.getLogger(__name__)
-
-
-# Differences a backend is known to have, by the layer types they touch; shown beside
-# the numbers, since a few training steps cannot always tell them from rounding.
-KNOWN_DIFFERENCES = {
-    ("mxnet", "BatchNormalization"): "keras-mxnet keeps BatchNorm's gamma at 1 (it calls "
-    "mx.sym.BatchNorm without fix_gamma=False): equal at initialisation, apart as gamma trains",
-}
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Defaults chosen from measurements on this project's 2-core CPU machine.
-
-    Outputs: float32 probabilities agree to about 1e-6 or better between correct
-    implementations; 1e-4 leaves room for other hardware. Losses: over 3 SGD steps at
-    learning rate 1e-3 and batch 8, correct implementations drift apart by up to 5.2e-3:
-    VGG-16 on MXNet Gluon against TensorFlow, whose gradients agree to 3e-14 in float64;
-    in float32 the two libraries' convolutions round apart by about 2e-5, which flips
-    the sign of a pre-ReLU value near zero below the 7th BatchNorm, and 13 BatchNorm
-    layers amplify that. 1e-2 leaves room; keras-mxnet's VGG-16, which does not train
-    BatchNorm's gamma, drifts by 2e-2.
-    """
-
-    output_atol: float = 1e-4  # largest |difference| of float32 probabilities
-    loss_rtol: float = 1e-2  # largest |difference| of a step's loss, relative to it
-    noise_factor: float = 10.0  # or this many times the model's measured noise floor
-
-    def describe(self) -> str:
-        return (
-            f"outputs within {self.output_atol:g} absolute; losses within {self.loss_rtol:g} "
-            f"relative at every step, or within {self.noise_factor:g}x the model's noise floor "
-            "(the drift of the reference retrained from weights nudged by 1e-7) where larger"
-        )
 
 
 @dataclass(frozen=True)
@@ -93,32 +60,16 @@ def noise_floor(reference: RunResult) -> float:
 
 
 def compare(reference: RunResult, result: RunResult, tolerance: Tolerance) -> Dict[str, float]:
-    """Differences of ``result`` from ``reference``, and whether they are within tolerance."""
-    ref_out = np.asarray(reference.metrics["outputs"], dtype=np.float64)
-    out = np.asarray(result.metrics["outputs"], dtype=np.float64)
-    ref_loss = np.asarray(reference.metrics["losses"], dtype=np.float64)
-    loss = np.asarray(result.metrics["losses"], dtype=np.float64)
-    if out.shape != ref_out.shape or loss.shape != ref_loss.shape:
-        raise ValueError(
-            f"{result.config['backend']}: outputs {out.shape} / losses {loss.shape} do not "
-            f"match the reference's {ref_out.shape} / {ref_loss.shape}"
-        )
-    drift = np.abs(loss - ref_loss)
-    finite = bool(np.all(np.isfinite(out)) and np.all(np.isfinite(loss)))
-    output_max_abs = float(np.max(np.abs(out - ref_out))) if finite else float("inf")
-    loss_max_abs = float(np.max(drift)) if finite else float("inf")
-    loss_max_rel = (
-        float(np.max(drift / np.maximum(np.abs(ref_loss), 1e-12))) if finite else (float("inf"))
-    )
-    floor = noise_floor(reference)
-    loss_limit = max(tolerance.loss_rtol, tolerance.noise_factor * floor)
-    return {
-        "output_max_abs": output_max_abs,
-        "loss_max_abs": loss_max_abs,
-        "loss_max_rel": loss_max_rel,
-        "noise_floor": floor,
-        "passed": finite and output_max_abs <= tolerance.output_atol and loss_max_rel <= loss_limit,
-    }
+    """Differences of ``result`` from ``reference``, and whether they are within tolerance
+    (:func:`kbench.run.agreement.differences`, with the reference's noise floor)."""
+    try:
+        return differences(
+            reference.metrics["outputs"], result.metrics["outputs"],
+            reference.metrics["losses"], result.metrics["losses"],
+            tolerance, noise_floor(reference),
+        )  # fmt: skip
+    except ValueError as err:
+        raise ValueError(f"{result.config['backend']}: {err}") from None
 
 
 def check_model(runner: Runner, model: str, backends: Sequence[str], **settings) -> List[ParityRow]:
@@ -243,11 +194,7 @@ def _row(
                  "noise_floor": noise_floor(reference), "passed": True}  # fmt: skip
     else:
         diffs = compare(reference, result, tolerance)
-    notes = [
-        text
-        for (known_backend, layer), text in KNOWN_DIFFERENCES.items()
-        if known_backend == backend and layer in result.metrics.get("layer_types", [])
-    ]
+    notes = known_differences(backend, result.metrics.get("layer_types", []))
     metrics = dict(
         result.metrics,
         parity=dict(

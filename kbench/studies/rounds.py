@@ -114,17 +114,20 @@ def run_rounds(
     warm: bool = False,
     on_progress: Optional[OnProgress] = None,
     baseline: Optional[str] = None,
+    check_parity: bool = True,
 ) -> Tuple[List[RunResult], Optional[str]]:
     """Run ``rounds`` in turn into ``store``; after each, the rule ``stop()`` made may give
     the reason to run no more. Returns the results and that reason (None: every round
-    ran). Configs with ``window_s`` run as warm interleaved windows (:func:`run_windows`)."""
+    ran). Configs with ``window_s`` run as warm interleaved windows (:func:`run_windows`,
+    ``check_parity`` with them)."""
     count = sum(len(r) for r in rounds)
     look_before_runs(store, count, busy_threshold, wait_quiet_s, "kbench run")
     runner = Runner(
         output_dir=store, on_progress=on_progress, busy_threshold=busy_threshold, warm=warm
     )
     if any(config.window_s is not None for r in rounds for config in r):
-        return run_windows(runner, [config for r in rounds for config in r], stop, baseline)
+        configs = [config for r in rounds for config in r]
+        return run_windows(runner, configs, stop, baseline, check_parity)
     return runner.run_rounds([list(r) for r in rounds], stop() if stop is not None else None)
 
 
@@ -133,11 +136,14 @@ def run_windows(
     configs: Sequence[RunConfig],
     stop: Optional[Callable[[], Stop]],
     baseline: Optional[str] = None,
+    check_parity: bool = True,
 ) -> Tuple[List[RunResult], Optional[str]]:
     """Warm interleaved windows, one model at a time (its backends' workers side by side,
     ``baseline``'s first: default the first backend), each with a fresh ``stop()`` rule
     (default: :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S`); the reasons each
-    stopped, joined."""
+    stopped, joined. ``check_parity``: each backend's warm-up is checked against the
+    baseline's (same initial weights, same batches; :func:`kbench.run.windows.plan_parity`),
+    each window recording ``metrics.parity``."""
     baseline = baseline or configs[0].backend
     if stop is None:
         stop = functools.partial(ratio_stop, WINDOW_PRECISION, WINDOW_BUDGET_S, baseline)
@@ -147,7 +153,9 @@ def run_windows(
     results: List[RunResult] = []
     reasons = []
     for model, model_configs in by_model.items():
-        found, reason = windows.interleave(runner, model_configs, stop=stop())
+        found, reason = windows.interleave(
+            runner, model_configs, stop=stop(), check_parity=check_parity
+        )
         results += found
         reasons.append(f"{model}: {reason}" if len(by_model) > 1 else reason)
     return results, "; ".join(reasons)

@@ -9,6 +9,15 @@ holding the store's writer lock; the runs to do become the tasks of one ``sbatch
 the submitter's directory: the checkout, its environments and the store must be on a
 filesystem every node shares, at the same paths.
 
+A sweep in warm windows (``measure: windows``, ``--windows``;
+:mod:`kbench.studies.sweep_windows`): each comparison (one setting, every backend) is
+one task, whose node measures it as a local sweep does (one warm worker per backend,
+side by side in the task's allocation, a window each in turn), so that its rounds
+interleave on one node; the settings that need fresh processes are tasks as above. A
+comparison is submitted whole or not at all (:func:`runs_to_do`); before it is
+submitted again, the windows an earlier measuring of it left (a task cut short) are
+marked dropped, as a local sweep marks them (:func:`drop_earlier_windows`).
+
 What lives in the store (``STORE/.slurm/<submission>/``): ``tasks.json`` (the sweep
 file, its settings and each task's run keys, written before ``sbatch``), ``job.json``
 (the job id, written after), ``task-<i>.out`` (each task's output), ``task-<i>/`` (the
@@ -46,9 +55,9 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from kbench.measure import sysinfo
 from kbench.results import ending
@@ -56,7 +65,8 @@ from kbench.results.config import ConfigError
 from kbench.results.jsonfile import write_text_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import IndexEntry, ResultStore, latest_per_run
-from kbench.studies.sweep import Sweep, SweepRun, worker_groups
+from kbench.studies import sweep_windows
+from kbench.studies.sweep import Plan, Sweep, SweepRun, comparisons, worker_groups
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +141,24 @@ def check_tools() -> None:
         )
 
 
+def check_windows(options: SlurmOptions) -> None:
+    """Refuse (exit 2) what a sweep in warm windows cannot do on Slurm, before anything runs."""
+    if options.per_task == "run":
+        raise ConfigError(
+            "per_task",
+            "expected --per-task comparison (the default) for a sweep in warm windows: a "
+            "comparison's backends are measured in turn by warm workers in one task, so its "
+            "runs cannot be tasks of their own; received --per-task run. Drop --per-task run, "
+            "or add --fresh-processes to run the file's fresh-process runs one per task.",
+        )
+
+
 def task_units(runs: Sequence[SweepRun], per_task: str, warm: bool) -> List[List[SweepRun]]:
     """The runs of each task, in the sweep's order. ``comparison``: the runs of one
-    setting and repeat (every backend), so that their ratios are taken on one node;
-    ``run``: one run each, or with ``warm`` the runs one warm worker shares."""
+    setting and repeat (every backend), so that their ratios are taken on one node (a
+    comparison in warm windows, its runs one per backend with ``window_s``: one task that
+    measures it whole); ``run``: one run each, or with ``warm`` the runs one warm worker
+    shares."""
     if per_task == "run":
         return worker_groups(runs) if warm else [[run] for run in runs]
     units: Dict[str, List[SweepRun]] = {}
@@ -346,11 +370,14 @@ def submit(
 # results of the tasks ------------------------------------------------------------------
 
 
-def move_documents(folder: Path, store: Path) -> int:
+def move_documents(folder: Path, store: Path, last: Collection[str] = ()) -> int:
     """Move the result documents and logs a task wrote in its own ``folder`` into the
-    store (``os.replace``: atomic on one filesystem); the number that could not be."""
+    store (``os.replace``: atomic on one filesystem), the documents of the run ids in
+    ``last`` after the others (a comparison's first windows: it is done only when all of
+    them are in); the number that could not be."""
     lost = 0
-    moves = [(p, store / p.name) for p in folder.glob("*.json")]
+    moves = sorted(((p, store / p.name) for p in folder.glob("*.json")),
+                   key=lambda move: move[0].stem in last)  # fmt: skip
     if (folder / "logs").is_dir():
         (store / "logs").mkdir(exist_ok=True)
         moves += [(p, store / "logs" / p.name) for p in (folder / "logs").iterdir()]
@@ -541,8 +568,11 @@ def run_on_slurm(
               if run.key not in in_flight]  # fmt: skip
     first = time.time()
     if to_run:
+        drop_earlier_windows(sweep, store, to_run, write)
         units = task_units(to_run, options.per_task, warm)
-        sub = submit(sweep, store, units, options, dict(settings or {}, warm=warm))
+        windows = asdict(sweep.windows) if sweep.windows is not None else None
+        sub = submit(sweep, store, units, options,
+                     dict(settings or {}, warm=warm, windows=windows))  # fmt: skip
         watch.submissions.append(sub)
         where = f" on partition {options.partition}" if options.partition else ""
         write(f"submitted job {sub.job_id}{where}: {len(units)} tasks, {len(to_run)} runs "
@@ -563,9 +593,34 @@ def run_on_slurm(
 def runs_to_do(sweep: Sweep, store: Path, force: bool, retry_failed: bool) -> List[SweepRun]:
     """The runs of ``sweep`` to submit: those without a result in ``store``, those whose
     newest result is the record of a task Slurm ended, and (``force``, ``retry_failed``)
-    as a local sweep."""
+    as a local sweep; a comparison in warm windows with one of them, whole."""
     newest = newest_entries(store)
-    return [run for run in sweep.runs if _to_run(newest.get(run.key), force, retry_failed)]
+    to_run = [run for run in sweep.runs if _to_run(newest.get(run.key), force, retry_failed)]
+    if sweep.windows is not None:
+        to_run = sweep_windows.whole_comparisons(sweep, Plan(to_run, [])).to_run
+    return to_run
+
+
+def drop_earlier_windows(
+    sweep: Sweep, store: Path, runs: Sequence[SweepRun], write: Callable[[str], None] = print
+) -> int:
+    """Before the comparisons in warm windows of ``runs`` are submitted: mark dropped
+    (:data:`~kbench.studies.sweep_windows.SUPERSEDED`) the windows an earlier measuring
+    of them left in ``store`` (a task failed, cancelled, or its node lost), as a local
+    sweep does before it measures a comparison again; how many."""
+    groups = [group for group in comparisons(runs) if sweep_windows.windowed(group)]
+    if not groups or not ResultStore(store).exists():
+        return 0
+    earlier = sweep_windows.EarlierWindows.read(store, sweep)
+    count = 0
+    for group in groups:
+        dropped = earlier.supersede(group)
+        if dropped:
+            label = sweep_windows.label_of(group[0].config, sweep.varying())
+            write(f"  {label}: {dropped} earlier window(s) marked dropped: "
+                  f"{sweep_windows.SUPERSEDED}")  # fmt: skip
+        count += dropped
+    return count
 
 
 def _to_run(entry: Optional[IndexEntry], force: bool, retry_failed: bool) -> bool:

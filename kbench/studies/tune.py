@@ -6,7 +6,8 @@ For each backend, one after another:
 1. **Candidates** (:func:`search_space`): the default settings and each single change
    that applies to this backend on this machine: XLA/``jit_compile``, eager, oneDNN,
    the other data format, bfloat16 where the CPU computes it, Gluon's hybridize,
-   ``torch.compile``, half the threads, and (only with ``allow_batch_size``, since it
+   ``torch.compile``, half the threads, one inter-op thread (TensorFlow, torch: the
+   intra-op threads stay), and (only with ``allow_batch_size``, since it
    changes the training) half and twice the batch. A change that cannot run here is
    skipped with its reason, not run.
 2. **Same computation** (:func:`differs`): every candidate starts from the default's
@@ -50,7 +51,7 @@ import yaml
 
 from kbench.backends import BACKENDS
 from kbench.measure import processes, sysinfo
-from kbench.measure.stats import LEVEL, MedianInterval, median_interval
+from kbench.measure.stats import LEVEL, MedianInterval, median_interval, rounds_needed
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.jsonfile import write_json_atomic, write_text_atomic
 from kbench.results.result import RunResult
@@ -69,7 +70,8 @@ MIN_ROUNDS = 6  # the fewest per-round ratios whose interval reaches 95%
 WINDOW_S = 0.5
 # the settings a search may change (kbench tune --try)
 TUNABLE = ("jit_compile", "run_eagerly", "onednn", "data_format", "mixed_precision",
-           "hybridize", "torch_compile", "tf32", "threads", "batch_size")  # fmt: skip
+           "hybridize", "torch_compile", "tf32", "threads", "inter_op_threads",
+           "batch_size")  # fmt: skip
 FINAL_SHARE = 0.25  # of the budget, for the backends compared at their best
 PROGRESS_NAME = "tune-progress.json"  # each backend's finished search, for resuming
 COMBINED_SHARE = 0.35  # of a backend's share, for its clearly faster changes together
@@ -185,8 +187,13 @@ def search_space(
     threads = base.threads or cores
     if threads > 1:
         options.append(("threads", threads // 2))
-    skipped.append(("intra-op and inter-op threads apart", "kbench sets both from one "
-                    "--threads; they are searched together"))  # fmt: skip
+    inter_op = base.inter_op_threads or threads
+    if spec.no_inter_op_pool is not None:
+        skipped.append(("inter_op_threads", f"no inter-op pool to set: {spec.no_inter_op_pool}"))
+    elif inter_op > 1:  # one pool thread: independent operations run one after another
+        options.append(("inter_op_threads", 1))
+    else:
+        skipped.append(("inter_op_threads=1", "the inter-op pool has 1 thread already"))
     if allow_batch_size:
         options += [("batch_size", base.batch_size * 2), ("batch_size", base.batch_size // 2)]
     else:
@@ -374,15 +381,37 @@ def best_of(trials: Sequence[Trial], reference: Trial) -> Tuple[Trial, str]:
         interval = median_interval(round_ratios(trial, reference), level)
         if interval is not None and interval.coverage >= level and interval.low > 1.0:
             faster.append((interval.median, trial, interval))
+    if contenders and not any(round_ratios(t, reference) for t in contenders):
+        dropped = [r.metrics["window"]["dropped"] for r in reference.results
+                   if r.ok and r.metrics.get("window", {}).get("dropped")]  # fmt: skip
+        why = f"every round dropped, the first as {dropped[0]}" if dropped else "no round counted"
+        return reference, f"undecided, the default kept: no ratio measured ({why})"
     if not faster:
-        return reference, (
-            f"no setting clearly faster than the default ({len(compared)} compared, "
-            f"each at {level:.1%})"
-        )
+        return reference, _none_faster(contenders, reference, level, len(compared))
     median, trial, interval = max(faster, key=lambda item: item[0])
     return trial, (
         f"x{median:.3f} ({interval.low:.3f}-{interval.high:.3f}, {interval.coverage:.1%}, "
         f"n={interval.n}) of the default, {len(compared)} settings compared"
+    )
+
+
+def _none_faster(contenders: Sequence[Trial], reference: Trial, level: float, compared: int) -> str:
+    """Why the default stays: no setting clearly faster, or too few rounds to tell (then
+    the fastest so far, in figures)."""
+    needed = rounds_needed(level)
+    ratios = {id(t): round_ratios(t, reference) for t in contenders}
+    short = [t for t in contenders if 0 < len(ratios[id(t)]) < needed]
+    if not short:
+        return (
+            f"no setting clearly faster than the default ({compared} compared, each at {level:.1%})"
+        )
+    lead = max(short, key=lambda t: float(np.median(ratios[id(t)])))
+    mine = ratios[id(lead)]
+    return (
+        f"undecided, the default kept: {min(len(ratios[id(t)]) for t in short)} rounds, and "
+        f"{compared} settings compared at {level:.1%} need {needed}; the fastest so far, "
+        f"{lead.candidate.name}: x{float(np.median(mine)):.2f} (x{min(mine):.2f}-x{max(mine):.2f} "
+        f"over {len(mine)} rounds)"
     )
 
 

@@ -134,7 +134,8 @@ def describe_setting(config: Dict[str, Any], keys: Sequence[str]) -> str:
 
 
 def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
-    """Groups of runs (train and inference), ordered by model, then mode and batch size."""
+    """Groups of runs (train and inference), ordered by model, then mode and batch size; a
+    group whose every run is a dropped window (:func:`compare` leaves them out) is none."""
     members: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         members.setdefault(group_key(result), []).append(result)
@@ -154,8 +155,10 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
         setting = describe_setting(config, keys[config["model"]])
         if config.get("mode") == "inference" and "mode" not in keys[config["model"]]:
             setting += ", inference"
-        (comparison,) = compare(runs, baseline, column)
-        groups.append(RunGroup(key, config["model"], setting, comparison, runs))
+        found = compare(runs, baseline, column)
+        if not found:  # every run of it left out (dropped windows): nothing to draw
+            continue
+        groups.append(RunGroup(key, config["model"], setting, found[0], runs))
     return sorted(
         groups,
         key=lambda g: (

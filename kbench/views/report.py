@@ -161,6 +161,13 @@ def write_report(
             f"{parity} parity run(s) are listed under failures if they failed, but not "
             "plotted: they compare numbers between backends, not speed."
         )
+    dropped = sum(1 for r in measured if r.dropped)
+    if dropped:
+        notes.append(
+            f"{dropped} window(s) dropped (measured while the machine was busy or its GPU "
+            "shared, or superseded by a later measuring) are left out of the figures; "
+            "kbench compare says why each was dropped."
+        )
     groups = figures.group_runs(measured, base)
     machines = machine_groups(measured, base)
 

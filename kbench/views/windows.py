@@ -1,11 +1,13 @@
 """The windows of a warm interleaved comparison (``kbench run`` with several backends),
 one row per worker: how many windows counted, were dropped or failed, their size, the
-median throughput, and what the worker's start cost (measured once, in a fresh process)."""
+median throughput, what the worker's start cost (measured once, in a fresh process), and
+whether it computed what the baseline did at warm-up (``metrics.parity``, written by
+:func:`kbench.run.windows.record_parity`), said in a line per backend under the table."""
 
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
 from kbench.views.names import model_label
@@ -13,17 +15,97 @@ from kbench.views.tables import render
 
 HEADERS = (
     "model", "backend", "windows", "dropped", "not ok", "steps", "window s",
-    "img/s (median)", "start: import s", "first step s",
+    "img/s (median)", "start: import s", "first step s", "parity",
 )  # fmt: skip
 
 
 def windows_table(results: Sequence[RunResult]) -> str:
-    """One row per (model, backend) of the window results; a footnote per dropped round."""
-    workers: Dict[tuple, List[RunResult]] = {}
+    """One row per (model, backend) of the window results; a footnote per dropped round;
+    the check at warm-up, a line per backend (:func:`parity_lines`)."""
+    workers = _by_worker(results)
+    rows = [_row(model, backend, runs) for (model, backend), runs in workers.items()]
+    return "\n".join([render(HEADERS, rows), *dropped_notes(results), *parity_lines(results)])
+
+
+def _by_worker(results: Sequence[RunResult]) -> Dict[Tuple[str, str], List[RunResult]]:
+    workers: Dict[Tuple[str, str], List[RunResult]] = {}
     for result in results:
         workers.setdefault((result.config["model"], result.config["backend"]), []).append(result)
-    rows = [_row(model, backend, runs) for (model, backend), runs in workers.items()]
-    return "\n".join([render(HEADERS, rows), *dropped_notes(results)])
+    return workers
+
+
+def parity_record(runs: Sequence[RunResult]) -> Optional[Dict[str, Any]]:
+    """One worker's ``metrics.parity`` (the same in each of its windows); None: none."""
+    return next((r.metrics["parity"] for r in runs if r.ok and r.metrics.get("parity")), None)
+
+
+def parity_word(record: Optional[Dict[str, Any]]) -> str:
+    """The table's word for a worker's check at warm-up."""
+    if record is None:
+        return "-"
+    if not record["checked"]:
+        return "not checked"
+    if record.get("is_reference"):
+        return "reference"
+    return "same" if record["same_computation"] else "DIFFERS"
+
+
+def parity_line(backend: str, record: Dict[str, Any]) -> str:
+    """What the check at warm-up found for ``backend``, in one line."""
+    reference = record["reference"]
+    if not record["checked"]:
+        return f"{backend}: not checked against {reference}: {record['why']}"
+    figures = ""
+    if record.get("output_max_abs") is not None:
+        figures = (
+            f"max |d output| {record['output_max_abs']:.1e}, "
+            f"loss within {record['loss_max_rel']:.1e}"
+        )
+    if record["same_computation"]:
+        return f"{backend}: same computation as {reference} ({figures})"
+    return (
+        f"{backend}: COMPUTES OTHERWISE than {reference}: {record['differs']}"
+        + (f" ({figures})" if figures else "")
+        + "; measured all the same: its ratio compares different computations"
+    )
+
+
+def parity_lines(results: Sequence[RunResult]) -> List[str]:
+    """The check at warm-up, per model: what was compared, then a line per backend but
+    the reference (one line when none was checked, for the same reason), then the known
+    differences of those backends."""
+    lines: List[str] = []
+    models: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for (model, backend), runs in _by_worker(results).items():
+        record = parity_record(runs)
+        if record is not None:
+            models.setdefault(model, {})[backend] = record
+    for model, records in models.items():
+        for_model = f" ({model_label(model)})" if len(models) > 1 else ""
+        others = {b: r for b, r in records.items() if not r.get("is_reference")}
+        reference = next(iter(records.values()))["reference"]
+        why = {r.get("why") for r in records.values()}
+        if all(not r["checked"] for r in records.values()) and len(why) == 1:
+            lines.append(f"parity at warm-up{for_model}: not checked: {why.pop()}")
+            continue
+        lines.append(f"parity at warm-up{for_model}, {_what_was_compared(records, reference)}:")
+        lines += [f"  {parity_line(backend, record)}" for backend, record in others.items()]
+        for backend, record in others.items():
+            lines += [f"  note ({backend}): {note}" for note in record.get("notes") or []]
+    return ["", *lines] if lines else []
+
+
+def _what_was_compared(records: Dict[str, Dict[str, Any]], reference: str) -> str:
+    checked = next((r for r in records.values() if r["checked"] and "rows" in r), None)
+    if checked is None:
+        return f"against {reference}"
+    tolerance = checked["tolerance"]
+    return (
+        f"against {reference}: from the same initial weights, the outputs on "
+        f"{checked['rows']} test rows before training and the losses of {checked['steps']} "
+        f"training steps on the same batches; tolerance: outputs within "
+        f"{tolerance['output_atol']:g}, losses within {tolerance['loss_rtol']:g} relative"
+    )
 
 
 def dropped_notes(results: Sequence[RunResult]) -> List[str]:
@@ -55,6 +137,7 @@ def _row(model: str, backend: str, runs: Sequence[RunResult]) -> List[str]:
         _median_text([r.metrics.get("images_per_sec") for r in counted], ",.0f"),
         "-" if first.get("import_time_s") is None else f"{first['import_time_s']:.1f}",
         "-" if first.get("first_step_s") is None else f"{first['first_step_s']:.2f}",
+        parity_word(parity_record(runs)),
     ]
 
 
