@@ -12,11 +12,17 @@ import sys
 import threading
 
 import pytest
-from conftest import dump, require_backends, run_kbench, spinning_loops
+from conftest import ROOT, dump, require_backends, run_kbench, spinning_loops
 
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
-from kbench.run.channel import ReplyWriter, read_replies
+from kbench.run.channel import (
+    REPLY_FD_VARIABLE,
+    ReplyWriter,
+    open_reply_pipe,
+    read_replies,
+    reply_fd,
+)
 from kbench.run.runner import Runner
 from kbench.run.windows import (
     WindowWorker,
@@ -85,6 +91,43 @@ def test_the_reply_channel_reads_lines_and_survives_garbage():
     got = [replies.get_nowait() for _ in range(4)]
     assert got[0] == {"event": "ready", "steps": 3}
     assert [g["event"] for g in got[1:3]] == ["garbled", "garbled"] and got[3] is None
+
+
+def test_a_child_replies_on_the_pipe_it_inherited_and_sees_no_other_end():
+    """The write end reaches a real child process the way a warm worker gets it
+    (open_reply_pipe: pass_fds here; an inherited handle on Windows, not run here), the
+    child writes through ReplyWriter.from_environment, and the read end stays the
+    parent's (the child cannot read its own replies back, nor keep the pipe open)."""
+    pipe = open_reply_pipe()
+    child = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]);"
+        "from kbench.run.channel import ReplyWriter;"
+        f"r = {pipe.read_fd};"
+        "inherited = True\ntry: os.fstat(r)\nexcept OSError: inherited = False\n"
+        "ReplyWriter.from_environment().send('ready', read_end_inherited=inherited)"
+    )
+    env = dict(os.environ, **{REPLY_FD_VARIABLE: pipe.value})
+    replies: queue.Queue = queue.Queue()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-c", child, str(ROOT)], env=env, **pipe.popen_args
+        )
+    finally:
+        pipe.close_write_end()
+    reader = threading.Thread(target=read_replies, args=(pipe.read_fd, replies))
+    reader.start()
+    assert process.wait(timeout=60) == 0
+    reader.join(timeout=10)
+    assert replies.get_nowait() == {"event": "ready", "read_end_inherited": False}
+    assert replies.get_nowait() is None  # the child's end closed with it: nothing holds it
+
+
+def test_a_worker_started_by_hand_is_told_where_the_reply_pipe_comes_from():
+    for value in ("", "handle:", "pipe"):
+        with pytest.raises(RuntimeError, match="started by kbench") as err:
+            reply_fd(value)
+        assert repr(value) in str(err.value)
+    assert reply_fd("7") == 7
 
 
 def test_every_live_worker_of_the_session_is_a_companion_of_the_others():

@@ -1,11 +1,19 @@
 """The reply channel of a warm window worker: a pipe of its own, apart from its output.
 
-The parent (:mod:`kbench.run.windows`) opens a pipe, passes its write end to the worker
-(:mod:`kbench.run.window_worker`) and names it in :data:`REPLY_FD_VARIABLE`; the worker
-writes one JSON object per line on it (:class:`ReplyWriter`), the parent reads them
-into a queue (:func:`read_replies`), ``None`` once the worker closed it or died. The
-worker's stdout and stderr stay the log, so whatever a framework prints can never
-garble or block a reply. Standard library only: it runs under both environments.
+The parent (:mod:`kbench.run.windows`) opens a pipe (:func:`open_reply_pipe`), passes
+its write end to the worker (:mod:`kbench.run.window_worker`) and names it in
+:data:`REPLY_FD_VARIABLE`; the worker writes one JSON object per line on it
+(:class:`ReplyWriter`), the parent reads them into a queue (:func:`read_replies`),
+``None`` once the worker closed it or died. The worker's stdout and stderr stay the log,
+so whatever a framework prints can never garble or block a reply. Standard library only:
+it runs under both environments.
+
+How the write end reaches the worker: on POSIX, as a file descriptor kept open across
+``exec`` (``pass_fds``), named by its number; on Windows, which has no ``pass_fds``, as
+an inheritable handle, the only one the worker inherits besides its standard streams
+(``STARTUPINFO.lpAttributeList["handle_list"]``), named ``handle:N``, which the worker
+turns back into a file descriptor (``msvcrt.open_osfhandle``). The Windows path is
+written from Python's documentation and has not run on Windows.
 """
 
 from __future__ import annotations
@@ -13,9 +21,57 @@ from __future__ import annotations
 import json
 import os
 import queue
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from typing import Any, Dict
 
 REPLY_FD_VARIABLE = "KBENCH_REPLY_FD"
+HANDLE_PREFIX = "handle:"  # Windows: the value names an inherited handle, not a descriptor
+
+
+@dataclass
+class ReplyPipe:
+    """The parent's side of a new reply pipe: ``read_fd`` to read, ``value`` for the
+    worker's :data:`REPLY_FD_VARIABLE`, ``popen_args`` that hand it the write end; once the
+    worker is started, :meth:`close_write_end` (the worker holds its own copy)."""
+
+    read_fd: int
+    write_fd: int
+    value: str
+    popen_args: Dict[str, Any] = field(default_factory=dict)
+
+    def close_write_end(self) -> None:
+        os.close(self.write_fd)
+
+
+def open_reply_pipe() -> ReplyPipe:
+    """A pipe whose write end the worker inherits, and only that one (module docstring)."""
+    read_fd, write_fd = os.pipe()
+    if sys.platform != "win32":
+        return ReplyPipe(read_fd, write_fd, str(write_fd), {"pass_fds": (write_fd,)})
+    import msvcrt  # Windows only
+
+    handle = msvcrt.get_osfhandle(write_fd)
+    os.set_handle_inheritable(handle, True)
+    startupinfo = subprocess.STARTUPINFO()  # type: ignore[attr-defined]
+    startupinfo.lpAttributeList = {"handle_list": [handle]}
+    return ReplyPipe(read_fd, write_fd, f"{HANDLE_PREFIX}{handle}", {"startupinfo": startupinfo})
+
+
+def reply_fd(value: str) -> int:
+    """The worker's file descriptor for the write end :data:`REPLY_FD_VARIABLE` names."""
+    if value.isdigit():
+        return int(value)
+    if value.startswith(HANDLE_PREFIX) and value[len(HANDLE_PREFIX) :].isdigit():
+        import msvcrt  # Windows only
+
+        return msvcrt.open_osfhandle(int(value[len(HANDLE_PREFIX) :]), os.O_WRONLY)
+    raise RuntimeError(
+        f"{REPLY_FD_VARIABLE}: expected the file descriptor (or, on Windows, "
+        f"{HANDLE_PREFIX}HANDLE) of the reply pipe the runner opened; received {value!r}. "
+        "This worker is started by kbench (kbench.run.windows), not by hand."
+    )
 
 
 class ReplyWriter:
@@ -26,14 +82,7 @@ class ReplyWriter:
 
     @classmethod
     def from_environment(cls) -> ReplyWriter:
-        value = os.environ.get(REPLY_FD_VARIABLE, "")
-        if not value.isdigit():
-            raise RuntimeError(
-                f"{REPLY_FD_VARIABLE}: expected the file descriptor of the reply pipe the "
-                f"runner opened; received {value!r}. This worker is started by kbench "
-                "(kbench.run.windows), not by hand."
-            )
-        return cls(int(value))
+        return cls(reply_fd(os.environ.get(REPLY_FD_VARIABLE, "")))
 
     def send(self, event: str, **fields: Any) -> None:
         self._file.write(json.dumps({"event": event, **fields}) + "\n")

@@ -134,17 +134,19 @@ class LogWriter:
 
 def relay_output(process, log_file: LogWriter, tail, config: RunConfig, on_progress) -> None:
     """A reader thread's target: each line of the worker's output into its log; progress
-    events to ``on_progress``, every other line into ``tail`` (the log's last lines)."""
-    for line in process.stdout:
-        log_file.write(line)
-        event = parse_progress(line)
-        if event is None:
-            tail.append(line.rstrip("\n"))
-        elif event and on_progress:
-            try:
-                on_progress(config, event)
-            except Exception as err:  # showing progress must never stop the reading
-                log.debug("progress event not shown: %s", err)
+    events to ``on_progress``, every other line into ``tail`` (the log's last lines).
+    The pipe is closed at its end (left open, each run leaked a file object)."""
+    with process.stdout:
+        for line in process.stdout:
+            log_file.write(line)
+            event = parse_progress(line)
+            if event is None:
+                tail.append(line.rstrip("\n"))
+            elif event and on_progress:
+                try:
+                    on_progress(config, event)
+                except Exception as err:  # showing progress must never stop the reading
+                    log.debug("progress event not shown: %s", err)
 
 
 def judge(outcome: Outcome, reply: Optional[WorkerReply], config: RunConfig) -> ending.Verdict:

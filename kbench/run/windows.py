@@ -37,7 +37,6 @@ import dataclasses
 import functools
 import json
 import logging
-import os
 import queue
 import subprocess
 import threading
@@ -57,7 +56,7 @@ from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, open_log
 from kbench.run import agreement, environments, weightfile
-from kbench.run.channel import REPLY_FD_VARIABLE, read_replies
+from kbench.run.channel import REPLY_FD_VARIABLE, open_reply_pipe, read_replies
 from kbench.run.metrics import compute_rate
 from kbench.run.runner import Case, PlannedRun, Runner, Session, add_sampled, model_facts
 from kbench.run.supervise import LOG_TAIL_LINES, LogWriter, relay_output, stop_group
@@ -193,15 +192,15 @@ class WindowWorker:
             "kbench.run.window_worker",
             str(planned.run_dir / "run.json"),
         ]
-        read_end, write_end = os.pipe()
-        env[REPLY_FD_VARIABLE] = str(write_end)
+        pipe = open_reply_pipe()
+        env[REPLY_FD_VARIABLE] = pipe.value
         try:
             process = processes.start(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env=env, cwd=planned.run_dir, text=True, errors="replace", pass_fds=(write_end,),
+                env=env, cwd=planned.run_dir, text=True, errors="replace", **pipe.popen_args,
             )  # fmt: skip
         finally:
-            os.close(write_end)
+            pipe.close_write_end()
         worker = cls(
             runner=runner, planned=planned, process=process, replies=queue.Queue(),
             log_file=LogWriter.open(log_path),
@@ -212,7 +211,7 @@ class WindowWorker:
         session.window_workers.append(worker)
         worker.memory_note = memory_note
         worker.threads = [
-            threading.Thread(target=read_replies, args=(read_end, worker.replies), daemon=True),
+            threading.Thread(target=read_replies, args=(pipe.read_fd, worker.replies), daemon=True),
             threading.Thread(
                 target=relay_output,
                 args=(process, worker.log_file, worker.tail, config, runner.on_progress),
