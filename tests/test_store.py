@@ -49,6 +49,22 @@ def test_index_follows_the_documents(tmp_path):
     assert store.unreadable and "newer kbench" in store.unreadable[0][1]
 
 
+def test_a_writer_keeps_what_another_writer_indexed_since_its_last_add(tmp_path):
+    """Each store keeps the index lines it last read or wrote, and reuses them while the
+    file is still the one it saw (a sweep's adds were quadratic in its runs); an index
+    another writer replaced, or one edited in place, is read again."""
+    first, second = ResultStore(tmp_path), ResultStore(tmp_path)
+    first.add(result("a1", "jax", 10.0))
+    second.add(result("b22", "torch", 20.0))  # first's cached index is stale now
+    first.add(result("c333", "mxnet", 5.0))
+    lines = (tmp_path / INDEX_NAME).read_text().splitlines()
+    assert [json.loads(line)["run_id"] for line in lines] == ["a1", "b22", "c333"]
+    assert [json.loads(line)["images_per_sec"] for line in lines] == [10.0, 20.0, 5.0]
+    (tmp_path / INDEX_NAME).write_text("{not json\n")  # damaged by hand, same store
+    first.add(result("d4444", "jax", 1.0))
+    assert [e.run_id for e in ResultStore(tmp_path).entries()] == ["a1", "b22", "c333", "d4444"]
+
+
 def test_filters_match_settings_and_fields_and_refuse_unknown_names(tmp_path):
     store = ResultStore(tmp_path)
     store.add(result("a1", "jax", 10.0, batch=16))

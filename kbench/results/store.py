@@ -36,7 +36,7 @@ import re
 import shlex
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -132,6 +132,12 @@ class IndexEntry:
                 raise ValueError(f"{f.name}: {value!r}")
         return entry
 
+    def to_dict(self) -> Dict[str, Any]:
+        """The index line's fields, as they are (``dataclasses.asdict`` deep-copies each
+        config: with the whole index rewritten at every ``add``, that made a sweep of 240
+        runs spend 10 s of its bookkeeping copying)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def matches(self, stat: os.stat_result) -> bool:
         """Whether the document is still the one this entry was made from."""
         return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
@@ -223,6 +229,13 @@ def check_filters(filters: Sequence[Filter], entries: Sequence[IndexEntry]) -> N
 class ResultStore:
     directory: Path
     unreadable: List[Tuple[str, str]] = field(default_factory=list)  # (file, why)
+    # The index as this instance last read or wrote it: the file's identity (inode, size,
+    # mtime) and each entry with its line. While the file is still that one, ``add``
+    # reuses them instead of parsing and serialising every entry again (a sweep's adds
+    # were quadratic in its runs: 240 adds, 29,000 entries parsed and written).
+    _index_cache: Optional[Tuple[Tuple[int, int, int], Dict[str, Tuple[IndexEntry, str]]]] = field(
+        default=None, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory)
@@ -294,10 +307,11 @@ class ResultStore:
             path = result.save(self.directory)
         except OSError as err:
             raise not_saved(result, self.directory, err) from None
-        entries = {e.run_id: e for e in self._read_index()}
-        entries[result.run_id] = IndexEntry.of(result, path.name, _stat(path))
+        entries = self._indexed_lines()
+        entry = IndexEntry.of(result, path.name, _stat(path))
+        entries[result.run_id] = (entry, _index_line(entry))
         try:
-            self._write_index(entries.values())
+            self._write_lines(entries)
         except OSError as err:
             log.warning(
                 "%s: not updated (%s); %s is saved and will be indexed when the store is next read",
@@ -453,23 +467,51 @@ class ResultStore:
     # index file -----------------------------------------------------------
 
     def _read_index(self) -> List[IndexEntry]:
-        if not self.index_path.exists():
-            return []
-        entries = []
+        return [entry for entry, _ in self._indexed_lines().values()]
+
+    def _indexed_lines(self) -> Dict[str, Tuple[IndexEntry, str]]:
+        """{run id: (entry, its line)} of the index file (empty when there is none, or it
+        is damaged or of another layout: then it is rebuilt from the documents)."""
+        identity = _identity(self.index_path)
+        if identity is None:
+            return {}
+        if self._index_cache is not None and self._index_cache[0] == identity:
+            return dict(self._index_cache[1])
         try:
             lines = self.index_path.read_text().splitlines()
         except (OSError, UnicodeDecodeError):
-            return []
+            return {}
+        entries: Dict[str, Tuple[IndexEntry, str]] = {}
         for line in lines:
             try:
-                entries.append(IndexEntry.from_dict(json.loads(line)))
+                entry = IndexEntry.from_dict(json.loads(line))
             except (ValueError, TypeError):
-                return []  # damaged or another layout: rebuilt from the documents
+                return {}  # damaged or another layout: rebuilt from the documents
+            entries[entry.run_id] = (entry, line)
+        self._index_cache = (identity, dict(entries))
         return entries
 
     def _write_index(self, entries: Iterable[IndexEntry]) -> None:
-        lines = [json.dumps(asdict(e), sort_keys=True, allow_nan=False) for e in entries]
-        write_text_atomic(self.index_path, "".join(line + "\n" for line in lines))
+        self._write_lines({e.run_id: (e, _index_line(e)) for e in entries})
+
+    def _write_lines(self, entries: Dict[str, Tuple[IndexEntry, str]]) -> None:
+        write_text_atomic(self.index_path, "".join(line + "\n" for _, line in entries.values()))
+        identity = _identity(self.index_path)
+        self._index_cache = None if identity is None else (identity, dict(entries))
+
+
+def _index_line(entry: IndexEntry) -> str:
+    return json.dumps(entry.to_dict(), sort_keys=True, allow_nan=False)
+
+
+def _identity(path: Path) -> Optional[Tuple[int, int, int]]:
+    """(inode, size, mtime in ns) of ``path``, None when it is not there: an index
+    replaced by anyone (written atomically: a new inode) is read again."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 def _stat(path: Path) -> Optional[os.stat_result]:
