@@ -71,7 +71,11 @@ def test_a_backend_without_an_inter_op_pool_refuses_it_with_the_reason(backend, 
         f"received --inter-op-threads 1 for {backend!r}, which has none to set: "
     )
     assert why in message
-    assert message.endswith(f"Drop --inter-op-threads for {backend} (--threads sizes its threads).")
+    assert message.endswith(
+        f"Run {backend} in a command of its own without --inter-op-threads (--threads sizes its "
+        "threads), or, in a sweep file, set inter_op_threads only in the groups of backends "
+        "that have the pool."
+    )
     config(backend)  # without it, the backend runs as before
 
 

@@ -65,6 +65,19 @@ def test_a_writer_keeps_what_another_writer_indexed_since_its_last_add(tmp_path)
     assert [e.run_id for e in ResultStore(tmp_path).entries()] == ["a1", "b22", "c333", "d4444"]
 
 
+def test_a_copy_of_a_document_is_indexed_once_and_the_index_left_alone_after(tmp_path):
+    """Two documents of one run (a hand-made backup beside it) are two index lines, so a
+    second reading finds the index whole and does not rewrite it."""
+    store = ResultStore(tmp_path)
+    store.add(result("a1", "jax", 10.0))
+    (tmp_path / "backup.json").write_bytes((tmp_path / "a1.json").read_bytes())
+    assert [e.file for e in store.entries()] == ["a1.json", "backup.json"]
+    before = (tmp_path / INDEX_NAME).stat()
+    assert [e.file for e in ResultStore(tmp_path).entries()] == ["a1.json", "backup.json"]
+    after = (tmp_path / INDEX_NAME).stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
 def test_filters_match_settings_and_fields_and_refuse_unknown_names(tmp_path):
     store = ResultStore(tmp_path)
     store.add(result("a1", "jax", 10.0, batch=16))

@@ -123,7 +123,7 @@ def test_a_child_replies_on_the_pipe_it_inherited_and_sees_no_other_end():
 
 
 def test_a_worker_started_by_hand_is_told_where_the_reply_pipe_comes_from():
-    for value in ("", "handle:", "pipe"):
+    for value in ("", "handle:", "pipe", "handle:12"):  # a Windows handle, not on POSIX
         with pytest.raises(RuntimeError, match="started by kbench") as err:
             reply_fd(value)
         assert repr(value) in str(err.value)
@@ -158,18 +158,23 @@ def test_a_framework_that_takes_the_gpu_at_start_grows_on_demand_in_a_warm_worke
     """Before: on an H100, `kbench tune -b jax` failed every setting after the first with
     "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8B": each warm worker's
     JAX took 75% of the GPU when it started. Now a warm worker of JAX or TensorFlow on a
-    GPU grows on demand (said in each window), unless the user chose its memory."""
-    for backend, default in (("jax", "preallocates 75%"), ("tensorflow", "nearly all GPU")):
+    GPU grows on demand (said in each window), unless the user chose its memory. The
+    variables that do it go into the worker's environment, not into the run's settings:
+    a window whose settings said growth on would be compared apart from torch's and
+    MXNet's windows (no ratio), and left undropped when its comparison is measured again."""
+    expected = {"jax": ("XLA_PYTHON_CLIENT_PREALLOCATE", "false", "preallocates 75%"),
+                "tensorflow": ("TF_FORCE_GPU_ALLOW_GROWTH", "true", "nearly all GPU")}  # fmt: skip
+    for backend, (variable, value, default) in expected.items():
         config = RunConfig(backend=backend, model="mlp", device="gpu")
-        changed, note = grow_on_demand(config)
-        assert changed.gpu_memory_growth and not config.gpu_memory_growth
+        variables, note = grow_on_demand(config)
+        assert variables == {variable: value} and not config.gpu_memory_growth
         assert default in note and note.endswith("the warm workers share the GPU"), note
     for kept in (
         RunConfig(backend="torch", model="mlp", device="gpu"),  # grows on demand anyway
         RunConfig(backend="jax", model="mlp", device="cpu"),
         RunConfig(backend="jax", model="mlp", device="gpu", gpu_memory_fraction=0.3),
     ):
-        assert grow_on_demand(kept) == (kept, None)
+        assert grow_on_demand(kept) == ({}, None)
 
 
 @pytest.mark.slow  # not serial: round 1's loops load every core, whatever runs beside
@@ -195,7 +200,11 @@ def test_busy_round_dropped_and_killed_worker_recorded_while_the_others_go_on(tm
 
     try:
         results, reason = interleave(
-            Runner(output_dir=tmp_path), configs, max_rounds=4, on_window=on_window
+            Runner(output_dir=tmp_path),
+            configs,
+            max_rounds=4,
+            on_window=on_window,
+            check_parity=False,  # what this test checks is dropping and dying
         )
     finally:
         for loop in loops:

@@ -230,6 +230,37 @@ def test_weights_that_cannot_be_loaded_fail_the_check_not_the_worker(tmp_path):
     assert ready["window_steps"] == 3 and ready["warmup_steps"] == 2
 
 
+class FailsOnce(FrameworkStandIn):
+    """A training step that fails the first time (out of memory, say), then trains."""
+
+    failed = False
+
+    def predict(self, model, x):
+        return np.zeros((len(x), 2))
+
+    def fit_epoch(self, model, x, y, batch_size, clock):
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("a training step failed")
+        return super().fit_epoch(model, x, y, batch_size, clock)
+
+
+def test_a_failed_training_step_at_warm_up_fails_the_worker_not_the_check():
+    """The check's own failures are caught (above), a training step's are not: told apart
+    by the steps begun, not by the position in the sample order, which wraps around (here
+    2 warmup steps of 4 samples end where they began, in an order of 8)."""
+    trainer = WindowTrainer(
+        backend=FailsOnce(), model=None,
+        arrays={"x_train": np.zeros((8, 2)), "y_train": np.zeros(8), "x_test": np.zeros((4, 2))},
+        order=np.arange(8), batch_size=4, data_format="channels_last",
+    )  # fmt: skip
+    task = SimpleNamespace(config={"warmup_steps": 2})
+    command = {"do": "warmup", "window_s": 0.1, "steps": 3, "check": True, "check_optional": True}
+    with pytest.raises(RuntimeError, match="a training step failed"):
+        warm_up(trainer, task, command)
+    assert trainer.position == 0  # where it began: the position alone could not tell
+
+
 def test_no_parity_check_is_refused_where_no_warm_windows_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         app.main(["run", "-b", "jax", "-m", "mlp", "--no-parity-check",

@@ -30,6 +30,10 @@ class BackendSpec:
     colour: str  # the backend's colour in every figure and report
     # Variables that must be set before the interpreter starts.
     process_env: Dict[str, str] = field(default_factory=dict)
+    # The user's variables (by prefix) that change what its runs measure, recorded in
+    # each result's process_env (JAX's persistent compilation cache: a compile reused
+    # from an earlier process makes the first step fast)
+    recorded_variable_prefixes: Tuple[str, ...] = ()
     packages: Tuple[str, ...] = ()  # distributions `kbench env` reports
     data_formats: Tuple[str, ...] = ("channels_last", "channels_first")
     # A framework's own port of the models (torch-native, mxnet-gluon): no Keras in its
@@ -82,6 +86,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.keras3:JaxBackend",
             colour="#4e79a7",
             packages=("keras", "jax", "jaxlib"),
+            recorded_variable_prefixes=("JAX_COMPILATION_CACHE", "JAX_PERSISTENT"),
             no_inter_op_pool="XLA's CPU client sizes its thread pools itself, to the cores of "
             "the process's CPU affinity (which --threads sets): JAX has no API to set them",
         ),

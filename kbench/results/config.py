@@ -558,8 +558,9 @@ class RunConfig:
                 "inter_op_threads",
                 f"expected a backend with an inter-op thread pool ({having}); received "
                 f"--inter-op-threads {self.inter_op_threads} for {self.backend!r}, which has "
-                f"none to set: {why}. Drop --inter-op-threads for {self.backend} (--threads "
-                "sizes its threads).",
+                f"none to set: {why}. Run {self.backend} in a command of its own without "
+                "--inter-op-threads (--threads sizes its threads), or, in a sweep file, set "
+                "inter_op_threads only in the groups of backends that have the pool.",
             )
 
     @property

@@ -233,7 +233,7 @@ class ResultStore:
     # mtime) and each entry with its line. While the file is still that one, ``add``
     # reuses them instead of parsing and serialising every entry again (a sweep's adds
     # were quadratic in its runs: 240 adds, 29,000 entries parsed and written).
-    _index_cache: Optional[Tuple[Tuple[int, int, int], Dict[str, Tuple[IndexEntry, str]]]] = field(
+    _index_cache: Optional[Tuple[Tuple[int, int, int], List[Tuple[IndexEntry, str]]]] = field(
         default=None, repr=False, compare=False
     )
 
@@ -307,11 +307,11 @@ class ResultStore:
             path = result.save(self.directory)
         except OSError as err:
             raise not_saved(result, self.directory, err) from None
-        entries = self._indexed_lines()
+        entries = {entry.run_id: (entry, line) for entry, line in self._indexed_lines()}
         entry = IndexEntry.of(result, path.name, _stat(path))
         entries[result.run_id] = (entry, _index_line(entry))
         try:
-            self._write_lines(entries)
+            self._write_lines(list(entries.values()))
         except OSError as err:
             log.warning(
                 "%s: not updated (%s); %s is saved and will be indexed when the store is next read",
@@ -467,37 +467,38 @@ class ResultStore:
     # index file -----------------------------------------------------------
 
     def _read_index(self) -> List[IndexEntry]:
-        return [entry for entry, _ in self._indexed_lines().values()]
+        return [entry for entry, _ in self._indexed_lines()]
 
-    def _indexed_lines(self) -> Dict[str, Tuple[IndexEntry, str]]:
-        """{run id: (entry, its line)} of the index file (empty when there is none, or it
-        is damaged or of another layout: then it is rebuilt from the documents)."""
+    def _indexed_lines(self) -> List[Tuple[IndexEntry, str]]:
+        """Each line of the index file with its entry, in order (none when there is no
+        index, or it is damaged or of another layout: then it is rebuilt from the
+        documents)."""
         identity = _identity(self.index_path)
         if identity is None:
-            return {}
+            return []
         if self._index_cache is not None and self._index_cache[0] == identity:
-            return dict(self._index_cache[1])
+            return list(self._index_cache[1])
         try:
             lines = self.index_path.read_text().splitlines()
         except (OSError, UnicodeDecodeError):
-            return {}
-        entries: Dict[str, Tuple[IndexEntry, str]] = {}
+            return []
+        entries: List[Tuple[IndexEntry, str]] = []
         for line in lines:
             try:
-                entry = IndexEntry.from_dict(json.loads(line))
+                entries.append((IndexEntry.from_dict(json.loads(line)), line))
             except (ValueError, TypeError):
-                return {}  # damaged or another layout: rebuilt from the documents
-            entries[entry.run_id] = (entry, line)
-        self._index_cache = (identity, dict(entries))
+                return []  # damaged or another layout: rebuilt from the documents
+        self._index_cache = (identity, list(entries))
         return entries
 
     def _write_index(self, entries: Iterable[IndexEntry]) -> None:
-        self._write_lines({e.run_id: (e, _index_line(e)) for e in entries})
+        self._write_lines([(e, _index_line(e)) for e in entries])
 
-    def _write_lines(self, entries: Dict[str, Tuple[IndexEntry, str]]) -> None:
-        write_text_atomic(self.index_path, "".join(line + "\n" for _, line in entries.values()))
+    def _write_lines(self, entries: List[Tuple[IndexEntry, str]]) -> None:
+        """The index file: one line an entry (a document), written atomically."""
+        write_text_atomic(self.index_path, "".join(line + "\n" for _, line in entries))
         identity = _identity(self.index_path)
-        self._index_cache = None if identity is None else (identity, dict(entries))
+        self._index_cache = None if identity is None else (identity, list(entries))
 
 
 def _index_line(entry: IndexEntry) -> str:

@@ -63,10 +63,11 @@ def reply_fd(value: str) -> int:
     """The worker's file descriptor for the write end :data:`REPLY_FD_VARIABLE` names."""
     if value.isdigit():
         return int(value)
-    if value.startswith(HANDLE_PREFIX) and value[len(HANDLE_PREFIX) :].isdigit():
+    handle = value[len(HANDLE_PREFIX) :]
+    if sys.platform == "win32" and value.startswith(HANDLE_PREFIX) and handle.isdigit():
         import msvcrt  # Windows only
 
-        return msvcrt.open_osfhandle(int(value[len(HANDLE_PREFIX) :]), os.O_WRONLY)
+        return msvcrt.open_osfhandle(int(handle), os.O_WRONLY)
     raise RuntimeError(
         f"{REPLY_FD_VARIABLE}: expected the file descriptor (or, on Windows, "
         f"{HANDLE_PREFIX}HANDLE) of the reply pipe the runner opened; received {value!r}. "

@@ -165,9 +165,10 @@ def recorded_variables(env: Dict[str, str], backend: str) -> Dict[str, str]:
     user's that change what it measures (JAX's persistent compilation cache)."""
     keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"]
     keys += ["JAX_PLATFORMS"]
-    keys += list(BACKENDS[backend].process_env)
-    if backend == "jax":  # a compile this process reuses from an earlier one: its first step
-        keys += [key for key in env if key.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT"))]
+    spec = BACKENDS[backend]
+    keys += list(spec.process_env)
+    if spec.recorded_variable_prefixes:
+        keys += [key for key in env if key.startswith(spec.recorded_variable_prefixes)]
     return {key: env[key] for key in keys if key in env}
 
 

@@ -29,6 +29,13 @@ def save(path: Path, weights: Weights, **meta: Any) -> None:
     np.savez(path, __header__=np.frombuffer(header.encode(), dtype=np.uint8), **arrays)
 
 
+def layer_types(path: Path) -> List[str]:
+    """The layers' types in order, from the header alone (no array is read)."""
+    with np.load(path, allow_pickle=False) as archive:
+        header = json.loads(archive["__header__"].tobytes().decode())
+    return [layer["type"] for layer in header["layers"]]
+
+
 def load(path: Path) -> Tuple[Weights, Dict[str, Any]]:
     with np.load(path, allow_pickle=False) as archive:
         header = json.loads(archive["__header__"].tobytes().decode())

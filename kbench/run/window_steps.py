@@ -45,9 +45,11 @@ class WindowTrainer:
     data_format: str
     position: int = 0  # the next sample in ``order``
     window_steps: int = MIN_WINDOW_STEPS
+    steps_begun: int = 0  # every training step asked for so far (position wraps around)
 
     def _steps(self, steps: int, clock: StepClock) -> Dict[str, Any]:
         """``steps`` training steps on the next samples of the order; the last logs."""
+        self.steps_begun += steps
         needed = steps * self.batch_size
         ahead = np.arange(self.position, self.position + needed) % len(self.order)
         self.position = (self.position + needed) % len(self.order)

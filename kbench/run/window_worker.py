@@ -93,14 +93,14 @@ def warm_up(trainer: WindowTrainer, task: WorkerTask, command: Dict[str, Any]) -
     initial weights that cannot be saved or loaded (or outputs that cannot be read) fail
     the check, not the worker: the warm-up runs again without them and ``check`` says why."""
     settings = (task.config["warmup_steps"], float(command["window_s"]), command.get("steps"))
-    position = trainer.position
+    begun = trainer.steps_begun
     try:
         return trainer.warm_up(
             *settings, command.get("weights_in"), command.get("weights_out"),
             bool(command.get("check")), command.get("check_rows"),
         )  # fmt: skip
     except Exception as err:
-        if not command.get("check_optional") or trainer.position != position:
+        if not command.get("check_optional") or trainer.steps_begun != begun:
             raise  # not the check's: a training step failed
         log.warning("the check at warm-up is left out: %s: %s", type(err).__name__, err)
         return trainer.warm_up(*settings) | {"check": {"error": f"{type(err).__name__}: {err}"}}

@@ -37,6 +37,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import queue
 import subprocess
 import threading
@@ -108,22 +109,25 @@ def _gpu_present() -> bool:
     return bool(sysinfo.gpu_info().get("available"))
 
 
-def grow_on_demand(config: RunConfig) -> Tuple[RunConfig, Optional[str]]:
-    """``config`` for a warm worker that shares a GPU with its session's others, and
-    what was changed (None: nothing). A framework that takes most of the GPU's memory
-    when it starts (JAX 75%, TensorFlow all of it) would leave the others none: on an
-    H100, every tune setting of JAX after the first failed with out of memory. Such a
-    worker grows its memory on demand instead; the user's own memory options are kept."""
+def grow_on_demand(config: RunConfig) -> Tuple[Dict[str, str], Optional[str]]:
+    """The environment variables that make a warm worker of ``config`` grow its GPU
+    memory on demand, and why (empty and None: nothing to change). A framework that takes
+    most of the GPU's memory when it starts (JAX 75%, TensorFlow all of it) would leave the
+    session's other workers none: on an H100, every tune setting of JAX after the first
+    failed with out of memory. The run's own settings stay as the user gave them (its
+    windows are compared and resumed by them); the user's memory options are kept."""
     if config.device == "cpu" or config.gpu_memory_growth or config.gpu_memory_fraction:
-        return config, None
+        return {}, None
     backend = load_backend(config.backend)
     if backend.growth_variable is None or (config.device != "gpu" and not _gpu_present()):
-        return config, None
+        return {}, None
+    variables, _ = backend.memory_variables(None, True)
     note = (
-        f"grows on demand (as --gpu-memory-growth), not {backend.framework_name}'s default "
+        f"grows on demand ({', '.join(f'{k}={v}' for k, v in variables.items())}, as "
+        f"--gpu-memory-growth), not {backend.framework_name}'s default "
         f"({backend.memory_default}): the warm workers share the GPU"
     )
-    return dataclasses.replace(config, gpu_memory_growth=True), note
+    return variables, note
 
 
 @dataclass
@@ -176,12 +180,13 @@ class WindowWorker:
     @classmethod
     def launch(cls, runner: Runner, session: Session, config: RunConfig) -> WindowWorker:
         """Start the worker process; it imports and builds while the others do too."""
-        config, memory_note = grow_on_demand(config)
+        grow, memory_note = grow_on_demand(config)
         planned = runner._plan(Case(config, session.prepared.get(config)), session.directory)
         env, keras_json = environments.process_environment(
             config.backend, planned.run_dir, session.python_path, config.threads_in_force,
             config.data_format, config.device,
         )  # fmt: skip
+        env.update(grow)
         interpreter = environments.interpreter_for(config.backend)
         launched_at = time.time()
         planned.write_task(keras_json["image_data_format"], launched_at)
@@ -199,13 +204,16 @@ class WindowWorker:
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 env=env, cwd=planned.run_dir, text=True, errors="replace", **pipe.popen_args,
             )  # fmt: skip
+        except BaseException:
+            os.close(pipe.read_fd)
+            raise
         finally:
             pipe.close_write_end()
         worker = cls(
             runner=runner, planned=planned, process=process, replies=queue.Queue(),
             log_file=LogWriter.open(log_path),
             tail=collections.deque(maxlen=LOG_TAIL_LINES), interpreter=str(interpreter),
-            process_env=environments.recorded_variables(env, config.backend),
+            process_env=environments.recorded_variables(env, config.backend) | grow,
             keras_json=keras_json, launched_at=launched_at, siblings=session.window_workers,
         )  # fmt: skip
         session.window_workers.append(worker)
@@ -493,7 +501,7 @@ def interleave(
     stop: Optional[Stop] = None,
     max_rounds: int = MAX_ROUNDS,
     on_window: Optional[OnWindow] = None,
-    check_parity: bool = False,
+    check_parity: bool = True,
 ) -> Tuple[List[RunResult], str]:
     """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, the
     steps of a window) in warm interleaved windows into ``runner.output_dir`` until
@@ -661,7 +669,7 @@ def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
     layer_types: List[str] = []
     if weights.exists() and any(w.config.backend in known for w in workers):
         try:  # for the known differences' notes only
-            layer_types = sorted({kind for kind, _ in weightfile.load(weights)[0]})
+            layer_types = sorted(set(weightfile.layer_types(weights)))
         except (OSError, ValueError, KeyError) as err:
             log.debug("the initial weights' layer types could not be read: %s", err)
     for worker in workers:
