@@ -16,6 +16,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT, require_backends, selected_backends
 from test_pytorch_twins import load_keras
@@ -25,12 +26,12 @@ from kbench.measure.processes import usable_cores
 from kbench.run import environments
 
 BACKENDS = ("tensorflow", "jax", "torch", "mxnet")
-# channels_first is mxnet's default; jax is left out only to keep the suite short.
-PROBES = [(b, "channels_last") for b in BACKENDS]
-PROBES += [(b, "channels_first") for b in ("tensorflow", "torch", "mxnet")]
-# Keras 3 on JAX compiles each weight initializer per shape (about 0.2 s each on a
-# shared CPU), so the JAX probe builds the default shapes only, to stay in budget.
-DEFAULTS_ONLY = {"jax"}
+# channels_first is mxnet's default. The probe builds with the initializers' values
+# unused (NumPy's draws, kbench.backends.keras3.numpy_draws), so JAX, whose own draws
+# compile per weight shape, builds every spec in both formats too. Keras' own
+# initializers run in every other test's builds (parity's reference builds the whole
+# zoo with them, on TensorFlow), not here.
+PROBES = [(b, f) for b in BACKENDS for f in ("channels_last", "channels_first")]
 MODELS_DIR = ROOT / "models"
 
 
@@ -184,10 +185,6 @@ OTHER_SHAPES = (
 SPECS = tuple(FORMULAS) + OTHER_SHAPES
 
 
-def specs_for(backend):
-    return tuple(FORMULAS) if backend in DEFAULTS_ONLY else SPECS
-
-
 def parse(text):
     name, _, rest = text.partition(":")
     shape_text, _, classes = rest.partition(":")
@@ -295,6 +292,48 @@ def test_importing_the_registry_does_not_import_keras(tmp_path):
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
+def test_numpy_draws_stand_in_for_the_initializers_only_inside(tmp_path):
+    """Inside ``numpy_draws`` (a parity run loading weights, a census) each of Keras'
+    uniform, normal and truncated normal initializers draws from NumPy: the same shapes,
+    not Keras' seeded values, uniform within its bounds; outside, before, after and after
+    a build that raised inside, Keras' own draws, identical."""
+    require_backends("jax")
+    code = """if True:
+        import json, keras
+        from kbench.backends.keras3 import numpy_draws
+        def weights():
+            keras.utils.set_random_seed(0)
+            model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5),
+                                      keras.layers.Dense(4, kernel_initializer="he_normal"),
+                                      keras.layers.Dense(3, kernel_initializer="random_normal")])
+            return [w.tolist() for w in model.get_weights()]
+        before = weights()
+        with numpy_draws(keras):
+            inside = weights()
+        try:
+            with numpy_draws(keras):
+                raise RuntimeError("a build that fails")
+        except RuntimeError:
+            pass
+        after = weights()
+        print(json.dumps({"before": before, "inside": inside, "after": after}))
+    """
+    done = subprocess.run(
+        [str(environments.interpreter_for("jax")), "-c", code],
+        cwd=tmp_path, env=python_env(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    drawn = {k: [np.asarray(w) for w in v] for k, v in json.loads(done.stdout).items()}
+    for before, after in zip(drawn["before"], drawn["after"]):
+        assert np.array_equal(before, after)  # Keras' own draws again once outside
+    assert [w.shape for w in drawn["inside"]] == [w.shape for w in drawn["before"]]
+    for kernel in (0, 2, 4):  # glorot_uniform, he_normal (truncated), random_normal
+        inside, keras_own = drawn["inside"][kernel], drawn["before"][kernel]
+        assert not np.array_equal(inside, keras_own) and inside.std() > 0, kernel
+    assert np.abs(drawn["inside"][0]).max() <= math.sqrt(6 / (6 + 5))  # Glorot's limit
+
+
 # -- every backend and format builds every model ------------------------------------
 
 
@@ -304,8 +343,9 @@ def probes():
     model spec in each of its formats (the first as the worker starts, the others
     switched to in the same process).
 
-    As many at a time as there are cores, the slowest (JAX) first: more would only
-    make their thread pools fight over the same cores.
+    As many at a time as there are cores, the slowest (keras-mxnet: shape inference over
+    its unrolled LSTMs) first: more would only make their thread pools fight over the
+    same cores.
     """
     runnable = environments.runnable_backends()
     selected = selected_backends()  # KBENCH_TEST_BACKENDS: the others' tests are skipped
@@ -313,13 +353,13 @@ def probes():
     for backend, data_format in PROBES:
         if runnable[backend] is None and (selected is None or backend in selected):
             formats.setdefault(backend, []).append(data_format)
-    wanted = sorted(formats, key=lambda backend: backend not in DEFAULTS_ONLY)
+    wanted = sorted(formats, key=lambda backend: backend != "mxnet")
     with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
         futures = {
             backend: pool.submit(
                 environments.probe,
                 backend,
-                specs_for(backend),
+                SPECS,
                 data_format=formats[backend][0],
                 other_formats=formats[backend][1:],
             )  # fmt: skip
@@ -342,9 +382,9 @@ def test_every_model_builds_with_the_expected_parameter_count(probes, backend, d
     assert report["ok"], report.get("error")
     models = report["models"]
     assert models is not None, f"the probe built nothing in {data_format}: {report}"
-    assert set(models) == set(specs_for(backend))
+    assert set(models) == set(SPECS)
     failures = {}
-    for text in specs_for(backend):
+    for text in SPECS:
         built = models[text]
         if "error" in built:
             failures[text] = built["traceback"][-2000:]

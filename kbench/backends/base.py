@@ -11,10 +11,11 @@ training loop) is shared.
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -356,6 +357,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         """Model ``name`` for input laid out as this backend takes it."""
+
+    def initial_values_unused(self) -> ContextManager[None]:
+        """A context for building a model whose initial weights are never used: they are
+        replaced before use (parity's loaded weights) or only the model's size is read
+        (a parameter census). A backend whose initializers are costly may draw them more
+        cheaply inside it; by default it changes nothing."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def count_params(self, model: Any) -> int:

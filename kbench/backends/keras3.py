@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, ContextManager, Dict, Iterator, List, Optional
+
+import numpy as np
 
 from kbench.backends import kernels
 from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device
@@ -45,6 +47,44 @@ def kept_out(modules: List[str]) -> Iterator[List[str]]:
                 del sys.modules[module]
 
 
+@contextlib.contextmanager
+def numpy_draws(keras: Any) -> Iterator[None]:
+    """While inside, Keras 3's initializers draw from NumPy, not from the backend: values
+    of the same shape and dtype, at the initializer's scale (a truncated normal drawn
+    untruncated), not those Keras would draw from its seed; for weights that are replaced
+    before use or never read. On JAX each of Keras' own draws compiles an XLA computation
+    per weight shape: building the zoo's twelve models took 55.5 s, 4.6 s with NumPy's
+    draws (benchmarks/cheap_init.py, 2 cores). The draws are those of Keras' private
+    ``keras.src.backend.random``, looked up by name: a Keras without them builds as usual.
+    """
+    rng = np.random.default_rng(0)
+
+    def normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None):
+        values = rng.standard_normal(size=tuple(shape), dtype=np.float32) * stddev + mean
+        return keras.ops.convert_to_tensor(values, dtype=dtype)
+
+    def uniform(shape, minval=0.0, maxval=1.0, dtype=None, seed=None):
+        values = rng.random(size=tuple(shape), dtype=np.float32) * (maxval - minval) + minval
+        return keras.ops.convert_to_tensor(values, dtype=dtype)
+
+    replaced = {"normal": normal, "truncated_normal": normal, "uniform": uniform}
+    try:
+        from keras.src.backend import random as backend_random
+    except ImportError:
+        backend_random = None
+    saved = {name: getattr(backend_random, name, None) for name in replaced}
+    if backend_random is None or None in saved.values():
+        yield
+        return
+    for name, function in replaced.items():
+        setattr(backend_random, name, function)
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(backend_random, name, function)
+
+
 class Keras3Backend(KerasBackend):
     # Set by the worker for a zoo model (never for the user's own model, which may use
     # them): those of UNUSED_BY_THE_ZOO that this backend does not need are kept out
@@ -64,6 +104,9 @@ class Keras3Backend(KerasBackend):
         import keras
 
         return keras
+
+    def initial_values_unused(self) -> ContextManager[None]:
+        return numpy_draws(self.keras)
 
     def seed(self, seed: int) -> None:
         # Python's, numpy's and the backend's generators. Keras seeds TensorFlow's too

@@ -21,6 +21,7 @@ Imports only what runs under both environments (Keras 3 and keras-mxnet).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -160,10 +161,19 @@ def task_arrays(task: WorkerTask) -> Tuple[datasets.PreparedData, str, Dict[str,
 def build_model(
     backend: Any, task: WorkerTask, input_shape: Sequence[int], num_classes: int
 ) -> Tuple[Any, float]:
-    """The task's model, built after seeding, and the seconds the build took."""
+    """The task's model, built after seeding, and the seconds the build took. A parity
+    run of a zoo model that loads the reference's weights builds with the initializers'
+    values unused (:meth:`~kbench.backends.base.Backend.initial_values_unused`); a user's
+    model may draw more than its weights at build time, so it builds as written."""
     backend.seed(task.config["seed"])
+    replaced = (
+        task.parity is not None
+        and bool(task.parity.get("weights_in"))
+        and not kbench_models.spec_for(task.config["model"]).is_user
+    )
     build_start = time.perf_counter()
-    model = backend.build(task.config["model"], input_shape, num_classes)
+    with backend.initial_values_unused() if replaced else contextlib.nullcontext():
+        model = backend.build(task.config["model"], input_shape, num_classes)
     return model, time.perf_counter() - build_start
 
 
