@@ -29,13 +29,14 @@ def replay(
     data_format: str,
 ) -> Dict[str, Any]:
     backend.compile(model, "sgd", learning_rate, loss)
-    if parity.get("weights_in"):
-        weights, meta = weightfile.load(Path(parity["weights_in"]))
-        backend.set_weights(model, weights, meta["data_format"], meta["kernel_layout"])
-        source = meta
-    else:
+    loaded = bool(parity.get("weights_in"))
+    if loaded:  # the reference's weights, read once
+        initial, source = weightfile.load(Path(parity["weights_in"]))
+        backend.set_weights(model, initial, source["data_format"], source["kernel_layout"])
+    else:  # this run's own, read once (copies: training does not change them)
+        initial = backend.get_weights(model)
         source = {"data_format": data_format, "kernel_layout": backend.kernel_layout()}
-        weightfile.save(Path(parity["weights_out"]), backend.get_weights(model), **source)
+        weightfile.save(Path(parity["weights_out"]), initial, **source)
     probe = arrays["x_test"][:batch_size]
     outputs = backend.predict(model, probe)
     indices = order.reshape(-1)
@@ -48,10 +49,9 @@ def replay(
             losses.append(backend.train_step(model, x, y))
         return losses
 
-    initial = None if parity.get("weights_in") else backend.get_weights(model)
     losses = train_steps()
     noise_losses = None
-    if initial is not None:
+    if not loaded:
         # The noise floor: the same training from weights nudged by about one float32
         # rounding step. How far its losses drift is how much this model and setting
         # amplify rounding alone.
@@ -68,19 +68,12 @@ def replay(
         # Keras 3's loss tracker; keras-mxnet, PyTorch and Gluon return the batch's loss).
         noise_losses = train_steps()
     return {
-        "layer_types": sorted({kind for kind, _ in source_weights(backend, model, parity)}),
+        "layer_types": sorted({kind for kind, _ in initial}),
         "outputs": np.asarray(outputs, dtype=np.float64).tolist(),
         "losses": losses,
         "noise_losses": noise_losses,
         "steps": parity["steps"],
         "learning_rate": learning_rate,
-        "weights_from": "this run" if not parity.get("weights_in") else "the reference run",
+        "weights_from": "the reference run" if loaded else "this run",
         "source_layout": source,
     }
-
-
-def source_weights(backend: Any, model: Any, parity: Dict[str, Any]):
-    """The weight list this run started from (its own, or the reference's)."""
-    if parity.get("weights_in"):
-        return weightfile.load(Path(parity["weights_in"]))[0]
-    return backend.get_weights(model)

@@ -29,16 +29,19 @@ def save(path: Path, weights: Weights, **meta: Any) -> None:
     np.savez(path, __header__=np.frombuffer(header.encode(), dtype=np.uint8), **arrays)
 
 
+def _header(archive: Any) -> Dict[str, Any]:
+    return json.loads(archive["__header__"].tobytes().decode())
+
+
 def layer_types(path: Path) -> List[str]:
     """The layers' types in order, from the header alone (no array is read)."""
     with np.load(path, allow_pickle=False) as archive:
-        header = json.loads(archive["__header__"].tobytes().decode())
-    return [layer["type"] for layer in header["layers"]]
+        return [layer["type"] for layer in _header(archive)["layers"]]
 
 
 def load(path: Path) -> Tuple[Weights, Dict[str, Any]]:
     with np.load(path, allow_pickle=False) as archive:
-        header = json.loads(archive["__header__"].tobytes().decode())
+        header = _header(archive)
         weights = [
             (layer["type"], [archive[f"{index:04d}_{j}"] for j in range(layer["arrays"])])
             for index, layer in enumerate(header.pop("layers"))
