@@ -16,6 +16,12 @@ from kbench.results.result import RunResult
 from kbench.results.store import REPORT_NAMES
 from kbench.run import environments
 
+# pytest's rewritten test modules kept in tests/__pycache__ even where
+# PYTHONDONTWRITEBYTECODE is set (as here and on CI): a pytest process's collection took
+# 5.4 s of CPU rewriting them, 2.0 s reading them back (each pytest-xdist worker collects
+# every module). Only this process: the variable still holds for what it starts.
+sys.dont_write_bytecode = False
+
 ROOT = Path(__file__).resolve().parent.parent
 # No one-second look at the machine before each CLI run (test_quality checks it itself).
 os.environ.setdefault("KBENCH_SKIP_PREFLIGHT", "1")
@@ -57,6 +63,18 @@ def fused_rnn_refused(model: str, backend: str) -> bool:
 
     off = os.environ.get("MXNET_MKLDNN_ENABLED") == "0"
     return off and backend == "mxnet-gluon" and model in FUSED_RNN_MODELS
+
+
+def keep_out_unused(backend: str) -> str:
+    """Source lines that start a test's own Keras 3 helper process (``python -c``) as
+    kbench starts a zoo worker: what Keras imports for features the helper never uses
+    (``kbench.backends.keras3.UNUSED_BY_THE_ZOO``), and TensorFlow, which
+    ``keras.utils.set_random_seed`` imports to seed it, are kept out unless ``backend``
+    is theirs. A Keras-on-torch helper took 13-14 s of CPU with them, 5.3-5.5 s without."""
+    from kbench.backends.keras3 import UNUSED_BY_THE_ZOO
+
+    unused = [m for m in (*UNUSED_BY_THE_ZOO, "tensorflow") if m != backend]
+    return f"import sys\nfor _m in {unused!r}:\n    sys.modules.setdefault(_m, None)\n"
 
 
 @dataclass

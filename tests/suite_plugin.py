@@ -4,8 +4,9 @@
   each test module is one unit of work (its module-scoped fixtures are built once, on
   one worker), and modules that share a session fixture one unit together; those that
   took longest in the last measured run (``tests/durations.json``) go first, so that no
-  long one is left for the end with a core idle beside it, and the modules with
-  ``serial`` tests go last, as one unit.
+  long one is left for the end with a core idle beside it, and the tests marked
+  ``serial`` go last, as one unit (the rest of their modules run beside others: when
+  whole modules went last, 80 s of ordinary tests ran there on one core, the other idle).
 - **Each worker on its own cores**: a pytest-xdist worker is pinned to its share of
   the cores, and everything it starts inherits that affinity; kbench sizes a run's
   threads to the cores it may use, so two trainings side by side never run more
@@ -26,6 +27,7 @@
 
 from __future__ import annotations
 
+import ast
 import collections
 import contextlib
 import fcntl
@@ -34,10 +36,13 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Tuple
 
 import framework_processes
+import psutil
 import pytest
 
 LOCK_DIR_VARIABLE = "KBENCH_TEST_LOCK_DIR"
@@ -68,6 +73,8 @@ def pytest_configure(config):
         os.environ.setdefault("KERAS_HOME", str(scratch / "keras_home_of_pytest"))
         for name, value in jax_compilation_cache(scratch).items():
             os.environ.setdefault(name, value)
+        if not config._kbench_keras_dir_before:
+            watch_home_keras(scratch / KERAS_WITNESS)
     else:
         pin_worker(config)
     with open(Path(os.environ[LOCK_DIR_VARIABLE]) / "pytest-pids", "a") as pids:
@@ -139,23 +146,33 @@ DURATIONS = Path(__file__).with_name("durations.json")
 RECORD_VARIABLE = "KBENCH_TEST_RECORD_DURATIONS"
 
 
-SERIAL_UNIT = "modules with serial tests"
+SERIAL_UNIT = "serial tests"
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to: its module, its SHARED_WORKER group, or the
-    one unit of every module that marks a test serial."""
-    module = nodeid.split("::", 1)[0]
-    if has_serial_tests(module):
+    """The unit of work a test belongs to: the one unit of every test marked serial, else
+    its module or its module's SHARED_WORKER group."""
+    module, _, name = nodeid.partition("::")
+    if name.partition("[")[0] in serial_tests(module):
         return SERIAL_UNIT
     return SHARED_WORKER.get(module, module)
 
 
 @functools.cache
-def has_serial_tests(module: str) -> bool:
-    """Whether a test module marks a test serial."""
+def serial_tests(module: str) -> FrozenSet[str]:
+    """The test functions of a module that are marked ``serial`` (``@pytest.mark.serial``
+    over their ``def``), read from its source: the scheduler runs in pytest's own process,
+    which has the test ids but not their marks. (Only those tests: the rest of their
+    module is an ordinary unit, run beside others.)"""
     path = Path(__file__).parent.parent / module
-    return path.is_file() and "pytest.mark.serial" in path.read_text()
+    if not path.is_file() or "pytest.mark.serial" not in path.read_text():
+        return frozenset()
+    return frozenset(
+        node.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+        and any(ast.unparse(mark).startswith("pytest.mark.serial") for mark in node.decorator_list)
+    )
 
 
 def expected_seconds() -> Dict[str, float]:
@@ -170,7 +187,7 @@ def pytest_xdist_make_scheduler(config, log):
     """``--dist loadscope``, every module one unit of work, the modules of
     :data:`SHARED_WORKER` one unit together, the longest units first (as measured in
     tests/durations.json; a unit not in it first, since its time is unknown), so that no
-    long one is left for the end; and the modules with ``serial`` tests one unit, last:
+    long one is left for the end; and the tests marked ``serial`` one unit, last:
     a serial test (every core, nothing beside it) waits for the other worker's current
     test to end, which at the end of the run is a short one (first, it waited minutes
     on the parity check with a core idle).
@@ -201,6 +218,21 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked serial that :func:`serial_tests` cannot see in its source (a mark
+    on a class or a module) would be scheduled as an ordinary test: refused."""
+    unseen = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("serial") and unit_of(item.nodeid) != SERIAL_UNIT
+    ]
+    if unseen:
+        raise pytest.UsageError(
+            f"marked serial, but not with @pytest.mark.serial over its def: {unseen}; "
+            "mark the test function itself (tests/suite_plugin.py schedules by it)"
+        )
 
 
 def pytest_runtest_logreport(report):
@@ -262,6 +294,51 @@ def pytest_runtest_protocol(item, nextitem):
     os.environ.pop(framework_processes.TEST_VARIABLE, None)
 
 
+KERAS_WITNESS = "keras-dir-appeared.txt"
+
+
+def watch_home_keras(witness: Path, every_s: float = 0.25) -> None:
+    """Look for ``~/.keras`` four times a second; when it appears, write down (in
+    ``witness``) the processes then alive that could have written it: those whose Keras
+    home is ``~/.keras`` (Python, no ``KERAS_HOME``, ``HOME`` this one). The guard below can
+    only say which test was running in its own pytest worker; the writer may have been
+    started by the other worker's test, or be a daemon."""
+    home = str(Path.home())
+
+    def suspects() -> List[str]:
+        found = []
+        for process in psutil.process_iter(["pid", "ppid", "cmdline"]):
+            if process.info["pid"] == os.getpid():  # pytest (KERAS_HOME set after it started)
+                continue
+            try:
+                env = process.environ()
+            except (psutil.Error, OSError):
+                continue
+            command = " ".join(process.info["cmdline"] or [])[:300]
+            if "KERAS_HOME" in env or env.get("HOME", home) != home or "python" not in command:
+                continue
+            found.append(
+                f"pid {process.info['pid']} (parent {process.info['ppid']}), "
+                f"test {env.get(framework_processes.TEST_VARIABLE, '?')!r}: {command}"
+            )
+        return found
+
+    def watch() -> None:
+        while True:  # (the guard removes it, so that the next test is judged on its own)
+            while not KERAS_DIR.exists():
+                time.sleep(every_s)
+            seen = time.strftime("%H:%M:%S")
+            with open(witness, "a") as out:
+                out.write(
+                    f"{KERAS_DIR} seen at {seen}; processes then alive with it as their "
+                    "Keras home:\n" + "\n".join(suspects() or ["(none)"]) + "\n"
+                )
+            while KERAS_DIR.exists():
+                time.sleep(every_s)
+
+    threading.Thread(target=watch, name="home-keras-watch", daemon=True).start()
+
+
 @pytest.fixture(autouse=True)
 def _home_keras_left_alone(request):
     yield
@@ -271,10 +348,12 @@ def _home_keras_left_alone(request):
     if not before and KERAS_DIR.exists():
         found = sorted(str(p.relative_to(KERAS_DIR)) for p in KERAS_DIR.rglob("*"))
         shutil.rmtree(KERAS_DIR, ignore_errors=True)  # the next test is judged on its own
+        witness = Path(os.environ.get(LOCK_DIR_VARIABLE, "/nonexistent")) / KERAS_WITNESS
+        seen = witness.read_text() if witness.is_file() else ""
         pytest.fail(
-            f"{KERAS_DIR} appeared during this test (holding {found}): kbench promises never "
-            "to write ~/.keras, and its tests keep the promise. Give the process that "
-            "imported Keras its own KERAS_HOME."
+            f"{KERAS_DIR} appeared during this test or one beside it (holding {found}): kbench "
+            "promises never to write ~/.keras, and its tests keep the promise. Give the "
+            f"process that imported Keras its own KERAS_HOME.\n{seen}"
         )
 
 

@@ -342,9 +342,10 @@ def test_an_interrupted_run_leaves_a_document_beside_its_log(home, tmp_path, par
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # times the worker's end: alone on the cores
 def test_a_worker_stops_within_a_second_of_its_parent(home, tmp_path):
-    """kill -9 of kbench: its real worker, mid-training, notices and ends."""
+    """kill -9 of kbench: its real worker, mid-training, notices and ends. (Not serial:
+    the worker runs on its pytest worker's core; beside three busy loops on two cores it
+    ended 0.31 s after its parent, and the test ran 16 s with the other core idle.)"""
     import psutil
 
     require_backends("torch")
@@ -381,7 +382,8 @@ def test_a_worker_stops_within_a_second_of_its_parent(home, tmp_path):
         else:
             worker.kill()
             pytest.fail("the worker outlived its parent by 5 s")
-        assert time.monotonic() - killed < 1.5
+        took = time.monotonic() - killed
+        assert took < 1.5, f"the worker ended {took:.2f} s after its parent"
     finally:
         if parent.poll() is None:
             parent.kill()

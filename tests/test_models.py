@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, require_backends, selected_backends
+from conftest import ROOT, keep_out_unused, require_backends, selected_backends
 from test_pytorch_twins import load_keras
 
 import kbench_models
@@ -264,6 +264,26 @@ def test_models_stay_backend_neutral():
                     assert node.attr not in ("backend", "image_data_format"), path.name
 
 
+# what in models/_compat.py reads the image data format
+FORMAT_READERS = {"channel_axis", "pad_as_keras_same", "_spatial_size", "image_data_format"}
+
+
+def test_sequence_models_read_no_data_format():
+    """The probe builds a sequence model in its first data format only (the others'
+    entries say ``same_as``): that holds while nothing its modules call reads the format
+    (only _compat may, test_models_stay_backend_neutral)."""
+    sequence = {s.module for s in kbench_models.MODELS.values() if s.input_kind != "image"}
+    assert sequence == {"lstm", "lstm_embedding"}
+    for module in sorted(sequence):
+        tree = ast.parse((MODELS_DIR / f"{module}.py").read_text())
+        called = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        called |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        called |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not called & FORMAT_READERS, (module, called & FORMAT_READERS)
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level}
+        assert imported <= sequence | {None}, (module, imported)  # from . import _compat: None
+
+
 def python_env(tmp: Path, backend: str = "jax"):
     """Keras 3 on ``backend`` with a throwaway KERAS_HOME (never ~/.keras), importing
     kbench_models from this checkout."""
@@ -320,7 +340,7 @@ def test_numpy_draws_stand_in_for_the_initializers_only_inside(tmp_path):
         print(json.dumps({"before": before, "inside": inside, "after": after}))
     """
     done = subprocess.run(
-        [str(environments.interpreter_for("jax")), "-c", code],
+        [str(environments.interpreter_for("jax")), "-c", keep_out_unused("jax") + code],
         cwd=tmp_path, env=python_env(tmp_path), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -370,7 +390,9 @@ def probes():
     for backend, report in reports.items():
         for data_format in formats[backend]:
             found = (report.get("models_by_format") or {}).get(data_format)
-            by_key[(backend, data_format)] = dict(report, models=found)
+            by_key[(backend, data_format)] = dict(
+                report, models=found, first_format=formats[backend][0]
+            )
     return by_key
 
 
@@ -383,9 +405,15 @@ def test_every_model_builds_with_the_expected_parameter_count(probes, backend, d
     models = report["models"]
     assert models is not None, f"the probe built nothing in {data_format}: {report}"
     assert set(models) == set(SPECS)
+    first_format = report["first_format"]
+    first = probes[(backend, first_format)]["models"]
     failures = {}
     for text in SPECS:
         built = models[text]
+        if "same_as" in built:  # a sequence model, built once (test_sequence_models_read...)
+            assert kbench_models.MODELS[parse(text)[0]].input_kind != "image", text
+            assert data_format != first_format == built["same_as"], (text, built)
+            built = first[text]
         if "error" in built:
             failures[text] = built["traceback"][-2000:]
             continue

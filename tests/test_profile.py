@@ -4,6 +4,10 @@ runs on every backend (MXNet's wheel has no profiler: unsupported, run still ok)
 from __future__ import annotations
 
 import html
+import importlib
+import sys
+import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,12 +46,30 @@ class PlaneWriter:
         return key
 
 
+def tensorflow_protos(*names):
+    """TensorFlow's own generated protobuf modules (``tsl.profiler.protobuf.xplane_pb2``),
+    without TensorFlow's import (8-10 s in a test worker, which counted as a framework
+    process): while they load, a bare package stands in for ``tensorflow`` (their own
+    imports are of one another, below empty ``__init__.py`` files), and it is taken away
+    after, so that a later ``import tensorflow`` in this process is the real one."""
+    if "tensorflow" in sys.modules:
+        return [importlib.import_module(f"tensorflow.{name}") for name in names]
+    folders = [Path(entry) / "tensorflow" for entry in sys.path]
+    stand_in = types.ModuleType("tensorflow")
+    stand_in.__path__ = [str(next(f for f in folders if (f / "__init__.py").is_file()))]
+    sys.modules["tensorflow"] = stand_in
+    try:
+        return [importlib.import_module(f"tensorflow.{name}") for name in names]
+    finally:
+        for name in [n for n in sys.modules if n == "tensorflow" or n.startswith("tensorflow.")]:
+            del sys.modules[name]
+
+
 def write_xspace(path, planes):
     """An XSpace written with TensorFlow's own protobuf classes: the reader must agree
     with the real format, not with a hand-made encoder. ``planes``: name -> (lines,
     metadata events); lines: name -> [(event name, offset ps, duration ps, stats)]."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
+    (xplane_pb2,) = tensorflow_protos("tsl.profiler.protobuf.xplane_pb2")
     space = xplane_pb2.XSpace()
     for plane_name, (lines, metadata) in planes.items():
         plane = space.planes.add(name=plane_name)
@@ -79,8 +101,7 @@ def write_xspace(path, planes):
 def hlo_module():
     """A train step's HLO: a convolution with its JAX path, and a fusion without one
     whose fused root has a backward path."""
-    from tensorflow.compiler.xla.service import hlo_pb2
-
+    (hlo_pb2,) = tensorflow_protos("compiler.xla.service.hlo_pb2")
     proto = hlo_pb2.HloProto()
     module = proto.hlo_module
     fused = module.computations.add(name="fused_computation", id=7)

@@ -29,7 +29,7 @@ from typing import Dict
 
 import numpy as np
 import pytest
-from conftest import ROOT, require_backends
+from conftest import ROOT, keep_out_unused, require_backends
 
 import kbench_models
 from kbench.run import environments
@@ -208,7 +208,7 @@ def run_keras(tmp: Path, data_format: str) -> Path:
         [
             str(environments.interpreter_for("torch")),
             "-c",
-            KERAS_SCRIPT,
+            keep_out_unused("torch") + KERAS_SCRIPT,
             json.dumps(CASES),
             str(BATCH),
             str(SEED),

@@ -86,10 +86,9 @@ def numpy_draws(keras: Any) -> Iterator[None]:
 
 
 class Keras3Backend(KerasBackend):
-    # Set by the worker for a zoo model (never for the user's own model, which may use
-    # them): those of UNUSED_BY_THE_ZOO that this backend does not need are kept out
+    # With skip_unused_imports (a zoo model: never the user's own model, which may use
+    # them), those of UNUSED_BY_THE_ZOO that this backend does not need are kept out
     # while the framework loads (TensorFlow's own import loads Keras too).
-    skip_unused_imports = False
     imports_skipped: List[str] = []
 
     def start(self, *args: Any, **kwargs: Any) -> None:

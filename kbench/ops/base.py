@@ -82,7 +82,9 @@ class OpsBackend(abc.ABC):
         memory options, the backend check): the backend's :class:`Backend`."""
         from kbench.backends import load_backend
 
-        return load_backend(backend)(threads=threads)
+        runtime = load_backend(backend)(threads=threads)
+        runtime.skip_unused_imports = True  # operators need none of Keras' optional imports
+        return runtime
 
     @abc.abstractmethod
     def tensor(self, array: np.ndarray) -> Any:

@@ -183,7 +183,8 @@ def probe(
 
     ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with
     its parameter count and output shape, and again for each of ``other_formats``
-    (``models_by_format``: one process builds them in every format). Never raises for
+    (``models_by_format``: one process builds them in every format; a sequence model,
+    which reads no data format, only in the first). Never raises for
     a backend that cannot start: the report says ``ok: False`` and why.
     """
     try:

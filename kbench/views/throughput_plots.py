@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
-from matplotlib.colors import TwoSlopeNorm
 
 from kbench.views.figures import (
     LOG_SCALE_ABOVE,
@@ -209,6 +208,8 @@ def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
     figure = new_figure(height, min(WIDTH_IN, 2.2 + label_in + 1.5 * len(columns)))
     ax = figure.subplots()
     shown = np.ma.masked_invalid(logs)
+    from matplotlib.colors import TwoSlopeNorm  # where drawn: see figures.new_figure
+
     cmap = _diverging()
     image = ax.imshow(shown, cmap=cmap, norm=TwoSlopeNorm(0.0, -limit, limit), aspect="auto")
     for i in range(len(rows)):
