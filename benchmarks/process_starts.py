@@ -91,11 +91,9 @@ def main() -> int:
             print(f"{backend}: the backend started (Keras imported and checked)")
             print(compare(ways, args.rounds, scratch))
         env = dict(os.environ, PYTHONPATH=str(python_path))
+        with_matplotlib = "import numpy, matplotlib.colors, kbench.cli.app"
         ways = {
-            "CLI, with matplotlib": (
-                [sys.executable, "-c", "import numpy, matplotlib.colors, kbench.cli.app"],
-                env,
-            ),  # fmt: skip
+            "CLI, with matplotlib": ([sys.executable, "-c", with_matplotlib], env),
             "CLI, as it starts": ([sys.executable, "-c", "import kbench.cli.app"], env),
         }
         print("the CLI's import (kbench.cli.app)")

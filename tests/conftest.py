@@ -70,7 +70,9 @@ def keep_out_unused(backend: str) -> str:
     kbench starts a zoo worker: what Keras imports for features the helper never uses
     (``kbench.backends.keras3.UNUSED_BY_THE_ZOO``), and TensorFlow, which
     ``keras.utils.set_random_seed`` imports to seed it, are kept out unless ``backend``
-    is theirs. A Keras-on-torch helper took 13-14 s of CPU with them, 5.3-5.5 s without."""
+    is theirs, for the whole of the helper process (a zoo worker keeps them out only
+    while Keras loads). A Keras-on-torch helper took 13-14 s of CPU with them, 5.3-5.5 s
+    without."""
     from kbench.backends.keras3 import UNUSED_BY_THE_ZOO
 
     unused = [m for m in (*UNUSED_BY_THE_ZOO, "tensorflow") if m != backend]

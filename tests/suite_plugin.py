@@ -160,19 +160,29 @@ def unit_of(nodeid: str) -> str:
 
 @functools.cache
 def serial_tests(module: str) -> FrozenSet[str]:
-    """The test functions of a module that are marked ``serial`` (``@pytest.mark.serial``
-    over their ``def``), read from its source: the scheduler runs in pytest's own process,
-    which has the test ids but not their marks. (Only those tests: the rest of their
-    module is an ordinary unit, run beside others.)"""
+    """The tests of a module that are marked ``serial`` (``@pytest.mark.serial`` over
+    their ``def``), as their ids name them after the module (``test_x``, or
+    ``TestClass::test_x`` for a method), read from its source: the scheduler runs in
+    pytest's own process, which has the test ids but not their marks. Only those tests
+    go last: the rest of their module is an ordinary unit, run beside others (so a
+    module-scoped fixture that serial and ordinary tests share is built twice)."""
     path = Path(__file__).parent.parent / module
-    if not path.is_file() or "pytest.mark.serial" not in path.read_text():
+    source = path.read_text() if path.is_file() else ""
+    if "pytest.mark.serial" not in source:
         return frozenset()
-    return frozenset(
-        node.name
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.FunctionDef)
-        and any(ast.unparse(mark).startswith("pytest.mark.serial") for mark in node.decorator_list)
-    )
+
+    def serial(node: ast.AST) -> bool:
+        return isinstance(node, ast.FunctionDef) and any(
+            ast.unparse(mark).startswith("pytest.mark.serial") for mark in node.decorator_list
+        )
+
+    found = set()
+    for node in ast.parse(source).body:
+        if serial(node):
+            found.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            found |= {f"{node.name}::{n.name}" for n in node.body if serial(n)}
+    return frozenset(found)
 
 
 def expected_seconds() -> Dict[str, float]:
@@ -220,18 +230,15 @@ def pytest_xdist_make_scheduler(config, log):
     return ModuleScheduling(config, log)
 
 
-def pytest_collection_modifyitems(config, items):
-    """A test marked serial that :func:`serial_tests` cannot see in its source (a mark
-    on a class or a module) would be scheduled as an ordinary test: refused."""
-    unseen = [
-        item.nodeid
-        for item in items
-        if item.get_closest_marker("serial") and unit_of(item.nodeid) != SERIAL_UNIT
-    ]
-    if unseen:
-        raise pytest.UsageError(
-            f"marked serial, but not with @pytest.mark.serial over its def: {unseen}; "
-            "mark the test function itself (tests/suite_plugin.py schedules by it)"
+def pytest_runtest_setup(item):
+    """A test marked serial that :func:`serial_tests` cannot see in its source (a mark on
+    a class or a module) was scheduled as an ordinary test, beside others: it fails."""
+    if item.get_closest_marker("serial") and unit_of(item.nodeid) != SERIAL_UNIT:
+        pytest.fail(
+            "marked serial, but not with @pytest.mark.serial over its def, so it was "
+            "scheduled beside other tests: mark the test function itself "
+            "(tests/suite_plugin.py schedules by that mark)",
+            pytrace=False,
         )
 
 
@@ -328,15 +335,33 @@ def watch_home_keras(witness: Path, every_s: float = 0.25) -> None:
             while not KERAS_DIR.exists():
                 time.sleep(every_s)
             seen = time.strftime("%H:%M:%S")
-            with open(witness, "a") as out:
-                out.write(
-                    f"{KERAS_DIR} seen at {seen}; processes then alive with it as their "
-                    "Keras home:\n" + "\n".join(suspects() or ["(none)"]) + "\n"
-                )
+            text = (f"{KERAS_DIR} seen at {seen}; processes then alive with it as their "
+                    "Keras home:\n" + "\n".join(suspects() or ["(none)"]) + "\n")  # fmt: skip
+            try:  # whole or not at all: the guard may read it at any moment
+                witness.with_suffix(".part").write_text(text)
+                witness.with_suffix(".part").replace(witness)
+            except OSError:  # the session's folder is gone: it has ended
+                return
             while KERAS_DIR.exists():
                 time.sleep(every_s)
 
     threading.Thread(target=watch, name="home-keras-watch", daemon=True).start()
+
+
+def take_witness(folder: Path, wait_s: float = 1.5) -> str:
+    """What :func:`watch_home_keras` wrote of this sighting, waiting for it a moment (it
+    looks four times a second, then reads every process); taken, so that a later
+    failure shows its own."""
+    witness = folder / KERAS_WITNESS
+    deadline = time.monotonic() + wait_s
+    while not witness.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    taken = witness.with_name(f"{KERAS_WITNESS}.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        witness.rename(taken)  # (the other pytest worker may have taken it first)
+        return taken.read_text()
+    except OSError:
+        return ""
 
 
 @pytest.fixture(autouse=True)
@@ -347,9 +372,8 @@ def _home_keras_left_alone(request):
         before = os.environ.get("KBENCH_TEST_KERAS_DIR_BEFORE") == "1"
     if not before and KERAS_DIR.exists():
         found = sorted(str(p.relative_to(KERAS_DIR)) for p in KERAS_DIR.rglob("*"))
+        seen = take_witness(Path(os.environ.get(LOCK_DIR_VARIABLE, "/nonexistent")))
         shutil.rmtree(KERAS_DIR, ignore_errors=True)  # the next test is judged on its own
-        witness = Path(os.environ.get(LOCK_DIR_VARIABLE, "/nonexistent")) / KERAS_WITNESS
-        seen = witness.read_text() if witness.is_file() else ""
         pytest.fail(
             f"{KERAS_DIR} appeared during this test or one beside it (holding {found}): kbench "
             "promises never to write ~/.keras, and its tests keep the promise. Give the "

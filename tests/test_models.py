@@ -264,24 +264,35 @@ def test_models_stay_backend_neutral():
                     assert node.attr not in ("backend", "image_data_format"), path.name
 
 
-# what in models/_compat.py reads the image data format
-FORMAT_READERS = {"channel_axis", "pad_as_keras_same", "_spatial_size", "image_data_format"}
+# What a sequence model may build from: none of these reads the image data format (in
+# Keras 3 any layer with a data_format argument left at None reads it, as do _compat's
+# channel_axis and padding); a new layer here needs that checked before it is added.
+SEQUENCE_LAYERS = {"Input", "Dense", "Embedding"}
+SEQUENCE_COMPAT = {"lstm"}  # _compat.lstm: an LSTM with its activations spelled out
 
 
 def test_sequence_models_read_no_data_format():
     """The probe builds a sequence model in its first data format only (the others'
-    entries say ``same_as``): that holds while nothing its modules call reads the format
-    (only _compat may, test_models_stay_backend_neutral)."""
+    entries say ``same_as``): that holds while its modules build only from layers and
+    helpers that read no data format."""
     sequence = {s.module for s in kbench_models.MODELS.values() if s.input_kind != "image"}
     assert sequence == {"lstm", "lstm_embedding"}
     for module in sorted(sequence):
         tree = ast.parse((MODELS_DIR / f"{module}.py").read_text())
-        called = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-        called |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        called |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-        assert not called & FORMAT_READERS, (module, called & FORMAT_READERS)
-        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level}
-        assert imported <= sequence | {None}, (module, imported)  # from . import _compat: None
+        used = {
+            (n.value.id, n.attr)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+        }
+        assert {attr for name, attr in used if name == "layers"} <= SEQUENCE_LAYERS, module
+        assert {attr for name, attr in used if name == "_compat"} <= SEQUENCE_COMPAT, module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:  # models' own modules
+                names = {node.module} if node.module else {a.name for a in node.names}
+                assert names <= sequence | {"_compat"}, (module, names)
+            elif isinstance(node, ast.ImportFrom):
+                assert node.module in ("keras", "keras.models"), (module, node.module)
+                assert {a.name for a in node.names} <= {"layers", "Model"}, module
 
 
 def python_env(tmp: Path, backend: str = "jax"):

@@ -54,9 +54,13 @@ def tensorflow_protos(*names):
     after, so that a later ``import tensorflow`` in this process is the real one."""
     if "tensorflow" in sys.modules:
         return [importlib.import_module(f"tensorflow.{name}") for name in names]
+    # (found by hand: importlib's finders would count this process as TensorFlow's)
     folders = [Path(entry) / "tensorflow" for entry in sys.path]
+    found = [f for f in folders if (f / "__init__.py").is_file()]
+    if not found:
+        raise ModuleNotFoundError(f"no tensorflow package on this Python's path ({sys.path})")
     stand_in = types.ModuleType("tensorflow")
-    stand_in.__path__ = [str(next(f for f in folders if (f / "__init__.py").is_file()))]
+    stand_in.__path__ = [str(found[0])]
     sys.modules["tensorflow"] = stand_in
     try:
         return [importlib.import_module(f"tensorflow.{name}") for name in names]

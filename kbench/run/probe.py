@@ -73,7 +73,7 @@ def switch_format(backend, data_format: str) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     backend_name, formats, *models = argv
-    data_format, *other_formats = formats.split(",")
+    data_format, *other_formats = dict.fromkeys(formats.split(","))  # each format once
     report = {
         "backend": backend_name,
         "python": platform.python_version(),

@@ -185,6 +185,8 @@ def _throughput_caption(marked: List[str], unfinished: Dict[str, List[RunGroup]]
 
 
 def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline: str) -> Outcome:
+    from matplotlib.colors import TwoSlopeNorm  # where a figure is drawn: see new_figure
+
     if len(backends) < 2:
         return Skipped(
             SPEED_RATIO,
@@ -208,8 +210,6 @@ def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
     figure = new_figure(height, min(WIDTH_IN, 2.2 + label_in + 1.5 * len(columns)))
     ax = figure.subplots()
     shown = np.ma.masked_invalid(logs)
-    from matplotlib.colors import TwoSlopeNorm  # where drawn: see figures.new_figure
-
     cmap = _diverging()
     image = ax.imshow(shown, cmap=cmap, norm=TwoSlopeNorm(0.0, -limit, limit), aspect="auto")
     for i in range(len(rows)):
