@@ -39,10 +39,10 @@ import json, os, subprocess, sys, time
 from kbench.measure import sampler, sysinfo
 from kbench.run.metrics import measured_energy, sampled_memory
 args = json.loads(sys.argv[1])
-env = dict(os.environ, **args["worker_env"])
+env = dict(os.environ if args["inherit_env"] else {}, **args["worker_env"])
 start = time.time()
-worker = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({args['seconds']})"],
-                          env=env)
+command = args["command"] or [sys.executable, "-c", f"import time; time.sleep({args['seconds']})"]
+worker = subprocess.Popen(command, env=env)
 with sampler.Sampler(worker.pid, interval_s=0.04) as s:
     worker.wait()
 end = time.time()
@@ -71,6 +71,20 @@ job.stop()
 print(json.dumps(job.result({"run": (start, time.time())})))
 """
 
+# The data-parallel sampler on one process whose environment is empty for 0.3 s.
+JOB_LATE_ENV = r"""
+import json, subprocess, time
+from kbench.distributed.sampling import JobSampler
+job = JobSampler(interval_s=0.04).start()
+start = time.time()
+late = "sleep 0.3; exec env CUDA_VISIBLE_DEVICES= sleep 0.4"
+proc = subprocess.Popen(["/bin/sh", "-c", late], env={})
+job.add("worker0", proc.pid)
+proc.wait()
+job.stop()
+print(json.dumps(job.result({"run": (start, time.time())})))
+"""
+
 
 @pytest.fixture(scope="session")
 def standin_root(tmp_path_factory) -> Path:
@@ -90,13 +104,16 @@ def run_with(
     worker_env: Optional[Dict[str, str]] = None,
     seconds: float = 0.5,
     name: str = "nvml.conf",
+    command: Optional[List[str]] = None,
+    inherit_env: bool = True,
 ) -> Dict[str, Any]:
     try:
         lib = build_standin(root, variant)
     except CompilerMissing as err:
         pytest.skip(str(err))
     config = write_config(root / f"{variant}-{name}", devices)
-    args = json.dumps({"worker_env": worker_env or {}, "seconds": seconds})
+    args = json.dumps({"worker_env": worker_env or {}, "seconds": seconds, "command": command,
+                       "inherit_env": inherit_env})
     done = subprocess.run(
         [sys.executable, "-c", code, args],
         env=standin_env(lib, config),
@@ -173,6 +190,22 @@ def test_1_cpu_run_on_a_gpu_machine_reports_no_gpu_figures(standin_root):
     (group,) = compare([run_result("torch", rss, out["sampler"])])
     assert group.rows[0].utilization_kind == "cpu"
     assert group.rows[0].memory_kind == "process_peak_rss"
+
+
+def test_1_a_worker_read_while_it_starts_is_read_again(standin_root):
+    """CI, stop 42: the CPU-run test above counted GPU 0. Its worker's environment was
+    read once, as ``Popen`` returned, while the kernel was still loading the program:
+    it read empty, so CUDA_VISIBLE_DEVICES looked unset. Here the worker's first
+    environment is empty for 0.3 s, then the same PID becomes a program with
+    CUDA_VISIBLE_DEVICES=''; the sampler must use the second."""
+    devices = [StandinDevice(gpu_util=87, processes=[(999_999, GIB)])]
+    late = "sleep 0.3; exec env CUDA_VISIBLE_DEVICES= sleep 0.4"
+    out = run_with(standin_root, devices, command=["/bin/sh", "-c", late], inherit_env=False)
+    used = out["sampler"]["sources"]["gpu"]["worker_gpus"]
+    assert used["indices"] == [] and "CUDA_VISIBLE_DEVICES=''" in used["note"]
+    job = run_with(standin_root, devices, code=JOB_LATE_ENV)
+    used = job["sources"]["gpu"]["worker_gpus"]
+    assert used["indices"] == [] and "CUDA_VISIBLE_DEVICES=''" in used["note"]
 
 
 def test_1_cuda_visible_devices_is_mapped_to_nvml_by_pci_bus_id(standin_root):

@@ -107,6 +107,9 @@ class JobSampler:
         with self._lock:
             names = list(self._roots)
         row: Dict[str, Any] = {"t": time.time()}
+        for name in names:  # one read during its exec: read again
+            if not self.visible[name].get("known"):
+                self.visible[name] = visible_devices_of(self._roots[name])
         total_cpu, total_rss, alive_any = 0.0, 0, False
         trees = {}
         for name in names:

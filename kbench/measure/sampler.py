@@ -330,6 +330,8 @@ class Sampler:
         return self._tree_cache
 
     def _sample(self) -> None:
+        if not self.visible.get("known"):  # read during the worker's exec: read again
+            self.visible = visible_devices_of(self._root)
         tree = self._tree()
         row: Dict[str, Any] = {"t": self.clock()}
         read_sources(self.sources, tree, row, self.failed)
