@@ -112,8 +112,14 @@ def run_with(
     except CompilerMissing as err:
         pytest.skip(str(err))
     config = write_config(root / f"{variant}-{name}", devices)
-    args = json.dumps({"worker_env": worker_env or {}, "seconds": seconds, "command": command,
-                       "inherit_env": inherit_env})
+    args = json.dumps(
+        {
+            "worker_env": worker_env or {},
+            "seconds": seconds,
+            "command": command,
+            "inherit_env": inherit_env,
+        }
+    )
     done = subprocess.run(
         [sys.executable, "-c", code, args],
         env=standin_env(lib, config),
