@@ -389,8 +389,13 @@ def runs_store(tmp_path_factory):
     ]
     configs += [RunConfig(backend=b, distributed=m, workers=2, **tiny(m)) for m, b in MODES]
     out = tmp_path_factory.mktemp("distributed")
-    # the jax step's first compile is timed below: not from the suite's compilation cache
-    cache = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("JAX_COMPILATION")}
+    # the jax step's first compile is timed below: not from the suite's compilation cache,
+    # and with XLA's flags as users have them (suite_plugin.xla_quick_compiles)
+    cache = {
+        k: os.environ.pop(k)
+        for k in list(os.environ)
+        if k.startswith("JAX_COMPILATION") or k == "XLA_FLAGS"
+    }
     try:
         Runner(output_dir=out).run_all(configs)
     finally:

@@ -77,7 +77,7 @@ import json, subprocess, time
 from kbench.distributed.sampling import JobSampler
 job = JobSampler(interval_s=0.04).start()
 start = time.time()
-late = "sleep 0.3; exec env CUDA_VISIBLE_DEVICES= sleep 0.4"
+late = "sleep 0.3; export CUDA_VISIBLE_DEVICES=; exec sleep 0.4"
 proc = subprocess.Popen(["/bin/sh", "-c", late], env={})
 job.add("worker0", proc.pid)
 proc.wait()
@@ -205,7 +205,7 @@ def test_1_a_worker_read_while_it_starts_is_read_again(standin_root):
     environment is empty for 0.3 s, then the same PID becomes a program with
     CUDA_VISIBLE_DEVICES=''; the sampler must use the second."""
     devices = [StandinDevice(gpu_util=87, processes=[(999_999, GIB)])]
-    late = "sleep 0.3; exec env CUDA_VISIBLE_DEVICES= sleep 0.4"
+    late = "sleep 0.3; export CUDA_VISIBLE_DEVICES=; exec sleep 0.4"
     out = run_with(standin_root, devices, command=["/bin/sh", "-c", late], inherit_env=False)
     used = out["sampler"]["sources"]["gpu"]["worker_gpus"]
     assert used["indices"] == [] and "CUDA_VISIBLE_DEVICES=''" in used["note"]

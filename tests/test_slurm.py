@@ -153,8 +153,10 @@ def test_a_sweep_on_slurm_fails_cancels_resumes_and_runs_nothing_twice(cluster, 
         str(store),
         "--executor",
         "slurm",
+        # two tasks at a time on the two cores the test holds: task 1 starts at once (the
+        # kill reaches it early in its run) and 2 and 3 wait (3 is cancelled pending)
         "--max-parallel",
-        "1",
+        "2",
         "--poll",
         "0.5",
     ]

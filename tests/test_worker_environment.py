@@ -48,11 +48,13 @@ def test_the_users_python_keeps_its_pythonpath_an_environment_of_envs_does_not(
 
 def test_a_jax_compilation_cache_in_force_is_recorded_with_the_run(tmp_path, monkeypatch):
     """A compile JAX reuses from an earlier process makes the first step fast: a result
-    of JAX's says so (the suite runs with one cache for the session)."""
+    of JAX's says so (the suite runs with one cache for the session); so are XLA's flags
+    (the suite's skip LLVM's optimizations)."""
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
     recorded = {}
-    for backend in ("jax", "torch"):
+    for backend in ("jax", "tensorflow", "torch"):
         env, _ = environments.process_environment(
             backend, tmp_path / backend, tmp_path, 1, None, "cpu"
         )
@@ -60,3 +62,7 @@ def test_a_jax_compilation_cache_in_force_is_recorded_with_the_run(tmp_path, mon
     assert recorded["jax"]["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "cache")
     assert recorded["jax"]["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
     assert not any(key.startswith("JAX_COMP") for key in recorded["torch"])
+    # how XLA compiles: JAX always, TensorFlow where jit_compile is on; never torch's
+    for backend in ("jax", "tensorflow"):
+        assert recorded[backend]["XLA_FLAGS"] == "--xla_backend_optimization_level=0"
+    assert "XLA_FLAGS" not in recorded["torch"]

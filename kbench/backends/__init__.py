@@ -32,7 +32,7 @@ class BackendSpec:
     process_env: Dict[str, str] = field(default_factory=dict)
     # The user's variables (by prefix) that change what its runs measure, recorded in
     # each result's process_env (JAX's persistent compilation cache: a compile reused
-    # from an earlier process makes the first step fast)
+    # from an earlier process makes the first step fast; XLA_FLAGS: how XLA compiles)
     recorded_variable_prefixes: Tuple[str, ...] = ()
     packages: Tuple[str, ...] = ()  # distributions `kbench env` reports
     data_formats: Tuple[str, ...] = ("channels_last", "channels_first")
@@ -78,6 +78,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.keras3:TensorFlowBackend",
             colour="#f28e2b",
             process_env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+            recorded_variable_prefixes=("XLA_FLAGS", "TF_XLA_FLAGS"),
             packages=("keras", "tensorflow-cpu", "tensorflow"),
         ),
         BackendSpec(
@@ -86,7 +87,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.keras3:JaxBackend",
             colour="#4e79a7",
             packages=("keras", "jax", "jaxlib"),
-            recorded_variable_prefixes=("JAX_COMPILATION_CACHE", "JAX_PERSISTENT"),
+            recorded_variable_prefixes=("JAX_COMPILATION_CACHE", "JAX_PERSISTENT", "XLA_FLAGS"),
             no_inter_op_pool="XLA's CPU client sizes its thread pools itself, to the cores of "
             "the process's CPU affinity (which --threads sets): JAX has no API to set them",
         ),

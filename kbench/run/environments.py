@@ -162,7 +162,7 @@ def process_environment(
 
 def recorded_variables(env: Dict[str, str], backend: str) -> Dict[str, str]:
     """The variables kbench set for a worker, as a result records them, and those of the
-    user's that change what it measures (JAX's persistent compilation cache)."""
+    user's that change what it measures (JAX's persistent compilation cache, XLA's flags)."""
     keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"]
     keys += ["JAX_PLATFORMS"]
     spec = BACKENDS[backend]
