@@ -107,7 +107,8 @@ def xla_quick_compiles() -> Dict[str, str]:
     training and prediction steps of a few tiny batches); LLVM's optimizations make the
     code run faster, for steps the suite barely runs. Measured here on ResNet-56:
     build 15.9 -> 4.7 s of CPU, the training step's compile 20.8 -> 11.3 s, a step
-    0.2 -> 0.3 s; a small CNN's process 6.7 -> 2.3 s. The computation is the same:
+    0.2 -> 0.3 s; a small CNN's build and steps 6.7 -> 2.3 s
+    (benchmarks/xla_compile.py: whole processes). The computation is the same:
     ResNet-50's outputs agreed within 1.5e-8, its first loss within 6e-6 (relative).
     Convolutions and matrix products are library calls either way. Every result records
     it (``process_env``: XLA_FLAGS); a test that times JAX's compile removes it

@@ -71,14 +71,16 @@ job.stop()
 print(json.dumps(job.result({"run": (start, time.time())})))
 """
 
-# The data-parallel sampler on one process whose environment is empty for 0.3 s.
+# A worker whose environment is empty for 0.3 s (started with none), then the same PID
+# a program with CUDA_VISIBLE_DEVICES=''
+LATE_ENV_WORKER = ["/bin/sh", "-c", "sleep 0.3; export CUDA_VISIBLE_DEVICES=; exec sleep 0.4"]
+# The data-parallel sampler on the one worker given, started with no environment.
 JOB_LATE_ENV = r"""
-import json, subprocess, time
+import json, subprocess, sys, time
 from kbench.distributed.sampling import JobSampler
 job = JobSampler(interval_s=0.04).start()
 start = time.time()
-late = "sleep 0.3; export CUDA_VISIBLE_DEVICES=; exec sleep 0.4"
-proc = subprocess.Popen(["/bin/sh", "-c", late], env={})
+proc = subprocess.Popen(json.loads(sys.argv[1])["command"], env={})
 job.add("worker0", proc.pid)
 proc.wait()
 job.stop()
@@ -205,11 +207,10 @@ def test_1_a_worker_read_while_it_starts_is_read_again(standin_root):
     environment is empty for 0.3 s, then the same PID becomes a program with
     CUDA_VISIBLE_DEVICES=''; the sampler must use the second."""
     devices = [StandinDevice(gpu_util=87, processes=[(999_999, GIB)])]
-    late = "sleep 0.3; export CUDA_VISIBLE_DEVICES=; exec sleep 0.4"
-    out = run_with(standin_root, devices, command=["/bin/sh", "-c", late], inherit_env=False)
+    out = run_with(standin_root, devices, command=LATE_ENV_WORKER, inherit_env=False)
     used = out["sampler"]["sources"]["gpu"]["worker_gpus"]
     assert used["indices"] == [] and "CUDA_VISIBLE_DEVICES=''" in used["note"]
-    job = run_with(standin_root, devices, code=JOB_LATE_ENV)
+    job = run_with(standin_root, devices, code=JOB_LATE_ENV, command=LATE_ENV_WORKER)
     used = job["sources"]["gpu"]["worker_gpus"]
     assert used["indices"] == [] and "CUDA_VISIBLE_DEVICES=''" in used["note"]
 
