@@ -50,8 +50,8 @@ def one_process(command: List[str], env: Dict[str, str], cwd: str) -> Tuple[floa
 
 
 def compare(ways: Dict[str, Tuple[List[str], Dict[str, str]]], rounds: int, cwd: str) -> str:
-    """Interleaved rounds of each way; one line per way and the CPU ratio of the second
-    to the first."""
+    """Interleaved rounds of each way; one line per way and the CPU ratio of each later
+    way to the first."""
     times: Dict[str, List[Tuple[float, float]]] = {name: [] for name in ways}
     names = list(ways)
     for index in range(rounds):
@@ -61,9 +61,11 @@ def compare(ways: Dict[str, Tuple[List[str], Dict[str, str]]], rounds: int, cwd:
     for name, runs in times.items():
         wall = statistics.median(w for w, _ in runs)
         cpu = statistics.median(c for _, c in runs)
-        lines.append(f"  {name:28s} wall {wall:6.2f} s, CPU {cpu:6.2f} s")
-    first, second = (statistics.median(c for _, c in times[n]) for n in names)
-    lines.append(f"  {names[1]} x{second / first:.3f} of the CPU of {names[0]}")
+        lines.append(f"  {name:34s} wall {wall:6.2f} s, CPU {cpu:6.2f} s")
+    first = statistics.median(c for _, c in times[names[0]])
+    for name in names[1:]:
+        later = statistics.median(c for _, c in times[name])
+        lines.append(f"  {name} x{later / first:.3f} of the CPU of {names[0]}")
     return "\n".join(lines)
 
 

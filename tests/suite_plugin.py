@@ -20,8 +20,8 @@
   count is printed at the end, and a test the fast set runs (not ``slow``) that starts
   one is an error.
 - **Compiled once, and quickly**: JAX's persistent compilation cache is one folder for
-  the session (:func:`jax_compilation_cache`), and XLA skips LLVM's optimizations
-  (:func:`xla_quick_compiles`).
+  the session (:func:`jax_compilation_cache`), and XLA skips LLVM's optimizations and
+  uses its older CPU fusion emitters (:func:`xla_quick_compiles`).
 - **Home left alone**: kbench never writes ``~/.keras``, and a test that makes it appear
   fails.
 """
@@ -96,23 +96,28 @@ def jax_compilation_cache(scratch: Path) -> Dict[str, str]:
     }
 
 
-# XLA's LLVM back end without its optimization passes (the suite's JAX processes only).
-QUICK_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# XLA's LLVM back end without its optimization passes, and XLA's older CPU fusion
+# emitters (the suite's JAX processes only).
+QUICK_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
 def xla_quick_compiles() -> Dict[str, str]:
-    """XLA_FLAGS for the suite's processes: XLA's own passes as always, LLVM's skipped.
+    """XLA_FLAGS for the suite's processes: XLA's own passes as always, LLVM's skipped,
+    and each fusion emitted by XLA's older CPU fusion emitters instead of the MLIR ones
+    it uses by default (a different code generator for the same fused computation).
 
     A JAX process of the suite spends most of its CPU compiling (each weight draw, the
-    training and prediction steps of a few tiny batches); LLVM's optimizations make the
-    code run faster, for steps the suite barely runs. Measured here on ResNet-56:
-    build 15.9 -> 4.7 s of CPU, the training step's compile 20.8 -> 11.3 s, a step
-    0.2 -> 0.3 s; a small CNN's build and steps 6.7 -> 2.3 s
-    (benchmarks/xla_compile.py: whole processes). The computation is the same:
-    ResNet-50's outputs agreed within 1.5e-8, its first loss within 6e-6 (relative).
-    Convolutions and matrix products are library calls either way. Every result records
-    it (``process_env``: XLA_FLAGS); a test that times JAX's compile removes it
-    (test_distributed), and so runs JAX as users do."""
+    training and prediction steps of a few tiny batches); XLA's defaults are there for
+    the speed of steps the suite barely runs. benchmarks/xla_compile.py (fresh
+    processes, 2 steps and a prediction), CPU seconds with XLA's defaults, without
+    LLVM's passes, and with the older emitters too: ResNet-20 32.2, 12.3 and 8.4 s; a
+    small CNN 10.4, 4.8 and 3.8 s; ResNet-50 (64x64) 44.1, 29.4 and 23.6 s. The
+    computation is the same: with and without the older emitters, the predictions of
+    ResNet-50, ResNet-56, the LSTM and the small CNN were identical and their first
+    training losses within 3.2e-6 (relative); ResNet-50's outputs agreed within 1.5e-8
+    with and without LLVM's passes. Convolutions and matrix products are library calls
+    either way. Every result records it (``process_env``: XLA_FLAGS); a test that times
+    JAX's compile removes it (test_distributed), and so runs JAX as users do."""
     return {"XLA_FLAGS": QUICK_XLA_FLAGS}
 
 
