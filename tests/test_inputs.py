@@ -348,9 +348,9 @@ def test_a_worker_stops_within_a_second_of_its_parent(home, tmp_path):
     ended 0.31 s after its parent, and the test ran 16 s with the other core idle.)"""
     import psutil
 
-    require_backends("torch")
-    command = [sys.executable, "-m", "kbench", "run", "--backend", "torch", "--model", "mlp",
-               "--dataset", "synthetic", "--steps", "100000", "--warmup-steps", "1",
+    require_backends("torch-native")
+    command = [sys.executable, "-m", "kbench", "run", "--backend", "torch-native", "--model",
+               "mlp", "--dataset", "synthetic", "--steps", "100000", "--warmup-steps", "1",
                "--batch-size", "8", "--train-samples", "64", "--test-samples", "8",
                "--threads", "1", "--sample-interval", "0",
                "--store", str(tmp_path / "out")]  # fmt: skip

@@ -32,9 +32,9 @@ def test_search_when_nothing_fits():
 
 @pytest.mark.slow
 def test_max_batch_command_runs_real_probes(home):
-    require_backends("torch")
+    require_backends("torch-native")
     completed = run_kbench(
-        ["max-batch", "--backend", "torch", "--model", "mlp", "--start", "4", "--limit", "8",
+        ["max-batch", "--backend", "torch-native", "--model", "mlp", "--start", "4", "--limit", "8",
          "--store", str(home / "out")],
         home,
     )  # fmt: skip

@@ -107,10 +107,10 @@ def test_inference_flags_reach_the_run_settings():
 @pytest.mark.slow
 def test_out_of_memory_is_its_own_status(home):
     """An allocation larger than this machine's memory fails at once, on CPU too."""
-    require_backends("torch", "jax")
+    require_backends("torch-native", "jax")
     side = math.ceil(math.sqrt(1.5 * psutil.virtual_memory().total / (128 * 4)))
     completed = run_kbench(
-        ["run", "--backend", "torch,jax", "--model", "mlp", "--dataset", "synthetic",
+        ["run", "--backend", "torch-native,jax", "--model", "mlp", "--dataset", "synthetic",
          "--input-shape", f"{side}x{side}x1", "--num-classes", "2", "--train-samples", "1",
          "--test-samples", "1", "--batch-size", "1", "--steps", "1", "--warmup-steps", "0",
          "--sample-interval", "0", "--repeats", "1"],
@@ -127,15 +127,15 @@ def test_out_of_memory_is_its_own_status(home):
 @pytest.mark.slow
 def test_runner_with_a_stand_in_nvml_records_gpu_series_memory_and_energy(tmp_path):
     """The real binding on the stand-in library (tests/nvml_standin), the worker on GPU 0."""
-    require_backends("torch")
+    require_backends("torch-native")
     try:
         lib = build_standin(tmp_path / "lib")
     except CompilerMissing as err:
         pytest.skip(str(err))
     config = write_config(tmp_path / "nvml.conf", [StandinDevice(processes=[("children", 2**20)])])
     completed = run_kbench(
-        ["run", "--backend", "torch", "--model", "mlp", "--dataset", "synthetic", "--steps", "150",
-         "--warmup-steps", "2", "--batch-size", "64", "--test-samples", "64",
+        ["run", "--backend", "torch-native", "--model", "mlp", "--dataset", "synthetic",
+         "--steps", "150", "--warmup-steps", "2", "--batch-size", "64", "--test-samples", "64",
          "--sample-interval", "0.05"],
         tmp_path, env=standin_env(lib, config),
     )  # fmt: skip

@@ -398,7 +398,7 @@ def test_10_counter_is_interpolated_to_the_window_edges():
 @pytest.mark.slow
 def test_kbench_run_and_compare_on_a_two_gpu_standin(standin_root, tmp_path):
     """The real CLI, the runner's sampler on the worker, the binding on the stand-in."""
-    require_backends("torch")
+    require_backends("torch-native")
     try:
         lib = build_standin(standin_root, "full")
     except CompilerMissing as err:
@@ -410,7 +410,7 @@ def test_kbench_run_and_compare_on_a_two_gpu_standin(standin_root, tmp_path):
     config = write_config(tmp_path / "nvml.conf", devices)
     env = standin_env(lib, config)
     completed = run_kbench(
-        ["run", "--backend", "torch", "--model", "mlp", "--dataset", "synthetic",
+        ["run", "--backend", "torch-native", "--model", "mlp", "--dataset", "synthetic",
          "--steps", "30", "--warmup-steps", "2", "--batch-size", "32", "--test-samples", "32",
          "--sample-interval", "0.05"],
         tmp_path, env=env,
@@ -435,7 +435,7 @@ def test_kbench_run_and_compare_on_a_two_gpu_standin(standin_root, tmp_path):
 @pytest.mark.slow
 def test_kbench_run_device_cpu_on_a_gpu_machine_compares_by_rss(standin_root, tmp_path):
     """Before: compare showed "Peak memory 0 B (process_nvml)" and "87 (gpu)"."""
-    require_backends("torch")
+    require_backends("torch-native")
     try:
         lib = build_standin(standin_root, "full")
     except CompilerMissing as err:
@@ -443,7 +443,7 @@ def test_kbench_run_device_cpu_on_a_gpu_machine_compares_by_rss(standin_root, tm
     busy = StandinDevice(gpu_util=87, processes=[(999_999, 8 * GIB)])  # another process
     env = standin_env(lib, write_config(tmp_path / "nvml.conf", [busy]))
     completed = run_kbench(
-        ["run", "--backend", "torch", "--model", "mlp", "--dataset", "synthetic",
+        ["run", "--backend", "torch-native", "--model", "mlp", "--dataset", "synthetic",
          "--steps", "30", "--warmup-steps", "2", "--batch-size", "32", "--test-samples", "32",
          "--sample-interval", "0.05", "--device", "cpu"],
         tmp_path, env=env,

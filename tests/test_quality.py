@@ -173,7 +173,7 @@ def stop(processes: List[subprocess.Popen]) -> None:
         process.wait(timeout=10)
 
 
-RUN = ["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic", "--steps", "30",
+RUN = ["run", "-b", "torch-native", "-m", "mlp", "--dataset", "synthetic", "--steps", "30",
        "--warmup-steps", "2", "--train-samples", "256", "--test-samples", "32",
        "--sample-interval", "0.1"]  # fmt: skip
 
@@ -182,7 +182,7 @@ RUN = ["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic", "--steps", "
 # what these tests assert is that a run is flagged, which more load only makes surer.
 @pytest.mark.slow
 def test_a_run_beside_spinning_processes_is_flagged(tmp_path: Path, home: Path) -> None:
-    require_backends("torch")
+    require_backends("torch-native")
     quiet_dir, busy_dir = tmp_path / "quiet", tmp_path / "busy"
     quiet = run_kbench([*RUN, "--store", str(quiet_dir)], home)
     assert quiet.returncode == 0, dump(quiet)

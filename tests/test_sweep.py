@@ -175,13 +175,14 @@ def _start_sweep(path: Path, out: Path, home: Path, *extra: str, **env_extra) ->
 
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
-    require_backends("torch")
+    require_backends("torch-native")
     path = tmp_path / "s.yaml"
-    # Four runs; the last two cannot finish within their 1 s timeout.
+    # Four runs; the last two cannot finish within their 0.5 s timeout (importing PyTorch
+    # alone takes longer).
     path.write_text(yaml.safe_dump(sweep(
-        settings=dict(TINY, backend="torch"),
+        settings=dict(TINY, backend="torch-native"),
         matrix={"batch_size": [8, 16]},
-        groups=[{"name": "ok"}, {"name": "late", "settings": {"timeout_s": 1, "seed": 1}}],
+        groups=[{"name": "ok"}, {"name": "late", "settings": {"timeout_s": 0.5, "seed": 1}}],
     )))  # fmt: skip
     out = tmp_path / "out"
     first = _start_sweep(path, out, tmp_path)
@@ -227,10 +228,10 @@ def test_a_killed_warm_sweep_keeps_the_runs_its_worker_finished(tmp_path):
     """--warm: one worker runs the three runs; killed during the third, the sweep saves
     the two that had replied (the second marked warm), marks the third interrupted, and
     the same command again would run only the third."""
-    require_backends("torch")
+    require_backends("torch-native")
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sweep(
-        settings=dict(TINY, backend="torch", sample_interval_s=0),
+        settings=dict(TINY, backend="torch-native", sample_interval_s=0),
         groups=[{"name": "quick", "matrix": {"batch_size": [8, 16]}},
                 {"name": "long", "settings": {"steps": 100_000, "batch_size": 4}}],
     )))  # fmt: skip
