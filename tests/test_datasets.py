@@ -335,3 +335,24 @@ def test_tensorflow_datasets_source_keeps_tensorflow_out_of_the_parent_and_home_
     assert (tmp_path / "cache" / "keras_home_for_tfds" / "keras.json").exists()
     y = datasets.load_prepared(path)["y_train"]
     assert y.dtype == np.int64 and y.max() < 100
+
+
+@pytest.mark.slow
+def test_an_unknown_tfds_name_is_refused_before_tensorflow_starts(tmp_path):
+    """The reader lists tensorflow-datasets' builders without TensorFlow: a misspelt
+    name costs no TensorFlow start (about 8 s of CPU here)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from kbench.datasets import tfds_reader as r; "
+        "code = r.main(['mnistt', sys.argv[1], '--general']); "
+        "print(code, 'tensorflow' in sys.modules)"
+    )
+    env = dict(os.environ, KBENCH_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.npz")], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr[-3000:]
+    assert "has no data set 'mnistt'; close names: mnist" in done.stderr
+    assert not (tmp_path / "out.npz").exists()
