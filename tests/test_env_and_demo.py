@@ -47,7 +47,7 @@ def test_env_says_how_to_create_a_missing_environment(home, tmp_path):
 def test_demo_without_fashion_mnist_uses_labelled_synthetic_data(
     home, tmp_path, monkeypatch, capsys
 ):
-    require_backends("torch")
+    require_backends("torch-native")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(home / "cache"))
     monkeypatch.setenv("KBENCH_OFFLINE", "1")
@@ -74,7 +74,7 @@ def test_demo_without_fashion_mnist_uses_labelled_synthetic_data(
 
     monkeypatch.setattr(rounds, "run_once", warm_run_once)
     out = tmp_path / "out"
-    code = cli.main(["demo", "--backend", "torch", "--store", str(out)])
+    code = cli.main(["demo", "--backend", "torch-native", "--store", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured
     assert "SYNTHETIC" in captured.err

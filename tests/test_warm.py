@@ -59,10 +59,10 @@ def test_runs_share_a_worker_only_when_they_start_alike():
 @pytest.mark.slow
 def test_a_failing_run_leaves_the_others_of_its_worker_alone(home):
     """small_cnn cannot take a 3x3 input (two valid 3x3 convolutions); mlp can."""
-    require_backends("torch")
+    require_backends("torch-native")
     completed = run_kbench(
-        ["run", "--warm", "-b", "torch", "-m", "small_cnn,mlp,lenet5", "--input-shape", "3x3x1",
-         *TINY],
+        ["run", "--warm", "-b", "torch-native", "-m", "small_cnn,mlp,lenet5", "--input-shape",
+         "3x3x1", *TINY],
         home,
     )  # fmt: skip
     assert completed.returncode == 1, dump(completed)
