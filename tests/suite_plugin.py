@@ -97,7 +97,8 @@ def jax_compilation_cache(scratch: Path) -> Dict[str, str]:
 
 
 # XLA's LLVM back end without its optimization passes, and XLA's older CPU fusion
-# emitters (the suite's JAX processes only).
+# emitters (the suite's JAX processes only). XLA stops a process at a flag it does not
+# know ("Unknown flags in XLA_FLAGS"): should a newer jaxlib drop one, drop it here.
 QUICK_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 

@@ -344,8 +344,10 @@ def test_an_interrupted_run_leaves_a_document_beside_its_log(home, tmp_path, par
 @pytest.mark.slow
 def test_a_worker_stops_within_a_second_of_its_parent(home, tmp_path):
     """kill -9 of kbench: its real worker, mid-training, notices and ends. (Not serial:
-    the worker runs on its pytest worker's core; beside three busy loops on two cores it
-    ended 0.31 s after its parent, and the test ran 16 s with the other core idle.)"""
+    the worker runs on its pytest worker's core; a Keras-on-torch worker, beside three
+    busy loops on two cores, ended 0.31 s after its parent.) Its first progress line comes
+    after 10 s of training, and none follows before the kill: a line written to the dead
+    parent's pipe would end the worker without its parent watch."""
     import psutil
 
     require_backends("torch-native")

@@ -409,9 +409,11 @@ def test_kbench_run_and_compare_on_a_two_gpu_standin(standin_root, tmp_path):
     ]
     config = write_config(tmp_path / "nvml.conf", devices)
     env = standin_env(lib, config)
+    # 150 steps: torch-native's take about 1.5 ms each, and the measured window must hold
+    # samples every 0.05 s for the utilization compare shows
     completed = run_kbench(
         ["run", "--backend", "torch-native", "--model", "mlp", "--dataset", "synthetic",
-         "--steps", "30", "--warmup-steps", "2", "--batch-size", "32", "--test-samples", "32",
+         "--steps", "150", "--warmup-steps", "2", "--batch-size", "32", "--test-samples", "32",
          "--sample-interval", "0.05"],
         tmp_path, env=env,
     )  # fmt: skip
