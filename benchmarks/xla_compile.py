@@ -61,9 +61,9 @@ def main() -> int:
             del env[name]  # every compile counted, none read from an earlier process
         env.pop("XLA_FLAGS", None)
         python = str(environments.interpreter_for("jax"))
+        quick = f"{NO_LLVM_PASSES} {OLDER_EMITTERS}"
         for model in args.model.split(","):
             command = [python, "-c", STEPS, model, config["image_data_format"], args.shape]
-            quick = f"{NO_LLVM_PASSES} {OLDER_EMITTERS}"
             ways = {
                 f"{model}, XLA's defaults": (command, env),
                 f"{model}, LLVM's passes skipped": (command, dict(env, XLA_FLAGS=NO_LLVM_PASSES)),

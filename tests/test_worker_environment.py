@@ -49,7 +49,7 @@ def test_the_users_python_keeps_its_pythonpath_an_environment_of_envs_does_not(
 def test_a_jax_compilation_cache_in_force_is_recorded_with_the_run(tmp_path, monkeypatch):
     """A compile JAX reuses from an earlier process makes the first step fast: a result
     of JAX's says so (the suite runs with one cache for the session); so are XLA's flags
-    (the suite's skip LLVM's optimizations)."""
+    (the suite sets its own: tests/suite_plugin.py)."""
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
