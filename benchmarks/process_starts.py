@@ -1,11 +1,15 @@
 """What a framework process's start costs with and without Keras 3's unused imports.
 
 Keras 3 imports scikit-learn, matplotlib, pandas and (on every backend) JAX when it is
-imported, for features no zoo model uses; kbench's zoo workers keep them out
-(``Backend.skip_unused_imports``), and so, since issue 25, do the probes (``kbench env``,
-the model census), the data-parallel workers and the operator workers. Also measured: the
-CLI's start, which imported matplotlib until it was imported only where a figure is drawn
-(the difference is matplotlib's import in a process that has imported numpy).
+imported, for features no kbench run uses, and ``keras.utils.set_random_seed`` imports
+TensorFlow to seed it whatever the backend. kbench's workers keep them out while Keras
+loads and seeds (``kbench.backends.keras3.OPTIONAL_IMPORTS``; TensorFlow is seeded when
+something first imports it): the zoo's since issue 25's first stops, a user's model's
+too since stop 45, whose workers imported everything until then. "every import" starts a
+backend as such a worker did (those modules imported first, then the start and the
+seeding); "as workers start" as every worker now does. Also measured: the CLI's start,
+which imported matplotlib until it was imported only where a figure is drawn (the
+difference is matplotlib's import in a process that has imported numpy).
 
 Fresh interpreters, interleaved rounds (each way first in every other round), each
 backend started as a worker starts it (its environment, threads, keras.json); reported:
@@ -29,11 +33,14 @@ from typing import Dict, List, Tuple
 from kbench.run import environments
 
 START = """
-import sys
+import importlib, sys
 from kbench.backends import load_backend
+if sys.argv[2] == "all":
+    for name in ("sklearn", "matplotlib.pyplot", "pandas", "jax", "tensorflow"):
+        importlib.import_module(name)
 backend = load_backend(sys.argv[1])(threads=1)
-backend.skip_unused_imports = sys.argv[2] == "skip"
 backend.start(sys.argv[3])
+backend.seed(0)
 """
 
 
@@ -88,9 +95,12 @@ def main() -> int:
                     [python, "-c", START, backend, "all", data_format],
                     env,
                 ),
-                f"{backend}, zoo only": ([python, "-c", START, backend, "skip", data_format], env),
+                f"{backend}, as workers start": (
+                    [python, "-c", START, backend, "kept out", data_format],
+                    env,
+                ),
             }
-            print(f"{backend}: the backend started (Keras imported and checked)")
+            print(f"{backend}: the backend started (Keras imported and checked) and seeded")
             print(compare(ways, args.rounds, scratch))
         env = dict(os.environ, PYTHONPATH=str(python_path))
         with_matplotlib = "import numpy, matplotlib.colors, kbench.cli.app"

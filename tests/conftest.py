@@ -67,15 +67,15 @@ def fused_rnn_refused(model: str, backend: str) -> bool:
 
 def keep_out_unused(backend: str) -> str:
     """Source lines that start a test's own Keras 3 helper process (``python -c``) as
-    kbench starts a zoo worker: what Keras imports for features the helper never uses
-    (``kbench.backends.keras3.UNUSED_BY_THE_ZOO``), and TensorFlow, which
+    kbench starts a worker: what Keras imports for features the helper never uses
+    (``kbench.backends.keras3.OPTIONAL_IMPORTS``), and TensorFlow, which
     ``keras.utils.set_random_seed`` imports to seed it, are kept out unless ``backend``
-    is theirs, for the whole of the helper process (a zoo worker keeps them out only
-    while Keras loads). A Keras-on-torch helper took 13-14 s of CPU with them, 5.3-5.5 s
+    is theirs, for the whole of the helper process (a worker keeps them out only
+    while Keras loads and seeds). A Keras-on-torch helper took 13-14 s of CPU with them, 5.3-5.5 s
     without."""
-    from kbench.backends.keras3 import UNUSED_BY_THE_ZOO
+    from kbench.backends.keras3 import OPTIONAL_IMPORTS
 
-    unused = [m for m in (*UNUSED_BY_THE_ZOO, "tensorflow") if m != backend]
+    unused = [m for m in (*OPTIONAL_IMPORTS, "tensorflow") if m != backend]
     return f"import sys\nfor _m in {unused!r}:\n    sys.modules.setdefault(_m, None)\n"
 
 

@@ -253,6 +253,17 @@ def test_user_model_on_every_keras_backend(request, module_npz):
 
 
 @pytest.mark.slow
+def test_a_model_importing_tensorflow_on_torch_finds_it_seeded(request):
+    """A worker keeps TensorFlow out while it seeds torch's generators (3-4 s of its
+    start) and seeds it when the user's model imports it: the model's build checks that
+    TensorFlow's global seed is the run's and that Keras finds TensorFlow."""
+    user_sweep = sweep_for(request, "imports-tensorflow")
+    (result,) = user_sweep.group("imports-tensorflow")
+    assert result.status == "ok", dump(user_sweep.completed)
+    assert "tensorflow" in result.environment["framework"]["imports_skipped"]
+
+
+@pytest.mark.slow
 def test_worker_refusals_are_results(request):
     """A non-model and a file raising on import fail with the sentence; a layer or an
     argument keras-mxnet lacks is ``unsupported`` on mxnet, naming it. One warm worker
@@ -511,7 +522,8 @@ EVERY = ("tensorflow", "jax", "torch", "mxnet", "torch-native")
 # what each group of user_sweep runs on: a group runs where KBENCH_TEST_BACKENDS selects
 # all of them (as its tests need), so that one backend's tests start no other's worker
 GROUP_BACKENDS = {"every-backend": EVERY, "own-model": ("jax", "mxnet"),
-                  "refusals": ("mxnet",), "folder": ("jax",)}  # fmt: skip
+                  "refusals": ("mxnet",), "folder": ("jax",),
+                  "imports-tensorflow": ("torch",)}  # fmt: skip
 
 
 def sweep_for(request, group: str) -> UserSweep:
@@ -531,7 +543,8 @@ def user_sweep(request, tmp_path_factory, module_npz) -> UserSweep:
     - own-model: the residual model on jax and mxnet, model and data named relative to
       the sweep file (as write_sweep writes them);
     - refusals: four files mxnet's worker refuses, each for its own case;
-    - folder: folder: images, resized, in an inference run with the operator profile.
+    - folder: folder: images, resized, in an inference run with the operator profile;
+    - imports-tensorflow: a model that imports TensorFlow on torch, last in its worker.
     """
     from shared_sweep import image_folder
 
@@ -563,6 +576,11 @@ def user_sweep(request, tmp_path_factory, module_npz) -> UserSweep:
                          "batch_size": 32, "optimizer": "sgd", **quiet},
             "matrix": {"model": [f"{RESIDUAL}:build", tiny], "backend": list(EVERY)},
         }  # fmt: skip
+    groups["imports-tensorflow"] = {
+        "settings": {"backend": "torch", "model": f"{MODELS_DIR / 'imports_tensorflow.py'}:build",
+                     "dataset": f"npz:{module_npz}", "steps": 1, "warmup_steps": 0,
+                     "batch_size": 32, **quiet},
+    }  # fmt: skip
     document = {"name": "own-model", "groups": [dict(name=n, **groups[n]) for n in wanted]}
     path = study / "own.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -659,7 +677,9 @@ def test_tfds_dataset_with_a_user_model(home, tmp_path):
     assert result.data["source"].startswith("tensorflow-datasets mnist/3.0.1 (version 3.0.1)")
     assert (result.data["train_samples"], result.data["test_samples"]) == (12, 12)
     assert result.model["input_shape"] == [8, 8, 1] and result.data["num_classes"] == 10
-    wrong = run_kbench([*common, "--dataset", "tfds:mnistt"], home, tmp_path / "wrong", env=env)
+    # without the mock, which starts TensorFlow: the reader refuses the name before it would
+    offline = {"KBENCH_OFFLINE": "1"}
+    wrong = run_kbench([*common, "--dataset", "tfds:mnistt"], home, tmp_path / "wrong", env=offline)
     assert wrong.returncode == 2, dump(wrong)
     assert "tfds:mnistt: tensorflow-datasets" in wrong.stderr
     assert "has no data set 'mnistt'; close names: mnist" in wrong.stderr

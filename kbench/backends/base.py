@@ -155,10 +155,6 @@ class Backend(abc.ABC):
     # fraction_value) and --gpu-memory-growth's (name, value); None: no variable.
     fraction_variable: ClassVar[Optional[str]] = None
     growth_variable: ClassVar[Optional[Tuple[str, str]]] = None
-    # Set before start() by a process that builds only zoo models (or none): a backend
-    # may then leave out what its framework imports for other uses (Keras 3's
-    # scikit-learn, plotting, pandas and Orbax imports: kbench.backends.keras3).
-    skip_unused_imports = False
 
     def __init__(
         self,

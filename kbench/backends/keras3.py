@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
+import logging
 import os
 import sys
-from typing import Any, ContextManager, Dict, Iterator, List, Optional
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 import numpy as np
 
@@ -24,11 +27,14 @@ def optimizer_name(model: Any) -> str:
 
 
 # Keras 3 imports these when it is imported, each behind a guard (``try: import ...
-# except ImportError``), for features a zoo model never uses: the scikit-learn wrappers,
-# the plotting utilities, pandas' data frames as fit's input (kbench feeds arrays) and
-# (on every backend) JAX for the Orbax checkpoint callback. Together they cost 3-5 s of a
-# worker's start on 2 cores (pandas alone 0.45 s of Keras' 3.9 s on torch).
-UNUSED_BY_THE_ZOO = ("sklearn", "matplotlib", "pandas", "jax")
+# except ImportError``), for features no kbench run uses: the scikit-learn wrappers, the
+# plotting utilities, pandas' data frames as fit's input (kbench feeds arrays) and (on
+# every backend) JAX for the Orbax checkpoint callback. Together they cost 3-5 s of a
+# worker's start on 2 cores (pandas alone 0.45 s of Keras' 3.9 s on torch). They are
+# kept out only while Keras loads: a user's model that imports one gets it as usual.
+OPTIONAL_IMPORTS = ("sklearn", "matplotlib", "pandas", "jax")
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -45,6 +51,60 @@ def kept_out(modules: List[str]) -> Iterator[List[str]]:
         for module in skipped:
             if module in sys.modules and sys.modules[module] is None:
                 del sys.modules[module]
+
+
+def forget_unavailable(modules: List[str]) -> None:
+    """Keras' lazy handles on ``modules`` (``keras.src.utils.module_utils``) forget that
+    they found them missing while they were kept out: a later use imports them."""
+    handles = sys.modules.get("keras.src.utils.module_utils")
+    for module in modules:
+        handle = getattr(handles, module, None)
+        if getattr(handle, "_available", None) is False:
+            handle._available = None
+
+
+class AfterFirstImport(importlib.abc.MetaPathFinder):
+    """On ``sys.meta_path``: calls ``then(module)`` once ``name`` is first imported,
+    right after its own code has run and before the importer gets it (one shot: it
+    leaves ``sys.meta_path`` as it finds the module through the other finders)."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenCall(spec.loader, self.then)
+        return spec
+
+    @staticmethod
+    def disarm_all() -> None:
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, AfterFirstImport)]
+
+
+class _ThenCall(importlib.abc.Loader):
+    """A module's own loader, then a call with the module it loaded."""
+
+    def __init__(self, loader: Any, then: Callable[[Any], None]) -> None:
+        self._loader, self._then = loader, then
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        module.__loader__ = module.__spec__.loader = self._loader  # as if found plainly
+        self._loader.exec_module(module)
+        try:
+            self._then(module)
+        except Exception as err:  # the import itself succeeded: it must not fail for this
+            log.warning("after importing %s: %s: %s", module.__name__, type(err).__name__, err)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
 
 
 @contextlib.contextmanager
@@ -86,17 +146,16 @@ def numpy_draws(keras: Any) -> Iterator[None]:
 
 
 class Keras3Backend(KerasBackend):
-    # With skip_unused_imports (a zoo model: never the user's own model, which may use
-    # them), those of UNUSED_BY_THE_ZOO that this backend does not need are kept out
-    # while the framework loads (TensorFlow's own import loads Keras too).
+    # The OPTIONAL_IMPORTS this backend does not need are kept out while the framework
+    # loads (TensorFlow's own import loads Keras too); TensorFlow too, on JAX and PyTorch,
+    # while the generators are seeded.
     imports_skipped: List[str] = []
 
     def start(self, *args: Any, **kwargs: Any) -> None:
-        if not self.skip_unused_imports:
-            return super().start(*args, **kwargs)
-        unused = [m for m in UNUSED_BY_THE_ZOO if m != self.name]
+        unused = [m for m in OPTIONAL_IMPORTS if m != self.name]
         with kept_out(unused) as skipped:
             super().start(*args, **kwargs)
+        forget_unavailable(skipped)
         self.imports_skipped = skipped
 
     def import_keras(self) -> Any:
@@ -109,11 +168,17 @@ class Keras3Backend(KerasBackend):
 
     def seed(self, seed: int) -> None:
         # Python's, numpy's and the backend's generators. Keras seeds TensorFlow's too
-        # whatever the backend, importing it (3-4 s) where it is installed: a zoo model
-        # on JAX or PyTorch never uses TensorFlow, so there it stays out.
-        outside = ["tensorflow"] if self.skip_unused_imports and self.name != "tensorflow" else []
+        # whatever the backend, importing it (3-4 s) where it is installed; on JAX and
+        # PyTorch TensorFlow is seeded instead when something first imports it (a user's
+        # model may), so that a run that never uses it does not pay for it.
+        AfterFirstImport.disarm_all()  # armed by a warm worker's earlier task
+        outside = ["tensorflow"] if self.name != "tensorflow" else []
         with kept_out(outside) as skipped:
             self.keras.utils.set_random_seed(seed)
+        if skipped:
+            forget_unavailable(skipped)
+            seeded = AfterFirstImport("tensorflow", lambda tf: tf.random.set_seed(seed))
+            sys.meta_path.insert(0, seeded)
         self.imports_skipped = sorted(set(self.imports_skipped) | set(skipped))
 
     def make_optimizer(self, name: str, learning_rate: float) -> Any:

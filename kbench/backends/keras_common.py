@@ -104,7 +104,7 @@ class KerasBackend(Backend):
             keras_backend=self.keras.backend.backend(),
             image_data_format=self.keras.backend.image_data_format(),
         )
-        if getattr(self, "imports_skipped", None):  # see keras3.UNUSED_BY_THE_ZOO
+        if getattr(self, "imports_skipped", None):  # see keras3.OPTIONAL_IMPORTS
             info["imports_skipped"] = list(self.imports_skipped)
         return info
 

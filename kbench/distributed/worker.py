@@ -171,8 +171,6 @@ def start_backend(ctx: Context) -> None:
         threads=config["threads"], switches=switches,
         inter_op_threads=config.get("inter_op_threads"),
     )  # fmt: skip
-    # a zoo model never needs Keras 3's scikit-learn, plotting or Orbax imports
-    ctx.backend.skip_unused_imports = not kbench_models.spec_for(config["model"]).is_user
     started = time.perf_counter()
     ctx.backend.start(
         ctx.task.data_format,

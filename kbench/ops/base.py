@@ -83,7 +83,6 @@ class OpsBackend(abc.ABC):
         from kbench.backends import load_backend
 
         runtime = load_backend(backend)(threads=threads)
-        runtime.skip_unused_imports = True  # operators need none of Keras' optional imports
         return runtime
 
     @abc.abstractmethod

@@ -81,7 +81,6 @@ def main(argv=None) -> int:
     }
     try:
         backend = load_backend(backend_name)(threads=usable_cores())
-        backend.skip_unused_imports = True  # it builds zoo models, or none
         backend.start(data_format)
         framework = backend.describe()
         report.update(ok=True, keras=framework.get("keras_version"), framework=framework)

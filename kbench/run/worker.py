@@ -55,8 +55,6 @@ def start_backend(task: WorkerTask) -> Any:
         switches=switches,
         inter_op_threads=config.get("inter_op_threads"),  # absent from older task files
     )
-    # a zoo model never needs Keras 3's scikit-learn, plotting or Orbax imports
-    backend.skip_unused_imports = not kbench_models.spec_for(config["model"]).is_user
     import_start = time.perf_counter()
     backend.start(
         task.data_format,
