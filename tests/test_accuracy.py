@@ -22,3 +22,11 @@ def test_mlp_reaches_85_percent_on_digits_everywhere(request):
         assert len(r.metrics["epoch_time_s"]) == 10
         # Loss went down: the last epoch's training loss is well under chance (ln 10 = 2.3).
         assert r.metrics["final_train_loss"] < 1.0
+        # Keras 3 on JAX and PyTorch: TensorFlow, kept out while the generators were
+        # seeded, and (on PyTorch) JAX, kept out while Keras loaded, were still not
+        # imported when the run ended (ten epochs, evaluation)
+        skipped = r.environment["framework"].get("imports_skipped") or []
+        if r.config["backend"] in ("jax", "torch"):
+            assert "tensorflow" in skipped, (r.config["backend"], skipped)
+        if r.config["backend"] == "torch":
+            assert "jax" in skipped, skipped

@@ -53,14 +53,25 @@ def kept_out(modules: List[str]) -> Iterator[List[str]]:
                 del sys.modules[module]
 
 
-def forget_unavailable(modules: List[str]) -> None:
-    """Keras' lazy handles on ``modules`` (``keras.src.utils.module_utils``) forget that
-    they found them missing while they were kept out: a later use imports them."""
-    handles = sys.modules.get("keras.src.utils.module_utils")
-    for module in modules:
-        handle = getattr(handles, module, None)
-        if getattr(handle, "_available", None) is False:
-            handle._available = None
+def forget_unavailable(module: str) -> None:
+    """Keras' lazy handle on ``module`` (``keras.src.utils.module_utils``) forgets that it
+    found it missing while it was kept out: for a module imported since."""
+    handle = getattr(sys.modules.get("keras.src.utils.module_utils"), module, None)
+    if getattr(handle, "_available", None) is False:
+        handle._available = None
+
+
+def seeded_after_import(seed: int) -> Callable[[Any], None]:
+    """What to do when TensorFlow, kept out of the seeding, is first imported: seed it
+    as ``keras.utils.set_random_seed`` would have, and let Keras find it (until then
+    Keras takes it for missing and never imports it: a zoo model's run never pays for
+    it, as when it was kept out for good)."""
+
+    def seed_tensorflow(tf: Any) -> None:
+        tf.random.set_seed(seed)
+        forget_unavailable("tensorflow")
+
+    return seed_tensorflow
 
 
 class AfterFirstImport(importlib.abc.MetaPathFinder):
@@ -155,7 +166,6 @@ class Keras3Backend(KerasBackend):
         unused = [m for m in OPTIONAL_IMPORTS if m != self.name]
         with kept_out(unused) as skipped:
             super().start(*args, **kwargs)
-        forget_unavailable(skipped)
         self.imports_skipped = skipped
 
     def import_keras(self) -> Any:
@@ -176,9 +186,7 @@ class Keras3Backend(KerasBackend):
         with kept_out(outside) as skipped:
             self.keras.utils.set_random_seed(seed)
         if skipped:
-            forget_unavailable(skipped)
-            seeded = AfterFirstImport("tensorflow", lambda tf: tf.random.set_seed(seed))
-            sys.meta_path.insert(0, seeded)
+            sys.meta_path.insert(0, AfterFirstImport("tensorflow", seeded_after_import(seed)))
         self.imports_skipped = sorted(set(self.imports_skipped) | set(skipped))
 
     def make_optimizer(self, name: str, learning_rate: float) -> Any:

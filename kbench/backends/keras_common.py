@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import os
+import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -104,8 +105,11 @@ class KerasBackend(Backend):
             keras_backend=self.keras.backend.backend(),
             image_data_format=self.keras.backend.image_data_format(),
         )
-        if getattr(self, "imports_skipped", None):  # see keras3.OPTIONAL_IMPORTS
-            info["imports_skipped"] = list(self.imports_skipped)
+        # kept out (keras3.OPTIONAL_IMPORTS, TensorFlow while seeding) and, as the run
+        # ends, still not imported: a user's model may import one itself
+        skipped = [m for m in getattr(self, "imports_skipped", None) or [] if m not in sys.modules]
+        if skipped:
+            info["imports_skipped"] = skipped
         return info
 
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
