@@ -41,7 +41,6 @@ def child(backend_name: str, cheap: bool) -> None:
     from kbench.measure.processes import usable_cores
 
     backend = load_backend(backend_name)(threads=usable_cores())
-    backend.skip_unused_imports = True
     backend.start("channels_last")
     seconds = {}
     for name, spec in kbench_models.MODELS.items():

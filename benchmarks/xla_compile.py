@@ -30,7 +30,6 @@ import sys
 import numpy as np
 from kbench.backends import load_backend
 backend = load_backend("jax")(threads=1)
-backend.skip_unused_imports = True
 backend.start(sys.argv[2])
 shape = tuple(int(side) for side in sys.argv[3].split("x"))
 model = backend.build(sys.argv[1], shape, 10)

@@ -2,6 +2,7 @@
 kept out while Keras loads, and one seeded when it is first imported."""
 
 import importlib
+import importlib.util
 import sys
 
 import pytest
@@ -41,6 +42,18 @@ def test_after_first_import_calls_once_with_the_module_its_own_loader_ran(module
     sys.modules.pop("guarded_mod")
     importlib.import_module("guarded_mod")
     assert calls == [1]
+
+
+def test_a_lookup_without_an_import_leaves_it_armed(module_dir):
+    """Libraries ask whether a module is installed with importlib.util.find_spec: that
+    is not its import, which must still be followed by the call."""
+    calls = []
+    finder = AfterFirstImport("guarded_mod", lambda module: calls.append(module.VALUE))
+    sys.meta_path.insert(0, finder)
+    assert importlib.util.find_spec("guarded_mod") is not None
+    assert calls == [] and finder in sys.meta_path
+    importlib.import_module("guarded_mod")
+    assert calls == [1] and finder not in sys.meta_path
 
 
 def test_a_failing_call_does_not_fail_the_import(module_dir, caplog):

@@ -179,16 +179,24 @@ def test_a_sweep_on_slurm_fails_cancels_resumes_and_runs_nothing_twice(cluster, 
     held = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")])))
     sweep = subprocess.Popen(command, env=held, cwd=tmp_path, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    job = _wait_for("the job id", lambda: _job(store))
-    cluster.tool("scancel", f"{job}_3")  # cancelled while pending: never ran
+    job = None
+    try:
+        job = _wait_for("the job id", lambda: _job(store))
+        cluster.tool("scancel", f"{job}_3")  # cancelled while pending: never ran
 
-    def running(task):
-        out = cluster.tool("squeue", "-h", "-r", "-j", job, "-o", "%i %T", check=False).stdout
-        return f"{job}_{task} RUNNING" in out
+        def running(task):
+            out = cluster.tool("squeue", "-h", "-r", "-j", job, "-o", "%i %T",
+                               check=False).stdout  # fmt: skip
+            return f"{job}_{task} RUNNING" in out
 
-    _wait_for("task 1 running", lambda: running(1))
-    cluster.tool("scancel", "--signal=KILL", "--batch", f"{job}_1")  # a task that fails
-    output, _ = sweep.communicate(timeout=600)
+        _wait_for("task 1 running", lambda: running(1))
+        cluster.tool("scancel", "--signal=KILL", "--batch", f"{job}_1")  # a task that fails
+        output, _ = sweep.communicate(timeout=600)
+    finally:  # a test that failed above leaves no sweep, and no held task, running
+        if sweep.poll() is None:
+            sweep.kill()
+            if job is not None:
+                cluster.tool("scancel", job, check=False)
     print(output)
     assert sweep.returncode == 1, output
     assert f"submitted job {job} : 4 tasks, 8 runs".replace(" :", ":") in output

@@ -31,7 +31,8 @@ def optimizer_name(model: Any) -> str:
 # plotting utilities, pandas' data frames as fit's input (kbench feeds arrays) and (on
 # every backend) JAX for the Orbax checkpoint callback. Together they cost 3-5 s of a
 # worker's start on 2 cores (pandas alone 0.45 s of Keras' 3.9 s on torch). They are
-# kept out only while Keras loads: a user's model that imports one gets it as usual.
+# kept out only while Keras loads: a user's model that imports one gets it as usual,
+# though Keras' own features that wanted it stay off in that process.
 OPTIONAL_IMPORTS = ("sklearn", "matplotlib", "pandas", "jax")
 
 log = logging.getLogger(__name__)
@@ -76,21 +77,29 @@ def seeded_after_import(seed: int) -> Callable[[Any], None]:
 
 class AfterFirstImport(importlib.abc.MetaPathFinder):
     """On ``sys.meta_path``: calls ``then(module)`` once ``name`` is first imported,
-    right after its own code has run and before the importer gets it (one shot: it
-    leaves ``sys.meta_path`` as it finds the module through the other finders)."""
+    right after its own code has run and before the importer gets it. One shot: it
+    leaves ``sys.meta_path`` when the module is loaded, not when it is only looked up
+    (``importlib.util.find_spec``, as libraries ask whether something is installed)."""
 
     def __init__(self, name: str, then: Callable[[Any], None]) -> None:
         self.name, self.then = name, then
+        self._looking = False  # asking the other finders, which include this one
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name:
+        if fullname != self.name or self._looking:
             return None
+        self._looking = True  # (under the import lock: no other thread is in here)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._looking = False
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenCall(spec.loader, self)
+        return spec
+
+    def disarm(self) -> None:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _ThenCall(spec.loader, self.then)
-        return spec
 
     @staticmethod
     def disarm_all() -> None:
@@ -98,19 +107,20 @@ class AfterFirstImport(importlib.abc.MetaPathFinder):
 
 
 class _ThenCall(importlib.abc.Loader):
-    """A module's own loader, then a call with the module it loaded."""
+    """A module's own loader, then its finder's call with the module it loaded."""
 
-    def __init__(self, loader: Any, then: Callable[[Any], None]) -> None:
-        self._loader, self._then = loader, then
+    def __init__(self, loader: Any, finder: AfterFirstImport) -> None:
+        self._loader, self._finder = loader, finder
 
     def create_module(self, spec: Any) -> Any:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
+        self._finder.disarm()  # loading now: once
         module.__loader__ = module.__spec__.loader = self._loader  # as if found plainly
         self._loader.exec_module(module)
         try:
-            self._then(module)
+            self._finder.then(module)
         except Exception as err:  # the import itself succeeded: it must not fail for this
             log.warning("after importing %s: %s: %s", module.__name__, type(err).__name__, err)
 
