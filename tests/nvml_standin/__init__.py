@@ -91,19 +91,27 @@ def compiler() -> str:
 
 
 def build_standin(tmp_dir: Path, variant: str = "full") -> Path:
-    """Compile the stand-in as ``<tmp_dir>/<variant>/libnvidia-ml.so.1``; return the folder."""
+    """Compile the stand-in as ``<folder>/<variant>/libnvidia-ml.so.1``; return the folder.
+
+    Under ``scripts/test.sh`` the folder is the session's (``KBENCH_TEST_LOCK_DIR``, which
+    pytest's workers share and the session removes), so each variant is compiled once
+    per run instead of once per test (13 compiles of 0.3 s); elsewhere it is ``tmp_dir``.
+    Tests write their configurations beside them, in folders of their own."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-    folder = Path(tmp_dir) / variant
+    session = os.environ.get("KBENCH_TEST_LOCK_DIR")
+    folder = (Path(session) / "nvml-standin" if session else Path(tmp_dir)) / variant
     library = folder / LIBRARY_NAME
     if library.exists() and library.stat().st_mtime >= SOURCE.stat().st_mtime:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{LIBRARY_NAME}.{os.getpid()}"  # the other worker may build it too
     command = [compiler(), "-shared", "-fPIC", "-O1", f"-Wl,-soname,{LIBRARY_NAME}",
-               *VARIANTS[variant], "-o", str(library), str(SOURCE)]  # fmt: skip
+               *VARIANTS[variant], "-o", str(partial), str(SOURCE)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"building the NVML stand-in failed: {done.stderr}")
+    os.replace(partial, library)
     return folder
 
 
