@@ -82,8 +82,7 @@ class OpsBackend(abc.ABC):
         memory options, the backend check): the backend's :class:`Backend`."""
         from kbench.backends import load_backend
 
-        runtime = load_backend(backend)(threads=threads)
-        return runtime
+        return load_backend(backend)(threads=threads)
 
     @abc.abstractmethod
     def tensor(self, array: np.ndarray) -> Any:

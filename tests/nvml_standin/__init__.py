@@ -95,7 +95,7 @@ def build_standin(tmp_dir: Path, variant: str = "full") -> Path:
 
     Under ``scripts/test.sh`` the folder is the session's (``KBENCH_TEST_LOCK_DIR``, which
     pytest's workers share and the session removes), so each variant is compiled once
-    per run instead of once per test (13 compiles of 0.3 s); elsewhere it is ``tmp_dir``.
+    per run instead of once per test (13 compiles in a run before); elsewhere ``tmp_dir``.
     Tests write their configurations beside them, in folders of their own."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
