@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,18 @@ def modules(root: Path, folders: Dict[str, str]) -> Dict[str, Path]:
     return found
 
 
+@functools.cache
+def syntax_tree(path: Path) -> ast.Module:
+    """The file's tree, parsed once per session (several tests read every module)."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@functools.cache
+def nodes(path: Path) -> Sequence[ast.AST]:
+    """Every node of the file's tree."""
+    return tuple(ast.walk(syntax_tree(path)))
+
+
 def imports(found: Dict[str, Path]) -> Iterator[Import]:
     """Every import of one module of ``found`` by another (a package's own
     ``__init__`` excepted: a module importing its package is no circle)."""
@@ -55,7 +68,7 @@ def imports(found: Dict[str, Path]) -> Iterator[Import]:
 
     for module, path in found.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -123,7 +136,7 @@ def allowed_imports(found: Dict[str, Path], top: str) -> Dict[str, Optional[Set[
     for module, path in found.items():
         if path.name != "__init__.py" or module.rpartition(".")[0] != top:
             continue
-        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        doc = ast.get_docstring(syntax_tree(path)) or ""
         match = re.search(r"May import:(.*?)(?:\.\s*$|\.\s)", doc, re.S)
         assert match, f"{path}: its docstring has no 'May import: ...' sentence"
         text = match.group(1)
@@ -175,7 +188,7 @@ CLI_FORBIDDEN_CALLS = ("Namespace", "session", "writer_lock", "look_before_runs"
 
 
 def top_level_names(path: Path) -> Set[str]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = syntax_tree(path)
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     return {node.name for node in tree.body if isinstance(node, kinds)}
 
@@ -204,7 +217,7 @@ def cli_orchestration(found: Dict[str, Path], cli: str = "kbench.cli") -> List[s
     for module, path in sorted(found.items()):
         if not module.startswith(cli):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if isinstance(node, ast.Call):
                 func = node.func
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -295,7 +308,7 @@ def test_the_models_import_nothing_of_kbench():
     assert edges, "the models import nothing of each other: the walk is broken"
     assert [e for e in edges if e.target.split(".")[0] == "kbench"] == []
     for path in (ROOT / "models").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in nodes(path):
             if isinstance(node, ast.Import):
                 assert all(a.name.split(".")[0] != "kbench" for a in node.names), path
             elif isinstance(node, ast.ImportFrom) and not node.level:

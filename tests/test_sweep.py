@@ -73,9 +73,25 @@ def test_bad_sweep_files_name_the_place_and_the_fix(document, where, message):
 def test_unreadable_and_unparsable_files(tmp_path):
     with pytest.raises(SweepError, match="readable YAML file"):
         load_sweep(tmp_path / "missing.yaml")
-    (tmp_path / "bad.yaml").write_text("matrix: [unclosed\n")
-    with pytest.raises(SweepError, match="does not parse"):
+    (tmp_path / "bad.yaml").write_text("name: x\nmatrix: [unclosed\n")
+    with pytest.raises(SweepError, match="does not parse") as caught:
         load_sweep(tmp_path / "bad.yaml")
+    # read fast by libyaml, then again by PyYAML's own reader for a message that quotes
+    # the line, with a caret under where the list opened
+    assert "    matrix: [unclosed\n            ^" in caught.value.message
+    (tmp_path / "deep.yaml").write_text("name: x\nmatrix: " + "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SweepError, match="nested too deep"):  # before: RecursionError
+        load_sweep(tmp_path / "deep.yaml")
+
+
+def test_without_libyaml_sweeps_load_and_fail_the_same(tmp_path, monkeypatch):
+    """PyYAML built without libyaml (no CSafeLoader) reads with its own reader."""
+    shipped = load_sweep(ROOT / "sweeps" / "lenet_epochs.yaml")
+    monkeypatch.delattr(yaml, "CSafeLoader")
+    assert load_sweep(ROOT / "sweeps" / "lenet_epochs.yaml") == shipped
+    (tmp_path / "deep.yaml").write_text("name: x\nmatrix: " + "[" * 5_000 + "]" * 5_000)
+    with pytest.raises(SweepError, match="nested too deep"):
+        load_sweep(tmp_path / "deep.yaml")
 
 
 def test_expansion_interleaves_backends_and_reduced_sections_win():

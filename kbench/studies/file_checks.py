@@ -1,6 +1,6 @@
-"""Checks shared by the readers of sweep and study files: each raises ``fail(where,
-message)`` (the reader's own error, naming the file) with what was expected, what was
-received and, for a misspelt key, the closest known one."""
+"""What the readers of sweep and study files share: reading the YAML, and checks that
+each raise ``fail(where, message)`` (the reader's own error, naming the file) with what
+was expected, what was received and, for a misspelt key, the closest known one."""
 
 from __future__ import annotations
 
@@ -27,6 +27,39 @@ def known_keys(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fai
                 f"unknown key; expected one of: {', '.join(allowed)}."
                 f"{did_you_mean(str(key), allowed)}",
             )
+
+
+class NestedTooDeep(ValueError):
+    """YAML nested deeper than a YAML reader follows (hundreds of levels or more)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "expected a few levels of mappings and lists; the YAML is nested too deep to "
+            "read (hundreds of levels or more). Check the brackets."
+        )
+
+
+def read_yaml(text: str) -> Any:
+    """The document in the YAML ``text``, read by libyaml where PyYAML was built with it
+    (about ten times faster than PyYAML's own reader, which took most of the time to
+    plan a study's sweep). A document that does not parse is read again by PyYAML's own
+    reader, whose error quotes the line with a caret under the fault. Raises
+    ``yaml.YAMLError``, or :class:`NestedTooDeep` (libyaml stops at 1,000 levels,
+    PyYAML's own reader runs out of recursion before that)."""
+    import yaml
+
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None:
+        try:
+            return yaml.load(text, Loader=fast)
+        except yaml.YAMLError as err:
+            if "maximum nesting depth" in str(err):
+                raise NestedTooDeep() from None
+            # else read again below, for the message
+    try:
+        return yaml.load(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise NestedTooDeep() from None
 
 
 MAX_DEPTH = 32  # far deeper than any sweep or study; YAML nested past it is refused

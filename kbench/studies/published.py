@@ -1,10 +1,10 @@
 """A published study as data: its figures as the document gives them, and its claims as
 checks kbench can evaluate on result documents.
 
-One YAML file per study (``studies/<name>.yaml`` in the checkout), read with
-``safe_load`` and checked whole on loading; an error names the file, the place
-(``claims[3].numerator``), what was expected, what was received and the fix. A file
-holds:
+One YAML file per study (``studies/<name>.yaml`` in the checkout), read as safe YAML
+(:func:`~kbench.studies.file_checks.read_yaml`) and checked whole on loading; an error
+names the file, the place (``claims[3].numerator``), what was expected, what was received
+and the fix. A file holds:
 
 - ``name``, ``title``, ``document`` (the study's file name), ``source``, the paper's
   ``hardware`` and framework ``versions`` (name -> text, as published);
@@ -50,7 +50,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from kbench.results.config import FileError, did_you_mean
-from kbench.studies.file_checks import check_depth, expect_mapping, known_keys
+from kbench.studies.file_checks import (
+    NestedTooDeep,
+    check_depth,
+    expect_mapping,
+    known_keys,
+    read_yaml,
+)
 
 KINDS = ("ratio", "sign", "ordering", "efficiency_ordering")
 REQUIREMENTS = {
@@ -436,8 +442,8 @@ def study_of_sweep(sweep_name: str) -> Optional[Study]:
     for path in files:
         try:
             study = load_study(path)
-            sweep_doc = yaml.safe_load(study.sweep_path().read_text())
-        except (StudyError, OSError, yaml.YAMLError):
+            sweep_doc = read_yaml(study.sweep_path().read_text())
+        except (StudyError, OSError, yaml.YAMLError, NestedTooDeep):
             continue
         if isinstance(sweep_doc, dict) and sweep_doc.get("name") == sweep_name:
             return study
@@ -453,20 +459,15 @@ def load_study(path: Path) -> Study:
     path = Path(path)
     file = str(path)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = read_yaml(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise StudyError(
             file, "", f"expected a readable YAML file; {err.strerror or err}."
         ) from err
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise StudyError(file, "", f"expected UTF-8 YAML; it does not parse: {err}") from err
-    except RecursionError:
-        raise StudyError(
-            file,
-            "",
-            "expected a few levels of mappings and lists; the YAML is nested too deep to "
-            "read (thousands of levels). Check the brackets.",
-        ) from None
+    except NestedTooDeep as err:
+        raise StudyError(file, "", str(err)) from None
     return parse_study(document, file)
 
 

@@ -32,6 +32,7 @@ the runs into one comparison per setting (:func:`comparisons`), and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -50,7 +51,7 @@ from kbench.datasets.npz import NPZ_PREFIX
 from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig, did_you_mean
 from kbench.results.result import RunResult
 from kbench.run.runner import shared_workers
-from kbench.studies.file_checks import expect_mapping, known_keys
+from kbench.studies.file_checks import NestedTooDeep, expect_mapping, known_keys, read_yaml
 from kbench.studies.rounds import WINDOW_BUDGET_S, WINDOW_PRECISION, WINDOW_S
 from kbench_models import MODELS
 from kbench_models.user import is_reference
@@ -141,13 +142,19 @@ def run_key(config: RunConfig) -> str:
     Leaving defaults out keeps the keys of finished runs valid when a later kbench
     adds a setting (with a default that changes nothing).
     """
-    defaults = {f.name: f.default for f in fields(RunConfig)}
+    defaults = _key_defaults()
     data = {
         k: v
         for k, v in config.to_dict().items()
-        if k not in NOT_IN_KEY and (k in ("backend", "model") or v != _listed(defaults.get(k)))
+        if k not in NOT_IN_KEY and (k in ("backend", "model") or v != defaults.get(k))
     }
     return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _key_defaults() -> Dict[str, Any]:
+    """Each setting's default, as ``RunConfig.to_dict`` writes it (tuples as lists)."""
+    return {f.name: _listed(f.default) for f in fields(RunConfig)}
 
 
 # loading ---------------------------------------------------------------------
@@ -175,9 +182,11 @@ def load_sweep(path: Path, reduced: bool = False, max_runs: int = MAX_RUNS) -> S
             "-t utf-8).",
         ) from None
     try:
-        document = yaml.safe_load(text)
+        document = read_yaml(text)
     except yaml.YAMLError as err:
         raise SweepError(file, "", f"expected YAML; it does not parse: {err}") from err
+    except NestedTooDeep as err:
+        raise SweepError(file, "", str(err)) from None
     return parse_sweep(document, file, reduced, max_runs, base_dir=path.resolve().parent)
 
 
