@@ -1,9 +1,14 @@
-"""Shared test helpers: run the real CLI in a subprocess, with a throwaway HOME."""
+"""Shared test helpers: run the real CLI, in a subprocess or in this process, with a
+throwaway HOME."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -91,6 +96,17 @@ class Completed:
         return sorted((RunResult.load(p) for p in paths), key=lambda r: (r.started_at, r.run_id))
 
 
+def _command_line(args: List[str], home: Path, output_dir: Optional[Path]):
+    """The arguments (with ``--store`` where a run command would write under the
+    working directory), where the results go, and the HOME-bound variables."""
+    if "--store" in args:
+        output_dir = Path(args[args.index("--store") + 1])
+    output_dir = output_dir or home / "results"
+    if args and args[0] in ("run", "demo", "max-batch") and "--store" not in args:
+        args = [*args, "--store", str(output_dir)]
+    return args, output_dir, {"HOME": str(home), "KBENCH_CACHE_DIR": str(home / "cache")}
+
+
 def run_kbench(
     args: List[str],
     home: Path,
@@ -99,18 +115,60 @@ def run_kbench(
     timeout: float = 900,
 ) -> Completed:
     """``python -m kbench ARGS`` with HOME pointed at ``home`` (so ~/.keras is ``home/.keras``)."""
-    if "--store" in args:
-        output_dir = Path(args[args.index("--store") + 1])
-    output_dir = output_dir or home / "results"
-    full_env = dict(os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache"))
+    args, output_dir, home_env = _command_line(args, home, output_dir)
+    full_env = dict(os.environ, **home_env)
     full_env.update(env or {})
-    command = [sys.executable, "-m", "kbench", *args]
-    if args and args[0] in ("run", "demo", "max-batch") and "--store" not in args:
-        command += ["--store", str(output_dir)]
     done = subprocess.run(
-        command, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "kbench", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     return Completed(done.returncode, done.stdout, done.stderr, output_dir)
+
+
+def kbench_here(
+    args: List[str],
+    home: Path,
+    output_dir: Optional[Path] = None,
+    env: Optional[Dict[str, str]] = None,
+) -> Completed:
+    """``kbench ARGS`` called in this process (``kbench.cli.main``) as :func:`run_kbench`
+    calls it in a new one: the same exit status, output and store, without an
+    interpreter's start and kbench's import (0.6-1 s of CPU each). For commands that read
+    or write a store, not for what a process of its own is the point of (a worker, a
+    signal, the interpreter's exit). The environment, working directory, "kbench"
+    logger and SIGTERM handler are put back after it."""
+    from kbench import cli
+
+    args, output_dir, home_env = _command_line(args, home, output_dir)
+    environ, cwd = dict(os.environ), os.getcwd()
+    logger = logging.getLogger("kbench")
+    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
+    sigterm = signal.getsignal(signal.SIGTERM)
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.update(home_env, **(env or {}))
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(args)
+            except SystemExit as stop:  # as the interpreter ends on sys.exit(code)
+                code = stop.code
+                if isinstance(code, str):
+                    print(code, file=sys.stderr)
+                    code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+        signal.signal(signal.SIGTERM, sigterm)
+    return Completed(code or 0, out.getvalue(), err.getvalue(), output_dir)
 
 
 def spinning_loops() -> List[subprocess.Popen]:

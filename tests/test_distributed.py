@@ -22,7 +22,7 @@ import uuid
 import numpy as np
 import psutil
 import pytest
-from conftest import ROOT, dump, require_backends, run_kbench
+from conftest import ROOT, dump, kbench_here, require_backends, run_kbench
 
 from kbench import datasets
 from kbench.cli.distributed_table import main as table_main
@@ -333,7 +333,7 @@ def test_breakdown_figures_are_drawn_or_say_why_not():
     ],
 )
 def test_cli_refuses_a_mode_that_does_not_fit(home, flags, message):
-    completed = run_kbench(["run", "--model", "mlp", *flags], home)
+    completed = kbench_here(["run", "--model", "mlp", *flags], home)
     assert completed.returncode == 2, dump(completed)
     assert message in completed.stderr
     assert not completed.output_dir.exists() or not list(completed.output_dir.glob("*.json"))

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import dump, fused_rnn_refused, require_backends, run_kbench
+from conftest import dump, fused_rnn_refused, kbench_here, require_backends, run_kbench
 
 from kbench.measure.processes import usable_cores
 from kbench.run.runner import Runner
@@ -141,5 +141,5 @@ def test_parity_command_exit_status_and_saved_comparisons(home):
 
 
 def test_torch_native_cannot_be_the_reference(home):
-    completed = run_kbench(["parity", "--backend", "torch-native,tensorflow"], home)
+    completed = kbench_here(["parity", "--backend", "torch-native,tensorflow"], home)
     assert completed.returncode == 2 and "expected a Keras backend first" in completed.stderr

@@ -20,7 +20,7 @@ from kbench.views.compare import compare
 from kbench.views.comparison import Comparison
 from kbench.views.significance import median_interval
 from kbench.views.tables import comparison_tables
-from tests.conftest import ROOT, dump, require_backends, run_kbench, spinning_loops
+from tests.conftest import ROOT, dump, kbench_here, require_backends, run_kbench, spinning_loops
 
 # --------------------------------------------------------------------- hand-made series
 
@@ -159,7 +159,7 @@ def test_the_thresholds_are_checked_on_the_command_line(home: Path) -> None:
         ("--busy-threshold", "25", "expected a share above 0 and at most 1"),
         ("--wait-quiet", "-1", "expected 0 or more seconds"),
     ):
-        done = run_kbench(["run", "-b", "torch", flag, value], home)
+        done = kbench_here(["run", "-b", "torch", flag, value], home)
         assert done.returncode == 2 and expected in done.stderr, done.stderr
 
 

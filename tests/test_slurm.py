@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, require_backends, run_kbench
+from conftest import ROOT, kbench_here, require_backends
 
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore
@@ -65,7 +65,7 @@ def test_task_states_from_sacct_and_squeue_lines():
 )
 def test_slurm_flags_refused_before_anything_runs(tmp_path, flags, message):
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(SWEEP))
-    done = run_kbench(["sweep", str(tmp_path / "s.yaml"), "--store", str(tmp_path / "r"),
+    done = kbench_here(["sweep", str(tmp_path / "s.yaml"), "--store", str(tmp_path / "r"),
                        *flags], tmp_path)  # fmt: skip
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert not (tmp_path / "r").exists()
@@ -73,7 +73,7 @@ def test_slurm_flags_refused_before_anything_runs(tmp_path, flags, message):
 
 def test_no_slurm_on_the_path_is_refused(tmp_path):
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(SWEEP))
-    done = run_kbench(["sweep", str(tmp_path / "s.yaml"), "--store", str(tmp_path / "r"),
+    done = kbench_here(["sweep", str(tmp_path / "s.yaml"), "--store", str(tmp_path / "r"),
                        "--executor", "slurm"], tmp_path,
                       env={"PATH": str(Path(sys.executable).parent)})  # fmt: skip
     assert done.returncode == 2 and "expected Slurm's sbatch" in done.stderr, done.stderr

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import run_kbench
+from conftest import kbench_here
 
 from kbench.results.result import RunResult
 from kbench.results.store import INDEX_NAME, Filter, ResultStore, StoreError, load_frame
@@ -112,15 +112,15 @@ def test_export_csv_parquet_and_the_dataframe_api(tmp_path):
     assert frame.loc[0, "images_per_sec"] == 10.0 and pd.isna(frame.loc[1, "images_per_sec"])
     assert frame.loc[0, "memory_process_peak_rss_bytes"] == 2**30
     assert frame.loc[1, "status"] == "oom" and frame.loc[0, "host"] == "laptop"
-    done = run_kbench(["results", "--store", str(tmp_path / "s"), "--export",
+    done = kbench_here(["results", "--store", str(tmp_path / "s"), "--export",
                        str(tmp_path / "r.csv")], tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert list(pd.read_csv(tmp_path / "r.csv")["backend"]) == ["jax", "torch"]
-    done = run_kbench(["results", "--store", str(tmp_path / "s"), "--export",
+    done = kbench_here(["results", "--store", str(tmp_path / "s"), "--export",
                        str(tmp_path / "r.parquet"), "--filter", "status=ok"], tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert list(pd.read_parquet(tmp_path / "r.parquet")["run_id"]) == ["a1"]
-    done = run_kbench(["results", "--store", str(tmp_path / "s"), "--export",
+    done = kbench_here(["results", "--store", str(tmp_path / "s"), "--export",
                        str(tmp_path / "r.xlsx")], tmp_path)  # fmt: skip
     assert done.returncode == 2 and ".csv or .parquet" in done.stderr
 
@@ -134,7 +134,7 @@ def test_merged_machines_stay_apart_in_comparisons(tmp_path):
         ResultStore(gpu_box).add(r)
     (laptop / "logs").mkdir()
     (laptop / "logs" / "a1.log").write_text("log of a1")
-    done = run_kbench(["results", "--store", str(merged), "--merge", str(laptop), str(gpu_box)],
+    done = kbench_here(["results", "--store", str(merged), "--merge", str(laptop), str(gpu_box)],
                       tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "4 runs added, 0 already there" in done.stdout
@@ -163,7 +163,7 @@ def test_compare_command_prints_and_writes_markdown(tmp_path):
         store.add(result(f"a{'x' * repeat}", "jax", a, repeat=repeat, batch=16))
         store.add(result(f"b{'x' * repeat}", "torch", b, repeat=repeat, batch=16))
     store.add(result("cc", "jax", 50.0, batch=64))
-    done = run_kbench(["compare", "--store", str(tmp_path / "s"), "--baseline", "jax"], tmp_path)
+    done = kbench_here(["compare", "--store", str(tmp_path / "s"), "--baseline", "jax"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "batch 16" in done.stdout  # the setting that tells rows apart
     assert "30 (20-40, n=3)" in done.stdout
@@ -171,7 +171,7 @@ def test_compare_command_prints_and_writes_markdown(tmp_path):
     markdown = (tmp_path / "s" / "compare.md").read_text()
     assert "| mlp (synthetic) | batch 16 | 10 (10-20, n=3) | 30 (20-40, n=3) |" in markdown
     assert "| mlp (synthetic) | batch 64 | 50 | - |" in markdown
-    missing = run_kbench(["compare", "--store", str(tmp_path / "nothing")], tmp_path)
+    missing = kbench_here(["compare", "--store", str(tmp_path / "nothing")], tmp_path)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
@@ -179,7 +179,7 @@ def test_results_listing(tmp_path):
     store = ResultStore(tmp_path / "s")
     store.add(result("a1", "jax", 1234.0))
     json.loads((tmp_path / "s" / "a1.json").read_text())
-    done = run_kbench(["results", "--store", str(tmp_path / "s")], tmp_path)
+    done = kbench_here(["results", "--store", str(tmp_path / "s")], tmp_path)
     assert done.returncode == 0 and "a1" in done.stdout and "1,234" in done.stdout
 
 
@@ -188,7 +188,7 @@ def test_merge_goes_on_past_a_document_damaged_after_it_was_indexed(tmp_path):
     source.add(result("a1", "jax", 10.0))
     source.add(result("b22", "torch", 20.0))
     (tmp_path / "src" / "b22.json").write_text('{"schema_version": 2, "run_id": "b22", "sta')
-    done = run_kbench(["results", "--store", str(tmp_path / "all"), "--merge",
+    done = kbench_here(["results", "--store", str(tmp_path / "all"), "--merge",
                        str(tmp_path / "src")], tmp_path)  # fmt: skip
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "1 runs added" in done.stdout

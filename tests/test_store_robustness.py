@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, require_backends, run_kbench
+from conftest import ROOT, kbench_here, require_backends
 
 from kbench.results import jsonfile
 from kbench.results.lock import StoreLocked, writer_lock
@@ -98,7 +98,7 @@ def test_a_document_of_the_wrong_type_is_skipped_once_by_every_reader(tmp_path):
         document = dict(bad_twin.to_dict(), run_id=name, **change)
         (store / f"{name}.json").write_text(json.dumps(document))
 
-    listing = run_kbench(["results", "--store", str(store)], tmp_path)
+    listing = kbench_here(["results", "--store", str(store)], tmp_path)
     assert listing.returncode == 0, listing.stderr
     assert "1 runs in" in listing.stdout and "Traceback" not in listing.stderr
     for name in WRONG_TYPES:
@@ -107,15 +107,15 @@ def test_a_document_of_the_wrong_type_is_skipped_once_by_every_reader(tmp_path):
     assert "metrics: expected an object; the document has a list" in listing.stderr
     assert "started_at: expected a string; the document has a number" in listing.stderr
 
-    compare = run_kbench(["compare", "--store", str(store)], tmp_path)
+    compare = kbench_here(["compare", "--store", str(store)], tmp_path)
     assert compare.returncode == 0 and "Traceback" not in compare.stderr, compare.stderr
     assert compare.stderr.count("config-null.json") == 1
 
-    report = run_kbench(["report", "--store", str(store)], tmp_path)
+    report = kbench_here(["report", "--store", str(store)], tmp_path)
     assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
     assert (store / "report.html").exists()
 
-    dry = run_kbench(["sweep", str(path), "--store", str(store), "--dry-run"], tmp_path)
+    dry = kbench_here(["sweep", str(path), "--store", str(store), "--dry-run"], tmp_path)
     assert dry.returncode == 0 and "Traceback" not in dry.stderr, dry.stderr
     assert "2 runs, 1 already done, 1 to run" in dry.stdout, dry.stdout
     assert "counts as not done" in dry.stderr
@@ -145,20 +145,20 @@ def test_the_index_is_a_cache_checked_against_each_document(tmp_path):
     edited.write_text(text.replace('"laptop"', '"laptoq"'))
     assert len(text) == len(edited.read_text())
 
-    listing = run_kbench(["results", "--store", str(store)], tmp_path)
+    listing = kbench_here(["results", "--store", str(store)], tmp_path)
     assert listing.returncode == 0, listing.stderr
     assert "1 runs in" in listing.stdout and "laptoq" in listing.stdout, listing.stdout
     assert "does not parse" in listing.stderr and "newer kbench" in listing.stderr
     assert "r0.json" in listing.stderr and "r1.json" in listing.stderr
     assert "r2.json" in listing.stderr and "r3.json" not in listing.stderr
 
-    export = run_kbench(["results", "--store", str(store), "--export",
+    export = kbench_here(["results", "--store", str(store), "--export",
                          str(tmp_path / "x.csv")], tmp_path)  # fmt: skip
     assert export.returncode == 0, export.stderr
     assert "1 runs written" in export.stdout
     assert "3 unreadable documents left out" in export.stdout, export.stdout
 
-    dry = run_kbench(["sweep", str(path), "--store", str(store), "--dry-run"], tmp_path)
+    dry = kbench_here(["sweep", str(path), "--store", str(store), "--dry-run"], tmp_path)
     assert "4 runs, 1 already done, 3 to run" in dry.stdout, dry.stdout + dry.stderr
     assert ResultStore(store).done_keys() == {results[3].sweep["run_key"]: "ok"}
     # The index was rewritten with what the documents say now.
@@ -235,7 +235,7 @@ def test_a_result_the_store_cannot_take_is_kept_aside_and_imports_back(tmp_path,
     assert sorted(p.name for p in store.iterdir()) == before + ["logs"]  # no temporary file
     command = message.split("import it with:\n  ")[1].splitlines()[0]
     assert command.startswith("kbench results --store ")
-    merged = run_kbench(command.split()[1:], tmp_path)
+    merged = kbench_here(command.split()[1:], tmp_path)
     assert merged.returncode == 0 and "1 runs added" in merged.stdout, merged.stderr
     assert [e.run_id for e in ResultStore(store).entries()] == ["a1", "b22"]
 
@@ -268,8 +268,8 @@ def test_a_log_that_cannot_be_created_stops_kbench_run_before_it_starts(tmp_path
     store = tmp_path / "s"
     store.mkdir()
     (store / "logs").write_text("a file where the logs directory should be")
-    done = run_kbench(["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic", "--steps",
-                       "2", "--store", str(store)], tmp_path, timeout=300)  # fmt: skip
+    done = kbench_here(["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic", "--steps",
+                       "2", "--store", str(store)], tmp_path)  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert "cannot write the log of the next run" in done.stderr
@@ -388,25 +388,25 @@ def test_a_second_writer_is_refused_at_once_naming_the_holder(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         started = time.monotonic()
-        second = run_kbench(["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic",
+        second = kbench_here(["run", "-b", "torch", "-m", "mlp", "--dataset", "synthetic",
                              "--steps", "2", "--store", str(store)], tmp_path)  # fmt: skip
         assert time.monotonic() - started < 60
         assert second.returncode == 2, second.stderr
         assert f"process {holder.pid}" in second.stderr and str(store) in second.stderr
         assert "Traceback" not in second.stderr
-        sweep = run_kbench(["sweep", str(write_sweep(tmp_path)), "--store", str(store)],
+        sweep = kbench_here(["sweep", str(write_sweep(tmp_path)), "--store", str(store)],
                            tmp_path)  # fmt: skip
         assert sweep.returncode == 2 and f"process {holder.pid}" in sweep.stderr, sweep.stderr
         assert len(list(store.glob("*.json"))) == 1  # neither ran anything
-        ops = run_kbench(["ops", "--backend", "torch", "--sizes", "8", "--store", str(store)],
+        ops = kbench_here(["ops", "--backend", "torch", "--sizes", "8", "--store", str(store)],
                          tmp_path)  # fmt: skip
         assert ops.returncode == 2 and f"process {holder.pid}" in ops.stderr, ops.stderr
-        merge = run_kbench(["results", "--store", str(store), "--merge", str(tmp_path)], tmp_path)
+        merge = kbench_here(["results", "--store", str(store), "--merge", str(tmp_path)], tmp_path)
         assert merge.returncode == 2 and f"process {holder.pid}" in merge.stderr
         # Reading takes no lock.
-        listing = run_kbench(["results", "--store", str(store)], tmp_path)
+        listing = kbench_here(["results", "--store", str(store)], tmp_path)
         assert listing.returncode == 0 and "a1" in listing.stdout, listing.stderr
-        dry = run_kbench(["sweep", str(write_sweep(tmp_path)), "--store", str(store),
+        dry = kbench_here(["sweep", str(write_sweep(tmp_path)), "--store", str(store),
                           "--dry-run"], tmp_path)  # fmt: skip
         assert dry.returncode == 0, dry.stderr
         with pytest.raises(StoreLocked, match=f"process {holder.pid}"):
