@@ -22,7 +22,7 @@ import uuid
 import numpy as np
 import psutil
 import pytest
-from conftest import ROOT, dump, kbench_here, require_backends, run_kbench
+from conftest import ROOT, dump, kbench_here, require_backends
 
 from kbench import datasets
 from kbench.cli.distributed_table import main as table_main
@@ -528,7 +528,7 @@ def test_compare_report_and_table_show_the_breakdown(runs, runs_store, tmp_path,
 
     # kbench compare: printed and in its Markdown file
     markdown = tmp_path / "compare.md"
-    done = run_kbench(["compare", "--store", str(runs_store), "--output", str(markdown)],
+    done = kbench_here(["compare", "--store", str(runs_store), "--output", str(markdown)],
                       tmp_path)  # fmt: skip
     assert done.returncode == 0, dump(done)
     assert found.text() in done.stdout

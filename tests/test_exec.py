@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT, dump, require_backends, run_kbench
+from conftest import ROOT, dump, kbench_here, require_backends, run_kbench
 
 from kbench.exec.config import ExecConfig, script_name
 from kbench.exec.environment import memory_variables, resolve_command
@@ -195,7 +195,7 @@ def test_four_backends_train_and_report_img_s(trained):
 
 @pytest.mark.slow
 def test_exec_results_show_in_compare(trained, home):
-    done = run_kbench(["compare", "--store", str(trained.output_dir)], home)
+    done = kbench_here(["compare", "--store", str(trained.output_dir)], home)
     assert done.returncode == 0, dump(done)
     assert "train_fashion.py" in done.stdout and "mxnet" in done.stdout
 

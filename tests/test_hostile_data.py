@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_kbench
+from conftest import kbench_here
 from PIL import Image
 from shared_sweep import image_folder
 from test_datasets import write_cifar
@@ -89,7 +89,7 @@ def test_merge_refuses_run_ids_that_leave_the_store_and_counts_what_it_added(tmp
     ResultStore(source).add(result("good2", "torch", 30.0))
     before = files_under(tmp_path)
 
-    done = run_kbench(["results", "--store", str(target), "--merge", str(source)],
+    done = kbench_here(["results", "--store", str(target), "--merge", str(source)],
                       tmp_path / "home")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
@@ -103,7 +103,7 @@ def test_merge_refuses_run_ids_that_leave_the_store_and_counts_what_it_added(tmp
     assert not (tmp_path / "a" / "escaped.json").exists()
     assert not (outside / "absolute.json").exists()
     assert ResultStore(target).results()[0].run_id in ("good1", "keep9")
-    listed = run_kbench(["results", "--store", str(target)], tmp_path / "home")
+    listed = kbench_here(["results", "--store", str(target)], tmp_path / "home")
     assert "2 runs in" in listed.stdout, listed.stdout  # keep9 (as good2.json) and good1
     assert {e.run_id for e in ResultStore(target).entries()} == {"good1", "keep9"}
 

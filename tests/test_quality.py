@@ -205,7 +205,7 @@ def test_a_run_beside_spinning_processes_is_flagged(tmp_path: Path, home: Path) 
     assert "% of the cores used by other processes]" in busy.stdout  # the run table
     assert RunResult.from_dict(result.to_dict()).metrics["quality"] == found  # reads back
 
-    compared = run_kbench(["compare", "--store", str(busy_dir)], home)
+    compared = kbench_here(["compare", "--store", str(busy_dir)], home)
     assert compared.returncode == 0, dump(compared)
     assert "% of the cores used by other processes]" in compared.stdout
     text = comparison_text(quiet.results() + busy.results())

@@ -267,7 +267,7 @@ def test_a_killed_warm_sweep_keeps_the_runs_its_worker_finished(tmp_path):
     assert all(r.sweep["group"] == "quick" for r in kept)
     (interrupted,) = (out / "logs").glob("*.interrupted.json")
     assert '"steps": 100000' in interrupted.read_text()
-    again = run_kbench(["sweep", str(path), "--store", str(out), "--dry-run"], tmp_path)
+    again = kbench_here(["sweep", str(path), "--store", str(out), "--dry-run"], tmp_path)
     assert "3 runs, 2 already done, 1 to run" in again.stdout, again.stdout
 
 

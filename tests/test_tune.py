@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT, dump, require_backends, run_kbench
+from conftest import ROOT, dump, kbench_here, require_backends, run_kbench
 
 from kbench.cli.arguments import duration
 from kbench.measure.processes import usable_cores
@@ -139,9 +139,9 @@ def test_tune_searches_each_backend_and_compares_them_at_their_best(searched):
     windows = done.results()  # tune.json is not read as a result
     assert windows and all(r.metrics["tune"]["setting"] for r in windows if r.ok)
     # the best settings as a sweep file kbench sweep reads, and the search in the report
-    sweep = run_kbench(["sweep", report["sweep_file"], "--dry-run"], home)
+    sweep = kbench_here(["sweep", report["sweep_file"], "--dry-run"], home)
     assert sweep.returncode == 0 and "mxnet" in sweep.stdout, dump(sweep)
-    drawn = run_kbench(["report", "--store", str(done.output_dir)], home)
+    drawn = kbench_here(["report", "--store", str(done.output_dir)], home)
     assert drawn.returncode == 0, dump(drawn)
     assert "Each backend at its best (kbench tune)" in (done.output_dir / "report.html").read_text()
 
