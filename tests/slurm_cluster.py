@@ -155,6 +155,9 @@ def start(root: Path) -> Cluster:
         dbd_port = _free_port()
         accounting = _database(cluster, dbd_port) if cluster.accounting else ""
         cpus = os.cpu_count() or 1
+        # batch_sched_delay=0: a batch job (an array task freed by another's end, a
+        # resubmission) is scheduled at once, not up to 3 s later (Slurm's default, for
+        # clusters that take thousands of submissions a second): 2.6-2.9 s -> 0.9 s here
         (root / "slurm.conf").write_text(
             f"ClusterName=kbench\nSlurmctldHost=localhost\nSlurmUser=root\nSlurmdUser=root\n"
             "AuthType=auth/munge\nCredType=cred/munge\nProctrackType=proctrack/linuxproc\n"
@@ -163,7 +166,7 @@ def start(root: Path) -> Cluster:
             f"SlurmdSpoolDir={root}/spool\nStateSaveLocation={root}/state\n"
             f"SlurmctldPort={_free_port()}\nSlurmdPort={_free_port()}\n"
             f"SlurmctldLogFile={root}/log/slurmctld.log\nSlurmdLogFile={root}/log/slurmd.log\n"
-            "SchedulerType=sched/backfill\nSelectType=select/cons_tres\n"
+            "SchedulerType=sched/backfill\nSchedulerParameters=batch_sched_delay=0\nSelectType=select/cons_tres\n"
             "SelectTypeParameters=CR_Core\nReturnToService=2\nJobCompType=jobcomp/none\n"
             "JobAcctGatherType=jobacct_gather/none\nMinJobAge=600\nKillWait=5\n"
             f"InactiveLimit=0\n{accounting}"
