@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import dump, require_backends, run_kbench
+from conftest import dump, kbench_here, require_backends, run_kbench
 
 from kbench import cli
 from kbench.cli import run_commands
@@ -34,7 +34,7 @@ def test_env_reports_every_backend_runnable(home):
 
 def test_env_says_how_to_create_a_missing_environment(home, tmp_path):
     """Fast: with no environment there is nothing to start (no framework is imported)."""
-    completed = run_kbench(["env"], home, env={"KBENCH_ENVS_DIR": str(tmp_path / "none")})
+    completed = kbench_here(["env"], home, env={"KBENCH_ENVS_DIR": str(tmp_path / "none")})
     assert completed.returncode == 1
     assert "scripts/setup_envs.sh keras3" in completed.stdout
     assert "scripts/setup_envs.sh mxnet" in completed.stdout

@@ -22,7 +22,7 @@ from typing import Iterator, List
 
 import psutil
 import pytest
-from conftest import ROOT, dump, require_backends, run_kbench
+from conftest import ROOT, dump, kbench_here, require_backends, run_kbench
 
 from kbench.exec.config import ExecConfig
 from kbench.exec.runner import ExecRunner
@@ -114,7 +114,7 @@ def test_exec_of_a_script_printing_malformed_events_ends_promptly(home, tmp_path
 
 def test_a_command_that_does_not_exist_exits_2_with_a_teaching_error(home, tmp_path):
     require_backends("torch")
-    done = run_kbench(["exec", "-b", "torch", "--store", str(tmp_path / "s"), "--",
+    done = kbench_here(["exec", "-b", "torch", "--store", str(tmp_path / "s"), "--",
                        "/nonexistent/cmd"], home)  # fmt: skip
     assert done.returncode == 2, dump(done)
     assert "kbench exec: error: --command:" in done.stderr
@@ -215,7 +215,7 @@ def test_daemons_are_stopped_and_the_script_time_ends_with_the_script(tmp_path, 
 
 
 def test_the_exec_usage_error_names_the_command(home):
-    done = run_kbench(["exec", "-b", "jax", "--"], home)
+    done = kbench_here(["exec", "-b", "jax", "--"], home)
     assert done.returncode == 2
     assert done.stderr.startswith("kbench exec: error: --command: expected the command")
     assert "['--']" not in done.stderr
