@@ -129,28 +129,40 @@ def run_kbench(
     return Completed(done.returncode, done.stdout, done.stderr, output_dir)
 
 
+class CallTookTooLong(Exception):
+    """A :func:`kbench_here` call past its timeout."""
+
+
 def kbench_here(
     args: List[str],
     home: Path,
     output_dir: Optional[Path] = None,
     env: Optional[Dict[str, str]] = None,
+    timeout: float = 300,
 ) -> Completed:
     """``kbench ARGS`` called in this process (``kbench.cli.main``) as :func:`run_kbench`
     calls it in a new one: the same exit status, output and store, without an
     interpreter's start and kbench's import (0.6-1 s of CPU each). For commands that read
     or write a store, not for what a process of its own is the point of (a worker, a
     signal, the interpreter's exit). The environment, working directory, "kbench"
-    logger and SIGTERM handler are put back after it."""
+    logger and SIGTERM handler are put back after it; a call that takes more than
+    ``timeout`` seconds is interrupted (SIGALRM) and fails the test."""
     from kbench import cli
 
     args, output_dir, home_env = _command_line(args, home, output_dir)
     environ, cwd = dict(os.environ), os.getcwd()
     logger = logging.getLogger("kbench")
     handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
-    sigterm = signal.getsignal(signal.SIGTERM)
+    sigterm, sigalrm = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGALRM)
     out, err = io.StringIO(), io.StringIO()
+
+    def too_long(signum, frame):  # not an OSError, which kbench's file code may catch
+        raise CallTookTooLong(f"kbench {' '.join(args)}: still running after {timeout} s")
+
     os.environ.update(home_env, **(env or {}))
     os.chdir(ROOT)
+    signal.signal(signal.SIGALRM, too_long)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -161,13 +173,16 @@ def kbench_here(
                     print(code, file=sys.stderr)
                     code = 1
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         os.environ.clear()
         os.environ.update(environ)
         os.chdir(cwd)
         logger.handlers[:] = handlers
         logger.setLevel(level)
         logger.propagate = propagate
-        signal.signal(signal.SIGTERM, sigterm)
+        for signum, handler in ((signal.SIGALRM, sigalrm), (signal.SIGTERM, sigterm)):
+            if handler is not None:  # None: a handler set outside Python, which stays
+                signal.signal(signum, handler)
     return Completed(code or 0, out.getvalue(), err.getvalue(), output_dir)
 
 

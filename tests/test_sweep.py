@@ -82,6 +82,15 @@ def test_unreadable_and_unparsable_files(tmp_path):
     (tmp_path / "deep.yaml").write_text("name: x\nmatrix: " + "[" * 100_000 + "]" * 100_000)
     with pytest.raises(SweepError, match="nested too deep"):  # before: RecursionError
         load_sweep(tmp_path / "deep.yaml")
+    # a chain of 994 merge keys: libyaml reads it, building it recursed (found in review)
+    merges = "name: x\nsettings: " + "{<<: " * 994 + "{x: 1}" + "}" * 994
+    (tmp_path / "merges.yaml").write_text(merges)
+    with pytest.raises(SweepError, match="nested too deep"):
+        load_sweep(tmp_path / "merges.yaml")
+    # read, but deeper than any sweep: refused with the depth, as a study file is
+    (tmp_path / "forty.yaml").write_text("name: x\ndescription: " + "[" * 40 + "]" * 40)
+    with pytest.raises(SweepError, match="nested at most 32 deep"):
+        load_sweep(tmp_path / "forty.yaml")
 
 
 def test_without_libyaml_sweeps_load_and_fail_the_same(tmp_path, monkeypatch):
@@ -89,6 +98,9 @@ def test_without_libyaml_sweeps_load_and_fail_the_same(tmp_path, monkeypatch):
     shipped = load_sweep(ROOT / "sweeps" / "lenet_epochs.yaml")
     monkeypatch.delattr(yaml, "CSafeLoader")
     assert load_sweep(ROOT / "sweeps" / "lenet_epochs.yaml") == shipped
+    (tmp_path / "tab.yaml").write_text("name: x\nsettings:\t{}\n")  # libyaml takes the tab
+    with pytest.raises(SweepError, match="does not parse"):
+        load_sweep(tmp_path / "tab.yaml")
     (tmp_path / "deep.yaml").write_text("name: x\nmatrix: " + "[" * 1_000 + "]" * 1_000)
     with pytest.raises(SweepError, match="nested too deep"):
         load_sweep(tmp_path / "deep.yaml")

@@ -51,7 +51,13 @@ from kbench.datasets.npz import NPZ_PREFIX
 from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig, did_you_mean
 from kbench.results.result import RunResult
 from kbench.run.runner import shared_workers
-from kbench.studies.file_checks import NestedTooDeep, expect_mapping, known_keys, read_yaml
+from kbench.studies.file_checks import (
+    NestedTooDeep,
+    check_depth,
+    expect_mapping,
+    known_keys,
+    read_yaml,
+)
 from kbench.studies.rounds import WINDOW_BUDGET_S, WINDOW_PRECISION, WINDOW_S
 from kbench_models import MODELS
 from kbench_models.user import is_reference
@@ -223,6 +229,7 @@ def parse_sweep(
     def fail(where: str, message: str) -> SweepError:
         return SweepError(file, where, message)
 
+    check_depth(document, fail)
     top = expect_mapping(document, "", "a mapping with name, settings, matrix", fail)
     known_keys(top, TOP_KEYS, "", fail)
     name = top.get("name")
