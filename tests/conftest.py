@@ -202,6 +202,24 @@ def spinning_loops() -> List[subprocess.Popen]:
     return loops
 
 
+@pytest.fixture(autouse=True)
+def _kbench_logger_put_back():
+    """The "kbench" logger and the SIGTERM handler as each test found them: a test that
+    calls ``kbench.cli.main`` in this process (directly, or through a helper of its own)
+    left kbench's handler on the logger, writing to that test's captured stderr, closed
+    once it ended: kbench's records in the tests after it on the same worker each printed
+    "--- Logging error ---" with a traceback (seen in review)."""
+    logger = logging.getLogger("kbench")
+    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
+    sigterm = signal.getsignal(signal.SIGTERM)
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
+    if sigterm is not None:
+        signal.signal(signal.SIGTERM, sigterm)
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
