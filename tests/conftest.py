@@ -13,7 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 
@@ -129,8 +129,41 @@ def run_kbench(
     return Completed(done.returncode, done.stdout, done.stderr, output_dir)
 
 
+@contextlib.contextmanager
+def cli_state_kept() -> Iterator[None]:
+    """What ``kbench.cli.main`` changes in its process, put back after: the "kbench"
+    logger (its handler, bound to the stderr of the moment, its level, no propagation)
+    and the SIGTERM handler (None: one set outside Python, which stays)."""
+    logger = logging.getLogger("kbench")
+    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
+
+
 class CallTookTooLong(Exception):
-    """A :func:`kbench_here` call past its timeout."""
+    """A :func:`kbench_here` call past its timeout (not an OSError, which kbench's file
+    code may catch)."""
+
+
+@contextlib.contextmanager
+def _interrupted_after(seconds: float, what: str) -> Iterator[None]:
+    def too_long(signum, frame):
+        raise CallTookTooLong(f"{what}: still running after {seconds} s")
+
+    before = signal.signal(signal.SIGALRM, too_long)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before if before is not None else signal.SIG_DFL)
 
 
 def kbench_here(
@@ -144,27 +177,23 @@ def kbench_here(
     calls it in a new one: the same exit status, output and store, without an
     interpreter's start and kbench's import (0.6-1 s of CPU each). For commands that read
     or write a store, not for what a process of its own is the point of (a worker, a
-    signal, the interpreter's exit). The environment, working directory, "kbench"
-    logger and SIGTERM handler are put back after it; a call that takes more than
+    signal, the interpreter's exit). The environment, the working directory and what
+    :func:`cli_state_kept` keeps are put back after it; a call that takes more than
     ``timeout`` seconds is interrupted (SIGALRM) and fails the test."""
     from kbench import cli
 
     args, output_dir, home_env = _command_line(args, home, output_dir)
     environ, cwd = dict(os.environ), os.getcwd()
-    logger = logging.getLogger("kbench")
-    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
-    sigterm, sigalrm = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGALRM)
     out, err = io.StringIO(), io.StringIO()
-
-    def too_long(signum, frame):  # not an OSError, which kbench's file code may catch
-        raise CallTookTooLong(f"kbench {' '.join(args)}: still running after {timeout} s")
-
     os.environ.update(home_env, **(env or {}))
     os.chdir(ROOT)
-    signal.signal(signal.SIGALRM, too_long)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            cli_state_kept(),
+            _interrupted_after(timeout, f"kbench {' '.join(args)}"),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             try:
                 code = cli.main(args)
             except SystemExit as stop:  # as the interpreter ends on sys.exit(code)
@@ -173,16 +202,9 @@ def kbench_here(
                     print(code, file=sys.stderr)
                     code = 1
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         os.environ.clear()
         os.environ.update(environ)
         os.chdir(cwd)
-        logger.handlers[:] = handlers
-        logger.setLevel(level)
-        logger.propagate = propagate
-        for signum, handler in ((signal.SIGALRM, sigalrm), (signal.SIGTERM, sigterm)):
-            if handler is not None:  # None: a handler set outside Python, which stays
-                signal.signal(signum, handler)
     return Completed(code or 0, out.getvalue(), err.getvalue(), output_dir)
 
 
@@ -204,20 +226,13 @@ def spinning_loops() -> List[subprocess.Popen]:
 
 @pytest.fixture(autouse=True)
 def _kbench_logger_put_back():
-    """The "kbench" logger and the SIGTERM handler as each test found them: a test that
-    calls ``kbench.cli.main`` in this process (directly, or through a helper of its own)
-    left kbench's handler on the logger, writing to that test's captured stderr, closed
-    once it ended: kbench's records in the tests after it on the same worker each printed
-    "--- Logging error ---" with a traceback (seen in review)."""
-    logger = logging.getLogger("kbench")
-    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
-    sigterm = signal.getsignal(signal.SIGTERM)
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
-    logger.propagate = propagate
-    if sigterm is not None:
-        signal.signal(signal.SIGTERM, sigterm)
+    """Every test leaves what :func:`cli_state_kept` keeps as it found it: a test that
+    called ``kbench.cli.main`` in this process through a helper of its own left kbench's
+    handler writing to that test's captured stderr, closed once it ended, so kbench's
+    records in the tests after it on the same worker each printed "--- Logging error ---"
+    with a traceback (seen in review)."""
+    with cli_state_kept():
+        yield
 
 
 @pytest.fixture
