@@ -6,10 +6,14 @@ names a file, an import hook that appends one line to that file the first time a
 process imports keras, tensorflow, jax, torch or mxnet: ``pid<TAB>framework<TAB>test<TAB>argv``
 (``keras/BACKEND`` when KERAS_BACKEND is set),
 where ``test`` is ``KBENCH_TEST_ID`` as the suite set it for the test that was running
-(``slow|`` or ``fast|`` and the test's node id), inherited by whatever it started.
+(:func:`label`: its speed, why its processes are its subject where it is marked
+``own_processes``, its node id), inherited by whatever it started.
 Counting at the import catches every entry point (run and ops workers, probes,
 data-parallel workers, ``kbench exec`` children, the tests' own helper processes).
-The summary at the end of the run prints the count, and what started them.
+The summary at the end of the run (:func:`summary`) prints the count, what started
+them, and how many the tests of a process itself started (a data-parallel rank, the
+user's script, a kill, a setting read as a framework starts) apart from those that
+only compute.
 """
 
 from __future__ import annotations
@@ -97,12 +101,36 @@ def remove(written: List[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
+def label(speed: str, why: str, nodeid: str) -> str:
+    """KBENCH_TEST_ID of a test: ``speed|why|node id`` (``why`` empty where the test's
+    processes only compute)."""
+    if "|" in why:
+        raise ValueError(f"own_processes: the reason may not hold '|' (received {why!r})")
+    return f"{speed}|{why}|{nodeid}"
+
+
 @dataclass(frozen=True)
 class Started:
     pid: int
     framework: str
-    test: str  # KBENCH_TEST_ID: "slow|node id", "fast|node id", or "" outside a test
+    test: str  # KBENCH_TEST_ID (:func:`label`), or "" outside a test
     argv: str
+
+    @property
+    def speed(self) -> str:
+        """``slow`` or ``fast`` (the test's mark); "" outside a test."""
+        return self.test.split("|", 2)[0]
+
+    @property
+    def why(self) -> str:
+        """Why this process is what its test checks (its ``own_processes`` mark); "" for
+        a process that only computes."""
+        fields = self.test.split("|", 2)
+        return fields[1] if len(fields) == 3 else ""
+
+    @property
+    def nodeid(self) -> str:
+        return self.test.split("|", 2)[-1] if self.test else ""
 
 
 def read(log_path: Path) -> List[Started]:
@@ -140,6 +168,28 @@ def outside(started: List[Started], backends: List[str]) -> List[Started]:
 def count(started: List[Started]) -> Dict[str, int]:
     """{what started it: processes}."""
     return dict(collections.Counter(entry_point(s.argv) for s in started))
+
+
+def summary(started: List[Started]) -> List[str]:
+    """The lines the run ends with: how many processes imported a framework, what they
+    ran; then how many tests of a process itself started (by why) and how many only
+    computed (the ones that can share a worker)."""
+    detail = ", ".join(f"{name} {n}" for name, n in _most_first(count(started)))
+    lines = [f"framework processes started: {len(started)}" + (f" ({detail})" if detail else "")]
+    if not started:
+        return lines
+    own = collections.Counter(s.why for s in started if s.why)
+    computing = len(started) - sum(own.values())
+    reasons = "; ".join(f"{why} {n}" for why, n in _most_first(own))
+    lines.append(
+        f"  {computing} in tests of what runs compute, {sum(own.values())} in tests of a "
+        "process itself (marked own_processes)" + (f": {reasons}" if reasons else "")
+    )
+    return lines
+
+
+def _most_first(counted: Dict[str, int]) -> List[tuple]:
+    return sorted(counted.items(), key=lambda item: (-item[1], item[0]))
 
 
 def entry_point(argv: str) -> str:

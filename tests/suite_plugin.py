@@ -61,6 +61,12 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "serial: measures time or load: runs with no other test beside it"
     )
+    config.addinivalue_line(
+        "markers",
+        "own_processes(why): the processes this test starts are what it checks (a "
+        "data-parallel rank, the user's script, a kill, a setting read as a framework "
+        "starts), so they cannot share a worker: counted apart at the end of the run",
+    )
     if is_controller(config):
         config._kbench_keras_dir_before = KERAS_DIR.exists()
         scratch = Path(tempfile.mkdtemp(prefix="kbench-suite-"))
@@ -322,7 +328,11 @@ def cores(exclusive: bool) -> Iterator[None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     speed = "slow" if item.get_closest_marker("slow") else "fast"
-    os.environ[framework_processes.TEST_VARIABLE] = f"{speed}|{item.nodeid}"
+    own = item.get_closest_marker("own_processes")
+    why = own.args[0] if own else ""
+    os.environ[framework_processes.TEST_VARIABLE] = framework_processes.label(
+        speed, why, item.nodeid
+    )
     serial = item.get_closest_marker("serial") is not None
     with cores(exclusive=serial), affinity(item.config, every_core=serial):
         yield
@@ -429,8 +439,7 @@ def pytest_sessionfinish(session, exitstatus):
     if keep:
         shutil.copyfile(scratch / "framework-processes.log", keep)
     config._kbench_fast_offenders = sorted(
-        {s.test.partition("|")[2] for s in started
-         if s.test.startswith("fast|") and s.pid not in pytest_pids}
+        {s.nodeid for s in started if s.speed == "fast" and s.pid not in pytest_pids}
     )  # fmt: skip
     if config._kbench_fast_offenders and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -440,12 +449,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not is_controller(config) or not hasattr(config, "_kbench_started"):
         return
     started = config._kbench_started
-    counted = framework_processes.count(started)
-    detail = ", ".join(f"{name} {n}" for name, n in sorted(counted.items(), key=lambda i: -i[1]))
-    terminalreporter.write_line(
-        f"framework processes started: {len(started)}" + (f" ({detail})" if detail else "")
-    )
-    by_test = collections.Counter(s.test.partition("|")[2] or "(outside a test)" for s in started)
+    for line in framework_processes.summary(started):
+        terminalreporter.write_line(line)
+    by_test = collections.Counter(s.nodeid or "(outside a test)" for s in started)
     if by_test and config.getoption("durations", None):  # with --durations: where they came from
         terminalreporter.write_line(
             "most framework processes: "
@@ -454,7 +460,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     selected = os.environ.get("KBENCH_TEST_BACKENDS", "").strip()
     if selected and selected != "cross":
         stray = framework_processes.outside(started, [b.strip() for b in selected.split(",")])
-        tests = sorted({s.test.partition("|")[2] or "(outside a test)" for s in stray})
+        tests = sorted({s.nodeid or "(outside a test)" for s in stray})
         terminalreporter.write_line(
             f"KBENCH_TEST_BACKENDS={selected}: {len(stray)} framework process(es) for other "
             "backends" + (f", started by {', '.join(tests)}" if tests else ""),

@@ -166,6 +166,7 @@ def test_data_format_flag_overrides_the_default(home):
     assert not (home / ".keras").exists()
 
 
+@pytest.mark.own_processes("a setting read as a framework starts")
 def test_channels_first_with_onednn_off_is_unsupported_before_it_starts(home):
     """Forced onto Eigen, a channels_first TensorFlow run is refused with its reason and
     the fix, never a traceback from the middle of training."""

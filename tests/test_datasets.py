@@ -302,6 +302,7 @@ if "kbench.datasets.tfds_reader" in sys.orig_argv:
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("TensorFlow kept out of kbench's process")
 def test_tensorflow_datasets_source_keeps_tensorflow_out_of_the_parent_and_home_keras_alone(
     tmp_path,
 ):

@@ -45,6 +45,8 @@ from kbench.views.distributed import (
 from kbench.views.figures import Drawn, Skipped
 from kbench.views.report import table, write_report
 
+pytestmark = pytest.mark.own_processes("a data-parallel engine's ranks and launchers")
+
 TINY = dict(
     model="mlp",
     dataset="synthetic",

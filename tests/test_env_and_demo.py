@@ -14,6 +14,7 @@ from kbench.views.compare import cpu_text
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("a probe of an environment")
 def test_env_reports_every_backend_runnable(home):
     require_backends("tensorflow", "jax", "torch", "torch-native", "mxnet", "mxnet-gluon")
     completed = run_kbench(["env", "--json"], home)

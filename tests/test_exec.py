@@ -27,6 +27,8 @@ from kbench.results.config import ConfigError
 from kbench.results.store import ResultStore
 from kbench.run import environments
 
+pytestmark = pytest.mark.own_processes("the user's own script, run as the user runs it")
+
 SCRIPTS = ROOT / "tests" / "user_scripts"
 TRAIN = str(SCRIPTS / "train_fashion.py")
 HANG = (

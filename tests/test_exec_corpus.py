@@ -32,6 +32,8 @@ from kbench.run.progress import show_progress
 from kbench.run.supervise import LogWriter
 from kbench.views import tables
 
+pytestmark = pytest.mark.own_processes("the user's own script, run as the user runs it")
+
 SCRIPTS = ROOT / "tests" / "user_scripts"
 TRAIN_SAMPLES, TEST_SAMPLES = 320, 64
 

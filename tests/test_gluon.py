@@ -278,6 +278,7 @@ def test_training_run_records_the_hybridize_switch(home, hybridize):
 
 
 @slow
+@pytest.mark.own_processes("a setting read as a framework starts")
 def test_fused_lstm_without_mkldnn_is_unsupported_before_it_runs(home):
     """MXNET_MKLDNN_ENABLED=0: Gluon's fused LSTM has no CPU path in MXNet 1.9 (its first
     forward pass fails inside MXNet), so the run is unsupported, saying why and how to

@@ -290,6 +290,7 @@ def test_exec_reads_epochs_from_the_events_file(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("the user's own script, run as the user runs it")
 def test_keras_progress_bar_and_kbench_epoch_lines_stay_apart(home, tmp_path):
     require_backends("jax")
     store = tmp_path / "store"

@@ -342,6 +342,7 @@ def test_an_interrupted_run_leaves_a_document_beside_its_log(home, tmp_path, par
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("a worker whose parent dies")
 def test_a_worker_stops_within_a_second_of_its_parent(home, tmp_path):
     """kill -9 of kbench: its real worker, mid-training, notices and ends. (Not serial:
     the worker runs on its pytest worker's core; a Keras-on-torch worker, beside three

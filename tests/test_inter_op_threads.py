@@ -20,6 +20,8 @@ from kbench.run.runner import shared_workers, worker_key
 from kbench.studies.sweep import SweepError, load_sweep
 from kbench.studies.tune import Candidate, search_space
 
+pytestmark = pytest.mark.own_processes("a setting read as a framework starts")
+
 SPACE = dict(cores=2, cpu_features=[], gpu=False, allow_batch_size=False)
 
 

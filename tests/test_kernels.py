@@ -9,6 +9,8 @@ from kbench.backends.switches import SwitchBoard
 from kbench.measure import sysinfo
 from kbench.results.config import ConfigError, RunConfig
 
+pytestmark = pytest.mark.own_processes("a setting read as a framework starts")
+
 EPYC = """processor\t: 0
 vendor_id\t: AuthenticAMD
 model name\t: AMD EPYC 7B12

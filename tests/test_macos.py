@@ -20,6 +20,8 @@ from kbench.measure.powermetrics import PowermetricsSource, parse_sample, split_
 from kbench.measure.sampler import Sampler, optional_sources
 from kbench.measure.source import SourceUnavailable
 
+pytestmark = pytest.mark.own_processes("a setting read as a framework starts")
+
 SAMPLE = Path(__file__).parent / "macos" / "powermetrics_gpu_power.plist"
 
 

@@ -30,6 +30,7 @@ def interleaved(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("a fresh process per repeat")
 def test_repeats_run_round_by_round(interleaved):
     order = [(r.config["backend"], r.config["repeat"]) for r in interleaved.results()]
     assert order == [("torch", 0), ("jax", 0), ("torch", 1), ("jax", 1)]
@@ -105,6 +106,7 @@ def test_inference_flags_reach_the_run_settings():
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("a worker that runs out of memory")
 def test_out_of_memory_is_its_own_status(home):
     """An allocation larger than this machine's memory fails at once, on CPU too."""
     require_backends("torch-native", "jax")
@@ -125,6 +127,7 @@ def test_out_of_memory_is_its_own_status(home):
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("the stand-in NVML library a worker loads")
 def test_runner_with_a_stand_in_nvml_records_gpu_series_memory_and_energy(tmp_path):
     """The real binding on the stand-in library (tests/nvml_standin), the worker on GPU 0."""
     require_backends("torch-native")

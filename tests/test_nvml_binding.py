@@ -31,6 +31,8 @@ from kbench.run.metrics import measured_energy, sampled_memory
 from kbench.views.compare import compare
 from kbench.views.tables import comparison_tables
 
+pytestmark = pytest.mark.own_processes("the stand-in NVML library a worker loads")
+
 MIB = 2**20
 # Runs the single-run sampler on a worker (a child sleeping ``seconds``, with the
 # environment overrides given) and prints what the runner would record from it.

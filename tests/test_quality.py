@@ -22,6 +22,8 @@ from kbench.views.significance import median_interval
 from kbench.views.tables import comparison_tables
 from tests.conftest import ROOT, dump, kbench_here, require_backends, run_kbench, spinning_loops
 
+pytestmark = pytest.mark.own_processes("a worker timed beside busy processes")
+
 # --------------------------------------------------------------------- hand-made series
 
 

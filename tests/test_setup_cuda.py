@@ -28,6 +28,8 @@ from kbench.run import environments
 from kbench.setup import check, cuda, envs, loader, probe
 from kbench.setup.platforms import Platform, plan, venv_python
 
+pytestmark = pytest.mark.own_processes("a probe of an environment")
+
 ROOT = Path(__file__).resolve().parent.parent
 LINUX = Platform("linux", "x86_64")
 WHEELS = json.loads((Path(__file__).parent / "setup_cuda_wheels.json").read_text())

@@ -25,6 +25,8 @@ from kbench.studies.sweep import parse_sweep
 from kbench.views.compare import compare
 from kbench.views.tables import study_tables
 
+pytestmark = pytest.mark.own_processes("a Slurm job, failed, cancelled or resumed")
+
 TINY = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
         "train_samples": 64, "test_samples": 16}  # fmt: skip
 SWEEP = {"name": "onslurm", "repeats": 2, "settings": TINY,

@@ -25,6 +25,8 @@ from kbench.results.store import ResultStore
 from kbench.studies import slurm, slurm_node, sweep_runs, sweep_windows
 from kbench.studies.sweep import WindowSettings, parse_sweep, sweep_run_of
 
+pytestmark = pytest.mark.own_processes("a Slurm job, failed, cancelled or resumed")
+
 TINY = {"model": "mlp", "dataset": "synthetic", "train_samples": 256, "test_samples": 32,
         "warmup_steps": 2}  # fmt: skip
 PAIRS = {"name": "pairs", "matrix": {"batch_size": [16, 32], "backend": ["jax", "torch"]}}

@@ -202,6 +202,7 @@ def _start_sweep(path: Path, out: Path, home: Path, *extra: str, **env_extra) ->
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("a sweep killed mid-run")
 def test_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
     require_backends("torch-native")
     path = tmp_path / "s.yaml"
@@ -252,6 +253,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("a sweep killed mid-run")
 def test_a_killed_warm_sweep_keeps_the_runs_its_worker_finished(tmp_path):
     """--warm: one worker runs the three runs; killed during the third, the sweep saves
     the two that had replied (the second marked warm), marks the third interrupted, and

@@ -14,6 +14,8 @@ from kbench.measure.processes import usable_cores
 from kbench.results.config import RunConfig
 from kbench.run.runner import worker_key
 
+pytestmark = pytest.mark.own_processes("a warm worker that dies or fails a run")
+
 TINY = ["--dataset", "synthetic", "--steps", "2", "--warmup-steps", "1", "--batch-size", "8",
         "--train-samples", "16", "--test-samples", "8"]  # fmt: skip
 

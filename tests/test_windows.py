@@ -178,6 +178,7 @@ def test_a_framework_that_takes_the_gpu_at_start_grows_on_demand_in_a_warm_worke
 
 
 @pytest.mark.slow  # not serial: round 1's loops load every core, whatever runs beside
+@pytest.mark.own_processes("a worker that crashes, raises or hangs")
 def test_busy_round_dropped_and_killed_worker_recorded_while_the_others_go_on(tmp_path):
     """Round 1 beside busy loops on every core: dropped, with the reason. In round 3,
     mxnet-gluon's worker is killed mid-window: its window fails as a run killed does, and
