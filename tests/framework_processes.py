@@ -22,7 +22,7 @@ import collections
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Collection, Dict, List
 
 import psutil
 
@@ -170,21 +170,31 @@ def count(started: List[Started]) -> Dict[str, int]:
     return dict(collections.Counter(entry_point(s.argv) for s in started))
 
 
-def summary(started: List[Started]) -> List[str]:
-    """The lines the run ends with: how many processes imported a framework, what they
-    ran; then how many tests of a process itself started (by why) and how many only
-    computed (the ones that can share a worker)."""
+def summary(started: List[Started], pytest_pids: Collection[int] = ()) -> List[str]:
+    """The lines the run ends with: how many processes imported a framework and what they
+    ran; then which could have shared a worker (started by tests of what runs compute)
+    and which not (by tests of a process itself, by reason), apart from pytest's own
+    workers (``pytest_pids``: a test importing a framework into pytest's process) and
+    processes started outside any test."""
     detail = ", ".join(f"{name} {n}" for name, n in _most_first(count(started)))
     lines = [f"framework processes started: {len(started)}" + (f" ({detail})" if detail else "")]
     if not started:
         return lines
-    own = collections.Counter(s.why for s in started if s.why)
-    computing = len(started) - sum(own.values())
+    in_pytest = [s for s in started if s.pid in pytest_pids]
+    outside = [s for s in started if s.pid not in pytest_pids and not s.test]
+    in_tests = [s for s in started if s.pid not in pytest_pids and s.test]
+    own = collections.Counter(s.why for s in in_tests if s.why)
     reasons = "; ".join(f"{why} {n}" for why, n in _most_first(own))
-    lines.append(
-        f"  {computing} in tests of what runs compute, {sum(own.values())} in tests of a "
-        "process itself (marked own_processes)" + (f": {reasons}" if reasons else "")
-    )
+    parts = [
+        f"{len(in_tests) - sum(own.values())} to compute (tests that could share a worker)",
+        f"{sum(own.values())} in tests of a process itself (marked own_processes"
+        + (f": {reasons})" if reasons else ")"),
+    ]
+    if in_pytest:
+        parts.append(f"{len(in_pytest)} in pytest's own workers (a test importing a framework)")
+    if outside:
+        parts.append(f"{len(outside)} outside any test")
+    lines.append("  " + "; ".join(parts))
     return lines
 
 

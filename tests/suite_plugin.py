@@ -65,7 +65,9 @@ def pytest_configure(config):
         "markers",
         "own_processes(why): the processes this test starts are what it checks (a "
         "data-parallel rank, the user's script, a kill, a setting read as a framework "
-        "starts), so they cannot share a worker: counted apart at the end of the run",
+        "starts), so they cannot share a worker: counted apart at the end of the run. A "
+        "fixture's processes count for the first test that asks for it: mark every test "
+        "that uses it alike",
     )
     if is_controller(config):
         config._kbench_keras_dir_before = KERAS_DIR.exists()
@@ -264,9 +266,29 @@ def pytest_xdist_make_scheduler(config, log):
     return ModuleScheduling(config, log)
 
 
+def own_processes_reason(item) -> Tuple[str, str]:
+    """(why, what is wrong with the mark): ``why`` is "" for a test not marked
+    ``own_processes``, or marked wrongly (then the second says how)."""
+    mark = item.get_closest_marker("own_processes")
+    if mark is None:
+        return "", ""
+    why = mark.args[0] if len(mark.args) == 1 and not mark.kwargs else None
+    if not isinstance(why, str) or not why.strip() or "|" in why:
+        return "", (
+            "own_processes takes one reason, a non-empty string without '|', as in "
+            '@pytest.mark.own_processes("a data-parallel rank"); received args '
+            f"{mark.args!r}, kwargs {mark.kwargs!r}"
+        )
+    return why, ""
+
+
 def pytest_runtest_setup(item):
     """A test marked serial that :func:`serial_tests` cannot see in its source (a mark on
-    a class or a module) was scheduled as an ordinary test, beside others: it fails."""
+    a class or a module) was scheduled as an ordinary test, beside others: it fails; and
+    so does a test whose own_processes mark gives no usable reason."""
+    wrong = own_processes_reason(item)[1]
+    if wrong:
+        pytest.fail(wrong, pytrace=False)
     if item.get_closest_marker("serial") and unit_of(item.nodeid) != SERIAL_UNIT:
         pytest.fail(
             "marked serial, but not with @pytest.mark.serial over its def, so it was "
@@ -328,8 +350,7 @@ def cores(exclusive: bool) -> Iterator[None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     speed = "slow" if item.get_closest_marker("slow") else "fast"
-    own = item.get_closest_marker("own_processes")
-    why = own.args[0] if own else ""
+    why = own_processes_reason(item)[0]
     os.environ[framework_processes.TEST_VARIABLE] = framework_processes.label(
         speed, why, item.nodeid
     )
@@ -434,6 +455,7 @@ def pytest_sessionfinish(session, exitstatus):
     started = framework_processes.read(scratch / "framework-processes.log")
     pytest_pids = {int(line) for line in (scratch / "pytest-pids").read_text().split()}
     config._kbench_started = started
+    config._kbench_pytest_pids = pytest_pids
     record_durations()
     keep = os.environ.get("KBENCH_TEST_KEEP_PROCESS_LOG")  # a path: where to copy the log
     if keep:
@@ -449,7 +471,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not is_controller(config) or not hasattr(config, "_kbench_started"):
         return
     started = config._kbench_started
-    for line in framework_processes.summary(started):
+    for line in framework_processes.summary(started, config._kbench_pytest_pids):
         terminalreporter.write_line(line)
     by_test = collections.Counter(s.nodeid or "(outside a test)" for s in started)
     if by_test and config.getoption("durations", None):  # with --durations: where they came from

@@ -12,8 +12,6 @@ import psutil
 import pytest
 from conftest import dump, require_backends, run_kbench
 
-pytestmark = pytest.mark.own_processes("a worker that crashes, raises or hangs")
-
 COMMON = [
     "--model",
     "mlp",

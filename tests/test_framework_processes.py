@@ -3,12 +3,14 @@ with the test that started it, and the tests of a process itself (marked
 ``own_processes``) counted apart from those whose processes only compute."""
 
 import os
+import re
 import subprocess
 import sys
 
 import framework_processes
 import pytest
 from framework_processes import Started, label, summary
+from suite_plugin import own_processes_reason
 
 
 def label_seen_by_a_child() -> Started:
@@ -38,27 +40,67 @@ def test_an_unmarked_test_labels_what_it_starts_as_computing(request):
 
 
 def test_a_reason_holding_the_separator_is_refused():
-    with pytest.raises(ValueError, match="may not hold '|'"):
+    with pytest.raises(ValueError, match=re.escape("may not hold '|' (received 'a|b')")):
         label("slow", "a|b", "tests/test_x.py::test_y")
+
+
+class Marked:
+    """What own_processes_reason reads of a test item: its closest mark, a real one."""
+
+    def __init__(self, mark):
+        self.mark = mark
+
+    def get_closest_marker(self, name):
+        return self.mark if self.mark is not None and self.mark.name == name else None
+
+
+@pytest.mark.parametrize(
+    "mark, expected",
+    [
+        (None, ("", "")),
+        (pytest.mark.own_processes("a kill").mark, ("a kill", "")),
+        (pytest.mark.own_processes().mark, ("", "received args ()")),
+        (pytest.mark.own_processes(why="a kill").mark, ("", "kwargs {'why': 'a kill'}")),
+        (pytest.mark.own_processes(" ").mark, ("", "a non-empty string without '|'")),
+        (pytest.mark.own_processes("a|b").mark, ("", "received args ('a|b',)")),
+    ],
+)
+def test_a_mark_without_one_usable_reason_is_said_wrong(mark, expected):
+    why, wrong = own_processes_reason(Marked(mark))
+    assert why == expected[0]
+    assert (expected[1] in wrong) if expected[1] else wrong == ""
+
+
+def test_labels_read_back_whole():
+    bar = Started(1, "jax", label("slow", "a kill", "tests/t.py::test_y[a|b]"), "-c")
+    assert (bar.speed, bar.why, bar.nodeid) == ("slow", "a kill", "tests/t.py::test_y[a|b]")
+    plain = Started(2, "jax", label("fast", "", "tests/t.py::test_z[c|d]"), "-c")
+    assert (plain.speed, plain.why, plain.nodeid) == ("fast", "", "tests/t.py::test_z[c|d]")
+    outside = Started(3, "jax", "", "-c")
+    assert (outside.speed, outside.why, outside.nodeid) == ("", "", "")
 
 
 def test_the_summary_counts_the_tests_of_a_process_itself_apart():
     def started(pid, why, argv):
         return Started(pid, "torch", label("slow", why, f"tests/test_x.py::test_{pid}"), argv)
 
-    lines = summary(
-        [
-            started(1, "", "/x/kbench/run/worker.py run.json"),
-            started(2, "", "/x/kbench/run/worker.py run.json"),
-            started(3, "a kill", "/x/kbench/run/worker.py run.json"),
-            started(4, "a data-parallel rank", "/x/kbench/distributed/worker.py run.json"),
-            started(5, "a data-parallel rank", "/x/kbench/distributed/worker.py run.json"),
-            Started(6, "jax", "", "-c"),  # outside any test: computing
-        ]
-    )
-    assert lines == [
-        "framework processes started: 6 (run/worker.py 3, distributed/worker.py 2, python -c 1)",
-        "  3 in tests of what runs compute, 3 in tests of a process itself (marked "
-        "own_processes): a data-parallel rank 2; a kill 1",
+    processes = [
+        started(1, "", "/x/kbench/run/worker.py run.json"),
+        started(2, "", "/x/kbench/run/worker.py run.json"),
+        started(3, "a kill", "/x/kbench/run/worker.py run.json"),
+        started(4, "a data-parallel rank", "/x/kbench/distributed/worker.py run.json"),
+        started(5, "a data-parallel rank", "/x/kbench/distributed/worker.py run.json"),
+        started(6, "", "-c"),  # pytest's own worker, a test importing torch into it
+        Started(7, "jax", "", "-c"),  # outside any test
     ]
+    assert summary(processes, pytest_pids={6}) == [
+        "framework processes started: 7 (run/worker.py 3, distributed/worker.py 2, python -c 2)",
+        "  2 to compute (tests that could share a worker); 3 in tests of a process itself "
+        "(marked own_processes: a data-parallel rank 2; a kill 1); 1 in pytest's own workers "
+        "(a test importing a framework); 1 outside any test",
+    ]
+    assert summary(processes[:2])[1] == (
+        "  2 to compute (tests that could share a worker); 0 in tests of a process itself "
+        "(marked own_processes)"
+    )
     assert summary([]) == ["framework processes started: 0"]

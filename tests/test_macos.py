@@ -20,8 +20,6 @@ from kbench.measure.powermetrics import PowermetricsSource, parse_sample, split_
 from kbench.measure.sampler import Sampler, optional_sources
 from kbench.measure.source import SourceUnavailable
 
-pytestmark = pytest.mark.own_processes("a setting read as a framework starts")
-
 SAMPLE = Path(__file__).parent / "macos" / "powermetrics_gpu_power.plist"
 
 
@@ -181,6 +179,7 @@ def started(torch):
 
 
 @pytest.mark.slow  # two worker-like processes import torch
+@pytest.mark.own_processes("a setting read as a framework starts")
 def test_torch_native_runs_on_mps_where_it_is_and_the_result_says_so(started):
     run = started["gpu"]  # --device gpu: no NoGpu, the Apple GPU counts
     assert run["device"] == "mps" and run["gpus"] == 1
@@ -189,6 +188,7 @@ def test_torch_native_runs_on_mps_where_it_is_and_the_result_says_so(started):
 
 
 @pytest.mark.slow
+@pytest.mark.own_processes("a setting read as a framework starts")
 def test_device_cpu_stays_on_the_cpu_beside_an_apple_gpu(started):
     run = started["cpu"]
     assert run["device"] == "cpu" and run["gpus"] == 0 and run["device_used"] == "cpu"

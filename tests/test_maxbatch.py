@@ -5,10 +5,6 @@ from conftest import dump, require_backends, run_kbench
 
 from kbench.studies.maxbatch import search
 
-pytestmark = pytest.mark.own_processes(
-    "a max-batch probe, its process ended by running out of memory"
-)
-
 
 def recorder(capacity):
     return lambda batch: batch <= capacity

@@ -30,7 +30,6 @@ def interleaved(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.own_processes("a fresh process per repeat")
 def test_repeats_run_round_by_round(interleaved):
     order = [(r.config["backend"], r.config["repeat"]) for r in interleaved.results()]
     assert order == [("torch", 0), ("jax", 0), ("torch", 1), ("jax", 1)]

@@ -262,7 +262,6 @@ def fake_interpreter(tmp_path: Path, body: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.own_processes("a worker that crashes, raises or hangs")
 def test_a_crash_and_a_timeout_are_recorded_and_the_next_backend_runs(tmp_path, monkeypatch):
     require_backends("torch-native")
     partial = {"status": "running", "framework": {}, "model": {}, "error": None,

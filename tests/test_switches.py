@@ -71,7 +71,6 @@ def test_mxnet_gpus_is_refused_where_no_gpu_can_serve_it(settings, message):
 
 
 @pytest.mark.slow
-@pytest.mark.own_processes("a setting read as a framework starts")
 def test_switches_reach_the_frameworks_and_say_what_they_did(tmp_path):
     require_backends("tensorflow", "torch-native", "mxnet")
     common = ["--model", "mlp", "--dataset", "synthetic", "--steps", "2", "--warmup-steps", "1",

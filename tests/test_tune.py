@@ -15,8 +15,6 @@ from kbench.results.result import RunResult
 from kbench.studies import tune as studies_tune
 from kbench.studies.tune import FLOAT32, Candidate, Trial, best_of, differs, search_space
 
-pytestmark = pytest.mark.own_processes("a setting read as a framework starts")
-
 BASE = RunConfig(backend="tensorflow", model="small_cnn", dataset="synthetic", window_s=1.0)
 
 
