@@ -101,12 +101,15 @@ def remove(written: List[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
+SEPARATOR = "|"  # between a label's fields; a reason may not hold it (a node id may)
+
+
 def label(speed: str, why: str, nodeid: str) -> str:
     """KBENCH_TEST_ID of a test: ``speed|why|node id`` (``why`` empty where the test's
     processes only compute)."""
-    if "|" in why:
-        raise ValueError(f"own_processes: the reason may not hold '|' (received {why!r})")
-    return f"{speed}|{why}|{nodeid}"
+    if SEPARATOR in why:
+        raise ValueError(f"own_processes: the reason may not hold '{SEPARATOR}' (received {why!r})")
+    return SEPARATOR.join((speed, why, nodeid))
 
 
 @dataclass(frozen=True)
@@ -119,18 +122,18 @@ class Started:
     @property
     def speed(self) -> str:
         """``slow`` or ``fast`` (the test's mark); "" outside a test."""
-        return self.test.split("|", 2)[0]
+        return self.test.split(SEPARATOR, 2)[0]
 
     @property
     def why(self) -> str:
         """Why this process is what its test checks (its ``own_processes`` mark); "" for
         a process that only computes."""
-        fields = self.test.split("|", 2)
+        fields = self.test.split(SEPARATOR, 2)
         return fields[1] if len(fields) == 3 else ""
 
     @property
     def nodeid(self) -> str:
-        return self.test.split("|", 2)[-1] if self.test else ""
+        return self.test.split(SEPARATOR, 2)[-1] if self.test else ""
 
 
 def read(log_path: Path) -> List[Started]:

@@ -273,9 +273,10 @@ def own_processes_reason(item) -> Tuple[str, str]:
     if mark is None:
         return "", ""
     why = mark.args[0] if len(mark.args) == 1 and not mark.kwargs else None
-    if not isinstance(why, str) or not why.strip() or "|" in why:
+    if not isinstance(why, str) or not why.strip() or framework_processes.SEPARATOR in why:
         return "", (
-            "own_processes takes one reason, a non-empty string without '|', as in "
+            "own_processes takes one reason, a non-empty string without "
+            f"'{framework_processes.SEPARATOR}', as in "
             '@pytest.mark.own_processes("a data-parallel rank"); received args '
             f"{mark.args!r}, kwargs {mark.kwargs!r}"
         )
