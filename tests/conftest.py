@@ -266,9 +266,9 @@ def keras_twin_files(tmp_path_factory) -> Dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def shared_sweep(tmp_path_factory):
-    """The runs test_accuracy, test_stream, test_zoo_training, test_profile,
-    test_backends and test_measurement read: one ``kbench sweep --warm``, one worker per
-    backend (tests/shared_sweep.py)."""
+    """The runs test_accuracy, test_switches, test_gpu_options, test_stream,
+    test_zoo_training, test_profile, test_backends and test_measurement read: one
+    ``kbench sweep --warm``, one worker per backend (tests/shared_sweep.py)."""
     import shared_sweep as shared
 
     return shared.run_shared_sweep(tmp_path_factory.mktemp("shared_sweep"))

@@ -1,8 +1,9 @@
 """The runs several test modules read, made by one ``kbench sweep --warm``: one worker
 process per backend instead of one per backend for each module.
 
-test_accuracy (the MLP learns digits), test_stream (training from a streamed image
-folder), test_zoo_training (the LSTM models, AlexNet on a CIFAR archive),
+test_accuracy (the MLP learns digits), test_switches and test_gpu_options (runs with
+per-run switches: eager bfloat16, float16 with loss scaling), test_stream (training from a
+streamed image folder), test_zoo_training (the LSTM models, AlexNet on a CIFAR archive),
 test_profile (every profiler), test_backends (both models on every backend) and
 test_measurement (an inference run) each read their group of this sweep
 (:meth:`SharedSweep.group`); what each asserts is what it
@@ -39,6 +40,12 @@ PROFILED = {"model": "small_cnn", "dataset": "synthetic", "input_shape": [12, 12
             "profile_steps": 2}  # fmt: skip
 
 
+# The switched runs (test_switches, test_gpu_options): an MLP, two steps of batch 8.
+SWITCHED = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
+            "batch_size": 8, "train_samples": 32, "test_samples": 8,
+            "sample_interval_s": 0}  # fmt: skip
+
+
 def image_folder(root: Path, per_class=(8, 2), split=True) -> Path:
     """Three classes of coloured noise, of two sizes, as PNG files in class folders
     (``train/`` and ``val/`` with ``split``), and a file that is not an image."""
@@ -64,8 +71,9 @@ def sweep_file(folder: Path) -> Path:
     write_cifar(cifar, "cifar-10", n_train=24, n_test=8, as_tar=True)
     sweep = {
         "name": "suite",
-        "description": "the runs test_accuracy, test_stream, test_zoo_training, "
-        "test_profile, test_backends and test_measurement read (tests/shared_sweep.py)",
+        "description": "the runs test_accuracy, test_switches, test_gpu_options, "
+        "test_stream, test_zoo_training, test_profile, test_backends and test_measurement "
+        "read (tests/shared_sweep.py)",
         # one thread, as the profiled runs ask: every group shares its backend's worker
         "settings": {"threads": 1},
         "groups": [
@@ -73,6 +81,15 @@ def sweep_file(folder: Path) -> Path:
              "settings": {"model": "mlp", "dataset": "digits", "epochs": 10, "batch_size": 32,
                           "warmup_steps": 3},
              "matrix": {"backend": EVERY_BACKEND}},
+            # test_switches and test_gpu_options: per-run switches, each backend's worker
+            # switching them for these runs and back for the groups after them
+            {"name": "switches",
+             "settings": {**SWITCHED, "run_eagerly": True, "mixed_precision": "bfloat16"},
+             "matrix": {"backend": ["tensorflow", "torch-native", "mxnet"]}},
+            {"name": "loss scaling",
+             "settings": {**SWITCHED, "mixed_precision": "float16", "steps": 4,
+                          "test_samples": 16},
+             "matrix": {"backend": ["torch", "torch-native"]}},
             {"name": "stream",
              "settings": {"model": "mlp", "dataset": "imagenet", "data_dir": str(images),
                           "image_size": [16, 16], "epochs": 2, "batch_size": 4,

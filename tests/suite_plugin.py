@@ -173,7 +173,16 @@ SHARED_WORKER = {
     "tests/test_models.py": "keras twins",
     **{
         f"tests/test_{name}.py": "shared sweep"
-        for name in ("accuracy", "stream", "zoo_training", "profile", "backends", "measurement")
+        for name in (
+            "accuracy",
+            "switches",
+            "gpu_options",
+            "stream",
+            "zoo_training",
+            "profile",
+            "backends",
+            "measurement",
+        )  # fmt: skip
     },
 }
 

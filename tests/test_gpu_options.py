@@ -8,7 +8,7 @@ for real: PyTorch's own argument checks, the backend class, the run config.
 from __future__ import annotations
 
 import pytest
-from conftest import dump, require_backends, run_kbench
+import shared_sweep
 
 from kbench.results.config import RunConfig
 
@@ -103,22 +103,20 @@ def test_torch_native_scales_only_float16(mode):
 
 
 @pytest.mark.slow
-def test_results_record_the_loss_scaling_of_float16_runs(home):
-    """Both sides of the comparison scale the loss, and the result says how."""
-    require_backends("torch", "torch-native")
-    completed = run_kbench(
-        ["run", "--backend", "torch,torch-native", "--repeats", "1", "--model", "mlp",
-         "--dataset", "synthetic",
-         "--mixed-precision", "float16", "--steps", "4", "--warmup-steps", "1",
-         "--batch-size", "8", "--test-samples", "16"],
-        home,
-    )  # fmt: skip
-    assert completed.returncode == 0, dump(completed)
-    scaling = {
-        r.config["backend"]: r.environment["framework"]["loss_scaling"] for r in completed.results()
-    }
+def test_results_record_the_loss_scaling_of_float16_runs(request):
+    """Both sides of the comparison scale the loss, and the result says how: the shared
+    sweep's "loss scaling" group (tests/shared_sweep.py), float16 runs in warm workers."""
+    group = shared_sweep.group(request, "loss scaling", "torch", "torch-native")
+    results = group.results()
+    assert all(r.ok for r in results) and len(results) == 2, [r.reason for r in results]
+    assert all(r.config["mixed_precision"] == "float16" for r in results)
+    scaling = {r.config["backend"]: r.environment["framework"]["loss_scaling"] for r in results}
     assert scaling["torch"].startswith("keras.optimizers.LossScaleOptimizer")
     assert scaling["torch-native"].startswith("torch.amp.GradScaler('cpu')")
+    # the warm worker's next run is float32 again: nothing scaled
+    later = [r for r in group.completed.results() if (r.sweep or {}).get("group") == "stream"]
+    assert {r.config["backend"]: r.environment["framework"]["loss_scaling"] for r in later
+            if r.config["backend"] in scaling} == {"torch": None, "torch-native": None}  # fmt: skip
 
 
 # ------------------------------------------------------- case 10: out-of-memory signs on GPUs

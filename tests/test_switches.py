@@ -6,9 +6,12 @@ import html
 import re
 
 import pytest
+import shared_sweep
 from conftest import dump, require_backends, run_kbench
 
 from kbench.backends.switches import SWITCHES, SwitchBoard
+from kbench.cli import run_commands
+from kbench.cli.app import build_parser
 from kbench.results.config import ConfigError, RunConfig
 from kbench.views import report
 from kbench.views.comparison import Comparison
@@ -70,18 +73,25 @@ def test_mxnet_gpus_is_refused_where_no_gpu_can_serve_it(settings, message):
     assert RunConfig(backend="mxnet", model="mlp", mxnet_gpus=2).mxnet_gpus == 2
 
 
-@pytest.mark.slow
-def test_switches_reach_the_frameworks_and_say_what_they_did(tmp_path):
-    require_backends("tensorflow", "torch-native", "mxnet")
-    common = ["--model", "mlp", "--dataset", "synthetic", "--steps", "2", "--warmup-steps", "1",
-              "--batch-size", "8", "--train-samples", "32", "--test-samples", "8",
-              "--sample-interval", "0", "--mixed-precision", "bfloat16"]  # fmt: skip
-    done = run_kbench(
-        ["run", "-b", "tensorflow,torch-native,mxnet", "--repeats", "1", "--run-eagerly", *common],
-        tmp_path,
+def test_run_flags_set_the_switches():
+    args = build_parser().parse_args(
+        ["run", "-b", "tensorflow", "--run-eagerly", "--mixed-precision", "bfloat16"]
     )
-    assert done.returncode == 0, done.stderr
-    by_backend = {r.config["backend"]: r for r in done.results()}
+    settings = run_commands.run_settings(args)
+    assert settings["run_eagerly"] is True and settings["mixed_precision"] == "bfloat16"
+    config = RunConfig(backend="tensorflow", model="mlp", **settings)
+    assert config.run_eagerly is True and config.mixed_precision == "bfloat16"
+
+
+@pytest.mark.slow
+def test_switches_reach_the_frameworks_and_say_what_they_did(request):
+    """The shared sweep's "switches" group (tests/shared_sweep.py): eager bfloat16 runs in
+    each backend's warm worker, which then runs the later groups with the switches off."""
+    backends = ("tensorflow", "torch-native", "mxnet")
+    group = shared_sweep.group(request, "switches", *backends)
+    by_backend = {r.config["backend"]: r for r in group.results()}
+    assert sorted(by_backend) == sorted(backends)
+    assert all(r.ok for r in by_backend.values()), [r.reason for r in by_backend.values()]
     tf = by_backend["tensorflow"].environment["framework"]["switches"]
     assert tf["run_eagerly"]["status"] == "applied"
     assert tf["mixed_precision"]["status"] == "applied"
@@ -94,6 +104,24 @@ def test_switches_reach_the_frameworks_and_say_what_they_did(tmp_path):
     assert mxnet["mixed_precision"]["status"] == "not applicable"
     assert mxnet["run_eagerly"]["status"] == "not applicable"
     assert all(r.config["mixed_precision"] == "bfloat16" for r in by_backend.values())
+    # the same warm worker's next run (the "stream" group) has its own switches: off
+    later = {
+        r.config["backend"]: r for r in group.completed.results()
+        if (r.sweep or {}).get("group") == "stream"
+    }  # fmt: skip
+    for backend, switched in by_backend.items():
+        after = later[backend]
+        assert after.metrics.get("warm_worker") and switched.metrics.get("warm_worker")
+        assert after.started_at > switched.started_at
+        record = after.environment["framework"]["switches"]
+        assert record["mixed_precision"]["status"] in ("default", "not applicable"), backend
+        assert record["run_eagerly"]["status"] in ("default", "not applicable"), backend
+    tf_after = later["tensorflow"].environment["framework"]["switches"]
+    float32 = "keras.mixed_precision.set_dtype_policy('float32')"
+    assert tf_after["mixed_precision"]["detail"] == float32
+    assert tf_after["run_eagerly"]["detail"] == "compile(run_eagerly=False)"
+    native_after = later["torch-native"].environment["framework"]["switches"]
+    assert native_after["mixed_precision"]["detail"] == "float32 throughout"
 
 
 def test_yaml_on_and_off_read_as_booleans_are_taken_as_on_and_off():

@@ -53,9 +53,17 @@ def test_runs_share_a_worker_only_when_they_start_alike():
         RunConfig(backend="jax", model="mlp", dataset="synthetic"),
         RunConfig(backend="torch", model="mlp", dataset="synthetic", threads=usable_cores() + 1),
         RunConfig(backend="torch", model="mlp", dataset="synthetic", data_format="channels_first"),
-        RunConfig(backend="torch", model="mlp", dataset="synthetic", torch_compile=True),
+        RunConfig(backend="torch", model="mlp", dataset="synthetic", tf32="on"),
+        RunConfig(backend="tensorflow", model="mlp", dataset="synthetic", onednn="off"),
     ):
         assert worker_key(base) != worker_key(other), other
+    # a switch applied to each run's model and compile is the run's own
+    for own in (
+        RunConfig(backend="torch", model="mlp", dataset="synthetic", jit_compile="off"),
+        RunConfig(backend="torch", model="mlp", dataset="synthetic", run_eagerly=True),
+        RunConfig(backend="torch", model="mlp", dataset="synthetic", mixed_precision="bfloat16"),
+    ):
+        assert worker_key(base) == worker_key(own), own
 
 
 @pytest.mark.slow

@@ -249,9 +249,20 @@ class Backend(abc.ABC):
         )
         return info
 
+    def next_case(self, switches: Dict[str, Any]) -> None:
+        """Before a warm worker's next task (:mod:`kbench.run.worker`): let go of the
+        models of the task that ended (:meth:`end_case`), then apply the next task's
+        per-run switches (mixed precision, and at build and compile jit_compile,
+        run_eagerly, torch_compile, hybridize); the switches read as the framework started
+        stay as they were."""
+        self.switchboard = self.switchboard.for_next_run(switches)
+        self.loss_scaling = None  # each task's own, as its compile or switches set it
+        self.end_case()
+        self.apply_switches()
+
     def end_case(self) -> None:
-        """Let go of the models of the task that ended, before a warm worker's next task
-        (:mod:`kbench.run.worker`). Keras backends clear Keras' session."""
+        """Let go of the models of the task that ended, before a warm worker's next task.
+        Keras backends clear Keras' session."""
 
     def warn(self, message: str) -> None:
         """Something about this run's settings that its numbers should be read with:

@@ -91,8 +91,8 @@ class KerasBackend(Backend):
             )
 
     def end_case(self) -> None:
-        self.keras.backend.clear_session()
-        self.apply_switches()  # clearing the session also resets Keras' dtype policy
+        self.keras.backend.clear_session()  # it also resets Keras' dtype policy: next_case
+        # applies the next task's switches after it
 
     @property
     def keras_generation(self) -> int:

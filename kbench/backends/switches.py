@@ -21,6 +21,9 @@ class Switch:
     default: Any
     choices: Tuple[Any, ...]  # empty: any whole number from 0 up (a count)
     help: str
+    # True: applied to each run's model and compile, so a warm worker changes it between
+    # runs; False: read as the framework starts (or process-wide), one value per worker
+    per_run: bool = False
 
     @property
     def is_count(self) -> bool:
@@ -36,18 +39,21 @@ SWITCHES: Dict[str, Switch] = {
             ("auto", "on", "off"),
             "Keras compile(jit_compile=...): XLA for tensorflow and jax, torch.compile for "
             "torch (auto: Keras decides; off runs jax un-jitted)",
+            per_run=True,
         ),
         Switch(
             "run_eagerly",
             False,
             (False, True),
             "Keras compile(run_eagerly=True): no graph, no jit; each step op by op",
+            per_run=True,
         ),
         Switch(
             "torch_compile",
             False,
             (False, True),
             "torch-native: torch.compile the model (inductor) before training",
+            per_run=True,
         ),
         Switch(
             "mixed_precision",
@@ -56,12 +62,14 @@ SWITCHES: Dict[str, Switch] = {
             "Keras dtype policy mixed_float16 / mixed_bfloat16 (variables stay float32; "
             "float16 losses scaled by Keras' LossScaleOptimizer); torch.autocast for "
             "torch-native (float16 losses scaled by torch.amp.GradScaler)",
+            per_run=True,
         ),
         Switch(
             "hybridize",
             False,
             (False, True),
             "MXNet Gluon: hybridize the network (a cached symbolic graph)",
+            per_run=True,
         ),
         Switch(
             "tf32",
@@ -90,6 +98,12 @@ SWITCHES: Dict[str, Switch] = {
         ),
     )
 }
+
+
+def per_process(switches: Dict[str, Any]) -> Dict[str, Any]:
+    """The switches of ``switches`` that a worker process is started with (not
+    :attr:`Switch.per_run`): runs that differ in one of these cannot share a worker."""
+    return {name: value for name, value in switches.items() if not SWITCHES[name].per_run}
 
 
 def defaults() -> Dict[str, Any]:
@@ -128,6 +142,25 @@ class SwitchBoard:
 
     def not_applicable(self, name: str, why: str) -> None:
         self.states[name] = SwitchState(self.requested[name], "not applicable", why)
+
+    def for_next_run(self, requested: Dict[str, Any]) -> SwitchBoard:
+        """A warm worker's board for its next run: that run's per-run switches, the
+        process's as they are (the same by :func:`kbench.run.runner.worker_key`), with what
+        became of them when the framework started."""
+        board = SwitchBoard(requested, self.backend)
+        changed = [
+            name
+            for name, value in per_process(board.requested).items()
+            if value != self.requested[name]
+        ]
+        if changed:
+            raise ValueError(
+                "a warm worker's next run asks for other start-up switches ("
+                + ", ".join(changed)
+                + "); expected runs that share a worker (kbench.run.runner.worker_key)"
+            )
+        board.states = {n: s for n, s in self.states.items() if not SWITCHES[n].per_run}
+        return board
 
     def record(self) -> Dict[str, Dict[str, Any]]:
         """Every switch: what the backend did, or that it has no such thing."""

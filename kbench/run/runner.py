@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from kbench import datasets
-from kbench.backends.switches import SWITCHES
+from kbench.backends.switches import SWITCHES, per_process
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
@@ -226,7 +226,7 @@ class Runner:
         if len(keys) != 1:
             raise ValueError(
                 f"run_warm: expected cases that share one worker (backend, data format, "
-                f"threads, device, memory options, switches); received {len(keys)} kinds"
+                f"threads, device, memory options, start-up switches); received {len(keys)} kinds"
             )
         planned = [self._plan(case, session_dir) for case in cases]
         first = planned[0]
@@ -399,8 +399,10 @@ def add_sampled(
 
 
 def worker_key(config: RunConfig) -> Tuple:
-    """What a worker process is started with: runs that share it may share a warm worker."""
-    switches = tuple(sorted((name, getattr(config, name, None)) for name in SWITCHES))
+    """What a worker process is started with: runs that share it may share a warm worker.
+    A per-run switch (jit_compile, mixed precision, ...) is not: the worker applies each
+    run's own (:meth:`kbench.backends.base.Backend.next_case`)."""
+    switches = tuple(sorted(per_process({n: getattr(config, n, None) for n in SWITCHES}).items()))
     return (
         config.backend,
         config.data_format,

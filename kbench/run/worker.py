@@ -49,10 +49,9 @@ def start_backend(task: WorkerTask) -> Any:
     """The task's backend, started (threads, memory options, Keras imported and checked);
     ``backend.import_time_s`` says how long the start took."""
     config = task.config
-    switches = {name: config[name] for name in SWITCHES if name in config}
     backend = load_backend(config["backend"])(
         threads=config["threads"],
-        switches=switches,
+        switches=task_switches(task),
         inter_op_threads=config.get("inter_op_threads"),  # absent from older task files
     )
     import_start = time.perf_counter()
@@ -64,6 +63,10 @@ def start_backend(task: WorkerTask) -> Any:
     )
     backend.import_time_s = time.perf_counter() - import_start
     return backend
+
+
+def task_switches(task: WorkerTask) -> Dict[str, Any]:
+    return {name: task.config[name] for name in SWITCHES if name in task.config}
 
 
 def run(task: WorkerTask, backend: Any = None, warm: bool = False) -> WorkerReply:
@@ -243,8 +246,8 @@ def run_tasks(tasks: List[WorkerTask]) -> bool:
     ok = True
     for index, task in enumerate(tasks):
         emit_progress("case", index=index, of=len(tasks), model=task.config["model"])
-        if index:
-            backend.end_case()  # the framework's session cleared, the earlier models let go
+        if index:  # the earlier models let go, the task's own per-run switches applied
+            backend.next_case(task_switches(task))
         backend.warnings = list(start_warnings)  # each task's own, beside the start's
         ok = run_and_reply(task, backend, warm=index > 0) and ok
     return ok
