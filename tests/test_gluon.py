@@ -19,6 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 import test_pytorch_twins as twin_cases
+import yaml
 from conftest import (
     ROOT,
     dump,
@@ -29,6 +30,9 @@ from conftest import (
 )
 from test_models import SPECS, expected_params
 
+from kbench.cli import run_commands
+from kbench.cli.app import build_parser
+from kbench.results.config import RunConfig
 from kbench.run import environments, weightfile
 from kbench_models import MODELS
 
@@ -253,28 +257,44 @@ def test_twins_reproduce_keras(twin_report, mode):
     assert not failures, json.dumps(failures, indent=1)
 
 
+def test_the_hybridize_flag_sets_the_switch():
+    args = build_parser().parse_args(["run", "-b", BACKEND, "--hybridize"])
+    assert run_commands.run_settings(args)["hybridize"] is True
+    assert RunConfig(backend=BACKEND, model="mlp", hybridize=True).hybridize is True
+
+
 @slow
-@pytest.mark.parametrize("hybridize", [False, True])
-def test_training_run_records_the_hybridize_switch(home, hybridize):
+def test_training_run_records_the_hybridize_switch(home):
+    """Imperative, then hybridized: a sweep whose two runs share one warm worker, the
+    second hybridizing its network (a per-run switch)."""
     require_backends(BACKEND)
-    args = ["run", "-b", BACKEND, "-m", "small_cnn", "--dataset", "synthetic", "--steps", "3",
-            "--warmup-steps", "1", "--batch-size", "8", "--train-samples", "32",
-            "--test-samples", "16", "--threads", "1", "--sample-interval", "0"]  # fmt: skip
-    completed = run_kbench(args + (["--hybridize"] if hybridize else []), home)
+    settings = {"backend": BACKEND, "model": "small_cnn", "dataset": "synthetic", "steps": 3,
+                "warmup_steps": 1, "batch_size": 8, "train_samples": 32, "test_samples": 16,
+                "threads": 1, "sample_interval_s": 0}  # fmt: skip
+    sweep = {"name": "hybridize", "settings": settings,
+             "groups": [{"name": "both", "matrix": {"hybridize": [False, True]}}]}  # fmt: skip
+    path = home / "hybridize.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    completed = run_kbench(["sweep", str(path), "--warm", "--store", str(home / "out")], home,
+                           home / "out")  # fmt: skip
     assert completed.returncode == 0, dump(completed)
-    (result,) = completed.results()
-    assert result.status == "ok" and result.config["hybridize"] is hybridize
-    assert result.metrics["measured_steps"] == 3 and result.metrics["images_per_sec"] > 0
-    assert result.model["params"] == 203_434
-    assert result.model["flops"]["forward_per_sample"] == 2 * (
-        3 * 3 * 1 * 64 * 26 * 26 + 3 * 3 * 64 * 32 * 24 * 24 + 24 * 24 * 32 * 10
-    )
-    framework = result.environment["framework"]
-    assert framework["name"] == "mxnet" and framework["keras_version"] is None
-    switch = framework["switches"]["hybridize"]
-    assert switch["status"] == ("applied" if hybridize else "default")
-    assert ("net.hybridize(" in switch["detail"]) is hybridize
-    assert framework["switches"]["mixed_precision"]["detail"] == "float32 throughout"
+    results = sorted(completed.results(), key=lambda r: r.started_at)
+    assert [r.config["hybridize"] for r in results] == [False, True]
+    assert [bool(r.metrics.get("warm_worker")) for r in results] == [False, True]  # one worker
+    for result in results:
+        hybridize = result.config["hybridize"]
+        assert result.status == "ok", result.reason
+        assert result.metrics["measured_steps"] == 3 and result.metrics["images_per_sec"] > 0
+        assert result.model["params"] == 203_434
+        assert result.model["flops"]["forward_per_sample"] == 2 * (
+            3 * 3 * 1 * 64 * 26 * 26 + 3 * 3 * 64 * 32 * 24 * 24 + 24 * 24 * 32 * 10
+        )
+        framework = result.environment["framework"]
+        assert framework["name"] == "mxnet" and framework["keras_version"] is None
+        switch = framework["switches"]["hybridize"]
+        assert switch["status"] == ("applied" if hybridize else "default")
+        assert ("net.hybridize(" in switch["detail"]) is hybridize
+        assert framework["switches"]["mixed_precision"]["detail"] == "float32 throughout"
 
 
 @slow
