@@ -348,21 +348,6 @@ def test_sweep_runs_a_user_model_on_user_data(request):
     assert {r.config["dataset"] for r in results} == {f"npz:{user_sweep.study / 'data.npz'}"}
 
 
-@pytest.mark.slow
-def test_parity_of_a_user_model(home):
-    require_backends("tensorflow", "jax", "torch", "mxnet")
-    done = run_kbench(
-        ["parity", "--model", f"{RESIDUAL}:build", "--backend", "tensorflow,jax,torch,mxnet",
-         "--store", str(home / "parity")],
-        home,
-    )  # fmt: skip
-    assert done.returncode == 0, dump(done)
-    assert "FAIL" not in done.stdout
-    saved = [r for r in done.results() if r.kind == "parity"]
-    assert sorted(r.config["backend"] for r in saved) == ["jax", "mxnet", "tensorflow", "torch"]
-    assert all(r.model["source"]["sha256"] == sha256(RESIDUAL) for r in saved)
-
-
 # ------------------------------------------------ saved models, folders, tfds, twins
 
 TWIN = MODELS_DIR / "with_twin.py"
@@ -622,26 +607,55 @@ def test_saved_model_starts_from_its_weights_on_every_keras3_backend(request, mo
     assert "tiny.keras" in done.stdout and str(path) not in done.stdout, done.stdout
 
 
-@pytest.mark.slow
-def test_parity_of_a_saved_model_and_of_a_user_twin(home, request):
-    """Parity from a .keras file's weights, and for a file with its own PyTorch twin
-    (build_torch), which torch-native runs with the Keras weights loaded into it."""
-    require_backends("jax", "torch")
+PARITY_BACKENDS = ("tensorflow", "jax", "torch", "mxnet", "torch-native")
+
+
+@pytest.fixture(scope="module")
+def user_parity(request, tmp_path_factory):
+    """One ``kbench parity`` of the residual model, a .keras file and a file with its own
+    PyTorch twin on every backend (a worker each, tensorflow the reference):
+    {(model file name, backend): parity document}, and the command's output."""
+    require_backends(*PARITY_BACKENDS)
     saved = request.getfixturevalue("saved")
-    models = f"{saved / 'tiny.keras'},{TWIN}:build"
+    home = tmp_path_factory.mktemp("parity_home")
+    models = f"{RESIDUAL}:build,{saved / 'tiny.keras'},{TWIN}:build"
     done = run_kbench(
-        ["parity", "--model", models, "--backend", "jax,torch,torch-native", "--store",
+        ["parity", "--model", models, "--backend", ",".join(PARITY_BACKENDS), "--store",
          str(home / "parity")],
         home,
     )  # fmt: skip
     rows = {(short_name(r.config["model"]), r.config["backend"]): r for r in done.results()}
-    (native,) = [
-        line
-        for line in done.stdout.splitlines()
-        if line.split()[:2] == ["tiny.keras", "torch-native"]
-    ]
+    return rows, done, saved
+
+
+def parity_line(done, model: str, backend: str) -> str:
+    (line,) = [ln for ln in done.stdout.splitlines() if ln.split()[:2] == [model, backend]]
+    return line
+
+
+@pytest.mark.slow
+def test_parity_of_a_user_model(user_parity):
+    """The residual model's parity on every Keras backend (torch-native: no twin)."""
+    rows, done, _ = user_parity
+    for backend in ("tensorflow", "jax", "torch", "mxnet"):
+        row = rows[("residual.py:build", backend)]
+        assert row.kind == "parity" and row.ok, dump(done)
+        assert row.metrics["parity"]["passed"], dump(done)
+        assert row.model["source"]["sha256"] == sha256(RESIDUAL)
+        assert "FAIL" not in parity_line(done, "residual.py:build", backend)
+    assert "no hand-written twin (residual.py:build)" in parity_line(
+        done, "residual.py:build", "torch-native"
+    )
+
+
+@pytest.mark.slow
+def test_parity_of_a_saved_model_and_of_a_user_twin(user_parity):
+    """Parity from a .keras file's weights, and for a file with its own PyTorch twin
+    (build_torch), which torch-native runs with the Keras weights loaded into it."""
+    rows, done, saved = user_parity
+    native = parity_line(done, "tiny.keras", "torch-native")
     assert "FAIL (unsupported: " in native and "no hand-written twin (tiny.keras)" in native
-    for key in [("tiny.keras", "torch"), ("with_twin.py:build", "torch"),
+    for key in [("tiny.keras", "torch"), ("tiny.keras", "jax"), ("with_twin.py:build", "torch"),
                 ("with_twin.py:build", "torch-native")]:  # fmt: skip
         assert rows[key].ok and rows[key].metrics["parity"]["passed"], dump(done)
     assert rows[("tiny.keras", "torch")].model["source"]["sha256"] == sha256(saved / "tiny.keras")
