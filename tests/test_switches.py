@@ -55,6 +55,27 @@ def test_the_board_records_every_switch():
     }
 
 
+def test_a_warm_workers_next_board_keeps_the_start_up_switches_and_takes_the_runs_own():
+    first = SwitchBoard({"onednn": "on", "mixed_precision": "bfloat16"}, "tensorflow")
+    first.applied("onednn", "oneDNN on: asked for")
+    first.applied("mixed_precision", "keras.mixed_precision.set_dtype_policy('mixed_bfloat16')")
+    nxt = first.for_next_run({"onednn": "on", "run_eagerly": True})
+    assert nxt.value("mixed_precision") == "off" and nxt.value("run_eagerly") is True
+    record = nxt.record()
+    assert record["onednn"]["detail"] == "oneDNN on: asked for"  # as the framework started
+    assert record["mixed_precision"]["status"] == "default"  # the run's own, not the last's
+    assert record["run_eagerly"]["status"] == "not applicable"  # until compile applies it
+    with pytest.raises(ValueError, match=r"other start-up switches \(onednn\)"):
+        first.for_next_run({"onednn": "off"})
+    assert {n for n, s in SWITCHES.items() if s.per_run} == {
+        "jit_compile",
+        "run_eagerly",
+        "torch_compile",
+        "mixed_precision",
+        "hybridize",
+    }
+
+
 @pytest.mark.parametrize(
     "settings, message",
     [
