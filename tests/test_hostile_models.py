@@ -6,11 +6,12 @@ crafted ``.keras``, or a store of unlike runs did, and what kbench does now.
 - A ``.py`` model whose output is not one unit per class (case 4), a regression
   ``.keras``, ``NUM_CLASSES`` 0 or 1 (case 6), crafted ``config.json`` and hook values
   (case 7): refused with what was expected, what was received and the fix.
-- Markdown that escapes user-given names, valid model files kbench misread, a custom
-  layer under mxnet, a comma inside a model's path (case 10).
+- Markdown that escapes user-given names, valid model files kbench misread, a comma
+  inside a model's path (case 10). The custom layer under mxnet (case 10) is one of
+  tests/test_user_model.py's refusals, in its sweep's mxnet worker.
 
 Fast tests call kbench's own functions on result documents and files written here; the
-slow ones start one jax and one mxnet worker.
+slow one starts one jax and one torch worker.
 """
 
 from __future__ import annotations
@@ -428,20 +429,3 @@ def test_a_narrow_model_fails_on_jax_too_and_valid_files_run(home, tmp_path):
     assert "the model's output has 3" in narrow.reason
     assert results["partial_build.py"].ok and results["build_in_if.py"].ok, dump(done)
     assert done.returncode == 1
-
-
-@pytest.mark.slow
-def test_a_custom_layer_is_unsupported_on_mxnet(home, tmp_path):
-    """Before: failed with TypeError: Layer.add_weight() missing 1 required positional
-    argument: 'name'."""
-    require_backends("mxnet")
-    done = run_kbench(
-        ["run", "-b", "mxnet", "--model", f"{MODELS_DIR / 'custom_layer.py'}:build",
-         "--dataset", "synthetic", "--steps", "1", "--warmup-steps", "1", "--batch-size", "8",
-         "--sample-interval", "0", "--store", str(tmp_path / "out")],
-        home, tmp_path / "out",
-    )  # fmt: skip
-    (found,) = done.results()
-    assert found.status == "unsupported", dump(done)
-    assert "lacks a default for the argument 'name' of `Layer.add_weight`" in found.reason
-    assert "custom_layer.py:build uses" in found.reason

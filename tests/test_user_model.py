@@ -267,15 +267,16 @@ def test_a_model_importing_tensorflow_on_torch_finds_it_seeded(request):
 @pytest.mark.slow
 def test_worker_refusals_are_results(request):
     """A non-model and a file raising on import fail with the sentence; a layer or an
-    argument keras-mxnet lacks is ``unsupported`` on mxnet, naming it. One warm worker
-    runs the four (and the other user-model runs on mxnet): each refusal is caught for
-    its own case, and they are the sweep's only failures."""
+    argument keras-mxnet lacks (a custom layer's unnamed ``add_weight`` among them) is
+    ``unsupported`` on mxnet, naming it. One warm worker runs the five (and the other
+    user-model runs on mxnet): each refusal is caught for its own case, and they are the
+    sweep's only failures."""
     user_sweep = sweep_for(request, "refusals")
     done = user_sweep.completed
     failed = {short_name(r.config["model"]) for r in done.results() if r.failed}
     assert failed == {"not_a_model.py:build", "raises_on_import.py:build"}, dump(done)
     results = {short_name(r.config["model"]): r for r in user_sweep.group("refusals")}
-    assert len(results) == 4, dump(done)  # each case its own result, though one worker ran them
+    assert len(results) == 5, dump(done)  # each case its own result, though one worker ran them
     not_a_model = results["not_a_model.py:build"]
     assert not_a_model.status == "failed"
     assert "not_a_model.py:build must return a Keras model" in not_a_model.reason
@@ -290,6 +291,12 @@ def test_worker_refusals_are_results(request):
     argument = results["keras3_only.py:build_grouped"]
     assert argument.status == "unsupported", dump(done)
     assert "groups" in argument.reason
+    # before: failed with TypeError: Layer.add_weight() missing 1 required positional
+    # argument: 'name'
+    custom = results["custom_layer.py:build"]
+    assert custom.status == "unsupported", dump(done)
+    assert "lacks a default for the argument 'name' of `Layer.add_weight`" in custom.reason
+    assert "custom_layer.py:build uses" in custom.reason
 
 
 def write_sweep(folder: Path) -> Path:
@@ -490,6 +497,8 @@ REFUSED = [
     f"{MODELS_DIR / 'raises_on_import.py'}:build",
     f"{MODELS_DIR / 'keras3_only.py'}:build",
     f"{MODELS_DIR / 'keras3_only.py'}:build_grouped",
+    # a custom layer written as for Keras 3 (tests/test_hostile_models.py's case)
+    f"{MODELS_DIR / 'custom_layer.py'}:build",
 ]
 
 
@@ -528,7 +537,7 @@ def user_sweep(request, tmp_path_factory, module_npz) -> UserSweep:
       SGD step from the initial weights;
     - own-model: the residual model on jax and mxnet, model and data named relative to
       the sweep file (as write_sweep writes them);
-    - refusals: four files mxnet's worker refuses, each for its own case;
+    - refusals: five models mxnet's worker refuses, each for its own case;
     - folder: folder: images, resized, in an inference run with the operator profile;
     - imports-tensorflow: a model that imports TensorFlow on torch, last in its worker.
     """

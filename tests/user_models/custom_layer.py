@@ -1,5 +1,6 @@
-"""A custom layer written as Keras 3 writes one, for tests/test_hostile_models.py:
-``add_weight`` without a name, which Keras 2.2.4 (keras-mxnet) requires."""
+"""A custom layer written as Keras 3 writes one: ``add_weight`` without a name, which
+Keras 2.2.4 (keras-mxnet) requires (a case of tests/test_hostile_models.py's list, run
+among tests/test_user_model.py's refusals)."""
 
 import keras
 from keras import layers
