@@ -265,21 +265,21 @@ def test_the_hybridize_flag_sets_the_switch():
 
 @slow
 def test_training_run_records_the_hybridize_switch(home):
-    """Imperative, then hybridized: a sweep whose two runs share one warm worker, the
-    second hybridizing its network (a per-run switch)."""
+    """Hybridized, then imperative: a sweep whose two runs share one warm worker, the
+    second's network left imperative (a per-run switch, put back between runs)."""
     require_backends(BACKEND)
     settings = {"backend": BACKEND, "model": "small_cnn", "dataset": "synthetic", "steps": 3,
                 "warmup_steps": 1, "batch_size": 8, "train_samples": 32, "test_samples": 16,
                 "threads": 1, "sample_interval_s": 0}  # fmt: skip
     sweep = {"name": "hybridize", "settings": settings,
-             "groups": [{"name": "both", "matrix": {"hybridize": [False, True]}}]}  # fmt: skip
+             "groups": [{"name": "both", "matrix": {"hybridize": [True, False]}}]}  # fmt: skip
     path = home / "hybridize.yaml"
     path.write_text(yaml.safe_dump(sweep))
     completed = run_kbench(["sweep", str(path), "--warm", "--store", str(home / "out")], home,
                            home / "out")  # fmt: skip
     assert completed.returncode == 0, dump(completed)
     results = sorted(completed.results(), key=lambda r: r.started_at)
-    assert [r.config["hybridize"] for r in results] == [False, True]
+    assert [r.config["hybridize"] for r in results] == [True, False]
     assert [bool(r.metrics.get("warm_worker")) for r in results] == [False, True]  # one worker
     for result in results:
         hybridize = result.config["hybridize"]

@@ -125,7 +125,7 @@ def test_switches_reach_the_frameworks_and_say_what_they_did(request):
     assert mxnet["mixed_precision"]["status"] == "not applicable"
     assert mxnet["run_eagerly"]["status"] == "not applicable"
     assert all(r.config["mixed_precision"] == "bfloat16" for r in by_backend.values())
-    # the same warm worker's next run (the "stream" group) has its own switches: off
+    # a later run of the same warm worker (the "stream" group) has its own switches: off
     later = {
         r.config["backend"]: r for r in group.completed.results()
         if (r.sweep or {}).get("group") == "stream"

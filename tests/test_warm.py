@@ -62,8 +62,16 @@ def test_runs_share_a_worker_only_when_they_start_alike():
         RunConfig(backend="torch", model="mlp", dataset="synthetic", jit_compile="off"),
         RunConfig(backend="torch", model="mlp", dataset="synthetic", run_eagerly=True),
         RunConfig(backend="torch", model="mlp", dataset="synthetic", mixed_precision="bfloat16"),
+        RunConfig(backend="torch", model="mlp", dataset="synthetic", torch_compile=True),
+        RunConfig(backend="torch", model="mlp", dataset="synthetic", hybridize=True),
     ):
         assert worker_key(base) == worker_key(own), own
+    # except XLA on a channels_first TensorFlow run: it decides, as TensorFlow starts,
+    # whether the run can start on Eigen's kernels (kbench.backends.kernels.nchw_refusal)
+    nchw = dict(backend="tensorflow", model="small_cnn", data_format="channels_first")
+    assert worker_key(RunConfig(**nchw, jit_compile="on")) != worker_key(RunConfig(**nchw))
+    nhwc = dict(nchw, data_format="channels_last")
+    assert worker_key(RunConfig(**nhwc, jit_compile="on")) == worker_key(RunConfig(**nhwc))
 
 
 @pytest.mark.slow

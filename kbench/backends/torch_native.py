@@ -10,6 +10,7 @@ are NCHW (``channels_first``) only.
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -37,6 +38,13 @@ class TorchNativeBackend(TorchFramework, NativePort):
 
         self.torch, self.twins = torch, twins
         self.device = torch.device(choose_device(torch, self.requested_device))
+
+    def end_case(self) -> None:
+        """A warm worker's next task starts without the compiled code of the last one
+        (as Keras' clear_session resets dynamo on its torch backend): torch.compile's
+        caches and recompile counts would carry over to a later compiled model."""
+        if "torch._dynamo" in sys.modules:  # imported by torch.compile only
+            self.torch._dynamo.reset()
 
     def apply_switches(self) -> None:
         board = self.switchboard

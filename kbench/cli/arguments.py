@@ -282,7 +282,9 @@ def add_warm_argument(parser: argparse.ArgumentParser, saved: str = "") -> None:
         "--warm",
         action="store_true",
         help="run the runs that can share a worker process (same backend, data format, "
-        "threads, device, memory options and switches) in one, the framework imported once "
+        "threads, device, memory options and start-up switches --onednn, --tf32, "
+        "--mxnet-gpus; the other switches are each run's own) in one, the framework imported "
+        "once "
         "(each run still its own result, marked warm_worker after the first): much quicker "
         "for many models or settings; for checking that they run and compute, not for "
         f"comparing speeds, since a warm run is not measured as a fresh process{saved} "

@@ -403,6 +403,10 @@ def worker_key(config: RunConfig) -> Tuple:
     A per-run switch (jit_compile, mixed precision, ...) is not: the worker applies each
     run's own (:meth:`kbench.backends.base.Backend.next_case`)."""
     switches = tuple(sorted(per_process({n: getattr(config, n, None) for n in SWITCHES}).items()))
+    # except that XLA decides, as TensorFlow starts, whether a channels_first run can start
+    # on its Eigen CPU kernels (kbench.backends.kernels.nchw_refusal)
+    nchw = config.backend == "tensorflow" and config.data_format == "channels_first"
+    start_jit = config.jit_compile if nchw else None
     return (
         config.backend,
         config.data_format,
@@ -413,6 +417,7 @@ def worker_key(config: RunConfig) -> Tuple:
         config.gpu_memory_growth,
         spec_for(config.model).is_user,
         switches,
+        start_jit,
     )
 
 

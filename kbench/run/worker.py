@@ -8,11 +8,12 @@ interpreter leaves none, and the runner records that instead. It ends within a
 second of its runner (:mod:`kbench.run.parent_watch`): nobody would read its reply.
 
 Given several task files (a warm worker: the runner groups runs that share a
-backend, data format, threads (intra- and inter-op), device and memory options), it
-starts the framework once and runs each task in turn, each in its own ``try``, with
-the framework's session cleared between them, and writes each task's reply as soon as
-it is done;
-the second and later tasks record ``import_time_s`` 0 and ``warm_worker`` in their
+backend, data format, threads (intra- and inter-op), device, memory options and
+start-up switches: :func:`kbench.run.runner.worker_key`), it starts the framework once
+and runs each task in turn, each in its own ``try``, with the framework's session
+cleared between them and each task's own per-run switches applied
+(:meth:`kbench.backends.base.Backend.next_case`), and writes each task's reply as soon
+as it is done; the second and later tasks record ``import_time_s`` 0 and ``warm_worker`` in their
 metrics. Where isolation is what matters (timings one can compare with a cold
 process, crashes, memory), the runner gives each run its own worker.
 
@@ -70,8 +71,11 @@ def task_switches(task: WorkerTask) -> Dict[str, Any]:
 
 
 def run(task: WorkerTask, backend: Any = None, warm: bool = False) -> WorkerReply:
-    """One task, on ``backend`` when given (started for it, or, ``warm``, by an earlier task)."""
+    """One task, on ``backend`` when given (started for it, or, ``warm``, by an earlier
+    task, whose models it lets go of first, taking this task's per-run switches)."""
     backend = backend if backend is not None else start_backend(task)
+    if warm:
+        backend.next_case(task_switches(task))
     config = task.config
     import_time = 0.0 if warm else backend.import_time_s
 
@@ -246,8 +250,6 @@ def run_tasks(tasks: List[WorkerTask]) -> bool:
     ok = True
     for index, task in enumerate(tasks):
         emit_progress("case", index=index, of=len(tasks), model=task.config["model"])
-        if index:  # the earlier models let go, the task's own per-run switches applied
-            backend.next_case(task_switches(task))
         backend.warnings = list(start_warnings)  # each task's own, beside the start's
         ok = run_and_reply(task, backend, warm=index > 0) and ok
     return ok
