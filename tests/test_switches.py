@@ -64,7 +64,7 @@ def test_a_warm_workers_next_board_keeps_the_start_up_switches_and_takes_the_run
     record = nxt.record()
     assert record["onednn"]["detail"] == "oneDNN on: asked for"  # as the framework started
     assert record["mixed_precision"]["status"] == "default"  # the run's own, not the last's
-    assert record["run_eagerly"]["status"] == "not applicable"  # until compile applies it
+    assert record["run_eagerly"]["requested"] is True  # the run's own, applied at compile
     with pytest.raises(ValueError, match=r"other start-up switches \(onednn\)"):
         first.for_next_run({"onednn": "off"})
     assert {n for n, s in SWITCHES.items() if s.per_run} == {

@@ -91,8 +91,8 @@ class KerasBackend(Backend):
             )
 
     def end_case(self) -> None:
-        self.keras.backend.clear_session()  # it also resets Keras' dtype policy: next_case
-        # applies the next task's switches after it
+        # it also resets Keras' dtype policy: next_case applies the next task's after it
+        self.keras.backend.clear_session()
 
     @property
     def keras_generation(self) -> int:

@@ -107,6 +107,13 @@ def plan_onednn(
     return OneDnnPlan(set_to=None, reason=without, **plan)
 
 
+def jit_decides_start(backend: str, data_format: Optional[str]) -> bool:
+    """Whether ``jit_compile`` decides, as the framework starts, if a run can start at
+    all (:func:`nchw_refusal`): TensorFlow in channels_first. Such runs share a warm
+    worker only with runs of the same ``jit_compile`` (``kbench.run.runner.worker_key``)."""
+    return backend == "tensorflow" and data_format == "channels_first"
+
+
 def nchw_refusal(
     data_format: str, onednn: Optional[bool], gpus: int, jit_compile: str, why: str = ""
 ) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from kbench import datasets
+from kbench.backends.kernels import jit_decides_start
 from kbench.backends.switches import SWITCHES, per_process
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality as quality_mod
@@ -403,10 +404,8 @@ def worker_key(config: RunConfig) -> Tuple:
     A per-run switch (jit_compile, mixed precision, ...) is not: the worker applies each
     run's own (:meth:`kbench.backends.base.Backend.next_case`)."""
     switches = tuple(sorted(per_process({n: getattr(config, n, None) for n in SWITCHES}).items()))
-    # except that XLA decides, as TensorFlow starts, whether a channels_first run can start
-    # on its Eigen CPU kernels (kbench.backends.kernels.nchw_refusal)
-    nchw = config.backend == "tensorflow" and config.data_format == "channels_first"
-    start_jit = config.jit_compile if nchw else None
+    decides = jit_decides_start(config.backend, config.data_format)  # nchw_refusal
+    start_jit = config.jit_compile if decides else None
     return (
         config.backend,
         config.data_format,

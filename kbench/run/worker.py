@@ -13,9 +13,9 @@ start-up switches: :func:`kbench.run.runner.worker_key`), it starts the framewor
 and runs each task in turn, each in its own ``try``, with the framework's session
 cleared between them and each task's own per-run switches applied
 (:meth:`kbench.backends.base.Backend.next_case`), and writes each task's reply as soon
-as it is done; the second and later tasks record ``import_time_s`` 0 and ``warm_worker`` in their
-metrics. Where isolation is what matters (timings one can compare with a cold
-process, crashes, memory), the runner gives each run its own worker.
+as it is done; the second and later tasks record ``import_time_s`` 0 and
+``warm_worker`` in their metrics. Where isolation is what matters (timings one can
+compare with a cold process, crashes, memory), the runner gives each run its own worker.
 
 Imports only what runs under both environments (Keras 3 and keras-mxnet).
 """
