@@ -253,15 +253,15 @@ def dump(completed: Completed) -> str:
 
 @pytest.fixture(scope="session")
 def keras_twin_files(tmp_path_factory) -> Dict[str, Path]:
-    """The Keras side of test_pytorch_twins (every model, each data format, one process
-    each), run once per session: test_gluon replays its channels_first results, and
-    test_models reads the ResNet-50 census its channels_last process makes.
+    """The Keras side of test_pytorch_twins (every model in each data format, one
+    process), run once per session: test_gluon replays its channels_first results, and
+    test_models reads the ResNet-50 census it makes in channels_last.
 
     {data format: pickle path}; each module loads what it needs and lets it go.
     """
     import test_pytorch_twins
 
-    return test_pytorch_twins.run_keras_side_by_side(tmp_path_factory.mktemp("keras_twins"))
+    return test_pytorch_twins.run_keras(tmp_path_factory.mktemp("keras_twins"))
 
 
 @pytest.fixture(scope="session")

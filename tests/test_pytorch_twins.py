@@ -1,10 +1,10 @@
 """The PyTorch twins compute what the Keras models compute, once given their weights.
 
-One Keras 3 process per data format (on the torch backend, the fastest to build
-these models) builds every model, gives it random weights (BatchNormalization
+One Keras 3 process (on the torch backend, the fastest to build these models) builds
+every model in each data format, gives it random weights (BatchNormalization
 statistics and biases too, so that a layer loaded into the wrong place shows), and
 saves its output on a seeded batch together with ``(layer class, get_weights())``
-per weighted layer (the channels_last one also builds ResNet-50 and keras.applications'
+per weighted layer (in channels_last it also builds ResNet-50 and keras.applications'
 for test_models). The twins load those weights and must reproduce the outputs.
 Shapes are small but keep every architecture whole, and are chosen to exercise the
 odd cases: odd sizes into stride-2 "same" convolutions, odd sizes into "valid"
@@ -23,7 +23,6 @@ import os
 import pickle
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict
 
@@ -76,17 +75,19 @@ CASES = {
     "lstm_embedding": ("lstm_embedding", (30,), 2),
 }
 
-# Runs under Keras 3: argv = cases (JSON), batch, seed, output path, training (JSON).
+# Runs under Keras 3: argv = cases (JSON), batch, seed, output folder, training (JSON),
+# data formats (JSON): each format in turn, from the seed as a fresh process starts, into
+# a pickle named after it.
 KERAS_SCRIPT = r"""
 import json, pickle, sys
+from pathlib import Path
 import numpy as np
 import keras
 import kbench_models
 
-cases, batch, seed, out_path = json.loads(sys.argv[1]), *map(int, sys.argv[2:4]), sys.argv[4]
+cases, batch, seed, out_dir = json.loads(sys.argv[1]), *map(int, sys.argv[2:4]), sys.argv[4]
 train, steps, learning_rate = json.loads(sys.argv[5])
-data_format = keras.backend.image_data_format()
-keras.utils.set_random_seed(seed)
+formats = json.loads(sys.argv[6])
 
 
 def randomize(kind, arrays, rng):
@@ -97,80 +98,92 @@ def randomize(kind, arrays, rng):
     return [rng.normal(0, 0.1, a.shape) if a.ndim == 1 else a for a in arrays]
 
 
-results = {}
-for key, (name, shape, classes) in cases.items():
-    spec = kbench_models.MODELS[name]
-    rng = np.random.default_rng(seed)
-    if spec.input_kind == "image":
-        x = rng.standard_normal((batch, *shape))
-        if data_format == "channels_first":
-            shape, x = (shape[2], shape[0], shape[1]), x.transpose(0, 3, 1, 2)
-    elif spec.input_kind == "sequence":
-        x = rng.standard_normal((batch, *shape))
-    else:
-        x = rng.integers(0, spec.vocabulary_size, (batch, *shape))
-    x = np.ascontiguousarray(x, dtype="float32")
-    model = kbench_models.build(name, tuple(shape), classes)
-    for layer in model.layers:
-        arrays = layer.get_weights()
-        if arrays:
-            arrays = randomize(type(layer).__name__, arrays, rng)
-            layer.set_weights([a.astype("float32") for a in arrays])
-    # BN moving statistics: this batch's (one training pass with momentum 0), perturbed,
-    # so that activations keep their scale through deep stacks in inference mode
-    norms = [layer for layer in model.layers if type(layer).__name__ == "BatchNormalization"]
-    if norms:
-        momenta = [layer.momentum for layer in norms]
-        for layer in norms:
-            layer.momentum = 0.0
-        model(x, training=True)
-        for layer, momentum in zip(norms, momenta):
-            layer.momentum = momentum
-            gamma, beta, mean, variance = layer.get_weights()
-            mean = mean + rng.normal(0, 0.1, mean.shape) * np.sqrt(variance)
-            variance = variance * rng.uniform(0.7, 1.4, variance.shape)
-            layer.set_weights([gamma, beta, mean.astype("float32"), variance.astype("float32")])
-    # shift and scale the classifier's logits to mean 0, std 1 over the batch (plus the
-    # random bias): the outputs then vary instead of saturating or staying constant,
-    # so a wrong layer upstream shows in them
-    head = model.layers[-1]
-    features = keras.ops.convert_to_numpy(keras.Model(model.inputs, head.input)(x, training=False))
-    kernel, bias = head.get_weights()
-    logits = features @ kernel
-    scale = (logits - logits.mean(axis=0)).std()
-    head.set_weights([kernel / scale, bias - logits.mean(axis=0) / scale])
-    weights = [(type(l).__name__, l.get_weights()) for l in model.layers if l.get_weights()]
-    output = keras.ops.convert_to_numpy(model(x, training=False))
-    penalty = sum(float(keras.ops.convert_to_numpy(loss)) for loss in model.losses)
-    results[key] = {"x": x, "output": output, "params": model.count_params(),
-                    "penalty": penalty, "weights": weights}
-    if key in train:
-        # a few plain SGD steps in training mode: the loss before each, and the
-        # inference output after them
-        binary = spec.loss == "binary_crossentropy" and classes == 2
-        if binary:
-            y = rng.integers(0, 2, (batch, 1)).astype("float32")
+def build_every_case(data_format):
+    results = {}
+    for key, (name, shape, classes) in cases.items():
+        spec = kbench_models.MODELS[name]
+        rng = np.random.default_rng(seed)
+        if spec.input_kind == "image":
+            x = rng.standard_normal((batch, *shape))
+            if data_format == "channels_first":
+                shape, x = (shape[2], shape[0], shape[1]), x.transpose(0, 3, 1, 2)
+        elif spec.input_kind == "sequence":
+            x = rng.standard_normal((batch, *shape))
         else:
-            y = rng.integers(0, classes, batch)
-        loss = "binary_crossentropy" if binary else "sparse_categorical_crossentropy"
-        model.compile(optimizer=keras.optimizers.SGD(learning_rate), loss=loss)
-        losses = []
-        for _ in range(steps):
-            model.reset_metrics()
-            losses.append(float(model.train_on_batch(x, y)))
-        trained = keras.ops.convert_to_numpy(model(x, training=False))
-        results[key].update(y=y, losses=losses, trained_output=trained)
-# test_models' ResNet-50 check, in the channels_last process (before: a process of its
-# own): our ResNet-50 and keras.applications' layer by layer, weight shapes and count
-resnet50 = None
-if data_format == "channels_last":
-    def census(m):
-        return {"params": m.count_params(), "layers": [type(l).__name__ for l in m.layers],
-                "weights": [list(w.shape) for w in m.weights]}
-    resnet50 = {"ours": census(kbench_models.build("resnet50", (224, 224, 3), 1000)),
-                "keras": census(keras.applications.ResNet50(weights=None))}
-with open(out_path, "wb") as f:
-    pickle.dump({"data_format": data_format, "results": results, "resnet50": resnet50}, f)
+            x = rng.integers(0, spec.vocabulary_size, (batch, *shape))
+        x = np.ascontiguousarray(x, dtype="float32")
+        model = kbench_models.build(name, tuple(shape), classes)
+        for layer in model.layers:
+            arrays = layer.get_weights()
+            if arrays:
+                arrays = randomize(type(layer).__name__, arrays, rng)
+                layer.set_weights([a.astype("float32") for a in arrays])
+        # BN moving statistics: this batch's (one training pass with momentum 0), perturbed,
+        # so that activations keep their scale through deep stacks in inference mode
+        norms = [layer for layer in model.layers if type(layer).__name__ == "BatchNormalization"]
+        if norms:
+            momenta = [layer.momentum for layer in norms]
+            for layer in norms:
+                layer.momentum = 0.0
+            model(x, training=True)
+            for layer, momentum in zip(norms, momenta):
+                layer.momentum = momentum
+                gamma, beta, mean, variance = layer.get_weights()
+                mean = mean + rng.normal(0, 0.1, mean.shape) * np.sqrt(variance)
+                variance = variance * rng.uniform(0.7, 1.4, variance.shape)
+                layer.set_weights([gamma, beta, mean.astype("float32"), variance.astype("float32")])
+        # shift and scale the classifier's logits to mean 0, std 1 over the batch (plus the
+        # random bias): the outputs then vary instead of saturating or staying constant,
+        # so a wrong layer upstream shows in them
+        head = model.layers[-1]
+        features = keras.Model(model.inputs, head.input)(x, training=False)
+        features = keras.ops.convert_to_numpy(features)
+        kernel, bias = head.get_weights()
+        logits = features @ kernel
+        scale = (logits - logits.mean(axis=0)).std()
+        head.set_weights([kernel / scale, bias - logits.mean(axis=0) / scale])
+        weights = [(type(l).__name__, l.get_weights()) for l in model.layers if l.get_weights()]
+        output = keras.ops.convert_to_numpy(model(x, training=False))
+        penalty = sum(float(keras.ops.convert_to_numpy(loss)) for loss in model.losses)
+        results[key] = {"x": x, "output": output, "params": model.count_params(),
+                        "penalty": penalty, "weights": weights}
+        if key in train:
+            # a few plain SGD steps in training mode: the loss before each, and the
+            # inference output after them
+            binary = spec.loss == "binary_crossentropy" and classes == 2
+            if binary:
+                y = rng.integers(0, 2, (batch, 1)).astype("float32")
+            else:
+                y = rng.integers(0, classes, batch)
+            loss = "binary_crossentropy" if binary else "sparse_categorical_crossentropy"
+            model.compile(optimizer=keras.optimizers.SGD(learning_rate), loss=loss)
+            losses = []
+            for _ in range(steps):
+                model.reset_metrics()
+                losses.append(float(model.train_on_batch(x, y)))
+            trained = keras.ops.convert_to_numpy(model(x, training=False))
+            results[key].update(y=y, losses=losses, trained_output=trained)
+    return results
+
+
+def census(m):
+    return {"params": m.count_params(), "layers": [type(l).__name__ for l in m.layers],
+            "weights": [list(w.shape) for w in m.weights]}
+
+
+for data_format in formats:
+    keras.backend.clear_session()
+    keras.config.set_image_data_format(data_format)
+    keras.utils.set_random_seed(seed)  # the draws a fresh process would make
+    results = build_every_case(data_format)
+    # test_models' ResNet-50 check, in channels_last (before: a process of its own): our
+    # ResNet-50 and keras.applications' layer by layer, weight shapes and count
+    resnet50 = None
+    if data_format == "channels_last":
+        resnet50 = {"ours": census(kbench_models.build("resnet50", (224, 224, 3), 1000)),
+                    "keras": census(keras.applications.ResNet50(weights=None))}
+    with open(Path(out_dir) / f"{data_format}.pkl", "wb") as f:
+        pickle.dump({"data_format": data_format, "results": results, "resnet50": resnet50}, f)
 """
 
 
@@ -201,9 +214,12 @@ def keras_env(tmp: Path, data_format: str):
     )
 
 
-def run_keras(tmp: Path, data_format: str) -> Path:
-    """One Keras 3 process building every case in ``data_format``; the pickle it wrote."""
-    out = tmp / "keras.pkl"
+def run_keras(tmp: Path) -> Dict[str, Path]:
+    """One Keras 3 process building every case in each data format (the first as it
+    starts, from its keras.json; the other switched to, from the seed again):
+    {data format: the pickle it wrote}. conftest's ``keras_twin_files`` runs this once
+    per session; test_gluon replays the same."""
+    require_backends("torch")
     done = subprocess.run(
         [
             str(environments.interpreter_for("torch")),
@@ -212,29 +228,18 @@ def run_keras(tmp: Path, data_format: str) -> Path:
             json.dumps(CASES),
             str(BATCH),
             str(SEED),
-            str(out),
+            str(tmp),
             json.dumps([TRAINED, STEPS, LEARNING_RATE]),
+            json.dumps(FORMATS),
         ],
         cwd=tmp,
-        env=keras_env(tmp, data_format),
+        env=keras_env(tmp, FORMATS[0]),
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    return out
-
-
-def run_keras_side_by_side(tmp: Path) -> Dict[str, Path]:
-    """{data format: pickle}: both formats' processes at once (conftest's
-    ``keras_twin_files`` runs this once per session; test_gluon replays the same)."""
-    require_backends("torch")
-    with ThreadPoolExecutor(max_workers=len(FORMATS)) as pool:
-        futures = {}
-        for data_format in FORMATS:
-            (tmp / data_format).mkdir()
-            futures[data_format] = pool.submit(run_keras, tmp / data_format, data_format)
-        return {f: future.result() for f, future in futures.items()}
+    return {data_format: tmp / f"{data_format}.pkl" for data_format in FORMATS}
 
 
 def load_keras(files: Dict[str, Path], data_format: str, part: str = "results") -> dict:

@@ -502,6 +502,17 @@ REFUSED = [
 ]
 
 
+# tensorflow-datasets' own mock data (no prepared set here, no download), entered in the
+# child process kbench starts to read the set (as in tests/test_datasets.py)
+TFDS_MOCK_SITE = """
+import sys
+if "kbench.datasets.tfds_reader" in sys.orig_argv:
+    from kbench.datasets import sources
+    MOCK = sources.import_tfds().testing.mock_data(num_examples=12)  # kept: a context
+    MOCK.__enter__()  # that is garbage-collected ends
+"""
+
+
 @dataclass
 class UserSweep:
     """The module's one ``kbench sweep --warm`` and the folder its file is in."""
@@ -517,7 +528,7 @@ EVERY = ("tensorflow", "jax", "torch", "mxnet", "torch-native")
 # what each group of user_sweep runs on: a group runs where KBENCH_TEST_BACKENDS selects
 # all of them (as its tests need), so that one backend's tests start no other's worker
 GROUP_BACKENDS = {"every-backend": EVERY, "own-model": ("jax", "mxnet"),
-                  "refusals": ("mxnet",), "folder": ("jax",),
+                  "refusals": ("mxnet",), "folder": ("jax",), "tfds": ("jax",),
                   "imports-tensorflow": ("torch",)}  # fmt: skip
 
 
@@ -539,6 +550,8 @@ def user_sweep(request, tmp_path_factory, module_npz) -> UserSweep:
       the sweep file (as write_sweep writes them);
     - refusals: five models mxnet's worker refuses, each for its own case;
     - folder: folder: images, resized, in an inference run with the operator profile;
+    - tfds: tfds:mnist (tensorflow-datasets' mock data, entered in the reader process
+      kbench starts: ``TFDS_MOCK_SITE``), resized, on jax;
     - imports-tensorflow: a model that imports TensorFlow on torch, last in its worker.
     """
     from shared_sweep import image_folder
@@ -563,6 +576,9 @@ def user_sweep(request, tmp_path_factory, module_npz) -> UserSweep:
                                 "dataset": "folder:photos", "mode": "inference",
                                 "duration_s": 0.5, "warmup_steps": 1, "batch_size": 4,
                                 "profile": True, "profile_steps": 1, **quiet}},
+        "tfds": {"settings": {"backend": "jax", "model": f"{RESIDUAL}:build",
+                              "dataset": "tfds:mnist", "image_size": [8, 8], "steps": 2,
+                              "warmup_steps": 1, "batch_size": 4, **quiet}},
     }  # fmt: skip
     if "every-backend" in wanted:  # tiny.keras: the saved fixture (a jax process) makes it
         tiny = str(request.getfixturevalue("saved") / "tiny.keras")
@@ -581,7 +597,13 @@ def user_sweep(request, tmp_path_factory, module_npz) -> UserSweep:
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     home = tmp_path_factory.mktemp("user_sweep_home")
     output = study / "out"
-    done = run_kbench(["sweep", str(path), "--warm", "--store", str(output)], home, output)
+    env = {}
+    if "tfds" in wanted:  # no prepared set here and no download: the mock, offline
+        site = study / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(TFDS_MOCK_SITE)
+        env = {"PYTHONPATH": str(site), "KBENCH_OFFLINE": "1"}
+    done = run_kbench(["sweep", str(path), "--warm", "--store", str(output)], home, output, env=env)
     # the refusals fail (exit 1); each group's test judges its own runs
     assert done.returncode == (1 if "refusals" in wanted else 0), dump(done)
     return UserSweep(done, study)
@@ -671,39 +693,30 @@ def test_parity_of_a_saved_model_and_of_a_user_twin(user_parity):
     assert done.returncode == 1  # torch-native cannot run tiny.keras: parity is incomplete
 
 
-# tensorflow-datasets' own mock data (no prepared set here, no download), entered in the
-# child process kbench starts to read the set (as in tests/test_datasets.py)
-TFDS_MOCK_SITE = """
-import sys
-if "kbench.datasets.tfds_reader" in sys.orig_argv:
-    from kbench.datasets import sources
-    MOCK = sources.import_tfds().testing.mock_data(num_examples=12)  # kept: a context
-    MOCK.__enter__()  # that is garbage-collected ends
-"""
-
-
 @pytest.mark.slow
-def test_tfds_dataset_with_a_user_model(home, tmp_path):
+def test_tfds_dataset_with_a_user_model(request):
     """tfds:mnist (mocked) trains the residual model; the result names the set and its
-    version; a misspelt name stops before any worker, naming the close ones."""
-    require_backends("jax")
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(TFDS_MOCK_SITE)
-    env = {"PYTHONPATH": str(site), "KBENCH_OFFLINE": "1"}
-    common = ["run", "-b", "jax", "--model", f"{RESIDUAL}:build", "--steps", "2",
-              "--warmup-steps", "1", "--batch-size", "4", "--sample-interval", "0"]  # fmt: skip
-    done = run_kbench([*common, "--dataset", "tfds:mnist", "--image-size", "8x8"], home, env=env)
-    assert done.returncode == 0, dump(done)
-    (result,) = done.results()
+    version (the user sweep's "tfds" group; before: a ``kbench run`` of its own)."""
+    user_sweep = sweep_for(request, "tfds")
+    done = user_sweep.completed
+    (result,) = user_sweep.group("tfds")
     assert result.status == "ok", dump(done)
     assert result.data["name"] == "tfds:mnist" and result.data["version"] == "3.0.1"
     assert result.data["source"].startswith("tensorflow-datasets mnist/3.0.1 (version 3.0.1)")
     assert (result.data["train_samples"], result.data["test_samples"]) == (12, 12)
     assert result.model["input_shape"] == [8, 8, 1] and result.data["num_classes"] == 10
-    # without the mock, which starts TensorFlow: the reader refuses the name before it would
-    offline = {"KBENCH_OFFLINE": "1"}
-    wrong = run_kbench([*common, "--dataset", "tfds:mnistt"], home, tmp_path / "wrong", env=offline)
+
+
+@pytest.mark.slow
+def test_a_misspelt_tfds_name_stops_before_any_worker(home, tmp_path):
+    """Without the mock, which starts TensorFlow: the reader refuses the name before it
+    would, naming the close ones, and no worker starts."""
+    require_backends("jax")
+    wrong = run_kbench(
+        ["run", "-b", "jax", "--model", f"{RESIDUAL}:build", "--steps", "2", "--warmup-steps",
+         "1", "--batch-size", "4", "--sample-interval", "0", "--dataset", "tfds:mnistt"],
+        home, tmp_path / "wrong", env={"KBENCH_OFFLINE": "1"},
+    )  # fmt: skip
     assert wrong.returncode == 2, dump(wrong)
     assert "tfds:mnistt: tensorflow-datasets" in wrong.stderr
     assert "has no data set 'mnistt'; close names: mnist" in wrong.stderr
