@@ -34,19 +34,49 @@ PTH_PATTERN = "kbench_test_process_log_*.pth"
 FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "mxnet")
 
 # What the .pth line runs: an import hook that writes one line, then stays out of the way.
+# It records a framework's import as the module starts executing, not its lookup: a
+# process that only asks whether a framework is installed (etils, under
+# tensorflow-datasets, calls importlib.util.find_spec("tensorflow")) imports nothing.
 _HOOK_SOURCE = f"""
 class _KbenchCountFrameworkImport:
     seen = False
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if not cls.seen and name in {FRAMEWORKS!r}:
-            cls.seen = True
-            try:
-                cls.record(name)
-            except Exception:  # never in the way of the process
-                pass
-        return None
+        if cls.seen or name not in {FRAMEWORKS!r}:
+            return None
+        try:
+            return cls.recording_spec(name, path, target)
+        except Exception:  # never in the way of the process: the finders after this one
+            return None
+
+    @classmethod
+    def recording_spec(cls, name, path, target):
+        # the spec the finders after this one give, as they give it, its loader
+        # recording this process when it executes the module (an import)
+        after = sys.meta_path[sys.meta_path.index(cls) + 1 :] if cls in sys.meta_path else []
+        for finder in after:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        execute = getattr(spec.loader, "exec_module", None)
+        if execute is None:
+            return spec
+
+        def record_then_execute(module):
+            if not cls.seen:
+                cls.seen = True
+                try:
+                    cls.record(name)
+                except Exception:  # never in the way of the process
+                    pass
+            return execute(module)
+
+        spec.loader.exec_module = record_then_execute  # this spec's loader only
+        return spec
 
     @staticmethod
     def record(name):
@@ -66,7 +96,7 @@ if not any(getattr(f, "__name__", "") == "_KbenchCountFrameworkImport" for f in 
 """
 # site.py executes a .pth line that starts with "import"; the whole hook is that one line,
 # run in a namespace of its own (site's locals would hide its names from one another).
-_HOOK = (
+PTH_LINE = (
     f"import os, sys; exec({_HOOK_SOURCE!r}, {{'os': os, 'sys': sys}}) "
     f"if os.environ.get({VARIABLE!r}) else None\n"
 )
@@ -91,7 +121,7 @@ def install(log_path: Path) -> List[Path]:
             if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 old.unlink(missing_ok=True)
         path = folder / PTH_PATTERN.replace("*", str(os.getpid()))
-        path.write_text(_HOOK)
+        path.write_text(PTH_LINE)
         written.append(path)
     return written
 

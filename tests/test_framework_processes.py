@@ -39,6 +39,35 @@ def test_an_unmarked_test_labels_what_it_starts_as_computing(request):
     assert framework_processes.TEST_VARIABLE in os.environ
 
 
+def logged_by_a_child(tmp_path, code: str) -> list:
+    """What the counter logs for a process that runs ``code`` with the counter's .pth line
+    run first, as site runs it, into a log of its own (not the suite's), and a stand-in
+    ``mxnet`` package first on its path: no framework is imported."""
+    package = tmp_path / "path" / "mxnet"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("STAND_IN = True\n")
+    log = tmp_path / "framework-processes.log"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "path"))
+    env[framework_processes.VARIABLE] = str(log)
+    subprocess.run([sys.executable, "-c", framework_processes.PTH_LINE + code], env=env,
+                   capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    return framework_processes.read(log) if log.exists() else []
+
+
+def test_a_process_that_imports_a_framework_is_counted_one_that_looks_it_up_is_not(tmp_path):
+    """Asking whether a framework is installed (as etils, under tensorflow-datasets, asks
+    for TensorFlow) imports nothing; importing it, however often looked up before, is
+    logged once, as its module starts to execute."""
+    looked_up = "import importlib.util; assert importlib.util.find_spec('mxnet')"
+    assert logged_by_a_child(tmp_path / "lookup", looked_up) == []
+    imported = (
+        f"{looked_up}; import mxnet, importlib; importlib.reload(mxnet); assert mxnet.STAND_IN"
+    )
+    (started,) = logged_by_a_child(tmp_path / "import", imported)
+    assert started.framework == "mxnet" and started.pid > 0
+    assert started.nodeid == os.environ[framework_processes.TEST_VARIABLE].split("|")[-1]
+
+
 def test_a_reason_holding_the_separator_is_refused():
     with pytest.raises(ValueError, match=re.escape("may not hold '|' (received 'a|b')")):
         label("slow", "a|b", "tests/test_x.py::test_y")
