@@ -4,7 +4,8 @@ process per backend instead of one per backend for each module.
 test_accuracy (the MLP learns digits), test_switches and test_gpu_options (runs with
 per-run switches: eager bfloat16, float16 with loss scaling), test_stream (training from a
 streamed image folder), test_zoo_training (the LSTM models, AlexNet on a CIFAR archive),
-test_profile (every profiler), test_backends (both models on every backend) and
+test_profile (every profiler), test_backends (both models on every backend; keras-mxnet's
+run of its data-format test) and
 test_measurement (an inference run) each read their group of this sweep
 (:meth:`SharedSweep.group`); what each asserts is what it
 asserted of its own ``kbench run`` before. The modules share one pytest-xdist worker
@@ -106,6 +107,13 @@ def sweep_file(folder: Path) -> Path:
              "settings": {"dataset": "synthetic", "steps": MATRIX_STEPS, "warmup_steps": 2,
                           "batch_size": 16, "test_samples": 64},
              "matrix": {"backend": EVERY_BACKEND, "model": list(MATRIX_MODELS)}},
+            # test_backends' data-format test: keras-mxnet's default, channels_first, on a
+            # non-square three-channel input
+            {"name": "data format",
+             "settings": {"model": "small_cnn", "dataset": "synthetic", "input_shape": [12, 16, 3],
+                          "num_classes": 4, "steps": 3, "warmup_steps": 1, "batch_size": 8,
+                          "test_samples": 16},
+             "matrix": {"backend": ["mxnet"]}},
             # test_measurement: an inference run, latency percentiles over 1.5 s
             {"name": "inference",
              "settings": {"model": "small_cnn", "dataset": "synthetic", "mode": "inference",

@@ -1,6 +1,6 @@
 """Every backend trains both models for real, each backend in its own process (the
 shared sweep's warm workers); the data-format runs below, one process per run, from one
-``kbench run``."""
+``kbench run`` (keras-mxnet's in the shared sweep's worker)."""
 
 import json
 import re
@@ -111,59 +111,33 @@ def test_home_keras_is_never_touched(matrix):
     assert home.is_dir() and not (home / ".keras").exists()
 
 
-def test_data_format_flag_overrides_the_default(home):
-    """Non-square, three-channel input with each backend's non-default format."""
+def test_data_format_flag_overrides_the_default(request, home):
+    """Non-square, three-channel input in channels_first: ``--data-format`` over
+    tensorflow's and torch's default, through ``kbench run``; keras-mxnet, whose default
+    it is, in the shared sweep's "data format" group (its warm worker; before: a worker
+    of its own in this command). ``--data-format`` over keras-mxnet's default is
+    test_switches' channels_last run."""
     require_backends("tensorflow", "torch", "mxnet")
     completed = run_kbench(
-        [
-            "run",
-            "--repeats",
-            "1",
-            "--backend",
-            "tensorflow,torch,mxnet",
-            "--model",
-            "small_cnn",
-            "--dataset",
-            "synthetic",
-            "--input-shape",
-            "12x16x3",
-            "--num-classes",
-            "4",
-            "--steps",
-            "3",
-            "--warmup-steps",
-            "1",
-            "--batch-size",
-            "8",
-            "--test-samples",
-            "16",
-            "--data-format",
-            "channels_first",
-        ],
+        ["run", "--repeats", "1", "--backend", "tensorflow,torch", "--model", "small_cnn",
+         "--dataset", "synthetic", "--input-shape", "12x16x3", "--num-classes", "4",
+         "--steps", "3", "--warmup-steps", "1", "--batch-size", "8", "--test-samples", "16",
+         "--data-format", "channels_first"],
         home,
-    )
+    )  # fmt: skip
     assert completed.returncode == 0, dump(completed)
     # kbench run's terminal: a table per run and the comparison against the first
     # backend; a log kept per run (moved here from the matrix, now the shared sweep's)
     assert "vs tensorflow" in completed.stdout
     assert "small_cnn on synthetic (synthetic data), batch 8" in completed.stdout
-    assert len(completed.results()) == 3
+    assert len(completed.results()) == 2
     logs = {p.stem for p in (completed.output_dir / "logs").glob("*.log")}
     assert logs == {r.run_id for r in completed.results()}
-    for r in completed.results():
+    (mxnet,) = shared_sweep.group(request, "data format", "mxnet").results()
+    assert mxnet.ok, mxnet.reason
+    assert mxnet.config["input_shape"] == [12, 16, 3] and mxnet.config["num_classes"] == 4
+    for r in [*completed.results(), mxnet]:
         assert r.environment["framework"]["image_data_format"] == "channels_first"
-        assert r.environment["keras_json"]["image_data_format"] == "channels_first"
-        assert r.model["input_shape"] == [3, 12, 16]
-        assert r.model["params"] == small_cnn_params(12, 16, 3, 4)
-        assert r.environment["machine"]["cpu"]["architecture"]
-        assert r.environment["framework"]["cpu_kernels"]
-    # TensorFlow's Eigen CPU kernels cannot run NCHW convolutions: oneDNN is on for this
-    # run whatever TF_ENABLE_ONEDNN_OPTS says, and the result says why
-    (tf,) = [r for r in completed.results() if r.config["backend"] == "tensorflow"]
-    kernels = tf.environment["framework"]["cpu_kernels"]
-    assert kernels["onednn"] is True and kernels["library"] == "oneDNN", kernels
-    assert tf.environment["framework"]["switches"]["onednn"]["detail"].startswith("oneDNN on")
-    assert not (home / ".keras").exists()
 
 
 @pytest.mark.own_processes("a setting read as a framework starts")

@@ -1,9 +1,14 @@
 """max-batch: doubling then bisection, each probe a real run."""
 
+import hashlib
+from pathlib import Path
+
 import pytest
 from conftest import dump, require_backends, run_kbench
 
 from kbench.studies.maxbatch import search
+
+RESIDUAL = Path(__file__).resolve().parent / "user_models" / "residual.py"
 
 
 def recorder(capacity):
@@ -31,17 +36,22 @@ def test_search_when_nothing_fits():
 
 
 @pytest.mark.slow
-def test_max_batch_command_runs_real_probes(home):
-    require_backends("torch-native")
+def test_max_batch_command_runs_real_probes_of_a_user_model(home):
+    """Two real probes (batch 2, then 4) of the user's own model file on jax, each a run
+    of its own, recorded with the file's sha256. (Merged: the command's test probed the
+    MLP on torch-native, test_user_model's the user model once.)"""
+    require_backends("jax")
     completed = run_kbench(
-        ["max-batch", "--backend", "torch-native", "--model", "mlp", "--start", "4", "--limit", "8",
-         "--store", str(home / "out")],
+        ["max-batch", "--backend", "jax", "--model", f"{RESIDUAL}:build", "--start", "2",
+         "--limit", "4", "--steps", "1", "--store", str(home / "out")],
         home,
     )  # fmt: skip
     assert completed.returncode == 0, dump(completed)
-    assert "every batch up to the limit 8 fits" in completed.stdout
-    batches = sorted(r.config["batch_size"] for r in completed.results())
-    assert batches == [4, 8]
+    assert "every batch up to the limit 4 fits" in completed.stdout
+    results = completed.results()
+    assert sorted(r.config["batch_size"] for r in results) == [2, 4]
+    digest = hashlib.sha256(RESIDUAL.read_bytes()).hexdigest()
+    assert all(r.ok and r.model["source"]["sha256"] == digest for r in results), dump(completed)
 
 
 def test_bad_limits_are_refused(capsys):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, keep_out_unused, require_backends, selected_backends
-from test_pytorch_twins import load_keras
+from conftest import ROOT, require_backends, selected_backends
+from test_pytorch_twins import load_keras, load_numpy_draws
 
 import kbench_models
 from kbench.measure.processes import usable_cores
@@ -324,38 +324,15 @@ def test_importing_the_registry_does_not_import_keras(tmp_path):
 
 
 @pytest.mark.slow
-def test_numpy_draws_stand_in_for_the_initializers_only_inside(tmp_path):
+def test_numpy_draws_stand_in_for_the_initializers_only_inside(keras_twin_files):
     """Inside ``numpy_draws`` (a parity run loading weights, a census) each of Keras'
     uniform, normal and truncated normal initializers draws from NumPy: the same shapes,
     not Keras' seeded values, uniform within its bounds; outside, before, after and after
-    a build that raised inside, Keras' own draws, identical."""
-    require_backends("jax")
-    code = """if True:
-        import json, keras
-        from kbench.backends.keras3 import numpy_draws
-        def weights():
-            keras.utils.set_random_seed(0)
-            model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5),
-                                      keras.layers.Dense(4, kernel_initializer="he_normal"),
-                                      keras.layers.Dense(3, kernel_initializer="random_normal")])
-            return [w.tolist() for w in model.get_weights()]
-        before = weights()
-        with numpy_draws(keras):
-            inside = weights()
-        try:
-            with numpy_draws(keras):
-                raise RuntimeError("a build that fails")
-        except RuntimeError:
-            pass
-        after = weights()
-        print(json.dumps({"before": before, "inside": inside, "after": after}))
-    """
-    done = subprocess.run(
-        [str(environments.interpreter_for("jax")), "-c", keep_out_unused("jax") + code],
-        cwd=tmp_path, env=python_env(tmp_path), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    drawn = {k: [np.asarray(w) for w in v] for k, v in json.loads(done.stdout).items()}
+    a build that raised inside, Keras' own draws, identical. Drawn in the session's Keras
+    process of test_pytorch_twins (``keras_twin_files``, Keras 3 on torch; before: a JAX
+    process of its own)."""
+    require_backends("torch")
+    drawn = load_numpy_draws(keras_twin_files)
     for before, after in zip(drawn["before"], drawn["after"]):
         assert np.array_equal(before, after)  # Keras' own draws again once outside
     assert [w.shape for w in drawn["inside"]] == [w.shape for w in drawn["before"]]

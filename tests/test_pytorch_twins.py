@@ -5,7 +5,8 @@ every model in each data format, gives it random weights (BatchNormalization
 statistics and biases too, so that a layer loaded into the wrong place shows), and
 saves its output on a seeded batch together with ``(layer class, get_weights())``
 per weighted layer (in channels_last it also builds ResNet-50 and keras.applications'
-for test_models). The twins load those weights and must reproduce the outputs.
+for test_models, and last draws weights inside and outside kbench's ``numpy_draws`` for
+it). The twins load those weights and must reproduce the outputs.
 Shapes are small but keep every architecture whole, and are chosen to exercise the
 odd cases: odd sizes into stride-2 "same" convolutions, odd sizes into "valid"
 pooling, and Flatten over maps with more than one channel and pixel (Keras flattens
@@ -184,6 +185,32 @@ for data_format in formats:
                     "keras": census(keras.applications.ResNet50(weights=None))}
     with open(Path(out_dir) / f"{data_format}.pkl", "wb") as f:
         pickle.dump({"data_format": data_format, "results": results, "resnet50": resnet50}, f)
+
+# test_models' check of kbench's numpy_draws (before: a JAX process of its own), after
+# every case: three Dense layers' weights, seeded, before, inside, and after a build that
+# raised inside
+from kbench.backends.keras3 import numpy_draws
+
+
+def dense_weights():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5),
+                              keras.layers.Dense(4, kernel_initializer="he_normal"),
+                              keras.layers.Dense(3, kernel_initializer="random_normal")])
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+draws = {"before": dense_weights()}
+with numpy_draws(keras):
+    draws["inside"] = dense_weights()
+try:
+    with numpy_draws(keras):
+        raise RuntimeError("a build that fails")
+except RuntimeError:
+    pass
+draws["after"] = dense_weights()
+with open(Path(out_dir) / "numpy_draws.pkl", "wb") as f:
+    pickle.dump(draws, f)
 """
 
 
@@ -240,6 +267,13 @@ def run_keras(tmp: Path) -> Dict[str, Path]:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return {data_format: tmp / f"{data_format}.pkl" for data_format in FORMATS}
+
+
+def load_numpy_draws(files: Dict[str, Path]) -> Dict[str, list]:
+    """test_models' numpy_draws check from ``keras_twin_files``' process: {"before",
+    "inside", "after": three Dense layers' weights}."""
+    with open(files[FORMATS[0]].with_name("numpy_draws.pkl"), "rb") as f:
+        return pickle.load(f)
 
 
 def load_keras(files: Dict[str, Path], data_format: str, part: str = "results") -> dict:

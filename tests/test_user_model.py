@@ -738,17 +738,3 @@ def test_folder_data_inference_and_profile_of_a_user_model(request):
     assert result.metrics["profile"], "the --profile breakdown is missing"
     assert result.model["source"]["sha256"] == sha256(RESIDUAL)
     assert "folder:photos" in done.stdout or "residual.py:build" in done.stdout
-
-
-@pytest.mark.slow
-def test_max_batch_of_a_user_model(home, tmp_path):
-    require_backends("jax")
-    done = run_kbench(
-        ["max-batch", "-b", "jax", "--model", f"{RESIDUAL}:build", "--start", "2", "--limit",
-         "2", "--steps", "1"],
-        home,
-    )  # fmt: skip
-    assert done.returncode == 0, dump(done)
-    assert "every batch up to the limit 2 fits" in done.stdout
-    (result,) = done.results()
-    assert result.ok and result.model["source"]["sha256"] == sha256(RESIDUAL)
