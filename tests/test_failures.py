@@ -12,9 +12,8 @@ import psutil
 import pytest
 from conftest import dump, require_backends, run_kbench
 
-COMMON = [
-    "--model",
-    "mlp",
+# a few tiny steps on synthetic data; COMMON: of the MLP
+TINY = [
     "--dataset",
     "synthetic",
     "--steps",
@@ -28,6 +27,7 @@ COMMON = [
     "--test-samples",
     "16",
 ]
+COMMON = ["--model", "mlp", *TINY]
 
 
 def fake_interpreter(tmp_path, body):
@@ -47,7 +47,7 @@ def test_crash_is_recorded_and_the_next_backend_runs_and_keeps_its_traceback(hom
     fake = fake_interpreter(tmp_path, 'echo "Fatal Python error: simulated" >&2; exit 3')
     completed = run_kbench(
         ["run", "--backend", "torch,tensorflow", "--repeats", "1", "--model", "small_cnn",
-         "--input-shape", "3x3x1", *COMMON[2:]],
+         "--input-shape", "3x3x1", *TINY],
         home,
         env={"KBENCH_PYTHON_TORCH": fake},
     )  # fmt: skip

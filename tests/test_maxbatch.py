@@ -1,14 +1,10 @@
 """max-batch: doubling then bisection, each probe a real run."""
 
-import hashlib
-from pathlib import Path
-
 import pytest
 from conftest import dump, require_backends, run_kbench
+from test_user_model import RESIDUAL, sha256
 
 from kbench.studies.maxbatch import search
-
-RESIDUAL = Path(__file__).resolve().parent / "user_models" / "residual.py"
 
 
 def recorder(capacity):
@@ -50,7 +46,7 @@ def test_max_batch_command_runs_real_probes_of_a_user_model(home):
     assert "every batch up to the limit 4 fits" in completed.stdout
     results = completed.results()
     assert sorted(r.config["batch_size"] for r in results) == [2, 4]
-    digest = hashlib.sha256(RESIDUAL.read_bytes()).hexdigest()
+    digest = sha256(RESIDUAL)
     assert all(r.ok and r.model["source"]["sha256"] == digest for r in results), dump(completed)
 
 
