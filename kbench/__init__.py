@@ -15,8 +15,9 @@ API, pandas and the frameworks are imported on first use.
 import types
 
 from kbench import run as _run_stage
+from kbench.facts import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # Imported from kbench.api on first use (PEP 562).
 _API = ("compare", "load", "Results", "Comparison")

@@ -154,8 +154,8 @@ def upward_imports(found: Dict[str, Path], top: str = "kbench") -> List[str]:
     worst: Dict[tuple, Import] = {}  # one line per import statement and stage imported
     for edge in imports(found):
         source, target = stage_of(edge.module, top), stage_of(edge.target, top)
-        if source == target or target == top or source not in allowed:
-            continue  # within a stage; the package's version; top-level modules
+        if source == target or target in (top, f"{top}.{LEAF}") or source not in allowed:
+            continue  # within a stage; the root (root_imports); the leaf; top-level modules
         if allowed[source] is None or target in allowed[source]:
             continue
         key = (edge.module, edge.line, target)
@@ -171,6 +171,32 @@ def upward_imports(found: Dict[str, Path], top: str = "kbench") -> List[str]:
             f"{where}:{line}: {module} imports {edge.target}, but {source} may import only "
             f"{may}. Move the shared part down into a stage both may import."
         )
+    return out
+
+
+# The leaf every stage may import: the package's facts (version, project root).
+LEAF = "facts"
+
+
+def root_imports(found: Dict[str, Path], top: str = "kbench") -> List[str]:
+    """Where a module of ``top`` reads the root package itself (``import kbench``, ``from
+    kbench import __version__``) instead of a stage or the leaf (``from kbench import
+    datasets`` names a stage: allowed); and any import of ``top`` by the leaf."""
+    out = []
+    for module, path in sorted(found.items()):
+        if module == top or not module.startswith(top + "."):
+            continue
+        for node in nodes(path):
+            if isinstance(node, ast.Import):
+                named = [a.name for a in node.names if a.name == top]
+            elif isinstance(node, ast.ImportFrom) and node.module == top and not node.level:
+                named = [f"{top}.{a.name}" for a in node.names if f"{top}.{a.name}" not in found]
+            else:
+                named = []
+            if module == f"{top}.{LEAF}" and isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                named += [n for n in names if n.split(".")[0] == top]
+            out += [f"{module}:{node.lineno} imports {name}" for name in named]
     return out
 
 
@@ -253,6 +279,30 @@ def test_the_checkers_find_a_circle_and_an_import_the_stage_does_not_allow(tmp_p
     upward = upward_imports(found, top="pkg")
     assert len(upward) == 1 and "pkg.low.a imports pkg.high.b" in upward[0], upward
     assert "may import only nothing" in upward[0]
+
+
+def test_the_checker_finds_a_stage_that_reads_the_root_and_a_leaf_that_imports(tmp_path):
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": '"""Top."""\n__version__ = "1"\n',
+            "pkg/facts.py": "from pkg.low import a\n",
+            "pkg/low/__init__.py": '"""Low stage.\n\nMay import: nothing else in pkg.\n"""\n',
+            "pkg/low/a.py": "from pkg import __version__\nfrom pkg import facts, low\n",
+            "pkg/low/b.py": "import pkg\nimport pkg.low.a\n",
+        },
+    )
+    found = modules(tmp_path, {"pkg": "pkg"})
+    assert root_imports(found, top="pkg") == [
+        "pkg.facts:1 imports pkg.low",
+        "pkg.low.a:1 imports pkg.__version__",
+        "pkg.low.b:1 imports pkg",
+    ]
+    assert upward_imports(found, top="pkg") == []  # the leaf is every stage's to import
+
+
+def test_no_stage_reads_the_root_package_and_the_leaf_imports_nothing_of_kbench():
+    assert root_imports(modules(ROOT, FOLDERS)) == []
 
 
 def test_the_checkers_find_study_logic_outside_studies_and_orchestration_in_the_cli(tmp_path):

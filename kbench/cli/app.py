@@ -8,10 +8,10 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from kbench import __version__
 from kbench.cli import exec_command, many_runs, ops, reproduce, run_commands, tune_command
 from kbench.cli.arguments import EXAMPLES
 from kbench.datasets import DataUnavailable
+from kbench.facts import VERSION
 from kbench.results.config import ConfigError
 from kbench.results.lock import LockError
 from kbench.results.store import StoreError, StoreWriteError
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"kbench {__version__}")
+    parser.add_argument("--version", action="version", version=f"kbench {VERSION}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="show only warnings, tables")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

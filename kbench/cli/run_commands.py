@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench import __version__
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.cli.arguments import (
@@ -40,6 +39,7 @@ from kbench.cli.arguments import (
     shape,
 )
 from kbench.datasets import DataUnavailable
+from kbench.facts import VERSION
 from kbench.measure import sysinfo
 from kbench.results.config import (
     DATA_FORMATS,
@@ -645,7 +645,7 @@ def command_env(args: argparse.Namespace) -> int:
     gpu = machine["gpu"]
     gpus = ", ".join(d["name"] for d in gpu.get("devices", [])) or f"none ({gpu.get('reason')})"
     print(
-        f"kbench {__version__}  {compare.cpu_text(machine)}, {machine['cpu_logical_cores']} "
+        f"kbench {VERSION}  {compare.cpu_text(machine)}, {machine['cpu_logical_cores']} "
         f"cores, GPUs: {gpus}"
     )
     print(tables.environments_table(probes))

@@ -12,9 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-import kbench
-
-PROJECT_ROOT = Path(kbench.__file__).resolve().parent.parent  # the checkout
+from kbench.facts import PROJECT_ROOT, VERSION
 
 
 def cpu_model() -> str:
@@ -258,4 +256,4 @@ def cpu_matmul_peak(threads: int) -> Dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def kbench_info() -> Dict[str, Any]:
-    return {"version": kbench.__version__, "git": git_revision()}
+    return {"version": VERSION, "git": git_revision()}

@@ -24,14 +24,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-import kbench
 import kbench_models
 from kbench.backends import BACKENDS
+from kbench.facts import PROJECT_ROOT
 from kbench.measure.processes import usable_cores
 from kbench.setup.loader import loader_environment
 from kbench.setup.platforms import Platform, unsupported_reason, venv_python
 
-PROJECT_ROOT = Path(kbench.__file__).resolve().parent.parent  # the checkout
 SETUP_SCRIPT = "scripts\\setup_envs.cmd" if os.name == "nt" else "scripts/setup_envs.sh"
 
 
@@ -116,11 +115,16 @@ def import_root(directory: Path) -> Path:
     environment, or one named by KBENCH_PYTHON_*), so they import it from here.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    for name, package in (("kbench", kbench), ("kbench_models", kbench_models)):
+    folders = (("kbench", PROJECT_ROOT / "kbench"), ("kbench_models", kbench_models_folder()))
+    for name, folder in folders:
         link = directory / name
         if not link.exists():
-            link.symlink_to(Path(package.__file__).resolve().parent, target_is_directory=True)
+            link.symlink_to(folder, target_is_directory=True)
     return directory
+
+
+def kbench_models_folder() -> Path:
+    return Path(kbench_models.__file__).resolve().parent
 
 
 def process_environment(
