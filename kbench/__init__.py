@@ -3,7 +3,7 @@
 The Python API (:mod:`kbench.api`), for notebooks::
 
     import kbench
-    results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20)
+    results = kbench.run(backends=["torch", "jax"], model="mlp", dataset="synthetic")
     results.frame()               # a pandas DataFrame, one row per run
     kbench.compare(results)       # the comparison tables (HTML in Jupyter)
     kbench.load("results")        # the runs of a store a sweep or a run wrote
@@ -29,8 +29,9 @@ class _CallableRunStage(types.ModuleType):
     ``kbench.run.runner`` stays the runner, however the two are imported."""
 
     def __call__(self, *args, **kwargs):
-        """``kbench.run(backends, model="mlp", dataset="synthetic", store="results",
-        repeats=1, warm=False, **settings)`` -> Results: see :func:`kbench.api.run`."""
+        """``kbench.run(backends, model="mlp", store="results", *, repeats=None,
+        warm=False, ..., **settings)`` -> Results, what ``kbench run`` runs with the
+        same defaults: see :func:`kbench.api.run`."""
         from kbench.api import run
 
         return run(*args, **kwargs)

@@ -1,14 +1,17 @@
 """The Python API, for notebooks: :func:`run`, :func:`compare`, :func:`load`.
 
 The same functions the CLI calls, with nothing of the CLI in between: :func:`run`
-plans the rounds ``kbench run`` plans (:func:`kbench.studies.rounds.plan_rounds`) and
-runs them, one fresh worker process per run, into a store; :func:`compare` builds the
+plans what ``kbench run`` plans, with its defaults
+(:func:`kbench.studies.rounds.plan_comparison`: several backends in warm interleaved
+windows, one backend or ``repeats`` in fresh processes, Fashion-MNIST unless
+``dataset`` says otherwise), and runs it into a store; :func:`compare` builds the
 tables ``kbench compare`` prints. Progress goes to the ``kbench`` loggers, never to
 print: ``logging.basicConfig(level=logging.INFO)`` shows it. pandas and the HTML
 renderer are imported only when a frame or a table is asked for.
 
     >>> import kbench
-    >>> results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20)
+    >>> results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20,
+    ...                      dataset="synthetic", repeats=1)
     >>> results.frame()[["backend", "status", "images_per_sec"]]
     >>> kbench.compare(results)
 """
@@ -33,9 +36,6 @@ from kbench.views.names import model_label
 log = logging.getLogger(__name__)
 
 StorePath = Union[str, "os.PathLike[str]"]
-
-# kbench.run's own parameters, for the close match of a misspelt setting.
-RUN_PARAMETERS = ("backends", "model", "dataset", "store", "repeats", "warm")
 
 
 class Results(SequenceABC):
@@ -120,34 +120,63 @@ def _row(result: RunResult) -> List[str]:
 
 def run(
     backends: Union[str, Sequence[str]],
-    model: Union[str, Sequence[str]] = "mlp",
-    dataset: str = "synthetic",
+    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL,
     store: StorePath = "results",
-    repeats: int = 1,
+    *,
+    repeats: Optional[int] = None,
     warm: bool = False,
+    baseline: Optional[str] = None,
+    ratio_precision: Optional[float] = None,
+    ratio_budget_s: Optional[float] = None,
+    check_parity: bool = True,
     **settings: Any,
 ) -> Results:
-    """Train (or infer with) ``model`` under each of ``backends``, as ``kbench run``
-    does: round by round, each run in a fresh worker process, every result written to
-    ``store`` as it finishes; progress (each epoch) goes to the ``kbench`` loggers.
+    """Train (or infer with) ``model`` under each of ``backends``: what ``kbench run``
+    does with the same arguments, planned by the same function with the same defaults
+    (:func:`kbench.studies.rounds.plan_comparison`), every result written to ``store``
+    as it finishes; progress goes to the ``kbench`` loggers.
+
+    The defaults, those of ``kbench run``: the model ``mlp``; each setting its
+    :class:`~kbench.results.config.RunConfig` field's default (``dataset``
+    ``"fashion_mnist"``, ``epochs=1``, ``batch_size=64``; ``dataset="synthetic"`` for
+    data of the model's shape, no download); several backends training are compared in
+    warm interleaved windows (one warm worker per backend, windows of about a second,
+    ``window_s``, or of ``steps`` steps each) until every ratio to the ``baseline`` (the
+    first backend) has its 95% interval within ``ratio_precision`` (0.02) or
+    ``ratio_budget_s`` (100) seconds are spent, each backend's warm-up checked against
+    the baseline's (``check_parity``); one backend, ``repeats`` (fresh-process rounds,
+    at most ``repeats`` with ``ratio_precision``), ``warm`` (one worker per backend for
+    the runs that can share it), inference, data-parallel, profiled or precision runs
+    run a fresh worker process per run instead.
+
     ``model`` is a zoo name, a list of them, or your own (``path/file.py:build``,
-    ``model.keras``); ``repeats`` rounds; ``warm``: one worker
-    per backend for the runs that can share it. ``settings`` are
-    :class:`~kbench.results.config.RunConfig` fields (``batch_size``, ``steps``,
-    ``epochs``, ``warmup_steps``, ``train_samples``, ``threads``, ``timeout_s``,
-    ``mode``, ``device``, ...); an unknown one raises a TypeError that names it.
-    ``window_s=1.0`` (several backends, training): warm interleaved windows instead of
-    fresh processes, as ``kbench run`` measures several backends by default, until every
-    ratio's 95% interval is within +-2% or 100 s are spent.
+    ``model.keras``). ``settings`` are :class:`~kbench.results.config.RunConfig` fields
+    (``batch_size``, ``steps``, ``epochs``, ``warmup_steps``, ``train_samples``,
+    ``threads``, ``timeout_s``, ``mode``, ``device``, ...); an unknown one raises a
+    TypeError that names it.
 
     >>> results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20,
-    ...                      batch_size=32, train_samples=2000, store="results")
+    ...                      batch_size=32, train_samples=2000, dataset="synthetic")
     >>> results.frame()
     """
-    studies_rounds.check_settings(settings, RUN_PARAMETERS)
-    planned = studies_rounds.plan_rounds(backends, model, repeats, dataset=dataset, **settings)
-    runs, _ = studies_rounds.run_rounds(planned, Path(store), warm=warm, on_progress=show_progress)
+    planned = plan(
+        backends, model, repeats=repeats, warm=warm, baseline=baseline,
+        ratio_precision=ratio_precision, ratio_budget_s=ratio_budget_s,
+        check_parity=check_parity, **settings,
+    )  # fmt: skip
+    runs, _ = studies_rounds.run_comparison(planned, Path(store), on_progress=show_progress)
     return Results(runs, store)
+
+
+def plan(
+    backends: Union[str, Sequence[str]],
+    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL,
+    **options: Any,
+) -> studies_rounds.ComparisonPlan:
+    """What :func:`run` would run, planned and checked, nothing started: the rounds of
+    configs and how they are measured (``plan(...).measure.windows``). ``options``:
+    :func:`run`'s keywords and settings."""
+    return studies_rounds.plan_comparison(backends, model, **options)
 
 
 def load(

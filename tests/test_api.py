@@ -5,20 +5,23 @@ backends (slow)."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, List
+from typing import Any
 
 import pytest
 from conftest import ROOT, require_backends
 
 import kbench
-from kbench.cli.app import main
-from kbench.results.config import ConfigError, RunConfig
+from kbench import api as kbench_api
+from kbench.cli import run_commands
+from kbench.cli.app import build_parser, main
+from kbench.results.config import WINDOW_S, ConfigError, RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, StoreError
 from kbench.studies import rounds
@@ -164,33 +167,60 @@ def test_an_unknown_setting_names_itself_the_accepted_ones_and_the_closest() -> 
         kbench.run(backends="torch", batch_size=0)  # RunConfig's own checks
 
 
-def test_the_cli_and_the_api_plan_the_same_rounds(tmp_path: Path, monkeypatch, capsys) -> None:
-    planned: List[List[List[RunConfig]]] = []
+def cli_plan(*argv: str) -> rounds.ComparisonPlan:
+    """What ``kbench run ARGV`` plans, nothing started."""
+    return run_commands.plan_of(build_parser().parse_args(["run", *argv]))
 
-    def run_rounds(given, store, **options):
-        planned.append([list(r) for r in given])
-        return [], None
 
-    monkeypatch.setattr(rounds, "run_rounds", run_rounds)
+def test_the_cli_and_the_api_plan_the_same_rounds() -> None:
     flags = ["--dataset", "synthetic", "--steps", "3", "--batch-size", "16", "--repeats", "2"]
     models = ["mlp", "small_cnn"]
-    store = str(tmp_path / "s")
-    assert main(["run", "--backend", "torch,jax", "--model", ",".join(models), *flags,
-                 "--store", store, "--threads", "1", "--seed", "7"]) == 0  # fmt: skip
-    capsys.readouterr()
-    results = kbench.run(
-        backends=["torch", "jax"], model=models, steps=3, batch_size=16, repeats=2,
-        store=store, threads=1, seed=7,
+    cli = cli_plan("--backend", "torch,jax", "--model", ",".join(models), *flags,
+                   "--threads", "1", "--seed", "7")  # fmt: skip
+    api = kbench_api.plan(
+        backends=["torch", "jax"], model=models, dataset="synthetic", steps=3, batch_size=16,
+        repeats=2, threads=1, seed=7,
     )  # fmt: skip
-    assert len(results) == 0
-    cli, api = planned
     assert cli == api
-    assert [[(c.backend, c.model, c.repeat) for c in r] for r in api] == [
+    assert [[(c.backend, c.model, c.repeat) for c in r] for r in api.rounds] == [
         [(b, m, repeat) for m in models for b in ("torch", "jax")] for repeat in (0, 1)
     ]
-    assert {(c.steps, c.epochs, c.batch_size, c.threads) for r in api for c in r} == {
+    assert {(c.steps, c.epochs, c.batch_size, c.threads) for r in api.rounds for c in r} == {
         (3, None, 16, 1)
     }
+    assert not api.measure.windows and api.measure.reason == "--repeats"
+
+
+def test_the_cli_and_the_api_share_their_defaults() -> None:
+    """Nothing said but the backends: the same plan from ``kbench run -b torch,jax`` and
+    ``kbench.run(["torch", "jax"])``, each run with RunConfig's defaults (Fashion-MNIST),
+    in warm windows; one backend, repeats or warm in fresh processes, alike."""
+    both = cli_plan("-b", "torch,jax"), kbench_api.plan(["torch", "jax"])
+    assert both[0] == both[1]
+    plan = both[1]
+    assert plan.measure.windows and plan.repeats == 1
+    assert (plan.baseline, plan.ratio_precision, plan.ratio_budget_s) == (
+        "torch", rounds.WINDOW_PRECISION, rounds.WINDOW_BUDGET_S,
+    )  # fmt: skip
+    assert {c.model for c in plan.rounds[0]} == {rounds.DEFAULT_MODEL}
+    defaults = RunConfig(backend="torch", model="mlp", window_s=WINDOW_S)
+    assert plan.rounds[0][0] == defaults and defaults.dataset == "fashion_mnist"
+    for argv, keywords in (
+        (["-b", "jax"], {"backends": "jax"}),
+        (["-b", "torch,jax", "--repeats", "1"], {"backends": ["torch", "jax"], "repeats": 1}),
+        (["-b", "torch,jax", "--warm"], {"backends": ["torch", "jax"], "warm": True}),
+        (["-b", "torch,jax", "--mode", "inference"],
+         {"backends": ["torch", "jax"], "mode": "inference"}),
+    ):  # fmt: skip
+        cli, api = cli_plan(*argv), kbench_api.plan(**keywords)
+        assert cli == api and not api.measure.windows, argv
+    assert kbench_api.plan("jax").measure.reason == "one backend (jax)"
+    signature = inspect.signature(kbench_api.run).parameters
+    parser = build_parser()._subparsers._group_actions[0].choices["run"]
+    for name in ("repeats", "warm", "baseline", "ratio_precision", "ratio_budget_s"):
+        assert signature[name].default == parser.get_default(name), name
+    assert signature["model"].default == rounds.DEFAULT_MODEL
+    assert parser.get_default("model") == [rounds.DEFAULT_MODEL]
 
 
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"

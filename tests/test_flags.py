@@ -1,14 +1,17 @@
 """One flag per concept across every kbench command: the real parsers, walked.
 
-No framework process: only the parsers are built (kbench.cli.app.build_parser and the
-breakdown table's), each subcommand's options read from them. The checker is first
-proven on a parser with planted mistakes, so a test that passes here can fail.
+A run setting's flag is its RunConfig field's (kbench.results.config.Setting): the
+flag list, the copy of parsed flags into configs and the flag an error names are one
+thing, checked here on every command. The other shared concepts have one spelling each
+(:data:`CONCEPTS`); the old spellings 0.1.0 dropped are refused. No framework process:
+only the parsers are built (kbench.cli.app.build_parser and the breakdown table's),
+each subcommand's options read from them. Each checker is first proven on a parser
+with planted mistakes, so a test that passes here can fail.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 from typing import Dict, List, Set
 
@@ -16,14 +19,8 @@ import pytest
 
 from kbench import cli
 from kbench.cli import app, distributed_table
-from kbench.cli.arguments import (
-    CONCEPTS,
-    Renamed,
-    add_backend_argument,
-    add_renamed,
-    add_store_argument,
-    renamed_warning,
-)
+from kbench.cli.arguments import add_backend_argument, add_settings, add_store_argument, settings_of
+from kbench.results.config import ConfigError, RunConfig, flag_for, settings
 
 
 def commands() -> Dict[str, argparse.ArgumentParser]:
@@ -44,15 +41,23 @@ REQUIRED = {
     "exec": ["--backend", "jax"],
     "tune": ["--backend", "jax"],
 }
-# A value for each old spelling (a new rename adds its own here).
-SAMPLES = {
-    "--output-dir": "some/store",
-    "--only": "backend=jax",
-    "--markdown": "tables.md",
-    "--repeats": "7",
-    "--warmup": "2",
-    "--no-run": None,  # a switch: no value
-}
+# The run settings that have flags of their own, by flag: the flag is the setting's.
+SETTING_FLAGS = {flag_for(name): name for name, about in settings().items() if about.help}
+# The other concepts several commands share: one flag each, filling one attribute.
+CONCEPTS = {
+    "--store": "store", "--filter": "filter", "--output": "output", "--repeats": "repeats",
+    "--try": "only", "--calls": "calls", "--backend": "backend", "--model": "model",
+    "--baseline": "baseline", "--dry-run": "dry_run", "--ratio-precision": "ratio_precision",
+    "--ratio-budget": "ratio_budget_s",
+}  # fmt: skip
+# The old spellings (hidden aliases) 0.1.0 dropped, and the commands that had them.
+WRITERS = ["run", "demo", "max-batch", "parity", "sweep", "ops", "exec", "tune"]
+DROPPED = {(name, "--output-dir") for name in WRITERS} | {
+    ("sweep", "--only"), ("compare", "--markdown"), ("ops", "--repeats"), ("ops", "--warmup"),
+    ("reproduce", "--no-run"),
+}  # fmt: skip
+SAMPLES = {"--output-dir": "some/store", "--only": "backend=jax", "--markdown": "tables.md",
+           "--repeats": "7", "--warmup": "2", "--no-run": None}  # fmt: skip
 
 
 def options(parser: argparse.ArgumentParser) -> List[argparse.Action]:
@@ -60,50 +65,46 @@ def options(parser: argparse.ArgumentParser) -> List[argparse.Action]:
 
 
 def spelling_problems(parser: argparse.ArgumentParser) -> List[str]:
-    """Where ``parser`` spells a concept otherwise than :data:`CONCEPTS` says."""
-    flags = {c.flag: c for c in CONCEPTS.values()}
-    old = {s for c in CONCEPTS.values() for s in c.old}
+    """Where ``parser`` spells a concept otherwise than its one flag (a run setting's:
+    :func:`flag_for` of its field; the others: :data:`CONCEPTS`), or offers a dropped
+    spelling."""
+    flags = {**SETTING_FLAGS, **CONCEPTS}
+    dests = {dest: flag for flag, dest in flags.items()}
+    dropped = {old for _, old in DROPPED} - set(flags)
     problems = []
     for action in options(parser):
         spellings = "/".join(action.option_strings)
-        if isinstance(action, Renamed):
-            concept = flags.get(action.new)
-            if concept is None or not set(action.option_strings) <= set(concept.old):
-                problems.append(f"{spellings}: renamed {action.new}, not a concept's old flag")
-            elif action.dest not in concept.dests:
-                problems.append(f"{spellings}: fills {action.dest}, not {action.new}'s place")
-            continue
         for spelling in action.option_strings:
-            concept = flags.get(spelling)
-            if concept is not None and action.dest not in concept.dests:
-                problems.append(f"{spelling} fills {action.dest}; expected {concept.dests}")
-            if concept is None and spelling in old:
-                problems.append(f"{spelling} is an old spelling, offered as a flag of its own")
-        for name, concept in CONCEPTS.items():
-            if action.dest in concept.dests and concept.flag not in action.option_strings:
-                problems.append(f"{spellings}: the {name}, whose flag is {concept.flag}")
+            if spelling in flags and action.dest != flags[spelling]:
+                problems.append(f"{spelling} fills {action.dest}; expected {flags[spelling]}")
+            if spelling in dropped:
+                problems.append(f"{spelling} is a dropped spelling, offered again")
+        flag = dests.get(action.dest)
+        if flag is not None and flag not in action.option_strings:
+            problems.append(f"{spellings}: fills {action.dest}, whose flag is {flag}")
     return problems
 
 
 def test_the_checker_finds_planted_spellings():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--output-dir", dest="store")  # an old spelling, visible
-    parser.add_argument("--warmup", dest="warmup_steps")  # a concept under another flag
+    parser.add_argument("--output-dir", dest="store")  # a dropped spelling, back
+    parser.add_argument("--warmup", dest="warmup_steps")  # a setting under another flag
     parser.add_argument("--repeats", dest="calls")  # a flag of one concept for another
-    parser.add_argument("--seed", dest="random_state")  # a concept's flag, elsewhere
-    add_renamed(parser, "--markdown", parser.add_argument("--title"))  # renamed to no concept
+    parser.add_argument("--seed", dest="random_state")  # a setting's flag, elsewhere
+    parser.add_argument("--timeout", type=float)  # a setting's flag, the unit left out
     assert spelling_problems(parser) == [
-        "--output-dir is an old spelling, offered as a flag of its own",
-        "--output-dir: the results store, whose flag is --store",
-        "--warmup is an old spelling, offered as a flag of its own",
-        "--warmup: the untimed warm-up iterations, whose flag is --warmup-steps",
-        "--repeats fills calls; expected ('repeats',)",
-        "--repeats: the timed calls per operation, whose flag is --calls",
-        "--seed fills random_state; expected ('seed',)",
-        "--markdown: renamed --title, not a concept's old flag",
+        "--output-dir is a dropped spelling, offered again",
+        "--output-dir: fills store, whose flag is --store",
+        "--warmup is a dropped spelling, offered again",
+        "--warmup: fills warmup_steps, whose flag is --warmup-steps",
+        "--repeats fills calls; expected repeats",
+        "--repeats: fills calls, whose flag is --calls",
+        "--seed fills random_state; expected seed",
+        "--timeout fills timeout; expected timeout_s",
     ]
     good = argparse.ArgumentParser()
     add_store_argument(good)
+    add_settings(good, ["warmup_steps", "seed", "timeout_s"])
     assert spelling_problems(good) == []
 
 
@@ -112,74 +113,116 @@ def test_each_concept_has_one_spelling(name):
     assert spelling_problems(COMMANDS[name]) == []
 
 
-def test_the_concepts_are_where_the_issue_found_them():
-    """The commands of each renamed spelling, so a walk that finds nothing fails."""
-    renamed = {
-        (name, old)
-        for name, parser in COMMANDS.items()
-        for action in options(parser)
-        if isinstance(action, Renamed)
-        for old in action.option_strings
-    }
-    writers = ["run", "demo", "max-batch", "parity", "sweep", "ops", "exec", "tune"]
-    expected = {(name, "--output-dir") for name in writers} | {
-        ("sweep", "--only"), ("compare", "--markdown"), ("ops", "--repeats"), ("ops", "--warmup"),
-        ("reproduce", "--no-run"),
-    }  # fmt: skip
-    assert renamed == expected
-    readers = ["results", "compare", "report", "reproduce", "distributed_table"]
-    for name in writers + readers:
-        assert "--store" in COMMANDS[name]._option_string_actions, name
-
-
-@pytest.fixture
-def kbench_logs(monkeypatch, caplog):
-    """kbench's log records reach caplog, even after a cli.main in this process set up
-    kbench's own handler."""
-    logger = logging.getLogger("kbench")
-    monkeypatch.setattr(logger, "propagate", True)
-    monkeypatch.setattr(logger, "handlers", [])
-    caplog.set_level(logging.WARNING)
-    return caplog
-
-
-def renamed_actions():
-    return [
-        pytest.param(name, action, id=f"{name} {action.option_strings[0]}")
-        for name, parser in sorted(COMMANDS.items())
-        for action in options(parser)
-        if isinstance(action, Renamed)
-    ]
-
-
 def hidden(spelling: str, text: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(spelling)}(?![\w-])", text) is None
 
 
-@pytest.mark.parametrize("name, action", renamed_actions())
-def test_an_old_spelling_is_hidden_parses_alike_and_names_the_new_one(name, action, kbench_logs):
+@pytest.mark.parametrize("name, old", sorted(DROPPED))
+def test_a_dropped_spelling_is_refused_and_not_shown(capsys, name, old):
+    """0.1.0 has no users to migrate: the rename aliases are gone, each refused as an
+    unknown flag, or (``--warmup``) read as argparse reads any prefix of one flag: as
+    that flag (``--warmup-steps``), not as an alias of ours."""
     parser = COMMANDS[name]
-    (old,) = action.option_strings
-    assert action.help == argparse.SUPPRESS
+    assert old not in parser._option_string_actions
     assert hidden(old, parser.format_help()), f"{old} shows in kbench {name} --help"
-    assert not hidden(action.new, parser.format_help())
     value = [] if SAMPLES[old] is None else [SAMPLES[old]]
     required = REQUIRED.get(name, [])
-    by_old = parser.parse_args([*required, old, *value, old, *value])
-    warning = renamed_warning(old, action.new)
-    assert kbench_logs.text.count(warning) == 1, kbench_logs.text  # once per command line
-    assert [r.levelno for r in kbench_logs.records] == [logging.WARNING]
-    kbench_logs.clear()
-    by_new = parser.parse_args([*required, action.new, *value, action.new, *value])
-    assert warning not in kbench_logs.text
-    assert getattr(by_old, action.dest) == getattr(by_new, action.dest)
-    assert vars(by_old) == vars(by_new)
+    prefix_of = [flag for flag in parser._option_string_actions if flag.startswith(old)]
+    if len(prefix_of) == 1:
+        by_prefix = parser.parse_args([*required, old, *value])
+        assert vars(by_prefix) == vars(parser.parse_args([*required, *prefix_of, *value]))
+        return
+    with pytest.raises(SystemExit) as caught:
+        parser.parse_args([*required, old, *value])
+    assert caught.value.code == 2
+    assert f"unrecognized arguments: {old}" in capsys.readouterr().err
 
 
-def test_the_warning_names_the_new_spelling():
-    assert renamed_warning("--output-dir", "--store") == (
-        "--output-dir is renamed --store; the old spelling goes in the next release"
-    )
+def test_every_command_that_writes_or_reads_a_store_takes_store():
+    readers = ["results", "compare", "report", "reproduce", "distributed_table"]
+    for name in WRITERS + readers:
+        assert "--store" in COMMANDS[name]._option_string_actions, name
+
+
+def setting_actions():
+    """(command, action) of every run setting's flag in every command."""
+    return [
+        pytest.param(name, action, id=f"{name} {action.option_strings[0]}")
+        for name, parser in sorted(COMMANDS.items())
+        for action in options(parser)
+        if action.dest in SETTING_FLAGS.values()
+    ]
+
+
+@pytest.mark.parametrize("name, action", setting_actions())
+def test_a_setting_flag_is_its_fields(name, action):
+    """Name, metavar and help as the field's Setting says; the default the field's, or
+    the command's own (said in its help)."""
+    about = settings()[action.dest]
+    assert action.option_strings == [flag_for(action.dest)]
+    assert action.help and "{" not in action.help  # every {word} filled
+    if action.nargs == 0:  # a switch: off by default
+        assert action.default is False
+        return
+    assert action.metavar == about.metavar
+    assert "default" in action.help
+    field_default = RunConfig.__dataclass_fields__[action.dest].default
+    if action.default != field_default:
+        shown = f"{action.default:g}" if isinstance(action.default, float) else action.default
+        assert f"(default: {shown})" in action.help, (name, action.help)
+
+
+def test_every_run_setting_with_a_flag_is_one_of_kbench_runs():
+    """The flag list of kbench run is the metadata's; the attributes its flags fill are
+    the settings settings_of copies into configs, every one."""
+    run = COMMANDS["run"]
+    flagged = {name for name, about in settings().items() if about.help}
+    assert flagged == set(settings()) - {"backend", "model", "repeat"}
+    assert {a.dest for a in options(run)} & set(settings()) == flagged | {"backend", "model"}
+    args = run.parse_args(["-b", "jax"])
+    assert set(settings_of(args)) == flagged
+
+
+def test_parsed_flags_reach_the_config_by_their_names():
+    """Every setting's flag given a value other than its default, parsed, copied
+    (settings_of) into a RunConfig: each value arrives."""
+    argv = ["-b", "torch", "--dataset", "synthetic", "--batch-size", "8", "--steps", "3",
+            "--warmup-steps", "1", "--optimizer", "sgd", "--learning-rate", "0.01",
+            "--train-samples", "64", "--test-samples", "16", "--input-shape", "8x8x1",
+            "--num-classes", "3", "--threads", "1", "--inter-op-threads", "1", "--seed", "3",
+            "--timeout", "60", "--sample-interval", "0.5", "--device", "cpu",
+            "--gpu-memory-fraction", "0.5", "--gpu-memory-growth", "--jit-compile", "off",
+            "--run-eagerly", "--mixed-precision", "bfloat16", "--tf32", "off",
+            "--onednn", "off", "--repeats", "2"]  # fmt: skip
+    args = COMMANDS["run"].parse_args(argv)
+    config = RunConfig(backend="torch", model="mlp", **settings_of(args))
+    assert (config.batch_size, config.steps, config.epochs, config.warmup_steps) == (8, 3, None, 1)
+    assert (config.optimizer, config.learning_rate, config.seed) == ("sgd", 0.01, 3)
+    assert (config.train_samples, config.test_samples, config.num_classes) == (64, 16, 3)
+    assert config.input_shape == (8, 8, 1) and (config.threads, config.inter_op_threads) == (1, 1)
+    assert (config.timeout_s, config.sample_interval_s, config.device) == (60.0, 0.5, "cpu")
+    assert (config.gpu_memory_fraction, config.gpu_memory_growth) == (0.5, True)
+    assert config.switches() == {
+        "jit_compile": "off", "run_eagerly": True, "torch_compile": False,
+        "mixed_precision": "bfloat16", "hybridize": False, "tf32": "off", "onednn": "off",
+        "mxnet_gpus": 0,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("setting", sorted(n for n, a in settings().items() if a.help))
+def test_an_error_names_the_flag_kbench_run_takes(setting):
+    """The error-name mapping is the flag list: a ConfigError about any setting is shown
+    with a flag kbench run has (kbench.cli.app.main: flag_for)."""
+    assert flag_for(ConfigError(setting, "x").setting) in COMMANDS["run"]._option_string_actions
+
+
+def test_an_error_is_shown_with_the_flag_as_typed(capsys):
+    code = None
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["run", "-b", "jax", "--sample-interval", "61", "--store", "/nonexistent/x"])
+    code = caught.value.code
+    err = capsys.readouterr().err
+    assert code == 2 and "kbench run: error: --sample-interval: expected a finite number" in err
 
 
 def backend_commands():
@@ -208,8 +251,7 @@ def test_backend_refuses_a_duplicate_and_an_unknown_name(capsys, name):
     assert "--backend/-b: expected each of the backends once; received 'jax' twice" in err
     assert "Drop the second one" in err
     # the hint names --repeats only where the command has it
-    repeats = COMMANDS[name]._option_string_actions.get("--repeats")
-    has_repeats = repeats is not None and not isinstance(repeats, Renamed)  # ops: --calls
+    has_repeats = "--repeats" in COMMANDS[name]._option_string_actions  # ops: --calls
     assert ("use --repeats N" in err) == has_repeats, (name, err)
     err = refusal(capsys, name, ["-b", "jax,pytorch"])
     assert "--backend/-b: expected one of tensorflow, jax" in err
@@ -246,10 +288,10 @@ def test_help_renders_and_shows_the_defaults_of_every_concept(capsys, name):
     parser = COMMANDS[name]
     text = parser.format_help()
     assert text.startswith("usage:") and "options:" in text
-    dests = {d for c in CONCEPTS.values() for d in c.dests}
+    dests = set(CONCEPTS.values()) | set(settings())
     for action in options(parser):
         switch = action.nargs == 0  # on or off: off is the default
-        if action.dest in dests and action.help != argparse.SUPPRESS and not action.required:
+        if action.dest in dests and not action.required:
             if switch:
                 continue
             assert "default" in action.help, (name, action.option_strings, action.help)
@@ -267,8 +309,6 @@ def test_across_commands_each_flag_fills_one_attribute_and_each_attribute_has_on
     flags: Dict[str, Set[str]] = {}
     for parser in COMMANDS.values():
         for action in options(parser):
-            if isinstance(action, Renamed):
-                continue
             flag = max(action.option_strings, key=len)  # the long spelling
             dests.setdefault(flag, set()).add(action.dest)
             flags.setdefault(action.dest, set()).add(flag)

@@ -30,8 +30,8 @@ from conftest import (
 )
 from test_models import SPECS, expected_params
 
-from kbench.cli import run_commands
 from kbench.cli.app import build_parser
+from kbench.cli.arguments import settings_of
 from kbench.results.config import RunConfig
 from kbench.run import environments, weightfile
 from kbench_models import MODELS
@@ -259,7 +259,7 @@ def test_twins_reproduce_keras(twin_report, mode):
 
 def test_the_hybridize_flag_sets_the_switch():
     args = build_parser().parse_args(["run", "-b", BACKEND, "--hybridize"])
-    assert run_commands.run_settings(args)["hybridize"] is True
+    assert settings_of(args)["hybridize"] is True
     assert RunConfig(backend=BACKEND, model="mlp", hybridize=True).hybridize is True
 
 

@@ -8,8 +8,8 @@ import shared_sweep
 from conftest import dump, require_backends, run_kbench
 from nvml_standin import CompilerMissing, StandinDevice, build_standin, standin_env, write_config
 
-from kbench.cli import run_commands
 from kbench.cli.app import build_parser
+from kbench.cli.arguments import settings_of
 from kbench.views import tables
 
 
@@ -99,7 +99,7 @@ def test_inference_flags_reach_the_run_settings():
          "--mode", "inference", "--duration", "1.5", "--warmup-steps", "3", "--batch-size",
          "16", "--test-samples", "16", "--train-samples", "16"]
     )  # fmt: skip
-    settings = run_commands.run_settings(args)
+    settings = settings_of(args)
     assert (settings["mode"], settings["duration_s"]) == ("inference", 1.5)
     assert (settings["warmup_steps"], settings["batch_size"]) == (3, 16)
 

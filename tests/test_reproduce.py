@@ -522,16 +522,6 @@ def test_reproduce_no_run_prints_verdicts_from_the_store(tmp_path):
     assert "already done, " in text and f"results in {store}/" in text  # the plan, first
 
 
-def test_reproduce_no_run_is_the_renamed_dry_run(tmp_path, caplog):
-    store = laptop_store(tmp_path)
-    text = run_main(
-        ["reproduce", "keras-mxnet-laptop", "--reduced", "--no-run", "--fresh-processes", "--store",
-         str(store)]
-    )  # fmt: skip
-    assert "[NOT MEASURABLE HERE] smaller-batches-slower" in text  # judged the store
-    assert "--no-run is renamed --dry-run" in caplog.text
-
-
 def test_report_of_a_study_store_has_paper_vs_this_machine(tmp_path):
     from kbench.studies.paper import paper_section
     from kbench.views.report import write_report

@@ -10,8 +10,8 @@ import shared_sweep
 from conftest import dump, require_backends, run_kbench
 
 from kbench.backends.switches import SWITCHES, SwitchBoard
-from kbench.cli import run_commands
 from kbench.cli.app import build_parser
+from kbench.cli.arguments import settings_of
 from kbench.results.config import ConfigError, RunConfig
 from kbench.views import report
 from kbench.views.comparison import Comparison
@@ -98,7 +98,7 @@ def test_run_flags_set_the_switches():
     args = build_parser().parse_args(
         ["run", "-b", "tensorflow", "--run-eagerly", "--mixed-precision", "bfloat16"]
     )
-    settings = run_commands.run_settings(args)
+    settings = settings_of(args)
     assert settings["run_eagerly"] is True and settings["mixed_precision"] == "bfloat16"
     config = RunConfig(backend="tensorflow", model="mlp", **settings)
     assert config.run_eagerly is True and config.mixed_precision == "bfloat16"

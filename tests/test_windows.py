@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from kbench.run.windows import (
     interleave,
     window_timeout,
 )
-from kbench.studies.rounds import plan_rounds
+from kbench.studies.rounds import Measure, how_to_measure, plan_comparison, plan_rounds
 from kbench.views.compare import compare
 
 TINY = dict(dataset="synthetic", train_samples=256, test_samples=32, batch_size=16,
@@ -71,11 +72,45 @@ def test_dropped_windows_are_left_out_of_the_comparison():
 def test_window_settings_are_refused_where_they_cannot_apply():
     with pytest.raises(ConfigError, match="--repeats N"):
         RunConfig(backend="jax", model="mlp", mode="inference", window_s=1.0)
-    with pytest.raises(ConfigError, match="received one backend"):
+    with pytest.raises(ConfigError, match=re.escape("received it with one backend (jax)")):
         plan_rounds(["jax"], "mlp", window_s=1.0)
-    with pytest.raises(ConfigError, match="not both"):
+    with pytest.raises(ConfigError, match="received it with --repeats"):  # not both
         plan_rounds(["jax", "torch"], "mlp", 3, window_s=1.0)
+    for fresh in ({"repeats": 1}, {"warm": True}):  # kbench.run() and kbench run alike
+        with pytest.raises(ConfigError, match="expected --window only for warm windows"):
+            plan_comparison(["jax", "torch"], "mlp", window_s=1.0, **fresh)
     assert window_timeout(0.5) == 60 and window_timeout(10) == 200
+
+
+def test_one_rule_decides_fresh_processes_or_warm_windows():
+    """how_to_measure, which kbench run, kbench.run(), the sweeps and reproduce all ask:
+    windows unless a flag asks for fresh processes, one backend, or a setting windows
+    cannot measure (RunConfig refuses window_s beside the same settings)."""
+    pair = ["jax", "torch"]
+    assert how_to_measure(pair, {}) == Measure(True, "", "warm interleaved windows")
+    assert how_to_measure(pair, {}, fresh_flag="--repeats") == Measure(
+        False, "--repeats", "--repeats asks for fresh processes"
+    )
+    assert how_to_measure(["jax", "jax"], {}).why == (
+        "one backend (jax): windows compare several backends"
+    )
+    for settings, flag, key in (
+        ({"mode": "inference"}, "--mode inference", "mode inference"),
+        ({"distributed": "jax"}, "--distributed jax", "distributed jax"),
+        ({"profile": True}, "--profile", "profile"),
+        ({"target_precision": 0.05}, "--target-precision 0.05", "target_precision 0.05"),
+        ({"time_budget_s": 9.0}, "--time-budget 9.0", "time_budget_s 9.0"),
+    ):
+        assert how_to_measure(pair, settings).reason == flag
+        assert (
+            how_to_measure(pair, settings, spell=str).why == f"{key} needs a fresh process per run"
+        )
+        config = {"mode": "train", **settings}
+        with pytest.raises(ConfigError, match=re.escape(f"received {flag} too")):
+            RunConfig(backend="jax", model="mlp", window_s=1.0, **config)
+    assert how_to_measure(windows_flag="--windows").windows  # a study's flags alone
+    with pytest.raises(ConfigError, match="expected --windows without --repeats"):
+        how_to_measure(pair, {}, fresh_flag="--repeats", windows_flag="--windows")
 
 
 def test_the_reply_channel_reads_lines_and_survives_garbage():

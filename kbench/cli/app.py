@@ -12,19 +12,13 @@ from kbench.cli import exec_command, many_runs, ops, reproduce, run_commands, tu
 from kbench.cli.arguments import EXAMPLES
 from kbench.datasets import DataUnavailable
 from kbench.facts import VERSION
-from kbench.results.config import ConfigError
+from kbench.results.config import ConfigError, flag_for
 from kbench.results.lock import LockError
 from kbench.results.store import StoreError, StoreWriteError
 from kbench.run import environments
 from kbench.studies.sweep import SweepError
 
 log = logging.getLogger("kbench")
-
-FLAG_NAMES = {  # settings (RunConfig fields, args attributes) whose flag is named otherwise
-    "timeout_s": "timeout",
-    "sample_interval_s": "sample-interval",
-    "duration_s": "duration",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,8 +65,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.handler(args)
     except ConfigError as err:
-        flag = "--" + FLAG_NAMES.get(err.setting, err.setting).replace("_", "-")
-        parser.exit(2, f"kbench {args.command}: error: {flag}: {err.message}\n")
+        parser.exit(2, f"kbench {args.command}: error: {flag_for(err.setting)}: {err.message}\n")
     except (
         environments.EnvironmentMissing,
         DataUnavailable,

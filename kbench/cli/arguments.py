@@ -1,26 +1,35 @@
-"""Argument types and the flag of each concept, defined once and used by every command.
+"""The flags of kbench's commands, each defined once and used by every command.
 
-One concept, one flag: the results store is ``--store`` in every command, run selection
-``--filter``, untimed warm-up iterations ``--warmup-steps``, and so on (:data:`CONCEPTS`).
-A flag that was spelled otherwise keeps its old spelling for one release: hidden from
---help, parsed into the same place, with a warning naming the new one (:class:`Renamed`).
+A run setting's flag is its :class:`~kbench.results.config.RunConfig` field's:
+:func:`add_settings` builds it from the field's metadata (name, help, how its text is
+read, metavar, --help section, default) and :func:`settings_of` copies what was parsed
+back into settings by the same names, so a flag, its setting and the flag an error
+names (:func:`kbench.results.config.flag_for`) cannot drift apart. The other concepts
+that several commands share have one helper each here: the results store is
+``--store`` in every command, run selection ``--filter``, the backends ``--backend``
+(:func:`comma_list`), and so on.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from kbench.backends.switches import SWITCHES
 from kbench.measure import quality
-from kbench.results.config import did_you_mean
+from kbench.results.config import (
+    TextError,
+    default_of,
+    did_you_mean,
+    flag_for,
+    parse_half_width,
+    parse_number,
+    parse_seconds,
+    parse_shape,
+    settings,
+)
 from kbench_models.user import split_references
-
-log = logging.getLogger(__name__)
 
 EXAMPLES = """\
 examples:
@@ -36,75 +45,6 @@ examples:
   kbench compare --store results/lenet-epochs-reduced  backends side by side, also as Markdown
   kbench report --store results/lenet-epochs-reduced   one HTML file with the plots
 """
-
-
-@dataclass(frozen=True)
-class Concept:
-    """A concept's one flag, the ``args`` attributes it fills (one per command family,
-    kept as the commands read them), and its old spellings, accepted for one release."""
-
-    flag: str
-    dests: Tuple[str, ...]
-    old: Tuple[str, ...] = ()
-
-
-CONCEPTS = {
-    "results store": Concept("--store", ("store",), ("--output-dir",)),
-    "runs selected by settings": Concept("--filter", ("filter",), ("--only",)),
-    "output file": Concept("--output", ("output",), ("--markdown",)),
-    "fresh-process rounds": Concept("--repeats", ("repeats",)),
-    "warm window length": Concept("--window", ("window_s",)),
-    "settings tried": Concept("--try", ("only",)),
-    "timed calls per operation": Concept("--calls", ("calls",), ("--repeats",)),
-    "untimed warm-up iterations": Concept("--warmup-steps", ("warmup_steps",), ("--warmup",)),
-    "backends": Concept("--backend", ("backend",)),
-    "models": Concept("--model", ("model",)),
-    "timeout": Concept("--timeout", ("timeout_s",)),
-    "device": Concept("--device", ("device",)),
-    "CPU threads": Concept("--threads", ("threads",)),
-    "inter-op threads": Concept("--inter-op-threads", ("inter_op_threads",)),
-    "sampler interval": Concept("--sample-interval", ("sample_interval_s",)),
-    "seed": Concept("--seed", ("seed",)),
-    "batch size": Concept("--batch-size", ("batch_size",)),
-    "baseline backend": Concept("--baseline", ("baseline",)),
-    "start no run": Concept("--dry-run", ("dry_run",), ("--no-run",)),
-}
-
-
-def renamed_warning(old: str, new: str) -> str:
-    return f"{old} is renamed {new}; the old spelling goes in the next release"
-
-
-class Renamed(argparse.Action):
-    """The old spelling of a flag, accepted for one release: hidden from --help, it does
-    what the new flag's action does (same type, same ``args`` attribute) and logs, once
-    per command line, that it is renamed. Add it with :func:`add_renamed`."""
-
-    def __init__(self, option_strings, dest, target: argparse.Action, **kwargs) -> None:
-        kwargs.update(help=argparse.SUPPRESS, default=argparse.SUPPRESS)
-        super().__init__(option_strings, dest, **kwargs)
-        self.target = target
-        self.new = target.option_strings[0]
-        self._warned_for: Optional[argparse.Namespace] = None
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        if self._warned_for is not namespace:
-            self._warned_for = namespace
-            log.warning("%s", renamed_warning(option_string or self.option_strings[0], self.new))
-        self.target(parser, namespace, values, self.new)
-
-
-def add_renamed(parser, old: str, target: argparse.Action) -> argparse.Action:
-    """Accept ``old`` for the flag of ``target`` (an action ``add_argument`` returned)."""
-    return parser.add_argument(
-        old,
-        action=Renamed,
-        target=target,
-        dest=target.dest,
-        type=target.type,
-        nargs=target.nargs,
-        metavar=target.metavar,
-    )
 
 
 # The hint for a name given twice, in the commands that have --repeats.
@@ -157,27 +97,96 @@ def _commas(text: str) -> List[str]:
     return text.split(",")
 
 
-def finite(text: str) -> float:
-    """A float that is a number: argparse's ``float`` takes nan and inf."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number; received {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(
-            f"expected a finite number; received {text!r}, which is not one"
+# Where results go and how each run's process is run, timed out, sampled and shown
+# devices; the memory options; the switches; precision on request.
+OUTPUT_SETTINGS = ("threads", "timeout_s", "sample_interval_s", "device")
+MEMORY_SETTINGS = ("gpu_memory_fraction", "gpu_memory_growth")
+SWITCH_SETTINGS = tuple(SWITCHES)
+PRECISION_SETTINGS = ("target_precision", "time_budget_s")
+# The attribute of a command's parsed arguments that lists its run settings.
+SETTING_NAMES = "run_settings"
+
+
+def text_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` as an argparse type: its :class:`~kbench.results.config.TextError`
+    shown as argparse shows a bad value; ``int`` left as it is (argparse says "invalid
+    int value")."""
+    if parse in (int, str):
+        return parse
+
+    def typed(text: str) -> Any:
+        try:
+            return parse(text)
+        except TextError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    typed.__name__ = parse.__name__
+    return typed
+
+
+finite = text_type(parse_number)
+shape = text_type(parse_shape)
+precision = text_type(parse_half_width)
+budget = text_type(parse_seconds)
+
+
+def add_settings(
+    parser,
+    names: Sequence[str],
+    *,
+    defaults: Optional[Mapping[str, Any]] = None,
+    helps: Optional[Mapping[str, str]] = None,
+    words: Optional[Mapping[str, str]] = None,
+) -> None:
+    """The flags of the run settings ``names`` (:class:`~kbench.results.config.RunConfig`
+    fields), each as its field's :class:`~kbench.results.config.Setting` says, in the
+    section it names (``parser`` may be an argument group: the flags go in it).
+    ``defaults`` and ``helps``: where a command means its own by a setting (kbench
+    parity's 3 SGD steps; a help that says "(default" says its own); ``words`` fill the
+    ``{word}``s of the helps. The names are
+    recorded on the parser for :func:`settings_of`."""
+    defaults, helps = defaults or {}, helps or {}
+    exclusive: Dict[str, Any] = {}
+    for name in names:
+        about = settings()[name]
+        if about.help is None:
+            raise ValueError(f"add_settings: {name} has no flag of its own")
+        default = defaults.get(name, default_of(name))
+        where = _section(parser, about.group)
+        if about.exclusive is not None:
+            if about.exclusive not in exclusive:
+                exclusive[about.exclusive] = where.add_mutually_exclusive_group()
+            where = exclusive[about.exclusive]
+        text = helps.get(name, about.help).format_map({**dict(about.words), **(words or {})})
+        options: Dict[str, Any] = {"dest": name, "default": default}
+        if isinstance(default_of(name), bool):
+            where.add_argument(flag_for(name), action="store_true", help=text, **options)
+            continue
+        shown = about.default_text if name not in defaults else None
+        shown = shown or (f"{default:g}" if isinstance(default, float) else default)
+        if shown is not None and "(default" not in text:  # else the help says its own
+            text += f" (default: {shown})"
+        parse = about.parse or str
+        where.add_argument(
+            flag_for(name), type=text_type(parse), metavar=about.metavar, help=text, **options
         )
-    return value
+    recorded = parser.get_default(SETTING_NAMES) or ()  # a group's are its parser's
+    parser.set_defaults(**{SETTING_NAMES: (*recorded, *names)})
 
 
-def shape(text: str):
-    try:
-        return tuple(int(part) for part in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS, for example 32x32x3; "
-            f"received {text!r}"
-        ) from None
+def _section(parser, title: Optional[str]):
+    """The argument group titled ``title`` of ``parser``, made once; ``parser`` itself
+    for no title (or when it is a group already)."""
+    if title is None or not isinstance(parser, argparse.ArgumentParser):
+        return parser
+    found = [g for g in parser._action_groups if g.title == title]
+    return found[0] if found else parser.add_argument_group(title)
+
+
+def settings_of(args: argparse.Namespace) -> Dict[str, Any]:
+    """The run settings a command's flags gave, by setting name (the copy of parsed
+    flags into a config: ``RunConfig(backend=..., model=..., **settings_of(args))``)."""
+    return {name: getattr(args, name) for name in getattr(args, SETTING_NAMES, ())}
 
 
 def add_output_arguments(
@@ -187,52 +196,8 @@ def add_output_arguments(
     script's process tree) is run, timed out, sampled and shown devices; ``inter_op``:
     with ``--inter-op-threads`` (commands whose runs choose their backends' settings)."""
     add_store_argument(parser)
-    add_threads_argument(parser)
-    if inter_op:
-        add_inter_op_threads_argument(parser)
-    add_timeout_argument(parser, process=process)
-    add_sample_interval_argument(parser, process)
-    add_device_argument(parser, process)
-
-
-def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
-    memory = parser.add_argument_group("GPU memory options (recorded in every result)")
-    memory.add_argument(
-        "--gpu-memory-fraction",
-        type=finite,
-        metavar="F",
-        help="cap each framework at F of GPU memory: TensorFlow logical device limit, PyTorch "
-        "set_per_process_memory_fraction, JAX XLA_PYTHON_CLIENT_MEM_FRACTION, MXNet "
-        "MXNET_GPU_MEM_POOL_RESERVE (approximate)",
-    )
-    memory.add_argument(
-        "--gpu-memory-growth",
-        action="store_true",
-        help="allocate GPU memory on demand: TensorFlow memory growth, JAX no preallocation",
-    )
-
-
-def add_switch_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "optimization switches (recorded in every result; 'not applicable' where a backend "
-        "has no such thing)"
-    )
-    for name, switch in SWITCHES.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(switch.default, bool):
-            group.add_argument(flag, action="store_true", help=switch.help)
-        elif switch.is_count:
-            group.add_argument(
-                flag, type=int, default=switch.default, metavar="N",
-                help=f"{switch.help} (default: {switch.default})",
-            )  # fmt: skip
-        else:
-            group.add_argument(
-                flag,
-                default=switch.default,
-                metavar="|".join(switch.choices),
-                help=f"{switch.help} (default: {switch.default})",
-            )
+    names = OUTPUT_SETTINGS[:1] + ("inter_op_threads",) * inter_op + OUTPUT_SETTINGS[1:]
+    add_settings(parser, names, words={"process": process})
 
 
 def share(text: str) -> float:
@@ -307,50 +272,6 @@ def add_parity_check_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    """``--threads``, as run, sweep-like commands and ``kbench ops`` take it."""
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help="CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
-        "cores kbench may run on also pins the worker to that many cores (default: every "
-        "core of kbench's CPU affinity, e.g. as taskset or a container's cpuset set it)",
-    )
-
-
-def add_inter_op_threads_argument(parser: argparse.ArgumentParser) -> None:
-    """``--inter-op-threads``, as the commands that build run settings take it."""
-    parser.add_argument(
-        "--inter-op-threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help="the framework's inter-op pool apart from --threads (TensorFlow "
-        "set_inter_op_parallelism_threads, torch set_num_interop_threads; refused for jax "
-        "and mxnet, which have no such pool to set) (default: --threads)",
-    )
-
-
-def precision(text: str) -> float:
-    """A relative half-width above 0 and below 1 (0.02 is +-2%)."""
-    value = finite(text)
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected a relative half-width above 0 and below 1, for example 0.02 for "
-            f"+-2%; received {text!r}"
-        )
-    return value
-
-
-def budget(text: str) -> float:
-    value = finite(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected more than 0 seconds; received {text!r}")
-    return value
-
-
 def duration(text: str) -> float:
     """Seconds, written ``90``, ``90s``, ``10m`` or ``1h``."""
     units = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -381,43 +302,6 @@ def add_ratio_budget_argument(parser, shows: str) -> argparse.Action:
     sweep and reproduce; ``shows``: the rest of the help)."""
     return parser.add_argument(
         "--ratio-budget", type=budget, dest="ratio_budget_s", metavar="SECONDS", help=shows
-    )
-
-
-def add_window_argument(parser, default: Optional[float], shows: str) -> argparse.Action:
-    """``--window SECONDS``: how long a warm worker's measuring window is (kbench run's
-    interleaved windows, kbench tune's trials)."""
-    return parser.add_argument(
-        "--window",
-        type=budget,
-        dest="window_s",
-        default=default,
-        metavar="SECONDS",
-        help=shows,
-    )
-
-
-def add_precision_arguments(parser: argparse.ArgumentParser, unit: str, limit: str) -> None:
-    """``--target-precision`` and ``--time-budget`` (kbench.measure.precision): ``unit`` is
-    what is measured, ``limit`` what bounds it without them."""
-    group = parser.add_argument_group(
-        "precision on request (the result records the interval reached and why it stopped)"
-    )
-    group.add_argument(
-        "--target-precision",
-        type=precision,
-        metavar="P",
-        help=f"keep measuring {unit} until the median throughput's 95%% confidence interval "
-        "(order statistics, distribution-free) is within +-P of it, e.g. 0.02; stops "
-        f"earlier when --time-budget is spent or at {limit} (default: off)",
-    )
-    group.add_argument(
-        "--time-budget",
-        type=budget,
-        dest="time_budget_s",
-        metavar="SECONDS",
-        help=f"stop measuring {unit} after this many seconds, precision reached or not "
-        "(default: none)",
     )
 
 
@@ -481,16 +365,14 @@ def add_store_argument(
     default_text: str = "./results",
     several: bool = False,
     holds: str = "one result JSON per run, an index, worker logs",
-    renamed: bool = True,
 ) -> argparse.Action:
     """``--store DIR``: the results store a command writes, or reads (``several``: one or
-    more read together). ``renamed``: the command spelled it ``--output-dir`` before,
-    still accepted (the commands that write a store)."""
+    more read together)."""
     if several:
         help = f"one or more result directories, read together (default: {default_text})"
     else:
         help = f"the results store: {holds} (default: {default_text})"
-    action = parser.add_argument(
+    return parser.add_argument(
         "--store",
         type=Path,
         nargs="+" if several else None,
@@ -498,16 +380,13 @@ def add_store_argument(
         metavar="DIR",
         help=help,
     )
-    if renamed:
-        add_renamed(parser, "--output-dir", action)
-    return action
 
 
 def add_filter_argument(parser, *, planned: bool = False) -> argparse.Action:
     """``--filter NAME=VALUE[,VALUE]`` (repeatable): runs selected by their settings,
     stored runs also by status, kind, host and sweep. ``planned``: the runs of a sweep
-    file (kbench sweep, which spelled it ``--only`` before, still accepted)."""
-    action = parser.add_argument(
+    file (kbench sweep)."""
+    return parser.add_argument(
         "--filter",
         action="append",
         default=[],
@@ -517,22 +396,13 @@ def add_filter_argument(parser, *, planned: bool = False) -> argparse.Action:
         "one of the values, e.g. backend=tensorflow,jax (repeatable: every filter must hold; "
         "default: every run)",
     )
-    if planned:
-        add_renamed(parser, "--only", action)
-    return action
 
 
-def add_output_file_argument(
-    parser, what: str, default_text: str, *, renamed: bool = False
-) -> argparse.Action:
-    """``--output FILE``: the file a command writes (``renamed``: kbench compare, which
-    spelled it ``--markdown`` before, still accepted)."""
-    action = parser.add_argument(
+def add_output_file_argument(parser, what: str, default_text: str) -> argparse.Action:
+    """``--output FILE``: the file a command writes."""
+    return parser.add_argument(
         "--output", type=Path, metavar="FILE", help=f"{what} (default: {default_text})"
     )
-    if renamed:
-        add_renamed(parser, "--markdown", action)
-    return action
 
 
 def add_repeats_argument(
@@ -550,85 +420,13 @@ def add_repeats_argument(
 
 
 def add_calls_argument(parser, default: int) -> argparse.Action:
-    """``--calls N``: timed calls of an operation (kbench ops; it was --repeats there)."""
-    action = parser.add_argument(
+    """``--calls N``: timed calls of an operation (kbench ops)."""
+    return parser.add_argument(
         "--calls",
         type=int,
         default=default,
         metavar="N",
         help=f"timed calls per operation and size (default: {default})",
-    )
-    add_renamed(parser, "--repeats", action)
-    return action
-
-
-def add_warmup_argument(
-    parser, default: int, steps: str, *, renamed: bool = False
-) -> argparse.Action:
-    """``--warmup-steps N``: untimed warm-up iterations; ``steps`` says what a step is
-    here; ``renamed``: also accept --warmup (kbench ops spelled it so)."""
-    action = parser.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=default,
-        metavar="N",
-        help=f"untimed warm-up steps before the timed ones ({steps}) (default: {default})",
-    )
-    if renamed:
-        add_renamed(parser, "--warmup", action)
-    return action
-
-
-def add_timeout_argument(
-    parser, *, default: float = 1800.0, process: str = "worker", keeps: str = ""
-) -> argparse.Action:
-    """``--timeout SECONDS`` for a run's ``process``."""
-    return parser.add_argument(
-        "--timeout",
-        type=finite,
-        default=default,
-        dest="timeout_s",
-        metavar="SECONDS",
-        help=f"stop a run's {process} past this and record it as 'timeout'{keeps} "
-        f"(default: {default:g})",
-    )
-
-
-def add_device_argument(parser, process: str = "worker") -> argparse.Action:
-    return parser.add_argument(
-        "--device",
-        default="auto",
-        metavar="auto|cpu|gpu",
-        help=f"auto: whatever the framework picks; cpu: hide every GPU from the {process}; "
-        "gpu: fail unless there is one (default: auto)",
-    )
-
-
-def add_sample_interval_argument(parser, process: str = "worker") -> argparse.Action:
-    return parser.add_argument(
-        "--sample-interval",
-        type=finite,
-        default=0.2,
-        dest="sample_interval_s",
-        metavar="SECONDS",
-        help=f"how often the sampler reads the {process}'s CPU, memory and GPUs (NVML); "
-        "0 turns it off (default: 0.2)",
-    )
-
-
-def add_seed_argument(parser, seeds: str = "data order and synthetic data") -> argparse.Action:
-    return parser.add_argument(
-        "--seed", type=int, default=0, metavar="N", help=f"seed of the {seeds} (default: 0)"
-    )
-
-
-def add_batch_size_argument(parser, default: int = 64, extra: str = "") -> argparse.Action:
-    return parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=default,
-        metavar="N",
-        help=f"samples per step{extra} (default: {default})",
     )
 
 

@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kbench.cli.distributed_table", description=__doc__.splitlines()[0]
     )
-    add_store_argument(parser, renamed=False)
+    add_store_argument(parser)
     add_filter_argument(parser)
     parser.add_argument("--text", action="store_true", help="aligned text instead of Markdown")
     return parser

@@ -7,11 +7,12 @@ import logging
 
 from kbench.cli.arguments import (
     AGAIN_WITH_REPEATS,
+    MEMORY_SETTINGS,
     add_backend_argument,
-    add_memory_arguments,
     add_output_arguments,
     add_repeats_argument,
-    add_warmup_argument,
+    add_settings,
+    settings_of,
 )
 from kbench.exec.config import EXEC_BACKENDS, ExecConfig
 from kbench.exec.runner import ExecRunner
@@ -77,8 +78,10 @@ def add_command(commands) -> None:
     add_backend_argument(parser, list(EXEC_BACKENDS), required=True, again=AGAIN_WITH_REPEATS)
     add_repeats_argument(parser, "the script on each backend")
     add_output_arguments(parser, process="script's process tree")
-    add_memory_arguments(parser)
-    add_warmup_argument(parser, 5, "the first batches of the script's first fit")
+    add_settings(parser, MEMORY_SETTINGS)
+    add_settings(
+        parser, ["warmup_steps"], words={"steps": "the first batches of the script's first fit"}
+    )
     parser.add_argument(
         "--no-instrument",
         dest="instrument",
@@ -112,10 +115,8 @@ def command_exec(args: argparse.Namespace) -> int:
             "Use --device auto or cpu.",
         )
     shared = dict(
-        command=tuple(command), name=args.name, threads=args.threads, device=args.device,
-        gpu_memory_fraction=args.gpu_memory_fraction, gpu_memory_growth=args.gpu_memory_growth,
-        timeout_s=args.timeout_s, warmup_steps=args.warmup_steps, instrument=args.instrument,
-        sample_interval_s=args.sample_interval_s,
+        command=tuple(command), name=args.name, instrument=args.instrument,
+        **settings_of(args),
     )  # fmt: skip
     # Round by round, so that drift of the machine hits every backend alike.
     configs = [

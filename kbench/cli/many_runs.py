@@ -17,13 +17,13 @@ from kbench.cli.arguments import (
     add_quality_arguments,
     add_ratio_budget_argument,
     add_ratio_precision_argument,
+    add_settings,
     add_store_argument,
     add_warm_argument,
-    add_window_argument,
 )
 from kbench.measure import quality
 from kbench.results import store as store_mod
-from kbench.results.config import ConfigError
+from kbench.results.config import WINDOW_S, ConfigError
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.progress import show_progress
@@ -147,8 +147,10 @@ def add_windows_arguments(
         help="each run in a fresh process, repeats times, even where the file asks for "
         f"windows{what}",
     )
-    add_window_argument(
-        group, None, f"the windows' length (default: the file's window:, or {rounds.WINDOW_S:g})"
+    add_settings(
+        group,
+        ["window_s"],
+        helps={"window_s": f"the windows' length (default: the file's window:, or {WINDOW_S:g})"},
     )
     if with_precision:
         add_ratio_precision_argument(
@@ -243,7 +245,7 @@ def _add_compare(commands) -> None:
     add_store_arguments(compare, several=True)
     add_baseline_argument(compare)
     add_output_file_argument(
-        compare, "the Markdown file of the tables", "compare.md in the first store", renamed=True
+        compare, "the Markdown file of the tables", "compare.md in the first store"
     )
     compare.set_defaults(handler=command_compare)
 
@@ -266,7 +268,7 @@ def _add_report(commands) -> None:
 
 def add_store_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
     """The stores a reading command reads, and the runs it keeps."""
-    add_store_argument(parser, several=several, renamed=False)
+    add_store_argument(parser, several=several)
     add_filter_argument(parser)
 
 
@@ -381,7 +383,7 @@ def show_sweep(
         if options.slurm is not None:  # a run a Slurm task left without a result is to do
             to_run = len(slurm.runs_to_do(sweep, store, options.force, options.retry_failed))
         print(
-            f"sweep {sweep.name} ({size}): {len(sweep.runs)} runs{_in_windows(sweep)}, "
+            f"sweep {sweep.name} ({size}): {len(sweep.runs)} runs{_windows_note(sweep)}, "
             f"{len(sweep.runs) - to_run} already done, {to_run} to run; results in {store}/"
         )
         if options.dry_run:
@@ -409,7 +411,7 @@ def show_sweep(
     return 1 if any(r.failed for r in results) else 0
 
 
-def _in_windows(sweep: sweep_mod.Sweep) -> str:
+def _windows_note(sweep: sweep_mod.Sweep) -> str:
     """`` in 2 comparisons in warm windows``, for a sweep measured so."""
     if sweep.windows is None:
         return ""

@@ -10,16 +10,13 @@ import logging
 from typing import Any, Dict, List, Optional
 
 from kbench.cli.arguments import (
+    PRECISION_SETTINGS,
     add_backend_argument,
     add_calls_argument,
-    add_device_argument,
-    add_precision_arguments,
-    add_seed_argument,
+    add_settings,
     add_store_argument,
-    add_threads_argument,
-    add_timeout_argument,
-    add_warmup_argument,
     finite,
+    settings_of,
 )
 from kbench.ops.runner import (
     DEFAULT_MAX_MEMORY_MB,
@@ -95,19 +92,25 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_operation_arguments(parser)
     add_calls_argument(parser, DEFAULT_REPEATS)
-    add_warmup_argument(
-        parser, DEFAULT_WARMUP, "steps: calls of the operation, after the check's call",
-        renamed=True,
+    add_settings(
+        parser,
+        ["warmup_steps", "seed", "device", "threads"],
+        defaults={"warmup_steps": DEFAULT_WARMUP},
+        words={"steps": "steps: calls of the operation, after the check's call",
+               "seeds": "inputs"},
     )  # fmt: skip
-    add_seed_argument(parser, "inputs")
-    add_device_argument(parser)
-    add_threads_argument(parser)
-    add_precision_arguments(
-        parser, "calls of each operation at each size", "--calls calls (the most it makes)"
-    )
-    add_timeout_argument(
-        parser, default=DEFAULT_TIMEOUT_S, process="worker (one per backend, all its operations "
-        "together)", keeps=", keeping what it finished",
+    add_settings(
+        parser,
+        PRECISION_SETTINGS,
+        words={"unit": "calls of each operation at each size",
+               "limit": "--calls calls (the most it makes)"},
+    )  # fmt: skip
+    add_settings(
+        parser,
+        ["timeout_s"],
+        defaults={"timeout_s": DEFAULT_TIMEOUT_S},
+        words={"process": "worker (one per backend, all its operations together)",
+               "keeps": ", keeping what it finished"},
     )  # fmt: skip
     add_store_argument(parser, holds="one result JSON per backend, an index, worker logs")
     parser.set_defaults(handler=command_ops)
@@ -187,8 +190,10 @@ def parse_sizes(text: Optional[str], max_size: Optional[int]) -> List[int]:
     return list(dict.fromkeys(sizes))
 
 
-# OpsConfig fields whose flag is named otherwise: an error names the flag.
+# OpsConfig fields named otherwise than the run setting (or flag) that gives them: an
+# error names the flag.
 FLAG_SETTINGS = {"repeats": "calls", "warmup": "warmup_steps"}
+OPS_FIELDS = {flag: field for field, flag in FLAG_SETTINGS.items()}
 
 
 def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
@@ -209,14 +214,8 @@ def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
         sizes=parse_sizes(args.sizes, args.max_size),
         dtype=args.dtype,
         repeats=args.calls,
-        warmup=args.warmup_steps,
-        device=args.device,
-        threads=args.threads,
-        timeout_s=args.timeout_s,
-        seed=args.seed,
         max_memory_mb=args.max_memory,
-        target_precision=args.target_precision,
-        time_budget_s=args.time_budget_s,
+        **{OPS_FIELDS.get(name, name): value for name, value in settings_of(args).items()},
     )
     try:
         return [OpsConfig(backend=backend, **settings) for backend in backends]

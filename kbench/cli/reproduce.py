@@ -10,12 +10,12 @@ from typing import Tuple
 
 from kbench.cli import many_runs
 from kbench.cli.arguments import (
+    PRECISION_SETTINGS,
     add_baseline_argument,
-    add_precision_arguments,
     add_quality_arguments,
     add_ratio_precision_argument,
-    add_renamed,
     add_repeats_argument,
+    add_settings,
     add_store_argument,
 )
 from kbench.results.config import ConfigError
@@ -87,16 +87,15 @@ def add_command(commands) -> None:
         "size a CPU finishes (the study file says what that changes)",
     )
     add_store_argument(
-        parser, default=None, renamed=False,
+        parser, default=None,
         default_text="results/SWEEP, results/SWEEP-reduced with --reduced",
     )  # fmt: skip
-    dry_run = parser.add_argument(
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="start no run: list the runs and whether the store holds them, then check the "
         "claims on what it holds",
     )
-    add_renamed(parser, "--no-run", dry_run)
     parser.add_argument(
         "--retry-failed",
         action="store_true",
@@ -108,7 +107,11 @@ def add_command(commands) -> None:
         " (default with --reduced for a study whose claims are backend ratios)",
         with_precision=False,
     )
-    add_precision_arguments(parser, "each run's steps", "the run's epochs or steps")
+    add_settings(
+        parser,
+        PRECISION_SETTINGS,
+        words={"unit": "each run's steps", "limit": "the run's epochs or steps"},
+    )
     add_baseline_argument(parser, "the first backend; for the sweep's closing tables")
     add_quality_arguments(parser)
     parser.set_defaults(handler=command_reproduce)

@@ -8,15 +8,13 @@ import json
 from kbench.backends import BACKENDS
 from kbench.cli.arguments import (
     add_backend_argument,
-    add_batch_size_argument,
     add_model_argument,
     add_output_arguments,
     add_ratio_precision_argument,
-    add_seed_argument,
-    add_warmup_argument,
-    add_window_argument,
+    add_settings,
     comma_list,
     duration,
+    settings_of,
 )
 from kbench.results.config import RunConfig
 from kbench.studies import rounds as studies_rounds
@@ -59,15 +57,14 @@ def add_command(commands) -> None:
     add_model_argument(
         parser, list(MODELS), default="mlp", single=True, default_text="default: mlp"
     )
-    parser.add_argument("--dataset", default="synthetic", help="as kbench run (default: synthetic)")
-    parser.add_argument("--data-dir", help="as kbench run")
-    parser.add_argument(
-        "--train-samples", type=int, default=2048,
-        help="training samples the windows cycle through (default: 2048)",
+    add_settings(
+        parser,
+        ["dataset", "data_dir", "train_samples", "batch_size", "warmup_steps", "seed"],
+        defaults={"dataset": "synthetic", "train_samples": 2048},
+        helps={"dataset": "as kbench run's --dataset", "data_dir": "as kbench run's --data-dir",
+               "train_samples": "training samples the windows cycle through"},
+        words={"steps": "training steps before measuring; their losses are compared"},
     )  # fmt: skip
-    add_batch_size_argument(parser)
-    add_warmup_argument(parser, 5, "training steps before measuring; their losses are compared")
-    add_seed_argument(parser)
     parser.add_argument(
         "--budget", type=duration, default=600.0, dest="budget_s", metavar="DURATION",
         help="the whole search's time: 90s, 10m, 1h (default: 10m); a quarter of it goes "
@@ -78,10 +75,10 @@ def add_command(commands) -> None:
         help="also try half and twice --batch-size (it changes the training: their losses "
         "are not compared, only the outputs before training)",
     )  # fmt: skip
-    add_window_argument(
-        parser, studies_tune.WINDOW_S,
-        f"seconds each setting's window measures (default: {studies_tune.WINDOW_S:g}: a search "
-        "needs 8 or more rounds of up to a dozen settings to call one faster)",
+    add_settings(
+        parser, ["window_s"], defaults={"window_s": studies_tune.WINDOW_S},
+        helps={"window_s": "seconds each setting's window measures (a search needs 8 or "
+               "more rounds of up to a dozen settings to call one faster)"},
     )  # fmt: skip
     add_ratio_precision_argument(
         parser,
@@ -107,14 +104,7 @@ def add_command(commands) -> None:
 
 
 def command_tune(args: argparse.Namespace) -> int:
-    base = RunConfig(
-        backend=args.backend[0], model=args.model, dataset=args.dataset, data_dir=args.data_dir,
-        train_samples=args.train_samples, batch_size=args.batch_size,
-        warmup_steps=args.warmup_steps, seed=args.seed, threads=args.threads,
-        inter_op_threads=args.inter_op_threads,
-        timeout_s=args.timeout_s, sample_interval_s=args.sample_interval_s, device=args.device,
-        window_s=args.window_s, epochs=1,
-    )  # fmt: skip
+    base = RunConfig(backend=args.backend[0], model=args.model, epochs=1, **settings_of(args))
     report = studies_tune.tune(
         args.backend, base, args.store, budget_s=args.budget_s, target=args.ratio_precision,
         allow_batch_size=args.allow_batch_size, only=args.only, fresh=args.fresh,

@@ -3,6 +3,14 @@
 Every check happens here, when the config is created, so a bad flag or sweep entry
 fails before any process starts, with a message that names the setting, what was
 expected, what was received and how to fix it.
+
+Each setting says once, in its field's metadata (:class:`Setting`), what it is to its
+users: the flag that sets it (named by :func:`flag_for`: ``timeout_s`` is
+``--timeout``), the flag's help, how its text is read, its --help section, and the
+check of its value. The CLI builds every command's flags from these fields
+(:func:`kbench.cli.arguments.add_settings`), copies the parsed flags into configs by
+their names, and names the flag of a :class:`ConfigError` by :func:`flag_for`; a sweep
+file's keys are the same names.
 """
 
 from __future__ import annotations
@@ -12,8 +20,8 @@ import functools
 import math
 import os
 import re
-from dataclasses import dataclass, fields
-from typing import Any, Dict, Iterable, Optional, Tuple
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
@@ -63,6 +71,8 @@ MAX_SEED = 2**32 - 1
 MAX_SECONDS = 30 * 24 * 3600.0
 # Sampling less often than once a minute sees nothing of most runs.
 MAX_SAMPLE_INTERVAL_S = 60.0
+# A warm interleaved window's length unless told otherwise (window_s): about a second.
+WINDOW_S = 1.0
 
 
 def file_safe(model: str) -> str:
@@ -84,13 +94,26 @@ class FileError(ValueError):
 class ConfigError(ValueError):
     """A setting has a value kbench cannot run with; the message says how to fix it.
 
-    ``setting`` is the field name (``batch_size``); the CLI shows it as its flag.
+    ``setting`` is the field name (``batch_size``); the CLI shows it as its flag
+    (:func:`flag_for`).
     """
 
     def __init__(self, setting: str, message: str) -> None:
         super().__init__(f"{setting}: {message}")
         self.setting = setting
         self.message = message
+
+
+class TextError(ValueError):
+    """A flag's text that is not of its setting's form (``32by32`` for a shape); the
+    message says the form. The CLI shows it as argparse shows a bad value."""
+
+
+def flag_for(setting: str) -> str:
+    """The flag of a setting, the one rule for every command: ``--`` and the name with
+    ``_`` as ``-``, a unit suffix ``_s`` left out (``timeout_s``: ``--timeout``,
+    ``ratio_budget_s``: ``--ratio-budget``)."""
+    return "--" + setting.removesuffix("_s").replace("_", "-")
 
 
 def did_you_mean(word: str, allowed: Iterable[str]) -> str:
@@ -106,6 +129,55 @@ def check_choice(setting: str, value: Any, allowed: Iterable[str]) -> None:
         return
     hint = did_you_mean(value, allowed) if isinstance(value, str) else ""
     raise ConfigError(setting, f"expected one of {', '.join(allowed)}; received {value!r}.{hint}")
+
+
+# a setting's text, as a flag gives it ---------------------------------------------
+
+
+def parse_number(text: str) -> float:
+    """A float that is a number: Python's ``float`` takes nan and inf."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise TextError(f"expected a number; received {text!r}") from None
+    if not math.isfinite(value):
+        raise TextError(f"expected a finite number; received {text!r}, which is not one")
+    return value
+
+
+def parse_shape(text: str) -> Tuple[int, ...]:
+    """``32x32x3`` -> ``(32, 32, 3)``; the values are checked with the model's input."""
+    try:
+        return tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise TextError(
+            f"expected HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS, for example 32x32x3; "
+            f"received {text!r}"
+        ) from None
+
+
+def parse_half_width(text: str) -> float:
+    """A relative half-width above 0 and below 1 (0.02 is +-2%)."""
+    value = parse_number(text)
+    if not 0 < value < 1:
+        raise TextError(
+            f"expected a relative half-width above 0 and below 1, for example 0.02 for "
+            f"+-2%; received {text!r}"
+        )
+    return value
+
+
+def parse_seconds(text: str) -> float:
+    """Seconds, more than 0."""
+    value = parse_number(text)
+    if value <= 0:
+        raise TextError(f"expected more than 0 seconds; received {text!r}")
+    return value
+
+
+# the checks of one setting's value --------------------------------------------------
+
+Check = Callable[[str, Any], Any]  # (setting, value) -> the value, canonical; or ConfigError
 
 
 def _positive_int(
@@ -127,6 +199,715 @@ def _positive_int(
 
 def _positive(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _not_number(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, (int, float))
+
+
+def _positive_number(
+    setting: str, value: Any, unit: str = "", most: Optional[float] = None
+) -> None:
+    if (
+        _not_number(value)
+        or not math.isfinite(value)
+        or value <= 0
+        or (most is not None and value > most)
+    ):
+        what = f"a positive number of {unit}" if unit else "a positive number"
+        bound = f" up to {most:,.0f}" if most is not None else ""
+        raise ConfigError(setting, f"expected {what}{bound} (finite); received {value!r}.")
+
+
+def _count(lowest: int = 1, most: Optional[int] = None, optional: bool = False) -> Check:
+    """A whole number from ``lowest`` up to ``most``; ``optional``: or None."""
+
+    def check(setting: str, value: Any) -> Any:
+        if value is not None or not optional:
+            _positive_int(setting, value, allow_zero=lowest == 0, most=most)
+        return value
+
+    return check
+
+
+def _seconds(optional: bool = False) -> Check:
+    def check(setting: str, value: Any) -> Any:
+        if value is not None or not optional:
+            _positive_number(setting, value, "seconds", MAX_SECONDS)
+        return value
+
+    return check
+
+
+def _one_of(allowed: Iterable[str], optional: bool = False) -> Check:
+    allowed = tuple(allowed)
+
+    def check(setting: str, value: Any) -> Any:
+        if value is not None or not optional:
+            check_choice(setting, value, allowed)
+        return value
+
+    return check
+
+
+def _true_or_false(setting: str, value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ConfigError(setting, f"expected true or false; received {value!r}.")
+    return value
+
+
+def _required(check: Check) -> Check:
+    def required(setting: str, value: Any) -> Any:
+        if value is None:
+            raise ConfigError(setting, f"expected a {setting}; received none.")
+        return check(setting, value)
+
+    return required
+
+
+def _check_learning_rate(setting: str, value: Any) -> Any:
+    _positive_number(setting, value)
+    return value
+
+
+def _check_model(setting: str, model: Any) -> Any:
+    """A zoo name, or a user model made canonical: ``/absolute/file.py:function``
+    (the worker runs in another folder)."""
+    if not (isinstance(model, str) and is_reference(model)):
+        try:
+            check_choice(setting, model, MODELS)
+        except ConfigError as err:
+            raise ConfigError(
+                setting, f"{err.message} Or your own model: {USER_MODEL_FORMS}."
+            ) from None
+        return model
+    try:
+        return spec_for(model).name
+    except UserModelError as err:
+        raise ConfigError(setting, str(err)) from None
+
+
+def _check_dataset(setting: str, dataset: Any) -> Any:
+    """A built-in name, or ``npz:PATH`` made absolute and checked here."""
+    if isinstance(dataset, str) and dataset.startswith(NPZ_PREFIX):
+        try:
+            return NPZ_PREFIX + inspect_npz(dataset[len(NPZ_PREFIX) :]).path
+        except DataUnavailable as err:
+            raise ConfigError(setting, str(err)) from None
+    try:  # folder:PATH made absolute, tfds:NAME checked for its form
+        own = user_dataset(dataset) if isinstance(dataset, str) else None
+    except DataUnavailable as err:
+        raise ConfigError(setting, str(err)) from None
+    if own is not None:
+        return own
+    try:
+        check_choice(setting, dataset, DATASETS)
+    except ConfigError as err:
+        raise ConfigError(
+            setting,
+            f"{err.message} Or your own data: npz:path/to/data.npz, folder:path/to/images "
+            "or tfds:NAME.",
+        ) from None
+    return dataset
+
+
+def _check_image_size(setting: str, size: Any) -> Any:
+    if size is None:
+        return size
+    if not isinstance(size, (list, tuple)) or len(size) != 2 or not all(map(_positive, size)):
+        raise ConfigError(
+            setting,
+            "expected HEIGHTxWIDTH of positive integers (a list in a sweep file: "
+            f"[64, 64]); received {type(size).__name__} {size!r}.",
+        )
+    return tuple(size)
+
+
+def _check_data_dir(setting: str, path: Any) -> Any:
+    if path is not None and (not isinstance(path, str) or not os.path.isdir(path)):
+        raise ConfigError(
+            setting, f"expected an existing directory; received {path!r}, which is not one."
+        )
+    return path
+
+
+def _check_sample_interval(setting: str, interval: Any) -> Any:
+    if (
+        _not_number(interval)
+        or not math.isfinite(interval)
+        or not 0 <= interval <= MAX_SAMPLE_INTERVAL_S
+    ):
+        raise ConfigError(
+            setting,
+            f"expected a finite number of seconds up to {MAX_SAMPLE_INTERVAL_S:g}, 0 to "
+            f"turn the sampler off; received {interval!r}.",
+        )
+    return interval
+
+
+def _check_memory_fraction(setting: str, fraction: Any) -> Any:
+    if fraction is None:
+        return fraction
+    if _not_number(fraction) or not 0 < fraction <= 1:
+        raise ConfigError(
+            setting,
+            f"expected a fraction of GPU memory above 0 and at most 1; received {fraction!r}.",
+        )
+    return float(fraction)  # 1 in a sweep file: frameworks take a float only
+
+
+def _check_target_precision(setting: str, target: Any) -> Any:
+    if target is not None and (
+        _not_number(target) or not math.isfinite(target) or not 0 < target < 1
+    ):
+        raise ConfigError(
+            setting,
+            "expected a relative half-width above 0 and below 1 (0.02: the median's 95% "
+            f"interval within +-2%); received {target!r}.",
+        )
+    return target
+
+
+def _check_switch(setting: str, value: Any) -> Any:
+    """A switch of :data:`kbench.backends.switches.SWITCHES`: on/off (YAML reads a bare
+    on/off as true/false), true or false, a count, or one of its choices."""
+    switch = SWITCHES[setting]
+    if isinstance(value, bool) and "on" in switch.choices:
+        value = "on" if value else "off"
+    if isinstance(switch.default, bool):
+        return _true_or_false(setting, value)
+    if switch.is_count:
+        _positive_int(setting, value, allow_zero=True)
+    else:
+        check_choice(setting, value, switch.choices)
+    return value
+
+
+# what a setting is to its users -----------------------------------------------------
+
+SETTING = "kbench.setting"  # the key of a field's metadata that holds its Setting
+# The --help sections of settings that belong together.
+GPU_MEMORY = "GPU memory options (recorded in every result)"
+SWITCH_GROUP = (
+    "optimization switches (recorded in every result; 'not applicable' where a backend "
+    "has no such thing)"
+)
+PRECISION = "precision on request (the result records the interval reached and why it stopped)"
+DATA_PARALLEL = "data-parallel training (each framework's own engine)"
+PROFILER = "where the time goes (the framework's own profiler)"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one :class:`RunConfig` field is to its users: its flag and its check.
+
+    ``help`` is the flag's help as ``kbench run`` shows it (None: no flag of its own;
+    ``--backend`` and ``--model`` take lists, the repeat index is kbench's); a
+    ``{word}`` in it is said by each command its own way, ``words`` holding kbench
+    run's. The CLI adds "(default: ...)": ``default_text``, else the default itself.
+    ``parse`` reads the flag's text (raising :class:`TextError`; None: the text as it
+    is, or no value at all for a true/false setting). ``check`` refuses a value with a
+    :class:`ConfigError` or returns it made canonical; checks across settings are
+    :class:`RunConfig`'s own. ``group`` is the --help section; the flags of one
+    ``exclusive`` name exclude each other.
+    """
+
+    help: Optional[str]
+    check: Check
+    parse: Optional[Callable[[str], Any]] = None
+    metavar: Optional[str] = None
+    default_text: Optional[str] = None
+    group: Optional[str] = None
+    exclusive: Optional[str] = None
+    words: Tuple[Tuple[str, str], ...] = ()
+
+
+def setting(default: Any, help: Optional[str], check: Check, **flag: Any) -> Any:
+    """A :class:`RunConfig` field of ``default`` whose metadata is its :class:`Setting`."""
+    return field(default=default, metadata={SETTING: Setting(help, check, **flag)})
+
+
+def switch_setting(name: str) -> Any:
+    """The field of the switch ``name`` (:data:`kbench.backends.switches.SWITCHES`): its
+    default, help and choices are the switch's own."""
+    switch = SWITCHES[name]
+    if isinstance(switch.default, bool):
+        return setting(switch.default, switch.help, _check_switch, group=SWITCH_GROUP)
+    metavar = "N" if switch.is_count else "|".join(switch.choices)
+    parse = int if switch.is_count else None
+    return setting(
+        switch.default, switch.help, _check_switch, parse=parse, metavar=metavar,
+        group=SWITCH_GROUP,
+    )  # fmt: skip
+
+
+# The words of a flag's help each command may say its own way, and kbench run's.
+PROCESS = (("process", "worker"),)
+MEASURED = (
+    ("unit", "training steps (inference passes with --mode inference)"),
+    ("limit", "the end of the data and epochs (inference: of --duration, unless a budget "
+              "is given)"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run of one model on one backend: training or inference.
+
+    Training length is either ``epochs`` (full passes over the training set, the
+    first ``warmup_steps`` steps of epoch 1 excluded from throughput) or ``steps``
+    (``warmup_steps`` + ``steps`` steps in one pass, all ``steps`` measured; in warm
+    windows, the steps of each window).
+    Inference runs ``warmup_steps`` forward passes of one fixed batch, then measures
+    forward passes for ``duration_s`` seconds. Each field's metadata is its
+    :class:`Setting`: the flag, its help and the check of its value.
+    """
+
+    backend: str = setting(None, None, _required(_one_of(BACKENDS)))
+    model: str = setting(None, None, _required(_check_model))
+    dataset: str = setting(
+        "fashion_mnist",
+        f"one of: {', '.join(DATASETS)}; or your own arrays: "
+        "npz:path/to/data.npz holding x_train, y_train, x_test, y_test (integer labels, "
+        "images channels last, uint8 or floats in [0, 1]); folder:path/to/images, one "
+        "folder of images per class (PATH/train/ and PATH/val/, else 10%% of each class held "
+        "out; resized to --image-size or the model's input); tfds:NAME[/CONFIG][:VERSION], "
+        "a tensorflow-datasets image set tfds has prepared. Real data is read "
+        "from --data-dir, the Keras cache (~/.keras/datasets, read only), kbench's cache, "
+        "Debian's dataset-fashion-mnist, prepared tensorflow-datasets, else downloaded; "
+        "synthetic data is labelled so in every result",
+        _check_dataset,
+        metavar="DATASET",
+    )
+    batch_size: int = setting(64, "samples per step", _count(), parse=int, metavar="N")
+    epochs: Optional[int] = setting(
+        1, "passes over the training set", _count(optional=True), parse=int, metavar="N",
+        exclusive="length",
+    )  # fmt: skip
+    steps: Optional[int] = setting(
+        None,
+        "measured steps instead of epochs (after the warmup steps); in warm interleaved "
+        "windows (several backends, no --repeats) the length of each window instead: "
+        "windows of N steps each, round after round, not N measured steps in all",
+        _count(optional=True),
+        parse=int,
+        metavar="N",
+        default_text="none: --epochs sets the length",
+        exclusive="length",
+    )
+    warmup_steps: int = setting(
+        5, "untimed warm-up steps before the timed ones ({steps})", _count(0), parse=int,
+        metavar="N",
+        words=(("steps", "training steps, or forward passes with --mode inference: tracing, "
+                         "compilation"),),
+    )  # fmt: skip
+    data_format: Optional[str] = setting(
+        None,
+        f"override the backend's image_data_format: {' or '.join(DATA_FORMATS)}",
+        _one_of(DATA_FORMATS, optional=True),
+        metavar="FORMAT",
+        default_text="keras_configs/<backend>.json",
+    )
+    optimizer: str = setting(
+        "adam", "the training's optimizer", _one_of(OPTIMIZERS), metavar="|".join(OPTIMIZERS)
+    )
+    learning_rate: float = setting(
+        1e-3, "the optimizer's learning rate", _check_learning_rate, parse=parse_number,
+        metavar="RATE",
+    )  # fmt: skip
+    train_samples: Optional[int] = setting(
+        None, "use only the first N training samples", _count(optional=True), parse=int,
+        metavar="N", default_text="the whole training set",
+    )  # fmt: skip
+    test_samples: Optional[int] = setting(
+        None, "use only the first N test samples", _count(optional=True), parse=int,
+        metavar="N", default_text="the whole test set",
+    )  # fmt: skip
+    input_shape: Optional[Tuple[int, ...]] = setting(
+        None,
+        "synthetic data only: HxWxC images (channels last), STEPSxFEATURES for lstm, "
+        "STEPS for lstm_embedding",
+        lambda name, shape: shape,  # checked against the model's kind of input
+        parse=parse_shape,
+        metavar="HxWxC",
+        default_text="the model's own",
+    )
+    num_classes: Optional[int] = setting(
+        None,
+        "the classes of synthetic data, or of npz: data (there the default is the largest "
+        "label + 1)",
+        _count(optional=True),
+        parse=int,
+        metavar="N",
+        default_text="the model's own",
+    )
+    image_size: Optional[Tuple[int, int]] = setting(
+        None, "resize real images (bilinear), e.g. 64x64 for alexnet on CIFAR",
+        _check_image_size, parse=parse_shape, metavar="HxW", default_text="the model's input",
+    )  # fmt: skip
+    data_dir: Optional[str] = setting(
+        None,
+        "a directory holding the data set's files as published (mnist.npz, "
+        "cifar-10-python.tar.gz, the Fashion-MNIST idx files, imdb.npz, ...)",
+        _check_data_dir,
+        metavar="DIR",
+        default_text="none: the caches, else a download",
+    )
+    threads: Optional[int] = setting(
+        None,
+        "CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
+        "cores kbench may run on also pins the worker to that many cores",
+        _count(most=MAX_THREADS, optional=True),
+        parse=int,
+        metavar="N",
+        default_text="every core of kbench's CPU affinity, e.g. as taskset or a "
+        "container's cpuset set it",
+    )
+    inter_op_threads: Optional[int] = setting(
+        None,
+        "the framework's inter-op pool apart from --threads (TensorFlow "
+        "set_inter_op_parallelism_threads, torch set_num_interop_threads; refused for jax "
+        "and mxnet, which have no such pool to set)",
+        _count(most=MAX_THREADS, optional=True),
+        parse=int,
+        metavar="N",
+        default_text="--threads",
+    )
+    seed: int = setting(
+        0, "seed of the {seeds}", _count(0, MAX_SEED), parse=int, metavar="N",
+        words=(("seeds", "data order and synthetic data"),),
+    )  # fmt: skip
+    timeout_s: float = setting(
+        1800.0, "stop a run's {process} past this and record it as 'timeout'{keeps}",
+        _seconds(), parse=parse_number, metavar="SECONDS", words=PROCESS + (("keeps", ""),),
+    )  # fmt: skip
+    mode: str = setting(
+        "train",
+        "train, or inference: forward passes of one batch for --duration seconds after "
+        "the warmup passes; reports latency p50/p90/p99",
+        _one_of(MODES),
+        metavar="|".join(MODES),
+    )
+    duration_s: float = setting(
+        10.0, "inference: measured seconds of forward passes", _seconds(), parse=parse_number,
+        metavar="SECONDS",
+    )  # fmt: skip
+    repeat: int = setting(0, None, _count(0))  # which repetition of one config (0-based)
+    sample_interval_s: float = setting(
+        0.2,
+        "how often the sampler reads the {process}'s CPU, memory and GPUs (NVML); 0 turns it off",
+        _check_sample_interval,
+        parse=parse_number,
+        metavar="SECONDS",
+        words=PROCESS,
+    )
+    device: str = setting(
+        "auto",
+        "auto: whatever the framework picks; cpu: hide every GPU from the {process}; "
+        "gpu: fail unless there is one",
+        _one_of(DEVICES),
+        metavar="|".join(DEVICES),
+        words=PROCESS,
+    )
+    gpu_memory_fraction: Optional[float] = setting(
+        None,
+        "cap each framework at F of GPU memory: TensorFlow logical device limit, PyTorch "
+        "set_per_process_memory_fraction, JAX XLA_PYTHON_CLIENT_MEM_FRACTION, MXNet "
+        "MXNET_GPU_MEM_POOL_RESERVE (approximate)",
+        _check_memory_fraction,
+        parse=parse_number,
+        metavar="F",
+        default_text="none: the framework's own",
+        group=GPU_MEMORY,
+    )
+    gpu_memory_growth: bool = setting(
+        False,
+        "allocate GPU memory on demand: TensorFlow memory growth, JAX no preallocation",
+        _true_or_false,
+        group=GPU_MEMORY,
+    )
+    # optimization switches (kbench.backends.switches): each backend applies what it has
+    jit_compile: str = switch_setting("jit_compile")
+    run_eagerly: bool = switch_setting("run_eagerly")
+    torch_compile: bool = switch_setting("torch_compile")
+    mixed_precision: str = switch_setting("mixed_precision")
+    hybridize: bool = switch_setting("hybridize")
+    tf32: str = switch_setting("tf32")
+    onednn: str = switch_setting("onednn")
+    mxnet_gpus: int = switch_setting("mxnet_gpus")
+    distributed: str = setting(
+        "none",
+        f"one of: {', '.join(DISTRIBUTED)}. --batch-size is per worker; the global batch "
+        "is batch size x workers",
+        _one_of(DISTRIBUTED),
+        metavar="MODE",
+        group=DATA_PARALLEL,
+    )
+    workers: int = setting(
+        1, "worker processes", _count(), parse=int, metavar="N", group=DATA_PARALLEL
+    )
+    profile: bool = setting(
+        False,
+        "after the measured run, run --profile-steps more steps under the framework's "
+        "profiler (torch.profiler, TensorFlow's profiler, JAX's trace) and record time per "
+        "phase (data, forward, backward, update) and the top operators, with the "
+        "`kbench ops` name where one fits; throughput is measured without the profiler. "
+        "MXNet's wheel has no profiler: recorded as unsupported",
+        _true_or_false,
+        group=PROFILER,
+    )
+    profile_steps: int = setting(
+        10, "steps (forward passes with --mode inference) to profile", _count(), parse=int,
+        metavar="N", group=PROFILER,
+    )  # fmt: skip
+    # measure until the median throughput's 95% interval is within +-target_precision
+    # of it, or time_budget_s seconds of measuring are spent (kbench.measure.precision)
+    target_precision: Optional[float] = setting(
+        None,
+        "keep measuring {unit} until the median throughput's 95%% confidence interval "
+        "(order statistics, distribution-free) is within +-P of it, e.g. 0.02; stops "
+        "earlier when --time-budget is spent or at {limit}",
+        _check_target_precision,
+        parse=parse_half_width,
+        metavar="P",
+        default_text="off",
+        group=PRECISION,
+        words=MEASURED,
+    )
+    time_budget_s: Optional[float] = setting(
+        None, "stop measuring {unit} after this many seconds, precision reached or not",
+        _seconds(optional=True), parse=parse_seconds, metavar="SECONDS", default_text="none",
+        group=PRECISION, words=MEASURED,
+    )  # fmt: skip
+    # a measuring window of this many seconds in a warm worker, interleaved with the other
+    # backends' (kbench.run.windows); None: the run is a fresh process of its own
+    window_s: Optional[float] = setting(
+        None,
+        "several backends, no --repeats, training: one warm worker per backend builds "
+        "and compiles once, then the backends measure windows of about this many seconds "
+        "in turn (A B C, B C A, ...), round after round, until every ratio to the baseline "
+        "has its 95%% interval within --ratio-precision or --ratio-budget is spent; a round "
+        "with a window flagged busy is dropped, and said. --steps N: windows of N steps "
+        "each instead",
+        _seconds(optional=True),
+        parse=parse_seconds,
+        metavar="SECONDS",
+        default_text=f"{WINDOW_S:g} s",
+    )
+
+    def __post_init__(self) -> None:
+        for name, about in settings().items():
+            object.__setattr__(self, name, about.check(name, getattr(self, name)))
+        self._check_length()
+        self._check_data()
+        self._check_warmup_fits()
+        self._check_inter_op()
+        self._check_distributed()
+        self._check_profile()
+        self._check_precision()
+        if self.window_s is not None:
+            self._check_window()
+        self._check_mxnet_gpus()
+
+    def _check_length(self) -> None:
+        """Steps, where given, replace the epochs (the flags' default)."""
+        if self.steps is not None:
+            object.__setattr__(self, "epochs", None)
+        elif self.epochs is None:
+            raise ConfigError("epochs", "expected a number of epochs or steps; received neither.")
+
+    def _check_mxnet_gpus(self) -> None:
+        if not self.mxnet_gpus:
+            return
+        if self.device == "cpu":
+            raise ConfigError(
+                "mxnet_gpus",
+                f"expected GPUs the worker can see; received --mxnet-gpus {self.mxnet_gpus} "
+                "with --device cpu, which hides every GPU. Drop --device cpu or --mxnet-gpus.",
+            )
+        if self.distributed != "none":
+            raise ConfigError(
+                "mxnet_gpus",
+                f"--distributed {self.distributed} gives each worker process one device; "
+                f"received --mxnet-gpus {self.mxnet_gpus} too. Drop one of the two.",
+            )
+
+    def _check_distributed(self) -> None:
+        allowed = DISTRIBUTED[self.distributed]
+        if self.backend not in allowed:
+            raise ConfigError(
+                "distributed",
+                f"mode {self.distributed!r} runs {' or '.join(allowed)}; received backend "
+                f"{self.backend!r}. Modes for it: "
+                f"{', '.join(m for m, b in DISTRIBUTED.items() if self.backend in b)}.",
+            )
+        if self.distributed != "none" and self.mode != "train":
+            raise ConfigError(
+                "distributed",
+                f"data-parallel modes train; received --mode {self.mode}. Drop --distributed "
+                "for inference.",
+            )
+        if self.distributed == "none" and self.workers != 1:
+            raise ConfigError(
+                "workers",
+                f"expected 1 without --distributed; received {self.workers}. Choose a mode "
+                "with --distributed.",
+            )
+
+    def switches(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in SWITCHES}
+
+    def _check_data(self) -> None:
+        """The data against the backend and the model: data format, kinds of input,
+        the shapes synthetic and resized data take."""
+        if self.data_format is not None:
+            allowed = BACKENDS[self.backend].data_formats
+            if self.data_format not in allowed:
+                raise ConfigError(
+                    "data_format",
+                    f"backend {self.backend!r} runs {' or '.join(allowed)} only; received "
+                    f"{self.data_format!r}. Drop --data-format for it.",
+                )
+        model_kind = spec_for(self.model).input_kind
+        data_kind = dataset_spec(self.dataset).kind
+        if self.dataset.startswith(NPZ_PREFIX):
+            try:  # the arrays against the model's input and the class count asked for
+                inspect_npz(self.dataset[len(NPZ_PREFIX) :]).check_fits(
+                    model_kind, self.num_classes
+                )
+            except DataUnavailable as err:
+                raise ConfigError("dataset", str(err)) from None
+            data_kind = model_kind
+        if data_kind not in ("any", model_kind):
+            fitting = [n for n, d in DATASET_SPECS.items() if d.kind in ("any", model_kind)]
+            raise ConfigError(
+                "dataset",
+                f"model {self.model!r} takes {INPUT_KINDS[model_kind]}; dataset "
+                f"{self.dataset!r} holds {INPUT_KINDS[data_kind]}. Use one of: "
+                f"{', '.join(fitting)}.",
+            )
+        self._check_synthetic_shape(model_kind)
+        if self.image_size is not None and data_kind != "image":
+            raise ConfigError(
+                "image_size",
+                f"only real image data sets are resized; {self.dataset!r} is not one "
+                "(synthetic data takes --input-shape).",
+            )
+
+    def _check_synthetic_shape(self, model_kind: str) -> None:
+        """``input_shape`` and ``num_classes``: synthetic data's (and npz: data's class
+        count), the shape checked against the model's kind of input."""
+        npz_classes = self.dataset.startswith(NPZ_PREFIX) and self.input_shape is None
+        if (
+            self.dataset != "synthetic"
+            and not npz_classes
+            and (self.input_shape is not None or self.num_classes is not None)
+        ):
+            raise ConfigError(
+                "input_shape/num_classes",
+                f"only synthetic data takes them (and npz: data --num-classes, the model's "
+                f"output size); dataset {self.dataset!r} has its own. Drop the flags or use "
+                "--dataset synthetic.",
+            )
+        if self.input_shape is not None:
+            object.__setattr__(self, "input_shape", _input_shape(self.input_shape, model_kind))
+
+    def _check_profile(self) -> None:
+        if self.profile and self.distributed != "none":
+            raise ConfigError(
+                "profile",
+                f"profiles one process; received --distributed {self.distributed} too. Profile "
+                "the model without --distributed (the breakdown per operator is the same "
+                "computation), or drop --profile.",
+            )
+
+    def _check_precision(self) -> None:
+        asked = self.target_precision is not None or self.time_budget_s is not None
+        if asked and self.distributed != "none":
+            raise ConfigError(
+                "target_precision",
+                f"--distributed {self.distributed} trains a fixed number of steps on every "
+                "worker; received --target-precision/--time-budget too. Drop them, or set the "
+                "length with --steps or --epochs.",
+            )
+
+    def _check_window(self) -> None:
+        """A warm window measures training steps of one process, for a set time."""
+        other = needs_fresh_process(vars(self))
+        if other is not None:
+            raise ConfigError(
+                "window_s",
+                f"warm windows measure training steps in one process per backend; received "
+                f"{other} too, which needs fresh processes. Add --repeats N (fresh-process "
+                "rounds) or drop it.",
+            )
+
+    def _check_warmup_fits(self) -> None:
+        """Where the training length is known here (epochs of at most ``train_samples``),
+        the warmup must leave steps to measure: the worker checks again on the real data."""
+        if self.mode != "train" or self.epochs is None or self.train_samples is None:
+            return
+        if self.distributed != "none":  # each worker trains a shard: the worker checks
+            return
+        total = self.train_samples // self.batch_size * self.epochs
+        if self.warmup_steps >= total:
+            raise ConfigError(
+                "warmup_steps",
+                f"expected fewer than the run's at most {total} steps ({self.epochs} epoch(s) "
+                f"of {self.train_samples} samples in batches of {self.batch_size}); received "
+                f"{self.warmup_steps}. Lower --warmup-steps, or raise --train-samples or "
+                "--epochs.",
+            )
+
+    def _check_inter_op(self) -> None:
+        """``inter_op_threads``: a pool count, only where the framework has such a pool."""
+        if self.inter_op_threads is None:
+            return
+        why = BACKENDS[self.backend].no_inter_op_pool
+        if why is not None:
+            having = ", ".join(n for n, b in BACKENDS.items() if b.no_inter_op_pool is None)
+            raise ConfigError(
+                "inter_op_threads",
+                f"expected a backend with an inter-op thread pool ({having}); received "
+                f"--inter-op-threads {self.inter_op_threads} for {self.backend!r}, which has "
+                f"none to set: {why}. Run {self.backend} in a command of its own without "
+                "--inter-op-threads (--threads sizes its threads), or, in a sweep file, set "
+                "inter_op_threads only in the groups of backends that have the pool.",
+            )
+
+    @property
+    def threads_in_force(self) -> int:
+        return self.threads or usable_cores()
+
+    def to_dict(self) -> Dict[str, Any]:
+        # every setting is a scalar or a tuple of them: read directly, not through
+        # dataclasses.asdict's deep copy (15x slower; a study's sweep hashes thousands)
+        data = {name: getattr(self, name) for name in settings()}
+        for name in ("input_shape", "image_size"):
+            if data[name] is not None:
+                data[name] = list(data[name])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> RunConfig:
+        known = settings()
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(
+                unknown[0],
+                f"unknown run setting(s) {', '.join(unknown)}; expected only: "
+                f"{', '.join(sorted(known))}.",
+            )
+        data = dict(data)
+        for name in ("input_shape", "image_size"):
+            if isinstance(data.get(name), list):  # checked, with a message, on creation
+                data[name] = tuple(data[name])
+        return cls(**data)
+
+    def label(self) -> str:
+        repeat = f" #{self.repeat + 1}" if self.repeat else ""
+        mode = " inference" if self.mode == "inference" else ""
+        return f"{self.backend}/{short_name(self.model)}{mode}{repeat}"
 
 
 def _input_shape(shape: Any, kind: str) -> Tuple[int, ...]:
@@ -153,454 +934,58 @@ def _input_shape(shape: Any, kind: str) -> Tuple[int, ...]:
     return shape
 
 
-def _not_number(value: Any) -> bool:
-    return isinstance(value, bool) or not isinstance(value, (int, float))
+@functools.cache
+def setting_fields() -> Dict[str, Field]:
+    """Every :class:`RunConfig` field by name, in order."""
+    return {f.name: f for f in fields(RunConfig)}
 
 
-def _positive_number(
-    setting: str, value: Any, unit: str = "", most: Optional[float] = None
-) -> None:
-    if (
-        _not_number(value)
-        or not math.isfinite(value)
-        or value <= 0
-        or (most is not None and value > most)
-    ):
-        what = f"a positive number of {unit}" if unit else "a positive number"
-        bound = f" up to {most:,.0f}" if most is not None else ""
-        raise ConfigError(setting, f"expected {what}{bound} (finite); received {value!r}.")
+@functools.cache
+def settings() -> Dict[str, Setting]:
+    """What each :class:`RunConfig` field is to its users (:class:`Setting`), in order."""
+    return {name: f.metadata[SETTING] for name, f in setting_fields().items()}
+
+
+def default_of(name: str) -> Any:
+    """The default of the setting ``name``: what a run takes when nobody says."""
+    return setting_fields()[name].default
+
+
+def check_setting(name: str, value: Any) -> Any:
+    """``value`` checked as the setting ``name`` checks it on its own (a
+    :class:`ConfigError` naming it), made canonical; for the commands whose settings do
+    not all become a :class:`RunConfig` (kbench ops, exec, parity)."""
+    return settings()[name].check(name, value)
 
 
 def check_precision(target_precision: Any, time_budget_s: Any) -> None:
     """``--target-precision`` (a relative half-width in (0, 1)) and ``--time-budget``
     (positive seconds), each optional; shared by runs and ``kbench ops``."""
-    target = target_precision
-    if target is not None and (
-        _not_number(target) or not math.isfinite(target) or not 0 < target < 1
-    ):
-        raise ConfigError(
-            "target_precision",
-            "expected a relative half-width above 0 and below 1 (0.02: the median's 95% "
-            f"interval within +-2%); received {target!r}.",
-        )
-    if time_budget_s is not None:
-        _positive_number("time_budget_s", time_budget_s, "seconds", MAX_SECONDS)
+    check_setting("target_precision", target_precision)
+    check_setting("time_budget_s", time_budget_s)
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """One run of one model on one backend: training or inference.
-
-    Training length is either ``epochs`` (full passes over the training set, the
-    first ``warmup_steps`` steps of epoch 1 excluded from throughput) or ``steps``
-    (``warmup_steps`` + ``steps`` steps in one pass, all ``steps`` measured).
-    Inference runs ``warmup_steps`` forward passes of one fixed batch, then measures
-    forward passes for ``duration_s`` seconds.
-    """
-
-    backend: str
-    model: str
-    dataset: str = "fashion_mnist"
-    batch_size: int = 64
-    epochs: Optional[int] = 1
-    steps: Optional[int] = None
-    warmup_steps: int = 5
-    data_format: Optional[str] = None  # None: the backend's keras_configs default
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    train_samples: Optional[int] = None  # None: the whole training set
-    test_samples: Optional[int] = None
-    input_shape: Optional[Tuple[int, ...]] = None  # synthetic only; channels_last
-    num_classes: Optional[int] = None  # synthetic only
-    image_size: Optional[Tuple[int, int]] = None  # real images resized to (height, width)
-    data_dir: Optional[str] = None
-    threads: Optional[int] = None  # None: every core this process may run on
-    # the framework's inter-op pool (TensorFlow, torch) apart from its intra-op threads;
-    # None: the threads in force, as for the intra-op pool
-    inter_op_threads: Optional[int] = None
-    seed: int = 0
-    timeout_s: float = 1800.0
-    mode: str = "train"
-    duration_s: float = 10.0  # inference: measured seconds
-    repeat: int = 0  # which repetition of the same config this is (0-based)
-    sample_interval_s: float = 0.2  # 0 turns the sampler off
-    device: str = "auto"  # cpu hides every GPU from the worker; gpu requires one
-    gpu_memory_fraction: Optional[float] = None
-    gpu_memory_growth: bool = False
-    # optimization switches (kbench.backends.switches): each backend applies what it has
-    jit_compile: str = "auto"
-    run_eagerly: bool = False
-    torch_compile: bool = False
-    mixed_precision: str = "off"
-    hybridize: bool = False
-    tf32: str = "auto"
-    onednn: str = "auto"  # TensorFlow's oneDNN CPU kernels (TF_ENABLE_ONEDNN_OPTS)
-    mxnet_gpus: int = 0  # 0: keras-mxnet's own choice of device
-    # data-parallel training (kbench.distributed): batch_size is per worker, the global
-    # batch is batch_size x workers
-    distributed: str = "none"
-    workers: int = 1
-    # per-operator breakdown (kbench.profiling): extra steps after the measured run
-    profile: bool = False
-    profile_steps: int = 10
-    # measure until the median throughput's 95% interval is within +-target_precision
-    # of it, or time_budget_s seconds of measuring are spent (kbench.measure.precision)
-    target_precision: Optional[float] = None
-    time_budget_s: Optional[float] = None
-    # a measuring window of this many seconds in a warm worker, interleaved with the other
-    # backends' (kbench.run.windows); None: the run is a fresh process of its own
-    window_s: Optional[float] = None
-
-    def __post_init__(self) -> None:
-        for name in REQUIRED:
-            if getattr(self, name) is None:
-                raise ConfigError(name, f"expected a {name}; received none.")
-        check_choice("backend", self.backend, BACKENDS)
-        self._check_model()
-        self._check_dataset()
-        self._check_training()
-        self._check_data()
-        self._check_measurement()
-        self._check_distributed()
-        self._check_profile()
-        self._check_precision()
-        for name, switch in SWITCHES.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) and "on" in switch.choices:
-                # YAML reads a bare on/off as true/false
-                value = "on" if value else "off"
-                object.__setattr__(self, name, value)
-            if isinstance(switch.default, bool):
-                if not isinstance(value, bool):
-                    raise ConfigError(name, f"expected true or false; received {value!r}.")
-            elif switch.is_count:
-                _positive_int(name, value, allow_zero=True)
-            else:
-                check_choice(name, value, switch.choices)
-        self._check_mxnet_gpus()
-
-    def _check_model(self) -> None:
-        """A zoo name, or a user model made canonical: ``/absolute/file.py:function``
-        (the worker runs in another folder)."""
-        if not (isinstance(self.model, str) and is_reference(self.model)):
-            try:
-                check_choice("model", self.model, MODELS)
-            except ConfigError as err:
-                raise ConfigError(
-                    "model", f"{err.message} Or your own model: {USER_MODEL_FORMS}."
-                ) from None
-            return
-        try:
-            spec = spec_for(self.model)
-        except UserModelError as err:
-            raise ConfigError("model", str(err)) from None
-        object.__setattr__(self, "model", spec.name)
-
-    def _check_dataset(self) -> None:
-        """A built-in name, or ``npz:PATH`` made absolute and checked here."""
-        if isinstance(self.dataset, str) and self.dataset.startswith(NPZ_PREFIX):
-            try:
-                facts = inspect_npz(self.dataset[len(NPZ_PREFIX) :])
-            except DataUnavailable as err:
-                raise ConfigError("dataset", str(err)) from None
-            object.__setattr__(self, "dataset", NPZ_PREFIX + facts.path)
-            return
-        try:  # folder:PATH made absolute, tfds:NAME checked for its form
-            own = user_dataset(self.dataset) if isinstance(self.dataset, str) else None
-        except DataUnavailable as err:
-            raise ConfigError("dataset", str(err)) from None
-        if own is not None:
-            object.__setattr__(self, "dataset", own)
-            return
-        try:
-            check_choice("dataset", self.dataset, DATASETS)
-        except ConfigError as err:
-            raise ConfigError(
-                "dataset",
-                f"{err.message} Or your own data: npz:path/to/data.npz, folder:path/to/images "
-                "or tfds:NAME.",
-            ) from None
-
-    def _check_mxnet_gpus(self) -> None:
-        if not self.mxnet_gpus:
-            return
-        if self.device == "cpu":
-            raise ConfigError(
-                "mxnet_gpus",
-                f"expected GPUs the worker can see; received --mxnet-gpus {self.mxnet_gpus} "
-                "with --device cpu, which hides every GPU. Drop --device cpu or --mxnet-gpus.",
-            )
-        if self.distributed != "none":
-            raise ConfigError(
-                "mxnet_gpus",
-                f"--distributed {self.distributed} gives each worker process one device; "
-                f"received --mxnet-gpus {self.mxnet_gpus} too. Drop one of the two.",
-            )
-
-    def _check_distributed(self) -> None:
-        check_choice("distributed", self.distributed, DISTRIBUTED)
-        _positive_int("workers", self.workers)
-        allowed = DISTRIBUTED[self.distributed]
-        if self.backend not in allowed:
-            raise ConfigError(
-                "distributed",
-                f"mode {self.distributed!r} runs {' or '.join(allowed)}; received backend "
-                f"{self.backend!r}. Modes for it: "
-                f"{', '.join(m for m, b in DISTRIBUTED.items() if self.backend in b)}.",
-            )
-        if self.distributed != "none" and self.mode != "train":
-            raise ConfigError(
-                "distributed",
-                f"data-parallel modes train; received --mode {self.mode}. Drop --distributed "
-                "for inference.",
-            )
-        if self.distributed == "none" and self.workers != 1:
-            raise ConfigError(
-                "workers",
-                f"expected 1 without --distributed; received {self.workers}. Choose a mode "
-                "with --distributed.",
-            )
-
-    def switches(self) -> Dict[str, Any]:
-        return {name: getattr(self, name) for name in SWITCHES}
-
-    def _check_training(self) -> None:
-        check_choice("mode", self.mode, MODES)
-        _positive_int("batch_size", self.batch_size)
-        if self.steps is not None:
-            _positive_int("steps", self.steps)
-            if self.epochs is not None:  # the flags' default: steps replace it
-                _positive_int("epochs", self.epochs)
-            object.__setattr__(self, "epochs", None)
-        elif self.epochs is None:
-            raise ConfigError("epochs", "expected a number of epochs or steps; received neither.")
-        else:
-            _positive_int("epochs", self.epochs)
-        _positive_int("warmup_steps", self.warmup_steps, allow_zero=True)
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        _positive_number("learning_rate", self.learning_rate)
-        _positive_number("duration_s", self.duration_s, "seconds", MAX_SECONDS)
-
-    def _check_data(self) -> None:
-        if self.data_format is not None:
-            check_choice("data_format", self.data_format, DATA_FORMATS)
-            allowed = BACKENDS[self.backend].data_formats
-            if self.data_format not in allowed:
-                raise ConfigError(
-                    "data_format",
-                    f"backend {self.backend!r} runs {' or '.join(allowed)} only; received "
-                    f"{self.data_format!r}. Drop --data-format for it.",
-                )
-        for name in ("train_samples", "test_samples", "num_classes"):
-            if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
-        self._check_warmup_fits()
-        model_kind = spec_for(self.model).input_kind
-        data_kind = dataset_spec(self.dataset).kind
-        if self.dataset.startswith(NPZ_PREFIX):
-            try:  # the arrays against the model's input and the class count asked for
-                inspect_npz(self.dataset[len(NPZ_PREFIX) :]).check_fits(
-                    model_kind, self.num_classes
-                )
-            except DataUnavailable as err:
-                raise ConfigError("dataset", str(err)) from None
-            data_kind = model_kind
-        if data_kind not in ("any", model_kind):
-            fitting = [n for n, d in DATASET_SPECS.items() if d.kind in ("any", model_kind)]
-            raise ConfigError(
-                "dataset",
-                f"model {self.model!r} takes {INPUT_KINDS[model_kind]}; dataset "
-                f"{self.dataset!r} holds {INPUT_KINDS[data_kind]}. Use one of: "
-                f"{', '.join(fitting)}.",
-            )
-        npz_classes = self.dataset.startswith(NPZ_PREFIX) and self.input_shape is None
-        if (
-            self.dataset != "synthetic"
-            and not npz_classes
-            and (self.input_shape is not None or self.num_classes is not None)
-        ):
-            raise ConfigError(
-                "input_shape/num_classes",
-                f"only synthetic data takes them (and npz: data --num-classes, the model's "
-                f"output size); dataset {self.dataset!r} has its own. Drop the flags or use "
-                "--dataset synthetic.",
-            )
-        if self.input_shape is not None:
-            object.__setattr__(self, "input_shape", _input_shape(self.input_shape, model_kind))
-        if self.image_size is not None:
-            size = self.image_size
-            if (
-                not isinstance(size, (list, tuple))
-                or len(size) != 2
-                or not all(_positive(d) for d in size)
-            ):
-                raise ConfigError(
-                    "image_size",
-                    "expected HEIGHTxWIDTH of positive integers (a list in a sweep file: "
-                    f"[64, 64]); received {type(size).__name__} {size!r}.",
-                )
-            size = tuple(size)
-            if data_kind != "image":
-                raise ConfigError(
-                    "image_size",
-                    f"only real image data sets are resized; {self.dataset!r} is not one "
-                    "(synthetic data takes --input-shape).",
-                )
-            object.__setattr__(self, "image_size", size)
-        if self.data_dir is not None and (
-            not isinstance(self.data_dir, str) or not os.path.isdir(self.data_dir)
-        ):
-            raise ConfigError(
-                "data_dir",
-                f"expected an existing directory; received {self.data_dir!r}, which is not one.",
-            )
-
-    def _check_profile(self) -> None:
-        if not isinstance(self.profile, bool):
-            raise ConfigError("profile", f"expected true or false; received {self.profile!r}.")
-        _positive_int("profile_steps", self.profile_steps)
-        if self.profile and self.distributed != "none":
-            raise ConfigError(
-                "profile",
-                f"profiles one process; received --distributed {self.distributed} too. Profile "
-                "the model without --distributed (the breakdown per operator is the same "
-                "computation), or drop --profile.",
-            )
-
-    def _check_precision(self) -> None:
-        check_precision(self.target_precision, self.time_budget_s)
-        asked = self.target_precision is not None or self.time_budget_s is not None
-        if self.window_s is not None:
-            self._check_window(asked)
-        if asked and self.distributed != "none":
-            raise ConfigError(
-                "target_precision",
-                f"--distributed {self.distributed} trains a fixed number of steps on every "
-                "worker; received --target-precision/--time-budget too. Drop them, or set the "
-                "length with --steps or --epochs.",
-            )
-
-    def _check_window(self, precision_asked: bool) -> None:
-        """A warm window measures training steps of one process, for a set time."""
-        _positive_number("window_s", self.window_s, "seconds", MAX_SECONDS)
-        other = (
-            "--mode inference" if self.mode != "train"
-            else f"--distributed {self.distributed}" if self.distributed != "none"
-            else "--profile" if self.profile
-            else "--target-precision/--time-budget" if precision_asked
-            else None
-        )  # fmt: skip
-        if other is not None:
-            raise ConfigError(
-                "window_s",
-                f"warm windows measure training steps in one process per backend; received "
-                f"{other} too, which needs fresh processes. Add --repeats N (fresh-process "
-                "rounds) or drop it.",
-            )
-
-    def _check_warmup_fits(self) -> None:
-        """Where the training length is known here (epochs of at most ``train_samples``),
-        the warmup must leave steps to measure: the worker checks again on the real data."""
-        if self.mode != "train" or self.epochs is None or self.train_samples is None:
-            return
-        if self.distributed != "none":  # each worker trains a shard: the worker checks
-            return
-        total = self.train_samples // self.batch_size * self.epochs
-        if self.warmup_steps >= total:
-            raise ConfigError(
-                "warmup_steps",
-                f"expected fewer than the run's at most {total} steps ({self.epochs} epoch(s) "
-                f"of {self.train_samples} samples in batches of {self.batch_size}); received "
-                f"{self.warmup_steps}. Lower --warmup-steps, or raise --train-samples or "
-                "--epochs.",
-            )
-
-    def _check_measurement(self) -> None:
-        if self.threads is not None:
-            _positive_int("threads", self.threads, most=MAX_THREADS)
-        self._check_inter_op()
-        _positive_int("seed", self.seed, allow_zero=True, most=MAX_SEED)
-        _positive_number("timeout_s", self.timeout_s, "seconds", MAX_SECONDS)
-        check_choice("device", self.device, DEVICES)
-        _positive_int("repeat", self.repeat, allow_zero=True)
-        interval = self.sample_interval_s
-        if (
-            _not_number(interval)
-            or not math.isfinite(interval)
-            or not 0 <= interval <= MAX_SAMPLE_INTERVAL_S
-        ):
-            raise ConfigError(
-                "sample_interval_s",
-                f"expected a finite number of seconds up to {MAX_SAMPLE_INTERVAL_S:g}, 0 to "
-                f"turn the sampler off; received {interval!r}.",
-            )
-        fraction = self.gpu_memory_fraction
-        if fraction is not None and (_not_number(fraction) or not 0 < fraction <= 1):
-            raise ConfigError(
-                "gpu_memory_fraction",
-                f"expected a fraction of GPU memory above 0 and at most 1; received {fraction!r}.",
-            )
-        if fraction is not None:  # 1 in a sweep file: frameworks take a float only
-            object.__setattr__(self, "gpu_memory_fraction", float(fraction))
-        if not isinstance(self.gpu_memory_growth, bool):
-            raise ConfigError(
-                "gpu_memory_growth", f"expected true or false; received {self.gpu_memory_growth!r}."
-            )
-
-    def _check_inter_op(self) -> None:
-        """``inter_op_threads``: a pool count, only where the framework has such a pool."""
-        if self.inter_op_threads is None:
-            return
-        _positive_int("inter_op_threads", self.inter_op_threads, most=MAX_THREADS)
-        why = BACKENDS[self.backend].no_inter_op_pool
-        if why is not None:
-            having = ", ".join(n for n, b in BACKENDS.items() if b.no_inter_op_pool is None)
-            raise ConfigError(
-                "inter_op_threads",
-                f"expected a backend with an inter-op thread pool ({having}); received "
-                f"--inter-op-threads {self.inter_op_threads} for {self.backend!r}, which has "
-                f"none to set: {why}. Run {self.backend} in a command of its own without "
-                "--inter-op-threads (--threads sizes its threads), or, in a sweep file, set "
-                "inter_op_threads only in the groups of backends that have the pool.",
-            )
-
-    @property
-    def threads_in_force(self) -> int:
-        return self.threads or usable_cores()
-
-    def to_dict(self) -> Dict[str, Any]:
-        # every setting is a scalar or a tuple of them: read directly, not through
-        # dataclasses.asdict's deep copy (15x slower; a study's sweep hashes thousands)
-        data = {name: getattr(self, name) for name in _setting_names()}
-        for name in ("input_shape", "image_size"):
-            if data[name] is not None:
-                data[name] = list(data[name])
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> RunConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                unknown[0],
-                f"unknown run setting(s) {', '.join(unknown)}; expected only: "
-                f"{', '.join(sorted(known))}.",
-            )
-        data = dict(data)
-        for name in ("input_shape", "image_size"):
-            if isinstance(data.get(name), list):  # checked, with a message, on creation
-                data[name] = tuple(data[name])
-        for name in REQUIRED:
-            data.setdefault(name, None)
-        return cls(**data)
-
-    def label(self) -> str:
-        repeat = f" #{self.repeat + 1}" if self.repeat else ""
-        mode = " inference" if self.mode == "inference" else ""
-        return f"{self.backend}/{short_name(self.model)}{mode}{repeat}"
+# Warm interleaved windows time the training steps of one process per backend, for a
+# set time (kbench.run.windows): what each of these settings asks for needs fresh
+# processes instead. The one list the CLI, the sweeps and RunConfig read.
+NOT_IN_WINDOWS: Tuple[Tuple[str, Callable[[Any], bool]], ...] = (
+    ("mode", lambda mode: mode != "train"),
+    ("distributed", lambda mode: mode != "none"),
+    ("profile", bool),
+    ("target_precision", lambda target: target is not None),
+    ("time_budget_s", lambda budget: budget is not None),
+)
 
 
-@functools.cache
-def _setting_names() -> Tuple[str, ...]:
-    return tuple(f.name for f in fields(RunConfig))
+def needs_fresh_process(
+    values: Mapping[str, Any], spell: Callable[[str], str] = flag_for
+) -> Optional[str]:
+    """The first of ``values`` (run settings by name; one not given has its default) that
+    asks for what warm windows cannot measure (:data:`NOT_IN_WINDOWS`), as ``spell``
+    names it, with its value: ``--mode inference``, ``--profile`` (a sweep file's
+    ``mode inference`` with ``spell=str``); None: windows can measure them."""
+    for name, asks in NOT_IN_WINDOWS:
+        value = values.get(name, default_of(name))
+        if asks(value):
+            return spell(name) if isinstance(value, bool) else f"{spell(name)} {value}"
+    return None

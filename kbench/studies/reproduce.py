@@ -48,6 +48,7 @@ from kbench.studies.published import (
     run_matches,
     study_files,
 )
+from kbench.studies.rounds import how_to_measure
 from kbench.studies.sweep import (
     RUN_FIELDS,
     Sweep,
@@ -304,18 +305,16 @@ def measure_choice(
 ) -> Tuple[bool, str]:
     """Whether ``reproduce`` measures in warm windows, and why, in words. ``windows``:
     ``--windows`` (True), ``--fresh-processes`` (False) or neither; ``fresh_flag``: a flag given
-    that asks for fresh processes (``--repeats``). Without either, a reduced study whose
+    that asks for fresh processes (``--repeats``); the flags judged by the one rule
+    (:func:`kbench.studies.rounds.how_to_measure`; each comparison's backends and settings
+    are, as the sweep is turned into windows). Without either, a reduced study whose
     claims are backend ratios (:func:`windows_misfit`) is measured in windows."""
-    if windows is False:
-        return False, "fresh-process rounds (--fresh-processes)"
-    if windows and fresh_flag:
-        raise ConfigError(
-            "windows",
-            f"expected --windows without {fresh_flag}, which asks for fresh-process rounds; "
-            f"received both. Drop one.",
-        )
-    if fresh_flag:
-        return False, f"fresh-process rounds ({fresh_flag})"
+    measure = how_to_measure(
+        fresh_flag="--fresh-processes" if windows is False else fresh_flag,
+        windows_flag="--windows" if windows else None,
+    )
+    if not measure.windows:
+        return False, f"fresh-process rounds ({measure.reason})"
     if gpu is None:
         gpu = bool(sysinfo.gpu_info().get("available"))
     misfit = windows_misfit(study, reduced, gpu)

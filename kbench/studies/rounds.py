@@ -5,19 +5,30 @@ alike, and the ratio stop rule (``--ratio-precision``) read after each round.
 Two kinds of round: fresh processes (``repeats``: each run a worker process of its own,
 :class:`kbench.run.runner.Runner`), or warm interleaved windows (configs with
 ``window_s``: one warm worker per backend, a window each per round,
-:mod:`kbench.run.windows`), model after model."""
+:mod:`kbench.run.windows`), model after model. :func:`how_to_measure` is the one rule
+that chooses between them, for ``kbench run``, ``kbench.run()``, sweeps and reproduce;
+:func:`plan_comparison` is what ``kbench run`` and ``kbench.run()`` both plan, with the
+same defaults (:data:`DEFAULT_MODEL`, the settings' own, windows where the rule allows).
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from kbench.measure import quality
-from kbench.results.config import ConfigError, RunConfig, did_you_mean
+from kbench.results.config import (
+    WINDOW_S,
+    ConfigError,
+    RunConfig,
+    did_you_mean,
+    flag_for,
+    needs_fresh_process,
+)
 from kbench.results.result import RunResult
 from kbench.run import windows
 from kbench.run.before_runs import look_before_runs
@@ -26,18 +37,22 @@ from kbench.views import compare
 
 Stop = Callable[[List[RunResult]], Optional[str]]
 
-# Warm interleaved windows, unless told otherwise: windows of about a second, until every
-# ratio's 95% interval is within +-2% or 100 s since the workers started (so that the
-# whole comparison of four backends ends within about two minutes).
-WINDOW_S = 1.0
+# Warm interleaved windows, unless told otherwise: windows of about a second (WINDOW_S),
+# until every ratio's 95% interval is within +-2% or 100 s since the workers started (so
+# that the whole comparison of four backends ends within about two minutes).
 WINDOW_PRECISION = 0.02
 WINDOW_BUDGET_S = 100.0
+# The model kbench run and kbench.run() train when none is named.
+DEFAULT_MODEL = "mlp"
 OnProgress = Callable[[RunConfig, Dict], None]
 log = logging.getLogger(__name__)
 
 # The run settings a caller gives: every RunConfig field but those the plan sets itself.
 PLANNED = ("backend", "model", "repeat")
 SETTINGS: Tuple[str, ...] = tuple(f.name for f in fields(RunConfig) if f.name not in PLANNED)
+# What a comparison takes beside its run settings (kbench.run()'s keywords too).
+PARAMETERS = ("backends", "models", "model", "store", "repeats", "warm", "baseline",
+              "ratio_precision", "ratio_budget_s", "check_parity")  # fmt: skip
 
 
 class UnknownSetting(ConfigError, TypeError):
@@ -59,31 +74,240 @@ def check_settings(settings: Dict[str, Any], parameters: Sequence[str] = ()) -> 
     )
 
 
+# fresh processes or warm windows: the one rule --------------------------------------
+
+
+@dataclass(frozen=True)
+class Measure:
+    """How a comparison is measured: in warm interleaved windows, or in fresh processes.
+    ``reason``: what keeps it in fresh processes, as the user wrote it (``--repeats``,
+    ``one backend (jax)``, ``--mode inference``), or what asked for windows (``--windows``;
+    "" for the default); ``why``: that in a sentence."""
+
+    windows: bool
+    reason: str = ""
+    why: str = ""
+
+
+WINDOWS_NEED = "several backends, no --repeats, training in one process each"
+
+
+def how_to_measure(
+    backends: Optional[Sequence[str]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+    *,
+    fresh_flag: Optional[str] = None,
+    windows_flag: Optional[str] = None,
+    spell: Callable[[str], str] = flag_for,
+) -> Measure:
+    """The one rule that decides fresh processes or warm interleaved windows, for
+    ``kbench run`` and :func:`kbench.run` (:func:`plan_comparison`), each comparison of a
+    sweep and a study reproduced. Windows, unless: ``fresh_flag`` was given (a flag that
+    asks for fresh processes: ``--repeats``, ``--warm``, ``--fresh-processes``; with
+    ``windows_flag`` too, refused); fewer than two ``backends`` (windows measure their
+    ratios); or one of ``settings`` (run settings by name) asks for what windows cannot
+    measure (:func:`kbench.results.config.needs_fresh_process`, named by ``spell``).
+    ``backends`` None: the flags alone are judged here (a study's), each comparison's
+    backends and settings later."""
+    if fresh_flag is not None and windows_flag is not None:
+        raise ConfigError(
+            windows_flag.lstrip("-"),
+            f"expected {windows_flag} without {fresh_flag}, which asks for fresh-process "
+            "rounds; received both. Drop one.",
+        )
+    if fresh_flag is not None:
+        return Measure(False, fresh_flag, f"{fresh_flag} asks for fresh processes")
+    if backends is None:
+        return Measure(True, windows_flag or "", "warm interleaved windows")
+    named = list(dict.fromkeys(backends))
+    if len(named) < 2:
+        alone = f"one backend ({', '.join(named)})"
+        return Measure(False, alone, f"{alone}: windows compare several backends")
+    other = needs_fresh_process(settings or {}, spell)
+    if other is not None:
+        return Measure(False, other, f"{other} needs a fresh process per run")
+    return Measure(True, windows_flag or "", "warm interleaved windows")
+
+
+def refuse_window_setting(measure: Measure, flag: str = "--window") -> None:
+    """A window's length (``window_s``) given where ``measure`` is in fresh processes."""
+    raise ConfigError(
+        "window_s",
+        f"expected {flag} only for warm windows ({WINDOWS_NEED}); received it with "
+        f"{measure.reason}. Drop {flag}, or the option that needs fresh processes.",
+    )
+
+
+# kbench run and kbench.run() ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComparisonPlan:
+    """What ``kbench run`` and :func:`kbench.run` run: ``rounds`` of configs (with
+    ``window_s`` set where ``measure`` is windows: one round, the windows' rounds its
+    own), the baseline, the ratio stop rule's precision and budget, and ``warm``."""
+
+    rounds: List[List[RunConfig]]
+    measure: Measure
+    baseline: Optional[str] = None
+    ratio_precision: Optional[float] = None
+    ratio_budget_s: Optional[float] = None
+    warm: bool = False
+    check_parity: bool = True
+
+    @property
+    def repeats(self) -> int:
+        return len(self.rounds)
+
+    def windows_text(self) -> str:
+        """How the windows measure and stop, in words (for a comparison in windows)."""
+        config = self.rounds[0][0]
+        size = (
+            f"windows of {config.steps} steps each (--steps: each window's length, not the "
+            "steps measured in all)"
+            if config.steps is not None
+            else f"windows of about {config.window_s:g} s each"
+        )
+        budget = f" or {self.ratio_budget_s:g} s" if self.ratio_budget_s is not None else ""
+        return (
+            f"warm interleaved windows: {size}, round after round until every ratio's 95% "
+            f"interval is within +-{self.ratio_precision:.1%}{budget}"
+        )
+
+
+def plan_comparison(
+    backends: Union[str, Sequence[str]],
+    models: Union[str, Sequence[str]] = DEFAULT_MODEL,
+    *,
+    repeats: Optional[int] = None,
+    warm: bool = False,
+    baseline: Optional[str] = None,
+    ratio_precision: Optional[float] = None,
+    ratio_budget_s: Optional[float] = None,
+    check_parity: bool = True,
+    **settings: Any,
+) -> ComparisonPlan:
+    """The comparison ``kbench run`` and :func:`kbench.run` make, with one set of
+    defaults: ``models`` :data:`DEFAULT_MODEL`, each setting its field's default
+    (``dataset`` fashion_mnist), and several ``backends`` training in warm interleaved
+    windows (:func:`how_to_measure`) of :data:`~kbench.results.config.WINDOW_S` seconds
+    until every ratio is within :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S` s;
+    one backend, ``repeats`` or ``warm`` run fresh processes, ``repeats`` rounds (default
+    one). Every setting is checked here, before any process starts."""
+    check_settings(settings, PARAMETERS)
+    backends = [backends] if isinstance(backends, str) else list(backends)
+    if baseline is not None and baseline not in backends:
+        raise ConfigError(
+            "baseline",
+            f"expected one of the backends run ({', '.join(backends)}); received {baseline!r}.",
+        )
+    fresh_flag = "--repeats" if repeats is not None else "--warm" if warm else None
+    measure = how_to_measure(backends, settings, fresh_flag=fresh_flag)
+    if not measure.windows:
+        if settings.get("window_s") is not None:
+            refuse_window_setting(measure)
+        _check_fresh_options(backends, repeats, ratio_precision, ratio_budget_s, check_parity)
+        rounds = plan_rounds(backends, models, repeats or 1, **settings)
+        return ComparisonPlan(
+            rounds, measure, baseline, ratio_precision, ratio_budget_s, warm, check_parity
+        )
+    if settings.get("sample_interval_s") == 0:
+        log.warning(
+            "--sample-interval 0: no window can be checked for a busy machine, so no round "
+            "is dropped; the ratios may carry other processes' load"
+        )
+    settings["window_s"] = settings.get("window_s") or WINDOW_S
+    return ComparisonPlan(
+        plan_rounds(backends, models, 1, **settings),
+        measure,
+        baseline or backends[0],  # never a backend whose worker failed
+        WINDOW_PRECISION if ratio_precision is None else ratio_precision,
+        WINDOW_BUDGET_S if ratio_budget_s is None else ratio_budget_s,
+        check_parity=check_parity,
+    )
+
+
+def _check_fresh_options(
+    backends: Sequence[str],
+    repeats: Optional[int],
+    ratio_precision: Optional[float],
+    ratio_budget_s: Optional[float],
+    check_parity: bool,
+) -> None:
+    """What fresh-process rounds refuse: the parity check of windows, a budget without a
+    precision, a precision without two backends and six rounds to reach it."""
+    if not check_parity:
+        raise ConfigError(
+            "no_parity_check",
+            f"expected it only with warm windows ({WINDOWS_NEED}), whose warm-up it skips; "
+            "fresh-process runs make no such check (kbench parity does). Drop "
+            "--no-parity-check.",
+        )
+    if ratio_precision is None:
+        if ratio_budget_s is not None:
+            raise ConfigError("ratio_budget_s", "expected it only with --ratio-precision.")
+        return
+    if len(set(backends)) < 2:
+        raise ConfigError(
+            "ratio_precision",
+            f"expected at least two backends to compare; received {', '.join(backends)}. "
+            "For one backend's own precision use --target-precision.",
+        )
+    if (repeats or 1) < 6:
+        raise ConfigError(
+            "ratio_precision",
+            f"expected --repeats of at least 6 (the most rounds to run: a 95% interval on a "
+            f"median needs 6); received --repeats {repeats or 1}.",
+        )
+
+
+def run_comparison(
+    plan: ComparisonPlan,
+    store: Path,
+    *,
+    busy_threshold: float = quality.BUSY_THRESHOLD,
+    wait_quiet_s: float = 0.0,
+    on_progress: Optional[OnProgress] = None,
+) -> Tuple[List[RunResult], Optional[str]]:
+    """Run ``plan`` into ``store`` (:func:`run_rounds`); the results and why measuring
+    stopped (None: every round ran)."""
+    stop = None
+    if plan.ratio_precision is not None:
+        stop = functools.partial(
+            ratio_stop, plan.ratio_precision, plan.ratio_budget_s, plan.baseline
+        )
+    return run_rounds(
+        plan.rounds,
+        store,
+        busy_threshold=busy_threshold,
+        wait_quiet_s=wait_quiet_s,
+        stop=stop,
+        warm=plan.warm,
+        on_progress=on_progress,
+        baseline=plan.baseline,
+        check_parity=plan.check_parity,
+    )
+
+
 def plan_rounds(
     backends: Sequence[str], models: Sequence[str], repeats: int = 1, **settings: Any
 ) -> List[List[RunConfig]]:
-    """The runs of ``kbench run`` and :func:`kbench.run`, round by round: in each of
-    ``repeats`` rounds every model under every backend (models outer), each a
-    :class:`RunConfig` of ``settings`` (its field names: ``batch_size=32``, ``steps=50``).
-    One name alone may be a string. Every setting is checked here, before any process
-    starts."""
-    check_settings(settings, ("backends", "models", "repeats"))
+    """The runs of a comparison, round by round: in each of ``repeats`` rounds every
+    model under every backend (models outer), each a :class:`RunConfig` of ``settings``
+    (its field names: ``batch_size=32``, ``steps=50``). One name alone may be a string.
+    Every setting is checked here, before any process starts; ``window_s`` (warm
+    windows) only where :func:`how_to_measure` allows windows."""
+    check_settings(settings, PARAMETERS)
     backends = [backends] if isinstance(backends, str) else list(backends)
     models = [models] if isinstance(models, str) else list(models)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ConfigError("repeats", f"expected a positive integer; received {repeats}.")
-    if settings.get("window_s") is not None and repeats > 1:
-        raise ConfigError(
-            "window_s",
-            f"warm windows are rounds of their own; received repeats {repeats} too. Give "
-            "window_s (warm interleaved windows) or repeats (fresh-process rounds), not both.",
+    if settings.get("window_s") is not None:  # windows are rounds of their own
+        measure = how_to_measure(
+            backends, settings, fresh_flag="--repeats" if repeats > 1 else None
         )
-    if settings.get("window_s") is not None and len(set(backends)) < 2:
-        raise ConfigError(
-            "window_s",
-            f"warm windows interleave several backends to measure their ratios; received "
-            f"one backend ({', '.join(backends)}). Name two or more, or drop window_s.",
-        )
+        if not measure.windows:
+            refuse_window_setting(measure, "window_s")
     for setting, names in (("backend", backends), ("model", models)):
         if not names:
             raise ConfigError(setting, f"expected at least one {setting}; received none.")

@@ -48,7 +48,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from kbench.backends import BACKENDS
 from kbench.datasets.folder import FOLDER_PREFIX
 from kbench.datasets.npz import NPZ_PREFIX
-from kbench.results.config import REQUIRED, ConfigError, FileError, RunConfig, did_you_mean
+from kbench.results.config import (
+    REQUIRED,
+    WINDOW_S,
+    ConfigError,
+    FileError,
+    RunConfig,
+    did_you_mean,
+)
 from kbench.results.result import RunResult
 from kbench.run.runner import shared_workers
 from kbench.studies.file_checks import (
@@ -58,7 +65,7 @@ from kbench.studies.file_checks import (
     known_keys,
     read_yaml,
 )
-from kbench.studies.rounds import WINDOW_BUDGET_S, WINDOW_PRECISION, WINDOW_S
+from kbench.studies.rounds import WINDOW_BUDGET_S, WINDOW_PRECISION, how_to_measure
 from kbench_models import MODELS
 from kbench_models.user import is_reference
 
@@ -226,6 +233,9 @@ def parse_sweep(
     max_runs: int = MAX_RUNS,
     base_dir: Optional[Path] = None,
 ) -> Sweep:
+    """A sweep file's document (parsed YAML) checked and turned into its runs; every
+    error names the place in ``file``. ``base_dir``: where relative paths in it start."""
+
     def fail(where: str, message: str) -> SweepError:
         return SweepError(file, where, message)
 
@@ -239,78 +249,115 @@ def parse_sweep(
             "expected a name of letters, digits, '-', '_' or '.' (it names the output "
             f"directory); received {name!r}.",
         )
-    description = top.get("description") or ""
     top_reduced = _reduced_section(top.get("reduced"), "reduced", fail)
-    repeats, repeats_where = top.get("repeats", 1), "repeats"
-    if reduced and "repeats" in top_reduced:
-        repeats, repeats_where = top_reduced["repeats"], "reduced.repeats"
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise fail(repeats_where, f"expected a positive integer; received {repeats!r}.")
+    repeats = _repeats(top, top_reduced, reduced, fail)
+    layers, places = _layers(top, top_reduced, reduced, fail)
+    _check_size(layers, places, repeats, max_runs, fail)
+    twice_where = "groups" if top.get("groups") else "matrix"
+    runs = _runs(layers, places, repeats, twice_where, base_dir, fail)
+    measure, settings = window_settings(top, fail)
+    return Sweep(name, str(top.get("description") or ""), file, reduced, runs, measure, settings)
 
-    # Later layers win: the file's, the group's, then (with --reduced) the file's
-    # reduced section and the group's.
+
+def _repeats(top: Dict[str, Any], top_reduced: Dict[str, Any], reduced: bool, fail) -> int:
+    """The rounds the file declares (its reduced section's, with ``reduced``)."""
+    repeats, where = top.get("repeats", 1), "repeats"
+    if reduced and "repeats" in top_reduced:
+        repeats, where = top_reduced["repeats"], "reduced.repeats"
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise fail(where, f"expected a positive integer; received {repeats!r}.")
+    return repeats
+
+
+def _layers(
+    top: Dict[str, Any], top_reduced: Dict[str, Any], reduced: bool, fail
+) -> Tuple[List[Tuple[str, Layer]], List[str]]:
+    """Each group's (name, layer) and its place in the file (``groups[1].``; one layer at
+    "" without groups). Later layers win: the file's, the group's, then (with
+    ``reduced``) the file's reduced section and the group's."""
     base = Layer.of(top, "", fail)
     base_reduced = Layer.of(top_reduced, "reduced.", fail)
     groups = top.get("groups")
     if groups is None:
-        layers = [("", base.over(base_reduced) if reduced else base)]
-        places = [""]
-    else:
-        if not isinstance(groups, list) or not groups:
-            raise fail("groups", f"expected a non-empty list of groups; received {groups!r}.")
-        layers, places = [], []
-        for i, group in enumerate(groups):
-            where = f"groups[{i}]"
-            group = expect_mapping(group, where, "a mapping with settings and/or matrix", fail)
-            known_keys(group, GROUP_KEYS, where + ".", fail)
-            layer = base.over(Layer.of(group, where + ".", fail))
-            section = _reduced_section(group.get("reduced"), where + ".reduced", fail)
-            if "repeats" in section:
-                raise fail(f"{where}.reduced.repeats", "repeats is set for the whole file only.")
-            if reduced:
-                layer = layer.over(base_reduced).over(Layer.of(section, where + ".reduced.", fail))
-            layers.append((str(group.get("name", where)), layer))
-            places.append(where + ".")
+        return [("", base.over(base_reduced) if reduced else base)], [""]
+    if not isinstance(groups, list) or not groups:
+        raise fail("groups", f"expected a non-empty list of groups; received {groups!r}.")
+    layers, places = [], []
+    for i, group in enumerate(groups):
+        where = f"groups[{i}]"
+        group = expect_mapping(group, where, "a mapping with settings and/or matrix", fail)
+        known_keys(group, GROUP_KEYS, where + ".", fail)
+        layer = base.over(Layer.of(group, where + ".", fail))
+        section = _reduced_section(group.get("reduced"), where + ".reduced", fail)
+        if "repeats" in section:
+            raise fail(f"{where}.reduced.repeats", "repeats is set for the whole file only.")
+        if reduced:
+            layer = layer.over(base_reduced).over(Layer.of(section, where + ".reduced.", fail))
+        layers.append((str(group.get("name", where)), layer))
+        places.append(where + ".")
+    return layers, places
 
-    _check_size(layers, places, repeats, max_runs, fail)
+
+def _runs(
+    layers: Sequence[Tuple[str, Layer]],
+    places: Sequence[str],
+    repeats: int,
+    twice_where: str,
+    base_dir: Optional[Path],
+    fail,
+) -> List[SweepRun]:
+    """Every run of the layers, round by round, each built (so checked) and declared
+    once (``twice_where``: where a run declared twice is said to be)."""
     runs: List[SweepRun] = []
     declared: Dict[str, str] = {}  # run key -> where in the file the run is declared
     for repeat in range(repeats):
         for (group_name, layer), place in zip(layers, places):
             for values, origins in layer.combinations():
-                missing = [name for name in REQUIRED if name not in values]
-                if missing:
-                    raise fail(f"{place}settings", _missing_message(missing[0], place))
-                try:
-                    config = RunConfig.from_dict(
-                        dict(relative_to_file(values, base_dir), repeat=repeat)
-                    )
-                except ConfigError as err:
-                    where = origins.get(err.setting, "settings")
-                    if err.setting not in origins:  # a check across settings
-                        where = f"a run with {_describe(values, layer.swept())}"
-                    raise fail(where, f"{err.setting}: {err.message}") from None
-                if config.window_s is not None:
-                    raise fail(
-                        origins.get("window_s", "settings"),
-                        "window_s: a sweep asks for warm interleaved windows at the top of "
-                        "the file (measure: windows, and window: SECONDS for their length), "
-                        "or with kbench sweep --windows; received window_s as a run setting. "
-                        "Drop window_s here.",
-                    )
+                config = _config(values, origins, layer, place, repeat, base_dir, fail)
                 key = run_key(config)
                 here = ", ".join(origins[k] for k in layer.swept()) or f"{place}settings"
                 if key in declared:
                     raise fail(
-                        "groups" if groups else "matrix",
+                        twice_where,
                         f"expected every run once; the run {config.label()} is declared "
                         f"twice: by {declared[key]} and by {here}. Drop one (to run a run "
                         "again, use repeats).",
                     )
                 declared[key] = here
                 runs.append(SweepRun(config, key, group_name))
-    measure, settings = window_settings(top, fail)
-    return Sweep(name, str(description), file, reduced, runs, measure, settings)
+    return runs
+
+
+def _config(
+    values: Dict[str, Any],
+    origins: Dict[str, str],
+    layer: Layer,
+    place: str,
+    repeat: int,
+    base_dir: Optional[Path],
+    fail,
+) -> RunConfig:
+    """One run's config; an error names the place in the file of the setting it is
+    about (a check across settings: the run, by its swept settings)."""
+    missing = [name for name in REQUIRED if name not in values]
+    if missing:
+        raise fail(f"{place}settings", _missing_message(missing[0], place))
+    try:
+        config = RunConfig.from_dict(dict(relative_to_file(values, base_dir), repeat=repeat))
+    except ConfigError as err:
+        where = origins.get(err.setting, "settings")
+        if err.setting not in origins:  # a check across settings
+            where = f"a run with {_describe(values, layer.swept())}"
+        raise fail(where, f"{err.setting}: {err.message}") from None
+    if config.window_s is not None:
+        raise fail(
+            origins.get("window_s", "settings"),
+            "window_s: a sweep asks for warm interleaved windows at the top of "
+            "the file (measure: windows, and window: SECONDS for their length), "
+            "or with kbench sweep --windows; received window_s as a run setting. "
+            "Drop window_s here.",
+        )
+    return config
 
 
 def window_settings(top: Dict[str, Any], fail) -> Tuple[str, WindowSettings]:
@@ -358,30 +405,14 @@ def comparisons(runs: Sequence[SweepRun]) -> List[List[SweepRun]]:
     return list(groups.values())
 
 
-# What makes a run need a fresh process of its own (a test, and how to say it), as
-# RunConfig refuses it beside window_s.
-NEEDS_FRESH: Tuple[Tuple[Callable[[RunConfig], bool], Callable[[RunConfig], str]], ...] = (
-    (lambda c: c.mode != "train", lambda c: f"mode {c.mode}"),
-    (lambda c: c.distributed != "none", lambda c: f"distributed {c.distributed}"),
-    (lambda c: c.profile, lambda c: "profile"),
-    (
-        lambda c: c.target_precision is not None or c.time_budget_s is not None,
-        lambda c: "target_precision/time_budget",
-    ),
-)
-
-
 def fresh_reason(configs: Sequence[RunConfig]) -> Optional[str]:
     """Why these runs of one setting are measured in fresh processes, not in warm
-    windows; None where windows can compare them."""
-    config = configs[0]
-    backends = list(dict.fromkeys(c.backend for c in configs))
-    if len(backends) < 2:
-        return f"one backend ({backends[0]}): windows compare several backends"
-    needs = next((say(config) for test, say in NEEDS_FRESH if test(config)), None)
-    if needs is not None:
-        return f"{needs} needs a fresh process per run"
-    return None
+    windows, as the one rule says (:func:`kbench.studies.rounds.how_to_measure`, the
+    settings named as the file names them); None where windows can compare them."""
+    measure = how_to_measure(
+        [c.backend for c in configs], configs[0].to_dict(), spell=lambda name: name
+    )
+    return None if measure.windows else measure.why
 
 
 def in_windows(sweep: Sweep, settings: WindowSettings) -> Sweep:
