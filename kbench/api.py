@@ -122,14 +122,7 @@ def run(
     backends: Union[str, Sequence[str]],
     model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL,
     store: StorePath = "results",
-    *,
-    repeats: Optional[int] = None,
-    warm: bool = False,
-    baseline: Optional[str] = None,
-    ratio_precision: Optional[float] = None,
-    ratio_budget_s: Optional[float] = None,
-    check_parity: bool = True,
-    **settings: Any,
+    **options: Any,
 ) -> Results:
     """Train (or infer with) ``model`` under each of ``backends``: what ``kbench run``
     does with the same arguments, planned by the same function with the same defaults
@@ -150,7 +143,10 @@ def run(
     run a fresh worker process per run instead.
 
     ``model`` is a zoo name, a list of them, or your own (``path/file.py:build``,
-    ``model.keras``). ``settings`` are :class:`~kbench.results.config.RunConfig` fields
+    ``model.keras``). ``options``: ``repeats``, ``warm``, ``baseline``,
+    ``ratio_precision``, ``ratio_budget_s``, ``check_parity`` (their defaults are
+    :func:`~kbench.studies.rounds.plan_comparison`'s, which ``kbench run``'s flags
+    have too), and the run settings: :class:`~kbench.results.config.RunConfig` fields
     (``batch_size``, ``steps``, ``epochs``, ``warmup_steps``, ``train_samples``,
     ``threads``, ``timeout_s``, ``mode``, ``device``, ...); an unknown one raises a
     TypeError that names it.
@@ -159,11 +155,7 @@ def run(
     ...                      batch_size=32, train_samples=2000, dataset="synthetic")
     >>> results.frame()
     """
-    planned = plan(
-        backends, model, repeats=repeats, warm=warm, baseline=baseline,
-        ratio_precision=ratio_precision, ratio_budget_s=ratio_budget_s,
-        check_parity=check_parity, **settings,
-    )  # fmt: skip
+    planned = plan(backends, model, **options)
     runs, _ = studies_rounds.run_comparison(planned, Path(store), on_progress=show_progress)
     return Results(runs, store)
 

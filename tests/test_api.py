@@ -216,11 +216,13 @@ def test_the_cli_and_the_api_share_their_defaults() -> None:
         assert cli == api and not api.measure.windows, argv
     assert kbench_api.plan("jax").measure.reason == "one backend (jax)"
     signature = inspect.signature(kbench_api.run).parameters
-    parser = build_parser()._subparsers._group_actions[0].choices["run"]
-    for name in ("repeats", "warm", "baseline", "ratio_precision", "ratio_budget_s"):
-        assert signature[name].default == parser.get_default(name), name
     assert signature["model"].default == rounds.DEFAULT_MODEL
+    parser = build_parser()._subparsers._group_actions[0].choices["run"]
     assert parser.get_default("model") == [rounds.DEFAULT_MODEL]
+    options = inspect.signature(rounds.plan_comparison).parameters  # the one set of defaults
+    for name in ("repeats", "warm", "baseline", "ratio_precision", "ratio_budget_s"):
+        assert options[name].default == parser.get_default(name), name
+    assert options["check_parity"].default == parser.get_default("parity_check")
 
 
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"

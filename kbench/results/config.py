@@ -219,35 +219,34 @@ def _positive_number(
         raise ConfigError(setting, f"expected {what}{bound} (finite); received {value!r}.")
 
 
-def _count(lowest: int = 1, most: Optional[int] = None, optional: bool = False) -> Check:
-    """A whole number from ``lowest`` up to ``most``; ``optional``: or None."""
+def _count(lowest: int = 1, most: Optional[int] = None) -> Check:
+    """A whole number from ``lowest`` up to ``most`` (default: the 32-bit limit)."""
 
     def check(setting: str, value: Any) -> Any:
-        if value is not None or not optional:
-            _positive_int(setting, value, allow_zero=lowest == 0, most=most)
+        _positive_int(setting, value, allow_zero=lowest == 0, most=most)
         return value
 
     return check
 
 
-def _seconds(optional: bool = False) -> Check:
-    def check(setting: str, value: Any) -> Any:
-        if value is not None or not optional:
-            _positive_number(setting, value, "seconds", MAX_SECONDS)
-        return value
-
-    return check
+def _seconds(setting: str, value: Any) -> Any:
+    _positive_number(setting, value, "seconds", MAX_SECONDS)
+    return value
 
 
-def _one_of(allowed: Iterable[str], optional: bool = False) -> Check:
+def _one_of(allowed: Iterable[str]) -> Check:
     allowed = tuple(allowed)
 
     def check(setting: str, value: Any) -> Any:
-        if value is not None or not optional:
-            check_choice(setting, value, allowed)
+        check_choice(setting, value, allowed)
         return value
 
     return check
+
+
+def _optional(check: Check) -> Check:
+    """``check``, or None: the setting not given."""
+    return lambda setting, value: value if value is None else check(setting, value)
 
 
 def _true_or_false(setting: str, value: Any) -> Any:
@@ -476,12 +475,11 @@ class RunConfig:
         "from --data-dir, the Keras cache (~/.keras/datasets, read only), kbench's cache, "
         "Debian's dataset-fashion-mnist, prepared tensorflow-datasets, else downloaded; "
         "synthetic data is labelled so in every result",
-        _check_dataset,
-        metavar="DATASET",
-    )
+        _check_dataset, metavar="DATASET",
+    )  # fmt: skip
     batch_size: int = setting(64, "samples per step", _count(), parse=int, metavar="N")
     epochs: Optional[int] = setting(
-        1, "passes over the training set", _count(optional=True), parse=int, metavar="N",
+        1, "passes over the training set", _optional(_count()), parse=int, metavar="N",
         exclusive="length",
     )  # fmt: skip
     steps: Optional[int] = setting(
@@ -489,12 +487,9 @@ class RunConfig:
         "measured steps instead of epochs (after the warmup steps); in warm interleaved "
         "windows (several backends, no --repeats) the length of each window instead: "
         "windows of N steps each, round after round, not N measured steps in all",
-        _count(optional=True),
-        parse=int,
-        metavar="N",
-        default_text="none: --epochs sets the length",
-        exclusive="length",
-    )
+        _optional(_count()), parse=int, metavar="N",
+        default_text="none: --epochs sets the length", exclusive="length",
+    )  # fmt: skip
     warmup_steps: int = setting(
         5, "untimed warm-up steps before the timed ones ({steps})", _count(0), parse=int,
         metavar="N",
@@ -504,10 +499,9 @@ class RunConfig:
     data_format: Optional[str] = setting(
         None,
         f"override the backend's image_data_format: {' or '.join(DATA_FORMATS)}",
-        _one_of(DATA_FORMATS, optional=True),
-        metavar="FORMAT",
+        _optional(_one_of(DATA_FORMATS)), metavar="FORMAT",
         default_text="keras_configs/<backend>.json",
-    )
+    )  # fmt: skip
     optimizer: str = setting(
         "adam", "the training's optimizer", _one_of(OPTIMIZERS), metavar="|".join(OPTIMIZERS)
     )
@@ -516,11 +510,11 @@ class RunConfig:
         metavar="RATE",
     )  # fmt: skip
     train_samples: Optional[int] = setting(
-        None, "use only the first N training samples", _count(optional=True), parse=int,
+        None, "use only the first N training samples", _optional(_count()), parse=int,
         metavar="N", default_text="the whole training set",
     )  # fmt: skip
     test_samples: Optional[int] = setting(
-        None, "use only the first N test samples", _count(optional=True), parse=int,
+        None, "use only the first N test samples", _optional(_count()), parse=int,
         metavar="N", default_text="the whole test set",
     )  # fmt: skip
     input_shape: Optional[Tuple[int, ...]] = setting(
@@ -528,19 +522,14 @@ class RunConfig:
         "synthetic data only: HxWxC images (channels last), STEPSxFEATURES for lstm, "
         "STEPS for lstm_embedding",
         lambda name, shape: shape,  # checked against the model's kind of input
-        parse=parse_shape,
-        metavar="HxWxC",
-        default_text="the model's own",
-    )
+        parse=parse_shape, metavar="HxWxC", default_text="the model's own",
+    )  # fmt: skip
     num_classes: Optional[int] = setting(
         None,
         "the classes of synthetic data, or of npz: data (there the default is the largest "
         "label + 1)",
-        _count(optional=True),
-        parse=int,
-        metavar="N",
-        default_text="the model's own",
-    )
+        _optional(_count()), parse=int, metavar="N", default_text="the model's own",
+    )  # fmt: skip
     image_size: Optional[Tuple[int, int]] = setting(
         None, "resize real images (bilinear), e.g. 64x64 for alexnet on CIFAR",
         _check_image_size, parse=parse_shape, metavar="HxW", default_text="the model's input",
@@ -549,83 +538,66 @@ class RunConfig:
         None,
         "a directory holding the data set's files as published (mnist.npz, "
         "cifar-10-python.tar.gz, the Fashion-MNIST idx files, imdb.npz, ...)",
-        _check_data_dir,
-        metavar="DIR",
-        default_text="none: the caches, else a download",
-    )
+        _check_data_dir, metavar="DIR", default_text="none: the caches, else a download",
+    )  # fmt: skip
     threads: Optional[int] = setting(
         None,
         "CPU threads for every framework (intra/inter-op, OpenMP); fewer than the "
         "cores kbench may run on also pins the worker to that many cores",
-        _count(most=MAX_THREADS, optional=True),
-        parse=int,
-        metavar="N",
+        _optional(_count(most=MAX_THREADS)), parse=int, metavar="N",
         default_text="every core of kbench's CPU affinity, e.g. as taskset or a "
         "container's cpuset set it",
-    )
+    )  # fmt: skip
     inter_op_threads: Optional[int] = setting(
         None,
         "the framework's inter-op pool apart from --threads (TensorFlow "
         "set_inter_op_parallelism_threads, torch set_num_interop_threads; refused for jax "
         "and mxnet, which have no such pool to set)",
-        _count(most=MAX_THREADS, optional=True),
-        parse=int,
-        metavar="N",
-        default_text="--threads",
-    )
+        _optional(_count(most=MAX_THREADS)), parse=int, metavar="N", default_text="--threads",
+    )  # fmt: skip
     seed: int = setting(
         0, "seed of the {seeds}", _count(0, MAX_SEED), parse=int, metavar="N",
         words=(("seeds", "data order and synthetic data"),),
     )  # fmt: skip
     timeout_s: float = setting(
         1800.0, "stop a run's {process} past this and record it as 'timeout'{keeps}",
-        _seconds(), parse=parse_number, metavar="SECONDS", words=PROCESS + (("keeps", ""),),
+        _seconds, parse=parse_number, metavar="SECONDS", words=PROCESS + (("keeps", ""),),
     )  # fmt: skip
     mode: str = setting(
         "train",
         "train, or inference: forward passes of one batch for --duration seconds after "
         "the warmup passes; reports latency p50/p90/p99",
-        _one_of(MODES),
-        metavar="|".join(MODES),
-    )
+        _one_of(MODES), metavar="|".join(MODES),
+    )  # fmt: skip
     duration_s: float = setting(
-        10.0, "inference: measured seconds of forward passes", _seconds(), parse=parse_number,
+        10.0, "inference: measured seconds of forward passes", _seconds, parse=parse_number,
         metavar="SECONDS",
     )  # fmt: skip
     repeat: int = setting(0, None, _count(0))  # which repetition of one config (0-based)
     sample_interval_s: float = setting(
         0.2,
-        "how often the sampler reads the {process}'s CPU, memory and GPUs (NVML); 0 turns it off",
-        _check_sample_interval,
-        parse=parse_number,
-        metavar="SECONDS",
-        words=PROCESS,
-    )
+        "how often the sampler reads the {process}'s CPU, memory and GPUs (NVML); 0 turns "
+        "it off",
+        _check_sample_interval, parse=parse_number, metavar="SECONDS", words=PROCESS,
+    )  # fmt: skip
     device: str = setting(
         "auto",
         "auto: whatever the framework picks; cpu: hide every GPU from the {process}; "
         "gpu: fail unless there is one",
-        _one_of(DEVICES),
-        metavar="|".join(DEVICES),
-        words=PROCESS,
-    )
+        _one_of(DEVICES), metavar="|".join(DEVICES), words=PROCESS,
+    )  # fmt: skip
     gpu_memory_fraction: Optional[float] = setting(
         None,
         "cap each framework at F of GPU memory: TensorFlow logical device limit, PyTorch "
         "set_per_process_memory_fraction, JAX XLA_PYTHON_CLIENT_MEM_FRACTION, MXNet "
         "MXNET_GPU_MEM_POOL_RESERVE (approximate)",
-        _check_memory_fraction,
-        parse=parse_number,
-        metavar="F",
-        default_text="none: the framework's own",
-        group=GPU_MEMORY,
-    )
+        _check_memory_fraction, parse=parse_number, metavar="F",
+        default_text="none: the framework's own", group=GPU_MEMORY,
+    )  # fmt: skip
     gpu_memory_growth: bool = setting(
-        False,
-        "allocate GPU memory on demand: TensorFlow memory growth, JAX no preallocation",
-        _true_or_false,
-        group=GPU_MEMORY,
-    )
+        False, "allocate GPU memory on demand: TensorFlow memory growth, JAX no preallocation",
+        _true_or_false, group=GPU_MEMORY,
+    )  # fmt: skip
     # optimization switches (kbench.backends.switches): each backend applies what it has
     jit_compile: str = switch_setting("jit_compile")
     run_eagerly: bool = switch_setting("run_eagerly")
@@ -639,10 +611,8 @@ class RunConfig:
         "none",
         f"one of: {', '.join(DISTRIBUTED)}. --batch-size is per worker; the global batch "
         "is batch size x workers",
-        _one_of(DISTRIBUTED),
-        metavar="MODE",
-        group=DATA_PARALLEL,
-    )
+        _one_of(DISTRIBUTED), metavar="MODE", group=DATA_PARALLEL,
+    )  # fmt: skip
     workers: int = setting(
         1, "worker processes", _count(), parse=int, metavar="N", group=DATA_PARALLEL
     )
@@ -653,9 +623,8 @@ class RunConfig:
         "phase (data, forward, backward, update) and the top operators, with the "
         "`kbench ops` name where one fits; throughput is measured without the profiler. "
         "MXNet's wheel has no profiler: recorded as unsupported",
-        _true_or_false,
-        group=PROFILER,
-    )
+        _true_or_false, group=PROFILER,
+    )  # fmt: skip
     profile_steps: int = setting(
         10, "steps (forward passes with --mode inference) to profile", _count(), parse=int,
         metavar="N", group=PROFILER,
@@ -667,16 +636,12 @@ class RunConfig:
         "keep measuring {unit} until the median throughput's 95%% confidence interval "
         "(order statistics, distribution-free) is within +-P of it, e.g. 0.02; stops "
         "earlier when --time-budget is spent or at {limit}",
-        _check_target_precision,
-        parse=parse_half_width,
-        metavar="P",
-        default_text="off",
-        group=PRECISION,
-        words=MEASURED,
-    )
+        _check_target_precision, parse=parse_half_width, metavar="P", default_text="off",
+        group=PRECISION, words=MEASURED,
+    )  # fmt: skip
     time_budget_s: Optional[float] = setting(
         None, "stop measuring {unit} after this many seconds, precision reached or not",
-        _seconds(optional=True), parse=parse_seconds, metavar="SECONDS", default_text="none",
+        _optional(_seconds), parse=parse_seconds, metavar="SECONDS", default_text="none",
         group=PRECISION, words=MEASURED,
     )  # fmt: skip
     # a measuring window of this many seconds in a warm worker, interleaved with the other
@@ -689,11 +654,9 @@ class RunConfig:
         "has its 95%% interval within --ratio-precision or --ratio-budget is spent; a round "
         "with a window flagged busy is dropped, and said. --steps N: windows of N steps "
         "each instead",
-        _seconds(optional=True),
-        parse=parse_seconds,
-        metavar="SECONDS",
+        _optional(_seconds), parse=parse_seconds, metavar="SECONDS",
         default_text=f"{WINDOW_S:g} s",
-    )
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         for name, about in settings().items():
