@@ -232,6 +232,17 @@ def test_windows_on_slurm_one_run_per_task_are_refused_before_anything_runs(tmp_
     assert not (tmp_path / "s").exists()
 
 
+def test_warm_is_refused_for_a_sweep_in_windows_before_anything_runs(tmp_path, capsys):
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(two_by_two(measure="windows")))
+    with pytest.raises(SystemExit) as stopped:
+        main(["sweep", str(path), "--warm", "--store", str(tmp_path / "s")])
+    assert stopped.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--warm: expected --warm for fresh-process runs only" in err
+    assert "or add --fresh-processes" in err and not (tmp_path / "s").exists()
+
+
 @pytest.mark.slow
 def test_a_tiny_sweep_in_windows_stores_marked_windows_and_resumes(tmp_path, home):
     require_backends("jax", "torch")

@@ -281,8 +281,9 @@ def command_sweep(args: argparse.Namespace) -> int:
         sweep_runs.select_runs(sweep, args.filter),
         measure_windows(args), args.window_s, args.ratio_precision, args.ratio_budget_s,
     )  # fmt: skip
-    if selected.windows is not None:
-        check_windows_options(options)
+    sweep_runs.check_warm(selected, options.warm)
+    if selected.windows is not None and options.slurm is not None:
+        slurm.check_windows(options.slurm)
     if options.slurm is not None and not args.dry_run:
         slurm.check_tools()
     return show_sweep(
@@ -296,18 +297,6 @@ def command_sweep(args: argparse.Namespace) -> int:
 def measure_windows(args: argparse.Namespace) -> Optional[bool]:
     """--windows (True), --fresh-processes (False) or neither (None: as the file says)."""
     return True if args.windows else False if args.fresh_processes else None
-
-
-def check_windows_options(options: SweepOptions) -> None:
-    """Refuse what a sweep in warm windows cannot do, before anything runs."""
-    if options.slurm is not None:
-        slurm.check_windows(options.slurm)
-    if options.warm:
-        raise ConfigError(
-            "warm",
-            "expected --warm for fresh-process runs only; received it with warm windows, "
-            "whose workers are warm already. Drop --warm, or add --fresh-processes.",
-        )
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,17 @@ def planned_sweep(
         )
 
 
+def check_warm(sweep: Sweep, warm: bool) -> None:
+    """``--warm`` (fresh-process runs sharing a worker) refused for a sweep in windows."""
+    if sweep.windows is not None and warm:
+        raise ConfigError(
+            "warm",
+            "expected --warm for fresh-process runs only; received it with warm windows "
+            "(measure: windows or --windows), whose workers are warm already. Drop --warm, "
+            "or add --fresh-processes.",
+        )
+
+
 def run_planned(
     planned: PlannedSweep,
     *,
@@ -155,12 +166,7 @@ def run_planned(
     if not to_run:
         return []
     sweep = planned.sweep
-    if sweep.windows is not None and warm:
-        raise ConfigError(
-            "warm",
-            "expected --warm for fresh-process runs only; received it with warm windows "
-            "(measure: windows or --windows), whose workers are warm already. Drop --warm.",
-        )
+    check_warm(sweep, warm)
     progress = Progress(total=len(sweep.runs), skipped=len(planned.plan.done))
     look_before_runs(planned.store, len(to_run), busy_threshold, wait_quiet_s, "the sweep")
     runner = Runner(
