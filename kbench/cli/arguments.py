@@ -143,8 +143,8 @@ def add_settings(
     section it names (``parser`` may be an argument group: the flags go in it).
     ``defaults`` and ``helps``: where a command means its own by a setting (kbench
     parity's 3 SGD steps; a help that says "(default" says its own); ``words`` fill the
-    ``{word}``s of the helps. The names are
-    recorded on the parser for :func:`settings_of`."""
+    ``{word}``s of the helps. The names are recorded on the parser for
+    :func:`settings_of`."""
     defaults, helps = defaults or {}, helps or {}
     exclusive: Dict[str, Any] = {}
     for name in names:
