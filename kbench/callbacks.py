@@ -303,7 +303,7 @@ def _logs(logs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def _emit_progress(epoch: int, epochs: Optional[int], loss: Any, seconds: float) -> None:
-    from kbench.run.task import emit_progress
+    from kbench.run.protocol import emit_progress
 
     emit_progress(
         "epoch", epoch=epoch + 1, epochs=epochs or 0,

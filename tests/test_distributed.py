@@ -376,6 +376,7 @@ def runs_store(tmp_path_factory):
     assert of the runs' timings holds beside another test (a jax step compiled once is
     a first step 3x any other; the scaling efficiency is the arithmetic of the measured
     rates; the quality section judges the window against the cores the run was given)."""
+    from kbench.distributed.launcher import run_distributed
     from kbench.run.runner import Runner
 
     backends = sorted({b for _, b in MODES})
@@ -399,7 +400,7 @@ def runs_store(tmp_path_factory):
         if k.startswith("JAX_COMPILATION") or k == "XLA_FLAGS"
     }
     try:
-        Runner(output_dir=out).run_all(configs)
+        Runner(output_dir=out, data_parallel=run_distributed).run_all(configs)
     finally:
         os.environ.update(cache)
     return out

@@ -28,9 +28,9 @@ from kbench.exec.config import ExecConfig
 from kbench.exec.runner import ExecRunner
 from kbench.exec.watch import EpochFeed, LogKeeper
 from kbench.results.config import ConfigError
+from kbench.run.engine import LogWriter, supervise
 from kbench.run.progress import show_progress
-from kbench.run.supervise import LogWriter, supervise
-from kbench.run.task import parse_progress
+from kbench.run.protocol import parse_progress
 
 SCRIPTS = ROOT / "tests" / "user_scripts"
 BAD_EVENTS = [

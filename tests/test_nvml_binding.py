@@ -61,16 +61,16 @@ print(json.dumps({
 # The data-parallel sampler on two processes.
 JOB_SAMPLE = r"""
 import json, subprocess, sys, time
-from kbench.distributed.sampling import JobSampler
-job = JobSampler(interval_s=0.04).start()
+from kbench.measure.sampler import Sampler
+job = Sampler(interval_s=0.04, per_process=True).__enter__()
 start = time.time()
 procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"]) for _ in range(2)]
 for i, p in enumerate(procs):
     job.add(f"worker{i}", p.pid)
 for p in procs:
     p.wait()
-job.stop()
-print(json.dumps(job.result({"run": (start, time.time())})))
+job.__exit__()
+print(json.dumps(job.result({"run": (start, time.time())}).to_dict()))
 """
 
 # A worker whose environment is empty for 0.3 s (started with none), then the same PID
@@ -79,14 +79,14 @@ LATE_ENV_WORKER = ["/bin/sh", "-c", "sleep 0.3; export CUDA_VISIBLE_DEVICES=; ex
 # The data-parallel sampler on the one worker given, started with no environment.
 JOB_LATE_ENV = r"""
 import json, subprocess, sys, time
-from kbench.distributed.sampling import JobSampler
-job = JobSampler(interval_s=0.04).start()
+from kbench.measure.sampler import Sampler
+job = Sampler(interval_s=0.04, per_process=True).__enter__()
 start = time.time()
 proc = subprocess.Popen(json.loads(sys.argv[1])["command"], env={})
 job.add("worker0", proc.pid)
 proc.wait()
-job.stop()
-print(json.dumps(job.result({"run": (start, time.time())})))
+job.__exit__()
+print(json.dumps(job.result({"run": (start, time.time())}).to_dict()))
 """
 
 

@@ -422,17 +422,18 @@ def test_the_idle_workers_of_the_same_comparison_are_no_shared_gpu(tmp_path: Pat
 
 
 def test_a_data_parallel_run_gets_a_quality_section_and_its_flag_in_the_table() -> None:
-    from kbench.distributed.sampling import assess_quality
+    """A data-parallel run's section is assessed over the cores its training processes
+    were given together (the launcher's ``add_sampled``: threads x local workers), its
+    processes' CPU summed by the sampler."""
     from kbench.views.distributed import breakdown_tables
     from tests.test_distributed import fake_run
 
     # every core busy, the run's processes using 2 of them (the 2 it was given): the rest
     # ran on the cores it left free, not against it
-    sampled = {"series": series([100.0] * 3, [200.0] * 3), "sources": {"cpu": {}}}
-    section = assess_quality(sampled, (100, 102), cores_given=2)
+    section = quality.assess(series([100.0] * 3, [200.0] * 3), (100, 102), 2).to_dict()
     assert section["cores_given"] == 2 and section["other_share"] == 0 and not section["flags"]
     # given 1 core and using half of it: the other half went to other processes
-    busy = assess_quality({"series": series([100.0] * 3, [50.0] * 3)}, (100, 102), 1)
+    busy = quality.assess(series([100.0] * 3, [50.0] * 3), (100, 102), 1).to_dict()
     assert busy["other_share"] == pytest.approx(0.5)
     assert busy["flags"] == ["busy: 50% of the cores used by other processes"]
     run = fake_run("torch-ddp", "torch", 2)

@@ -452,7 +452,7 @@ def test_a_log_that_fills_up_during_the_run_loses_only_the_log(tmp_path, caplog)
     until the timeout, and closing the log raised OSError out of the run."""
     from dataclasses import dataclass
 
-    from kbench.run.supervise import supervise
+    from kbench.run.engine import supervise
 
     @dataclass
     class Config:

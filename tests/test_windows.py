@@ -17,7 +17,8 @@ from conftest import ROOT, dump, require_backends, run_kbench, spinning_loops
 
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
-from kbench.run.channel import (
+from kbench.run.engine import Worker
+from kbench.run.protocol import (
     REPLY_FD_VARIABLE,
     ReplyWriter,
     open_reply_pipe,
@@ -136,7 +137,7 @@ def test_a_child_replies_on_the_pipe_it_inherited_and_sees_no_other_end():
     pipe = open_reply_pipe()
     child = (
         "import os, sys; sys.path.insert(0, sys.argv[1]);"
-        "from kbench.run.channel import ReplyWriter;"
+        "from kbench.run.protocol import ReplyWriter;"
         f"r = {pipe.read_fd};"
         "inherited = True\ntry: os.fstat(r)\nexcept OSError: inherited = False\n"
         "ReplyWriter.from_environment().send('ready', read_end_inherited=inherited)"
@@ -174,14 +175,15 @@ def test_every_live_worker_of_the_session_is_a_companion_of_the_others():
                 for _ in range(4)]  # fmt: skip
     try:
         session: list = []
-        idle = dict(runner=None, planned=None, replies=None, log_file=None, tail=None,
-                    interpreter="", process_env={}, keras_json={}, launched_at=0.0)  # fmt: skip
-        workers = [WindowWorker(process=p, name=f"w{i}", siblings=session, **idle)
+        idle = dict(runner=None, planned=None, interpreter="", process_env={}, keras_json={},
+                    launched_at=0.0)  # fmt: skip
+        workers = [WindowWorker(worker=Worker(f"w{i}", p, None, None), name=f"w{i}",
+                                siblings=session, **idle)
                    for i, p in enumerate(sleepers)]  # fmt: skip
         session += workers
         assert workers[0].companions == [p.pid for p in sleepers[1:]]
-        workers[1].closed = True  # dropped by tune: its process is gone
-        workers[2].gone = object()  # crashed
+        workers[1].worker.closed = True  # dropped by tune: its process is gone
+        workers[2].worker.gone = object()  # crashed
         assert workers[0].companions == [sleepers[3].pid]
         assert workers[3].companions == [sleepers[0].pid]
     finally:

@@ -22,9 +22,9 @@ from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.run import agreement
 from kbench.run.runner import Case, PlannedRun
-from kbench.run.window_steps import WindowTrainer
-from kbench.run.window_worker import warm_up
+from kbench.run.trainer import Trainer
 from kbench.run.windows import NOT_ASKED, WindowWorker, plan_parity, record_parity
+from kbench.run.worker import warm_up
 from kbench.studies import parity
 from kbench.views.windows import parity_line, windows_table
 
@@ -38,8 +38,7 @@ def worker(backend: str, **settings) -> WindowWorker:
     config = RunConfig(backend=backend, model=settings.pop("model", "small_cnn"), **settings)
     return WindowWorker(
         runner=None, planned=PlannedRun(Case(config, None), f"{backend}-run", Path(".")),
-        process=None, replies=None, log_file=None, tail=None, interpreter="",
-        process_env={}, keras_json={}, launched_at=0.0,
+        worker=None, interpreter="", process_env={}, keras_json={}, launched_at=0.0,
     )  # fmt: skip
 
 
@@ -201,7 +200,7 @@ def test_the_comparison_says_per_backend_whether_it_computed_as_the_baseline():
 
 
 class FrameworkStandIn:
-    """The few calls a WindowTrainer makes of a backend, in numpy: this test is about what
+    """The few calls a Trainer's windows make of a backend, in numpy: this test is about what
     the warm worker does when initial weights cannot be loaded, not about a framework."""
 
     def fit_epoch(self, model, x, y, batch_size, clock):
@@ -215,10 +214,10 @@ class FrameworkStandIn:
 
 
 def test_weights_that_cannot_be_loaded_fail_the_check_not_the_worker(tmp_path):
-    trainer = WindowTrainer(
+    trainer = Trainer(
         backend=FrameworkStandIn(), model=None,
         arrays={"x_train": np.zeros((32, 2)), "y_train": np.zeros(32)},
-        order=np.arange(32), batch_size=4, data_format="channels_last",
+        order=np.arange(32).reshape(1, -1), batch_size=4, data_format="channels_last",
     )  # fmt: skip
     task = SimpleNamespace(config={"warmup_steps": 2})
     command = {"do": "warmup", "window_s": 0.1, "steps": 3,
@@ -249,10 +248,10 @@ def test_a_failed_training_step_at_warm_up_fails_the_worker_not_the_check():
     """The check's own failures are caught (above), a training step's are not: told apart
     by the steps begun, not by the position in the sample order, which wraps around (here
     2 warmup steps of 4 samples end where they began, in an order of 8)."""
-    trainer = WindowTrainer(
+    trainer = Trainer(
         backend=FailsOnce(), model=None,
         arrays={"x_train": np.zeros((8, 2)), "y_train": np.zeros(8), "x_test": np.zeros((4, 2))},
-        order=np.arange(8), batch_size=4, data_format="channels_last",
+        order=np.arange(8).reshape(1, -1), batch_size=4, data_format="channels_last",
     )  # fmt: skip
     task = SimpleNamespace(config={"warmup_steps": 2})
     command = {"do": "warmup", "window_s": 0.1, "steps": 3, "check": True, "check_optional": True}

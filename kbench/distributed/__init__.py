@@ -15,15 +15,17 @@ mode               backends                    engine
 ``--batch-size`` is per worker; the global batch is batch size x workers. Every
 worker trains on its own slice of each global step of the runner's seeded order.
 
-Parent side: :mod:`~kbench.distributed.launcher` (start, watch, stop, one result),
-:mod:`~kbench.distributed.plan` (processes, hosts, ports), :mod:`~kbench.distributed.sampling`
-(every process sampled), :mod:`~kbench.distributed.merge` (metrics, scaling),
+Parent side: :mod:`~kbench.distributed.launcher` (start, watch, stop, one result, on the
+engine every run has: :mod:`kbench.run.engine`, one sampler over every process),
+:mod:`~kbench.distributed.plan` (processes, hosts, ports), :mod:`~kbench.distributed.merge`
+(metrics, scaling),
 :mod:`~kbench.distributed.summary` (a run's row and log line; the tables and figures
 for compare and report are in :mod:`kbench.views.distributed`).
 Worker side: :mod:`~kbench.distributed.worker` (every process's entry point) and
 :mod:`~kbench.distributed.engines` (one class per engine); both sides share
 :mod:`~kbench.distributed.breakdown` (data, forward, backward, update, communication).
 
-May import: kbench.run (never kbench.run.runner, which imports the launcher),
-kbench.results, kbench.backends, kbench.datasets, kbench.measure, kbench_models.
+May import: kbench.run (its engine, protocol and worker, which the data-parallel worker
+starts its backend and model with), kbench.results, kbench.backends, kbench.datasets,
+kbench.measure, kbench_models.
 """

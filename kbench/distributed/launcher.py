@@ -5,7 +5,8 @@ when ``config.distributed`` is not ``none``. It draws the runner's seeded batch 
 at the global batch (per-worker batch x workers) and cuts every global step into one
 slice per worker (``shards.npy``), plans the processes of the mode on this host
 (:mod:`kbench.distributed.plan`), starts each in its own process group with the
-backend's environment, samples all of them with one :class:`JobSampler`, and
+backend's environment on the engine (:class:`kbench.run.engine.Worker`), samples all
+of them with one :class:`~kbench.measure.sampler.Sampler`, and
 watches them: the run is over when every primary process (the workers, torchrun,
 the TensorFlow chief) has exited cleanly; it has failed as soon as any process
 exits with an error or dies, reports an error (even if its framework then hangs in
@@ -20,16 +21,13 @@ if kbench is killed outright, every worker notices within a second
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import os
-import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import psutil
@@ -38,19 +36,18 @@ from kbench import datasets
 from kbench.backends.switches import SWITCHES
 from kbench.distributed import merge, summary
 from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
-from kbench.distributed.sampling import JobSampler, assess_quality
 from kbench.measure import processes, sysinfo
 from kbench.measure.processes import alive, interrupt_on_sigterm
-from kbench.measure.sampler import windows_from_markers
+from kbench.measure.sampler import Sampler
 from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, host_of, open_log
 from kbench.run import environments, leftovers
-from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
-from kbench.run.supervise import LOG_TAIL_LINES, LogWriter
-from kbench.run.task import WorkerReply, WorkerTask, parse_progress
+from kbench.run.engine import LogWriter, Outcome, Worker
+from kbench.run.metrics import add_sampled, compute_rate
+from kbench.run.protocol import WorkerReply, WorkerTask
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +238,6 @@ def write_run_json(begun: Begun, launch: Launch, run_dir: Path) -> None:
         data=begun.data.to_dict(),
         order_path=str(run_dir / "shards.npy"),
         data_format=launch.keras_json["image_data_format"],
-        reply_path=str(run_dir / "replies"),
         started_at=begun.started_at,
     )
     write_json_atomic(run_dir / "run.json", {"task": task.to_dict(), "distributed": dist})
@@ -250,7 +246,7 @@ def write_run_json(begun: Begun, launch: Launch, run_dir: Path) -> None:
 def finish(
     begun: Begun,
     launch: Launch,
-    outcome: Outcome,
+    outcome: JobOutcome,
     replies: Dict[str, Dict[str, Any]],
     ended_at: float,
     busy_threshold: float,
@@ -266,15 +262,11 @@ def finish(
         metrics = merge.metrics(config, replies, launch.shards, launch.pass_length)
     sampled = None
     if outcome.sampler is not None:
-        windows = windows_from_markers(metrics.get("markers", {}), begun.started_at, ended_at)
-        sampled = outcome.sampler.result(windows)
-        if metrics:
-            metrics["memory"] += sampled_memory(sampled["summary"])
-            metrics["energy"] = measured_energy(sampled["summary"], metrics["measured_images"])
-            metrics["quality"] = assess_quality(
-                sampled, windows["measured"], launch.threads * launch.local_trainers,
-                busy_threshold,
-            )  # fmt: skip
+        cores = launch.threads * launch.local_trainers
+        sampled = add_sampled(
+            outcome.sampler, metrics, begun.started_at, ended_at, cores, busy_threshold,
+            measured=bool(metrics),
+        ).to_dict()  # fmt: skip
     if metrics and leader:
         reply = WorkerReply(
             status="ok", framework=leader.get("framework", {}), model=leader.get("model", {})
@@ -387,14 +379,6 @@ def traffic_note(mode: str, cluster: Cluster) -> str:
 
 
 @dataclass
-class Running:
-    spec: Process
-    popen: subprocess.Popen
-    tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES))
-    reader: Optional[threading.Thread] = None
-
-
-@dataclass
 class Failure:
     name: str
     pid: int
@@ -404,17 +388,21 @@ class Failure:
     tail: List[str]
 
 
-@dataclass
-class Outcome:
-    timed_out: bool
-    failures: List[Failure]
-    processes: List[Dict[str, Any]]
-    sampler: Optional[JobSampler]
-    tails: Dict[str, List[str]]
+@dataclass(frozen=True)
+class JobOutcome(Outcome):
+    """How a run's processes ended (:class:`~kbench.run.engine.Outcome`: stopped past
+    the timeout, the sampler), and more: which failed, every process started, the last
+    lines of each."""
+
+    failures: List[Failure] = field(default_factory=list)
+    processes: List[Dict[str, Any]] = field(default_factory=list)
+    tails: Dict[str, List[str]] = field(default_factory=dict)
 
 
 class Job:
-    """The processes of one run: started, relayed, sampled, watched and stopped."""
+    """The processes of one run, each a :class:`~kbench.run.engine.Worker` without a
+    channel, their output in one log (each line after its process's name): started,
+    relayed, sampled by one :class:`~kbench.measure.sampler.Sampler`, watched and stopped."""
 
     def __init__(self, procs, interpreter, env, run_dir, log_path, config, on_progress, nvml):
         self.procs: List[Process] = procs
@@ -425,85 +413,60 @@ class Job:
         self.config = config
         self.on_progress = on_progress
         self.nvml = nvml
-        self.running: Dict[str, Running] = {}
+        self.specs: Dict[str, Process] = {}
+        self.running: Dict[str, Worker] = {}
         self.announced: Dict[str, Dict[str, Any]] = {}
-        self.log_lock = threading.Lock()
 
-    def run(self) -> Outcome:
+    def run(self) -> JobOutcome:
         sampler = None
         if self.config.sample_interval_s > 0:
-            sampler = JobSampler(self.config.sample_interval_s, nvml=self.nvml).start()
+            sampler = Sampler(
+                interval_s=self.config.sample_interval_s, nvml=self.nvml, per_process=True
+            ).__enter__()
         timed_out, failures = False, []
         with contextlib.closing(LogWriter.open(self.log_path)) as log_file, interrupt_on_sigterm():
-            self.log_file = log_file
             try:
                 for spec in self.procs:
-                    self._start(spec, sampler)
+                    self._start(spec, sampler, log_file)
                 timed_out, failures = self._watch(sampler)
             finally:
                 self._stop_all(success=not timed_out and not failures)
                 if sampler is not None:
-                    sampler.stop()
-                for running in self.running.values():
-                    if running.reader:
-                        running.reader.join(timeout=10)
-        processes = [
-            {
-                "name": name,
-                "role": r.spec.role,
-                "rank": r.spec.rank,
-                "pid": r.popen.pid,
-                "exit_code": r.popen.returncode,
-                "primary": r.spec.primary,
-                "started_by": "kbench",
-            }
-            for name, r in self.running.items()
-        ]
-        processes += [
-            {
-                "name": name,
-                "role": a["role"],
-                "rank": a["rank"],
-                "pid": a["pid"],
-                "exit_code": None,
-                "primary": True,
-                "started_by": "torchrun",
-            }
+                    sampler.__exit__(None, None, None)
+                for worker in self.running.values():
+                    worker.threads[0].join(timeout=10)
+        tails = {name: list(w.tail) for name, w in self.running.items()}
+        return JobOutcome(
+            returncode=None, timed_out=timed_out, log_tail=[], sampler=sampler,
+            failures=failures, processes=self._processes(), tails=tails,
+        )  # fmt: skip
+
+    def _processes(self) -> List[Dict[str, Any]]:
+        """Every process of the run: those kbench started, then those torchrun did."""
+        started = [
+            {"name": name, "role": self.specs[name].role, "rank": self.specs[name].rank,
+             "pid": w.pid, "exit_code": w.process.returncode,
+             "primary": self.specs[name].primary, "started_by": "kbench"}
+            for name, w in self.running.items()
+        ]  # fmt: skip
+        return started + [
+            {"name": name, "role": a["role"], "rank": a["rank"], "pid": a["pid"],
+             "exit_code": None, "primary": True, "started_by": "torchrun"}
             for name, a in self.announced.items()
             if name not in self.running
-        ]
-        tails = {name: list(r.tail) for name, r in self.running.items()}
-        return Outcome(timed_out, failures, processes, sampler, tails)
+        ]  # fmt: skip
 
-    def _start(self, spec: Process, sampler: Optional[JobSampler]) -> None:
-        popen = processes.start(  # its own process group: stopped as a whole
-            [self.interpreter, *spec.args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=dict(self.env, **spec.env),
-            cwd=self.run_dir,
-            text=True,
-            errors="replace",
-        )
-        running = Running(spec, popen)
-        running.reader = threading.Thread(target=self._relay, args=(running,), daemon=True)
-        running.reader.start()
-        self.running[spec.name] = running
+    def _start(self, spec: Process, sampler: Optional[Sampler], log_file: LogWriter) -> None:
+        worker = Worker.launch(
+            [self.interpreter, *spec.args], dict(self.env, **spec.env), self.run_dir, log_file,
+            name=spec.name, progress_of=self.config, on_progress=self.on_progress,
+            prefix=f"[{spec.name}] ",
+        )  # fmt: skip
+        self.specs[spec.name], self.running[spec.name] = spec, worker
         if sampler is not None and spec.role != "launcher":  # torchrun: its workers announce
-            sampler.add(spec.name, popen.pid)
+            sampler.add(spec.name, worker.pid)
 
-    def _relay(self, running: Running) -> None:
-        prefix = f"[{running.spec.name}] "
-        for line in running.popen.stdout:
-            with self.log_lock:
-                self.log_file.write(prefix + line)
-            event = parse_progress(line)
-            if event is None:
-                running.tail.append(line.rstrip("\n"))
-            elif event and self.on_progress:
-                self.on_progress(self.config, event)
-
-    def _discover(self, sampler: Optional[JobSampler]) -> None:
+    def _discover(self, sampler: Optional[Sampler]) -> None:
         for path in (self.run_dir / "procs").glob("*.json"):
             name = path.stem
             if name in self.announced:
@@ -523,25 +486,25 @@ class Job:
         except (OSError, ValueError):
             return None
 
-    def _watch(self, sampler: Optional[JobSampler]) -> Tuple[bool, List[Failure]]:
+    def _watch(self, sampler: Optional[Sampler]) -> Tuple[bool, List[Failure]]:
         deadline = time.monotonic() + self.config.timeout_s
         while True:
             self._discover(sampler)
             failures = []
             done = True
-            for name, running in self.running.items():
-                code = running.popen.poll()
+            for name, worker in self.running.items():
+                code = worker.process.poll()
                 if code is None:
-                    done = done and not running.spec.primary
+                    done = done and not self.specs[name].primary
                 elif code != 0:
-                    failures.append(self._failure(name, running.popen.pid, code, running.tail))
+                    failures.append(self._failure(name, worker.pid, code, worker.tail))
             for name, record in self.announced.items():
                 reply = self._reply(name)
                 if reply is not None and reply.get("status") != "ok":
                     # failed, even if its process is still stuck in the framework's exit
-                    running = self.running.get(name)
+                    worker = self.running.get(name)
                     failures.append(
-                        self._failure(name, record["pid"], None, running.tail if running else [])
+                        self._failure(name, record["pid"], None, worker.tail if worker else [])
                     )
                 elif name not in self.running and not alive(record["pid"]) and reply is None:
                     failures.append(self._failure(name, record["pid"], None, []))
@@ -575,13 +538,12 @@ class Job:
     def _stop_all(self, success: bool) -> None:
         if success:  # helpers that leave by themselves get a moment to do so
             deadline = time.monotonic() + HELPER_GRACE_S
-            lingering = [
-                r for r in self.running.values() if r.spec.stops_itself and r.popen.poll() is None
-            ]
+            lingering = [w for name, w in self.running.items()
+                         if self.specs[name].stops_itself and w.process.poll() is None]  # fmt: skip
             while lingering and time.monotonic() < deadline:
                 time.sleep(POLL_S)
-                lingering = [r for r in lingering if r.popen.poll() is None]
-        groups = [r.popen.pid for r in self.running.values() if r.popen.poll() is None]
+                lingering = [w for w in lingering if w.process.poll() is None]
+        groups = [w.pid for w in self.running.values() if w.process.poll() is None]
         strays = [a["pid"] for a in self.announced.values() if alive(a["pid"])]
         for pgid in groups:
             processes.stop_tree(pgid)
@@ -590,15 +552,15 @@ class Job:
         # after a failure the others are usually stuck in a collective: less grace
         deadline = time.monotonic() + (KILL_GRACE_S if success else FAILED_GRACE_S)
         while time.monotonic() < deadline and (
-            any(r.popen.poll() is None for r in self.running.values())
+            any(w.process.poll() is None for w in self.running.values())
             or any(alive(pid) for pid in strays)
         ):
             time.sleep(POLL_S)
-        for running in self.running.values():
-            processes.kill_tree(running.popen.pid)  # whatever its group left behind
-            if running.popen.poll() is None:
-                running.popen.kill()
-            running.popen.wait()
+        for worker in self.running.values():
+            processes.kill_tree(worker.pid)  # whatever its group left behind
+            if worker.process.poll() is None:
+                worker.process.kill()
+            worker.process.wait()
         for pid in strays:
             processes.kill_pid(pid)
         for proc in left_behind(self.run_dir):
@@ -640,9 +602,9 @@ def read_replies(directory: Path) -> Dict[str, Dict[str, Any]]:
 
 
 def judge(
-    outcome: Outcome, replies: Dict[str, Dict[str, Any]], config: RunConfig
+    outcome: JobOutcome, replies: Dict[str, Dict[str, Any]], config: RunConfig
 ) -> ending.Verdict:
-    """How the whole run ended. Unlike one worker's (:func:`kbench.run.supervise.judge`),
+    """How the whole run ended. Unlike one worker's (:func:`kbench.run.engine.judge`),
     its many processes are judged together, in this order: ``unsupported`` if any
     process found that its mode cannot run here (the other processes then fail only
     because it left); ``timeout``, with the last lines of every process; ``failed`` (or
@@ -667,7 +629,7 @@ def judge(
     return ending.OK
 
 
-def failed(outcome: Outcome, replies: Dict[str, Dict[str, Any]]) -> ending.Verdict:
+def failed(outcome: JobOutcome, replies: Dict[str, Dict[str, Any]]) -> ending.Verdict:
     """The verdict of a run some of whose processes failed: the cause is a process that
     died (by a signal, or without a reply) before one that reported the error its peers'
     death gave it; its error (or ``WorkerDied``), with every other failure under

@@ -21,7 +21,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -31,15 +30,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import psutil
 
-import kbench_models
-from kbench import datasets
-from kbench.backends import load_backend
 from kbench.backends.base import Backend, is_out_of_memory
-from kbench.backends.switches import SWITCHES
 from kbench.distributed.breakdown import StepLog, shard_digest, worker_summary
-from kbench.measure import processes
 from kbench.results.jsonfile import read_json, write_json_atomic
-from kbench.run.task import WorkerTask, emit_progress
+from kbench.run import worker as run_worker
+from kbench.run.parent_watch import watch_parent
+from kbench.run.protocol import WorkerTask, emit_progress
+from kbench.run.worker import task_arrays
 
 log = logging.getLogger("kbench.distributed.worker")
 
@@ -149,54 +146,33 @@ def pin_cores(dist: Dict[str, Any], local_index: int) -> Optional[List[int]]:
 
 
 def load_data(ctx: Context) -> None:
-    """The prepared data set, laid out as the model takes it (as kbench.run.worker does)."""
-    data = datasets.PreparedData.from_dict(ctx.task.data)
-    ctx.loss = kbench_models.spec_for(ctx.config["model"]).loss_for(data.num_classes)
-    arrays = datasets.load_prepared(data.path)
-    for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        arrays[f"x_{split}"] = datasets.to_model_input(
-            x, data.kind, ctx.task.data_format, data.input_shape[:2] if data.streamed else None
-        )
-        arrays[f"y_{split}"] = datasets.labels_for_loss(y, ctx.loss)
-    ctx.arrays = arrays
-    ctx.input_shape = tuple(int(d) for d in arrays["x_train"].shape[1:])
+    """The prepared data set, laid out as the model takes it
+    (:func:`kbench.run.worker.task_arrays`)."""
+    data, ctx.loss, ctx.arrays = task_arrays(ctx.task)
+    ctx.input_shape = tuple(int(d) for d in ctx.arrays["x_train"].shape[1:])
     ctx.num_classes = data.num_classes
 
 
 def start_backend(ctx: Context) -> None:
-    config = ctx.config
-    switches = {name: config[name] for name in SWITCHES if name in config}
-    ctx.backend = load_backend(config["backend"])(
-        threads=config["threads"], switches=switches,
-        inter_op_threads=config.get("inter_op_threads"),
-    )  # fmt: skip
-    started = time.perf_counter()
-    ctx.backend.start(
-        ctx.task.data_format,
-        device=config["device"],
-        gpu_memory_fraction=config["gpu_memory_fraction"],
-        gpu_memory_growth=config["gpu_memory_growth"],
-    )
-    ctx.timings["import_time_s"] = time.perf_counter() - started
+    """The backend started as a single-process worker starts it
+    (:func:`kbench.run.worker.start_backend`)."""
+    ctx.backend = run_worker.start_backend(ctx.task)
+    ctx.timings["import_time_s"] = ctx.backend.import_time_s
 
 
 def build_model(ctx: Context) -> Any:
-    ctx.backend.seed(ctx.config["seed"])  # every worker starts from the same weights
-    started = time.perf_counter()
-    model = ctx.backend.build(ctx.config["model"], ctx.input_shape, ctx.num_classes)
-    ctx.timings["build_time_s"] = time.perf_counter() - started
+    """The model, seeded: every worker starts from the same weights."""
+    model, ctx.timings["build_time_s"] = run_worker.build_model(
+        ctx.backend, ctx.task, ctx.input_shape, ctx.num_classes
+    )
     return model
 
 
 def describe_model(ctx: Context, model: Any) -> Dict[str, Any]:
-    return {
-        "name": ctx.config["model"],
-        "params": ctx.backend.count_params(model),
-        "input_shape": list(ctx.input_shape),
-        "num_classes": ctx.num_classes,
-        "flops": ctx.backend.flops(model),
-    }
+    return run_worker.model_facts(
+        ctx.backend, model, ctx.config["model"], ctx.input_shape, ctx.num_classes,
+        ctx.backend.flops(model),
+    )  # fmt: skip
 
 
 def host_loop(
@@ -339,7 +315,7 @@ def main(argv=None) -> int:
     spec = read_json(Path(argv[0]))
     task, dist = WorkerTask.from_dict(spec["task"]), spec["distributed"]
     role, rank, local_index = identity(dist)
-    watch_parent(int(os.environ.get("KBENCH_DIST_PARENT", "0")))
+    watch_parent(int(os.environ.get("KBENCH_DIST_PARENT", "0")) or None)
     reply_path = Path(dist["replies_dir"]) / f"{role}{rank}.json"
     announce(dist, role, rank)
 
@@ -386,21 +362,6 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         os._exit(1)
     return 0
-
-
-def watch_parent(pid: Optional[int], interval_s: float = 1.0) -> None:
-    """End this process if the kbench process that started the run is gone (killed
-    without the chance to stop its workers), so that no worker outlives it."""
-    if not pid:
-        return
-
-    def watch() -> None:
-        while True:
-            time.sleep(interval_s)
-            if not processes.alive(pid):
-                os._exit(70)
-
-    threading.Thread(target=watch, name="kbench-parent-watch", daemon=True).start()
 
 
 if __name__ == "__main__":

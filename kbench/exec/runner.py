@@ -224,7 +224,7 @@ def judge(outcome: ScriptOutcome, config: ExecConfig) -> ending.Verdict:
     code 0 is ``ok`` and any other (or a signal) is ``failed``, with the exception
     line of the last traceback it printed as the reason (else its last line: JAX and
     Keras print notes after the error) (``kbench run``'s workers are judged by their
-    reply too: :func:`kbench.run.supervise.judge`)."""
+    reply too: :func:`kbench.run.engine.judge`)."""
     if outcome.timed_out:
         return ending.timed_out(
             f"the command ran past the {config.timeout_s:g} s timeout; its process tree was killed",

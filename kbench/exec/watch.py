@@ -34,7 +34,6 @@ import logging
 import math
 import os
 import re
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,8 +43,7 @@ from typing import Any, Callable, Dict, List, Optional
 import psutil
 
 from kbench.measure import processes
-from kbench.measure.sampler import Sampler
-from kbench.run.supervise import LOG_TAIL_LINES, LogWriter, Outcome, stop_group
+from kbench.run.engine import LOG_TAIL_LINES, LogWriter, Outcome, Worker, start_sampler
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +61,7 @@ class CannotStart(Exception):
 
 @dataclass(frozen=True)
 class ScriptOutcome(Outcome):
-    """How the script ended (:class:`~kbench.run.supervise.Outcome`), and more."""
+    """How the script ended (:class:`~kbench.run.engine.Outcome`), and more."""
 
     ended_at: float = 0.0  # time.time() as the script's own process ended (or was stopped)
     log: Dict[str, Any] = field(default_factory=dict)  # LogKeeper.summary()
@@ -82,74 +80,47 @@ def watch(
     nvml: Any = None,
     log_limit_bytes: int = LOG_LIMIT_BYTES,
 ) -> ScriptOutcome:
-    """Run ``command`` in its own process group and session, and stop all it started
-    at the end. ``config`` needs ``label()``, ``timeout_s`` and ``sample_interval_s``;
-    ``env`` must carry :data:`TOKEN_VARIABLE`."""
+    """Run ``command`` on the engine (:class:`kbench.run.engine.Worker`: its own process
+    group and session, no channel, its output read by :class:`LogKeeper`), and stop all
+    it started at the end. ``config`` needs ``label()``, ``timeout_s`` and
+    ``sample_interval_s``; ``env`` must carry :data:`TOKEN_VARIABLE`."""
     started = time.time()
     with contextlib.closing(LogKeeper(LogWriter.open(log_path), log_limit_bytes)) as kept:
         try:
-            process = processes.start(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd
+            script = Worker.launch(
+                command, env, cwd, kept.writer, name=config.label(), read_output=kept.read_from
             )
         except OSError as err:  # not an executable file, no rights to run it
             raise CannotStart(err) from None
-        reader = threading.Thread(target=kept.read_from, args=(process.stdout,), daemon=True)
-        reader.start()
-        sampler = _start_sampler(process.pid, config.sample_interval_s, nvml)
-        seen = Seen(process.pid)
+        sampler = start_sampler(script.pid, config.sample_interval_s, nvml)
+        seen = Seen(script.pid)
         feed = EpochFeed(events_path, config, on_progress)
+
+        def poll() -> None:
+            seen.update()
+            feed.poll()
+
         try:
-            timed_out = _wait(process, config, seen, feed)
+            timed_out = script.wait(config.timeout_s, config.label(), poll, POLL_S)
             ended_at = time.time()
         except BaseException:  # Ctrl-C: take everything down with us
-            stop_group(process)
-            stop_leftovers(process.pid, env[TOKEN_VARIABLE], seen, started)
+            script.stop()
+            stop_leftovers(script.pid, env[TOKEN_VARIABLE], seen, started)
             raise
         finally:
             if sampler is not None:
                 sampler.__exit__(None, None, None)
-        stopped = stop_leftovers(process.pid, env[TOKEN_VARIABLE], seen, started)
-        reader.join(READER_GRACE_S)
-        if reader.is_alive():
+        stopped = stop_leftovers(script.pid, env[TOKEN_VARIABLE], seen, started)
+        script.threads[0].join(READER_GRACE_S)
+        if script.threads[0].is_alive():
             log.warning("%s: a process kbench could not find still holds the script's "
                         "output open; its log ends here", config.label())  # fmt: skip
         feed.poll()
     return ScriptOutcome(
-        returncode=process.returncode, timed_out=timed_out, log_tail=list(kept.tail),
+        returncode=script.process.returncode, timed_out=timed_out, log_tail=list(kept.tail),
         ended_at=ended_at, log=kept.summary(), stopped=stopped, sampler=sampler,
         exception=kept.exception,
     )  # fmt: skip
-
-
-def _start_sampler(pid: int, interval_s: float, nvml: Any) -> Optional[Sampler]:
-    if interval_s <= 0:
-        return None
-    sampler = Sampler(pid, interval_s, nvml=nvml)
-    try:
-        sampler.__enter__()
-    except psutil.Error as err:  # the script ended before the first sample
-        log.debug("sampler not started: %s", err)
-        return None
-    return sampler
-
-
-def _wait(process: subprocess.Popen, config: Any, seen: Seen, feed: EpochFeed) -> bool:
-    """Wait for the script, reading its tree and its events meanwhile; True when it
-    ran past its timeout (then its group is stopped)."""
-    deadline = time.monotonic() + config.timeout_s
-    while True:
-        try:
-            process.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
-            return False
-        except subprocess.TimeoutExpired:
-            if time.monotonic() >= deadline:
-                log.warning(
-                    "%s: past its %g s timeout; stopping it", config.label(), config.timeout_s
-                )
-                stop_group(process)
-                return True
-        seen.update()
-        feed.poll()
 
 
 class Seen:

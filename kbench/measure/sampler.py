@@ -148,19 +148,16 @@ def optional_sources(
 
 
 class CpuSource:
-    """psutil readings of the worker's process tree and the machine."""
+    """psutil readings of the machine: its CPU load and frequency, its battery (the
+    sampled processes' own CPU and memory are the sampler's, :func:`tree_usage`)."""
 
     name = "cpu"
 
     def __init__(self) -> None:
-        self._procs: Dict[int, psutil.Process] = {}
         psutil.cpu_percent(None)  # the first call only starts the interval
 
     def read(self, tree: List[psutil.Process]) -> Dict[str, Any]:
-        usage = tree_usage(tree, self._procs)
         reading: Dict[str, Any] = {"system_cpu_percent": psutil.cpu_percent(None)}
-        if usage:
-            reading.update(process_cpu_percent=usage[0], process_rss_bytes=usage[1])
         try:
             frequency = psutil.cpu_freq()
         except (OSError, NotImplementedError):
@@ -225,24 +222,49 @@ class SamplerResult:
     sources: Dict[str, Dict[str, Any]]
     series: Dict[str, List[Any]] = field(default_factory=dict)
     summary: Dict[str, Dict[str, Dict[str, float]]] = field(default_factory=dict)
+    # several processes sampled (a data-parallel run): the pid each series prefix names
+    processes: Optional[Dict[str, int]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
-        data["labels"] = {
-            name: LABELS.get(name.split("_", 1)[1] if name.startswith("gpu") else name)
-            or (LABELS["rail_power_w"] if name.startswith("rail_") else "")
-            for name in self.series
-            if name != "t"
-        }
+        names = list(self.processes or {})
+        data["labels"] = {name: label_of(name, names) for name in self.series if name != "t"}
+        if self.processes is None:
+            del data["processes"]
+        else:
+            data["note"] = (
+                "one column per process of the run (<process>_...), their sums under the "
+                "single-process names; processes: the pid each prefix names"
+            )
         return data
 
 
+def label_of(name: str, prefixes: Sequence[str] = ()) -> str:
+    """What series ``name`` holds, in words (:data:`LABELS`); a process's own series
+    (``worker0_process_cpu_percent``) says whose."""
+    for prefix in prefixes:
+        if name.startswith(prefix + "_"):
+            rest = name[len(prefix) + 1 :]
+            metric = rest.split("_", 1)[1] if rest.startswith("gpu") else rest
+            return f"{prefix}: " + PROCESS_LABELS.get(metric, LABELS.get(metric, ""))
+    if prefixes and name in ("process_cpu_percent", "process_rss_bytes"):
+        return "sum over the run's processes on this host: " + LABELS[name]
+    base = name.split("_", 1)[1] if GPU_SERIES.match(name) else name
+    return LABELS.get(base) or (LABELS["rail_power_w"] if name.startswith("rail_") else "")
+
+
+PROCESS_LABELS = {  # a series of one of several processes
+    "process_cpu_percent": "CPU time of this process and its children, percent of one core",
+    "process_rss_bytes": "resident memory of this process and its children (psutil)",
+    "process_memory_bytes": "device memory of this process and its children (NVML)",
+}
+
+
 class SamplingThread:
-    """The thread every sampler reads on (this module's :class:`Sampler`, the
-    data-parallel launcher's ``JobSampler``): ``read()`` every ``interval_s`` seconds
-    from :meth:`start` until :meth:`stop`. A reading that raises is skipped and the next
-    one goes on (sampling never ends the run); the first such error is a warning, the
-    rest are logged at debug level, so a reader that always fails is seen once."""
+    """The thread a sampler reads on: ``read()`` every ``interval_s`` seconds from
+    :meth:`start` until :meth:`stop`. A reading that raises is skipped and the next one
+    goes on (sampling never ends the run); the first such error is a warning, the rest
+    are logged at debug level, so a reader that always fails is seen once."""
 
     def __init__(self, read: Callable[[], None], interval_s: float, name: str) -> None:
         self.read = read
@@ -271,45 +293,77 @@ class SamplingThread:
 class Sampler:
     """``with Sampler(pid) as s: ...``; then ``s.result(windows)``.
 
+    The processes sampled are the worker ``pid`` (with its children), or, with
+    ``per_process`` (a data-parallel run), every process :meth:`add` names as it appears
+    (workers, servers, a scheduler; torchrun's workers as they announce themselves), each
+    with its children: then each one's CPU and RSS are series of their own
+    (``worker0_process_cpu_percent``, ``server0_process_rss_bytes``), their sums are under
+    the single-process names, and where NVML lists its PIDs each one's device memory is
+    ``<name>_gpu<i>_process_memory_bytes`` (absent, never 0, where NVML does not know it).
     A source whose ``read`` raises is marked failed with the error from then on (its
     ``describe()`` says so) and the others go on: sampling never ends the run.
     """
 
     def __init__(
         self,
-        pid: int,
+        pid: Optional[int] = None,
         interval_s: float = 0.2,
         nvml: Any = None,
         clock: Callable[[], float] = time.time,
         companions: Sequence[int] = (),
+        per_process: bool = False,
     ) -> None:
         """``companions``: PIDs of processes of the same measurement that wait while this
         one runs (the other warm workers of an interleaved comparison); the GPU source
         counts them, and their children, apart from other processes."""
         self.interval_s = interval_s
         self.clock = clock
-        self._root = psutil.Process(pid)
-        self.visible = visible_devices_of(self._root)
+        self.per_process = per_process
+        self._lock = threading.Lock()
+        self._roots: Dict[str, psutil.Process] = {}
+        self.pids: Dict[str, int] = {}
+        self.visible: Dict[str, Dict[str, Any]] = {}  # name -> its CUDA_VISIBLE_DEVICES
+        if pid is not None:
+            self._add("worker", psutil.Process(pid))
         self._thread = SamplingThread(self._sample, interval_s, "kbench-sampler")
         self._rows: List[Dict[str, Any]] = []
-        self._tree_cache: List[psutil.Process] = []
-        self._tree_at = float("-inf")
+        self._trees: Dict[str, List[psutil.Process]] = {}
+        self._tree_at: Dict[str, float] = {}
+        self._known: Dict[int, psutil.Process] = {}
         optional, self.unavailable = optional_sources(nvml, interval_s)
         self.sources: list = [CpuSource(), *optional]
         self.failed: Dict[str, str] = {}
         if companions:
             companion_pids = set()
-            for pid in companions:
+            for companion in companions:
                 try:
-                    companion_pids |= {p.pid for p in process_tree(psutil.Process(pid))}
+                    companion_pids |= {p.pid for p in process_tree(psutil.Process(companion))}
                 except psutil.Error:  # a companion that already ended holds nothing
                     pass
             for source in self.sources:
                 if isinstance(source, NvmlSource):
                     source.companion_pids = companion_pids
 
+    def add(self, name: str, pid: int) -> None:
+        """Sample process ``pid`` (and its children) as ``name`` from now on; one that
+        already ended is not added."""
+        try:
+            self._add(name, psutil.Process(pid))
+        except psutil.Error as err:
+            log.debug("sampler: %s (pid %d) not added: %s", name, pid, err)
+
+    def _add(self, name: str, process: psutil.Process) -> None:
+        visible = visible_devices_of(process)
+        with self._lock:
+            self._roots[name] = process
+            self.pids[name] = process.pid
+            self.visible[name] = visible
+
     def __enter__(self) -> Sampler:
-        self._sample()
+        """The first reading now where there is a process to read, then one every
+        interval, on the sampler's thread."""
+        if self._roots:
+            self._sample()
         self._thread.start()
         return self
 
@@ -317,25 +371,48 @@ class Sampler:
         self._thread.stop()
         close_sources(self.sources)
 
-    def _tree(self) -> List[psutil.Process]:
-        """The worker and its children, rescanned at most every TREE_REFRESH_S.
+    def _tree(self, name: str) -> List[psutil.Process]:
+        """A process and its children, rescanned at most every TREE_REFRESH_S.
 
         Finding children reads every process on the machine (about 1 ms here, most of a
         sample's cost); a worker's children rarely change, so the list is reused.
         """
         now = time.monotonic()
-        if now - self._tree_at >= TREE_REFRESH_S or not self._tree_cache:
-            self._tree_cache = process_tree(self._root)
-            self._tree_at = now
-        return self._tree_cache
+        if now - self._tree_at.get(name, float("-inf")) >= TREE_REFRESH_S:
+            self._trees[name] = process_tree(self._roots[name])
+            self._tree_at[name] = now
+        return self._trees[name]
 
     def _sample(self) -> None:
-        if not self.visible.get("known"):  # read during the worker's exec: read again
-            self.visible = visible_devices_of(self._root)
-        tree = self._tree()
+        with self._lock:
+            names = list(self._roots)
+        for name in names:  # read during the worker's exec: read again
+            if not self.visible[name].get("known"):
+                self.visible[name] = visible_devices_of(self._roots[name])
+        trees = {name: self._tree(name) for name in names}
         row: Dict[str, Any] = {"t": self.clock()}
-        read_sources(self.sources, tree, row, self.failed)
+        row.update(self._usage(trees))
+        read_sources(self.sources, [p for tree in trees.values() for p in tree], row, self.failed)
+        if self.per_process:
+            for source in self.sources:
+                if isinstance(source, NvmlSource) and source.name not in self.failed:
+                    row.update(gpu_per_process(source, trees))
         self._rows.append(row)
+
+    def _usage(self, trees: Dict[str, List[psutil.Process]]) -> Dict[str, Any]:
+        """The sampled processes' CPU and RSS: each one's (``per_process``) and in all."""
+        usage: Dict[str, Any] = {}
+        total_cpu, total_rss, alive = 0.0, 0, False
+        for name, tree in trees.items():
+            found = tree_usage(tree, self._known)
+            if found is None:
+                continue
+            if self.per_process:
+                usage[f"{name}_process_cpu_percent"], usage[f"{name}_process_rss_bytes"] = found
+            total_cpu, total_rss, alive = total_cpu + found[0], total_rss + found[1], True
+        if alive:
+            usage.update(process_cpu_percent=total_cpu, process_rss_bytes=total_rss)
+        return usage
 
     def result(self, windows: Optional[Dict[str, Any]] = None) -> SamplerResult:
         names = sorted({key for row in self._rows for key in row} - {"t"})
@@ -343,10 +420,27 @@ class Sampler:
         for name in names:
             series[name] = [row.get(name) for row in self._rows]
         sources = describe_sources(self.sources, self.failed, self.unavailable)
-        summary = scoped_summary(series, windows or {}, self.sources, [self.visible], sources)
+        visible = list(self.visible.values())
+        summary = scoped_summary(series, windows or {}, self.sources, visible, sources)
         return SamplerResult(
-            interval_s=self.interval_s, sources=sources, series=series, summary=summary
-        )
+            interval_s=self.interval_s, sources=sources, series=series, summary=summary,
+            processes=dict(self.pids) if self.per_process else None,
+        )  # fmt: skip
+
+
+def gpu_per_process(source: NvmlSource, trees: Dict[str, List[psutil.Process]]) -> Dict:
+    """Each process's own device memory, from the listing the source just read; only
+    where NVML lists its PIDs and knows their memory (unknown is absent, not 0)."""
+    out = {}
+    for gpu in source.gpus:
+        if gpu.processes is None or gpu.failed:
+            continue
+        for name, tree in trees.items():
+            pids = {p.pid for p in tree}
+            mine = [used for pid, used in gpu.processes if pid in pids]
+            if mine and all(used is not None for used in mine):
+                out[f"{name}_gpu{gpu.index}_process_memory_bytes"] = sum(map(int, mine))
+    return out
 
 
 def read_sources(

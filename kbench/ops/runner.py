@@ -4,7 +4,7 @@ For each backend it picks the interpreter, makes the worker's environment exactl
 for a model run (:func:`kbench.run.environments.process_environment`: ``KERAS_BACKEND``,
 a fresh ``KERAS_HOME`` with the backend's keras.json, thread variables, ``--device
 cpu`` hiding GPUs), writes ``task.json``, and starts ``python -m kbench.ops.worker``
-under the supervision model runs get (:func:`kbench.run.supervise.supervise`: own
+under the supervision model runs get (:func:`kbench.run.engine.supervise`: own
 process group, log relayed to ``logs/<run_id>.log``, timeout, the whole group
 killed). A worker that crashes or times out becomes a ``failed`` or ``timeout``
 result that keeps the operations it finished; the next backend still runs.
@@ -34,8 +34,8 @@ from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, open_log
 from kbench.run import environments, leftovers
-from kbench.run.supervise import judge, supervise
-from kbench.run.task import WorkerReply
+from kbench.run.engine import judge, supervise
+from kbench.run.protocol import WorkerReply
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class OpsConfig:
             raise ConfigError("seed", f"expected a non-negative integer; received {self.seed!r}.")
         check_precision(self.target_precision, self.time_budget_s)
 
-    # What kbench.run.supervise.supervise reads of a config.
+    # What kbench.run.engine.supervise reads of a config.
     # A coarse sampler (a reading costs about 1 ms of the parent's CPU, 0.2% at this
     # interval) that tells whether other processes shared the CPU with a batch of calls.
     sample_interval_s = 0.5

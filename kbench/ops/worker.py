@@ -8,7 +8,7 @@ the thread settings and checks the framework as for a model run; then every
 operation at every size is checked and timed (:func:`kbench.ops.base.measure`),
 with a progress line each.
 
-The reply (:class:`kbench.run.task.WorkerReply`) is rewritten after every operation, with
+The reply (:class:`kbench.run.protocol.WorkerReply`) is rewritten after every operation, with
 status ``running`` until the end, so that a worker that is killed or times out
 still leaves what it measured. Imports only what runs under both environments; the
 framework comes in through the implementation module of the backend alone.
@@ -31,7 +31,7 @@ from kbench.ops.base import OpsBackend, measure, summarize
 from kbench.ops.spec import OPS
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run.parent_watch import watch_parent
-from kbench.run.task import WorkerReply, emit_progress
+from kbench.run.protocol import WorkerReply, emit_progress
 
 log = logging.getLogger("kbench.ops.worker")
 

@@ -6,7 +6,7 @@ As a package: one run, both sides: the parent's runner (environments, task files
 the metrics it adds) and the child's worker (trainer, inference, parity replay, probe).
 
 May import: kbench.results, kbench.backends, kbench.datasets, kbench.measure,
-kbench.profiling, kbench.distributed, kbench.setup, kbench_models. Only ``runner`` imports
-kbench.distributed (it hands data-parallel configs to the launcher, which builds on
-this package's lower modules and never imports the runner).
+kbench.profiling, kbench.setup, kbench_models. Never kbench.distributed, which builds on
+this stage: a data-parallel config reaches its launcher through the runner's
+``data_parallel``, which the studies give it.
 """

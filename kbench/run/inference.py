@@ -22,7 +22,7 @@ import numpy as np
 
 from kbench.measure.precision import PrecisionTracker
 from kbench.measure.stats import percentiles
-from kbench.run.task import emit_progress
+from kbench.run.protocol import emit_progress
 
 
 @dataclass(frozen=True)

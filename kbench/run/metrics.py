@@ -1,15 +1,44 @@
-"""Metrics the parent adds to a worker's own: sampled memory peaks, measured energy,
-and the achieved FLOP/s. Shared by the runner and the data-parallel launcher.
+"""Metrics the parent adds to a worker's own: what the sampler saw (memory peaks the
+worker could not see, energy, what else the machine did meanwhile) and the achieved
+FLOP/s. Shared by the runner, warm windows and the data-parallel launcher.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from kbench.measure import sysinfo
+from kbench.measure import quality, sysinfo
+from kbench.measure.sampler import Sampler, SamplerResult, windows_from_markers
 from kbench.results.config import RunConfig
-from kbench.run.task import WorkerReply
+from kbench.run.protocol import WorkerReply
+
+
+def add_sampled(
+    sampler: Sampler,
+    metrics: Dict[str, Any],
+    started_at: float,
+    ended_at: float,
+    cores_given: Optional[int],
+    busy_threshold: float,
+    measured: bool = True,
+) -> SamplerResult:
+    """The sampler's series over the run's windows (from ``metrics["markers"]``); a
+    ``measured`` run's (not parity's) ``metrics`` get what the sampler adds: memory the
+    worker could not see, energy, and the quality of its measured window (other
+    processes' share of the ``cores_given``, throttling, battery, shared GPUs)."""
+    windows = windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
+    sampled = sampler.result(windows)
+    if measured:
+        metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
+        metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
+        assessed = quality.assess(
+            sampled.series, windows["measured"], cores_given, busy_threshold,
+            worker_gpus=sampled.sources.get("gpu", {}).get("worker_gpus"),
+        )  # fmt: skip
+        if assessed is not None:
+            metrics["quality"] = assessed.to_dict()
+    return sampled
 
 
 def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply) -> Dict[str, Any]:

@@ -5,8 +5,10 @@ runner cannot. Without a watch an orphaned worker trains on until it next writes
 its closed output pipe (seconds later) or to the end. :func:`watch_parent` starts a
 daemon thread that checks every ``interval_s`` whether the process's parent is gone
 (:class:`kbench.measure.processes.ParentWatch`: re-parented on POSIX, no longer
-running on Windows) and then kills the worker's process group (itself and whatever
-it started), so it ends within a second of its parent.
+running on Windows), or, given ``pid`` (a data-parallel run's rank, whose parent may
+be torchrun, watches kbench itself), whether that process is, and then kills the
+worker's process group (itself and whatever it started), so it ends within a second
+of kbench.
 
 Imports the standard library and :mod:`kbench.measure.processes` (psutil), which
 both environments have: it runs under both.
@@ -18,20 +20,23 @@ import os
 import sys
 import threading
 import time
+from typing import Optional
 
-from kbench.measure.processes import ParentWatch, kill_own_group
+from kbench.measure.processes import ParentWatch, alive, kill_own_group
 
 INTERVAL_S = 0.25
 
 
-def watch_parent(interval_s: float = INTERVAL_S) -> threading.Thread:
+def watch_parent(pid: Optional[int] = None, interval_s: float = INTERVAL_S) -> threading.Thread:
     parent = ParentWatch()
+    watched = pid or parent.parent
+    gone = parent.gone if pid is None else lambda: not alive(pid)
 
     def watch() -> None:
-        while not parent.gone():
+        while not gone():
             time.sleep(interval_s)
         try:  # the output pipe was the parent's: it may be closed
-            sys.stderr.write(f"[worker] parent process {parent.parent} is gone; stopping\n")
+            sys.stderr.write(f"[worker] parent process {watched} is gone; stopping\n")
             sys.stderr.flush()
         except (OSError, ValueError):
             pass

@@ -1,10 +1,13 @@
 """Runs each config in a fresh worker process and turns what happens into a result.
 
 For every run the runner picks the backend's interpreter, writes ``run.json`` and a
-per-run ``KERAS_HOME``, starts ``python -m kbench.run.worker`` in its own process
-group, relays its progress, and enforces the timeout. A worker that crashes, hangs
-or is killed becomes a recorded ``failed`` or ``timeout`` result, and the next run
-goes on. Results are written atomically to ``output_dir/<run_id>.json`` (a results
+per-run ``KERAS_HOME``, starts ``python -m kbench.run.worker`` on the engine
+(:mod:`kbench.run.engine`: its own process group, its output logged and its progress
+relayed, the sampler on its tree), tells it to ``run`` the task and awaits the reply
+within the run's timeout. A worker that crashes, hangs or is killed becomes a recorded
+``failed`` or ``timeout`` result, and the next run goes on. Runs that share what a
+worker starts with may share one (``--warm``): each is told in turn. Results are
+written atomically to ``output_dir/<run_id>.json`` (a results
 store: :mod:`kbench.results.store`), the worker's output to ``output_dir/logs/<run_id>.log``.
 """
 
@@ -13,7 +16,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import functools
 import logging
 import shutil
 import threading
@@ -27,19 +29,18 @@ import numpy as np
 from kbench import datasets
 from kbench.backends.kernels import jit_decides_start
 from kbench.backends.switches import SWITCHES, per_process
-from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
 from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
-from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.results.jsonfile import write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, open_log
 from kbench.run import environments, leftovers
-from kbench.run.metrics import compute_rate, measured_energy, sampled_memory
-from kbench.run.supervise import Outcome, judge, supervise
-from kbench.run.task import WorkerReply, WorkerTask
+from kbench.run.engine import Outcome, Worker, WorkerGone, judge, start_sampler
+from kbench.run.metrics import add_sampled, compute_rate
+from kbench.run.protocol import WorkerReply, WorkerTask
 from kbench_models import spec_for
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,9 @@ class Runner:
     warm: bool = False
     # one result written to the store at a time, when runs go on side by side in threads
     store_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # How a data-parallel config runs: kbench.distributed.launcher.run_distributed, given
+    # by the stage above that plans such runs (run never imports it); None refuses them.
+    data_parallel: Optional[Callable[..., RunResult]] = None
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
@@ -213,7 +217,13 @@ class Runner:
                 "interleaved windows), not in a worker of its own"
             )
         if config.distributed != "none":  # several processes on the framework's own engine
-            return run_distributed(self, config, data, session_dir, python_path, sweep)
+            if self.data_parallel is None:
+                raise ValueError(
+                    f"{config.label()}: --distributed {config.distributed} needs the "
+                    "data-parallel launcher; expected a Runner made with data_parallel="
+                    "kbench.distributed.launcher.run_distributed"
+                )
+            return self.data_parallel(self, config, data, session_dir, python_path, sweep)
         return self.run_warm([Case(config, data, parity, sweep)], session_dir, python_path)[0]
 
     def run_warm(
@@ -221,8 +231,9 @@ class Runner:
     ) -> List[RunResult]:
         """Run ``cases`` in one worker process, one after another (one case: an ordinary
         run). They must share what the process is started with (:func:`worker_key`);
-        each becomes its own result. A worker that dies fails the cases it had not
-        answered yet; the timeout is the sum of the cases'."""
+        each becomes its own result. Each case has its own timeout (the first counted
+        from the worker's start); a worker that dies or is stopped fails the cases it
+        had not answered yet."""
         keys = {worker_key(case.config) for case in cases}
         if len(keys) != 1:
             raise ValueError(
@@ -232,64 +243,61 @@ class Runner:
         planned = [self._plan(case, session_dir) for case in cases]
         first = planned[0]
         env, keras_json = environments.process_environment(
-            first.config.backend,
-            first.run_dir,
-            python_path,
-            first.config.threads_in_force,
-            first.config.data_format,
-            first.config.device,
-        )
+            first.config.backend, first.run_dir, python_path, first.config.threads_in_force,
+            first.config.data_format, first.config.device,
+        )  # fmt: skip
         interpreter = environments.interpreter_for(first.config.backend)
         started_at = time.time()
         for run in planned:
             run.write_task(keras_json["image_data_format"], started_at)
         log_path = open_log(self.output_dir, first.run_id)  # a store that cannot take it: stop
-        supervised = first.config
-        if len(planned) > 1:
-            supervised = dataclasses.replace(
-                first.config, timeout_s=sum(run.config.timeout_s for run in planned)
-            )
-        context = functools.partial(
-            RunContext,
-            interpreter=str(interpreter),
-            process_env=environments.recorded_variables(env, first.config.backend),
-            keras_json=keras_json,
-            started_at=started_at,
-            warm=len(planned) > 1,
-        )
+        context = RunContext(
+            str(interpreter), environments.recorded_variables(env, first.config.backend),
+            keras_json, started_at, warm=len(planned) > 1,
+        )  # fmt: skip
+        worker = Worker.launch(
+            [str(interpreter), "-m", "kbench.run.worker", str(first.run_dir / "run.json")],
+            env, first.run_dir, log_path, name=first.config.label(), progress_of=first.config,
+            on_progress=self.on_progress, channel=True,
+        )  # fmt: skip
+        sampler = start_sampler(worker.pid, first.config.sample_interval_s, self.nvml)
+        served = Served(worker)
         try:
-            outcome = supervise(
-                [str(interpreter), "-m", "kbench.run.worker"]
-                + [str(run.run_dir / "run.json") for run in planned],
-                env,
-                first.run_dir,
-                log_path,
-                supervised,
-                self.on_progress,
-                self.nvml,
-            )
+            served.serve(planned, started_at)
+            worker.close()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, say so, stop
-            stopped = Outcome(returncode=-1, timed_out=False, log_tail=[])
-            self._interrupted(planned, log_path, context(ended_at=time.time(), outcome=stopped))
+            worker.close(now=True)
+            self._interrupted(planned, log_path, served.replies, context)
             raise
+        finally:
+            if sampler is not None:
+                sampler.__exit__(None, None, None)
         for run in planned[1:]:  # every run of a warm worker has the worker's whole log
             shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
-        context = context(ended_at=time.time(), outcome=outcome)
-        return [self._finish(run, context) for run in planned]
+        outcome = Outcome(worker.process.returncode, False, list(worker.tail), sampler)
+        ended = dataclasses.replace(context, ended_at=time.time())
+        return [self._finish(run, served.verdict(run, outcome), served, ended) for run in planned]
 
     def _interrupted(
-        self, planned: Sequence[PlannedRun], log_path: Path, context: RunContext
+        self,
+        planned: Sequence[PlannedRun],
+        log_path: Path,
+        replies: Dict[str, WorkerReply],
+        context: RunContext,
     ) -> None:
         """The worker was stopped (Ctrl-C, SIGTERM): each run that had replied is saved,
         so a warm worker's finished runs are not lost; each other one is marked
         interrupted beside the log, and a resumed sweep runs it again."""
-        replied = dataclasses.replace(context, warm=True)  # each reply judged on its own
+        replied = dataclasses.replace(context, warm=True, ended_at=time.time())
+        stopped = Outcome(returncode=0, timed_out=False, log_tail=[])
         for run in planned:
-            if (run.run_dir / "reply.json").exists():
+            reply = replies.get(run.run_id)
+            if reply is not None:
                 try:
                     if run is not planned[0]:
                         shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
-                    self._finish(run, replied)
+                    verdict = judge(stopped, reply, run.config)
+                    self._finish(run, verdict, Served(None, replies), replied)
                     continue
                 except Exception as err:  # the interrupt goes on whatever this does
                     log.warning("%s: its reply could not be saved: %s", run.config.label(), err)
@@ -312,23 +320,17 @@ class Runner:
         np.save(run_dir / "order.npy", order)
         return PlannedRun(case, run_id, run_dir)
 
-    def _finish(self, run: PlannedRun, context: RunContext) -> RunResult:
-        """The run's result document from its reply and how the worker ended, saved."""
+    def _finish(
+        self, run: PlannedRun, verdict: ending.Verdict, served: Served, context: RunContext
+    ) -> RunResult:
+        """The run's result document from its reply and verdict, saved."""
         config = run.config
-        reply_path = run.run_dir / "reply.json"
-        reply = WorkerReply.from_dict(read_json(reply_path)) if reply_path.exists() else None
-        outcome, started_at, ended_at = context.outcome, context.started_at, context.ended_at
+        reply = served.replies.get(run.run_id)
+        started_at, ended_at = context.started_at, context.ended_at
         if context.warm and reply is not None:  # the worker ended later, for this case
-            outcome = dataclasses.replace(outcome, returncode=0, timed_out=False)
             started_at, ended_at = reply.started_at or started_at, reply.ended_at or ended_at
-        verdict = judge(outcome, reply, config)
-        if context.warm and reply is None and verdict.reason:
-            verdict = verdict._replace(
-                reason=verdict.reason
-                + " (in a warm worker shared with other runs: this one had not replied yet)"
-            )
         metrics = dict(reply.metrics) if reply and verdict.status == "ok" else {}
-        sampled = self._add_sampled(run, outcome, metrics, started_at, ended_at)
+        sampled = self._add_sampled(run, served.sampler, metrics, started_at, ended_at)
         if metrics and run.case.parity is None:
             metrics["compute"] = compute_rate(config, metrics, reply)
         framework = reply.framework if reply else {}
@@ -354,49 +356,71 @@ class Runner:
     def _add_sampled(
         self,
         run: PlannedRun,
-        outcome: Outcome,
+        sampler: Optional[sampler_mod.Sampler],
         metrics: Dict[str, Any],
         started_at: float,
         ended_at: float,
     ) -> Optional[sampler_mod.SamplerResult]:
-        if outcome.sampler is None:
+        if sampler is None:
             return None
         measured = bool(metrics) and run.case.parity is None
         return add_sampled(
-            outcome.sampler,
-            run.config,
-            metrics,
-            started_at,
-            ended_at,
-            self.busy_threshold,
+            sampler, metrics, started_at, ended_at, run.config.threads, self.busy_threshold,
             measured,
-        )
-
-
-def add_sampled(
-    sampler: sampler_mod.Sampler,
-    config: RunConfig,
-    metrics: Dict[str, Any],
-    started_at: float,
-    ended_at: float,
-    busy_threshold: float,
-    measured: bool = True,
-) -> sampler_mod.SamplerResult:
-    """The sampler's series over the run's windows (from ``metrics["markers"]``); a
-    ``measured`` run's (not parity's) ``metrics`` get what the sampler adds: memory the
-    worker could not see, energy, what else the machine did meanwhile."""
-    windows = sampler_mod.windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
-    sampled = sampler.result(windows)
-    if measured:
-        metrics["memory"] = metrics["memory"] + sampled_memory(sampled.summary)
-        metrics["energy"] = measured_energy(sampled.summary, metrics["measured_images"])
-        assessed = quality_mod.assess(
-            sampled.series, windows["measured"], config.threads, busy_threshold,
-            worker_gpus=sampled.sources.get("gpu", {}).get("worker_gpus"),
         )  # fmt: skip
-        if assessed is not None:
-            metrics["quality"] = assessed.to_dict()
-    return sampled
+
+
+@dataclass
+class Served:
+    """What a worker answered its ``run`` commands: each run's reply, and how the
+    worker ended where it ended before answering them all."""
+
+    worker: Optional[Worker]
+    replies: Dict[str, WorkerReply] = field(default_factory=dict)  # run id -> its reply
+    gone: Optional[ending.Verdict] = None
+    gone_at: Optional[str] = None  # the run id it was answering when it ended
+    sampler: Optional[sampler_mod.Sampler] = None
+    warm: bool = False  # several runs in the worker
+
+    def serve(self, planned: Sequence[PlannedRun], started_at: float) -> None:
+        """Each run in turn, each with its own timeout (the first counted from the
+        worker's start, which its import takes), until the worker ends."""
+        self.warm = len(planned) > 1
+        for index, run in enumerate(planned):
+            timeout = run.config.timeout_s
+            if index == 0:
+                timeout = max(0.0, started_at + timeout - time.time())
+            try:
+                answer = self.worker.request(
+                    {"do": "run", "task": str(run.run_dir / "run.json")}, run.config.label(),
+                    timeout, late=f"the worker ran past the {run.config.timeout_s:g} s timeout "
+                    "and was killed", died="the worker {how} without reporting a result",
+                )  # fmt: skip
+            except WorkerGone as gone:
+                self.gone, self.gone_at = gone.verdict, run.run_id
+                return
+            self.replies[run.run_id] = WorkerReply.from_dict(answer["reply"])
+
+    def verdict(self, run: PlannedRun, outcome: Outcome) -> ending.Verdict:
+        """How ``run`` ended: by its reply (one run alone: and an exit code 0); a run not
+        answered, as its worker ended (in a warm worker, said so, unless the worker
+        could not start at all: then every run says why)."""
+        self.sampler = outcome.sampler
+        reply = self.replies.get(run.run_id)
+        warm = self.warm
+        if reply is not None:
+            returncode = outcome.returncode if not warm else 0
+            return judge(dataclasses.replace(outcome, returncode=returncode), reply, run.config)
+        verdict = self.gone or ending.no_result(
+            "WorkerCrashed", "", "the worker ended without reporting a result", outcome.log_tail
+        )
+        start_failed = not self.replies and verdict.status != "timeout"
+        if warm and not start_failed:
+            verdict = verdict._replace(
+                reason=verdict.reason
+                + " (in a warm worker shared with other runs: this one had not replied yet)"
+            )
+        return verdict
 
 
 def worker_key(config: RunConfig) -> Tuple:
@@ -457,7 +481,6 @@ class PlannedRun:
             data=self.case.data.to_dict(),
             order_path=str(self.run_dir / "order.npy"),
             data_format=data_format,
-            reply_path=str(self.run_dir / "reply.json"),
             started_at=started_at,
             parity=self.case.parity,
         )
@@ -466,15 +489,14 @@ class PlannedRun:
 
 @dataclass(frozen=True)
 class RunContext:
-    """How a worker process went, shared by the runs it ran."""
+    """How a worker process was started, shared by the runs it ran."""
 
     interpreter: str
     process_env: Dict[str, str]
     keras_json: Dict[str, Any]
     started_at: float
-    ended_at: float
-    outcome: Outcome
     warm: bool
+    ended_at: float = 0.0
 
 
 def model_facts(config: RunConfig, reply: Optional[WorkerReply]) -> Dict[str, Any]:

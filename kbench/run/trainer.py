@@ -18,12 +18,28 @@ logs as its training loss and accuracy (Keras 3 logs running means of the epoch 
 keras-mxnet and the native loops the last batch's loss), and skips the remaining epochs.
 Keras 3 writes the JAX state back to the model in ``fit``'s ``finally``; the other
 frameworks update their weights in place, so evaluation sees the trained model.
+
+A warm worker's measuring windows (:mod:`kbench.run.windows`) use the same
+:class:`Trainer`, which then trains on through the sample order, cycling it: every
+backend sees the same mini-batches in the same order, and each goes as far as its
+windows take it. First :meth:`~Trainer.warm_up`: the warmup steps (tracing, compilation,
+caches), then a few calibration steps whose median time sets how many steps make a window
+of about ``window_s`` seconds (or the run's ``steps``, when it gives them). Then each
+:meth:`~Trainer.window` is one ``backend.fit_epoch`` over one untimed batch (the call's own
+set-up) and that many measured batches, timed by a :class:`StepClock` as a fresh run's
+measured steps are. What a window does not capture, by design: the first step and
+compilation (the worker's start has them, reported apart), and anything that grows
+across windows (allocator pools, caches), which a fresh process starts without. The
+framework's memory readings are the process's peaks since it started.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -31,7 +47,15 @@ import numpy as np
 from kbench.datasets.stream import LOADING
 from kbench.measure.precision import PrecisionTracker, StopMeasuring
 from kbench.measure.stats import percentiles
-from kbench.run.task import emit_progress
+from kbench.run import weightfile
+from kbench.run.protocol import emit_progress
+
+MIN_WINDOW_STEPS = 3
+CALIBRATION_STEPS = 5
+WINDOW_FIGURES = (  # what a window reports of step_metrics' figures
+    "images_per_sec", "measured_images", "measured_steps", "measured_time_s", "step_time_s",
+    "images_per_sec_per_step", "step_times_s", "step_ends_s",
+)  # fmt: skip
 
 
 @dataclass
@@ -153,60 +177,192 @@ def epoch_logs_at_stop(logs: Dict[str, Any]) -> Dict[str, float]:
     return out
 
 
-def train(
-    backend: Any,
-    model: Any,
-    arrays: Dict[str, np.ndarray],
-    order: np.ndarray,
-    *,
-    batch_size: int,
-    warmup_steps: int,
-    optimizer: str,
-    learning_rate: float,
-    loss: str,
-    process_start: float,
-    import_time_s: float,
-    build_time_s: float,
-    tracker: Optional[PrecisionTracker] = None,
-) -> TrainMetrics:
-    """Train over ``order`` (epochs x samples); with ``tracker``, stop measuring as soon as
-    it says so (see the module docstring)."""
-    backend.compile(model, optimizer, learning_rate, loss)
-    total_steps = _total_steps(order, batch_size, warmup_steps)
-    clock = StepClock(warmup_steps=warmup_steps, tracker=tracker)
-    clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
-    fit_start = time.time()
-    decode_start, decoded_start = LOADING.seconds, LOADING.images
-    epochs = _run_epochs(backend, model, arrays, order, batch_size, clock)
-    if len(clock.ends) != total_steps and (tracker is None or tracker.stopped is None):
-        raise RuntimeError(
-            f"the step clock saw {len(clock.ends)} steps; expected {total_steps}. "
-            f"{backend.name}'s fit_epoch does not stamp every step."
-        )
-    data_loading = _data_loading(epochs, clock, decode_start, decoded_start)
+@dataclass
+class Trainer:
+    """One built model trained on the runner's sample order (module docstring): a fresh
+    run's epochs (:meth:`epochs`), or a warm worker's warm-up and windows."""
 
-    eval_start = time.perf_counter()
-    test_loss, test_accuracy = backend.evaluate(
-        model, arrays["x_test"], arrays["y_test"], max(batch_size, 256)
-    )
-    eval_time = time.perf_counter() - eval_start
-    markers = dict(
-        clock.markers(), fit_start=fit_start, epoch_ends=epochs.ends, eval_end=time.time()
-    )
-    return TrainMetrics(
-        **step_metrics(clock, batch_size),
-        **_epoch_metrics(epochs),
-        time_to_first_step_s=clock.wall(clock.ends[0]) - process_start,
-        import_time_s=import_time_s,
-        build_time_s=build_time_s,
-        data_loading=data_loading,
-        test_loss=float(test_loss),
-        test_accuracy=float(test_accuracy),
-        eval_time_s=eval_time,
-        memory=backend.memory_readings(),
-        markers=markers,
-        precision=None if tracker is None else tracker.record(),
-    )
+    backend: Any
+    model: Any
+    arrays: Dict[str, np.ndarray]
+    order: np.ndarray  # sample indices, (epochs, samples per epoch)
+    batch_size: int
+    data_format: str = "channels_last"
+    position: int = 0  # windows: the next sample of the flattened order
+    window_steps: int = MIN_WINDOW_STEPS
+    steps_begun: int = 0  # windows: every training step asked for (position wraps around)
+
+    def fit(self, indices: np.ndarray, clock: StepClock) -> Dict[str, Any]:
+        """One ``fit_epoch`` over the samples ``indices``, every step stamped on
+        ``clock``; the device synchronized after it. Its last logs."""
+        x, y = self.arrays["x_train"][indices], self.arrays["y_train"][indices]
+        clock.epoch_begin()
+        logs = self.backend.fit_epoch(self.model, x, y, self.batch_size, clock)
+        self.backend.sync()
+        return logs
+
+    def epochs(
+        self,
+        *,
+        warmup_steps: int,
+        optimizer: str,
+        learning_rate: float,
+        loss: str,
+        process_start: float,
+        import_time_s: float,
+        build_time_s: float,
+        tracker: Optional[PrecisionTracker] = None,
+    ) -> TrainMetrics:
+        """Train over the order's epochs; with ``tracker``, stop measuring as soon as it
+        says so (see the module docstring)."""
+        self.backend.compile(self.model, optimizer, learning_rate, loss)
+        total_steps = _total_steps(self.order, self.batch_size, warmup_steps)
+        clock = StepClock(warmup_steps=warmup_steps, tracker=tracker)
+        clock.on_heartbeat = lambda done: emit_progress("step", step=done, steps=total_steps)
+        fit_start = time.time()
+        decode_start, decoded_start = LOADING.seconds, LOADING.images
+        epochs = self._run_epochs(clock)
+        if len(clock.ends) != total_steps and (tracker is None or tracker.stopped is None):
+            raise RuntimeError(
+                f"the step clock saw {len(clock.ends)} steps; expected {total_steps}. "
+                f"{self.backend.name}'s fit_epoch does not stamp every step."
+            )
+        data_loading = _data_loading(epochs, clock, decode_start, decoded_start)
+        eval_start = time.perf_counter()
+        test_loss, test_accuracy = self.backend.evaluate(
+            self.model, self.arrays["x_test"], self.arrays["y_test"], max(self.batch_size, 256)
+        )
+        eval_time = time.perf_counter() - eval_start
+        markers = dict(
+            clock.markers(), fit_start=fit_start, epoch_ends=epochs.ends, eval_end=time.time()
+        )
+        return TrainMetrics(
+            **step_metrics(clock, self.batch_size),
+            **_epoch_metrics(epochs),
+            time_to_first_step_s=clock.wall(clock.ends[0]) - process_start,
+            import_time_s=import_time_s,
+            build_time_s=build_time_s,
+            data_loading=data_loading,
+            test_loss=float(test_loss),
+            test_accuracy=float(test_accuracy),
+            eval_time_s=eval_time,
+            memory=self.backend.memory_readings(),
+            markers=markers,
+            precision=None if tracker is None else tracker.record(),
+        )
+
+    def _run_epochs(self, clock: StepClock) -> _Epochs:
+        """One ``fit_epoch`` per row of the order, until the end or the clock's tracker
+        stops."""
+        epochs = _Epochs()
+        for epoch, indices in enumerate(self.order):
+            gather_start = time.perf_counter()
+            x, y = self.arrays["x_train"][indices], self.arrays["y_train"][indices]
+            epochs.gather_s += time.perf_counter() - gather_start
+            clock.epoch_begin()
+            started = time.perf_counter()
+            stopped = False
+            try:
+                logs = self.backend.fit_epoch(self.model, x, y, self.batch_size, clock)
+            except StopMeasuring:
+                logs, stopped = epoch_logs_at_stop(clock.last_logs), True
+            self.backend.sync()
+            epochs.times.append(time.perf_counter() - started)
+            epochs.ends.append(time.time())
+            epochs.logs.append(logs)
+            emit_progress(
+                "epoch", epoch=epoch + 1, epochs=len(self.order),
+                loss=float(logs.get("loss", float("nan"))), seconds=epochs.times[-1],
+            )  # fmt: skip
+            if stopped:
+                break
+        return epochs
+
+    # ------------------------------------------------------------------- windows
+
+    def _steps(self, steps: int, clock: StepClock) -> Dict[str, Any]:
+        """``steps`` training steps on the next samples of the cycled order."""
+        self.steps_begun += steps
+        flat = self.order.reshape(-1)
+        needed = steps * self.batch_size
+        ahead = np.arange(self.position, self.position + needed) % len(flat)
+        self.position = (self.position + needed) % len(flat)
+        return self.fit(flat[ahead], clock)
+
+    def warm_up(
+        self,
+        warmup_steps: int,
+        window_s: float,
+        steps: Optional[int] = None,
+        weights_in: Optional[str] = None,
+        weights_out: Optional[str] = None,
+        check: bool = False,
+        check_rows: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """The warmup steps, then the calibration steps that size a window: ``steps`` when
+        given, else enough steps for about ``window_s`` seconds (at least
+        :data:`MIN_WINDOW_STEPS`). Returns the warmup's figures and the window's size.
+        With ``weights_out`` (save the initial weights there) or ``weights_in`` (start
+        from those), also ``check``: the outputs on the first test batch before training
+        and each warmup step's loss, for comparing settings that must compute alike
+        (``check`` alone: the same from the model's own seeded weights), on the first
+        ``check_rows`` test rows (default: a batch)."""
+        same = None
+        if weights_in or weights_out or check:
+            same = self._same_start(weights_in, weights_out, check_rows or self.batch_size)
+        clock = StepClock(warmup_steps=0)
+        self._steps(max(warmup_steps, 1), clock)
+        calibration = StepClock(warmup_steps=0)
+        self._steps(CALIBRATION_STEPS, calibration)
+        step_s = statistics.median(e - b for b, e in zip(calibration.begins, calibration.ends))
+        if steps is not None:
+            self.window_steps = steps
+        else:
+            self.window_steps = max(MIN_WINDOW_STEPS, math.ceil(window_s / max(step_s, 1e-9)))
+        if same is not None:
+            same["losses"] = [float(loss) for loss in clock.losses]
+        return {
+            "check": same,
+            "first_step_s": clock.ends[0] - clock.begins[0],
+            "warmup_steps": max(warmup_steps, 1),
+            "warmup_time_s": clock.ends[-1] - clock.begins[0],
+            "calibration_step_s": step_s,
+            "window_steps": self.window_steps,
+            "first_step_at": clock.wall(clock.ends[0]),
+        }
+
+    def _same_start(
+        self, weights_in: Optional[str], weights_out: Optional[str], rows: int
+    ) -> Dict[str, Any]:
+        """Load (or save) the initial weights; the outputs on the first test batch."""
+        if weights_in:
+            weights, meta = weightfile.load(Path(weights_in))
+            self.backend.set_weights(
+                self.model, weights, meta["data_format"], meta["kernel_layout"]
+            )
+        elif weights_out:
+            weightfile.save(
+                Path(weights_out), self.backend.get_weights(self.model),
+                data_format=self.data_format, kernel_layout=self.backend.kernel_layout(),
+            )  # fmt: skip
+        outputs = self.backend.predict(self.model, self.arrays["x_test"][:rows])
+        return {"outputs": np.asarray(outputs, dtype=np.float64).tolist()}
+
+    def window(self) -> Dict[str, Any]:
+        """One window: one untimed step (the framework's per-call set-up: its iterator,
+        prefetching, a thread pool waking), then :attr:`window_steps` measured steps: the
+        measured figures of a run."""
+        clock = StepClock(warmup_steps=1)
+        fit_start = time.time()
+        logs = self._steps(self.window_steps + 1, clock)
+        figures = step_metrics(clock, self.batch_size)
+        accuracy = logs.get("accuracy")
+        return {key: figures[key] for key in WINDOW_FIGURES} | {
+            "final_train_loss": float(logs.get("loss", float("nan"))),
+            "final_train_accuracy": None if accuracy is None else float(accuracy),
+            "memory": self.backend.memory_readings(),
+            "markers": dict(clock.markers(), fit_start=fit_start),
+        }
 
 
 def _total_steps(order: np.ndarray, batch_size: int, warmup_steps: int) -> int:
@@ -233,43 +389,6 @@ class _Epochs:
     @property
     def last_logs(self) -> Dict[str, Any]:
         return self.logs[-1] if self.logs else {}
-
-
-def _run_epochs(
-    backend: Any,
-    model: Any,
-    arrays: Dict[str, np.ndarray],
-    order: np.ndarray,
-    batch_size: int,
-    clock: StepClock,
-) -> _Epochs:
-    """One ``fit_epoch`` per row of ``order``, until the end or the clock's tracker stops."""
-    epochs = _Epochs()
-    for epoch, indices in enumerate(order):
-        gather_start = time.perf_counter()
-        x, y = arrays["x_train"][indices], arrays["y_train"][indices]
-        epochs.gather_s += time.perf_counter() - gather_start
-        clock.epoch_begin()
-        started = time.perf_counter()
-        stopped = False
-        try:
-            logs = backend.fit_epoch(model, x, y, batch_size, clock)
-        except StopMeasuring:
-            logs, stopped = epoch_logs_at_stop(clock.last_logs), True
-        backend.sync()
-        epochs.times.append(time.perf_counter() - started)
-        epochs.ends.append(time.time())
-        epochs.logs.append(logs)
-        emit_progress(
-            "epoch",
-            epoch=epoch + 1,
-            epochs=len(order),
-            loss=float(logs.get("loss", float("nan"))),
-            seconds=epochs.times[-1],
-        )
-        if stopped:
-            break
-    return epochs
 
 
 def _data_loading(

@@ -1,6 +1,7 @@
 """Warm interleaved windows: a comparison measured in rounds of A B C D windows (parent side).
 
-Each config (a backend, usually) gets one warm worker (:mod:`kbench.run.window_worker`)
+Each config (a backend, usually) gets one warm worker (:mod:`kbench.run.worker`, on the
+engine: :mod:`kbench.run.engine`)
 that starts its framework, builds and compiles the model once and then measures a
 window of steps each time it is told to. The workers start side by side; their warmups
 run one at a time; then, round after round, each worker measures one window while the
@@ -32,15 +33,10 @@ rounds.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
-import json
 import logging
-import os
-import queue
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,18 +46,17 @@ import psutil
 
 import kbench_models
 from kbench.backends import BACKENDS, load_backend
-from kbench.measure import processes, sysinfo
+from kbench.measure import sysinfo
 from kbench.measure.sampler import Sampler, process_tree, tree_usage
 from kbench.results import ending
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, open_log
 from kbench.run import agreement, environments, weightfile
-from kbench.run.channel import REPLY_FD_VARIABLE, open_reply_pipe, read_replies
-from kbench.run.metrics import compute_rate
-from kbench.run.runner import Case, PlannedRun, Runner, Session, add_sampled, model_facts
-from kbench.run.supervise import LOG_TAIL_LINES, LogWriter, relay_output, stop_group
-from kbench.run.task import WorkerReply
+from kbench.run.engine import Worker, WorkerGone, start_sampler
+from kbench.run.metrics import add_sampled, compute_rate
+from kbench.run.protocol import WorkerReply
+from kbench.run.runner import Case, PlannedRun, Runner, Session, model_facts
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +66,6 @@ WINDOW_TIMEOUT_MIN_S = 60.0  # a window that has not answered by then has hung
 SETTLE_CPU_PERCENT = 10.0  # of one core
 SETTLE_MAX_S = 1.0
 SETTLE_STEP_S = 0.05
-FINISH_TIMEOUT_S = 30.0
 MAX_ROUNDS = 1000
 DROPPING_FLAGS = ("busy", "shared GPU")  # interference that comes and goes: drop the round
 NOTE = (
@@ -87,14 +81,6 @@ NOTE = (
 
 Stop = Callable[[List[RunResult]], Optional[str]]
 OnWindow = Callable[["WindowWorker", int], None]
-
-
-class WorkerGone(Exception):
-    """The worker ended or was stopped; ``verdict`` says how (its status and reason)."""
-
-    def __init__(self, verdict: ending.Verdict) -> None:
-        super().__init__(verdict.reason)
-        self.verdict = verdict
 
 
 def window_timeout(window_s: float, expected_s: float = 0.0) -> float:
@@ -132,28 +118,23 @@ def grow_on_demand(config: RunConfig) -> Tuple[Dict[str, str], Optional[str]]:
 
 @dataclass
 class WindowWorker:
-    """One warm worker process and what it has said so far."""
+    """One warm worker process (:class:`kbench.run.engine.Worker`) measuring the windows
+    of one config, and what it has said so far."""
 
     runner: Runner
     planned: PlannedRun
-    process: subprocess.Popen
-    replies: queue.Queue
-    log_file: LogWriter
-    tail: collections.deque
+    worker: Worker
     interpreter: str
     process_env: Dict[str, str]
     keras_json: Dict[str, Any]
     launched_at: float
-    threads: List[threading.Thread] = field(default_factory=list)
     started: Dict[str, Any] = field(default_factory=dict)  # the ``started`` reply
     ready: Dict[str, Any] = field(default_factory=dict)  # the ``ready`` reply
-    gone: Optional[ending.Verdict] = None
     windows: int = 0  # windows measured so far
     name: str = ""  # what logs and reasons call it (default: its backend)
     weights: Dict[str, Any] = field(default_factory=dict)  # weights_out, weights_in, check
     tags: Dict[str, Any] = field(default_factory=dict)  # added to each window's metrics
     check_rows: Optional[int] = None  # test rows whose outputs the check compares
-    closed: bool = False
     # Every worker its session launched, itself included (Session.window_workers).
     siblings: List[WindowWorker] = field(default_factory=list, repr=False, compare=False)
     memory_note: Optional[str] = None  # its GPU memory option changed, and why
@@ -166,8 +147,12 @@ class WindowWorker:
         return self.planned.config
 
     @property
+    def process(self) -> subprocess.Popen:
+        return self.worker.process
+
+    @property
     def alive(self) -> bool:
-        return self.gone is None
+        return self.worker.alive
 
     @property
     def companions(self) -> List[int]:
@@ -175,11 +160,12 @@ class WindowWorker:
         other settings and backends): idle while this one measures, so what they hold on
         a GPU is recorded apart from other processes' and drops no window."""
         return [w.process.pid for w in self.siblings
-                if w is not self and w.alive and not w.closed]  # fmt: skip
+                if w is not self and w.alive and not w.worker.closed]  # fmt: skip
 
     @classmethod
     def launch(cls, runner: Runner, session: Session, config: RunConfig) -> WindowWorker:
-        """Start the worker process; it imports and builds while the others do too."""
+        """Start the worker process and tell it to build; it imports and builds while the
+        others do too."""
         grow, memory_note = grow_on_demand(config)
         planned = runner._plan(Case(config, session.prepared.get(config)), session.directory)
         env, keras_json = environments.process_environment(
@@ -190,99 +176,21 @@ class WindowWorker:
         interpreter = environments.interpreter_for(config.backend)
         launched_at = time.time()
         planned.write_task(keras_json["image_data_format"], launched_at)
-        log_path = open_log(runner.output_dir, planned.run_id)
-        command = [
-            str(interpreter),
-            "-m",
-            "kbench.run.window_worker",
-            str(planned.run_dir / "run.json"),
-        ]
-        pipe = open_reply_pipe()
-        env[REPLY_FD_VARIABLE] = pipe.value
-        try:
-            process = processes.start(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                env=env, cwd=planned.run_dir, text=True, errors="replace", **pipe.popen_args,
-            )  # fmt: skip
-        except BaseException:
-            os.close(pipe.read_fd)
-            raise
-        finally:
-            pipe.close_write_end()
-        worker = cls(
-            runner=runner, planned=planned, process=process, replies=queue.Queue(),
-            log_file=LogWriter.open(log_path),
-            tail=collections.deque(maxlen=LOG_TAIL_LINES), interpreter=str(interpreter),
+        task = str(planned.run_dir / "run.json")
+        worker = Worker.launch(
+            [str(interpreter), "-m", "kbench.run.worker", task], env, planned.run_dir,
+            open_log(runner.output_dir, planned.run_id), name=config.label(),
+            progress_of=config, on_progress=runner.on_progress, channel=True,
+        )  # fmt: skip
+        window_worker = cls(
+            runner=runner, planned=planned, worker=worker, interpreter=str(interpreter),
             process_env=environments.recorded_variables(env, config.backend) | grow,
             keras_json=keras_json, launched_at=launched_at, siblings=session.window_workers,
+            memory_note=memory_note,
         )  # fmt: skip
-        session.window_workers.append(worker)
-        worker.memory_note = memory_note
-        worker.threads = [
-            threading.Thread(target=read_replies, args=(pipe.read_fd, worker.replies), daemon=True),
-            threading.Thread(
-                target=relay_output,
-                args=(process, worker.log_file, worker.tail, config, runner.on_progress),
-                daemon=True,
-            ),
-        ]
-        for thread in worker.threads:
-            thread.start()
-        return worker
-
-    # --------------------------------------------------------------- talking to it
-
-    def _send(self, command: Dict[str, Any]) -> None:
-        try:
-            self.process.stdin.write(json.dumps(command) + "\n")
-            self.process.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass  # it is gone: the reply channel says how
-
-    def _await(self, what: str, timeout_s: float) -> Dict[str, Any]:
-        """The next reply; raises :class:`WorkerGone` when the worker failed, died or did
-        not answer within ``timeout_s`` (then it is stopped)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                reply = self.replies.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                stop_group(self.process)
-                self._end(ending.timed_out(
-                    f"the warm worker did not answer {what} within {timeout_s:g} s and was "
-                    "stopped", self.tail,
-                ))  # fmt: skip
-            if reply is None:
-                self._wait_exit()
-                self._drain_output()
-                how = processes.describe_exit(self.process.returncode)
-                self._end(ending.no_result(
-                    "WorkerCrashed", how, f"the warm worker {how} during {what}", self.tail
-                ))  # fmt: skip
-            if reply["event"] == "failed":
-                self._wait_exit()
-                self._drain_output()
-                self._end(ending.reported(reply["status"], reply["error"], self.tail))
-            if reply["event"] == "garbled":
-                log.warning("%s: a garbled reply was ignored: %s", self.label, reply["line"])
-                continue
-            return reply
-
-    def _drain_output(self) -> None:
-        """Let the output reader take the worker's last lines (a crash's message) into the
-        tail before a verdict quotes it."""
-        if len(self.threads) > 1:
-            self.threads[1].join(timeout=5)
-
-    def _wait_exit(self) -> None:
-        try:
-            self.process.wait(timeout=FINISH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            stop_group(self.process)
-
-    def _end(self, verdict: ending.Verdict) -> None:
-        self.gone = verdict
-        raise WorkerGone(verdict)
+        session.window_workers.append(window_worker)
+        worker.send({"do": "start", "task": task})
+        return window_worker
 
     @property
     def label(self) -> str:
@@ -293,7 +201,7 @@ class WindowWorker:
     def start(self) -> List[RunResult]:
         """Wait for the framework, data and model; [] when started, else its failed result."""
         try:
-            self.started = self._await("its start", self.config.timeout_s)
+            self.started = self.worker.await_reply("its start", self.config.timeout_s)
         except WorkerGone as gone:
             return [self._failed(gone.verdict, 0, self.launched_at)]
         return []
@@ -301,13 +209,10 @@ class WindowWorker:
     def warm_up(self) -> List[RunResult]:
         """The warmup and calibration steps; [] when ready, else its failed result."""
         began = time.time()
-        self._send(
-            {"do": "warmup", "window_s": self.config.window_s, "steps": self.config.steps,
-             "check_rows": self.check_rows}
-            | self.weights
-        )  # fmt: skip
+        command = {"do": "warmup", "window_s": self.config.window_s, "steps": self.config.steps,
+                   "check_rows": self.check_rows} | self.weights  # fmt: skip
         try:
-            self.ready = self._await("its warmup", self.config.timeout_s)
+            self.ready = self.worker.request(command, "its warmup", self.config.timeout_s)
         except WorkerGone as gone:
             return [self._failed(gone.verdict, 0, began)]
         for warning in self.started["framework"].get("warnings") or []:
@@ -326,22 +231,16 @@ class WindowWorker:
     ) -> RunResult:
         """One measuring window: its result document (not yet stored)."""
         config = self.config
-        sampler = None
-        if config.sample_interval_s > 0:
-            sampler = Sampler(
-                self.process.pid,
-                config.sample_interval_s,
-                nvml=self.runner.nvml,
-                companions=self.companions,
-            )
-            sampler.__enter__()
+        sampler = start_sampler(
+            self.process.pid, config.sample_interval_s, self.runner.nvml, self.companions
+        )
         began = time.time()
         try:
-            self._send({"do": "window", "index": self.windows})
+            self.worker.send({"do": "window", "index": self.windows})
             if on_sent is not None:
                 on_sent(self, round_index)
             expected = self.ready["window_steps"] * self.ready["calibration_step_s"]
-            reply = self._await(
+            reply = self.worker.await_reply(
                 f"window {self.windows + 1}", window_timeout(config.window_s, expected)
             )
         except WorkerGone as gone:
@@ -374,24 +273,7 @@ class WindowWorker:
     def close(self, now: bool = False) -> None:
         """Tell it to finish (``now``: stop it at once, as on Ctrl-C); stop whatever of it
         is left; close its log. Closing twice does nothing more."""
-        if self.closed:
-            return
-        if now and self.process.poll() is None:
-            stop_group(self.process)
-        elif self.alive and self.process.poll() is None:
-            self._send({"do": "finish"})
-            try:
-                self.process.stdin.close()
-            except OSError:
-                pass
-            self._wait_exit()
-        elif self.process.poll() is None:
-            stop_group(self.process)
-        processes.kill_tree(self.process.pid)
-        for thread in self.threads:
-            thread.join(timeout=10)
-        self.log_file.close()
-        self.closed = True
+        self.worker.close(now=now)
 
     # --------------------------------------------------------------- its results
 
@@ -455,8 +337,9 @@ class WindowWorker:
         sampled = None
         if sampler is not None:
             sampled = add_sampled(
-                sampler, self.config, metrics, started_at, ended_at, self.runner.busy_threshold
-            ).to_dict()
+                sampler, metrics, started_at, ended_at, self.config.threads,
+                self.runner.busy_threshold,
+            ).to_dict()  # fmt: skip
         worker_reply = WorkerReply(
             "ok", metrics=metrics, framework=reply["framework"], model=self.started["model"]
         )

@@ -1,35 +1,46 @@
-"""The child process of one run, or of several: ``python -m kbench.run.worker RUN_JSON...``.
+"""The child process of every model run: ``python -m kbench.run.worker RUN_JSON``.
 
-It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the
-per-run ``KERAS_HOME`` holding its keras.json, and the thread variables before
-this interpreter started. Whatever happens, it tries to leave a reply: metrics on
-success, the exception and traceback on failure. A crash that kills the
-interpreter leaves none, and the runner records that instead. It ends within a
-second of its runner (:mod:`kbench.run.parent_watch`): nobody would read its reply.
+It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the per-run
+``KERAS_HOME`` holding its keras.json, and the thread variables before this interpreter
+started. Whatever happens, it tries to leave a reply: metrics on success, the exception
+and traceback on failure. A crash that kills the interpreter leaves none, and the runner
+records that instead. It ends within a second of its runner
+(:mod:`kbench.run.parent_watch`): nobody would read its reply.
 
-Given several task files (a warm worker: the runner groups runs that share a
-backend, data format, threads (intra- and inter-op), device, memory options and
-start-up switches: :func:`kbench.run.runner.worker_key`), it starts the framework once
-and runs each task in turn, each in its own ``try``, with the framework's session
-cleared between them and each task's own per-run switches applied
-(:meth:`kbench.backends.base.Backend.next_case`), and writes each task's reply as soon
-as it is done; the second and later tasks record ``import_time_s`` 0 and
-``warm_worker`` in their metrics. Where isolation is what matters (timings one can
-compare with a cold process, crashes, memory), the runner gives each run its own worker.
+It starts the backend once, from the task file it is given (threads, device, memory
+options, start-up switches: what runs sharing a worker share,
+:func:`kbench.run.runner.worker_key`), then serves the parent's commands
+(:data:`kbench.run.protocol.COMMANDS`), one per line on stdin, each answered on the reply
+pipe:
 
-Imports only what runs under both environments (Keras 3 and keras-mxnet).
+- ``run``: one whole run of a task file: training, inference or a parity replay, with a
+  profile after it where asked. Each run in its own ``try``: a run that fails is its reply
+  (status and error), and the worker goes on to the next. Before each later run the
+  framework's session is cleared and the run's own per-run switches applied
+  (:meth:`kbench.backends.base.Backend.next_case`); later runs record ``import_time_s`` 0
+  and ``warm_worker`` in their metrics.
+- ``start``, ``warmup``, ``window``: measuring windows of one built and compiled model
+  (:class:`kbench.run.trainer.Trainer`; the parent is :mod:`kbench.run.windows`). A
+  failure there replies ``failed`` and ends the worker: the runner records it and goes on
+  without this worker.
+- ``finish``, or the end of stdin: replies ``finished`` and exits 0.
+
+A backend that cannot start replies ``failed`` and exits 1. Imports only what runs under
+both environments (Keras 3 and keras-mxnet).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,9 +50,10 @@ from kbench.backends import load_backend
 from kbench.backends.base import Unsupported, is_out_of_memory
 from kbench.backends.switches import SWITCHES
 from kbench.measure.precision import tracker_for
-from kbench.results.jsonfile import read_json, write_json_atomic
+from kbench.results.jsonfile import read_json
 from kbench.run.parent_watch import watch_parent
-from kbench.run.task import WorkerReply, WorkerTask, emit_progress
+from kbench.run.protocol import ReplyWriter, WorkerReply, WorkerTask, emit_progress
+from kbench.run.trainer import Trainer
 
 log = logging.getLogger("kbench.run.worker")
 
@@ -70,62 +82,42 @@ def task_switches(task: WorkerTask) -> Dict[str, Any]:
     return {name: task.config[name] for name in SWITCHES if name in task.config}
 
 
-def run(task: WorkerTask, backend: Any = None, warm: bool = False) -> WorkerReply:
-    """One task, on ``backend`` when given (started for it, or, ``warm``, by an earlier
-    task, whose models it lets go of first, taking this task's per-run switches)."""
-    backend = backend if backend is not None else start_backend(task)
-    if warm:
-        backend.next_case(task_switches(task))
-    config = task.config
-    import_time = 0.0 if warm else backend.import_time_s
+@dataclass
+class Built:
+    """A task's model as built in this worker, and what a reply says of it."""
 
+    data: datasets.PreparedData
+    loss: str
+    arrays: Dict[str, np.ndarray]
+    model: Any
+    build_time_s: float
+    facts: Dict[str, Any]  # model_facts: parameters, input, classes, FLOPs, source
+
+
+def build(backend: Any, task: WorkerTask) -> Built:
+    """The task's data, and its model built after seeding on ``backend``."""
     data, loss, arrays = task_arrays(task)
     input_shape = arrays["x_train"].shape[1:]
     model, build_time = build_model(backend, task, input_shape, data.num_classes)
     flops = backend.flops(model)
+    facts = model_facts(backend, model, task.config["model"], input_shape, data.num_classes, flops)
+    return Built(data, loss, arrays, model, build_time, facts)
 
+
+def run(task: WorkerTask, backend: Any, warm: bool = False) -> WorkerReply:
+    """One run of ``task`` on ``backend`` (started for it, or, ``warm``, by an earlier
+    task, whose models it lets go of first, taking this task's per-run switches)."""
+    if warm:
+        backend.next_case(task_switches(task))
+    config = task.config
+    built = build(backend, task)
     stages = dict(
-        batch_size=config["batch_size"],
         warmup_steps=config["warmup_steps"],
         process_start=time.time() if warm else task.started_at,
-        import_time_s=import_time,
-        build_time_s=build_time,
+        import_time_s=0.0 if warm else backend.import_time_s,
+        build_time_s=built.build_time_s,
     )
-    tracker = tracker_for(config, config["batch_size"])  # --target-precision, --time-budget
-    if task.parity is not None:
-        from kbench.run.replay import replay
-
-        metrics = replay(
-            backend,
-            model,
-            arrays,
-            np.load(task.order_path),
-            parity=task.parity,
-            batch_size=config["batch_size"],
-            learning_rate=config["learning_rate"],
-            loss=loss,
-            data_format=task.data_format,
-        )
-    elif config["mode"] == "inference":
-        from kbench.run.inference import infer
-
-        metrics = infer(
-            backend, model, arrays, duration_s=config["duration_s"], tracker=tracker, **stages
-        )
-    else:
-        from kbench.run.trainer import train
-
-        metrics = train(
-            backend,
-            model,
-            arrays,
-            np.load(task.order_path),
-            optimizer=config["optimizer"],
-            learning_rate=config["learning_rate"],
-            loss=loss,
-            tracker=tracker,
-            **stages,
-        )
+    metrics = measure(task, backend, built, stages)
     metrics = metrics if isinstance(metrics, dict) else metrics.to_dict()
     if warm:
         metrics["warm_worker"] = True  # the framework was started by an earlier task
@@ -134,19 +126,40 @@ def run(task: WorkerTask, backend: Any = None, warm: bool = False) -> WorkerRepl
 
         emit_progress("profile", steps=config["profile_steps"])
         metrics["profile"] = profile_model(
-            backend,
-            model,
-            arrays,
-            mode=config["mode"],
-            batch_size=config["batch_size"],
-            steps=config["profile_steps"],
-        )
+            backend, built.model, built.arrays, mode=config["mode"],
+            batch_size=config["batch_size"], steps=config["profile_steps"],
+        )  # fmt: skip
     return WorkerReply(
-        status="ok",
-        metrics=metrics,
-        framework=backend.describe(),
-        model=model_facts(backend, model, config["model"], input_shape, data.num_classes, flops),
+        status="ok", metrics=metrics, framework=backend.describe(), model=built.facts
     )
+
+
+def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]) -> Any:
+    """The task's measurement of its kind: a parity replay, inference, or training."""
+    config = task.config
+    tracker = tracker_for(config, config["batch_size"])  # --target-precision, --time-budget
+    if task.parity is not None:
+        from kbench.run.replay import replay
+
+        return replay(
+            backend, built.model, built.arrays, np.load(task.order_path), parity=task.parity,
+            batch_size=config["batch_size"], learning_rate=config["learning_rate"],
+            loss=built.loss, data_format=task.data_format,
+        )  # fmt: skip
+    if config["mode"] == "inference":
+        from kbench.run.inference import infer
+
+        return infer(
+            backend, built.model, built.arrays, batch_size=config["batch_size"],
+            duration_s=config["duration_s"], tracker=tracker, **stages,
+        )  # fmt: skip
+    trainer = Trainer(
+        backend, built.model, built.arrays, np.load(task.order_path), config["batch_size"]
+    )
+    return trainer.epochs(
+        optimizer=config["optimizer"], learning_rate=config["learning_rate"], loss=built.loss,
+        tracker=tracker, **stages,
+    )  # fmt: skip
 
 
 def task_arrays(task: WorkerTask) -> Tuple[datasets.PreparedData, str, Dict[str, np.ndarray]]:
@@ -217,55 +230,132 @@ def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
     )
 
 
-def reply_failure(task: WorkerTask, err: BaseException, started_at: float) -> None:
-    write_json_atomic(Path(task.reply_path), failure_reply(err, started_at).to_dict())
+@dataclass
+class Served:
+    """What this worker holds between commands: its backend, and the model and trainer
+    of the windows it measures."""
+
+    backend: Any
+    start_warnings: List[str]
+    runs: int = 0  # ``run`` commands served so far
+    task: Optional[WorkerTask] = None  # the windows' task
+    trainer: Optional[Trainer] = None
+
+    def answer(self, command: Dict[str, Any]) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """Do ``command``; the reply's event and fields, or None for ``finish``."""
+        what = command.get("do")
+        if what == "run":
+            return "result", {"reply": self.run(load_task(command["task"])).to_dict()}
+        if what == "start":
+            return "started", self.start(load_task(command["task"]))
+        if what == "warmup":
+            return "ready", warm_up(self.trainer, self.task, command)
+        if what == "window":
+            started_at = time.time()
+            figures = self.trainer.window()
+            return "window", {
+                "index": command["index"], "metrics": figures, "started_at": started_at,
+                "ended_at": time.time(), "framework": self.backend.describe(),
+            }  # fmt: skip
+        if what == "finish":
+            return None
+        raise ValueError(f"command: expected do = {', '.join(COMMAND_NAMES)}; received {command!r}")
+
+    def run(self, task: WorkerTask) -> WorkerReply:
+        """A ``run`` command: the task's run, whatever happens a reply."""
+        emit_progress("case", index=self.runs, model=task.config["model"])
+        self.backend.warnings = list(self.start_warnings)  # each task's own, beside the start's
+        warm, self.runs = self.runs > 0, self.runs + 1
+        started_at = time.time()
+        try:
+            reply = run(task, self.backend, warm)
+        except Exception as err:  # every failure of a run is its reply
+            log.error("%s: %s", type(err).__name__, err)
+            return failure_reply(err, started_at)
+        return dataclasses.replace(reply, started_at=started_at, ended_at=time.time())
+
+    def start(self, task: WorkerTask) -> Dict[str, Any]:
+        """A ``start`` command: the model built and compiled for windows; what ``started``
+        says (framework, model, import and build seconds)."""
+        config = task.config
+        built = build(self.backend, task)
+        self.backend.compile(built.model, config["optimizer"], config["learning_rate"], built.loss)
+        self.task = task
+        self.trainer = Trainer(
+            self.backend, built.model, built.arrays, np.load(task.order_path),
+            config["batch_size"], task.data_format,
+        )  # fmt: skip
+        return {
+            "framework": self.backend.describe(), "model": built.facts,
+            "import_time_s": self.backend.import_time_s, "build_time_s": built.build_time_s,
+        }  # fmt: skip
 
 
-def run_and_reply(task: WorkerTask, backend: Any = None, warm: bool = False) -> bool:
-    """Run ``task`` and write its reply, whatever happens; True when it succeeded."""
+COMMAND_NAMES = ("run", "start", "warmup", "window", "finish")
+
+
+def load_task(path: str) -> WorkerTask:
+    return WorkerTask.from_dict(read_json(Path(path)))
+
+
+def warm_up(trainer: Trainer, task: WorkerTask, command: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``warmup`` command. With ``check_optional`` (a comparison's check at warm-up),
+    initial weights that cannot be saved or loaded (or outputs that cannot be read) fail
+    the check, not the worker: the warm-up runs again without them and ``check`` says why."""
+    settings = (task.config["warmup_steps"], float(command["window_s"]), command.get("steps"))
+    begun = trainer.steps_begun
+    try:
+        return trainer.warm_up(
+            *settings, command.get("weights_in"), command.get("weights_out"),
+            bool(command.get("check")), command.get("check_rows"),
+        )  # fmt: skip
+    except Exception as err:
+        if not command.get("check_optional") or trainer.steps_begun != begun:
+            raise  # not the check's: a training step failed
+        log.warning("the check at warm-up is left out: %s: %s", type(err).__name__, err)
+        return trainer.warm_up(*settings) | {"check": {"error": f"{type(err).__name__}: {err}"}}
+
+
+def serve(first: WorkerTask, replies: ReplyWriter, commands: Any) -> int:
+    """Start the backend, then answer each command (a line of ``commands``) until
+    ``finish``; the exit code."""
     started_at = time.time()
     try:
-        reply = run(task, backend, warm)
-        reply = dataclasses.replace(reply, started_at=started_at, ended_at=time.time())
-        write_json_atomic(Path(task.reply_path), reply.to_dict())
-        return True
+        backend = start_backend(first)
     except BaseException as err:  # noqa: B036 - every failure must reach the runner
-        reply_failure(task, err, started_at)
-        log.error("%s: %s", type(err).__name__, err)
-        if isinstance(err, (KeyboardInterrupt, SystemExit)):
-            raise
-        return False
+        return failed(replies, err, started_at)
+    served = Served(backend, list(backend.warnings))
+    for line in commands:
+        try:
+            answer = served.answer(json.loads(line))
+        except BaseException as err:  # noqa: B036 - a window's failure ends the worker
+            return failed(replies, err, time.time())
+        if answer is None:
+            break
+        replies.send(answer[0], **answer[1])
+    replies.send("finished")
+    return 0
 
 
-def run_tasks(tasks: List[WorkerTask]) -> bool:
-    """A warm worker: start the framework once, then each task in turn."""
-    try:
-        backend = start_backend(tasks[0])
-    except BaseException as err:  # noqa: B036 - every task reports why nothing could start
-        for task in tasks:
-            reply_failure(task, err, task.started_at)
-        log.error("%s: %s", type(err).__name__, err)
-        return False
-    start_warnings = list(backend.warnings)
-    ok = True
-    for index, task in enumerate(tasks):
-        emit_progress("case", index=index, of=len(tasks), model=task.config["model"])
-        backend.warnings = list(start_warnings)  # each task's own, beside the start's
-        ok = run_and_reply(task, backend, warm=index > 0) and ok
-    return ok
+def failed(replies: ReplyWriter, err: BaseException, started_at: float) -> int:
+    """Reply ``failed`` with ``err``; the exit code (or ``err`` again: Ctrl-C, an exit)."""
+    replies.send("failed", **failure_reply(err, started_at).to_dict())
+    log.error("%s: %s", type(err).__name__, err)
+    if isinstance(err, (KeyboardInterrupt, SystemExit)):
+        raise err
+    return 1
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="[worker] %(message)s", stream=sys.stderr)
-    if not argv:
-        log.error("usage: python -m kbench.run.worker RUN_JSON... (the runner writes RUN_JSON)")
+    if len(argv) != 1:
+        log.error("usage: python -m kbench.run.worker RUN_JSON (kbench writes RUN_JSON and "
+                  "sends the commands)")  # fmt: skip
         return 2
     watch_parent()
-    tasks = [WorkerTask.from_dict(read_json(Path(path))) for path in argv]
-    if len(tasks) == 1:
-        return 0 if run_and_reply(tasks[0]) else 1
-    return 0 if run_tasks(tasks) else 1
+    replies = ReplyWriter.from_environment()
+    return serve(load_task(argv[0]), replies, sys.stdin)
 
 
 if __name__ == "__main__":

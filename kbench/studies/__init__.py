@@ -4,6 +4,7 @@ published studies (their files, claims and verdicts), parity across backends, th
 largest batch that fits. The CLI calls these and prints what they return; views render
 their results.
 
-May import: kbench.run, kbench.results, kbench.views, kbench.backends, kbench.datasets,
+May import: kbench.run, kbench.distributed (its launcher, which the studies give the runner
+for data-parallel runs), kbench.results, kbench.views, kbench.backends, kbench.datasets,
 kbench.measure, kbench_models.
 """

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
 from kbench.results.config import (
     WINDOW_S,
@@ -347,8 +348,9 @@ def run_rounds(
     count = sum(len(r) for r in rounds)
     look_before_runs(store, count, busy_threshold, wait_quiet_s, "kbench run")
     runner = Runner(
-        output_dir=store, on_progress=on_progress, busy_threshold=busy_threshold, warm=warm
-    )
+        output_dir=store, on_progress=on_progress, busy_threshold=busy_threshold, warm=warm,
+        data_parallel=run_distributed,
+    )  # fmt: skip
     if any(config.window_s is not None for r in rounds for config in r):
         configs = [config for r in rounds for config in r]
         return run_windows(runner, configs, stop, baseline, check_parity)

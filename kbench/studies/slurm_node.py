@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from kbench.distributed.launcher import run_distributed
 from kbench.results.config import ConfigError, FileError
 from kbench.results.store import INDEX_NAME, IndexEntry
 from kbench.run.runner import Runner
@@ -82,7 +83,9 @@ def run_task(manifest_path: Path, index: int) -> int:
     store = Path(manifest["store"])
     own = manifest_path.parent / f"task-{index}"
     log.info("task %d: %s", index, ", ".join(run.config.label() for run in runs))
-    runner = Runner(output_dir=own, busy_threshold=manifest["busy_threshold"])
+    runner = Runner(
+        output_dir=own, busy_threshold=manifest["busy_threshold"], data_parallel=run_distributed
+    )
     if sweep_windows.windowed(runs):
         lost = run_comparison(sweep, runs, runner, store, manifest)
     else:

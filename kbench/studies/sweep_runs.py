@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
+from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.config import ConfigError, RunConfig
@@ -170,8 +171,9 @@ def run_planned(
     progress = Progress(total=len(sweep.runs), skipped=len(planned.plan.done))
     look_before_runs(planned.store, len(to_run), busy_threshold, wait_quiet_s, "the sweep")
     runner = Runner(
-        output_dir=planned.store, on_progress=on_progress, busy_threshold=busy_threshold
-    )
+        output_dir=planned.store, on_progress=on_progress, busy_threshold=busy_threshold,
+        data_parallel=run_distributed,
+    )  # fmt: skip
     try:
         if sweep.windows is not None:
             return sweep_windows.run_comparisons(
