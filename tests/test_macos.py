@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kbench.measure import powermetrics, processes
+from kbench.measure.nvml import SourceUnavailable
 from kbench.measure.powermetrics import PowermetricsSource, parse_sample, split_documents
 from kbench.measure.sampler import Sampler, optional_sources
-from kbench.measure.source import SourceUnavailable
 
 SAMPLE = Path(__file__).parent / "macos" / "powermetrics_gpu_power.plist"
 

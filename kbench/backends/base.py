@@ -138,6 +138,23 @@ def gpu_total_bytes(index: int) -> int:
     return cuda_device(index).total_bytes
 
 
+# How every backend counts model FLOPs per sample (``Backend.flops``): the multiply-adds
+# (2 FLOPs each) of the layers that dominate compute, from the built model's shapes;
+# elementwise work (activations, normalization, pooling, additions) is left out, as is
+# usual for "model FLOPs"; training is three times the forward pass (forward, and a
+# backward pass of about twice its cost).
+FLOPS_METHOD = (
+    "multiply-adds x2 of Conv2D, Dense and LSTM layers from the built model's shapes; "
+    "elementwise layers not counted; training = 3 x forward"
+)
+
+
+def counted_flops(forward: int) -> Dict[str, Any]:
+    """What :meth:`Backend.flops` returns for ``forward`` FLOPs per sample."""
+    forward = int(forward)  # keras-mxnet reports shapes as numpy integers
+    return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": FLOPS_METHOD}
+
+
 # Why a GPU memory option is not set when no environment variable expresses it.
 FRACTION_NOT_FROM_OUTSIDE = (
     "not applied: {framework} has no environment variable for it (kbench run sets it from "
@@ -386,7 +403,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def flops(self, model: Any) -> Dict[str, Any]:
-        """FLOPs per sample (see kbench.measure.flops)."""
+        """FLOPs per sample, counted as :data:`FLOPS_METHOD` says (:func:`counted_flops`)."""
 
     @abc.abstractmethod
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.backends.base import BackendMismatch, NativePort, Unsupported
+from kbench.backends.base import BackendMismatch, NativePort, Unsupported, counted_flops
 from kbench.backends.mxnet_common import MXNetFramework, mkldnn_on
 
 KERAS_EPSILON = 1e-7
@@ -130,11 +130,9 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         return [int(d) for d in model(self._sample(model)).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        """The same count as kbench.measure.flops, read off the blocks during one forward pass."""
-        from kbench.measure.flops import METHOD
-
-        forward = int(model.kbench_flops)
-        return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": METHOD}
+        """The count of :data:`~kbench.backends.base.FLOPS_METHOD`, read off the blocks
+        during one forward pass."""
+        return counted_flops(model.kbench_flops)
 
     # -------------------------------------------------------------- training
 

@@ -15,7 +15,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.backends.base import USER_MODEL_NO_TWIN, BackendMismatch, NativePort, Unsupported
+from kbench.backends.base import (
+    USER_MODEL_NO_TWIN,
+    BackendMismatch,
+    NativePort,
+    Unsupported,
+    counted_flops,
+)
 from kbench.backends.torch_common import TorchFramework, choose_device
 from kbench_models import short_name as kbench_short
 
@@ -147,9 +153,8 @@ class TorchNativeBackend(TorchFramework, NativePort):
             return [int(d) for d in model(self._sample(model)).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        """The same count as kbench.measure.flops, read off the modules during one forward pass."""
-        from kbench.measure.flops import METHOD
-
+        """The count of :data:`~kbench.backends.base.FLOPS_METHOD`, read off the modules
+        during one forward pass."""
         nn = self.torch.nn
         total = [0]
 
@@ -173,8 +178,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
         finally:
             for handle in handles:
                 handle.remove()
-        forward = int(total[0])
-        return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": METHOD}
+        return counted_flops(total[0])
 
     # -------------------------------------------------------------- training
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from kbench.measure.source import SourceUnavailable
+from kbench.measure.nvml import SourceUnavailable
 
 GPU_NODE_NAMES = ("gpu", "gp10b", "gv11b", "ga10b")  # Nano/TX2, TX2, Xavier, Orin
 METHOD = "Jetson sysfs: devfreq load and cur_freq, INA3221 rails, NvMapMemUsed"
