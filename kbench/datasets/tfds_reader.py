@@ -1,7 +1,7 @@
 """Read a prepared tensorflow-datasets data set into an ``.npz`` file (a child process).
 
 ``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--general] [--data-dir DIR]
-[--size HxW]``: started by :func:`kbench.datasets.sources.from_tfds` with every GPU
+[--size HxW]``: started by :func:`kbench.datasets.sources.run_tfds_reader` with every GPU
 hidden, so that TensorFlow, which tensorflow-datasets imports, never starts in the
 long-lived parent. Exit code 0 and the arrays in ``OUT.npz`` (``x_train``, ``y_train``,
 ``x_test``, ``y_test``), or exit code 1 and one line on stderr saying why.
@@ -22,13 +22,26 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from kbench.datasets.sources import import_tfds, read_tfds
+from kbench.datasets.sources import import_tfds
 
 TEST_SPLITS = ("test", "validation")
 
 
 class TfdsRefusal(RuntimeError):
     """A tfds data set kbench cannot read; the message says why and the fix."""
+
+
+def read_tfds(name: str, batch: int = 4096) -> Dict[str, np.ndarray]:
+    """The arrays of a prepared built-in data set (``train`` and ``test`` splits)."""
+    tfds = import_tfds()
+    arrays: Dict[str, np.ndarray] = {}
+    for split in ("train", "test"):
+        dataset = tfds.load(name, split=split, as_supervised=True, download=False,
+                            batch_size=batch)  # fmt: skip
+        images, labels = zip(*tfds.as_numpy(dataset))
+        arrays[f"x_{split}"] = np.concatenate(images).astype(np.uint8)
+        arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
+    return arrays
 
 
 def check_name(tfds: Any, name: str) -> None:
