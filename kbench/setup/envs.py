@@ -34,13 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from kbench.setup import check, loader
+from kbench.setup import check
 from kbench.setup.platforms import (
     ENVIRONMENTS,
     FRAMEWORKS,
+    LIBRARY_PATH_FILE,
     EnvironmentPlan,
     Platform,
     plan,
+    record_library_folders,
     venv_python,
 )
 
@@ -243,9 +245,9 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
         # Workers in any environment import kbench through the runner's PYTHONPATH.
         call(pip + ["--no-deps", "-e", str(options.root)], "install kbench (editable)")
     if wanted.loader_path:
-        folders = loader.record_library_folders(env_dir)
+        folders = record_library_folders(env_dir)
         log.info("%s: %d CUDA library folders go on its workers' LD_LIBRARY_PATH (%s)",
-                 wanted.name, len(folders), loader.LIBRARY_PATH_FILE)  # fmt: skip
+                 wanted.name, len(folders), LIBRARY_PATH_FILE)  # fmt: skip
     if wanted.cuda and options.check:
         check_build(env_dir, wanted)
     stamp.write_text(stamp_text(wanted.requirements))
