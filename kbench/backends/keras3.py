@@ -311,7 +311,7 @@ class TensorFlowBackend(Keras3Backend):
         return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        from kbench.profiling.tf_capture import TensorFlowCapture
+        from kbench.profiling.captures import TensorFlowCapture
 
         return TensorFlowCapture(model.name, optimizer_name(model), training=training)
 
@@ -422,7 +422,7 @@ class JaxBackend(Keras3Backend):
         return "XLA's default matmul precision on GPU (TF32 on Ampere and newer)"
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        from kbench.profiling.jax_capture import JaxCapture
+        from kbench.profiling.captures import JaxCapture
 
         return JaxCapture(optimizer_name(model), training=training)
 
@@ -502,7 +502,7 @@ class TorchBackend(TorchFramework, Keras3Backend):
     jit_meaning = "torch.compile of the train step (auto: off)"
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        from kbench.profiling.torch_capture import TorchCapture
+        from kbench.profiling.captures import TorchCapture
 
         # Keras' optimizer.apply is the update; PyTorch marks backward itself
         marks = [(model.optimizer, "apply", "update")] if training else []

@@ -247,7 +247,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
         return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        from kbench.profiling.torch_capture import TorchCapture
+        from kbench.profiling.captures import TorchCapture
 
         # PyTorch marks backward and Optimizer.step itself; the batch's conversion to
         # tensors is the data phase
