@@ -131,7 +131,7 @@ def torch():
 
 
 def test_device_choice_prefers_cuda_then_mps_then_cpu(torch, monkeypatch):
-    from kbench.backends.torch_common import choose_device
+    from kbench.backends.torch_native import choose_device
 
     if not torch.cuda.is_available():
         assert choose_device(torch, "auto") == "cpu"  # this machine: neither

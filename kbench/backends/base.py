@@ -163,6 +163,12 @@ FRACTION_NOT_FROM_OUTSIDE = (
 GROWTH_ON_DEMAND = "not applicable: the allocator grows on demand"
 
 
+def peak_reading(peak_bytes: int, device: str, source: str) -> Dict[str, Any]:
+    """One ``framework_peak`` memory reading: the framework's allocator peak on ``device``,
+    read by ``source``."""
+    return {"kind": "framework_peak", "bytes": int(peak_bytes), "device": device, "source": source}
+
+
 class Backend(abc.ABC):
     name: ClassVar[str]
     framework_name: ClassVar[str]  # the framework as messages name it: "TensorFlow"
@@ -466,7 +472,8 @@ class Backend(abc.ABC):
         return readings
 
     def framework_peaks(self) -> List[Dict[str, Any]]:
-        """``framework_peak`` readings per GPU; called only when a GPU is visible."""
+        """``framework_peak`` readings per GPU (:func:`peak_reading`); called only when a
+        GPU is visible."""
         return []
 
     def op_profiler(self, model: Any, training: bool) -> Any:
@@ -480,6 +487,11 @@ class NativePort(Backend):
     weights through its twins' ``load_keras_weights`` and never exports any."""
 
     twins: Any  # the port's model package (kbench_models.pytorch, kbench_models.gluon)
+
+    def describe(self) -> Dict[str, Any]:
+        info = super().describe()
+        info.update(keras_version=None, keras_backend=None, image_data_format="channels_first")
+        return info
 
     def refuse_user_model(self, name: str) -> None:
         """A user model (``file.py:build``) has no twin here: :class:`Unsupported`."""

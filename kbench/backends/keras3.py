@@ -13,9 +13,9 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 import numpy as np
 
 from kbench.backends import kernels
-from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device
+from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device, peak_reading
 from kbench.backends.keras_common import KerasBackend
-from kbench.backends.torch_common import NOT_APPLICABLE_WITHOUT_GPU, TorchFramework
+from kbench.backends.torch_native import NOT_APPLICABLE_WITHOUT_GPU, TorchFramework
 from kbench.measure.sysinfo import cpu_features
 
 
@@ -390,14 +390,8 @@ class TensorFlowBackend(Keras3Backend):
         readings = []
         for index in range(self.gpus):
             info = tf.config.experimental.get_memory_info(f"GPU:{index}")
-            readings.append(
-                {
-                    "kind": "framework_peak",
-                    "bytes": int(info["peak"]),
-                    "device": f"GPU:{index}",
-                    "source": f"tf.config.experimental.get_memory_info('GPU:{index}')['peak']",
-                }
-            )
+            source = f"tf.config.experimental.get_memory_info('GPU:{index}')['peak']"
+            readings.append(peak_reading(info["peak"], f"GPU:{index}", source))
         return readings
 
     def framework_info(self) -> Dict[str, Any]:
@@ -465,14 +459,8 @@ class JaxBackend(Keras3Backend):
         for device in jax.devices():
             stats = device.memory_stats() if device.platform == "gpu" else None
             if stats and "peak_bytes_in_use" in stats:
-                readings.append(
-                    {
-                        "kind": "framework_peak",
-                        "bytes": int(stats["peak_bytes_in_use"]),
-                        "device": str(device),
-                        "source": "jax Device.memory_stats()['peak_bytes_in_use']",
-                    }
-                )
+                source = "jax Device.memory_stats()['peak_bytes_in_use']"
+                readings.append(peak_reading(stats["peak_bytes_in_use"], str(device), source))
         return readings
 
     def framework_info(self) -> Dict[str, Any]:

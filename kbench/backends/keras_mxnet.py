@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Sequence
 
 from kbench.backends.base import Unsupported
 from kbench.backends.keras_common import KerasBackend
-from kbench.backends.mxnet_common import MXNetFramework, gpu_contexts
+from kbench.backends.mxnet_gluon import MXNetFramework, gpu_contexts
 from kbench_models import short_name
 from kbench_models.user import UserModelImportError, is_reference, is_saved_model
 
