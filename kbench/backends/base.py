@@ -488,6 +488,14 @@ class NativePort(Backend):
 
     twins: Any  # the port's model package (kbench_models.pytorch, kbench_models.gluon)
 
+    def require_channels_first(self, data_format: str) -> None:
+        """The twins take images as NCHW only: :class:`BackendMismatch` for another format."""
+        if data_format != "channels_first":
+            raise BackendMismatch(
+                f"{self.name} takes images as NCHW (channels_first); the run asked for "
+                f"{data_format!r}. Drop --data-format or use channels_first."
+            )
+
     def describe(self) -> Dict[str, Any]:
         info = super().describe()
         info.update(keras_version=None, keras_backend=None, image_data_format="channels_first")

@@ -199,10 +199,6 @@ class Keras3Backend(KerasBackend):
             sys.meta_path.insert(0, AfterFirstImport("tensorflow", seeded_after_import(seed)))
         self.imports_skipped = sorted(set(self.imports_skipped) | set(skipped))
 
-    def make_optimizer(self, name: str, learning_rate: float) -> Any:
-        optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
-        return optimizers[name](learning_rate=learning_rate)
-
     def apply_switches(self) -> None:
         board = self.switchboard
         mode = board.value("mixed_precision")

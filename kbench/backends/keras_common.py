@@ -117,9 +117,13 @@ class KerasBackend(Backend):
     def import_keras(self) -> Any:
         """Import and return the keras module."""
 
-    @abc.abstractmethod
+    # how the Keras generation spells an optimizer's learning rate (Keras 2.2: ``lr``)
+    learning_rate_argument = "learning_rate"
+
     def make_optimizer(self, name: str, learning_rate: float) -> Any:
-        """A Keras optimizer instance; the Keras generations spell the arguments apart."""
+        """A Keras optimizer instance (``adam`` or ``sgd``)."""
+        optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
+        return optimizers[name](**{self.learning_rate_argument: learning_rate})
 
     def load_framework(self, data_format: str) -> None:
         self.keras = self.import_keras()

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from kbench.backends import kernels
-from kbench.backends.base import BackendMismatch, NativePort, NoGpu, Unsupported, counted_flops
+from kbench.backends.base import NativePort, NoGpu, Unsupported, counted_flops
 
 KERAS_EPSILON = 1e-7
 # hybridize(): a graph whose memory is planned once and reused (static_alloc), for
@@ -197,11 +197,7 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
     name = "mxnet-gluon"
 
     def load_framework(self, data_format: str) -> None:
-        if data_format != "channels_first":
-            raise BackendMismatch(
-                f"mxnet-gluon takes images as NCHW (channels_first); the run asked for "
-                f"{data_format!r}. Drop --data-format or use channels_first."
-            )
+        self.require_channels_first(data_format)
         import mxnet as mx
 
         from kbench_models import gluon as twins

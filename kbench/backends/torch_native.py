@@ -22,7 +22,6 @@ import numpy as np
 from kbench.backends import kernels
 from kbench.backends.base import (
     USER_MODEL_NO_TWIN,
-    BackendMismatch,
     NativePort,
     Unsupported,
     counted_flops,
@@ -209,11 +208,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
     scaler: Any = None  # torch.amp.GradScaler under float16 (apply_switches)
 
     def load_framework(self, data_format: str) -> None:
-        if data_format != "channels_first":
-            raise BackendMismatch(
-                f"torch-native takes images as NCHW (channels_first); the run asked for "
-                f"{data_format!r}. Drop --data-format or use channels_first."
-            )
+        self.require_channels_first(data_format)
         import torch
 
         from kbench_models import pytorch as twins
