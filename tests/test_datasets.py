@@ -85,6 +85,20 @@ def test_fashion_mnist_unavailable_suggests_synthetic(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
+def test_kbench_cache_follows_xdg_cache_home_as_the_store_does(tmp_path, monkeypatch):
+    from kbench.results.store import cache_dir
+
+    monkeypatch.delenv("KBENCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert sources.kbench_cache_dir() == tmp_path / "xdg" / "kbench" == cache_dir()
+    cached = tmp_path / "xdg" / "kbench" / "datasets" / "fashion_mnist"
+    fake_fashion_dir(cached)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert datasets.prepare("fashion_mnist", tmp_path / "out").source == f"kbench cache: {cached}"
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "own"))
+    assert sources.kbench_cache_dir() == tmp_path / "own" == cache_dir()
+
+
 def test_keras_cache_is_read_before_debian(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     fake_fashion_dir(tmp_path / ".keras" / "datasets" / "fashion-mnist")

@@ -2,7 +2,7 @@
 
 1. ``--data-dir`` (the files as their publishers ship them, see :data:`EXPECTED`)
 2. the Keras cache, ``~/.keras/datasets`` (read only: kbench never writes ~/.keras)
-3. kbench's cache, ``$KBENCH_CACHE_DIR`` or ``~/.cache/kbench``
+3. kbench's cache, ``$KBENCH_CACHE_DIR``, ``$XDG_CACHE_HOME/kbench`` or ``~/.cache/kbench``
 4. Debian's ``dataset-fashion-mnist`` package (Fashion-MNIST only)
 5. tensorflow-datasets data already prepared in ``$TFDS_DATA_DIR`` or
    ``~/tensorflow_datasets`` (never downloaded through tfds)
@@ -62,7 +62,13 @@ class DataUnavailable(RuntimeError):
 
 
 def kbench_cache_dir() -> Path:
-    return Path(os.environ.get("KBENCH_CACHE_DIR") or Path.home() / ".cache" / "kbench")
+    """``$KBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/kbench``, else ``~/.cache/kbench`` (as
+    the results store's ``cache_dir``)."""
+    if os.environ.get("KBENCH_CACHE_DIR"):
+        return Path(os.environ["KBENCH_CACHE_DIR"])
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "kbench"
+    return Path.home() / ".cache" / "kbench"
 
 
 def keras_cache_dir() -> Path:
