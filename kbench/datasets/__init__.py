@@ -223,11 +223,20 @@ def _load(
 ) -> _Loaded:
     """Read ``dataset`` from where its name says (see :func:`prepare`)."""
     if dataset.startswith(FOLDER_PREFIX):
-        return _load_folder(dataset, image_size, input_shape, seed)
+        arrays, source, classes, shape = stream.folder_arrays(
+            dataset, image_size, input_shape, seed
+        )
+        return _Loaded(arrays, source, "image", classes, folder_shape=shape)
     if dataset.startswith(TFDS_PREFIX):
-        return _load_tfds(dataset, data_dir, image_size)
+        arrays, source, facts = sources.tfds_arrays(dataset, data_dir, image_size)
+        classes, version = facts["num_classes"], facts["version"]
+        return _Loaded(arrays, source, "image", classes, version=version, resized=True)
     if dataset.startswith(NPZ_PREFIX):
-        return _load_npz(dataset, model_kind, num_classes)
+        facts = npz.inspect_npz(dataset[len(NPZ_PREFIX) :])
+        facts.check_fits(model_kind, num_classes)
+        arrays = npz.prepared_arrays(facts.path, model_kind)
+        classes = num_classes or facts.num_classes
+        return _Loaded(arrays, facts.source(), model_kind, classes, sha256=facts.sha256)
     if dataset == "synthetic":
         classes = num_classes or 10
         arrays = synthetic_arrays(
@@ -243,33 +252,6 @@ def _load(
     if dataset == "imagenet":
         return _load_imagenet(data_dir, seed)
     return _load_builtin(dataset, spec, data_dir)
-
-
-def _load_folder(
-    dataset: str,
-    image_size: Optional[Tuple[int, int]],
-    input_shape: Optional[Tuple[int, ...]],
-    seed: int,
-) -> _Loaded:
-    arrays, source, classes, shape = stream.folder_arrays(dataset, image_size, input_shape, seed)
-    return _Loaded(arrays, source, "image", classes, folder_shape=shape)
-
-
-def _load_tfds(
-    dataset: str, data_dir: Optional[str], image_size: Optional[Tuple[int, int]]
-) -> _Loaded:
-    arrays, source, facts = sources.tfds_arrays(dataset, data_dir, image_size)
-    return _Loaded(
-        arrays, source, "image", facts["num_classes"], version=facts["version"], resized=True
-    )
-
-
-def _load_npz(dataset: str, model_kind: str, num_classes: Optional[int]) -> _Loaded:
-    facts = npz.inspect_npz(dataset[len(NPZ_PREFIX) :])
-    facts.check_fits(model_kind, num_classes)
-    arrays = npz.prepared_arrays(facts.path, model_kind)
-    classes = num_classes or facts.num_classes
-    return _Loaded(arrays, facts.source(), model_kind, classes, sha256=facts.sha256)
 
 
 def _load_imagenet(data_dir: Optional[str], seed: int) -> _Loaded:

@@ -15,6 +15,7 @@ to ``--size`` in TensorFlow when given (needed when their sizes differ); and
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import sys
@@ -128,32 +129,24 @@ def read_general(
     return arrays, facts
 
 
-def _parse(argv: List[str]) -> Dict[str, Any]:
-    options: Dict[str, Any] = {"general": False, "data_dir": None, "size": None}
-    positional = []
-    items = iter(argv)
-    for item in items:
-        if item == "--general":
-            options["general"] = True
-        elif item == "--data-dir":
-            options["data_dir"] = next(items)
-        elif item == "--size":
-            height, width = next(items).split("x")
-            options["size"] = (int(height), int(width))
-        else:
-            positional.append(item)
-    options["name"], options["out"] = positional[0], positional[1]
-    options["batch"] = int(positional[2]) if len(positional) > 2 else 4096
-    return options
+def _parse(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m kbench.datasets.tfds_reader")
+    parser.add_argument("name")
+    parser.add_argument("out")
+    parser.add_argument("batch", nargs="?", type=int, default=4096)
+    parser.add_argument("--general", action="store_true")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--size", type=lambda text: tuple(int(d) for d in text.split("x")))
+    return parser.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     options = _parse(sys.argv[1:] if argv is None else argv)
-    name, out, batch = options["name"], options["out"], options["batch"]
+    name, out, batch = options.name, options.out, options.batch
     facts = None
     try:
-        if options["general"]:
-            arrays, facts = read_general(name, batch, options["data_dir"], options["size"])
+        if options.general:
+            arrays, facts = read_general(name, batch, options.data_dir, options.size)
         else:
             arrays = read_tfds(name, batch)
     except Exception as err:  # not installed, not prepared: the parent says so or looks on
