@@ -282,7 +282,7 @@ def test_the_real_environments_are_ready_with_their_old_stamps():
         env_dir = options.envs_dir / name
         if not env_dir.is_dir():
             continue
-        kind = envs.wanted_kind(env_dir, None)
+        kind = envs.kind_and_reason(env_dir, None)[0]
         assert envs.action(env_dir, plan(name, kind), None) == "ready", name
 
 

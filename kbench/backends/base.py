@@ -133,11 +133,6 @@ def cuda_device(index: int) -> CudaDevice:
     return CudaDevice(index, name.value.decode(), bus_id.value.decode(), int(total.value))
 
 
-def gpu_total_bytes(index: int) -> int:
-    """Total memory of the framework's GPU ``index`` (CUDA's ordinal), from the CUDA driver."""
-    return cuda_device(index).total_bytes
-
-
 # How every backend counts model FLOPs per sample (``Backend.flops``): the multiply-adds
 # (2 FLOPs each) of the layers that dominate compute, from the built model's shapes;
 # elementwise work (activations, normalization, pooling, additions) is left out, as is

@@ -113,16 +113,12 @@ def existing_kind(env_dir: Path) -> str:
     return "unknown" if env_dir.exists() else "none"
 
 
-def wanted_kind(env_dir: Path, gpu: Optional[str]) -> str:
-    """What KBENCH_GPU asks for, else what the environment is, else what the
-    environments beside it are, else what the machine has (:func:`kind_and_reason`)."""
-    return kind_and_reason(env_dir, gpu)[0]
-
-
 def kind_and_reason(
     env_dir: Path, gpu: Optional[str], driver_files: Sequence[str] = DRIVER_FILES
 ) -> Tuple[str, str]:
-    """The kind environment ``env_dir`` should be, and why, in words."""
+    """The kind environment ``env_dir`` should be, and why, in words: what KBENCH_GPU asks
+    for, else what the environment is, else what the environments beside it are, else
+    what the machine has."""
     if gpu is not None:
         return ("gpu" if gpu == "1" else "cpu"), f"KBENCH_GPU={gpu}"
     have = existing_kind(env_dir)
