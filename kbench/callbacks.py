@@ -224,19 +224,10 @@ class _ThroughputMixin:
             self._model_event()
 
     def _other_size(self, batch: int) -> Optional[int]:
-        batch_size, samples = self.other_sizes
-        if not batch_size:
-            return None
-        if samples is None:
-            return int(batch_size)
-        return max(0, min(int(batch_size), int(samples) - batch * int(batch_size)))
+        return _batch_rows(batch, *self.other_sizes)
 
     def _size(self, batch: int) -> Optional[int]:
-        if not self.batch_size:
-            return None
-        if self.samples is None:
-            return int(self.batch_size)
-        return max(0, min(int(self.batch_size), int(self.samples) - batch * int(self.batch_size)))
+        return _batch_rows(batch, self.batch_size, self.samples)
 
     def _model_event(self, defer: bool = False) -> None:
         """The model's facts (parameters, name, the backend Keras reports); where the
@@ -266,6 +257,16 @@ def write_model_facts(log: EventLog, model: Any) -> None:
         "model", name=getattr(model, "name", None), params=params,
         backend=backend, keras_version=getattr(keras, "__version__", None),
     )  # fmt: skip
+
+
+def _batch_rows(batch: int, batch_size: Optional[int], samples: Optional[int]) -> Optional[int]:
+    """The rows of batch ``batch`` of a call with ``batch_size`` and ``samples`` (the last
+    may be partial); None without a batch size."""
+    if not batch_size:
+        return None
+    if samples is None:
+        return int(batch_size)
+    return max(0, min(int(batch_size), int(samples) - batch * int(batch_size)))
 
 
 def _outputs_size(outputs: Any) -> Optional[int]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kbench import datasets
-from kbench.datasets import readers, sources, transform
+from kbench.datasets import readers, sources
 
 
 def write_idx(path, array):
@@ -83,6 +83,20 @@ def test_fashion_mnist_unavailable_suggests_synthetic(tmp_path, monkeypatch):
     assert "--dataset synthetic" in message and "Keras cache" in message
     assert "tensorflow-datasets (TfdsUnavailable: fashion_mnist: not prepared)" in message
     assert not (tmp_path / "out").exists()
+
+
+def test_kbench_cache_follows_xdg_cache_home_as_the_store_does(tmp_path, monkeypatch):
+    from kbench.results.store import cache_dir
+
+    monkeypatch.delenv("KBENCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert sources.kbench_cache_dir() == tmp_path / "xdg" / "kbench" == cache_dir()
+    cached = tmp_path / "xdg" / "kbench" / "datasets" / "fashion_mnist"
+    fake_fashion_dir(cached)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert datasets.prepare("fashion_mnist", tmp_path / "out").source == f"kbench cache: {cached}"
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "own"))
+    assert sources.kbench_cache_dir() == tmp_path / "own" == cache_dir()
 
 
 def test_keras_cache_is_read_before_debian(tmp_path, monkeypatch):
@@ -252,18 +266,18 @@ def test_imdb_reviews_become_keras_style_token_rows(tmp_path):
 
 
 def test_token_rows_match_keras_conventions():
-    rows = transform.token_rows([[1, 2, 3]], vocabulary=6, length=5)
+    rows = readers.token_rows([[1, 2, 3]], vocabulary=6, length=5)
     assert rows.tolist() == [[0, 1, 4, 5, 2]]  # 3 + 3 = 6 is outside a 6-word vocabulary
 
 
 def test_bilinear_resize():
     image = np.array([[0, 100], [200, 250]], dtype=np.uint8).reshape(1, 2, 2, 1)
-    up = transform.resize_images(image, (4, 4))[0, :, :, 0]
+    up = datasets.resize_images(image, (4, 4))[0, :, :, 0]
     assert up.shape == (4, 4)
     assert up[0, 0] == 0 and up[3, 3] == 250  # corners keep their values
     assert up[0, 1] == 25 and up[1, 0] == 50  # a quarter of the way between neighbours
-    assert transform.resize_images(image, (2, 2)) is image
-    assert transform.resize_images(np.zeros((3, 32, 32, 3), np.uint8), (64, 48)).shape == (
+    assert datasets.resize_images(image, (2, 2)) is image
+    assert datasets.resize_images(np.zeros((3, 32, 32, 3), np.uint8), (64, 48)).shape == (
         3, 64, 48, 3)  # fmt: skip
 
 

@@ -294,8 +294,8 @@ def build_cuda_standin(folder):
 
 
 def total_bytes_in_a_worker(tmp_path, cuda: bool, nvml: bool, **env):
-    """``gpu_total_bytes(0)``, as the TensorFlow backend asks it, in a process whose
-    loader finds the stand-in CUDA driver and/or NVML library."""
+    """``cuda_device(0).total_bytes``, as the TensorFlow backend asks it, in a process
+    whose loader finds the stand-in CUDA driver and/or NVML library."""
     import json
     import os
     import subprocess
@@ -319,7 +319,7 @@ def total_bytes_in_a_worker(tmp_path, cuda: bool, nvml: bool, **env):
     )
     code = (
         "import json\nfrom kbench.backends import base\n"
-        "try:\n    print(json.dumps(base.gpu_total_bytes(0)))\n"
+        "try:\n    print(json.dumps(base.cuda_device(0).total_bytes))\n"
         "except Exception as err:\n    print(json.dumps(f'{type(err).__name__}: {err}'))\n"
     )
     done = subprocess.run(

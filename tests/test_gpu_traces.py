@@ -16,7 +16,7 @@ import pytest
 from test_profile import write_xspace
 
 from kbench.profiling import summarize, xspace
-from kbench.profiling.jax_capture import JaxCapture
+from kbench.profiling.captures import JaxCapture
 
 STREAM = "Stream #14(Compute,MemcpyD2D,Memset)"
 PS = 10**6  # picoseconds in a microsecond

@@ -12,8 +12,8 @@ from fake_jetson import build_nano_jetpack4, build_orin, set_value
 
 from kbench.measure import jetson
 from kbench.measure.jetson import JetsonSource
+from kbench.measure.nvml import SourceUnavailable
 from kbench.measure.sampler import ROOT_VARIABLE, Sampler, summarize
-from kbench.measure.source import SourceUnavailable
 from kbench.run.metrics import measured_energy
 
 

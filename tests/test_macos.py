@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kbench.measure import powermetrics, processes
+from kbench.measure.nvml import SourceUnavailable
 from kbench.measure.powermetrics import PowermetricsSource, parse_sample, split_documents
 from kbench.measure.sampler import Sampler, optional_sources
-from kbench.measure.source import SourceUnavailable
 
 SAMPLE = Path(__file__).parent / "macos" / "powermetrics_gpu_power.plist"
 
@@ -131,7 +131,7 @@ def torch():
 
 
 def test_device_choice_prefers_cuda_then_mps_then_cpu(torch, monkeypatch):
-    from kbench.backends.torch_common import choose_device
+    from kbench.backends.torch_native import choose_device
 
     if not torch.cuda.is_available():
         assert choose_device(torch, "auto") == "cpu"  # this machine: neither

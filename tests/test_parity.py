@@ -115,7 +115,7 @@ def test_mxnet_gluon_matches_tensorflow_and_counts_what_keras_counts(rows, check
         assert not row.notes, row  # no known differences: Gluon is not Keras
         by_backend = {d["config"]["backend"]: d for d in checked[model][1]}
         assert by_backend["mxnet-gluon"]["metrics"]["parity"]["passed"]
-        # counted off the Gluon blocks, as kbench.measure.flops counts them off the Keras layers
+        # counted off the Gluon blocks, as kbench.backends.keras_common counts Keras layers
         gluon, keras_model = by_backend["mxnet-gluon"]["model"], by_backend["tensorflow"]["model"]
         assert gluon["flops"] == keras_model["flops"], model
         assert gluon["params"] == keras_model["params"], model

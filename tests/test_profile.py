@@ -13,10 +13,15 @@ import numpy as np
 import pytest
 import shared_sweep
 
-from kbench.profiling import ProfilerUnsupported, profile_model, summarize, xspace
-from kbench.profiling.jax_capture import JaxCapture
-from kbench.profiling.ops import OpTime, common_name
-from kbench.profiling.tf_capture import TensorFlowCapture
+from kbench.profiling import (
+    OpTime,
+    ProfilerUnsupported,
+    common_name,
+    profile_model,
+    summarize,
+    xspace,
+)
+from kbench.profiling.captures import JaxCapture, TensorFlowCapture
 from kbench.results.config import ConfigError, RunConfig
 from kbench.views import report
 from kbench.views.comparison import section_tables

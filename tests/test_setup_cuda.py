@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from kbench.run import environments
-from kbench.setup import check, cuda, envs, loader, probe
+from kbench.setup import check, cuda, envs, platforms, probe
 from kbench.setup.platforms import Platform, plan, venv_python
 
 pytestmark = pytest.mark.own_processes("a probe of an environment")
@@ -128,9 +128,9 @@ def test_mxnet_workers_get_the_cuda_libraries_on_their_library_path(tmp_path, mo
             parents=True
         )
     (mxnet_env / "lib" / "python3.11" / "site-packages" / "nvidia" / "__init__.py").touch()
-    folders = loader.record_library_folders(mxnet_env)
+    folders = platforms.record_library_folders(mxnet_env)
     assert [f.parent.name for f in folders] == ["cublas", "cudnn"]
-    assert (mxnet_env / loader.LIBRARY_PATH_FILE).read_text().startswith("lib/python3.11/")
+    assert (mxnet_env / platforms.LIBRARY_PATH_FILE).read_text().startswith("lib/python3.11/")
     monkeypatch.setenv("KBENCH_ENVS_DIR", str(tmp_path))
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/mine")
     for backend in ("mxnet", "mxnet-gluon", "torch"):

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from kbench.run import environments
-from kbench.setup import envs, system
+from kbench.setup import __main__ as setup_command
+from kbench.setup import envs
 from kbench.setup.__main__ import main as setup_main
 from kbench.setup.platforms import (
     KERAS3_COMMON,
@@ -281,7 +282,7 @@ def test_the_real_environments_are_ready_with_their_old_stamps():
         env_dir = options.envs_dir / name
         if not env_dir.is_dir():
             continue
-        kind = envs.wanted_kind(env_dir, None)
+        kind = envs.kind_and_reason(env_dir, None)[0]
         assert envs.action(env_dir, plan(name, kind), None) == "ready", name
 
 
@@ -293,7 +294,7 @@ def bare_system(tmp_path, monkeypatch):
     """No chromium, no C compiler, no Debian Fashion-MNIST: an empty PATH and data path."""
     (tmp_path / "bin").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    monkeypatch.setattr(system, "DEBIAN_FASHION_MNIST", tmp_path / "no-such-dataset")
+    monkeypatch.setattr(setup_command, "DEBIAN_FASHION_MNIST", tmp_path / "no-such-dataset")
     return tmp_path
 
 
@@ -304,12 +305,12 @@ def test_system_packages_off_linux_say_what_to_install_and_try_data_once(bare_sy
         raise AssertionError(f"apt-get called off Linux for {packages}")
 
     envs_dir = bare_system / "envs"
-    assert system.install("browser", envs_dir, APPLE_SILICON, no_apt) == "manual"
+    assert setup_command.install("browser", envs_dir, APPLE_SILICON, no_apt) == "manual"
     assert "browser: no apt-get on macOS arm64; install chromium" in caplog.text
-    assert system.install("compiler", envs_dir, WINDOWS, no_apt) == "manual"
+    assert setup_command.install("compiler", envs_dir, WINDOWS, no_apt) == "manual"
     assert "compiler: no apt-get on Windows x86-64; install a C compiler" in caplog.text
-    assert system.install("data", envs_dir, WINDOWS, no_apt) == "manual"
-    assert system.install("data", envs_dir, WINDOWS, no_apt) == "present"  # tried once
+    assert setup_command.install("data", envs_dir, WINDOWS, no_apt) == "manual"
+    assert setup_command.install("data", envs_dir, WINDOWS, no_apt) == "present"  # tried once
 
 
 @pytest.mark.skipif(getattr(os, "geteuid", lambda: 1)() != 0, reason="apt-get needs root")
@@ -321,13 +322,14 @@ def test_system_packages_on_debian_go_through_apt_get(bare_system):
     apt.write_text(f'#!/bin/sh\necho "$@" >> {record}\n[ "$1" = update ]\n')
     apt.chmod(0o755)
     linux = Platform("linux", "x86_64")
+    apt_get = setup_command.apt_get_install
     # the install fails, then update, then the install fails again
-    assert system.install("compiler", bare_system, linux, system.apt_get_install) == "failed"
+    assert setup_command.install("compiler", bare_system, linux, apt_get) == "failed"
     assert record.read_text().splitlines() == [
         "install -y -qq gcc libc6-dev", "update -qq", "install -y -qq gcc libc6-dev",
     ]  # fmt: skip
     apt.write_text(f'#!/bin/sh\necho "$@" >> {record}\n')
-    assert system.install("browser", bare_system, linux, system.apt_get_install) == "installed"
+    assert setup_command.install("browser", bare_system, linux, apt_get) == "installed"
     assert record.read_text().splitlines()[-1] == "install -y -qq chromium"
 
 

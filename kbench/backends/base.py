@@ -133,9 +133,21 @@ def cuda_device(index: int) -> CudaDevice:
     return CudaDevice(index, name.value.decode(), bus_id.value.decode(), int(total.value))
 
 
-def gpu_total_bytes(index: int) -> int:
-    """Total memory of the framework's GPU ``index`` (CUDA's ordinal), from the CUDA driver."""
-    return cuda_device(index).total_bytes
+# How every backend counts model FLOPs per sample (``Backend.flops``): the multiply-adds
+# (2 FLOPs each) of the layers that dominate compute, from the built model's shapes;
+# elementwise work (activations, normalization, pooling, additions) is left out, as is
+# usual for "model FLOPs"; training is three times the forward pass (forward, and a
+# backward pass of about twice its cost).
+FLOPS_METHOD = (
+    "multiply-adds x2 of Conv2D, Dense and LSTM layers from the built model's shapes; "
+    "elementwise layers not counted; training = 3 x forward"
+)
+
+
+def counted_flops(forward: int) -> Dict[str, Any]:
+    """What :meth:`Backend.flops` returns for ``forward`` FLOPs per sample."""
+    forward = int(forward)  # keras-mxnet reports shapes as numpy integers
+    return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": FLOPS_METHOD}
 
 
 # Why a GPU memory option is not set when no environment variable expresses it.
@@ -144,6 +156,12 @@ FRACTION_NOT_FROM_OUTSIDE = (
     "inside its worker)"
 )
 GROWTH_ON_DEMAND = "not applicable: the allocator grows on demand"
+
+
+def peak_reading(peak_bytes: int, device: str, source: str) -> Dict[str, Any]:
+    """One ``framework_peak`` memory reading: the framework's allocator peak on ``device``,
+    read by ``source``."""
+    return {"kind": "framework_peak", "bytes": int(peak_bytes), "device": device, "source": source}
 
 
 class Backend(abc.ABC):
@@ -386,7 +404,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def flops(self, model: Any) -> Dict[str, Any]:
-        """FLOPs per sample (see kbench.measure.flops)."""
+        """FLOPs per sample, counted as :data:`FLOPS_METHOD` says (:func:`counted_flops`)."""
 
     @abc.abstractmethod
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
@@ -449,7 +467,8 @@ class Backend(abc.ABC):
         return readings
 
     def framework_peaks(self) -> List[Dict[str, Any]]:
-        """``framework_peak`` readings per GPU; called only when a GPU is visible."""
+        """``framework_peak`` readings per GPU (:func:`peak_reading`); called only when a
+        GPU is visible."""
         return []
 
     def op_profiler(self, model: Any, training: bool) -> Any:
@@ -463,6 +482,19 @@ class NativePort(Backend):
     weights through its twins' ``load_keras_weights`` and never exports any."""
 
     twins: Any  # the port's model package (kbench_models.pytorch, kbench_models.gluon)
+
+    def require_channels_first(self, data_format: str) -> None:
+        """The twins take images as NCHW only: :class:`BackendMismatch` for another format."""
+        if data_format != "channels_first":
+            raise BackendMismatch(
+                f"{self.name} takes images as NCHW (channels_first); the run asked for "
+                f"{data_format!r}. Drop --data-format or use channels_first."
+            )
+
+    def describe(self) -> Dict[str, Any]:
+        info = super().describe()
+        info.update(keras_version=None, keras_backend=None, image_data_format="channels_first")
+        return info
 
     def refuse_user_model(self, name: str) -> None:
         """A user model (``file.py:build``) has no twin here: :class:`Unsupported`."""

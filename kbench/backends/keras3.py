@@ -13,9 +13,9 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 import numpy as np
 
 from kbench.backends import kernels
-from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device
+from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device, peak_reading
 from kbench.backends.keras_common import KerasBackend
-from kbench.backends.torch_common import NOT_APPLICABLE_WITHOUT_GPU, TorchFramework
+from kbench.backends.torch_native import NOT_APPLICABLE_WITHOUT_GPU, TorchFramework
 from kbench.measure.sysinfo import cpu_features
 
 
@@ -199,10 +199,6 @@ class Keras3Backend(KerasBackend):
             sys.meta_path.insert(0, AfterFirstImport("tensorflow", seeded_after_import(seed)))
         self.imports_skipped = sorted(set(self.imports_skipped) | set(skipped))
 
-    def make_optimizer(self, name: str, learning_rate: float) -> Any:
-        optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
-        return optimizers[name](learning_rate=learning_rate)
-
     def apply_switches(self) -> None:
         board = self.switchboard
         mode = board.value("mixed_precision")
@@ -311,7 +307,7 @@ class TensorFlowBackend(Keras3Backend):
         return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        from kbench.profiling.tf_capture import TensorFlowCapture
+        from kbench.profiling.captures import TensorFlowCapture
 
         return TensorFlowCapture(model.name, optimizer_name(model), training=training)
 
@@ -390,14 +386,8 @@ class TensorFlowBackend(Keras3Backend):
         readings = []
         for index in range(self.gpus):
             info = tf.config.experimental.get_memory_info(f"GPU:{index}")
-            readings.append(
-                {
-                    "kind": "framework_peak",
-                    "bytes": int(info["peak"]),
-                    "device": f"GPU:{index}",
-                    "source": f"tf.config.experimental.get_memory_info('GPU:{index}')['peak']",
-                }
-            )
+            source = f"tf.config.experimental.get_memory_info('GPU:{index}')['peak']"
+            readings.append(peak_reading(info["peak"], f"GPU:{index}", source))
         return readings
 
     def framework_info(self) -> Dict[str, Any]:
@@ -422,7 +412,7 @@ class JaxBackend(Keras3Backend):
         return "XLA's default matmul precision on GPU (TF32 on Ampere and newer)"
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        from kbench.profiling.jax_capture import JaxCapture
+        from kbench.profiling.captures import JaxCapture
 
         return JaxCapture(optimizer_name(model), training=training)
 
@@ -465,14 +455,8 @@ class JaxBackend(Keras3Backend):
         for device in jax.devices():
             stats = device.memory_stats() if device.platform == "gpu" else None
             if stats and "peak_bytes_in_use" in stats:
-                readings.append(
-                    {
-                        "kind": "framework_peak",
-                        "bytes": int(stats["peak_bytes_in_use"]),
-                        "device": str(device),
-                        "source": "jax Device.memory_stats()['peak_bytes_in_use']",
-                    }
-                )
+                source = "jax Device.memory_stats()['peak_bytes_in_use']"
+                readings.append(peak_reading(stats["peak_bytes_in_use"], str(device), source))
         return readings
 
     def framework_info(self) -> Dict[str, Any]:
@@ -502,7 +486,7 @@ class TorchBackend(TorchFramework, Keras3Backend):
     jit_meaning = "torch.compile of the train step (auto: off)"
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        from kbench.profiling.torch_capture import TorchCapture
+        from kbench.profiling.captures import TorchCapture
 
         # Keras' optimizer.apply is the update; PyTorch marks backward itself
         marks = [(model.optimizer, "apply", "update")] if training else []

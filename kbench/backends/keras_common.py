@@ -2,21 +2,22 @@
 
 The model comes from ``kbench_models``; training is ``model.fit`` over one epoch's
 batches in the runner's order with a timing callback; weights move as numpy
-arrays by layer order (the same in both Keras generations).
+arrays by layer order (the same in both Keras generations); model FLOPs are counted
+from the layers' shapes (:func:`model_flops`).
 """
 
 from __future__ import annotations
 
 import abc
+import math
 import os
 import sys
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.backends.base import Backend, BackendMismatch
+from kbench.backends.base import Backend, BackendMismatch, counted_flops
 from kbench.datasets.stream import is_streamed
-from kbench.measure.flops import model_flops
 
 Weights = List[Tuple[str, List[np.ndarray]]]
 
@@ -66,6 +67,47 @@ def convert_kernel(kernel: np.ndarray, source_layout: str, target_layout: str) -
     return np.ascontiguousarray(kernel.transpose(2, 3, 1, 0))
 
 
+def _shapes(layer: Any) -> Tuple[Optional[tuple], Optional[tuple]]:
+    """(input shape, output shape) of a layer in either Keras generation."""
+    try:
+        return tuple(layer.input_shape), tuple(layer.output_shape)  # Keras 2.2
+    except (AttributeError, RuntimeError, TypeError):
+        pass
+    try:
+        return tuple(layer.input.shape), tuple(layer.output.shape)  # Keras 3
+    except (AttributeError, ValueError, TypeError):
+        return None, None
+
+
+def layer_flops(layer: Any) -> int:
+    """Multiply-adds x2 of one Conv2D, Dense or LSTM layer (0 for any other)."""
+    kind = type(layer).__name__
+    in_shape, out_shape = _shapes(layer)
+    if in_shape is None or out_shape is None:
+        return 0
+    config = layer.get_config()
+    if kind == "Conv2D":
+        channels_first = config.get("data_format") == "channels_first"
+        cin = in_shape[1] if channels_first else in_shape[-1]
+        spatial = out_shape[2:] if channels_first else out_shape[1:-1]
+        kh, kw = config["kernel_size"]
+        return 2 * kh * kw * cin * config["filters"] * math.prod(spatial)
+    if kind == "Dense":
+        positions = math.prod(out_shape[1:-1]) if len(out_shape) > 2 else 1
+        return 2 * in_shape[-1] * config["units"] * positions
+    if kind == "LSTM":
+        steps, features = in_shape[1], in_shape[2]
+        units = config["units"]
+        return 2 * 4 * units * (features + units) * steps
+    return 0
+
+
+def model_flops(model: Any) -> Dict[str, Any]:
+    """FLOPs per sample of a built Keras model (3 or 2.2.4), as
+    :data:`~kbench.backends.base.FLOPS_METHOD` says."""
+    return counted_flops(sum(layer_flops(layer) for layer in model.layers))
+
+
 class KerasBackend(Backend):
     """Model lifecycle through the Keras API; subclasses add the framework parts."""
 
@@ -75,9 +117,13 @@ class KerasBackend(Backend):
     def import_keras(self) -> Any:
         """Import and return the keras module."""
 
-    @abc.abstractmethod
+    # how the Keras generation spells an optimizer's learning rate (Keras 2.2: ``lr``)
+    learning_rate_argument = "learning_rate"
+
     def make_optimizer(self, name: str, learning_rate: float) -> Any:
-        """A Keras optimizer instance; the Keras generations spell the arguments apart."""
+        """A Keras optimizer instance (``adam`` or ``sgd``)."""
+        optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
+        return optimizers[name](**{self.learning_rate_argument: learning_rate})
 
     def load_framework(self, data_format: str) -> None:
         self.keras = self.import_keras()

@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Sequence
 
 from kbench.backends.base import Unsupported
 from kbench.backends.keras_common import KerasBackend
-from kbench.backends.mxnet_common import MXNetFramework, gpu_contexts
+from kbench.backends.mxnet_gluon import MXNetFramework, gpu_contexts
 from kbench_models import short_name
 from kbench_models.user import UserModelImportError, is_reference, is_saved_model
 
@@ -95,6 +95,7 @@ def transposed_layers(model: Any) -> List[str]:
 
 class KerasMXNetBackend(MXNetFramework, KerasBackend):
     name = "mxnet"
+    learning_rate_argument = "lr"  # Keras 2.2.4's spelling
 
     def import_keras(self) -> Any:
         # keras 2.2.4 still uses collections.Iterable, removed in Python 3.10.
@@ -152,10 +153,6 @@ class KerasMXNetBackend(MXNetFramework, KerasBackend):
         if transposed:
             self.warn(SLOW_PATH_WARNING.format(count=len(transposed)))
         return model
-
-    def make_optimizer(self, name: str, learning_rate: float) -> Any:
-        optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
-        return optimizers[name](lr=learning_rate)
 
     def kernel_layout(self) -> str:
         # keras-mxnet keeps channels_first Conv2D kernels as (out, in, height, width)

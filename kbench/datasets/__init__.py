@@ -4,8 +4,15 @@ The parent resolves a data set to numpy arrays and writes them to one ``.npz`` t
 every backend's worker reads, so all backends train on byte-identical data; the
 batch order is drawn once too (:func:`batch_order`). Images and sequences are
 stored as uint8 (channels last) and scaled by the worker; tokens as int32.
-``imagenet`` is too large for that: the ``.npz`` holds its file paths, and the
-worker decodes each batch as it trains (:mod:`kbench.datasets.stream`).
+``imagenet`` and ``folder:`` are too large for that: the ``.npz`` holds their file
+paths, and the worker decodes each batch as it trains (:mod:`kbench.datasets.stream`).
+Held images are resized here (:func:`resize_images`).
+
+``synthetic`` data (:func:`synthetic_arrays`) is seeded and learnable, of any shape,
+for every kind of model input: each class has a fixed random template and every
+sample is its class template plus noise, so a model can learn it and accuracy means
+something. Images and sequences are uint8 (scaled to [0, 1] by the worker, like real
+images); tokens are int32 indices whose distribution depends on the class.
 
 Only numpy and the standard library are imported here: the worker side
 (:func:`load_prepared`, :func:`to_model_input`) runs under every environment.
@@ -23,10 +30,10 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from kbench.datasets.folder import FOLDER_PREFIX
+from kbench.datasets import npz, readers, sources, stream
 from kbench.datasets.npz import NPZ_PREFIX
-from kbench.datasets.sources import DataUnavailable
-from kbench.datasets.tfds_source import TFDS_PREFIX
+from kbench.datasets.sources import TFDS_PREFIX, DataUnavailable
+from kbench.datasets.stream import FOLDER_PREFIX
 
 __all__ = [
     "DATASETS", "FOLDER_PREFIX", "NPZ_PREFIX", "TFDS_PREFIX", "DataUnavailable", "DatasetSpec",
@@ -84,12 +91,10 @@ def dataset_spec(name: str) -> DatasetSpec:
 def user_dataset(name: str) -> Optional[str]:
     """``folder:PATH`` (made absolute) or ``tfds:NAME`` checked for its form, else None;
     :class:`DataUnavailable` saying the fix for one that cannot be used."""
-    from kbench.datasets import folder, tfds_source
-
     if name.startswith(FOLDER_PREFIX):
-        return folder.canonical(name)
+        return stream.canonical_folder(name)
     if name.startswith(TFDS_PREFIX):
-        return tfds_source.canonical(name)
+        return sources.canonical_tfds(name)
     return None
 
 
@@ -218,16 +223,23 @@ def _load(
 ) -> _Loaded:
     """Read ``dataset`` from where its name says (see :func:`prepare`)."""
     if dataset.startswith(FOLDER_PREFIX):
-        return _load_folder(dataset, image_size, input_shape, seed)
+        arrays, source, classes, shape = stream.folder_arrays(
+            dataset, image_size, input_shape, seed
+        )
+        return _Loaded(arrays, source, "image", classes, folder_shape=shape)
     if dataset.startswith(TFDS_PREFIX):
-        return _load_tfds(dataset, data_dir, image_size)
+        arrays, source, facts = sources.tfds_arrays(dataset, data_dir, image_size)
+        classes, version = facts["num_classes"], facts["version"]
+        return _Loaded(arrays, source, "image", classes, version=version, resized=True)
     if dataset.startswith(NPZ_PREFIX):
-        return _load_npz(dataset, model_kind, num_classes)
+        facts = npz.inspect_npz(dataset[len(NPZ_PREFIX) :])
+        facts.check_fits(model_kind, num_classes)
+        arrays = npz.prepared_arrays(facts.path, model_kind)
+        classes = num_classes or facts.num_classes
+        return _Loaded(arrays, facts.source(), model_kind, classes, sha256=facts.sha256)
     if dataset == "synthetic":
-        from kbench.datasets import synthetic
-
         classes = num_classes or 10
-        arrays = synthetic.synthetic_arrays(
+        arrays = synthetic_arrays(
             model_kind, tuple(input_shape or (28, 28, 1)), classes,
             train_samples or SYNTHETIC_DEFAULT_SAMPLES[0],
             test_samples or SYNTHETIC_DEFAULT_SAMPLES[1], seed, vocabulary=vocabulary or 0,
@@ -242,44 +254,9 @@ def _load(
     return _load_builtin(dataset, spec, data_dir)
 
 
-def _load_folder(
-    dataset: str,
-    image_size: Optional[Tuple[int, int]],
-    input_shape: Optional[Tuple[int, ...]],
-    seed: int,
-) -> _Loaded:
-    from kbench.datasets import folder
-
-    arrays, source, classes, shape = folder.folder_arrays(dataset, image_size, input_shape, seed)
-    return _Loaded(arrays, source, "image", classes, folder_shape=shape)
-
-
-def _load_tfds(
-    dataset: str, data_dir: Optional[str], image_size: Optional[Tuple[int, int]]
-) -> _Loaded:
-    from kbench.datasets import tfds_source
-
-    arrays, source, facts = tfds_source.tfds_arrays(dataset, data_dir, image_size)
-    return _Loaded(
-        arrays, source, "image", facts["num_classes"], version=facts["version"], resized=True
-    )
-
-
-def _load_npz(dataset: str, model_kind: str, num_classes: Optional[int]) -> _Loaded:
-    from kbench.datasets import npz
-
-    facts = npz.inspect_npz(dataset[len(NPZ_PREFIX) :])
-    facts.check_fits(model_kind, num_classes)
-    arrays = npz.prepared_arrays(facts.path, model_kind)
-    classes = num_classes or facts.num_classes
-    return _Loaded(arrays, facts.source(), model_kind, classes, sha256=facts.sha256)
-
-
 def _load_imagenet(data_dir: Optional[str], seed: int) -> _Loaded:
     """The file paths of a local ImageNet-style tree, classes mixed (the worker decodes
     them batch by batch)."""
-    from kbench.datasets import stream
-
     if data_dir is None:
         raise DataUnavailable(
             "imagenet: expected --data-dir, a directory of class folders "
@@ -288,26 +265,17 @@ def _load_imagenet(data_dir: Optional[str], seed: int) -> _Loaded:
             "--num-classes 1000."
         )
     listing = stream.scan(Path(data_dir), seed=seed)
-    arrays = stream.listing_arrays(listing)
-    rng = np.random.default_rng(seed)  # mixed classes, so that a cut keeps them all
-    for split in ("train", "test"):
-        order = rng.permutation(len(arrays[f"y_{split}"]))
-        arrays[f"x_{split}"] = arrays[f"x_{split}"][order]
-        arrays[f"y_{split}"] = arrays[f"y_{split}"][order]
+    arrays = stream.listing_arrays(listing, seed)
     return _Loaded(arrays, listing.source, "image", len(listing.classes))
 
 
 def _load_builtin(dataset: str, spec: DatasetSpec, data_dir: Optional[str]) -> _Loaded:
     """A built-in set from :mod:`kbench.datasets.sources`; token sets cut to the
     spec's vocabulary and length."""
-    from kbench.datasets import sources, transform
-
     arrays, source = sources.load(dataset, data_dir)
     if spec.kind == "tokens":
         for split in ("x_train", "x_test"):
-            arrays[split] = transform.token_rows(
-                arrays[split], spec.vocabulary, spec.input_shape[0]
-            )
+            arrays[split] = readers.token_rows(arrays[split], spec.vocabulary, spec.input_shape[0])
         arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
     return _Loaded(arrays, source, spec.kind, spec.num_classes)
 
@@ -346,12 +314,72 @@ def _fit_images(
         height, width = image_size or spec.input_shape[:2]
         return (int(height), int(width), 3), source + streamed.format(height, width)
     if image_size is not None and loaded.kind == "image":
-        from kbench.datasets import transform
-
         for split in ("x_train", "x_test"):
-            loaded.arrays[split] = transform.resize_images(loaded.arrays[split], image_size)
+            loaded.arrays[split] = resize_images(loaded.arrays[split], image_size)
         source += f", resized to {image_size[0]}x{image_size[1]} (bilinear)"
     return None, source
+
+
+def resize_images(images: np.ndarray, size: Tuple[int, int]) -> np.ndarray:
+    """Bilinear resize of uint8 (N, H, W, C) images to (N, size[0], size[1], C).
+
+    Half-pixel centres, edges clamped (as OpenCV and tf.image.resize do without
+    antialiasing).
+    """
+    height, width = images.shape[1:3]
+    if (height, width) == tuple(size):
+        return images
+
+    def axis(n_in: int, n_out: int):
+        centres = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
+        low = np.clip(np.floor(centres).astype(np.int64), 0, n_in - 1)
+        high = np.clip(low + 1, 0, n_in - 1)
+        weight = np.clip(centres - low, 0.0, 1.0).astype(np.float32)
+        return low, high, weight
+
+    rows_low, rows_high, row_weight = axis(height, size[0])
+    cols_low, cols_high, col_weight = axis(width, size[1])
+    x = images.astype(np.float32)
+    x = (x[:, rows_low] * (1 - row_weight)[None, :, None, None]
+         + x[:, rows_high] * row_weight[None, :, None, None])  # fmt: skip
+    x = (x[:, :, cols_low] * (1 - col_weight)[None, None, :, None]
+         + x[:, :, cols_high] * col_weight[None, None, :, None])  # fmt: skip
+    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+
+
+def synthetic_arrays(
+    kind: str,
+    shape: Tuple[int, ...],
+    classes: int,
+    n_train: int,
+    n_test: int,
+    seed: int,
+    vocabulary: int = 0,
+) -> Dict[str, np.ndarray]:
+    """Class templates plus noise (see the module's docstring), x and y of each split."""
+    rng = np.random.default_rng(seed)
+    if kind == "tokens":
+        # Class c draws most tokens from its own band of the vocabulary.
+        bands = np.linspace(1, vocabulary, classes + 1).astype(np.int64)
+        arrays = {}
+        for split, n in (("train", n_train), ("test", n_test)):
+            labels = rng.integers(0, classes, size=n)
+            low, high = bands[labels][:, None], bands[labels + 1][:, None]
+            own = low + (rng.random((n,) + shape) * (high - low)).astype(np.int64)
+            noise = rng.integers(1, vocabulary, size=(n,) + shape)
+            pick = rng.random((n,) + shape) < 0.7
+            arrays[f"x_{split}"] = np.where(pick, own, noise).astype(np.int32)
+            arrays[f"y_{split}"] = labels.astype(np.int64)
+        return arrays
+    templates = rng.random((classes,) + tuple(shape), dtype=np.float32) * 127.5
+    arrays = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        labels = rng.integers(0, classes, size=n)
+        samples = rng.random((n,) + tuple(shape), dtype=np.float32) * 127.5
+        samples += templates[labels]
+        arrays[f"x_{split}"] = samples.astype(np.uint8)
+        arrays[f"y_{split}"] = labels.astype(np.int64)
+    return arrays
 
 
 def _load_digits(seed: int) -> Tuple[Dict[str, np.ndarray], str]:
@@ -426,9 +454,7 @@ def to_model_input(
     :class:`~kbench.datasets.stream.StreamedImages` that decodes rows when sliced.
     """
     if streamed_size is not None:
-        from kbench.datasets.stream import StreamedImages
-
-        return StreamedImages(x, tuple(streamed_size), data_format)
+        return stream.StreamedImages(x, tuple(streamed_size), data_format)
     if kind == "tokens":
         return x
     x = x.astype(np.float32) / 255.0

@@ -22,7 +22,7 @@ import tarfile
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Optional
+from typing import IO, Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -277,6 +277,26 @@ def imdb_npz(path: Path) -> Dict[str, np.ndarray]:
         raise
     except NPZ_ERRORS as err:
         raise CorruptData(f"{path}: not a readable .npz archive ({err}).") from None
+
+
+# Keras' imdb.load_data conventions: 1 starts a review, 2 stands for a word outside the
+# vocabulary, word ranks are shifted by 3, 0 pads.
+IMDB_START, IMDB_OOV, IMDB_INDEX_FROM = 1, 2, 3
+
+
+def token_rows(reviews: Sequence[Sequence[int]], vocabulary: int, length: int) -> np.ndarray:
+    """Reviews of word ranks (:func:`imdb_npz`) to int32 (N, length) rows, as Keras' imdb
+    loader and ``pad_sequences`` make them: start token, ranks shifted by 3, ranks at or
+    past the vocabulary replaced by the out-of-vocabulary token, padded and truncated at
+    the front to ``length``."""
+    rows = np.zeros((len(reviews), length), dtype=np.int32)
+    for i, review in enumerate(reviews):
+        tokens = np.asarray(review, dtype=np.int64) + IMDB_INDEX_FROM
+        tokens = np.concatenate(([IMDB_START], tokens))
+        tokens[tokens >= vocabulary] = IMDB_OOV
+        tokens = tokens[-length:]
+        rows[i, length - len(tokens) :] = tokens
+    return rows
 
 
 def _npy_member(archive: zipfile.ZipFile, key: str, where: str) -> np.ndarray:

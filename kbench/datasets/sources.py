@@ -2,7 +2,7 @@
 
 1. ``--data-dir`` (the files as their publishers ship them, see :data:`EXPECTED`)
 2. the Keras cache, ``~/.keras/datasets`` (read only: kbench never writes ~/.keras)
-3. kbench's cache, ``$KBENCH_CACHE_DIR`` or ``~/.cache/kbench``
+3. kbench's cache, ``$KBENCH_CACHE_DIR``, ``$XDG_CACHE_HOME/kbench`` or ``~/.cache/kbench``
 4. Debian's ``dataset-fashion-mnist`` package (Fashion-MNIST only)
 5. tensorflow-datasets data already prepared in ``$TFDS_DATA_DIR`` or
    ``~/tensorflow_datasets`` (never downloaded through tfds)
@@ -10,6 +10,22 @@
 
 When every place fails, :class:`DataUnavailable` lists what was tried and how to
 get the data, or to use ``--dataset synthetic``.
+
+Any tensorflow-datasets image set is a source too: ``--dataset
+tfds:NAME[/CONFIG][:VERSION]`` (``tfds:mnist``, ``tfds:cifar10``,
+``tfds:imagenette/160px``, ``tfds:mnist:3.0.1`` or ``tfds:mnist:3.*.*``;
+:func:`tfds_arrays`). It must be an image-classification set (supervised keys image
+and label) that tfds has already prepared in its data directory (``--data-dir``, else
+``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``): kbench never downloads through tfds.
+The training set is the ``train`` split and the test set the ``test`` split, else
+``validation``. ``--image-size HxW`` resizes the images (bilinear), which a set whose
+images differ in size needs. The result records the builder's full name, its version,
+the splits used and the sample counts. An unknown name is refused before any worker
+starts, with the closest registered names.
+
+tensorflow-datasets is always read in a child process with every GPU hidden
+(:mod:`kbench.datasets.tfds_reader`): it imports TensorFlow, which the parent never
+does, and the arrays come back as kbench's prepared arrays like a built-in set's.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,6 +50,9 @@ log = logging.getLogger(__name__)
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 KERAS_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/"
+TFDS_PREFIX = "tfds:"
+TFDS_FORM = "tfds:NAME, tfds:NAME/CONFIG or tfds:NAME:VERSION (e.g. tfds:mnist, tfds:mnist:3.*.*)"
+TFDS_NAME = re.compile(r"^[a-z][a-z0-9_]*(/[\w.\-]+)?(:\d+(\.(\d+|\*)){0,2})?$")
 
 Arrays = Dict[str, np.ndarray]
 
@@ -42,7 +62,13 @@ class DataUnavailable(RuntimeError):
 
 
 def kbench_cache_dir() -> Path:
-    return Path(os.environ.get("KBENCH_CACHE_DIR") or Path.home() / ".cache" / "kbench")
+    """``$KBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/kbench``, else ``~/.cache/kbench`` (as
+    the results store's ``cache_dir``)."""
+    if os.environ.get("KBENCH_CACHE_DIR"):
+        return Path(os.environ["KBENCH_CACHE_DIR"])
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "kbench"
+    return Path.home() / ".cache" / "kbench"
 
 
 def keras_cache_dir() -> Path:
@@ -172,7 +198,7 @@ def import_tfds() -> Any:
 
 
 def from_tfds(name: str, batch: int = 4096) -> Arrays:
-    """A data set that tensorflow-datasets has already prepared (no download).
+    """A built-in data set that tensorflow-datasets has already prepared (no download).
 
     Read in a child process (:mod:`kbench.datasets.tfds_reader`) with every GPU hidden
     from it: tensorflow-datasets imports TensorFlow, which in this long-lived parent
@@ -206,16 +232,38 @@ class TfdsUnavailable(RuntimeError):
     """tensorflow-datasets is not installed here, or has not prepared the data set."""
 
 
-def read_tfds(name: str, batch: int = 4096) -> Arrays:
-    """The arrays of a prepared tensorflow-datasets data set, read in this process
-    (which imports TensorFlow: call it through :func:`from_tfds`)."""
-    tfds = import_tfds()
+def canonical_tfds(dataset: str) -> str:
+    """``tfds:NAME...`` checked for its form (the name itself is checked when it is read)."""
+    name = dataset[len(TFDS_PREFIX) :]
+    if not TFDS_NAME.match(name):
+        raise DataUnavailable(
+            f"tfds: expected {TFDS_FORM}; received {dataset!r}. Names are lower case with "
+            "underscores, as tfds.list_builders() prints them."
+        )
+    return dataset
 
-    arrays: Arrays = {}
-    for split in ("train", "test"):
-        dataset = tfds.load(name, split=split, as_supervised=True, download=False,
-                            batch_size=batch)  # fmt: skip
-        images, labels = zip(*tfds.as_numpy(dataset))
-        arrays[f"x_{split}"] = np.concatenate(images).astype(np.uint8)
-        arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
-    return arrays
+
+def tfds_arrays(
+    dataset: str, data_dir: Optional[str], image_size: Optional[Tuple[int, int]]
+) -> Tuple[Arrays, str, Dict[str, Any]]:
+    """The arrays of ``tfds:NAME``, a source text, and the reader's facts (name, version,
+    splits, class count)."""
+    name = canonical_tfds(dataset)[len(TFDS_PREFIX) :]
+    options = ["--general"]
+    if data_dir:
+        options += ["--data-dir", data_dir]
+    if image_size:
+        options += ["--size", f"{int(image_size[0])}x{int(image_size[1])}"]
+    try:
+        arrays, facts = run_tfds_reader(name, options=options)
+    except TfdsUnavailable as err:
+        raise DataUnavailable(str(err)) from None
+    except OSError as err:
+        raise DataUnavailable(f"tfds:{name}: the reader process did not start: {err}") from err
+    assert facts is not None  # --general always writes them
+    source = (
+        f"tensorflow-datasets {facts['full_name']} (version {facts['version']}), splits "
+        f"{facts['splits']['train']} / {facts['splits']['test']}"
+        + (f", resized to {image_size[0]}x{image_size[1]} (bilinear)" if image_size else "")
+    )
+    return arrays, source, facts

@@ -1,17 +1,26 @@
-"""Image folders read batch by batch: ImageNet, which does not fit in memory.
+"""Image folders read batch by batch: ImageNet, which does not fit in memory, and your
+own images (``--dataset folder:PATH``).
 
-Parent side, :func:`scan` lists a directory of class folders (``DIR/train/<class>/``
-and ``DIR/val/<class>/``, the layout of ImageNet's CLS-LOC set and of
-torchvision's ``ImageFolder``) into file paths and labels; nothing is decoded.
-Hidden folders and files (``.ipynb_checkpoints``, ``._x.jpg``) are not data and are
-skipped. Refused, with the names: a link that leads a class folder out of the data
-folder, a class folder without images, one class only (a classifier of one class
-measures nothing), and a validation class that training lacks.
+Parent side, :func:`scan` lists a directory of class folders into file paths and
+labels; nothing is decoded. The layout is that of ImageNet's CLS-LOC set, Keras'
+``image_dataset_from_directory`` and torchvision's ``ImageFolder``: one folder per
+class, named after it, holding its images (.jpeg, .jpg, .png, .bmp, .ppm, .webp);
+classes are numbered in the sorted order of their folder names. The split:
+``DIR/train/<class>/`` and ``DIR/val/<class>/`` (or ``DIR/test/<class>/``) are the
+training and test sets; with ``DIR/<class>/`` only, a seeded 10 % of each class
+(``--seed``) is held out as the test set. Hidden folders and files
+(``.ipynb_checkpoints``, ``._x.jpg``) are not data and are skipped. Refused, with the
+names: a link that leads a class folder out of the data folder, a class folder
+without images, one class only (a classifier of one class measures nothing), and a
+validation class that training lacks. :func:`folder_arrays` makes the prepared arrays
+of ``folder:PATH``: its images are resized (bilinear) to ``--image-size`` or else to
+the model's own input height and width; the result records the folder, the class
+names and the sample counts (a folder has no single file to hash, so no sha256).
 
 Worker side, :class:`StreamedImages` stands where an array of images would: taking
 rows with an index array narrows it without reading anything, slicing a range of
-rows decodes just those files (Pillow), resizes them (bilinear) and lays them out
-as the model takes them. The time spent decoding is counted in :data:`LOADING`,
+rows decodes just those files (Pillow, as RGB), resizes them (bilinear) and lays them
+out as the model takes them. The time spent decoding is counted in :data:`LOADING`,
 so a result can report data loading apart from compute. A file that cannot be
 decoded raises :class:`UnreadableImage`, which names it.
 
@@ -21,16 +30,21 @@ Only numpy, Pillow and the standard library: this runs under every environment.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from kbench.datasets.sources import DataUnavailable
 
 log = logging.getLogger(__name__)
 
 EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".ppm", ".webp")
+FOLDER_PREFIX = "folder:"
+DEFAULT_SIZE = (224, 224)  # a model without a 2-D input shape (never an image model)
 
 
 class UnreadableImage(ValueError):
@@ -71,8 +85,6 @@ def scan(
     with class folders directly under ``root``, a seeded ``test_fraction`` of each
     class is held out.
     """
-    from kbench.datasets.sources import DataUnavailable
-
     root = Path(root)
     train_dir = root / "train"
     test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)
@@ -126,8 +138,6 @@ def scan(
 def class_folders(base: Path, root: Path, name: str = "folder") -> List[str]:
     """The class folders of ``base``, sorted: hidden ones (``.ipynb_checkpoints``) are
     skipped and said; a link that leads out of the data folder is refused."""
-    from kbench.datasets.sources import DataUnavailable
-
     inside = {Path(base).resolve(), Path(root).resolve()}
     classes, hidden, leaving = [], [], []
     for path in sorted(Path(base).iterdir()):
@@ -167,8 +177,6 @@ def _require_known_classes(
     test_dir: Path, train_dir: Path, classes: List[str], root: Path, name: str
 ) -> None:
     """Refuse validation classes that training lacks (their images would be dropped)."""
-    from kbench.datasets.sources import DataUnavailable
-
     unknown = sorted(set(class_folders(test_dir, root, name)) - set(classes))
     if unknown:
         shown = ", ".join(unknown[:10]) + (f" ({len(unknown)} in all)" if len(unknown) > 10 else "")
@@ -183,8 +191,6 @@ def _require_images(
     base: Path, classes: List[str], items: List[Tuple[str, int]], name: str
 ) -> None:
     """Refuse class folders with no image: each would be an output the model never sees."""
-    from kbench.datasets.sources import DataUnavailable
-
     counts = np.bincount([label for _, label in items], minlength=len(classes))
     empty = [classes[i] for i in np.flatnonzero(counts == 0)]
     if empty and len(empty) < len(classes):
@@ -211,13 +217,70 @@ def _hold_out(
     return train, test
 
 
-def listing_arrays(listing: FolderListing) -> Dict[str, np.ndarray]:
-    """Paths and labels as arrays, stored like any prepared data set (no pixels)."""
+def listing_arrays(listing: FolderListing, seed: int) -> Dict[str, np.ndarray]:
+    """Paths and labels as arrays, stored like any prepared data set (no pixels), the
+    classes mixed (seeded) so that a cut keeps them all."""
     arrays = {}
+    rng = np.random.default_rng(seed)
     for split, items in (("train", listing.train), ("test", listing.test)):
-        arrays[f"x_{split}"] = np.array([path for path, _ in items])
-        arrays[f"y_{split}"] = np.array([label for _, label in items], dtype=np.int64)
+        order = rng.permutation(len(items))
+        arrays[f"x_{split}"] = np.array([path for path, _ in items])[order]
+        arrays[f"y_{split}"] = np.array([label for _, label in items], dtype=np.int64)[order]
     return arrays
+
+
+def canonical_folder(dataset: str) -> str:
+    """``folder:PATH`` with PATH absolute, after checking that it is a directory."""
+    where = dataset[len(FOLDER_PREFIX) :]
+    if not where:
+        raise DataUnavailable(
+            "folder: expected folder:PATH, a directory of class folders; received no path."
+        )
+    path = os.path.abspath(os.path.expanduser(where))
+    if not os.path.isdir(path):
+        raise DataUnavailable(
+            f"folder {where!r}: expected a directory of class folders (PATH/<class>/*.jpg, or "
+            f"PATH/train/<class>/ and PATH/val/<class>/); received a path that "
+            f"{'is a file' if os.path.exists(path) else 'does not exist'} ({path}). Check "
+            "the path (relative paths start at the current folder)."
+        )
+    return FOLDER_PREFIX + path
+
+
+def require_pillow() -> None:
+    """Pillow decodes the images (in the worker); refuse early where this harness lacks it."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        raise DataUnavailable(
+            "folder: data decodes images with Pillow, which this Python lacks; install it "
+            "(pip install pillow, or scripts/setup_envs.sh) in the harness and in each "
+            "backend's environment."
+        ) from None
+
+
+def folder_arrays(
+    dataset: str,
+    image_size: Optional[Tuple[int, int]],
+    model_shape: Optional[Tuple[int, ...]],
+    seed: int,
+) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:
+    """Paths and labels of ``folder:PATH``, shuffled (seeded) so that a cut keeps every
+    class; with the source text, the class count and the (H, W, 3) images become."""
+    require_pillow()
+    path = canonical_folder(dataset)[len(FOLDER_PREFIX) :]
+    listing = scan(Path(path), seed=seed, name=f"folder {path}")
+    arrays = listing_arrays(listing, seed)
+    if image_size is not None:
+        size = (int(image_size[0]), int(image_size[1]))
+    elif model_shape is not None and len(model_shape) == 3:
+        size = (int(model_shape[0]), int(model_shape[1]))
+    else:
+        size = DEFAULT_SIZE
+    classes = listing.classes
+    shown = ", ".join(classes[:8]) + (f", ... ({len(classes)} in all)" if len(classes) > 8 else "")
+    source = f"{listing.source}; classes {shown}"
+    return arrays, source, len(classes), (size[0], size[1], 3)
 
 
 # ----------------------------------------------------------------- worker side

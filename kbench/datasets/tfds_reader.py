@@ -1,7 +1,7 @@
 """Read a prepared tensorflow-datasets data set into an ``.npz`` file (a child process).
 
 ``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--general] [--data-dir DIR]
-[--size HxW]``: started by :func:`kbench.datasets.sources.from_tfds` with every GPU
+[--size HxW]``: started by :func:`kbench.datasets.sources.run_tfds_reader` with every GPU
 hidden, so that TensorFlow, which tensorflow-datasets imports, never starts in the
 long-lived parent. Exit code 0 and the arrays in ``OUT.npz`` (``x_train``, ``y_train``,
 ``x_test``, ``y_test``), or exit code 1 and one line on stderr saying why.
@@ -15,6 +15,7 @@ to ``--size`` in TensorFlow when given (needed when their sizes differ); and
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import sys
@@ -22,13 +23,26 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from kbench.datasets.sources import import_tfds, read_tfds
+from kbench.datasets.sources import import_tfds
 
 TEST_SPLITS = ("test", "validation")
 
 
 class TfdsRefusal(RuntimeError):
     """A tfds data set kbench cannot read; the message says why and the fix."""
+
+
+def read_tfds(name: str, batch: int = 4096) -> Dict[str, np.ndarray]:
+    """The arrays of a prepared built-in data set (``train`` and ``test`` splits)."""
+    tfds = import_tfds()
+    arrays: Dict[str, np.ndarray] = {}
+    for split in ("train", "test"):
+        dataset = tfds.load(name, split=split, as_supervised=True, download=False,
+                            batch_size=batch)  # fmt: skip
+        images, labels = zip(*tfds.as_numpy(dataset))
+        arrays[f"x_{split}"] = np.concatenate(images).astype(np.uint8)
+        arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
+    return arrays
 
 
 def check_name(tfds: Any, name: str) -> None:
@@ -115,32 +129,24 @@ def read_general(
     return arrays, facts
 
 
-def _parse(argv: List[str]) -> Dict[str, Any]:
-    options: Dict[str, Any] = {"general": False, "data_dir": None, "size": None}
-    positional = []
-    items = iter(argv)
-    for item in items:
-        if item == "--general":
-            options["general"] = True
-        elif item == "--data-dir":
-            options["data_dir"] = next(items)
-        elif item == "--size":
-            height, width = next(items).split("x")
-            options["size"] = (int(height), int(width))
-        else:
-            positional.append(item)
-    options["name"], options["out"] = positional[0], positional[1]
-    options["batch"] = int(positional[2]) if len(positional) > 2 else 4096
-    return options
+def _parse(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m kbench.datasets.tfds_reader")
+    parser.add_argument("name")
+    parser.add_argument("out")
+    parser.add_argument("batch", nargs="?", type=int, default=4096)
+    parser.add_argument("--general", action="store_true")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--size", type=lambda text: tuple(int(d) for d in text.split("x")))
+    return parser.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     options = _parse(sys.argv[1:] if argv is None else argv)
-    name, out, batch = options["name"], options["out"], options["batch"]
+    name, out, batch = options.name, options.out, options.batch
     facts = None
     try:
-        if options["general"]:
-            arrays, facts = read_general(name, batch, options["data_dir"], options["size"])
+        if options.general:
+            arrays, facts = read_general(name, batch, options.data_dir, options.size)
         else:
             arrays = read_tfds(name, batch)
     except Exception as err:  # not installed, not prepared: the parent says so or looks on

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from kbench.exec.config import ExecConfig
 from kbench.exec.figures import observe
@@ -57,17 +57,7 @@ def record(
         warmup_steps: default the callback's own.
         repeat: which round this is, when you record several runs of one setting.
     """
-    if throughput is not None:
-        events = throughput.events
-        warmup = throughput.warmup_steps if warmup_steps is None else warmup_steps
-    else:
-        warmup = 5 if warmup_steps is None else warmup_steps
-    if events is None:
-        raise ConfigError(
-            "throughput",
-            "expected the Throughput callback that watched your fit (throughput=...) or "
-            "its events (events=...); received neither.",
-        )
+    events, warmup = _events_and_warmup(throughput, events, warmup_steps)
     observed = observe(list(events), warmup)
     backend = backend or observed.get("keras_backend") or os.environ.get("KERAS_BACKEND")
     if backend is None:
@@ -99,19 +89,42 @@ def record(
         windows = sampler_mod.windows_from_markers(observed.get("markers") or {}, started, ended)
         sampled = sampling.result(windows)
         metrics["memory"] = sampled_rss(sampled.summary) + sampled_memory(sampled.summary)
-    keras = sys.modules.get("keras")
-    keras_json = {}
-    if keras is not None and hasattr(keras, "backend"):
-        keras_json = {"backend": keras.backend.backend(),
-                      "image_data_format": keras.backend.image_data_format()}  # fmt: skip
     result = script_document(
         dict(config.to_dict(), recorded_by="kbench.record"), config.name, observed,
         run_id=new_run_id(config), started_at=started, ended_at=ended,
         interpreter=sys.executable,
         process_env={k: os.environ[k] for k in ("KERAS_BACKEND",) if k in os.environ},
-        keras_json=keras_json, framework={"name": backend, "warnings": []},
+        keras_json=_keras_json(), framework={"name": backend, "warnings": []},
         metrics=metrics, sampled=sampled,
     )  # fmt: skip
     directory = check_output_dir(Path(store))
     with writer_lock(directory):
         return ResultStore(directory).add(result)
+
+
+def _events_and_warmup(
+    throughput: Any, events: Optional[List[Dict[str, Any]]], warmup_steps: Optional[int]
+) -> Tuple[List[Dict[str, Any]], int]:
+    """The events to record (the callback's, else those given) and the warmup steps (the
+    ones asked for, else the callback's, else 5); :class:`ConfigError` without events."""
+    if throughput is not None:
+        events = throughput.events
+        warmup = throughput.warmup_steps if warmup_steps is None else warmup_steps
+    else:
+        warmup = 5 if warmup_steps is None else warmup_steps
+    if events is None:
+        raise ConfigError(
+            "throughput",
+            "expected the Throughput callback that watched your fit (throughput=...) or "
+            "its events (events=...); received neither.",
+        )
+    return events, warmup
+
+
+def _keras_json() -> Dict[str, Any]:
+    """The backend and image data format of the Keras this process imported, if any."""
+    keras = sys.modules.get("keras")
+    if keras is None or not hasattr(keras, "backend"):
+        return {}
+    return {"backend": keras.backend.backend(),
+            "image_data_format": keras.backend.image_data_format()}  # fmt: skip

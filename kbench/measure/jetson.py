@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from kbench.measure.source import SourceUnavailable
+from kbench.measure.nvml import SourceUnavailable
 
 GPU_NODE_NAMES = ("gpu", "gp10b", "gv11b", "ga10b")  # Nano/TX2, TX2, Xavier, Orin
 METHOD = "Jetson sysfs: devfreq load and cur_freq, INA3221 rails, NvMapMemUsed"
@@ -43,14 +43,12 @@ METHOD = "Jetson sysfs: devfreq load and cur_freq, INA3221 rails, NvMapMemUsed"
 
 def is_jetson(root: Path = Path("/")) -> bool:
     """Whether ``root`` is (the file tree of) an NVIDIA Jetson."""
-    try:
-        model = (root / "proc/device-tree/model").read_bytes().decode(errors="replace")
-    except OSError:
-        model = ""
+    model = board_model(root) or ""
     return "jetson" in model.lower() or (root / "etc/nv_tegra_release").is_file()
 
 
 def board_model(root: Path) -> Optional[str]:
+    """The board's name in ``proc/device-tree/model``; None where there is none."""
     try:
         text = (root / "proc/device-tree/model").read_bytes().decode(errors="replace")
     except OSError:

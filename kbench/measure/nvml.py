@@ -9,6 +9,9 @@ driver-reserved memory, where the driver has it; clock event reasons where the d
 has them, else the deprecated throttle reasons). A value that could not be read is
 absent, never 0: the worker's own device memory is recorded only where NVML lists one
 of its PIDs with a known size.
+
+:class:`SourceUnavailable` is how every sampler source (this one, Jetson's,
+powermetrics', RAPL) says it cannot be read on this machine.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import psutil
 
-from kbench.measure.source import SourceUnavailable, error_text
-
 log = logging.getLogger(__name__)
+
+
+class SourceUnavailable(RuntimeError):
+    """A sampler source cannot be read on this machine; the message says why."""
+
+
+def error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
 
 
 # NVML errors after which a GPU answers nothing more until it is reset: the GPU is

@@ -28,7 +28,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.measure import processes
-from kbench.measure.source import SourceUnavailable
+from kbench.measure.nvml import SourceUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -43,9 +43,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import psutil
 
 from kbench.measure import jetson, processes
-from kbench.measure.nvml import NvmlSource, visible_devices_of
+from kbench.measure.nvml import NvmlSource, SourceUnavailable, error_text, visible_devices_of
 from kbench.measure.powermetrics import PowermetricsSource
-from kbench.measure.source import SourceUnavailable, error_text
 
 log = logging.getLogger(__name__)
 

@@ -14,17 +14,6 @@ from typing import Any, Dict, Optional, Tuple
 
 from kbench.facts import PROJECT_ROOT, VERSION
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 # The instruction-set features that decide which kernels a framework runs: TensorFlow
 # turns oneDNN on by default only with the VNNI/BF16/AMX ones; oneDNN, XLA, MKL and
 # OpenBLAS pick their code paths by AVX2/FMA/AVX-512 (x86) and NEON/SVE (ARM). Names as
@@ -194,7 +183,8 @@ def machine() -> Dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
-        "cpu_model": cpu_model(),
+        # the model /proc/cpuinfo or sysctl names, else what Python knows of the processor
+        "cpu_model": cpu_features()["model"] or platform.processor() or platform.machine(),
         "cpu": cpu_features(),
         "cpu_logical_cores": os.cpu_count(),
         "cpu_physical_cores": psutil.cpu_count(logical=False),

@@ -40,17 +40,13 @@ if TYPE_CHECKING:  # pragma: no cover
 STATUSES = ("ok", "mismatch", "failed", "unsupported", "skipped")
 
 # Layouts: how this module's canonical arrays (NHWC images, HWIO conv kernels,
-# (in, out) dense kernels) become a backend's, and back.
+# (in, out) dense kernels) become a backend's, and back (the inverse permutation).
 TO_LAYOUT: Dict[Tuple[str, str], Tuple[int, ...]] = {
     ("image", "NCHW"): (0, 3, 1, 2),
     ("conv_kernel", "OIHW"): (3, 2, 0, 1),
     ("dense_kernel", "OI"): (1, 0),
 }
-FROM_LAYOUT: Dict[Tuple[str, str], Tuple[int, ...]] = {
-    ("image", "NCHW"): (0, 2, 3, 1),
-    ("conv_kernel", "OIHW"): (2, 3, 1, 0),
-    ("dense_kernel", "OI"): (1, 0),
-}
+FROM_LAYOUT = {key: tuple(int(i) for i in np.argsort(axes)) for key, axes in TO_LAYOUT.items()}
 CANONICAL = {"image": "NHWC", "conv_kernel": "HWIO", "dense_kernel": "IO"}
 
 

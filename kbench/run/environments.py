@@ -28,8 +28,7 @@ import kbench_models
 from kbench.backends import BACKENDS
 from kbench.facts import PROJECT_ROOT
 from kbench.measure.processes import usable_cores
-from kbench.setup.loader import loader_environment
-from kbench.setup.platforms import Platform, unsupported_reason, venv_python
+from kbench.setup.platforms import Platform, loader_environment, unsupported_reason, venv_python
 
 SETUP_SCRIPT = "scripts\\setup_envs.cmd" if os.name == "nt" else "scripts/setup_envs.sh"
 

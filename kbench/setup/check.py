@@ -4,8 +4,8 @@ says, before the first GPU run.
 For each environment that exists under ``KBENCH_ENVS_DIR`` (default ``envs/``), the
 environment's own interpreter runs :mod:`kbench.setup.probe` (a standalone script: one
 child process per framework, with the library path its workers get,
-:mod:`kbench.setup.loader`) and prints what it found as JSON; :func:`judge` holds that
-against the plan of the environment's kind (:mod:`kbench.setup.platforms`):
+:func:`kbench.setup.platforms.loader_environment`) and prints what it found as JSON;
+:func:`judge` holds that against the plan of the environment's kind (:mod:`kbench.setup.platforms`):
 
 - each framework: its version, the CUDA (and cuDNN) it was built for and the one it
   loads, or ``CPU build``; in a GPU environment a CPU build, or a CUDA build of another
@@ -34,8 +34,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kbench.setup import cuda
-from kbench.setup.loader import loader_environment
-from kbench.setup.platforms import ENVIRONMENTS, FRAMEWORKS, EnvironmentPlan, plan, venv_python
+from kbench.setup.platforms import (
+    ENVIRONMENTS,
+    FRAMEWORKS,
+    EnvironmentPlan,
+    loader_environment,
+    plan,
+    venv_python,
+)
 
 PROBE = Path(__file__).resolve().parent / "probe.py"
 DRIVER_LIBRARY = "libcuda.so.1"  # only the NVIDIA driver provides it

@@ -34,13 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from kbench.setup import check, loader
+from kbench.setup import check
 from kbench.setup.platforms import (
     ENVIRONMENTS,
     FRAMEWORKS,
+    LIBRARY_PATH_FILE,
     EnvironmentPlan,
     Platform,
     plan,
+    record_library_folders,
     venv_python,
 )
 
@@ -111,16 +113,12 @@ def existing_kind(env_dir: Path) -> str:
     return "unknown" if env_dir.exists() else "none"
 
 
-def wanted_kind(env_dir: Path, gpu: Optional[str]) -> str:
-    """What KBENCH_GPU asks for, else what the environment is, else what the
-    environments beside it are, else what the machine has (:func:`kind_and_reason`)."""
-    return kind_and_reason(env_dir, gpu)[0]
-
-
 def kind_and_reason(
     env_dir: Path, gpu: Optional[str], driver_files: Sequence[str] = DRIVER_FILES
 ) -> Tuple[str, str]:
-    """The kind environment ``env_dir`` should be, and why, in words."""
+    """The kind environment ``env_dir`` should be, and why, in words: what KBENCH_GPU asks
+    for, else what the environment is, else what the environments beside it are, else
+    what the machine has."""
     if gpu is not None:
         return ("gpu" if gpu == "1" else "cpu"), f"KBENCH_GPU={gpu}"
     have = existing_kind(env_dir)
@@ -243,9 +241,9 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
         # Workers in any environment import kbench through the runner's PYTHONPATH.
         call(pip + ["--no-deps", "-e", str(options.root)], "install kbench (editable)")
     if wanted.loader_path:
-        folders = loader.record_library_folders(env_dir)
+        folders = record_library_folders(env_dir)
         log.info("%s: %d CUDA library folders go on its workers' LD_LIBRARY_PATH (%s)",
-                 wanted.name, len(folders), loader.LIBRARY_PATH_FILE)  # fmt: skip
+                 wanted.name, len(folders), LIBRARY_PATH_FILE)  # fmt: skip
     if wanted.cuda and options.check:
         check_build(env_dir, wanted)
     stamp.write_text(stamp_text(wanted.requirements))

@@ -1,6 +1,7 @@
 """What each system can install: the requirements of kbench's two environments per
-platform and build kind, what a platform cannot have and why, and where a virtual
-environment keeps its interpreter.
+platform and build kind, what a platform cannot have and why, where a virtual
+environment keeps its interpreter, and the folders its workers' dynamic loader must
+search.
 
 A platform is ``sys.platform`` with ``platform.machine()``: ``linux`` on ``x86_64`` or
 ``aarch64``, ``darwin`` on ``x86_64`` or ``arm64``, ``win32`` on ``AMD64``. Each
@@ -19,18 +20,31 @@ in one environment overwrite each other's libraries without a word.
 gets CUDA 12 (torch 2.10.0 is PyPI's last torch for CUDA 12, TensorFlow 2.20.0 the last
 whose CUDA 12 libraries torch's pins fit), mxnet CUDA 11 (``mxnet-cu112`` ships none of
 the CUDA libraries it links: PyPI's CUDA 11 wheels supply them, on the worker's
-``LD_LIBRARY_PATH``, ``loader_path``).
+``LD_LIBRARY_PATH``).
+
+That last point, in full: MXNet's CUDA builds (``mxnet-cu112``) link ``libcudnn.so.8``,
+``libcudart.so.11.0``, ``libcublas.so.11`` and six more, ship none of them, and carry no
+run path to where PyPI's CUDA 11 wheels (``nvidia-cudnn-cu11`` and its siblings) put
+them (``site-packages/nvidia/<library>/lib``). The set-up records those folders in the
+environment, in ``.kbench-library-path`` (one folder a line, relative to the
+environment, :func:`record_library_folders`), and whatever starts a worker there puts
+them in front of its ``LD_LIBRARY_PATH`` (:func:`loader_environment`); ``--check``
+probes with the same. Environments without the file (CPU builds, keras3: torch,
+TensorFlow and JAX find their ``nvidia-*`` libraries themselves) are left as they are.
+Nothing in site-packages changes, so the environment's Python behaves for everything
+else as pip made it.
 
 Standard library only: this runs before any environment exists.
 """
 
 from __future__ import annotations
 
+import os
 import platform as _platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 ENVIRONMENTS = ("keras3", "mxnet")
 KINDS = ("cpu", "gpu")
@@ -114,6 +128,45 @@ def venv_python(env_dir: Path, system: Optional[str] = None) -> Path:
     if Platform(system, "").family == "win32":
         return Path(env_dir) / "Scripts" / "python.exe"
     return Path(env_dir) / "bin" / "python"
+
+
+LIBRARY_PATH_FILE = ".kbench-library-path"
+
+
+def installed_library_folders(env_dir: Path) -> List[Path]:
+    """The ``lib`` folders of the ``nvidia-*`` wheels installed in ``env_dir``."""
+    found = sorted(Path(env_dir).glob("lib/python3*/site-packages/nvidia/*/lib"))
+    found += sorted(Path(env_dir).glob("Lib/site-packages/nvidia/*/lib"))  # Windows
+    return [folder for folder in found if folder.is_dir()]
+
+
+def record_library_folders(env_dir: Path) -> List[Path]:
+    """Write ``.kbench-library-path`` listing the installed ``nvidia-*`` lib folders;
+    return them."""
+    folders = installed_library_folders(env_dir)
+    lines = [str(folder.relative_to(env_dir)) for folder in folders]
+    (Path(env_dir) / LIBRARY_PATH_FILE).write_text("".join(f"{line}\n" for line in lines))
+    return folders
+
+
+def library_folders(env_dir: Path) -> List[Path]:
+    """The folders recorded for ``env_dir`` (absolute); none without the file."""
+    recorded = Path(env_dir) / LIBRARY_PATH_FILE
+    if not recorded.is_file():
+        return []
+    lines = [line.strip() for line in recorded.read_text().splitlines() if line.strip()]
+    return [Path(env_dir) / line for line in lines]
+
+
+def loader_environment(env: Mapping[str, str], env_dir: Path) -> Dict[str, str]:
+    """``env`` with ``env_dir``'s recorded library folders in front of ``LD_LIBRARY_PATH``
+    (unchanged when it has none)."""
+    result = dict(env)
+    folders = [str(folder) for folder in library_folders(env_dir)]
+    if folders:
+        kept = [part for part in result.get("LD_LIBRARY_PATH", "").split(os.pathsep) if part]
+        result["LD_LIBRARY_PATH"] = os.pathsep.join(folders + kept)
+    return result
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.backends import BACKENDS
-from kbench.datasets.folder import FOLDER_PREFIX
-from kbench.datasets.npz import NPZ_PREFIX
+from kbench.datasets import FOLDER_PREFIX, NPZ_PREFIX
 from kbench.results.config import (
     REQUIRED,
     WINDOW_S,

@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any, Dict, List, Sequence, Tuple
 
 from kbench.backends import BACKENDS
-from kbench.profiling.ops import PHASES
+from kbench.profiling import PHASES
 from kbench.results.result import RunResult
 from kbench.views.tables import Table
 

@@ -222,8 +222,8 @@ def keras_param_count(net: mx.gluon.Block) -> int:
 
 
 def layer_flops(block: mx.gluon.Block, inputs, output) -> int:
-    """Multiply-adds x2 of one Conv2D, Dense or LSTM call, as ``kbench.measure.flops`` counts
-    them for Keras (per sample: divide by the batch)."""
+    """Multiply-adds x2 of one Conv2D, Dense or LSTM call, as kbench's ``model_flops``
+    counts them for Keras (per sample: divide by the batch)."""
     if isinstance(block, nn.Conv2D):
         out_channels, in_channels, kernel_h, kernel_w = block.weight.shape
         spatial = output.shape[2] * output.shape[3]
