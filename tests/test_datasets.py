@@ -92,6 +92,23 @@ def test_keras_cache_is_read_before_debian(tmp_path, monkeypatch):
     assert prepared.source.startswith("Keras cache")
 
 
+def test_the_data_cache_and_the_stores_rescue_share_one_cache_folder(tmp_path, monkeypatch):
+    """``$XDG_CACHE_HOME/kbench`` where KBENCH_CACHE_DIR is unset: the data sets are read
+    from the same cache a result the store could not take is kept in (once only the
+    store honoured XDG_CACHE_HOME)."""
+    from kbench.results.store import rescue_places
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KBENCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("KBENCH_OFFLINE", "1")  # found in the cache, or not at all
+    monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
+    fake_fashion_dir(tmp_path / "xdg" / "kbench" / "datasets" / "fashion_mnist")
+    prepared = datasets.prepare("fashion_mnist", tmp_path / "out")
+    assert prepared.source.startswith("kbench cache") and str(tmp_path / "xdg") in prepared.source
+    assert rescue_places(tmp_path / "store")[1].is_relative_to(tmp_path / "xdg" / "kbench")
+
+
 @pytest.mark.skipif(
     not sources.DEBIAN_FASHION_MNIST.is_dir(),
     reason="Debian's dataset-fashion-mnist is not installed",

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from kbench.facts import cache_dir
 from kbench.results.config import ConfigError
 from kbench.results.jsonfile import write_text_atomic
 from kbench.results.lock import writer_lock
@@ -529,16 +530,6 @@ def _why(err: BaseException) -> str:
 
 
 # a result the store cannot take -----------------------------------------------
-
-
-def cache_dir() -> Path:
-    """kbench's cache: ``$KBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/kbench``, else
-    ``~/.cache/kbench`` (as :func:`kbench.datasets.sources.kbench_cache_dir`)."""
-    if os.environ.get("KBENCH_CACHE_DIR"):
-        return Path(os.environ["KBENCH_CACHE_DIR"])
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "kbench"
-    return Path.home() / ".cache" / "kbench"
 
 
 def rescue_places(store: Path) -> List[Path]:
