@@ -18,9 +18,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from kbench.measure.processes import usable_cores
+from kbench.results.analysis import Tolerance, differences
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.result import RunResult
-from kbench.run.agreement import Tolerance, differences, known_differences
+from kbench.run.agreement import known_differences
 from kbench.run.runner import Runner
 from kbench.views.names import model_label
 from kbench.views.tables import render
@@ -61,7 +62,7 @@ def noise_floor(reference: RunResult) -> float:
 
 def compare(reference: RunResult, result: RunResult, tolerance: Tolerance) -> Dict[str, float]:
     """Differences of ``result`` from ``reference``, and whether they are within tolerance
-    (:func:`kbench.run.agreement.differences`, with the reference's noise floor)."""
+    (:func:`kbench.results.analysis.differences`, with the reference's noise floor)."""
     try:
         return differences(
             reference.metrics["outputs"], result.metrics["outputs"],

@@ -8,6 +8,7 @@ A result keeps the model's and the data's full path and sha256 (``kbench results
 from __future__ import annotations
 
 import os
+from typing import Dict, Iterable, List, Tuple
 
 from kbench.results.config import short_name
 
@@ -27,3 +28,38 @@ def dataset_label(dataset: object) -> str:
         if dataset.startswith(prefix):
             return prefix + os.path.basename(dataset[len(prefix) :].rstrip("/"))
     return dataset
+
+
+def model_labels(models: Iterable[str]) -> Dict[str, str]:
+    """A label per model: its short name (``net.py:build``), or, where several user
+    model files share one, as much of each path as tells them apart
+    (``a/net.py:build``, ``b/net.py:build``)."""
+    models = list(dict.fromkeys(m for m in models if isinstance(m, str)))
+    labels = {m: model_label(m) for m in models}
+    clashes: Dict[str, List[str]] = {}
+    for model, label in labels.items():
+        clashes.setdefault(label, []).append(model)
+    for clashing in clashes.values():
+        if len(clashing) < 2:
+            continue
+        tails = {m: labels[m] for m in clashing}
+        for depth in range(2, 1 + max(len(_where(m)[0].split("/")) for m in clashing)):
+            tails = {m: _path_tail(m, depth) for m in clashing}
+            if len(set(tails.values())) == len(clashing):
+                break
+        labels.update(tails)
+    return labels
+
+
+def _where(model: str) -> Tuple[str, str]:
+    """A user model's path and function (none for a saved model)."""
+    if model.endswith(".keras") or ":" not in model:
+        return model, ""
+    where, _, function = model.rpartition(":")
+    return where, function
+
+
+def _path_tail(model: str, depth: int) -> str:
+    where, function = _where(model)
+    tail = "/".join(where.replace("\\", "/").split("/")[-depth:])
+    return tail + (f":{function}" if function else "")
