@@ -68,11 +68,6 @@ def _dig(data: Any, *keys: str) -> Any:
     return data
 
 
-def _gpu_kernel_time(result: RunResult) -> Optional[float]:
-    found = utilization(result, "gpu")
-    return None if found is None else found.percent
-
-
 def _memory(kind: str) -> Callable[[RunResult], Optional[float]]:
     def largest(result: RunResult) -> Optional[float]:
         peak = memory_peak(result, kind)
@@ -107,7 +102,10 @@ METRICS: Dict[str, Tuple[str, Callable[[RunResult], Optional[float]]]] = {
         "data-parallel backward time per step, mean over workers (s)",
         lambda r: _number(_dig(r.metrics, "distributed", "breakdown", "mean", "backward_s")),
     ),
-    "gpu_kernel_time_percent": (UTILIZATION_LABELS["gpu"], _gpu_kernel_time),
+    "gpu_kernel_time_percent": (
+        UTILIZATION_LABELS["gpu"],
+        lambda r: getattr(utilization(r, "gpu"), "percent", None),
+    ),
     **{
         f"memory_{kind}": (label + " (bytes; of several GPUs, the largest's)", _memory(kind))
         for kind, label in MEMORY_LABELS.items()

@@ -235,7 +235,8 @@ def round_ratios_of(trial: Trial, reference: Trial) -> List[float]:
     return round_ratios(sorted(trial.speeds().items()), reference.speeds())
 
 
-def ratio_interval(trial: Trial, reference: Trial) -> Optional[MedianInterval]:
+def trial_interval(trial: Trial, reference: Trial) -> Optional[MedianInterval]:
+    """The interval on ``trial``'s per-round ratios to ``reference``."""
     return median_interval(round_ratios_of(trial, reference))
 
 
@@ -338,7 +339,7 @@ class Tuner:
 
     def _halve(self, trials: List[Trial], reference: Trial) -> Optional[str]:
         measuring = [t for t in trials if t.state == "measuring" and t is not reference]
-        intervals = {id(t): ratio_interval(t, reference) for t in measuring}
+        intervals = {id(t): trial_interval(t, reference) for t in measuring}
         if any(i is None or i.n < MIN_ROUNDS for i in intervals.values()):
             return None
         best_low = max([1.0] + [intervals[id(t)].low for t in measuring])
@@ -447,7 +448,7 @@ def in_words(trials: Sequence[Trial], reference: Trial) -> str:
     became of it ("onednn=on: x1.62, best; data_format=channels_first: x0.91, dropped")."""
     parts = []
     for trial in trials[1:]:
-        interval = ratio_interval(trial, reference)
+        interval = trial_interval(trial, reference)
         ratio = "no ratio" if interval is None else f"x{interval.median:.2f}"
         parts.append(f"{trial.candidate.name}: {ratio}, {trial.state}")
     return "; ".join(parts) or "nothing else to try here"
@@ -464,7 +465,7 @@ def _report(backend: str, trials: List[Trial], skipped, best: Optional[Trial],
         "in_words": in_words(trials, reference),
         "ended": ended,
         "trials": [
-            t.to_dict(ratio_interval(t, reference) if t is not reference else None) for t in trials
+            t.to_dict(trial_interval(t, reference) if t is not reference else None) for t in trials
         ],  # fmt: skip
         "skipped": [{"setting": name, "reason": reason} for name, reason in skipped],
         "_finalists": [] if best is None else finalists,
@@ -487,7 +488,7 @@ def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> 
             trial.results += [
                 r for r in results if r.run_id.startswith(trial.worker.planned.run_id)
             ]
-        widths = [half_width(ratio_interval(t, reference)) for t in alive if t is not reference]
+        widths = [half_width(trial_interval(t, reference)) for t in alive if t is not reference]
         if max(widths) <= tuner.target:
             ended = f"every ratio within +-{tuner.target:.0%}"
             break
@@ -496,7 +497,7 @@ def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> 
             break
     rows = []
     for trial in finalists:
-        interval = None if trial is reference else ratio_interval(trial, reference)
+        interval = None if trial is reference else trial_interval(trial, reference)
         rows.append({
             "backend": trial.candidate.backend,
             "setting": trial.candidate.name,
