@@ -24,7 +24,6 @@ from kbench.results.analysis import (
     varying_settings,
 )
 from kbench.results.ending import device_used
-from kbench.results.readings import MemoryPeak
 from kbench.results.result import RunResult
 from kbench.views.names import dataset_label, model_label, model_labels
 
@@ -270,11 +269,6 @@ def memory_text(largest: float, devices: int = 1, total: Optional[float] = None)
         return bytes_text(largest)
     total_text = f"; sum {bytes_text(total)}" if total is not None else ""
     return f"{bytes_text(largest)} per GPU (largest of {devices}{total_text})"
-
-
-def peak_text(peak: MemoryPeak) -> str:
-    """One run's :class:`~kbench.results.readings.MemoryPeak` (:func:`memory_text`)."""
-    return memory_text(peak.largest, peak.devices, peak.total)
 
 
 def row_memory_text(row: BackendRow) -> Optional[str]:
