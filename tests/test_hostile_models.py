@@ -31,8 +31,12 @@ from kbench.results.analysis import compare
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
 from kbench.views.comparison import Comparison
-from kbench.views.names import model_labels
-from kbench.views.tables import comparison_tables, parameter_mismatches, run_table
+from kbench.views.tables import (
+    comparison_tables,
+    model_labels,
+    parameter_mismatches,
+    run_table,
+)
 from kbench_models import spec_for
 from kbench_models.user import WrongOutput, check_output, split_references
 

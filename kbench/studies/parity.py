@@ -23,8 +23,7 @@ from kbench.results.config import RunConfig, file_safe
 from kbench.results.result import RunResult
 from kbench.run.agreement import known_differences
 from kbench.run.runner import Runner
-from kbench.views.names import model_label
-from kbench.views.tables import render
+from kbench.views.tables import model_label, render
 
 log = logging.getLogger(__name__)
 

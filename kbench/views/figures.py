@@ -29,7 +29,7 @@ from kbench.results.analysis import (
     in_column,
 )
 from kbench.results.result import RunResult
-from kbench.views.names import model_label
+from kbench.views.tables import model_label
 
 log = logging.getLogger(__name__)
 

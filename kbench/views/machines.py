@@ -38,12 +38,12 @@ from kbench.results.analysis import (
 )
 from kbench.results.result import RunResult
 from kbench.results.store import host_of, load_runs
-from kbench.views.names import model_labels
 from kbench.views.tables import (
     SHORT_NAMES,
     Table,
     flagged,
     group_title,
+    model_labels,
     ratio_text,
     setting_cell,
     spread_text,

@@ -26,7 +26,6 @@ from kbench.results.store import host_of
 from kbench.views import accuracy_plots, figures, setting_plots, throughput_plots, timeline_plots
 from kbench.views.figures import Drawn, RunGroup, Skipped
 from kbench.views.machines import hardware_text, mixed_note, several_machines
-from kbench.views.names import model_label
 from kbench.views.tables import (
     MEMORY_SHORT,
     Cell,
@@ -37,6 +36,7 @@ from kbench.views.tables import (
     esc,
     flagged,
     memory_text,
+    model_label,
     range_text,
     ratio_style,
     ratio_text,
