@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence as SequenceABC
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence, Union, overload
 
@@ -31,7 +32,6 @@ from kbench.run.progress import show_progress
 from kbench.studies import rounds as studies_rounds
 from kbench.views import machines, tables
 from kbench.views.comparison import Comparison
-from kbench.views.names import model_label
 
 log = logging.getLogger(__name__)
 
@@ -78,44 +78,20 @@ class Results(SequenceABC):
         return compare(self, baseline)
 
     def table(self) -> tables.Table:
-        """One row per run: backend (``#2`` for a repeat), model, mode, status, img/s,
-        the median step (latency for inference) in ms, test accuracy, seconds."""
+        """One row per run, as ``kbench run`` lists them (:func:`kbench.views.tables.runs_table`:
+        backend, ``#2`` for a repeat, model, mode, format, device, status, img/s and its
+        spread, the median step or latency in ms, first step, test accuracy, parameters),
+        with the runs that gave no numbers below."""
         ok = sum(r.ok for r in self.runs)
         where = f" in {self.store}" if self.store else ""
-        title = f"{len(self.runs)} runs, {ok} ok{where}"
-        headers = ["backend", "model", "mode", "status", "img/s", "ms p50", "test acc", "wall s"]
-        return tables.Table(title, headers, [_row(r) for r in self.runs], tables.not_ok_lines(self))
+        found = tables.runs_table(self.runs, f"{len(self.runs)} runs, {ok} ok{where}")
+        return replace(found, notes=found.notes + tables.not_ok_lines(self))
 
     def __repr__(self) -> str:
         return f"kbench.Results: {self.table().text()}"
 
     def _repr_html_(self) -> str:
-        from kbench.views.report import table_html
-
-        return table_html(self.table(), numeric=range(4, 8))
-
-
-def _row(result: RunResult) -> List[str]:
-    m = result.metrics
-    repeat = result.config.get("repeat", 0)
-    ms = (m.get("latency_ms") or {}).get("p50")  # inference
-    step_s = (m.get("step_time_s") or {}).get("p50")
-    if ms is None and step_s is not None:
-        ms = step_s * 1000
-
-    def number(value: Any, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
-
-    return [
-        result.config.get("backend", "?") + (f" #{repeat + 1}" if repeat else ""),
-        model_label(result.config.get("model", "?")),
-        result.kind,
-        result.status,
-        number(m.get("images_per_sec"), ",.0f"),
-        number(ms, ".2f"),
-        number(m.get("test_accuracy"), ".3f"),
-        number(result.wall_time_s, ".1f"),
-    ]
+        return self.table().html(numeric=tables.RUN_NUMERIC)
 
 
 def run(

@@ -2,9 +2,9 @@
 
 import pytest
 
+from kbench.results.analysis import compare
 from kbench.results.result import RunResult
-from kbench.views.compare import compare
-from kbench.views.tables import comparison_tables
+from kbench.views.tables import comparison_tables, group_title
 
 
 def result(backend, repeat, ips, status="ok", batch=32):
@@ -50,11 +50,11 @@ def test_baseline_choice_and_failed_runs():
 def test_different_settings_are_different_groups():
     groups = compare([result("a", 0, 1, batch=32), result("a", 0, 1, batch=64)])
     assert [g.batch_size for g in groups] == [32, 64]
-    assert groups[0].title == "mlp on synthetic (synthetic data), batch 32"
+    assert group_title(groups[0]) == "mlp on synthetic (synthetic data), batch 32"
 
 
 def test_ratio_precision_needs_six_rounds_then_reads_the_widest_interval():
-    from kbench.views.compare import widest_ratio_half_width
+    from kbench.results.analysis import widest_ratio_half_width
 
     rounds = [(100, 200), (100, 210), (100, 190), (100, 205), (100, 195)]
     results = [result(b, i, ips) for i, pair in enumerate(rounds) for b, ips in zip("ab", pair)]

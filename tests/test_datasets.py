@@ -85,25 +85,33 @@ def test_fashion_mnist_unavailable_suggests_synthetic(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
-def test_kbench_cache_follows_xdg_cache_home_as_the_store_does(tmp_path, monkeypatch):
-    from kbench.results.store import cache_dir
-
-    monkeypatch.delenv("KBENCH_CACHE_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert sources.kbench_cache_dir() == tmp_path / "xdg" / "kbench" == cache_dir()
-    cached = tmp_path / "xdg" / "kbench" / "datasets" / "fashion_mnist"
-    fake_fashion_dir(cached)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert datasets.prepare("fashion_mnist", tmp_path / "out").source == f"kbench cache: {cached}"
-    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "own"))
-    assert sources.kbench_cache_dir() == tmp_path / "own" == cache_dir()
-
-
 def test_keras_cache_is_read_before_debian(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     fake_fashion_dir(tmp_path / ".keras" / "datasets" / "fashion-mnist")
     prepared = datasets.prepare("fashion_mnist", tmp_path / "out")
     assert prepared.source.startswith("Keras cache")
+
+
+def test_the_data_cache_and_the_stores_rescue_share_one_cache_folder(tmp_path, monkeypatch):
+    """``$XDG_CACHE_HOME/kbench`` where KBENCH_CACHE_DIR is unset: the data sets are read
+    from the same cache a result the store could not take is kept in (once only the
+    store honoured XDG_CACHE_HOME)."""
+    from kbench.facts import cache_dir
+    from kbench.results.store import rescue_places
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KBENCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("KBENCH_OFFLINE", "1")  # found in the cache, or not at all
+    monkeypatch.setattr(sources, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
+    fake_fashion_dir(tmp_path / "xdg" / "kbench" / "datasets" / "fashion_mnist")
+    prepared = datasets.prepare("fashion_mnist", tmp_path / "out")
+    assert prepared.source.startswith("kbench cache") and str(tmp_path / "xdg") in prepared.source
+    assert rescue_places(tmp_path / "store")[1].is_relative_to(tmp_path / "xdg" / "kbench")
+    # KBENCH_CACHE_DIR before both (merged: the datasets' own test of the same folder)
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "own"))
+    assert cache_dir() == tmp_path / "own"
+    assert rescue_places(tmp_path / "store")[1].is_relative_to(tmp_path / "own")
 
 
 @pytest.mark.skipif(

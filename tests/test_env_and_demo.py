@@ -9,8 +9,8 @@ from kbench import cli
 from kbench.cli import run_commands
 from kbench.datasets import sources
 from kbench.measure import sysinfo
+from kbench.results.analysis import cpu_text
 from kbench.studies import rounds
-from kbench.views.compare import cpu_text
 
 
 @pytest.mark.slow

@@ -27,11 +27,16 @@ from conftest import dump, require_backends, run_kbench
 from kbench import cli
 from kbench.backends.keras_mxnet import keras224_gap
 from kbench.cli.app import build_parser
+from kbench.results.analysis import compare
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
-from kbench.views.compare import compare, model_labels, parameter_mismatches
 from kbench.views.comparison import Comparison
-from kbench.views.tables import comparison_tables, run_table
+from kbench.views.tables import (
+    comparison_tables,
+    model_labels,
+    parameter_mismatches,
+    run_table,
+)
 from kbench_models import spec_for
 from kbench_models.user import WrongOutput, check_output, split_references
 
@@ -127,8 +132,12 @@ def test_three_files_of_one_name_get_labels_that_tell_them_apart():
     """Before: three rows labelled net.py:build."""
     models = [f"/home/me/{name}/net.py:build" for name in ("alpha", "beta", "gamma")]
     runs = [result("jax", model, sha=str(i) * 64) for i, model in enumerate(models)]
-    labels = [g.label for g in compare(runs)]
-    assert labels == ["alpha/net.py:build", "beta/net.py:build", "gamma/net.py:build"]
+    labels = model_labels(g.model for g in compare(runs))
+    assert list(labels.values()) == [
+        "alpha/net.py:build",
+        "beta/net.py:build",
+        "gamma/net.py:build",
+    ]
     assert len({row[0] for row in Comparison.of(runs).tables[0].rows}) == 3
     assert "alpha/net.py:build" in run_table(runs)
     # deeper paths take as many parts as tell them apart; one file keeps its name

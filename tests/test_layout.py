@@ -2,7 +2,9 @@
 ``kbench_models``, every stage imports only the stages its ``__init__`` names
 ("May import: ..."), ``models/`` imports nothing of kbench, and setup.cfg installs
 every package. Each stage owns its logic: study files, claims, verdicts, sweep plans
-and round rules are defined only in ``kbench.studies`` (``views`` renders), and the CLI
+and round rules are defined only in ``kbench.studies`` (``views`` renders); what a
+figure means (the interval type, ratios, tolerances, peak memory, utilization) only in
+``kbench.measure.stats`` and the analysis modules of ``kbench.results``; and the CLI
 parses, calls and prints: it takes no store lock, runs no pre-run checks and builds no
 ``argparse.Namespace`` to call another command. Computed from the source with ``ast``,
 imports inside functions included; nothing is imported.
@@ -232,6 +234,52 @@ def misplaced_logic(
     return out
 
 
+# What a figure means, defined once: the interval type (and the statistics on it) in
+# kbench.measure.stats, the lowest layer (a worker's precision tracker needs it); ratios,
+# tolerances and grouping in the analysis module; the readings of one result (peak memory,
+# utilization, throughput by round) beside it. Each name is defined in its home only.
+ANALYSIS_HOMES = {
+    "kbench.measure.stats": ("MedianInterval", "median_interval", "rate_percentiles",
+                             "rounds_needed"),
+    "kbench.results.analysis": ("Tolerance", "differences", "what_differs", "round_ratios",
+                                "half_width", "widest_ratio_half_width", "clear",
+                                "quality_flags", "setup_flags", "group_key", "Spread"),
+    "kbench.results.readings": ("MemoryPeak", "memory_peaks", "Utilization", "utilization",
+                                "round_throughputs", "no_gpu_reason"),
+}  # fmt: skip
+# The copies those replaced: no module may define them again.
+RETIRED_COPIES = ("RatioInterval", "memory_by_kind", "_peak", "_utilization", "_gpu_kernel_time")
+
+
+def misplaced_analysis(
+    found: Dict[str, Path],
+    homes: Dict[str, Sequence[str]],
+    retired: Sequence[str] = RETIRED_COPIES,
+    top: str = "kbench",
+) -> List[str]:
+    """Top-level definitions of the names of ``homes`` outside the module each belongs to,
+    and of a ``retired`` copy anywhere."""
+    home_of = {name: home for home, names in homes.items() for name in names}
+    out = []
+    for module, path in sorted(found.items()):
+        if not module.startswith(top + "."):
+            continue
+        defined = top_level_names(path)
+        for name in sorted(defined & set(home_of)):
+            if module != home_of[name]:
+                out.append(f"{module} defines {name}: analysis defined in {home_of[name]} only")
+        for name in sorted(defined & set(retired)):
+            out.append(f"{module} defines {name}: a retired copy; read {_home_of_copy(name)}")
+    return out
+
+
+def _home_of_copy(name: str) -> str:
+    return {
+        "RatioInterval": "kbench.measure.stats.MedianInterval",
+        "memory_by_kind": "kbench.results.readings.memory_peaks",
+    }.get(name, "kbench.results.readings")
+
+
 def cli_orchestration(found: Dict[str, Path], cli: str = "kbench.cli") -> List[str]:
     """What the CLI does that a stage below it should: imports of a lock or the pre-run
     checks, calls of a runner's rounds or session, an argparse.Namespace built by hand."""
@@ -329,6 +377,44 @@ def test_the_checkers_find_study_logic_outside_studies_and_orchestration_in_the_
         "pkg.cli.go:2 imports kbench.run.before_runs",
         "pkg.cli.go:4 calls Namespace(...)",
     ]
+
+
+def test_the_checker_finds_analysis_defined_outside_its_home(tmp_path):
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": '"""Top."""\n',
+            "pkg/measure/__init__.py": '"""Measure."""\n',
+            "pkg/measure/stats.py": "class MedianInterval:\n    pass\n",
+            "pkg/results/__init__.py": '"""Results."""\n',
+            "pkg/results/analysis.py": "class Tolerance:\n    pass\n\n\ndef half_width():\n"
+            "    pass\n",
+            "pkg/studies/__init__.py": '"""Studies."""\n',
+            "pkg/studies/tune.py": "class Tolerance:\n    pass\n\n\ndef half_width():\n"
+            "    pass\n\n\ndef search():\n    def half_width():\n        pass\n",
+            "pkg/views/__init__.py": '"""Views."""\n',
+            "pkg/views/significance.py": "class RatioInterval:\n    pass\n",
+        },
+    )
+    found = modules(tmp_path, {"pkg": "pkg"})
+    homes = {"pkg.measure.stats": ("MedianInterval",),
+             "pkg.results.analysis": ("Tolerance", "half_width")}  # fmt: skip
+    assert misplaced_analysis(found, homes, top="pkg") == [
+        "pkg.studies.tune defines Tolerance: analysis defined in pkg.results.analysis only",
+        "pkg.studies.tune defines half_width: analysis defined in pkg.results.analysis only",
+        "pkg.views.significance defines RatioInterval: a retired copy; read "
+        "kbench.measure.stats.MedianInterval",
+    ]  # a function's own helper of the name (inside search) is no definition of it
+
+
+def test_analysis_is_defined_once_in_its_home():
+    found = modules(ROOT, FOLDERS)
+    for home, names in ANALYSIS_HOMES.items():  # the names are still real, in their homes
+        assert set(names) <= top_level_names(found[home]), (
+            home,
+            set(names) - top_level_names(found[home]),
+        )
+    assert misplaced_analysis(found, ANALYSIS_HOMES) == []
 
 
 def test_no_import_circles_in_kbench_or_the_models():

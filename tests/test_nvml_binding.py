@@ -8,6 +8,9 @@ stand-in. The numbered cases are those of issue 14.
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import html
 import json
 import subprocess
 import sys
@@ -26,10 +29,10 @@ from nvml_standin import (
     write_config,
 )
 
+from kbench.results.analysis import compare
 from kbench.results.result import RunResult
 from kbench.run.metrics import measured_energy, sampled_memory
-from kbench.views.compare import compare
-from kbench.views.tables import comparison_tables
+from kbench.views.tables import study_tables
 
 pytestmark = pytest.mark.own_processes("the stand-in NVML library a worker loads")
 
@@ -324,9 +327,8 @@ def test_4_compare_shows_na_for_an_mxnet_gpu_run_without_process_memory(standin_
     results = [run_result("mxnet", no_device, out["sampler"])]
     (row,) = compare(results)[0].rows
     assert row.memory_kind is None and "MXNet has no peak counter" in row.memory_reason
-    memory_table = [t for t in comparison_tables(results) if t.title == "Peak memory"]
-    if memory_table:
-        assert "n/a" in memory_table[0].text()
+    (memory_table,) = [t for t in study_tables(results) if t.title == "Peak memory"]
+    assert "n/a" in memory_table.text()
 
 
 # ------------------------------------------------------------------ 5: several GPUs
@@ -392,6 +394,93 @@ def test_10_counter_is_interpolated_to_the_window_edges():
     energy = measured_energy(summary, 100)
     assert energy["measured_j"] == pytest.approx(20.0) and energy["method"] == "counter"
     assert sampled_memory({"run": {}}) == []
+
+
+# ------------------------------------------------------- a two-GPU run reads alike
+
+
+def torch_peaks(per_gpu: List[tuple]) -> List[Dict[str, Any]]:
+    """The framework readings a torch worker records of each GPU: its allocated and its
+    reserved peak (kbench.backends.torch_common), ``per_gpu`` as (allocated, reserved)."""
+    return [
+        {"kind": "framework_peak", "bytes": value, "device": f"cuda:{index}",
+         "source": f"torch.cuda.max_memory_{what}({index})"}
+        for index, pair in enumerate(per_gpu)
+        for what, value in zip(("allocated", "reserved"), pair)
+    ]  # fmt: skip
+
+
+def test_a_two_gpu_run_reads_alike_in_compare_the_csv_and_the_report(
+    standin_root, tmp_path, capsys
+):
+    """A worker on two GPUs (3 and 2 GiB of its own, as NVML sees them; torch's reserved
+    peaks 2.5 and 1.5 GiB) beside a one-GPU run. Before, ``kbench compare`` and the CSV
+    stated 3 GiB and 2.5 GiB (the largest reading) and ``kbench report`` 5 GiB and 7 GiB
+    (every reading summed, torch's allocated and reserved peaks of one GPU added), neither
+    saying which. Now each states the largest per-GPU peak and, labelled, the sum."""
+    from kbench.cli.app import main
+    from kbench.results.store import ResultStore
+
+    two = [
+        StandinDevice(memory_used=6 * GIB, memory_reserved=0, gpu_util=60,
+                      processes=[("children", 3 * GIB)]),
+        StandinDevice(memory_used=4 * GIB, memory_reserved=0, gpu_util=80,
+                      processes=[("children", 2 * GIB)]),
+    ]  # fmt: skip
+    out = run_with(standin_root, two, name="two-gpus.conf")
+    nvml = out["memory"]
+    assert sorted((m["kind"], m["device"], m["bytes"]) for m in nvml) == [
+        ("device_used", "gpu0", 6 * GIB), ("device_used", "gpu1", 4 * GIB),
+        ("process_nvml", "gpu0", 3 * GIB), ("process_nvml", "gpu1", 2 * GIB),
+    ]  # fmt: skip
+    one = run_with(standin_root, [two[1]], name="one-gpu.conf")
+    store = ResultStore(tmp_path / "store")
+    runs = [
+        dataclasses.replace(
+            run_result(backend, memory, found["sampler"]),
+            run_id=f"{backend}-run",
+            started_at=f"2026-01-01T00:00:0{i}",
+        )  # fmt: skip
+        for i, (backend, memory, found) in enumerate(
+            [
+                ("jax", one["memory"], one),
+                ("torch", nvml + torch_peaks([(2 * GIB, 5 * GIB // 2), (GIB, 3 * GIB // 2)]), out),
+            ]
+        )  # fmt: skip
+    ]
+    for run in runs:
+        store.add(run)
+
+    # kbench compare: the largest per-GPU peak, the sum beside it, said to be one
+    assert main(["compare", "--store", str(store.directory)]) == 0
+    printed = capsys.readouterr().out
+    per_gpu = "3.0 GiB per GPU (largest of 2; sum 5.0 GiB)"
+    memory = printed[printed.index("Peak memory") :]
+    assert memory.splitlines()[3] == f"mlp (synthetic)  2.0 GiB  {per_gpu}", memory
+    assert "70 (gpu, mean of 2 GPUs)" in printed  # 60% and 80%
+    # the CSV: the same figures, the sum in a column named so, empty for one GPU
+    csv_path = tmp_path / "runs.csv"
+    assert main(["results", "--store", str(store.directory), "--export", str(csv_path)]) == 0
+    rows = {r["backend"]: r for r in csv.DictReader(csv_path.open())}
+    torch = {k: float(v) for k, v in rows["torch"].items() if k.startswith("memory_") and v}
+    assert torch == {
+        "memory_process_nvml_bytes": 3 * GIB, "memory_process_nvml_sum_bytes": 5 * GIB,
+        "memory_framework_peak_bytes": 2.5 * GIB, "memory_framework_peak_sum_bytes": 4 * GIB,
+        "memory_device_used_bytes": 6 * GIB, "memory_device_used_sum_bytes": 10 * GIB,
+    }  # fmt: skip
+    assert rows["jax"]["memory_process_nvml_bytes"] == str(2 * GIB)
+    assert rows["jax"]["memory_process_nvml_sum_bytes"] == ""
+    assert float(rows["torch"]["gpu_utilization_percent_mean"]) == pytest.approx(70)
+    # kbench report: the summary states each kind as compare and the CSV do
+    page = tmp_path / "report.html"
+    assert main(["report", "--store", str(store.directory), "--output", str(page)]) == 0
+    summary = html.unescape(page.read_text().split('<section id="summary">')[1])
+    torch_row = summary[summary.index("<td>torch</td>") :].split("</tr>")[0]
+    assert f"{per_gpu} worker GPU (NVML)" in torch_row
+    assert "2.5 GiB per GPU (largest of 2; sum 4.0 GiB) framework GPU peak" in torch_row
+    assert "6.0 GiB per GPU (largest of 2; sum 10.0 GiB) device used (NVML)" in torch_row
+    jax_row = summary[summary.index("<td>jax</td>") :].split("</tr>")[0]
+    assert "2.0 GiB worker GPU (NVML)" in jax_row and "sum" not in jax_row
 
 
 # ------------------------------------------------------------------ kbench run, compare

@@ -28,7 +28,6 @@ from kbench.measure.stats import binomial_below, median_interval, order_statisti
 from kbench.ops.runner import OpsConfig
 from kbench.results.config import ConfigError, RunConfig
 from kbench.studies.sweep import SweepError, load_sweep
-from kbench.views import significance
 from tests.conftest import dump, require_backends, run_kbench
 
 # ------------------------------------------------------------------ the interval itself
@@ -61,12 +60,19 @@ def test_median_interval_on_hand_made_samples():
     single = median_interval([4.0])
     assert (single.low, single.high, single.coverage) == (4.0, 4.0, 0.0)
     assert median_interval([]) is None
-    # the same answer as the comparison tables' interval on per-round ratios
+    # the same answer as the comparison tables' interval on per-round ratios (one type)
+    from kbench.results.analysis import compare
+    from tests.test_compare import result
+
     rng = random.Random(3)
-    for n in range(1, 40):
+    for n in range(1, 40, 3):
         values = [rng.lognormvariate(0, 0.3) for _ in range(n)]
-        mine, theirs = median_interval(values), significance.median_interval(values)
-        assert (mine.low, mine.high) == (theirs.low, theirs.high)
+        runs = [
+            r for i, v in enumerate(values) for r in (result("a", i, 100), result("b", i, 100 * v))
+        ]
+        (group,) = compare(runs)
+        mine, theirs = median_interval(values), group.rows[1].ratio_interval
+        assert (mine.low, mine.high, mine.n) == pytest.approx((theirs.low, theirs.high, theirs.n))
         assert mine.coverage == pytest.approx(theirs.coverage)
 
 

@@ -15,11 +15,11 @@ from typing import List
 import pytest
 
 from kbench.measure import quality
+from kbench.measure.stats import median_interval
+from kbench.results.analysis import clear, compare
 from kbench.results.result import ResultError, RunResult
-from kbench.views.compare import compare
 from kbench.views.comparison import Comparison
-from kbench.views.significance import median_interval
-from kbench.views.tables import comparison_tables
+from kbench.views.tables import comparison_tables, interval_text
 from tests.conftest import ROOT, dump, kbench_here, require_backends, run_kbench, spinning_loops
 
 pytestmark = pytest.mark.own_processes("a worker timed beside busy processes")
@@ -112,18 +112,18 @@ def test_a_window_without_edges_or_samples_is_unknown() -> None:
 
 def test_a_clear_difference_keeps_its_ratio() -> None:
     found = median_interval([0.50, 0.52, 0.51, 0.49, 0.50, 0.53, 0.51])
-    assert found.clear and found.coverage >= 0.95
-    assert found.text() == "x0.51 (0.49-0.53, 98% interval, n=7)"
+    assert clear(found) and found.coverage >= 0.95
+    assert interval_text(found) == "x0.51 (0.49-0.53, 98% interval, n=7)"
 
 
 def test_a_ratio_within_the_noise_is_no_clear_difference() -> None:
     found = median_interval([0.90, 1.04, 0.97, 1.02, 0.95])
-    assert not found.clear
-    assert found.text() == "no clear difference (x0.97, 0.90-1.04, 94% interval, n=5)"
+    assert not clear(found)
+    assert interval_text(found) == "no clear difference (x0.97, 0.90-1.04, 94% interval, n=5)"
 
 
 def test_one_run_has_no_spread_and_the_interval_narrows_with_rounds() -> None:
-    assert median_interval([0.97]).text() == "x0.97 (1 run: no spread)"
+    assert interval_text(median_interval([0.97])) == "x0.97 (1 run: no spread)"
     assert median_interval([]) is None
     assert median_interval([1.2, 1.3]).coverage == 0.5  # the whole range of 2 rounds
     many = median_interval([float(i) for i in range(1, 21)])  # 20 rounds: 95% inside

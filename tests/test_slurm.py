@@ -18,11 +18,11 @@ import pytest
 import yaml
 from conftest import ROOT, kbench_here, require_backends
 
+from kbench.results.analysis import compare
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore
 from kbench.studies import slurm
 from kbench.studies.sweep import parse_sweep
-from kbench.views.compare import compare
 from kbench.views.tables import study_tables
 
 pytestmark = pytest.mark.own_processes("a Slurm job, failed, cancelled or resumed")

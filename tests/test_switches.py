@@ -175,7 +175,7 @@ def test_channels_last_on_keras_mxnet_warns_that_it_is_the_slow_path(tmp_path):
     assert f"warning: mxnet/small_cnn: {warning}" in done.stdout  # under the run table
     compared = Comparison.of(done.results()).text()
     assert f"warning: mxnet, small_cnn (synthetic): {warning}" in compared
-    assert html.escape(warning) in report.backend_cell("mxnet", [cnn])  # the HTML summary
+    assert html.escape(warning) in report.backend_cell("mxnet", [cnn]).html()  # the HTML summary
     assert [r.metrics.get("warm_worker", False) for r in (mlp, cnn)] == [False, True]  # one worker
     # the default device, recorded as the context keras-mxnet bound to
     for run in (cnn, mlp):

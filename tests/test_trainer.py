@@ -56,3 +56,20 @@ def test_percentiles():
     stats = percentiles([1.0, 2.0, 3.0, 4.0, 5.0])
     assert stats["p50"] == 3.0 and stats["mean"] == 3.0
     assert stats["p10"] == pytest.approx(1.4) and stats["p90"] == pytest.approx(4.6)
+
+
+def test_img_per_s_percentiles_are_one_definition_in_the_trainer_and_for_a_script():
+    """Percentiles of each step's own rate, in a kbench worker (the step clock) and for a
+    user's script (Keras' events): once the trainer inverted step-time percentiles
+    (batch / p90 time, 4 / 3.4 = 1.18 img/s here, not 1.6) and the script's were these."""
+    from kbench.measure.keras_events import summarize
+    from kbench.measure.stats import rate_percentiles
+    from kbench.run.trainer import step_metrics
+
+    steps = [(0, 1), (1, 2), (2, 3), (3, 7)]  # a warmup step, then 1, 1 and 4 s
+    wanted = rate_percentiles([4, 4, 4], [1, 1, 4])
+    assert wanted["p10"] == pytest.approx(1 + 0.2 * 3) and wanted["p50"] == 4.0
+    trained = step_metrics(clock_with([steps], warmup=1), batch_size=4)
+    assert trained["images_per_sec_per_step"] == wanted
+    events = [{"event": "batch", "stage": "train", "t0": b, "t1": e, "size": 4} for b, e in steps]
+    assert summarize(events, warmup_steps=1)["images_per_sec_per_step"] == wanted

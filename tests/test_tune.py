@@ -48,11 +48,16 @@ def test_a_setting_that_computes_otherwise_is_named_with_its_figures():
     default = {"outputs": [[0.1, 0.9]], "losses": [2.0, 1.5]}
     assert differs(default, {"outputs": [[0.1, 0.9]], "losses": [2.0, 1.51]}, FLOAT32) is None
     far = differs(default, {"outputs": [[0.2, 0.8]], "losses": [2.0, 1.5]}, FLOAT32)
-    assert far.startswith("outputs differ by up to 0.1 ") and "tolerance 0.0001" in far
+    assert (
+        far.startswith("outputs before training differ by up to 0.1 ") and "tolerance 0.0001" in far
+    )
     drift = differs(default, {"outputs": [[0.1, 0.9]], "losses": [2.0, 1.8]}, FLOAT32)
-    assert drift == "warmup losses differ by up to 20.00% from the default's (tolerance 1%)"
+    assert (
+        drift == "a training step's loss differs by up to 20.00% of the default's (tolerance 1.00%)"
+    )
     nan = differs(default, {"outputs": [[0.1, 0.9]], "losses": [2.0, float("nan")]}, FLOAT32)
-    assert nan is not None and "warmup losses" in nan
+    assert nan is not None and "a training step's loss differs by up to inf%" in nan
+    assert "outputs" not in nan  # the outputs agree: only the loss is not finite
 
 
 def window(repeat, ips, dropped=None):
@@ -187,7 +192,7 @@ def test_a_faster_setting_that_computes_otherwise_is_refused_with_its_figures(ho
     other = trials["data_format=channels_first"]
     assert other["state"] == "differs", other
     assert (
-        other["reason"].startswith("outputs differ by up to")
+        other["reason"].startswith("outputs before training differ by up to")
         and "tolerance 0.0001" in other["reason"]
     )
     assert jax["best"] == "default"

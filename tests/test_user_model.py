@@ -395,7 +395,7 @@ def saved(tmp_path_factory) -> Path:
 def test_saved_model_reference(request, npz, monkeypatch):
     require_backends("jax")  # the saved fixture makes tiny.keras under jax
     saved = request.getfixturevalue("saved")
-    from kbench.views.names import model_label
+    from kbench.views.tables import model_label
 
     monkeypatch.chdir(saved)
     path = saved / "tiny.keras"
@@ -481,7 +481,7 @@ def test_bad_folder_and_tfds_exit_2(capsys, tmp_path, dataset, expected):
 
 
 def test_tables_name_files_not_paths():
-    from kbench.views.names import dataset_label, model_label
+    from kbench.views.tables import dataset_label, model_label
 
     assert model_label(f"{RESIDUAL}:build") == "residual.py:build"
     assert model_label("/data/models/net.keras") == "net.keras"

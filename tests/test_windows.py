@@ -15,6 +15,7 @@ import threading
 import pytest
 from conftest import ROOT, dump, require_backends, run_kbench, spinning_loops
 
+from kbench.results.analysis import compare
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
 from kbench.run.engine import Worker
@@ -34,7 +35,6 @@ from kbench.run.windows import (
     window_timeout,
 )
 from kbench.studies.rounds import Measure, how_to_measure, plan_comparison, plan_rounds
-from kbench.views.compare import compare
 
 TINY = dict(dataset="synthetic", train_samples=256, test_samples=32, batch_size=16,
             warmup_steps=2, sample_interval_s=0.05)  # fmt: skip

@@ -35,15 +35,16 @@ from kbench.cli.arguments import (
 from kbench.datasets import DataUnavailable
 from kbench.facts import VERSION
 from kbench.measure import sysinfo
+from kbench.results.analysis import cpu_text
 from kbench.results.config import ConfigError, RunConfig, check_setting
 from kbench.results.result import RunResult
 from kbench.run import environments
 from kbench.run.progress import show_progress
 from kbench.run.runner import Runner
 from kbench.studies import rounds as studies_rounds
-from kbench.views import compare, tables
+from kbench.views import tables
 from kbench.views import windows as windows_view
-from kbench.views.compare import parameter_mismatches
+from kbench.views.tables import parameter_mismatches
 from kbench_models import MODELS
 
 log = logging.getLogger("kbench")
@@ -428,8 +429,7 @@ def command_env(args: argparse.Namespace) -> int:
     gpu = machine["gpu"]
     gpus = ", ".join(d["name"] for d in gpu.get("devices", [])) or f"none ({gpu.get('reason')})"
     print(
-        f"kbench {VERSION}  {compare.cpu_text(machine)}, {machine['cpu_logical_cores']} "
-        f"cores, GPUs: {gpus}"
+        f"kbench {VERSION}  {cpu_text(machine)}, {machine['cpu_logical_cores']} cores, GPUs: {gpus}"
     )
     print(tables.environments_table(probes))
     for p in probes:

@@ -2,7 +2,8 @@
 
 1. ``--data-dir`` (the files as their publishers ship them, see :data:`EXPECTED`)
 2. the Keras cache, ``~/.keras/datasets`` (read only: kbench never writes ~/.keras)
-3. kbench's cache, ``$KBENCH_CACHE_DIR``, ``$XDG_CACHE_HOME/kbench`` or ``~/.cache/kbench``
+3. kbench's cache (:func:`kbench.facts.cache_dir`: ``$KBENCH_CACHE_DIR``, else
+   ``$XDG_CACHE_HOME/kbench``, else ``~/.cache/kbench``)
 4. Debian's ``dataset-fashion-mnist`` package (Fashion-MNIST only)
 5. tensorflow-datasets data already prepared in ``$TFDS_DATA_DIR`` or
    ``~/tensorflow_datasets`` (never downloaded through tfds)
@@ -44,6 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from kbench.datasets import readers
+from kbench.facts import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +61,6 @@ Arrays = Dict[str, np.ndarray]
 
 class DataUnavailable(RuntimeError):
     """A real data set could not be found or fetched; the message says how to get it."""
-
-
-def kbench_cache_dir() -> Path:
-    """``$KBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/kbench``, else ``~/.cache/kbench`` (as
-    the results store's ``cache_dir``)."""
-    if os.environ.get("KBENCH_CACHE_DIR"):
-        return Path(os.environ["KBENCH_CACHE_DIR"])
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "kbench"
-    return Path.home() / ".cache" / "kbench"
 
 
 def keras_cache_dir() -> Path:
@@ -124,7 +116,7 @@ def local_places(name: str, data_dir: Optional[str]) -> List[Tuple[str, Path]]:
     """The directories looked in, in order, each with a name to report."""
     places = [("--data-dir", Path(data_dir))] if data_dir else []
     places.append(("Keras cache", keras_cache_dir() / KERAS_CACHE_SUBDIR.get(name, "")))
-    places.append(("kbench cache", kbench_cache_dir() / "datasets" / name))
+    places.append(("kbench cache", cache_dir() / "datasets" / name))
     if name == "fashion_mnist":
         places.append(("Debian dataset-fashion-mnist", DEBIAN_FASHION_MNIST))
     return places
@@ -154,7 +146,7 @@ def load(name: str, data_dir: Optional[str] = None) -> Tuple[Arrays, str]:
         except Exception as err:  # not installed, not prepared: try the next place
             tried.append(f"tensorflow-datasets ({type(err).__name__}: {str(err)[:120]})")
 
-    cache = kbench_cache_dir() / "datasets" / name
+    cache = cache_dir() / "datasets" / name
     try:
         download(name, cache)
     except OSError as err:
@@ -189,7 +181,7 @@ def import_tfds() -> Any:
     first time; point that at kbench's cache for this import. Workers get their own
     KERAS_HOME from the runner whatever this process holds.
     """
-    home = kbench_cache_dir() / "keras_home_for_tfds"
+    home = cache_dir() / "keras_home_for_tfds"
     home.mkdir(parents=True, exist_ok=True)
     os.environ["KERAS_HOME"] = str(home)
     import tensorflow_datasets as tfds

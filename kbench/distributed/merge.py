@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from kbench.distributed.breakdown import combine, shard_digest
-from kbench.measure.stats import percentiles
+from kbench.measure.stats import percentiles, rate_percentiles
 from kbench.results.config import RunConfig
 
 ENGINES = {
@@ -84,7 +84,8 @@ def metrics(
     evaluation = next((r["evaluation"] for r in replies.values() if r.get("evaluation")), {})
     global_batch = config.batch_size * config.workers
     rate, window, scope = throughput(config, workers, leader)
-    step = percentiles([t for w in workers for t in w["step_times_s"]])
+    step_times = [t for w in workers for t in w["step_times_s"]]
+    step = percentiles(step_times)
     accuracies = [
         w["final_train_accuracy"] for w in workers if w["final_train_accuracy"] is not None
     ]
@@ -95,11 +96,7 @@ def metrics(
         "measured_steps": leader["measured_steps"],
         "measured_time_s": window,
         "step_time_s": step,
-        "images_per_sec_per_step": {
-            "p10": global_batch / step["p90"],
-            "p50": global_batch / step["p50"],
-            "p90": global_batch / step["p10"],
-        },
+        "images_per_sec_per_step": rate_percentiles([global_batch] * len(step_times), step_times),
         "step_times_s": leader["step_times_s"],
         "step_ends_s": leader["step_ends_s"],
         "warmup_steps": config.warmup_steps,

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench.measure.stats import percentiles
+from kbench.measure.stats import percentiles, rate_percentiles
 
 EVENTS_VARIABLE = "KBENCH_EVENTS"  # the file a kbench exec child writes its events to
 NO_TRAINING = "no Keras training observed"
@@ -120,7 +120,6 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
     known = all(isinstance(s, int) for s in sizes)
     images = sum(sizes) if known else None
     step_pct = percentiles(step_times)
-    per_step = [s / t for s, t in zip(sizes, step_times) if t > 0] if known else []
     epochs = [e for e in events if e["event"] == "epoch"]
     last_logs = (epochs[-1].get("logs") if epochs else None) or {}
     fit_ends = [e for e in events if e["event"] == "fit_end"]
@@ -136,7 +135,7 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
         "measured_time_s": measured_time,
         "warmup_steps": warmup,
         "step_time_s": step_pct,
-        "images_per_sec_per_step": percentiles(per_step) if per_step else {},
+        "images_per_sec_per_step": rate_percentiles(sizes, step_times) if known else {},
         "step_times_s": step_times,
         "batch_sizes": sorted({s for s in sizes if isinstance(s, int)}),
         "first_step_s": batches[0]["t1"] - batches[0]["t0"],

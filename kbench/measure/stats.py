@@ -1,5 +1,6 @@
-"""Summary statistics over raw measurements: percentiles, and a distribution-free
-confidence interval on the median.
+"""Summary statistics over raw measurements: percentiles (of values, and of per-step
+rates: :func:`rate_percentiles`), and a distribution-free confidence interval on the
+median (:class:`MedianInterval`, the one interval type kbench has).
 
 **The median's interval, from order statistics.** With ``n`` values sorted,
 ``x_(1) <= ... <= x_(n)``, the pair ``(x_(j), x_(n+1-j))`` holds the true median with
@@ -33,6 +34,16 @@ def percentiles(values: Sequence[float], qs=(10, 50, 90)) -> Dict[str, float]:
     out = {f"p{q}": float(np.percentile(array, q)) for q in qs}
     out["mean"] = float(array.mean())
     return out
+
+
+def rate_percentiles(
+    amounts: Sequence[float], seconds: Sequence[float], qs=(10, 50, 90)
+) -> Dict[str, float]:
+    """Percentiles (and the mean) of per-step rates: step i's ``amounts[i] / seconds[i]``
+    (images per second of each step, whatever its batch), steps of no duration left out;
+    {} for none. A slow step is a low rate: p10 is the slow end."""
+    rates = [a / s for a, s in zip(amounts, seconds) if s > 0]
+    return percentiles(rates, qs)
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from kbench.facts import cache_dir
 from kbench.results.config import ConfigError
 from kbench.results.jsonfile import write_text_atomic
 from kbench.results.lock import writer_lock
+from kbench.results.readings import epoch_time, memory_peaks, utilization
 from kbench.results.result import ResultError, RunResult
 
 log = logging.getLogger(__name__)
@@ -531,16 +533,6 @@ def _why(err: BaseException) -> str:
 # a result the store cannot take -----------------------------------------------
 
 
-def cache_dir() -> Path:
-    """kbench's cache: ``$KBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/kbench``, else
-    ``~/.cache/kbench`` (as :func:`kbench.datasets.sources.kbench_cache_dir`)."""
-    if os.environ.get("KBENCH_CACHE_DIR"):
-        return Path(os.environ["KBENCH_CACHE_DIR"])
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "kbench"
-    return Path.home() / ".cache" / "kbench"
-
-
 def rescue_places(store: Path) -> List[Path]:
     """Where a result the store cannot take is kept, in order of preference: beside
     the run's log (``STORE/logs/unsaved/``), else in kbench's cache
@@ -658,11 +650,16 @@ def latest_per_run(entries: Sequence[IndexEntry]) -> List[IndexEntry]:
 
 # flat rows, for pandas and CSV / Parquet --------------------------------------
 
-MEMORY_KINDS = ("process_peak_rss", "framework_peak", "process_nvml", "device_used")
+MEMORY_COLUMNS = ("process_peak_rss", "framework_peak", "process_nvml", "device_used")
+GPU_MEMORY = ("framework_peak", "process_nvml", "device_used")  # kinds a run reads per GPU
 
 
 def flatten(result: RunResult) -> Dict[str, Any]:
-    """One flat row of a result: config settings as they are, then what was measured."""
+    """One flat row of a result: config settings as they are, then what was measured.
+    Memory as :mod:`kbench.results.readings` reads it, as every table shows it:
+    ``memory_<kind>_bytes`` the largest per-GPU peak, ``memory_<kind>_sum_bytes`` the sum
+    of the per-GPU peaks where a run's readings span several GPUs (else empty); GPU
+    utilization the mean over the GPUs the worker used."""
     m = result.metrics
     env = result.environment
     machine = env.get("machine", {})
@@ -692,20 +689,20 @@ def flatten(result: RunResult) -> Dict[str, Any]:
         time_to_first_step_s=m.get("time_to_first_step_s"),
         measured_time_s=m.get("measured_time_s"),
         step_time_p50_s=(m.get("step_time_s") or {}).get("p50"),
-        epoch_time_mean_s=_mean(m.get("epoch_time_s")),
+        epoch_time_mean_s=epoch_time(result),
         latency_p50_ms=(m.get("latency_ms") or {}).get("p50"),
         latency_p99_ms=(m.get("latency_ms") or {}).get("p99"),
         achieved_gflops_per_sec=(m.get("compute") or {}).get("achieved_gflops_per_sec"),
         images_per_joule=(m.get("energy") or {}).get("images_per_joule"),
     )
-    for kind in MEMORY_KINDS:
-        values = [r["bytes"] for r in m.get("memory", []) if r.get("kind") == kind]
-        row[f"memory_{kind}_bytes"] = max(values) if values else None
-    measured = ((result.sampler or {}).get("summary") or {}).get("measured", {})
-    row["gpu_utilization_percent_mean"] = _first(
-        s.get("mean") for name, s in measured.items() if name.endswith("kernel_time_percent")
-    )
-    row["process_cpu_percent_mean"] = (measured.get("process_cpu_percent") or {}).get("mean")
+    peaks = memory_peaks(result)
+    for kind in MEMORY_COLUMNS:
+        row[f"memory_{kind}_bytes"] = peaks[kind].largest if kind in peaks else None
+    for kind in GPU_MEMORY:
+        row[f"memory_{kind}_sum_bytes"] = peaks[kind].total if kind in peaks else None
+    gpu, cpu = utilization(result, "gpu"), utilization(result, "cpu")
+    row["gpu_utilization_percent_mean"] = None if gpu is None else gpu.percent
+    row["process_cpu_percent_mean"] = None if cpu is None else cpu.percent
     row.update(
         image_data_format=env.get("keras_json", {}).get("image_data_format"),
         framework=framework.get("name"),
@@ -767,14 +764,6 @@ def export(results: Sequence[RunResult], path: Path) -> Path:
             f"export: expected a file name ending in .csv or .parquet; received {str(path)!r}"
         )
     return path
-
-
-def _mean(values: Optional[Sequence[float]]) -> Optional[float]:
-    return sum(values) / len(values) if values else None
-
-
-def _first(values: Iterable[Any]) -> Any:
-    return next(iter(values), None)
 
 
 def check_output_dir(path: Path) -> Path:

@@ -46,7 +46,7 @@ import numpy as np
 
 from kbench.datasets.stream import LOADING
 from kbench.measure.precision import PrecisionTracker, StopMeasuring
-from kbench.measure.stats import percentiles
+from kbench.measure.stats import percentiles, rate_percentiles
 from kbench.run import weightfile
 from kbench.run.protocol import emit_progress
 
@@ -423,12 +423,7 @@ def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
         measured_steps=measured_steps,
         measured_time_s=measured_time,
         step_time_s=step_pct,
-        images_per_sec_per_step={
-            # A slow step (p90 time) is a low throughput (p10), and the other way round.
-            "p10": batch_size / step_pct["p90"],
-            "p50": batch_size / step_pct["p50"],
-            "p90": batch_size / step_pct["p10"],
-        },
+        images_per_sec_per_step=rate_percentiles([batch_size] * len(step_times), step_times),
         step_times_s=step_times,
         step_ends_s=[end - clock.begins[0] for end in clock.ends],
         warmup_steps=warmup_steps,

@@ -4,7 +4,7 @@ a verdict and the evidence behind it.
 
 Verdicts use only ratios measured in the same store: for each pair of sides, the
 per-round ratio (round r of one over round r of the other, on the same machine), and
-the order-statistics interval on their median (:mod:`kbench.views.significance`, 95%).
+the order-statistics interval on their median (:mod:`kbench.results.analysis`, 95%).
 The interval decides, never the median alone:
 
 - **holds**: the interval lies inside the claim's band (``ratio``: the paper's ratio
@@ -33,34 +33,24 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from kbench.measure import stats
+from kbench.measure.stats import (
+    LEVEL,
+    MedianInterval,
+    binomial_below,
+    median_interval,
+    rounds_needed,
+)
+from kbench.results.analysis import Spread, cpu_of, half_width, quality_flags, round_ratios
+from kbench.results.readings import epoch_time, memory_peak, no_gpu_reason, utilization
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
 from kbench.studies.published import REQUIREMENTS, Claim, Study
-from kbench.views.compare import (
-    MEMORY_LABELS,
-    UTILIZATION_LABELS,
-    Spread,
-    cpu_of,
-    quality_flags,
-)
-from kbench.views.figures import memory_by_kind, no_gpu_reason
-from kbench.views.significance import LEVEL, RatioInterval, median_interval
-from kbench.views.tables import Table
+from kbench.views.tables import MEMORY_LABELS, UTILIZATION_LABELS, Table, interval_text
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 UNMEASURABLE = "not measurable here"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNMEASURABLE)
 MEASURED_KINDS = ("train", "inference")
-
-
-def rounds_needed(level: float = LEVEL) -> int:
-    """The fewest per-round ratios whose order-statistics interval reaches ``level``
-    (its widest pair, the whole range, covers the median with ``1 - 2 * 0.5**n``)."""
-    n = 1
-    while 1 - 2 * stats.binomial_below(1, n) < level:
-        n += 1
-    return n
 
 
 ROUNDS_NEEDED = rounds_needed()  # 6 for 95%: 5 rounds cover 94%
@@ -78,21 +68,12 @@ def _dig(data: Any, *keys: str) -> Any:
     return data
 
 
-def _mean(values: Any) -> Optional[float]:
-    values = [v for v in values or [] if _number(v) is not None]
-    return sum(values) / len(values) if values else None
-
-
-def _gpu_kernel_time(result: RunResult) -> Optional[float]:
-    measured = _dig(result.sampler, "summary", "measured") or {}
-    for name, summary in sorted(measured.items()):
-        if name.startswith("gpu") and name.endswith("kernel_time_percent"):
-            return _number((summary or {}).get("mean"))
-    return None
-
-
 def _memory(kind: str) -> Callable[[RunResult], Optional[float]]:
-    return lambda r: _number(memory_by_kind(r).get(kind))
+    def largest(result: RunResult) -> Optional[float]:
+        peak = memory_peak(result, kind)
+        return None if peak is None else float(peak.largest)
+
+    return largest
 
 
 # kbench's labelled metric names a claim may read: name -> (what it is, reader)
@@ -103,7 +84,7 @@ METRICS: Dict[str, Tuple[str, Callable[[RunResult], Optional[float]]]] = {
     ),
     "epoch_time_s": (
         "wall time per epoch, mean over the run's epochs (s)",
-        lambda r: _mean(r.metrics.get("epoch_time_s")),
+        epoch_time,
     ),
     "test_accuracy": (
         "accuracy on the test set after training",
@@ -121,9 +102,12 @@ METRICS: Dict[str, Tuple[str, Callable[[RunResult], Optional[float]]]] = {
         "data-parallel backward time per step, mean over workers (s)",
         lambda r: _number(_dig(r.metrics, "distributed", "breakdown", "mean", "backward_s")),
     ),
-    "gpu_kernel_time_percent": (UTILIZATION_LABELS["gpu"], _gpu_kernel_time),
+    "gpu_kernel_time_percent": (
+        UTILIZATION_LABELS["gpu"],
+        lambda r: getattr(utilization(r, "gpu"), "percent", None),
+    ),
     **{
-        f"memory_{kind}": (label + " (bytes)", _memory(kind))
+        f"memory_{kind}": (label + " (bytes; of several GPUs, the largest's)", _memory(kind))
         for kind, label in MEMORY_LABELS.items()
     },
 }
@@ -194,7 +178,7 @@ class Check:
     verdict: str
     reason: str
     sides: List[Side]
-    ratios: List[Optional[RatioInterval]]  # one per compared pair
+    ratios: List[Optional[MedianInterval]]  # one per compared pair
     here: str  # this machine's ratio or ordering, in words
     pairs: List[str] = field(default_factory=list)  # each ratio's pair: "top / bottom"
     flags: List[str] = field(default_factory=list)  # "side: flag"
@@ -209,7 +193,7 @@ class Evidence:
     size: str  # "full" or "reduced"
     devices: List[str]
     rounds: Optional[int]  # per-round ratios behind the intervals (the fewest of any pair)
-    intervals: List[Tuple[str, RatioInterval]]  # compared pair -> interval
+    intervals: List[Tuple[str, MedianInterval]]  # compared pair -> interval
     flags: List[str]
     deviations: List[str]
     rounds_needed: int = ROUNDS_NEEDED
@@ -222,7 +206,7 @@ class Evidence:
             parts.append("no ratio measured")
         else:
             parts.append(f"{_rounds(self.rounds)} (a verdict needs {self.rounds_needed})")
-        parts += [f"{label}: {interval_text(i)}" for label, i in self.intervals]
+        parts += [f"{label}: {evidence_text(i)}" for label, i in self.intervals]
         parts.append("flagged: " + "; ".join(self.flags) if self.flags else "no run flagged")
         return "; ".join(parts)
 
@@ -468,7 +452,7 @@ def _not_judged(
     return None
 
 
-def _doubts(claim: Claim, sides: Sequence[Side], ratios: Sequence[RatioInterval]) -> List[str]:
+def _doubts(claim: Claim, sides: Sequence[Side], ratios: Sequence[MedianInterval]) -> List[str]:
     """Why a verdict the interval gives cannot be trusted: too few rounds, a side off the
     device the claim is about, flagged runs."""
     doubts = []
@@ -478,7 +462,7 @@ def _doubts(claim: Claim, sides: Sequence[Side], ratios: Sequence[RatioInterval]
         if n == 1:
             doubts.append(f"1 round: no interval; {need}")
         else:
-            coverage = 1 - 2 * stats.binomial_below(1, n)
+            coverage = 1 - 2 * binomial_below(1, n)
             doubts.append(
                 f"{n} rounds: the interval (the whole range) covers the median with "
                 f"{coverage:.0%}; {need}"
@@ -499,12 +483,11 @@ def _rounds(n: int) -> str:
     return f"{n} round{'s' if n != 1 else ''}"
 
 
-def _pair_ratios(claim: Claim, sides: Sequence[Side]) -> List[Optional[RatioInterval]]:
+def _pair_ratios(claim: Claim, sides: Sequence[Side]) -> List[Optional[MedianInterval]]:
     """Per-round ratios: numerator over denominator, or each item over the one before."""
     out = []
     for top, bottom in _pairs(claim, sides):
-        common = sorted(set(top.rounds) & set(bottom.rounds))
-        ratios = [top.rounds[k] / bottom.rounds[k] for k in common if bottom.rounds[k]]
+        ratios = round_ratios(sorted(top.rounds.items()), bottom.rounds)
         out.append(median_interval(ratios))
     return out
 
@@ -519,7 +502,7 @@ def _pair_labels(claim: Claim, sides: Sequence[Side]) -> List[str]:
     return [f"{top.label} / {bottom.label}" for top, bottom in _pairs(claim, sides)]
 
 
-def interval_text(interval: RatioInterval) -> str:
+def evidence_text(interval: MedianInterval) -> str:
     """``x0.75 [0.70-0.80, 97%, n=6]``; ``x1.20 [1 round: no interval]``."""
     if interval.n < 2:
         return f"x{interval.median:.2f} [1 round: no interval]"
@@ -529,31 +512,31 @@ def interval_text(interval: RatioInterval) -> str:
     )
 
 
-def _test(claim: Claim, ratios: Sequence[RatioInterval]) -> Tuple[str, str]:
+def _test(claim: Claim, ratios: Sequence[MedianInterval]) -> Tuple[str, str]:
     """The verdict the intervals give, and where they lie, in words."""
     if claim.kind == "ratio":
         i, target, tolerance = ratios[0], claim.target, claim.tolerance
         low, high = target - tolerance, target + tolerance
         band = f"x{low:.2f}-x{high:.2f} (x{target:g} +- {tolerance:g})"
         if low <= i.low and i.high <= high:
-            return HOLDS, f"{interval_text(i)} lies inside {band}"
+            return HOLDS, f"{evidence_text(i)} lies inside {band}"
         if i.high < low or i.low > high:
-            return FAILS, f"{interval_text(i)} lies outside {band}"
-        return INCONCLUSIVE, f"{interval_text(i)} straddles an edge of {band}"
+            return FAILS, f"{evidence_text(i)} lies outside {band}"
+        return INCONCLUSIVE, f"{evidence_text(i)} straddles an edge of {band}"
     if claim.kind == "sign":
         i, than = ratios[0], claim.than
         greater = claim.expect == "greater"
         claimed, other = ("above", "at or below") if greater else ("below", "at or above")
         if (i.low > than) if greater else (i.high < than):
-            return HOLDS, f"{interval_text(i)} lies {claimed} x{than:g}"
+            return HOLDS, f"{evidence_text(i)} lies {claimed} x{than:g}"
         if (i.high <= than) if greater else (i.low >= than):
-            return FAILS, f"{interval_text(i)} lies {other} x{than:g}, not {claimed}"
-        return INCONCLUSIVE, f"{interval_text(i)} holds x{than:g}: no clear difference"
+            return FAILS, f"{evidence_text(i)} lies {other} x{than:g}, not {claimed}"
+        return INCONCLUSIVE, f"{evidence_text(i)} holds x{than:g}: no clear difference"
     rising = claim.direction == "increasing"
     word = "rise" if rising else "fall"
     wrong = [r for r in ratios if (r.high <= 1.0 if rising else r.low >= 1.0)]
     clear = [r for r in ratios if (r.low > 1.0 if rising else r.high < 1.0)]
-    steps = ", ".join(interval_text(r) for r in ratios)
+    steps = ", ".join(evidence_text(r) for r in ratios)
     if wrong:
         return FAILS, (
             f"{claim.metric} does not {word} at every step ({len(wrong)} of {len(ratios)} "
@@ -591,17 +574,17 @@ def spread_text(side: Side) -> str:
     return f"{side.label}: {_value(s.median, side.metric)}{span} (n={s.n})"
 
 
-def _here(claim: Claim, sides: Sequence[Side], ratios: Sequence[Optional[RatioInterval]]) -> str:
+def _here(claim: Claim, sides: Sequence[Side], ratios: Sequence[Optional[MedianInterval]]) -> str:
     numbers = f"{claim.metric}: " + "; ".join(spread_text(s) for s in sides)
     if not ratios or all(r is None for r in ratios):
         return numbers
     if claim.items:
         sign = " < " if claim.direction == "increasing" else " > "
-        steps = ", ".join("-" if r is None else r.text() for r in ratios)
+        steps = ", ".join("-" if r is None else interval_text(r) for r in ratios)
         order = sign.join(s.label for s in sides)
         return f"{order}? step ratios {steps}; {numbers}"
     ratio = ratios[0]
-    return f"{'-' if ratio is None else ratio.text()}; {numbers}"
+    return f"{'-' if ratio is None else interval_text(ratio)}; {numbers}"
 
 
 def paper_text(study: Study, claim: Claim) -> str:
@@ -724,14 +707,11 @@ def widest_half_width(outcomes: Sequence[ClaimOutcome], level: float = LEVEL) ->
     """The widest half-width, relative to its median, of the per-round ratios' intervals of
     every claim judged here (``reproduce --ratio-precision``); None while any of them is
     below ``level`` or there is none yet."""
-    widest: Optional[float] = None
-    for o in outcomes:
-        for check in o.checks:
-            if check.verdict == UNMEASURABLE:
-                continue
-            for interval in check.ratios:
-                if interval is None or interval.coverage < level or interval.median <= 0:
-                    return None
-                half = max(interval.median - interval.low, interval.high - interval.median)
-                widest = max(widest or 0.0, half / interval.median)
-    return widest
+    widths = [
+        half_width(interval, level)
+        for o in outcomes
+        for check in o.checks
+        if check.verdict != UNMEASURABLE
+        for interval in check.ratios
+    ]
+    return None if not widths or math.inf in widths else max(widths)

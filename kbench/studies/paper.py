@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from kbench.results.analysis import Spread
 from kbench.results.result import RunResult
 from kbench.studies.claims import METRICS, ROUNDS_NEEDED, Defined, evaluate, matches
 from kbench.studies.published import PaperPlot, Study, StudyError, run_matches, study_of_sweep
@@ -22,7 +23,6 @@ from kbench.studies.reproduce import (
 )
 from kbench.studies.sweep import SweepError
 from kbench.views import figures as fig
-from kbench.views.compare import Spread
 from kbench.views.report import Section
 
 

@@ -18,12 +18,12 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from kbench.measure.processes import usable_cores
+from kbench.results.analysis import Tolerance, differences
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.result import RunResult
-from kbench.run.agreement import Tolerance, differences, known_differences
+from kbench.run.agreement import known_differences
 from kbench.run.runner import Runner
-from kbench.views.names import model_label
-from kbench.views.tables import render
+from kbench.views.tables import model_label, render
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def noise_floor(reference: RunResult) -> float:
 
 def compare(reference: RunResult, result: RunResult, tolerance: Tolerance) -> Dict[str, float]:
     """Differences of ``result`` from ``reference``, and whether they are within tolerance
-    (:func:`kbench.run.agreement.differences`, with the reference's noise floor)."""
+    (:func:`kbench.results.analysis.differences`, with the reference's noise floor)."""
     try:
         return differences(
             reference.metrics["outputs"], result.metrics["outputs"],
@@ -101,15 +101,13 @@ def check_models(
     threads than cores make the frameworks' thread pools spin against each other).
     Rows come model by model, in ``plan``'s order.
     """
-    models = list(plan)
     references = {backends[0] for backends in plan.values()}
     if len(references) != 1:
         raise ValueError(
             f"check_models: expected one reference backend (first of each model's list); "
             f"received {sorted(references)}. Check those models in separate calls."
         )
-    reference = references.pop()
-    others = [b for b in dict.fromkeys(b for bs in plan.values() for b in bs[1:])]
+    (reference,) = references
     input_shapes = input_shapes or {}
     threads = max(1, usable_cores() // parallel) if parallel > 1 else None
     configs = {
@@ -126,13 +124,37 @@ def check_models(
             test_samples=batch_size,
             seed=seed,
             timeout_s=timeout_s,
-            input_shape=tuple(input_shapes[model]) if input_shapes.get(model) else None,
+            input_shape=tuple((input_shapes or {})[model])
+            if (input_shapes or {}).get(model)
+            else None,
             sample_interval_s=0,
             threads=threads,
         )  # fmt: skip
-        for model in models
+        for model in plan
         for backend in plan[model]
     }
+    results = run_plan(runner, plan, configs, reference, steps, seed, parallel)
+    return [
+        _row(runner, model, backend, results, reference, tolerance)
+        for model in plan
+        for backend in plan[model]
+    ]
+
+
+def run_plan(
+    runner: Runner,
+    plan: Mapping[str, Sequence[str]],
+    configs: Dict[Tuple[str, str], RunConfig],
+    reference: str,
+    steps: int,
+    seed: int,
+    parallel: int,
+) -> Dict[Tuple[str, str], RunResult]:
+    """The runs of :func:`check_models`: the reference's warm worker over every model
+    (exporting the initial weights), then each other backend's (``parallel`` side by
+    side) over the models whose reference ran, loading them; by (model, backend)."""
+    models = list(plan)
+    others = list(dict.fromkeys(b for bs in plan.values() for b in bs[1:]))
     results: Dict[Tuple[str, str], RunResult] = {}
     with runner.session(list(configs.values())) as session:
         directory = session.directory
@@ -162,11 +184,7 @@ def check_models(
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
             for found in pool.map(check_backend, others):
                 results.update(found)
-    rows = []
-    for model in models:
-        for backend in plan[model]:
-            rows.append(_row(runner, model, backend, results, reference, tolerance))
-    return rows
+    return results
 
 
 def _row(

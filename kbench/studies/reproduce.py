@@ -377,7 +377,7 @@ def sweep_results(store: Path, sweep: Sweep) -> List[RunResult]:
 class MachineVerdicts:
     """The claims judged on one machine's runs."""
 
-    host: str  # as kbench.views.compare.by_machine names it; "" where one machine ran them
+    host: str  # as kbench.results.analysis.by_machine names it; "" where one machine ran them
     runs: List[RunResult]
     outcomes: List[ClaimOutcome]
 

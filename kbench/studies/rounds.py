@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
+from kbench.results.analysis import widest_ratio_half_width
 from kbench.results.config import (
     WINDOW_S,
     ConfigError,
@@ -34,7 +35,6 @@ from kbench.results.result import RunResult
 from kbench.run import windows
 from kbench.run.before_runs import look_before_runs
 from kbench.run.runner import Runner
-from kbench.views import compare
 
 Stop = Callable[[List[RunResult]], Optional[str]]
 
@@ -401,7 +401,7 @@ def ratio_stop(target: float, budget_s: Optional[float], baseline: Optional[str]
     started = time.monotonic()
 
     def stop(results: List[RunResult]) -> Optional[str]:
-        widest = compare.widest_ratio_half_width(results, baseline)
+        widest = widest_ratio_half_width(results, baseline)
         log.info(
             "    widest ratio interval so far: %s (target +-%.1f%%)",
             "not yet measurable" if widest is None else f"+-{widest:.1%}",

@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from kbench.results.analysis import compare
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore
@@ -49,8 +50,7 @@ from kbench.studies.sweep import (
     run_key,
     sweep_run_of,
 )
-from kbench.views import compare
-from kbench.views.tables import render, setting_cell
+from kbench.views.tables import interval_text, render, setting_cell
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ def summary(found: Sequence[RunResult], baseline: Optional[str] = None) -> str:
     parts = [f"{len(rounds_ran)} rounds" + (f" ({len(dropped)} dropped)" if dropped else "")]
     if not any(r.ok for r in counted):
         parts.append("no round counted, so no ratio")
-    for group in compare.compare(counted, baseline):
+    for group in compare(counted, baseline):
         for row in group.rows:
             if row.backend == group.baseline:
                 continue
@@ -267,7 +267,7 @@ def summary(found: Sequence[RunResult], baseline: Optional[str] = None) -> str:
             elif interval is None:
                 parts.append(f"{row.backend}: no ratio")
             else:
-                parts.append(f"{row.backend} / {group.baseline} {interval.text('.3f')}")
+                parts.append(f"{row.backend} / {group.baseline} {interval_text(interval, '.3f')}")
     return "; ".join(parts)
 
 

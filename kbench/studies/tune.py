@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,10 +51,21 @@ import yaml
 from kbench.backends import BACKENDS
 from kbench.measure import processes, sysinfo
 from kbench.measure.stats import LEVEL, MedianInterval, median_interval, rounds_needed
+from kbench.results.analysis import (
+    BFLOAT16,
+    FLOAT32,
+    Tolerance,
+    differences,
+    half_width,
+    round_ratios,
+    throughputs,
+    what_differs,
+)
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.jsonfile import write_json_atomic, write_text_atomic
 from kbench.results.result import RunResult
 from kbench.run import environments
+from kbench.run.agreement import step_losses
 from kbench.run.runner import Runner, Session
 from kbench.run.windows import WindowWorker, keep, measure_round
 from kbench_models import spec_for
@@ -77,19 +87,6 @@ PROGRESS_NAME = "tune-progress.json"  # each backend's finished search, for resu
 COMBINED_SHARE = 0.35  # of a backend's share, for its clearly faster changes together
 BF16_FEATURES = ("avx512_bf16", "amx_tile")
 ONEDNN_BY_DEFAULT = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    output_atol: float  # largest |difference| of an output probability
-    loss_rtol: float  # largest |difference| of a warmup step's loss, relative to it
-    note: str
-
-
-FLOAT32 = Tolerance(1e-4, 1e-2, "float32: the parity tolerance (kbench parity)")
-BFLOAT16 = Tolerance(
-    5e-2, 5e-2, "bfloat16 keeps 8 bits of mantissa: outputs within 0.05, losses within 5%"
-)
 
 
 @dataclass(frozen=True)
@@ -124,11 +121,7 @@ class Trial:
 
     def speeds(self) -> Dict[int, float]:
         """{round: img/s} of its counted windows."""
-        return {
-            r.config["repeat"]: r.metrics["images_per_sec"]
-            for r in self.results
-            if r.ok and not r.dropped
-        }
+        return dict(throughputs(self.results))
 
     def to_dict(self, ratio: Optional[MedianInterval]) -> Dict[str, Any]:
         return {
@@ -213,44 +206,38 @@ def search_space(
     return candidates, skipped
 
 
-def differs(default: Dict[str, Any], check: Dict[str, Any], tolerance: Tolerance,
-            compare_losses: bool = True) -> Optional[str]:  # fmt: skip
-    """Why ``check`` (outputs, warmup losses) does not compute what ``default`` does;
-    None when it lies within ``tolerance``."""
-    outputs = np.asarray(check["outputs"], dtype=np.float64)
-    reference = np.asarray(default["outputs"], dtype=np.float64)
-    if outputs.shape != reference.shape:
-        return f"outputs of shape {outputs.shape}, the default's {reference.shape}"
-    worst = float(np.max(np.abs(outputs - reference))) if outputs.size else 0.0
-    if not math.isfinite(worst) or worst > tolerance.output_atol:
-        return (f"outputs differ by up to {worst:.3g} from the default's before training "
-                f"(tolerance {tolerance.output_atol:g})")  # fmt: skip
-    if not compare_losses:
-        return None
-    losses, base = np.asarray(check["losses"]), np.asarray(default["losses"])
-    steps = min(len(losses), len(base))
-    relative = np.abs(losses[:steps] - base[:steps]) / np.maximum(np.abs(base[:steps]), 1e-6)
-    worst_loss = float(np.max(relative)) if steps else 0.0
-    if not math.isfinite(worst_loss) or worst_loss > tolerance.loss_rtol:
-        return (f"warmup losses differ by up to {worst_loss:.2%} from the default's "
-                f"(tolerance {tolerance.loss_rtol:.0%})")  # fmt: skip
-    return None
+def differs(
+    default: Dict[str, Any],
+    check: Dict[str, Any],
+    tolerance: Tolerance,
+    compare_losses: bool = True,
+    running_mean: bool = False,
+) -> Optional[str]:
+    """Why ``check`` (outputs, warmup losses) does not compute what ``default`` does (the
+    :func:`~kbench.results.analysis.differences` of the parity check, within
+    ``tolerance``; each step's own loss, :func:`~kbench.run.agreement.step_losses`,
+    where the backend logs their ``running_mean``); None where it lies within."""
+    losses: Tuple[List[float], List[float]] = ([], [])
+    if compare_losses:
+        losses = (
+            step_losses(default["losses"], running_mean),
+            step_losses(check["losses"], running_mean),
+        )
+    try:
+        figures = differences(default["outputs"], check["outputs"], *losses, tolerance)
+    except ValueError as err:
+        return f"does not match the default's: {err}"
+    return what_differs(figures, tolerance, "the default's")
 
 
-def round_ratios(trial: Trial, reference: Trial) -> List[float]:
+def round_ratios_of(trial: Trial, reference: Trial) -> List[float]:
     """``trial``'s img/s over ``reference``'s, round by round where both counted."""
-    mine, theirs = trial.speeds(), reference.speeds()
-    return [mine[r] / theirs[r] for r in sorted(mine) if r in theirs and theirs[r] > 0]
+    return round_ratios(sorted(trial.speeds().items()), reference.speeds())
 
 
-def ratio_interval(trial: Trial, reference: Trial) -> Optional[MedianInterval]:
-    return median_interval(round_ratios(trial, reference))
-
-
-def half_width(interval: Optional[MedianInterval]) -> float:
-    if interval is None or interval.coverage < LEVEL or interval.median <= 0:
-        return math.inf
-    return max(interval.high - interval.median, interval.median - interval.low) / interval.median
+def trial_interval(trial: Trial, reference: Trial) -> Optional[MedianInterval]:
+    """The interval on ``trial``'s per-round ratios to ``reference``."""
+    return median_interval(round_ratios_of(trial, reference))
 
 
 @dataclass
@@ -304,8 +291,9 @@ class Tuner:
             if trial.state != "measuring" or not default.check:
                 continue
             batch_changed = any(k == "batch_size" for k, _ in trial.candidate.changes)
+            running_mean = BACKENDS[trial.candidate.backend].logs_mean_loss
             why = differs(default.check, trial.check, trial.candidate.tolerance,
-                          compare_losses=not batch_changed)  # fmt: skip
+                          compare_losses=not batch_changed, running_mean=running_mean)  # fmt: skip
             trial.check = dict(trial.check, tolerance=trial.candidate.tolerance.note,
                                same_computation=why is None, differs=why)  # fmt: skip
             if why is not None:
@@ -351,7 +339,7 @@ class Tuner:
 
     def _halve(self, trials: List[Trial], reference: Trial) -> Optional[str]:
         measuring = [t for t in trials if t.state == "measuring" and t is not reference]
-        intervals = {id(t): ratio_interval(t, reference) for t in measuring}
+        intervals = {id(t): trial_interval(t, reference) for t in measuring}
         if any(i is None or i.n < MIN_ROUNDS for i in intervals.values()):
             return None
         best_low = max([1.0] + [intervals[id(t)].low for t in measuring])
@@ -378,10 +366,10 @@ def best_of(trials: Sequence[Trial], reference: Trial) -> Tuple[Trial, str]:
     level = 1 - (1 - LEVEL) / max(1, len(compared))
     faster = []
     for trial in contenders:
-        interval = median_interval(round_ratios(trial, reference), level)
+        interval = median_interval(round_ratios_of(trial, reference), level)
         if interval is not None and interval.coverage >= level and interval.low > 1.0:
             faster.append((interval.median, trial, interval))
-    if contenders and not any(round_ratios(t, reference) for t in contenders):
+    if contenders and not any(round_ratios_of(t, reference) for t in contenders):
         dropped = [r.metrics["window"]["dropped"] for r in reference.results
                    if r.ok and r.metrics.get("window", {}).get("dropped")]  # fmt: skip
         why = f"every round dropped, the first as {dropped[0]}" if dropped else "no round counted"
@@ -399,7 +387,7 @@ def _none_faster(contenders: Sequence[Trial], reference: Trial, level: float, co
     """Why the default stays: no setting clearly faster, or too few rounds to tell (then
     the fastest so far, in figures)."""
     needed = rounds_needed(level)
-    ratios = {id(t): round_ratios(t, reference) for t in contenders}
+    ratios = {id(t): round_ratios_of(t, reference) for t in contenders}
     short = [t for t in contenders if 0 < len(ratios[id(t)]) < needed]
     if not short:
         return (
@@ -460,7 +448,7 @@ def in_words(trials: Sequence[Trial], reference: Trial) -> str:
     became of it ("onednn=on: x1.62, best; data_format=channels_first: x0.91, dropped")."""
     parts = []
     for trial in trials[1:]:
-        interval = ratio_interval(trial, reference)
+        interval = trial_interval(trial, reference)
         ratio = "no ratio" if interval is None else f"x{interval.median:.2f}"
         parts.append(f"{trial.candidate.name}: {ratio}, {trial.state}")
     return "; ".join(parts) or "nothing else to try here"
@@ -477,7 +465,7 @@ def _report(backend: str, trials: List[Trial], skipped, best: Optional[Trial],
         "in_words": in_words(trials, reference),
         "ended": ended,
         "trials": [
-            t.to_dict(ratio_interval(t, reference) if t is not reference else None) for t in trials
+            t.to_dict(trial_interval(t, reference) if t is not reference else None) for t in trials
         ],  # fmt: skip
         "skipped": [{"setting": name, "reason": reason} for name, reason in skipped],
         "_finalists": [] if best is None else finalists,
@@ -500,7 +488,7 @@ def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> 
             trial.results += [
                 r for r in results if r.run_id.startswith(trial.worker.planned.run_id)
             ]
-        widths = [half_width(ratio_interval(t, reference)) for t in alive if t is not reference]
+        widths = [half_width(trial_interval(t, reference)) for t in alive if t is not reference]
         if max(widths) <= tuner.target:
             ended = f"every ratio within +-{tuner.target:.0%}"
             break
@@ -509,7 +497,7 @@ def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> 
             break
     rows = []
     for trial in finalists:
-        interval = None if trial is reference else ratio_interval(trial, reference)
+        interval = None if trial is reference else trial_interval(trial, reference)
         rows.append({
             "backend": trial.candidate.backend,
             "setting": trial.candidate.name,

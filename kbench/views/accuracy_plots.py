@@ -4,7 +4,7 @@ accuracy, one point per configuration."""
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from typing import Any, List, Sequence, Tuple
 
 from kbench.views.figures import (
     LOG_SCALE_ABOVE,
@@ -24,22 +24,9 @@ ACCURACY = "Accuracy"
 
 
 def accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
-    curves = []  # (group, backend, epochs, median accuracy per epoch)
-    for group in groups:
-        for backend in backends:
-            runs = [r for r in group.runs_of(backend) if r.ok and r.kind == "train"]
-            per_run = [
-                r.metrics["epoch_train_accuracy"]
-                for r in runs
-                if r.metrics.get("epoch_train_accuracy")
-                and None not in r.metrics["epoch_train_accuracy"]
-            ]
-            if per_run and max(len(a) for a in per_run) > 1:
-                length = max(len(a) for a in per_run)
-                median = [
-                    statistics.median([a[i] for a in per_run if len(a) > i]) for i in range(length)
-                ]
-                curves.append((group, backend, median))
+    """Training accuracy per epoch (runs of more than one epoch) and test accuracy
+    against ``--epochs`` (runs that differ only there), side by side."""
+    curves = accuracy_curves(groups, backends)
     lines = sweep_lines(
         [g for g in groups if g.config.get("mode", "train") == "train"],
         "epochs",
@@ -58,46 +45,81 @@ def accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcom
     panels = (1 if curves else 0) + (1 if lines else 0)
     figure = new_figure(3.9, WIDTH_IN if panels == 2 else WIDTH_IN * 0.6)
     axes = list(figure.subplots(1, panels, squeeze=False)[0])
-    several = len({g.key for g, _, _ in curves}) > 1
     if curves:
-        ax = axes.pop(0)
-        for group, backend, median in curves:
-            epochs = list(range(1, len(median) + 1))
-            label = f"{backend}, {group.label}" if several else backend
-            ax.plot(epochs, median, marker="o", color=colour(backend, backends), label=label)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("training accuracy (fraction correct)")
-        ax.set_title(
-            "training accuracy (as Keras reports it over the epoch)"
-            + ("" if several else f"\n{curves[0][0].label}"),
-            fontsize=10,
-        )
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _curves_panel(axes.pop(0), curves, backends)
     if lines:
-        ax = axes.pop(0)
-        styles = line_styles(lines)
-        for line in lines:
-            xs = [x for x, _ in line.points]
-            spreads = [g.row(line.backend).test_accuracy for _, g in line.points]
-            label = f"{line.model}: {line_label(line, lines)}"
-            c = colour(line.backend, backends)
-            spread_line(ax, xs, spreads, label, c, styles[(line.model, line.rest)])
-        ax.set_xlabel("--epochs (passes over the training set)")
-        ax.set_ylabel("test accuracy (fraction correct)")
-        ax.set_title("final test accuracy against the number of epochs", fontsize=10)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    synthetic = any(g.comparison.synthetic for g in groups)
+        _epochs_panel(axes.pop(0), lines, backends)
+    return Drawn(ACCURACY, png_of(figure), _accuracy_caption(groups, bool(curves)))
+
+
+Curve = Tuple[RunGroup, str, List[float]]  # group, backend, median accuracy per epoch
+
+
+def accuracy_curves(groups: Sequence[RunGroup], backends: Sequence[str]) -> List[Curve]:
+    """Each backend's training accuracy per epoch in each group (the median over its
+    repeats), where some run lasted more than one epoch."""
+    curves = []
+    for group in groups:
+        for backend in backends:
+            runs = [r for r in group.runs_of(backend) if r.ok and r.kind == "train"]
+            per_run = [
+                r.metrics["epoch_train_accuracy"]
+                for r in runs
+                if r.metrics.get("epoch_train_accuracy")
+                and None not in r.metrics["epoch_train_accuracy"]
+            ]
+            if per_run and max(len(a) for a in per_run) > 1:
+                length = max(len(a) for a in per_run)
+                median = [
+                    statistics.median([a[i] for a in per_run if len(a) > i]) for i in range(length)
+                ]
+                curves.append((group, backend, median))
+    return curves
+
+
+def _curves_panel(ax: Any, curves: Sequence[Curve], backends: Sequence[str]) -> None:
+    several = len({g.key for g, _, _ in curves}) > 1
+    for group, backend, median in curves:
+        epochs = list(range(1, len(median) + 1))
+        label = f"{backend}, {group.label}" if several else backend
+        ax.plot(epochs, median, marker="o", color=colour(backend, backends), label=label)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("training accuracy (fraction correct)")
+    ax.set_title(
+        "training accuracy (as Keras reports it over the epoch)"
+        + ("" if several else f"\n{curves[0][0].label}"),
+        fontsize=10,
+    )
+    _fraction_axis(ax)
+
+
+def _epochs_panel(ax: Any, lines: Sequence[Any], backends: Sequence[str]) -> None:
+    styles = line_styles(lines)
+    for line in lines:
+        xs = [x for x, _ in line.points]
+        spreads = [g.row(line.backend).test_accuracy for _, g in line.points]
+        label = f"{line.model}: {line_label(line, lines)}"
+        c = colour(line.backend, backends)
+        spread_line(ax, xs, spreads, label, c, styles[(line.model, line.rest)])
+    ax.set_xlabel("--epochs (passes over the training set)")
+    ax.set_ylabel("test accuracy (fraction correct)")
+    ax.set_title("final test accuracy against the number of epochs", fontsize=10)
+    _fraction_axis(ax)
+
+
+def _fraction_axis(ax: Any) -> None:
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _accuracy_caption(groups: Sequence[RunGroup], curves: bool) -> str:
     caption = (
         "Training accuracy per epoch is the running figure Keras reports over each epoch "
         "(median over repeats); test accuracy is measured once after training."
     )
-    if synthetic:
+    if any(g.comparison.synthetic for g in groups):
         caption += " Some runs used SYNTHETIC data: their accuracy says nothing about real data."
     lacking = list(
         dict.fromkeys(
@@ -113,7 +135,7 @@ def accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcom
             + ", ".join(lacking)
             + " (written by an older kbench)."
         )
-    return Drawn(ACCURACY, png_of(figure), caption)
+    return caption
 
 
 RUNTIME_ACCURACY = "Runtime against final accuracy"

@@ -68,13 +68,13 @@ class Comparison:
         return self.text() or f"<kbench.Comparison: nothing to compare in {len(self.results)} runs>"
 
     def _repr_html_(self) -> str:
-        from kbench.views.report import esc, table_html
-
         if not self.tables:
             return f"<p>Nothing to compare in {len(self.results)} runs.</p>"
-        lines = [f"<li>{esc(line.strip())}</li>" for line in tables.not_ok_lines(self.results)]
+        lines = [
+            f"<li>{tables.esc(line.strip())}</li>" for line in tables.not_ok_lines(self.results)
+        ]
         failed = f"<p>Runs without a result:</p><ul>{''.join(lines)}</ul>" if lines else ""
-        return "".join(table_html(t) for t in self.tables) + failed
+        return "".join(t.html() for t in self.tables) + failed
 
 
 def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:

@@ -2,7 +2,7 @@
 no display): run groups, backend colours, labels, PNG output.
 
 Results are first put in :class:`RunGroup` s: one per distinct config apart from the
-backend and the repeat (as :func:`kbench.views.compare.compare` groups them), each with a
+backend and the repeat (as :func:`kbench.results.analysis.compare` groups them), each with a
 label naming the model and whatever setting tells it apart from the other groups.
 Every figure function (in ``throughput_plots``, ``setting_plots``, ``timeline_plots``,
 ``accuracy_plots``, and the distributed view) returns :class:`Drawn` figures or one
@@ -19,8 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
-from kbench.results.result import RunResult
-from kbench.views.compare import (
+from kbench.results.analysis import (
     IGNORED_IN_GROUPING,
     BackendRow,
     ComparisonGroup,
@@ -29,7 +28,8 @@ from kbench.views.compare import (
     group_key,
     in_column,
 )
-from kbench.views.names import model_label
+from kbench.results.result import RunResult
+from kbench.views.tables import model_label
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +42,6 @@ WIDTH_IN = 11.0
 # a name kbench does not know (an older result's) takes a spare one.
 SPARE_COLOURS = ("#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac")
 NOT_OK_COLOUR = "#c0392b"
-
-# What each memory kind is, for labels; in order of preference for a single figure.
-MEMORY_KINDS = {
-    "process_nvml": "peak GPU memory of the worker (NVML, sampled)",
-    "framework_peak": "framework allocator peak on the GPU",
-    "device_used": "peak GPU memory used by every process on the device (NVML, sampled)",
-    "process_peak_rss": "peak host memory (RSS) of the worker",
-}
 
 # How settings read in labels; keys not listed use their config name.
 SETTING_NAMES = {
@@ -192,31 +184,6 @@ def effective_threads(result: RunResult) -> Optional[int]:
     if value and str(value).isdigit():
         return int(value)
     return result.environment.get("machine", {}).get("cpu_logical_cores")
-
-
-def memory_by_kind(result: RunResult) -> Dict[str, int]:
-    """Peak memory readings of a run, bytes per kind (summed over GPUs)."""
-    out: Dict[str, int] = {}
-    for reading in result.metrics.get("memory") or []:
-        if reading.get("bytes") is not None:
-            out[reading["kind"]] = out.get(reading["kind"], 0) + int(reading["bytes"])
-    return out
-
-
-def no_gpu_reason(results: Sequence[RunResult]) -> Optional[str]:
-    """Why no run had a GPU, or None if some run had one: from environment.machine.gpu,
-    and from the GPUs the framework saw (none under --device cpu)."""
-    reasons = []
-    for r in results:
-        gpu = r.environment.get("machine", {}).get("gpu", {})
-        options = (r.environment.get("framework") or {}).get("memory_options") or {}
-        if not (gpu.get("available") and gpu.get("devices")):
-            reasons.append(gpu.get("reason") or "the machine has no GPU")
-        elif options.get("gpus_visible") == 0:
-            reasons.append("the machine has a GPU, but the worker saw none (--device cpu)")
-        else:
-            return None
-    return reasons[0] if reasons else "no runs"
 
 
 # --------------------------------------------------------------------------- outcome

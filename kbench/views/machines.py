@@ -1,12 +1,12 @@
 """Runs of several machines told apart: a store merged from laptops, a sweep run on a
 cluster's nodes.
 
-A machine is what :func:`kbench.views.compare.by_machine` groups by: its hostname, and
+A machine is what :func:`kbench.results.analysis.by_machine` groups by: its hostname, and
 its GPU where it had one (:func:`kbench.results.store.host_of`). What the machine was is
 said beside it (:func:`hardware_text`): its CPU model with the features that decide
 kernels, its GPU, and each framework's CPU kernel library (TensorFlow on oneDNN and on
 Eigen are different programs). No median and no ratio mixes machines: each machine's
-runs are compared on their own (:func:`kbench.views.compare.compare`), and a table that
+runs are compared on their own (:func:`kbench.results.analysis.compare`), and a table that
 sets machines side by side says so (:func:`mixed_note`).
 
 Only machines with a finished model run count (:func:`measured_machines`): a run recorded
@@ -27,9 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from kbench.results.result import RunResult
-from kbench.results.store import host_of, load_runs
-from kbench.views.compare import (
+from kbench.results.analysis import (
     MODEL_KINDS,
     ComparisonGroup,
     by_machine,
@@ -38,10 +36,14 @@ from kbench.views.compare import (
     kernels_of,
     varying_settings,
 )
+from kbench.results.result import RunResult
+from kbench.results.store import host_of, load_runs
 from kbench.views.tables import (
     SHORT_NAMES,
     Table,
     flagged,
+    group_title,
+    model_labels,
     ratio_text,
     setting_cell,
     spread_text,
@@ -163,7 +165,7 @@ def machine_table(results: Sequence[RunResult], baseline: Optional[str] = None) 
         for k in varying_settings([g for found in groups.values() for g in found])
         if k not in ("model", "dataset", "batch_size", "mode")
     ]
-    labels = {host: [_label(g, varying) for g in found] for host, found in groups.items()}
+    labels = {host: _labels(found, varying) for host, found in groups.items()}
     kernels = {host: kernel_libraries(runs) for host, runs in machines.items()}
     differ = _kernels_differ(kernels)
     rows = []
@@ -179,13 +181,18 @@ def machine_table(results: Sequence[RunResult], baseline: Optional[str] = None) 
     return Table("Per machine: headline figures", headers, rows, notes)
 
 
-def _label(group: ComparisonGroup, varying: Sequence[str]) -> str:
-    """A group's row label: its title, and the settings that differ between groups."""
-    parts = [
-        f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(group.settings.get(k), k)}"
-        for k in varying
-    ]
-    return group.title + (f" ({', '.join(parts)})" if parts else "")
+def _labels(groups: Sequence[ComparisonGroup], varying: Sequence[str]) -> List[str]:
+    """Each group's row label: its title, and the settings that differ between groups."""
+    models = model_labels(g.model for g in groups)
+    out = []
+    for group in groups:
+        parts = [
+            f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(group.settings.get(k), k)}"
+            for k in varying
+        ]
+        title = group_title(group, models[group.model])
+        out.append(title + (f" ({', '.join(parts)})" if parts else ""))
+    return out
 
 
 def _kernels_differ(kernels: Dict[str, Dict[str, List[str]]]) -> bool:

@@ -12,31 +12,38 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import html
 import logging
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from kbench.results.analysis import BackendRow, kernels_text, row_named
 from kbench.results.jsonfile import write_text_atomic
+from kbench.results.readings import MEMORY_KINDS, memory_peaks
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
 from kbench.views import accuracy_plots, figures, setting_plots, throughput_plots, timeline_plots
-from kbench.views.compare import Spread, kernels_text, row_named
 from kbench.views.figures import Drawn, RunGroup, Skipped
 from kbench.views.machines import hardware_text, mixed_note, several_machines
-from kbench.views.names import model_label
-from kbench.views.tables import Table
+from kbench.views.tables import (
+    MEMORY_SHORT,
+    Cell,
+    Heading,
+    Markup,
+    Table,
+    bytes_text,
+    esc,
+    flagged,
+    memory_text,
+    model_label,
+    range_text,
+    ratio_style,
+    ratio_text,
+    spread_text,
+)
 
 log = logging.getLogger(__name__)
-
-MEMORY_SHORT = {
-    "process_peak_rss": "host RSS peak",
-    "framework_peak": "framework GPU peak",
-    "process_nvml": "worker GPU (NVML)",
-    "device_used": "device used (NVML)",
-}
 
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2329;
@@ -116,19 +123,11 @@ class MachineRuns:
     """One machine's share of a report on several machines' runs, compared on its own:
     its speed ratios are to the baseline on the same machine."""
 
-    host: str  # as :func:`kbench.views.compare.by_machine` names it
+    host: str  # as :func:`kbench.results.analysis.by_machine` names it
     runs: List[RunResult]
     groups: List[RunGroup]
     backends: List[str]
     baseline: str  # the report's baseline backend, or this machine's first where it lacks it
-
-
-class Markup(str):
-    """Text that is already HTML: cells and blocks built from escaped pieces."""
-
-
-def esc(value: Any) -> str:
-    return value if isinstance(value, Markup) else html.escape(str(value))
 
 
 def write_report(
@@ -148,38 +147,13 @@ def write_report(
             "`kbench run ...` and pass the results it wrote (RunResult.load on each JSON file)."
         )
     path = Path(path)
-    measured = [r for r in results if r.kind in ("train", "inference")]
-    # kbench exec runs that timed training (one that trained nothing has no speed to plot)
-    measured += [r for r in results if r.kind == "exec" and r.metrics.get("images_per_sec")]
+    measured = measured_runs(results)
     backends = figures.backend_order(measured)
     base = report_baseline(backends, baseline)
-    notes: List[str] = []
-    operators = [r for r in results if r.kind == "ops"]
-    parity = sum(r.kind == "parity" for r in results)
-    if parity:
-        notes.append(
-            f"{parity} parity run(s) are listed under failures if they failed, but not "
-            "plotted: they compare numbers between backends, not speed."
-        )
-    dropped = sum(1 for r in measured if r.dropped)
-    if dropped:
-        notes.append(
-            f"{dropped} window(s) dropped (measured while the machine was busy or its GPU "
-            "shared, or superseded by a later measuring) are left out of the figures; "
-            "kbench compare says why each was dropped."
-        )
+    notes = left_out_notes(results, measured)
     groups = figures.group_runs(measured, base)
     machines = machine_groups(measured, base)
-
-    outcomes: List[Any] = [
-        throughput_plots.throughput_bars(groups, backends),
-        *speed_heatmaps(groups, backends, base, machines),
-        setting_plots.batch_size_plot(groups, backends),
-        setting_plots.memory_fraction_plot(groups, backends, measured),
-        setting_plots.threads_plot(groups, backends),
-        accuracy_plots.accuracy_plot(groups, backends),
-        accuracy_plots.runtime_accuracy_plot(groups, backends),
-    ]
+    outcomes = report_figures(groups, backends, base, machines, measured)
     picked, timeline_notes = timeline_plots.pick_timeline_runs(groups, backends)
     timelines = [timeline_plots.timeline(group, run, backends) for group, run in picked]
     if not timelines:
@@ -188,20 +162,7 @@ def write_report(
         )
         outcomes.append(Skipped(timeline_plots.TIMELINES, reason))
     notes += timeline_notes
-    if operators:
-        from kbench.views.ops import ops_figures
-
-        outcomes += [
-            Drawn(
-                f"Operator: {name}",
-                png,
-                "Median time per call against size (log-log; what size means for this "
-                "operation is in `kbench ops --help`), p10-p90 as error bars; only checked "
-                "results are timed.",
-            )
-            for name, png in ops_figures(operators)
-        ]
-
+    outcomes += operator_figures([r for r in results if r.kind == "ops"])
     extra_sections, extra_outcomes = distributed_section(results)
     extra_sections += profile_section(results)
     extra_sections = [_section_html(s) for s in sections] + extra_sections
@@ -231,6 +192,69 @@ def write_report(
         skipped=[s.sentence for s in skipped],
         notes=notes,
     )
+
+
+def measured_runs(results: Sequence[RunResult]) -> List[RunResult]:
+    """The runs the figures and the summary are of: training and inference, and the
+    kbench exec runs that timed training (one that trained nothing has no speed to plot)."""
+    measured = [r for r in results if r.kind in ("train", "inference")]
+    return measured + [r for r in results if r.kind == "exec" and r.metrics.get("images_per_sec")]
+
+
+def left_out_notes(results: Sequence[RunResult], measured: Sequence[RunResult]) -> List[str]:
+    """What the figures leave out, and why: parity runs, dropped windows."""
+    notes: List[str] = []
+    parity = sum(r.kind == "parity" for r in results)
+    if parity:
+        notes.append(
+            f"{parity} parity run(s) are listed under failures if they failed, but not "
+            "plotted: they compare numbers between backends, not speed."
+        )
+    dropped = sum(1 for r in measured if r.dropped)
+    if dropped:
+        notes.append(
+            f"{dropped} window(s) dropped (measured while the machine was busy or its GPU "
+            "shared, or superseded by a later measuring) are left out of the figures; "
+            "kbench compare says why each was dropped."
+        )
+    return notes
+
+
+def report_figures(
+    groups: Sequence[RunGroup],
+    backends: Sequence[str],
+    baseline: str,
+    machines: Sequence[MachineRuns],
+    measured: Sequence[RunResult],
+) -> List[Any]:
+    """The figures of the measured runs (drawn, or skipped with the reason)."""
+    return [
+        throughput_plots.throughput_bars(groups, backends),
+        *speed_heatmaps(groups, backends, baseline, machines),
+        setting_plots.batch_size_plot(groups, backends),
+        setting_plots.memory_fraction_plot(groups, backends, measured),
+        setting_plots.threads_plot(groups, backends),
+        accuracy_plots.accuracy_plot(groups, backends),
+        accuracy_plots.runtime_accuracy_plot(groups, backends),
+    ]
+
+
+def operator_figures(operators: Sequence[RunResult]) -> List[Any]:
+    """A figure per operation of ``kbench ops`` runs; none without them."""
+    if not operators:
+        return []
+    from kbench.views.ops import ops_figures
+
+    return [
+        Drawn(
+            f"Operator: {name}",
+            png,
+            "Median time per call against size (log-log; what size means for this "
+            "operation is in `kbench ops --help`), p10-p90 as error bars; only checked "
+            "results are timed.",
+        )
+        for name, png in ops_figures(operators)
+    ]
 
 
 def report_baseline(backends: Sequence[str], baseline: Optional[str]) -> str:
@@ -441,26 +465,6 @@ def skipped_html(skipped: Sequence[Skipped], notes: Sequence[str]) -> str:
     return f'<ul class="skipped">{items}</ul>'
 
 
-def table(
-    headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()
-) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        if isinstance(row, Markup):  # a whole row, already built
-            body.append(row)
-            continue
-        cells = "".join(
-            f'<td class="num">{esc(c)}</td>' if i in numeric else f"<td>{esc(c)}</td>"
-            for i, c in enumerate(row)
-        )
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-# --------------------------------------------------------------------------- summary
-
-
 def summary_table(
     groups: Sequence[RunGroup], backends: Sequence[str], baseline: str, legend: bool = True
 ) -> str:
@@ -473,42 +477,33 @@ def summary_table(
     ]  # fmt: skip
     rows: List[Any] = []
     for group in groups:
-        badge = (
-            '<span class="badge synthetic">SYNTHETIC DATA</span>'
-            if group.comparison.synthetic
-            else ""
-        )
         mode = "inference" if group.comparison.mode == "inference" else "training"
-        rows.append(
-            Markup(
-                f'<tr class="group"><td colspan="{len(headers)}">{esc(group.label)} '
-                f'<span class="muted">({esc(group.comparison.dataset)}, {mode})</span>'
-                f"{badge}</td></tr>"
-            )
-        )
+        synthetic = ("SYNTHETIC DATA",) if group.comparison.synthetic else ()
+        detail = f"({group.comparison.dataset}, {mode})"
+        rows.append(Heading(Cell(group.label, badges=synthetic, detail=detail)))
         for backend in backends:
             row = group.row(backend)
-            if row is None:
-                continue
-            rate = row.images_per_sec
-            status = ", ".join(f"{n} {s}" for s, n in row.statuses.items())
-            runs_cell = Markup(
-                esc(status)
-                if row.all_ok
-                else f'<span class="badge bad">{esc(status.upper())}</span>'
-            )
-            rows.append(
-                [
-                    backend_cell(backend, group.runs_of(backend)),
-                    runs_cell,
-                    rate_cell(row),
-                    "—" if rate is None else f"{rate.low:,.0f}–{rate.high:,.0f}, n={rate.n}",
-                    ratio_cell(row, group, baseline),
-                    accuracy_cell(row.test_accuracy),
-                    memory_cell(group.runs_of(backend)),
-                ]
-            )
-    return table(headers, rows, numeric=(2, 3, 4, 5)) + (summary_legend(baseline) if legend else "")
+            if row is not None:
+                rows.append(summary_row(row, group, baseline))
+    summary = Table("", headers, rows, []).html(numeric=(2, 3, 4, 5))
+    return summary + (summary_legend(baseline) if legend else "")
+
+
+def summary_row(row: BackendRow, group: RunGroup, baseline: str) -> List[Any]:
+    """One backend's row of the summary: its runs, img/s (flagged), the ratio, the test
+    accuracy and the peak memory of each kind, each formatted as every table formats it."""
+    rate = row.images_per_sec
+    status = ", ".join(f"{n} {s}" for s, n in row.statuses.items())
+    runs = group.runs_of(row.backend)
+    return [
+        backend_cell(row.backend, runs),
+        status if row.all_ok else Cell(status.upper(), css="badge bad"),
+        "—" if rate is None else flagged(format(rate.median, ",.0f"), row),
+        "—" if rate is None else range_text(rate, ",.0f"),
+        ratio_cell(row, group, baseline),
+        "—" if row.test_accuracy is None else spread_text(row.test_accuracy, ".3f"),
+        memory_cell(runs),
+    ]
 
 
 def summary_legend(baseline: str) -> str:
@@ -528,82 +523,46 @@ def summary_legend(baseline: str) -> str:
     )
 
 
-def backend_cell(backend: str, runs: Sequence[RunResult]) -> Any:
+def backend_cell(backend: str, runs: Sequence[RunResult]) -> Cell:
     """The backend's name, with the warnings its runs carry (``RunResult.warnings``)."""
-    warned = dict.fromkeys(w for r in runs for w in r.warnings)
-    if not warned:
-        return backend
-    notes = "".join(f'<div class="muted">{esc(w)}</div>' for w in warned)
-    return Markup(f'{esc(backend)} <span class="badge bad">warning</span>{notes}')
+    warned = tuple(dict.fromkeys(w for r in runs for w in r.warnings))
+    return Cell(backend, warned, ("warning",) if warned else ())
 
 
-def ratio_cell(row: Any, group: RunGroup, baseline: str) -> Any:
+def ratio_cell(row: BackendRow, group: RunGroup, baseline: str) -> Cell:
+    """The ratio to the baseline (:func:`kbench.views.tables.ratio_text`), coloured where
+    it is faster or slower; the baseline's own row badged."""
     if row.backend == baseline:
-        return Markup('<span class="badge base">baseline</span>')
+        return Cell("x1.00", badges=("baseline",))
     if group.comparison.baseline != baseline:
-        return f"no {baseline} run"
-    ratio = row.ratio_interval
-    if ratio is None:
-        return "—"
-    css = "faster" if ratio.median > 1.05 else "slower" if ratio.median < 0.95 else ""
-    text = f"{ratio.median:.3g}×"
-    if ratio.n < 2:
-        return Markup(
-            f'<span class="{css}">{esc(text)}</span> <span class="muted">1 run: no spread</span>'
-        )
-    detail = f"{ratio.low:.3g}–{ratio.high:.3g}, {ratio.coverage:.0%} interval"
-    if not ratio.clear:
-        return Markup(
-            f'no clear difference <span class="muted">({esc(text)}, {esc(detail)})</span>'
-        )
-    return Markup(
-        f'<span class="{css}">{esc(text)}</span> <span class="muted">({esc(detail)})</span>'
-    )
-
-
-def rate_cell(row: Any) -> Any:
-    """The median img/s, with the quality flags of its runs beside it (busy, throttled,
-    on battery: :mod:`kbench.measure.quality`), and what sets its setup apart from the
-    rows beside it (another CPU, another kernel library: ``BackendRow.setup_flags``)."""
-    rate = row.images_per_sec
-    if rate is None:
-        return "—"
-    if not row.quality_flags and not row.setup_flags:
-        return f"{rate.median:,.0f}"
-    cell = f"{rate.median:,.0f}"
-    if row.quality_flags:
-        cell += ' <span class="badge bad">flagged</span>'
-    if row.setup_flags:
-        cell += ' <span class="badge setup">other setup</span>'
-    flags = [*row.quality_flags, *row.setup_flags]
-    return Markup(cell + "".join(f'<div class="flag">{esc(flag)}</div>' for flag in flags))
-
-
-def accuracy_cell(spread: Optional[Spread]) -> str:
-    if spread is None:
-        return "—"
-    if spread.n > 1 and spread.high - spread.low > 5e-4:
-        return f"{spread.median:.3f} ({spread.low:.3f}–{spread.high:.3f})"
-    return f"{spread.median:.3f}"
+        return Cell(f"no {baseline} run")
+    return Cell(ratio_text(row, baseline), css=ratio_style(row))
 
 
 def memory_cell(runs: Sequence[RunResult]) -> Any:
-    per_kind: Dict[str, List[int]] = {}
+    """Each memory kind the finished ``runs`` read: the median over them of its largest
+    per-GPU peak (with the sum over the GPUs, where several), and the kind."""
+    per_kind: Dict[str, List[Any]] = {}
     for run in runs:
         if run.ok:
-            for kind, value in figures.memory_by_kind(run).items():
-                per_kind.setdefault(kind, []).append(value)
+            for kind, peak in memory_peaks(run).items():
+                per_kind.setdefault(kind, []).append(peak)
     if not per_kind:
         return "—"
-    order = [k for k in figures.MEMORY_KINDS if k in per_kind] + sorted(
-        k for k in per_kind if k not in figures.MEMORY_KINDS
+    order = [k for k in MEMORY_KINDS if k in per_kind] + sorted(
+        k for k in per_kind if k not in MEMORY_KINDS
     )
-    return Markup(
-        "<br>".join(
-            esc(f"{format_bytes(statistics.median(per_kind[k]))} {MEMORY_SHORT.get(k, k)}")
-            for k in order
+    lines = []
+    for kind in order:
+        peaks = per_kind[kind]
+        totals = [p.total for p in peaks if p.total is not None]
+        text = memory_text(
+            statistics.median(p.largest for p in peaks),
+            max(p.devices for p in peaks),
+            statistics.median(totals) if totals else None,
         )
-    )
+        lines.append(esc(f"{text} {MEMORY_SHORT.get(kind, kind)}"))
+    return Markup("<br>".join(lines))
 
 
 def device_text(device: Dict[str, Any]) -> str:
@@ -611,13 +570,7 @@ def device_text(device: Dict[str, Any]) -> str:
     if device.get("error"):
         return f"GPU {device.get('index', '?')}: not readable ({device['error']})"
     total = device.get("memory_total_bytes")
-    return f"{device.get('name')} ({format_bytes(total) if total else 'memory unknown'})"
-
-
-def format_bytes(value: float) -> str:
-    if value >= 10 * 2**30:
-        return f"{value / 2**30:.1f} GiB"
-    return f"{value / 2**20:,.0f} MiB"
+    return f"{device.get('name')} ({bytes_text(total) if total else 'memory unknown'})"
 
 
 # --------------------------------------------------------------------------- data-parallel
@@ -634,14 +587,14 @@ def distributed_section(
     if not found:
         return [], []
     outcomes = breakdown_figures(results)
-    body = "".join(table_html(t, numeric_columns(t)) for t in found)
+    body = "".join(t.html(numeric_columns(t)) for t in found)
     body += "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
     return [("distributed", "Data-parallel training", body)], outcomes
 
 
 def _section_html(section: Section) -> Tuple[str, str, str]:
     body = f"<p>{esc(section.intro)}</p>" if section.intro else ""
-    body += "".join(table_html(t) for t in section.tables)
+    body += "".join(t.html() for t in section.tables)
     body += "".join(figure_html(o) for o in section.outcomes if isinstance(o, Drawn))
     return section.id, section.heading, body
 
@@ -662,18 +615,8 @@ def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
             if t.rows and all(r[i].rstrip("%").replace(".", "", 1).isdigit() for r in t.rows)
         ]
 
-    body = "".join(table_html(t, numeric(t)) for t in found)
+    body = "".join(t.html(numeric(t)) for t in found)
     return [("profiles", "Where the time goes: operators (--profile)", body)]
-
-
-def table_html(found: Table, numeric: Sequence[int] = ()) -> str:
-    """A :class:`kbench.views.tables.Table`: its title, its rows, its notes."""
-    notes = "".join(f"<li>{esc(n)}</li>" for n in found.notes)
-    return (
-        f"<h3>{esc(found.title)}</h3>"
-        + table(found.headers, found.rows, numeric)
-        + (f'<ul class="muted">{notes}</ul>' if notes else "")
-    )
 
 
 # --------------------------------------------------------------------------- failures
@@ -698,11 +641,11 @@ def failures_table(failed: Sequence[RunResult]) -> str:
                 run.run_id,
                 config.get("backend", "?"),
                 f"{model_label(config.get('model', '?'))}, batch {config.get('batch_size', '?')}",
-                Markup(f'<span class="badge bad">{esc(run.status.upper())}</span>'),
+                Cell(run.status.upper(), css="badge bad"),
                 Markup(detail),
             ]
         )
-    return table(["run", "backend", "model", "status", "reason"], rows)
+    return Table("", ["run", "backend", "model", "status", "reason"], rows, []).html()
 
 
 # --------------------------------------------------------------------------- environment
@@ -726,9 +669,9 @@ def environment_html(results: Sequence[RunResult]) -> str:
         software.setdefault(repr(row), row)
     return (
         "<h3>Machine</h3>"
-        + table(["host", "CPU", "cores", "memory", "GPU"], list(machines.values()))
+        + Table("", ["host", "CPU", "cores", "memory", "GPU"], list(machines.values()), []).html()
         + "<h3>kbench</h3>"
-        + table(["version", "git commit", "interpreter"], list(software.values()))
+        + Table("", ["version", "git commit", "interpreter"], list(software.values()), []).html()
         + "<h3>Frameworks</h3>"
         + frameworks_html(results)
     )
@@ -751,7 +694,7 @@ def machine_row(machine: Dict[str, Any]) -> List[Any]:
         machine.get("cpu_model", "?"),
         f"{machine.get('cpu_logical_cores', '?')} logical / "
         f"{machine.get('cpu_physical_cores', '?')} physical",
-        format_bytes(memory) if memory else "?",
+        bytes_text(memory) if memory else "?",
         gpu_text,
     ]
 
@@ -782,4 +725,4 @@ def frameworks_html(results: Sequence[RunResult]) -> str:
     headers = ["backend", "framework", "Keras", "image format", "devices", "threads"]
     if several:
         headers = ["host", *headers, "CPU kernels"]
-    return table(headers, list(frameworks.values()))
+    return Table("", headers, list(frameworks.values()), []).html()

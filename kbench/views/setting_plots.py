@@ -8,10 +8,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbench.results.analysis import Spread
+from kbench.results.readings import MEMORY_KINDS, memory_peak, memory_peaks, no_gpu_reason
 from kbench.results.result import RunResult
 from kbench.views.figures import (
     LOG_SCALE_ABOVE,
-    MEMORY_KINDS,
     MIB,
     NOT_OK_COLOUR,
     Drawn,
@@ -23,15 +24,14 @@ from kbench.views.figures import (
     effective_threads,
     has_rate,
     log_axis,
-    memory_by_kind,
     model_title,
     new_figure,
-    no_gpu_reason,
     not_ok_text,
     panel_grid,
     png_of,
     varying_keys,
 )
+from kbench.views.tables import MEMORY_LABELS
 
 BATCH_SIZE = "Throughput against batch size"
 MEMORY_FRACTION = "Throughput and memory against the GPU memory fraction"
@@ -223,7 +223,7 @@ def memory_fraction_plot(
             if kind:
                 memory = [
                     _spread_of(
-                        [memory_by_kind(r).get(kind) for r in g.runs_of(line.backend) if r.ok],
+                        [_largest(r, kind) for r in g.runs_of(line.backend) if r.ok],
                         scale=1 / MIB,
                     )
                     for _, g in line.points
@@ -244,7 +244,7 @@ def memory_fraction_plot(
         speed_ax.legend(fontsize=9, loc="best")
         if kind:
             memory_ax.set_ylabel("MiB")
-            memory_ax.set_title(MEMORY_KINDS.get(kind, kind), fontsize=10)
+            memory_ax.set_title(MEMORY_LABELS.get(kind, kind), fontsize=10)
         else:
             memory_ax.set_axis_off()
             memory_ax.text(
@@ -252,7 +252,8 @@ def memory_fraction_plot(
             )
     caption = (
         "Left: median img/s over repeats (error bars: lowest to highest repeat). Right: "
-        "peak memory, of the kind named above the panel (median over repeats). 'no cap' is "
+        "peak memory, of the kind named above the panel (median over repeats; the largest "
+        "GPU's where a run used several). 'no cap' is "
         "the framework's own default (TensorFlow takes nearly all GPU memory, JAX 75 %)."
     )
     reason = no_gpu_reason(results)
@@ -264,8 +265,13 @@ def memory_fraction_plot(
     return Drawn(MEMORY_FRACTION, png_of(figure), caption)
 
 
+def _largest(run: RunResult, kind: str) -> Optional[int]:
+    peak = memory_peak(run, kind)
+    return None if peak is None else peak.largest
+
+
 def _common_memory_kind(runs: Sequence[RunResult]) -> Optional[str]:
-    kinds = [set(memory_by_kind(r)) for r in runs]
+    kinds = [set(memory_peaks(r)) for r in runs]
     for kind in MEMORY_KINDS:
         if kinds and all(kind in k for k in kinds):
             return kind
@@ -273,8 +279,6 @@ def _common_memory_kind(runs: Sequence[RunResult]) -> Optional[str]:
 
 
 def _spread_of(values: Sequence[Optional[float]], scale: float = 1.0) -> Optional[Any]:
-    from kbench.views.compare import Spread
-
     return Spread.of([v * scale for v in values if v is not None])
 
 

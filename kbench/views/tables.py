@@ -1,34 +1,112 @@
-"""Tables of results: plain text for the terminal, Markdown for files."""
+"""Tables: one model (:class:`Table`, of :class:`Cell` s) rendered as plain text for the
+terminal, Markdown for files and HTML for the report; and one formatter per quantity (a
+spread, a ratio, bytes, memory, utilization), which every table uses. The figures come
+from :mod:`kbench.results.analysis`; nothing here computes one."""
 
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
-from kbench.results.ending import device_used
-from kbench.results.result import RunResult
-from kbench.views.compare import (
-    MEMORY_LABELS,
+from kbench.measure.stats import MedianInterval
+from kbench.results.analysis import (
     MODEL_KINDS,
-    UTILIZATION_LABELS,
     BackendRow,
     ComparisonGroup,
     Spread,
     by_machine,
+    clear,
     compare,
     kernels_text,
-    model_labels,
     varying_settings,
 )
-from kbench.views.names import model_label
+from kbench.results.config import short_name
+from kbench.results.ending import device_used
+from kbench.results.result import RunResult
+
+# --------------------------------------------------------------------------- the model
 
 
-def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; numbers right-aligned."""
-    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
+class Markup(str):
+    """Text that is already HTML: cells and blocks built from escaped pieces."""
+
+
+def esc(value: Any) -> str:
+    return value if isinstance(value, Markup) else html.escape(str(value))
+
+
+# The report's badge styles (its CSS), by the label a cell gives a badge.
+BADGE_STYLES = {"flagged": "bad", "warning": "bad", "other setup": "setup",
+                "baseline": "base", "SYNTHETIC DATA": "synthetic"}  # fmt: skip
+
+
+class Cell(str):
+    """One cell: its text and what is said beside it. As a string (text and Markdown) it
+    reads ``text (detail) [flag; flag]``, so it compares and pads as that text; as HTML
+    (:meth:`html`), the text (in ``css``'s class), the detail muted, a badge per
+    ``badges`` and a line per flag. Badges are HTML only: the flags say the same in words."""
+
+    text: str
+    flags: Tuple[str, ...]
+    badges: Tuple[str, ...]
+    css: str
+    detail: str
+
+    def __new__(
+        cls,
+        text: str,
+        flags: Sequence[str] = (),
+        badges: Sequence[str] = (),
+        css: str = "",
+        detail: str = "",
+    ) -> Cell:
+        plain = text + (f" ({detail})" if detail else "")
+        cell = super().__new__(cls, f"{plain} [{'; '.join(flags)}]" if flags else plain)
+        cell.text, cell.flags, cell.badges = text, tuple(flags), tuple(badges)
+        cell.css, cell.detail = css, detail
+        return cell
+
+    def html(self) -> str:
+        text = esc(self.text)
+        if self.css:
+            text = f'<span class="{self.css}">{text}</span>'
+        if self.detail:
+            text += f' <span class="muted">{esc(self.detail)}</span>'
+        text += "".join(
+            f' <span class="badge {BADGE_STYLES.get(b, "bad")}">{esc(b)}</span>'
+            for b in self.badges
+        )
+        return Markup(text + "".join(f'<div class="flag">{esc(f)}</div>' for f in self.flags))
+
+
+CellLike = str  # a Cell, a Markup (HTML, in tables only the report shows) or plain text
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A row that heads the rows below it (a group of a comparison), across the columns."""
+
+    cell: Cell
+
+
+Row = Union[Sequence[CellLike], Heading]
+
+
+def cell_html(cell: CellLike) -> str:
+    """A cell as HTML: a :class:`Cell` with its badges and flags, :class:`Markup` as it
+    is, any other text escaped."""
+    return cell.html() if isinstance(cell, Cell) else esc(cell)
+
+
+def render(headers: Sequence[str], rows: Sequence[Row]) -> str:
+    """Columns padded to their widest cell; numbers right-aligned; a heading row on a
+    line of its own."""
+    body = [row for row in rows if not isinstance(row, Heading)]
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *body)]
 
     def line(cells: Sequence[str]) -> str:
         out = []
@@ -39,7 +117,159 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         return "  ".join(out).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+    lines = [str(row.cell) if isinstance(row, Heading) else line(row) for row in rows]
+    return "\n".join([line(headers), rule, *lines])
+
+
+@dataclass(frozen=True)
+class Table:
+    """A title, column headers, rows (of cells, or headings) and notes below."""
+
+    title: str
+    headers: List[str]
+    rows: List[Row]
+    notes: List[str]
+
+    def text(self) -> str:
+        notes = "".join(f"\n  {n}" for n in self.notes)
+        title = f"{self.title}\n" if self.title else ""
+        return f"{title}{render(self.headers, self.rows)}{notes}"
+
+    def markdown(self) -> str:
+        def cells(row: Sequence[CellLike]) -> str:
+            return "| " + " | ".join(markdown_text(c).replace("|", "\\|") for c in row) + " |"
+
+        lines = [f"### {markdown_text(self.title)}", "", cells(self.headers)]
+        lines.append("|" + "|".join("---" for _ in self.headers) + "|")
+        lines += [
+            cells([f"**{row.cell}**"] + [""] * (len(self.headers) - 1))
+            if isinstance(row, Heading)
+            else cells(row)
+            for row in self.rows
+        ]
+        lines += [""] + [f"- {markdown_text(n)}" for n in self.notes] if self.notes else []
+        return "\n".join(lines)
+
+    def html(self, numeric: Iterable[int] = ()) -> str:
+        """The table as the report shows it: its title (if any), the table (``numeric``:
+        the columns aligned as numbers), its notes."""
+        numeric = set(numeric)
+        head = "".join(f"<th>{esc(h)}</th>" for h in self.headers)
+        body = []
+        for row in self.rows:
+            if isinstance(row, Heading):
+                body.append(
+                    f'<tr class="group"><td colspan="{len(self.headers)}">'
+                    f"{row.cell.html()}</td></tr>"
+                )
+                continue
+            cells = "".join(
+                f'<td class="num">{cell_html(c)}</td>'
+                if i in numeric
+                else f"<td>{cell_html(c)}</td>"
+                for i, c in enumerate(row)
+            )
+            body.append(f"<tr>{cells}</tr>")
+        notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
+        return (
+            (f"<h3>{esc(self.title)}</h3>" if self.title else "")
+            + f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            + (f'<ul class="muted">{notes}</ul>' if notes else "")
+        )
+
+
+def markdown_text(text: object) -> str:
+    """``text`` as Markdown shows it, never as HTML: model names, titles and reasons
+    come from the user (``<script>`` in a file name stays text), and a line break would
+    end a table row."""
+    return html.escape(" ".join(str(text).splitlines()), quote=False)
+
+
+# --------------------------------------------------------------------------- names
+
+# Short names for what people read: a user model's file, not its absolute path. A result
+# keeps the model's and the data's full path and sha256 (``kbench results --export`` writes
+# them); tables, comparison titles, figures and the report show ``my_model.py:build``,
+# ``model.keras``, ``npz:data.npz`` or ``folder:photos``.
+
+PATH_PREFIXES = ("npz:", "folder:")  # data sets named by a path on this machine
+
+
+def model_label(model: object) -> str:
+    """A zoo name unchanged; a user model's file name (with its function)."""
+    return short_name(model) if isinstance(model, str) else str(model)
+
+
+def dataset_label(dataset: object) -> str:
+    """A built-in or tfds name unchanged; a data file or folder by its last part."""
+    if not isinstance(dataset, str):
+        return str(dataset)
+    for prefix in PATH_PREFIXES:
+        if dataset.startswith(prefix):
+            return prefix + os.path.basename(dataset[len(prefix) :].rstrip("/"))
+    return dataset
+
+
+def model_labels(models: Iterable[str]) -> Dict[str, str]:
+    """A label per model: its short name (``net.py:build``), or, where several user
+    model files share one, as much of each path as tells them apart
+    (``a/net.py:build``, ``b/net.py:build``)."""
+    models = list(dict.fromkeys(m for m in models if isinstance(m, str)))
+    labels = {m: model_label(m) for m in models}
+    clashes: Dict[str, List[str]] = {}
+    for model, label in labels.items():
+        clashes.setdefault(label, []).append(model)
+    for clashing in clashes.values():
+        if len(clashing) < 2:
+            continue
+        tails = {m: labels[m] for m in clashing}
+        for depth in range(2, 1 + max(len(_where(m)[0].split("/")) for m in clashing)):
+            tails = {m: _path_tail(m, depth) for m in clashing}
+            if len(set(tails.values())) == len(clashing):
+                break
+        labels.update(tails)
+    return labels
+
+
+def _where(model: str) -> Tuple[str, str]:
+    """A user model's path and function (none for a saved model)."""
+    if model.endswith(".keras") or ":" not in model:
+        return model, ""
+    where, _, function = model.rpartition(":")
+    return where, function
+
+
+def _path_tail(model: str, depth: int) -> str:
+    where, function = _where(model)
+    tail = "/".join(where.replace("\\", "/").split("/")[-depth:])
+    return tail + (f":{function}" if function else "")
+
+
+# --------------------------------------------------------------------------- quantities
+
+# What each memory kind and utilization is, in words (a table's notes, a figure's title)
+MEMORY_LABELS = {
+    "process_nvml": "GPU memory of the worker process (NVML, peak sampled)",
+    "framework_peak": "framework peak allocation (its own counter)",
+    "device_used": "GPU memory used on the whole device (NVML, peak sampled)",
+    "process_peak_rss": "peak resident host memory of the worker (RSS)",
+}
+MEMORY_SHORT = {  # and in a cell beside its figure
+    "process_peak_rss": "host RSS peak",
+    "framework_peak": "framework GPU peak",
+    "process_nvml": "worker GPU (NVML)",
+    "device_used": "device used (NVML)",
+}
+UTILIZATION_LABELS = {
+    "gpu": "GPU utilization: % of time a kernel ran (NVML), mean over the measured window",
+    "cpu": "CPU use of the worker: % of one core, mean over the measured window",
+}
+
+
+def range_text(spread: Spread, spec: str) -> str:
+    """``low-high, n=N``, or ``n=N`` where low and high read alike."""
+    low, high = format(spread.low, spec), format(spread.high, spec)
+    return f"n={spread.n}" if low == high else f"{low}-{high}, n={spread.n}"
 
 
 def spread_text(spread: Optional[Spread], spec: str, prefix: str = "") -> str:
@@ -47,86 +277,161 @@ def spread_text(spread: Optional[Spread], spec: str, prefix: str = "") -> str:
     if spread is None:
         return "-"
     text = prefix + format(spread.median, spec)
-    low, high = format(spread.low, spec), format(spread.high, spec)
-    if spread.n > 1:
-        text += f" (n={spread.n})" if low == high else f" ({low}-{high}, n={spread.n})"
-    return text
+    return text + (f" ({range_text(spread, spec)})" if spread.n > 1 else "")
+
+
+def interval_text(interval: MedianInterval, spec: str = ".2f") -> str:
+    """A ratio with its interval (:func:`kbench.results.analysis.clear` of 1 or not):
+    ``x0.51 (0.50-0.52, 75% interval, n=3)``, ``no clear difference (x0.97, 0.91-1.04,
+    ...)`` or ``x0.97 (1 run: no spread)``."""
+    ratio = "x" + format(interval.median, spec)
+    if interval.n < 2:
+        return f"{ratio} (1 run: no spread)"
+    detail = (
+        f"{format(interval.low, spec)}-{format(interval.high, spec)}, "
+        f"{interval.coverage:.0%} interval, n={interval.n}"
+    )
+    return f"{ratio} ({detail})" if clear(interval) else f"no clear difference ({ratio}, {detail})"
 
 
 def ratio_text(row: BackendRow, baseline: str) -> str:
-    """The speed ratio with its significance (:mod:`kbench.views.significance`): the
-    baseline itself reads ``x1.00``."""
+    """A row's speed ratio to ``baseline`` with its interval (:func:`interval_text`): the
+    baseline itself reads ``x1.00``; a row apart, why it has none."""
     if row.apart:
         return f"- [{row.apart}]"
     if row.ratio_interval is None:
         return "-"
     if row.backend == baseline:
         return "x1.00"
-    return row.ratio_interval.text()
+    return interval_text(row.ratio_interval)
 
 
-def flagged(text: str, row: BackendRow) -> str:
+def ratio_style(row: BackendRow) -> str:
+    """The report's colour of a ratio: faster or slower than the baseline by over 5%."""
+    interval = row.ratio_interval
+    if interval is None or row.apart:
+        return ""
+    return "faster" if interval.median > 1.05 else "slower" if interval.median < 0.95 else ""
+
+
+def bytes_text(value: float) -> str:
+    """``1.1 GiB``, ``392.0 MiB``, ``512 B``."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= 0.95 * size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def memory_text(largest: float, devices: int = 1, total: Optional[float] = None) -> str:
+    """A peak of memory: one device's, or where its readings span several GPUs, the
+    largest per GPU with the sum over them, labelled
+    (``3.0 GiB per GPU (largest of 2; sum 5.0 GiB)``)."""
+    if devices < 2:
+        return bytes_text(largest)
+    total_text = f"; sum {bytes_text(total)}" if total is not None else ""
+    return f"{bytes_text(largest)} per GPU (largest of {devices}{total_text})"
+
+
+def row_memory_text(row: BackendRow) -> Optional[str]:
+    """A row's peak memory: the median over its runs (:func:`memory_text`); None: none."""
+    if row.memory_bytes is None:
+        return None
+    total = row.memory_sum.median if row.memory_sum is not None else None
+    return memory_text(row.memory_bytes.median, row.memory_gpus, total)
+
+
+def utilization_text(row: BackendRow) -> Optional[str]:
+    """``57 (gpu)``, ``72 (gpu, mean of 2 GPUs)``, ``44 (cpu)``; None: none sampled."""
+    if row.utilization is None:
+        return None
+    several = f", mean of {row.utilization_gpus} GPUs" if row.utilization_gpus > 1 else ""
+    return f"{row.utilization.median:.0f} ({row.utilization_kind}{several})"
+
+
+def flagged(text: str, row: BackendRow) -> Cell:
     """``text`` with the row's quality and setup flags beside it: ``1,234 [busy: 48% of
-    ...]``, ``x0.52 [kernels: Eigen]``."""
-    flags = [*row.quality_flags, *row.setup_flags]
-    return f"{text} [{'; '.join(flags)}]" if flags else text
+    ...]``, ``x0.52 [kernels: Eigen]`` (in HTML, badged ``flagged``, ``other setup``)."""
+    badges = ("flagged",) * bool(row.quality_flags) + ("other setup",) * bool(row.setup_flags)
+    return Cell(text, (*row.quality_flags, *row.setup_flags), badges)
 
 
-def run_flagged(text: str, result: RunResult) -> str:
+def run_flagged(text: str, result: RunResult) -> Cell:
     """``text`` with one run's quality flags (``metrics.quality.flags``) beside it."""
-    flags = (result.metrics.get("quality") or {}).get("flags") or []
-    return f"{text} [{'; '.join(flags)}]" if flags else text
+    flags = tuple((result.metrics.get("quality") or {}).get("flags") or [])
+    return Cell(text, flags, ("flagged",) if flags else ())
+
+
+def failed_text(row: BackendRow) -> str:
+    """OOM, FAILED or TIMEOUT (with counts when mixed) where no run of a cell finished."""
+    parts = [s.upper() + (f" x{n}" if n > 1 else "") for s, n in row.statuses.items()]
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- runs
 
 
 def run_table(results: Sequence[RunResult]) -> str:
+    """The runs as ``kbench run`` lists them (:func:`runs_table`, as text)."""
+    return runs_table(results).text()
+
+
+def runs_table(results: Sequence[RunResult], title: str = "") -> Table:
+    """A row per run, as ``kbench run`` lists them and :class:`kbench.api.Results` shows
+    them: backend (``#2`` for a repeat), model, mode, data format, device, status, img/s
+    and its spread, the median step (latency for inference), first step, test accuracy,
+    parameters; the runs' warnings below."""
     headers = [
         "backend", "model", "mode", "format", "device", "status", "img/s",
         "spread (per step/batch)",
         "ms p50", "first step s", "test acc", "params",
     ]  # fmt: skip
-    rows = []
     labels = model_labels(r.config["model"] for r in results)
-    for r in results:
-        m = r.metrics
-        keras_json = r.environment.get("keras_json", {})
-        if not r.ok and m.get("images_per_sec") is not None:  # what it measured before
-            cells = [f"{m['images_per_sec']:,.0f} (partial)", *_steps_cells(m)[1:]]
-        elif not r.ok:
-            cells = ["-"] * 5
-        elif r.kind == "inference":
-            latency = m["latency_ms"]
-            cells = [
-                run_flagged(f"{m['images_per_sec']:,.0f}", r),
-                f"latency p90 {latency['p90']:.2f} ms, p99 {latency['p99']:.2f} ms",
-                f"{latency['p50']:.2f}",
-                f"{m['first_step_s']:.2f}",
-                "-",
-            ]
-        elif m.get("images_per_sec") is None and not m.get("step_time_s"):  # exec: no fit
-            cells = [m.get("note") or "-", "-", "-", "-", "-"]
-        else:
-            cells = _steps_cells(m)
-            cells[0] = run_flagged(cells[0], r)
-        params = r.model.get("params")
-        repeat = r.config.get("repeat", 0)
-        rows.append(
-            [
-                r.config["backend"] + (f" #{repeat + 1}" if repeat else ""),
-                labels[r.config["model"]],
-                r.kind,
-                keras_json.get("image_data_format", "-"),
-                device_used(r) or "-",
-                "ok" if r.ok else r.status.upper(),
-                *cells,
-                "-" if params is None else f"{params:,}",
-            ]
-        )
+    rows = [_run_row(r, labels[r.config["model"]]) for r in results]
     warned = dict.fromkeys(
-        f"\nwarning: {r.config['backend']}/{labels[r.config['model']]}: {w}"
+        f"warning: {r.config['backend']}/{labels[r.config['model']]}: {w}"
         for r in results
         for w in r.warnings
     )
-    return render(headers, rows) + "".join(warned)
+    return Table(title, headers, rows, list(warned))
+
+
+RUN_NUMERIC = range(6, 12)  # run_table's columns of numbers
+
+
+def _run_row(r: RunResult, label: str) -> List[CellLike]:
+    m = r.metrics
+    keras_json = r.environment.get("keras_json", {})
+    cells: List[CellLike]
+    if not r.ok and m.get("images_per_sec") is not None:  # what it measured before
+        cells = [f"{m['images_per_sec']:,.0f} (partial)", *_steps_cells(m)[1:]]
+    elif not r.ok:
+        cells = ["-"] * 5
+    elif r.kind == "inference":
+        latency = m["latency_ms"]
+        cells = [
+            run_flagged(f"{m['images_per_sec']:,.0f}", r),
+            f"latency p90 {latency['p90']:.2f} ms, p99 {latency['p99']:.2f} ms",
+            f"{latency['p50']:.2f}",
+            f"{m['first_step_s']:.2f}",
+            "-",
+        ]
+    elif m.get("images_per_sec") is None and not m.get("step_time_s"):  # exec: no fit
+        cells = [m.get("note") or "-", "-", "-", "-", "-"]
+    else:
+        cells = list(_steps_cells(m))
+        cells[0] = run_flagged(cells[0], r)
+    params = r.model.get("params")
+    repeat = r.config.get("repeat", 0)
+    return [
+        r.config["backend"] + (f" #{repeat + 1}" if repeat else ""),
+        label,
+        r.kind,
+        keras_json.get("image_data_format", "-"),
+        device_used(r) or "-",
+        "ok" if r.ok else r.status.upper(),
+        *cells,
+        "-" if params is None else f"{params:,}",
+    ]
 
 
 def _steps_cells(m: Dict[str, Any]) -> List[str]:
@@ -158,19 +463,48 @@ def _steps_cells(m: Dict[str, Any]) -> List[str]:
     ]  # fmt: skip
 
 
-def group_table(group: ComparisonGroup) -> str:
+def not_ok_lines(results: Sequence[RunResult]) -> List[str]:
+    """One line per run that gave no numbers, with its status and reason (a run that
+    is ``unsupported`` on this machine is listed too, though it is no failure)."""
+    labels = model_labels(r.config["model"] for r in results)
+    return [
+        f"  {r.config['backend']}/{labels[r.config['model']]}: {r.status}: {r.reason}"
+        for r in results
+        if not r.ok
+    ]
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def group_title(group: ComparisonGroup, label: str = "") -> str:
+    """``mlp on synthetic (synthetic data), batch 32``: the model (``label``: its name
+    among the others compared, :func:`model_labels`), the data, the
+    batch and the mode."""
+    dataset = dataset_label(group.dataset)
+    data = f"{dataset} (synthetic data)" if group.synthetic else dataset
+    mode = ", inference" if group.mode == "inference" else ""
+    model = (label or model_label(group.model)) + (f" ({group.variant})" if group.variant else "")
+    if group.batch_size is None:  # kbench exec: data and batch are the script's
+        return f"{model} on {data} data and batch{mode}"
+    return f"{model} on {data}, batch {group.batch_size}{mode}"
+
+
+def group_table(group: ComparisonGroup, label: str = "") -> Table:
+    """One group's rows, a backend each: img/s, the ratio to the baseline, and the
+    latency (inference) or accuracy and epoch time (training), first step."""
     inference = group.mode == "inference"
     headers = ["backend", "img/s", f"vs {group.baseline}"]
     headers += (
         ["latency p50 ms", "first step s"] if inference else ["test acc", "s/epoch", "first step s"]
     )
-    rows = []
+    rows: List[List[CellLike]] = []
     for row in group.rows:
         if row.images_per_sec is None:
             failed = ", ".join(f"{s.upper()} x{n}" for s, n in row.statuses.items())
             rows.append([row.backend, failed] + ["-"] * (len(headers) - 2))
             continue
-        cells = [
+        cells: List[CellLike] = [
             row.backend + ("" if row.all_ok else " (some runs failed)"),
             flagged(spread_text(row.images_per_sec, ",.0f"), row),
             ratio_text(row, group.baseline),
@@ -187,72 +521,45 @@ def group_table(group: ComparisonGroup) -> str:
     # a column no run has a figure for (warm windows record no test accuracy or epoch)
     kept = [i for i in range(len(headers)) if i < 3 or any(r[i] not in ("-", "") for r in rows)]
     headers, rows = [headers[i] for i in kept], [[r[i] for i in kept] for r in rows]
-    note = f"\n  {SETUP_NOTE}" if any(row.setup_flags for row in group.rows) else ""
+    notes = [SETUP_NOTE] if any(row.setup_flags for row in group.rows) else []
     if group.apart:
-        note += f"\n  {APART_NOTE}: {'; '.join(group.apart)}"
-    return f"{group.title}\n{render(headers, rows)}{note}"
+        notes.append(f"{APART_NOTE}: {'; '.join(group.apart)}")
+    return Table(group_title(group, label), headers, rows, notes)
 
 
 def comparison_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
     """Per model and setting: each backend's img/s and its per-round ratio to the baseline."""
-    return "\n\n".join(group_table(g) for g in compare(results, baseline))
+    groups = compare(results, baseline)
+    labels = model_labels(g.model for g in groups)
+    return "\n\n".join(group_table(g, labels[g.model]).text() for g in groups)
+
+
+def parameter_mismatches(results: Sequence[RunResult]) -> List[str]:
+    """One line per model and setting whose runs built models of different parameter
+    counts on different backends (a user model whose layers depend on the backend):
+    kbench promises the same model on every backend, so a run that finds otherwise
+    says so and fails. Empty where every group's runs agree."""
+    groups = compare(results)
+    labels = model_labels(g.model for g in groups)
+    lines = []
+    for group in groups:
+        if any(row.apart for row in group.rows):
+            sizes = "; ".join(
+                f"{row.backend}: {' and '.join(f'{p:,}' for p in row.params)}"
+                for row in group.rows
+                if row.params
+            )
+            lines.append(
+                f"error: {group_title(group, labels[group.model])}: the backends built models "
+                f"of different parameter counts ({sizes}), so their speeds compare different "
+                "models. Its layers depend on the backend: build the same layers on every "
+                "backend, then compare."
+            )
+    return lines
 
 
 # Study tables: one table per quantity, a row per model and setting, a column per
 # backend, as the studies kbench follows printed them.
-
-
-@dataclass(frozen=True)
-class Table:
-    title: str
-    headers: List[str]
-    rows: List[List[str]]
-    notes: List[str]
-
-    def text(self) -> str:
-        notes = "".join(f"\n  {n}" for n in self.notes)
-        return f"{self.title}\n{render(self.headers, self.rows)}{notes}"
-
-    def markdown(self) -> str:
-        def cells(row: Sequence[str]) -> str:
-            return "| " + " | ".join(markdown_text(c).replace("|", "\\|") for c in row) + " |"
-
-        lines = [f"### {markdown_text(self.title)}", "", cells(self.headers)]
-        lines.append("|" + "|".join("---" for _ in self.headers) + "|")
-        lines += [cells(r) for r in self.rows]
-        lines += [""] + [f"- {markdown_text(n)}" for n in self.notes] if self.notes else []
-        return "\n".join(lines)
-
-
-def markdown_text(text: object) -> str:
-    """``text`` as Markdown shows it, never as HTML: model names, titles and reasons
-    come from the user (``<script>`` in a file name stays text), and a line break would
-    end a table row."""
-    return html.escape(" ".join(str(text).splitlines()), quote=False)
-
-
-def not_ok_lines(results: Sequence[RunResult]) -> List[str]:
-    """One line per run that gave no numbers, with its status and reason (a run that
-    is ``unsupported`` on this machine is listed too, though it is no failure)."""
-    labels = model_labels(r.config["model"] for r in results)
-    return [
-        f"  {r.config['backend']}/{labels[r.config['model']]}: {r.status}: {r.reason}"
-        for r in results
-        if not r.ok
-    ]
-
-
-def _bytes(value: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= 0.95 * size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
-
-
-def _failed_cell(row: BackendRow) -> str:
-    """OOM, FAILED or TIMEOUT (with counts when mixed) where no run of a cell finished."""
-    parts = [s.upper() + (f" x{n}" if n > 1 else "") for s, n in row.statuses.items()]
-    return ", ".join(parts)
 
 
 def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> List[Table]:
@@ -285,35 +592,17 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
     return out
 
 
+CellOf = Callable[[BackendRow], Optional[CellLike]]
+DrawTable = Callable[[str, CellOf, List[str]], Table]
+
+
 def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> List[Table]:
     """:func:`study_tables` of the runs of one machine."""
     groups = compare(results, baseline)
     if not groups:
         return []
     columns = list(dict.fromkeys(row.backend for g in groups for row in g.rows))
-    varying = [k for k in varying_settings(groups) if k not in ("model",)]
-    variants = any(g.variant for g in groups)  # groups of one setting, apart (compare)
-    row_headers = ["model"] + (["setting"] if varying or variants else [])
-    labels = {g.model: g.label for g in groups}
-
-    def label(
-        model: str, synthetic: bool, settings: Dict[str, Any], variant: str = ""
-    ) -> List[str]:
-        model = (labels.get(model) or model_label(model)) + (" (synthetic)" if synthetic else "")
-        if not (varying or variants):
-            return [model]
-        parts = [
-            f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(settings[k], k)}"
-            for k in varying
-            if settings.get(k) is not None
-            and not (k == "dataset" and synthetic)
-            and not (k in SWITCHES and settings[k] == SWITCHES[k].default)  # a switch left off
-        ] + ([variant] if variant else [])
-        return [model, ", ".join(parts) or "defaults"]
-
-    def row_label(group: ComparisonGroup) -> List[str]:
-        return label(group.model, group.synthetic, group.settings, group.variant)
-
+    label = _row_labeller(groups)
     warned = dict.fromkeys(
         f"warning: {r.config['backend']}, "
         f"{', '.join(label(r.config['model'], bool(r.data.get('synthetic')), r.config))}: {w}"
@@ -321,30 +610,23 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
         if r.kind in MODEL_KINDS
         for w in r.warnings
     )
+    row_headers = ["model"] + (["setting"] if len(label("", False, {})) == 2 else [])
 
-    def table(title: str, cell: Callable[[BackendRow], Optional[str]], notes: List[str]) -> Table:
+    def row_label(group: ComparisonGroup) -> List[str]:
+        return label(group.model, group.synthetic, group.settings, group.variant)
+
+    def table(title: str, cell: CellOf, notes: List[str]) -> Table:
         rows = []
         for group in groups:
             by_backend = {row.backend: row for row in group.rows}
-            cells = []
-            for backend in columns:
-                row = by_backend.get(backend)
-                if row is None:
-                    cells.append("-")
-                elif row.images_per_sec is None:
-                    cells.append(_failed_cell(row))
-                else:
-                    text = cell(row) or "-"
-                    cells.append(text + ("" if row.all_ok else f" ({_failed_cell(row)} too)"))
-            rows.append(row_label(group) + cells)
+            rows.append(row_label(group) + [_study_cell(by_backend.get(b), cell) for b in columns])
         return Table(title, row_headers + columns, rows, notes)
 
     baselines = sorted({g.baseline for g in groups})
     baseline_of = {id(r): g.baseline for g in groups for r in g.rows}
-    repeats = "median (min-max, n runs)"
     tables = [
         table(
-            f"Throughput, images/s: {repeats}",
+            f"Throughput, images/s: {REPEATS}",
             lambda r: flagged(spread_text(r.images_per_sec, ",.0f"), r),
             ["measured window only (after the warmup steps)", *warned]
             + [apart_note(row_label(g), g) for g in groups if g.apart]
@@ -362,14 +644,55 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
             ],
         ),
     ]
-    return tables + _measure_tables(groups, table, repeats)
+    return tables + _measure_tables(groups, table)
 
 
-def _measure_tables(
+def _row_labeller(
     groups: Sequence[ComparisonGroup],
-    table: Callable[[str, Callable[[BackendRow], Optional[str]], List[str]], Table],
-    repeats: str,
-) -> List[Table]:
+) -> Callable[..., List[str]]:
+    """How the study tables name a row: the model (``(synthetic)``), and, where settings
+    differ between groups (or groups of one setting stand apart), the setting."""
+    varying = [k for k in varying_settings(groups) if k not in ("model",)]
+    variants = any(g.variant for g in groups)  # groups of one setting, apart (compare)
+    labels = model_labels(g.model for g in groups)
+
+    def label(
+        model: str, synthetic: bool, settings: Dict[str, Any], variant: str = ""
+    ) -> List[str]:
+        model = (labels.get(model) or model_label(model)) + (" (synthetic)" if synthetic else "")
+        if not (varying or variants):
+            return [model]
+        parts = [
+            f"{SHORT_NAMES.get(k, k.replace('_', ' '))} {setting_cell(settings[k], k)}"
+            for k in varying
+            if settings.get(k) is not None
+            and not (k == "dataset" and synthetic)
+            and not (k in SWITCHES and settings[k] == SWITCHES[k].default)  # a switch left off
+        ] + ([variant] if variant else [])
+        return [model, ", ".join(parts) or "defaults"]
+
+    return label
+
+
+def _study_cell(row: Optional[BackendRow], cell: CellOf) -> CellLike:
+    """One backend's cell of a study table: ``-`` where it did not run, its failures where
+    no run finished, else ``cell``'s figure (with the failures where some did not)."""
+    if row is None:
+        return "-"
+    if row.images_per_sec is None:
+        return failed_text(row)
+    text = cell(row) or "-"
+    return text if row.all_ok else text + f" ({failed_text(row)} too)"
+
+
+REPEATS = "median (min-max, n runs)"
+SEVERAL_GPUS_NOTE = (
+    "per GPU (largest of N; sum ...): the run's readings span N GPUs; the figure is the "
+    "largest GPU's peak, the sum adds each GPU's own peak"
+)
+
+
+def _measure_tables(groups: Sequence[ComparisonGroup], table: DrawTable) -> List[Table]:
     """The study tables that only some runs have figures for: utilization, peak memory,
     time per epoch, test accuracy (``table`` draws one, as :func:`study_tables` does)."""
     tables: List[Table] = []
@@ -377,34 +700,29 @@ def _measure_tables(
     if kinds:
         tables.append(
             table(
-                "Utilization, %",
-                lambda r: r.utilization and f"{r.utilization.median:.0f} ({r.utilization_kind})",
-                [UTILIZATION_LABELS[k] for k in sorted(kinds)],
+                "Utilization, %", utilization_text, [UTILIZATION_LABELS[k] for k in sorted(kinds)]
             )
         )
     kinds = {r.memory_kind for g in groups for r in g.rows if r.memory_kind}
     unknown = {r.memory_reason for g in groups for r in g.rows if r.memory_reason}
+    reserved = {r.memory_reserved_note for g in groups for r in g.rows if r.memory_reserved_note}
     if kinds or unknown:
-        tables.append(
-            table(
-                "Peak memory",
-                lambda r: (
-                    _bytes(r.memory_bytes.median)
-                    + ("" if len(kinds) == 1 else f" ({r.memory_kind})")
-                    if r.memory_bytes
-                    else ("n/a" if r.memory_reason else None)
-                ),
-                [f"{k}: {MEMORY_LABELS[k]}" for k in sorted(kinds)]
-                + [f"n/a: {reason}" for reason in sorted(unknown)]
-                + sorted(
-                    {r.memory_reserved_note for g in groups for r in g.rows} - {None}  # type: ignore[operator]
-                ),
-            )
-        )
+
+        def memory(r: BackendRow) -> Optional[str]:
+            text = row_memory_text(r)
+            if text is None:
+                return "n/a" if r.memory_reason else None
+            return text + ("" if len(kinds) == 1 else f" ({r.memory_kind})")
+
+        notes = [f"{k}: {MEMORY_LABELS[k]}" for k in sorted(kinds)]
+        if any(r.memory_gpus > 1 for g in groups for r in g.rows):
+            notes.append(SEVERAL_GPUS_NOTE)
+        notes += [f"n/a: {reason}" for reason in sorted(unknown)] + sorted(reserved)
+        tables.append(table("Peak memory", memory, notes))
     if any(r.epoch_time_s for g in groups for r in g.rows):
         tables.append(
             table(
-                f"Time per epoch, s: {repeats}",
+                f"Time per epoch, s: {REPEATS}",
                 lambda r: spread_text(r.epoch_time_s, ".2f"),
                 ["mean over a run's epochs; the first epoch includes the warmup steps"],
             )

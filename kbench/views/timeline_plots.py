@@ -8,8 +8,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbench.results.analysis import in_column
 from kbench.results.result import RunResult
-from kbench.views.compare import in_column
 from kbench.views.figures import MIB, Drawn, RunGroup, colour, new_figure, png_of
 
 TIMELINES = "Per-run timelines"

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from kbench.measure.stats import MedianInterval
 from kbench.views.report import Section
-from kbench.views.tables import Table
+from kbench.views.tables import Table, interval_text
 
 TRIAL_HEADERS = [
     "setting", "outcome", "windows (dropped)", "img/s (median)", "vs default (95% interval)",
@@ -16,11 +17,9 @@ TRIAL_HEADERS = [
 FINAL_HEADERS = ["backend", "setting", "img/s (median)", "vs the first default (95% interval)"]
 
 
-def interval_text(interval: Optional[Dict[str, Any]]) -> str:
-    if not interval:
-        return "-"
-    text = f"x{interval['median']:.3f} ({interval['low']:.3f}-{interval['high']:.3f}"
-    return text + f", {interval['coverage']:.0%}, n={interval['n']})"
+def ratio_cell(interval: Optional[Dict[str, Any]]) -> str:
+    """A stored ratio interval (``MedianInterval.to_dict``) as every table writes one."""
+    return "-" if not interval else interval_text(MedianInterval(**interval), ".3f")
 
 
 def _number(value: Optional[float]) -> str:
@@ -34,7 +33,7 @@ def backend_table(report: Dict[str, Any]) -> Table:
         outcome = trial["state"] + (f": {trial['reason']}" if trial.get("reason") else "")
         rows.append([
             trial["setting"], outcome, f"{trial['windows']} ({trial['dropped_windows']})",
-            _number(trial["images_per_sec_median"]), interval_text(trial["ratio_to_default"]),
+            _number(trial["images_per_sec_median"]), ratio_cell(trial["ratio_to_default"]),
         ])  # fmt: skip
     best = report["best"] or "none (the default could not run)"
     notes = [f"in words: {report['in_words']}"] if report.get("in_words") else []
@@ -48,7 +47,7 @@ def backend_table(report: Dict[str, Any]) -> Table:
 def final_table(compared: Dict[str, Any]) -> Table:
     rows = [
         [row["backend"], row["setting"], _number(row["images_per_sec_median"]),
-         interval_text(row["ratio_to_first"])]
+         ratio_cell(row["ratio_to_first"])]
         for row in compared["rows"]
     ]  # fmt: skip
     title = f"at their default and best, against {compared['reference']} ({compared['ended']})"

@@ -10,8 +10,7 @@ import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
-from kbench.views.names import model_label
-from kbench.views.tables import render
+from kbench.views.tables import model_label, render
 
 HEADERS = (
     "model", "backend", "windows", "dropped", "not ok", "steps", "window s",

@@ -1,59 +1,66 @@
-"""Side-by-side numbers for backends that ran the same thing.
+"""What a set of results says, computed once: which runs compare, their per-round
+ratios and the intervals on them, whether two backends computed the same thing. The run
+loop's stop rule, ``kbench compare``, ``kbench report``, ``tune``, claims, parity and the
+Python API all read it; :mod:`kbench.views` only formats what it returns. One run's
+figures are read by :mod:`kbench.results.readings`.
 
-Results are grouped by everything in their config except the backend and the
-repeat index (and, when they come from several machines, by machine too: each
-backend on each machine is then its own column, ``tensorflow @ host``, with no ratio
-to a baseline of another machine; :func:`by_machine` splits them for a table per
-machine, as ``kbench compare`` prints them). Within a
-group, each backend's throughput is the median over its repeats with the range;
-its speed against the baseline backend is the median of the per-round ratios
-(round r of backend B over round r of the baseline), so a machine that drifts
-during the command cannot pick the winner. Whether that ratio differs from 1 beyond
-the noise between rounds is an order-statistics interval
-(:mod:`kbench.views.significance`). A run measured while the machine was busy,
-throttled or on battery (``metrics.quality.flags``, :mod:`kbench.measure.quality`)
-lends its flags to its row. Rows measured on different CPUs, or one framework's rows
-on different CPU kernel libraries (TensorFlow on oneDNN and on Eigen, PyTorch with
-and without oneDNN), say so (``setup_flags``): their ratio compares the machines and
-kernels as much as the backends.
+**Grouping.** Results are grouped by everything in their config except the backend and
+the repeat index (and, when they come from several machines, by machine too: each backend
+on each machine is then its own row, ``tensorflow @ host``, with no ratio to a baseline of
+another machine; :func:`by_machine` splits them, for a table per machine). A ratio is
+computed only between runs of the same thing: runs of a user model whose file changed (its
+sha256), or on data whose identity changed (input shape; a data file's sha256, a folder's
+listing, a tensorflow-datasets version, class and sample counts) are grouped apart, each
+group saying how it differs (``apart``); within a group, a row whose model has another
+parameter count than the baseline's (a user model whose layers depend on the backend) has
+no ratio and says why.
 
-A ratio is computed only between runs of the same thing: runs of a user model whose
-file changed (its sha256), or on data whose identity changed (input shape; a data
-file's sha256, a folder's listing, a tensorflow-datasets version, class and sample
-counts) are grouped apart, each group saying how it differs (``apart``); within a
-group, a row whose model has another parameter count than the baseline's (a user
-model whose layers depend on the backend) has no ratio and says why. Where several
-user model files share a file name, labels carry enough of their paths to tell them
-apart (:func:`model_labels`).
+**Ratios.** Within a group, each backend's throughput is the median over its repeats with
+the range; its speed against the baseline backend is the median of the per-round ratios
+(round r of backend B over round r of the baseline, :func:`round_ratios`), so a machine
+that drifts during the command cannot pick the winner. Whether that ratio differs from 1
+beyond the noise between rounds is the order-statistics interval on the median
+(:func:`kbench.measure.stats.median_interval`; :func:`clear` of 1, :func:`half_width` for
+``--ratio-precision``).
+
+**Flags.** A run measured while the machine was busy, throttled or on battery
+(``metrics.quality.flags``, :mod:`kbench.measure.quality`) lends its flags to its row. Rows
+measured on different CPUs, or one framework's rows on different CPU kernel libraries
+(TensorFlow on oneDNN and on Eigen, PyTorch with and without oneDNN), say so
+(``setup_flags``): their ratio compares the machines and kernels as much as the backends.
+
+**Same computation.** :class:`Tolerance` and :func:`differences`: the outputs before
+training and each step's loss of a backend against a reference that started from the same
+weights (``kbench parity``, a warm comparison's check at warm-up, ``kbench tune``'s
+candidates against their default).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
+
+from kbench.measure.stats import LEVEL, MedianInterval, median_interval
+from kbench.results.readings import (
+    MEMORY_KINDS,
+    UTILIZATION_KINDS,
+    epoch_time,
+    memory_peak,
+    round_of,
+    round_throughputs,
+    unknown_memory,
+    utilization,
+)
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
-from kbench.views.names import dataset_label, model_label
-from kbench.views.significance import RatioInterval, median_interval
 
 IGNORED_IN_GROUPING = ("backend", "repeat", "timeout_s", "sample_interval_s")
 MODEL_KINDS = ("train", "inference", "exec")  # results that compare() tabulates
-# Which memory reading a table shows, in order of preference: what NVML charges
-# the worker on the GPU, the framework's own peak, the whole device, host RSS.
-MEMORY_PREFERENCE = ("process_nvml", "framework_peak", "device_used", "process_peak_rss")
-MEMORY_LABELS = {
-    "process_nvml": "GPU memory of the worker process (NVML, peak sampled)",
-    "framework_peak": "framework peak allocation (its own counter)",
-    "device_used": "GPU memory used on the whole device (NVML, peak sampled)",
-    "process_peak_rss": "peak resident host memory of the worker (RSS)",
-}
-UTILIZATION_LABELS = {
-    "gpu": "GPU utilization: % of time a kernel ran (NVML), mean over the measured window",
-    "cpu": "CPU use of the worker: % of one core, mean over the measured window",
-}
 
 
 @dataclass(frozen=True)
@@ -82,13 +89,16 @@ class BackendRow:
     first_step_s: Optional[Spread]
     latency_p50_ms: Optional[Spread]  # inference only
     utilization: Optional[Spread] = None  # percent, see utilization_kind
-    utilization_kind: Optional[str] = None  # gpu or cpu (UTILIZATION_LABELS)
-    memory_bytes: Optional[Spread] = None  # see memory_kind
-    memory_kind: Optional[str] = None  # a MEMORY_PREFERENCE kind
+    utilization_kind: Optional[str] = None  # gpu or cpu
+    utilization_gpus: int = 1  # GPUs a utilization is the mean over (the most of any run)
+    memory_bytes: Optional[Spread] = None  # the largest per-GPU peak of memory_kind
+    memory_kind: Optional[str] = None  # a MEMORY_KINDS kind
     memory_reason: Optional[str] = None  # why there is no memory_kind common to every run
+    memory_gpus: int = 1  # devices a run's readings of memory_kind span (the most of any)
+    memory_sum: Optional[Spread] = None  # the sum over those devices, where several
     # NVML's figure far above the framework's own peak: what the framework reserved
     memory_reserved_note: Optional[str] = None
-    ratio_interval: Optional[RatioInterval] = None  # on the median per-round ratio
+    ratio_interval: Optional[MedianInterval] = None  # on the median per-round ratio
     # why some of its runs' numbers may not be trusted (busy machine, throttling, battery)
     quality_flags: List[str] = field(default_factory=list)
     # the CPU or kernel library that sets it apart from rows it stands beside
@@ -112,22 +122,12 @@ class ComparisonGroup:
     baseline: str
     rows: List[BackendRow] = field(default_factory=list)
     settings: Dict[str, object] = field(default_factory=dict)  # the group's whole config
-    label: str = ""  # the model's name among the others compared (model_labels)
     # how it differs from groups of the same settings (model file, parameters, data)
     apart: List[str] = field(default_factory=list)
     variant: str = ""  # the same, short, for a row label: "model ab12cd34, input 28x28x1"
 
-    @property
-    def title(self) -> str:
-        dataset = dataset_label(self.dataset)
-        data = f"{dataset} (synthetic data)" if self.synthetic else dataset
-        mode = ", inference" if self.mode == "inference" else ""
-        model = (self.label or model_label(self.model)) + (
-            f" ({self.variant})" if self.variant else ""
-        )
-        if self.batch_size is None:  # kbench exec: data and batch are the script's
-            return f"{model} on {data} data and batch{mode}"
-        return f"{model} on {data}, batch {self.batch_size}{mode}"
+
+# grouping ----------------------------------------------------------------------------
 
 
 def settings_key(result: RunResult) -> Tuple:
@@ -226,7 +226,7 @@ def group_facts(members: Sequence[RunResult]) -> Dict[str, Any]:
     return facts
 
 
-def differences(mine: Dict[str, Any], other: Dict[str, Any]) -> List[str]:
+def facts_apart(mine: Dict[str, Any], other: Dict[str, Any]) -> List[str]:
     """How one group's facts (:func:`group_facts`) differ from another's, in words:
     ``model file changed: sha256 ab12cd34.. vs cd34ef56..``, ``parameters 7,850 vs ...``."""
     return [
@@ -252,45 +252,10 @@ def apart_notes(groups: Dict[Tuple, List[RunResult]]) -> Dict[Tuple, Tuple[List[
         for key in keys:
             other = keys[1] if key == keys[0] else keys[0]
             mine = facts[key]
-            reasons = differences(mine, facts[other]) or ["runs recorded differently"]
+            reasons = facts_apart(mine, facts[other]) or ["runs recorded differently"]
             variant = ", ".join(FACT_SHORT[n](mine.get(n)) for n in varying if n in mine)
             notes[key] = (reasons, variant)
     return notes
-
-
-def model_labels(models: Iterable[str]) -> Dict[str, str]:
-    """A label per model: its short name (``net.py:build``), or, where several user
-    model files share one, as much of each path as tells them apart
-    (``a/net.py:build``, ``b/net.py:build``)."""
-    models = list(dict.fromkeys(m for m in models if isinstance(m, str)))
-    labels = {m: model_label(m) for m in models}
-    clashes: Dict[str, List[str]] = {}
-    for model, label in labels.items():
-        clashes.setdefault(label, []).append(model)
-    for clashing in clashes.values():
-        if len(clashing) < 2:
-            continue
-        tails = {m: labels[m] for m in clashing}
-        for depth in range(2, 1 + max(len(_where(m)[0].split("/")) for m in clashing)):
-            tails = {m: _path_tail(m, depth) for m in clashing}
-            if len(set(tails.values())) == len(clashing):
-                break
-        labels.update(tails)
-    return labels
-
-
-def _where(model: str) -> Tuple[str, str]:
-    """A user model's path and function (none for a saved model)."""
-    if model.endswith(".keras") or ":" not in model:
-        return model, ""
-    where, _, function = model.rpartition(":")
-    return where, function
-
-
-def _path_tail(model: str, depth: int) -> str:
-    where, function = _where(model)
-    tail = "/".join(where.replace("\\", "/").split("/")[-depth:])
-    return tail + (f":{function}" if function else "")
 
 
 def varying_settings(groups: Sequence[ComparisonGroup]) -> List[str]:
@@ -325,6 +290,35 @@ def row_named(rows: Sequence[str], name: str) -> Optional[str]:
     return next((row for row in rows if name in (row, row.split(" @ ")[0])), None)
 
 
+def by_machine(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
+    """``results`` by the machine they ran on (:func:`~kbench.results.store.host_of`:
+    hostname, and GPU where there was one), in order of first appearance."""
+    machines: Dict[str, List[RunResult]] = {}
+    for result in results:
+        machines.setdefault(host_of(result), []).append(result)
+    return machines
+
+
+def compared_runs(results: Sequence[RunResult]) -> List[RunResult]:
+    """The results a comparison tabulates: model runs (parity and ops have tables of their
+    own) that are not dropped windows, and not a kbench exec script that trained nothing."""
+    return [
+        r
+        for r in results
+        if r.kind in MODEL_KINDS
+        and not r.dropped  # a warm window's round left out, and said
+        and not (r.ok and r.metrics.get("images_per_sec") is None)
+    ]
+
+
+def grouped(results: Sequence[RunResult]) -> Dict[Tuple, List[RunResult]]:
+    """``results`` by :func:`group_key`, in order of first appearance."""
+    groups: Dict[Tuple, List[RunResult]] = {}
+    for result in results:
+        groups.setdefault(group_key(result), []).append(result)
+    return groups
+
+
 def compare(
     results: Sequence[RunResult],
     baseline: Optional[str] = None,
@@ -338,15 +332,9 @@ def compare(
     ``column`` names the rows (default: :func:`column_of` ``results``); pass the one of
     a larger set to name rows alike across calls (a report compares group by group).
     """
-    results = [r for r in results if r.kind in MODEL_KINDS]  # parity and ops have own tables
-    results = [r for r in results if not r.dropped]  # a warm window's round left out, and said
-    # a kbench exec script that trained nothing has no throughput to compare
-    results = [r for r in results if not (r.ok and r.metrics.get("images_per_sec") is None)]
+    results = compared_runs(results)
     column = column or column_of(results)
-    groups: Dict[Tuple, List[RunResult]] = {}
-    for result in results:
-        groups.setdefault(group_key(result), []).append(result)
-    labels = model_labels(r.config["model"] for r in results)
+    groups = grouped(results)
     notes = apart_notes(groups)
     out = []
     for key, members in groups.items():
@@ -363,7 +351,6 @@ def compare(
                 baseline=base,
                 rows=rows,
                 settings={k: v for k, v in first.config.items() if k not in ("backend", "repeat")},
-                label=labels.get(first.config["model"], ""),
                 apart=apart,
                 variant=variant,
             )
@@ -371,31 +358,46 @@ def compare(
     return out
 
 
-def compare_rows(
+@dataclass(frozen=True)
+class RowRatios:
+    """One row's per-round ratios to its group's baseline, or why it has none."""
+
+    backend: str
+    baseline: str
+    ratios: List[float]
+    apart: Optional[str] = None  # why it has no ratio (other machine, parameter count)
+
+
+def row_ratios(
     members: Sequence[RunResult], baseline: Optional[str], column: Callable[[RunResult], str]
-) -> Tuple[List[BackendRow], str]:
-    """The rows of one group, and the baseline row's name. A row's ratio is to the
-    baseline round by round, and only where both ran a model of the same parameter
-    count (else the row says why it has none, ``apart``)."""
+) -> List[RowRatios]:
+    """Each row of one group (``members``) with its per-round ratios to the baseline row:
+    only where both ran on one machine a model of the same parameter count (else the row
+    says why it has none, ``apart``)."""
     backends = list(dict.fromkeys(column(r) for r in members))
     base = row_named(backends, baseline or "") or backends[0]
     base_params = params_of(r for r in members if column(r) == base)
-    base_by_round = {
-        r.config.get("repeat", 0): r.metrics["images_per_sec"]
-        for r in members
-        if column(r) == base and r.ok
-    }
-    setups = setup_flags({b: [r for r in members if column(r) == b and r.ok] for b in backends})
-    rows = []
+    base_by_round = dict(throughputs(r for r in members if column(r) == base))
+    out = []
     for backend in backends:
         runs = [r for r in members if column(r) == backend]
         apart = machine_apart(backend, base) or params_apart(
             params_of(runs), base_params, base, backend == base
         )
-        rows.append(
-            backend_row(backend, runs, {} if apart else base_by_round, setups[backend], apart)
-        )
-    return rows, base
+        ratios = [] if apart else round_ratios(throughputs(runs), base_by_round)
+        out.append(RowRatios(backend, base, ratios, apart))
+    return out
+
+
+def compare_rows(
+    members: Sequence[RunResult], baseline: Optional[str], column: Callable[[RunResult], str]
+) -> Tuple[List[BackendRow], str]:
+    """The rows of one group, and the baseline row's name (:func:`row_ratios`)."""
+    found = row_ratios(members, baseline, column)
+    runs = {row.backend: [r for r in members if column(r) == row.backend] for row in found}
+    setups = setup_flags({b: [r for r in found_runs if r.ok] for b, found_runs in runs.items()})
+    rows = [backend_row(row, runs[row.backend], setups[row.backend]) for row in found]
+    return rows, found[0].baseline if found else ""
 
 
 def machine_apart(row: str, base: str) -> Optional[str]:
@@ -405,15 +407,6 @@ def machine_apart(row: str, base: str) -> Optional[str]:
     if host == base_host:
         return None
     return f"on {host}, the baseline on {base_host}: no ratio across machines"
-
-
-def by_machine(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
-    """``results`` by the machine they ran on (:func:`~kbench.results.store.host_of`:
-    hostname, and GPU where there was one), in order of first appearance."""
-    machines: Dict[str, List[RunResult]] = {}
-    for result in results:
-        machines.setdefault(host_of(result), []).append(result)
-    return machines
 
 
 def params_apart(mine: List[int], base: List[int], base_name: str, is_base: bool) -> Optional[str]:
@@ -427,92 +420,101 @@ def params_apart(mine: List[int], base: List[int], base_name: str, is_base: bool
     return f"parameters {mine[0]:,} vs {counts} on {base_name}: no ratio"
 
 
-def backend_row(
-    backend: str,
-    runs: Sequence[RunResult],
-    base_by_round: Dict[int, float],
-    setups: List[str],
-    apart: Optional[str] = None,
-) -> BackendRow:
-    """One row: ``runs`` of one backend, their ratios to ``base_by_round`` (the
-    baseline's throughput by round; empty: no ratio, ``apart`` says why)."""
+def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str]) -> BackendRow:
+    """One row: ``runs`` of one backend, with their per-round ``ratios`` to the baseline."""
     ok = [r for r in runs if r.ok]
     statuses: Dict[str, int] = {}
     for r in runs:
         statuses[r.status] = statuses.get(r.status, 0) + 1
-    ratios = [
-        r.metrics["images_per_sec"] / base_by_round[r.config.get("repeat", 0)]
-        for r in ok
-        if r.config.get("repeat", 0) in base_by_round
-    ]
 
-    def spread(values: List[Optional[float]]) -> Optional[Spread]:
+    def spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
         return Spread.of([v for v in values if v is not None])
 
-    utilization_kind, utilization = _utilization(ok)
-    memory_kind, memory, memory_reason = _memory(ok)
+    used = row_utilization(ok)
+    memory = row_memory(ok)
     return BackendRow(
-        backend=backend,
+        backend=ratios.backend,
         runs=len(runs),
         statuses=statuses,
-        images_per_sec=spread([r.metrics["images_per_sec"] for r in ok]),
-        ratio=Spread.of(ratios),
-        test_accuracy=spread([r.metrics.get("test_accuracy") for r in ok]),
-        epoch_time_s=spread([_mean(r.metrics.get("epoch_time_s")) for r in ok]),
-        first_step_s=spread([r.metrics.get("first_step_s") for r in ok]),
-        latency_p50_ms=spread([r.metrics.get("latency_ms", {}).get("p50") for r in ok]),
-        utilization=Spread.of(utilization),
-        utilization_kind=utilization_kind,
-        memory_bytes=Spread.of(memory),
-        memory_kind=memory_kind,
-        memory_reason=memory_reason,
-        memory_reserved_note=reserved_note(backend, ok, memory_kind, memory),
-        ratio_interval=median_interval(ratios),
+        images_per_sec=spread(r.metrics["images_per_sec"] for r in ok),
+        ratio=Spread.of(ratios.ratios),
+        test_accuracy=spread(r.metrics.get("test_accuracy") for r in ok),
+        epoch_time_s=spread(epoch_time(r) for r in ok),
+        first_step_s=spread(r.metrics.get("first_step_s") for r in ok),
+        latency_p50_ms=spread(r.metrics.get("latency_ms", {}).get("p50") for r in ok),
+        utilization=Spread.of(used.values),
+        utilization_kind=used.kind,
+        utilization_gpus=used.devices,
+        memory_bytes=Spread.of(memory.largest),
+        memory_kind=memory.kind,
+        memory_reason=memory.reason,
+        memory_gpus=memory.devices,
+        memory_sum=Spread.of(memory.sums) if memory.devices > 1 else None,
+        memory_reserved_note=reserved_note(ratios.backend, ok, memory.kind, memory.largest),
+        ratio_interval=median_interval(ratios.ratios),
         quality_flags=quality_flags(ok),
         setup_flags=setups,
-        apart=apart,
+        apart=ratios.apart,
         params=tuple(params_of(runs)),
     )
 
 
-def parameter_mismatches(results: Sequence[RunResult]) -> List[str]:
-    """One line per model and setting whose runs built models of different parameter
-    counts on different backends (a user model whose layers depend on the backend):
-    kbench promises the same model on every backend, so a run that finds otherwise
-    says so and fails. Empty where every group's runs agree."""
-    lines = []
-    for group in compare(results):
-        if any(row.apart for row in group.rows):
-            sizes = "; ".join(
-                f"{row.backend}: {' and '.join(f'{p:,}' for p in row.params)}"
-                for row in group.rows
-                if row.params
-            )
-            lines.append(
-                f"error: {group.title}: the backends built models of different parameter "
-                f"counts ({sizes}), so their speeds compare different models. Its layers "
-                "depend on the backend: build the same layers on every backend, then compare."
-            )
-    return lines
+# per-round ratios and their intervals ---------------------------------------------------
+
+
+def throughputs(runs: Iterable[RunResult]) -> List[Tuple[int, float]]:
+    """``(round, images_per_sec)`` of each of ``runs``' rounds that count
+    (:func:`~kbench.results.readings.round_throughputs`), run after run."""
+    return [pair for run in runs for pair in round_throughputs(run).items()]
+
+
+def round_ratios(mine: Iterable[Tuple[Any, float]], base: Dict[Any, float]) -> List[float]:
+    """Each of ``mine``'s (round, figure) over ``base``'s figure of the same round, where it
+    has one (not zero): the per-round ratios."""
+    return [value / base[key] for key, value in mine if base.get(key)]
+
+
+def clear(interval: Optional[MedianInterval]) -> bool:
+    """Whether a ratio's interval lies wholly above or below 1 (with more than one round)."""
+    return interval is not None and interval.n > 1 and not interval.low <= 1.0 <= interval.high
+
+
+def half_width(interval: Optional[MedianInterval], level: float = LEVEL) -> float:
+    """The interval's widest half-width relative to its median; infinite while it has fewer
+    rounds than ``level`` needs (6 for 95%), or none."""
+    if interval is None or interval.coverage < level or interval.median <= 0:
+        return math.inf
+    return max(interval.high - interval.median, interval.median - interval.low) / interval.median
+
+
+def ratio_intervals(
+    results: Sequence[RunResult], baseline: Optional[str] = None
+) -> List[Tuple[RowRatios, Optional[MedianInterval]]]:
+    """Every row but each group's baseline with the interval on its per-round ratios (None:
+    no ratio): what :func:`compare` finds, without the rest of its rows."""
+    results = compared_runs(results)
+    column = column_of(results)
+    out = []
+    for members in grouped(results).values():
+        for row in row_ratios(members, baseline, column):
+            if row.backend != row.baseline:
+                out.append((row, median_interval(row.ratios)))
+    return out
 
 
 def widest_ratio_half_width(
-    results: Sequence[RunResult], baseline: Optional[str] = None, level: float = 0.95
+    results: Sequence[RunResult], baseline: Optional[str] = None, level: float = LEVEL
 ) -> Optional[float]:
-    """The widest half-width, relative to its median, of the per-round ratios' intervals
-    over every compared backend and group (``--ratio-precision``); None while any ratio
-    has fewer rounds than its interval needs to reach ``level`` (6 for 95%) or none."""
-    widest = None
-    for group in compare(results, baseline):
-        for row in group.rows:
-            if row.backend == group.baseline:
-                continue
-            interval = row.ratio_interval
-            if interval is None or interval.coverage < level or interval.median <= 0:
-                return None
-            half = max(interval.median - interval.low, interval.high - interval.median)
-            widest = max(widest or 0.0, half / interval.median)
-    return widest
+    """The widest :func:`half_width` of the per-round ratios' intervals over every compared
+    backend and group (``--ratio-precision``); None while any ratio has fewer rounds than
+    its interval needs to reach ``level`` (6 for 95%), or none."""
+    widths = [half_width(interval, level) for _, interval in ratio_intervals(results, baseline)]
+    if not widths or math.inf in widths:
+        return None
+    return max(widths)
+
+
+# what sets rows apart: CPUs, kernel libraries, a busy machine --------------------------
 
 
 # the CPU features that change which kernels run (kbench.measure.sysinfo.KERNEL_FEATURES)
@@ -584,7 +586,7 @@ def quality_flags(runs: Sequence[RunResult]) -> List[str]:
     for kind, found in by_kind.items():
         if len(found) == 1:
             r, flag = found[0]
-            out.append(flag + (f" (#{r.config.get('repeat', 0) + 1})" if len(runs) > 1 else ""))
+            out.append(flag + (f" (#{round_of(r) + 1})" if len(runs) > 1 else ""))
             continue
         text = f"{kind} in {len(found)} of {len(runs)} runs"
         shares = [r.metrics["quality"].get("other_share") for r, _ in found]
@@ -597,43 +599,51 @@ def quality_flags(runs: Sequence[RunResult]) -> List[str]:
     return out
 
 
-def _utilization(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float]]:
-    """GPU utilization where NVML was sampled, else the worker's CPU use."""
-    for kind in ("gpu", "cpu"):
-        values = []
-        for r in runs:
-            measured = ((r.sampler or {}).get("summary") or {}).get("measured", {})
-            for name, stats in sorted(measured.items()):
-                wanted = (
-                    name.startswith("gpu") and name.endswith("kernel_time_percent")
-                    if kind == "gpu"
-                    else name == "process_cpu_percent"
-                )
-                if wanted and stats.get("mean") is not None:
-                    values.append(stats["mean"])
-                    break
-        if values:
-            return kind, values
-    return None, []
+# utilization and memory of a row ------------------------------------------------------
 
 
-def _memory(runs: Sequence[RunResult]) -> Tuple[Optional[str], List[float], Optional[str]]:
-    """The most telling memory reading that every run has, per run its peak; or, where no
-    kind was read in every run, why (readings recorded as ``bytes: None`` carry a reason:
-    MXNet has no framework peak, NVML may not know a process's memory)."""
-    for kind in MEMORY_PREFERENCE:
-        values = [peak for peak in (_peak(r, kind) for r in runs) if peak is not None]
-        if values and len(values) == len(runs):
-            return kind, values, None
-    reasons = dict.fromkeys(
-        f"{m.get('kind')}: {m.get('reason') or 'not measured'}"
-        for r in runs
-        for m in r.metrics.get("memory") or []
-        if m.get("bytes") is None
-    )
+@dataclass(frozen=True)
+class RowUtilization:
+    kind: Optional[str]  # gpu or cpu; None: none was sampled
+    values: List[float]  # each run's (its GPUs' mean)
+    devices: int = 1  # the most GPUs any run's figure is the mean over
+
+
+def row_utilization(runs: Sequence[RunResult]) -> RowUtilization:
+    """GPU utilization where NVML was sampled in some run, else the worker's CPU use."""
+    for kind in UTILIZATION_KINDS:
+        found = [u for u in (utilization(r, kind) for r in runs) if u is not None]
+        if found:
+            return RowUtilization(kind, [u.percent for u in found], max(u.devices for u in found))
+    return RowUtilization(None, [])
+
+
+@dataclass(frozen=True)
+class RowMemory:
+    kind: Optional[str]  # the kind every run has; None: there is none (reason says why)
+    largest: List[float]  # per run: its largest per-GPU peak of the kind
+    sums: List[float]  # per run that read several devices: the sum of their peaks
+    devices: int = 1  # the most devices any run's readings of the kind span
+    reason: Optional[str] = None
+
+
+def row_memory(runs: Sequence[RunResult]) -> RowMemory:
+    """The most telling memory kind that every run read (:data:`MEMORY_KINDS`, in order),
+    per run its largest per-GPU peak (and the sum over its GPUs where several); or, where
+    no kind was read in every run, why."""
+    for kind in MEMORY_KINDS:
+        peaks = [memory_peak(r, kind) for r in runs]
+        if runs and None not in peaks:
+            return RowMemory(
+                kind,
+                [float(p.largest) for p in peaks],  # type: ignore[union-attr]
+                [float(p.total) for p in peaks if p.total is not None],  # type: ignore[union-attr]
+                max(p.devices for p in peaks),  # type: ignore[union-attr]
+            )
     if not runs:
-        return None, [], None
-    return None, [], "; ".join(reasons) or "no memory reading in every run"
+        return RowMemory(None, [], [])
+    reasons = dict.fromkeys(reason for r in runs for reason in unknown_memory(r))
+    return RowMemory(None, [], [], reason="; ".join(reasons) or "no memory reading in every run")
 
 
 def reserved_note(
@@ -644,10 +654,11 @@ def reserved_note(
     its default (JAX preallocates 75% of the GPU) or the option the runs asked for. On an
     H100, JAX's small_cnn held 60 GiB by NVML for a 392 MiB peak (torch: 1.1 GiB for 354
     MiB, its CUDA context and cache: no note)."""
-    peaks = [_peak(r, "framework_peak") for r in runs]
+    peaks = [memory_peak(r, "framework_peak") for r in runs]
     if kind != "process_nvml" or not runs or None in peaks or len(peaks) != len(values):
         return None
-    held, peak = statistics.median(values), statistics.median(peaks)  # type: ignore[arg-type]
+    held = statistics.median(values)
+    peak = statistics.median(p.largest for p in peaks)  # type: ignore[union-attr]
     if held - peak < 2**30 or held < 2 * peak:
         return None
     options = (runs[0].environment.get("framework") or {}).get("memory_options") or {}
@@ -663,15 +674,101 @@ def reserved_note(
     )
 
 
-def _peak(run: RunResult, kind: str) -> Optional[float]:
-    """A run's largest memory reading of ``kind``, or None."""
-    readings = [
-        m["bytes"]
-        for m in run.metrics.get("memory") or []
-        if m.get("kind") == kind and m.get("bytes") is not None
-    ]
-    return float(max(readings)) if readings else None
+# the same computation -----------------------------------------------------------------
 
 
-def _mean(values: Optional[Sequence[float]]) -> Optional[float]:
-    return sum(values) / len(values) if values else None
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a backend's outputs and losses may lie from a reference's that started
+    from the same weights and trained on the same batches. Defaults chosen from
+    measurements on this project's 2-core CPU machine.
+
+    Outputs: float32 probabilities agree to about 1e-6 or better between correct
+    implementations; 1e-4 leaves room for other hardware. Losses: over 3 SGD steps at
+    learning rate 1e-3 and batch 8, correct implementations drift apart by up to 5.2e-3:
+    VGG-16 on MXNet Gluon against TensorFlow, whose gradients agree to 3e-14 in float64;
+    in float32 the two libraries' convolutions round apart by about 2e-5, which flips
+    the sign of a pre-ReLU value near zero below the 7th BatchNorm, and 13 BatchNorm
+    layers amplify that. 1e-2 leaves room; keras-mxnet's VGG-16, which does not train
+    BatchNorm's gamma, drifts by 2e-2.
+    """
+
+    output_atol: float = 1e-4  # largest |difference| of float32 probabilities
+    loss_rtol: float = 1e-2  # largest |difference| of a step's loss, relative to it
+    noise_factor: float = 10.0  # or this many times the model's measured noise floor
+    note: str = "float32: the parity tolerance (kbench parity)"  # what it is for, in words
+
+    def describe(self) -> str:
+        return (
+            f"outputs within {self.output_atol:g} absolute; losses within {self.loss_rtol:g} "
+            f"relative at every step, or within {self.noise_factor:g}x the model's noise floor "
+            "(the drift of the reference retrained from weights nudged by 1e-7) where larger"
+        )
+
+
+FLOAT32 = Tolerance()
+BFLOAT16 = Tolerance(
+    5e-2, 5e-2, note="bfloat16 keeps 8 bits of mantissa: outputs within 0.05, losses within 5%"
+)
+
+
+def differences(
+    reference_outputs: Any,
+    outputs: Any,
+    reference_losses: Sequence[float],
+    losses: Sequence[float],
+    tolerance: Tolerance,
+    noise_floor: float = 0.0,
+) -> Dict[str, Any]:
+    """The largest differences of ``outputs`` and ``losses`` from the reference's, and
+    whether they lie within ``tolerance`` (``passed``; a loss may drift by
+    ``noise_factor`` x ``noise_floor`` where that is larger than ``loss_rtol``). A value
+    that is not finite fails (its difference is infinite: the outputs' or the losses').
+    Raises ValueError when the shapes differ."""
+    ref_out = np.asarray(reference_outputs, dtype=np.float64)
+    out = np.asarray(outputs, dtype=np.float64)
+    ref_loss = np.asarray(reference_losses, dtype=np.float64)
+    loss = np.asarray(losses, dtype=np.float64)
+    if out.shape != ref_out.shape or loss.shape != ref_loss.shape:
+        raise ValueError(
+            f"outputs {out.shape} / losses {loss.shape} do not match the reference's "
+            f"{ref_out.shape} / {ref_loss.shape}"
+        )
+    drift = np.abs(loss - ref_loss)
+    outputs_finite = bool(np.all(np.isfinite(out)))
+    losses_finite = bool(np.all(np.isfinite(loss)))
+    inf = float("inf")
+    output_max_abs = float(np.max(np.abs(out - ref_out), initial=0.0)) if outputs_finite else inf
+    loss_max_abs = float(np.max(drift, initial=0.0)) if losses_finite else inf
+    relative = drift / np.maximum(np.abs(ref_loss), 1e-12)
+    loss_max_rel = float(np.max(relative, initial=0.0)) if losses_finite else inf
+    loss_limit = max(tolerance.loss_rtol, tolerance.noise_factor * noise_floor)
+    return {
+        "output_max_abs": output_max_abs,
+        "loss_max_abs": loss_max_abs,
+        "loss_max_rel": loss_max_rel,
+        "noise_floor": noise_floor,
+        "passed": output_max_abs <= tolerance.output_atol and loss_max_rel <= loss_limit,
+    }
+
+
+def what_differs(
+    figures: Dict[str, Any], tolerance: Tolerance, reference: str = "the reference's"
+) -> Optional[str]:
+    """In words, which of :func:`differences`' figures lies outside ``tolerance`` (a loss
+    relative to ``reference``); None when they passed."""
+    if figures["passed"]:
+        return None
+    parts = []
+    if not figures["output_max_abs"] <= tolerance.output_atol:
+        parts.append(
+            f"outputs before training differ by up to {figures['output_max_abs']:.2g} "
+            f"(tolerance {tolerance.output_atol:g})"
+        )
+    loss_limit = max(tolerance.loss_rtol, tolerance.noise_factor * figures["noise_floor"])
+    if not figures["loss_max_rel"] <= loss_limit:
+        parts.append(
+            f"a training step's loss differs by up to {figures['loss_max_rel']:.2%} of "
+            f"{reference} (tolerance {loss_limit:.2%})"
+        )
+    return "; ".join(parts) or "a value is not finite"

@@ -1,0 +1,157 @@
+"""Typed readings of one result document's metrics: what each figure means, read once,
+for every table, plot, verdict, stop rule and export (:mod:`kbench.results.analysis`
+compares them across runs; :func:`kbench.results.store.flatten` exports them).
+
+- **Peak memory** (:func:`memory_peaks`), per kind and per GPU. A result records its
+  memory as readings, each labelled with its kind (``process_nvml``: what NVML charges
+  the worker on a GPU; ``framework_peak``: the framework allocator's own peak;
+  ``device_used``: the whole device; ``process_peak_rss``: the worker's host memory) and
+  the device it was read on. A device's peak of a kind is its largest reading (torch
+  records its allocated and its reserved peak of each GPU: the reserved one). The figure
+  a table shows is the **largest per-GPU peak**, what one GPU had to hold; where the
+  readings of a kind span several GPUs, their **sum** (of each GPU's peak) is given
+  beside it, labelled as a sum. A reading recorded as ``bytes: None`` is unknown, with its
+  reason (:func:`unknown_memory`): never 0.
+- **Utilization** (:func:`utilization`): NVML's share of the measured window in which a
+  kernel ran, per GPU the worker used (``gpuN_kernel_time_percent``), and their mean
+  where several; or the worker's CPU use (% of one core), the sampler's means over the
+  measured window.
+- **Throughput** (:func:`round_throughputs`): a result's img/s by round (its config's
+  ``repeat``), the figure every per-round ratio divides.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from kbench.results.result import RunResult
+
+# The memory kinds a result records, in order of preference for a table of one kind.
+MEMORY_KINDS = ("process_nvml", "framework_peak", "device_used", "process_peak_rss")
+GPU_KERNEL_TIME = re.compile(r"^gpu(\d+)_kernel_time_percent$")
+UTILIZATION_KINDS = ("gpu", "cpu")  # in order of preference
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """One kind of a run's memory: each device's peak (its largest reading), in the order
+    the readings came."""
+
+    kind: str
+    per_device: Tuple[Tuple[str, int], ...]  # (device, bytes); device "" where unnamed
+
+    @property
+    def largest(self) -> int:
+        """The largest per-device peak: what one GPU (or the host) had to hold."""
+        return max(value for _, value in self.per_device)
+
+    @property
+    def devices(self) -> int:
+        return len(self.per_device)
+
+    @property
+    def total(self) -> Optional[int]:
+        """The sum of the per-device peaks where there are several devices, else None
+        (one device has no sum to tell)."""
+        return sum(value for _, value in self.per_device) if self.devices > 1 else None
+
+
+def memory_peaks(result: RunResult) -> Dict[str, MemoryPeak]:
+    """{kind: its :class:`MemoryPeak`} of the kinds ``result`` has a known reading of."""
+    found: Dict[str, Dict[str, int]] = {}
+    for reading in result.metrics.get("memory") or []:
+        value = reading.get("bytes")
+        if value is None or not reading.get("kind"):
+            continue
+        devices = found.setdefault(reading["kind"], {})
+        device = str(reading.get("device") or "")
+        devices[device] = max(devices.get(device, int(value)), int(value))
+    return {kind: MemoryPeak(kind, tuple(devices.items())) for kind, devices in found.items()}
+
+
+def memory_peak(result: RunResult, kind: str) -> Optional[MemoryPeak]:
+    """``result``'s peak memory of ``kind``, or None where it has no known reading of it."""
+    return memory_peaks(result).get(kind)
+
+
+def unknown_memory(result: RunResult) -> List[str]:
+    """``kind: reason`` of each reading recorded as unknown (``bytes: None``): MXNet has no
+    framework peak, NVML may not know a process's memory."""
+    return [
+        f"{m.get('kind')}: {m.get('reason') or 'not measured'}"
+        for m in result.metrics.get("memory") or []
+        if m.get("bytes") is None
+    ]
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """How busy a run kept its device over the measured window: ``gpu`` (NVML's share of
+    time a kernel ran, each GPU's and their mean) or ``cpu`` (the worker's CPU use, % of
+    one core)."""
+
+    kind: str
+    percent: float  # the mean over per_device
+    per_device: Tuple[Tuple[str, float], ...]  # (gpuN, percent), or (("process", percent),)
+
+    @property
+    def devices(self) -> int:
+        return len(self.per_device)
+
+
+def utilization(result: RunResult, kind: str) -> Optional[Utilization]:
+    """``result``'s utilization of ``kind`` (``gpu`` or ``cpu``), or None where the sampler
+    recorded none."""
+    measured = ((result.sampler or {}).get("summary") or {}).get("measured") or {}
+    found: List[Tuple[str, float]] = []
+    for name, stats in measured.items():
+        mean = (stats or {}).get("mean")
+        if not isinstance(mean, (int, float)) or isinstance(mean, bool):
+            continue
+        gpu = GPU_KERNEL_TIME.match(name)
+        if kind == "gpu" and gpu:
+            found.append((f"gpu{gpu.group(1)}", float(mean)))
+        elif kind == "cpu" and name == "process_cpu_percent":
+            found.append(("process", float(mean)))
+    if not found:
+        return None
+    found.sort(key=lambda item: int(item[0][3:]) if item[0].startswith("gpu") else 0)
+    return Utilization(kind, sum(p for _, p in found) / len(found), tuple(found))
+
+
+def round_of(result: RunResult) -> int:
+    """The round a result measured: its config's ``repeat``."""
+    return int(result.config.get("repeat", 0) or 0)
+
+
+def round_throughputs(result: RunResult) -> Dict[int, float]:
+    """``{round: images_per_sec}`` of a result that counts: finished, with a throughput,
+    and not a dropped window; {} for any other."""
+    rate = result.metrics.get("images_per_sec")
+    if not result.ok or result.dropped or not isinstance(rate, (int, float)):
+        return {}
+    return {round_of(result): float(rate)}
+
+
+def epoch_time(result: RunResult) -> Optional[float]:
+    """The mean wall time of a result's epochs (s), or None where it recorded none."""
+    values = [v for v in result.metrics.get("epoch_time_s") or [] if isinstance(v, (int, float))]
+    return sum(values) / len(values) if values else None
+
+
+def no_gpu_reason(results: Sequence[RunResult]) -> Optional[str]:
+    """Why no run had a GPU, or None if some run had one: from environment.machine.gpu,
+    and from the GPUs the framework saw (none under --device cpu)."""
+    reasons = []
+    for r in results:
+        gpu = r.environment.get("machine", {}).get("gpu", {})
+        options = (r.environment.get("framework") or {}).get("memory_options") or {}
+        if not (gpu.get("available") and gpu.get("devices")):
+            reasons.append(gpu.get("reason") or "the machine has no GPU")
+        elif options.get("gpus_visible") == 0:
+            reasons.append("the machine has a GPU, but the worker saw none (--device cpu)")
+        else:
+            return None
+    return reasons[0] if reasons else "no runs"
