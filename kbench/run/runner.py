@@ -261,13 +261,23 @@ class Runner:
             on_progress=self.on_progress, channel=True,
         )  # fmt: skip
         sampler = start_sampler(worker.pid, first.config.sample_interval_s, self.nvml)
-        served = Served(worker)
+        served = Served(worker, sampler=sampler, warm=len(planned) > 1)
+        kept: Dict[str, RunResult] = {}
+
+        def keep_replied(run: PlannedRun) -> None:  # a warm worker's run: judged by its reply
+            if run is not first:
+                shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
+            so_far = Outcome(0, False, list(worker.tail), sampler)
+            ended = dataclasses.replace(context, ended_at=time.time())
+            kept[run.run_id] = self._finish(run, served.verdict(run, so_far), served, ended)
+
         try:
-            served.serve(planned, started_at)
+            served.serve(planned, started_at, keep_replied if served.warm else None)
             worker.close()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, say so, stop
             worker.close(now=True)
-            self._interrupted(planned, log_path, served.replies, context)
+            left = [run for run in planned if run.run_id not in kept]
+            self._interrupted(left, log_path, served, context)
             raise
         finally:
             if sampler is not None:
@@ -276,28 +286,24 @@ class Runner:
             shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
         outcome = Outcome(worker.process.returncode, False, list(worker.tail), sampler)
         ended = dataclasses.replace(context, ended_at=time.time())
-        return [self._finish(run, served.verdict(run, outcome), served, ended) for run in planned]
+        return [
+            kept.get(run.run_id) or self._finish(run, served.verdict(run, outcome), served, ended)
+            for run in planned
+        ]
 
     def _interrupted(
-        self,
-        planned: Sequence[PlannedRun],
-        log_path: Path,
-        replies: Dict[str, WorkerReply],
-        context: RunContext,
+        self, planned: Sequence[PlannedRun], log_path: Path, served: Served, context: RunContext
     ) -> None:
-        """The worker was stopped (Ctrl-C, SIGTERM): each run that had replied is saved,
-        so a warm worker's finished runs are not lost; each other one is marked
-        interrupted beside the log, and a resumed sweep runs it again."""
+        """The worker was stopped (Ctrl-C, SIGTERM) before ``planned`` were kept: each that
+        had replied is saved; each other one is marked interrupted beside the log, and a
+        resumed sweep runs it again."""
         replied = dataclasses.replace(context, warm=True, ended_at=time.time())
         stopped = Outcome(returncode=0, timed_out=False, log_tail=[])
         for run in planned:
-            reply = replies.get(run.run_id)
+            reply = served.replies.get(run.run_id)
             if reply is not None:
                 try:
-                    if run is not planned[0]:
-                        shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
-                    verdict = judge(stopped, reply, run.config)
-                    self._finish(run, verdict, Served(None, replies), replied)
+                    self._finish(run, judge(stopped, reply, run.config), served, replied)
                     continue
                 except Exception as err:  # the interrupt goes on whatever this does
                     log.warning("%s: its reply could not be saved: %s", run.config.label(), err)
@@ -382,10 +388,15 @@ class Served:
     sampler: Optional[sampler_mod.Sampler] = None
     warm: bool = False  # several runs in the worker
 
-    def serve(self, planned: Sequence[PlannedRun], started_at: float) -> None:
+    def serve(
+        self,
+        planned: Sequence[PlannedRun],
+        started_at: float,
+        on_reply: Optional[Callable[[PlannedRun], None]] = None,
+    ) -> None:
         """Each run in turn, each with its own timeout (the first counted from the
-        worker's start, which its import takes), until the worker ends."""
-        self.warm = len(planned) > 1
+        worker's start, which its import takes), until the worker ends; ``on_reply(run)``
+        as each run's reply comes."""
         for index, run in enumerate(planned):
             timeout = run.config.timeout_s
             if index == 0:
@@ -400,12 +411,13 @@ class Served:
                 self.gone, self.gone_at = gone.verdict, run.run_id
                 return
             self.replies[run.run_id] = WorkerReply.from_dict(answer["reply"])
+            if on_reply is not None:
+                on_reply(run)
 
     def verdict(self, run: PlannedRun, outcome: Outcome) -> ending.Verdict:
         """How ``run`` ended: by its reply (one run alone: and an exit code 0); a run not
         answered, as its worker ended (in a warm worker, said so, unless the worker
         could not start at all: then every run says why)."""
-        self.sampler = outcome.sampler
         reply = self.replies.get(run.run_id)
         warm = self.warm
         if reply is not None:
