@@ -51,12 +51,17 @@ def measure(args: argparse.Namespace, out: Path) -> Dict[str, Dict[str, List[flo
         workers = [WindowWorker.launch(runner, session, config) for config in configs]
         try:
             for worker in workers:
-                failed = worker.start() or worker.warm_up()
-                if failed:
-                    raise SystemExit(f"{worker.label}: {failed[0].status}: {failed[0].reason}")
+                worker.start()
+                if worker.alive:
+                    worker.warm_up()
+                if not worker.alive:
+                    gone = worker.worker.gone
+                    raise SystemExit(f"{worker.label}: {gone.status}: {gone.reason}")
             for round_index in range(args.rounds):
                 for position, worker in enumerate(workers):
-                    warm = worker.window(round_index, position)
+                    warm = worker.window(round_index, position)  # the window's record
+                    if warm["status"] != "ok":
+                        raise SystemExit(f"warm {worker.label}: {warm['reason']}")
                     fresh_config = dataclasses.replace(
                         worker.config, window_s=None, epochs=None,
                         steps=worker.ready["window_steps"], repeat=round_index,
@@ -64,10 +69,10 @@ def measure(args: argparse.Namespace, out: Path) -> Dict[str, Dict[str, List[flo
                     data = session.prepared.get(fresh_config)
                     fresh = runner.run_one(fresh_config, data, session.directory,
                                            session.python_path)  # fmt: skip
-                    for kind, result in (("warm", warm), ("fresh", fresh)):
-                        if not result.ok:
-                            raise SystemExit(f"{kind} {worker.label}: {result.reason}")
-                        speeds[worker.config.backend][kind].append(result.metrics["images_per_sec"])
+                    if not fresh.ok:
+                        raise SystemExit(f"fresh {worker.label}: {fresh.reason}")
+                    speeds[worker.config.backend]["warm"].append(warm["images_per_sec"])
+                    speeds[worker.config.backend]["fresh"].append(fresh.metrics["images_per_sec"])
                 print(f"round {round_index + 1} of {args.rounds} done", flush=True)
         finally:
             for worker in workers:

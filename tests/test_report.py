@@ -366,14 +366,18 @@ def test_inference_runs_are_plotted_and_parity_runs_noted(tmp_path: Path) -> Non
     assert "resnet20, batch 64, inference" in text and "no step_ends_s" not in text
 
 
-def test_a_store_whose_every_window_was_dropped_is_reported_not_a_crash(tmp_path: Path) -> None:
+def test_a_store_whose_every_comparison_was_left_out_is_reported_not_a_crash(
+    tmp_path: Path,
+) -> None:
     """Before: `kbench report` on a tune whose every window was dropped (measured while
     the machine was busy) stopped with "ValueError: not enough values to unpack": the
-    comparison of a group leaves its dropped windows out, and had nothing left."""
+    comparison of a group leaves its dropped windows out, and had nothing left. A
+    comparison whose every round was dropped now has its figures, flagged; what is left
+    out whole is a comparison measured again (superseded): the same nothing left."""
     results = [fake_result("torch"), fake_result("jax", rate=1500.0)]
     for result in results:
-        result.metrics["window"] = {"index": 0, "dropped": "jax's window measured while busy"}
+        result.metrics["window"] = {"superseded": "superseded: measured again from the start"}
     summary = write_report(results, tmp_path / "r.html")
     assert summary.path.is_file()
-    assert any(note.startswith("2 window(s) dropped") for note in summary.notes), summary.notes
+    assert any(note.startswith("2 comparison document(s) superseded") for note in summary.notes)
     assert throughput_plots.THROUGHPUT not in summary.figures

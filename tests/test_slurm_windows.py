@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import dump, require_backends, run_kbench
 from slurm_cluster import running
-from test_sweep_windows import measured  # a comparison's windows, as measured
+from test_sweep_windows import measured  # a comparison's documents, as measured
 
 from kbench.cli.app import main
 from kbench.results.config import ConfigError
@@ -155,21 +155,22 @@ def test_a_sweep_in_windows_on_slurm_is_a_task_per_comparison_and_resumes(cluste
     sweep = sweep_windows.as_asked(parse_sweep(yaml.safe_load(path.read_text()), str(path)))
     comparisons = sweep_windows.comparisons_of(sweep)
     assert manifest["tasks"] == [[r.key for r in group] for group in comparisons]
-    windows = ResultStore(store).results()
-    assert windows and all(r.ok and r.metrics.get("window") for r in windows)
+    windows = ResultStore(store).results()  # a document per backend and comparison
+    assert len(windows) == 4 and all(r.ok and r.metrics["windows"]["list"] for r in windows)
     for index, group in enumerate(comparisons):  # each comparison: its task, whole
         output = (submission / f"task-{index}.out").read_text()
         assert output.count("stopped: --ratio-budget 4 s spent") == 1, output
         assert "jax/mlp: warm" in output and "torch/mlp: warm" in output  # side by side
         key = sweep_windows.comparison_key(group)
         mine = [r for r in windows if r.sweep["windows"]["comparison"] == key]
-        assert {r.config["backend"] for r in mine} == {"jax", "torch"}
-        rounds = {r.config["repeat"] for r in mine}
-        assert len(mine) == 2 * len(rounds) and rounds == set(range(len(rounds)))
+        assert sorted(r.config["backend"] for r in mine) == ["jax", "torch"]
+        for r in mine:  # round by round, from the first
+            rounds = [w["round"] for w in r.metrics["windows"]["list"]]
+            assert rounds == list(range(len(rounds))), rounds
         assert {r.sweep["name"] for r in mine} == {"sw"} and all(
             r.sweep["windows"]["stopped"].startswith("--ratio-budget") for r in mine
         )
-    assert len({r.sweep["run_key"] for r in windows}) == len(windows)  # a key per window
+    assert len({r.sweep["run_key"] for r in windows}) == len(windows)  # a key per document
     assert {sweep_run_of(r) for r in windows} == {run.key for run in sweep.runs}
     assert not list(store.glob(".slurm/*/task-*/*.json"))  # every document moved in
 

@@ -9,15 +9,15 @@ and torch, then runs it again and checks that nothing runs twice.
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import pytest
 import yaml
 from conftest import dump, require_backends, run_kbench
 
 from kbench.cli.app import main
+from kbench.results.comparison import comparison_metrics, window_record
 from kbench.results.config import ConfigError
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, StoreError
@@ -97,25 +97,31 @@ def windows_sweep() -> Sweep:
     return in_windows(parse_sweep(sweep_document(), "f.yaml"), WindowSettings(window_s=0.3))
 
 
-def window(run: SweepRun, round_index: int, ips: float, dropped: Optional[str] = None) -> RunResult:
-    """A window's document as kbench.run.windows stores it (no sweep provenance yet)."""
+def comparison_doc(run: SweepRun, rounds: List[Tuple[float, Optional[str]]]) -> RunResult:
+    """A backend's comparison document as kbench.run.windows stores it (no sweep
+    provenance yet): a window per round, its throughput and why its round was dropped."""
     n = next(_ids)
+    records = []
+    for r, (ips, dropped) in enumerate(rounds):
+        metrics = {"images_per_sec": ips, "measured_images": 10, "measured_time_s": 10 / ips,
+                   "step_times_s": [10 / ips], "memory": []}  # fmt: skip
+        records.append(dict(window_record(r, r, 0, metrics, 0.0, 1.0), dropped=dropped))
+    facts = {"steps": 1, "window_s": 0.3, "batch_size": 10, "worker_pid": 1}
     return RunResult(
         run_id=f"w{n:05d}",
         status="ok",
-        config=replace(run.config, repeat=round_index).to_dict(),
+        config=run.config.to_dict(),
         started_at=f"2026-11-27T10:{n // 60 % 60:02d}:{n % 60:02d}Z",
         wall_time_s=1.0,
         environment={"machine": {"hostname": "here", "gpu": {"available": False}}},
         data={"synthetic": True},
-        metrics={"images_per_sec": ips, "memory": [],
-                 "window": {"round": round_index, "dropped": dropped}},
-    )  # fmt: skip
+        metrics=comparison_metrics(records, {}, facts, {}),
+    )
 
 
 def measured(store: Path, sweep: Sweep, group: List[SweepRun], rounds: int) -> List[RunResult]:
-    """``rounds`` windows of each backend of ``group`` in ``store``, as measured."""
-    found = [window(run, r, 100.0 + r) for r in range(rounds) for run in group]
+    """A document of ``rounds`` windows for each backend of ``group`` in ``store``."""
+    found = [comparison_doc(run, [(100.0 + r, None) for r in range(rounds)]) for run in group]
     writer = ResultStore(store)
     for result in found:
         writer.add(result)
@@ -132,14 +138,12 @@ def test_a_stopped_comparison_is_done_and_one_cut_short_reruns_whole(tmp_path):
     first, second = sweep_windows.comparisons_of(sweep)
     store = tmp_path / "store"
     marked = sweep_windows.mark(store, sweep, first, measured(store, sweep, first, 3), "budget")
-    # every window carries the key of its round; the first round's is its run's key
-    assert [sweep_run_of(r) for r in marked] == [run.key for run in first] * 3
-    assert {r.sweep["run_key"] for r in marked if r.config["repeat"] == 0} == {
-        run.key for run in first
-    }
-    assert len({r.sweep["run_key"] for r in marked}) == 6
+    # a document per backend, its 3 windows inside, marked with its run's key
+    assert [sweep_run_of(r) for r in marked] == [run.key for run in first]
+    assert [r.sweep["run_key"] for r in marked] == [run.key for run in first]
+    assert [len(r.metrics["windows"]["list"]) for r in marked] == [3, 3]
     assert {r.sweep["windows"]["stopped"] for r in marked} == {"budget"}
-    # cut short: the second comparison's windows are stored, never marked
+    # cut short: the second comparison's documents are stored, never marked
     orphans = measured(store, sweep, second, 2)
     planned = plan_of(store, sweep)
     assert [run.key for run in planned.plan.to_run] == [run.key for run in second]
@@ -147,9 +151,9 @@ def test_a_stopped_comparison_is_done_and_one_cut_short_reruns_whole(tmp_path):
     only_one = sweep_windows.mark(store, sweep, second, orphans[:1], "a worker failed")
     assert only_one[0].config["backend"] == "jax"
     assert [r.key for r in plan_of(store, sweep).plan.to_run] == [r.key for r in second]
-    # before it runs again, its earlier windows (marked or not) are dropped, and said
+    # before it runs again, its earlier documents (marked or not) are superseded, and said
     earlier = sweep_windows.EarlierWindows.read(store, sweep)
-    assert earlier.supersede(second) == 4  # 2 rounds of 2 backends, marked or not
+    assert earlier.supersede(second) == 4  # the windows of 2 rounds of 2 backends
     after = {r.run_id: r for r in ResultStore(store).results()}
     assert all(after[r.run_id].dropped == sweep_windows.SUPERSEDED for r in orphans)
     assert not any(after[r.run_id].dropped for r in marked)
@@ -188,11 +192,13 @@ def test_verdicts_read_each_window_round_as_a_round_and_leave_dropped_ones_out(t
     store = tmp_path / "store"
     for group in sweep_windows.comparisons_of(sweep):
         found = []
-        for r in range(ROUNDS_NEEDED + 1):
-            busy = "torch's window measured while busy" if r == ROUNDS_NEEDED else None
-            for run in group:
+        for run in group:
+            rounds = []
+            for r in range(ROUNDS_NEEDED + 1):
+                busy = "torch's window measured while busy" if r == ROUNDS_NEEDED else None
                 ips = {"jax": 130.0, "torch": 100.0}[run.config.backend] + r % 2
-                found.append(window(run, r, ips if busy is None else 1.0, dropped=busy))
+                rounds.append((ips if busy is None else 1.0, busy))
+            found.append(comparison_doc(run, rounds))
         writer = ResultStore(store)
         for result in found:
             writer.add(result)
@@ -244,7 +250,7 @@ def test_warm_is_refused_for_a_sweep_in_windows_before_anything_runs(tmp_path, c
 
 
 @pytest.mark.slow
-def test_a_tiny_sweep_in_windows_stores_marked_windows_and_resumes(tmp_path, home):
+def test_a_tiny_sweep_in_windows_stores_marked_comparisons_and_resumes(tmp_path, home):
     require_backends("jax", "torch")
     path = tmp_path / "w.yaml"
     sweep_file = document(
@@ -259,19 +265,18 @@ def test_a_tiny_sweep_in_windows_stores_marked_windows_and_resumes(tmp_path, hom
     assert "4 runs in 2 comparisons in warm windows" in first.stdout
     # the budget counts from the workers' start: a round or more per comparison
     assert first.stderr.count("stopped: --ratio-budget 4 s spent") == 2, first.stderr
-    results = ResultStore(store).results()
-    windows = [r for r in results if r.metrics.get("window")]
-    assert len(windows) == len(results) >= 4 and all(r.ok for r in windows)
+    results = ResultStore(store).results()  # a document per backend and comparison
+    assert len(results) == 4 and all(r.ok and r.metrics["windows"]["list"] for r in results)
     by_comparison = {}
-    for r in windows:
+    for r in results:
         by_comparison.setdefault(r.sweep["windows"]["comparison"], []).append(r)
     assert len(by_comparison) == 2
     for found in by_comparison.values():  # each comparison: both backends, round by round
-        assert {r.config["backend"] for r in found} == {"jax", "torch"}
+        assert sorted(r.config["backend"] for r in found) == ["jax", "torch"]
         assert {r.config["batch_size"] for r in found} in ({16}, {32})
-    assert len({r.sweep["run_key"] for r in windows}) == len(windows)  # a key per window
+    assert len({r.sweep["run_key"] for r in results}) == 4  # a key per backend's run
     sweep = sweep_windows.as_asked(parse_sweep(sweep_file, str(path)))
-    assert {sweep_run_of(r) for r in windows} == {run.key for run in sweep.runs}
+    assert {sweep_run_of(r) for r in results} == {run.key for run in sweep.runs}
     again = run_kbench(["sweep", str(path), "--store", str(store)], home)
     assert again.returncode == 0, dump(again)
     assert "4 already done, 0 to run" in again.stdout

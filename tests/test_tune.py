@@ -10,6 +10,7 @@ from conftest import ROOT, dump, kbench_here, require_backends, run_kbench
 
 from kbench.cli.arguments import duration
 from kbench.measure.processes import usable_cores
+from kbench.results.comparison import comparison_metrics, window_record
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.studies import tune as studies_tune
@@ -60,11 +61,16 @@ def test_a_setting_that_computes_otherwise_is_named_with_its_figures():
     assert "outputs" not in nan  # the outputs agree: only the loss is not finite
 
 
-def window(repeat, ips, dropped=None):
+def windows(rounds):
+    """A trial's comparison document (the real builder): a window per (img/s, dropped)."""
+    records = []
+    for r, (ips, dropped) in enumerate(rounds):
+        metrics = {"images_per_sec": ips, "measured_images": 10, "step_times_s": [10 / ips]}
+        records.append(dict(window_record(r, r, 0, metrics, 0.0, 1.0), dropped=dropped))
     return RunResult(
-        run_id=f"w{repeat}", status="ok", config={"repeat": repeat}, started_at="t",
-        wall_time_s=1.0, environment={}, data={},
-        metrics={"images_per_sec": ips, "window": {"dropped": dropped}},
+        run_id="w", status="ok", config={"repeat": 0}, started_at="t", wall_time_s=1.0,
+        environment={}, data={},
+        metrics=comparison_metrics(records, {}, {"batch_size": 10, "steps": 1}, {}),
     )  # fmt: skip
 
 
@@ -74,23 +80,23 @@ def test_a_search_whose_every_round_was_dropped_says_so_instead_of_a_verdict():
     (7 compared, each at 99.3%)" from no measurement at all."""
     shared = "torch default's window measured while shared GPU: 7 other processes"
     default, faster = Trial(Candidate("torch")), Trial(Candidate("torch", (("tf32", "on"),)))
-    default.results = [window(r, 100.0, shared) for r in range(8)]
-    faster.results = [window(r, 200.0, shared) for r in range(8)]
+    default.document = windows([(100.0, shared)] * 8)
+    faster.document = windows([(200.0, shared)] * 8)
     best, why = best_of([default, faster], default)
     assert best is default
     assert why == (
         "undecided, the default kept: no ratio measured (every round dropped, the first as "
         f"{shared})"
     )
-    faster.results = [window(r, 200.0 + r) for r in range(8)]
-    default.results = [window(r, 100.0) for r in range(8)]
+    faster.document = windows([(200.0 + r, None) for r in range(8)])
+    default.document = windows([(100.0, None)] * 8)
     best, why = best_of([default, faster], default)
     assert best is faster and why.startswith("x2.0")
     # On the H100, torch's jit_compile=on was x2 in each of 5 rounds, and tune said "no
     # setting clearly faster": 5 rounds cannot reach 99.3% (7 settings): it says so now.
     slower = Trial(Candidate("torch", (("threads", 8),)))
-    slower.results = [window(r, 90.0) for r in range(5)]
-    faster.results = faster.results[:5]
+    slower.document = windows([(90.0, None)] * 5)
+    faster.document = windows([(200.0 + r, None) for r in range(5)])
     best, why = best_of([default, faster, slower], default)
     assert best is default
     assert why == (

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,8 +17,10 @@ import pytest
 from conftest import ROOT, dump, require_backends, run_kbench, spinning_loops
 
 from kbench.results.analysis import compare
+from kbench.results.comparison import comparison_metrics, window_record
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
+from kbench.results.store import ResultStore
 from kbench.run.engine import Worker
 from kbench.run.protocol import (
     REPLY_FD_VARIABLE,
@@ -40,34 +43,63 @@ TINY = dict(dataset="synthetic", train_samples=256, test_samples=32, batch_size=
             warmup_steps=2, sample_interval_s=0.05)  # fmt: skip
 
 
-def window_result(backend, repeat, ips, flags=(), dropped=None):
+def record(round_index, ips, flags=(), dropped=None, other_share=None):
+    """One measured window as a comparison's document keeps it."""
+    metrics = {"images_per_sec": ips, "measured_images": 64, "measured_steps": 2,
+               "measured_time_s": 64 / ips, "step_times_s": [32 / ips, 32 / ips],
+               "quality": {"flags": list(flags), "other_share": other_share}}  # fmt: skip
+    found = window_record(round_index, round_index, 0, metrics, 0.0, 1.0)
+    return dict(found, dropped=dropped)
+
+
+def comparison(backend, records):
+    """A warm comparison's document of ``backend`` holding ``records`` (the real builder)."""
+    facts = {"steps": 2, "window_s": 1.0, "batch_size": 32, "worker_pid": 1}
+    start = {"import_time_s": 1.0, "first_step_s": 0.5}
     return RunResult(
-        run_id=f"{backend}{repeat}", status="ok",
+        run_id=backend, status="ok",
         config={"backend": backend, "model": "mlp", "dataset": "synthetic", "batch_size": 32,
-                "repeat": repeat, "mode": "train", "window_s": 1.0},
+                "repeat": 0, "mode": "train", "window_s": 1.0},
         started_at="t", wall_time_s=1.0, environment={}, data={"synthetic": True},
-        metrics={"images_per_sec": ips, "quality": {"flags": list(flags)},
-                 "window": {"index": repeat, "dropped": dropped}},
+        metrics=comparison_metrics(records, start, facts, {}),
     )  # fmt: skip
 
 
 def test_a_busy_or_shared_window_drops_its_round_and_nothing_else_does():
-    calm = [window_result("a", 0, 100), window_result("b", 0, 200, ["slow clock: CPU at 50%"])]
-    assert drop_reason(calm) is None
-    busy = [window_result("a", 0, 100), window_result("b", 0, 200, ["busy: 60% of the cores"])]
-    assert drop_reason(busy) == "b's window measured while busy: 60% of the cores"
-    shared = [window_result("a", 0, 100, ["shared GPU: 1 other process using 10 MiB"])]
-    assert drop_reason(shared).startswith("a's window measured while shared GPU")
+    calm = [record(0, 100), record(0, 200, ["slow clock: CPU at 50%"])]
+    assert drop_reason(calm, ["a", "b"]) is None
+    busy = [record(0, 100), record(0, 200, ["busy: 60% of the cores"])]
+    assert drop_reason(busy, ["a", "b"]) == "b's window measured while busy: 60% of the cores"
+    shared = [record(0, 100, ["shared GPU: 1 other process using 10 MiB"])]
+    assert drop_reason(shared, ["a"]).startswith("a's window measured while shared GPU")
 
 
 def test_dropped_windows_are_left_out_of_the_comparison():
-    kept = [window_result("a", r, 100) for r in (0, 1)] + [
-        window_result("b", r, 200) for r in (0, 1)
-    ]
-    odd = [window_result("a", 2, 100, dropped="busy"), window_result("b", 2, 900, dropped="busy")]
-    (group,) = compare(kept + odd)
-    b = next(row for row in group.rows if row.backend == "b")
-    assert (b.runs, b.ratio.median, b.ratio.high) == (2, 2.0, 2.0)
+    """A comparison's document per backend, its windows inside: the dropped round's are
+    left out of the ratios and the figures (once a document per window)."""
+    a = comparison("a", [record(0, 100), record(1, 100), record(2, 100, dropped="busy")])
+    b = comparison("b", [record(0, 200), record(1, 200), record(2, 900, dropped="busy")])
+    (group,) = compare([a, b])
+    row = next(row for row in group.rows if row.backend == "b")
+    assert (row.images_per_sec.n, row.ratio.median, row.ratio.high) == (2, 2.0, 2.0)
+    assert b.metrics["images_per_sec"] == 200 and b.metrics["window"]["counted"] == 2
+    assert b.metrics["window"]["dropped_windows"] == 1
+
+
+def test_a_backend_whose_every_round_was_dropped_still_has_its_figure_flagged_busy():
+    """A machine kept busy the whole time drops every round: the figures are then of every
+    window, flagged with the share of the cores others used (before: no figure at all)."""
+    busy = "a's window measured while busy: 50% of the cores used by other processes"
+    a = comparison("a", [record(r, 100 + r, ["busy: 50%"], busy, 0.5) for r in range(3)])
+    b = comparison("b", [record(r, 300 + r, [], busy, 0.0) for r in range(3)])
+    assert a.metrics["images_per_sec"] == 101 and a.metrics["window"]["every_round_dropped"]
+    (flag,) = a.metrics["quality"]["flags"]
+    assert flag.startswith("busy: every round was dropped (50% of the cores used by other"), flag
+    assert flag.endswith("the figures are of all 3 windows, measured while busy")
+    (group,) = compare([a, b])
+    row = next(row for row in group.rows if row.backend == "b")
+    assert row.ratio.median == pytest.approx(301 / 101) and row.images_per_sec.n == 3
+    assert any("every round was dropped" in f for f in group.rows[0].quality_flags)
 
 
 def test_window_settings_are_refused_where_they_cannot_apply():
@@ -248,23 +280,53 @@ def test_busy_round_dropped_and_killed_worker_recorded_while_the_others_go_on(tm
         for loop in loops:
             loop.kill()
     assert reason == "4 rounds ran", reason
+    # one document per backend, its windows inside, rewritten after each round
+    assert len(results) == 3 and len(list(tmp_path.glob("*.json"))) == 3
+    docs = {r.config["backend"]: r for r in results}
     by_round = {}
-    for result in results:
-        by_round.setdefault(result.config["repeat"], {})[result.config["backend"]] = result
+    for backend, doc in docs.items():
+        for window in doc.metrics["windows"]["list"]:
+            by_round.setdefault(window["round"], {})[backend] = window
     first = by_round[0]
-    assert all("busy" in (r.dropped or "") for r in first.values()), [
-        r.dropped for r in first.values()
-    ]
-    killed = by_round[2]["mxnet-gluon"]
+    assert all("busy" in (w["dropped"] or "") for w in first.values()), first
+    killed = docs["mxnet-gluon"]
     assert killed.status == "failed" and "SIGKILL" in killed.reason, killed.reason
-    for later in (3,):
-        assert sorted(by_round[later]) == ["jax", "mxnet"]
-        assert all(r.ok and r.metrics["measured_steps"] > 0 for r in by_round[later].values())
-    # every window is in the store, the start's figures in each worker's first window only
-    jax = sorted((r for r in results if r.config["backend"] == "jax"), key=lambda r: r.run_id)
-    assert jax[0].metrics["first_step_s"] > 0 and jax[1].metrics["first_step_s"] is None
-    assert len({r.metrics["window"]["worker_pid"] for r in jax}) == 1
-    assert len(list(tmp_path.glob("*.json"))) == len(results)
+    assert by_round[2]["mxnet-gluon"]["status"] == "failed"
+    assert "SIGKILL" in by_round[2]["mxnet-gluon"]["reason"]
+    assert sorted(by_round[3]) == ["jax", "mxnet"]
+    assert all(w["status"] == "ok" and w["measured_steps"] > 0 for w in by_round[3].values())
+    # the start's figures once per worker; one worker measured every window of a backend
+    jax = docs["jax"]
+    assert jax.metrics["first_step_s"] > 0 and jax.metrics["window"]["worker_pid"] > 0
+    assert jax.metrics["window"]["counted"] == 3 and jax.metrics["window"]["dropped_windows"] == 1
+    stored = {r.run_id: r for r in ResultStore(tmp_path).results()}
+    assert stored[jax.run_id].metrics["windows"] == jax.metrics["windows"]
+
+
+@pytest.mark.slow
+@pytest.mark.own_processes("a worker timed beside busy processes")
+def test_a_comparison_on_a_machine_kept_busy_ends_with_a_flagged_figure_per_backend(tmp_path):
+    """Every round measured beside busy loops on every core is dropped; the comparison
+    still ends with each backend's figure, flagged busy with the share of the cores other
+    processes used (before: "0 windows" for every backend, no figure at all)."""
+    require_backends("torch-native", "mxnet-gluon")
+    configs = [RunConfig(backend=b, model="mlp", window_s=0.2, **TINY)
+               for b in ("torch-native", "mxnet-gluon")]  # fmt: skip
+    loops = spinning_loops()
+    try:
+        results, _ = interleave(Runner(output_dir=tmp_path), configs, max_rounds=3,
+                                check_parity=False)  # fmt: skip
+    finally:
+        for loop in loops:
+            loop.kill()
+    assert len(results) == 2
+    for doc in results:
+        assert doc.ok and doc.metrics["window"]["every_round_dropped"], doc.metrics["window"]
+        assert doc.metrics["images_per_sec"] > 0
+        assert doc.metrics["quality"]["flags"][0].startswith("busy: every round was dropped")
+    (group,) = compare(results)
+    assert all(row.images_per_sec is not None for row in group.rows)
+    assert any("every round was dropped" in f for f in group.rows[1].quality_flags)
 
 
 # Not serial: beside another test its rounds reach +-50% all the same, but the other
@@ -282,11 +344,16 @@ def test_run_with_several_backends_measures_windows_and_says_how_it_stopped(home
     )  # fmt: skip
     assert done.returncode == 0, dump(done)
     assert "measuring stopped: ratio precision reached" in done.stdout, done.stdout
-    results = done.results()
+    results = done.results()  # one document per backend, its windows inside
+    assert sorted(r.config["backend"] for r in results) == ["jax", "mxnet"]
     assert {r.config["window_s"] for r in results} == {0.2}
-    counted = [r for r in results if not r.dropped]
-    assert len({r.config["repeat"] for r in counted}) >= 6  # an interval at 95% needs 6
+    rounds = {w["round"] for r in results for w in r.metrics["windows"]["list"]
+              if w["status"] == "ok" and not w["dropped"]}  # fmt: skip
+    assert len(rounds) >= 6  # an interval at 95% needs 6
     assert "interval" in done.stdout and "windows" in done.stdout
+    # progress: a line every few seconds, not one per round
+    said = [line for line in done.stderr.splitlines() if line.startswith("round ")]
+    assert 1 <= len(said) <= 20 and len(said) < len(rounds), said
     # parity at warm-up (tests/test_windows_parity.py): mxnet started from jax's weights,
     # its per-step losses compared with jax's running means turned into each step's
     for result in results:
@@ -294,3 +361,35 @@ def test_run_with_several_backends_measures_windows_and_says_how_it_stopped(home
         assert check["checked"] and check["same_computation"], check
         assert check["reference"] == "jax" and check["steps"] == 2 and check["rows"] == 16
     assert "  mxnet: same computation as jax (max |d output| " in done.stdout, done.stdout
+
+
+V3_STORE = ROOT / "tests" / "stores" / "v3_windows"
+
+
+def test_a_store_of_schema_3_window_documents_reads_as_one_comparison_per_worker(tmp_path):
+    """tests/stores/v3_windows: a comparison of torch and torch-native written by kbench
+    before comparisons were one document per backend (12 documents: 6 rounds of 2, round 3
+    dropped busy). Read as 2 comparisons, with the figures the windows gave (kbench
+    compare on that store printed torch 1,433 (243-3,484, n=5), torch-native x2.97
+    (0.33-7.35, 94% interval, n=5))."""
+    store = tmp_path / "store"
+    shutil.copytree(V3_STORE, store)
+    assert len(list(store.glob("*.json"))) == 12
+    results = ResultStore(store).results()
+    assert sorted(r.config["backend"] for r in results) == ["torch", "torch-native"]
+    for doc in results:
+        assert doc.schema_version == 4 and doc.ok and doc.config["repeat"] == 0
+        windows = doc.metrics["windows"]["list"]
+        assert [w["round"] for w in windows] == list(range(6))
+        assert [bool(w["dropped"]) for w in windows] == [False, False, True, False, False, False]
+        assert doc.metrics["window"]["counted"] == 5 and doc.metrics["window"]["steps"] == 4
+    entries = ResultStore(store).entries()
+    assert sorted(e.run_id for e in entries) == sorted(r.run_id for r in results)
+    (group,) = compare(results, "torch")
+    torch, native = group.rows
+    assert (round(torch.images_per_sec.median), torch.images_per_sec.n) == (1433, 5)
+    assert (round(torch.images_per_sec.low), round(torch.images_per_sec.high)) == (243, 3484)
+    assert native.ratio_interval.n == 5 and round(native.ratio_interval.median, 2) == 2.97
+    assert (
+        round(native.ratio_interval.low, 2) == 0.33 and round(native.ratio_interval.high, 2) == 7.35
+    )

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from kbench.cli import app
+from kbench.results.comparison import comparison_metrics, window_record
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.run import agreement
@@ -160,13 +161,19 @@ def test_after_warm_up_each_worker_carries_its_record_into_its_windows(tmp_path)
     assert "parity" not in workers[2].tags
 
 
-def window(backend, parity_record, repeat=0, ips=100.0):
+def document(backend, parity_record, rounds=2, ips=100.0):
+    """A comparison's document of ``backend`` (the real builder), ``rounds`` windows."""
+    records = []
+    for r in range(rounds):
+        metrics = {"images_per_sec": ips, "measured_images": 100, "measured_time_s": 1.0,
+                   "step_times_s": [0.1] * 10}  # fmt: skip
+        records.append(window_record(r, r, 0, metrics, 0.0, 1.0))
+    facts = {"steps": 10, "window_s": 1.0, "batch_size": 10, "worker_pid": 1}
     return RunResult(
-        run_id=f"{backend}{repeat}", status="ok",
-        config={"backend": backend, "model": "small_cnn", "repeat": repeat, "window_s": 1.0},
+        run_id=backend, status="ok",
+        config={"backend": backend, "model": "small_cnn", "repeat": 0, "window_s": 1.0},
         started_at="t", wall_time_s=1.0, environment={}, data={},
-        metrics={"images_per_sec": ips, "measured_time_s": 1.0, "parity": parity_record,
-                 "window": {"index": repeat, "steps": 10, "dropped": None}},
+        metrics=comparison_metrics(records, {}, facts, {"parity": parity_record}),
     )  # fmt: skip
 
 
@@ -180,7 +187,7 @@ def test_the_comparison_says_per_backend_whether_it_computed_as_the_baseline():
         "torch-native": agreement.same_start("jax", jax, "torch-native", far),
         "mxnet": agreement.unchecked("jax", "mxnet's check at warm-up could not be made: X"),
     }
-    text = windows_table([window(b, r, repeat) for b, r in records.items() for repeat in (0, 1)])
+    text = windows_table([document(b, r) for b, r in records.items()])
     rows = {line.split()[1]: line.rstrip() for line in text.splitlines()[2:6]}
     for backend, word in (("jax", "reference"), ("torch", "same"),
                           ("torch-native", "DIFFERS"), ("mxnet", "not checked")):  # fmt: skip
@@ -194,7 +201,7 @@ def test_the_comparison_says_per_backend_whether_it_computed_as_the_baseline():
     assert "  mxnet: not checked against jax: mxnet's check at warm-up could not be made" in text
     assert "against jax: from the same initial weights, the outputs on 2 test rows" in text
     unasked = agreement.unchecked("jax", NOT_ASKED)
-    text = windows_table([window("jax", unasked), window("torch", unasked)])
+    text = windows_table([document("jax", unasked), document("torch", unasked)])
     assert text.endswith(f"parity at warm-up: not checked: {NOT_ASKED}")
     assert parity_line("torch", unasked) == f"torch: not checked against jax: {NOT_ASKED}"
 

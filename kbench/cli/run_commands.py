@@ -309,7 +309,9 @@ def report_windows(
     print(windows_view.windows_table(results))
     print(f"\nmeasured in {plan.windows_text()}")
     print(f"measuring stopped: {stopped}")
-    print(f"{len(results)} window result(s) in {output_dir}/, worker logs in {output_dir}/logs/")
+    windows = len(windows_view.windows_of(results))
+    print(f"{len(results)} result(s), one per backend, holding {windows} windows, in "
+          f"{output_dir}/; worker logs in {output_dir}/logs/")  # fmt: skip
     return ending_lines(results)
 
 

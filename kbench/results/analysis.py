@@ -436,7 +436,7 @@ def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str])
         backend=ratios.backend,
         runs=len(runs),
         statuses=statuses,
-        images_per_sec=spread(r.metrics["images_per_sec"] for r in ok),
+        images_per_sec=spread(rate for _, rate in throughputs(runs)),
         ratio=Spread.of(ratios.ratios),
         test_accuracy=spread(r.metrics.get("test_accuracy") for r in ok),
         epoch_time_s=spread(epoch_time(r) for r in ok),

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from kbench.results.comparison import is_comparison, round_figures
 from kbench.results.result import RunResult
 
 # The memory kinds a result records, in order of preference for a table of one kind.
@@ -127,10 +128,17 @@ def round_of(result: RunResult) -> int:
 
 
 def round_throughputs(result: RunResult) -> Dict[int, float]:
-    """``{round: images_per_sec}`` of a result that counts: finished, with a throughput,
-    and not a dropped window; {} for any other."""
+    """``{round: images_per_sec}`` of a result that counts (not superseded): a fresh
+    run's, finished with a throughput, its round its config's ``repeat``; a warm
+    comparison's, each counted window's (:func:`kbench.results.comparison.round_figures`:
+    the windows its worker measured, also where it ended in a failure later); {} for any
+    other."""
+    if result.dropped:
+        return {}
+    if is_comparison(result):
+        return round_figures(result.metrics)
     rate = result.metrics.get("images_per_sec")
-    if not result.ok or result.dropped or not isinstance(rate, (int, float)):
+    if not result.ok or not isinstance(rate, (int, float)):
         return {}
     return {round_of(result): float(rate)}
 

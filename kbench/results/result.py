@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from kbench.results.jsonfile import finite, read_json, write_json_atomic
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # unsupported: a data-parallel mode that cannot run on this machine (the reason says why)
 STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
 
@@ -39,8 +39,18 @@ def _from_v2(data: Dict[str, Any]) -> Dict[str, Any]:
     return dict(data, non_finite=replaced, schema_version=3)
 
 
+def _from_v3(data: Dict[str, Any]) -> Dict[str, Any]:
+    """Version 4 made a warm comparison one document per backend, its windows inside it
+    (:mod:`kbench.results.comparison`); a version 3 store held a document per window,
+    which the store reads as one comparison per worker (:func:`kbench.results.comparison.
+    merge_windows`). Every other document is the same in both versions."""
+    return dict(data, schema_version=4)
+
+
 # version -> how to lift a document of that version one version up
-UPGRADES: Dict[int, Callable[[Dict[str, Any]], Dict[str, Any]]] = {1: _from_v1, 2: _from_v2}
+UPGRADES: Dict[int, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
+    1: _from_v1, 2: _from_v2, 3: _from_v3,
+}  # fmt: skip
 
 NUMBER = (int, float)
 # The type of every field, and of the nested values that readers (the store's index,
@@ -184,9 +194,9 @@ class RunResult:
 
     @property
     def dropped(self) -> Optional[str]:
-        """Why this measuring window's round was left out of every comparison (a window of
-        it measured while the machine was busy: kbench.run.windows); None: it counts."""
-        return ((self.metrics or {}).get("window") or {}).get("dropped")
+        """Why this document is left out of every comparison (a warm comparison measured
+        again from the start: superseded); None: it counts."""
+        return ((self.metrics or {}).get("window") or {}).get("superseded")
 
     @property
     def warnings(self) -> List[str]:

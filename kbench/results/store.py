@@ -28,6 +28,7 @@ index is ever written into it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -35,12 +36,14 @@ import os
 import re
 import shlex
 import shutil
+import statistics
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kbench.facts import cache_dir
+from kbench.results.comparison import WINDOW_RUN_ID, merge_windows
 from kbench.results.config import ConfigError
 from kbench.results.jsonfile import write_text_atomic
 from kbench.results.lock import writer_lock
@@ -326,6 +329,11 @@ class ResultStore:
     # reading -------------------------------------------------------------
 
     def entries(self, filters: Sequence[Filter] = ()) -> List[IndexEntry]:
+        """What the store holds, one entry per run (a schema-3 warm comparison's window
+        documents one entry per worker, :func:`comparison_entries`), oldest first."""
+        return comparison_entries(self._file_entries(filters))
+
+    def _file_entries(self, filters: Sequence[Filter] = ()) -> List[IndexEntry]:
         """Every readable document's entry, oldest first, reconciled with the directory.
 
         The index is trusted for a document only while the document's size and
@@ -364,7 +372,7 @@ class ResultStore:
 
         A document that turns out unreadable now is added to :attr:`unreadable` and left out.
         """
-        entries = self.entries(filters)
+        entries = self._file_entries(filters)
         if latest_only:
             entries = latest_per_run(entries)
         out = []
@@ -373,7 +381,7 @@ class ResultStore:
                 out.append(RunResult.load(self.directory / entry.file))
             except (ResultError, OSError) as err:
                 self.unreadable.append((entry.file, _why(err)))
-        return out
+        return merge_windows(out)
 
     def done_keys(self) -> Dict[str, str]:
         """run_key -> status of its newest readable result, for resuming a sweep. A run
@@ -395,18 +403,18 @@ class ResultStore:
             store.check_is_store()
         summary = MergeSummary()
         with writer_lock(self.directory):
-            have = {e.run_id for e in self.entries()}
+            have = {e.run_id for e in self._file_entries()}
             summary.unreadable += [(str(self.directory / n), why) for n, why in self.unreadable]
             written: Dict[str, str] = {}  # run id -> host, of the documents written
             for source in sources:
                 other = ResultStore(source)
-                for entry in other.entries():
+                for entry in other._file_entries():
                     if entry.run_id not in have:
                         self._merge_one(other, entry, have, written, summary)
                     else:
                         summary.already_present += 1
                 summary.unreadable += [(f"{source}/{name}", why) for name, why in other.unreadable]
-            listed = {e.run_id for e in self.entries()}
+            listed = {e.run_id for e in self._file_entries()}
         for run_id, host in written.items():
             if run_id in listed:
                 summary.added += 1
@@ -637,6 +645,35 @@ class MergeSummary:
     hosts: set = field(default_factory=set)
     unreadable: List[Tuple[str, str]] = field(default_factory=list)
     refused: List[Tuple[str, str]] = field(default_factory=list)  # (document, why)
+
+
+def comparison_entries(entries: Sequence[IndexEntry]) -> List[IndexEntry]:
+    """``entries`` with a schema-3 warm comparison's window documents (``<worker run
+    id>-wNNN``, one per window) as one entry per worker, where its first window stood:
+    its worst status, the median of its windows' throughput, its first round's run key
+    (its worker's run's)."""
+    windows: Dict[str, List[IndexEntry]] = {}
+    for entry in entries:
+        named = WINDOW_RUN_ID.match(entry.run_id)
+        if named and entry.config.get("window_s") is not None:
+            windows.setdefault(named.group("worker"), []).append(entry)
+    out, done = [], set()
+    for entry in entries:
+        named = WINDOW_RUN_ID.match(entry.run_id)
+        worker = named.group("worker") if named else None
+        if worker not in windows:
+            out.append(entry)
+        elif worker not in done:
+            done.add(worker)
+            found = windows[worker]
+            rates = [e.images_per_sec for e in found if e.images_per_sec is not None]
+            first = min(found, key=lambda e: e.config.get("repeat", 0))
+            worst = next((e.status for e in found if e.status != "ok"), "ok")
+            out.append(dataclasses.replace(
+                first, run_id=worker, status=worst, config=dict(first.config, repeat=0),
+                images_per_sec=statistics.median(rates) if rates else None,
+            ))  # fmt: skip
+    return out
 
 
 def latest_per_run(entries: Sequence[IndexEntry]) -> List[IndexEntry]:

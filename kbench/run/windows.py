@@ -1,41 +1,42 @@
 """Warm interleaved windows: a comparison measured in rounds of A B C D windows (parent side).
 
 Each config (a backend, usually) gets one warm worker (:mod:`kbench.run.worker`, on the
-engine: :mod:`kbench.run.engine`)
-that starts its framework, builds and compiles the model once and then measures a
-window of steps each time it is told to. The workers start side by side; their warmups
-run one at a time; then, round after round, each worker measures one window while the
-others wait doing nothing, in an order that turns by one each round (A B C, B C A,
-C A B), so that drift of the machine and the position in a round hit every backend
-alike. Each window is a result document of its own (``config.repeat`` = its round,
-``config.window_s`` set, ``metrics.window`` saying which worker and window): the
-per-round ratios, their interval and the ratio stop rule read them as they read fresh
-rounds.
+engine: :mod:`kbench.run.engine`) that starts its framework, builds and compiles the model
+once and then measures a window of steps each time it is told to. The workers start side
+by side; their warmups run one at a time; then, round after round, each worker measures
+one window while the others wait doing nothing, in an order that turns by one each round
+(A B C, B C A, C A B), so that drift of the machine and the position in a round hit every
+backend alike. Each backend's windows are one result document
+(:mod:`kbench.results.comparison`: ``metrics.windows`` holds each window with its round),
+stored again after each round; the per-round ratios, their interval and the ratio stop
+rule read its rounds as they read fresh rounds. Progress is a line every few seconds
+(:class:`RoundProgress`), not a line per round.
 
 - The sampler runs during each window only, on that worker's process tree; the window's
   quality flags are its own. A round in which any window was flagged busy or on a shared
-  GPU is dropped: its documents are kept, marked ``metrics.window.dropped`` with the
-  reason, and left out of every comparison; the rounds go on.
+  GPU is dropped: its windows are kept, marked ``dropped`` with the reason, and left out
+  of every comparison (unless every round was: then the figures are flagged busy); the
+  rounds go on.
 - A worker that crashes, runs out of memory or stops answering (a window past
-  :func:`window_timeout`) is stopped and recorded as today's runs are (``failed``,
-  ``oom``, ``timeout``); the others go on. With fewer than two workers left there is no
-  ratio to measure, and the comparison stops.
+  :func:`window_timeout`) is stopped, and its document ends as today's runs do
+  (``failed``, ``oom``, ``timeout``), keeping the windows it measured; the others go on.
+  With fewer than two workers left there is no ratio to measure, and the comparison stops.
 - What needs a fresh process (the first step, compilation, cold memory) is measured
-  once, at the worker's start, and kept in its first window's document only.
+  once, at the worker's start.
 - Parity at warm-up (``check_parity``: :func:`plan_parity`, :func:`record_parity`): the
   baseline's worker (or the first of a Keras backend, where the baseline is a native
   port) exports its initial weights and the others start from them; the warmup steps
   train on the same batches; each worker's outputs before training and warmup losses
   are compared with the baseline's within ``kbench parity``'s tolerance
-  (:mod:`kbench.run.agreement`), and every window records ``metrics.parity``. A backend
+  (:mod:`kbench.run.agreement`), and each document records ``metrics.parity``. A backend
   that computes otherwise is measured all the same; one that cannot be checked says why.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
+import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -47,8 +48,16 @@ import psutil
 import kbench_models
 from kbench.backends import BACKENDS, load_backend
 from kbench.measure import sysinfo
-from kbench.measure.sampler import Sampler, process_tree, tree_usage
+from kbench.measure.sampler import process_tree, tree_usage
 from kbench.results import ending
+from kbench.results.analysis import widest_ratio_half_width
+from kbench.results.comparison import (
+    comparison_metrics,
+    comparison_sampler,
+    counted,
+    failed_record,
+    window_record,
+)
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, open_log
@@ -67,18 +76,8 @@ SETTLE_CPU_PERCENT = 10.0  # of one core
 SETTLE_MAX_S = 1.0
 SETTLE_STEP_S = 0.05
 MAX_ROUNDS = 1000
+PROGRESS_EVERY_S = 5.0  # a comparison's progress line at most this often
 DROPPING_FLAGS = ("busy", "shared GPU")  # interference that comes and goes: drop the round
-NOTE = (
-    "a measuring window of a warm worker: the framework, model and compilation were "
-    "started once, before the first window; throughput is the window's steps over their "
-    "time, as a fresh run's measured window. Not captured here: the first step and "
-    "compilation (the worker's start, in its first window's document), and what grows "
-    "across windows (allocator pools, caches). The framework's memory readings are the "
-    "process's peaks since it started, the sampler's the window's own. Each window's first "
-    "step is untimed (the framework's per-call set-up). Test accuracy is not measured: "
-    "each backend trains as many steps as its windows take."
-)
-
 Stop = Callable[[List[RunResult]], Optional[str]]
 OnWindow = Callable[["WindowWorker", int], None]
 
@@ -138,6 +137,10 @@ class WindowWorker:
     # Every worker its session launched, itself included (Session.window_workers).
     siblings: List[WindowWorker] = field(default_factory=list, repr=False, compare=False)
     memory_note: Optional[str] = None  # its GPU memory option changed, and why
+    records: List[Dict[str, Any]] = field(default_factory=list)  # every window, in order
+    sampled: List[Dict[str, Any]] = field(default_factory=list)  # each window's sampler
+    framework: Dict[str, Any] = field(default_factory=dict)  # as its last window found it
+    said: bool = False  # its ending was said
 
     def __post_init__(self) -> None:
         self.name = self.name or self.config.backend
@@ -198,23 +201,23 @@ class WindowWorker:
 
     # --------------------------------------------------------------- its stages
 
-    def start(self) -> List[RunResult]:
-        """Wait for the framework, data and model; [] when started, else its failed result."""
+    def start(self) -> None:
+        """Wait for the framework, data and model (a worker that fails ends: ``alive``
+        says so, its document why)."""
         try:
             self.started = self.worker.await_reply("its start", self.config.timeout_s)
-        except WorkerGone as gone:
-            return [self._failed(gone.verdict, 0, self.launched_at)]
-        return []
+            self.framework = self.started["framework"]
+        except WorkerGone:
+            pass
 
-    def warm_up(self) -> List[RunResult]:
-        """The warmup and calibration steps; [] when ready, else its failed result."""
-        began = time.time()
+    def warm_up(self) -> None:
+        """The warmup and calibration steps (a worker that fails ends, as in :meth:`start`)."""
         command = {"do": "warmup", "window_s": self.config.window_s, "steps": self.config.steps,
                    "check_rows": self.check_rows} | self.weights  # fmt: skip
         try:
             self.ready = self.worker.request(command, "its warmup", self.config.timeout_s)
-        except WorkerGone as gone:
-            return [self._failed(gone.verdict, 0, began)]
+        except WorkerGone:
+            return
         for warning in self.started["framework"].get("warnings") or []:
             log.warning("%s: %s", self.label, warning)
         if self.memory_note:
@@ -224,12 +227,11 @@ class WindowWorker:
             self.label, self.ready["first_step_s"], self.ready["window_steps"],
             self.ready["calibration_step_s"] * 1000,
         )  # fmt: skip
-        return []
 
     def window(
         self, round_index: int, position: int, on_sent: Optional[OnWindow] = None
-    ) -> RunResult:
-        """One measuring window: its result document (not yet stored)."""
+    ) -> Dict[str, Any]:
+        """One measuring window: its record (:mod:`kbench.results.comparison`), kept."""
         config = self.config
         sampler = start_sampler(
             self.process.pid, config.sample_interval_s, self.runner.nvml, self.companions
@@ -244,14 +246,30 @@ class WindowWorker:
                 f"window {self.windows + 1}", window_timeout(config.window_s, expected)
             )
         except WorkerGone as gone:
-            return self._failed(gone.verdict, round_index, began)
+            verdict = gone.verdict
+            record = failed_record(
+                round_index, position, verdict.status, verdict.reason, began, time.time()
+            )
+            self.records.append(record)
+            return record
         finally:
             if sampler is not None:
                 sampler.__exit__(None, None, None)
         self.windows += 1
-        result = self._window_result(reply, round_index, position, sampler)
-        result.metrics["window"]["idle_wait_s"] = self.settle()
-        return result
+        metrics = dict(reply["metrics"])
+        started_at, ended_at = reply["started_at"], reply["ended_at"]
+        if sampler is not None:
+            sampled = add_sampled(
+                sampler, metrics, started_at, ended_at, config.threads, self.runner.busy_threshold
+            )
+            self.sampled.append(sampled.to_dict())
+        record = window_record(
+            self.windows - 1, round_index, position, metrics, started_at, ended_at
+        )
+        record["idle_wait_s"] = self.settle()
+        self.framework = reply["framework"]
+        self.records.append(record)
+        return record
 
     def settle(self) -> float:
         """Wait, at most :data:`SETTLE_MAX_S`, until the worker's processes use under
@@ -275,104 +293,57 @@ class WindowWorker:
         is left; close its log. Closing twice does nothing more."""
         self.worker.close(now=now)
 
-    # --------------------------------------------------------------- its results
+    # --------------------------------------------------------------- its document
 
-    def _result(
-        self,
-        verdict: ending.Verdict,
-        round_index: int,
-        started_at: float,
-        ended_at: float,
-        metrics: Optional[Dict[str, Any]] = None,
-        sampled: Optional[Dict[str, Any]] = None,
-        reply: Optional[WorkerReply] = None,
-        run_id: Optional[str] = None,
-    ) -> RunResult:
-        config = dataclasses.replace(self.config, repeat=round_index)
+    def document(self) -> RunResult:
+        """The comparison's document of this worker: every window it measured
+        (:mod:`kbench.results.comparison`), ok unless the worker ended otherwise."""
+        reply = WorkerReply("ok", framework=self.framework, model=self.started.get("model") or {})
+        metrics: Dict[str, Any] = {}
+        if self.ready:
+            metrics = comparison_metrics(
+                self.records, self._start_figures(), self._facts(), self.tags
+            )
+            if metrics["images_per_sec"] is not None:
+                metrics["compute"] = compute_rate(self.config, metrics, reply)
+        ended_at = self.records[-1]["ended_at"] if self.records else time.time()
         return ending.run_result(
-            run_id=run_id or f"{self.planned.run_id}-w{self.windows:03d}",
-            kind="train",
-            config=config.to_dict(),
-            verdict=verdict,
-            started_at=started_at,
+            run_id=self.planned.run_id, kind="train", config=self.config.to_dict(),
+            verdict=self.worker.gone or ending.OK, started_at=self.launched_at,
             ended_at=ended_at,
             environment=ending.environment(
-                self.interpreter,
-                self.process_env,
-                self.keras_json,
-                reply.framework if reply else self.started.get("framework"),
-            ),  # fmt: skip
-            data=self.planned.case.data.describe(),
-            model=model_facts(config, reply),
-            metrics=metrics,
-            sampler=sampled,
-        )
-
-    def _failed(self, verdict: ending.Verdict, round_index: int, started_at: float) -> RunResult:
-        reply = None
-        if self.started:
-            reply = WorkerReply("failed", framework=self.started["framework"],
-                                model=self.started["model"])  # fmt: skip
-        return self._result(verdict, round_index, started_at, time.time(), reply=reply)
-
-    def _window_result(
-        self,
-        reply: Dict[str, Any],
-        round_index: int,
-        position: int,
-        sampler: Optional[Sampler],
-    ) -> RunResult:
-        metrics = dict(reply["metrics"]) | self._worker_figures() | {
-            "window": {
-                "index": self.windows - 1, "round": round_index, "position": position,
-                "steps": self.ready["window_steps"],
-                "worker_run_id": self.planned.run_id, "worker_pid": self.process.pid,
-                "fresh_process": False, "dropped": None, "note": NOTE,
-            } | ({"gpu_memory": self.memory_note} if self.memory_note else {}),
-            **self.tags,
-            "warm_worker": True, "epoch_time_s": [], "epoch_train_loss": [],
-            "epoch_train_accuracy": [], "test_loss": None, "test_accuracy": None,
-        }  # fmt: skip
-        started_at, ended_at = reply["started_at"], reply["ended_at"]
-        sampled = None
-        if sampler is not None:
-            sampled = add_sampled(
-                sampler, metrics, started_at, ended_at, self.config.threads,
-                self.runner.busy_threshold,
-            ).to_dict()  # fmt: skip
-        worker_reply = WorkerReply(
-            "ok", metrics=metrics, framework=reply["framework"], model=self.started["model"]
-        )
-        metrics["compute"] = compute_rate(self.config, metrics, worker_reply)
-        return self._result(
-            ending.OK, round_index, started_at, ended_at, metrics, sampled, worker_reply,
-            run_id=f"{self.planned.run_id}-w{self.windows - 1:03d}",
+                self.interpreter, self.process_env, self.keras_json, self.framework
+            ),
+            data=self.planned.case.data.describe(), model=model_facts(self.config, reply),
+            metrics=metrics, sampler=comparison_sampler(self.sampled),
         )  # fmt: skip
 
-    def _worker_figures(self) -> Dict[str, Any]:
-        """The start's figures, in the first window's document only (None in the others)."""
-        first = self.windows == 1
-        ready, started = self.ready, self.started
+    def _start_figures(self) -> Dict[str, Any]:
+        """What the worker's start measured, once: its import, build and first step."""
         return {
-            "import_time_s": started["import_time_s"] if first else None,
-            "build_time_s": started["build_time_s"] if first else None,
-            "first_step_s": ready["first_step_s"] if first else None,
+            "import_time_s": self.started.get("import_time_s"),
+            "build_time_s": self.started.get("build_time_s"),
+            "first_step_s": self.ready["first_step_s"],
             # the workers start side by side and warm up in turn: no fresh process's figure
             "time_to_first_step_s": None,
-            "warmup_steps": ready["warmup_steps"] if first else 0,
-            "warmup_time_s": ready["warmup_time_s"] if first else None,
+            "warmup_steps": self.ready["warmup_steps"],
+            "warmup_time_s": self.ready["warmup_time_s"],
         }
 
+    def _facts(self) -> Dict[str, Any]:
+        return {
+            "steps": self.ready["window_steps"], "window_s": self.config.window_s,
+            "batch_size": self.config.batch_size, "worker_pid": self.process.pid,
+            "fresh_process": False,
+        } | ({"gpu_memory": self.memory_note} if self.memory_note else {})  # fmt: skip
 
-def drop_reason(
-    round_results: Sequence[RunResult], names: Optional[Dict[int, str]] = None
-) -> Optional[str]:
-    """Why this round must be dropped: a window flagged busy or on a shared GPU.
-    ``names``: what to call each result's worker (by ``id``; default: its backend)."""
-    for result in round_results:
-        for flag in (result.metrics.get("quality") or {}).get("flags") or []:
+
+def drop_reason(records: Sequence[Dict[str, Any]], names: Sequence[str]) -> Optional[str]:
+    """Why this round must be dropped: a window flagged busy or on a shared GPU
+    (``names``: what to call each record's worker)."""
+    for record, name in zip(records, names):
+        for flag in (record.get("quality") or {}).get("flags") or []:
             if flag.startswith(DROPPING_FLAGS):
-                name = (names or {}).get(id(result), result.config["backend"])
                 return f"{name}'s window measured while {flag}"
     return None
 
@@ -388,45 +359,48 @@ def interleave(
 ) -> Tuple[List[RunResult], str]:
     """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, the
     steps of a window) in warm interleaved windows into ``runner.output_dir`` until
-    ``stop(counted results)`` gives a reason, ``max_rounds`` rounds ran, or fewer than
-    two workers are left. Returns every window's result (dropped ones included) and why
-    it stopped. ``on_window(worker, round)`` is called as each window's command is sent.
-    The first config is the baseline: when its worker ends, so does the comparison.
+    ``stop(the live workers' documents)`` gives a reason, ``max_rounds`` rounds ran, or
+    fewer than two workers are left. Returns each worker's document (:meth:`WindowWorker.
+    document`: its windows, dropped ones included) and why it stopped.
+    ``on_window(worker, round)`` is called as each window's command is sent. The first
+    config is the baseline: when its worker ends, so does the comparison.
     ``check_parity``: every worker's warm-up is checked against the baseline's
-    (:func:`plan_parity`); each window's ``metrics.parity`` says how it came out, or that
+    (:func:`plan_parity`); each document's ``metrics.parity`` says how it came out, or that
     it was not checked and why."""
     unset = [config.label() for config in configs if config.window_s is None]
     if unset:
         raise ValueError(f"interleave: expected configs with window_s; {unset[0]} has none")
-    results: List[RunResult] = []
     with runner.session(configs) as session:
         workers: List[WindowWorker] = []
         try:
             for config in configs:
                 workers.append(WindowWorker.launch(runner, session, config))
             weights = session.directory.resolve() / "initial-weights.npz"
-            results += start_workers(runner, plan_parity(workers, weights, check_parity))
+            start_workers(plan_parity(workers, weights, check_parity))
             record_parity(workers, weights)
-            reason = _rounds(runner, workers, results, stop, max_rounds, on_window)
+            keep(runner, [w for w in workers if not w.alive])
+            reason = _rounds(runner, workers, stop, max_rounds, on_window)
         except BaseException:  # Ctrl-C, or a failure of kbench's own: stop them at once
             for worker in workers:
                 worker.close(now=True)
+            keep(runner, [w for w in workers if w.records], quiet=True)
             raise
         finally:
             for worker in workers:
                 worker.close()
-    return results, reason
+    return [w.document() for w in workers], reason
 
 
 def _rounds(
     runner: Runner,
     workers: List[WindowWorker],
-    results: List[RunResult],
     stop: Optional[Stop],
     max_rounds: int,
     on_window: Optional[OnWindow],
 ) -> str:
-    """The rounds of :func:`interleave`, their results added to ``results``; why they ended."""
+    """The rounds of :func:`interleave`, each worker's document stored after each; why
+    they ended."""
+    progress = RoundProgress()
     for round_index in range(max_rounds):
         alive = [w for w in workers if w.alive]
         if not workers[0].alive:
@@ -434,47 +408,75 @@ def _rounds(
         if len(alive) < 2:
             left = ", ".join(w.name for w in alive) or "none"
             return f"fewer than two workers left ({left}): no ratio to measure"
-        results += measure_round(runner, alive, round_index, on_window)
-        # the stop rule reads the live workers' counted windows: a worker that ended can
-        # no longer narrow its interval, and would hold the others to the budget
-        live = tuple(w.planned.run_id for w in workers if w.alive)
-        counted = [r for r in results if not r.dropped and r.run_id.startswith(live)]
-        why = stop(counted) if stop is not None else None
+        dropped = measure_round(alive, round_index, on_window)
+        keep(runner, alive)
+        # the stop rule reads the live workers' documents: a worker that ended can no
+        # longer narrow its interval, and would hold the others to the budget
+        documents = [w.document() for w in workers if w.alive]
+        why = stop(documents) if stop is not None else None
+        progress.round_done(round_index, workers, dropped, why is not None)
         if why is not None:
             return why
     return f"{max_rounds} rounds ran"
 
 
 def measure_round(
-    runner: Runner,
-    workers: Sequence[WindowWorker],
-    round_index: int,
-    on_window: Optional[OnWindow] = None,
-) -> List[RunResult]:
+    workers: Sequence[WindowWorker], round_index: int, on_window: Optional[OnWindow] = None
+) -> Optional[str]:
     """One round: a window of each of ``workers`` in turn, the order turned by
-    ``round_index``; the round dropped (and said) where a window was flagged busy. Its
-    results, stored."""
+    ``round_index``; the round dropped where a window was flagged busy: why, or None."""
     shift = round_index % len(workers)
     turn = list(workers[shift:]) + list(workers[:shift])
-    round_results = [
-        worker.window(round_index, position, on_window) for position, worker in enumerate(turn)
-    ]
-    reason = drop_reason(round_results, {id(r): w.name for r, w in zip(round_results, turn)})
-    for result in round_results:
-        if reason and result.ok:
-            result.metrics["window"]["dropped"] = reason
-    _log_round(round_index, [(w.name, r) for w, r in zip(turn, round_results)], reason)
-    return keep(runner, round_results)
+    records = [worker.window(round_index, position, on_window)
+               for position, worker in enumerate(turn)]  # fmt: skip
+    reason = drop_reason(records, [w.name for w in turn])
+    for record in records:
+        if reason and record["status"] == "ok":
+            record["dropped"] = reason
+    return reason
 
 
-def start_workers(runner: Runner, workers: Sequence[WindowWorker]) -> List[RunResult]:
-    """Wait for every worker's start, then warm each up in turn; the failed ones' results."""
-    results: List[RunResult] = []
+@dataclass
+class RoundProgress:
+    """The progress of a comparison's rounds, as a line every :data:`PROGRESS_EVERY_S`
+    (and at its end), not a line per round: the rounds so far, the median throughput of
+    each backend's counted windows, the widest ratio interval so far, and how many rounds
+    were dropped and why (the last)."""
+
+    said_at: float = field(default_factory=time.monotonic)
+    dropped: int = 0
+    last_drop: Optional[str] = None
+
+    def round_done(
+        self, index: int, workers: Sequence[WindowWorker], dropped: Optional[str], last: bool
+    ) -> None:
+        if dropped:
+            self.dropped, self.last_drop = self.dropped + 1, dropped
+        if not last and time.monotonic() - self.said_at < PROGRESS_EVERY_S:
+            return
+        self.said_at = time.monotonic()
+        figures = []
+        for worker in workers:
+            ran = counted(worker.records)
+            if not worker.alive:
+                figures.append(f"{worker.name} {worker.worker.gone.status.upper()}")
+            elif ran:
+                ips = statistics.median(r["images_per_sec"] for r in ran)
+                figures.append(f"{worker.name} {ips:,.0f} img/s")
+        documents = [w.document() for w in workers if w.alive]
+        widest = widest_ratio_half_width(documents, workers[0].config.backend)
+        interval = "not yet measurable" if widest is None else f"+-{widest:.1%}"
+        drops = f"; {self.dropped} dropped (last: {self.last_drop})" if self.dropped else ""
+        log.info("round %d: %s; widest ratio interval %s%s", index + 1, ", ".join(figures),
+                 interval, drops)  # fmt: skip
+
+
+def start_workers(workers: Sequence[WindowWorker]) -> None:
+    """Wait for every worker's start, then warm each up in turn."""
     for worker in workers:
-        results += keep(runner, worker.start())
+        worker.start()
     for worker in [w for w in workers if w.alive]:
-        results += keep(runner, worker.warm_up())
-    return results
+        worker.warm_up()
 
 
 def plan_parity(
@@ -580,24 +582,14 @@ def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
             )  # fmt: skip
 
 
-def keep(runner: Runner, results: List[RunResult]) -> List[RunResult]:
-    """``results`` into the store; their flags are told once a round (:func:`_log_round`),
-    the framework's warnings once a worker (:meth:`WindowWorker.warm_up`)."""
+def keep(runner: Runner, workers: Sequence[WindowWorker], quiet: bool = False) -> None:
+    """Each worker's document into the store (again: it replaces the one stored after
+    the last round); one that is not ok said once, as it ended (not ``quiet``: Ctrl-C)."""
     with runner.store_lock:
         store = ResultStore(runner.output_dir)
-        for result in results:
-            store.add(result)
-            if not result.ok:
-                log.warning("%s", ending.summary_line(result))
-    return list(results)
-
-
-def _log_round(
-    round_index: int, named: Sequence[Tuple[str, RunResult]], dropped_for: Optional[str]
-) -> None:
-    figures = ", ".join(
-        f"{name} {r.metrics['images_per_sec']:,.0f} img/s" if r.ok else f"{name} {r.status.upper()}"
-        for name, r in named
-    )
-    tail = f"; dropped: {dropped_for}" if dropped_for else ""
-    log.info("round %d: %s%s", round_index + 1, figures, tail)
+        for worker in workers:
+            document = worker.document()
+            store.add(document)
+            if not document.ok and not quiet and not worker.said:
+                worker.said = True
+                log.warning("%s", ending.summary_line(document))

@@ -41,7 +41,13 @@ from kbench.measure.stats import (
     rounds_needed,
 )
 from kbench.results.analysis import Spread, cpu_of, half_width, quality_flags, round_ratios
-from kbench.results.readings import epoch_time, memory_peak, no_gpu_reason, utilization
+from kbench.results.readings import (
+    epoch_time,
+    memory_peak,
+    no_gpu_reason,
+    round_throughputs,
+    utilization,
+)
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
 from kbench.studies.published import REQUIREMENTS, Claim, Study
@@ -348,11 +354,10 @@ def _side(claim: Claim, side: Dict[str, Any], selector: Dict[str, Any], pool, sh
         statuses[r.status] = statuses.get(r.status, 0) + 1
         by_round.setdefault((host_of(r), int(r.config.get("repeat", 0))), []).append(r)
     rounds: Dict[Tuple[str, int], float] = {}
-    for key, found in by_round.items():
-        values = [read(r) for r in found if r.ok]
-        values = [v for v in values if v is not None]
-        if values:
-            rounds[key] = values[-1]
+    for (host, _), found in by_round.items():
+        for r in found:  # the newest of a round last
+            for round_index, value in round_values(r, metric, read).items():
+                rounds[(host, round_index)] = value
     finished = [r for r in runs if r.ok]
     off = [no_gpu_reason([r]) for r in finished]
     label = selector_text(selector, skip=shown)
@@ -366,6 +371,18 @@ def _side(claim: Claim, side: Dict[str, Any], selector: Dict[str, Any], pool, sh
         on_gpu=any(why is None for why in off),
         flags=quality_flags(finished),
     )  # fmt: skip
+
+
+def round_values(
+    result: RunResult, metric: str, read: Callable[[RunResult], Optional[float]]
+) -> Dict[int, float]:
+    """``{round: value}`` of one result: its throughput by round where it is read by round
+    (a warm comparison's document holds one per counted window,
+    :func:`~kbench.results.readings.round_throughputs`), else its reading in its round."""
+    if metric == "images_per_sec":
+        return round_throughputs(result)
+    value = read(result) if result.ok else None
+    return {} if value is None else {int(result.config.get("repeat", 0)): value}
 
 
 def _duplicate(key: Tuple[str, int], found: Sequence[RunResult]) -> str:

@@ -402,7 +402,7 @@ def ratio_stop(target: float, budget_s: Optional[float], baseline: Optional[str]
 
     def stop(results: List[RunResult]) -> Optional[str]:
         widest = widest_ratio_half_width(results, baseline)
-        log.info(
+        log.debug(  # warm windows say it in their progress line, every few seconds
             "    widest ratio interval so far: %s (target +-%.1f%%)",
             "not yet measurable" if widest is None else f"+-{widest:.1%}",
             target * 100,

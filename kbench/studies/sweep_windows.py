@@ -8,17 +8,15 @@ worker per backend, a window each per round, the ratio stop rule after each roun
 one comparison after another; the settings that need fresh processes run as a sweep's
 runs always do (:func:`kbench.studies.sweep.execute`).
 
-Resuming. Each window is a result document in the store as it is measured, without
-its sweep provenance; once the comparison has stopped (precision reached, budget spent,
-fewer than two workers left) every document of it is written again with it
-(:func:`mark`): ``sweep.run_key`` is the key of the window's own round (that of its
-worker's run for the first round, so the plan finds the run done),
-``sweep.windows.run_key`` the key of its worker's run, ``sweep.windows.comparison``
-the comparison's key and ``sweep.windows.stopped`` why it stopped. The first round's
-documents are written last: a comparison is done only when all of them are. A
-comparison cut short (Ctrl-C, a kill, a full disk) is measured again whole; before
-that, its earlier windows are marked dropped (:data:`SUPERSEDED`), so that no
-comparison, table or verdict counts them beside the new ones.
+Resuming. A comparison's documents (one per backend, :mod:`kbench.results.comparison`) are
+in the store from its first round on, rewritten after each, without their sweep
+provenance; once the comparison has stopped (precision reached, budget spent, fewer than
+two workers left) each is written again with it (:func:`mark`): ``sweep.run_key`` is the
+key of its backend's run, so the plan finds the run done, ``sweep.windows.comparison`` the
+comparison's key and ``sweep.windows.stopped`` why it stopped. A comparison cut short
+(Ctrl-C, a kill, a full disk) is measured again whole; before that, its earlier documents
+are marked superseded (:data:`SUPERSEDED`), so that no comparison, table or verdict
+counts them beside the new ones.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.analysis import compare
+from kbench.results.comparison import is_comparison
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore
@@ -122,7 +121,7 @@ def plan_text(sweep: Sweep, states: Dict[str, str], varying: Sequence[str]) -> s
 
 @dataclasses.dataclass
 class EarlierWindows:
-    """The window documents the store held before this invocation, by the key of the
+    """The comparison documents the store held before this invocation, by the key of the
     sweep run whose worker measured them (read once: :meth:`read`)."""
 
     store: Path
@@ -135,7 +134,7 @@ class EarlierWindows:
         if not found.exists():
             return cls(store, by_run)
         for result in found.results():
-            if result.dropped or not (result.metrics or {}).get("window"):
+            if result.dropped or not is_comparison(result):
                 continue
             key = _worker_run(result, sweep.name)
             if key is not None:
@@ -143,14 +142,15 @@ class EarlierWindows:
         return cls(store, by_run)
 
     def supersede(self, runs: Sequence[SweepRun]) -> int:
-        """Mark dropped (:data:`SUPERSEDED`) the earlier windows of ``runs``; how many."""
+        """Mark superseded (:data:`SUPERSEDED`) the earlier documents of ``runs``; how many
+        windows they held."""
         store = ResultStore(self.store)
         count = 0
         for run in runs:
             for result in self.by_run.pop(run.key, []):
-                window = dict(result.metrics["window"], dropped=SUPERSEDED)
+                window = dict(result.metrics["window"], superseded=SUPERSEDED)
                 store.add(replace(result, metrics=dict(result.metrics, window=window)))
-                count += 1
+                count += len(result.metrics["windows"]["list"])
         return count
 
 
@@ -220,44 +220,39 @@ def measure_comparison(
 def mark(
     store: Path, sweep: Sweep, group: Sequence[SweepRun], found: Sequence[RunResult], reason: str
 ) -> List[RunResult]:
-    """Write ``found`` again with their sweep provenance (module docstring): each window
-    the key of its round, the first round's last. The marked results, in their order."""
+    """Write ``found`` (a document per backend) again with their sweep provenance (module
+    docstring). The marked results, in their order."""
     by_backend = {run.config.backend: run for run in group}
     comparison = comparison_key(group)
     marked = []
     for result in found:
         run = by_backend[result.config["backend"]]
-        round_index = int(result.config.get("repeat", 0))
-        key = run.key if round_index == 0 else run_key(replace(run.config, repeat=round_index))
         provenance = dict(
             sweep.provenance(run),
-            run_key=key,
             windows={"run_key": run.key, "comparison": comparison, "stopped": reason},
         )
         marked.append(replace(result, sweep=provenance))
     store_of = ResultStore(store)
-    for result in sorted(marked, key=lambda r: r.config.get("repeat", 0) == 0):  # stable
+    for result in marked:
         store_of.add(result)
     return marked
 
 
 def _worst(run: SweepRun, found: Sequence[RunResult]) -> RunResult:
-    """What the progress counts for one backend of a comparison: its failure, if its
-    worker failed, else its first window."""
-    mine = [r for r in found if r.config["backend"] == run.config.backend]
-    return next((r for r in mine if not r.ok), mine[0])
+    """What the progress counts for one backend of a comparison: its document."""
+    return next(r for r in found if r.config["backend"] == run.config.backend)
 
 
 def summary(found: Sequence[RunResult], baseline: Optional[str] = None) -> str:
     """``12 rounds (1 dropped); torch x0.83 (95%: 0.80-0.85)``: each backend's ratio to
     the baseline, with its interval, over the rounds that count."""
-    counted = [r for r in found if not r.dropped]
-    rounds_ran = {r.config.get("repeat", 0) for r in found if r.ok}
-    dropped = {r.config.get("repeat", 0) for r in found if r.dropped}
+    windows = [w for r in found for w in (r.metrics.get("windows") or {}).get("list") or []]
+    rounds_ran = {w["round"] for w in windows if w.get("status") == "ok"}
+    dropped = {w["round"] for w in windows if w.get("dropped")}
     parts = [f"{len(rounds_ran)} rounds" + (f" ({len(dropped)} dropped)" if dropped else "")]
-    if not any(r.ok for r in counted):
+    if not rounds_ran:
         parts.append("no round counted, so no ratio")
-    for group in compare(counted, baseline):
+    for group in compare(found, baseline):
         for row in group.rows:
             if row.backend == group.baseline:
                 continue

@@ -58,9 +58,9 @@ from kbench.results.analysis import (
     differences,
     half_width,
     round_ratios,
-    throughputs,
     what_differs,
 )
+from kbench.results.comparison import round_figures
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.jsonfile import write_json_atomic, write_text_atomic
 from kbench.results.result import RunResult
@@ -116,12 +116,21 @@ class Trial:
     # differs (does not compute the same), skipped, or the status its worker ended with
     state: str = "measuring"
     reason: Optional[str] = None
-    results: List[RunResult] = field(default_factory=list)
     check: Dict[str, Any] = field(default_factory=dict)
+    # its worker's document as of its last round (kbench.results.comparison: its windows)
+    document: Optional[RunResult] = None
+
+    @property
+    def results(self) -> List[RunResult]:
+        return [] if self.document is None else [self.document]
+
+    def windows(self) -> List[Dict[str, Any]]:
+        return [w for r in self.results for w in (r.metrics.get("windows") or {}).get("list") or []]
 
     def speeds(self) -> Dict[int, float]:
-        """{round: img/s} of its counted windows."""
-        return dict(throughputs(self.results))
+        """{round: img/s} of its counted windows: never the busy-flagged figures of a
+        comparison whose every round was dropped (a setting is chosen on quiet rounds)."""
+        return {k: v for r in self.results for k, v in round_figures(r.metrics, True).items()}
 
     def to_dict(self, ratio: Optional[MedianInterval]) -> Dict[str, Any]:
         return {
@@ -130,7 +139,7 @@ class Trial:
             "state": self.state,
             "reason": self.reason,
             "windows": len(self.speeds()),
-            "dropped_windows": sum(1 for r in self.results if r.dropped),
+            "dropped_windows": sum(1 for w in self.windows() if w.get("dropped")),
             "images_per_sec_median": _median(list(self.speeds().values())),
             "ratio_to_default": None if ratio is None else ratio.to_dict(),
             "check": self.check,
@@ -274,17 +283,18 @@ class Tuner:
             if default.state != "measuring":
                 self._out(trial, "skipped", "the default setting could not run")
                 continue
-            failed = keep(self.runner, trial.worker.start())
-            if not failed:
+            trial.worker.start()
+            if trial.worker.alive:
                 if not exports:  # a native port starts from its own seeded weights
                     trial.worker.weights = {"check": True}
                 else:
                     key = "weights_out" if trial is default else "weights_in"
                     trial.worker.weights = {key: str(weights)}
-                failed = keep(self.runner, trial.worker.warm_up())
-            if failed:
-                self._out(trial, failed[0].status, failed[0].reason)
-                trial.results += failed
+                trial.worker.warm_up()
+            if not trial.worker.alive:
+                keep(self.runner, [trial.worker])
+                trial.document = trial.worker.document()
+                self._out(trial, trial.document.status, trial.document.reason)
                 continue
             trial.check = trial.worker.ready.get("check") or {}
         for trial in others:
@@ -318,13 +328,13 @@ class Tuner:
                 return "the reference's worker ended"
             if len(measuring) < 2:
                 return "one setting left"
-            results = measure_round(self.runner, [t.worker for t in measuring], self.round_index)
+            measure_round([t.worker for t in measuring], self.round_index)
+            keep(self.runner, [t.worker for t in measuring])
             self.round_index += 1
             for trial in measuring:
-                mine = [r for r in results if r.run_id.startswith(trial.worker.planned.run_id)]
-                trial.results += mine
-                if any(not r.ok for r in mine):
-                    self._out(trial, mine[0].status, mine[0].reason)
+                trial.document = trial.worker.document()
+                if not trial.document.ok:
+                    self._out(trial, trial.document.status, trial.document.reason)
             settled = self._halve(trials, reference)
             best, why = best_of(trials, reference)
             log.info(
@@ -370,8 +380,7 @@ def best_of(trials: Sequence[Trial], reference: Trial) -> Tuple[Trial, str]:
         if interval is not None and interval.coverage >= level and interval.low > 1.0:
             faster.append((interval.median, trial, interval))
     if contenders and not any(round_ratios_of(t, reference) for t in contenders):
-        dropped = [r.metrics["window"]["dropped"] for r in reference.results
-                   if r.ok and r.metrics.get("window", {}).get("dropped")]  # fmt: skip
+        dropped = [w["dropped"] for w in reference.windows() if w.get("dropped")]
         why = f"every round dropped, the first as {dropped[0]}" if dropped else "no round counted"
         return reference, f"undecided, the default kept: no ratio measured ({why})"
     if not faster:
@@ -482,12 +491,11 @@ def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> 
         if reference not in alive or len(alive) < 2:
             ended = "a worker ended"
             break
-        results = measure_round(tuner.runner, [t.worker for t in alive], tuner.round_index)
+        measure_round([t.worker for t in alive], tuner.round_index)
+        keep(tuner.runner, [t.worker for t in alive])
         tuner.round_index += 1
         for trial in alive:
-            trial.results += [
-                r for r in results if r.run_id.startswith(trial.worker.planned.run_id)
-            ]
+            trial.document = trial.worker.document()
         widths = [half_width(trial_interval(t, reference)) for t in alive if t is not reference]
         if max(widths) <= tuner.target:
             ended = f"every ratio within +-{tuner.target:.0%}"

@@ -210,13 +210,16 @@ def left_out_notes(results: Sequence[RunResult], measured: Sequence[RunResult]) 
             f"{parity} parity run(s) are listed under failures if they failed, but not "
             "plotted: they compare numbers between backends, not speed."
         )
-    dropped = sum(1 for r in measured if r.dropped)
-    if dropped:
-        notes.append(
-            f"{dropped} window(s) dropped (measured while the machine was busy or its GPU "
-            "shared, or superseded by a later measuring) are left out of the figures; "
-            "kbench compare says why each was dropped."
-        )
+    windows = [w for r in measured if not r.dropped
+               for w in (r.metrics.get("windows") or {}).get("list") or []]  # fmt: skip
+    dropped = sum(1 for w in windows if w.get("dropped"))
+    superseded = sum(1 for r in measured if r.dropped)
+    parts = [f"{dropped} window(s) dropped (measured while the machine was busy or its GPU "
+             "shared)"] if dropped else []  # fmt: skip
+    if superseded:
+        parts.append(f"{superseded} comparison document(s) superseded by a later measuring")
+    if parts:
+        notes.append(" and ".join(parts) + " are left out of the figures; kbench compare says why.")
     return notes
 
 

@@ -1,8 +1,9 @@
 """The windows of a warm interleaved comparison (``kbench run`` with several backends),
-one row per worker: how many windows counted, were dropped or failed, their size, the
-median throughput, what the worker's start cost (measured once, in a fresh process), and
-whether it computed what the baseline did at warm-up (``metrics.parity``, written by
-:func:`kbench.run.windows.record_parity`), said in a line per backend under the table."""
+one row per worker (its document, :mod:`kbench.results.comparison`): how many windows
+counted, were dropped or failed, their size, the median throughput, what the worker's
+start cost (measured once, in a fresh process), and whether it computed what the baseline
+did at warm-up (``metrics.parity``, written by :func:`kbench.run.windows.record_parity`),
+said in a line per backend under the table."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ HEADERS = (
 
 
 def windows_table(results: Sequence[RunResult]) -> str:
-    """One row per (model, backend) of the window results; a footnote per dropped round;
-    the check at warm-up, a line per backend (:func:`parity_lines`)."""
+    """One row per (model, backend) of the comparison documents; a footnote for the
+    dropped rounds; the check at warm-up, a line per backend (:func:`parity_lines`)."""
     workers = _by_worker(results)
     rows = [_row(model, backend, runs) for (model, backend), runs in workers.items()]
     return "\n".join([render(HEADERS, rows), *dropped_notes(results), *parity_lines(results)])
@@ -33,9 +34,14 @@ def _by_worker(results: Sequence[RunResult]) -> Dict[Tuple[str, str], List[RunRe
     return workers
 
 
+def windows_of(runs: Sequence[RunResult]) -> List[Dict[str, Any]]:
+    """Every window of ``runs`` (comparison documents), in order."""
+    return [w for r in runs for w in ((r.metrics or {}).get("windows") or {}).get("list") or []]
+
+
 def parity_record(runs: Sequence[RunResult]) -> Optional[Dict[str, Any]]:
-    """One worker's ``metrics.parity`` (the same in each of its windows); None: none."""
-    return next((r.metrics["parity"] for r in runs if r.ok and r.metrics.get("parity")), None)
+    """One worker's ``metrics.parity``; None: none."""
+    return next((r.metrics["parity"] for r in runs if r.metrics.get("parity")), None)
 
 
 def parity_word(record: Optional[Dict[str, Any]]) -> str:
@@ -108,36 +114,53 @@ def _what_was_compared(records: Dict[str, Dict[str, Any]], reference: str) -> st
 
 
 def dropped_notes(results: Sequence[RunResult]) -> List[str]:
-    """One line for the rounds dropped: how many, the first reason and the last."""
+    """One line for the rounds dropped: how many, the first reason and the last; where
+    every round was, that the figures are of windows measured while busy."""
     reasons: Dict[int, str] = {}
-    for result in results:
-        if result.dropped:
-            reasons.setdefault(result.config.get("repeat", 0), result.dropped)
+    for window in windows_of(results):
+        if window.get("dropped"):
+            reasons.setdefault(window["round"], window["dropped"])
     if not reasons:
         return []
     rounds = sorted(reasons)
     first, last = reasons[rounds[0]], reasons[rounds[-1]]
     text = f"{len(rounds)} round(s) dropped, left out of the comparison: {first}"
-    return [text + (f" ... the last: {last}" if len(rounds) > 1 else "")]
+    lines = [text + (f" ... the last: {last}" if len(rounds) > 1 else "")]
+    if any((r.metrics.get("window") or {}).get("every_round_dropped") for r in results):
+        lines.append(
+            "every round was dropped: the figures above are of every window, measured while "
+            "the machine was busy (flagged), rather than none"
+        )
+    return lines
 
 
 def _row(model: str, backend: str, runs: Sequence[RunResult]) -> List[str]:
-    counted = [r for r in runs if r.ok and not r.dropped]
-    window = [(r.metrics.get("window") or {}) for r in counted]
-    first = next((r.metrics for r in runs if r.ok and r.metrics.get("import_time_s")), {})
+    windows = windows_of(runs)
+    counted_ = [w for w in windows if w.get("status") == "ok" and not w.get("dropped")]
+    facts = next((r.metrics.get("window") or {} for r in runs if r.metrics.get("window")), {})
+    start = next((r.metrics for r in runs if r.metrics.get("import_time_s") is not None), {})
     return [
         model_label(model),
         backend,
-        str(len(counted)),
-        str(sum(1 for r in runs if r.dropped)),
-        str(sum(1 for r in runs if not r.ok)),
-        _median_text([w.get("steps") for w in window], "d"),
-        _median_text([r.metrics.get("measured_time_s") for r in counted], ".2f"),
-        _median_text([r.metrics.get("images_per_sec") for r in counted], ",.0f"),
-        "-" if first.get("import_time_s") is None else f"{first['import_time_s']:.1f}",
-        "-" if first.get("first_step_s") is None else f"{first['first_step_s']:.2f}",
+        str(len(counted_)),
+        str(sum(1 for w in windows if w.get("status") == "ok" and w.get("dropped"))),
+        str(_not_ok(runs)),
+        _median_text([facts.get("steps")], "d"),
+        _median_text([w.get("measured_time_s") for w in counted_], ".2f"),
+        _median_text([w.get("images_per_sec") for w in counted_ or windows], ",.0f"),
+        "-" if start.get("import_time_s") is None else f"{start['import_time_s']:.1f}",
+        "-" if start.get("first_step_s") is None else f"{start['first_step_s']:.2f}",
         parity_word(parity_record(runs)),
     ]
+
+
+def _not_ok(runs: Sequence[RunResult]) -> int:
+    """The windows that failed, and a worker that failed before any window (its start)."""
+    count = 0
+    for run in runs:
+        failed = [w for w in windows_of([run]) if w.get("status") != "ok"]
+        count += len(failed) or (0 if run.ok else 1)
+    return count
 
 
 def _median_text(values: Sequence, spec: str) -> str:

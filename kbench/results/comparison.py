@@ -1,0 +1,357 @@
+"""A warm comparison's result, one document per backend (parent side).
+
+A backend's warm worker (:mod:`kbench.run.windows`) measures window after window, one per
+round. Its document holds every one of them in ``metrics.windows``, each a record of its
+round and place in it, its figures (throughput, steps, raw step times, the final loss),
+its quality (what else the machine did meanwhile) and, where its round was dropped (a
+window of the round measured while the machine was busy or the GPU shared), why. Above
+them stand the comparison's own figures, read as a fresh run's are: ``images_per_sec`` is
+the median over the *counted* windows (ok, and in a round not dropped), the step times
+and their percentiles those of every counted window together, the memory readings the
+largest of each kind, energy the sum; ``metrics.window`` says how many windows counted,
+were dropped or failed, their size, and what a window does not capture. What needs a
+fresh process (the import, the build, the first step) was measured once, as the worker
+started.
+
+A machine kept busy the whole time (another process on a core) drops every round: then
+the figures are those of every window that ran, and flagged (``busy: every round was
+dropped ...``, with the share of the cores others used), instead of no figure at all.
+
+The per-round figures that ratios are computed from are the counted windows' (the same
+flagged fallback): :func:`round_figures`. The document is rewritten in the store after
+each round, so a comparison cut short keeps every window it measured.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any, Dict, List, Optional, Sequence
+
+from kbench.measure.stats import percentiles, rate_percentiles
+
+NOTE = (
+    "a warm comparison: the framework, model and compilation were started once, before "
+    "the first window; throughput is each window's steps over their time, as a fresh "
+    "run's measured window, and the comparison's is the median over its counted windows. "
+    "Not captured: the first step and compilation (the worker's start, measured once), and "
+    "what grows across windows (allocator pools, caches). The framework's memory readings "
+    "are the process's peaks since it started, the sampler's each window's own. Each "
+    "window's first step is untimed (the framework's per-call set-up). Test accuracy is "
+    "not measured: each backend trains as many steps as its windows take."
+)
+# a window's own figures, kept in its record (the rest of its reply is the comparison's)
+RECORDED = (
+    "images_per_sec", "measured_images", "measured_steps", "measured_time_s", "step_time_s",
+    "step_times_s", "final_train_loss", "final_train_accuracy",
+)  # fmt: skip
+
+
+def window_record(
+    index: int,
+    round_index: int,
+    position: int,
+    metrics: Dict[str, Any],
+    started_at: float,
+    ended_at: float,
+) -> Dict[str, Any]:
+    """One measured window, as its comparison's document keeps it (``metrics``: its
+    figures, with what the sampler added: ``memory``, ``energy``, ``quality``)."""
+    return {
+        "index": index, "round": round_index, "position": position, "status": "ok",
+        "started_at": started_at, "ended_at": ended_at, "dropped": None,
+        **{name: metrics.get(name) for name in RECORDED},
+        "memory": metrics.get("memory") or [], "energy": metrics.get("energy"),
+        "quality": metrics.get("quality"),
+    }  # fmt: skip
+
+
+def failed_record(
+    round_index: int, position: int, status: str, reason: Optional[str], started_at: float,
+    ended_at: float,
+) -> Dict[str, Any]:  # fmt: skip
+    """A window that did not come back: the worker died, failed or hung during it."""
+    return {
+        "index": None, "round": round_index, "position": position, "status": status,
+        "reason": reason, "started_at": started_at, "ended_at": ended_at, "dropped": None,
+    }  # fmt: skip
+
+
+def counted(records: Sequence[Dict[str, Any]], strict: bool = False) -> List[Dict[str, Any]]:
+    """The windows a comparison's figures are of: ok and in a round not dropped; where
+    every round was dropped, every window that ran (flagged, :func:`every_round_dropped`),
+    unless ``strict`` (a decision, as tune's, takes quiet rounds only)."""
+    ran = [r for r in records if r.get("status") == "ok"]
+    kept = [r for r in ran if not r.get("dropped")]
+    return kept if strict else kept or ran
+
+
+def every_round_dropped(records: Sequence[Dict[str, Any]]) -> bool:
+    ran = [r for r in records if r.get("status") == "ok"]
+    return bool(ran) and all(r.get("dropped") for r in ran)
+
+
+def is_comparison(result: Any) -> bool:
+    """Whether ``result`` is a warm comparison's document (its windows inside it)."""
+    return "windows" in (result.metrics or {})
+
+
+def round_figures(metrics: Dict[str, Any], strict: bool = False) -> Dict[int, float]:
+    """A comparison document's throughput by round: each counted window's (see
+    :func:`counted`); {} for a document that is no comparison."""
+    return {
+        int(r["round"]): float(r["images_per_sec"])
+        for r in counted((metrics.get("windows") or {}).get("list") or [], strict)
+        if isinstance(r.get("images_per_sec"), (int, float))
+    }
+
+
+def comparison_metrics(
+    records: Sequence[Dict[str, Any]],
+    start: Dict[str, Any],
+    facts: Dict[str, Any],
+    tags: Dict[str, Any],
+) -> Dict[str, Any]:
+    """The metrics of a comparison's document: the figures of its counted windows, the
+    start's (``start``: import, build, first step, warmup), ``facts`` of its windows
+    (size, worker, batch), ``tags`` (its parity record)."""
+    used = counted(records)
+    steps = [t for r in used for t in r.get("step_times_s") or []]
+    images = sum(r.get("measured_images") or 0 for r in used)
+    batch = facts["batch_size"]
+    summary = {
+        "counted": len([r for r in records if r.get("status") == "ok" and not r.get("dropped")]),
+        "dropped_windows": len(
+            [r for r in records if r.get("status") == "ok" and r.get("dropped")]
+        ),
+        "failed_windows": len([r for r in records if r.get("status") != "ok"]),
+        "every_round_dropped": every_round_dropped(records),
+        "superseded": None,  # the reason, where the comparison was measured again whole
+    }
+    return {
+        "images_per_sec": statistics.median(r["images_per_sec"] for r in used) if used else None,
+        "measured_images": images,
+        "measured_steps": len(steps),
+        "measured_time_s": sum(r.get("measured_time_s") or 0.0 for r in used),
+        "step_time_s": percentiles(steps),
+        "images_per_sec_per_step": rate_percentiles([batch] * len(steps), steps),
+        "step_times_s": steps,
+        "step_ends_s": [],
+        "final_train_loss": used[-1].get("final_train_loss") if used else None,
+        "final_train_accuracy": used[-1].get("final_train_accuracy") if used else None,
+        "memory": largest_readings([m for r in used for m in r.get("memory") or []]),
+        "energy": summed_energy(used),
+        "quality": comparison_quality(records, used),
+        **start,
+        "window": dict(facts, **summary, note=NOTE),
+        "windows": {"list": list(records)},
+        **tags,
+        "warm_worker": True, "epoch_time_s": [], "epoch_train_loss": [],
+        "epoch_train_accuracy": [], "test_loss": None, "test_accuracy": None,
+    }  # fmt: skip
+
+
+def largest_readings(readings: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Each kind of memory reading (and GPU) once: its largest (a kind never read once
+    keeps its reading with the reason)."""
+    best: Dict[Any, Dict[str, Any]] = {}
+    for reading in readings:
+        key = (reading.get("kind"), reading.get("gpu"), reading.get("source"))
+        held = best.get(key)
+        value, kept = reading.get("bytes"), (held or {}).get("bytes")
+        if held is None or (value is not None and (kept is None or value > kept)):
+            best[key] = reading
+    return list(best.values())
+
+
+def summed_energy(used: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The energy of the counted windows together, or the first reason it is unknown."""
+    found = [r.get("energy") for r in used if r.get("energy") is not None]
+    if not found:
+        return None
+    unknown = next((e for e in found if not e.get("available")), None)
+    if unknown is not None:
+        return unknown
+    joules = sum(e["measured_j"] for e in found)
+    images = sum(r.get("measured_images") or 0 for r in used)
+    methods = sorted({e["method"] for e in found})
+    return {
+        "available": True, "measured_j": joules,
+        "method": methods[0] if len(methods) == 1 else "mixed",
+        "windows": len(found), "images_per_joule": images / joules if joules > 0 else None,
+    }  # fmt: skip
+
+
+def comparison_quality(
+    records: Sequence[Dict[str, Any]], used: Sequence[Dict[str, Any]]
+) -> Optional[Dict[str, Any]]:
+    """The comparison's ``quality``: each kind of flag its counted windows had, with how
+    many; where every round was dropped, the busy flag with the share of the cores others
+    used over those windows (the figures then are theirs)."""
+    qualities = [r.get("quality") or {} for r in used]
+    if not any(qualities):
+        return None
+    shares = [q["other_share"] for q in qualities if isinstance(q.get("other_share"), (int, float))]
+    flags: Dict[str, int] = {}
+    for quality in qualities:
+        for flag in quality.get("flags") or []:
+            flags[flag.split(":")[0]] = flags.get(flag.split(":")[0], 0) + 1
+    texts = [f"{kind} in {n} of {len(used)} windows" for kind, n in flags.items()]
+    if every_round_dropped(records):
+        low, high = (f"{min(shares):.0%}", f"{max(shares):.0%}") if shares else ("", "")
+        span = (low if low == high else f"{low[:-1]}-{high}") if shares else "an unknown share"
+        texts = [
+            f"busy: every round was dropped ({span} of the cores used by other processes); "
+            f"the figures are of all {len(used)} windows, measured while busy"
+        ] + [t for t in texts if not t.startswith(("busy", "shared GPU"))]
+    return {
+        "flags": texts,
+        "other_share": statistics.median(shares) if shares else None,
+        "windows": len(used),
+    }
+
+
+def comparison_sampler(sampled: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The sampler of a comparison's document: the series of every window, one after the
+    other (each window's own samples), the sources as the last window found them, and the
+    summary over the windows: per series the sample-weighted mean, the largest maximum,
+    the summed increase of a counter."""
+    if not sampled:
+        return None
+    names = sorted({n for s in sampled for n in s.get("series", {})} - {"t"})
+    series: Dict[str, List[Any]] = {"t": [t for s in sampled for t in s["series"].get("t", [])]}
+    for name in names:
+        series[name] = [
+            v for s in sampled
+            for v in s["series"].get(name, [None] * len(s["series"].get("t", [])))
+        ]  # fmt: skip
+    summary = {
+        window: merged_summary([s.get("summary", {}).get(window) or {} for s in sampled])
+        for window in ("run", "measured")
+    }
+    last = sampled[-1]
+    return {
+        "interval_s": last.get("interval_s"), "sources": last.get("sources", {}),
+        "series": series, "summary": summary, "labels": last.get("labels", {}),
+        "note": f"the {len(sampled)} windows' samples, one window after the other",
+    }  # fmt: skip
+
+
+def merged_summary(windows: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Dict[str, Any]]:
+    """Summaries of several windows as one (see :func:`comparison_sampler`)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for name in sorted({n for w in windows for n in w}):
+        stats = [w[name] for w in windows if name in w]
+        if any("increase" in s for s in stats):
+            out[name] = {
+                "increase": sum(s.get("increase") or 0.0 for s in stats),
+                "samples": sum(s.get("samples") or 0 for s in stats),
+            }
+            continue
+        having = [s for s in stats if s.get("mean") is not None and s.get("samples")]
+        if not having:
+            out[name] = dict(stats[0])  # a reading never taken: its reason
+            continue
+        samples = sum(s["samples"] for s in having)
+        out[name] = {
+            "mean": sum(s["mean"] * s["samples"] for s in having) / samples,
+            "max": max(s["max"] for s in having),
+            "samples": samples,
+        }
+    return out
+
+
+# stores written before comparisons were one document (schema 3: a document per window)
+
+
+WINDOW_RUN_ID = re.compile(r"^(?P<worker>.+)-w\d{3,}$")
+
+
+def window_of(result: Any) -> Optional[Dict[str, Any]]:
+    """A schema-3 window document's ``metrics.window`` (it names its worker's run; a
+    failed window's, which has no metrics, from its run id), or None for any other."""
+    metrics = result.metrics or {}
+    window = metrics.get("window") or {}
+    if window.get("worker_run_id") and "windows" not in metrics:
+        return window
+    named = WINDOW_RUN_ID.match(result.run_id)
+    if not metrics and named and result.config.get("window_s") is not None:
+        return {"worker_run_id": named.group("worker")}
+    return None
+
+
+def from_windows(documents: Sequence[Any]) -> Any:
+    """One comparison document from a schema-3 worker's window documents (one per window,
+    its round in ``config.repeat``, its start's figures in the first): every window a
+    record as :func:`window_record` makes them, the figures over the counted ones."""
+    ordered = sorted(documents, key=lambda r: (r.config.get("repeat", 0), r.run_id))
+    records = [_record_of(r) for r in ordered]
+    first = next((r for r in ordered if r.ok), ordered[0])
+    window = window_of(first) or {}
+    start = {name: first.metrics.get(name) for name in (
+        "import_time_s", "build_time_s", "first_step_s", "time_to_first_step_s",
+        "warmup_steps", "warmup_time_s")}  # fmt: skip
+    facts = {"steps": window.get("steps"), "window_s": first.config.get("window_s"),
+             "batch_size": first.config.get("batch_size"),
+             "worker_pid": window.get("worker_pid"), "fresh_process": False}  # fmt: skip
+    tags = {"parity": first.metrics["parity"]} if "parity" in first.metrics else {}
+    metrics = comparison_metrics(records, start, facts, tags) if any(r.ok for r in ordered) else {}
+    superseded = [
+        r for r in ordered if ((window_of(r) or {}).get("dropped") or "").startswith("superseded")
+    ]
+    if metrics and len(superseded) == len([r for r in ordered if r.ok]):
+        metrics["window"]["superseded"] = window_of(superseded[0])["dropped"]
+    worst = next((r for r in ordered if not r.ok), first)
+    return type(first)(
+        run_id=window.get("worker_run_id") or first.run_id.rsplit("-w", 1)[0],
+        status=worst.status, config=dict(first.config, repeat=0),
+        started_at=ordered[0].started_at,
+        wall_time_s=sum(r.wall_time_s for r in ordered), environment=first.environment,
+        data=first.data, model=first.model, metrics=metrics, reason=worst.reason,
+        error=worst.error, kind=first.kind, sweep=_sweep_of(first),
+        sampler=comparison_sampler([r.sampler for r in ordered if r.sampler]),
+    )  # fmt: skip
+
+
+def _record_of(result: Any) -> Dict[str, Any]:
+    window = window_of(result) or {}
+    round_index = int(result.config.get("repeat", 0))
+    markers = result.metrics.get("markers") or {}
+    if not result.ok:
+        return failed_record(round_index, None, result.status, result.reason, 0.0, 0.0)
+    record = window_record(
+        window.get("index"), round_index, window.get("position"), result.metrics,
+        markers.get("measured_start") or 0.0, markers.get("measured_end") or 0.0,
+    )  # fmt: skip
+    dropped = window.get("dropped")
+    record["dropped"] = None if (dropped or "").startswith("superseded") else dropped
+    record["idle_wait_s"] = window.get("idle_wait_s")
+    return record
+
+
+def _sweep_of(first: Any) -> Optional[Dict[str, Any]]:
+    """A schema-3 window's sweep provenance, as its comparison's: the run key of its
+    worker's run."""
+    if first.sweep is None:
+        return None
+    windows = first.sweep.get("windows") or {}
+    return dict(first.sweep, run_key=windows.get("run_key") or first.sweep.get("run_key"))
+
+
+def merge_windows(results: Sequence[Any]) -> List[Any]:
+    """``results`` with each schema-3 worker's window documents made one comparison
+    document (:func:`from_windows`), where its first window stood."""
+    by_worker: Dict[str, List[Any]] = {}
+    for result in results:
+        window = window_of(result)
+        if window is not None:
+            by_worker.setdefault(window["worker_run_id"], []).append(result)
+    out, done = [], set()
+    for result in results:
+        window = window_of(result)
+        if window is None:
+            out.append(result)
+        elif window["worker_run_id"] not in done:
+            done.add(window["worker_run_id"])
+            out.append(from_windows(by_worker[window["worker_run_id"]]))
+    return out
