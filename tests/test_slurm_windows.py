@@ -1,7 +1,7 @@
 """Sweeps in warm windows on Slurm (``kbench sweep --windows --executor slurm``).
 
 The job plan (which comparisons become which tasks, what a resumed plan skips and
-measures again, the windows a cut-short comparison left marked dropped, the runs a
+measures again, the windows a cut-short comparison left superseded, the runs a
 node finds for its task) is checked on documents built here, without a framework
 process. One slow test submits a tiny sweep in windows (2 settings x jax, torch: 4
 warm workers) to the one-node cluster of ``tests/slurm_cluster.py`` (skipped with the
@@ -83,10 +83,10 @@ def test_a_resumed_plan_skips_done_comparisons_and_measures_cut_short_ones_whole
     # before submitting again: the earlier windows of what is resubmitted are dropped, said
     said = []
     assert slurm.drop_earlier_windows(sweep, store, second, said.append) == 4
-    assert len(said) == 1 and "batch_size=32: 4 earlier window(s) marked dropped" in said[0]
+    assert len(said) == 1 and "batch_size=32: 4 earlier window(s) superseded: " in said[0]
     after = {r.run_id: r for r in ResultStore(store).results()}
-    assert all(after[r.run_id].dropped == sweep_windows.SUPERSEDED for r in orphans)
-    assert not any(after[r.run_id].dropped for r in done)
+    assert all(after[r.run_id].superseded == sweep_windows.SUPERSEDED for r in orphans)
+    assert not any(after[r.run_id].superseded for r in done)
     assert slurm.drop_earlier_windows(sweep, store, second, said.append) == 0  # once
 
 

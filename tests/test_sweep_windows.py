@@ -155,8 +155,8 @@ def test_a_stopped_comparison_is_done_and_one_cut_short_reruns_whole(tmp_path):
     earlier = sweep_windows.EarlierWindows.read(store, sweep)
     assert earlier.supersede(second) == 4  # the windows of 2 rounds of 2 backends
     after = {r.run_id: r for r in ResultStore(store).results()}
-    assert all(after[r.run_id].dropped == sweep_windows.SUPERSEDED for r in orphans)
-    assert not any(after[r.run_id].dropped for r in marked)
+    assert all(after[r.run_id].superseded == sweep_windows.SUPERSEDED for r in orphans)
+    assert not any(after[r.run_id].superseded for r in marked)
     # --force reruns the done comparison too
     assert len(plan_of(store, sweep, force=True).plan.to_run) == 4
 

@@ -303,7 +303,7 @@ def report_windows(
 ) -> int:
     """The end of a comparison in warm windows: the comparison (its per-round ratios and
     their intervals), the windows per backend, how they measured and why they stopped."""
-    counted = [r for r in results if not r.dropped]
+    counted = [r for r in results if not r.superseded]  # (none: measured just now)
     print(tables.comparison_tables(counted, plan.baseline))
     print()
     print(windows_view.windows_table(results))

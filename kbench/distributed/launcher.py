@@ -419,12 +419,12 @@ class Job:
 
     def run(self) -> JobOutcome:
         sampler = None
-        if self.config.sample_interval_s > 0:
-            sampler = Sampler(
-                interval_s=self.config.sample_interval_s, nvml=self.nvml, per_process=True
-            ).__enter__()
         timed_out, failures = False, []
         with contextlib.closing(LogWriter.open(self.log_path)) as log_file, interrupt_on_sigterm():
+            if self.config.sample_interval_s > 0:
+                sampler = Sampler(
+                    interval_s=self.config.sample_interval_s, nvml=self.nvml, per_process=True
+                ).__enter__()
             try:
                 for spec in self.procs:
                     self._start(spec, sampler, log_file)

@@ -387,7 +387,9 @@ class Sampler:
             names = list(self._roots)
         for name in names:  # read during the worker's exec: read again
             if not self.visible[name].get("known"):
-                self.visible[name] = visible_devices_of(self._roots[name])
+                found = visible_devices_of(self._roots[name])
+                with self._lock:
+                    self.visible[name] = found
         trees = {name: self._tree(name) for name in names}
         row: Dict[str, Any] = {"t": self.clock()}
         row.update(self._usage(trees))
@@ -414,12 +416,16 @@ class Sampler:
         return usage
 
     def result(self, windows: Optional[Dict[str, Any]] = None) -> SamplerResult:
-        names = sorted({key for row in self._rows for key in row} - {"t"})
-        series = {"t": [row["t"] for row in self._rows]}
+        """The series so far and their summary over ``windows``; safe while sampling goes
+        on (a warm worker's run is kept as it replies): the rows are read once."""
+        rows = list(self._rows)
+        with self._lock:
+            visible = list(self.visible.values())
+        names = sorted({key for row in rows for key in row} - {"t"})
+        series = {"t": [row["t"] for row in rows]}
         for name in names:
-            series[name] = [row.get(name) for row in self._rows]
+            series[name] = [row.get(name) for row in rows]
         sources = describe_sources(self.sources, self.failed, self.unavailable)
-        visible = list(self.visible.values())
         summary = scoped_summary(series, windows or {}, self.sources, visible, sources)
         return SamplerResult(
             interval_s=self.interval_s, sources=sources, series=series, summary=summary,

@@ -306,7 +306,7 @@ def compared_runs(results: Sequence[RunResult]) -> List[RunResult]:
         r
         for r in results
         if r.kind in MODEL_KINDS
-        and not r.dropped  # a warm window's round left out, and said
+        and not r.superseded  # a warm comparison measured again from the start
         and not (r.ok and r.metrics.get("images_per_sec") is None)
     ]
 
@@ -369,7 +369,10 @@ class RowRatios:
 
 
 def row_ratios(
-    members: Sequence[RunResult], baseline: Optional[str], column: Callable[[RunResult], str]
+    members: Sequence[RunResult],
+    baseline: Optional[str],
+    column: Callable[[RunResult], str],
+    strict: bool = False,
 ) -> List[RowRatios]:
     """Each row of one group (``members``) with its per-round ratios to the baseline row:
     only where both ran on one machine a model of the same parameter count (else the row
@@ -377,14 +380,14 @@ def row_ratios(
     backends = list(dict.fromkeys(column(r) for r in members))
     base = row_named(backends, baseline or "") or backends[0]
     base_params = params_of(r for r in members if column(r) == base)
-    base_by_round = dict(throughputs(r for r in members if column(r) == base))
+    base_by_round = dict(throughputs((r for r in members if column(r) == base), strict))
     out = []
     for backend in backends:
         runs = [r for r in members if column(r) == backend]
         apart = machine_apart(backend, base) or params_apart(
             params_of(runs), base_params, base, backend == base
         )
-        ratios = [] if apart else round_ratios(throughputs(runs), base_by_round)
+        ratios = [] if apart else round_ratios(throughputs(runs, strict), base_by_round)
         out.append(RowRatios(backend, base, ratios, apart))
     return out
 
@@ -462,10 +465,10 @@ def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str])
 # per-round ratios and their intervals ---------------------------------------------------
 
 
-def throughputs(runs: Iterable[RunResult]) -> List[Tuple[int, float]]:
+def throughputs(runs: Iterable[RunResult], strict: bool = False) -> List[Tuple[int, float]]:
     """``(round, images_per_sec)`` of each of ``runs``' rounds that count
-    (:func:`~kbench.results.readings.round_throughputs`), run after run."""
-    return [pair for run in runs for pair in round_throughputs(run).items()]
+    (:func:`~kbench.results.readings.round_throughputs`, ``strict`` there), run after run."""
+    return [pair for run in runs for pair in round_throughputs(run, strict).items()]
 
 
 def round_ratios(mine: Iterable[Tuple[Any, float]], base: Dict[Any, float]) -> List[float]:
@@ -488,15 +491,16 @@ def half_width(interval: Optional[MedianInterval], level: float = LEVEL) -> floa
 
 
 def ratio_intervals(
-    results: Sequence[RunResult], baseline: Optional[str] = None
+    results: Sequence[RunResult], baseline: Optional[str] = None, strict: bool = False
 ) -> List[Tuple[RowRatios, Optional[MedianInterval]]]:
     """Every row but each group's baseline with the interval on its per-round ratios (None:
-    no ratio): what :func:`compare` finds, without the rest of its rows."""
+    no ratio): what :func:`compare` finds, without the rest of its rows (``strict``: of
+    quiet rounds only, :func:`~kbench.results.readings.round_throughputs`)."""
     results = compared_runs(results)
     column = column_of(results)
     out = []
     for members in grouped(results).values():
-        for row in row_ratios(members, baseline, column):
+        for row in row_ratios(members, baseline, column, strict):
             if row.backend != row.baseline:
                 out.append((row, median_interval(row.ratios)))
     return out
@@ -507,8 +511,10 @@ def widest_ratio_half_width(
 ) -> Optional[float]:
     """The widest :func:`half_width` of the per-round ratios' intervals over every compared
     backend and group (``--ratio-precision``); None while any ratio has fewer rounds than
-    its interval needs to reach ``level`` (6 for 95%), or none."""
-    widths = [half_width(interval, level) for _, interval in ratio_intervals(results, baseline)]
+    its interval needs to reach ``level`` (6 for 95%), or none. Of quiet rounds only: a
+    comparison whose every round was dropped has no ratio to stop on."""
+    found = ratio_intervals(results, baseline, strict=True)
+    widths = [half_width(interval, level) for _, interval in found]
     if not widths or math.inf in widths:
         return None
     return max(widths)

@@ -156,7 +156,7 @@ def largest_readings(readings: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]
     keeps its reading with the reason)."""
     best: Dict[Any, Dict[str, Any]] = {}
     for reading in readings:
-        key = (reading.get("kind"), reading.get("gpu"), reading.get("source"))
+        key = (reading.get("kind"), reading.get("device"), reading.get("source"))
         held = best.get(key)
         value, kept = reading.get("bytes"), (held or {}).get("bytes")
         if held is None or (value is not None and (kept is None or value > kept)):
@@ -189,7 +189,7 @@ def comparison_quality(
     many; where every round was dropped, the busy flag with the share of the cores others
     used over those windows (the figures then are theirs)."""
     qualities = [r.get("quality") or {} for r in used]
-    if not any(qualities):
+    if not any(qualities) and not every_round_dropped(records):
         return None
     shares = [q["other_share"] for q in qualities if isinstance(q.get("other_share"), (int, float))]
     flags: Dict[str, int] = {}
@@ -199,10 +199,13 @@ def comparison_quality(
     texts = [f"{kind} in {n} of {len(used)} windows" for kind, n in flags.items()]
     if every_round_dropped(records):
         low, high = (f"{min(shares):.0%}", f"{max(shares):.0%}") if shares else ("", "")
-        span = (low if low == high else f"{low[:-1]}-{high}") if shares else "an unknown share"
+        span = low if low == high else f"{low[:-1]}-{high}"
+        own = f"{span} of the cores used by other processes in its own windows; " if any(
+            s > 0 for s in shares) else ""  # fmt: skip
         texts = [
-            f"busy: every round was dropped ({span} of the cores used by other processes); "
-            f"the figures are of all {len(used)} windows, measured while busy"
+            f"busy: every round was dropped ({own}the first as "
+            f"{next(r['dropped'] for r in records if r.get('dropped'))}); the figures are of "
+            f"all {len(used)} windows, measured while the machine was busy"
         ] + [t for t in texts if not t.startswith(("busy", "shared GPU"))]
     return {
         "flags": texts,
@@ -211,29 +214,37 @@ def comparison_quality(
     }
 
 
-def comparison_sampler(sampled: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def comparison_sampler(
+    sampled: Sequence[Dict[str, Any]], records: Sequence[Dict[str, Any]]
+) -> Optional[Dict[str, Any]]:
     """The sampler of a comparison's document: the series of every window, one after the
     other (each window's own samples), the sources as the last window found them, and the
-    summary over the windows: per series the sample-weighted mean, the largest maximum,
-    the summed increase of a counter."""
-    if not sampled:
+    summary over its counted windows (``sampled[i]`` is ``records[i]``'s; those of no
+    sampler are None): per series the sample-weighted mean, the largest maximum, the
+    summed increase of a counter."""
+    pairs = [(s, r) for s, r in zip(sampled, records) if s]
+    if not pairs:
         return None
-    names = sorted({n for s in sampled for n in s.get("series", {})} - {"t"})
-    series: Dict[str, List[Any]] = {"t": [t for s in sampled for t in s["series"].get("t", [])]}
+    windows = [s for s, _ in pairs]
+    used = [id(r) for r in counted(records)]
+    kept = [s for s, r in pairs if id(r) in used] or windows
+    names = sorted({n for s in windows for n in s.get("series", {})} - {"t"})
+    series: Dict[str, List[Any]] = {"t": [t for s in windows for t in s["series"].get("t", [])]}
     for name in names:
         series[name] = [
-            v for s in sampled
+            v for s in windows
             for v in s["series"].get(name, [None] * len(s["series"].get("t", [])))
         ]  # fmt: skip
     summary = {
-        window: merged_summary([s.get("summary", {}).get(window) or {} for s in sampled])
+        window: merged_summary([s.get("summary", {}).get(window) or {} for s in kept])
         for window in ("run", "measured")
     }
-    last = sampled[-1]
+    last = windows[-1]
     return {
         "interval_s": last.get("interval_s"), "sources": last.get("sources", {}),
         "series": series, "summary": summary, "labels": last.get("labels", {}),
-        "note": f"the {len(sampled)} windows' samples, one window after the other",
+        "note": f"the {len(windows)} windows' samples, one after the other; the summary "
+        "over the counted windows",
     }  # fmt: skip
 
 
@@ -296,10 +307,13 @@ def from_windows(documents: Sequence[Any]) -> Any:
              "worker_pid": window.get("worker_pid"), "fresh_process": False}  # fmt: skip
     tags = {"parity": first.metrics["parity"]} if "parity" in first.metrics else {}
     metrics = comparison_metrics(records, start, facts, tags) if any(r.ok for r in ordered) else {}
-    superseded = [
-        r for r in ordered if ((window_of(r) or {}).get("dropped") or "").startswith("superseded")
+    superseded = [  # a comparison measured again: all its windows were marked (busy ones kept
+        # their own reason), so one marked window says the whole comparison was superseded
+        r
+        for r in ordered
+        if ((window_of(r) or {}).get("dropped") or "").startswith("superseded")
     ]
-    if metrics and len(superseded) == len([r for r in ordered if r.ok]):
+    if metrics and superseded:
         metrics["window"]["superseded"] = window_of(superseded[0])["dropped"]
     worst = next((r for r in ordered if not r.ok), first)
     return type(first)(
@@ -309,7 +323,7 @@ def from_windows(documents: Sequence[Any]) -> Any:
         wall_time_s=sum(r.wall_time_s for r in ordered), environment=first.environment,
         data=first.data, model=first.model, metrics=metrics, reason=worst.reason,
         error=worst.error, kind=first.kind, sweep=_sweep_of(first),
-        sampler=comparison_sampler([r.sampler for r in ordered if r.sampler]),
+        sampler=comparison_sampler([r.sampler for r in ordered], records),
     )  # fmt: skip
 
 
@@ -346,8 +360,8 @@ def merge_windows(results: Sequence[Any]) -> List[Any]:
         window = window_of(result)
         if window is not None:
             by_worker.setdefault(window["worker_run_id"], []).append(result)
-    out, done = [], set()
-    for result in results:
+    out, done = [], {r.run_id for r in results if window_of(r) is None}  # a v4 document
+    for result in results:  # of a worker (its comparison superseded) stands for its windows
         window = window_of(result)
         if window is None:
             out.append(result)

@@ -127,16 +127,17 @@ def round_of(result: RunResult) -> int:
     return int(result.config.get("repeat", 0) or 0)
 
 
-def round_throughputs(result: RunResult) -> Dict[int, float]:
+def round_throughputs(result: RunResult, strict: bool = False) -> Dict[int, float]:
     """``{round: images_per_sec}`` of a result that counts (not superseded): a fresh
     run's, finished with a throughput, its round its config's ``repeat``; a warm
     comparison's, each counted window's (:func:`kbench.results.comparison.round_figures`:
     the windows its worker measured, also where it ended in a failure later); {} for any
-    other."""
-    if result.dropped:
+    other. ``strict``: a comparison whose every round was dropped has none (its flagged
+    figures are for the tables; a stop rule or a choice waits for quiet rounds)."""
+    if result.superseded:
         return {}
     if is_comparison(result):
-        return round_figures(result.metrics)
+        return round_figures(result.metrics, strict)
     rate = result.metrics.get("images_per_sec")
     if not result.ok or not isinstance(rate, (int, float)):
         return {}

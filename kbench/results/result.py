@@ -193,9 +193,9 @@ class RunResult:
         return self.status not in ("ok", "unsupported")
 
     @property
-    def dropped(self) -> Optional[str]:
+    def superseded(self) -> Optional[str]:
         """Why this document is left out of every comparison (a warm comparison measured
-        again from the start: superseded); None: it counts."""
+        again from the start); None: it counts."""
         return ((self.metrics or {}).get("window") or {}).get("superseded")
 
     @property

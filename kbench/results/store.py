@@ -28,7 +28,6 @@ index is ever written into it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import math
@@ -36,7 +35,6 @@ import os
 import re
 import shlex
 import shutil
-import statistics
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -329,11 +327,49 @@ class ResultStore:
     # reading -------------------------------------------------------------
 
     def entries(self, filters: Sequence[Filter] = ()) -> List[IndexEntry]:
-        """What the store holds, one entry per run (a schema-3 warm comparison's window
-        documents one entry per worker, :func:`comparison_entries`), oldest first."""
-        return comparison_entries(self._file_entries(filters))
+        """What the store holds that passes ``filters``, one entry per run (a schema-3
+        warm comparison's window documents one entry per worker, :meth:`_runs`), oldest
+        first."""
+        return [entry for entry, _ in self._runs(filters)]
 
-    def _file_entries(self, filters: Sequence[Filter] = ()) -> List[IndexEntry]:
+    def _runs(self, filters: Sequence[Filter] = ()) -> List[Tuple[IndexEntry, Any]]:
+        """Each run's entry and its document's file, oldest first, filtered as runs (a
+        schema-3 warm comparison's windows, ``<worker run id>-wNNN``, are read into one
+        comparison document, :func:`~kbench.results.comparison.merge_windows`, which
+        stands in for the file; a worker with a document of its own already, its
+        comparison superseded, is that document)."""
+        files = self._file_entries()
+        groups: Dict[str, List[IndexEntry]] = {}
+        for entry in files:
+            named = WINDOW_RUN_ID.match(entry.run_id)
+            if named and entry.config.get("window_s") is not None:
+                groups.setdefault(named.group("worker"), []).append(entry)
+        runs: List[Tuple[IndexEntry, Any]] = []
+        for entry in files:
+            named = WINDOW_RUN_ID.match(entry.run_id)
+            worker = named.group("worker") if named else None
+            if worker not in groups:
+                runs.append((entry, entry.file))
+            elif groups[worker][0] is entry and worker not in {e.run_id for e in files}:
+                merged = self._merged(groups[worker])
+                if merged is not None:
+                    runs.append((IndexEntry.of(merged, entry.file), merged))
+        check_filters(filters, [entry for entry, _ in runs])
+        runs = [(e, found) for e, found in runs if all(f.accepts(e) for f in filters)]
+        return sorted(runs, key=lambda run: (run[0].started_at, run[0].run_id))
+
+    def _merged(self, entries: Sequence[IndexEntry]) -> Optional[RunResult]:
+        """One schema-3 worker's window documents as its comparison's document."""
+        documents = []
+        for entry in entries:
+            try:
+                documents.append(RunResult.load(self.directory / entry.file))
+            except (ResultError, OSError) as err:
+                self.unreadable.append((entry.file, _why(err)))
+        merged = merge_windows(documents)
+        return merged[0] if merged else None
+
+    def _file_entries(self) -> List[IndexEntry]:
         """Every readable document's entry, oldest first, reconciled with the directory.
 
         The index is trusted for a document only while the document's size and
@@ -363,8 +399,6 @@ class ResultStore:
                 self._write_index(entries)
             except OSError as err:  # a read-only store is still readable
                 log.debug("index not rewritten: %s", err)
-        check_filters(filters, entries)
-        entries = [e for e in entries if all(f.accepts(e) for f in filters)]
         return sorted(entries, key=lambda e: (e.started_at, e.run_id))
 
     def results(self, filters: Sequence[Filter] = (), latest_only: bool = False) -> List[RunResult]:
@@ -372,16 +406,20 @@ class ResultStore:
 
         A document that turns out unreadable now is added to :attr:`unreadable` and left out.
         """
-        entries = self._file_entries(filters)
+        runs = self._runs(filters)
         if latest_only:
-            entries = latest_per_run(entries)
+            newest = {id(e) for e in latest_per_run([e for e, _ in runs])}
+            runs = [(e, found) for e, found in runs if id(e) in newest]
         out = []
-        for entry in entries:
+        for _, found in runs:
+            if isinstance(found, RunResult):
+                out.append(found)
+                continue
             try:
-                out.append(RunResult.load(self.directory / entry.file))
+                out.append(RunResult.load(self.directory / found))
             except (ResultError, OSError) as err:
-                self.unreadable.append((entry.file, _why(err)))
-        return merge_windows(out)
+                self.unreadable.append((found, _why(err)))
+        return out
 
     def done_keys(self) -> Dict[str, str]:
         """run_key -> status of its newest readable result, for resuming a sweep. A run
@@ -645,35 +683,6 @@ class MergeSummary:
     hosts: set = field(default_factory=set)
     unreadable: List[Tuple[str, str]] = field(default_factory=list)
     refused: List[Tuple[str, str]] = field(default_factory=list)  # (document, why)
-
-
-def comparison_entries(entries: Sequence[IndexEntry]) -> List[IndexEntry]:
-    """``entries`` with a schema-3 warm comparison's window documents (``<worker run
-    id>-wNNN``, one per window) as one entry per worker, where its first window stood:
-    its worst status, the median of its windows' throughput, its first round's run key
-    (its worker's run's)."""
-    windows: Dict[str, List[IndexEntry]] = {}
-    for entry in entries:
-        named = WINDOW_RUN_ID.match(entry.run_id)
-        if named and entry.config.get("window_s") is not None:
-            windows.setdefault(named.group("worker"), []).append(entry)
-    out, done = [], set()
-    for entry in entries:
-        named = WINDOW_RUN_ID.match(entry.run_id)
-        worker = named.group("worker") if named else None
-        if worker not in windows:
-            out.append(entry)
-        elif worker not in done:
-            done.add(worker)
-            found = windows[worker]
-            rates = [e.images_per_sec for e in found if e.images_per_sec is not None]
-            first = min(found, key=lambda e: e.config.get("repeat", 0))
-            worst = next((e.status for e in found if e.status != "ok"), "ok")
-            out.append(dataclasses.replace(
-                first, run_id=worker, status=worst, config=dict(first.config, repeat=0),
-                images_per_sec=statistics.median(rates) if rates else None,
-            ))  # fmt: skip
-    return out
 
 
 def latest_per_run(entries: Sequence[IndexEntry]) -> List[IndexEntry]:

@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 KILL_GRACE_S = 5.0  # after SIGTERM, before SIGKILL
 FINISH_TIMEOUT_S = 30.0  # for a worker told to finish to exit
 LOG_TAIL_LINES = 40
+POLL_S = 0.25  # how often a wait for an answer looks whether the worker is still there
+EXIT_GRACE_S = 2.0  # for the answer of a worker that has exited, still in the pipe
+TIMED_OUT = object()  # no answer in time
 OnProgress = Callable[[Any, Dict], None]
 
 
@@ -210,18 +213,19 @@ class Worker:
         """The worker's next answer; raises :class:`WorkerGone` when it failed (its
         ``failed`` answer), died (the reason: ``died`` with ``{how}`` it exited, default
         "the warm worker ... during ``what``"), or did not answer within ``timeout_s``
-        (then it is stopped; the reason: ``late``, default that it did not answer)."""
+        (then it is stopped; the reason: ``late``, default that it did not answer). A
+        worker is dead when its reply pipe closes, or when it has exited and no answer
+        came within :data:`EXIT_GRACE_S` (a process it started may hold the pipe open)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                reply = self.replies.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
+            reply = self._next_reply(deadline)
+            if reply is TIMED_OUT:
                 self.stop()
                 self._end(ending.timed_out(
                     late or f"the warm worker did not answer {what} within {timeout_s:g} s "
                     "and was stopped", self.tail,
                 ))  # fmt: skip
-            if reply is None:  # the pipe closed: the worker ended
+            if reply is None:  # the pipe closed, or the worker exited: it ended
                 self._wait_exit()
                 self._drain_output()
                 how = processes.describe_exit(self.process.returncode)
@@ -235,6 +239,23 @@ class Worker:
                 log.warning("%s: a garbled reply was ignored: %s", self.name, reply["line"])
                 continue
             return reply
+
+    def _next_reply(self, deadline: float) -> Any:
+        """The next item of the reply pipe (None: it closed), None where the process has
+        exited and nothing came within :data:`EXIT_GRACE_S`, or :data:`TIMED_OUT`."""
+        exited_at: Optional[float] = None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return TIMED_OUT
+            try:
+                return self.replies.get(timeout=min(left, POLL_S))
+            except queue.Empty:
+                pass
+            if self.process.poll() is not None:
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at >= EXIT_GRACE_S:
+                    return None
 
     def _end(self, verdict: ending.Verdict) -> None:
         self.gone = verdict
@@ -385,6 +406,11 @@ def judge(outcome: Outcome, reply: Optional[WorkerReply], config: Any) -> ending
     if reply is not None and reply.error:
         return ending.reported(reply.status, reply.error, outcome.log_tail)
     how = processes.describe_exit(outcome.returncode)
+    if reply is not None and reply.status == "ok":
+        return ending.no_result(
+            "WorkerExit", how, f"the worker reported its result, then {how} instead of exiting "
+            "cleanly", outcome.log_tail,
+        )  # fmt: skip
     return ending.no_result(
         "WorkerCrashed", how, f"the worker {how} without reporting a result", outcome.log_tail
     )

@@ -145,7 +145,7 @@ def reply_fd(value: str) -> int:
     raise RuntimeError(
         f"{REPLY_FD_VARIABLE}: expected the file descriptor (or, on Windows, "
         f"{HANDLE_PREFIX}HANDLE) of the reply pipe the runner opened; received {value!r}. "
-        "This worker is started by kbench (kbench.run.windows), not by hand."
+        "This worker is started by kbench (kbench.run.engine), not by hand."
     )
 
 
@@ -153,6 +153,7 @@ class ReplyWriter:
     """The worker's end: ``send(event, **fields)`` writes one line and flushes it."""
 
     def __init__(self, fd: int) -> None:
+        os.set_inheritable(fd, False)  # a process the worker starts must not hold it open
         self._file = os.fdopen(fd, "w", encoding="utf-8")
 
     @classmethod

@@ -279,6 +279,9 @@ class Runner:
             left = [run for run in planned if run.run_id not in kept]
             self._interrupted(left, log_path, served, context)
             raise
+        except BaseException:  # a failure of kbench's own (a store that cannot take a run)
+            worker.close(now=True)
+            raise
         finally:
             if sampler is not None:
                 sampler.__exit__(None, None, None)

@@ -76,7 +76,8 @@ SETTLE_CPU_PERCENT = 10.0  # of one core
 SETTLE_MAX_S = 1.0
 SETTLE_STEP_S = 0.05
 MAX_ROUNDS = 1000
-PROGRESS_EVERY_S = 5.0  # a comparison's progress line at most this often
+PROGRESS_EVERY_S = 5.0  # a comparison's progress line, and its documents stored, this often
+INTERRUPTED = "interrupted"
 DROPPING_FLAGS = ("busy", "shared GPU")  # interference that comes and goes: drop the round
 Stop = Callable[[List[RunResult]], Optional[str]]
 OnWindow = Callable[["WindowWorker", int], None]
@@ -141,6 +142,8 @@ class WindowWorker:
     sampled: List[Dict[str, Any]] = field(default_factory=list)  # each window's sampler
     framework: Dict[str, Any] = field(default_factory=dict)  # as its last window found it
     said: bool = False  # its ending was said
+    stopped: Optional[str] = None  # why its comparison stopped, once it did
+    rounds_done: int = 0  # the comparison's rounds finished (judged for drops)
 
     def __post_init__(self) -> None:
         self.name = self.name or self.config.backend
@@ -251,6 +254,7 @@ class WindowWorker:
                 round_index, position, verdict.status, verdict.reason, began, time.time()
             )
             self.records.append(record)
+            self.sampled.append(None)
             return record
         finally:
             if sampler is not None:
@@ -258,11 +262,12 @@ class WindowWorker:
         self.windows += 1
         metrics = dict(reply["metrics"])
         started_at, ended_at = reply["started_at"], reply["ended_at"]
+        sampled = None
         if sampler is not None:
             sampled = add_sampled(
                 sampler, metrics, started_at, ended_at, config.threads, self.runner.busy_threshold
-            )
-            self.sampled.append(sampled.to_dict())
+            ).to_dict()
+        self.sampled.append(sampled)  # beside its record, as comparison_sampler reads them
         record = window_record(
             self.windows - 1, round_index, position, metrics, started_at, ended_at
         )
@@ -295,9 +300,11 @@ class WindowWorker:
 
     # --------------------------------------------------------------- its document
 
-    def document(self) -> RunResult:
+    def document(self, sampled: bool = True) -> RunResult:
         """The comparison's document of this worker: every window it measured
-        (:mod:`kbench.results.comparison`), ok unless the worker ended otherwise."""
+        (:mod:`kbench.results.comparison`), ok unless the worker ended otherwise, or no
+        window was measured, or kbench was interrupted (:attr:`stopped`). Not
+        ``sampled``: without the sampler's series (for the stop rule, read each round)."""
         reply = WorkerReply("ok", framework=self.framework, model=self.started.get("model") or {})
         metrics: Dict[str, Any] = {}
         if self.ready:
@@ -309,14 +316,25 @@ class WindowWorker:
         ended_at = self.records[-1]["ended_at"] if self.records else time.time()
         return ending.run_result(
             run_id=self.planned.run_id, kind="train", config=self.config.to_dict(),
-            verdict=self.worker.gone or ending.OK, started_at=self.launched_at,
-            ended_at=ended_at,
+            verdict=self.verdict(metrics), started_at=self.launched_at, ended_at=ended_at,
             environment=ending.environment(
                 self.interpreter, self.process_env, self.keras_json, self.framework
             ),
             data=self.planned.case.data.describe(), model=model_facts(self.config, reply),
-            metrics=metrics, sampler=comparison_sampler(self.sampled),
+            metrics=metrics,
+            sampler=comparison_sampler(self.sampled, self.records) if sampled else None,
         )  # fmt: skip
+
+    def verdict(self, metrics: Dict[str, Any]) -> ending.Verdict:
+        """How the worker's comparison ended: as its worker did; else not ok where kbench
+        was interrupted or it measured no window (why the comparison stopped)."""
+        if self.worker.gone is not None:
+            return self.worker.gone
+        if self.stopped and self.stopped.startswith(INTERRUPTED):
+            return ending.Verdict("failed", self.stopped, None)
+        if self.stopped and metrics.get("images_per_sec") is None:
+            return ending.Verdict("failed", f"no window measured: {self.stopped}", None)
+        return ending.OK
 
     def _start_figures(self) -> Dict[str, Any]:
         """What the worker's start measured, once: its import, build and first step."""
@@ -380,15 +398,33 @@ def interleave(
             record_parity(workers, weights)
             keep(runner, [w for w in workers if not w.alive])
             reason = _rounds(runner, workers, stop, max_rounds, on_window)
-        except BaseException:  # Ctrl-C, or a failure of kbench's own: stop them at once
+        except BaseException as err:  # Ctrl-C, or a failure of kbench's own: stop them now
             for worker in workers:
                 worker.close(now=True)
-            keep(runner, [w for w in workers if w.records], quiet=True)
+            interrupted(workers, err)
+            keep(runner, workers, quiet=True)
             raise
         finally:
             for worker in workers:
                 worker.close()
+        for worker in workers:
+            worker.stopped = reason
+        keep(runner, workers)
     return [w.document() for w in workers], reason
+
+
+def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
+    """Mark each worker's comparison cut short by ``err`` (Ctrl-C, SIGTERM, a failure of
+    kbench's own), and leave out a round it was in: that round was never judged for drops."""
+    why = "Ctrl-C or SIGTERM" if isinstance(err, KeyboardInterrupt) else type(err).__name__
+    for worker in workers:
+        for record in worker.records:
+            if record["round"] >= worker.rounds_done and not record.get("dropped"):
+                record["dropped"] = f"{INTERRUPTED}: its round was not finished"
+        worker.stopped = (
+            f"{INTERRUPTED} ({why}) after {worker.rounds_done} round(s); the windows measured "
+            "are kept, and the comparison is measured again whole when its sweep resumes"
+        )
 
 
 def _rounds(
@@ -398,26 +434,36 @@ def _rounds(
     max_rounds: int,
     on_window: Optional[OnWindow],
 ) -> str:
-    """The rounds of :func:`interleave`, each worker's document stored after each; why
-    they ended."""
+    """The rounds of :func:`interleave`, each worker's document stored every
+    :data:`PROGRESS_EVERY_S`; why they ended."""
     progress = RoundProgress()
+    stored_at = time.monotonic()
+    reason = f"{max_rounds} rounds ran"
     for round_index in range(max_rounds):
         alive = [w for w in workers if w.alive]
         if not workers[0].alive:
-            return f"the baseline's worker ({workers[0].name}) ended: no ratio to measure"
+            reason = f"the baseline's worker ({workers[0].name}) ended: no ratio to measure"
+            break
         if len(alive) < 2:
             left = ", ".join(w.name for w in alive) or "none"
-            return f"fewer than two workers left ({left}): no ratio to measure"
+            reason = f"fewer than two workers left ({left}): no ratio to measure"
+            break
         dropped = measure_round(alive, round_index, on_window)
-        keep(runner, alive)
+        for worker in workers:
+            worker.rounds_done = round_index + 1
+        if time.monotonic() - stored_at >= PROGRESS_EVERY_S or any(not w.alive for w in alive):
+            keep(runner, workers)
+            stored_at = time.monotonic()
         # the stop rule reads the live workers' documents: a worker that ended can no
         # longer narrow its interval, and would hold the others to the budget
-        documents = [w.document() for w in workers if w.alive]
+        documents = [w.document(sampled=False) for w in workers if w.alive]
         why = stop(documents) if stop is not None else None
-        progress.round_done(round_index, workers, dropped, why is not None)
+        progress.round_done(round_index, workers, dropped)
         if why is not None:
-            return why
-    return f"{max_rounds} rounds ran"
+            reason = why
+            break
+    progress.said(workers)
+    return reason
 
 
 def measure_round(
@@ -446,15 +492,23 @@ class RoundProgress:
     said_at: float = field(default_factory=time.monotonic)
     dropped: int = 0
     last_drop: Optional[str] = None
+    rounds: int = 0
+    unsaid: bool = False  # a round done since the last line
 
     def round_done(
-        self, index: int, workers: Sequence[WindowWorker], dropped: Optional[str], last: bool
+        self, index: int, workers: Sequence[WindowWorker], dropped: Optional[str]
     ) -> None:
+        self.rounds, self.unsaid = index + 1, True
         if dropped:
             self.dropped, self.last_drop = self.dropped + 1, dropped
-        if not last and time.monotonic() - self.said_at < PROGRESS_EVERY_S:
+        if time.monotonic() - self.said_at >= PROGRESS_EVERY_S:
+            self.said(workers)
+
+    def said(self, workers: Sequence[WindowWorker]) -> None:
+        """The line, now (at the end: if a round was done since the last one)."""
+        if not self.unsaid:
             return
-        self.said_at = time.monotonic()
+        self.said_at, self.unsaid = time.monotonic(), False
         figures = []
         for worker in workers:
             ran = counted(worker.records)
@@ -463,11 +517,11 @@ class RoundProgress:
             elif ran:
                 ips = statistics.median(r["images_per_sec"] for r in ran)
                 figures.append(f"{worker.name} {ips:,.0f} img/s")
-        documents = [w.document() for w in workers if w.alive]
+        documents = [w.document(sampled=False) for w in workers if w.alive]
         widest = widest_ratio_half_width(documents, workers[0].config.backend)
         interval = "not yet measurable" if widest is None else f"+-{widest:.1%}"
         drops = f"; {self.dropped} dropped (last: {self.last_drop})" if self.dropped else ""
-        log.info("round %d: %s; widest ratio interval %s%s", index + 1, ", ".join(figures),
+        log.info("round %d: %s; widest ratio interval %s%s", self.rounds, ", ".join(figures),
                  interval, drops)  # fmt: skip
 
 

@@ -363,7 +363,7 @@ def verdicts(
             f"store: no runs of the sweep {sweep.name} as planned here in {store}{other}; "
             f"run kbench reproduce {study.name}{' --reduced' if sweep.reduced else ''}"
         )
-    counted = [r for r in mine if not r.dropped]  # a window of a dropped round: said where run
+    counted = [r for r in mine if not r.superseded]  # a comparison measured again: left out
     return evaluate(study, counted, defined=lambda s: any(run_matches(r, s) for r in sweep.runs))
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
 from kbench.results.analysis import widest_ratio_half_width
+from kbench.results.comparison import is_comparison
 from kbench.results.config import (
     WINDOW_S,
     ConfigError,
@@ -369,7 +370,7 @@ def run_windows(
     (default: :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S`); the reasons each
     stopped, joined. ``check_parity``: each backend's warm-up is checked against the
     baseline's (same initial weights, same batches; :func:`kbench.run.windows.plan_parity`),
-    each window recording ``metrics.parity``."""
+    each backend's document recording ``metrics.parity``."""
     baseline = baseline or configs[0].backend
     if stop is None:
         stop = functools.partial(ratio_stop, WINDOW_PRECISION, WINDOW_BUDGET_S, baseline)
@@ -402,7 +403,9 @@ def ratio_stop(target: float, budget_s: Optional[float], baseline: Optional[str]
 
     def stop(results: List[RunResult]) -> Optional[str]:
         widest = widest_ratio_half_width(results, baseline)
-        log.debug(  # warm windows say it in their progress line, every few seconds
+        windows = any(is_comparison(r) for r in results)  # they say it every few seconds
+        log.log(
+            logging.DEBUG if windows else logging.INFO,
             "    widest ratio interval so far: %s (target +-%.1f%%)",
             "not yet measurable" if widest is None else f"+-{widest:.1%}",
             target * 100,

@@ -16,7 +16,7 @@ side by side in the task's allocation, a window each in turn), so that its round
 interleave on one node; the settings that need fresh processes are tasks as above. A
 comparison is submitted whole or not at all (:func:`runs_to_do`); before it is
 submitted again, the windows an earlier measuring of it left (a task cut short) are
-marked dropped, as a local sweep marks them (:func:`drop_earlier_windows`).
+superseded, as a local sweep supersedes them (:func:`drop_earlier_windows`).
 
 What lives in the store (``STORE/.slurm/<submission>/``): ``tasks.json`` (the sweep
 file, its settings and each task's run keys, written before ``sbatch``), ``job.json``
@@ -617,7 +617,7 @@ def drop_earlier_windows(
         dropped = earlier.supersede(group)
         if dropped:
             label = sweep_windows.label_of(group[0].config, sweep.varying())
-            write(f"  {label}: {dropped} earlier window(s) marked dropped: "
+            write(f"  {label}: {dropped} earlier window(s) "
                   f"{sweep_windows.SUPERSEDED}")  # fmt: skip
         count += dropped
     return count

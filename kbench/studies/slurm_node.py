@@ -17,7 +17,7 @@ side by side in this allocation, a window each in turn), into its folder; once t
 comparison has stopped and its windows are marked, they move into the store, the first
 round's last. It is measured whole, or not at all when every backend's run already has
 its result from this submission; windows a killed attempt of the task left (Slurm
-requeued it) are marked dropped first.
+requeued it) are superseded first.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def run_comparison(
     if int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0:  # a requeued task's moved ones
         dropped += sweep_windows.EarlierWindows.read(store, sweep).supersede(runs)
     if dropped:
-        log.info("%d earlier window(s) marked dropped: %s", dropped, sweep_windows.SUPERSEDED)
+        log.info("%d earlier window(s) %s", dropped, sweep_windows.SUPERSEDED)
     baseline = manifest.get("baseline")
     found, reason = sweep_windows.measure_comparison(runner, sweep, runs, baseline)
     log.info("%s; stopped: %s", sweep_windows.summary(found, baseline), reason)

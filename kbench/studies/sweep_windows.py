@@ -134,7 +134,7 @@ class EarlierWindows:
         if not found.exists():
             return cls(store, by_run)
         for result in found.results():
-            if result.dropped or not is_comparison(result):
+            if result.superseded or not is_comparison(result):
                 continue
             key = _worker_run(result, sweep.name)
             if key is not None:
@@ -190,7 +190,7 @@ def run_comparisons(
         progress.write(progress.line(what))
         dropped = earlier.supersede(group)
         if dropped:
-            progress.write(f"  {label}: {dropped} earlier window(s) marked dropped: {SUPERSEDED}")
+            progress.write(f"  {label}: {dropped} earlier window(s) {SUPERSEDED}")
         started = time.monotonic()
         found, reason = measure_comparison(runner, sweep, group, baseline)
         seconds = (time.monotonic() - started) / len(group)

@@ -58,9 +58,9 @@ from kbench.results.analysis import (
     differences,
     half_width,
     round_ratios,
+    throughputs,
     what_differs,
 )
-from kbench.results.comparison import round_figures
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.jsonfile import write_json_atomic, write_text_atomic
 from kbench.results.result import RunResult
@@ -130,7 +130,7 @@ class Trial:
     def speeds(self) -> Dict[int, float]:
         """{round: img/s} of its counted windows: never the busy-flagged figures of a
         comparison whose every round was dropped (a setting is chosen on quiet rounds)."""
-        return {k: v for r in self.results for k, v in round_figures(r.metrics, True).items()}
+        return dict(throughputs(self.results, strict=True))
 
     def to_dict(self, ratio: Optional[MedianInterval]) -> Dict[str, Any]:
         return {

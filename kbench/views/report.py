@@ -210,12 +210,19 @@ def left_out_notes(results: Sequence[RunResult], measured: Sequence[RunResult]) 
             f"{parity} parity run(s) are listed under failures if they failed, but not "
             "plotted: they compare numbers between backends, not speed."
         )
-    windows = [w for r in measured if not r.dropped
+    busy = [r for r in measured if (r.metrics.get("window") or {}).get("every_round_dropped")]
+    flagged = {id(r) for r in busy}
+    windows = [w for r in measured if not r.superseded and id(r) not in flagged
                for w in (r.metrics.get("windows") or {}).get("list") or []]  # fmt: skip
     dropped = sum(1 for w in windows if w.get("dropped"))
-    superseded = sum(1 for r in measured if r.dropped)
+    superseded = sum(1 for r in measured if r.superseded)
     parts = [f"{dropped} window(s) dropped (measured while the machine was busy or its GPU "
-             "shared)"] if dropped else []  # fmt: skip
+             "shared)"] if dropped > 0 else []  # fmt: skip
+    if busy:
+        notes.append(
+            f"{len(busy)} comparison document(s) had every round dropped: their figures are "
+            "of every window, measured while the machine was busy, and flagged so."
+        )
     if superseded:
         parts.append(f"{superseded} comparison document(s) superseded by a later measuring")
     if parts:
