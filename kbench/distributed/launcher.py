@@ -34,7 +34,7 @@ import psutil
 
 from kbench import datasets
 from kbench.backends.switches import SWITCHES
-from kbench.distributed import merge, summary
+from kbench.distributed import merge
 from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
 from kbench.measure import processes, sysinfo
 from kbench.measure.processes import alive, interrupt_on_sigterm
@@ -100,7 +100,7 @@ def run_distributed(
         result.metrics["distributed"]["scaling"] = merge.scaling(
             config, result.metrics["images_per_sec"], store, host_of(result)
         )
-        log.info("%s", summary.breakdown_line(result))
+        log.info("%s", merge.breakdown_line(result))
     return save(result, store, config)
 
 

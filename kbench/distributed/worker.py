@@ -32,9 +32,9 @@ import psutil
 
 from kbench.backends.base import Backend, is_out_of_memory
 from kbench.distributed.breakdown import StepLog, shard_digest, worker_summary
+from kbench.measure.processes import watch_parent
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run import worker as run_worker
-from kbench.run.parent_watch import watch_parent
 from kbench.run.protocol import WorkerTask, emit_progress
 from kbench.run.worker import task_arrays
 

@@ -6,7 +6,7 @@ arrays, so each call's time covers the device's work: ``warmup_steps`` passes
 each timed. Throughput is measured batches over measured time; latency is per batch.
 
 With ``--target-precision P`` the passes go on until the 95% interval on the median
-throughput is within ±P (:mod:`kbench.measure.precision`) or ``--time-budget`` is
+throughput is within ±P (:mod:`kbench.measure.stats`) or ``--time-budget`` is
 spent; without a budget, ``duration_s`` bounds the run ("steps exhausted"). With a
 budget alone, passes run for the budget.
 """
@@ -20,8 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from kbench.measure.precision import PrecisionTracker
-from kbench.measure.stats import percentiles
+from kbench.measure.stats import PrecisionTracker, percentiles
 from kbench.run.protocol import emit_progress
 
 

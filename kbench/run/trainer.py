@@ -10,8 +10,8 @@ measured window runs from the end of the last warmup step to the end of the last
 step and counts only time spent inside the epochs' training loops.
 
 With ``--target-precision`` or ``--time-budget`` the clock feeds every measured step
-to a :class:`~kbench.measure.precision.PrecisionTracker` and, once the goal is met,
-raises :class:`~kbench.measure.precision.StopMeasuring` from ``batch_end``: that one
+to a :class:`~kbench.measure.stats.PrecisionTracker` and, once the goal is met,
+raises :class:`~kbench.measure.stats.StopMeasuring` from ``batch_end``: that one
 place stops every backend's step loop (Keras' ``fit``, the torch-native and Gluon
 loops) without any of them knowing. The trainer catches it, keeps the epoch's last
 logs as its training loss and accuracy (Keras 3 logs running means of the epoch so far;
@@ -45,8 +45,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from kbench.datasets.stream import LOADING
-from kbench.measure.precision import PrecisionTracker, StopMeasuring
-from kbench.measure.stats import percentiles, rate_percentiles
+from kbench.measure.stats import PrecisionTracker, StopMeasuring, percentiles, rate_percentiles
 from kbench.run import weightfile
 from kbench.run.protocol import emit_progress
 

@@ -49,9 +49,9 @@ from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import Unsupported, is_out_of_memory
 from kbench.backends.switches import SWITCHES
-from kbench.measure.precision import tracker_for
+from kbench.measure.processes import watch_parent
+from kbench.measure.stats import tracker_for
 from kbench.results.jsonfile import read_json
-from kbench.run.parent_watch import watch_parent
 from kbench.run.protocol import ReplyWriter, WorkerReply, WorkerTask, emit_progress
 from kbench.run.trainer import Trainer
 
@@ -139,7 +139,7 @@ def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]
     config = task.config
     tracker = tracker_for(config, config["batch_size"])  # --target-precision, --time-budget
     if task.parity is not None:
-        from kbench.run.replay import replay
+        from kbench.run.weightfile import replay
 
         return replay(
             backend, built.model, built.arrays, np.load(task.order_path), parity=task.parity,
