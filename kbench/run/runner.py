@@ -87,6 +87,15 @@ def data_request(config: RunConfig) -> Dict[str, Any]:
     )
 
 
+def batch_order(config: RunConfig, samples: int, batch_size: int) -> np.ndarray:
+    """The run's seeded sample order (:func:`kbench.datasets.batch_order`) at ``batch_size``
+    (a data-parallel run's: the global batch): ``--steps`` steps after the warmup, or epochs."""
+    steps = None if config.steps is None else config.warmup_steps + config.steps
+    return datasets.batch_order(
+        samples, batch_size, config.epochs or 1, config.seed, total_steps=steps
+    )
+
+
 def data_key(config: RunConfig) -> Tuple:
     return tuple(sorted(data_request(config).items()))
 
@@ -317,14 +326,9 @@ class Runner:
         run_id = new_run_id(config)
         run_dir = session_dir / run_id
         run_dir.mkdir()
-        order = datasets.batch_order(
-            case.data.train_samples,
-            config.batch_size,
-            config.epochs or 1,
-            config.seed,
-            total_steps=None if config.steps is None else config.warmup_steps + config.steps,
+        np.save(
+            run_dir / "order.npy", batch_order(config, case.data.train_samples, config.batch_size)
         )
-        np.save(run_dir / "order.npy", order)
         return PlannedRun(case, run_id, run_dir)
 
     def _finish(
