@@ -3,26 +3,21 @@
 It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the per-run
 ``KERAS_HOME`` holding its keras.json, and the thread variables before this interpreter
 started. Whatever happens, it tries to leave a reply: metrics on success, the exception
-and traceback on failure. A crash that kills the interpreter leaves none, and the runner
-records that instead. It ends within a second of its runner
-(:mod:`kbench.run.parent_watch`): nobody would read its reply.
+and traceback on failure (a crash that kills the interpreter leaves none, and the runner
+records that instead). It ends within a second of its runner
+(:func:`kbench.measure.processes.watch_parent`): nobody would read its reply.
 
-It starts the backend once, from the task file it is given (threads, device, memory
-options, start-up switches: what runs sharing a worker share,
-:func:`kbench.run.runner.worker_key`), then serves the parent's commands
-(:data:`kbench.run.protocol.COMMANDS`), one per line on stdin, each answered on the reply
-pipe:
+It starts the backend once, from the task file it is given (what runs sharing a worker
+share: :func:`kbench.run.runner.worker_key`), then answers each command on stdin
+(:data:`kbench.run.protocol.COMMANDS`) on the reply pipe:
 
-- ``run``: one whole run of a task file: training, inference or a parity replay, with a
-  profile after it where asked. Each run in its own ``try``: a run that fails is its reply
-  (status and error), and the worker goes on to the next. Before each later run the
-  framework's session is cleared and the run's own per-run switches applied
-  (:meth:`kbench.backends.base.Backend.next_case`); later runs record ``import_time_s`` 0
-  and ``warm_worker`` in their metrics.
-- ``start``, ``warmup``, ``window``: measuring windows of one built and compiled model
-  (:class:`kbench.run.trainer.Trainer`; the parent is :mod:`kbench.run.windows`). A
-  failure there replies ``failed`` and ends the worker: the runner records it and goes on
-  without this worker.
+- ``run``: one whole run of a task file (training, inference or a parity replay, with a
+  profile after it where asked), in its own ``try``: a failure is its reply, and the
+  worker goes on. Before each later run the framework's session is cleared and the run's
+  per-run switches applied (:meth:`kbench.backends.base.Backend.next_case`); later runs
+  record ``import_time_s`` 0 and ``warm_worker``.
+- ``start``, ``warmup``, ``window``: windows of one built and compiled model (the parent
+  is :mod:`kbench.run.windows`); a failure there replies ``failed`` and ends the worker.
 - ``finish``, or the end of stdin: replies ``finished`` and exits 0.
 
 A backend that cannot start replies ``failed`` and exits 1. Imports only what runs under
@@ -54,6 +49,7 @@ from kbench.measure.stats import tracker_for
 from kbench.results.jsonfile import read_json
 from kbench.run.protocol import ReplyWriter, WorkerReply, WorkerTask, emit_progress
 from kbench.run.trainer import Trainer
+from kbench.run.weightfile import replay
 
 log = logging.getLogger("kbench.run.worker")
 
@@ -139,8 +135,6 @@ def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]
     config = task.config
     tracker = tracker_for(config, config["batch_size"])  # --target-precision, --time-budget
     if task.parity is not None:
-        from kbench.run.weightfile import replay
-
         return replay(
             backend, built.model, built.arrays, np.load(task.order_path), parity=task.parity,
             batch_size=config["batch_size"], learning_rate=config["learning_rate"],
