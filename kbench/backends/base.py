@@ -207,9 +207,8 @@ class Backend(abc.ABC):
                 "gpu_memory_fraction": gpu_memory_fraction,
                 "gpu_memory_growth": gpu_memory_growth,
             },
-            "applied": applied,
-            "framework_default": self.memory_default,
-        }
+            "applied": applied, "framework_default": self.memory_default,
+        }  # fmt: skip
         self.load_framework(data_format)
         self.gpus = self.visible_gpus()
         self.memory_settings["gpus_visible"] = self.gpus
@@ -258,13 +257,10 @@ class Backend(abc.ABC):
         """What a result records about the framework and the settings in force."""
         info = self.framework_info()
         info.update(
-            numpy_blas=kernels.numpy_blas(),
-            threads=self.thread_settings,
-            memory_options=self.memory_settings,
-            switches=self.switchboard.record(),
-            loss_scaling=self.loss_scaling,
-            warnings=list(self.warnings),
-        )
+            numpy_blas=kernels.numpy_blas(), threads=self.thread_settings,
+            memory_options=self.memory_settings, switches=self.switchboard.record(),
+            loss_scaling=self.loss_scaling, warnings=list(self.warnings),
+        )  # fmt: skip
         return info
 
     def next_case(self, switches: Dict[str, Any]) -> None:

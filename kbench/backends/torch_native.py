@@ -169,15 +169,13 @@ class TorchFramework:
         import torch
 
         return {
-            "name": "torch",
-            "version": torch.__version__,
+            "name": "torch", "version": torch.__version__,
             "devices": ["cpu"]
             + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
             + (["mps"] if mps_available(torch) else []),
-            "cuda": torch.version.cuda,
-            "device_used": self.device_used(),
+            "cuda": torch.version.cuda, "device_used": self.device_used(),
             "cpu_kernels": kernels.torch_kernels(torch),
-        }
+        }  # fmt: skip
 
     def tf32_default(self) -> str:
         import torch

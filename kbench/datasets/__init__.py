@@ -177,20 +177,13 @@ def prepare(
     path = out_dir / f"{stem}-{key}.npz"
     np.savez(path, **arrays)
     return PreparedData(
-        path=str(path),
-        name=dataset,
-        kind=loaded.kind,
-        source=source,
+        path=str(path), name=dataset, kind=loaded.kind, source=source,
         synthetic=dataset == "synthetic",
         input_shape=streamed_shape or tuple(int(d) for d in arrays["x_train"].shape[1:]),
-        num_classes=loaded.classes,
-        train_samples=len(arrays["x_train"]),
-        test_samples=len(arrays["x_test"]),
-        prepare_time_s=time.perf_counter() - start,
-        streamed=streamed_shape is not None,
-        sha256=loaded.sha256,
-        version=loaded.version,
-    )
+        num_classes=loaded.classes, train_samples=len(arrays["x_train"]),
+        test_samples=len(arrays["x_test"]), prepare_time_s=time.perf_counter() - start,
+        streamed=streamed_shape is not None, sha256=loaded.sha256, version=loaded.version,
+    )  # fmt: skip
 
 
 @dataclass

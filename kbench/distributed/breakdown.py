@@ -131,14 +131,12 @@ def worker_summary(
             float(sum(last_hits) / (len(last_hits) * batch_size)) if last_hits else None
         ),
         "markers": {
-            "first_step_start": log.begins[0],
-            "first_step_end": log.ends[0],
-            "warmup_end": measured_start,
-            "measured_start": measured_start,
+            "first_step_start": log.begins[0], "first_step_end": log.ends[0],
+            "warmup_end": measured_start, "measured_start": measured_start,
             "measured_end": log.ends[-1],
         },
         "step_ends_s": [end - log.begins[0] for end in log.ends],
-    }
+    }  # fmt: skip
     summary.update(extra or {})
     return summary
 
@@ -184,17 +182,14 @@ def combine(workers: Sequence[Dict[str, Any]], global_batch: int) -> Dict[str, A
     slowest = max(per_worker, key=lambda w: w["busy_s"])
     step = mean["step_s"] or 0.0
     return {
-        "phases": list(PHASES),
-        "mean": mean,
+        "phases": list(PHASES), "mean": mean,
         "fraction": {
             name: (None if mean[f"{name}_s"] is None or step <= 0 else mean[f"{name}_s"] / step)
             for name in PHASES
         },
-        "slowest": slowest,
-        "per_worker": per_worker,
-        "global_batch_size": global_batch,
+        "slowest": slowest, "per_worker": per_worker, "global_batch_size": global_batch,
         "note": "seconds per step, measured steps only; comm = step - data - forward - backward "
         "- update (update where the engine runs the optimizer apart from the exchange, else "
         "inside comm); mean: averaged over workers; slowest: the worker with the most time of "
         "its own per step (data + forward + backward + update)",
-    }
+    }  # fmt: skip

@@ -196,28 +196,20 @@ def write_run_json(begun: Begun, launch: Launch, run_dir: Path) -> None:
     """``run.json``: the worker task every process reads, and the run's distributed facts."""
     config = begun.config
     dist = {
-        "mode": config.distributed,
-        "workers": config.workers,
+        "mode": config.distributed, "workers": config.workers,
         "steps_per_epoch": int(launch.shards.shape[1] // (config.epochs or 1))
         if config.steps is None
         else int(launch.shards.shape[1]),
-        "shards_path": str(run_dir / "shards.npy"),
-        "procs_dir": str(run_dir / "procs"),
-        "replies_dir": str(run_dir / "replies"),
-        "run_dir": str(run_dir),
-        "endpoints": launch.endpoints,
-        "cluster": launch.cluster.to_dict(),
-        "cores": launch.cores,
-        "pin_workers": bool(launch.cores),
-        "threads_per_worker": launch.threads,
-    }
+        "shards_path": str(run_dir / "shards.npy"), "procs_dir": str(run_dir / "procs"),
+        "replies_dir": str(run_dir / "replies"), "run_dir": str(run_dir),
+        "endpoints": launch.endpoints, "cluster": launch.cluster.to_dict(), "cores": launch.cores,
+        "pin_workers": bool(launch.cores), "threads_per_worker": launch.threads,
+    }  # fmt: skip
     task = WorkerTask(
-        config=config.to_dict() | {"threads": launch.threads},
-        data=begun.data.to_dict(),
-        order_path=str(run_dir / "shards.npy"),
-        data_format=launch.keras_json["image_data_format"],
+        config=config.to_dict() | {"threads": launch.threads}, data=begun.data.to_dict(),
+        order_path=str(run_dir / "shards.npy"), data_format=launch.keras_json["image_data_format"],
         started_at=begun.started_at,
-    )
+    )  # fmt: skip
     write_json_atomic(run_dir / "run.json", {"task": task.to_dict(), "distributed": dist})
 
 

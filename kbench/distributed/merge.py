@@ -125,20 +125,15 @@ def metrics(
         "global_batch_size": global_batch,
         "per_worker_batch_size": config.batch_size,
         "distributed": {
-            "mode": config.distributed,
-            "engine": ENGINES[config.distributed],
-            "workers": config.workers,
-            "workers_reporting": len(workers),
-            "scope": scope,
-            "per_worker_batch_size": config.batch_size,
-            "global_batch_size": global_batch,
+            "mode": config.distributed, "engine": ENGINES[config.distributed],
+            "workers": config.workers, "workers_reporting": len(workers), "scope": scope,
+            "per_worker_batch_size": config.batch_size, "global_batch_size": global_batch,
             "images_per_sec_per_worker": {str(w["rank"]): w["images_per_sec"] for w in workers},
-            "breakdown": breakdown,
-            "method": leader["method"],
+            "breakdown": breakdown, "method": leader["method"],
             "shards": shard_check(shards, pass_length, workers),
         },
         "per_worker": workers,
-    }
+    }  # fmt: skip
 
 
 def throughput(
@@ -211,24 +206,21 @@ def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> 
     ]
     if not candidates:
         return {
-            "speedup": None,
-            "efficiency": None,
-            "baseline": None,
+            "speedup": None, "efficiency": None, "baseline": None,
             "reason": "no one-worker run of the same mode and settings on this host in the "
             "output store; run --workers 1 first (a sweep with workers: [1, 2, ...] does)",
-        }
+        }  # fmt: skip
     base = max(candidates, key=lambda e: e.started_at)
     speedup = images_per_sec / base.images_per_sec
     scaling = {
-        "speedup": speedup,
-        "efficiency": speedup / config.workers,
+        "speedup": speedup, "efficiency": speedup / config.workers,
         "baseline": {
             "run_id": base.run_id,
             "images_per_sec": base.images_per_sec,
             "started_at": base.started_at,
         },
         "note": "efficiency = images_per_sec / (workers x images_per_sec of one worker)",
-    }
+    }  # fmt: skip
     if config.threads is None:
         scaling["caveat"] = (
             "threads per worker were not fixed (--threads): the one-worker run had this "
@@ -239,19 +231,9 @@ def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> 
 
 
 HEADERS = [
-    "mode",
-    "backend",
-    "workers",
-    "img/s (global)",
-    "efficiency",
-    "step ms",
-    "data ms",
-    "forward ms",
-    "backward ms",
-    "update ms",
-    "comm ms",
-    "slowest worker (step ms)",
-]
+    "mode", "backend", "workers", "img/s (global)", "efficiency", "step ms", "data ms",
+    "forward ms", "backward ms", "update ms", "comm ms", "slowest worker (step ms)",
+]  # fmt: skip
 PHASE_HEADERS = HEADERS[5:11]  # step, then each phase
 NUMERIC = tuple(range(2, 11))  # columns of HEADERS that hold numbers
 
@@ -279,12 +261,10 @@ def breakdown_cells(result: RunResult) -> List[str]:
     slowest = d["breakdown"]["slowest"]
     eff = (d.get("scaling") or {}).get("efficiency")
     return head + [
-        f"{m['images_per_sec']:,.0f}",
-        "-" if eff is None else f"{eff:.2f}",
-        fmt_ms(mean["step_s"]),
-        *(fmt_ms(mean[f"{p}_s"]) for p in PHASES),
+        f"{m['images_per_sec']:,.0f}", "-" if eff is None else f"{eff:.2f}",
+        fmt_ms(mean["step_s"]), *(fmt_ms(mean[f"{p}_s"]) for p in PHASES),
         f"{slowest['rank']} ({fmt_ms(slowest['step_s'])})",
-    ]
+    ]  # fmt: skip
 
 
 def breakdown_line(result: RunResult) -> str:

@@ -34,13 +34,8 @@ LOOPBACK = "127.0.0.1"
 
 # role names of the processes a run may start
 WORKER, SERVER, SCHEDULER, PS, CHIEF, LAUNCHER = (
-    "worker",
-    "server",
-    "scheduler",
-    "ps",
-    "chief",
-    "launcher",
-)
+    "worker", "server", "scheduler", "ps", "chief", "launcher",
+)  # fmt: skip
 
 
 class PlanError(ValueError):
@@ -223,36 +218,17 @@ def _torch_ddp(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     cluster, port = site.cluster, site.ports[0]
     endpoints["master"] = f"{site.coordinator}:{port}"
     args = (
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        str(len(site.hosts)),
-        "--node-rank",
-        str(cluster.node),
-        "--nproc-per-node",
-        str(len(site.local)),
-        "--master-addr",
-        site.coordinator,
-        "--master-port",
-        str(port),
-        "--local-addr",
-        cluster.address,
-        "--max-restarts",
-        "0",
-        "--monitor-interval",
-        "0.5",
-        *site.entry,
-    )
+        "-m", "torch.distributed.run", "--nnodes", str(len(site.hosts)), "--node-rank",
+        str(cluster.node), "--nproc-per-node", str(len(site.local)), "--master-addr",
+        site.coordinator, "--master-port", str(port), "--local-addr", cluster.address,
+        "--max-restarts", "0", "--monitor-interval", "0.5", *site.entry,
+    )  # fmt: skip
     return [
         Process(
-            LAUNCHER,
-            cluster.node,
-            args,
-            {"KBENCH_DIST_ROLE": WORKER},
-            worker_ranks=tuple(site.local),
-            pin=False,
+            LAUNCHER, cluster.node, args, {"KBENCH_DIST_ROLE": WORKER},
+            worker_ranks=tuple(site.local), pin=False,
         )
-    ]
+    ]  # fmt: skip
 
 
 def _tf_multiworker(site: Site, endpoints: Dict[str, object]) -> List[Process]:
@@ -295,15 +271,10 @@ def _tf_ps(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     for rank in site.local:  # worker servers: they run the steps the chief schedules
         procs.append(
             Process(
-                WORKER,
-                rank,
-                entry,
-                tf_env(WORKER, rank),
-                primary=False,
-                worker_ranks=(rank,),
+                WORKER, rank, entry, tf_env(WORKER, rank), primary=False, worker_ranks=(rank,),
                 pin=True,
             )
-        )
+        )  # fmt: skip
     # last: it connects to the others; the run is done when it is
     procs.append(
         Process(CHIEF, 0, entry, tf_env(CHIEF, 0), worker_ranks=tuple(range(site.workers)))
@@ -334,12 +305,9 @@ def _mxnet(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     """The ps-lite scheduler and server (on the coordinator's host), then the workers."""
     cluster, coordinator, port = site.cluster, site.coordinator, site.ports[0]
     dmlc = {
-        "DMLC_PS_ROOT_URI": coordinator,
-        "DMLC_PS_ROOT_PORT": str(port),
-        "DMLC_NUM_SERVER": "1",
-        "DMLC_NUM_WORKER": str(site.workers),
-        "DMLC_NODE_HOST": cluster.address,
-    }
+        "DMLC_PS_ROOT_URI": coordinator, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": "1",
+        "DMLC_NUM_WORKER": str(site.workers), "DMLC_NODE_HOST": cluster.address,
+    }  # fmt: skip
     if cluster.ifname:
         dmlc["DMLC_INTERFACE"] = cluster.ifname
     endpoints["scheduler"] = f"{coordinator}:{port}"
@@ -356,11 +324,6 @@ def _mxnet(site: Site, endpoints: Dict[str, object]) -> List[Process]:
 
 # mode -> the processes of this host (and the endpoints they add)
 PLANNERS: Dict[str, Callable[[Site, Dict[str, object]], List[Process]]] = {
-    "torch-ddp": _torch_ddp,
-    "tf-multiworker": _tf_multiworker,
-    "tf-ps": _tf_ps,
-    "tf-mirrored": _tf_mirrored,
-    "jax": _jax,
-    "mxnet-sync": _mxnet,
-    "mxnet-async": _mxnet,
-}
+    "torch-ddp": _torch_ddp, "tf-multiworker": _tf_multiworker, "tf-ps": _tf_ps,
+    "tf-mirrored": _tf_mirrored, "jax": _jax, "mxnet-sync": _mxnet, "mxnet-async": _mxnet,
+}  # fmt: skip

@@ -199,25 +199,17 @@ def host_loop(
         out = step(*batch)
         end = time.perf_counter()
         steps_log.add(
-            steps_log.wall(begin),
-            steps_log.wall(end),
-            data=loaded - begin,
-            forward=out.forward,
-            backward=out.backward,
-            update=out.update,
-            loss=out.loss,
-            hits=out.hits,
-        )
+            steps_log.wall(begin), steps_log.wall(end), data=loaded - begin, forward=out.forward,
+            backward=out.backward, update=out.update, loss=out.loss, hits=out.hits,
+        )  # fmt: skip
         if (index + 1) % ctx.steps_per_epoch == 0 or index + 1 == total:
             epoch = index // ctx.steps_per_epoch
             first = epoch * ctx.steps_per_epoch
             ctx.progress(
-                "epoch",
-                epoch=epoch + 1,
-                epochs=epochs,
+                "epoch", epoch=epoch + 1, epochs=epochs,
                 loss=float(np.mean(steps_log.losses[first:])),
                 seconds=steps_log.ends[-1] - steps_log.begins[first],
-            )
+            )  # fmt: skip
         elif index == 0 or end - beat >= HEARTBEAT_S:
             beat = end
             ctx.progress("step", step=index + 1, steps=total)
@@ -246,14 +238,12 @@ def evaluate(
             loss_sum += float(-np.log(p[np.arange(len(labels)), labels]).sum())
             hits += float((p.argmax(axis=-1) == labels).sum())
     return {
-        "test_loss": loss_sum / len(x),
-        "test_accuracy": hits / len(x),
-        "test_samples": len(x),
+        "test_loss": loss_sum / len(x), "test_accuracy": hits / len(x), "test_samples": len(x),
         "eval_time_s": time.perf_counter() - started,
         "note": "evaluated on the whole test set by rank 0 (by each host's first worker across "
         "hosts; by the chief for tf-ps); the loss is the cross-entropy without the weight "
         "penalties",
-    }
+    }  # fmt: skip
 
 
 def summarize(
@@ -273,13 +263,9 @@ def summarize(
     )
     fields.update(extra)
     return worker_summary(
-        steps_log,
-        rank=rank,
-        batch_size=ctx.batch_size,
-        steps_per_epoch=ctx.steps_per_epoch,
-        method=method,
-        extra=fields,
-    )
+        steps_log, rank=rank, batch_size=ctx.batch_size, steps_per_epoch=ctx.steps_per_epoch,
+        method=method, extra=fields,
+    )  # fmt: skip
 
 
 def training_reply(
@@ -297,12 +283,9 @@ def training_reply(
     reply: Dict[str, Any] = {"workers": workers, **more, "model": describe_model(ctx, model)}
     if ctx.leader:
         reply["evaluation"] = evaluate(
-            predict,
-            ctx.arrays["x_test"],
-            ctx.arrays["y_test"],
-            ctx.loss,
+            predict, ctx.arrays["x_test"], ctx.arrays["y_test"], ctx.loss,
             max(ctx.batch_size, 256),
-        )
+        )  # fmt: skip
     return reply
 
 

@@ -149,15 +149,13 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
         "evaluate_results": evaluated,
         "markers": {
             "fit_start": fits[0]["t"] if fits else batches[0]["t0"],
-            "first_step_start": batches[0]["t0"],
-            "first_step_end": batches[0]["t1"],
+            "first_step_start": batches[0]["t0"], "first_step_end": batches[0]["t1"],
             "warmup_end": _window_start(batches, warmup),
-            "measured_start": _window_start(batches, warmup),
-            "measured_end": batches[-1]["t1"],
+            "measured_start": _window_start(batches, warmup), "measured_end": batches[-1]["t1"],
         },
         **facts,
         **others,
-    }
+    }  # fmt: skip
 
 
 def model_facts(events: List[Dict[str, Any]]) -> Dict[str, Any]:

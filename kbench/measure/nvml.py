@@ -75,18 +75,14 @@ class GpuState:
 
     def describe(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {
-            "index": self.index,
-            "name": self.name,
-            "memory_total_bytes": self.memory_total_bytes,
-            "pci_bus_id": self.pci_bus_id,
-            "uuid": self.uuid,
+            "index": self.index, "name": self.name, "memory_total_bytes": self.memory_total_bytes,
+            "pci_bus_id": self.pci_bus_id, "uuid": self.uuid,
             "memory_used_method": {
                 "v2": "nvmlDeviceGetMemoryInfo_v2: excludes driver-reserved memory",
                 "v1": "nvmlDeviceGetMemoryInfo (v1): includes driver-reserved memory",
             }.get(self.memory_call or ""),
-            "clock_reasons_call": self.reasons_call,
-            "processes_call": self.processes_call,
-        }
+            "clock_reasons_call": self.reasons_call, "processes_call": self.processes_call,
+        }  # fmt: skip
         if self.failed:
             out["failed"] = self.failed
         if self.unsupported:
@@ -343,13 +339,12 @@ class NvmlSource:
 
     def describe(self) -> Dict[str, Any]:
         return {
-            "available": True,
-            "devices": self.devices,
+            "available": True, "devices": self.devices,
             "unsupported": {
                 f"gpu{g.index}": dict(g.unsupported) for g in self.gpus if g.unsupported
             },
             "failed": {f"gpu{g.index}": g.failed for g in self.gpus if g.failed},
-        }
+        }  # fmt: skip
 
     def close(self) -> None:
         try:

@@ -140,13 +140,11 @@ class PowermetricsSource:
 
     def describe(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {
-            "available": True,
-            "method": METHOD,
-            "command": " ".join(self.argv),
+            "available": True, "method": METHOD, "command": " ".join(self.argv),
             "samples": self.samples,
             "active": "GPU active residency: 100 x (1 - gpu.idle_ratio) over each "
             "powermetrics interval (not NVML's kernel time)",
-        }
+        }  # fmt: skip
         if self.parse_errors:
             out["parse_errors"] = self.parse_errors[:5]
         return out

@@ -46,12 +46,9 @@ BUSY_THRESHOLD = 0.25  # share of the given cores used by other processes
 CLOCK_FRACTION = 0.6  # mean CPU frequency below this share of the maximum is flagged
 # NVML clock event reasons that mean the clocks were held down (nvml.h names)
 THROTTLE_BITS: Dict[int, str] = {
-    0x4: "software power cap",
-    0x8: "hardware slowdown",
-    0x20: "software thermal slowdown",
-    0x40: "hardware thermal slowdown",
-    0x80: "power brake",
-}
+    0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown", 0x80: "power brake",
+}  # fmt: skip
 THROTTLE_SERIES = re.compile(r"^(gpu\d+)_throttle_reasons$")
 NEIGHBOUR_SERIES = re.compile(r"^gpu(\d+)_other_processes$")
 GPU_NEIGHBOURS = 1  # other compute processes on the worker's GPUs that flag a run

@@ -225,12 +225,9 @@ class PrecisionTracker:
             return None
         items = self.items_per_step
         return MedianInterval(
-            median=items / times.median,
-            low=items / times.high,
-            high=items / times.low,
-            coverage=times.coverage,
-            n=times.n,
-        )
+            median=items / times.median, low=items / times.high, high=items / times.low,
+            coverage=times.coverage, n=times.n,
+        )  # fmt: skip
 
     def half_width(self) -> float:
         """The interval's larger distance from the median, relative to it (inf if none)."""
@@ -244,17 +241,12 @@ class PrecisionTracker:
         found = self.interval()
         width = self.half_width()
         return {
-            "target": self.goal.target,
-            "time_budget_s": self.goal.budget_s,
-            "stopped": self.stopped or STEPS_EXHAUSTED,
-            "measured_steps": len(self.times),
-            "measured_s": self.elapsed_s,
-            "checks": self.checks,
+            "target": self.goal.target, "time_budget_s": self.goal.budget_s,
+            "stopped": self.stopped or STEPS_EXHAUSTED, "measured_steps": len(self.times),
+            "measured_s": self.elapsed_s, "checks": self.checks,
             "interval": None if found is None else found.to_dict(),
-            "half_width": None if math.isinf(width) else width,
-            "level": LEVEL,
-            "method": METHOD,
-        }
+            "half_width": None if math.isinf(width) else width, "level": LEVEL, "method": METHOD,
+        }  # fmt: skip
 
 
 def tracker_for(config: Dict[str, Any], items_per_step: float) -> Optional[PrecisionTracker]:

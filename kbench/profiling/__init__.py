@@ -156,16 +156,13 @@ def summarize(ops: List[OpTime], steps: int, top: int = TOP_OPS) -> Dict[str, An
     ranked = sorted(grouped.items(), key=lambda item: -item[1]["seconds"])[:top]
     top_ops = [
         TopOp(
-            op=op,
-            phase=phase,
-            common=entry["common"],
-            seconds=entry["seconds"],
+            op=op, phase=phase, common=entry["common"], seconds=entry["seconds"],
             share=entry["seconds"] / total if total else 0.0,
             calls_per_step=entry["calls"] / steps,
             layers=sorted(entry["layers"], key=lambda name: -entry["layers"][name])[:5],
         )
         for (op, phase), entry in ranked
-    ]
+    ]  # fmt: skip
     return {
         "op_time_s": total,
         "phases_s": phases,

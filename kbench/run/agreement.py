@@ -70,14 +70,11 @@ def same_start(
     losses = step_losses(check["losses"], BACKENDS[backend].logs_mean_loss)
     reference_losses = step_losses(reference_check["losses"], BACKENDS[reference].logs_mean_loss)
     record: Dict[str, Any] = {
-        "checked": True,
-        "reference": reference,
-        "is_reference": backend == reference,
-        "rows": len(check["outputs"]),
-        "steps": len(losses),
+        "checked": True, "reference": reference, "is_reference": backend == reference,
+        "rows": len(check["outputs"]), "steps": len(losses),
         "tolerance": {"output_atol": tolerance.output_atol, "loss_rtol": tolerance.loss_rtol},
         "notes": known_differences(backend, layer_types),
-    }
+    }  # fmt: skip
     try:
         figures = differences(
             reference_check["outputs"], check["outputs"], reference_losses, losses, tolerance

@@ -149,13 +149,10 @@ def process_environment(
     # PYTHONPATH it may have its packages on, an environment of envs/ is complete as built
     inherited = os.environ.get("PYTHONPATH") if os.environ.get(override_variable(backend)) else None
     env.update(
-        KERAS_BACKEND=backend,
-        KERAS_HOME=str(keras_home),
+        KERAS_BACKEND=backend, KERAS_HOME=str(keras_home),
         PYTHONPATH=os.pathsep.join(filter(None, [str(python_path), inherited])),
-        PYTHONUNBUFFERED="1",
-        OMP_NUM_THREADS=str(threads),
-        MKL_NUM_THREADS=str(threads),
-    )
+        PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+    )  # fmt: skip
     if not os.environ.get(override_variable(backend)):  # its CUDA libraries (mxnet-cu112)
         env = loader_environment(env, envs_dir() / BACKENDS[backend].environment)
     if device == "cpu":  # every framework, CUDA builds included, then sees no GPU

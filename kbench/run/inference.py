@@ -93,13 +93,11 @@ def infer(
         memory=backend.memory_readings(),
         precision=None if tracker is None else tracker.record(),
         markers={
-            "fit_start": start_wall,
-            "first_step_end": first_end_wall,
-            "warmup_end": measured_start_wall,
-            "measured_start": measured_start_wall,
+            "fit_start": start_wall, "first_step_end": first_end_wall,
+            "warmup_end": measured_start_wall, "measured_start": measured_start_wall,
             "measured_end": measured_end_wall,
         },
-    )
+    )  # fmt: skip
 
 
 def _fixed_batch(arrays: Dict[str, np.ndarray], batch_size: int) -> np.ndarray:

@@ -93,9 +93,7 @@ def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[s
             continue
         readings.append(
             {
-                "kind": kind,
-                "bytes": int(stats["max"]),
-                "device": gpu,
+                "kind": kind, "bytes": int(stats["max"]), "device": gpu,
                 "source": "NVML, the largest sampled value over the run"
                 + (
                     " (the worker and its children)"
@@ -103,17 +101,15 @@ def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[s
                     else " (every process on the device)"
                 ),
             }
-        )
+        )  # fmt: skip
     if unknown and not any(r["kind"] == "process_nvml" for r in readings):
         readings.append(
             {
-                "kind": "process_nvml",
-                "bytes": None,
-                "device": ",".join(gpu for gpu, _ in unknown),
-                "source": "NVML per-process memory",
+                "kind": "process_nvml", "bytes": None,
+                "device": ",".join(gpu for gpu, _ in unknown), "source": "NVML per-process memory",
                 "reason": "; ".join(f"{gpu}: {why}" for gpu, why in unknown),
             }
-        )
+        )  # fmt: skip
     return readings
 
 

@@ -346,21 +346,14 @@ class Runner:
             metrics["compute"] = compute_rate(config, metrics, reply)
         framework = reply.framework if reply else {}
         result = ending.run_result(
-            run_id=run.run_id,
-            kind="parity" if run.case.parity is not None else config.mode,
-            config=config.to_dict(),
-            verdict=verdict,
-            started_at=started_at,
-            ended_at=ended_at,
+            run_id=run.run_id, kind="parity" if run.case.parity is not None else config.mode,
+            config=config.to_dict(), verdict=verdict, started_at=started_at, ended_at=ended_at,
             environment=ending.environment(
                 context.interpreter, context.process_env, context.keras_json, framework
             ),
-            data=run.case.data.describe(),
-            model=model_facts(config, reply),
-            metrics=metrics,
-            sampler=sampled.to_dict() if sampled else None,
-            sweep=run.case.sweep,
-        )
+            data=run.case.data.describe(), model=model_facts(config, reply), metrics=metrics,
+            sampler=sampled.to_dict() if sampled else None, sweep=run.case.sweep,
+        )  # fmt: skip
         with self.store_lock:  # runs side by side in threads: one writer at a time
             return ending.keep(result, ResultStore(self.output_dir), config.label())
 
@@ -493,12 +486,9 @@ class PlannedRun:
     def write_task(self, data_format: str, started_at: float) -> None:
         task = WorkerTask(
             config=self.config.to_dict() | {"threads": self.config.threads_in_force},
-            data=self.case.data.to_dict(),
-            order_path=str(self.run_dir / "order.npy"),
-            data_format=data_format,
-            started_at=started_at,
-            parity=self.case.parity,
-        )
+            data=self.case.data.to_dict(), order_path=str(self.run_dir / "order.npy"),
+            data_format=data_format, started_at=started_at, parity=self.case.parity,
+        )  # fmt: skip
         write_json_atomic(self.run_dir / "run.json", task.to_dict())
 
 

@@ -98,11 +98,9 @@ class StepClock:
         measured_start = self.ends[warmup - 1] if warmup else self.begins[0]
         return {
             "first_step_start": self.wall(self.begins[0]),
-            "first_step_end": self.wall(self.ends[0]),
-            "warmup_end": self.wall(measured_start),
-            "measured_start": self.wall(measured_start),
-            "measured_end": self.wall(self.ends[-1]),
-        }
+            "first_step_end": self.wall(self.ends[0]), "warmup_end": self.wall(measured_start),
+            "measured_start": self.wall(measured_start), "measured_end": self.wall(self.ends[-1]),
+        }  # fmt: skip
 
     def measured_seconds(self) -> float:
         """Time inside fit from the end of warmup to the last step, epoch by epoch."""
@@ -315,14 +313,11 @@ class Trainer:
         if same is not None:
             same["losses"] = [float(loss) for loss in clock.losses]
         return {
-            "check": same,
-            "first_step_s": clock.ends[0] - clock.begins[0],
+            "check": same, "first_step_s": clock.ends[0] - clock.begins[0],
             "warmup_steps": max(warmup_steps, 1),
-            "warmup_time_s": clock.ends[-1] - clock.begins[0],
-            "calibration_step_s": step_s,
-            "window_steps": self.window_steps,
-            "first_step_at": clock.wall(clock.ends[0]),
-        }
+            "warmup_time_s": clock.ends[-1] - clock.begins[0], "calibration_step_s": step_s,
+            "window_steps": self.window_steps, "first_step_at": clock.wall(clock.ends[0]),
+        }  # fmt: skip
 
     def _same_start(
         self, weights_in: Optional[str], weights_out: Optional[str], rows: int

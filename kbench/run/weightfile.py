@@ -107,11 +107,7 @@ def replay(
         noise_losses = train_steps()
     return {
         "layer_types": sorted({kind for kind, _ in initial}),
-        "outputs": np.asarray(outputs, dtype=np.float64).tolist(),
-        "losses": losses,
-        "noise_losses": noise_losses,
-        "steps": parity["steps"],
-        "learning_rate": learning_rate,
-        "weights_from": "the reference run" if loaded else "this run",
-        "source_layout": source,
-    }
+        "outputs": np.asarray(outputs, dtype=np.float64).tolist(), "losses": losses,
+        "noise_losses": noise_losses, "steps": parity["steps"], "learning_rate": learning_rate,
+        "weights_from": "the reference run" if loaded else "this run", "source_layout": source,
+    }  # fmt: skip

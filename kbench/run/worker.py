@@ -200,12 +200,9 @@ def model_facts(
     """What a reply says of the model: parameters, input, classes, FLOPs, a user model's source."""
     spec = kbench_models.spec_for(name)
     return {
-        "name": name,
-        "params": backend.count_params(model),
-        "input_shape": [int(d) for d in input_shape],
-        "num_classes": num_classes,
-        "flops": flops,
-    } | ({"source": spec.source()} if spec.is_user else {})
+        "name": name, "params": backend.count_params(model),
+        "input_shape": [int(d) for d in input_shape], "num_classes": num_classes, "flops": flops,
+    } | ({"source": spec.source()} if spec.is_user else {})  # fmt: skip
 
 
 def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
@@ -219,9 +216,8 @@ def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
             "message": str(err),
             "traceback": "".join(traceback.format_exception(err)),
         },
-        started_at=started_at,
-        ended_at=time.time(),
-    )
+        started_at=started_at, ended_at=time.time(),
+    )  # fmt: skip
 
 
 @dataclass

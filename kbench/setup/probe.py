@@ -93,13 +93,11 @@ def probe_environment(names=None):
             "executable": sys.executable,
             "prefix": sys.prefix,
         },
-        "platform": sys.platform,
-        "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
-        "driver": driver(),
-        "cuda_packages": cuda_packages(dists),
+        "platform": sys.platform, "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
+        "driver": driver(), "cuda_packages": cuda_packages(dists),
         "owned_twice": owned_twice(dists),
         "frameworks": {name: framework_in_child(name) for name in names},
-    }
+    }  # fmt: skip
 
 
 def distributions():
@@ -227,14 +225,10 @@ def probe_framework(name):
     dists = distributions()
     dist = framework_distribution(name, dists)
     facts = {
-        "framework": name,
-        "distribution": normalize(dist.metadata["Name"]) if dist else None,
-        "version": dist.version if dist else None,
-        "imported": False,
-        "error": None,
-        "build": {},
+        "framework": name, "distribution": normalize(dist.metadata["Name"]) if dist else None,
+        "version": dist.version if dist else None, "imported": False, "error": None, "build": {},
         "gpus": None,
-    }
+    }  # fmt: skip
     try:
         module = __import__(name)
         facts["imported"] = True
@@ -315,13 +309,12 @@ def jax_build(jax, dists):
 def mxnet_build(mx, dists):
     features = mx.runtime.Features()
     build = {
-        "cuda": features.is_enabled("CUDA"),
-        "cudnn": features.is_enabled("CUDNN"),
+        "cuda": features.is_enabled("CUDA"), "cudnn": features.is_enabled("CUDNN"),
         "nccl": features.is_enabled("NCCL"),
         "cuda_from_name": mxnet_cuda_from_name(
             normalize(framework_distribution("mxnet", dists).metadata["Name"])
         ),
-    }
+    }  # fmt: skip
     try:
         gpus = mx.context.num_gpus()
     except Exception as err:  # noqa: BLE001 - MXNetError without a driver

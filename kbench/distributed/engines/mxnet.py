@@ -142,12 +142,9 @@ class KVStoreSync(Engine):
             ins = xs + ys + weights + ([1.0] if model._uses_dynamic_learning_phase() else [])
             data, label, _, data_shapes, label_shapes = model._adjust_module(ins, "train")
             batch = mx.io.DataBatch(
-                data=data,
-                label=label,
-                bucket_key="train",
-                provide_data=data_shapes,
+                data=data, label=label, bucket_key="train", provide_data=data_shapes,
                 provide_label=label_shapes,
-            )
+            )  # fmt: skip
             return (batch,)
 
         exchanged: Dict[str, List[Any]] = {}

@@ -217,14 +217,9 @@ class Mirrored(MultiWorker):
             for r, log in enumerate(logs):
                 loss, hits, t_input, t_loss, t_grads = (v[r] for v in values)
                 log.add(
-                    log.wall(begin),
-                    log.wall(end),
-                    data=loaded - begin,
-                    forward=t_loss - t_input,
-                    backward=t_grads - t_loss,
-                    loss=loss,
-                    hits=hits,
-                )
+                    log.wall(begin), log.wall(end), data=loaded - begin, forward=t_loss - t_input,
+                    backward=t_grads - t_loss, loss=loss, hits=hits,
+                )  # fmt: skip
         workers = [
             summarize(ctx, log, self.method, rank=r, engine={"replica": r})
             for r, log in enumerate(logs)
@@ -263,13 +258,9 @@ class ParameterServer(Engine):
             inter_op_parallelism_threads=max(threads, INTER_OP_MIN),
         )
         server = tf.distribute.Server(
-            resolver.cluster_spec(),
-            job_name=ctx.role,
-            task_index=ctx.rank,
-            protocol="grpc",
-            config=config,
-            start=True,
-        )
+            resolver.cluster_spec(), job_name=ctx.role, task_index=ctx.rank, protocol="grpc",
+            config=config, start=True,
+        )  # fmt: skip
         server.join()
 
     def setup(self, ctx: Context) -> None:
@@ -376,17 +367,11 @@ class ParameterServer(Engine):
             host = ctx.dist["endpoints"]["cluster"]["worker"][rank].rsplit(":", 1)[0]
             summaries.append(
                 summarize(
-                    ctx,
-                    log,
-                    self.method,
-                    rank=rank,
-                    host=host,
-                    pid=None,
-                    memory=[],
+                    ctx, log, self.method, rank=rank, host=host, pid=None, memory=[],
                     time_to_first_step_s=log.ends[0] - ctx.task.started_at,
                     engine={"steps_taken": len(log), "asynchronous": True},
                 )
-            )
+            )  # fmt: skip
         return summaries, idle
 
 
@@ -398,12 +383,7 @@ def step_logs(ctx: Context, rows: List[List[float]]) -> Dict[int, StepLog]:
     ):
         log = logs.setdefault(int(worker), StepLog(warmup_steps=ctx.warmup_steps))
         log.add(
-            t_begin,
-            t_end,
-            data=t_data - t_begin,
-            forward=t_loss - t_data,
-            backward=t_grads - t_loss,
-            loss=loss,
-            hits=hits,
-        )
+            t_begin, t_end, data=t_data - t_begin, forward=t_loss - t_data,
+            backward=t_grads - t_loss, loss=loss, hits=hits,
+        )  # fmt: skip
     return logs

@@ -92,12 +92,9 @@ class TorchDDP(Engine):
             optimizer.step()
             updated = self.sync()
             return StepOut(
-                loss=float(total.detach()),
-                forward=forwarded - begin,
-                backward=computed - forwarded,
-                update=updated - backwarded,
-                hits=float(hits),
-            )
+                loss=float(total.detach()), forward=forwarded - begin,
+                backward=computed - forwarded, update=updated - backwarded, hits=float(hits),
+            )  # fmt: skip
 
         steps = host_loop(ctx, convert, step)
         engine = {
