@@ -287,11 +287,10 @@ class TensorFlowBackend(Keras3Backend):
         plan = self.onednn_plan
         return {
             "library": {True: "oneDNN", False: "Eigen", None: "unknown"}[self.onednn],
-            "onednn": self.onednn,
-            "why": plan.reason if plan else None,
+            "onednn": self.onednn, "why": plan.reason if plan else None,
             "onednn_plan": plan.to_dict() if plan else None,
             kernels.ONEDNN_VARIABLE: os.environ.get(kernels.ONEDNN_VARIABLE),
-        }
+        }  # fmt: skip
 
     def tf32_default(self) -> str:
         return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"

@@ -146,10 +146,9 @@ def torch_kernels(torch: Any) -> Dict[str, Any]:
     info: Dict[str, Any] = {
         "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
         "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
-        "mkl_available": bool(torch.backends.mkl.is_available()),
-        "blas": built("BLAS_INFO"),
+        "mkl_available": bool(torch.backends.mkl.is_available()), "blas": built("BLAS_INFO"),
         "lapack": built("LAPACK_INFO"),
-    }
+    }  # fmt: skip
     try:
         info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     except AttributeError:  # torch older than 2.0

@@ -153,9 +153,8 @@ class SwitchBoard:
                     state = SwitchState(self.requested[name], "default", "left as it is")
                 else:
                     state = SwitchState(
-                        self.requested[name],
-                        "not applicable",
+                        self.requested[name], "not applicable",
                         f"{self.backend} has no {name} switch",
-                    )
+                    )  # fmt: skip
             out[name] = state.to_dict()
         return out

@@ -149,12 +149,11 @@ class TorchFramework:
         if choose_device(torch, self.requested_device) == "mps":
             return [  # MPS keeps no peak: the allocator's size when the worker ends
                 {
-                    "kind": "framework_current",
-                    "bytes": int(torch.mps.driver_allocated_memory()),
+                    "kind": "framework_current", "bytes": int(torch.mps.driver_allocated_memory()),
                     "device": "mps",
                     "source": "torch.mps.driver_allocated_memory() at the end (MPS has no peak)",
                 }
-            ]
+            ]  # fmt: skip
         readings = []
         for index in range(self.gpus):
             for what, read in (

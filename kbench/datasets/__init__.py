@@ -391,11 +391,9 @@ def _load_digits(seed: int) -> Tuple[Dict[str, np.ndarray], str]:
     cut = int(len(labels) * 0.8)
     train, test = order[:cut], order[cut:]
     arrays = {
-        "x_train": images[train],
-        "y_train": labels[train],
-        "x_test": images[test],
+        "x_train": images[train], "y_train": labels[train], "x_test": images[test],
         "y_test": labels[test],
-    }
+    }  # fmt: skip
     return arrays, "scikit-learn load_digits (80/20 split)"
 
 

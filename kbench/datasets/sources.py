@@ -96,11 +96,9 @@ DOWNLOADS: Dict[str, List[Tuple[str, str]]] = {
     "imdb": [(KERAS_URL + "imdb.npz", "imdb.npz")],
 }
 TFDS_NAMES = {
-    "mnist": "mnist",
-    "fashion_mnist": "fashion_mnist",
-    "cifar10": "cifar10",
+    "mnist": "mnist", "fashion_mnist": "fashion_mnist", "cifar10": "cifar10",
     "cifar100": "cifar100",
-}
+}  # fmt: skip
 
 
 def _first_of(directory: Path, *loaders: Callable[[], Arrays]) -> Arrays:

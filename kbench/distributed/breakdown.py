@@ -147,10 +147,9 @@ def measured_phases(log: StepLog) -> Tuple[List[float], Dict[str, Optional[List[
     measured = slice(log.warmup_steps, len(log))
     step = [e - b for b, e in zip(log.begins[measured], log.ends[measured])]
     parts: Dict[str, Optional[List[float]]] = {
-        "data": log.data[measured],
-        "forward": log.forward[measured],
+        "data": log.data[measured], "forward": log.forward[measured],
         "backward": log.backward[measured],
-    }
+    }  # fmt: skip
     updates = log.update[measured]
     separate_update = all(u is not None for u in updates)
     parts["update"] = [float(u) for u in updates] if separate_update else None

@@ -215,8 +215,7 @@ def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> 
     scaling = {
         "speedup": speedup, "efficiency": speedup / config.workers,
         "baseline": {
-            "run_id": base.run_id,
-            "images_per_sec": base.images_per_sec,
+            "run_id": base.run_id, "images_per_sec": base.images_per_sec,
             "started_at": base.started_at,
         },
         "note": "efficiency = images_per_sec / (workers x images_per_sec of one worker)",

@@ -101,11 +101,9 @@ class Cluster:
 
     def to_dict(self) -> Dict[str, object]:
         return {
-            "hosts": list(self.hosts),
-            "node": self.node,
-            "base_port": self.base_port,
+            "hosts": list(self.hosts), "node": self.node, "base_port": self.base_port,
             "ifname": self.ifname,
-        }
+        }  # fmt: skip
 
 
 def ports_needed(mode: str, workers: int) -> int:
@@ -256,10 +254,9 @@ def _tf_ps(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     )
     coordinator, ports = site.coordinator, site.ports
     cluster_spec = {
-        "chief": [f"{coordinator}:{ports[0]}"],
-        "ps": [f"{coordinator}:{ports[1]}"],
+        "chief": [f"{coordinator}:{ports[0]}"], "ps": [f"{coordinator}:{ports[1]}"],
         "worker": [f"{coordinator}:{ports[2 + r]}" for r in range(site.workers)],
-    }
+    }  # fmt: skip
     endpoints["cluster"] = cluster_spec
 
     def tf_env(role: str, index: int) -> Dict[str, str]:

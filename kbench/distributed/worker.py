@@ -330,10 +330,8 @@ def main(argv=None) -> int:
         else:
             status = "oom" if is_out_of_memory(err) else "failed"
         error = {
-            "type": type(err).__name__,
-            "message": str(err),
-            "traceback": traceback.format_exc(),
-        }
+            "type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc(),
+        }  # fmt: skip
         write_json_atomic(
             reply_path, {"status": status, "role": role, "rank": rank, "error": error}
         )

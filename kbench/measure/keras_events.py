@@ -163,11 +163,9 @@ def model_facts(events: List[Dict[str, Any]]) -> Dict[str, Any]:
     seen = [e for e in events if e["event"] == "model"]
     last = seen[-1] if seen else {}
     return {
-        "params": last.get("params"),
-        "keras_backend": last.get("backend"),
-        "keras_version": last.get("keras_version"),
-        "model_name": last.get("name"),
-    }
+        "params": last.get("params"), "keras_backend": last.get("backend"),
+        "keras_version": last.get("keras_version"), "model_name": last.get("name"),
+    }  # fmt: skip
 
 
 def _window_start(batches: List[Dict[str, Any]], warmup: int) -> float:

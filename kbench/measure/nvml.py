@@ -367,7 +367,6 @@ def visible_devices_of(process: psutil.Process) -> Dict[str, Any]:
     if not environ:
         return {"known": False, "reason": "its environment read empty (still starting?)"}
     return {
-        "known": True,
-        "CUDA_VISIBLE_DEVICES": environ.get("CUDA_VISIBLE_DEVICES"),
+        "known": True, "CUDA_VISIBLE_DEVICES": environ.get("CUDA_VISIBLE_DEVICES"),
         "CUDA_DEVICE_ORDER": environ.get("CUDA_DEVICE_ORDER"),
-    }
+    }  # fmt: skip

@@ -599,17 +599,15 @@ def summarize(
                     continue
                 stats[name] = {
                     "increase": value_at(near, end) - value_at(near, start),
-                    "samples": len(picked),
-                    "covered_fraction": max(0.0, min(1.0, covered)),
-                }
+                    "samples": len(picked), "covered_fraction": max(0.0, min(1.0, covered)),
+                }  # fmt: skip
                 continue
             if not picked:
                 continue
             stats[name] = {
-                "mean": float(sum(picked) / len(picked)),
-                "max": float(max(picked)),
+                "mean": float(sum(picked) / len(picked)), "max": float(max(picked)),
                 "samples": len(picked),
-            }
+            }  # fmt: skip
             if name.endswith("power_w") and len(near) >= 2:
                 stats[name]["integral_j"] = integral(near, start, end)
                 stats[name]["covered_fraction"] = max(0.0, min(1.0, covered))

@@ -237,11 +237,9 @@ def cpu_matmul_peak(threads: int) -> Dict[str, Any]:
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as err:
         return {"available": False, "reason": f"matmul peak not measured: {err}"}
     return {
-        "available": True,
-        "gflops_per_sec": measured["gflops_per_sec"],
-        "threads": threads,
+        "available": True, "gflops_per_sec": measured["gflops_per_sec"], "threads": threads,
         "method": "numpy float32 1024x1024 matmul, best of 10, fresh process",
-    }
+    }  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1)

@@ -164,11 +164,10 @@ def summarize(ops: List[OpTime], steps: int, top: int = TOP_OPS) -> Dict[str, An
         for (op, phase), entry in ranked
     ]  # fmt: skip
     return {
-        "op_time_s": total,
-        "phases_s": phases,
+        "op_time_s": total, "phases_s": phases,
         "common_ops_s": dict(sorted(common.items(), key=lambda item: -item[1])),
         "top_ops": top_ops,
-    }
+    }  # fmt: skip
 
 
 def profile_model(

@@ -185,12 +185,10 @@ def _plane(raw: bytes) -> XPlane:
             stats.update(_stats(event.get(EVENT_STATS, []), stat_names))
             events.append(
                 XEvent(
-                    name=event_names.get(key, "?"),
-                    offset_ps=_int(event, EVENT_OFFSET_PS),
-                    duration_ps=_int(event, EVENT_DURATION_PS),
-                    stats=stats,
+                    name=event_names.get(key, "?"), offset_ps=_int(event, EVENT_OFFSET_PS),
+                    duration_ps=_int(event, EVENT_DURATION_PS), stats=stats,
                 )
-            )
+            )  # fmt: skip
         _set_self_times(events)
         lines.append(XLine(name=_text(line, LINE_NAME), events=events))
     metadata = {}

@@ -206,8 +206,6 @@ def probe(
             return json.loads(line)
     tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
     return {
-        "backend": backend,
-        "ok": False,
-        "executable": str(interpreter),
+        "backend": backend, "ok": False, "executable": str(interpreter),
         "error": f"probe exited with {done.returncode}: {' | '.join(tail)}",
-    }
+    }  # fmt: skip

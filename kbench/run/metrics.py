@@ -50,11 +50,9 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
         return {"available": False, "reason": "no FLOPs counted for this model"}
     achieved = metrics["images_per_sec"] * per_sample / 1e9
     rate: Dict[str, Any] = {
-        "available": True,
-        "flops_per_sample": per_sample,
-        "achieved_gflops_per_sec": achieved,
+        "available": True, "flops_per_sample": per_sample, "achieved_gflops_per_sec": achieved,
         "method": flops.get("method"),
-    }
+    }  # fmt: skip
     if reply.framework.get("memory_options", {}).get("gpus_visible"):
         rate["peak_fraction"] = None
         rate["peak_reason"] = "no peak figure is known for this GPU"

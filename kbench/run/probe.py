@@ -75,10 +75,8 @@ def main(argv=None) -> int:
     backend_name, formats, *models = argv
     data_format, *other_formats = dict.fromkeys(formats.split(","))  # each format once
     report = {
-        "backend": backend_name,
-        "python": platform.python_version(),
-        "executable": sys.executable,
-    }
+        "backend": backend_name, "python": platform.python_version(), "executable": sys.executable,
+    }  # fmt: skip
     try:
         backend = load_backend(backend_name)(threads=usable_cores())
         backend.start(data_format)

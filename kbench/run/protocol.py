@@ -47,10 +47,9 @@ COMMANDS = {
 }
 # the fields each progress event's line shows, in order
 PROGRESS_FIELDS = {
-    "epoch": ("epoch", "epochs", "loss", "seconds"),
-    "step": ("step", "steps"),
+    "epoch": ("epoch", "epochs", "loss", "seconds"), "step": ("step", "steps"),
     "profile": ("steps",),
-}
+}  # fmt: skip
 _skipped: Set[str] = set()  # the runs whose odd events were said once
 log = logging.getLogger("kbench")
 

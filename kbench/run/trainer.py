@@ -407,17 +407,14 @@ def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
     step_pct = percentiles(step_times)
     return dict(
         images_per_sec=measured_steps * batch_size / measured_time,
-        measured_images=measured_steps * batch_size,
-        measured_steps=measured_steps,
-        measured_time_s=measured_time,
-        step_time_s=step_pct,
+        measured_images=measured_steps * batch_size, measured_steps=measured_steps,
+        measured_time_s=measured_time, step_time_s=step_pct,
         images_per_sec_per_step=rate_percentiles([batch_size] * len(step_times), step_times),
-        step_times_s=step_times,
-        step_ends_s=[end - clock.begins[0] for end in clock.ends],
+        step_times_s=step_times, step_ends_s=[end - clock.begins[0] for end in clock.ends],
         warmup_steps=warmup_steps,
         warmup_time_s=(clock.ends[warmup_steps - 1] - clock.begins[0]) if warmup_steps else 0.0,
         first_step_s=clock.ends[0] - clock.begins[0],
-    )
+    )  # fmt: skip
 
 
 def _epoch_metrics(epochs: _Epochs) -> Dict[str, Any]:

@@ -65,11 +65,10 @@ def start_backend(task: WorkerTask) -> Any:
     )
     import_start = time.perf_counter()
     backend.start(
-        task.data_format,
-        device=config["device"],
+        task.data_format, device=config["device"],
         gpu_memory_fraction=config["gpu_memory_fraction"],
         gpu_memory_growth=config["gpu_memory_growth"],
-    )
+    )  # fmt: skip
     backend.import_time_s = time.perf_counter() - import_start
     return backend
 
@@ -110,9 +109,8 @@ def run(task: WorkerTask, backend: Any, warm: bool = False) -> WorkerReply:
     stages = dict(
         warmup_steps=config["warmup_steps"],
         process_start=time.time() if warm else task.started_at,
-        import_time_s=0.0 if warm else backend.import_time_s,
-        build_time_s=built.build_time_s,
-    )
+        import_time_s=0.0 if warm else backend.import_time_s, build_time_s=built.build_time_s,
+    )  # fmt: skip
     metrics = measure(task, backend, built, stages)
     metrics = metrics if isinstance(metrics, dict) else metrics.to_dict()
     if warm:
@@ -212,8 +210,7 @@ def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
     return WorkerReply(
         status="unsupported" if isinstance(err, Unsupported) else status,
         error={
-            "type": type(err).__name__,
-            "message": str(err),
+            "type": type(err).__name__, "message": str(err),
             "traceback": "".join(traceback.format_exception(err)),
         },
         started_at=started_at, ended_at=time.time(),

@@ -90,8 +90,7 @@ def probe_environment(names=None):
         "probe": 1,
         "python": {
             "version": ".".join(str(part) for part in sys.version_info[:3]),
-            "executable": sys.executable,
-            "prefix": sys.prefix,
+            "executable": sys.executable, "prefix": sys.prefix,
         },
         "platform": sys.platform, "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
         "driver": driver(), "cuda_packages": cuda_packages(dists),
@@ -211,10 +210,9 @@ def framework_in_child(name):
             return json.loads(line)
     tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
     return {
-        "framework": name,
-        "imported": False,
+        "framework": name, "imported": False,
         "error": f"the probe exited with {done.returncode}: {' | '.join(tail)}",
-    }
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------------ one framework
@@ -282,10 +280,8 @@ def jax_build(jax, dists):
     plugins = [name for name in sorted(dists) if re.match(r"jax-cuda\d+-(plugin|pjrt)$", name)]
     build = {
         "jaxlib": dists["jaxlib"].version if "jaxlib" in dists else None,
-        "plugins": {name: dists[name].version for name in plugins},
-        "cuda": None,
-        "cudnn": None,
-    }
+        "plugins": {name: dists[name].version for name in plugins}, "cuda": None, "cudnn": None,
+    }  # fmt: skip
     majors = sorted({re.match(r"jax-cuda(\d+)", name).group(1) for name in plugins})
     build["cuda_major"] = majors[0] if len(majors) == 1 else (majors or None)
     try:

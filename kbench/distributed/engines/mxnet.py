@@ -96,17 +96,13 @@ class KVStoreSync(Engine):
             convert, step = self._keras(ctx, model)
         steps = host_loop(ctx, convert, step)
         engine = {
-            "kvstore": self.kv.type,
-            "kvstore_rank": self.kv.rank,
-            "num_workers": self.kv.num_workers,
-            "keys": len(self.keys),
-        }
+            "kvstore": self.kv.type, "kvstore_rank": self.kv.rank,
+            "num_workers": self.kv.num_workers, "keys": len(self.keys),
+        }  # fmt: skip
         return training_reply(
-            ctx,
-            model,
-            [summarize(ctx, steps, self.method, engine=engine)],
+            ctx, model, [summarize(ctx, steps, self.method, engine=engine)],
             lambda x: ctx.backend.predict(model, x),
-        )
+        )  # fmt: skip
 
     def share(self, optimizer: Any, params: List[Any]) -> None:
         """Put the parameters in the kvstore, rank 0's values, and start from them."""
@@ -176,11 +172,9 @@ class KVStoreSync(Engine):
             loss = float(outputs[0].asnumpy().mean())  # waits for the device
             accuracy = float(outputs[1].asnumpy().mean()) if len(outputs) > 1 else None
             return StepOut(
-                loss=loss,
-                forward=forwarded - begin,
-                backward=backwarded - forwarded,
+                loss=loss, forward=forwarded - begin, backward=backwarded - forwarded,
                 hits=None if accuracy is None else accuracy * ctx.batch_size,
-            )
+            )  # fmt: skip
 
         return convert, step
 

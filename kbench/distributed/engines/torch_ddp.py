@@ -98,10 +98,9 @@ class TorchDDP(Engine):
 
         steps = host_loop(ctx, convert, step)
         engine = {
-            "process_group": self.process_backend,
-            "world_size": self.dist.get_world_size(),
+            "process_group": self.process_backend, "world_size": self.dist.get_world_size(),
             "buckets": len(ready),
-        }
+        }  # fmt: skip
         return training_reply(
             ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predict
         )
