@@ -40,7 +40,7 @@ import psutil
 import kbench_models
 from kbench.backends import BACKENDS, load_backend
 from kbench.measure import sysinfo
-from kbench.measure.sampler import process_tree, tree_usage
+from kbench.measure.sampler import pid_tree, tree_usage
 from kbench.results import ending
 from kbench.results.analysis import widest_ratio_half_width
 from kbench.results.comparison import (
@@ -264,9 +264,8 @@ class WindowWorker:
         """Wait, at most :data:`SETTLE_MAX_S`, until the worker's processes use under
         :data:`SETTLE_CPU_PERCENT` of a core; the seconds waited."""
         started = time.monotonic()
-        try:
-            tree = process_tree(psutil.Process(self.worker.pid))
-        except psutil.Error:
+        tree = pid_tree(self.worker.pid)
+        if not tree:
             return 0.0
         known: Dict[int, psutil.Process] = {}
         tree_usage(tree, known)  # the first reading only starts the count
