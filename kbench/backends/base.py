@@ -91,16 +91,14 @@ class CudaDevice:
 
 
 def cuda_device(index: int) -> CudaDevice:
-    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``) itself.
-
-    A framework's ``GPU:index`` is CUDA's ordinal ``index``: counted after
-    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) and in ``CUDA_DEVICE_ORDER``
-    (fastest first unless set to ``PCI_BUS_ID``). NVML numbers every GPU of the machine
-    in PCI order and ignores both, so NVML's device ``index`` can be another card (a
-    remapped or mixed set of GPUs). The driver answers for the very device, and needs
-    no NVML (which containers without the ``utility`` capability lack); its PCI bus id
-    names the card in NVML's and nvidia-smi's terms.
-    """
+    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``) itself. A
+    framework's ``GPU:index`` is CUDA's ordinal ``index``: counted after
+    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) and in ``CUDA_DEVICE_ORDER`` (fastest first
+    unless set to ``PCI_BUS_ID``). NVML numbers every GPU of the machine in PCI order and
+    ignores both, so NVML's device ``index`` can be another card (a remapped or mixed set of
+    GPUs). The driver answers for the very device, and needs no NVML (which containers
+    without the ``utility`` capability lack); its PCI bus id names the card in NVML's and
+    nvidia-smi's terms."""
     import ctypes
 
     try:
@@ -451,12 +449,10 @@ class Backend(abc.ABC):
         """Wait until the device has finished queued work (no-op where reads already sync)."""
 
     def memory_readings(self) -> List[Dict[str, Any]]:
-        """Memory figures, each labelled with its kind and where it was read.
-
-        Kinds: ``process_peak_rss`` (host memory of the worker), ``framework_peak``
-        (the framework's own GPU allocator peak). The parent's sampler adds
-        ``process_nvml`` and ``device_used``.
-        """
+        """Memory figures, each labelled with its kind and where it was read. Kinds:
+        ``process_peak_rss`` (host memory of the worker), ``framework_peak`` (the
+        framework's own GPU allocator peak). The parent's sampler adds ``process_nvml`` and
+        ``device_used``."""
         readings = [dict(kind="process_peak_rss", **processes.peak_rss())]
         if self.gpus:
             readings += self.framework_peaks()

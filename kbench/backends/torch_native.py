@@ -53,15 +53,13 @@ def choose_device(torch: Any, wanted: str = "auto") -> str:
 
 
 def limit_current_device(fraction: float) -> Dict[str, str]:
-    """Cap PyTorch's caching allocator on the one GPU this process uses.
-
-    That GPU is the current device, chosen before the backend starts (device 0, or
-    ``LOCAL_RANK`` under data-parallel training). Setting the fraction on every GPU
-    would create a CUDA context on each of them and could leave the last one current,
-    putting every rank on one GPU; so only the current device is capped, and it is
-    checked to still be current afterwards. PyTorch takes only a ``float`` (an ``int``
-    such as ``1`` from a sweep file raises ``TypeError``).
-    """
+    """Cap PyTorch's caching allocator on the one GPU this process uses. That GPU is the
+    current device, chosen before the backend starts (device 0, or ``LOCAL_RANK`` under
+    data-parallel training). Setting the fraction on every GPU would create a CUDA context
+    on each of them and could leave the last one current, putting every rank on one GPU; so
+    only the current device is capped, and it is checked to still be current afterwards.
+    PyTorch takes only a ``float`` (an ``int`` such as ``1`` from a sweep file raises
+    ``TypeError``)."""
     import torch
 
     index = torch.cuda.current_device()

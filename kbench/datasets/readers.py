@@ -188,10 +188,8 @@ def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
 
 def cifar(directory: Path, variant: str) -> Arrays:
     """CIFAR-10 or CIFAR-100 in the "python version": the extracted folder or the .tar.gz.
-
     ``variant`` is "cifar-10" or "cifar-100". Images are stored as rows of 3072 bytes,
-    channel planes (R, G, B) of 32x32 each.
-    """
+    channel planes (R, G, B) of 32x32 each."""
     folder = (
         directory / f"{variant}-batches-py"
         if variant == "cifar-10"

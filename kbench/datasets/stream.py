@@ -79,12 +79,10 @@ class FolderListing:
 def scan(
     root: Path, test_fraction: float = 0.1, seed: int = 0, name: str = "imagenet"
 ) -> FolderListing:
-    """Files and labels of an image-folder data set; classes sorted by folder name.
-
-    With ``train/`` and ``val/`` (or ``test/``) under ``root`` those are the splits;
-    with class folders directly under ``root``, a seeded ``test_fraction`` of each
-    class is held out.
-    """
+    """Files and labels of an image-folder data set; classes sorted by folder name. With
+    ``train/`` and ``val/`` (or ``test/``) under ``root`` those are the splits; with class
+    folders directly under ``root``, a seeded ``test_fraction`` of each class is held
+    out."""
     root = Path(root)
     train_dir = root / "train"
     test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)

@@ -161,13 +161,11 @@ def measured_phases(log: StepLog) -> Tuple[List[float], Dict[str, Optional[List[
 
 
 def combine(workers: Sequence[Dict[str, Any]], global_batch: int) -> Dict[str, Any]:
-    """The run's breakdown from every worker's summary.
-
-    ``mean``: each phase's mean per step, averaged over the workers. ``slowest``: the
-    worker that spends the most time per step on its own work (data + forward +
-    backward + update), the one a synchronous step waits for, with its breakdown.
-    ``fraction``: each averaged phase as a share of the averaged step.
-    """
+    """The run's breakdown from every worker's summary. ``mean``: each phase's mean per
+    step, averaged over the workers. ``slowest``: the worker that spends the most time per
+    step on its own work (data + forward + backward + update), the one a synchronous step
+    waits for, with its breakdown. ``fraction``: each averaged phase as a share of the
+    averaged step."""
     names = PHASES + ("step",)
     per_worker = []
     for w in workers:

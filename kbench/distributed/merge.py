@@ -185,12 +185,10 @@ def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> Dict[str, Any]:
-    """Speed-up and efficiency against the same run with one worker.
-
-    The baseline is the newest successful one-worker run of the same mode and settings
-    (everything but ``workers``, the repeat index and timeouts) on the same host in the
-    output store: a sweep's ``workers: [1, 2, 3]`` runs it first in the same command.
-    """
+    """Speed-up and efficiency against the same run with one worker. The baseline is the
+    newest successful one-worker run of the same mode and settings (everything but
+    ``workers``, the repeat index and timeouts) on the same host in the output store: a
+    sweep's ``workers: [1, 2, 3]`` runs it first in the same command."""
     if config.workers == 1:
         return {"speedup": 1.0, "efficiency": 1.0, "baseline": "this run (one worker)"}
     wanted = comparable(config.to_dict())

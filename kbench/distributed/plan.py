@@ -196,12 +196,10 @@ def plan(
     ports: Sequence[int],
     run_json: str,
 ) -> Tuple[List[Process], Dict[str, object]]:
-    """The processes to start on this host, and the endpoints every worker is told.
-
-    Every process runs ``python -m kbench.distributed.worker RUN_JSON`` (torchrun runs
-    it for torch-ddp) and learns its role and rank from ``KBENCH_DIST_ROLE`` and
-    ``KBENCH_DIST_RANK`` (torchrun's ``RANK`` for torch-ddp).
-    """
+    """The processes to start on this host, and the endpoints every worker is told. Every
+    process runs ``python -m kbench.distributed.worker RUN_JSON`` (torchrun runs it for
+    torch-ddp) and learns its role and rank from ``KBENCH_DIST_ROLE`` and
+    ``KBENCH_DIST_RANK`` (torchrun's ``RANK`` for torch-ddp)."""
     local = worker_ranks(workers, len(cluster.hosts), cluster.node)
     site = Site(workers, cluster, ports, ("-m", "kbench.distributed.worker", run_json), local)
     if mode not in PLANNERS:

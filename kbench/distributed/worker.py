@@ -181,10 +181,8 @@ def host_loop(
     step: Callable[..., StepOut],
 ) -> StepLog:
     """The steps of a host-driven engine: data (gather + convert), then the engine's step.
-
-    ``step`` returns the phases it measured and the loss read on the host, so a step
-    ends when the device is done with it.
-    """
+    ``step`` returns the phases it measured and the loss read on the host, so a step ends
+    when the device is done with it."""
     shard = ctx.shard()
     x_train, y_train = ctx.arrays["x_train"], ctx.arrays["y_train"]
     steps_log = StepLog(warmup_steps=ctx.warmup_steps)

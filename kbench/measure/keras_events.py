@@ -91,15 +91,12 @@ def read_events(path: Path) -> List[Dict[str, Any]]:
 
 
 def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]:
-    """Training figures from events; ``{"training_observed": False, "note": ...}`` when
-    no ``fit`` ran a batch.
-
-    The measured window is that of ``kbench run``: it opens as the last warmup batch
-    of the first ``fit`` ends (as the first batch begins when ``warmup_steps`` is 0)
-    and closes as the last batch of the last ``fit`` ends; within it, time between
-    ``fit`` calls (the script's own work) is left out. ``images_per_sec`` is the
-    measured samples over that time; it is None where no batch size was known.
-    """
+    """Training figures from events; ``{"training_observed": False, "note": ...}`` when no
+    ``fit`` ran a batch. The measured window is that of ``kbench run``: it opens as the last
+    warmup batch of the first ``fit`` ends (as the first batch begins when ``warmup_steps``
+    is 0) and closes as the last batch of the last ``fit`` ends; within it, time between
+    ``fit`` calls (the script's own work) is left out. ``images_per_sec`` is the measured
+    samples over that time; it is None where no batch size was known."""
     facts = model_facts(events)
     batches = [e for e in events if e["event"] == "batch" and e.get("stage") == "train"]
     others = {

@@ -354,12 +354,10 @@ class NvmlSource:
 
 
 def visible_devices_of(process: psutil.Process) -> Dict[str, Any]:
-    """The worker's CUDA_VISIBLE_DEVICES (None when unset), read from its environment.
-
-    Not known while the environment reads empty: just after ``Popen`` returns, the
-    kernel may still be loading the new program, whose environment is not yet in place
-    (112 of 300 reads here beside busy loops); the samplers read again until known.
-    """
+    """The worker's CUDA_VISIBLE_DEVICES (None when unset), read from its environment. Not
+    known while the environment reads empty: just after ``Popen`` returns, the kernel may
+    still be loading the new program, whose environment is not yet in place (112 of 300
+    reads here beside busy loops); the samplers read again until known."""
     try:
         environ = process.environ()
     except (psutil.Error, OSError) as err:

@@ -271,11 +271,9 @@ def usable_cores() -> int:
 
 def pin_cores(threads: int) -> Dict[str, Any]:
     """Pin this process to its first ``threads`` allowed cores when fewer than all were
-    asked for, through ``psutil.Process.cpu_affinity``.
-
-    Returns what a result records: ``cpu_affinity`` (the cores it may run on after the
-    call, or None) and, where it could not be read or set, ``cpu_affinity_reason``.
-    """
+    asked for, through ``psutil.Process.cpu_affinity``. Returns what a result records:
+    ``cpu_affinity`` (the cores it may run on after the call, or None) and, where it could
+    not be read or set, ``cpu_affinity_reason``."""
     process = psutil.Process()
     if not hasattr(process, "cpu_affinity") or SYSTEM in NO_AFFINITY_REASON:
         reason = NO_AFFINITY_REASON.get(
@@ -297,10 +295,8 @@ def pin_cores(threads: int) -> Dict[str, Any]:
 
 def peak_rss() -> Dict[str, Any]:
     """This process's peak resident memory: ``{"bytes": ..., "source": ...}``.
-
-    ``getrusage``'s ``ru_maxrss`` is in KiB on Linux and in bytes on macOS; Windows has
-    no ``resource`` module and reports the peak working set through psutil.
-    """
+    ``getrusage``'s ``ru_maxrss`` is in KiB on Linux and in bytes on macOS; Windows has no
+    ``resource`` module and reports the peak working set through psutil."""
     if windows():
         info = psutil.Process().memory_info()
         return {"bytes": int(info.peak_wset), "source": "psutil memory_info().peak_wset "

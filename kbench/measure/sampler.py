@@ -295,18 +295,16 @@ class SamplingThread:
 
 
 class Sampler:
-    """``with Sampler(pid) as s: ...``; then ``s.result(windows)``.
-
-    The processes sampled are the worker ``pid`` (with its children), or, with
-    ``per_process`` (a data-parallel run), every process :meth:`add` names as it appears
-    (workers, servers, a scheduler; torchrun's workers as they announce themselves), each
-    with its children: then each one's CPU and RSS are series of their own
-    (``worker0_process_cpu_percent``, ``server0_process_rss_bytes``), their sums are under
-    the single-process names, and where NVML lists its PIDs each one's device memory is
-    ``<name>_gpu<i>_process_memory_bytes`` (absent, never 0, where NVML does not know it).
-    A source whose ``read`` raises is marked failed with the error from then on (its
-    ``describe()`` says so) and the others go on: sampling never ends the run.
-    """
+    """``with Sampler(pid) as s: ...``; then ``s.result(windows)``. The processes sampled
+    are the worker ``pid`` (with its children), or, with ``per_process`` (a data-parallel
+    run), every process :meth:`add` names as it appears (workers, servers, a scheduler;
+    torchrun's workers as they announce themselves), each with its children: then each one's
+    CPU and RSS are series of their own (``worker0_process_cpu_percent``,
+    ``server0_process_rss_bytes``), their sums are under the single-process names, and where
+    NVML lists its PIDs each one's device memory is ``<name>_gpu<i>_process_memory_bytes``
+    (absent, never 0, where NVML does not know it). A source whose ``read`` raises is marked
+    failed with the error from then on (its ``describe()`` says so) and the others go on:
+    sampling never ends the run."""
 
     def __init__(
         self,

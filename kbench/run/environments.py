@@ -109,10 +109,8 @@ def keras_config(backend: str, data_format: Optional[str]) -> Dict[str, Any]:
 
 def import_root(directory: Path) -> Path:
     """A folder for PYTHONPATH that exposes kbench and kbench_models to any interpreter.
-
-    Workers may run under interpreters where kbench is not installed (the MXNet
-    environment, or one named by KBENCH_PYTHON_*), so they import it from here.
-    """
+    Workers may run under interpreters where kbench is not installed (the MXNet environment,
+    or one named by KBENCH_PYTHON_*), so they import it from here."""
     directory.mkdir(parents=True, exist_ok=True)
     folders = (("kbench", PROJECT_ROOT / "kbench"), ("kbench_models", kbench_models_folder()))
     for name, folder in folders:
@@ -135,10 +133,8 @@ def process_environment(
     device: str = "auto",
 ) -> Tuple[Dict[str, str], Dict[str, Any]]:
     """The environment variables of a worker process, and the keras.json it will read.
-
-    Returns (full environment, keras.json contents). The keras.json is written to a
-    fresh ``run_dir/keras_home``.
-    """
+    Returns (full environment, keras.json contents). The keras.json is written to a fresh
+    ``run_dir/keras_home``."""
     config = keras_config(backend, data_format)
     keras_home = run_dir / "keras_home"
     keras_home.mkdir(parents=True, exist_ok=True)
@@ -180,13 +176,11 @@ def probe(
     other_formats: Sequence[str] = (),
 ) -> Dict[str, Any]:
     """Start ``backend`` as a worker would and report what it is (see kbench.run.probe).
-
-    ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with
-    its parameter count and output shape, and again for each of ``other_formats``
-    (``models_by_format``: one process builds them in every format; a sequence model,
-    which reads no data format, only in the first). Never raises for
-    a backend that cannot start: the report says ``ok: False`` and why.
-    """
+    ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with its
+    parameter count and output shape, and again for each of ``other_formats``
+    (``models_by_format``: one process builds them in every format; a sequence model, which
+    reads no data format, only in the first). Never raises for a backend that cannot start:
+    the report says ``ok: False`` and why."""
     try:
         interpreter = interpreter_for(backend)
     except EnvironmentMissing as err:

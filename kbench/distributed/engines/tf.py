@@ -51,12 +51,10 @@ METHOD = (
 
 
 def replica_step(tf: Any, keras: Any, model: Any, optimizer: Any, loss: str, batch: int):
-    """One replica's step: (mean loss, correct answers, t_input, t_loss, t_gradients).
-
-    The loss is summed over the replica's examples and divided by ``batch`` (the global
-    batch under a synchronous strategy): summed over replicas by the optimizer's
-    all-reduce, the gradient is that of the global batch's mean.
-    """
+    """One replica's step: (mean loss, correct answers, t_input, t_loss, t_gradients). The
+    loss is summed over the replica's examples and divided by ``batch`` (the global batch
+    under a synchronous strategy): summed over replicas by the optimizer's all-reduce, the
+    gradient is that of the global batch's mean."""
     loss_fn = keras.losses.get(loss)
     binary = loss == "binary_crossentropy"
 
