@@ -173,11 +173,9 @@ class Backend(abc.ABC):
     growth_variable: ClassVar[Optional[Tuple[str, str]]] = None
 
     def __init__(
-        self,
-        threads: int,
-        switches: Optional[Dict[str, Any]] = None,
+        self, threads: int, switches: Optional[Dict[str, Any]] = None,
         inter_op_threads: Optional[int] = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.threads = threads
         # the inter-op pool, where the framework has one (None: ``threads``, as intra-op)
         self.inter_op_threads = inter_op_threads or threads
@@ -190,12 +188,9 @@ class Backend(abc.ABC):
         self.loss_scaling: Optional[str] = None
 
     def start(
-        self,
-        data_format: str,
-        device: str = "auto",
-        gpu_memory_fraction: Optional[float] = None,
+        self, data_format: str, device: str = "auto", gpu_memory_fraction: Optional[float] = None,
         gpu_memory_growth: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Apply thread and memory settings, then load the framework and check it."""
         self.thread_settings = self._limit_cores()
         self.thread_settings.update(self.configure_threads())
@@ -436,12 +431,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def set_weights(
-        self,
-        model: Any,
-        weights: List[Tuple[str, List[np.ndarray]]],
-        source_format: str,
+        self, model: Any, weights: List[Tuple[str, List[np.ndarray]]], source_format: str,
         source_kernel_layout: str = "HWIO",
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Load weights exported by :meth:`get_weights` from a model built in
         ``source_format`` whose Conv2D kernels are in ``source_kernel_layout``."""
 
@@ -504,12 +496,9 @@ class NativePort(Backend):
         )
 
     def set_weights(
-        self,
-        model: Any,
-        weights: List[Tuple[str, List[np.ndarray]]],
-        source_format: str,
+        self, model: Any, weights: List[Tuple[str, List[np.ndarray]]], source_format: str,
         source_kernel_layout: str = "HWIO",
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.twins.load_keras_weights(
             model, weights, source_format, kernel_layout=source_kernel_layout
         )

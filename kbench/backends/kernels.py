@@ -73,13 +73,9 @@ def is_on(value: Optional[str]) -> Optional[bool]:
 
 
 def plan_onednn(
-    requested: str,
-    environment: Optional[str],
-    cpu: Mapping[str, Any],
-    platform: str,
-    data_format: str,
-    device: str = "auto",
-) -> OneDnnPlan:
+    requested: str, environment: Optional[str], cpu: Mapping[str, Any], platform: str,
+    data_format: str, device: str = "auto",
+) -> OneDnnPlan:  # fmt: skip
     """The value of TF_ENABLE_ONEDNN_OPTS for a run, before TensorFlow starts."""
     default = cpu_default(cpu, platform)
     plan = dict(requested=requested, environment=environment, cpu_default=default)

@@ -133,19 +133,12 @@ class PreparedData:
 
 
 def prepare(
-    dataset: str,
-    out_dir: Path,
-    *,
-    data_dir: Optional[str] = None,
-    train_samples: Optional[int] = None,
-    test_samples: Optional[int] = None,
-    input_shape: Optional[Tuple[int, ...]] = None,
-    num_classes: Optional[int] = None,
-    image_size: Optional[Tuple[int, int]] = None,
-    model_kind: str = "image",
-    vocabulary: Optional[int] = None,
-    seed: int = 0,
-) -> PreparedData:
+    dataset: str, out_dir: Path, *, data_dir: Optional[str] = None,
+    train_samples: Optional[int] = None, test_samples: Optional[int] = None,
+    input_shape: Optional[Tuple[int, ...]] = None, num_classes: Optional[int] = None,
+    image_size: Optional[Tuple[int, int]] = None, model_kind: str = "image",
+    vocabulary: Optional[int] = None, seed: int = 0,
+) -> PreparedData:  # fmt: skip
     """Load ``dataset``, shape and cut it as asked, and write it under ``out_dir``.
     ``input_shape``, ``num_classes``, ``model_kind`` and ``vocabulary`` shape synthetic
     data (the run passes its model's own); ``image_size`` resizes real images

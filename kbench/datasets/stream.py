@@ -258,11 +258,9 @@ def require_pillow() -> None:
 
 
 def folder_arrays(
-    dataset: str,
-    image_size: Optional[Tuple[int, int]],
-    model_shape: Optional[Tuple[int, ...]],
+    dataset: str, image_size: Optional[Tuple[int, int]], model_shape: Optional[Tuple[int, ...]],
     seed: int,
-) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:
+) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:  # fmt: skip
     """Paths and labels of ``folder:PATH``, shuffled (seeded) so that a cut keeps every
     class; with the source text, the class count and the (H, W, 3) images become."""
     require_pillow()
@@ -291,12 +289,9 @@ class StreamedImages:
     ndim = 4
 
     def __init__(
-        self,
-        paths: np.ndarray,
-        size: Tuple[int, int],
-        data_format: str = "channels_last",
+        self, paths: np.ndarray, size: Tuple[int, int], data_format: str = "channels_last",
         clock: LoadingClock = LOADING,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.paths = np.asarray(paths)  # of str
         self.size = (int(size[0]), int(size[1]))  # (height, width) each image is resized to
         self.data_format = data_format

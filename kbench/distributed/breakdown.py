@@ -55,17 +55,9 @@ class StepLog:
         return perf_time + self.wall_offset
 
     def add(
-        self,
-        begin: float,
-        end: float,
-        *,
-        data: float,
-        forward: float,
-        backward: float,
-        update: Optional[float] = None,
-        loss: float = float("nan"),
-        hits: Optional[float] = None,
-    ) -> None:
+        self, begin: float, end: float, *, data: float, forward: float, backward: float,
+        update: Optional[float] = None, loss: float = float("nan"), hits: Optional[float] = None,
+    ) -> None:  # fmt: skip
         """One step; ``begin`` and ``end`` are wall-clock seconds since the epoch."""
         self.begins.append(float(begin))
         self.ends.append(float(end))
@@ -81,14 +73,9 @@ class StepLog:
 
 
 def worker_summary(
-    log: StepLog,
-    *,
-    rank: int,
-    batch_size: int,
-    steps_per_epoch: int,
-    method: str,
+    log: StepLog, *, rank: int, batch_size: int, steps_per_epoch: int, method: str,
     extra: Optional[Dict[str, Any]] = None,
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """One worker's measured window, throughput and per-step breakdown (JSON-ready)."""
     warmup = log.warmup_steps
     total = len(log)

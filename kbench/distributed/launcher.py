@@ -54,13 +54,9 @@ HELPER_GRACE_S = 10.0  # MXNet's scheduler and server leave by themselves after 
 
 
 def run_distributed(
-    runner: Any,
-    config: RunConfig,
-    data: datasets.PreparedData,
-    session_dir: Path,
-    python_path: Path,
-    sweep: Optional[Dict[str, Any]] = None,
-) -> RunResult:
+    runner: Any, config: RunConfig, data: datasets.PreparedData, session_dir: Path,
+    python_path: Path, sweep: Optional[Dict[str, Any]] = None,
+) -> RunResult:  # fmt: skip
     """Run ``config`` on its mode's engine; save and return its result."""
     run_id = ending.new_run_id(
         config.backend, file_safe(config.model), f"{config.distributed}x{config.workers}"
@@ -112,16 +108,11 @@ class Begun:
     sweep: Optional[Dict[str, Any]]
 
     def result(
-        self,
-        verdict: ending.Verdict,
-        ended_at: Optional[float] = None,
-        *,
-        metrics: Optional[Dict[str, Any]] = None,
-        sampler: Optional[Dict[str, Any]] = None,
-        leader: Optional[Dict[str, Any]] = None,
-        process_env: Optional[Dict[str, str]] = None,
+        self, verdict: ending.Verdict, ended_at: Optional[float] = None, *,
+        metrics: Optional[Dict[str, Any]] = None, sampler: Optional[Dict[str, Any]] = None,
+        leader: Optional[Dict[str, Any]] = None, process_env: Optional[Dict[str, str]] = None,
         keras_json: Optional[Dict[str, Any]] = None,
-    ) -> RunResult:
+    ) -> RunResult:  # fmt: skip
         """The run's result (kind ``train``), ending now unless ``ended_at`` says when;
         ``leader``: the reply of the process that evaluated (its model and framework)."""
         leader = leader or {}
@@ -214,13 +205,9 @@ def write_run_json(begun: Begun, launch: Launch, run_dir: Path) -> None:
 
 
 def finish(
-    begun: Begun,
-    launch: Launch,
-    outcome: JobOutcome,
-    replies: Dict[str, Dict[str, Any]],
-    ended_at: float,
-    busy_threshold: float,
-) -> RunResult:
+    begun: Begun, launch: Launch, outcome: JobOutcome, replies: Dict[str, Dict[str, Any]],
+    ended_at: float, busy_threshold: float,
+) -> RunResult:  # fmt: skip
     """The run's result from how its processes ended and what they replied: the workers'
     metrics merged, what the sampler adds, the achieved FLOP/s, where the processes ran."""
     config = begun.config

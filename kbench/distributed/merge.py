@@ -75,11 +75,8 @@ def shard_check(shards: np.ndarray, pass_length: int, workers: Sequence[Dict]) -
 
 
 def metrics(
-    config: RunConfig,
-    replies: Dict[str, Dict[str, Any]],
-    shards: np.ndarray,
-    pass_length: int,
-) -> Dict[str, Any]:
+    config: RunConfig, replies: Dict[str, Dict[str, Any]], shards: np.ndarray, pass_length: int,
+) -> Dict[str, Any]:  # fmt: skip
     """The run's metrics from every worker's summary, in the names and units of a
     single-process run's, with the data-parallel facts under ``distributed``."""
     workers = workers_of(replies)

@@ -190,12 +190,8 @@ def role_env(role: str, rank: int) -> Dict[str, str]:
 
 
 def plan(
-    mode: str,
-    workers: int,
-    cluster: Cluster,
-    ports: Sequence[int],
-    run_json: str,
-) -> Tuple[List[Process], Dict[str, object]]:
+    mode: str, workers: int, cluster: Cluster, ports: Sequence[int], run_json: str,
+) -> Tuple[List[Process], Dict[str, object]]:  # fmt: skip
     """The processes to start on this host, and the endpoints every worker is told. Every
     process runs ``python -m kbench.distributed.worker RUN_JSON`` (torchrun runs it for
     torch-ddp) and learns its role and rank from ``KBENCH_DIST_ROLE`` and

@@ -176,10 +176,9 @@ def describe_model(ctx: Context, model: Any) -> Dict[str, Any]:
 
 
 def host_loop(
-    ctx: Context,
-    convert: Callable[[np.ndarray, np.ndarray], Tuple[Any, ...]],
+    ctx: Context, convert: Callable[[np.ndarray, np.ndarray], Tuple[Any, ...]],
     step: Callable[..., StepOut],
-) -> StepLog:
+) -> StepLog:  # fmt: skip
     """The steps of a host-driven engine: data (gather + convert), then the engine's step.
     ``step`` returns the phases it measured and the loss read on the host, so a step ends
     when the device is done with it."""
@@ -267,12 +266,9 @@ def summarize(
 
 
 def training_reply(
-    ctx: Context,
-    model: Any,
-    workers: List[Dict[str, Any]],
-    predict: Callable[[np.ndarray], Any],
+    ctx: Context, model: Any, workers: List[Dict[str, Any]], predict: Callable[[np.ndarray], Any],
     **more: Any,
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """What a training process replies, whatever its engine: the summaries of the workers
     it measured (:func:`summarize`), anything the engine adds (``more``), the model, and,
     on the leader (:attr:`Context.leader`), the test-set evaluation through ``predict``

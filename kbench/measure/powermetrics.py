@@ -77,11 +77,9 @@ class PowermetricsSource:
     name = "gpu"
 
     def __init__(
-        self,
-        interval_s: float = 0.2,
-        argv: Optional[Sequence[str]] = None,
+        self, interval_s: float = 0.2, argv: Optional[Sequence[str]] = None,
         euid: Optional[int] = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if processes.SYSTEM != "Darwin":
             raise SourceUnavailable(f"powermetrics is macOS only; this is {processes.SYSTEM}")
         euid = os.geteuid() if euid is None else euid

@@ -112,15 +112,11 @@ def other_cores(
 
 
 def assess(
-    series: Dict[str, List[Any]],
-    window: Optional[Sequence[Optional[float]]],
-    threads: Optional[int] = None,
-    busy_threshold: float = BUSY_THRESHOLD,
-    machine_cores: Optional[int] = None,
-    cpu_freq_max_mhz: Optional[float] = None,
-    window_name: str = "measured",
-    worker_gpus: Optional[Dict[str, Any]] = None,
-) -> Optional[Quality]:
+    series: Dict[str, List[Any]], window: Optional[Sequence[Optional[float]]],
+    threads: Optional[int] = None, busy_threshold: float = BUSY_THRESHOLD,
+    machine_cores: Optional[int] = None, cpu_freq_max_mhz: Optional[float] = None,
+    window_name: str = "measured", worker_gpus: Optional[Dict[str, Any]] = None,
+) -> Optional[Quality]:  # fmt: skip
     """The quality of ``window`` (start, end) from the sampler ``series``; None where the
     window has no edges. ``machine_cores`` and ``cpu_freq_max_mhz`` default to this
     machine's (the runner assesses right after the run, on the machine that ran it).
@@ -254,11 +250,10 @@ class Preflight:
 
 
 def preflight(
-    threshold: float = BUSY_THRESHOLD,
-    wait_quiet_s: float = 0.0,
+    threshold: float = BUSY_THRESHOLD, wait_quiet_s: float = 0.0,
     sample: Callable[[], float] = lambda: psutil.cpu_percent(interval=1.0),
     clock: Callable[[], float] = time.monotonic,
-) -> Preflight:
+) -> Preflight:  # fmt: skip
     """Sample the machine's CPU load for a second; while it is above ``threshold`` and
     ``wait_quiet_s`` allows, sample again. Warns (logging) if it is still busy."""
     began = clock()

@@ -307,14 +307,10 @@ class Sampler:
     sampling never ends the run."""
 
     def __init__(
-        self,
-        pid: Optional[int] = None,
-        interval_s: float = 0.2,
-        nvml: Any = None,
-        clock: Callable[[], float] = time.time,
-        companions: Sequence[int] = (),
+        self, pid: Optional[int] = None, interval_s: float = 0.2, nvml: Any = None,
+        clock: Callable[[], float] = time.time, companions: Sequence[int] = (),
         per_process: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """``companions``: PIDs of processes of the same measurement that wait while this
         one runs (the other warm workers of an interleaved comparison); the GPU source
         counts them, and their children, apart from other processes."""
@@ -478,12 +474,9 @@ GPU_SERIES = re.compile(r"^gpu(\d+)_")
 
 
 def scoped_summary(
-    series: Dict[str, List[Any]],
-    windows: Dict[str, Any],
-    sources: list,
-    visible: List[Dict[str, Any]],
-    described: Dict[str, Dict[str, Any]],
-) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    series: Dict[str, List[Any]], windows: Dict[str, Any], sources: list,
+    visible: List[Dict[str, Any]], described: Dict[str, Dict[str, Any]],
+) -> Dict[str, Dict[str, Dict[str, Any]]]:  # fmt: skip
     """:func:`summarize` over the non-GPU series and the GPUs the worker used only (which,
     and how that was found: ``described["gpu"]["worker_gpus"]``). For each GPU used, a
     window without the worker's own memory or without energy gets ``{"samples": 0,

@@ -182,12 +182,9 @@ class PrecisionTracker:
     """Feed :meth:`add` each measured step; it answers why to stop, or None."""
 
     def __init__(
-        self,
-        goal: PrecisionGoal,
-        items_per_step: float = 1.0,
-        min_steps: int = MIN_STEPS,
+        self, goal: PrecisionGoal, items_per_step: float = 1.0, min_steps: int = MIN_STEPS,
         check_every: int = CHECK_EVERY,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.goal = goal
         self.items_per_step = items_per_step
         self.min_steps = max(min_steps, 2)

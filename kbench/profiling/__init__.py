@@ -171,14 +171,8 @@ def summarize(ops: List[OpTime], steps: int, top: int = TOP_OPS) -> Dict[str, An
 
 
 def profile_model(
-    backend: Any,
-    model: Any,
-    arrays: Dict[str, Any],
-    *,
-    mode: str,
-    batch_size: int,
-    steps: int,
-) -> Dict[str, Any]:
+    backend: Any, model: Any, arrays: Dict[str, Any], *, mode: str, batch_size: int, steps: int,
+) -> Dict[str, Any]:  # fmt: skip
     """Run ``steps`` steps of the trained model under the backend's profiler; the
     result's ``profile`` section. Never raises: a failing profiler is reported."""
     training = mode == "train"

@@ -51,13 +51,10 @@ def unchecked(reference: str, why: str) -> Dict[str, Any]:
 
 
 def same_start(
-    reference: str,
-    reference_check: Optional[Dict[str, Any]],
-    backend: str,
-    check: Optional[Dict[str, Any]],
-    tolerance: Tolerance = FLOAT32,
+    reference: str, reference_check: Optional[Dict[str, Any]], backend: str,
+    check: Optional[Dict[str, Any]], tolerance: Tolerance = FLOAT32,
     layer_types: Sequence[str] = (),
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """The parity record of a warm worker of ``backend`` that started from the initial
     weights ``reference`` (a backend) started from: its ``check`` (the outputs on the same
     test rows before training, the losses of the warmup steps as ``fit`` logged them, or

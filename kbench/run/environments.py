@@ -125,13 +125,9 @@ def kbench_models_folder() -> Path:
 
 
 def process_environment(
-    backend: str,
-    run_dir: Path,
-    python_path: Path,
-    threads: int,
-    data_format: Optional[str],
+    backend: str, run_dir: Path, python_path: Path, threads: int, data_format: Optional[str],
     device: str = "auto",
-) -> Tuple[Dict[str, str], Dict[str, Any]]:
+) -> Tuple[Dict[str, str], Dict[str, Any]]:  # fmt: skip
     """The environment variables of a worker process, and the keras.json it will read.
     Returns (full environment, keras.json contents). The keras.json is written to a fresh
     ``run_dir/keras_home``."""
@@ -169,12 +165,9 @@ def recorded_variables(env: Dict[str, str], backend: str) -> Dict[str, str]:
 
 
 def probe(
-    backend: str,
-    models: Sequence[str] = (),
-    data_format: Optional[str] = None,
-    timeout_s: float = 600,
-    other_formats: Sequence[str] = (),
-) -> Dict[str, Any]:
+    backend: str, models: Sequence[str] = (), data_format: Optional[str] = None,
+    timeout_s: float = 600, other_formats: Sequence[str] = (),
+) -> Dict[str, Any]:  # fmt: skip
     """Start ``backend`` as a worker would and report what it is (see kbench.run.probe).
     ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with its
     parameter count and output shape, and again for each of ``other_formats``

@@ -51,18 +51,10 @@ class InferenceMetrics:
 
 
 def infer(
-    backend: Any,
-    model: Any,
-    arrays: Dict[str, np.ndarray],
-    *,
-    batch_size: int,
-    warmup_steps: int,
-    duration_s: float,
-    process_start: float,
-    import_time_s: float,
-    build_time_s: float,
+    backend: Any, model: Any, arrays: Dict[str, np.ndarray], *, batch_size: int, warmup_steps: int,
+    duration_s: float, process_start: float, import_time_s: float, build_time_s: float,
     tracker: Optional[PrecisionTracker] = None,
-) -> InferenceMetrics:
+) -> InferenceMetrics:  # fmt: skip
     forward = _Passes(backend, model, _fixed_batch(arrays, batch_size))
     start_wall = time.time()
     first = forward()

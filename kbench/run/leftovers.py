@@ -74,12 +74,9 @@ def remove_stale(root: Optional[Path] = None) -> List[Path]:
 
 
 def write_interrupted(
-    log_path: Path,
-    run_id: str,
-    config: RunConfig,
-    started_at: float,
+    log_path: Path, run_id: str, config: RunConfig, started_at: float,
     sweep: Optional[Dict[str, Any]],
-) -> Path:
+) -> Path:  # fmt: skip
     """``logs/<run_id>.interrupted.json``: why a log has no result. It is not a result
     document (the store reads none under logs/), so the run counts as not done and a
     resumed sweep runs it again."""

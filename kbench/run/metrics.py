@@ -15,14 +15,9 @@ from kbench.run.protocol import WorkerReply
 
 
 def add_sampled(
-    sampler: Sampler,
-    metrics: Dict[str, Any],
-    started_at: float,
-    ended_at: float,
-    cores_given: Optional[int],
-    busy_threshold: float,
-    measured: bool = True,
-) -> SamplerResult:
+    sampler: Sampler, metrics: Dict[str, Any], started_at: float, ended_at: float,
+    cores_given: Optional[int], busy_threshold: float, measured: bool = True,
+) -> SamplerResult:  # fmt: skip
     """The sampler's series over the run's windows (from ``metrics["markers"]``); a
     ``measured`` run's (not parity's) ``metrics`` get what the sampler adds: memory the
     worker could not see, energy, and the quality of its measured window (other

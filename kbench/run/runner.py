@@ -130,10 +130,9 @@ class Runner:
         return self.run_rounds([configs])[0]
 
     def run_rounds(
-        self,
-        rounds: Sequence[Sequence[RunConfig]],
+        self, rounds: Sequence[Sequence[RunConfig]],
         stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
-    ) -> Tuple[List[RunResult], Optional[str]]:
+    ) -> Tuple[List[RunResult], Optional[str]]:  # fmt: skip
         """Run the rounds in turn; after each, ``stop(results so far)`` may end them early
         by giving its reason (returned beside the results; None: every round ran).
         With :attr:`warm`, a round's runs that can share a worker process share one."""
@@ -210,14 +209,9 @@ class Runner:
                 yield Session(self, directory, python_path, prepared)
 
     def run_one(
-        self,
-        config: RunConfig,
-        data: datasets.PreparedData,
-        session_dir: Path,
-        python_path: Path,
-        parity: Optional[Dict[str, Any]] = None,
-        sweep: Optional[Dict[str, Any]] = None,
-    ) -> RunResult:
+        self, config: RunConfig, data: datasets.PreparedData, session_dir: Path, python_path: Path,
+        parity: Optional[Dict[str, Any]] = None, sweep: Optional[Dict[str, Any]] = None,
+    ) -> RunResult:  # fmt: skip
         if config.window_s is not None:
             raise ValueError(
                 f"{config.label()}: window_s is measured by kbench.run.windows (warm "
@@ -358,13 +352,9 @@ class Runner:
             return ending.keep(result, ResultStore(self.output_dir), config.label())
 
     def _add_sampled(
-        self,
-        run: PlannedRun,
-        sampler: Optional[sampler_mod.Sampler],
-        metrics: Dict[str, Any],
-        started_at: float,
-        ended_at: float,
-    ) -> Optional[sampler_mod.SamplerResult]:
+        self, run: PlannedRun, sampler: Optional[sampler_mod.Sampler], metrics: Dict[str, Any],
+        started_at: float, ended_at: float,
+    ) -> Optional[sampler_mod.SamplerResult]:  # fmt: skip
         if sampler is None:
             return None
         measured = bool(metrics) and run.case.parity is None
@@ -386,11 +376,9 @@ class Served:
     warm: bool = False  # several runs in the worker
 
     def serve(
-        self,
-        planned: Sequence[PlannedRun],
-        started_at: float,
+        self, planned: Sequence[PlannedRun], started_at: float,
         on_reply: Optional[Callable[[PlannedRun], None]] = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Each run in turn, each with its own timeout (the first counted from the
         worker's start, which its import takes), until the worker ends; ``on_reply(run)``
         as each run's reply comes."""
@@ -559,22 +547,19 @@ class Session:
     window_workers: List[Any] = field(default_factory=list, repr=False, compare=False)
 
     def run(
-        self,
-        config: RunConfig,
-        parity: Optional[Dict[str, Any]] = None,
+        self, config: RunConfig, parity: Optional[Dict[str, Any]] = None,
         sweep: Optional[Dict[str, Any]] = None,
-    ) -> RunResult:
+    ) -> RunResult:  # fmt: skip
         data = self.prepared.get(config)
         result = self.runner.run_one(config, data, self.directory, self.python_path, parity, sweep)
         self.prepared.release(config)
         return result
 
     def run_warm(
-        self,
-        configs: Sequence[RunConfig],
+        self, configs: Sequence[RunConfig],
         parities: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
         sweeps: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
-    ) -> List[RunResult]:
+    ) -> List[RunResult]:  # fmt: skip
         """``configs`` in one warm worker (:meth:`Runner.run_warm`); they must share a
         worker. ``parities``: what each replays (kbench parity); ``sweeps``: the sweep
         each belongs to (kbench sweep); None: nothing."""

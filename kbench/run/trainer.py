@@ -193,17 +193,10 @@ class Trainer:
         return logs
 
     def epochs(
-        self,
-        *,
-        warmup_steps: int,
-        optimizer: str,
-        learning_rate: float,
-        loss: str,
-        process_start: float,
-        import_time_s: float,
-        build_time_s: float,
+        self, *, warmup_steps: int, optimizer: str, learning_rate: float, loss: str,
+        process_start: float, import_time_s: float, build_time_s: float,
         tracker: Optional[PrecisionTracker] = None,
-    ) -> TrainMetrics:
+    ) -> TrainMetrics:  # fmt: skip
         """Train over the order's epochs; with ``tracker``, stop measuring as soon as it
         says so (see the module docstring)."""
         self.backend.compile(self.model, optimizer, learning_rate, loss)
@@ -281,15 +274,10 @@ class Trainer:
         return self.fit(flat[ahead], clock)
 
     def warm_up(
-        self,
-        warmup_steps: int,
-        window_s: float,
-        steps: Optional[int] = None,
-        weights_in: Optional[str] = None,
-        weights_out: Optional[str] = None,
-        check: bool = False,
+        self, warmup_steps: int, window_s: float, steps: Optional[int] = None,
+        weights_in: Optional[str] = None, weights_out: Optional[str] = None, check: bool = False,
         check_rows: Optional[int] = None,
-    ) -> Dict[str, Any]:
+    ) -> Dict[str, Any]:  # fmt: skip
         """The warmup steps, then the calibration steps that size a window: ``steps`` when
         given, else enough steps for about ``window_s`` seconds (at least
         :data:`MIN_WINDOW_STEPS`). Returns the warmup's figures and the window's size.

@@ -51,17 +51,9 @@ def load(path: Path) -> Tuple[Weights, Dict[str, Any]]:
 
 
 def replay(
-    backend: Any,
-    model: Any,
-    arrays: Dict[str, np.ndarray],
-    order: np.ndarray,
-    *,
-    parity: Dict[str, Any],
-    batch_size: int,
-    learning_rate: float,
-    loss: str,
-    data_format: str,
-) -> Dict[str, Any]:
+    backend: Any, model: Any, arrays: Dict[str, np.ndarray], order: np.ndarray, *,
+    parity: Dict[str, Any], batch_size: int, learning_rate: float, loss: str, data_format: str,
+) -> Dict[str, Any]:  # fmt: skip
     """The reference backend (no ``weights_in``) saves its freshly initialised weights to
     ``weights_out``; every other loads them. Each records the model's outputs on one fixed
     batch (inference mode), then trains ``parity["steps"]`` steps of plain SGD on the

@@ -347,14 +347,9 @@ def drop_reason(records: Sequence[Dict[str, Any]], names: Sequence[str]) -> Opti
 
 
 def interleave(
-    runner: Runner,
-    configs: Sequence[RunConfig],
-    *,
-    stop: Optional[Stop] = None,
-    max_rounds: int = MAX_ROUNDS,
-    on_window: Optional[OnWindow] = None,
-    check_parity: bool = True,
-) -> Tuple[List[RunResult], str]:
+    runner: Runner, configs: Sequence[RunConfig], *, stop: Optional[Stop] = None,
+    max_rounds: int = MAX_ROUNDS, on_window: Optional[OnWindow] = None, check_parity: bool = True,
+) -> Tuple[List[RunResult], str]:  # fmt: skip
     """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, a
     window's) in warm interleaved windows into ``runner.output_dir`` until ``stop(the live
     workers' documents)`` gives a reason, ``max_rounds`` rounds ran, or fewer than two
@@ -405,12 +400,9 @@ def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
 
 
 def _rounds(
-    runner: Runner,
-    workers: List[WindowWorker],
-    stop: Optional[Stop],
-    max_rounds: int,
+    runner: Runner, workers: List[WindowWorker], stop: Optional[Stop], max_rounds: int,
     on_window: Optional[OnWindow],
-) -> str:
+) -> str:  # fmt: skip
     """The rounds of :func:`interleave`, each worker's document stored every
     :data:`PROGRESS_EVERY_S`; why they ended."""
     progress = RoundProgress()

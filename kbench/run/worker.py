@@ -188,13 +188,9 @@ def build_model(
 
 
 def model_facts(
-    backend: Any,
-    model: Any,
-    name: str,
-    input_shape: Sequence[int],
-    num_classes: int,
+    backend: Any, model: Any, name: str, input_shape: Sequence[int], num_classes: int,
     flops: Dict[str, Any],
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """What a reply says of the model: parameters, input, classes, FLOPs, a user model's source."""
     spec = kbench_models.spec_for(name)
     return {
