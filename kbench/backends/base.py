@@ -197,8 +197,7 @@ class Backend(abc.ABC):
         applied = self.configure_memory(gpu_memory_fraction, gpu_memory_growth)
         self.memory_settings = {
             "requested": {
-                "gpu_memory_fraction": gpu_memory_fraction,
-                "gpu_memory_growth": gpu_memory_growth,
+                "gpu_memory_fraction": gpu_memory_fraction, "gpu_memory_growth": gpu_memory_growth,
             },
             "applied": applied, "framework_default": self.memory_default,
         }  # fmt: skip

@@ -110,10 +110,9 @@ class TorchFramework:
         torch.set_num_interop_threads(self.inter_op_threads)
         return {
             "framework": {
-                "intra_op": torch.get_num_threads(),
-                "inter_op": torch.get_num_interop_threads(),
+                "intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
             }
-        }
+        }  # fmt: skip
 
     def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
         import torch

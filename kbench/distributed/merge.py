@@ -61,8 +61,7 @@ def shard_check(shards: np.ndarray, pass_length: int, workers: Sequence[Dict]) -
     reported = {w["rank"]: w.get("shard", {}).get("digest") for w in workers}
     return {
         "per_worker_samples": [int(shards[r].size) for r in range(count)],
-        "disjoint": bool(disjoint),
-        "workers_per_pass_checked": len(passes),
+        "disjoint": bool(disjoint), "workers_per_pass_checked": len(passes),
         "owner_counts": [int((owner == r).sum()) for r in range(count)],
         "verified_by_workers": all(
             reported.get(r) == d for r, d in expected.items() if r in reported
@@ -71,7 +70,7 @@ def shard_check(shards: np.ndarray, pass_length: int, workers: Sequence[Dict]) -
         "one slice per worker; disjoint: within every pass over the training set no sample "
         "went to two workers; verified_by_workers: each worker's fingerprint of the indices "
         "it trained on matches its slice",
-    }
+    }  # fmt: skip
 
 
 def metrics(
@@ -171,10 +170,9 @@ def markers(workers: Sequence[Dict[str, Any]]) -> Dict[str, float]:
         "fit_start": min(w["markers"]["first_step_start"] for w in workers),
         "first_step_start": min(w["markers"]["first_step_start"] for w in workers),
         "first_step_end": max(w["markers"]["first_step_end"] for w in workers),
-        "warmup_end": min(starts),
-        "measured_start": min(starts),
+        "warmup_end": min(starts), "measured_start": min(starts),
         "measured_end": max(w["markers"]["measured_end"] for w in workers),
-    }
+    }  # fmt: skip
 
 
 def comparable(config: Dict[str, Any]) -> Dict[str, Any]:

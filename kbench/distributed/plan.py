@@ -230,9 +230,8 @@ def _tf_multiworker(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     procs = []
     for rank in site.local:
         tf_config = {
-            "cluster": {"worker": addresses},
-            "task": {"type": "worker", "index": rank},
-        }
+            "cluster": {"worker": addresses}, "task": {"type": "worker", "index": rank},
+        }  # fmt: skip
         env = dict(role_env(WORKER, rank), TF_CONFIG=json.dumps(tf_config))
         procs.append(Process(WORKER, rank, site.entry, env, worker_ranks=(rank,), pin=True))
     return procs

@@ -216,9 +216,8 @@ def gpu_neighbours(
             continue
         memory = _in_window(series, f"gpu{index}_other_memory_bytes", start, end)
         per_gpu[f"gpu{index}"] = {
-            "processes": int(max(counts)),
-            "memory_bytes": int(max(memory)) if memory else None,
-        }
+            "processes": int(max(counts)), "memory_bytes": int(max(memory)) if memory else None,
+        }  # fmt: skip
     if not per_gpu:
         return Neighbours(reason="no NVML process listing inside the window")
     count = sum(gpu["processes"] for gpu in per_gpu.values())

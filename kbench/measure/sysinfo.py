@@ -41,11 +41,9 @@ def parse_cpuinfo(text: str, machine: str) -> Dict[str, Any]:
     implementer = fields.get("CPU implementer", "").lower()
     return {
         "vendor": fields.get("vendor_id") or ARM_IMPLEMENTERS.get(implementer, implementer or None),
-        "model": fields.get("model name") or fields.get("Model") or None,
-        "architecture": machine,
-        "features": [name for name in KERNEL_FEATURES if name in flags],
-        "source": "/proc/cpuinfo",
-    }
+        "model": fields.get("model name") or fields.get("Model") or None, "architecture": machine,
+        "features": [name for name in KERNEL_FEATURES if name in flags], "source": "/proc/cpuinfo",
+    }  # fmt: skip
 
 
 def _sysctl(name: str) -> Optional[str]:
@@ -134,9 +132,8 @@ def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
                 device.setdefault("errors", {})[key] = f"{type(err).__name__}: {err}"
         devices.append(device)
     info: Dict[str, Any] = {
-        "available": any("error" not in d for d in devices),
-        "devices": devices,
-    }
+        "available": any("error" not in d for d in devices), "devices": devices,
+    }  # fmt: skip
     if devices and not info["available"]:
         info["reason"] = "no GPU could be read: " + "; ".join(
             f"GPU {d['index']}: {d['error']}" for d in devices

@@ -70,9 +70,8 @@ _COMMON = (
 # Keras layer name -> common name, for frameworks that split a layer into primitive
 # ops (TensorFlow's BatchNormalization is moments, sub, mul...).
 _LAYERS = (
-    (re.compile(r"batch_normalization"), "batch_norm"),
-    (re.compile(r"^lstm"), "lstm_cell"),
-)
+    (re.compile(r"batch_normalization"), "batch_norm"), (re.compile(r"^lstm"), "lstm_cell"),
+)  # fmt: skip
 
 
 def common_name(op: str, phase: str, layer: Optional[str] = None) -> Optional[str]:

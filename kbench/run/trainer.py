@@ -372,8 +372,7 @@ def _data_loading(
 ) -> Dict[str, Any]:
     """Data loading apart from compute (``TrainMetrics.data_loading``)."""
     return {
-        "epoch_gather_s": epochs.gather_s,
-        "streamed_decode_s": LOADING.seconds - decode_start,
+        "epoch_gather_s": epochs.gather_s, "streamed_decode_s": LOADING.seconds - decode_start,
         "streamed_images": LOADING.images - decoded_start,
         "outside_steps_s": max(
             sum(epochs.times) - sum(e - b for b, e in zip(clock.begins, clock.ends)), 0.0
@@ -382,7 +381,7 @@ def _data_loading(
         "fit; streamed_decode_s: reading and decoding image files (streamed data sets), "
         "inside the steps where the framework fetches data in its step; outside_steps_s: "
         "time inside fit between steps",
-    }
+    }  # fmt: skip
 
 
 def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:

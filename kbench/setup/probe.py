@@ -55,9 +55,8 @@ DISTRIBUTIONS = {
 NATIVE = {
     "tensorflow": ("tensorflow/*.so*", "tensorflow/python/_pywrap_tensorflow_internal.so"),
     "jax": ("jaxlib/*.so", "jax_plugins/*/*.so", "jax_cuda*_plugin/*.so"),
-    "torch": ("torch/lib/*.so*",),
-    "mxnet": ("mxnet/*.so*",),
-}
+    "torch": ("torch/lib/*.so*",), "mxnet": ("mxnet/*.so*",),
+}  # fmt: skip
 CUDA_LIBRARY = re.compile(
     r"/(lib(cudart|cudnn[a-z_]*|cublas(Lt)?|nccl|cufft|cusolver|cusparse|curand|nvrtc|"
     r"nvToolsExt|nvJitLink|cupti|cuda|nvshmem[a-z_]*)\.so[.0-9]*)$"

@@ -155,9 +155,8 @@ class MultiWorker(Engine):
 
         steps = host_loop(ctx, lambda x, y: (tf.constant(x), tf.constant(y)), step)
         engine = {
-            "strategy": type(strategy).__name__,
-            "replicas_in_sync": strategy.num_replicas_in_sync,
-        }
+            "strategy": type(strategy).__name__, "replicas_in_sync": strategy.num_replicas_in_sync,
+        }  # fmt: skip
         return training_reply(
             ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predictor(tf, model)
         )

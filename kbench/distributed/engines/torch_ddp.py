@@ -179,9 +179,8 @@ class TorchDDP(Engine):
         def convert(x, y):
             dtype = torch.long if tokens else torch.float32
             return (
-                torch.as_tensor(x, dtype=dtype, device=device),
-                torch.as_tensor(y, device=device),
-            )
+                torch.as_tensor(x, dtype=dtype, device=device), torch.as_tensor(y, device=device),
+            )  # fmt: skip
 
         def predict(x):
             dtype = torch.long if tokens else torch.float32
