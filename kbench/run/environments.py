@@ -155,10 +155,9 @@ def process_environment(
 def recorded_variables(env: Dict[str, str], backend: str) -> Dict[str, str]:
     """The variables kbench set for a worker, as a result records them, and those of the
     user's that change what it measures (JAX's persistent compilation cache, XLA's flags)."""
-    keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"]
-    keys += ["JAX_PLATFORMS"]
     spec = BACKENDS[backend]
-    keys += list(spec.process_env)
+    keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+            "JAX_PLATFORMS", *spec.process_env]  # fmt: skip
     if spec.recorded_variable_prefixes:
         keys += [key for key in env if key.startswith(spec.recorded_variable_prefixes)]
     return {key: env[key] for key in keys if key in env}

@@ -13,6 +13,11 @@ from kbench.measure.sampler import Sampler, SamplerResult, windows_from_markers
 from kbench.results.config import RunConfig
 from kbench.run.protocol import WorkerReply
 
+NVML_KINDS = {  # series -> (memory kind, whose memory it is)
+    "process_memory_bytes": ("process_nvml", "the worker and its children"),
+    "memory_used_bytes": ("device_used", "every process on the device"),
+}
+
 
 def add_sampled(
     sampler: Sampler, metrics: Dict[str, Any], started_at: float, ended_at: float,
@@ -73,34 +78,21 @@ def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[s
     readings, unknown = [], []
     for name, stats in sorted(summary.get("run", {}).items()):
         gpu, _, metric = name.partition("_")
-        kind = {"process_memory_bytes": "process_nvml", "memory_used_bytes": "device_used"}.get(
-            metric
-        )
+        kind, whose = NVML_KINDS.get(metric, (None, None))
         if not (gpu.startswith("gpu") and kind):
             continue
         if stats.get("max") is None:
             if kind == "process_nvml" and stats.get("reason"):
                 unknown.append((gpu, stats["reason"]))
             continue
-        readings.append(
-            {
-                "kind": kind, "bytes": int(stats["max"]), "device": gpu,
-                "source": "NVML, the largest sampled value over the run"
-                + (
-                    " (the worker and its children)"
-                    if kind == "process_nvml"
-                    else " (every process on the device)"
-                ),
-            }
-        )  # fmt: skip
+        source = f"NVML, the largest sampled value over the run ({whose})"
+        readings.append({"kind": kind, "bytes": int(stats["max"]), "device": gpu, "source": source})
     if unknown and not any(r["kind"] == "process_nvml" for r in readings):
-        readings.append(
-            {
-                "kind": "process_nvml", "bytes": None,
-                "device": ",".join(gpu for gpu, _ in unknown), "source": "NVML per-process memory",
-                "reason": "; ".join(f"{gpu}: {why}" for gpu, why in unknown),
-            }
-        )  # fmt: skip
+        readings.append({
+            "kind": "process_nvml", "bytes": None, "device": ",".join(gpu for gpu, _ in unknown),
+            "source": "NVML per-process memory",
+            "reason": "; ".join(f"{gpu}: {why}" for gpu, why in unknown),
+        })  # fmt: skip
     return readings
 
 
