@@ -1,27 +1,23 @@
 """Image folders read batch by batch: ImageNet, which does not fit in memory, and your
 own images (``--dataset folder:PATH``).
 
-Parent side, :func:`scan` lists a directory of class folders into file paths and
-labels; nothing is decoded. The layout is that of ImageNet's CLS-LOC set, Keras'
-``image_dataset_from_directory`` and torchvision's ``ImageFolder``: one folder per
-class, named after it, holding its images (.jpeg, .jpg, .png, .bmp, .ppm, .webp);
-classes are numbered in the sorted order of their folder names. The split:
-``DIR/train/<class>/`` and ``DIR/val/<class>/`` (or ``DIR/test/<class>/``) are the
-training and test sets; with ``DIR/<class>/`` only, a seeded 10 % of each class
-(``--seed``) is held out as the test set. Hidden folders and files
-(``.ipynb_checkpoints``, ``._x.jpg``) are not data and are skipped. Refused, with the
-names: a link that leads a class folder out of the data folder, a class folder
-without images, one class only (a classifier of one class measures nothing), and a
-validation class that training lacks. :func:`folder_arrays` makes the prepared arrays
-of ``folder:PATH``: its images are resized (bilinear) to ``--image-size`` or else to
-the model's own input height and width; the result records the folder, the class
-names and the sample counts (a folder has no single file to hash, so no sha256).
+Parent side, :func:`scan` lists a directory of class folders into file paths and labels,
+decoding nothing. The layout is that of ImageNet's CLS-LOC set, Keras'
+``image_dataset_from_directory`` and torchvision's ``ImageFolder``: one folder per class,
+named after it, holding its images (.jpeg, .jpg, .png, .bmp, .ppm, .webp); classes are
+numbered in the sorted order of their names. ``DIR/train/<class>/`` and ``DIR/val/<class>/``
+(or ``DIR/test/<class>/``) are the training and test sets; with ``DIR/<class>/`` only, a
+seeded 10 % of each class is held out. Hidden folders and files (``.ipynb_checkpoints``,
+``._x.jpg``) are skipped. Refused, with the names: a link that leads a class folder out of
+the data folder, a class folder without images, one class only, and a validation class
+that training lacks. :func:`folder_arrays` prepares ``folder:PATH``, resized (bilinear) to
+``--image-size`` or else the model's input height and width; a folder has no single file
+to hash, so its result records the folder, the class names and the counts, no sha256.
 
-Worker side, :class:`StreamedImages` stands where an array of images would: taking
-rows with an index array narrows it without reading anything, slicing a range of
-rows decodes just those files (Pillow, as RGB), resizes them (bilinear) and lays them
-out as the model takes them. The time spent decoding is counted in :data:`LOADING`,
-so a result can report data loading apart from compute. A file that cannot be
+Worker side, :class:`StreamedImages` stands where an array of images would: indexing with
+an array narrows it without reading anything; slicing a range of rows decodes just those
+files (Pillow, as RGB), resizes them and lays them out as the model takes them, the time
+counted in :data:`LOADING` (data loading apart from compute). A file that cannot be
 decoded raises :class:`UnreadableImage`, which names it.
 
 Only numpy, Pillow and the standard library: this runs under every environment.
