@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +142,10 @@ class WindowWorker:
     @property
     def config(self) -> RunConfig:
         return self.planned.config
+
+    @property
+    def process(self) -> subprocess.Popen:
+        return self.worker.process
 
     @property
     def alive(self) -> bool:
