@@ -28,7 +28,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Union, overload
 from kbench.results import store as store_mod
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, IndexEntry
-from kbench.run.progress import show_progress
+from kbench.run.protocol import show_progress
 from kbench.studies import rounds as studies_rounds
 from kbench.views import machines, tables
 from kbench.views.comparison import Comparison

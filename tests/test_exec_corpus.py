@@ -29,7 +29,7 @@ from kbench.exec.runner import ExecRunner, judge
 from kbench.exec.watch import LogKeeper, ScriptOutcome, readable
 from kbench.results.result import RunResult
 from kbench.run.engine import LogWriter
-from kbench.run.progress import show_progress
+from kbench.run.protocol import show_progress
 from kbench.views import tables
 
 pytestmark = pytest.mark.own_processes("the user's own script, run as the user runs it")

@@ -29,8 +29,7 @@ from kbench.exec.runner import ExecRunner
 from kbench.exec.watch import EpochFeed, LogKeeper
 from kbench.results.config import ConfigError
 from kbench.run.engine import LogWriter, supervise
-from kbench.run.progress import show_progress
-from kbench.run.protocol import parse_progress
+from kbench.run.protocol import parse_progress, show_progress
 
 SCRIPTS = ROOT / "tests" / "user_scripts"
 BAD_EVENTS = [

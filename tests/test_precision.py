@@ -17,14 +17,16 @@ import time
 import pytest
 
 from kbench.cli.arguments import budget, precision
-from kbench.measure.precision import (
+from kbench.measure.stats import (
     BUDGET_SPENT,
     PRECISION_REACHED,
     STEPS_EXHAUSTED,
     PrecisionGoal,
     PrecisionTracker,
+    binomial_below,
+    median_interval,
+    order_statistic_rank,
 )
-from kbench.measure.stats import binomial_below, median_interval, order_statistic_rank
 from kbench.ops.runner import OpsConfig
 from kbench.results.config import ConfigError, RunConfig
 from kbench.studies.sweep import SweepError, load_sweep

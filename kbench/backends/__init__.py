@@ -73,60 +73,42 @@ BACKENDS: Dict[str, BackendSpec] = {
     spec.name: spec
     for spec in (
         BackendSpec(
-            name="tensorflow",
-            environment="keras3",
-            implementation="kbench.backends.keras3:TensorFlowBackend",
-            colour="#f28e2b",
+            name="tensorflow", environment="keras3",
+            implementation="kbench.backends.keras3:TensorFlowBackend", colour="#f28e2b",
             process_env={"TF_CPP_MIN_LOG_LEVEL": "2"},
             recorded_variable_prefixes=("XLA_FLAGS", "TF_XLA_FLAGS"),
             packages=("keras", "tensorflow-cpu", "tensorflow"),
         ),
         BackendSpec(
-            name="jax",
-            environment="keras3",
-            implementation="kbench.backends.keras3:JaxBackend",
-            colour="#4e79a7",
-            packages=("keras", "jax", "jaxlib"),
+            name="jax", environment="keras3", implementation="kbench.backends.keras3:JaxBackend",
+            colour="#4e79a7", packages=("keras", "jax", "jaxlib"),
             recorded_variable_prefixes=("JAX_COMPILATION_CACHE", "JAX_PERSISTENT", "XLA_FLAGS"),
             no_inter_op_pool="XLA's CPU client sizes its thread pools itself, to the cores of "
             "the process's CPU affinity (which --threads sets): JAX has no API to set them",
         ),
         BackendSpec(
-            name="torch",
-            environment="keras3",
-            implementation="kbench.backends.keras3:TorchBackend",
-            colour="#e15759",
+            name="torch", environment="keras3",
+            implementation="kbench.backends.keras3:TorchBackend", colour="#e15759",
             packages=("keras", "torch"),
         ),
         BackendSpec(
-            name="torch-native",
-            environment="keras3",
-            implementation="kbench.backends.torch_native:TorchNativeBackend",
-            colour="#b07aa1",
-            packages=("torch",),
-            data_formats=("channels_first",),
-            native_port=True,
+            name="torch-native", environment="keras3",
+            implementation="kbench.backends.torch_native:TorchNativeBackend", colour="#b07aa1",
+            packages=("torch",), data_formats=("channels_first",), native_port=True,
         ),
         BackendSpec(
-            name="mxnet",
-            environment="mxnet",
-            implementation="kbench.backends.keras_mxnet:KerasMXNetBackend",
-            colour="#59a14f",
-            packages=("keras-mxnet", "mxnet", "mxnet-cu112"),
-            no_inter_op_pool=MXNET_NO_INTER_OP,
+            name="mxnet", environment="mxnet",
+            implementation="kbench.backends.keras_mxnet:KerasMXNetBackend", colour="#59a14f",
+            packages=("keras-mxnet", "mxnet", "mxnet-cu112"), no_inter_op_pool=MXNET_NO_INTER_OP,
         ),
         BackendSpec(
-            name="mxnet-gluon",
-            environment="mxnet",
-            implementation="kbench.backends.mxnet_gluon:MXNetGluonBackend",
-            colour="#8cd17d",
-            packages=("mxnet", "mxnet-cu112"),
-            data_formats=("channels_first",),
-            native_port=True,
+            name="mxnet-gluon", environment="mxnet",
+            implementation="kbench.backends.mxnet_gluon:MXNetGluonBackend", colour="#8cd17d",
+            packages=("mxnet", "mxnet-cu112"), data_formats=("channels_first",), native_port=True,
             no_inter_op_pool=MXNET_NO_INTER_OP,
         ),
     )
-}
+}  # fmt: skip
 
 
 def load_backend(name: str) -> type[Backend]:

@@ -91,16 +91,14 @@ class CudaDevice:
 
 
 def cuda_device(index: int) -> CudaDevice:
-    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``) itself.
-
-    A framework's ``GPU:index`` is CUDA's ordinal ``index``: counted after
-    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) and in ``CUDA_DEVICE_ORDER``
-    (fastest first unless set to ``PCI_BUS_ID``). NVML numbers every GPU of the machine
-    in PCI order and ignores both, so NVML's device ``index`` can be another card (a
-    remapped or mixed set of GPUs). The driver answers for the very device, and needs
-    no NVML (which containers without the ``utility`` capability lack); its PCI bus id
-    names the card in NVML's and nvidia-smi's terms.
-    """
+    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``) itself. A
+    framework's ``GPU:index`` is CUDA's ordinal ``index``: counted after
+    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) and in ``CUDA_DEVICE_ORDER`` (fastest first
+    unless set to ``PCI_BUS_ID``). NVML numbers every GPU of the machine in PCI order and
+    ignores both, so NVML's device ``index`` can be another card (a remapped or mixed set of
+    GPUs). The driver answers for the very device, and needs no NVML (which containers
+    without the ``utility`` capability lack); its PCI bus id names the card in NVML's and
+    nvidia-smi's terms."""
     import ctypes
 
     try:
@@ -175,11 +173,9 @@ class Backend(abc.ABC):
     growth_variable: ClassVar[Optional[Tuple[str, str]]] = None
 
     def __init__(
-        self,
-        threads: int,
-        switches: Optional[Dict[str, Any]] = None,
+        self, threads: int, switches: Optional[Dict[str, Any]] = None,
         inter_op_threads: Optional[int] = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.threads = threads
         # the inter-op pool, where the framework has one (None: ``threads``, as intra-op)
         self.inter_op_threads = inter_op_threads or threads
@@ -192,24 +188,19 @@ class Backend(abc.ABC):
         self.loss_scaling: Optional[str] = None
 
     def start(
-        self,
-        data_format: str,
-        device: str = "auto",
-        gpu_memory_fraction: Optional[float] = None,
+        self, data_format: str, device: str = "auto", gpu_memory_fraction: Optional[float] = None,
         gpu_memory_growth: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Apply thread and memory settings, then load the framework and check it."""
         self.thread_settings = self._limit_cores()
         self.thread_settings.update(self.configure_threads())
         applied = self.configure_memory(gpu_memory_fraction, gpu_memory_growth)
         self.memory_settings = {
             "requested": {
-                "gpu_memory_fraction": gpu_memory_fraction,
-                "gpu_memory_growth": gpu_memory_growth,
+                "gpu_memory_fraction": gpu_memory_fraction, "gpu_memory_growth": gpu_memory_growth,
             },
-            "applied": applied,
-            "framework_default": self.memory_default,
-        }
+            "applied": applied, "framework_default": self.memory_default,
+        }  # fmt: skip
         self.load_framework(data_format)
         self.gpus = self.visible_gpus()
         self.memory_settings["gpus_visible"] = self.gpus
@@ -258,13 +249,10 @@ class Backend(abc.ABC):
         """What a result records about the framework and the settings in force."""
         info = self.framework_info()
         info.update(
-            numpy_blas=kernels.numpy_blas(),
-            threads=self.thread_settings,
-            memory_options=self.memory_settings,
-            switches=self.switchboard.record(),
-            loss_scaling=self.loss_scaling,
-            warnings=list(self.warnings),
-        )
+            numpy_blas=kernels.numpy_blas(), threads=self.thread_settings,
+            memory_options=self.memory_settings, switches=self.switchboard.record(),
+            loss_scaling=self.loss_scaling, warnings=list(self.warnings),
+        )  # fmt: skip
         return info
 
     def next_case(self, switches: Dict[str, Any]) -> None:
@@ -442,12 +430,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def set_weights(
-        self,
-        model: Any,
-        weights: List[Tuple[str, List[np.ndarray]]],
-        source_format: str,
+        self, model: Any, weights: List[Tuple[str, List[np.ndarray]]], source_format: str,
         source_kernel_layout: str = "HWIO",
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Load weights exported by :meth:`get_weights` from a model built in
         ``source_format`` whose Conv2D kernels are in ``source_kernel_layout``."""
 
@@ -455,12 +440,10 @@ class Backend(abc.ABC):
         """Wait until the device has finished queued work (no-op where reads already sync)."""
 
     def memory_readings(self) -> List[Dict[str, Any]]:
-        """Memory figures, each labelled with its kind and where it was read.
-
-        Kinds: ``process_peak_rss`` (host memory of the worker), ``framework_peak``
-        (the framework's own GPU allocator peak). The parent's sampler adds
-        ``process_nvml`` and ``device_used``.
-        """
+        """Memory figures, each labelled with its kind and where it was read. Kinds:
+        ``process_peak_rss`` (host memory of the worker), ``framework_peak`` (the
+        framework's own GPU allocator peak). The parent's sampler adds ``process_nvml`` and
+        ``device_used``."""
         readings = [dict(kind="process_peak_rss", **processes.peak_rss())]
         if self.gpus:
             readings += self.framework_peaks()
@@ -512,12 +495,9 @@ class NativePort(Backend):
         )
 
     def set_weights(
-        self,
-        model: Any,
-        weights: List[Tuple[str, List[np.ndarray]]],
-        source_format: str,
+        self, model: Any, weights: List[Tuple[str, List[np.ndarray]]], source_format: str,
         source_kernel_layout: str = "HWIO",
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.twins.load_keras_weights(
             model, weights, source_format, kernel_layout=source_kernel_layout
         )

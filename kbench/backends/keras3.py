@@ -216,12 +216,9 @@ class Keras3Backend(KerasBackend):
         jit = {"auto": "auto", "on": True, "off": False}[board.value("jit_compile")]
         eager = board.value("run_eagerly")
         model.compile(
-            optimizer=self.make_optimizer(optimizer, learning_rate),
-            loss=loss,
-            metrics=["accuracy"],
-            jit_compile=jit,
-            run_eagerly=eager,
-        )
+            optimizer=self.make_optimizer(optimizer, learning_rate), loss=loss,
+            metrics=["accuracy"], jit_compile=jit, run_eagerly=eager,
+        )  # fmt: skip
         board.applied(
             "jit_compile",
             f"compile(jit_compile={jit!r}): {self.jit_meaning}; Keras resolved it to "
@@ -257,24 +254,17 @@ class TensorFlowBackend(Keras3Backend):
         """TF_ENABLE_ONEDNN_OPTS is read once, when TensorFlow starts: set it first
         (:func:`kbench.backends.kernels.plan_onednn`), then check what TensorFlow did."""
         plan = kernels.plan_onednn(
-            self.switchboard.value("onednn"),
-            os.environ.get(kernels.ONEDNN_VARIABLE),
-            cpu_features(),
-            sys.platform,
-            data_format,
-            device,
-        )
+            self.switchboard.value("onednn"), os.environ.get(kernels.ONEDNN_VARIABLE),
+            cpu_features(), sys.platform, data_format, device,
+        )  # fmt: skip
         if plan.set_to is not None:
             os.environ[kernels.ONEDNN_VARIABLE] = plan.set_to
         self.onednn_plan = plan
         super().start(data_format, device, **kwargs)  # apply_switches reads self.onednn
         refusal = kernels.nchw_refusal(
-            data_format,
-            self.onednn,
-            self.gpus,
-            self.switchboard.value("jit_compile"),
+            data_format, self.onednn, self.gpus, self.switchboard.value("jit_compile"),
             plan.reason,
-        )
+        )  # fmt: skip
         if refusal:
             raise Unsupported(refusal)
         if plan.switched_for_layout and self.onednn:
@@ -297,11 +287,10 @@ class TensorFlowBackend(Keras3Backend):
         plan = self.onednn_plan
         return {
             "library": {True: "oneDNN", False: "Eigen", None: "unknown"}[self.onednn],
-            "onednn": self.onednn,
-            "why": plan.reason if plan else None,
+            "onednn": self.onednn, "why": plan.reason if plan else None,
             "onednn_plan": plan.to_dict() if plan else None,
             kernels.ONEDNN_VARIABLE: os.environ.get(kernels.ONEDNN_VARIABLE),
-        }
+        }  # fmt: skip
 
     def tf32_default(self) -> str:
         return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"

@@ -147,10 +147,9 @@ class KerasBackend(Backend):
     def describe(self) -> Dict[str, Any]:
         info = super().describe()
         info.update(
-            keras_version=self.keras.__version__,
-            keras_backend=self.keras.backend.backend(),
+            keras_version=self.keras.__version__, keras_backend=self.keras.backend.backend(),
             image_data_format=self.keras.backend.image_data_format(),
-        )
+        )  # fmt: skip
         # kept out (keras3.OPTIONAL_IMPORTS, TensorFlow while seeding) and, as the run
         # ends, still not imported: a user's model may import one itself
         skipped = [m for m in getattr(self, "imports_skipped", None) or [] if m not in sys.modules]
@@ -178,10 +177,9 @@ class KerasBackend(Backend):
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
         model.compile(
-            optimizer=self.make_optimizer(optimizer, learning_rate),
-            loss=loss,
+            optimizer=self.make_optimizer(optimizer, learning_rate), loss=loss,
             metrics=["accuracy"],
-        )
+        )  # fmt: skip
 
     def fit_epoch(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any

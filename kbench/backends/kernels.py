@@ -73,13 +73,9 @@ def is_on(value: Optional[str]) -> Optional[bool]:
 
 
 def plan_onednn(
-    requested: str,
-    environment: Optional[str],
-    cpu: Mapping[str, Any],
-    platform: str,
-    data_format: str,
-    device: str = "auto",
-) -> OneDnnPlan:
+    requested: str, environment: Optional[str], cpu: Mapping[str, Any], platform: str,
+    data_format: str, device: str = "auto",
+) -> OneDnnPlan:  # fmt: skip
     """The value of TF_ENABLE_ONEDNN_OPTS for a run, before TensorFlow starts."""
     default = cpu_default(cpu, platform)
     plan = dict(requested=requested, environment=environment, cpu_default=default)
@@ -146,10 +142,9 @@ def torch_kernels(torch: Any) -> Dict[str, Any]:
     info: Dict[str, Any] = {
         "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
         "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
-        "mkl_available": bool(torch.backends.mkl.is_available()),
-        "blas": built("BLAS_INFO"),
+        "mkl_available": bool(torch.backends.mkl.is_available()), "blas": built("BLAS_INFO"),
         "lapack": built("LAPACK_INFO"),
-    }
+    }  # fmt: skip
     try:
         info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     except AttributeError:  # torch older than 2.0

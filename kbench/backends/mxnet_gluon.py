@@ -151,12 +151,11 @@ class MXNetFramework:
     def framework_peaks(self) -> List[Dict[str, Any]]:
         return [
             {
-                "kind": "framework_peak",
-                "bytes": None,
+                "kind": "framework_peak", "bytes": None,
                 "source": "not exposed by MXNet 1.9; the sampler's per-process NVML reading "
                 "(process_nvml) stands in",
             }
-        ]
+        ]  # fmt: skip
 
     def framework_info(self) -> Dict[str, Any]:
         import mxnet as mx

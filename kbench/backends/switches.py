@@ -34,53 +34,36 @@ SWITCHES: Dict[str, Switch] = {
     s.name: s
     for s in (
         Switch(
-            "jit_compile",
-            "auto",
-            ("auto", "on", "off"),
+            "jit_compile", "auto", ("auto", "on", "off"),
             "Keras compile(jit_compile=...): XLA for tensorflow and jax, torch.compile for "
             "torch (auto: Keras decides; off runs jax un-jitted)",
             per_run=True,
         ),
         Switch(
-            "run_eagerly",
-            False,
-            (False, True),
-            "Keras compile(run_eagerly=True): no graph, no jit; each step op by op",
-            per_run=True,
+            "run_eagerly", False, (False, True),
+            "Keras compile(run_eagerly=True): no graph, no jit; each step op by op", per_run=True,
         ),
         Switch(
-            "torch_compile",
-            False,
-            (False, True),
-            "torch-native: torch.compile the model (inductor) before training",
-            per_run=True,
+            "torch_compile", False, (False, True),
+            "torch-native: torch.compile the model (inductor) before training", per_run=True,
         ),
         Switch(
-            "mixed_precision",
-            "off",
-            ("off", "float16", "bfloat16"),
+            "mixed_precision", "off", ("off", "float16", "bfloat16"),
             "Keras dtype policy mixed_float16 / mixed_bfloat16 (variables stay float32; "
             "float16 losses scaled by Keras' LossScaleOptimizer); torch.autocast for "
             "torch-native (float16 losses scaled by torch.amp.GradScaler)",
             per_run=True,
         ),
         Switch(
-            "hybridize",
-            False,
-            (False, True),
-            "MXNet Gluon: hybridize the network (a cached symbolic graph)",
-            per_run=True,
+            "hybridize", False, (False, True),
+            "MXNet Gluon: hybridize the network (a cached symbolic graph)", per_run=True,
         ),
         Switch(
-            "tf32",
-            "auto",
-            ("auto", "on", "off"),
+            "tf32", "auto", ("auto", "on", "off"),
             "TensorFloat-32 matmuls on GPUs that have them (auto: the framework's default)",
         ),
         Switch(
-            "onednn",
-            "auto",
-            ("auto", "on", "off"),
+            "onednn", "auto", ("auto", "on", "off"),
             "TensorFlow's oneDNN CPU kernels (TF_ENABLE_ONEDNN_OPTS, set before TensorFlow "
             "starts). auto: TensorFlow's choice for this CPU (on only with AVX-512 VNNI/BF16, "
             "AVX-VNNI or AMX; else its Eigen kernels) or TF_ENABLE_ONEDNN_OPTS where set, "
@@ -88,16 +71,14 @@ SWITCHES: Dict[str, Switch] = {
             "convolutions on the CPU (off: such a run is unsupported, unless --jit-compile on)",
         ),
         Switch(
-            "mxnet_gpus",
-            0,
-            (),
+            "mxnet_gpus", 0, (),
             "keras-mxnet: train on the first N GPUs in one process, each batch split across "
             "them (compile(context=['gpu(0)', ...]); --batch-size stays the whole batch). "
             "0: keras-mxnet's default device, its first GPU if it sees one, else cpu(). "
             "Needs the MXNet CUDA build (KBENCH_GPU=1 scripts/setup_envs.sh)",
         ),
     )
-}
+}  # fmt: skip
 
 
 def per_process(switches: Dict[str, Any]) -> Dict[str, Any]:
@@ -172,9 +153,8 @@ class SwitchBoard:
                     state = SwitchState(self.requested[name], "default", "left as it is")
                 else:
                     state = SwitchState(
-                        self.requested[name],
-                        "not applicable",
+                        self.requested[name], "not applicable",
                         f"{self.backend} has no {name} switch",
-                    )
+                    )  # fmt: skip
             out[name] = state.to_dict()
         return out

@@ -53,15 +53,13 @@ def choose_device(torch: Any, wanted: str = "auto") -> str:
 
 
 def limit_current_device(fraction: float) -> Dict[str, str]:
-    """Cap PyTorch's caching allocator on the one GPU this process uses.
-
-    That GPU is the current device, chosen before the backend starts (device 0, or
-    ``LOCAL_RANK`` under data-parallel training). Setting the fraction on every GPU
-    would create a CUDA context on each of them and could leave the last one current,
-    putting every rank on one GPU; so only the current device is capped, and it is
-    checked to still be current afterwards. PyTorch takes only a ``float`` (an ``int``
-    such as ``1`` from a sweep file raises ``TypeError``).
-    """
+    """Cap PyTorch's caching allocator on the one GPU this process uses. That GPU is the
+    current device, chosen before the backend starts (device 0, or ``LOCAL_RANK`` under
+    data-parallel training). Setting the fraction on every GPU would create a CUDA context
+    on each of them and could leave the last one current, putting every rank on one GPU; so
+    only the current device is capped, and it is checked to still be current afterwards.
+    PyTorch takes only a ``float`` (an ``int`` such as ``1`` from a sweep file raises
+    ``TypeError``)."""
     import torch
 
     index = torch.cuda.current_device()
@@ -112,10 +110,9 @@ class TorchFramework:
         torch.set_num_interop_threads(self.inter_op_threads)
         return {
             "framework": {
-                "intra_op": torch.get_num_threads(),
-                "inter_op": torch.get_num_interop_threads(),
+                "intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
             }
-        }
+        }  # fmt: skip
 
     def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
         import torch
@@ -149,12 +146,11 @@ class TorchFramework:
         if choose_device(torch, self.requested_device) == "mps":
             return [  # MPS keeps no peak: the allocator's size when the worker ends
                 {
-                    "kind": "framework_current",
-                    "bytes": int(torch.mps.driver_allocated_memory()),
+                    "kind": "framework_current", "bytes": int(torch.mps.driver_allocated_memory()),
                     "device": "mps",
                     "source": "torch.mps.driver_allocated_memory() at the end (MPS has no peak)",
                 }
-            ]
+            ]  # fmt: skip
         readings = []
         for index in range(self.gpus):
             for what, read in (
@@ -169,15 +165,13 @@ class TorchFramework:
         import torch
 
         return {
-            "name": "torch",
-            "version": torch.__version__,
+            "name": "torch", "version": torch.__version__,
             "devices": ["cpu"]
             + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
             + (["mps"] if mps_available(torch) else []),
-            "cuda": torch.version.cuda,
-            "device_used": self.device_used(),
+            "cuda": torch.version.cuda, "device_used": self.device_used(),
             "cpu_kernels": kernels.torch_kernels(torch),
-        }
+        }  # fmt: skip
 
     def tf32_default(self) -> str:
         import torch

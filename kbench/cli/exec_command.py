@@ -18,7 +18,7 @@ from kbench.exec.config import EXEC_BACKENDS, ExecConfig
 from kbench.exec.runner import ExecRunner
 from kbench.measure import sysinfo
 from kbench.results.config import ConfigError
-from kbench.run.progress import show_progress
+from kbench.run.protocol import show_progress
 from kbench.views import tables
 
 log = logging.getLogger("kbench")

@@ -26,7 +26,7 @@ from kbench.results import store as store_mod
 from kbench.results.config import WINDOW_S, ConfigError
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
-from kbench.run.progress import show_progress
+from kbench.run.protocol import show_progress
 from kbench.studies import rounds, slurm, sweep_runs, sweep_windows
 from kbench.studies import sweep as sweep_mod
 from kbench.views import machines, run_lists, tables

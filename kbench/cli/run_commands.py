@@ -39,7 +39,7 @@ from kbench.results.analysis import cpu_text
 from kbench.results.config import ConfigError, RunConfig, check_setting
 from kbench.results.result import RunResult
 from kbench.run import environments
-from kbench.run.progress import show_progress
+from kbench.run.protocol import show_progress
 from kbench.run.runner import Runner
 from kbench.studies import rounds as studies_rounds
 from kbench.views import tables

@@ -1,18 +1,15 @@
 """Data sets: found and prepared once in the parent, read by every worker.
 
 The parent resolves a data set to numpy arrays and writes them to one ``.npz`` that
-every backend's worker reads, so all backends train on byte-identical data; the
-batch order is drawn once too (:func:`batch_order`). Images and sequences are
-stored as uint8 (channels last) and scaled by the worker; tokens as int32.
-``imagenet`` and ``folder:`` are too large for that: the ``.npz`` holds their file
-paths, and the worker decodes each batch as it trains (:mod:`kbench.datasets.stream`).
-Held images are resized here (:func:`resize_images`).
+every backend's worker reads, so all backends train on byte-identical data; the batch
+order is drawn once too (:func:`batch_order`). Images and sequences are stored as uint8
+(channels last) and scaled by the worker; tokens as int32. ``imagenet`` and ``folder:``
+are too large for that: the ``.npz`` holds their file paths, and the worker decodes each
+batch as it trains (:mod:`kbench.datasets.stream`).
 
-``synthetic`` data (:func:`synthetic_arrays`) is seeded and learnable, of any shape,
-for every kind of model input: each class has a fixed random template and every
-sample is its class template plus noise, so a model can learn it and accuracy means
-something. Images and sequences are uint8 (scaled to [0, 1] by the worker, like real
-images); tokens are int32 indices whose distribution depends on the class.
+``synthetic`` data (:func:`synthetic_arrays`) is seeded and learnable, of any shape: each
+class has a fixed random template and every sample is its class template plus noise, so
+accuracy means something; tokens are indices whose distribution depends on the class.
 
 Only numpy and the standard library are imported here: the worker side
 (:func:`load_prepared`, :func:`to_model_input`) runs under every environment.
@@ -136,33 +133,20 @@ class PreparedData:
 
 
 def prepare(
-    dataset: str,
-    out_dir: Path,
-    *,
-    data_dir: Optional[str] = None,
-    train_samples: Optional[int] = None,
-    test_samples: Optional[int] = None,
-    input_shape: Optional[Tuple[int, ...]] = None,
-    num_classes: Optional[int] = None,
-    image_size: Optional[Tuple[int, int]] = None,
-    model_kind: str = "image",
-    vocabulary: Optional[int] = None,
-    seed: int = 0,
-) -> PreparedData:
+    dataset: str, out_dir: Path, *, data_dir: Optional[str] = None,
+    train_samples: Optional[int] = None, test_samples: Optional[int] = None,
+    input_shape: Optional[Tuple[int, ...]] = None, num_classes: Optional[int] = None,
+    image_size: Optional[Tuple[int, int]] = None, model_kind: str = "image",
+    vocabulary: Optional[int] = None, seed: int = 0,
+) -> PreparedData:  # fmt: skip
     """Load ``dataset``, shape and cut it as asked, and write it under ``out_dir``.
-
-    ``input_shape``/``num_classes``/``model_kind``/``vocabulary`` shape synthetic data
-    (the run passes its model's own when the user gave none); ``image_size`` resizes
-    real images. ``folder:`` images are resized to ``image_size``, else to the height
-    and width of ``input_shape`` (the model's input, which the run passes).
-    """
+    ``input_shape``, ``num_classes``, ``model_kind`` and ``vocabulary`` shape synthetic
+    data (the run passes its model's own); ``image_size`` resizes real images
+    (``folder:`` ones, without it, to the height and width of ``input_shape``)."""
     start = time.perf_counter()
     spec = dataset_spec(dataset)
-    loaded = _load(
-        dataset, spec, data_dir, train_samples=train_samples, test_samples=test_samples,
-        input_shape=input_shape, num_classes=num_classes, image_size=image_size,
-        model_kind=model_kind, vocabulary=vocabulary, seed=seed,
-    )  # fmt: skip
+    loaded = _load(dataset, spec, data_dir, train_samples, test_samples, input_shape,
+                   num_classes, image_size, model_kind, vocabulary, seed)  # fmt: skip
     if loaded.resized:
         image_size = None  # resized by the reader already
     arrays = loaded.arrays
@@ -177,20 +161,13 @@ def prepare(
     path = out_dir / f"{stem}-{key}.npz"
     np.savez(path, **arrays)
     return PreparedData(
-        path=str(path),
-        name=dataset,
-        kind=loaded.kind,
-        source=source,
+        path=str(path), name=dataset, kind=loaded.kind, source=source,
         synthetic=dataset == "synthetic",
         input_shape=streamed_shape or tuple(int(d) for d in arrays["x_train"].shape[1:]),
-        num_classes=loaded.classes,
-        train_samples=len(arrays["x_train"]),
-        test_samples=len(arrays["x_test"]),
-        prepare_time_s=time.perf_counter() - start,
-        streamed=streamed_shape is not None,
-        sha256=loaded.sha256,
-        version=loaded.version,
-    )
+        num_classes=loaded.classes, train_samples=len(arrays["x_train"]),
+        test_samples=len(arrays["x_test"]), prepare_time_s=time.perf_counter() - start,
+        streamed=streamed_shape is not None, sha256=loaded.sha256, version=loaded.version,
+    )  # fmt: skip
 
 
 @dataclass
@@ -208,19 +185,11 @@ class _Loaded:
 
 
 def _load(
-    dataset: str,
-    spec: DatasetSpec,
-    data_dir: Optional[str],
-    *,
-    train_samples: Optional[int],
-    test_samples: Optional[int],
-    input_shape: Optional[Tuple[int, ...]],
-    num_classes: Optional[int],
-    image_size: Optional[Tuple[int, int]],
-    model_kind: str,
-    vocabulary: Optional[int],
-    seed: int,
-) -> _Loaded:
+    dataset: str, spec: DatasetSpec, data_dir: Optional[str], train_samples: Optional[int],
+    test_samples: Optional[int], input_shape: Optional[Tuple[int, ...]],
+    num_classes: Optional[int], image_size: Optional[Tuple[int, int]], model_kind: str,
+    vocabulary: Optional[int], seed: int,
+) -> _Loaded:  # fmt: skip
     """Read ``dataset`` from where its name says (see :func:`prepare`)."""
     if dataset.startswith(FOLDER_PREFIX):
         arrays, source, classes, shape = stream.folder_arrays(
@@ -244,9 +213,8 @@ def _load(
             train_samples or SYNTHETIC_DEFAULT_SAMPLES[0],
             test_samples or SYNTHETIC_DEFAULT_SAMPLES[1], seed, vocabulary=vocabulary or 0,
         )  # fmt: skip
-        return _Loaded(
-            arrays, f"synthetic (seed {seed}, class templates plus noise)", model_kind, classes
-        )
+        source = f"synthetic (seed {seed}, class templates plus noise)"
+        return _Loaded(arrays, source, model_kind, classes)
     if dataset == "digits":
         return _Loaded(*_load_digits(seed), kind="image", classes=10)
     if dataset == "imagenet":
@@ -281,13 +249,10 @@ def _load_builtin(dataset: str, spec: DatasetSpec, data_dir: Optional[str]) -> _
 
 
 def _cut(
-    arrays: Dict[str, np.ndarray],
-    dataset: str,
-    train_samples: Optional[int],
-    test_samples: Optional[int],
+    arrays: Dict[str, np.ndarray], dataset: str, train: Optional[int], test: Optional[int]
 ) -> None:
     """Keep the first ``train_samples``/``test_samples`` of each split, in place."""
-    for split, limit in (("train", train_samples), ("test", test_samples)):
+    for split, limit in (("train", train), ("test", test)):
         have = len(arrays[f"x_{split}"])
         if limit is not None and limit > have:
             raise DataUnavailable(
@@ -321,11 +286,8 @@ def _fit_images(
 
 
 def resize_images(images: np.ndarray, size: Tuple[int, int]) -> np.ndarray:
-    """Bilinear resize of uint8 (N, H, W, C) images to (N, size[0], size[1], C).
-
-    Half-pixel centres, edges clamped (as OpenCV and tf.image.resize do without
-    antialiasing).
-    """
+    """Bilinear resize of uint8 (N, H, W, C) images to (N, size[0], size[1], C): half-pixel
+    centres, edges clamped (as OpenCV and tf.image.resize do without antialiasing)."""
     height, width = images.shape[1:3]
     if (height, width) == tuple(size):
         return images
@@ -348,14 +310,9 @@ def resize_images(images: np.ndarray, size: Tuple[int, int]) -> np.ndarray:
 
 
 def synthetic_arrays(
-    kind: str,
-    shape: Tuple[int, ...],
-    classes: int,
-    n_train: int,
-    n_test: int,
-    seed: int,
+    kind: str, shape: Tuple[int, ...], classes: int, n_train: int, n_test: int, seed: int,
     vocabulary: int = 0,
-) -> Dict[str, np.ndarray]:
+) -> Dict[str, np.ndarray]:  # fmt: skip
     """Class templates plus noise (see the module's docstring), x and y of each split."""
     rng = np.random.default_rng(seed)
     if kind == "tokens":
@@ -398,31 +355,23 @@ def _load_digits(seed: int) -> Tuple[Dict[str, np.ndarray], str]:
     cut = int(len(labels) * 0.8)
     train, test = order[:cut], order[cut:]
     arrays = {
-        "x_train": images[train],
-        "y_train": labels[train],
-        "x_test": images[test],
+        "x_train": images[train], "y_train": labels[train], "x_test": images[test],
         "y_test": labels[test],
-    }
+    }  # fmt: skip
     return arrays, "scikit-learn load_digits (80/20 split)"
 
 
 def batch_order(
     n_samples: int, batch_size: int, epochs: int, seed: int, total_steps: Optional[int] = None
 ) -> np.ndarray:
-    """Sample indices for every step, shape (epochs, steps_per_epoch * batch_size).
-
-    One seeded permutation per epoch, drawn here once so that every backend sees the
-    same mini-batches in the same order. The last partial batch is dropped. With
-    ``total_steps`` the order is one pass of exactly that many steps, cycling
-    through permutations when the data set is smaller.
-    """
+    """Sample indices for every step, shape (epochs, steps_per_epoch * batch_size): one
+    seeded permutation per epoch, drawn once so that every backend sees the same
+    mini-batches in the same order, the last partial batch dropped. With ``total_steps``:
+    one pass of exactly that many steps, cycling through permutations."""
     rng = np.random.default_rng(seed)
     if total_steps is not None:
         needed = total_steps * batch_size
-        chunks, have = [], 0
-        while have < needed:
-            chunks.append(rng.permutation(n_samples))
-            have += n_samples
+        chunks = [rng.permutation(n_samples) for _ in range(-(-needed // n_samples))]
         return np.concatenate(chunks)[:needed].reshape(1, needed).astype(np.int64)
     steps = n_samples // batch_size
     if steps == 0:
@@ -446,13 +395,9 @@ def load_prepared(path: str) -> Dict[str, np.ndarray]:
 def to_model_input(
     x: np.ndarray, kind: str, data_format: str, streamed_size: Optional[Tuple[int, int]] = None
 ) -> Any:
-    """Stored samples to what the model takes.
-
-    Images: uint8 (N, H, W, C) to float32 in [0, 1], transposed to (N, C, H, W) for
-    channels_first. Sequences: uint8 to float32 in [0, 1]. Tokens: unchanged int32.
-    Streamed images (file paths, ``streamed_size`` given): a
-    :class:`~kbench.datasets.stream.StreamedImages` that decodes rows when sliced.
-    """
+    """Stored samples to what the model takes: images and sequences as float32 in [0, 1]
+    (images transposed to (N, C, H, W) for channels_first), tokens unchanged; streamed
+    images (``streamed_size`` given) a :class:`~kbench.datasets.stream.StreamedImages`."""
     if streamed_size is not None:
         return stream.StreamedImages(x, tuple(streamed_size), data_format)
     if kind == "tokens":

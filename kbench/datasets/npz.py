@@ -157,15 +157,11 @@ def _inspect(path: str, mtime_ns: int, size: int) -> NpzFacts:
         _value_range(path, f"x_{split}", x) for split, x in (("train", x_train), ("test", x_test))
     ]
     return NpzFacts(
-        path=path,
-        sha256=_sha256(path),
-        sample_shape=tuple(int(d) for d in x_train.shape[1:]),
+        path=path, sha256=_sha256(path), sample_shape=tuple(int(d) for d in x_train.shape[1:]),
         x_integer=bool(np.issubdtype(x_train.dtype, np.integer)),
-        x_range=(min(r[0] for r in ranges), max(r[1] for r in ranges)),
-        label_range=(low, high),
-        train_samples=len(x_train),
-        test_samples=len(x_test),
-    )
+        x_range=(min(r[0] for r in ranges), max(r[1] for r in ranges)), label_range=(low, high),
+        train_samples=len(x_train), test_samples=len(x_test),
+    )  # fmt: skip
 
 
 def _require_classes(path: str, y_train: np.ndarray) -> None:

@@ -29,11 +29,9 @@ import numpy as np
 Arrays = Dict[str, np.ndarray]
 
 IDX_FILES = {
-    "x_train": "train-images-idx3-ubyte",
-    "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte",
-    "y_test": "t10k-labels-idx1-ubyte",
-}
+    "x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte",
+}  # fmt: skip
 
 
 class CorruptData(ValueError):
@@ -128,12 +126,10 @@ _ALLOWED: Dict[tuple, Callable[[], Any]] = {
         (f"{package}.{module}", name): _numpy(module, name)
         for package in ("numpy.core", "numpy._core")
         for module, name in (
-            ("multiarray", "_reconstruct"),
-            ("multiarray", "scalar"),
-            ("numeric", "_frombuffer"),
+            ("multiarray", "_reconstruct"), ("multiarray", "scalar"), ("numeric", "_frombuffer"),
         )
     },
-}
+}  # fmt: skip
 
 
 class DataUnpickler(pickle.Unpickler):
@@ -192,10 +188,8 @@ def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
 
 def cifar(directory: Path, variant: str) -> Arrays:
     """CIFAR-10 or CIFAR-100 in the "python version": the extracted folder or the .tar.gz.
-
     ``variant`` is "cifar-10" or "cifar-100". Images are stored as rows of 3072 bytes,
-    channel planes (R, G, B) of 32x32 each.
-    """
+    channel planes (R, G, B) of 32x32 each."""
     folder = (
         directory / f"{variant}-batches-py"
         if variant == "cifar-10"
@@ -204,10 +198,8 @@ def cifar(directory: Path, variant: str) -> Arrays:
     archive = directory / f"{variant}-python.tar.gz"
     if variant == "cifar-10":
         train_names, test_names, label_key = (
-            [f"data_batch_{i}" for i in range(1, 6)],
-            ["test_batch"],
-            b"labels",
-        )
+            [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels",
+        )  # fmt: skip
     else:
         train_names, test_names, label_key = ["train"], ["test"], b"fine_labels"
 

@@ -96,11 +96,9 @@ DOWNLOADS: Dict[str, List[Tuple[str, str]]] = {
     "imdb": [(KERAS_URL + "imdb.npz", "imdb.npz")],
 }
 TFDS_NAMES = {
-    "mnist": "mnist",
-    "fashion_mnist": "fashion_mnist",
-    "cifar10": "cifar10",
+    "mnist": "mnist", "fashion_mnist": "fashion_mnist", "cifar10": "cifar10",
     "cifar100": "cifar100",
-}
+}  # fmt: skip
 
 
 def _first_of(directory: Path, *loaders: Callable[[], Arrays]) -> Arrays:
@@ -175,12 +173,10 @@ def download(name: str, directory: Path) -> None:
 
 
 def import_tfds() -> Any:
-    """tensorflow_datasets, imported without touching ~/.keras.
-
-    It imports Keras, which writes keras.json under KERAS_HOME (default ~/.keras) the
-    first time; point that at kbench's cache for this import. Workers get their own
-    KERAS_HOME from the runner whatever this process holds.
-    """
+    """tensorflow_datasets, imported without touching ~/.keras. It imports Keras, which
+    writes keras.json under KERAS_HOME (default ~/.keras) the first time; point that at
+    kbench's cache for this import. Workers get their own KERAS_HOME from the runner
+    whatever this process holds."""
     home = cache_dir() / "keras_home_for_tfds"
     home.mkdir(parents=True, exist_ok=True)
     os.environ["KERAS_HOME"] = str(home)
@@ -190,13 +186,11 @@ def import_tfds() -> Any:
 
 
 def from_tfds(name: str, batch: int = 4096) -> Arrays:
-    """A built-in data set that tensorflow-datasets has already prepared (no download).
-
-    Read in a child process (:mod:`kbench.datasets.tfds_reader`) with every GPU hidden
-    from it: tensorflow-datasets imports TensorFlow, which in this long-lived parent
-    could start its GPU runtime and hold GPU memory for the whole sweep, beside the
-    workers being measured. The parent never imports TensorFlow.
-    """
+    """A built-in data set that tensorflow-datasets has already prepared (no download). Read
+    in a child process (:mod:`kbench.datasets.tfds_reader`) with every GPU hidden from it:
+    tensorflow-datasets imports TensorFlow, which in this long-lived parent could start its
+    GPU runtime and hold GPU memory for the whole sweep, beside the workers being measured.
+    The parent never imports TensorFlow."""
     return run_tfds_reader(name, batch)[0]
 
 

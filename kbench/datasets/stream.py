@@ -1,27 +1,23 @@
 """Image folders read batch by batch: ImageNet, which does not fit in memory, and your
 own images (``--dataset folder:PATH``).
 
-Parent side, :func:`scan` lists a directory of class folders into file paths and
-labels; nothing is decoded. The layout is that of ImageNet's CLS-LOC set, Keras'
-``image_dataset_from_directory`` and torchvision's ``ImageFolder``: one folder per
-class, named after it, holding its images (.jpeg, .jpg, .png, .bmp, .ppm, .webp);
-classes are numbered in the sorted order of their folder names. The split:
-``DIR/train/<class>/`` and ``DIR/val/<class>/`` (or ``DIR/test/<class>/``) are the
-training and test sets; with ``DIR/<class>/`` only, a seeded 10 % of each class
-(``--seed``) is held out as the test set. Hidden folders and files
-(``.ipynb_checkpoints``, ``._x.jpg``) are not data and are skipped. Refused, with the
-names: a link that leads a class folder out of the data folder, a class folder
-without images, one class only (a classifier of one class measures nothing), and a
-validation class that training lacks. :func:`folder_arrays` makes the prepared arrays
-of ``folder:PATH``: its images are resized (bilinear) to ``--image-size`` or else to
-the model's own input height and width; the result records the folder, the class
-names and the sample counts (a folder has no single file to hash, so no sha256).
+Parent side, :func:`scan` lists a directory of class folders into file paths and labels,
+decoding nothing. The layout is that of ImageNet's CLS-LOC set, Keras'
+``image_dataset_from_directory`` and torchvision's ``ImageFolder``: one folder per class,
+named after it, holding its images (.jpeg, .jpg, .png, .bmp, .ppm, .webp); classes are
+numbered in the sorted order of their names. ``DIR/train/<class>/`` and ``DIR/val/<class>/``
+(or ``DIR/test/<class>/``) are the training and test sets; with ``DIR/<class>/`` only, a
+seeded 10 % of each class is held out. Hidden folders and files (``.ipynb_checkpoints``,
+``._x.jpg``) are skipped. Refused, with the names: a link that leads a class folder out of
+the data folder, a class folder without images, one class only, and a validation class
+that training lacks. :func:`folder_arrays` prepares ``folder:PATH``, resized (bilinear) to
+``--image-size`` or else the model's input height and width; a folder has no single file
+to hash, so its result records the folder, the class names and the counts, no sha256.
 
-Worker side, :class:`StreamedImages` stands where an array of images would: taking
-rows with an index array narrows it without reading anything, slicing a range of
-rows decodes just those files (Pillow, as RGB), resizes them (bilinear) and lays them
-out as the model takes them. The time spent decoding is counted in :data:`LOADING`,
-so a result can report data loading apart from compute. A file that cannot be
+Worker side, :class:`StreamedImages` stands where an array of images would: indexing with
+an array narrows it without reading anything; slicing a range of rows decodes just those
+files (Pillow, as RGB), resizes them and lays them out as the model takes them, the time
+counted in :data:`LOADING` (data loading apart from compute). A file that cannot be
 decoded raises :class:`UnreadableImage`, which names it.
 
 Only numpy, Pillow and the standard library: this runs under every environment.
@@ -79,12 +75,10 @@ class FolderListing:
 def scan(
     root: Path, test_fraction: float = 0.1, seed: int = 0, name: str = "imagenet"
 ) -> FolderListing:
-    """Files and labels of an image-folder data set; classes sorted by folder name.
-
-    With ``train/`` and ``val/`` (or ``test/``) under ``root`` those are the splits;
-    with class folders directly under ``root``, a seeded ``test_fraction`` of each
-    class is held out.
-    """
+    """Files and labels of an image-folder data set; classes sorted by folder name. With
+    ``train/`` and ``val/`` (or ``test/``) under ``root`` those are the splits; with class
+    folders directly under ``root``, a seeded ``test_fraction`` of each class is held
+    out."""
     root = Path(root)
     train_dir = root / "train"
     test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)
@@ -260,11 +254,9 @@ def require_pillow() -> None:
 
 
 def folder_arrays(
-    dataset: str,
-    image_size: Optional[Tuple[int, int]],
-    model_shape: Optional[Tuple[int, ...]],
+    dataset: str, image_size: Optional[Tuple[int, int]], model_shape: Optional[Tuple[int, ...]],
     seed: int,
-) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:
+) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:  # fmt: skip
     """Paths and labels of ``folder:PATH``, shuffled (seeded) so that a cut keeps every
     class; with the source text, the class count and the (H, W, 3) images become."""
     require_pillow()
@@ -293,12 +285,9 @@ class StreamedImages:
     ndim = 4
 
     def __init__(
-        self,
-        paths: np.ndarray,
-        size: Tuple[int, int],
-        data_format: str = "channels_last",
+        self, paths: np.ndarray, size: Tuple[int, int], data_format: str = "channels_last",
         clock: LoadingClock = LOADING,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.paths = np.asarray(paths)  # of str
         self.size = (int(size[0]), int(size[1]))  # (height, width) each image is resized to
         self.data_format = data_format

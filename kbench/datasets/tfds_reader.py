@@ -121,11 +121,9 @@ def read_general(
         arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
     facts = {
         "name": info.full_name.split("/")[0] if "/" in info.full_name else name,
-        "full_name": info.full_name,
-        "version": str(info.version),
-        "splits": {"train": "train", "test": test},
-        "num_classes": int(label.num_classes),
-    }
+        "full_name": info.full_name, "version": str(info.version),
+        "splits": {"train": "train", "test": test}, "num_classes": int(label.num_classes),
+    }  # fmt: skip
     return arrays, facts
 
 

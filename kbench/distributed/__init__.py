@@ -15,12 +15,10 @@ mode               backends                    engine
 ``--batch-size`` is per worker; the global batch is batch size x workers. Every
 worker trains on its own slice of each global step of the runner's seeded order.
 
-Parent side: :mod:`~kbench.distributed.launcher` (start, watch, stop, one result, on the
-engine every run has: :mod:`kbench.run.engine`, one sampler over every process),
-:mod:`~kbench.distributed.plan` (processes, hosts, ports), :mod:`~kbench.distributed.merge`
-(metrics, scaling),
-:mod:`~kbench.distributed.summary` (a run's row and log line; the tables and figures
-for compare and report are in :mod:`kbench.views.distributed`).
+Parent side: :mod:`~kbench.distributed.launcher` (start, watch, stop, one result, on
+:mod:`kbench.run.engine`), :mod:`~kbench.distributed.plan` (processes, hosts, ports),
+:mod:`~kbench.distributed.merge` (metrics, scaling, a run's row and log line; the tables
+and figures are :mod:`kbench.views.distributed`'s).
 Worker side: :mod:`~kbench.distributed.worker` (every process's entry point) and
 :mod:`~kbench.distributed.engines` (one class per engine); both sides share
 :mod:`~kbench.distributed.breakdown` (data, forward, backward, update, communication).

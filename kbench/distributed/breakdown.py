@@ -55,17 +55,9 @@ class StepLog:
         return perf_time + self.wall_offset
 
     def add(
-        self,
-        begin: float,
-        end: float,
-        *,
-        data: float,
-        forward: float,
-        backward: float,
-        update: Optional[float] = None,
-        loss: float = float("nan"),
-        hits: Optional[float] = None,
-    ) -> None:
+        self, begin: float, end: float, *, data: float, forward: float, backward: float,
+        update: Optional[float] = None, loss: float = float("nan"), hits: Optional[float] = None,
+    ) -> None:  # fmt: skip
         """One step; ``begin`` and ``end`` are wall-clock seconds since the epoch."""
         self.begins.append(float(begin))
         self.ends.append(float(end))
@@ -81,14 +73,9 @@ class StepLog:
 
 
 def worker_summary(
-    log: StepLog,
-    *,
-    rank: int,
-    batch_size: int,
-    steps_per_epoch: int,
-    method: str,
+    log: StepLog, *, rank: int, batch_size: int, steps_per_epoch: int, method: str,
     extra: Optional[Dict[str, Any]] = None,
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """One worker's measured window, throughput and per-step breakdown (JSON-ready)."""
     warmup = log.warmup_steps
     total = len(log)
@@ -131,14 +118,12 @@ def worker_summary(
             float(sum(last_hits) / (len(last_hits) * batch_size)) if last_hits else None
         ),
         "markers": {
-            "first_step_start": log.begins[0],
-            "first_step_end": log.ends[0],
-            "warmup_end": measured_start,
-            "measured_start": measured_start,
+            "first_step_start": log.begins[0], "first_step_end": log.ends[0],
+            "warmup_end": measured_start, "measured_start": measured_start,
             "measured_end": log.ends[-1],
         },
         "step_ends_s": [end - log.begins[0] for end in log.ends],
-    }
+    }  # fmt: skip
     summary.update(extra or {})
     return summary
 
@@ -149,10 +134,9 @@ def measured_phases(log: StepLog) -> Tuple[List[float], Dict[str, Optional[List[
     measured = slice(log.warmup_steps, len(log))
     step = [e - b for b, e in zip(log.begins[measured], log.ends[measured])]
     parts: Dict[str, Optional[List[float]]] = {
-        "data": log.data[measured],
-        "forward": log.forward[measured],
+        "data": log.data[measured], "forward": log.forward[measured],
         "backward": log.backward[measured],
-    }
+    }  # fmt: skip
     updates = log.update[measured]
     separate_update = all(u is not None for u in updates)
     parts["update"] = [float(u) for u in updates] if separate_update else None
@@ -164,13 +148,11 @@ def measured_phases(log: StepLog) -> Tuple[List[float], Dict[str, Optional[List[
 
 
 def combine(workers: Sequence[Dict[str, Any]], global_batch: int) -> Dict[str, Any]:
-    """The run's breakdown from every worker's summary.
-
-    ``mean``: each phase's mean per step, averaged over the workers. ``slowest``: the
-    worker that spends the most time per step on its own work (data + forward +
-    backward + update), the one a synchronous step waits for, with its breakdown.
-    ``fraction``: each averaged phase as a share of the averaged step.
-    """
+    """The run's breakdown from every worker's summary. ``mean``: each phase's mean per
+    step, averaged over the workers. ``slowest``: the worker that spends the most time per
+    step on its own work (data + forward + backward + update), the one a synchronous step
+    waits for, with its breakdown. ``fraction``: each averaged phase as a share of the
+    averaged step."""
     names = PHASES + ("step",)
     per_worker = []
     for w in workers:
@@ -184,17 +166,14 @@ def combine(workers: Sequence[Dict[str, Any]], global_batch: int) -> Dict[str, A
     slowest = max(per_worker, key=lambda w: w["busy_s"])
     step = mean["step_s"] or 0.0
     return {
-        "phases": list(PHASES),
-        "mean": mean,
+        "phases": list(PHASES), "mean": mean,
         "fraction": {
             name: (None if mean[f"{name}_s"] is None or step <= 0 else mean[f"{name}_s"] / step)
             for name in PHASES
         },
-        "slowest": slowest,
-        "per_worker": per_worker,
-        "global_batch_size": global_batch,
+        "slowest": slowest, "per_worker": per_worker, "global_batch_size": global_batch,
         "note": "seconds per step, measured steps only; comm = step - data - forward - backward "
         "- update (update where the engine runs the optimizer apart from the exchange, else "
         "inside comm); mean: averaged over workers; slowest: the worker with the most time of "
         "its own per step (data + forward + backward + update)",
-    }
+    }  # fmt: skip

@@ -1,22 +1,17 @@
 """Parent side of a data-parallel run: start every process, watch them, build one result.
 
-:func:`run_distributed` is what :meth:`kbench.run.runner.Runner.run_one` delegates to
-when ``config.distributed`` is not ``none``. It draws the runner's seeded batch order
-at the global batch (per-worker batch x workers) and cuts every global step into one
-slice per worker (``shards.npy``), plans the processes of the mode on this host
-(:mod:`kbench.distributed.plan`), starts each in its own process group with the
-backend's environment on the engine (:class:`kbench.run.engine.Worker`), samples all
-of them with one :class:`~kbench.measure.sampler.Sampler`, and
-watches them: the run is over when every primary process (the workers, torchrun,
-the TensorFlow chief) has exited cleanly; it has failed as soon as any process
-exits with an error or dies, reports an error (even if its framework then hangs in
-its exit), or a worker torchrun started vanishes without a reply; it times out at
-``config.timeout_s``. Then every process it started, and anything still running
-whose command line names the run's directory, is stopped (SIGTERM, then SIGKILL),
-and the workers' replies are merged into one :class:`~kbench.results.result.RunResult`
-saved in the store, kind ``train``. A SIGTERM to kbench stops the run the same way;
-if kbench is killed outright, every worker notices within a second
-(``KBENCH_DIST_PARENT``) and ends.
+:func:`run_distributed` (what :meth:`kbench.run.runner.Runner.run_one` delegates to) draws
+the runner's seeded batch order at the global batch and cuts every global step into one
+slice per worker (``shards.npy``), plans the mode's processes (:mod:`kbench.distributed.plan`),
+starts each on the engine (:class:`kbench.run.engine.Worker`), samples them all with one
+:class:`~kbench.measure.sampler.Sampler`, and watches them: the run is over when every
+primary process (the workers, torchrun, the TensorFlow chief) has exited cleanly; it has
+failed as soon as any process exits with an error or dies, reports an error (even if its
+framework then hangs in its exit), or a worker torchrun started vanishes without a reply;
+it times out at ``config.timeout_s``. Then every process it started, and anything still
+running whose command line names the run's directory, is stopped, and the replies are
+merged into one result (kind ``train``). A SIGTERM to kbench stops the run the same way;
+if kbench is killed outright, every worker notices within a second (``KBENCH_DIST_PARENT``).
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ import psutil
 
 from kbench import datasets
 from kbench.backends.switches import SWITCHES
-from kbench.distributed import merge, summary
+from kbench.distributed import merge
 from kbench.distributed.plan import Cluster, PlanError, Process, plan, ports_needed
 from kbench.measure import processes, sysinfo
 from kbench.measure.processes import alive, interrupt_on_sigterm
@@ -48,6 +43,7 @@ from kbench.run import environments, leftovers
 from kbench.run.engine import LogWriter, Outcome, Worker
 from kbench.run.metrics import add_sampled, compute_rate
 from kbench.run.protocol import WorkerReply, WorkerTask
+from kbench.run.runner import batch_order
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +54,9 @@ HELPER_GRACE_S = 10.0  # MXNet's scheduler and server leave by themselves after 
 
 
 def run_distributed(
-    runner: Any,
-    config: RunConfig,
-    data: datasets.PreparedData,
-    session_dir: Path,
-    python_path: Path,
-    sweep: Optional[Dict[str, Any]] = None,
-) -> RunResult:
+    runner: Any, config: RunConfig, data: datasets.PreparedData, session_dir: Path,
+    python_path: Path, sweep: Optional[Dict[str, Any]] = None,
+) -> RunResult:  # fmt: skip
     """Run ``config`` on its mode's engine; save and return its result."""
     run_id = ending.new_run_id(
         config.backend, file_safe(config.model), f"{config.distributed}x{config.workers}"
@@ -100,7 +92,7 @@ def run_distributed(
         result.metrics["distributed"]["scaling"] = merge.scaling(
             config, result.metrics["images_per_sec"], store, host_of(result)
         )
-        log.info("%s", summary.breakdown_line(result))
+        log.info("%s", merge.breakdown_line(result))
     return save(result, store, config)
 
 
@@ -116,35 +108,23 @@ class Begun:
     sweep: Optional[Dict[str, Any]]
 
     def result(
-        self,
-        verdict: ending.Verdict,
-        ended_at: Optional[float] = None,
-        *,
-        metrics: Optional[Dict[str, Any]] = None,
-        sampler: Optional[Dict[str, Any]] = None,
-        leader: Optional[Dict[str, Any]] = None,
-        process_env: Optional[Dict[str, str]] = None,
+        self, verdict: ending.Verdict, ended_at: Optional[float] = None, *,
+        metrics: Optional[Dict[str, Any]] = None, sampler: Optional[Dict[str, Any]] = None,
+        leader: Optional[Dict[str, Any]] = None, process_env: Optional[Dict[str, str]] = None,
         keras_json: Optional[Dict[str, Any]] = None,
-    ) -> RunResult:
+    ) -> RunResult:  # fmt: skip
         """The run's result (kind ``train``), ending now unless ``ended_at`` says when;
         ``leader``: the reply of the process that evaluated (its model and framework)."""
         leader = leader or {}
         return ending.run_result(
-            run_id=self.run_id,
-            kind="train",
-            config=self.config.to_dict(),
-            verdict=verdict,
-            started_at=self.started_at,
-            ended_at=time.time() if ended_at is None else ended_at,
+            run_id=self.run_id, kind="train", config=self.config.to_dict(), verdict=verdict,
+            started_at=self.started_at, ended_at=time.time() if ended_at is None else ended_at,
             environment=ending.environment(
                 self.interpreter, process_env, keras_json, leader.get("framework", {})
             ),
-            data=self.data.describe(),
-            model=leader.get("model", {}),
-            metrics=metrics,
-            sampler=sampler,
-            sweep=self.sweep,
-        )
+            data=self.data.describe(), model=leader.get("model", {}), metrics=metrics,
+            sampler=sampler, sweep=self.sweep,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -175,13 +155,7 @@ def prepare(begun: Begun, run_dir: Path, python_path: Path) -> Launch:
         config.distributed, config.workers, cluster, ports, str(run_dir / "run.json")
     )
     # the order every worker's shard comes from: the runner's, at the global batch
-    order = datasets.batch_order(
-        data.train_samples,
-        config.batch_size * config.workers,
-        config.epochs or 1,
-        config.seed,
-        total_steps=None if config.steps is None else config.warmup_steps + config.steps,
-    )
+    order = batch_order(config, data.train_samples, config.batch_size * config.workers)
     shards = cut_shards(order, config.workers, config.batch_size)
     np.save(run_dir / "shards.npy", shards)
     trainers = local_trainers(procs)
@@ -204,56 +178,38 @@ def prepare(begun: Begun, run_dir: Path, python_path: Path) -> Launch:
 
 def local_trainers(procs: List[Process]) -> int:
     """The processes that compute on this host (torchrun's workers counted through it)."""
-    return (
-        sum(
-            len(p.worker_ranks) if p.role == "launcher" else 1
-            for p in procs
-            if p.pin or p.role == "launcher"
-        )
-        or 1
-    )
+    launched = [len(p.worker_ranks) if p.role == "launcher" else 1
+                for p in procs if p.pin or p.role == "launcher"]  # fmt: skip
+    return sum(launched) or 1
 
 
 def write_run_json(begun: Begun, launch: Launch, run_dir: Path) -> None:
     """``run.json``: the worker task every process reads, and the run's distributed facts."""
     config = begun.config
     dist = {
-        "mode": config.distributed,
-        "workers": config.workers,
+        "mode": config.distributed, "workers": config.workers,
         "steps_per_epoch": int(launch.shards.shape[1] // (config.epochs or 1))
         if config.steps is None
         else int(launch.shards.shape[1]),
-        "shards_path": str(run_dir / "shards.npy"),
-        "procs_dir": str(run_dir / "procs"),
-        "replies_dir": str(run_dir / "replies"),
-        "run_dir": str(run_dir),
-        "endpoints": launch.endpoints,
-        "cluster": launch.cluster.to_dict(),
-        "cores": launch.cores,
-        "pin_workers": bool(launch.cores),
-        "threads_per_worker": launch.threads,
-    }
+        "shards_path": str(run_dir / "shards.npy"), "procs_dir": str(run_dir / "procs"),
+        "replies_dir": str(run_dir / "replies"), "run_dir": str(run_dir),
+        "endpoints": launch.endpoints, "cluster": launch.cluster.to_dict(), "cores": launch.cores,
+        "pin_workers": bool(launch.cores), "threads_per_worker": launch.threads,
+    }  # fmt: skip
     task = WorkerTask(
-        config=config.to_dict() | {"threads": launch.threads},
-        data=begun.data.to_dict(),
-        order_path=str(run_dir / "shards.npy"),
-        data_format=launch.keras_json["image_data_format"],
+        config=config.to_dict() | {"threads": launch.threads}, data=begun.data.to_dict(),
+        order_path=str(run_dir / "shards.npy"), data_format=launch.keras_json["image_data_format"],
         started_at=begun.started_at,
-    )
+    )  # fmt: skip
     write_json_atomic(run_dir / "run.json", {"task": task.to_dict(), "distributed": dist})
 
 
 def finish(
-    begun: Begun,
-    launch: Launch,
-    outcome: JobOutcome,
-    replies: Dict[str, Dict[str, Any]],
-    ended_at: float,
-    busy_threshold: float,
-) -> RunResult:
-    """The run's result from how its processes ended and what they replied: the
-    workers' metrics merged (:func:`kbench.distributed.merge.metrics`), what the sampler
-    adds, the model's achieved FLOP/s, where and how the processes ran."""
+    begun: Begun, launch: Launch, outcome: JobOutcome, replies: Dict[str, Dict[str, Any]],
+    ended_at: float, busy_threshold: float,
+) -> RunResult:  # fmt: skip
+    """The run's result from how its processes ended and what they replied: the workers'
+    metrics merged, what the sampler adds, the achieved FLOP/s, where the processes ran."""
     config = begun.config
     verdict = judge(outcome, replies, config)
     leader = next((r for r in replies.values() if r.get("evaluation")), None)
@@ -274,14 +230,10 @@ def finish(
         metrics["compute"] = compute_rate(config, metrics, reply)
     if metrics:
         metrics["distributed"].update(
-            processes=outcome.processes,
-            endpoints=launch.endpoints,
-            ports=launch.ports,
-            cluster=launch.cluster.to_dict(),
-            threads_per_worker=launch.threads,
-            cores=launch.cores,
-            traffic=traffic_note(config.distributed, launch.cluster),
-        )
+            processes=outcome.processes, endpoints=launch.endpoints, ports=launch.ports,
+            cluster=launch.cluster.to_dict(), threads_per_worker=launch.threads,
+            cores=launch.cores, traffic=traffic_note(config.distributed, launch.cluster),
+        )  # fmt: skip
     return begun.result(
         verdict, ended_at, metrics=metrics, sampler=sampled, leader=leader,
         process_env=environments.recorded_variables(launch.env, config.backend),
@@ -337,22 +289,16 @@ def cut_shards(order: np.ndarray, workers: int, batch_size: int) -> np.ndarray:
 
 
 def core_layout(config: RunConfig, local_workers: int) -> Tuple[int, List[List[int]]]:
-    """Threads per training process and the cores each is pinned to.
-
-    ``--threads`` is per worker; without it this host's cores are split evenly among
-    its training processes (at least one each). No pinning where affinity is not
-    available.
-    """
+    """Threads per training process (``--threads``, else this host's cores split evenly,
+    at least one each) and the cores each is pinned to (none without affinity)."""
     available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     count = len(available) or os.cpu_count() or 1
     threads = config.threads or max(1, count // local_workers)
     if not available:
         return threads, []
-    layout = []
-    for index in range(local_workers):
-        start = (index * threads) % len(available)
-        layout.append([available[(start + i) % len(available)] for i in range(threads)])
-    return threads, layout
+    n = len(available)
+    return threads, [[available[(index * threads + i) % n] for i in range(threads)]
+                     for index in range(local_workers)]  # fmt: skip
 
 
 def traffic_note(mode: str, cluster: Cluster) -> str:
@@ -480,10 +426,9 @@ class Job:
                 sampler.add(name, record["pid"])
 
     def _reply(self, name: str) -> Optional[Dict[str, Any]]:
-        path = self.run_dir / "replies" / f"{name}.json"
         try:
-            return read_json(path) if path.exists() else None
-        except (OSError, ValueError):
+            return read_json(self.run_dir / "replies" / f"{name}.json")
+        except (OSError, ValueError):  # none yet, or being written
             return None
 
     def _watch(self, sampler: Optional[Sampler]) -> Tuple[bool, List[Failure]]:
@@ -513,11 +458,8 @@ class Job:
             if done:
                 return False, []
             if time.monotonic() > deadline:
-                log.warning(
-                    "%s: past its %g s timeout; stopping every process",
-                    self.config.label(),
-                    self.config.timeout_s,
-                )
+                log.warning("%s: past its %g s timeout; stopping every process",
+                            self.config.label(), self.config.timeout_s)  # fmt: skip
                 return True, []
             time.sleep(POLL_S)
 
@@ -564,28 +506,19 @@ class Job:
         for pid in strays:
             processes.kill_pid(pid)
         for proc in left_behind(self.run_dir):
-            log.warning(
-                "stopping pid %d left behind by the run (%s)",
-                proc.pid,
-                " ".join(proc.info.get("cmdline") or [])[:200],
-            )
+            command = " ".join(proc.info.get("cmdline") or [])[:200]
+            log.warning("stopping pid %d left behind by the run (%s)", proc.pid, command)
             processes.kill_pid(proc.pid)
 
 
 def left_behind(run_dir: Path) -> List[psutil.Process]:
     """Processes still running whose command line names the run's directory: ours."""
     needle = str(run_dir)
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            cmdline = proc.info.get("cmdline") or []
-            if proc.info.get("status") != psutil.STATUS_ZOMBIE and any(
-                needle in a for a in cmdline
-            ):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    return [
+        proc for proc in psutil.process_iter(["cmdline", "status"])
+        if proc.info.get("status") != psutil.STATUS_ZOMBIE
+        and any(needle in a for a in proc.info.get("cmdline") or [])
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------- results
@@ -594,21 +527,18 @@ def left_behind(run_dir: Path) -> List[psutil.Process]:
 def read_replies(directory: Path) -> Dict[str, Dict[str, Any]]:
     replies = {}
     for path in sorted(directory.glob("*.json")):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             replies[path.stem] = read_json(path)
-        except (OSError, ValueError):
-            continue
     return replies
 
 
 def judge(
     outcome: JobOutcome, replies: Dict[str, Dict[str, Any]], config: RunConfig
 ) -> ending.Verdict:
-    """How the whole run ended. Unlike one worker's (:func:`kbench.run.engine.judge`),
-    its many processes are judged together, in this order: ``unsupported`` if any
-    process found that its mode cannot run here (the other processes then fail only
-    because it left); ``timeout``, with the last lines of every process; ``failed`` (or
-    ``oom``) from the process that caused the failure (:func:`failed`); ``failed`` if
+    """How the whole run ended, its processes judged together, in this order:
+    ``unsupported`` if any process found that its mode cannot run here (the others then
+    fail only because it left); ``timeout``, with every process's last lines; ``failed``
+    (or ``oom``) from the process that caused the failure (:func:`failed`); ``failed`` if
     every process exited cleanly but no worker replied; else ``ok``."""
     unsupported = [r for r in replies.values() if r.get("status") == "unsupported"]
     if unsupported:
@@ -637,15 +567,11 @@ def failed(outcome: JobOutcome, replies: Dict[str, Dict[str, Any]]) -> ending.Ve
     cause = sorted(outcome.failures, key=lambda f: not f.by_signal)[0]
     reply = replies.get(cause.name) or {}
     error = dict(
-        reply.get("error") or {"type": "WorkerDied", "message": cause.how, "traceback": ""}
-    )
-    error.update(
-        process=cause.name,
-        pid=cause.pid,
-        returncode=cause.returncode,
+        reply.get("error") or {"type": "WorkerDied", "message": cause.how, "traceback": ""},
+        process=cause.name, pid=cause.pid, returncode=cause.returncode,
         log_tail="\n".join(cause.tail or outcome.tails.get(cause.name, [])),
         others=[f.how for f in outcome.failures if f is not cause],
-    )
+    )  # fmt: skip
     status = reply.get("status") if reply.get("status") in ("oom", "failed") else "failed"
     return ending.Verdict(status, cause.how, error)
 

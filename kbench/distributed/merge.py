@@ -1,22 +1,25 @@
-"""The workers' replies merged into one run's metrics, and scaling against one worker.
+"""The workers' replies merged into one run's metrics, scaling against one worker, and a
+run as table cells and a log sentence (the tables and figures of compare and report are
+:mod:`kbench.views.distributed`'s).
 
 Global throughput is every worker's measured images over the union of their measured
 windows (earliest start to latest end), so a worker that finishes early (asynchronous
 modes) does not inflate it. Step-time percentiles pool every worker's measured
 steps; ``images_per_sec_per_step`` is the global batch over them. The result keeps
 each worker's own summary under ``per_worker`` and the breakdown under
-``distributed``; :mod:`kbench.views.distributed` turns results into tables and figures.
+``distributed``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.distributed.breakdown import combine, shard_digest
+from kbench.distributed.breakdown import PHASES, combine, shard_digest
 from kbench.measure.stats import percentiles, rate_percentiles
 from kbench.results.config import RunConfig
+from kbench.results.result import RunResult
 
 ENGINES = {
     "torch-ddp": "PyTorch DistributedDataParallel (torch.distributed, gloo on CPU / NCCL on "
@@ -58,8 +61,7 @@ def shard_check(shards: np.ndarray, pass_length: int, workers: Sequence[Dict]) -
     reported = {w["rank"]: w.get("shard", {}).get("digest") for w in workers}
     return {
         "per_worker_samples": [int(shards[r].size) for r in range(count)],
-        "disjoint": bool(disjoint),
-        "workers_per_pass_checked": len(passes),
+        "disjoint": bool(disjoint), "workers_per_pass_checked": len(passes),
         "owner_counts": [int((owner == r).sum()) for r in range(count)],
         "verified_by_workers": all(
             reported.get(r) == d for r, d in expected.items() if r in reported
@@ -68,15 +70,12 @@ def shard_check(shards: np.ndarray, pass_length: int, workers: Sequence[Dict]) -
         "one slice per worker; disjoint: within every pass over the training set no sample "
         "went to two workers; verified_by_workers: each worker's fingerprint of the indices "
         "it trained on matches its slice",
-    }
+    }  # fmt: skip
 
 
 def metrics(
-    config: RunConfig,
-    replies: Dict[str, Dict[str, Any]],
-    shards: np.ndarray,
-    pass_length: int,
-) -> Dict[str, Any]:
+    config: RunConfig, replies: Dict[str, Dict[str, Any]], shards: np.ndarray, pass_length: int,
+) -> Dict[str, Any]:  # fmt: skip
     """The run's metrics from every worker's summary, in the names and units of a
     single-process run's, with the data-parallel facts under ``distributed``."""
     workers = workers_of(replies)
@@ -122,20 +121,15 @@ def metrics(
         "global_batch_size": global_batch,
         "per_worker_batch_size": config.batch_size,
         "distributed": {
-            "mode": config.distributed,
-            "engine": ENGINES[config.distributed],
-            "workers": config.workers,
-            "workers_reporting": len(workers),
-            "scope": scope,
-            "per_worker_batch_size": config.batch_size,
-            "global_batch_size": global_batch,
+            "mode": config.distributed, "engine": ENGINES[config.distributed],
+            "workers": config.workers, "workers_reporting": len(workers), "scope": scope,
+            "per_worker_batch_size": config.batch_size, "global_batch_size": global_batch,
             "images_per_sec_per_worker": {str(w["rank"]): w["images_per_sec"] for w in workers},
-            "breakdown": breakdown,
-            "method": leader["method"],
+            "breakdown": breakdown, "method": leader["method"],
             "shards": shard_check(shards, pass_length, workers),
         },
         "per_worker": workers,
-    }
+    }  # fmt: skip
 
 
 def throughput(
@@ -176,10 +170,9 @@ def markers(workers: Sequence[Dict[str, Any]]) -> Dict[str, float]:
         "fit_start": min(w["markers"]["first_step_start"] for w in workers),
         "first_step_start": min(w["markers"]["first_step_start"] for w in workers),
         "first_step_end": max(w["markers"]["first_step_end"] for w in workers),
-        "warmup_end": min(starts),
-        "measured_start": min(starts),
+        "warmup_end": min(starts), "measured_start": min(starts),
         "measured_end": max(w["markers"]["measured_end"] for w in workers),
-    }
+    }  # fmt: skip
 
 
 def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -187,12 +180,10 @@ def comparable(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> Dict[str, Any]:
-    """Speed-up and efficiency against the same run with one worker.
-
-    The baseline is the newest successful one-worker run of the same mode and settings
-    (everything but ``workers``, the repeat index and timeouts) on the same host in the
-    output store: a sweep's ``workers: [1, 2, 3]`` runs it first in the same command.
-    """
+    """Speed-up and efficiency against the same run with one worker. The baseline is the
+    newest successful one-worker run of the same mode and settings (everything but
+    ``workers``, the repeat index and timeouts) on the same host in the output store: a
+    sweep's ``workers: [1, 2, 3]`` runs it first in the same command."""
     if config.workers == 1:
         return {"speedup": 1.0, "efficiency": 1.0, "baseline": "this run (one worker)"}
     wanted = comparable(config.to_dict())
@@ -208,24 +199,20 @@ def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> 
     ]
     if not candidates:
         return {
-            "speedup": None,
-            "efficiency": None,
-            "baseline": None,
+            "speedup": None, "efficiency": None, "baseline": None,
             "reason": "no one-worker run of the same mode and settings on this host in the "
             "output store; run --workers 1 first (a sweep with workers: [1, 2, ...] does)",
-        }
+        }  # fmt: skip
     base = max(candidates, key=lambda e: e.started_at)
     speedup = images_per_sec / base.images_per_sec
     scaling = {
-        "speedup": speedup,
-        "efficiency": speedup / config.workers,
+        "speedup": speedup, "efficiency": speedup / config.workers,
         "baseline": {
-            "run_id": base.run_id,
-            "images_per_sec": base.images_per_sec,
+            "run_id": base.run_id, "images_per_sec": base.images_per_sec,
             "started_at": base.started_at,
         },
         "note": "efficiency = images_per_sec / (workers x images_per_sec of one worker)",
-    }
+    }  # fmt: skip
     if config.threads is None:
         scaling["caveat"] = (
             "threads per worker were not fixed (--threads): the one-worker run had this "
@@ -233,3 +220,51 @@ def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> 
             "thread scaling in; set --threads for a fixed per-worker size"
         )
     return scaling
+
+
+HEADERS = [
+    "mode", "backend", "workers", "img/s (global)", "efficiency", "step ms", "data ms",
+    "forward ms", "backward ms", "update ms", "comm ms", "slowest worker (step ms)",
+]  # fmt: skip
+PHASE_HEADERS = HEADERS[5:11]  # step, then each phase
+NUMERIC = tuple(range(2, 11))  # columns of HEADERS that hold numbers
+
+
+def distributed_results(results: Sequence[RunResult]) -> List[RunResult]:
+    """The data-parallel training runs among ``results``."""
+    return [
+        r for r in results if r.kind == "train" and r.config.get("distributed", "none") != "none"
+    ]
+
+
+def fmt_ms(seconds: Optional[float]) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def breakdown_cells(result: RunResult) -> List[str]:
+    """The :data:`HEADERS` cells of one run."""
+    c = result.config
+    head = [c["distributed"], c["backend"], str(c["workers"])]
+    if not result.ok:
+        return head + [result.status.upper()] + ["-"] * (len(HEADERS) - 4)
+    m = result.metrics
+    d = m["distributed"]
+    mean = d["breakdown"]["mean"]
+    slowest = d["breakdown"]["slowest"]
+    eff = (d.get("scaling") or {}).get("efficiency")
+    return head + [
+        f"{m['images_per_sec']:,.0f}", "-" if eff is None else f"{eff:.2f}",
+        fmt_ms(mean["step_s"]), *(fmt_ms(mean[f"{p}_s"]) for p in PHASES),
+        f"{slowest['rank']} ({fmt_ms(slowest['step_s'])})",
+    ]  # fmt: skip
+
+
+def breakdown_line(result: RunResult) -> str:
+    """One run in a sentence, for the log."""
+    row = dict(zip(HEADERS, breakdown_cells(result)))
+    parts = ", ".join(f"{k} {row[k]}" for k in PHASE_HEADERS)
+    return (
+        f"{row['mode']} {row['backend']}/{result.config['model']} x{row['workers']}: "
+        f"{row['img/s (global)']} img/s global, efficiency {row['efficiency']}; per step: "
+        f"{parts}; slowest worker {row['slowest worker (step ms)']}"
+    )

@@ -34,13 +34,8 @@ LOOPBACK = "127.0.0.1"
 
 # role names of the processes a run may start
 WORKER, SERVER, SCHEDULER, PS, CHIEF, LAUNCHER = (
-    "worker",
-    "server",
-    "scheduler",
-    "ps",
-    "chief",
-    "launcher",
-)
+    "worker", "server", "scheduler", "ps", "chief", "launcher",
+)  # fmt: skip
 
 
 class PlanError(ValueError):
@@ -106,11 +101,9 @@ class Cluster:
 
     def to_dict(self) -> Dict[str, object]:
         return {
-            "hosts": list(self.hosts),
-            "node": self.node,
-            "base_port": self.base_port,
+            "hosts": list(self.hosts), "node": self.node, "base_port": self.base_port,
             "ifname": self.ifname,
-        }
+        }  # fmt: skip
 
 
 def ports_needed(mode: str, workers: int) -> int:
@@ -197,18 +190,12 @@ def role_env(role: str, rank: int) -> Dict[str, str]:
 
 
 def plan(
-    mode: str,
-    workers: int,
-    cluster: Cluster,
-    ports: Sequence[int],
-    run_json: str,
-) -> Tuple[List[Process], Dict[str, object]]:
-    """The processes to start on this host, and the endpoints every worker is told.
-
-    Every process runs ``python -m kbench.distributed.worker RUN_JSON`` (torchrun runs
-    it for torch-ddp) and learns its role and rank from ``KBENCH_DIST_ROLE`` and
-    ``KBENCH_DIST_RANK`` (torchrun's ``RANK`` for torch-ddp).
-    """
+    mode: str, workers: int, cluster: Cluster, ports: Sequence[int], run_json: str,
+) -> Tuple[List[Process], Dict[str, object]]:  # fmt: skip
+    """The processes to start on this host, and the endpoints every worker is told. Every
+    process runs ``python -m kbench.distributed.worker RUN_JSON`` (torchrun runs it for
+    torch-ddp) and learns its role and rank from ``KBENCH_DIST_ROLE`` and
+    ``KBENCH_DIST_RANK`` (torchrun's ``RANK`` for torch-ddp)."""
     local = worker_ranks(workers, len(cluster.hosts), cluster.node)
     site = Site(workers, cluster, ports, ("-m", "kbench.distributed.worker", run_json), local)
     if mode not in PLANNERS:
@@ -223,36 +210,17 @@ def _torch_ddp(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     cluster, port = site.cluster, site.ports[0]
     endpoints["master"] = f"{site.coordinator}:{port}"
     args = (
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        str(len(site.hosts)),
-        "--node-rank",
-        str(cluster.node),
-        "--nproc-per-node",
-        str(len(site.local)),
-        "--master-addr",
-        site.coordinator,
-        "--master-port",
-        str(port),
-        "--local-addr",
-        cluster.address,
-        "--max-restarts",
-        "0",
-        "--monitor-interval",
-        "0.5",
-        *site.entry,
-    )
+        "-m", "torch.distributed.run", "--nnodes", str(len(site.hosts)), "--node-rank",
+        str(cluster.node), "--nproc-per-node", str(len(site.local)), "--master-addr",
+        site.coordinator, "--master-port", str(port), "--local-addr", cluster.address,
+        "--max-restarts", "0", "--monitor-interval", "0.5", *site.entry,
+    )  # fmt: skip
     return [
         Process(
-            LAUNCHER,
-            cluster.node,
-            args,
-            {"KBENCH_DIST_ROLE": WORKER},
-            worker_ranks=tuple(site.local),
-            pin=False,
+            LAUNCHER, cluster.node, args, {"KBENCH_DIST_ROLE": WORKER},
+            worker_ranks=tuple(site.local), pin=False,
         )
-    ]
+    ]  # fmt: skip
 
 
 def _tf_multiworker(site: Site, endpoints: Dict[str, object]) -> List[Process]:
@@ -262,9 +230,8 @@ def _tf_multiworker(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     procs = []
     for rank in site.local:
         tf_config = {
-            "cluster": {"worker": addresses},
-            "task": {"type": "worker", "index": rank},
-        }
+            "cluster": {"worker": addresses}, "task": {"type": "worker", "index": rank},
+        }  # fmt: skip
         env = dict(role_env(WORKER, rank), TF_CONFIG=json.dumps(tf_config))
         procs.append(Process(WORKER, rank, site.entry, env, worker_ranks=(rank,), pin=True))
     return procs
@@ -280,10 +247,9 @@ def _tf_ps(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     )
     coordinator, ports = site.coordinator, site.ports
     cluster_spec = {
-        "chief": [f"{coordinator}:{ports[0]}"],
-        "ps": [f"{coordinator}:{ports[1]}"],
+        "chief": [f"{coordinator}:{ports[0]}"], "ps": [f"{coordinator}:{ports[1]}"],
         "worker": [f"{coordinator}:{ports[2 + r]}" for r in range(site.workers)],
-    }
+    }  # fmt: skip
     endpoints["cluster"] = cluster_spec
 
     def tf_env(role: str, index: int) -> Dict[str, str]:
@@ -295,15 +261,10 @@ def _tf_ps(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     for rank in site.local:  # worker servers: they run the steps the chief schedules
         procs.append(
             Process(
-                WORKER,
-                rank,
-                entry,
-                tf_env(WORKER, rank),
-                primary=False,
-                worker_ranks=(rank,),
+                WORKER, rank, entry, tf_env(WORKER, rank), primary=False, worker_ranks=(rank,),
                 pin=True,
             )
-        )
+        )  # fmt: skip
     # last: it connects to the others; the run is done when it is
     procs.append(
         Process(CHIEF, 0, entry, tf_env(CHIEF, 0), worker_ranks=tuple(range(site.workers)))
@@ -334,12 +295,9 @@ def _mxnet(site: Site, endpoints: Dict[str, object]) -> List[Process]:
     """The ps-lite scheduler and server (on the coordinator's host), then the workers."""
     cluster, coordinator, port = site.cluster, site.coordinator, site.ports[0]
     dmlc = {
-        "DMLC_PS_ROOT_URI": coordinator,
-        "DMLC_PS_ROOT_PORT": str(port),
-        "DMLC_NUM_SERVER": "1",
-        "DMLC_NUM_WORKER": str(site.workers),
-        "DMLC_NODE_HOST": cluster.address,
-    }
+        "DMLC_PS_ROOT_URI": coordinator, "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": "1",
+        "DMLC_NUM_WORKER": str(site.workers), "DMLC_NODE_HOST": cluster.address,
+    }  # fmt: skip
     if cluster.ifname:
         dmlc["DMLC_INTERFACE"] = cluster.ifname
     endpoints["scheduler"] = f"{coordinator}:{port}"
@@ -356,11 +314,6 @@ def _mxnet(site: Site, endpoints: Dict[str, object]) -> List[Process]:
 
 # mode -> the processes of this host (and the endpoints they add)
 PLANNERS: Dict[str, Callable[[Site, Dict[str, object]], List[Process]]] = {
-    "torch-ddp": _torch_ddp,
-    "tf-multiworker": _tf_multiworker,
-    "tf-ps": _tf_ps,
-    "tf-mirrored": _tf_mirrored,
-    "jax": _jax,
-    "mxnet-sync": _mxnet,
-    "mxnet-async": _mxnet,
-}
+    "torch-ddp": _torch_ddp, "tf-multiworker": _tf_multiworker, "tf-ps": _tf_ps,
+    "tf-mirrored": _tf_mirrored, "jax": _jax, "mxnet-sync": _mxnet, "mxnet-async": _mxnet,
+}  # fmt: skip

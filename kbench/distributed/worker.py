@@ -32,9 +32,9 @@ import psutil
 
 from kbench.backends.base import Backend, is_out_of_memory
 from kbench.distributed.breakdown import StepLog, shard_digest, worker_summary
+from kbench.measure.processes import watch_parent
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run import worker as run_worker
-from kbench.run.parent_watch import watch_parent
 from kbench.run.protocol import WorkerTask, emit_progress
 from kbench.run.worker import task_arrays
 
@@ -176,15 +176,12 @@ def describe_model(ctx: Context, model: Any) -> Dict[str, Any]:
 
 
 def host_loop(
-    ctx: Context,
-    convert: Callable[[np.ndarray, np.ndarray], Tuple[Any, ...]],
+    ctx: Context, convert: Callable[[np.ndarray, np.ndarray], Tuple[Any, ...]],
     step: Callable[..., StepOut],
-) -> StepLog:
+) -> StepLog:  # fmt: skip
     """The steps of a host-driven engine: data (gather + convert), then the engine's step.
-
-    ``step`` returns the phases it measured and the loss read on the host, so a step
-    ends when the device is done with it.
-    """
+    ``step`` returns the phases it measured and the loss read on the host, so a step ends
+    when the device is done with it."""
     shard = ctx.shard()
     x_train, y_train = ctx.arrays["x_train"], ctx.arrays["y_train"]
     steps_log = StepLog(warmup_steps=ctx.warmup_steps)
@@ -199,25 +196,17 @@ def host_loop(
         out = step(*batch)
         end = time.perf_counter()
         steps_log.add(
-            steps_log.wall(begin),
-            steps_log.wall(end),
-            data=loaded - begin,
-            forward=out.forward,
-            backward=out.backward,
-            update=out.update,
-            loss=out.loss,
-            hits=out.hits,
-        )
+            steps_log.wall(begin), steps_log.wall(end), data=loaded - begin, forward=out.forward,
+            backward=out.backward, update=out.update, loss=out.loss, hits=out.hits,
+        )  # fmt: skip
         if (index + 1) % ctx.steps_per_epoch == 0 or index + 1 == total:
             epoch = index // ctx.steps_per_epoch
             first = epoch * ctx.steps_per_epoch
             ctx.progress(
-                "epoch",
-                epoch=epoch + 1,
-                epochs=epochs,
+                "epoch", epoch=epoch + 1, epochs=epochs,
                 loss=float(np.mean(steps_log.losses[first:])),
                 seconds=steps_log.ends[-1] - steps_log.begins[first],
-            )
+            )  # fmt: skip
         elif index == 0 or end - beat >= HEARTBEAT_S:
             beat = end
             ctx.progress("step", step=index + 1, steps=total)
@@ -246,14 +235,12 @@ def evaluate(
             loss_sum += float(-np.log(p[np.arange(len(labels)), labels]).sum())
             hits += float((p.argmax(axis=-1) == labels).sum())
     return {
-        "test_loss": loss_sum / len(x),
-        "test_accuracy": hits / len(x),
-        "test_samples": len(x),
+        "test_loss": loss_sum / len(x), "test_accuracy": hits / len(x), "test_samples": len(x),
         "eval_time_s": time.perf_counter() - started,
         "note": "evaluated on the whole test set by rank 0 (by each host's first worker across "
         "hosts; by the chief for tf-ps); the loss is the cross-entropy without the weight "
         "penalties",
-    }
+    }  # fmt: skip
 
 
 def summarize(
@@ -273,22 +260,15 @@ def summarize(
     )
     fields.update(extra)
     return worker_summary(
-        steps_log,
-        rank=rank,
-        batch_size=ctx.batch_size,
-        steps_per_epoch=ctx.steps_per_epoch,
-        method=method,
-        extra=fields,
-    )
+        steps_log, rank=rank, batch_size=ctx.batch_size, steps_per_epoch=ctx.steps_per_epoch,
+        method=method, extra=fields,
+    )  # fmt: skip
 
 
 def training_reply(
-    ctx: Context,
-    model: Any,
-    workers: List[Dict[str, Any]],
-    predict: Callable[[np.ndarray], Any],
+    ctx: Context, model: Any, workers: List[Dict[str, Any]], predict: Callable[[np.ndarray], Any],
     **more: Any,
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """What a training process replies, whatever its engine: the summaries of the workers
     it measured (:func:`summarize`), anything the engine adds (``more``), the model, and,
     on the leader (:attr:`Context.leader`), the test-set evaluation through ``predict``
@@ -297,12 +277,9 @@ def training_reply(
     reply: Dict[str, Any] = {"workers": workers, **more, "model": describe_model(ctx, model)}
     if ctx.leader:
         reply["evaluation"] = evaluate(
-            predict,
-            ctx.arrays["x_test"],
-            ctx.arrays["y_test"],
-            ctx.loss,
+            predict, ctx.arrays["x_test"], ctx.arrays["y_test"], ctx.loss,
             max(ctx.batch_size, 256),
-        )
+        )  # fmt: skip
     return reply
 
 
@@ -347,10 +324,8 @@ def main(argv=None) -> int:
         else:
             status = "oom" if is_out_of_memory(err) else "failed"
         error = {
-            "type": type(err).__name__,
-            "message": str(err),
-            "traceback": traceback.format_exc(),
-        }
+            "type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc(),
+        }  # fmt: skip
         write_json_atomic(
             reply_path, {"status": status, "role": role, "rank": rank, "error": error}
         )

@@ -91,15 +91,12 @@ def read_events(path: Path) -> List[Dict[str, Any]]:
 
 
 def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]:
-    """Training figures from events; ``{"training_observed": False, "note": ...}`` when
-    no ``fit`` ran a batch.
-
-    The measured window is that of ``kbench run``: it opens as the last warmup batch
-    of the first ``fit`` ends (as the first batch begins when ``warmup_steps`` is 0)
-    and closes as the last batch of the last ``fit`` ends; within it, time between
-    ``fit`` calls (the script's own work) is left out. ``images_per_sec`` is the
-    measured samples over that time; it is None where no batch size was known.
-    """
+    """Training figures from events; ``{"training_observed": False, "note": ...}`` when no
+    ``fit`` ran a batch. The measured window is that of ``kbench run``: it opens as the last
+    warmup batch of the first ``fit`` ends (as the first batch begins when ``warmup_steps``
+    is 0) and closes as the last batch of the last ``fit`` ends; within it, time between
+    ``fit`` calls (the script's own work) is left out. ``images_per_sec`` is the measured
+    samples over that time; it is None where no batch size was known."""
     facts = model_facts(events)
     batches = [e for e in events if e["event"] == "batch" and e.get("stage") == "train"]
     others = {
@@ -149,15 +146,13 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
         "evaluate_results": evaluated,
         "markers": {
             "fit_start": fits[0]["t"] if fits else batches[0]["t0"],
-            "first_step_start": batches[0]["t0"],
-            "first_step_end": batches[0]["t1"],
+            "first_step_start": batches[0]["t0"], "first_step_end": batches[0]["t1"],
             "warmup_end": _window_start(batches, warmup),
-            "measured_start": _window_start(batches, warmup),
-            "measured_end": batches[-1]["t1"],
+            "measured_start": _window_start(batches, warmup), "measured_end": batches[-1]["t1"],
         },
         **facts,
         **others,
-    }
+    }  # fmt: skip
 
 
 def model_facts(events: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -165,11 +160,9 @@ def model_facts(events: List[Dict[str, Any]]) -> Dict[str, Any]:
     seen = [e for e in events if e["event"] == "model"]
     last = seen[-1] if seen else {}
     return {
-        "params": last.get("params"),
-        "keras_backend": last.get("backend"),
-        "keras_version": last.get("keras_version"),
-        "model_name": last.get("name"),
-    }
+        "params": last.get("params"), "keras_backend": last.get("backend"),
+        "keras_version": last.get("keras_version"), "model_name": last.get("name"),
+    }  # fmt: skip
 
 
 def _window_start(batches: List[Dict[str, Any]], warmup: int) -> float:

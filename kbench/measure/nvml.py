@@ -75,18 +75,14 @@ class GpuState:
 
     def describe(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {
-            "index": self.index,
-            "name": self.name,
-            "memory_total_bytes": self.memory_total_bytes,
-            "pci_bus_id": self.pci_bus_id,
-            "uuid": self.uuid,
+            "index": self.index, "name": self.name, "memory_total_bytes": self.memory_total_bytes,
+            "pci_bus_id": self.pci_bus_id, "uuid": self.uuid,
             "memory_used_method": {
                 "v2": "nvmlDeviceGetMemoryInfo_v2: excludes driver-reserved memory",
                 "v1": "nvmlDeviceGetMemoryInfo (v1): includes driver-reserved memory",
             }.get(self.memory_call or ""),
-            "clock_reasons_call": self.reasons_call,
-            "processes_call": self.processes_call,
-        }
+            "clock_reasons_call": self.reasons_call, "processes_call": self.processes_call,
+        }  # fmt: skip
         if self.failed:
             out["failed"] = self.failed
         if self.unsupported:
@@ -343,13 +339,12 @@ class NvmlSource:
 
     def describe(self) -> Dict[str, Any]:
         return {
-            "available": True,
-            "devices": self.devices,
+            "available": True, "devices": self.devices,
             "unsupported": {
                 f"gpu{g.index}": dict(g.unsupported) for g in self.gpus if g.unsupported
             },
             "failed": {f"gpu{g.index}": g.failed for g in self.gpus if g.failed},
-        }
+        }  # fmt: skip
 
     def close(self) -> None:
         try:
@@ -359,12 +354,10 @@ class NvmlSource:
 
 
 def visible_devices_of(process: psutil.Process) -> Dict[str, Any]:
-    """The worker's CUDA_VISIBLE_DEVICES (None when unset), read from its environment.
-
-    Not known while the environment reads empty: just after ``Popen`` returns, the
-    kernel may still be loading the new program, whose environment is not yet in place
-    (112 of 300 reads here beside busy loops); the samplers read again until known.
-    """
+    """The worker's CUDA_VISIBLE_DEVICES (None when unset), read from its environment. Not
+    known while the environment reads empty: just after ``Popen`` returns, the kernel may
+    still be loading the new program, whose environment is not yet in place (112 of 300
+    reads here beside busy loops); the samplers read again until known."""
     try:
         environ = process.environ()
     except (psutil.Error, OSError) as err:
@@ -372,7 +365,6 @@ def visible_devices_of(process: psutil.Process) -> Dict[str, Any]:
     if not environ:
         return {"known": False, "reason": "its environment read empty (still starting?)"}
     return {
-        "known": True,
-        "CUDA_VISIBLE_DEVICES": environ.get("CUDA_VISIBLE_DEVICES"),
+        "known": True, "CUDA_VISIBLE_DEVICES": environ.get("CUDA_VISIBLE_DEVICES"),
         "CUDA_DEVICE_ORDER": environ.get("CUDA_DEVICE_ORDER"),
-    }
+    }  # fmt: skip

@@ -77,11 +77,9 @@ class PowermetricsSource:
     name = "gpu"
 
     def __init__(
-        self,
-        interval_s: float = 0.2,
-        argv: Optional[Sequence[str]] = None,
+        self, interval_s: float = 0.2, argv: Optional[Sequence[str]] = None,
         euid: Optional[int] = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if processes.SYSTEM != "Darwin":
             raise SourceUnavailable(f"powermetrics is macOS only; this is {processes.SYSTEM}")
         euid = os.geteuid() if euid is None else euid
@@ -140,13 +138,11 @@ class PowermetricsSource:
 
     def describe(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {
-            "available": True,
-            "method": METHOD,
-            "command": " ".join(self.argv),
+            "available": True, "method": METHOD, "command": " ".join(self.argv),
             "samples": self.samples,
             "active": "GPU active residency: 100 x (1 - gpu.idle_ratio) over each "
             "powermetrics interval (not NVML's kernel time)",
-        }
+        }  # fmt: skip
         if self.parse_errors:
             out["parse_errors"] = self.parse_errors[:5]
         return out

@@ -23,9 +23,8 @@ Windows has no group kill: a process the worker started and left running after t
 worker itself ended is no longer below it, so :func:`kill_tree` cannot find it there.
 
 The system is :data:`SYSTEM`, read once; tests patch it to run the other systems'
-branches here. Lives in :mod:`kbench.measure`, the floor every stage may import: the
-backends pin cores, the runner and the launchers start and stop workers, the workers
-watch their parent, and both environments have psutil.
+branches here. Lives in :mod:`kbench.measure`, the floor every stage may import, and runs
+under both environments (psutil and the standard library).
 """
 
 from __future__ import annotations
@@ -36,6 +35,9 @@ import os
 import platform
 import signal
 import subprocess
+import sys
+import threading
+import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import psutil
@@ -114,25 +116,21 @@ def kill_tree(pid: int) -> None:
 
 def stop_pid(pid: int) -> None:
     """Ask one process (not its group) to stop: SIGTERM, or TerminateProcess on Windows."""
-    if windows():
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).terminate()
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _signal_pid(pid, signal.SIGTERM, "terminate")
 
 
 def kill_pid(pid: int) -> None:
     """Kill one process: SIGKILL, or TerminateProcess on Windows."""
-    if windows():
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).kill()
-        return
+    _signal_pid(pid, getattr(signal, "SIGKILL", 9), "kill")
+
+
+def _signal_pid(pid: int, number: int, method: str) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        if windows():
+            getattr(psutil.Process(pid), method)()
+        else:
+            os.kill(pid, number)
+    except (ProcessLookupError, PermissionError, psutil.Error):
         pass
 
 
@@ -180,6 +178,33 @@ class ParentWatch:
             return psutil.Process(self.parent).create_time() != self.created
         except psutil.Error:
             return True
+
+
+def watch_parent(pid: Optional[int] = None, interval_s: float = 0.25) -> threading.Thread:
+    """A daemon thread that kills this worker's process group (itself and what it
+    started) within ``interval_s`` of its parent being gone (:class:`ParentWatch`), or,
+    given ``pid`` (a data-parallel rank, whose parent may be torchrun, watches kbench
+    itself), of that process. The runner stops its worker on Ctrl-C or a timeout, but a
+    ``kill -9`` of the runner cannot: the orphan would train on until it next wrote to
+    its closed output pipe, or to the end, and nobody would read its reply."""
+    parent = ParentWatch()
+    watched = pid or parent.parent
+    gone = parent.gone if pid is None else lambda: not alive(pid)
+
+    def watch() -> None:
+        while not gone():
+            time.sleep(interval_s)
+        try:  # the output pipe was the parent's: it may be closed
+            sys.stderr.write(f"[worker] parent process {watched} is gone; stopping\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        kill_own_group()
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="kbench-parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def describe_exit(code: int) -> str:
@@ -246,11 +271,9 @@ def usable_cores() -> int:
 
 def pin_cores(threads: int) -> Dict[str, Any]:
     """Pin this process to its first ``threads`` allowed cores when fewer than all were
-    asked for, through ``psutil.Process.cpu_affinity``.
-
-    Returns what a result records: ``cpu_affinity`` (the cores it may run on after the
-    call, or None) and, where it could not be read or set, ``cpu_affinity_reason``.
-    """
+    asked for, through ``psutil.Process.cpu_affinity``. Returns what a result records:
+    ``cpu_affinity`` (the cores it may run on after the call, or None) and, where it could
+    not be read or set, ``cpu_affinity_reason``."""
     process = psutil.Process()
     if not hasattr(process, "cpu_affinity") or SYSTEM in NO_AFFINITY_REASON:
         reason = NO_AFFINITY_REASON.get(
@@ -272,10 +295,8 @@ def pin_cores(threads: int) -> Dict[str, Any]:
 
 def peak_rss() -> Dict[str, Any]:
     """This process's peak resident memory: ``{"bytes": ..., "source": ...}``.
-
-    ``getrusage``'s ``ru_maxrss`` is in KiB on Linux and in bytes on macOS; Windows has
-    no ``resource`` module and reports the peak working set through psutil.
-    """
+    ``getrusage``'s ``ru_maxrss`` is in KiB on Linux and in bytes on macOS; Windows has no
+    ``resource`` module and reports the peak working set through psutil."""
     if windows():
         info = psutil.Process().memory_info()
         return {"bytes": int(info.peak_wset), "source": "psutil memory_info().peak_wset "

@@ -1,42 +1,32 @@
-"""Whether a measured window can be trusted: what else the machine was doing meanwhile.
+"""Whether a measured window can be trusted: what else the machine was doing meanwhile,
+read from the sampler's series (:mod:`kbench.measure.sampler`) over the window:
 
-Read from the sampler's series (:mod:`kbench.measure.sampler`) over one window (the
-measured one), nothing new is sampled:
-
-- **busy**: CPU used by processes other than the worker's tree. Per sample, the
-  machine's load (``system_cpu_percent``, percent of all cores) as cores, minus the
-  worker tree's (``process_cpu_percent``, percent of one core); averaged over the
-  window (the samples inside it and the first after it, which covers its end). What
-  counts against the run is what did not fit in the cores the run left
-  free: ``max(0, others - (machine cores - cores given)) / cores given``, where the
-  cores given are the run's ``threads`` or, unset, the machine's cores (then it is
-  simply the others' share of the machine). Flagged above ``BUSY_THRESHOLD`` (0.25,
-  ``--busy-threshold``). The parent's own sampler thread counts as "other" (about
-  1% of a core).
-- **slow clock**: the mean CPU frequency in the window against psutil's maximum;
-  flagged below ``CLOCK_FRACTION`` (0.6: all-core turbo sits below the single-core
-  maximum, so only a deep drop is flagged). Unknown where psutil has no maximum
-  (virtual machines report 0).
-- **throttled**: NVML clock event reasons of a thermal or power kind
-  (``THROTTLE_BITS``) in any sample of a GPU's ``gpuN_throttle_reasons``; idle,
-  application-clock and sync-boost reasons are not throttling.
+- **busy**: CPU used by processes other than the worker's tree: per sample, the machine's
+  load (``system_cpu_percent``, percent of all cores) as cores, minus the worker tree's
+  (``process_cpu_percent``, percent of one core), averaged over the samples inside the
+  window and the first after it (which covers its end). What counts against the run is
+  what did not fit in the cores the run left free: ``max(0, others - (machine cores -
+  cores given)) / cores given``, the cores given being the run's ``threads`` or, unset,
+  the machine's. Flagged above ``BUSY_THRESHOLD`` (``--busy-threshold``). The parent's
+  own sampler thread counts as "other" (about 1% of a core).
+- **slow clock**: the mean CPU frequency against psutil's maximum, flagged below
+  ``CLOCK_FRACTION`` (0.6: all-core turbo sits below the single-core maximum, so only a
+  deep drop is flagged); unknown where psutil has no maximum (virtual machines report 0).
+- **throttled**: NVML clock event reasons of a thermal or power kind (``THROTTLE_BITS``)
+  in any sample of ``gpuN_throttle_reasons``; idle, application-clock and sync-boost
+  reasons are not throttling.
 - **on battery**: ``power_plugged`` was 0 in any sample.
-- **shared GPU**: compute processes other than the worker's tree that NVML lists on the
-  GPUs the worker used (``gpuN_other_processes``, ``gpuN_other_memory_bytes``, read by
-  :mod:`kbench.measure.nvml` from the same process list as the worker's own memory).
-  Per GPU, the most processes and the most memory seen in any sample of the window;
-  added over the worker's GPUs. Flagged when any other process was there (at least
-  ``GPU_NEIGHBOURS``): it shares the GPU's time and memory, whatever it does. Only
-  compute processes count (a display server's graphics context does not). Unknown,
-  with the reason, where NVML listed none of the worker's PIDs (a container's PID
-  namespace: the worker itself would count as "other").
+- **shared GPU**: other compute processes that NVML lists on the GPUs the worker used
+  (``gpuN_other_processes``, ``gpuN_other_memory_bytes``): per GPU the most seen in any
+  sample, added over the worker's GPUs; flagged when any was there (``GPU_NEIGHBOURS``),
+  whatever it does. A display server's graphics context does not count. Unknown, with
+  the reason, where NVML listed none of the worker's PIDs (a container's PID namespace:
+  the worker itself would count as "other").
 
-Each figure is ``None`` where its series is missing: unknown, never fine.
-
-Before a run or sweep starts, :func:`preflight` takes a one-second sample of the
-machine's CPU load and warns if it is already above the threshold (``--wait-quiet S``
-waits up to S seconds for it to drop); ``KBENCH_SKIP_PREFLIGHT=1`` skips it (the
-tests set it, to save a second per command).
+Each figure is ``None`` where its series is missing: unknown, never fine. Before a run or
+sweep, :func:`preflight` takes a one-second sample of the machine's CPU load and warns if
+it is already busy (``--wait-quiet S`` waits up to S seconds; ``KBENCH_SKIP_PREFLIGHT=1``
+skips it, as the tests do).
 """
 
 from __future__ import annotations
@@ -56,12 +46,9 @@ BUSY_THRESHOLD = 0.25  # share of the given cores used by other processes
 CLOCK_FRACTION = 0.6  # mean CPU frequency below this share of the maximum is flagged
 # NVML clock event reasons that mean the clocks were held down (nvml.h names)
 THROTTLE_BITS: Dict[int, str] = {
-    0x4: "software power cap",
-    0x8: "hardware slowdown",
-    0x20: "software thermal slowdown",
-    0x40: "hardware thermal slowdown",
-    0x80: "power brake",
-}
+    0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown", 0x80: "power brake",
+}  # fmt: skip
 THROTTLE_SERIES = re.compile(r"^(gpu\d+)_throttle_reasons$")
 NEIGHBOUR_SERIES = re.compile(r"^gpu(\d+)_other_processes$")
 GPU_NEIGHBOURS = 1  # other compute processes on the worker's GPUs that flag a run
@@ -106,12 +93,9 @@ def _in_window(series: Dict[str, List[Any]], name: str, start: float, end: float
 def other_cores(
     series: Dict[str, List[Any]], start: float, end: float, machine_cores: int
 ) -> Tuple[Optional[float], int]:
-    """Mean CPU of everything but the worker's tree over [start, end], in cores, and
-    the samples it rests on; None where no sample with both readings covers the window.
-
-    A CPU reading is the use since the previous sample, so the samples that cover the
-    window are those inside it and the first one after it (a window shorter than the
-    sampling interval, between two samples, is covered by the one after it)."""
+    """Mean CPU of everything but the worker's tree over [start, end], in cores, and the
+    samples it rests on (those inside the window and the first after it: a reading is the
+    use since the previous one); None where no sample with both readings covers it."""
     times = series.get("t") or []
     after = next((i for i, t in enumerate(times) if t > end), None)
     picked = [i for i, t in enumerate(times) if start <= t <= end] + (
@@ -128,15 +112,11 @@ def other_cores(
 
 
 def assess(
-    series: Dict[str, List[Any]],
-    window: Optional[Sequence[Optional[float]]],
-    threads: Optional[int] = None,
-    busy_threshold: float = BUSY_THRESHOLD,
-    machine_cores: Optional[int] = None,
-    cpu_freq_max_mhz: Optional[float] = None,
-    window_name: str = "measured",
-    worker_gpus: Optional[Dict[str, Any]] = None,
-) -> Optional[Quality]:
+    series: Dict[str, List[Any]], window: Optional[Sequence[Optional[float]]],
+    threads: Optional[int] = None, busy_threshold: float = BUSY_THRESHOLD,
+    machine_cores: Optional[int] = None, cpu_freq_max_mhz: Optional[float] = None,
+    window_name: str = "measured", worker_gpus: Optional[Dict[str, Any]] = None,
+) -> Optional[Quality]:  # fmt: skip
     """The quality of ``window`` (start, end) from the sampler ``series``; None where the
     window has no edges. ``machine_cores`` and ``cpu_freq_max_mhz`` default to this
     machine's (the runner assesses right after the run, on the machine that ran it).
@@ -167,18 +147,8 @@ def assess(
         clock = sum(freqs) / len(freqs) / cpu_freq_max_mhz
         if clock < CLOCK_FRACTION:
             flags.append(f"slow clock: CPU at {clock:.0%} of its {cpu_freq_max_mhz:,.0f} MHz")
-    throttled: Dict[str, List[str]] = {}
-    for name in sorted(series):
-        match = THROTTLE_SERIES.match(name)
-        if not match:
-            continue
-        seen = 0
-        for value in _in_window(series, name, start, end):
-            seen |= int(value)
-        reasons = [text for bit, text in THROTTLE_BITS.items() if seen & bit]
-        if reasons:
-            throttled[match.group(1)] = reasons
-            flags.append(f"throttled: {match.group(1)} {', '.join(reasons)}")
+    throttled = gpu_throttled(series, start, end)
+    flags += [f"throttled: {gpu} {', '.join(reasons)}" for gpu, reasons in throttled.items()]
     plugged = _in_window(series, "power_plugged", start, end)
     battery = (min(plugged) == 0) if plugged else None
     if battery:
@@ -187,23 +157,27 @@ def assess(
     if neighbours.count is not None and neighbours.count >= GPU_NEIGHBOURS:
         flags.append(neighbours.flag())
     return Quality(
-        window=window_name,
-        samples=samples,
-        cores_given=given,
-        machine_cores=cores,
-        busy_threshold=busy_threshold,
-        other_cores=others,
-        other_share=share,
-        cpu_clock_fraction=clock,
-        cpu_freq_max_mhz=cpu_freq_max_mhz or None,
-        gpu_throttled=throttled,
-        on_battery=battery,
-        gpu_other_processes=neighbours.count,
-        gpu_other_memory_bytes=neighbours.memory_bytes,
-        gpu_neighbours=neighbours.per_gpu,
-        gpu_neighbours_reason=neighbours.reason,
-        flags=flags,
-    )
+        window=window_name, samples=samples, cores_given=given, machine_cores=cores,
+        busy_threshold=busy_threshold, other_cores=others, other_share=share,
+        cpu_clock_fraction=clock, cpu_freq_max_mhz=cpu_freq_max_mhz or None,
+        gpu_throttled=throttled, on_battery=battery, gpu_other_processes=neighbours.count,
+        gpu_other_memory_bytes=neighbours.memory_bytes, gpu_neighbours=neighbours.per_gpu,
+        gpu_neighbours_reason=neighbours.reason, flags=flags,
+    )  # fmt: skip
+
+
+def gpu_throttled(series: Dict[str, List[Any]], start: float, end: float) -> Dict[str, List[str]]:
+    """{gpuN: the throttle reasons seen in [start, end]} for each GPU that had any."""
+    throttled = {}
+    for name in sorted(series):
+        match = THROTTLE_SERIES.match(name)
+        seen = 0
+        for value in _in_window(series, name, start, end) if match else ():
+            seen |= int(value)
+        reasons = [text for bit, text in THROTTLE_BITS.items() if seen & bit]
+        if reasons:
+            throttled[match.group(1)] = reasons
+    return throttled
 
 
 @dataclass(frozen=True)
@@ -216,20 +190,14 @@ class Neighbours:
     reason: Optional[str] = None
 
     def flag(self) -> str:
-        memory = (
-            "memory unknown"
-            if self.memory_bytes is None
-            else f"using {self.memory_bytes / 2**20:,.0f} MiB"
-        )
+        known = self.memory_bytes is not None
+        memory = f"using {self.memory_bytes / 2**20:,.0f} MiB" if known else "memory unknown"
         plural = "process" if self.count == 1 else "processes"
         return f"shared GPU: {self.count} other {plural} {memory}"
 
 
 def gpu_neighbours(
-    series: Dict[str, List[Any]],
-    start: float,
-    end: float,
-    worker_gpus: Optional[Dict[str, Any]] = None,
+    series: Dict[str, List[Any]], start: float, end: float, worker_gpus: Optional[Dict] = None
 ) -> Neighbours:
     """The other processes on the worker's GPUs in [start, end] (see the module docstring)."""
     listed = {int(m.group(1)) for m in map(NEIGHBOUR_SERIES.match, series) if m}
@@ -248,9 +216,8 @@ def gpu_neighbours(
             continue
         memory = _in_window(series, f"gpu{index}_other_memory_bytes", start, end)
         per_gpu[f"gpu{index}"] = {
-            "processes": int(max(counts)),
-            "memory_bytes": int(max(memory)) if memory else None,
-        }
+            "processes": int(max(counts)), "memory_bytes": int(max(memory)) if memory else None,
+        }  # fmt: skip
     if not per_gpu:
         return Neighbours(reason="no NVML process listing inside the window")
     count = sum(gpu["processes"] for gpu in per_gpu.values())
@@ -282,11 +249,10 @@ class Preflight:
 
 
 def preflight(
-    threshold: float = BUSY_THRESHOLD,
-    wait_quiet_s: float = 0.0,
+    threshold: float = BUSY_THRESHOLD, wait_quiet_s: float = 0.0,
     sample: Callable[[], float] = lambda: psutil.cpu_percent(interval=1.0),
     clock: Callable[[], float] = time.monotonic,
-) -> Preflight:
+) -> Preflight:  # fmt: skip
     """Sample the machine's CPU load for a second; while it is above ``threshold`` and
     ``wait_quiet_s`` allows, sample again. Warns (logging) if it is still busy."""
     began = clock()
@@ -294,24 +260,18 @@ def preflight(
     samples = 1
     while load > threshold and clock() - began < wait_quiet_s:
         if samples == 1:
-            log.info(
-                "the machine is busy (%.0f%% of the CPU in use); waiting up to %.0f s for it "
-                "to quieten (--wait-quiet)",
-                load * 100,
-                wait_quiet_s,
-            )
+            log.info("the machine is busy (%.0f%% of the CPU in use); waiting up to %.0f s for "
+                     "it to quieten (--wait-quiet)", load * 100, wait_quiet_s)  # fmt: skip
         load = sample() / 100.0
         samples += 1
-    waited = clock() - began
-    busy = load > threshold
+    waited, busy = clock() - began, load > threshold
     if busy:
         log.warning(
             "the machine is already busy before the run: %.0f%% of the CPU in use by other "
             "processes%s; the numbers will be flagged if it stays so (close other work, or "
             "pass --wait-quiet SECONDS to wait for it to quieten)",
-            load * 100,
-            f" after waiting {waited:.0f} s" if wait_quiet_s else "",
-        )
+            load * 100, f" after waiting {waited:.0f} s" if wait_quiet_s else "",
+        )  # fmt: skip
     elif samples > 1:
         log.info("the machine quietened after %.0f s (%.0f%% CPU in use)", waited, load * 100)
     return Preflight(load=load, busy=busy, waited_s=waited, samples=samples)

@@ -6,27 +6,24 @@ frequency and battery, and, where NVML answers, each GPU: the fraction of time a
 kernel ran, the fraction of time device memory was read or written, device memory
 used and total, the worker's own device memory, power, the energy counter, SM clock,
 temperature and throttle reasons. RAPL energy is read where the kernel exposes it.
-On an NVIDIA Jetson the GPU is read from sysfs instead (:mod:`kbench.measure.jetson`:
-devfreq load and frequency, INA3221 power rails, NvMapMemUsed); on macOS from
-``powermetrics`` when kbench runs as root (:mod:`kbench.measure.powermetrics`), else
-it is unavailable with that reason. ``KBENCH_SYSTEM_ROOT`` moves where ``/sys``,
-``/proc`` and ``/etc`` are read (tests point it at a fake Jetson tree).
+On an NVIDIA Jetson the GPU is read from sysfs instead (:mod:`kbench.measure.jetson`);
+on macOS from ``powermetrics`` when kbench runs as root (:mod:`kbench.measure.powermetrics`).
+``KBENCH_SYSTEM_ROOT`` moves where ``/sys``, ``/proc`` and ``/etc`` are read (tests point
+it at a fake Jetson tree).
 
-A source that cannot be read (no GPU, no NVML, no RAPL) is recorded as unavailable
-with the reason; it never fails the run. A source that fails mid-run is marked failed
-with the error and not read again. How each GPU is read, and how a lost GPU or a call
-the driver lacks is told apart, is in :mod:`kbench.measure.nvml`.
+A source that cannot be read (no GPU, no NVML, no RAPL) is recorded as unavailable with
+the reason; one that fails mid-run is marked failed with the error and not read again:
+neither fails the run. How each GPU is read is in :mod:`kbench.measure.nvml`.
 
-The summary (:func:`scoped_summary`) covers only the GPUs the worker used: those on
-which NVML listed its PIDs, else those its ``CUDA_VISIBLE_DEVICES`` names, mapped to
-NVML by PCI bus id (``sources.gpu.worker_gpus`` says which and how). Energy over a
-window is a counter's increase interpolated to the window's edges, or, on boards
-without a counter, the sampled power integrated over the window.
+The summary (:func:`scoped_summary`) covers only the GPUs the worker used: those on which
+NVML listed its PIDs, else those its ``CUDA_VISIBLE_DEVICES`` names (by PCI bus id;
+``sources.gpu.worker_gpus`` says which and how). Energy over a window is a counter's
+increase interpolated to the window's edges, or, without a counter, the sampled power
+integrated over the window.
 
-The series is columnar: ``t`` (wall clock,
-seconds since the epoch, comparable with the worker's stage markers) and one list
-per metric, aligned with ``t``, ``None`` where a reading failed. Units are in the
-names; :data:`LABELS` says what each one is.
+The series is columnar: ``t`` (wall clock, seconds since the epoch, comparable with the
+worker's stage markers) and one list per metric aligned with it, ``None`` where a reading
+failed. Units are in the names; :data:`LABELS` says what each one is.
 """
 
 from __future__ import annotations
@@ -92,6 +89,14 @@ TREE_REFRESH_S = 1.0
 def process_tree(root: psutil.Process) -> List[psutil.Process]:
     try:
         return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def pid_tree(pid: int) -> List[psutil.Process]:
+    """``pid`` and its children; empty once it is gone."""
+    try:
+        return process_tree(psutil.Process(pid))
     except psutil.Error:
         return []
 
@@ -290,28 +295,22 @@ class SamplingThread:
 
 
 class Sampler:
-    """``with Sampler(pid) as s: ...``; then ``s.result(windows)``.
-
-    The processes sampled are the worker ``pid`` (with its children), or, with
-    ``per_process`` (a data-parallel run), every process :meth:`add` names as it appears
-    (workers, servers, a scheduler; torchrun's workers as they announce themselves), each
-    with its children: then each one's CPU and RSS are series of their own
-    (``worker0_process_cpu_percent``, ``server0_process_rss_bytes``), their sums are under
-    the single-process names, and where NVML lists its PIDs each one's device memory is
-    ``<name>_gpu<i>_process_memory_bytes`` (absent, never 0, where NVML does not know it).
-    A source whose ``read`` raises is marked failed with the error from then on (its
-    ``describe()`` says so) and the others go on: sampling never ends the run.
-    """
+    """``with Sampler(pid) as s: ...``; then ``s.result(windows)``. The processes sampled
+    are the worker ``pid`` (with its children), or, with ``per_process`` (a data-parallel
+    run), every process :meth:`add` names as it appears (workers, servers, a scheduler;
+    torchrun's workers as they announce themselves), each with its children: then each one's
+    CPU and RSS are series of their own (``worker0_process_cpu_percent``,
+    ``server0_process_rss_bytes``), their sums are under the single-process names, and where
+    NVML lists its PIDs each one's device memory is ``<name>_gpu<i>_process_memory_bytes``
+    (absent, never 0, where NVML does not know it). A source whose ``read`` raises is marked
+    failed with the error from then on (its ``describe()`` says so) and the others go on:
+    sampling never ends the run."""
 
     def __init__(
-        self,
-        pid: Optional[int] = None,
-        interval_s: float = 0.2,
-        nvml: Any = None,
-        clock: Callable[[], float] = time.time,
-        companions: Sequence[int] = (),
+        self, pid: Optional[int] = None, interval_s: float = 0.2, nvml: Any = None,
+        clock: Callable[[], float] = time.time, companions: Sequence[int] = (),
         per_process: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """``companions``: PIDs of processes of the same measurement that wait while this
         one runs (the other warm workers of an interleaved comparison); the GPU source
         counts them, and their children, apart from other processes."""
@@ -332,13 +331,8 @@ class Sampler:
         optional, self.unavailable = optional_sources(nvml, interval_s)
         self.sources: list = [CpuSource(), *optional]
         self.failed: Dict[str, str] = {}
-        if companions:
-            companion_pids = set()
-            for companion in companions:
-                try:
-                    companion_pids |= {p.pid for p in process_tree(psutil.Process(companion))}
-                except psutil.Error:  # a companion that already ended holds nothing
-                    pass
+        if companions:  # (process_tree of one that already ended: none)
+            companion_pids = {p.pid for c in companions for p in pid_tree(c)}
             for source in self.sources:
                 if isinstance(source, NvmlSource):
                     source.companion_pids = companion_pids
@@ -371,11 +365,9 @@ class Sampler:
         close_sources(self.sources)
 
     def _tree(self, name: str) -> List[psutil.Process]:
-        """A process and its children, rescanned at most every TREE_REFRESH_S.
-
-        Finding children reads every process on the machine (about 1 ms here, most of a
-        sample's cost); a worker's children rarely change, so the list is reused.
-        """
+        """A process and its children, rescanned at most every TREE_REFRESH_S: finding
+        children reads every process on the machine (about 1 ms, most of a sample's cost),
+        and a worker's children rarely change."""
         now = time.monotonic()
         if now - self._tree_at.get(name, float("-inf")) >= TREE_REFRESH_S:
             self._trees[name] = process_tree(self._roots[name])
@@ -422,9 +414,7 @@ class Sampler:
         with self._lock:
             visible = list(self.visible.values())
         names = sorted({key for row in rows for key in row} - {"t"})
-        series = {"t": [row["t"] for row in rows]}
-        for name in names:
-            series[name] = [row.get(name) for row in rows]
+        series = {"t": [row["t"] for row in rows]} | {n: [r.get(n) for r in rows] for n in names}
         sources = describe_sources(self.sources, self.failed, self.unavailable)
         summary = scoped_summary(series, windows or {}, self.sources, visible, sources)
         return SamplerResult(
@@ -484,19 +474,13 @@ GPU_SERIES = re.compile(r"^gpu(\d+)_")
 
 
 def scoped_summary(
-    series: Dict[str, List[Any]],
-    windows: Dict[str, Any],
-    sources: list,
-    visible: List[Dict[str, Any]],
-    described: Dict[str, Dict[str, Any]],
-) -> Dict[str, Dict[str, Dict[str, Any]]]:
-    """:func:`summarize` over the non-GPU series and the GPUs the worker used only.
-
-    Which GPUs those are, and how that was found, goes to ``described["gpu"]
-    ["worker_gpus"]``. For each GPU used, a window without the worker's own memory or
-    without energy (neither counter nor power) gets an entry ``{"samples": 0,
-    "reason": ...}`` for that series: unknown, with why, never 0.
-    """
+    series: Dict[str, List[Any]], windows: Dict[str, Any], sources: list,
+    visible: List[Dict[str, Any]], described: Dict[str, Dict[str, Any]],
+) -> Dict[str, Dict[str, Dict[str, Any]]]:  # fmt: skip
+    """:func:`summarize` over the non-GPU series and the GPUs the worker used only (which,
+    and how that was found: ``described["gpu"]["worker_gpus"]``). For each GPU used, a
+    window without the worker's own memory or without energy gets ``{"samples": 0,
+    "reason": ...}`` for that series: unknown, with why, never 0."""
     gpu = next((s for s in sources if isinstance(s, NvmlSource)), None)
     if gpu is None:
         return summarize(series, windows)
@@ -568,15 +552,12 @@ def integral(points: List[Tuple[float, float]], start: float, end: float) -> flo
 def summarize(
     series: Dict[str, List[Any]], windows: Dict[str, Any]
 ) -> Dict[str, Dict[str, Dict[str, Any]]]:
-    """Mean and max of each series inside each window ``name -> (start, end)``.
-
-    Counters (energy) get ``increase`` instead: the counter interpolated to the
-    window's end minus the counter interpolated to its start, from the samples inside
-    and the nearest one on either side. Power (``*power_w``) also gets ``integral_j``:
-    the sampled power integrated over the window the same way, the energy where a board
-    has no counter. ``covered_fraction`` says how much of the window lay between
-    samples (beyond them the first or last reading is held).
-    """
+    """Mean and max of each series inside each window ``name -> (start, end)``. Counters
+    (energy) get ``increase`` instead: the counter interpolated to the window's end minus
+    it at its start, from the samples inside and the nearest one on either side. Power
+    (``*power_w``) also gets ``integral_j``, the power integrated over the window the
+    same way (the energy where a board has no counter). ``covered_fraction``: how much of
+    the window lay between samples (beyond them the first or last reading is held)."""
     times = series.get("t", [])
     out: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for window, bounds in windows.items():
@@ -599,17 +580,15 @@ def summarize(
                     continue
                 stats[name] = {
                     "increase": value_at(near, end) - value_at(near, start),
-                    "samples": len(picked),
-                    "covered_fraction": max(0.0, min(1.0, covered)),
-                }
+                    "samples": len(picked), "covered_fraction": max(0.0, min(1.0, covered)),
+                }  # fmt: skip
                 continue
             if not picked:
                 continue
             stats[name] = {
-                "mean": float(sum(picked) / len(picked)),
-                "max": float(max(picked)),
+                "mean": float(sum(picked) / len(picked)), "max": float(max(picked)),
                 "samples": len(picked),
-            }
+            }  # fmt: skip
             if name.endswith("power_w") and len(near) >= 2:
                 stats[name]["integral_j"] = integral(near, start, end)
                 stats[name]["covered_fraction"] = max(0.0, min(1.0, covered))

@@ -1,6 +1,7 @@
 """Summary statistics over raw measurements: percentiles (of values, and of per-step
-rates: :func:`rate_percentiles`), and a distribution-free confidence interval on the
-median (:class:`MedianInterval`, the one interval type kbench has).
+rates: :func:`rate_percentiles`), a distribution-free confidence interval on the median
+(:class:`MedianInterval`, the one interval type kbench has), and when to stop measuring
+(:class:`PrecisionTracker`).
 
 **The median's interval, from order statistics.** With ``n`` values sorted,
 ``x_(1) <= ... <= x_(n)``, the pair ``(x_(j), x_(n+1-j))`` holds the true median with
@@ -13,17 +14,37 @@ binomial tail is summed from its largest term down in floating point (terms from
 ``lgamma``), so thousands of values cost microseconds. Step times of one process are
 not quite independent (a busy second slows several steps): read the interval as the
 spread of this run's steps, not of the machine's weather.
+
+**When to stop measuring** (``--target-precision P``, ``--time-budget S``). A
+:class:`PrecisionTracker` is fed the begin and end of every measured step (a training
+step, an inference pass, one call of an operation) and stops measuring at the first of:
+*precision reached*, the interval on the median throughput (items per step over the
+step's time; ``items / time`` reverses the order, so the slowest bound step gives the low
+throughput) within ``±P`` of the median (it needs at least 6 steps); *budget spent*, ``S``
+seconds since the first measured step began; *steps exhausted*, the caller ran out of
+steps (data and epochs, ``--duration``, ``--calls``) before either. The interval is
+checked after ``MIN_STEPS`` steps, then every ``CHECK_EVERY`` steps or every tenth of the
+steps so far, whichever is more (a check sorts the step times); the budget at every step.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 LEVEL = 0.95
+PRECISION_REACHED = "precision reached"
+BUDGET_SPENT = "budget spent"
+STEPS_EXHAUSTED = "steps exhausted"
+MIN_STEPS = 6  # the fewest values whose order-statistics interval reaches 95%
+CHECK_EVERY = 5
+METHOD = (
+    "order statistics: (x_(j), x_(n+1-j)) of the sorted step times, the largest j with "
+    "1 - 2 P(Binomial(n, 1/2) < j) >= 95%, as throughput"
+)
 
 
 def percentiles(values: Sequence[float], qs=(10, 50, 90)) -> Dict[str, float]:
@@ -126,3 +147,106 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> Optional[M
     j = order_statistic_rank(n, level)
     coverage = 1 - 2 * binomial_below(j, n)
     return MedianInterval(middle, float(ordered[j - 1]), float(ordered[n - j]), coverage, n)
+
+
+@dataclass(frozen=True)
+class PrecisionGoal:
+    """What to measure until: ``target`` (relative half-width of the interval on the
+    median throughput, e.g. 0.02) and ``budget_s`` (seconds of measuring); None: no
+    such limit."""
+
+    target: Optional[float] = None
+    budget_s: Optional[float] = None
+
+    @property
+    def active(self) -> bool:
+        return self.target is not None or self.budget_s is not None
+
+    @classmethod
+    def from_config(cls, config: Dict[str, Any]) -> PrecisionGoal:
+        """The goal in a run's or ``kbench ops``' config dict (``target_precision``,
+        ``time_budget_s``; absent in configs written before they existed)."""
+        return cls(config.get("target_precision"), config.get("time_budget_s"))
+
+
+class StopMeasuring(Exception):
+    """Raised from inside a backend's step loop (through the step clock) when the goal
+    is met; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PrecisionTracker:
+    """Feed :meth:`add` each measured step; it answers why to stop, or None."""
+
+    def __init__(
+        self, goal: PrecisionGoal, items_per_step: float = 1.0, min_steps: int = MIN_STEPS,
+        check_every: int = CHECK_EVERY,
+    ) -> None:  # fmt: skip
+        self.goal = goal
+        self.items_per_step = items_per_step
+        self.min_steps = max(min_steps, 2)
+        self.check_every = max(check_every, 1)
+        self.times: List[float] = []
+        self.started: Optional[float] = None
+        self.elapsed_s = 0.0
+        self.checks = 0
+        self.stopped: Optional[str] = None
+        self._next_check = self.min_steps
+
+    def add(self, begin: float, end: float) -> Optional[str]:
+        """Record one step (``perf_counter`` times); the reason to stop now, or None."""
+        if self.started is None:
+            self.started = begin
+        self.times.append(end - begin)
+        self.elapsed_s = end - self.started
+        goal = self.goal
+        n = len(self.times)
+        if goal.target is not None and n >= self._next_check:
+            self._next_check = n + max(self.check_every, n // 10)
+            self.checks += 1
+            if self.half_width() <= goal.target:
+                self.stopped = PRECISION_REACHED
+                return self.stopped
+        if goal.budget_s is not None and self.elapsed_s >= goal.budget_s:
+            self.stopped = BUDGET_SPENT
+            return self.stopped
+        return None
+
+    def interval(self) -> Optional[MedianInterval]:
+        """The interval on the median throughput (items per second) of the steps so far."""
+        times = median_interval(self.times, LEVEL)
+        if times is None or times.low <= 0:
+            return None
+        items = self.items_per_step
+        return MedianInterval(
+            median=items / times.median, low=items / times.high, high=items / times.low,
+            coverage=times.coverage, n=times.n,
+        )  # fmt: skip
+
+    def half_width(self) -> float:
+        """The interval's larger distance from the median, relative to it (inf if none)."""
+        found = self.interval()
+        if found is None or found.coverage < LEVEL:
+            return math.inf
+        return max(found.high / found.median - 1.0, 1.0 - found.low / found.median)
+
+    def record(self) -> Dict[str, Any]:
+        """What a result keeps: the goal, why measuring stopped, the interval reached."""
+        found = self.interval()
+        width = self.half_width()
+        return {
+            "target": self.goal.target, "time_budget_s": self.goal.budget_s,
+            "stopped": self.stopped or STEPS_EXHAUSTED, "measured_steps": len(self.times),
+            "measured_s": self.elapsed_s, "checks": self.checks,
+            "interval": None if found is None else found.to_dict(),
+            "half_width": None if math.isinf(width) else width, "level": LEVEL, "method": METHOD,
+        }  # fmt: skip
+
+
+def tracker_for(config: Dict[str, Any], items_per_step: float) -> Optional[PrecisionTracker]:
+    """A tracker for a config that asks for a target or a budget; None otherwise."""
+    goal = PrecisionGoal.from_config(config)
+    return PrecisionTracker(goal, items_per_step) if goal.active else None

@@ -41,11 +41,9 @@ def parse_cpuinfo(text: str, machine: str) -> Dict[str, Any]:
     implementer = fields.get("CPU implementer", "").lower()
     return {
         "vendor": fields.get("vendor_id") or ARM_IMPLEMENTERS.get(implementer, implementer or None),
-        "model": fields.get("model name") or fields.get("Model") or None,
-        "architecture": machine,
-        "features": [name for name in KERNEL_FEATURES if name in flags],
-        "source": "/proc/cpuinfo",
-    }
+        "model": fields.get("model name") or fields.get("Model") or None, "architecture": machine,
+        "features": [name for name in KERNEL_FEATURES if name in flags], "source": "/proc/cpuinfo",
+    }  # fmt: skip
 
 
 def _sysctl(name: str) -> Optional[str]:
@@ -58,12 +56,10 @@ def _sysctl(name: str) -> Optional[str]:
 
 @functools.lru_cache(maxsize=1)
 def cpu_features() -> Dict[str, Any]:
-    """The CPU's vendor, model and the features in :data:`KERNEL_FEATURES` it has.
-
-    Linux reads ``/proc/cpuinfo``; macOS asks ``sysctl`` (an Apple chip always has NEON,
-    named ``asimd`` as Linux names it); elsewhere the features are unknown (``None``),
-    which says so instead of claiming none.
-    """
+    """The CPU's vendor, model and the features in :data:`KERNEL_FEATURES` it has. Linux
+    reads ``/proc/cpuinfo``; macOS asks ``sysctl`` (an Apple chip always has NEON, named
+    ``asimd`` as Linux names it); elsewhere the features are unknown (``None``), which says
+    so instead of claiming none."""
     machine = platform.machine()
     try:
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text(), machine)
@@ -86,12 +82,10 @@ def cpu_features() -> Dict[str, Any]:
 
 
 def gpu_info() -> Dict[str, Any]:
-    """GPUs as NVML sees them, or why it cannot see any.
-
-    An NVML error after ``nvmlInit`` (a GPU whose handle needs permissions, a GPU that
-    is lost) marks that device with the error instead of failing the description; the
-    driver's version likewise. Any other device is described as usual.
-    """
+    """GPUs as NVML sees them, or why it cannot see any. An NVML error after ``nvmlInit`` (a
+    GPU whose handle needs permissions, a GPU that is lost) marks that device with the error
+    instead of failing the description; the driver's version likewise. Any other device is
+    described as usual."""
     try:
         import pynvml
     except ImportError:
@@ -138,9 +132,8 @@ def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
                 device.setdefault("errors", {})[key] = f"{type(err).__name__}: {err}"
         devices.append(device)
     info: Dict[str, Any] = {
-        "available": any("error" not in d for d in devices),
-        "devices": devices,
-    }
+        "available": any("error" not in d for d in devices), "devices": devices,
+    }  # fmt: skip
     if devices and not info["available"]:
         info["reason"] = "no GPU could be read: " + "; ".join(
             f"GPU {d['index']}: {d['error']}" for d in devices
@@ -219,12 +212,10 @@ print(json.dumps({"gflops_per_sec": 2 * n**3 / min(times) / 1e9}))
 
 @functools.lru_cache(maxsize=8)
 def cpu_matmul_peak(threads: int) -> Dict[str, Any]:
-    """float32 matrix-multiply speed of this CPU with ``threads`` threads, measured.
-
-    The reference for "fraction of peak" on CPU: numpy's BLAS, 1024x1024, best of 10
-    (the same peak as 2048x2048 in a third of the time, measured on 2 cores), in a
-    fresh process with the thread variables a worker gets.
-    """
+    """float32 matrix-multiply speed of this CPU with ``threads`` threads, measured. The
+    reference for "fraction of peak" on CPU: numpy's BLAS, 1024x1024, best of 10 (the same
+    peak as 2048x2048 in a third of the time, measured on 2 cores), in a fresh process with
+    the thread variables a worker gets."""
     env = dict(os.environ)
     env.update({key: str(threads) for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                               "MKL_NUM_THREADS")})  # fmt: skip
@@ -237,11 +228,9 @@ def cpu_matmul_peak(threads: int) -> Dict[str, Any]:
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as err:
         return {"available": False, "reason": f"matmul peak not measured: {err}"}
     return {
-        "available": True,
-        "gflops_per_sec": measured["gflops_per_sec"],
-        "threads": threads,
+        "available": True, "gflops_per_sec": measured["gflops_per_sec"], "threads": threads,
         "method": "numpy float32 1024x1024 matmul, best of 10, fresh process",
-    }
+    }  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1)

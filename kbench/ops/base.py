@@ -14,7 +14,7 @@ reference (a mismatch is not timed), then times it: ``warmup`` calls, then
 ``repeats`` calls, each followed by :meth:`OpsBackend.sync` so that the clock stops
 only when the device is done, with Python's garbage collector paused (as
 ``timeit`` does). With ``--target-precision`` / ``--time-budget`` the calls stop as
-soon as :class:`kbench.measure.precision.PrecisionTracker` says so, ``repeats`` being
+soon as :class:`kbench.measure.stats.PrecisionTracker` says so, ``repeats`` being
 the most, and the entry keeps the tracker's record under ``precision``.
 
 Standard library and numpy only, as :mod:`kbench.ops.spec`.
@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional,
 
 import numpy as np
 
-from kbench.measure.precision import PrecisionGoal, PrecisionTracker
-from kbench.measure.stats import percentiles
+from kbench.measure.stats import PrecisionGoal, PrecisionTracker, percentiles
 from kbench.ops.spec import OpSpec, check
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -77,7 +77,7 @@ class OpsConfig:
     seed: int = 0
     max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
     # time each operation until its median's 95% interval is within +-target_precision
-    # or time_budget_s is spent; repeats is then the most calls (kbench.measure.precision)
+    # or time_budget_s is spent; repeats is then the most calls (kbench.measure.stats)
     target_precision: Optional[float] = None
     time_budget_s: Optional[float] = None
 

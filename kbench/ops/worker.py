@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Type
 
 from kbench.backends.base import is_out_of_memory
-from kbench.measure.precision import PrecisionGoal
+from kbench.measure.processes import watch_parent
+from kbench.measure.stats import PrecisionGoal
 from kbench.ops.base import OpsBackend, measure, summarize
 from kbench.ops.spec import OPS
 from kbench.results.jsonfile import read_json, write_json_atomic
-from kbench.run.parent_watch import watch_parent
 from kbench.run.protocol import WorkerReply, emit_progress
 
 log = logging.getLogger("kbench.ops.worker")

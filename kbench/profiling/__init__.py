@@ -70,9 +70,8 @@ _COMMON = (
 # Keras layer name -> common name, for frameworks that split a layer into primitive
 # ops (TensorFlow's BatchNormalization is moments, sub, mul...).
 _LAYERS = (
-    (re.compile(r"batch_normalization"), "batch_norm"),
-    (re.compile(r"^lstm"), "lstm_cell"),
-)
+    (re.compile(r"batch_normalization"), "batch_norm"), (re.compile(r"^lstm"), "lstm_cell"),
+)  # fmt: skip
 
 
 def common_name(op: str, phase: str, layer: Optional[str] = None) -> Optional[str]:
@@ -156,33 +155,23 @@ def summarize(ops: List[OpTime], steps: int, top: int = TOP_OPS) -> Dict[str, An
     ranked = sorted(grouped.items(), key=lambda item: -item[1]["seconds"])[:top]
     top_ops = [
         TopOp(
-            op=op,
-            phase=phase,
-            common=entry["common"],
-            seconds=entry["seconds"],
+            op=op, phase=phase, common=entry["common"], seconds=entry["seconds"],
             share=entry["seconds"] / total if total else 0.0,
             calls_per_step=entry["calls"] / steps,
             layers=sorted(entry["layers"], key=lambda name: -entry["layers"][name])[:5],
         )
         for (op, phase), entry in ranked
-    ]
+    ]  # fmt: skip
     return {
-        "op_time_s": total,
-        "phases_s": phases,
+        "op_time_s": total, "phases_s": phases,
         "common_ops_s": dict(sorted(common.items(), key=lambda item: -item[1])),
         "top_ops": top_ops,
-    }
+    }  # fmt: skip
 
 
 def profile_model(
-    backend: Any,
-    model: Any,
-    arrays: Dict[str, Any],
-    *,
-    mode: str,
-    batch_size: int,
-    steps: int,
-) -> Dict[str, Any]:
+    backend: Any, model: Any, arrays: Dict[str, Any], *, mode: str, batch_size: int, steps: int,
+) -> Dict[str, Any]:  # fmt: skip
     """Run ``steps`` steps of the trained model under the backend's profiler; the
     result's ``profile`` section. Never raises: a failing profiler is reported."""
     training = mode == "train"

@@ -40,42 +40,40 @@ class XSpaceError(ValueError):
     """The file is not an XSpace this reader understands."""
 
 
+def _varint(buf: bytes, pos: int) -> Tuple[int, int]:
+    """The varint at ``pos``, and the position after it."""
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise XSpaceError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
 def _fields(buf: bytes) -> Iterator[Tuple[int, int, Value]]:
     """(field number, wire type, value) of each field of one message."""
     pos, end = 0, len(buf)
-
-    def varint() -> int:
-        nonlocal pos
-        shift = result = 0
-        while True:
-            if pos >= end:
-                raise XSpaceError("truncated varint")
-            byte = buf[pos]
-            pos += 1
-            result |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return result
-            shift += 7
-
     while pos < end:
-        key = varint()
+        key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
-        width = {1: 8, 5: 4}.get(wire) or (varint() if wire == 2 else 0)
-        if pos + width > end:
-            raise XSpaceError(f"field {number} runs past the end of its message")
         if wire == 0:
-            yield number, wire, varint()
-        elif wire == 1:
-            yield number, wire, buf[pos : pos + 8]
-            pos += 8
-        elif wire == 2:
-            yield number, wire, buf[pos : pos + width]
-            pos += width
-        elif wire == 5:
-            yield number, wire, buf[pos : pos + 4]
-            pos += 4
+            value, pos = _varint(buf, pos)
+            yield number, wire, value
+            continue
+        if wire == 2:
+            width, pos = _varint(buf, pos)
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
         else:
             raise XSpaceError(f"unsupported wire type {wire} in field {number}")
+        if pos + width > end:
+            raise XSpaceError(f"field {number} runs past the end of its message")
+        yield number, wire, buf[pos : pos + width]
+        pos += width
 
 
 def _message(buf: bytes) -> Dict[int, List[Value]]:
@@ -108,15 +106,8 @@ def _packed_ints(values: List[Value]) -> List[int]:
             continue
         pos = 0
         while pos < len(value):
-            shift = result = 0
-            while True:
-                byte = value[pos]
-                pos += 1
-                result |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-            out.append(result)
+            number, pos = _varint(value, pos)
+            out.append(number)
     return out
 
 
@@ -194,12 +185,10 @@ def _plane(raw: bytes) -> XPlane:
             stats.update(_stats(event.get(EVENT_STATS, []), stat_names))
             events.append(
                 XEvent(
-                    name=event_names.get(key, "?"),
-                    offset_ps=_int(event, EVENT_OFFSET_PS),
-                    duration_ps=_int(event, EVENT_DURATION_PS),
-                    stats=stats,
+                    name=event_names.get(key, "?"), offset_ps=_int(event, EVENT_OFFSET_PS),
+                    duration_ps=_int(event, EVENT_DURATION_PS), stats=stats,
                 )
-            )
+            )  # fmt: skip
         _set_self_times(events)
         lines.append(XLine(name=_text(line, LINE_NAME), events=events))
     metadata = {}

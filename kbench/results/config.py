@@ -630,7 +630,7 @@ class RunConfig:
         metavar="N", group=PROFILER,
     )  # fmt: skip
     # measure until the median throughput's 95% interval is within +-target_precision
-    # of it, or time_budget_s seconds of measuring are spent (kbench.measure.precision)
+    # of it, or time_budget_s seconds of measuring are spent (kbench.measure.stats)
     target_precision: Optional[float] = setting(
         None,
         "keep measuring {unit} until the median throughput's 95%% confidence interval "

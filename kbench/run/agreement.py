@@ -51,13 +51,10 @@ def unchecked(reference: str, why: str) -> Dict[str, Any]:
 
 
 def same_start(
-    reference: str,
-    reference_check: Optional[Dict[str, Any]],
-    backend: str,
-    check: Optional[Dict[str, Any]],
-    tolerance: Tolerance = FLOAT32,
+    reference: str, reference_check: Optional[Dict[str, Any]], backend: str,
+    check: Optional[Dict[str, Any]], tolerance: Tolerance = FLOAT32,
     layer_types: Sequence[str] = (),
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """The parity record of a warm worker of ``backend`` that started from the initial
     weights ``reference`` (a backend) started from: its ``check`` (the outputs on the same
     test rows before training, the losses of the warmup steps as ``fit`` logged them, or
@@ -70,14 +67,11 @@ def same_start(
     losses = step_losses(check["losses"], BACKENDS[backend].logs_mean_loss)
     reference_losses = step_losses(reference_check["losses"], BACKENDS[reference].logs_mean_loss)
     record: Dict[str, Any] = {
-        "checked": True,
-        "reference": reference,
-        "is_reference": backend == reference,
-        "rows": len(check["outputs"]),
-        "steps": len(losses),
+        "checked": True, "reference": reference, "is_reference": backend == reference,
+        "rows": len(check["outputs"]), "steps": len(losses),
         "tolerance": {"output_atol": tolerance.output_atol, "loss_rtol": tolerance.loss_rtol},
         "notes": known_differences(backend, layer_types),
-    }
+    }  # fmt: skip
     try:
         figures = differences(
             reference_check["outputs"], check["outputs"], reference_losses, losses, tolerance

@@ -128,19 +128,11 @@ class Worker:
 
     @classmethod
     def launch(
-        cls,
-        command: Sequence[str],
-        env: Dict[str, str],
-        cwd: Path,
-        log_to: Union[Path, LogWriter],
-        *,
-        name: str,
-        progress_of: Any = None,
-        on_progress: Optional[OnProgress] = None,
-        channel: bool = False,
-        prefix: str = "",
+        cls, command: Sequence[str], env: Dict[str, str], cwd: Path,
+        log_to: Union[Path, LogWriter], *, name: str, progress_of: Any = None,
+        on_progress: Optional[OnProgress] = None, channel: bool = False, prefix: str = "",
         read_output: Optional[Callable[[Any], None]] = None,
-    ) -> Worker:
+    ) -> Worker:  # fmt: skip
         """Start ``command``: output to ``log_to`` (a path: a log of its own), each line
         after ``prefix``, progress events to ``on_progress(progress_of, event)``; with
         ``channel``, commands on stdin and a reply pipe. ``read_output(stdout)``: the
@@ -323,13 +315,9 @@ class Worker:
 
 
 def relay_output(
-    stream: Any,
-    log_file: LogWriter,
-    tail: collections.deque,
-    prefix: str = "",
-    progress_of: Any = None,
-    on_progress: Optional[OnProgress] = None,
-) -> None:
+    stream: Any, log_file: LogWriter, tail: collections.deque, prefix: str = "",
+    progress_of: Any = None, on_progress: Optional[OnProgress] = None,
+) -> None:  # fmt: skip
     """A reader thread's target: each line of a worker's output into its log; progress
     events to ``on_progress``, every other line into ``tail`` (the log's last lines).
     The pipe is closed at its end (left open, each run leaked a file object)."""
@@ -363,14 +351,9 @@ def start_sampler(
 
 
 def supervise(
-    command: List[str],
-    env: Dict[str, str],
-    cwd: Path,
-    log_path: Path,
-    config: Any,
-    on_progress: Optional[OnProgress] = None,
-    nvml: Any = None,
-) -> Outcome:
+    command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
+    on_progress: Optional[OnProgress] = None, nvml: Any = None,
+) -> Outcome:  # fmt: skip
     """Run ``command`` to its end, without a channel: its log and progress, its sampler,
     stopped past ``config.timeout_s``. ``config`` needs only ``label()``, ``timeout_s``
     and ``sample_interval_s`` (``kbench ops`` passes its own)."""

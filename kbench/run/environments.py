@@ -109,10 +109,8 @@ def keras_config(backend: str, data_format: Optional[str]) -> Dict[str, Any]:
 
 def import_root(directory: Path) -> Path:
     """A folder for PYTHONPATH that exposes kbench and kbench_models to any interpreter.
-
-    Workers may run under interpreters where kbench is not installed (the MXNet
-    environment, or one named by KBENCH_PYTHON_*), so they import it from here.
-    """
+    Workers may run under interpreters where kbench is not installed (the MXNet environment,
+    or one named by KBENCH_PYTHON_*), so they import it from here."""
     directory.mkdir(parents=True, exist_ok=True)
     folders = (("kbench", PROJECT_ROOT / "kbench"), ("kbench_models", kbench_models_folder()))
     for name, folder in folders:
@@ -127,18 +125,12 @@ def kbench_models_folder() -> Path:
 
 
 def process_environment(
-    backend: str,
-    run_dir: Path,
-    python_path: Path,
-    threads: int,
-    data_format: Optional[str],
+    backend: str, run_dir: Path, python_path: Path, threads: int, data_format: Optional[str],
     device: str = "auto",
-) -> Tuple[Dict[str, str], Dict[str, Any]]:
+) -> Tuple[Dict[str, str], Dict[str, Any]]:  # fmt: skip
     """The environment variables of a worker process, and the keras.json it will read.
-
-    Returns (full environment, keras.json contents). The keras.json is written to a
-    fresh ``run_dir/keras_home``.
-    """
+    Returns (full environment, keras.json contents). The keras.json is written to a fresh
+    ``run_dir/keras_home``."""
     config = keras_config(backend, data_format)
     keras_home = run_dir / "keras_home"
     keras_home.mkdir(parents=True, exist_ok=True)
@@ -149,13 +141,10 @@ def process_environment(
     # PYTHONPATH it may have its packages on, an environment of envs/ is complete as built
     inherited = os.environ.get("PYTHONPATH") if os.environ.get(override_variable(backend)) else None
     env.update(
-        KERAS_BACKEND=backend,
-        KERAS_HOME=str(keras_home),
+        KERAS_BACKEND=backend, KERAS_HOME=str(keras_home),
         PYTHONPATH=os.pathsep.join(filter(None, [str(python_path), inherited])),
-        PYTHONUNBUFFERED="1",
-        OMP_NUM_THREADS=str(threads),
-        MKL_NUM_THREADS=str(threads),
-    )
+        PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+    )  # fmt: skip
     if not os.environ.get(override_variable(backend)):  # its CUDA libraries (mxnet-cu112)
         env = loader_environment(env, envs_dir() / BACKENDS[backend].environment)
     if device == "cpu":  # every framework, CUDA builds included, then sees no GPU
@@ -166,30 +155,24 @@ def process_environment(
 def recorded_variables(env: Dict[str, str], backend: str) -> Dict[str, str]:
     """The variables kbench set for a worker, as a result records them, and those of the
     user's that change what it measures (JAX's persistent compilation cache, XLA's flags)."""
-    keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES"]
-    keys += ["JAX_PLATFORMS"]
     spec = BACKENDS[backend]
-    keys += list(spec.process_env)
+    keys = ["KERAS_BACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+            "JAX_PLATFORMS", *spec.process_env]  # fmt: skip
     if spec.recorded_variable_prefixes:
         keys += [key for key in env if key.startswith(spec.recorded_variable_prefixes)]
     return {key: env[key] for key in keys if key in env}
 
 
 def probe(
-    backend: str,
-    models: Sequence[str] = (),
-    data_format: Optional[str] = None,
-    timeout_s: float = 600,
-    other_formats: Sequence[str] = (),
-) -> Dict[str, Any]:
+    backend: str, models: Sequence[str] = (), data_format: Optional[str] = None,
+    timeout_s: float = 600, other_formats: Sequence[str] = (),
+) -> Dict[str, Any]:  # fmt: skip
     """Start ``backend`` as a worker would and report what it is (see kbench.run.probe).
-
-    ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with
-    its parameter count and output shape, and again for each of ``other_formats``
-    (``models_by_format``: one process builds them in every format; a sequence model,
-    which reads no data format, only in the first). Never raises for
-    a backend that cannot start: the report says ``ok: False`` and why.
-    """
+    ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with its
+    parameter count and output shape, and again for each of ``other_formats``
+    (``models_by_format``: one process builds them in every format; a sequence model, which
+    reads no data format, only in the first). Never raises for a backend that cannot start:
+    the report says ``ok: False`` and why."""
     try:
         interpreter = interpreter_for(backend)
     except EnvironmentMissing as err:
@@ -209,8 +192,6 @@ def probe(
             return json.loads(line)
     tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
     return {
-        "backend": backend,
-        "ok": False,
-        "executable": str(interpreter),
+        "backend": backend, "ok": False, "executable": str(interpreter),
         "error": f"probe exited with {done.returncode}: {' | '.join(tail)}",
-    }
+    }  # fmt: skip

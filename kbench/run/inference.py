@@ -6,7 +6,7 @@ arrays, so each call's time covers the device's work: ``warmup_steps`` passes
 each timed. Throughput is measured batches over measured time; latency is per batch.
 
 With ``--target-precision P`` the passes go on until the 95% interval on the median
-throughput is within ±P (:mod:`kbench.measure.precision`) or ``--time-budget`` is
+throughput is within ±P (:mod:`kbench.measure.stats`) or ``--time-budget`` is
 spent; without a budget, ``duration_s`` bounds the run ("steps exhausted"). With a
 budget alone, passes run for the budget.
 """
@@ -20,8 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from kbench.measure.precision import PrecisionTracker
-from kbench.measure.stats import percentiles
+from kbench.measure.stats import PrecisionTracker, percentiles
 from kbench.run.protocol import emit_progress
 
 
@@ -52,18 +51,10 @@ class InferenceMetrics:
 
 
 def infer(
-    backend: Any,
-    model: Any,
-    arrays: Dict[str, np.ndarray],
-    *,
-    batch_size: int,
-    warmup_steps: int,
-    duration_s: float,
-    process_start: float,
-    import_time_s: float,
-    build_time_s: float,
+    backend: Any, model: Any, arrays: Dict[str, np.ndarray], *, batch_size: int, warmup_steps: int,
+    duration_s: float, process_start: float, import_time_s: float, build_time_s: float,
     tracker: Optional[PrecisionTracker] = None,
-) -> InferenceMetrics:
+) -> InferenceMetrics:  # fmt: skip
     forward = _Passes(backend, model, _fixed_batch(arrays, batch_size))
     start_wall = time.time()
     first = forward()
@@ -94,13 +85,11 @@ def infer(
         memory=backend.memory_readings(),
         precision=None if tracker is None else tracker.record(),
         markers={
-            "fit_start": start_wall,
-            "first_step_end": first_end_wall,
-            "warmup_end": measured_start_wall,
-            "measured_start": measured_start_wall,
+            "fit_start": start_wall, "first_step_end": first_end_wall,
+            "warmup_end": measured_start_wall, "measured_start": measured_start_wall,
             "measured_end": measured_end_wall,
         },
-    )
+    )  # fmt: skip
 
 
 def _fixed_batch(arrays: Dict[str, np.ndarray], batch_size: int) -> np.ndarray:

@@ -74,28 +74,22 @@ def remove_stale(root: Optional[Path] = None) -> List[Path]:
 
 
 def write_interrupted(
-    log_path: Path,
-    run_id: str,
-    config: RunConfig,
-    started_at: float,
+    log_path: Path, run_id: str, config: RunConfig, started_at: float,
     sweep: Optional[Dict[str, Any]],
-) -> Path:
+) -> Path:  # fmt: skip
     """``logs/<run_id>.interrupted.json``: why a log has no result. It is not a result
     document (the store reads none under logs/), so the run counts as not done and a
     resumed sweep runs it again."""
     path = log_path.with_name(f"{run_id}.interrupted.json")
     document = {
-        "run_id": run_id,
-        "status": "interrupted",
+        "run_id": run_id, "status": "interrupted",
         "reason": "kbench was interrupted (Ctrl-C or SIGTERM) while this run was in "
         "progress; its worker was stopped and no result was stored. Run it again (the "
         "same kbench sweep command resumes with it).",
-        "config": config.to_dict(),
-        "sweep": sweep,
+        "config": config.to_dict(), "sweep": sweep,
         "started_at": dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-        "interrupted_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "log": log_path.name,
-    }
+        "interrupted_at": dt.datetime.now(dt.timezone.utc).isoformat(), "log": log_path.name,
+    }  # fmt: skip
     try:
         write_json_atomic(path, document)
     except OSError as err:  # a full disk must not hide the interrupt

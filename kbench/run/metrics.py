@@ -13,16 +13,16 @@ from kbench.measure.sampler import Sampler, SamplerResult, windows_from_markers
 from kbench.results.config import RunConfig
 from kbench.run.protocol import WorkerReply
 
+NVML_KINDS = {  # series -> (memory kind, whose memory it is)
+    "process_memory_bytes": ("process_nvml", "the worker and its children"),
+    "memory_used_bytes": ("device_used", "every process on the device"),
+}
+
 
 def add_sampled(
-    sampler: Sampler,
-    metrics: Dict[str, Any],
-    started_at: float,
-    ended_at: float,
-    cores_given: Optional[int],
-    busy_threshold: float,
-    measured: bool = True,
-) -> SamplerResult:
+    sampler: Sampler, metrics: Dict[str, Any], started_at: float, ended_at: float,
+    cores_given: Optional[int], busy_threshold: float, measured: bool = True,
+) -> SamplerResult:  # fmt: skip
     """The sampler's series over the run's windows (from ``metrics["markers"]``); a
     ``measured`` run's (not parity's) ``metrics`` get what the sampler adds: memory the
     worker could not see, energy, and the quality of its measured window (other
@@ -50,11 +50,9 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
         return {"available": False, "reason": "no FLOPs counted for this model"}
     achieved = metrics["images_per_sec"] * per_sample / 1e9
     rate: Dict[str, Any] = {
-        "available": True,
-        "flops_per_sample": per_sample,
-        "achieved_gflops_per_sec": achieved,
+        "available": True, "flops_per_sample": per_sample, "achieved_gflops_per_sec": achieved,
         "method": flops.get("method"),
-    }
+    }  # fmt: skip
     if reply.framework.get("memory_options", {}).get("gpus_visible"):
         rate["peak_fraction"] = None
         rate["peak_reason"] = "no peak figure is known for this GPU"
@@ -71,65 +69,44 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
 
 
 def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
-    """The sampler's GPU memory peaks over the whole run, labelled with their kinds.
-
-    The summary covers only the GPUs the worker used (see
+    """The sampler's GPU memory peaks over the whole run, labelled with their kinds. The
+    summary covers only the GPUs the worker used (see
     :func:`kbench.measure.sampler.scoped_summary`). Where no GPU gave the worker's own
     memory (NVML_VALUE_NOT_AVAILABLE, or no NVML process matching its PIDs inside a
     container), one ``process_nvml`` reading has ``bytes: None`` and the reason: unknown,
-    never 0, so comparisons fall back to the next kind.
-    """
+    never 0, so comparisons fall back to the next kind."""
     readings, unknown = [], []
     for name, stats in sorted(summary.get("run", {}).items()):
         gpu, _, metric = name.partition("_")
-        kind = {"process_memory_bytes": "process_nvml", "memory_used_bytes": "device_used"}.get(
-            metric
-        )
+        kind, whose = NVML_KINDS.get(metric, (None, None))
         if not (gpu.startswith("gpu") and kind):
             continue
         if stats.get("max") is None:
             if kind == "process_nvml" and stats.get("reason"):
                 unknown.append((gpu, stats["reason"]))
             continue
-        readings.append(
-            {
-                "kind": kind,
-                "bytes": int(stats["max"]),
-                "device": gpu,
-                "source": "NVML, the largest sampled value over the run"
-                + (
-                    " (the worker and its children)"
-                    if kind == "process_nvml"
-                    else " (every process on the device)"
-                ),
-            }
-        )
+        source = f"NVML, the largest sampled value over the run ({whose})"
+        readings.append({"kind": kind, "bytes": int(stats["max"]), "device": gpu, "source": source})
     if unknown and not any(r["kind"] == "process_nvml" for r in readings):
-        readings.append(
-            {
-                "kind": "process_nvml",
-                "bytes": None,
-                "device": ",".join(gpu for gpu, _ in unknown),
-                "source": "NVML per-process memory",
-                "reason": "; ".join(f"{gpu}: {why}" for gpu, why in unknown),
-            }
-        )
+        readings.append({
+            "kind": "process_nvml", "bytes": None, "device": ",".join(gpu for gpu, _ in unknown),
+            "source": "NVML per-process memory",
+            "reason": "; ".join(f"{gpu}: {why}" for gpu, why in unknown),
+        })  # fmt: skip
     return readings
 
 
 def measured_energy(
     summary: Dict[str, Dict[str, Dict[str, Any]]], measured_images: int
 ) -> Dict[str, Any]:
-    """Energy over the measured window, per device and in total, and images per joule.
-
-    Per GPU the worker used: its energy counter's increase (``method: counter``), else
-    its sampled power integrated over the window (``power_integral``, boards without a
-    counter); a GPU with neither makes the energy unknown with the reason, never 0.
-    Intel RAPL adds the CPU package's counter where the kernel exposes it. A board that
-    measures its own input power (a Jetson's INA3221 input rail, ``board_energy_j``)
-    gives the whole board's energy instead, GPU and CPU together (``method:
-    board_power_integral``): the GPU's share of it is not known apart.
-    """
+    """Energy over the measured window, per device and in total, and images per joule. Per
+    GPU the worker used: its energy counter's increase (``method: counter``), else its
+    sampled power integrated over the window (``power_integral``, boards without a counter);
+    a GPU with neither makes the energy unknown with the reason, never 0. Intel RAPL adds
+    the CPU package's counter where the kernel exposes it. A board that measures its own
+    input power (a Jetson's INA3221 input rail, ``board_energy_j``) gives the whole board's
+    energy instead, GPU and CPU together (``method: board_power_integral``): the GPU's share
+    of it is not known apart."""
     measured = summary.get("measured", {})
     devices: Dict[str, Dict[str, Any]] = {}
     missing: Dict[str, str] = {}

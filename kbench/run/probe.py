@@ -50,14 +50,12 @@ def census(backend, models, data_format: str, built_in: Optional[str] = None):
             with backend.initial_values_unused():  # a zoo model: only its size is read
                 model = backend.build(name, shape, classes or spec.num_classes)
             built[text] = {
-                "params": backend.count_params(model),
-                "output_shape": backend.output_shape(model),
-            }
+                "params": backend.count_params(model), "output_shape": backend.output_shape(model),
+            }  # fmt: skip
         except Exception as err:  # report per model: one broken model must not hide others
             built[text] = {
-                "error": f"{type(err).__name__}: {err}",
-                "traceback": traceback.format_exc(),
-            }
+                "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(),
+            }  # fmt: skip
     return built
 
 
@@ -75,10 +73,8 @@ def main(argv=None) -> int:
     backend_name, formats, *models = argv
     data_format, *other_formats = dict.fromkeys(formats.split(","))  # each format once
     report = {
-        "backend": backend_name,
-        "python": platform.python_version(),
-        "executable": sys.executable,
-    }
+        "backend": backend_name, "python": platform.python_version(), "executable": sys.executable,
+    }  # fmt: skip
     try:
         backend = load_backend(backend_name)(threads=usable_cores())
         backend.start(data_format)

@@ -1,6 +1,7 @@
 """What the parent and a worker say to each other: the task file, the commands, the
-reply channel, the replies, and the progress lines. Standard library only: this module is
-imported under every backend's interpreter.
+reply channel, the replies, and the progress lines (written, read, and shown in the log:
+:func:`show_progress`). Standard library only: this module is imported under every
+backend's interpreter.
 
 The parent (:mod:`kbench.run.engine`) writes each run as a :class:`WorkerTask` (``run.json``)
 and starts ``python -m kbench.run.worker RUN_JSON`` (:mod:`kbench.run.worker`), which starts
@@ -21,12 +22,16 @@ is written from Python's documentation and has not run on Windows.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Set
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbench.results.config import RunConfig
 
 PROGRESS_PREFIX = "@kbench "
 REPLY_FD_VARIABLE = "KBENCH_REPLY_FD"
@@ -40,6 +45,13 @@ COMMANDS = {
     "window": "one measuring window: replies ``window`` with its figures",
     "finish": "replies ``finished`` and exits 0 (so does the end of stdin)",
 }
+# the fields each progress event's line shows, in order
+PROGRESS_FIELDS = {
+    "epoch": ("epoch", "epochs", "loss", "seconds"), "step": ("step", "steps"),
+    "profile": ("steps",),
+}  # fmt: skip
+_skipped: Set[str] = set()  # the runs whose odd events were said once
+log = logging.getLogger("kbench")
 
 
 def emit_progress(event: str, **fields: Any) -> None:
@@ -64,6 +76,42 @@ def parse_progress(line: str) -> Optional[Dict[str, Any]]:
     if isinstance(event, dict) and isinstance(event.get("event"), str):
         return event
     return {} if at == 0 else None
+
+
+def show_progress(config: RunConfig, event: Dict) -> None:
+    """One log line for a worker's progress event. An event without the fields its line
+    needs, as numbers (a model that prints a line looking like kbench's, a line cut
+    short), is skipped, said once per run at debug level: a progress line never stops the
+    reading of a worker's output."""
+    kind = event.get("event") if isinstance(event, dict) else None
+    names = PROGRESS_FIELDS.get(kind) if isinstance(kind, str) else None
+    values = [event.get(name) for name in names] if names else []
+    if not names or not all(_number(value) for value in values):
+        label = config.label()
+        if label not in _skipped:
+            _skipped.add(label)
+            log.debug("    %s: a progress line kbench cannot show, skipped: %.200r", label, event)
+        return
+    if kind == "epoch":
+        epoch, epochs, loss, seconds = values
+        of = f"/{epochs:.0f}" if epochs else ""
+        log.info(
+            "    %s: epoch %.0f%s, loss %.4f, %.1f s", config.label(), epoch, of, loss, seconds
+        )
+    elif kind == "step":
+        log.info("    %s: step %.0f/%.0f", config.label(), *values)
+    else:
+        log.info("    %s: profiling %.0f steps", config.label(), *values)
+
+
+def _number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        float(value)  # an integer too large for a float cannot be shown either
+    except OverflowError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,11 @@
 
 For every run the runner picks the backend's interpreter, writes ``run.json`` and a
 per-run ``KERAS_HOME``, starts ``python -m kbench.run.worker`` on the engine
-(:mod:`kbench.run.engine`: its own process group, its output logged and its progress
-relayed, the sampler on its tree), tells it to ``run`` the task and awaits the reply
-within the run's timeout. A worker that crashes, hangs or is killed becomes a recorded
-``failed`` or ``timeout`` result, and the next run goes on. Runs that share what a
-worker starts with may share one (``--warm``): each is told in turn. Results are
-written atomically to ``output_dir/<run_id>.json`` (a results
-store: :mod:`kbench.results.store`), the worker's output to ``output_dir/logs/<run_id>.log``.
+(:mod:`kbench.run.engine`), tells it to ``run`` the task and awaits the reply within the
+run's timeout. A worker that crashes, hangs or is killed becomes a recorded ``failed`` or
+``timeout`` result, and the next run goes on. Runs that share what a worker starts with
+may share one (``--warm``). Results go to the store (``output_dir/<run_id>.json``), the
+worker's output to ``output_dir/logs/<run_id>.log``.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, check_output_dir, open_log
+from kbench.results.store import ResultStore, check_output_dir, low_space_warning, open_log
 from kbench.run import environments, leftovers
 from kbench.run.engine import Outcome, Worker, WorkerGone, judge, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
@@ -50,16 +48,26 @@ log = logging.getLogger(__name__)
 MODEL_REFUSALS = ("WrongOutput",)
 
 
+def look_before_runs(
+    output_dir: Path, runs: int, busy_threshold: float, wait_quiet_s: float, command: str
+) -> None:
+    """What every command that starts model runs does first: warn when ``output_dir`` has
+    less room than ``runs`` runs may need, then take the one-second look at the machine
+    (``--wait-quiet`` waits for it to quieten). Both only warn: a result that cannot be
+    written stops ``command`` later with the way to recover it, a busy window is flagged."""
+    low = low_space_warning(output_dir, runs, command)
+    if low:
+        log.warning("%s", low)
+    quality_mod.preflight_unless_skipped(busy_threshold, wait_quiet_s)
+
+
 def new_run_id(config: RunConfig) -> str:
     return ending.new_run_id(config.backend, file_safe(config.model))
 
 
 def data_request(config: RunConfig) -> Dict[str, Any]:
-    """What :func:`kbench.datasets.prepare` needs for this run's data.
-
-    Synthetic data takes the model's own input shape, classes and kind unless the
-    run gives a shape or class count.
-    """
+    """What :func:`kbench.datasets.prepare` needs for this run's data (synthetic data
+    takes the model's own input shape and classes unless the run gives them)."""
     spec = spec_for(config.model)
     synthetic = config.dataset == "synthetic"
     own_classes = config.dataset.startswith(datasets.NPZ_PREFIX) and config.num_classes
@@ -79,6 +87,15 @@ def data_request(config: RunConfig) -> Dict[str, Any]:
     )
 
 
+def batch_order(config: RunConfig, samples: int, batch_size: int) -> np.ndarray:
+    """The run's seeded sample order (:func:`kbench.datasets.batch_order`) at ``batch_size``
+    (a data-parallel run's: the global batch): ``--steps`` steps after the warmup, or epochs."""
+    steps = None if config.steps is None else config.warmup_steps + config.steps
+    return datasets.batch_order(
+        samples, batch_size, config.epochs or 1, config.seed, total_steps=steps
+    )
+
+
 def data_key(config: RunConfig) -> Tuple:
     return tuple(sorted(data_request(config).items()))
 
@@ -86,33 +103,26 @@ def data_key(config: RunConfig) -> Tuple:
 def prepare_data(config: RunConfig, directory: Path) -> datasets.PreparedData:
     request = data_request(config)
     data = datasets.prepare(request.pop("dataset"), directory, **request)
-    log.info(
-        "data: %s, %d train / %d test samples of %s, from %s",
-        data.name,
-        data.train_samples,
-        data.test_samples,
-        "x".join(map(str, data.input_shape)),
-        data.source,
-    )
+    shape = "x".join(map(str, data.input_shape))
+    log.info("data: %s, %d train / %d test samples of %s, from %s",
+             data.name, data.train_samples, data.test_samples, shape, data.source)  # fmt: skip
     return data
 
 
 @dataclass
 class Runner:
     output_dir: Path
-    # Called with (config, event dict) for each progress line of a worker.
-    on_progress: Optional[Callable[[RunConfig, Dict], None]] = None
-    # The NVML module the sampler reads; None imports pynvml. Tests inject a stand-in.
-    nvml: Any = None
-    # Share of the given cores that other processes may use before a run is flagged busy.
+    on_progress: Optional[Callable[[RunConfig, Dict], None]] = None  # (config, event)
+    nvml: Any = None  # the NVML module the sampler reads; None imports pynvml
+    # share of the given cores that other processes may use before a run is flagged busy
     busy_threshold: float = quality_mod.BUSY_THRESHOLD
-    # A round's runs that can share a worker process run in one (the framework imported
-    # once): for checks and quick looks; their timings are not those of fresh processes.
+    # a round's runs that can share a worker process run in one: for checks and quick
+    # looks; their timings are not those of fresh processes
     warm: bool = False
     # one result written to the store at a time, when runs go on side by side in threads
     store_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    # How a data-parallel config runs: kbench.distributed.launcher.run_distributed, given
-    # by the stage above that plans such runs (run never imports it); None refuses them.
+    # kbench.distributed.launcher.run_distributed, given by the stage above that plans
+    # data-parallel runs (run never imports it); None refuses them
     data_parallel: Optional[Callable[..., RunResult]] = None
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
@@ -120,10 +130,9 @@ class Runner:
         return self.run_rounds([configs])[0]
 
     def run_rounds(
-        self,
-        rounds: Sequence[Sequence[RunConfig]],
+        self, rounds: Sequence[Sequence[RunConfig]],
         stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
-    ) -> Tuple[List[RunResult], Optional[str]]:
+    ) -> Tuple[List[RunResult], Optional[str]]:  # fmt: skip
         """Run the rounds in turn; after each, ``stop(results so far)`` may end them early
         by giving its reason (returned beside the results; None: every round ran).
         With :attr:`warm`, a round's runs that can share a worker process share one."""
@@ -183,12 +192,9 @@ class Runner:
 
     @contextlib.contextmanager
     def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:
-        """Check, prepare the data for, and hold a working directory for ``configs``.
-
-        Everything that can be refused is checked before the first run starts, and
-        before the output directory is created; the first run's data is prepared then
-        too, each other data set when a run first needs it (:class:`DataGroups`).
-        """
+        """Check, prepare the data for, and hold a working directory for ``configs``:
+        what can be refused is, before the output directory is created (the first run's
+        data is prepared then too; each other data set when a run first needs it)."""
         for config in configs:
             environments.interpreter_for(config.backend)
         with leftovers.working_directory() as directory:
@@ -203,14 +209,9 @@ class Runner:
                 yield Session(self, directory, python_path, prepared)
 
     def run_one(
-        self,
-        config: RunConfig,
-        data: datasets.PreparedData,
-        session_dir: Path,
-        python_path: Path,
-        parity: Optional[Dict[str, Any]] = None,
-        sweep: Optional[Dict[str, Any]] = None,
-    ) -> RunResult:
+        self, config: RunConfig, data: datasets.PreparedData, session_dir: Path, python_path: Path,
+        parity: Optional[Dict[str, Any]] = None, sweep: Optional[Dict[str, Any]] = None,
+    ) -> RunResult:  # fmt: skip
         if config.window_s is not None:
             raise ValueError(
                 f"{config.label()}: window_s is measured by kbench.run.windows (warm "
@@ -319,14 +320,9 @@ class Runner:
         run_id = new_run_id(config)
         run_dir = session_dir / run_id
         run_dir.mkdir()
-        order = datasets.batch_order(
-            case.data.train_samples,
-            config.batch_size,
-            config.epochs or 1,
-            config.seed,
-            total_steps=None if config.steps is None else config.warmup_steps + config.steps,
+        np.save(
+            run_dir / "order.npy", batch_order(config, case.data.train_samples, config.batch_size)
         )
-        np.save(run_dir / "order.npy", order)
         return PlannedRun(case, run_id, run_dir)
 
     def _finish(
@@ -344,32 +340,21 @@ class Runner:
             metrics["compute"] = compute_rate(config, metrics, reply)
         framework = reply.framework if reply else {}
         result = ending.run_result(
-            run_id=run.run_id,
-            kind="parity" if run.case.parity is not None else config.mode,
-            config=config.to_dict(),
-            verdict=verdict,
-            started_at=started_at,
-            ended_at=ended_at,
+            run_id=run.run_id, kind="parity" if run.case.parity is not None else config.mode,
+            config=config.to_dict(), verdict=verdict, started_at=started_at, ended_at=ended_at,
             environment=ending.environment(
                 context.interpreter, context.process_env, context.keras_json, framework
             ),
-            data=run.case.data.describe(),
-            model=model_facts(config, reply),
-            metrics=metrics,
-            sampler=sampled.to_dict() if sampled else None,
-            sweep=run.case.sweep,
-        )
+            data=run.case.data.describe(), model=model_facts(config, reply), metrics=metrics,
+            sampler=sampled.to_dict() if sampled else None, sweep=run.case.sweep,
+        )  # fmt: skip
         with self.store_lock:  # runs side by side in threads: one writer at a time
             return ending.keep(result, ResultStore(self.output_dir), config.label())
 
     def _add_sampled(
-        self,
-        run: PlannedRun,
-        sampler: Optional[sampler_mod.Sampler],
-        metrics: Dict[str, Any],
-        started_at: float,
-        ended_at: float,
-    ) -> Optional[sampler_mod.SamplerResult]:
+        self, run: PlannedRun, sampler: Optional[sampler_mod.Sampler], metrics: Dict[str, Any],
+        started_at: float, ended_at: float,
+    ) -> Optional[sampler_mod.SamplerResult]:  # fmt: skip
         if sampler is None:
             return None
         measured = bool(metrics) and run.case.parity is None
@@ -387,16 +372,13 @@ class Served:
     worker: Optional[Worker]
     replies: Dict[str, WorkerReply] = field(default_factory=dict)  # run id -> its reply
     gone: Optional[ending.Verdict] = None
-    gone_at: Optional[str] = None  # the run id it was answering when it ended
     sampler: Optional[sampler_mod.Sampler] = None
     warm: bool = False  # several runs in the worker
 
     def serve(
-        self,
-        planned: Sequence[PlannedRun],
-        started_at: float,
+        self, planned: Sequence[PlannedRun], started_at: float,
         on_reply: Optional[Callable[[PlannedRun], None]] = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Each run in turn, each with its own timeout (the first counted from the
         worker's start, which its import takes), until the worker ends; ``on_reply(run)``
         as each run's reply comes."""
@@ -411,7 +393,7 @@ class Served:
                     "and was killed", died="the worker {how} without reporting a result",
                 )  # fmt: skip
             except WorkerGone as gone:
-                self.gone, self.gone_at = gone.verdict, run.run_id
+                self.gone = gone.verdict
                 return
             self.replies[run.run_id] = WorkerReply.from_dict(answer["reply"])
             if on_reply is not None:
@@ -422,15 +404,14 @@ class Served:
         answered, as its worker ended (in a warm worker, said so, unless the worker
         could not start at all: then every run says why)."""
         reply = self.replies.get(run.run_id)
-        warm = self.warm
         if reply is not None:
-            returncode = outcome.returncode if not warm else 0
+            returncode = 0 if self.warm else outcome.returncode
             return judge(dataclasses.replace(outcome, returncode=returncode), reply, run.config)
         verdict = self.gone or ending.no_result(
             "WorkerCrashed", "", "the worker ended without reporting a result", outcome.log_tail
         )
         start_failed = not self.replies and verdict.status != "timeout"
-        if warm and not start_failed:
+        if self.warm and not start_failed:
             verdict = verdict._replace(
                 reason=verdict.reason
                 + " (in a warm worker shared with other runs: this one had not replied yet)"
@@ -493,12 +474,9 @@ class PlannedRun:
     def write_task(self, data_format: str, started_at: float) -> None:
         task = WorkerTask(
             config=self.config.to_dict() | {"threads": self.config.threads_in_force},
-            data=self.case.data.to_dict(),
-            order_path=str(self.run_dir / "order.npy"),
-            data_format=data_format,
-            started_at=started_at,
-            parity=self.case.parity,
-        )
+            data=self.case.data.to_dict(), order_path=str(self.run_dir / "order.npy"),
+            data_format=data_format, started_at=started_at, parity=self.case.parity,
+        )  # fmt: skip
         write_json_atomic(self.run_dir / "run.json", task.to_dict())
 
 
@@ -527,9 +505,8 @@ def model_facts(config: RunConfig, reply: Optional[WorkerReply]) -> Dict[str, An
 
 @dataclass
 class DataGroups:
-    """A session's data sets: each prepared when a run first needs it, and deleted
-    once no run still to come in the session needs it, so that a sweep of 40 seeds
-    holds one seed's data at a time, not 40."""
+    """A session's data sets: each prepared when a run first needs it and deleted once
+    no run still to come needs it (a sweep of 40 seeds holds one seed's data, not 40)."""
 
     directory: Path
     remaining: Dict[Tuple, int]  # data key -> runs of the session still to come
@@ -565,27 +542,24 @@ class Session:
     directory: Path
     python_path: Path
     prepared: DataGroups
-    # Every warm window worker this session launched (kbench.run.windows): each one's
-    # windows count the others, idle meanwhile, as its companions, not as other load.
+    # the warm window workers this session launched (kbench.run.windows): each one's
+    # windows count the others, idle meanwhile, as companions, not as other load
     window_workers: List[Any] = field(default_factory=list, repr=False, compare=False)
 
     def run(
-        self,
-        config: RunConfig,
-        parity: Optional[Dict[str, Any]] = None,
+        self, config: RunConfig, parity: Optional[Dict[str, Any]] = None,
         sweep: Optional[Dict[str, Any]] = None,
-    ) -> RunResult:
+    ) -> RunResult:  # fmt: skip
         data = self.prepared.get(config)
         result = self.runner.run_one(config, data, self.directory, self.python_path, parity, sweep)
         self.prepared.release(config)
         return result
 
     def run_warm(
-        self,
-        configs: Sequence[RunConfig],
+        self, configs: Sequence[RunConfig],
         parities: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
         sweeps: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
-    ) -> List[RunResult]:
+    ) -> List[RunResult]:  # fmt: skip
         """``configs`` in one warm worker (:meth:`Runner.run_warm`); they must share a
         worker. ``parities``: what each replays (kbench parity); ``sweeps``: the sweep
         each belongs to (kbench sweep); None: nothing."""

@@ -1,36 +1,30 @@
 """Training in explicit stages, the same for every backend (worker side).
 
-Each epoch is one ``backend.fit_epoch`` over that epoch's mini-batches in the order
-the runner drew, so every backend sees the same batches (for Keras, one
-``model.fit`` with ``shuffle=False`` and a timing callback). The backend stamps each
-step on a :class:`StepClock`, which at the end of a step reads the loss on the
-host: that waits for the device, so a step's time covers its whole computation.
-The first ``warmup_steps`` steps (tracing, compilation, caches) are kept apart; the
-measured window runs from the end of the last warmup step to the end of the last
-step and counts only time spent inside the epochs' training loops.
+Each epoch is one ``backend.fit_epoch`` over that epoch's mini-batches in the order the
+runner drew, so every backend sees the same batches (for Keras, one ``model.fit`` with
+``shuffle=False`` and a timing callback). The backend stamps each step on a
+:class:`StepClock`, which reads the loss on the host at the end of a step: that waits for
+the device, so a step's time covers its whole computation. The first ``warmup_steps``
+steps (tracing, compilation, caches) are kept apart; the measured window runs from the
+end of the last warmup step to the end of the last step, counting only time inside the
+epochs' training loops.
 
-With ``--target-precision`` or ``--time-budget`` the clock feeds every measured step
-to a :class:`~kbench.measure.precision.PrecisionTracker` and, once the goal is met,
-raises :class:`~kbench.measure.precision.StopMeasuring` from ``batch_end``: that one
-place stops every backend's step loop (Keras' ``fit``, the torch-native and Gluon
-loops) without any of them knowing. The trainer catches it, keeps the epoch's last
-logs as its training loss and accuracy (Keras 3 logs running means of the epoch so far;
-keras-mxnet and the native loops the last batch's loss), and skips the remaining epochs.
-Keras 3 writes the JAX state back to the model in ``fit``'s ``finally``; the other
-frameworks update their weights in place, so evaluation sees the trained model.
+With ``--target-precision`` or ``--time-budget`` the clock feeds every measured step to a
+:class:`~kbench.measure.stats.PrecisionTracker` and, once the goal is met, raises
+:class:`~kbench.measure.stats.StopMeasuring` from ``batch_end``: that one place stops
+every backend's step loop without any of them knowing. The trainer catches it, keeps the
+epoch's last logs as its training loss and accuracy, and skips the remaining epochs
+(Keras 3 writes the JAX state back in ``fit``'s ``finally``; the other frameworks update
+their weights in place, so evaluation sees the trained model).
 
-A warm worker's measuring windows (:mod:`kbench.run.windows`) use the same
-:class:`Trainer`, which then trains on through the sample order, cycling it: every
-backend sees the same mini-batches in the same order, and each goes as far as its
-windows take it. First :meth:`~Trainer.warm_up`: the warmup steps (tracing, compilation,
-caches), then a few calibration steps whose median time sets how many steps make a window
-of about ``window_s`` seconds (or the run's ``steps``, when it gives them). Then each
-:meth:`~Trainer.window` is one ``backend.fit_epoch`` over one untimed batch (the call's own
-set-up) and that many measured batches, timed by a :class:`StepClock` as a fresh run's
-measured steps are. What a window does not capture, by design: the first step and
-compilation (the worker's start has them, reported apart), and anything that grows
-across windows (allocator pools, caches), which a fresh process starts without. The
-framework's memory readings are the process's peaks since it started.
+A warm worker's windows (:mod:`kbench.run.windows`) use the same :class:`Trainer`, which
+then trains on through the sample order, cycling it. :meth:`~Trainer.warm_up` runs the
+warmup steps, then a few calibration steps whose median time sets how many steps make a
+window of about ``window_s`` seconds (or the run's ``steps``); each :meth:`~Trainer.window`
+is one ``fit_epoch`` over one untimed batch (the call's own set-up) and that many measured
+ones. What a window does not capture, by design: the first step and compilation (the
+worker's start has them), and anything that grows across windows (allocator pools,
+caches), which a fresh process starts without; memory readings are the process's peaks.
 """
 
 from __future__ import annotations
@@ -45,8 +39,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from kbench.datasets.stream import LOADING
-from kbench.measure.precision import PrecisionTracker, StopMeasuring
-from kbench.measure.stats import percentiles, rate_percentiles
+from kbench.measure.stats import PrecisionTracker, StopMeasuring, percentiles, rate_percentiles
 from kbench.run import weightfile
 from kbench.run.protocol import emit_progress
 
@@ -105,11 +98,9 @@ class StepClock:
         measured_start = self.ends[warmup - 1] if warmup else self.begins[0]
         return {
             "first_step_start": self.wall(self.begins[0]),
-            "first_step_end": self.wall(self.ends[0]),
-            "warmup_end": self.wall(measured_start),
-            "measured_start": self.wall(measured_start),
-            "measured_end": self.wall(self.ends[-1]),
-        }
+            "first_step_end": self.wall(self.ends[0]), "warmup_end": self.wall(measured_start),
+            "measured_start": self.wall(measured_start), "measured_end": self.wall(self.ends[-1]),
+        }  # fmt: skip
 
     def measured_seconds(self) -> float:
         """Time inside fit from the end of warmup to the last step, epoch by epoch."""
@@ -202,17 +193,10 @@ class Trainer:
         return logs
 
     def epochs(
-        self,
-        *,
-        warmup_steps: int,
-        optimizer: str,
-        learning_rate: float,
-        loss: str,
-        process_start: float,
-        import_time_s: float,
-        build_time_s: float,
+        self, *, warmup_steps: int, optimizer: str, learning_rate: float, loss: str,
+        process_start: float, import_time_s: float, build_time_s: float,
         tracker: Optional[PrecisionTracker] = None,
-    ) -> TrainMetrics:
+    ) -> TrainMetrics:  # fmt: skip
         """Train over the order's epochs; with ``tracker``, stop measuring as soon as it
         says so (see the module docstring)."""
         self.backend.compile(self.model, optimizer, learning_rate, loss)
@@ -290,15 +274,10 @@ class Trainer:
         return self.fit(flat[ahead], clock)
 
     def warm_up(
-        self,
-        warmup_steps: int,
-        window_s: float,
-        steps: Optional[int] = None,
-        weights_in: Optional[str] = None,
-        weights_out: Optional[str] = None,
-        check: bool = False,
+        self, warmup_steps: int, window_s: float, steps: Optional[int] = None,
+        weights_in: Optional[str] = None, weights_out: Optional[str] = None, check: bool = False,
         check_rows: Optional[int] = None,
-    ) -> Dict[str, Any]:
+    ) -> Dict[str, Any]:  # fmt: skip
         """The warmup steps, then the calibration steps that size a window: ``steps`` when
         given, else enough steps for about ``window_s`` seconds (at least
         :data:`MIN_WINDOW_STEPS`). Returns the warmup's figures and the window's size.
@@ -322,14 +301,11 @@ class Trainer:
         if same is not None:
             same["losses"] = [float(loss) for loss in clock.losses]
         return {
-            "check": same,
-            "first_step_s": clock.ends[0] - clock.begins[0],
+            "check": same, "first_step_s": clock.ends[0] - clock.begins[0],
             "warmup_steps": max(warmup_steps, 1),
-            "warmup_time_s": clock.ends[-1] - clock.begins[0],
-            "calibration_step_s": step_s,
-            "window_steps": self.window_steps,
-            "first_step_at": clock.wall(clock.ends[0]),
-        }
+            "warmup_time_s": clock.ends[-1] - clock.begins[0], "calibration_step_s": step_s,
+            "window_steps": self.window_steps, "first_step_at": clock.wall(clock.ends[0]),
+        }  # fmt: skip
 
     def _same_start(
         self, weights_in: Optional[str], weights_out: Optional[str], rows: int
@@ -396,8 +372,7 @@ def _data_loading(
 ) -> Dict[str, Any]:
     """Data loading apart from compute (``TrainMetrics.data_loading``)."""
     return {
-        "epoch_gather_s": epochs.gather_s,
-        "streamed_decode_s": LOADING.seconds - decode_start,
+        "epoch_gather_s": epochs.gather_s, "streamed_decode_s": LOADING.seconds - decode_start,
         "streamed_images": LOADING.images - decoded_start,
         "outside_steps_s": max(
             sum(epochs.times) - sum(e - b for b, e in zip(clock.begins, clock.ends)), 0.0
@@ -406,7 +381,7 @@ def _data_loading(
         "fit; streamed_decode_s: reading and decoding image files (streamed data sets), "
         "inside the steps where the framework fetches data in its step; outside_steps_s: "
         "time inside fit between steps",
-    }
+    }  # fmt: skip
 
 
 def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
@@ -419,17 +394,14 @@ def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
     step_pct = percentiles(step_times)
     return dict(
         images_per_sec=measured_steps * batch_size / measured_time,
-        measured_images=measured_steps * batch_size,
-        measured_steps=measured_steps,
-        measured_time_s=measured_time,
-        step_time_s=step_pct,
+        measured_images=measured_steps * batch_size, measured_steps=measured_steps,
+        measured_time_s=measured_time, step_time_s=step_pct,
         images_per_sec_per_step=rate_percentiles([batch_size] * len(step_times), step_times),
-        step_times_s=step_times,
-        step_ends_s=[end - clock.begins[0] for end in clock.ends],
+        step_times_s=step_times, step_ends_s=[end - clock.begins[0] for end in clock.ends],
         warmup_steps=warmup_steps,
         warmup_time_s=(clock.ends[warmup_steps - 1] - clock.begins[0]) if warmup_steps else 0.0,
         first_step_s=clock.ends[0] - clock.begins[0],
-    )
+    )  # fmt: skip
 
 
 def _epoch_metrics(epochs: _Epochs) -> Dict[str, Any]:

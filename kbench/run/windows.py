@@ -1,16 +1,13 @@
 """Warm interleaved windows: a comparison measured in rounds of A B C D windows (parent side).
 
-Each config (a backend, usually) gets one warm worker (:mod:`kbench.run.worker`, on the
-engine: :mod:`kbench.run.engine`) that starts its framework, builds and compiles the model
-once and then measures a window of steps each time it is told to. The workers start side
-by side; their warmups run one at a time; then, round after round, each worker measures
-one window while the others wait doing nothing, in an order that turns by one each round
-(A B C, B C A, C A B), so that drift of the machine and the position in a round hit every
-backend alike. Each backend's windows are one result document
-(:mod:`kbench.results.comparison`: ``metrics.windows`` holds each window with its round),
-stored again after each round; the per-round ratios, their interval and the ratio stop
-rule read its rounds as they read fresh rounds. Progress is a line every few seconds
-(:class:`RoundProgress`), not a line per round.
+Each config (a backend, usually) gets one warm worker (:mod:`kbench.run.worker`) that
+starts its framework, builds and compiles the model once, then measures a window of steps
+each time it is told to. The workers start side by side; their warmups run one at a time;
+then, round after round, each measures one window while the others wait idle, in an order
+that turns by one each round (A B C, B C A, C A B), so that drift of the machine and the
+position in a round hit every backend alike. Each backend's windows are one result
+document (:mod:`kbench.results.comparison`), stored again every few seconds; the ratios,
+their interval and the stop rule read its rounds as they read fresh rounds.
 
 - The sampler runs during each window only, on that worker's process tree; the window's
   quality flags are its own. A round in which any window was flagged busy or on a shared
@@ -18,18 +15,14 @@ rule read its rounds as they read fresh rounds. Progress is a line every few sec
   of every comparison (unless every round was: then the figures are flagged busy); the
   rounds go on.
 - A worker that crashes, runs out of memory or stops answering (a window past
-  :func:`window_timeout`) is stopped, and its document ends as today's runs do
-  (``failed``, ``oom``, ``timeout``), keeping the windows it measured; the others go on.
-  With fewer than two workers left there is no ratio to measure, and the comparison stops.
+  :func:`window_timeout`) is stopped, and its document ends ``failed``, ``oom`` or
+  ``timeout``, keeping the windows it measured; the others go on, while two are left.
 - What needs a fresh process (the first step, compilation, cold memory) is measured
   once, at the worker's start.
-- Parity at warm-up (``check_parity``: :func:`plan_parity`, :func:`record_parity`): the
-  baseline's worker (or the first of a Keras backend, where the baseline is a native
-  port) exports its initial weights and the others start from them; the warmup steps
-  train on the same batches; each worker's outputs before training and warmup losses
-  are compared with the baseline's within ``kbench parity``'s tolerance
-  (:mod:`kbench.run.agreement`), and each document records ``metrics.parity``. A backend
-  that computes otherwise is measured all the same; one that cannot be checked says why.
+- Parity at warm-up (:func:`plan_parity`, :func:`record_parity`): the workers start from
+  one backend's initial weights and warm up on the same batches; each one's outputs and
+  warmup losses are compared with the baseline's (:mod:`kbench.run.agreement`) in its
+  ``metrics.parity``. A backend that computes otherwise is measured all the same.
 """
 
 from __future__ import annotations
@@ -48,7 +41,7 @@ import psutil
 import kbench_models
 from kbench.backends import BACKENDS, load_backend
 from kbench.measure import sysinfo
-from kbench.measure.sampler import process_tree, tree_usage
+from kbench.measure.sampler import pid_tree, tree_usage
 from kbench.results import ending
 from kbench.results.analysis import widest_ratio_half_width
 from kbench.results.comparison import (
@@ -70,8 +63,8 @@ from kbench.run.runner import Case, PlannedRun, Runner, Session, model_facts
 log = logging.getLogger(__name__)
 
 WINDOW_TIMEOUT_MIN_S = 60.0  # a window that has not answered by then has hung
-# After its window a worker is waited for until its threads are idle: thread pools spin
-# for a while after work (OpenMP's block time), which would land in the next window.
+# after its window a worker is waited for until its threads are idle: thread pools spin
+# after work (OpenMP's block time), which would land in the next window
 SETTLE_CPU_PERCENT = 10.0  # of one core
 SETTLE_MAX_S = 1.0
 SETTLE_STEP_S = 0.05
@@ -98,10 +91,9 @@ def _gpu_present() -> bool:
 def grow_on_demand(config: RunConfig) -> Tuple[Dict[str, str], Optional[str]]:
     """The environment variables that make a warm worker of ``config`` grow its GPU
     memory on demand, and why (empty and None: nothing to change). A framework that takes
-    most of the GPU's memory when it starts (JAX 75%, TensorFlow all of it) would leave the
-    session's other workers none: on an H100, every tune setting of JAX after the first
-    failed with out of memory. The run's own settings stay as the user gave them (its
-    windows are compared and resumed by them); the user's memory options are kept."""
+    most of the GPU's memory at its start (JAX 75%, TensorFlow all) would leave the other
+    workers none (on an H100, every tune setting of JAX after the first ran out of
+    memory). The config itself is left as the user gave it, and so are their options."""
     if config.device == "cpu" or config.gpu_memory_growth or config.gpu_memory_fraction:
         return {}, None
     backend = load_backend(config.backend)
@@ -118,8 +110,7 @@ def grow_on_demand(config: RunConfig) -> Tuple[Dict[str, str], Optional[str]]:
 
 @dataclass
 class WindowWorker:
-    """One warm worker process (:class:`kbench.run.engine.Worker`) measuring the windows
-    of one config, and what it has said so far."""
+    """One warm worker measuring the windows of one config, and what it has said so far."""
 
     runner: Runner
     planned: PlannedRun
@@ -135,7 +126,7 @@ class WindowWorker:
     weights: Dict[str, Any] = field(default_factory=dict)  # weights_out, weights_in, check
     tags: Dict[str, Any] = field(default_factory=dict)  # added to each window's metrics
     check_rows: Optional[int] = None  # test rows whose outputs the check compares
-    # Every worker its session launched, itself included (Session.window_workers).
+    # every worker its session launched, itself included (Session.window_workers)
     siblings: List[WindowWorker] = field(default_factory=list, repr=False, compare=False)
     memory_note: Optional[str] = None  # its GPU memory option changed, and why
     records: List[Dict[str, Any]] = field(default_factory=list)  # every window, in order
@@ -165,13 +156,12 @@ class WindowWorker:
         """The PIDs of the session's other live workers (of this comparison, of tune's
         other settings and backends): idle while this one measures, so what they hold on
         a GPU is recorded apart from other processes' and drops no window."""
-        return [w.process.pid for w in self.siblings
+        return [w.worker.pid for w in self.siblings
                 if w is not self and w.alive and not w.worker.closed]  # fmt: skip
 
     @classmethod
     def launch(cls, runner: Runner, session: Session, config: RunConfig) -> WindowWorker:
-        """Start the worker process and tell it to build; it imports and builds while the
-        others do too."""
+        """Start the worker and tell it to build (while the others do too)."""
         grow, memory_note = grow_on_demand(config)
         planned = runner._plan(Case(config, session.prepared.get(config)), session.directory)
         env, keras_json = environments.process_environment(
@@ -237,7 +227,7 @@ class WindowWorker:
         """One measuring window: its record (:mod:`kbench.results.comparison`), kept."""
         config = self.config
         sampler = start_sampler(
-            self.process.pid, config.sample_interval_s, self.runner.nvml, self.companions
+            self.worker.pid, config.sample_interval_s, self.runner.nvml, self.companions
         )
         began = time.time()
         try:
@@ -249,9 +239,8 @@ class WindowWorker:
                 f"window {self.windows + 1}", window_timeout(config.window_s, expected)
             )
         except WorkerGone as gone:
-            verdict = gone.verdict
             record = failed_record(
-                round_index, position, verdict.status, verdict.reason, began, time.time()
+                round_index, position, gone.verdict.status, gone.verdict.reason, began, time.time()
             )
             self.records.append(record)
             self.sampled.append(None)
@@ -280,9 +269,8 @@ class WindowWorker:
         """Wait, at most :data:`SETTLE_MAX_S`, until the worker's processes use under
         :data:`SETTLE_CPU_PERCENT` of a core; the seconds waited."""
         started = time.monotonic()
-        try:
-            tree = process_tree(psutil.Process(self.process.pid))
-        except psutil.Error:
+        tree = pid_tree(self.worker.pid)
+        if not tree:
             return 0.0
         known: Dict[int, psutil.Process] = {}
         tree_usage(tree, known)  # the first reading only starts the count
@@ -294,17 +282,14 @@ class WindowWorker:
         return time.monotonic() - started
 
     def close(self, now: bool = False) -> None:
-        """Tell it to finish (``now``: stop it at once, as on Ctrl-C); stop whatever of it
-        is left; close its log. Closing twice does nothing more."""
-        self.worker.close(now=now)
+        self.worker.close(now=now)  # kbench.run.engine.Worker.close
 
     # --------------------------------------------------------------- its document
 
     def document(self, sampled: bool = True) -> RunResult:
-        """The comparison's document of this worker: every window it measured
-        (:mod:`kbench.results.comparison`), ok unless the worker ended otherwise, or no
-        window was measured, or kbench was interrupted (:attr:`stopped`). Not
-        ``sampled``: without the sampler's series (for the stop rule, read each round)."""
+        """The comparison's document of this worker: every window it measured, ok unless
+        the worker ended otherwise, no window was measured, or kbench was interrupted.
+        Not ``sampled``: without the sampler's series (for the stop rule, each round)."""
         reply = WorkerReply("ok", framework=self.framework, model=self.started.get("model") or {})
         metrics: Dict[str, Any] = {}
         if self.ready:
@@ -351,7 +336,7 @@ class WindowWorker:
     def _facts(self) -> Dict[str, Any]:
         return {
             "steps": self.ready["window_steps"], "window_s": self.config.window_s,
-            "batch_size": self.config.batch_size, "worker_pid": self.process.pid,
+            "batch_size": self.config.batch_size, "worker_pid": self.worker.pid,
             "fresh_process": False,
         } | ({"gpu_memory": self.memory_note} if self.memory_note else {})  # fmt: skip
 
@@ -367,24 +352,16 @@ def drop_reason(records: Sequence[Dict[str, Any]], names: Sequence[str]) -> Opti
 
 
 def interleave(
-    runner: Runner,
-    configs: Sequence[RunConfig],
-    *,
-    stop: Optional[Stop] = None,
-    max_rounds: int = MAX_ROUNDS,
-    on_window: Optional[OnWindow] = None,
-    check_parity: bool = True,
-) -> Tuple[List[RunResult], str]:
-    """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, the
-    steps of a window) in warm interleaved windows into ``runner.output_dir`` until
-    ``stop(the live workers' documents)`` gives a reason, ``max_rounds`` rounds ran, or
-    fewer than two workers are left. Returns each worker's document (:meth:`WindowWorker.
-    document`: its windows, dropped ones included) and why it stopped.
-    ``on_window(worker, round)`` is called as each window's command is sent. The first
-    config is the baseline: when its worker ends, so does the comparison.
-    ``check_parity``: every worker's warm-up is checked against the baseline's
-    (:func:`plan_parity`); each document's ``metrics.parity`` says how it came out, or that
-    it was not checked and why."""
+    runner: Runner, configs: Sequence[RunConfig], *, stop: Optional[Stop] = None,
+    max_rounds: int = MAX_ROUNDS, on_window: Optional[OnWindow] = None, check_parity: bool = True,
+) -> Tuple[List[RunResult], str]:  # fmt: skip
+    """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, a
+    window's) in warm interleaved windows into ``runner.output_dir`` until ``stop(the live
+    workers' documents)`` gives a reason, ``max_rounds`` rounds ran, or fewer than two
+    workers are left; each worker's document and why it stopped. ``on_window(worker,
+    round)`` is called as each window's command is sent. The first config is the
+    baseline: when its worker ends, so does the comparison. ``check_parity``: every
+    worker's warm-up is checked against the baseline's (:func:`plan_parity`)."""
     unset = [config.label() for config in configs if config.window_s is None]
     if unset:
         raise ValueError(f"interleave: expected configs with window_s; {unset[0]} has none")
@@ -428,12 +405,9 @@ def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
 
 
 def _rounds(
-    runner: Runner,
-    workers: List[WindowWorker],
-    stop: Optional[Stop],
-    max_rounds: int,
+    runner: Runner, workers: List[WindowWorker], stop: Optional[Stop], max_rounds: int,
     on_window: Optional[OnWindow],
-) -> str:
+) -> str:  # fmt: skip
     """The rounds of :func:`interleave`, each worker's document stored every
     :data:`PROGRESS_EVERY_S`; why they ended."""
     progress = RoundProgress()
@@ -484,10 +458,9 @@ def measure_round(
 
 @dataclass
 class RoundProgress:
-    """The progress of a comparison's rounds, as a line every :data:`PROGRESS_EVERY_S`
-    (and at its end), not a line per round: the rounds so far, the median throughput of
-    each backend's counted windows, the widest ratio interval so far, and how many rounds
-    were dropped and why (the last)."""
+    """A comparison's progress, a line every :data:`PROGRESS_EVERY_S` and at its end: the
+    rounds so far, each backend's median over its counted windows, the widest ratio
+    interval, and how many rounds were dropped and why (the last)."""
 
     said_at: float = field(default_factory=time.monotonic)
     dropped: int = 0
@@ -537,14 +510,12 @@ def plan_parity(
     workers: Sequence[WindowWorker], weights: Path, check: bool = True
 ) -> List[WindowWorker]:
     """Set up the check at warm-up that each worker computes what the first one (the
-    baseline: the reference) does: the first worker whose backend exports weights (a
-    Keras backend: the baseline where it is one) saves its initial weights at ``weights``,
-    every other starts from them (a native port converts their layout, as in ``kbench
-    parity``), and each reports its outputs on the same test rows before training and the
-    losses of its warmup steps, the same batches in each (:func:`record_parity` compares
-    them). A worker that cannot be checked gets its ``parity`` record now, saying why.
-    Returns the workers in the order to warm up: the one that exports first. Not
-    ``check``: none is checked, each record says so."""
+    baseline) does: the first worker whose backend exports weights (a Keras backend)
+    saves its initial weights at ``weights``, every other starts from them, and each
+    reports its outputs on the same test rows before training and its warmup losses
+    (:func:`record_parity` compares them). A worker that cannot be checked gets its
+    ``parity`` record now, saying why (not ``check``: none is). Returns the workers in
+    the order to warm up: the one that exports first."""
     reference = workers[0].config
     why_none = not_comparable(reference) if check else NOT_ASKED
     checked = [w for w in workers if _settings_apart(reference, w.config) is None]
@@ -568,7 +539,7 @@ def plan_parity(
 
 
 NOT_ASKED = "not asked for (--no-parity-check)"
-# The settings that change what a worker computes: workers apart in one are not checked.
+# the settings that change what a worker computes: workers apart in one are not checked
 COMPUTATION = (
     "model", "dataset", "data_dir", "train_samples", "test_samples", "input_shape",
     "num_classes", "image_size", "batch_size", "warmup_steps", "optimizer", "learning_rate",
@@ -601,8 +572,7 @@ def _settings_apart(reference: RunConfig, config: RunConfig) -> Optional[str]:
 
 def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
     """After the warm-ups of :func:`plan_parity`: each warm worker's ``parity`` record
-    (:func:`kbench.run.agreement.same_start`), added to each of its windows' metrics, and
-    said. A backend that computes otherwise is still measured."""
+    (:func:`kbench.run.agreement.same_start`) in its tags, and said."""
     reference = workers[0]
     known = {backend for backend, _ in agreement.KNOWN_DIFFERENCES}
     layer_types: List[str] = []

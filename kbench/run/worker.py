@@ -3,26 +3,21 @@
 It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the per-run
 ``KERAS_HOME`` holding its keras.json, and the thread variables before this interpreter
 started. Whatever happens, it tries to leave a reply: metrics on success, the exception
-and traceback on failure. A crash that kills the interpreter leaves none, and the runner
-records that instead. It ends within a second of its runner
-(:mod:`kbench.run.parent_watch`): nobody would read its reply.
+and traceback on failure (a crash that kills the interpreter leaves none, and the runner
+records that instead). It ends within a second of its runner
+(:func:`kbench.measure.processes.watch_parent`): nobody would read its reply.
 
-It starts the backend once, from the task file it is given (threads, device, memory
-options, start-up switches: what runs sharing a worker share,
-:func:`kbench.run.runner.worker_key`), then serves the parent's commands
-(:data:`kbench.run.protocol.COMMANDS`), one per line on stdin, each answered on the reply
-pipe:
+It starts the backend once, from the task file it is given (what runs sharing a worker
+share: :func:`kbench.run.runner.worker_key`), then answers each command on stdin
+(:data:`kbench.run.protocol.COMMANDS`) on the reply pipe:
 
-- ``run``: one whole run of a task file: training, inference or a parity replay, with a
-  profile after it where asked. Each run in its own ``try``: a run that fails is its reply
-  (status and error), and the worker goes on to the next. Before each later run the
-  framework's session is cleared and the run's own per-run switches applied
-  (:meth:`kbench.backends.base.Backend.next_case`); later runs record ``import_time_s`` 0
-  and ``warm_worker`` in their metrics.
-- ``start``, ``warmup``, ``window``: measuring windows of one built and compiled model
-  (:class:`kbench.run.trainer.Trainer`; the parent is :mod:`kbench.run.windows`). A
-  failure there replies ``failed`` and ends the worker: the runner records it and goes on
-  without this worker.
+- ``run``: one whole run of a task file (training, inference or a parity replay, with a
+  profile after it where asked), in its own ``try``: a failure is its reply, and the
+  worker goes on. Before each later run the framework's session is cleared and the run's
+  per-run switches applied (:meth:`kbench.backends.base.Backend.next_case`); later runs
+  record ``import_time_s`` 0 and ``warm_worker``.
+- ``start``, ``warmup``, ``window``: windows of one built and compiled model (the parent
+  is :mod:`kbench.run.windows`); a failure there replies ``failed`` and ends the worker.
 - ``finish``, or the end of stdin: replies ``finished`` and exits 0.
 
 A backend that cannot start replies ``failed`` and exits 1. Imports only what runs under
@@ -49,11 +44,12 @@ from kbench import datasets
 from kbench.backends import load_backend
 from kbench.backends.base import Unsupported, is_out_of_memory
 from kbench.backends.switches import SWITCHES
-from kbench.measure.precision import tracker_for
+from kbench.measure.processes import watch_parent
+from kbench.measure.stats import tracker_for
 from kbench.results.jsonfile import read_json
-from kbench.run.parent_watch import watch_parent
 from kbench.run.protocol import ReplyWriter, WorkerReply, WorkerTask, emit_progress
 from kbench.run.trainer import Trainer
+from kbench.run.weightfile import replay
 
 log = logging.getLogger("kbench.run.worker")
 
@@ -69,11 +65,10 @@ def start_backend(task: WorkerTask) -> Any:
     )
     import_start = time.perf_counter()
     backend.start(
-        task.data_format,
-        device=config["device"],
+        task.data_format, device=config["device"],
         gpu_memory_fraction=config["gpu_memory_fraction"],
         gpu_memory_growth=config["gpu_memory_growth"],
-    )
+    )  # fmt: skip
     backend.import_time_s = time.perf_counter() - import_start
     return backend
 
@@ -114,9 +109,8 @@ def run(task: WorkerTask, backend: Any, warm: bool = False) -> WorkerReply:
     stages = dict(
         warmup_steps=config["warmup_steps"],
         process_start=time.time() if warm else task.started_at,
-        import_time_s=0.0 if warm else backend.import_time_s,
-        build_time_s=built.build_time_s,
-    )
+        import_time_s=0.0 if warm else backend.import_time_s, build_time_s=built.build_time_s,
+    )  # fmt: skip
     metrics = measure(task, backend, built, stages)
     metrics = metrics if isinstance(metrics, dict) else metrics.to_dict()
     if warm:
@@ -139,8 +133,6 @@ def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]
     config = task.config
     tracker = tracker_for(config, config["batch_size"])  # --target-precision, --time-budget
     if task.parity is not None:
-        from kbench.run.replay import replay
-
         return replay(
             backend, built.model, built.arrays, np.load(task.order_path), parity=task.parity,
             batch_size=config["batch_size"], learning_rate=config["learning_rate"],
@@ -196,22 +188,15 @@ def build_model(
 
 
 def model_facts(
-    backend: Any,
-    model: Any,
-    name: str,
-    input_shape: Sequence[int],
-    num_classes: int,
+    backend: Any, model: Any, name: str, input_shape: Sequence[int], num_classes: int,
     flops: Dict[str, Any],
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """What a reply says of the model: parameters, input, classes, FLOPs, a user model's source."""
     spec = kbench_models.spec_for(name)
     return {
-        "name": name,
-        "params": backend.count_params(model),
-        "input_shape": [int(d) for d in input_shape],
-        "num_classes": num_classes,
-        "flops": flops,
-    } | ({"source": spec.source()} if spec.is_user else {})
+        "name": name, "params": backend.count_params(model),
+        "input_shape": [int(d) for d in input_shape], "num_classes": num_classes, "flops": flops,
+    } | ({"source": spec.source()} if spec.is_user else {})  # fmt: skip
 
 
 def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
@@ -221,13 +206,11 @@ def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
     return WorkerReply(
         status="unsupported" if isinstance(err, Unsupported) else status,
         error={
-            "type": type(err).__name__,
-            "message": str(err),
+            "type": type(err).__name__, "message": str(err),
             "traceback": "".join(traceback.format_exception(err)),
         },
-        started_at=started_at,
-        ended_at=time.time(),
-    )
+        started_at=started_at, ended_at=time.time(),
+    )  # fmt: skip
 
 
 @dataclass

@@ -176,9 +176,8 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
         prog="python3 -m kbench.setup",
         description="Create kbench's Python environments (venv + pip) and the system "
         "packages its tests use, idempotently, on Linux, macOS or Windows.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     parser.add_argument("targets", nargs="*", metavar="TARGET", help="what to set up (below)")
     parser.add_argument(
         "--check", action="store_true",

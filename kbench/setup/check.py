@@ -1,26 +1,17 @@
 """``python3 -m kbench.setup --check``: whether each environment holds what its plan
 says, before the first GPU run.
 
-For each environment that exists under ``KBENCH_ENVS_DIR`` (default ``envs/``), the
-environment's own interpreter runs :mod:`kbench.setup.probe` (a standalone script: one
-child process per framework, with the library path its workers get,
-:func:`kbench.setup.platforms.loader_environment`) and prints what it found as JSON;
-:func:`judge` holds that against the plan of the environment's kind (:mod:`kbench.setup.platforms`):
-
-- each framework: its version, the CUDA (and cuDNN) it was built for and the one it
-  loads, or ``CPU build``; in a GPU environment a CPU build, or a CUDA build of another
-  major version than the plan's, is wrong;
-- the CUDA libraries pip installed: more than one CUDA major version is wrong;
-- files owned by two distributions with different contents (one overwrote the other)
-  are wrong;
-- shared libraries a framework's native libraries need and ``ldd`` cannot find are
-  wrong, except ``libcuda.so.1``, which only the NVIDIA driver provides: "needs the
-  NVIDIA driver";
-- the driver the CUDA builds need, and whether the one here (if any) fits.
+For each environment under ``KBENCH_ENVS_DIR`` (default ``envs/``), its own interpreter
+runs :mod:`kbench.setup.probe` (one child process per framework, with the library path its
+workers get) and :func:`judge` holds the report against the plan of the environment's
+kind. Wrong: in a GPU environment, a CPU build or a CUDA build of another major version
+than the plan's; CUDA libraries of more than one major version; files owned by two
+distributions with different contents (one overwrote the other); shared libraries that
+``ldd`` cannot find, except ``libcuda.so.1`` ("needs the NVIDIA driver"). It also says
+which driver the CUDA builds need and whether the one here fits.
 
 Every finding is a line of text; :func:`check` returns them with the problems, and the
-command exits 1 when there is any problem. A CPU environment passes with "CPU build".
-Standard library only: this runs with whatever Python runs the set-up.
+command exits 1 when there is any. Standard library only.
 """
 
 from __future__ import annotations

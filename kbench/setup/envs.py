@@ -1,24 +1,19 @@
 """kbench's two virtual environments, created with ``venv`` and ``pip``, idempotently.
 
 ``<envs>/keras3`` holds Keras 3 with TensorFlow, JAX and PyTorch (and kbench itself,
-editable); ``<envs>/mxnet`` holds MXNet with keras-mxnet 2.2.4.3 (numpy<1.24). What
-each holds on this platform comes from :mod:`kbench.setup.platforms`.
+editable); ``<envs>/mxnet`` holds MXNet with keras-mxnet 2.2.4.3 (numpy<1.24); what each
+holds on this platform comes from :mod:`kbench.setup.platforms`.
 
-A finished environment is marked by a stamp file, ``.kbench-requirements``, holding its
-requirements, so a second call does nothing and returns at once. Each environment also
-records its kind, ``cpu`` or ``gpu``, in ``.kbench-kind`` (environments made before that
-file existed: read off the stamp). CPU and CUDA builds never share a site-packages: pip
-would keep the CPU torch (it satisfies torch==2.13.0) and put tensorflow[and-cuda]
-beside tensorflow-cpu. So when ``KBENCH_GPU`` asks for the other kind, the environment
-is deleted and built afresh, and the log says so. Without ``KBENCH_GPU`` an existing
-environment keeps its kind (``scripts/kbench`` sets up before every command), and a new
-one follows the kind of the environments beside it, or, with none, the machine's (CUDA
-builds where an NVIDIA driver is installed); the log says which. A GPU environment whose
-framework pins changed is rebuilt too: pip would keep the old CUDA libraries beside the
-new ones. After a GPU build, :mod:`kbench.setup.check` holds the environment against its
-plan (a CUDA build of the planned CUDA version for every framework, one CUDA, no file
-owned twice) and the build fails with the reason if not. An environment this platform
-cannot have is skipped with the reason, never a failed install.
+A finished environment is marked by a stamp file holding its requirements
+(``.kbench-requirements``), so a second call returns at once, and records its kind,
+``cpu`` or ``gpu``, in ``.kbench-kind``. CPU and CUDA builds never share a site-packages
+(pip would keep the CPU torch, which satisfies torch==2.13.0, and put tensorflow[and-cuda]
+beside tensorflow-cpu): when ``KBENCH_GPU`` asks for the other kind, the environment is
+deleted and built afresh. Without ``KBENCH_GPU`` an environment keeps its kind, and a new
+one follows the environments beside it, else the machine (CUDA builds where an NVIDIA
+driver is installed). A GPU environment whose framework pins changed is rebuilt too (pip
+would keep the old CUDA libraries), and after a GPU build :mod:`kbench.setup.check` holds
+it against its plan. An environment this platform cannot have is skipped with the reason.
 """
 
 from __future__ import annotations

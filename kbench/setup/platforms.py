@@ -1,38 +1,23 @@
 """What each system can install: the requirements of kbench's two environments per
 platform and build kind, what a platform cannot have and why, where a virtual
-environment keeps its interpreter, and the folders its workers' dynamic loader must
-search.
+environment keeps its interpreter, and the folders its workers' dynamic loader must search.
 
-A platform is ``sys.platform`` with ``platform.machine()``: ``linux`` on ``x86_64`` or
-``aarch64``, ``darwin`` on ``x86_64`` or ``arm64``, ``win32`` on ``AMD64``. Each
-environment (``keras3``, ``mxnet``) of each kind (``cpu``, ``gpu``: CUDA builds) is
-planned for one platform as an :class:`EnvironmentPlan`: the pip requirements, or the
-reason the platform cannot have it (``unavailable``), and notes the user should read.
-The facts behind the choices (which wheels exist where) are checked against PyPI by
-``benchmarks/resolve_platforms.py``. Linux x86-64 is the reference: its CPU
-requirements are those kbench has always installed, so its stamp files stay valid.
+A platform is ``sys.platform`` with ``platform.machine()`` (Linux x86-64 or aarch64, macOS
+x86-64 or arm64, Windows AMD64). Each environment (``keras3``, ``mxnet``) of each kind
+(``cpu``, ``gpu``: CUDA builds) is planned for one platform as an :class:`EnvironmentPlan`:
+the pip requirements, or why the platform cannot have it, and notes for the user. Which
+wheels exist where is checked against PyPI by ``benchmarks/resolve_platforms.py``.
 
 A GPU environment on Linux is built for one CUDA major version (``EnvironmentPlan.cuda``),
-every framework in it pinned to a build for that version: pip sees no conflict between
-``nvidia-cudnn-cu12`` and ``nvidia-cudnn-cu13`` (different names), so two CUDA versions
-in one environment overwrite each other's libraries without a word.
-``tests/test_setup_cuda.py`` checks the pins against the wheels' own metadata. keras3
-gets CUDA 12 (torch 2.10.0 is PyPI's last torch for CUDA 12, TensorFlow 2.20.0 the last
-whose CUDA 12 libraries torch's pins fit), mxnet CUDA 11 (``mxnet-cu112`` ships none of
-the CUDA libraries it links: PyPI's CUDA 11 wheels supply them, on the worker's
-``LD_LIBRARY_PATH``).
-
-That last point, in full: MXNet's CUDA builds (``mxnet-cu112``) link ``libcudnn.so.8``,
-``libcudart.so.11.0``, ``libcublas.so.11`` and six more, ship none of them, and carry no
-run path to where PyPI's CUDA 11 wheels (``nvidia-cudnn-cu11`` and its siblings) put
-them (``site-packages/nvidia/<library>/lib``). The set-up records those folders in the
-environment, in ``.kbench-library-path`` (one folder a line, relative to the
-environment, :func:`record_library_folders`), and whatever starts a worker there puts
-them in front of its ``LD_LIBRARY_PATH`` (:func:`loader_environment`); ``--check``
-probes with the same. Environments without the file (CPU builds, keras3: torch,
-TensorFlow and JAX find their ``nvidia-*`` libraries themselves) are left as they are.
-Nothing in site-packages changes, so the environment's Python behaves for everything
-else as pip made it.
+every framework pinned to a build for it: pip sees no conflict between
+``nvidia-cudnn-cu12`` and ``nvidia-cudnn-cu13``, so two CUDA versions in one environment
+overwrite each other's libraries without a word (``tests/test_setup_cuda.py`` checks the
+pins against the wheels' metadata). keras3 gets CUDA 12; mxnet CUDA 11: ``mxnet-cu112``
+links ``libcudnn.so.8``, ``libcudart.so.11.0`` and seven more, ships none of them, and has
+no run path to where PyPI's CUDA 11 wheels put them (``site-packages/nvidia/<lib>/lib``).
+The set-up records those folders in ``.kbench-library-path`` (:func:`record_library_folders`)
+and whatever starts a worker there puts them in front of its ``LD_LIBRARY_PATH``
+(:func:`loader_environment`); nothing in site-packages changes.
 
 Standard library only: this runs before any environment exists.
 """
@@ -215,12 +200,9 @@ MXNET_UNAVAILABLE: Dict[Tuple[str, str], str] = {
 def plan(
     name: str, kind: str, where: Optional[Platform] = None, mxnet_wheel: Optional[str] = None
 ) -> EnvironmentPlan:
-    """What environment ``name`` of ``kind`` is on ``where`` (default: this platform).
-
-    ``mxnet_wheel`` is MXNet's CUDA build for ``kind="gpu"`` (``KBENCH_MXNET_WHEEL``;
-    default ``mxnet-cu112``). Raises ValueError, naming the allowed values, for an
-    unknown environment, kind or wheel.
-    """
+    """What environment ``name`` of ``kind`` is on ``where`` (default: this platform);
+    ``mxnet_wheel``: MXNet's CUDA build (``KBENCH_MXNET_WHEEL``, default ``mxnet-cu112``).
+    ValueError, naming the allowed values, for an unknown environment, kind or wheel."""
     where = where or Platform.current()
     if name not in ENVIRONMENTS:
         raise ValueError(
@@ -239,9 +221,7 @@ def unsupported_reason(name: str, where: Optional[Platform] = None) -> Optional[
     """Why ``where`` can have environment ``name`` in no kind at all, or None."""
     where = where or Platform.current()
     reasons = [plan(name, kind, where).unavailable for kind in KINDS]
-    if all(reasons):
-        return reasons[0]
-    return None
+    return reasons[0] if all(reasons) else None
 
 
 def _keras3(kind: str, where: Platform) -> EnvironmentPlan:

@@ -55,9 +55,8 @@ DISTRIBUTIONS = {
 NATIVE = {
     "tensorflow": ("tensorflow/*.so*", "tensorflow/python/_pywrap_tensorflow_internal.so"),
     "jax": ("jaxlib/*.so", "jax_plugins/*/*.so", "jax_cuda*_plugin/*.so"),
-    "torch": ("torch/lib/*.so*",),
-    "mxnet": ("mxnet/*.so*",),
-}
+    "torch": ("torch/lib/*.so*",), "mxnet": ("mxnet/*.so*",),
+}  # fmt: skip
 CUDA_LIBRARY = re.compile(
     r"/(lib(cudart|cudnn[a-z_]*|cublas(Lt)?|nccl|cufft|cusolver|cusparse|curand|nvrtc|"
     r"nvToolsExt|nvJitLink|cupti|cuda|nvshmem[a-z_]*)\.so[.0-9]*)$"
@@ -90,16 +89,13 @@ def probe_environment(names=None):
         "probe": 1,
         "python": {
             "version": ".".join(str(part) for part in sys.version_info[:3]),
-            "executable": sys.executable,
-            "prefix": sys.prefix,
+            "executable": sys.executable, "prefix": sys.prefix,
         },
-        "platform": sys.platform,
-        "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
-        "driver": driver(),
-        "cuda_packages": cuda_packages(dists),
+        "platform": sys.platform, "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
+        "driver": driver(), "cuda_packages": cuda_packages(dists),
         "owned_twice": owned_twice(dists),
         "frameworks": {name: framework_in_child(name) for name in names},
-    }
+    }  # fmt: skip
 
 
 def distributions():
@@ -213,10 +209,9 @@ def framework_in_child(name):
             return json.loads(line)
     tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
     return {
-        "framework": name,
-        "imported": False,
+        "framework": name, "imported": False,
         "error": f"the probe exited with {done.returncode}: {' | '.join(tail)}",
-    }
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------------ one framework
@@ -227,14 +222,10 @@ def probe_framework(name):
     dists = distributions()
     dist = framework_distribution(name, dists)
     facts = {
-        "framework": name,
-        "distribution": normalize(dist.metadata["Name"]) if dist else None,
-        "version": dist.version if dist else None,
-        "imported": False,
-        "error": None,
-        "build": {},
+        "framework": name, "distribution": normalize(dist.metadata["Name"]) if dist else None,
+        "version": dist.version if dist else None, "imported": False, "error": None, "build": {},
         "gpus": None,
-    }
+    }  # fmt: skip
     try:
         module = __import__(name)
         facts["imported"] = True
@@ -288,10 +279,8 @@ def jax_build(jax, dists):
     plugins = [name for name in sorted(dists) if re.match(r"jax-cuda\d+-(plugin|pjrt)$", name)]
     build = {
         "jaxlib": dists["jaxlib"].version if "jaxlib" in dists else None,
-        "plugins": {name: dists[name].version for name in plugins},
-        "cuda": None,
-        "cudnn": None,
-    }
+        "plugins": {name: dists[name].version for name in plugins}, "cuda": None, "cudnn": None,
+    }  # fmt: skip
     majors = sorted({re.match(r"jax-cuda(\d+)", name).group(1) for name in plugins})
     build["cuda_major"] = majors[0] if len(majors) == 1 else (majors or None)
     try:
@@ -315,13 +304,12 @@ def jax_build(jax, dists):
 def mxnet_build(mx, dists):
     features = mx.runtime.Features()
     build = {
-        "cuda": features.is_enabled("CUDA"),
-        "cudnn": features.is_enabled("CUDNN"),
+        "cuda": features.is_enabled("CUDA"), "cudnn": features.is_enabled("CUDNN"),
         "nccl": features.is_enabled("NCCL"),
         "cuda_from_name": mxnet_cuda_from_name(
             normalize(framework_distribution("mxnet", dists).metadata["Name"])
         ),
-    }
+    }  # fmt: skip
     try:
         gpus = mx.context.num_gpus()
     except Exception as err:  # noqa: BLE001 - MXNetError without a driver

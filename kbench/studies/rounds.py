@@ -34,8 +34,7 @@ from kbench.results.config import (
 )
 from kbench.results.result import RunResult
 from kbench.run import windows
-from kbench.run.before_runs import look_before_runs
-from kbench.run.runner import Runner
+from kbench.run.runner import Runner, look_before_runs
 
 Stop = Callable[[List[RunResult]], Optional[str]]
 

@@ -24,8 +24,7 @@ from kbench.results.config import ConfigError, RunConfig
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
-from kbench.run.before_runs import look_before_runs
-from kbench.run.runner import Runner
+from kbench.run.runner import Runner, look_before_runs
 from kbench.studies import sweep_windows
 from kbench.studies.sweep import RUN_FIELDS, Plan, Progress, Sweep, SweepError, execute, plan
 from kbench.views import machines

@@ -17,8 +17,8 @@ import statistics
 from typing import Any, Dict, List, Sequence, Tuple
 
 from kbench.distributed.breakdown import PHASES
-from kbench.distributed.merge import ASYNCHRONOUS
-from kbench.distributed.summary import (
+from kbench.distributed.merge import (
+    ASYNCHRONOUS,
     HEADERS,
     NUMERIC,
     breakdown_cells,

@@ -53,12 +53,10 @@ class JaxDataParallel(Engine):
         address = ctx.dist["endpoints"]["coordinator_address"]
         port = address.rsplit(":", 1)[1]
         jax.distributed.initialize(
-            coordinator_address=address,
-            num_processes=ctx.workers,
-            process_id=ctx.rank,
+            coordinator_address=address, num_processes=ctx.workers, process_id=ctx.rank,
             coordinator_bind_address=f"{ctx.dist['endpoints']['bind']}:{port}",
             initialization_timeout=int(ctx.config["timeout_s"]),
-        )
+        )  # fmt: skip
         self.jax = jax
 
     def setup(self, ctx: Context) -> None:
@@ -85,9 +83,8 @@ class JaxDataParallel(Engine):
             "distribution": "DataParallel"
             if self.distribution is not None
             else "none (one device: plain Keras fit)",
-            "process_count": self.jax.process_count(),
-            "calibration_probes": PROBES,
-        }
+            "process_count": self.jax.process_count(), "calibration_probes": PROBES,
+        }  # fmt: skip
         summary = summarize(ctx, log, self.method, final_train_accuracy=accuracy, engine=engine)
         return training_reply(ctx, model, [summary], predict)
 
@@ -120,13 +117,9 @@ class JaxDataParallel(Engine):
                 loss = float(logs["loss"])  # waits for the device
                 end = time.perf_counter()
                 log.add(
-                    log.wall(state["begin"]),
-                    log.wall(end),
-                    data=state["begin"] - state["last_end"],
-                    forward=0.0,
-                    backward=0.0,
-                    loss=loss,
-                )
+                    log.wall(state["begin"]), log.wall(end),
+                    data=state["begin"] - state["last_end"], forward=0.0, backward=0.0, loss=loss,
+                )  # fmt: skip
                 state["last_end"] = end
                 if len(log) == 1:
                     ctx.progress("step", step=1, steps=len(shard))
@@ -139,12 +132,9 @@ class JaxDataParallel(Engine):
             state["last_end"] = time.perf_counter()
             model.fit(Batches(steps), epochs=1, shuffle=False, verbose=0, callbacks=[Clock()])
             ctx.progress(
-                "epoch",
-                epoch=epoch + 1,
-                epochs=-(-total // per_epoch),
-                loss=log.losses[-1],
+                "epoch", epoch=epoch + 1, epochs=-(-total // per_epoch), loss=log.losses[-1],
                 seconds=log.ends[-1] - log.begins[first],
-            )
+            )  # fmt: skip
         return log, state["accuracy"]
 
     def calibrate(self, ctx: Context, model: Any, shard: np.ndarray):

@@ -96,17 +96,13 @@ class KVStoreSync(Engine):
             convert, step = self._keras(ctx, model)
         steps = host_loop(ctx, convert, step)
         engine = {
-            "kvstore": self.kv.type,
-            "kvstore_rank": self.kv.rank,
-            "num_workers": self.kv.num_workers,
-            "keys": len(self.keys),
-        }
+            "kvstore": self.kv.type, "kvstore_rank": self.kv.rank,
+            "num_workers": self.kv.num_workers, "keys": len(self.keys),
+        }  # fmt: skip
         return training_reply(
-            ctx,
-            model,
-            [summarize(ctx, steps, self.method, engine=engine)],
+            ctx, model, [summarize(ctx, steps, self.method, engine=engine)],
             lambda x: ctx.backend.predict(model, x),
-        )
+        )  # fmt: skip
 
     def share(self, optimizer: Any, params: List[Any]) -> None:
         """Put the parameters in the kvstore, rank 0's values, and start from them."""
@@ -142,12 +138,9 @@ class KVStoreSync(Engine):
             ins = xs + ys + weights + ([1.0] if model._uses_dynamic_learning_phase() else [])
             data, label, _, data_shapes, label_shapes = model._adjust_module(ins, "train")
             batch = mx.io.DataBatch(
-                data=data,
-                label=label,
-                bucket_key="train",
-                provide_data=data_shapes,
+                data=data, label=label, bucket_key="train", provide_data=data_shapes,
                 provide_label=label_shapes,
-            )
+            )  # fmt: skip
             return (batch,)
 
         exchanged: Dict[str, List[Any]] = {}
@@ -179,11 +172,9 @@ class KVStoreSync(Engine):
             loss = float(outputs[0].asnumpy().mean())  # waits for the device
             accuracy = float(outputs[1].asnumpy().mean()) if len(outputs) > 1 else None
             return StepOut(
-                loss=loss,
-                forward=forwarded - begin,
-                backward=backwarded - forwarded,
+                loss=loss, forward=forwarded - begin, backward=backwarded - forwarded,
                 hits=None if accuracy is None else accuracy * ctx.batch_size,
-            )
+            )  # fmt: skip
 
         return convert, step
 

@@ -51,12 +51,10 @@ METHOD = (
 
 
 def replica_step(tf: Any, keras: Any, model: Any, optimizer: Any, loss: str, batch: int):
-    """One replica's step: (mean loss, correct answers, t_input, t_loss, t_gradients).
-
-    The loss is summed over the replica's examples and divided by ``batch`` (the global
-    batch under a synchronous strategy): summed over replicas by the optimizer's
-    all-reduce, the gradient is that of the global batch's mean.
-    """
+    """One replica's step: (mean loss, correct answers, t_input, t_loss, t_gradients). The
+    loss is summed over the replica's examples and divided by ``batch`` (the global batch
+    under a synchronous strategy): summed over replicas by the optimizer's all-reduce, the
+    gradient is that of the global batch's mean."""
     loss_fn = keras.losses.get(loss)
     binary = loss == "binary_crossentropy"
 
@@ -157,9 +155,8 @@ class MultiWorker(Engine):
 
         steps = host_loop(ctx, lambda x, y: (tf.constant(x), tf.constant(y)), step)
         engine = {
-            "strategy": type(strategy).__name__,
-            "replicas_in_sync": strategy.num_replicas_in_sync,
-        }
+            "strategy": type(strategy).__name__, "replicas_in_sync": strategy.num_replicas_in_sync,
+        }  # fmt: skip
         return training_reply(
             ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predictor(tf, model)
         )
@@ -217,14 +214,9 @@ class Mirrored(MultiWorker):
             for r, log in enumerate(logs):
                 loss, hits, t_input, t_loss, t_grads = (v[r] for v in values)
                 log.add(
-                    log.wall(begin),
-                    log.wall(end),
-                    data=loaded - begin,
-                    forward=t_loss - t_input,
-                    backward=t_grads - t_loss,
-                    loss=loss,
-                    hits=hits,
-                )
+                    log.wall(begin), log.wall(end), data=loaded - begin, forward=t_loss - t_input,
+                    backward=t_grads - t_loss, loss=loss, hits=hits,
+                )  # fmt: skip
         workers = [
             summarize(ctx, log, self.method, rank=r, engine={"replica": r})
             for r, log in enumerate(logs)
@@ -263,13 +255,9 @@ class ParameterServer(Engine):
             inter_op_parallelism_threads=max(threads, INTER_OP_MIN),
         )
         server = tf.distribute.Server(
-            resolver.cluster_spec(),
-            job_name=ctx.role,
-            task_index=ctx.rank,
-            protocol="grpc",
-            config=config,
-            start=True,
-        )
+            resolver.cluster_spec(), job_name=ctx.role, task_index=ctx.rank, protocol="grpc",
+            config=config, start=True,
+        )  # fmt: skip
         server.join()
 
     def setup(self, ctx: Context) -> None:
@@ -376,17 +364,11 @@ class ParameterServer(Engine):
             host = ctx.dist["endpoints"]["cluster"]["worker"][rank].rsplit(":", 1)[0]
             summaries.append(
                 summarize(
-                    ctx,
-                    log,
-                    self.method,
-                    rank=rank,
-                    host=host,
-                    pid=None,
-                    memory=[],
+                    ctx, log, self.method, rank=rank, host=host, pid=None, memory=[],
                     time_to_first_step_s=log.ends[0] - ctx.task.started_at,
                     engine={"steps_taken": len(log), "asynchronous": True},
                 )
-            )
+            )  # fmt: skip
         return summaries, idle
 
 
@@ -398,12 +380,7 @@ def step_logs(ctx: Context, rows: List[List[float]]) -> Dict[int, StepLog]:
     ):
         log = logs.setdefault(int(worker), StepLog(warmup_steps=ctx.warmup_steps))
         log.add(
-            t_begin,
-            t_end,
-            data=t_data - t_begin,
-            forward=t_loss - t_data,
-            backward=t_grads - t_loss,
-            loss=loss,
-            hits=hits,
-        )
+            t_begin, t_end, data=t_data - t_begin, forward=t_loss - t_data,
+            backward=t_grads - t_loss, loss=loss, hits=hits,
+        )  # fmt: skip
     return logs

@@ -92,19 +92,15 @@ class TorchDDP(Engine):
             optimizer.step()
             updated = self.sync()
             return StepOut(
-                loss=float(total.detach()),
-                forward=forwarded - begin,
-                backward=computed - forwarded,
-                update=updated - backwarded,
-                hits=float(hits),
-            )
+                loss=float(total.detach()), forward=forwarded - begin,
+                backward=computed - forwarded, update=updated - backwarded, hits=float(hits),
+            )  # fmt: skip
 
         steps = host_loop(ctx, convert, step)
         engine = {
-            "process_group": self.process_backend,
-            "world_size": self.dist.get_world_size(),
+            "process_group": self.process_backend, "world_size": self.dist.get_world_size(),
             "buckets": len(ready),
-        }
+        }  # fmt: skip
         return training_reply(
             ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predict
         )
@@ -183,9 +179,8 @@ class TorchDDP(Engine):
         def convert(x, y):
             dtype = torch.long if tokens else torch.float32
             return (
-                torch.as_tensor(x, dtype=dtype, device=device),
-                torch.as_tensor(y, device=device),
-            )
+                torch.as_tensor(x, dtype=dtype, device=device), torch.as_tensor(y, device=device),
+            )  # fmt: skip
 
         def predict(x):
             dtype = torch.long if tokens else torch.float32
