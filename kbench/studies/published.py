@@ -2,7 +2,7 @@
 checks kbench can evaluate on result documents.
 
 One YAML file per study (``studies/<name>.yaml`` in the checkout), read as safe YAML
-(:func:`~kbench.studies.file_checks.read_yaml`) and checked whole on loading; an error
+(:func:`~kbench.studies.sweep.read_yaml`) and checked whole on loading; an error
 names the file, the place (``claims[3].numerator``), what was expected, what was received
 and the fix. A file holds:
 
@@ -32,7 +32,7 @@ and the fix. A file holds:
   (``full``, ``reduced`` or ``both``, the default; a ``reduced`` one is shown only with
   verdicts on the reduced sweep).
 
-A file nested deeper than :data:`~kbench.studies.file_checks.MAX_DEPTH` is refused, as
+A file nested deeper than :data:`~kbench.studies.sweep.MAX_DEPTH` is refused, as
 is a number that is not finite or out of its range (a tolerance of -1 or .nan).
 
 Where the files are found: ``$KBENCH_STUDIES_DIR``, else ``studies/`` in the checkout
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from kbench.results.config import FileError, did_you_mean
-from kbench.studies.file_checks import (
+from kbench.studies.sweep import (
     NestedTooDeep,
     check_depth,
     expect_mapping,
