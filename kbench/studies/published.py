@@ -1,43 +1,33 @@
 """A published study as data: its figures as the document gives them, and its claims as
 checks kbench can evaluate on result documents.
 
-One YAML file per study (``studies/<name>.yaml`` in the checkout), read as safe YAML
-(:func:`~kbench.studies.sweep.read_yaml`) and checked whole on loading; an error
-names the file, the place (``claims[3].numerator``), what was expected, what was received
-and the fix. A file holds:
+One YAML file per study (``studies/<name>.yaml``), read by
+:func:`~kbench.studies.sweep.read_yaml` and checked whole on loading; an error names the
+file, the place (``claims[3].numerator``), what was expected, what was received and the
+fix. A file holds ``name``, ``title``, ``document`` (the study's file name), ``source``,
+the paper's ``hardware`` and framework ``versions`` (name -> text, as published), and:
 
-- ``name``, ``title``, ``document`` (the study's file name), ``source``, the paper's
-  ``hardware`` and framework ``versions`` (name -> text, as published);
-- ``sweep``: the sweep file that runs the study (``sweeps/x.yaml``, relative to the
-  folder above ``studies/``), and optionally ``reduced``: ``only`` (setting -> values,
-  narrowing the sweep's reduced runs, as ``kbench sweep --filter`` does) with a ``note``
-  saying how that changes the question;
-- ``figures``: each published figure with an ``id``, its ``value`` (a number, or null
-  where the document prints none, e.g. "Out of Memory"), ``as_published`` (the text
-  exactly as printed, where it is not a plain number), ``units`` as published,
-  ``provenance`` (``table``, ``figure`` or ``section``, with ``row``, ``column`` or the
-  ``quote`` it stands in), ``read_off_plot`` (true where the number was read off a plot,
-  then with its ``precision``), optionally ``at`` (the kbench settings it corresponds
-  to, for plots);
-- ``claims``: see :class:`Claim`; ``plots``: see :class:`PaperPlot`;
-- ``paper_settings``: the paper's own run settings, each entry ``where`` (a selector of
-  the sweep's runs, ``{}`` for all) and ``settings`` (setting -> the paper's value, or a
-  list of its values, e.g. ``batch_size: [16, 32]``; a list-valued setting is written as
-  a list of lists); :func:`setting_drift` names every run of the sweep (full or
-  reduced) whose setting differs and that no deviation covers;
-- ``deviations`` (here and in a claim): each way the sweep differs from the paper's
-  setting (optimizer, learning rate, batch size, model variant, data, epochs, framework
-  version, device), shown with every verdict: a sentence, or a mapping with ``text``,
-  the ``settings`` it covers, ``where`` (the runs it covers, default all) and ``size``
-  (``full``, ``reduced`` or ``both``, the default; a ``reduced`` one is shown only with
-  verdicts on the reduced sweep).
+- ``sweep``: the sweep file that runs the study (relative to the folder above
+  ``studies/``); ``reduced``: ``only`` (setting -> values, narrowing the reduced runs as
+  ``kbench sweep --filter`` does) with a ``note`` saying how that changes the question;
+- ``figures``: each with an ``id``, its ``value`` (null where none is printed, e.g. "Out
+  of Memory"), ``as_published`` (the text as printed), ``units`` as published,
+  ``provenance`` (``table``, ``figure`` or ``section``, with ``row``, ``column`` or
+  ``quote``), ``read_off_plot`` (then with its ``precision``) and ``at`` (its kbench
+  settings, for plots);
+- ``claims`` (:class:`Claim`) and ``plots`` (:class:`PaperPlot`);
+- ``paper_settings``: entries of ``where`` (a selector of the sweep's runs, ``{}`` for
+  all) and ``settings`` (setting -> the paper's value, or a list of its values; a
+  list-valued setting as a list of lists); :func:`setting_drift` names each run whose
+  setting differs where no deviation covers it;
+- ``deviations`` (here and in a claim): how the sweep differs from the paper's setting,
+  shown with every verdict: a sentence, or a mapping of ``text``, the ``settings`` and
+  ``where`` (default all) it covers and its ``size`` (``full``, ``reduced`` or ``both``).
 
-A file nested deeper than :data:`~kbench.studies.sweep.MAX_DEPTH` is refused, as
-is a number that is not finite or out of its range (a tolerance of -1 or .nan).
-
-Where the files are found: ``$KBENCH_STUDIES_DIR``, else ``studies/`` in the checkout
-this module runs from (an editable install), else ``<prefix>/share/kbench/studies``
-(where ``pip install .`` puts them, with the sweeps in ``<prefix>/share/kbench/sweeps``).
+Nesting past :data:`~kbench.studies.sweep.MAX_DEPTH` is refused, as is a number that is
+not finite or out of its range. Files are found in ``$KBENCH_STUDIES_DIR``, else
+``studies/`` in the checkout this module runs from, else ``<prefix>/share/kbench/studies``
+(where ``pip install .`` puts them, the sweeps in ``<prefix>/share/kbench/sweeps``).
 """
 
 from __future__ import annotations
@@ -69,63 +59,18 @@ DIRECTIONS = ("increasing", "decreasing")
 EXPECTS = ("greater", "less")
 PROVENANCE_PLACES = ("table", "figure", "section")
 PROVENANCE_KEYS = PROVENANCE_PLACES + ("row", "column", "quote")
-TOP_KEYS = (
-    "name",
-    "title",
-    "document",
-    "source",
-    "hardware",
-    "versions",
-    "sweep",
-    "reduced",
-    "figures",
-    "claims",
-    "plots",
-    "note",
-    "deviations",
-    "paper_settings",
-)
+TOP_KEYS = ("name", "title", "document", "source", "hardware", "versions", "sweep",
+            "reduced", "figures", "claims", "plots", "note", "deviations",
+            "paper_settings")  # fmt: skip
 SIZES = ("full", "reduced", "both")
 DEVIATION_KEYS = ("text", "settings", "where", "size")
-FIGURE_KEYS = (
-    "id",
-    "value",
-    "as_published",
-    "units",
-    "provenance",
-    "read_off_plot",
-    "precision",
-    "at",
-    "note",
-)
-CLAIM_KEYS = (
-    "id",
-    "kind",
-    "statement",
-    "quote",
-    "paper",
-    "figures",
-    "metric",
-    "where",
-    "numerator",
-    "denominator",
-    "items",
-    "direction",
-    "expect",
-    "than",
-    "expected",
-    "tolerance",
-    "for_each",
-    "requires",
-    "reduced",
-    "reduced_where",
-    "doubt",
-    "instead",
-    "note",
-    "deviations",
-    "only",
-    "cited",
-)
+FIGURE_KEYS = ("id", "value", "as_published", "units", "provenance", "read_off_plot",
+               "precision", "at", "note")  # fmt: skip
+CLAIM_KEYS = ("id", "kind", "statement", "quote", "paper", "figures", "metric",
+              "where", "numerator", "denominator", "items", "direction", "expect",
+              "than", "expected", "tolerance", "for_each", "requires", "reduced",
+              "reduced_where", "doubt", "instead", "note", "deviations", "only",
+              "cited")  # fmt: skip
 PLOT_KEYS = ("title", "x", "metric", "where", "series", "figures")
 SIDE_KEYS_EXTRA = ("metric",)  # a side of a ratio may read another metric than the claim's
 STUDIES_ENV = "KBENCH_STUDIES_DIR"
@@ -426,10 +371,6 @@ def find_study(name: str) -> Path:
     )
 
 
-def load_all() -> List[Study]:
-    return [load_study(f) for f in study_files()]
-
-
 def study_of_sweep(sweep_name: str) -> Optional[Study]:
     """The study whose sweep file declares ``name: sweep_name``, if any; a study file
     that does not load is skipped here (``kbench reproduce --list`` names its error)."""
@@ -482,8 +423,6 @@ def parse_study(document: Any, file: str) -> Study:
     known_keys(top, TOP_KEYS, "", fail)
     for key in ("name", "title", "document", "source", "sweep"):
         _text(top.get(key), key, fail)
-    hardware = _text_mapping(top.get("hardware"), "hardware", fail)
-    versions = _text_mapping(top.get("versions"), "versions", fail)
     reduced = expect_mapping(top.get("reduced"), "reduced", "a mapping with only and note", fail)
     known_keys(reduced, ("only", "note"), "reduced.", fail)
     only = expect_mapping(
@@ -516,22 +455,13 @@ def parse_study(document: Any, file: str) -> Study:
         for i, raw in enumerate(_optional_list(top.get("plots"), "plots", "plots", fail))
     ]
     return Study(
-        name=top["name"],
-        title=top["title"],
-        document=top["document"],
-        source=top["source"],
-        hardware=hardware,
-        versions=versions,
-        sweep=top["sweep"],
-        figures=figures,
-        claims=claims,
-        file=file,
-        plots=plots,
-        reduced_only=dict(only),
-        reduced_note=reduced.get("note"),
-        note=top.get("note"),
+        name=top["name"], title=top["title"], document=top["document"], source=top["source"],
+        hardware=_text_mapping(top.get("hardware"), "hardware", fail),
+        versions=_text_mapping(top.get("versions"), "versions", fail),
+        sweep=top["sweep"], figures=figures, claims=claims, file=file, plots=plots,
+        reduced_only=dict(only), reduced_note=reduced.get("note"), note=top.get("note"),
         **_study_deviations(top, fail),
-    )
+    )  # fmt: skip
 
 
 def _figure(raw: Any, where: str, fail) -> PublishedFigure:
@@ -572,17 +502,14 @@ def _figure(raw: Any, where: str, fail) -> PublishedFigure:
             "expected the place in the document: table, figure "
             f"or section (with row, column or quote); received {provenance!r}.",
         )
+    printed = data.get("as_published")
     return PublishedFigure(
-        id=data["id"],
-        value=value,
-        units=data["units"],
+        id=data["id"], value=value, units=data["units"], read_off_plot=read_off,
         provenance=Provenance(**{k: str(v) for k, v in provenance.items()}),
-        as_published=None if data.get("as_published") is None else str(data["as_published"]),
-        read_off_plot=read_off,
-        precision=precision,
+        as_published=None if printed is None else str(printed), precision=precision,
         at=expect_mapping(data.get("at"), where + ".at", "a mapping of kbench settings", fail),
         note=data.get("note"),
-    )
+    )  # fmt: skip
 
 
 def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Claim:
@@ -609,34 +536,18 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
     else:
         items = _ordering_items(data.get("items") or [], where, fail)
     requires = _claim_choices(data, where, fail)
+    if data.get("cited") is not None:
+        _text(data["cited"], where + ".cited", fail)
+    as_given = ("id", "statement", "quote", "paper", "direction", "expect", "expected", "tolerance",
+                "for_each", "reduced", "doubt", "instead", "note", "cited")  # fmt: skip
     return Claim(
-        id=data["id"],
-        kind=kind,
-        statement=data["statement"],
-        quote=data["quote"],
-        metric=metric,
-        paper=data.get("paper"),
-        figures=tuple(named),
-        where=where_,
-        numerator=numerator,
-        denominator=denominator,
-        items=tuple(items),
-        direction=data.get("direction", "increasing"),
-        expect=data.get("expect", "greater"),
-        than=float(data.get("than", 1.0)),
-        expected=data.get("expected"),
-        tolerance=data.get("tolerance"),
-        for_each=data.get("for_each"),
-        requires=requires,
-        reduced=data.get("reduced"),
-        reduced_where=reduced_where,
-        doubt=data.get("doubt"),
-        instead=data.get("instead"),
-        note=data.get("note"),
+        kind=kind, metric=metric, figures=tuple(named), where=where_, numerator=numerator,
+        denominator=denominator, items=tuple(items), than=float(data.get("than", 1.0)),
+        requires=requires, reduced_where=reduced_where,
         deviations=_deviations(data.get("deviations"), where + ".deviations", fail),
         only=_only(data.get("only"), where + ".only", fail),
-        cited=_optional_text(data.get("cited"), where + ".cited", fail),
-    )
+        **{k: data[k] for k in as_given if k in data},
+    )  # fmt: skip
 
 
 def _positive(value: Any, where: str, fail) -> None:
@@ -714,12 +625,6 @@ def _only(value: Any, where: str, fail) -> Dict[str, Tuple[Any, ...]]:
     return {k: tuple(v) for k, v in data.items()}
 
 
-def _optional_text(value: Any, where: str, fail) -> Optional[str]:
-    if value is not None:
-        _text(value, where, fail)
-    return value
-
-
 def _claim_metric(data: Dict[str, Any], kind: str, where: str, fail) -> str:
     metric = data.get("metric", "scaling_efficiency" if kind == "efficiency_ordering" else None)
     _text(metric, f"{where}.metric", fail, "a kbench metric name (kbench reproduce --help)")
@@ -738,10 +643,17 @@ def _claim_figures(
     named = data.get("figures") or []
     if not isinstance(named, list):
         raise fail(f"{where}.figures", f"expected a list of figure ids; received {named!r}.")
+    return _figure_ids(named, where + ".figures", figures, fail)
+
+
+def _figure_ids(
+    named: List[Any], where: str, figures: Dict[str, PublishedFigure], fail
+) -> List[str]:
+    """``named``, each an id of ``figures``."""
     for j, figure_id in enumerate(named):
         if figure_id not in figures:
             raise fail(
-                f"{where}.figures[{j}]",
+                f"{where}[{j}]",
                 f"expected a figure id of this file; received "
                 f"{figure_id!r}.{did_you_mean(str(figure_id), list(figures))}",
             )
@@ -821,29 +733,21 @@ def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Pa
     for key in ("title", "x", "metric"):
         _text(data.get(key), f"{where}.{key}", fail)
     series = data.get("series", "backend")
-    named = _list(data.get("figures"), where + ".figures", fail)
+    named = _figure_ids(_list(data.get("figures"), where + ".figures", fail), where + ".figures",
+                        figures, fail)  # fmt: skip
     for j, figure_id in enumerate(named):
-        figure = figures.get(figure_id)
-        if figure is None:
-            raise fail(
-                f"{where}.figures[{j}]",
-                f"expected a figure id of this file; received "
-                f"{figure_id!r}.{did_you_mean(str(figure_id), list(figures))}",
-            )
-        if data["x"] not in figure.at or series not in figure.at:
+        at = figures[figure_id].at
+        if data["x"] not in at or series not in at:
             raise fail(
                 f"{where}.figures[{j}]",
                 f"expected figure {figure_id!r} to say at: "
-                f"{{{series}: ..., {data['x']}: ...}}; it has {figure.at!r}.",
+                f"{{{series}: ..., {data['x']}: ...}}; it has {at!r}.",
             )
     return PaperPlot(
-        title=data["title"],
-        x=data["x"],
-        metric=data["metric"],
-        figures=tuple(named),
+        title=data["title"], x=data["x"], metric=data["metric"], figures=tuple(named),
         where=expect_mapping(data.get("where"), where + ".where", "a mapping", fail),
         series=series,
-    )
+    )  # fmt: skip
 
 
 # small checks --------------------------------------------------------------------

@@ -1,22 +1,15 @@
 """A published study reproduced: its sweep, and its claims checked against that sweep.
 
-The study file (:mod:`kbench.studies.published`) names a sweep file; :func:`study_sweep`
-loads it (full size or reduced, narrowed by the study's ``reduced.only``), and
-:func:`check_study` makes sure every claim and plot refers to runs the sweep defines
-and to metrics kbench records, so a typo in a selector fails when the file is checked,
-not as "runs missing" after an hour of runs (and that no side matches two runs of one
-round, which no ratio can be taken from).
-
-:func:`with_rounds` runs the sweep ``repeats`` times round by round (``reproduce
---repeats``), :func:`with_precision` passes ``--target-precision`` to its runs, and
-:func:`verdicts` judges the claims on exactly the runs planned; :func:`write_claims`
-keeps them as ``claims.md`` and ``claims.json`` in the store.
-
-A store that holds the sweep's runs from several machines (stores merged from laptops
-that each ran it, a sweep whose runs went to several cluster nodes) is judged machine by
-machine (:func:`machine_verdicts`, :func:`kbench.views.machines.several_machines`): a
-claim's per-round ratios never pool two machines, and each machine's verdicts are headed
-by its hardware.
+:func:`study_sweep` loads the study's sweep file (full size or reduced, narrowed by the
+study's ``reduced.only``); :func:`check_study` makes sure every claim and plot refers to
+runs the sweep defines, one run per side and round, and to metrics kbench records, so
+that a typo in a selector fails when the file is checked, not as "runs missing" after an
+hour of runs. :func:`as_asked` sets the rounds (``--repeats``) and the precision goal of
+its runs; :func:`verdicts` judges the claims on exactly the runs planned, machine by
+machine where several ran the sweep (:func:`machine_verdicts`: no per-round ratio pools
+two machines, each machine's verdicts headed by its hardware); :func:`write_machine_claims`
+keeps them as ``claims.md`` and ``claims.json`` in the store; :func:`paper_section` is the
+report's "Paper vs this machine".
 """
 
 from __future__ import annotations
@@ -439,38 +432,20 @@ def verdicts_text(study: Study, judged: Sequence[MachineVerdicts]) -> str:
 def write_machine_claims(
     study: Study, judged: Sequence[MachineVerdicts], store: Path
 ) -> Tuple[Path, Path]:
-    """:func:`write_claims` of one machine's verdicts; of several machines', a table per
-    machine in claims.md and, in claims.json, ``{"study", "machines": [{"machine",
-    "hardware", ...as for one machine}]}``; OSError if they cannot be written."""
-    if len(judged) == 1 and not judged[0].host:
-        return write_claims(study, judged[0].outcomes, store)
+    """The verdicts in the store: claims.md, the claims table (one per machine where
+    several ran the sweep), and claims.json, the verdicts with their evidence
+    (:func:`kbench.studies.claims.outcomes_json`; of several machines, ``{"study",
+    "machines": [{"machine", "hardware", ...as for one}]}``). OSError if not written."""
     markdown, data = store / "claims.md", store / "claims.json"
     tables = machine_claims_tables(study, judged)
     write_text_atomic(markdown, "\n\n".join(t.markdown() for t in tables) + "\n")
-    document = {
-        "study": study.name,
-        "machines": [
-            {
-                "machine": j.host,
-                "hardware": hardware_text(j.runs),
-                **outcomes_json(study, j.outcomes),
-            }
-            for j in judged
-        ],
-    }
-    document, _ = finite(document)  # standard JSON: no NaN
-    write_json_atomic(data, document, allow_nan=False)
-    return markdown, data
-
-
-def write_claims(study: Study, outcomes: Sequence[ClaimOutcome], store: Path) -> Tuple[Path, Path]:
-    """The claims in the store: a Markdown table (claims.md) and the verdicts with their
-    evidence as JSON (claims.json, :func:`kbench.studies.claims.outcomes_json`); OSError
-    if they cannot be written."""
-    markdown, data = store / "claims.md", store / "claims.json"
-    write_text_atomic(markdown, claims_table(study, outcomes).markdown() + "\n")
-    document, _ = finite(outcomes_json(study, outcomes))  # standard JSON: no NaN
-    write_json_atomic(data, document, allow_nan=False)
+    if len(judged) == 1 and not judged[0].host:
+        document = outcomes_json(study, judged[0].outcomes)
+    else:
+        machines = [{"machine": j.host, "hardware": hardware_text(j.runs),
+                     **outcomes_json(study, j.outcomes)} for j in judged]  # fmt: skip
+        document = {"study": study.name, "machines": machines}
+    write_json_atomic(data, finite(document)[0], allow_nan=False)  # standard JSON: no NaN
     return markdown, data
 
 
@@ -571,6 +546,8 @@ def _points(results: Sequence[RunResult], plot: PaperPlot) -> Dict[Any, Dict[Any
 
 
 def paper_plot(study: Study, plot: PaperPlot, results: Sequence[RunResult]) -> Any:
+    """The paper's figures and this machine's on the plot's axes, in two panels with their
+    own y axes: the paper's hardware is not this machine, its figures are context."""
     title = f"Paper vs this machine: {plot.title}"
     here = _points(results, plot)
     if not here:
@@ -591,20 +568,16 @@ def paper_plot(study: Study, plot: PaperPlot, results: Sequence[RunResult]) -> A
     units = {study.figures[f].units for f in plot.figures}
     for name, value in zip(names, series):
         colour = fig.colour(name, names)
-        points = sorted(published.get(value, []), key=lambda p: p[0])
-        if points:
-            left.plot(
-                [p[0] for p in points], [p[1] for p in points], "o--", color=colour, label=name
-            )
-        mine = sorted(here.get(value, {}).items(), key=lambda p: p[0])
-        if mine:
-            xs = [x for x, _ in mine]
-            medians = [s.median for _, s in mine]
-            low = [s.median - s.low for _, s in mine]
-            high = [s.high - s.median for _, s in mine]
+        if value in published:
+            xs, ys = zip(*sorted(published[value], key=lambda p: p[0]))
+            left.plot(xs, ys, "o--", color=colour, label=name)
+        if value in here:
+            xs = sorted(here[value])
+            spreads = [here[value][x] for x in xs]
             right.errorbar(
-                xs, medians, yerr=[low, high], marker="o", capsize=3, color=colour, label=name
-            )
+                xs, [s.median for s in spreads], marker="o", capsize=3, color=colour, label=name,
+                yerr=[[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]],
+            )  # fmt: skip
     left.set_title(f"paper: {study.hardware.get('gpu') or study.hardware_text()[:60]}", fontsize=10)
     right.set_title("this machine (median, range over repeats)", fontsize=10)
     left.set_ylabel(", ".join(sorted(units)) + " (as published)")

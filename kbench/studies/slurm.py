@@ -1,47 +1,36 @@
 """A sweep's runs as the tasks of one Slurm job array, into the sweep's one store.
 
-The submitting command plans the sweep against its store as the local executor does,
-holding the store's writer lock; the runs to do become the tasks of one ``sbatch
---array`` job (``%N`` for ``--max-parallel``). A task is the runs of one comparison
-(one setting and repeat, every backend: their ratio is computed on one node), or with
-``--per-task run`` one run, or with ``--warm`` one warm worker's runs. Each task runs
-:mod:`kbench.studies.slurm_node` on its node with the submitter's interpreter, from
-the submitter's directory: the checkout, its environments and the store must be on a
-filesystem every node shares, at the same paths.
+The submitter plans the sweep against its store as a local sweep does, holding the
+store's writer lock; the runs to do become the tasks of one ``sbatch --array`` job
+(``%N``: ``--max-parallel``). A task is the runs of one comparison (one setting and
+repeat, every backend: their ratios are taken on one node), or with ``--per-task run``
+one run, or with ``--warm`` one warm worker's runs. In warm windows
+(:mod:`kbench.studies.sweep_windows`) a task is one comparison, measured on its node as a
+local sweep measures it and submitted whole or not at all (:func:`runs_to_do`), the
+windows an earlier task left superseded first (:func:`drop_earlier_windows`). A task runs
+``python -m kbench.studies.slurm TASKS.json`` (:func:`main`) with the submitter's
+interpreter, from its directory: the checkout, its environments and the store must be at
+the same paths on a filesystem every node shares.
 
-A sweep in warm windows (``measure: windows``, ``--windows``;
-:mod:`kbench.studies.sweep_windows`): each comparison (one setting, every backend) is
-one task, whose node measures it as a local sweep does (one warm worker per backend,
-side by side in the task's allocation, a window each in turn), so that its rounds
-interleave on one node; the settings that need fresh processes are tasks as above. A
-comparison is submitted whole or not at all (:func:`runs_to_do`); before it is
-submitted again, the windows an earlier measuring of it left (a task cut short) are
-superseded, as a local sweep supersedes them (:func:`drop_earlier_windows`).
+In the store, ``.slurm/<submission>/`` holds ``tasks.json`` (the sweep file, its
+settings, each task's run keys; written before ``sbatch``), ``job.json`` (the job id,
+after), ``task-<i>.out`` (a task's output), ``task-<i>/`` (its own working store, under
+that folder's writer lock: no node waits on the sweep's) and ``settled.json`` once every
+task has ended and been accounted for. A task skips each run the store has a result of
+from this submission (a task Slurm requeued runs nothing twice) and moves each finished
+run's document and log into the store with ``os.replace``, atomic on one filesystem (a
+comparison's first round last); nodes never write the index, a cache every reader
+reconciles with the documents (:mod:`kbench.results.store`). A task exits 0 when every
+run has its result in the store, 1 when one could not be moved there, 2 when it cannot
+start (its sweep file changed).
 
-What lives in the store (``STORE/.slurm/<submission>/``): ``tasks.json`` (the sweep
-file, its settings and each task's run keys, written before ``sbatch``), ``job.json``
-(the job id, written after), ``task-<i>.out`` (each task's output), ``task-<i>/`` (the
-task's own working store: the runner writes there under that folder's own lock, so no
-node waits on the sweep's writer lock) and ``settled.json`` once every task has ended
-and been accounted for.
-
-Writing one store from several nodes: a task moves each finished run's document (and
-its log) from its folder into the store with ``os.replace``, atomic on one
-filesystem; nodes never write the index. The index is a cache that every reader
-reconciles with the documents and replaces atomically (:mod:`kbench.results.store`):
-the submitter's polls bring it up to date.
-
-Waiting: the submitter polls ``squeue`` (and ``sacct`` where accounting answers) and
-the store, and prints a line when a task or a count changes; left with Ctrl-C, the job
-goes on. The same command again reads the earlier submissions of the store: it waits
-for their tasks still queued or running, records every run a task left without a
-result, and submits what remains. A run a task left without a result (the task
-failed, was cancelled, timed out, preempted, its node failed) is recorded as a result
-(``failed``, ``timeout`` or ``oom``) whose reason is Slurm's (``sacct`` State and
-Reason, exit code, node); such a record does not count as done: the next submission
-runs the run again. A result a run wrote itself (ok or failed) counts as done, as in a
-local sweep (``--retry-failed``, ``--force`` as there). A task checks the store for each
-run before running it, so a task requeued by Slurm runs nothing twice.
+The submitter polls ``squeue`` (and ``sacct`` where accounting answers) and the store,
+printing a line when a task or a count changes; Ctrl-C leaves the job running. The same
+command again follows the store's earlier submissions, records each run a task left
+without a result (the task failed, was cancelled, timed out, preempted, its node failed)
+as a ``failed``, ``timeout`` or ``oom`` result whose reason is Slurm's (``sacct`` State
+and Reason, exit code, node), which does not count as done, and submits what remains. A
+result a run wrote itself counts as done, as in a local sweep.
 """
 
 from __future__ import annotations
@@ -85,7 +74,6 @@ log = logging.getLogger(__name__)
 
 SLURM_DIR = ".slurm"  # in the store
 PER_TASK = ("comparison", "run")
-SLURM_TOOLS = ("sbatch", "squeue", "sacct", "scancel")
 # States a task leaves only to end (or, preempted with requeue, to be pending again).
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
          "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "UNLISTED")  # fmt: skip
@@ -284,11 +272,6 @@ def _parse(text: str, job_id: str) -> Dict[int, TaskState]:
         out[int(task)] = TaskState(parts[1].strip(), parts[2].strip(), parts[3].strip(),
                                    parts[4].strip())  # fmt: skip
     return out
-
-
-def cancel(job_id: str, task: Optional[int] = None) -> None:
-    """``scancel JOB[_TASK]``."""
-    _tool(["scancel", job_id if task is None else f"{job_id}_{task}"])
 
 
 # submissions -------------------------------------------------------------------------

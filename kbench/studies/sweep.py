@@ -1,33 +1,17 @@
-"""Sweeps: a matrix of runs declared in a YAML file, run one process each, resumable.
+"""Sweeps: a matrix of runs declared in a YAML file (docs/guides/sweeps.md), run one
+process each, resumable.
 
-A sweep file names fixed ``settings`` and a ``matrix`` of lists whose every
-combination is a run, optionally split into ``groups`` (each its own settings and
-matrix, on top of the file's), repeated ``repeats`` times round by round. A
-``reduced`` section (at the top or in a group) holds the overrides ``--reduced``
-applies, so that one file describes a study at full size and at a size a laptop
-CPU finishes. Keys are :class:`~kbench.results.config.RunConfig` fields. Example::
-
-    name: lenet
-    repeats: 5
-    settings: {model: lenet5, dataset: mnist, batch_size: 200}
-    matrix:
-      epochs: [5, 10, 15]
-      backend: [tensorflow, jax, torch, mxnet]
-    reduced:
-      settings: {train_samples: 2000, test_samples: 500}
-      repeats: 2
-
-Every run is checked when the file is loaded, before anything runs; an error names
-the place in the file (``groups[1].matrix.batch_size[2]``), what was expected and
-what was received. Each run has a key (a hash of its settings and repeat index); a
-result in the output store with that key marks the run done, so rerunning the same
-command resumes where an interrupted one stopped.
-
-``measure: windows`` (with ``window: SECONDS``, ``ratio_precision: P``, ``ratio_budget:
-SECONDS``, all optional) asks for each setting's backends to be compared in warm
-interleaved windows instead of ``repeats`` fresh processes: :func:`in_windows` turns
-the runs into one comparison per setting (:func:`comparisons`), and
-:mod:`kbench.studies.sweep_windows` measures them.
+A file names fixed ``settings`` and a ``matrix`` of lists whose every combination is a
+run, optionally split into ``groups`` (each its own settings and matrix on top of the
+file's), repeated ``repeats`` times round by round; a ``reduced`` section (at the top or
+in a group) holds the overrides ``--reduced`` applies, so that one file describes a study
+at full size and at a size a laptop CPU finishes. Keys are
+:class:`~kbench.results.config.RunConfig` fields. Every run is checked when the file is
+loaded, before anything runs; an error names the place in the file
+(``groups[1].matrix.batch_size[2]``), what was expected and what was received. A result
+in the store with a run's key (:func:`run_key`) marks the run done, so the same command
+again resumes. ``measure: windows`` compares each setting's backends in warm interleaved
+windows instead (:func:`in_windows`; :mod:`kbench.studies.sweep_windows` measures them).
 """
 
 from __future__ import annotations
