@@ -46,7 +46,7 @@ from kbench.studies.published import (
     study_files,
     study_of_sweep,
 )
-from kbench.studies.rounds import how_to_measure
+from kbench.studies.rounds import check_ratio_rounds, how_to_measure
 from kbench.studies.sweep import (
     RUN_FIELDS,
     Sweep,
@@ -106,16 +106,12 @@ def check_study(study: Study) -> List[str]:
     except (SweepError, StudyError) as err:
         return [str(err)]
     known = set(RUN_FIELDS) | {"group"}
+    unrecorded = f"is not one kbench records; expected one of {', '.join(METRICS)}."
     for i, claim in enumerate(study.claims):
         place = f"{study.file}: claims[{i}] ({claim.id})"
-        metrics = {claim.metric} | {
-            claim.side_metric(s) for s in (claim.numerator, claim.denominator)
-        }
-        for metric in sorted(metrics - set(METRICS)):
-            problems.append(
-                f"{place}: metric {metric!r} is not one kbench records; expected one "
-                f"of {', '.join(METRICS)}."
-            )
+        sides = {claim.side_metric(s) for s in (claim.numerator, claim.denominator)}
+        unread = sorted(({claim.metric} | sides) - set(METRICS))
+        problems += [f"{place}: metric {metric!r} {unrecorded}" for metric in unread]
         if claim.for_each is not None and claim.for_each not in RUN_FIELDS:
             problems.append(f"{place}: for_each {claim.for_each!r} is not a run setting.")
         for reduced, sweep in sweeps.items():
@@ -139,21 +135,14 @@ def check_study(study: Study) -> List[str]:
                     continue
                 if reduced and claim.reduced:
                     continue  # the claim says why the reduced runs cannot answer it
+                end = ", or say under reduced: why the reduced size cannot answer it."
                 problems.append(
                     f"{place}: no {size} run of {sweep.file} has {selector!r}. Fix the "
-                    "selector, add the runs to the sweep"
-                    + (
-                        ", or say under reduced: why the reduced size cannot answer it."
-                        if reduced
-                        else "."
-                    )
+                    f"selector, add the runs to the sweep{end if reduced else '.'}"
                 )
     for i, plot in enumerate(study.plots):
         if plot.metric not in METRICS:
-            problems.append(
-                f"{study.file}: plots[{i}]: metric {plot.metric!r} is not one "
-                f"kbench records; expected one of {', '.join(METRICS)}."
-            )
+            problems.append(f"{study.file}: plots[{i}]: metric {plot.metric!r} {unrecorded}")
         if not any(run_matches(run, plot.where) for run in sweeps[False].runs):
             problems.append(f"{study.file}: plots[{i}]: no run of the sweep has {plot.where!r}.")
     return problems
@@ -241,21 +230,15 @@ def as_asked(
     :func:`default_rounds`; at least :data:`ROUNDS_NEEDED` with ``ratio_precision``),
     each run with the precision goal where it takes one; and the runs that do not."""
     repeats = default_rounds(sweep) if repeats is None else repeats
-    if ratio_precision is not None and repeats < ROUNDS_NEEDED:
-        raise ConfigError(
-            "ratio_precision",
-            f"expected --repeats of at least {ROUNDS_NEEDED} (the most rounds to run: a 95% "
-            f"interval on a median needs {ROUNDS_NEEDED}); received --repeats {repeats}.",
-        )
+    if ratio_precision is not None:
+        check_ratio_rounds(repeats)
     return with_precision(with_rounds(sweep, repeats), target_precision, time_budget_s)
 
 
 def rounds_of(sweep: Sweep) -> List[Sweep]:
     """The sweep split into its rounds, in order (``--ratio-precision`` stops between)."""
-    repeats = sorted({run.config.repeat for run in sweep.runs})
-    return [
-        replace(sweep, runs=[run for run in sweep.runs if run.config.repeat == r]) for r in repeats
-    ]
+    rounds = sorted({run.config.repeat for run in sweep.runs})
+    return [replace(sweep, runs=[r for r in sweep.runs if r.config.repeat == i]) for i in rounds]
 
 
 # What a warm window measures per round, as a claim reads it: throughput, and the GPU's

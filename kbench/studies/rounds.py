@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
+from kbench.measure.stats import rounds_needed
 from kbench.results.analysis import widest_ratio_half_width
 from kbench.results.comparison import is_comparison
 from kbench.results.config import (
@@ -43,6 +44,7 @@ WINDOW_PRECISION = 0.02
 WINDOW_BUDGET_S = 100.0
 # The model kbench run and kbench.run() train when none is named.
 DEFAULT_MODEL = "mlp"
+ROUNDS_NEEDED = rounds_needed()  # for a 95% interval on a median: 6
 OnProgress = Callable[[RunConfig, Dict], None]
 log = logging.getLogger(__name__)
 
@@ -248,11 +250,16 @@ def _check_fresh_options(
             f"expected at least two backends to compare; received {', '.join(backends)}. "
             "For one backend's own precision use --target-precision.",
         )
-    if (repeats or 1) < 6:
+    check_ratio_rounds(repeats or 1)
+
+
+def check_ratio_rounds(repeats: int) -> None:
+    """``--ratio-precision`` refused with fewer rounds to run than a 95% interval needs."""
+    if repeats < ROUNDS_NEEDED:
         raise ConfigError(
             "ratio_precision",
-            f"expected --repeats of at least 6 (the most rounds to run: a 95% interval on a "
-            f"median needs 6); received --repeats {repeats or 1}.",
+            f"expected --repeats of at least {ROUNDS_NEEDED} (the most rounds to run: a 95% "
+            f"interval on a median needs {ROUNDS_NEEDED}); received --repeats {repeats}.",
         )
 
 

@@ -107,30 +107,18 @@ class Sweep:
 
     def varying(self) -> List[str]:
         """The settings whose values differ between runs, in RunConfig order."""
-        keys = []
-        for name in RUN_FIELDS + ("repeat",):
-            values = {json.dumps(getattr(r.config, name)) for r in self.runs}
-            if len(values) > 1:
-                keys.append(name)
-        return keys
+        names = RUN_FIELDS + ("repeat",)
+        return [n for n in names if len({json.dumps(getattr(r.config, n)) for r in self.runs}) > 1]
 
     def provenance(self, run: SweepRun) -> Dict[str, Any]:
         """What a result records of the sweep it belongs to."""
-        return {
-            "name": self.name,
-            "file": self.file,
-            "reduced": self.reduced,
-            "group": run.group,
-            "run_key": run.key,
-        }
+        return {"name": self.name, "file": self.file, "reduced": self.reduced,
+                "group": run.group, "run_key": run.key}  # fmt: skip
 
 
 def run_key(config: RunConfig) -> str:
-    """A hash of the settings that differ from their defaults, and the repeat index.
-
-    Leaving defaults out keeps the keys of finished runs valid when a later kbench
-    adds a setting (with a default that changes nothing).
-    """
+    """A hash of the settings that differ from their defaults, and the repeat index:
+    the keys of finished runs stay valid when a later kbench adds a setting."""
     defaults = _key_defaults()
     data = {
         k: v
@@ -143,7 +131,10 @@ def run_key(config: RunConfig) -> str:
 @functools.cache
 def _key_defaults() -> Dict[str, Any]:
     """Each setting's default, as ``RunConfig.to_dict`` writes it (tuples as lists)."""
-    return {f.name: _listed(f.default) for f in fields(RunConfig)}
+    return {
+        f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+        for f in fields(RunConfig)
+    }
 
 
 # reading YAML: shared with study files (kbench.studies.published); each check raises
@@ -617,10 +608,6 @@ def _reduced_section(value: Any, where: str, fail) -> Dict[str, Any]:
     section = expect_mapping(value, where, "a mapping with settings, matrix and/or repeats", fail)
     known_keys(section, REDUCED_KEYS, where + ".", fail)
     return section
-
-
-def _listed(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _describe(values: Dict[str, Any], keys: Sequence[str]) -> str:

@@ -328,11 +328,8 @@ class Tuner:
                 return "the reference's worker ended"
             if len(measuring) < 2:
                 return "one setting left"
-            measure_round([t.worker for t in measuring], self.round_index)
-            keep(self.runner, [t.worker for t in measuring])
-            self.round_index += 1
+            self.measure(measuring)
             for trial in measuring:
-                trial.document = trial.worker.document()
                 if not trial.document.ok:
                     self._out(trial, trial.document.status, trial.document.reason)
             settled = self._halve(trials, reference)
@@ -346,6 +343,14 @@ class Tuner:
                 return settled
             if time.monotonic() >= deadline:
                 return "its share of the budget spent"
+
+    def measure(self, trials: Sequence[Trial]) -> None:
+        """A window of each of ``trials`` (one round), kept; their documents updated."""
+        measure_round([t.worker for t in trials], self.round_index)
+        keep(self.runner, [t.worker for t in trials])
+        self.round_index += 1
+        for trial in trials:
+            trial.document = trial.worker.document()
 
     def _halve(self, trials: List[Trial], reference: Trial) -> Optional[str]:
         measuring = [t for t in trials if t.state == "measuring" and t is not reference]
@@ -423,25 +428,22 @@ def tune_backend(tuner: Tuner, backend: str, budget_s: float, **space: Any) -> D
              ", ".join(t.candidate.name for t in trials))  # fmt: skip
     tuner.launch(trials)
     tuner.warm(reference, trials[1:])
-    if reference.state != "measuring":
-        return _report(backend, trials, skipped, None, f"the default failed: {reference.reason}")
     started = time.monotonic()  # the budget is for measuring: starting the workers is not in it
-    deadline = started + budget_s * (1 - COMBINED_SHARE)
-    ended = tuner.rounds(trials, reference, deadline, started, budget_s)
+    if reference.state == "measuring":
+        deadline = started + budget_s * (1 - COMBINED_SHARE)
+        ended = tuner.rounds(trials, reference, deadline, started, budget_s)
+        # the clearly faster changes, each of its own setting, are tried together once
+        faster = [
+            t for t in trials[1:] if t.state == "measuring" and best_of([t], reference)[0] is t
+        ]
+        changes = tuple(c for t in faster for c in t.candidate.changes)
+        if reference.state == "measuring" and len(faster) > 1 and len(dict(changes)) == len(faster):
+            trials.append(Trial(Candidate(backend, changes)))
+            tuner.launch(trials[-1:])
+            tuner.warm(reference, trials[-1:])
+            ended = tuner.rounds(trials, reference, started + budget_s, started, budget_s)
     if reference.state != "measuring":
         return _report(backend, trials, skipped, None, f"the default failed: {reference.reason}")
-    clearly = [t for t in trials[1:] if t.state == "measuring" and best_of([t], reference)[0] is t]
-    dimensions = {k for t in clearly for k, _ in t.candidate.changes}
-    if len(clearly) > 1 and len(dimensions) == len(clearly):
-        together = Trial(Candidate(backend, tuple(c for t in clearly for c in t.candidate.changes)))
-        trials.append(together)
-        tuner.launch([together])
-        tuner.warm(reference, [together])
-        ended = tuner.rounds(trials, reference, started + budget_s, started, budget_s)
-        if reference.state != "measuring":
-            return _report(
-                backend, trials, skipped, None, f"the default failed: {reference.reason}"
-            )
     best, why = best_of(trials, reference)
     for trial in trials:
         if trial.state == "measuring":
@@ -491,11 +493,7 @@ def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> 
         if reference not in alive or len(alive) < 2:
             ended = "a worker ended"
             break
-        measure_round([t.worker for t in alive], tuner.round_index)
-        keep(tuner.runner, [t.worker for t in alive])
-        tuner.round_index += 1
-        for trial in alive:
-            trial.document = trial.worker.document()
+        tuner.measure(alive)
         widths = [half_width(trial_interval(t, reference)) for t in alive if t is not reference]
         if max(widths) <= tuner.target:
             ended = f"every ratio within +-{tuner.target:.0%}"
