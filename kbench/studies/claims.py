@@ -483,11 +483,8 @@ def _rounds(n: int) -> str:
 
 def _pair_ratios(claim: Claim, sides: Sequence[Side]) -> List[Optional[MedianInterval]]:
     """Per-round ratios: numerator over denominator, or each item over the one before."""
-    out = []
-    for top, bottom in _pairs(claim, sides):
-        ratios = round_ratios(sorted(top.rounds.items()), bottom.rounds)
-        out.append(median_interval(ratios))
-    return out
+    pairs = _pairs(claim, sides)
+    return [median_interval(round_ratios(sorted(t.rounds.items()), b.rounds)) for t, b in pairs]
 
 
 def _pairs(claim: Claim, sides: Sequence[Side]) -> List[Tuple[Side, Side]]:

@@ -72,12 +72,6 @@ def compare(reference: RunResult, result: RunResult, tolerance: Tolerance) -> Di
         raise ValueError(f"{result.config['backend']}: {err}") from None
 
 
-def check_model(runner: Runner, model: str, backends: Sequence[str], **settings) -> List[ParityRow]:
-    """:func:`check_models` for one model (``input_shape`` for its shape)."""
-    shape = settings.pop("input_shape", None)
-    return check_models(runner, {model: backends}, input_shapes={model: shape}, **settings)
-
-
 def check_models(
     runner: Runner,
     plan: Mapping[str, Sequence[str]],
@@ -108,31 +102,19 @@ def check_models(
             f"received {sorted(references)}. Check those models in separate calls."
         )
     (reference,) = references
-    input_shapes = input_shapes or {}
+    shapes = input_shapes or {}
     threads = max(1, usable_cores() // parallel) if parallel > 1 else None
     configs = {
         (model, backend): RunConfig(
-            backend=backend,
-            model=model,
-            dataset=dataset,
-            steps=steps,
-            warmup_steps=0,
-            batch_size=batch_size,
-            optimizer="sgd",
-            learning_rate=learning_rate,
+            backend=backend, model=model, dataset=dataset, steps=steps, warmup_steps=0,
+            batch_size=batch_size, optimizer="sgd", learning_rate=learning_rate,
             train_samples=steps * batch_size if dataset == "synthetic" else None,
-            test_samples=batch_size,
-            seed=seed,
-            timeout_s=timeout_s,
-            input_shape=tuple((input_shapes or {})[model])
-            if (input_shapes or {}).get(model)
-            else None,
-            sample_interval_s=0,
-            threads=threads,
-        )  # fmt: skip
+            test_samples=batch_size, seed=seed, timeout_s=timeout_s, sample_interval_s=0,
+            input_shape=tuple(shapes[model]) if shapes.get(model) else None, threads=threads,
+        )
         for model in plan
         for backend in plan[model]
-    }
+    }  # fmt: skip
     results = run_plan(runner, plan, configs, reference, steps, seed, parallel)
     return [
         _row(runner, model, backend, results, reference, tolerance)

@@ -37,7 +37,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.config import FileError, did_you_mean
 from kbench.studies.sweep import (
@@ -517,9 +517,7 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
     known_keys(data, CLAIM_KEYS, where + ".", fail)
     for key in ("id", "statement", "quote"):
         _text(data.get(key), f"{where}.{key}", fail)
-    kind = data.get("kind")
-    if kind not in KINDS:
-        raise fail(f"{where}.kind", f"expected one of {', '.join(KINDS)}; received {kind!r}.")
+    kind = _one_of(data.get("kind"), KINDS, f"{where}.kind", fail)
     metric = _claim_metric(data, kind, where, fail)
     for key in ("paper", "expected", "tolerance", "than"):
         _positive(data.get(key), f"{where}.{key}", fail)
@@ -589,9 +587,7 @@ def _study_deviations(top: Dict[str, Any], fail) -> Dict[str, Any]:
         settings = _optional_list(data.get("settings"), where + ".settings", "setting names", fail)
         for j, key in enumerate(settings):
             _text(key, f"{where}.settings[{j}]", fail, "a run setting's name")
-        size = data.get("size", "both")
-        if size not in SIZES:
-            raise fail(f"{where}.size", f"expected one of {', '.join(SIZES)}; received {size!r}.")
+        size = _one_of(data.get("size", "both"), SIZES, f"{where}.size", fail)
         selector = expect_mapping(data.get("where"), where + ".where", "a selector of runs", fail)
         rules.append(Deviation(data["text"], tuple(settings), dict(selector), size))
     papers = []
@@ -701,24 +697,12 @@ def _ordering_items(items: Any, where: str, fail) -> List[Dict[str, Any]]:
 
 def _claim_choices(data: Dict[str, Any], where: str, fail) -> Tuple[str, ...]:
     """direction, expect, requires, doubt checked; the requirements as a tuple."""
-    if data.get("direction", "increasing") not in DIRECTIONS:
-        raise fail(
-            f"{where}.direction",
-            f"expected one of {', '.join(DIRECTIONS)}; received {data.get('direction')!r}.",
-        )
-    if data.get("expect", "greater") not in EXPECTS:
-        raise fail(
-            f"{where}.expect",
-            f"expected one of {', '.join(EXPECTS)}; received {data.get('expect')!r}.",
-        )
+    _one_of(data.get("direction", "increasing"), DIRECTIONS, f"{where}.direction", fail)
+    _one_of(data.get("expect", "greater"), EXPECTS, f"{where}.expect", fail)
     requires = data.get("requires") or []
     requires = requires if isinstance(requires, list) else [requires]
     for j, need in enumerate(requires):
-        if need not in REQUIREMENTS:
-            raise fail(
-                f"{where}.requires[{j}]",
-                f"expected one of {', '.join(REQUIREMENTS)}; received {need!r}.",
-            )
+        _one_of(need, REQUIREMENTS, f"{where}.requires[{j}]", fail)
     if data.get("doubt") and not data.get("instead"):
         raise fail(
             f"{where}.instead",
@@ -769,6 +753,12 @@ def _optional_list(value: Any, where: str, what: str, fail) -> List[Any]:
 def _list(value: Any, where: str, fail) -> List[Any]:
     if not isinstance(value, list) or not value:
         raise fail(where, f"expected a non-empty list; received {value!r}.")
+    return value
+
+
+def _one_of(value: Any, choices: Sequence[str], where: str, fail) -> Any:
+    if value not in choices:
+        raise fail(where, f"expected one of {', '.join(choices)}; received {value!r}.")
     return value
 
 

@@ -279,16 +279,10 @@ def run_comparison(
             ratio_stop, plan.ratio_precision, plan.ratio_budget_s, plan.baseline
         )
     return run_rounds(
-        plan.rounds,
-        store,
-        busy_threshold=busy_threshold,
-        wait_quiet_s=wait_quiet_s,
-        stop=stop,
-        warm=plan.warm,
-        on_progress=on_progress,
-        baseline=plan.baseline,
+        plan.rounds, store, busy_threshold=busy_threshold, wait_quiet_s=wait_quiet_s, stop=stop,
+        warm=plan.warm, on_progress=on_progress, baseline=plan.baseline,
         check_parity=plan.check_parity,
-    )
+    )  # fmt: skip
 
 
 def plan_rounds(

@@ -423,34 +423,19 @@ def record_ended(
         f"Slurm task {task} ended before this run had a result: {state.describe()}; "
         f"its output: {submission.output(index)}"
     )
+    error = {"type": "SlurmTaskEnded", "job": task, "state": state.state, "reason": state.reason,
+             "exit_code": state.exit_code, "node": state.node}  # fmt: skip
+    host = state.node or "no node (the task never started)"
+    environment = {"kbench": sysinfo.kbench_info(), "machine": {"hostname": host}}
     now = time.time()
     kept = []
     for run in runs:
         result = ending.run_result(
-            run_id=ending.new_run_id(RECORD_PART, run.config.backend),
-            kind=run.config.mode,
-            config=run.config.to_dict(),
-            verdict=ending.Verdict(
-                status,
-                reason,
-                {
-                    "type": "SlurmTaskEnded",
-                    "job": task,
-                    "state": state.state,
-                    "reason": state.reason,
-                    "exit_code": state.exit_code,
-                    "node": state.node,
-                },
-            ),  # fmt: skip
-            started_at=now,
-            ended_at=now,
-            environment={
-                "kbench": sysinfo.kbench_info(),
-                "machine": {"hostname": state.node or "no node (the task never started)"},
-            },
-            data={},
+            run_id=ending.new_run_id(RECORD_PART, run.config.backend), kind=run.config.mode,
+            config=run.config.to_dict(), verdict=ending.Verdict(status, reason, error),
+            started_at=now, ended_at=now, environment=environment, data={},
             sweep=sweep.provenance(run),
-        )
+        )  # fmt: skip
         ResultStore(store).add(result)
         kept.append(result)
     return kept
