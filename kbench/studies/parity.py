@@ -35,12 +35,12 @@ class ParityRow:
     reference: str
     status: str  # the run's status; "ok" when it ran
     reason: Optional[str]
-    output_max_abs: Optional[float]
-    loss_max_abs: Optional[float]
-    loss_max_rel: Optional[float]
-    noise_floor: Optional[float]  # relative loss drift from a 1e-7 nudge of the weights
-    losses: List[float]
-    passed: bool
+    output_max_abs: Optional[float] = None  # None: not compared (the run failed)
+    loss_max_abs: Optional[float] = None
+    loss_max_rel: Optional[float] = None
+    noise_floor: Optional[float] = None  # relative loss drift from a 1e-7 nudge of the weights
+    losses: List[float] = dataclasses.field(default_factory=list)
+    passed: bool = False
     notes: List[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> Dict:
@@ -185,23 +185,18 @@ def _row(
         reason = (result.reason if result else None) or (
             f"the reference {reference_backend} failed: {reference.reason}"
         )
-        return ParityRow(**row, status=result.status if result else "skipped",
-                         reason=reason, output_max_abs=None, loss_max_abs=None,
-                         loss_max_rel=None, noise_floor=None, losses=[],
-                         passed=False)  # fmt: skip
+        return ParityRow(**row, status=result.status if result else "skipped", reason=reason)
     if result is reference:
         diffs = {"output_max_abs": 0.0, "loss_max_abs": 0.0, "loss_max_rel": 0.0,
                  "noise_floor": noise_floor(reference), "passed": True}  # fmt: skip
     else:
         diffs = compare(reference, result, tolerance)
     notes = known_differences(backend, result.metrics.get("layer_types", []))
-    metrics = dict(
-        result.metrics,
-        parity=dict(
-            diffs, reference=reference_backend, notes=notes, tolerance=dataclasses.asdict(tolerance)
-        ),
+    verdict = dict(diffs, reference=reference_backend, notes=notes,
+                   tolerance=dataclasses.asdict(tolerance))  # fmt: skip
+    dataclasses.replace(result, metrics=dict(result.metrics, parity=verdict)).save(
+        runner.output_dir
     )
-    dataclasses.replace(result, metrics=metrics).save(runner.output_dir)
     return ParityRow(**row, status="ok", reason=None, losses=result.metrics["losses"],
                      notes=notes, **diffs)  # fmt: skip
 

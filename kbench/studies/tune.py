@@ -226,12 +226,9 @@ def differs(
     :func:`~kbench.results.analysis.differences` of the parity check, within
     ``tolerance``; each step's own loss, :func:`~kbench.run.agreement.step_losses`,
     where the backend logs their ``running_mean``); None where it lies within."""
-    losses: Tuple[List[float], List[float]] = ([], [])
-    if compare_losses:
-        losses = (
-            step_losses(default["losses"], running_mean),
-            step_losses(check["losses"], running_mean),
-        )
+    losses = [
+        step_losses(d["losses"], running_mean) if compare_losses else [] for d in (default, check)
+    ]
     try:
         figures = differences(default["outputs"], check["outputs"], *losses, tolerance)
     except ValueError as err:
@@ -343,6 +340,12 @@ class Tuner:
                 return settled
             if time.monotonic() >= deadline:
                 return "its share of the budget spent"
+
+    def close(self, now: bool = False) -> None:
+        """Close every trial's worker (``now``: stop them at once)."""
+        for trial in self.launched:
+            if trial.worker is not None:
+                trial.worker.close(now=now)
 
     def measure(self, trials: Sequence[Trial]) -> None:
         """A window of each of ``trials`` (one round), kept; their documents updated."""
@@ -567,11 +570,11 @@ def resumed_reports(
         log.warning("%s: unreadable (%s): searching every backend again", path, err)
         return {}
     if stored != identity:
-        changed = sorted(
-            k
-            for k in {**stored.get("settings", {}), **identity["settings"]}
-            if stored.get("settings", {}).get(k) != identity["settings"].get(k)
-        ) + [k for k in ("target", "allow_batch_size", "only") if stored.get(k) != identity[k]]
+        was, now = stored.get("settings", {}), identity["settings"]
+        changed = sorted(k for k in {**was, **now} if was.get(k) != now.get(k))
+        changed += [
+            k for k in ("target", "allow_batch_size", "only") if stored.get(k) != identity[k]
+        ]
         log.warning("%s: a search with other settings (%s): searching every backend again",
                     path, ", ".join(changed) or "its format")  # fmt: skip
         return {}
@@ -652,26 +655,14 @@ def tune(
             final_deadline = time.monotonic() + budget_s * FINAL_SHARE
             final = compare_finalists(tuner, finalists, final_deadline) if finalists else None
         except BaseException:
-            for trial in tuner.launched:
-                if trial.worker is not None:
-                    trial.worker.close(now=True)
+            tuner.close(now=True)
             raise
         finally:
-            for trial in tuner.launched:
-                if trial.worker is not None:
-                    trial.worker.close()
-    outcome = {
-        "model": base.model,
-        "dataset": base.dataset,
-        "batch_size": base.batch_size,
-        "budget_s": budget_s,
-        "target": target,
-        "seconds": time.monotonic() - started,
-        "backends": reports,
-        "compared": final,
-        "sweep_file": str(Path(store) / "tune-best.yaml"),
-        "method": __doc__,
-    }
+            tuner.close()
+    outcome = {"model": base.model, "dataset": base.dataset, "batch_size": base.batch_size,
+               "budget_s": budget_s, "target": target, "seconds": time.monotonic() - started,
+               "backends": reports, "compared": final,
+               "sweep_file": str(Path(store) / "tune-best.yaml"), "method": __doc__}  # fmt: skip
     write_json_atomic(Path(store) / "tune.json", outcome)
     write_text_atomic(Path(store) / "tune-best.yaml", yaml.safe_dump(best_sweep(base, reports),
                                                                      sort_keys=False))  # fmt: skip
