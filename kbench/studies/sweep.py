@@ -581,9 +581,7 @@ class Layer:
 
     def combinations(self):
         """(settings of one run, origins), the backend varying fastest."""
-        keys = [k for k in self.matrix if k != "backend"] + (
-            ["backend"] if "backend" in self.matrix else []
-        )
+        keys = sorted(self.matrix, key=lambda k: k == "backend")  # stable: the others in order
         for combo in itertools.product(*(enumerate(self.matrix[k]) for k in keys)):
             values = dict(self.settings)
             origins = dict(self.origins)
@@ -688,10 +686,9 @@ def plan(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: boo
 def execute(
     sweep: Sweep, runs: Sequence[SweepRun], session, progress: Progress, warm: bool = False
 ) -> List[RunResult]:
-    """Run ``runs`` in a runner session; each result is in the store once it returns.
-    With ``warm``, each repeat's runs that can share a worker process share one
-    (:func:`~kbench.run.runner.shared_workers`); their results are in the store once
-    that worker ends."""
+    """Run ``runs`` in a runner session, each result in the store as it returns. With
+    ``warm``, each repeat's runs that can share a worker process share one
+    (:func:`~kbench.run.runner.shared_workers`)."""
     results = []
     for group in worker_groups(runs) if warm else [[run] for run in runs]:
         labels = ", ".join(run.config.label() for run in group)

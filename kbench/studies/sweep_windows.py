@@ -219,17 +219,13 @@ def mark(
     docstring). The marked results, in their order."""
     by_backend = {run.config.backend: run for run in group}
     comparison = comparison_key(group)
+    kept = ResultStore(store)
     marked = []
     for result in found:
         run = by_backend[result.config["backend"]]
-        provenance = dict(
-            sweep.provenance(run),
-            windows={"run_key": run.key, "comparison": comparison, "stopped": reason},
-        )
-        marked.append(replace(result, sweep=provenance))
-    store_of = ResultStore(store)
-    for result in marked:
-        store_of.add(result)
+        windows = {"run_key": run.key, "comparison": comparison, "stopped": reason}
+        marked.append(replace(result, sweep=dict(sweep.provenance(run), windows=windows)))
+        kept.add(marked[-1])
     return marked
 
 
