@@ -126,28 +126,23 @@ class PublishedFigure:
 class Claim:
     """One finding of the paper as a check on result documents.
 
-    Runs are chosen by settings selectors: ``where`` (common to every side) merged with
-    a side's own settings; ``group`` selects a sweep group. Kinds:
+    Runs are chosen by selectors of settings: ``where`` (common to every side) merged with
+    a side's own; ``group`` selects a sweep group. Kinds: ``ratio`` (the median per-round
+    ``metric`` of ``numerator`` over ``denominator`` within ``tolerance`` of ``paper``, or
+    of ``expected`` where the paper prints no ratio); ``sign`` (that ratio above, ``expect:
+    greater``, or below, ``less``, ``than``: default 1); ``ordering`` and
+    ``efficiency_ordering`` (``metric``, ``scaling_efficiency`` for the latter, rising,
+    ``direction: increasing``, or falling along ``items``, each adjacent pair compared by
+    its per-round ratio).
 
-    - ``ratio``: median per-round ``metric`` of ``numerator`` over ``denominator`` is
-      within ``tolerance`` of ``paper`` (or of ``expected``, where the paper prints no
-      ratio);
-    - ``sign``: that ratio is above (``expect: greater``) or below (``less``) ``than``
-      (default 1);
-    - ``ordering`` / ``efficiency_ordering``: ``metric`` (``scaling_efficiency`` for the
-      latter) rises (``direction: increasing``) or falls along ``items``, each adjacent
-      pair compared by its per-round ratio.
-
-    ``for_each: SETTING`` checks the claim once per value of that setting among the
-    stored runs. ``only`` (setting -> values) scopes the claim to the runs the paper drew
-    it from (``only: {model: [alexnet, resnet18]}``: LeNet-5 runs are not judged).
-    ``requires`` (``gpu``, ``cpu``, ``real_data``) and ``reduced`` (why the
-    reduced size changes the question) make the verdict "not measurable here" where they
-    do not hold (a side off the required device makes it inconclusive). ``doubt`` says
-    why the paper's own measurement is not trusted and ``instead`` what kbench checks in
-    its place. ``deviations``: how its runs differ from the paper's, beyond the study's.
-    ``cited``: where the finding is another work's that the study cites, that work (the
-    verdict then says it is not the study's own measurement).
+    ``for_each: SETTING`` checks the claim once per value of that setting; ``only``
+    (setting -> values) scopes it to the runs the paper drew it from (``only: {model:
+    [alexnet, resnet18]}``: LeNet-5 runs are not judged). ``requires`` (``gpu``, ``cpu``,
+    ``real_data``) and ``reduced`` (why the reduced size changes the question) make the
+    verdict "not measurable here" where they do not hold (a side off the required device:
+    inconclusive). ``doubt``: why the paper's own measurement is not trusted, ``instead``:
+    what kbench checks in its place. ``cited``: the work whose finding it is, where not the
+    study's own (the verdict says so).
     """
 
     id: str
@@ -327,12 +322,9 @@ class Study:
 
 def studies_dirs() -> List[Path]:
     """Where study files are looked for, in order (see the module docstring)."""
-    places = []
-    if os.environ.get(STUDIES_ENV):
-        places.append(Path(os.environ[STUDIES_ENV]))
-    places.append(Path(__file__).resolve().parents[2] / "studies")
-    places.append(Path(sys.prefix) / "share" / "kbench" / "studies")
-    return places
+    chosen = [Path(os.environ[STUDIES_ENV])] if os.environ.get(STUDIES_ENV) else []
+    return chosen + [Path(__file__).resolve().parents[2] / "studies",
+                     Path(sys.prefix) / "share" / "kbench" / "studies"]  # fmt: skip
 
 
 def studies_dir() -> Path:
@@ -358,8 +350,7 @@ def find_study(name: str) -> Path:
     path = Path(name)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return path
-    files = study_files()
-    names = {f.stem: f for f in files}
+    names = {f.stem: f for f in study_files()}
     if name in names:
         return names[name]
     hint = did_you_mean(name, names)
