@@ -262,11 +262,9 @@ def evaluate(
 
 
 def evaluate_claim(
-    study: Study,
-    claim: Claim,
-    results: Sequence[RunResult],
+    study: Study, claim: Claim, results: Sequence[RunResult],
     defined: Optional[Defined] = None,
-) -> ClaimOutcome:
+) -> ClaimOutcome:  # fmt: skip
     reduced = any((r.sweep or {}).get("reduced") for r in results)
     where = {**claim.where, **(claim.reduced_where if reduced else {})}
     pool = [r for r in results if matches(r, where) and in_scope(r, claim.only)]

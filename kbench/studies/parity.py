@@ -124,14 +124,10 @@ def check_models(
 
 
 def run_plan(
-    runner: Runner,
-    plan: Mapping[str, Sequence[str]],
-    configs: Dict[Tuple[str, str], RunConfig],
-    reference: str,
-    steps: int,
-    seed: int,
+    runner: Runner, plan: Mapping[str, Sequence[str]],
+    configs: Dict[Tuple[str, str], RunConfig], reference: str, steps: int, seed: int,
     parallel: int,
-) -> Dict[Tuple[str, str], RunResult]:
+) -> Dict[Tuple[str, str], RunResult]:  # fmt: skip
     """The runs of :func:`check_models`: the reference's warm worker over every model
     (exporting the initial weights), then each other backend's (``parallel`` side by
     side) over the models whose reference ran, loading them; by (model, backend)."""
@@ -170,13 +166,9 @@ def run_plan(
 
 
 def _row(
-    runner: Runner,
-    model: str,
-    backend: str,
-    results: Dict[Tuple[str, str], RunResult],
-    reference_backend: str,
-    tolerance: Tolerance,
-) -> ParityRow:
+    runner: Runner, model: str, backend: str, results: Dict[Tuple[str, str], RunResult],
+    reference_backend: str, tolerance: Tolerance,
+) -> ParityRow:  # fmt: skip
     """One backend's row for one model; a checked result is saved again with its verdict."""
     reference = results[(model, reference_backend)]
     result = results.get((model, backend))

@@ -220,12 +220,9 @@ def with_precision(
 
 
 def as_asked(
-    sweep: Sweep,
-    repeats: Optional[int],
-    ratio_precision: Optional[float],
-    target_precision: Optional[float],
-    time_budget_s: Optional[float],
-) -> Tuple[Sweep, List[str]]:
+    sweep: Sweep, repeats: Optional[int], ratio_precision: Optional[float],
+    target_precision: Optional[float], time_budget_s: Optional[float],
+) -> Tuple[Sweep, List[str]]:  # fmt: skip
     """The study's sweep as ``reproduce`` runs it: in ``repeats`` rounds (None:
     :func:`default_rounds`; at least :data:`ROUNDS_NEEDED` with ``ratio_precision``),
     each run with the precision goal where it takes one; and the runs that do not."""
@@ -280,12 +277,9 @@ def windows_misfit(study: Study, reduced: bool, gpu: bool) -> Optional[str]:
 
 
 def measure_choice(
-    study: Study,
-    reduced: bool,
-    windows: Optional[bool],
-    fresh_flag: Optional[str],
+    study: Study, reduced: bool, windows: Optional[bool], fresh_flag: Optional[str],
     gpu: Optional[bool] = None,
-) -> Tuple[bool, str]:
+) -> Tuple[bool, str]:  # fmt: skip
     """Whether ``reproduce`` measures in warm windows, and why, in words. ``windows``:
     ``--windows`` (True), ``--fresh-processes`` (False) or neither; ``fresh_flag``: a flag given
     that asks for fresh processes (``--repeats``); the flags judged by the one rule

@@ -225,12 +225,9 @@ def plan_comparison(
 
 
 def _check_fresh_options(
-    backends: Sequence[str],
-    repeats: Optional[int],
-    ratio_precision: Optional[float],
-    ratio_budget_s: Optional[float],
-    check_parity: bool,
-) -> None:
+    backends: Sequence[str], repeats: Optional[int], ratio_precision: Optional[float],
+    ratio_budget_s: Optional[float], check_parity: bool,
+) -> None:  # fmt: skip
     """What fresh-process rounds refuse: the parity check of windows, a budget without a
     precision, a precision without two backends and six rounds to reach it."""
     if not check_parity:

@@ -327,12 +327,9 @@ def open_submissions(store: Path) -> List[Submission]:
 
 
 def submit(
-    sweep: Sweep,
-    store: Path,
-    units: Sequence[Sequence[SweepRun]],
-    options: SlurmOptions,
+    sweep: Sweep, store: Path, units: Sequence[Sequence[SweepRun]], options: SlurmOptions,
     settings: Dict,
-) -> Submission:
+) -> Submission:  # fmt: skip
     """Write the manifest, ``sbatch --array`` the tasks, then write the job id."""
     now = dt.datetime.now(dt.timezone.utc)
     directory = store.resolve() / SLURM_DIR / f"{now:%Y%m%dT%H%M%S%fZ}"

@@ -365,13 +365,9 @@ def _layers(
 
 
 def _runs(
-    layers: Sequence[Tuple[str, Layer]],
-    places: Sequence[str],
-    repeats: int,
-    twice_where: str,
-    base_dir: Optional[Path],
-    fail,
-) -> List[SweepRun]:
+    layers: Sequence[Tuple[str, Layer]], places: Sequence[str], repeats: int, twice_where: str,
+    base_dir: Optional[Path], fail,
+) -> List[SweepRun]:  # fmt: skip
     """Every run of the layers, round by round, each built (so checked) and declared
     once (``twice_where``: where a run declared twice is said to be)."""
     runs: List[SweepRun] = []
@@ -395,14 +391,9 @@ def _runs(
 
 
 def _config(
-    values: Dict[str, Any],
-    origins: Dict[str, str],
-    layer: Layer,
-    place: str,
-    repeat: int,
-    base_dir: Optional[Path],
-    fail,
-) -> RunConfig:
+    values: Dict[str, Any], origins: Dict[str, str], layer: Layer, place: str, repeat: int,
+    base_dir: Optional[Path], fail,
+) -> RunConfig:  # fmt: skip
     """One run's config; an error names the place in the file of the setting it is
     about (a check across settings: the run, by its swept settings)."""
     missing = [name for name in REQUIRED if name not in values]
@@ -456,9 +447,7 @@ def window_settings(top: Dict[str, Any], fail) -> Tuple[str, WindowSettings]:
 
 def setting_of(config: RunConfig) -> str:
     """What a comparison in windows shares: every setting but the backend and the repeat."""
-    data = config.to_dict()
-    for name in ("backend", "repeat", "window_s"):
-        data.pop(name, None)
+    data = {k: v for k, v in config.to_dict().items() if k not in ("backend", "repeat", "window_s")}
     return json.dumps(data, sort_keys=True)
 
 

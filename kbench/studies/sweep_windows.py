@@ -161,13 +161,9 @@ def _worker_run(result: RunResult, sweep_name: str) -> Optional[str]:
 
 
 def run_comparisons(
-    sweep: Sweep,
-    to_run: Sequence[SweepRun],
-    runner: Runner,
-    progress: Progress,
-    varying: Sequence[str],
-    baseline: Optional[str] = None,
-) -> List[RunResult]:
+    sweep: Sweep, to_run: Sequence[SweepRun], runner: Runner, progress: Progress,
+    varying: Sequence[str], baseline: Optional[str] = None,
+) -> List[RunResult]:  # fmt: skip
     """The runs of ``to_run`` that need fresh processes, then each comparison in windows
     (:func:`measure_comparison`); every result is in the store as this returns."""
     assert sweep.windows is not None

@@ -216,12 +216,9 @@ def search_space(
 
 
 def differs(
-    default: Dict[str, Any],
-    check: Dict[str, Any],
-    tolerance: Tolerance,
-    compare_losses: bool = True,
-    running_mean: bool = False,
-) -> Optional[str]:
+    default: Dict[str, Any], check: Dict[str, Any], tolerance: Tolerance,
+    compare_losses: bool = True, running_mean: bool = False,
+) -> Optional[str]:  # fmt: skip
     """Why ``check`` (outputs, warmup losses) does not compute what ``default`` does (the
     :func:`~kbench.results.analysis.differences` of the parity check, within
     ``tolerance``; each step's own loss, :func:`~kbench.run.agreement.step_losses`,
