@@ -313,7 +313,7 @@ def test_reproduce_of_one_machine_is_as_before(tmp_path):
 
 
 def test_report_of_a_study_of_two_machines_has_claims_per_machine(tmp_path):
-    from kbench.studies.paper import paper_section
+    from kbench.studies.reproduce import paper_section
 
     store = laptop_study_store(tmp_path, list(MACHINES))
     # as `kbench report` reads a store: of each sweep run, the newest on each machine

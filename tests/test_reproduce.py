@@ -523,7 +523,7 @@ def test_reproduce_no_run_prints_verdicts_from_the_store(tmp_path):
 
 
 def test_report_of_a_study_store_has_paper_vs_this_machine(tmp_path):
-    from kbench.studies.paper import paper_section
+    from kbench.studies.reproduce import paper_section
     from kbench.views.report import write_report
 
     store = laptop_store(tmp_path)

@@ -146,7 +146,7 @@ def _job(store: Path):
 # on seeing it RUNNING); a kill that never comes ends the wait, and the test fails.
 HOLD_TASK_SITE = """
 import os, sys, time
-if "kbench.studies.slurm_node" in sys.orig_argv and os.environ.get("SLURM_ARRAY_TASK_ID") == "1":
+if "kbench.studies.slurm" in sys.orig_argv and os.environ.get("SLURM_ARRAY_TASK_ID") == "1":
     time.sleep(120)
 """
 

@@ -22,7 +22,7 @@ from test_sweep_windows import measured  # a comparison's documents, as measured
 from kbench.cli.app import main
 from kbench.results.config import ConfigError
 from kbench.results.store import ResultStore
-from kbench.studies import slurm, slurm_node, sweep_runs, sweep_windows
+from kbench.studies import slurm, sweep_runs, sweep_windows
 from kbench.studies.sweep import WindowSettings, parse_sweep, sweep_run_of
 
 pytestmark = pytest.mark.own_processes("a Slurm job, failed, cancelled or resumed")
@@ -102,13 +102,13 @@ def test_a_node_finds_its_comparison_and_the_runs_kept_fresh(tmp_path):
     tasks = [[r.key for r in comparison], [jax_only.runs[0].key], ["gone"]]
     manifest = {"sweep_file": str(path), "reduced": False, "max_runs": 1000,
                 "windows": asdict(sweep.windows), "tasks": tasks}  # fmt: skip
-    found, runs = slurm_node.task_runs(manifest, 0)
+    found, runs = slurm.task_runs(manifest, 0)
     assert found.windows == WindowSettings(window_s=0.3)
     assert [r.key for r in runs] == [r.key for r in comparison] and sweep_windows.windowed(runs)
-    found, runs = slurm_node.task_runs(manifest, 1)
+    found, runs = slurm.task_runs(manifest, 1)
     assert runs[0].config == jax_only.runs[0].config and not sweep_windows.windowed(runs)
     with pytest.raises(ConfigError, match="the file changed after submission"):
-        slurm_node.task_runs(manifest, 2)
+        slurm.task_runs(manifest, 2)
 
 
 def test_windows_on_slurm_are_planned_not_refused(tmp_path, capsys):

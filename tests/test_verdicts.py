@@ -390,7 +390,7 @@ def test_reproduce_defaults_to_the_rounds_a_verdict_needs(tmp_path):
 
 
 def test_the_report_labels_size_and_evidence(tmp_path):
-    from kbench.studies.paper import paper_section
+    from kbench.studies.reproduce import paper_section
 
     store = lenet_store(tmp_path, rounds=2)
     section = paper_section(ResultStore(store).results(latest_only=True))

@@ -525,7 +525,7 @@ def command_compare(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
-    from kbench.studies.paper import paper_section
+    from kbench.studies.reproduce import paper_section
     from kbench.views import report
 
     results = machines.load_per_machine(args.store, args.filter)  # each machine's newest

@@ -1,30 +1,27 @@
 """A study's claims checked on result documents: per claim, the paper's figure, this
-machine's numbers (median and range over repeats), the ratio or ordering on each side,
-a verdict and the evidence behind it.
+machine's numbers (median and range over repeats), the ratio or ordering on each side, a
+verdict and the evidence behind it.
 
-Verdicts use only ratios measured in the same store: for each pair of sides, the
-per-round ratio (round r of one over round r of the other, on the same machine), and
-the order-statistics interval on their median (:mod:`kbench.results.analysis`, 95%).
-The interval decides, never the median alone:
+Verdicts use only ratios measured in one store: per pair of sides, the per-round ratios
+(round r over round r, on one machine) and the 95% order-statistics interval on their
+median (:mod:`kbench.results.analysis`). The interval decides, never the median alone:
 
-- **holds**: the interval lies inside the claim's band (``ratio``: the paper's ratio
-  +- its tolerance) or wholly on the claimed side of ``than`` (``sign``), every step of an
-  ordering wholly on the claimed side of x1;
-- **does not hold**: the interval lies wholly outside the band, or on the other side;
-- **inconclusive**, with the reason: the interval straddles the edge; fewer rounds than
-  a 95% interval needs (:data:`ROUNDS_NEEDED`, 6: with fewer, the interval is the whole
-  range and its coverage ``1 - 2 * 0.5**n`` is below 95%); a run behind the numbers was
-  flagged (busy, slow clock, throttled, GPU shared, on battery: ``metrics.quality``); a
-  compared side or ordering item has no finished run (failed, missing); a GPU claim with
-  a side whose run saw no GPU (or a CPU claim with a side on a GPU); two runs of one
-  round match one side (both are named, the claim's selector needs narrowing);
-- **not measurable here**, with the reason: no run had the GPU the claim needs, the runs
-  trained on synthetic data where the claim needs the real set, or the reduced size
-  changes the question (the study file says why).
+- **holds**: the interval lies inside the claim's band (``ratio``: the paper's ratio +-
+  its tolerance), wholly on the claimed side of ``than`` (``sign``), or, at every step of
+  an ordering, wholly on the claimed side of x1;
+- **does not hold**: it lies wholly outside the band, or on the other side;
+- **inconclusive**, with the reason: it straddles an edge; fewer rounds than a 95%
+  interval needs (:data:`ROUNDS_NEEDED`, 6: with fewer, the interval is the whole range,
+  covering ``1 - 2 * 0.5**n``); a run behind the numbers was flagged (busy, slow clock,
+  throttled, GPU shared, on battery: ``metrics.quality``); a side or ordering item has no
+  finished run; a GPU claim has a side that saw no GPU (a CPU claim, one on a GPU); two
+  runs of one round match one side (both named: the selector needs narrowing);
+- **not measurable here**, with the reason: no GPU where the claim needs one, synthetic
+  data where it needs the real set, or the reduced size changes the question.
 
-Every verdict carries its :class:`Evidence`: full or reduced size, the devices, the
-rounds and the interval with its coverage, the flags, and the study's deviations from
-the paper's setting; :func:`outcomes_json` is the same as JSON (``claims.json``).
+Every verdict carries its :class:`Evidence` (size, devices, rounds, each interval with its
+coverage, flags, the study's deviations); :func:`outcomes_json` is the same as JSON
+(``claims.json``).
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ from kbench.results.readings import (
 )
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
-from kbench.studies.published import REQUIREMENTS, Claim, Study
+from kbench.studies.published import REQUIREMENTS, Claim, Study, plain_value
 from kbench.views.tables import MEMORY_LABELS, UTILIZATION_LABELS, Table, interval_text
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -68,10 +65,16 @@ def _number(value: Any) -> Optional[float]:
     return float(value) if math.isfinite(value) else None
 
 
-def _dig(data: Any, *keys: str) -> Any:
-    for key in keys:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
+def _at(*keys: str) -> Callable[[RunResult], Optional[float]]:
+    """The reader of the number at ``metrics[keys[0]][keys[1]]...``."""
+
+    def read(result: RunResult) -> Optional[float]:
+        data: Any = result.metrics
+        for key in keys:
+            data = data.get(key) if isinstance(data, dict) else None
+        return _number(data)
+
+    return read
 
 
 def _memory(kind: str) -> Callable[[RunResult], Optional[float]]:
@@ -84,29 +87,20 @@ def _memory(kind: str) -> Callable[[RunResult], Optional[float]]:
 
 # kbench's labelled metric names a claim may read: name -> (what it is, reader)
 METRICS: Dict[str, Tuple[str, Callable[[RunResult], Optional[float]]]] = {
-    "images_per_sec": (
-        "images per second over the measured window",
-        lambda r: _number(r.metrics.get("images_per_sec")),
-    ),
-    "epoch_time_s": (
-        "wall time per epoch, mean over the run's epochs (s)",
-        epoch_time,
-    ),
-    "test_accuracy": (
-        "accuracy on the test set after training",
-        lambda r: _number(r.metrics.get("test_accuracy")),
-    ),
+    "images_per_sec": ("images per second over the measured window", _at("images_per_sec")),
+    "epoch_time_s": ("wall time per epoch, mean over the run's epochs (s)", epoch_time),
+    "test_accuracy": ("accuracy on the test set after training", _at("test_accuracy")),
     "scaling_efficiency": (
         "data-parallel efficiency: img/s / (workers x img/s of one worker)",
-        lambda r: _number(_dig(r.metrics, "distributed", "scaling", "efficiency")),
+        _at("distributed", "scaling", "efficiency"),
     ),
     "comm_s": (
         "data-parallel communication time per step, mean over workers (s)",
-        lambda r: _number(_dig(r.metrics, "distributed", "breakdown", "mean", "comm_s")),
+        _at("distributed", "breakdown", "mean", "comm_s"),
     ),
     "backward_s": (
         "data-parallel backward time per step, mean over workers (s)",
-        lambda r: _number(_dig(r.metrics, "distributed", "breakdown", "mean", "backward_s")),
+        _at("distributed", "breakdown", "mean", "backward_s"),
     ),
     "gpu_kernel_time_percent": (
         UTILIZATION_LABELS["gpu"],
@@ -122,30 +116,25 @@ METRICS: Dict[str, Tuple[str, Callable[[RunResult], Optional[float]]]] = {
 # selecting runs ------------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
+def _setting(result: RunResult, key: str) -> Any:
+    """The run's setting ``key`` (``group``: its sweep group), as plain JSON."""
+    return plain_value(
+        (result.sweep or {}).get("group") if key == "group" else result.config.get(key)
+    )
 
 
 def matches(result: RunResult, selector: Dict[str, Any]) -> bool:
     """``selector``'s settings all equal the run's (``group``: the sweep group)."""
-    for key, wanted in selector.items():
-        have = (result.sweep or {}).get("group") if key == "group" else result.config.get(key)
-        if _plain(have) != _plain(wanted):
-            return False
-    return True
+    return all(_setting(result, k) == plain_value(v) for k, v in selector.items())
 
 
 def in_scope(result: RunResult, only: Dict[str, Sequence[Any]]) -> bool:
     """The run's settings are among a claim's ``only`` values (the paper's scope)."""
-    for key, values in only.items():
-        have = (result.sweep or {}).get("group") if key == "group" else result.config.get(key)
-        if _plain(have) not in [_plain(v) for v in values]:
-            return False
-    return True
+    return all(_setting(result, k) in [plain_value(v) for v in vs] for k, vs in only.items())
 
 
 def selector_text(selector: Dict[str, Any], skip: Sequence[str] = ()) -> str:
-    return ", ".join(f"{k}={_plain(v)}" for k, v in selector.items() if k not in skip) or "all"
+    return ", ".join(f"{k}={plain_value(v)}" for k, v in selector.items() if k not in skip) or "all"
 
 
 def device_of(result: RunResult) -> str:
@@ -223,17 +212,7 @@ class Evidence:
             "rounds": self.rounds,
             "rounds_needed": self.rounds_needed,
             "level": self.level,
-            "intervals": [
-                {
-                    "pair": label,
-                    "median": i.median,
-                    "low": i.low,
-                    "high": i.high,
-                    "coverage": i.coverage,
-                    "n": i.n,
-                }
-                for label, i in self.intervals
-            ],  # fmt: skip
+            "intervals": [{"pair": label, **i.to_dict()} for label, i in self.intervals],
             "flags": list(self.flags),
             "deviations": list(self.deviations),
         }
@@ -283,24 +262,23 @@ def evaluate(
 
 
 def evaluate_claim(
-    study: Study,
-    claim: Claim,
-    results: Sequence[RunResult],
+    study: Study, claim: Claim, results: Sequence[RunResult],
     defined: Optional[Defined] = None,
-) -> ClaimOutcome:
+) -> ClaimOutcome:  # fmt: skip
     reduced = any((r.sweep or {}).get("reduced") for r in results)
     where = {**claim.where, **(claim.reduced_where if reduced else {})}
     pool = [r for r in results if matches(r, where) and in_scope(r, claim.only)]
     values: List[Any] = [None]
     if claim.for_each:
         found = {
-            repr(_plain(r.config.get(claim.for_each))): r.config.get(claim.for_each) for r in pool
+            repr(plain_value(r.config.get(claim.for_each))): r.config.get(claim.for_each)
+            for r in pool
         }
         values = [found[k] for k in sorted(found)] or [None]
     checks = []
     for value in values:
         extra = {} if value is None else {claim.for_each: value}
-        label = "" if value is None else f"{claim.for_each}={_plain(value)}"
+        label = "" if value is None else f"{claim.for_each}={plain_value(value)}"
         members = [r for r in pool if matches(r, extra)]
         checks.append(_check(claim, members, label, reduced, defined))
     verdict, reason = _combine(checks)
@@ -391,7 +369,8 @@ def _duplicate(key: Tuple[str, int], found: Sequence[RunResult]) -> str:
     settings = [{**r.config, "group": (r.sweep or {}).get("group")} for r in found]
     differ = [k for k in settings[0] if len({repr(s.get(k)) for s in settings}) > 1]
     runs = "; ".join(
-        f"{r.run_id}: " + (", ".join(f"{k}={_plain(s.get(k))}" for k in differ) or "same settings")
+        f"{r.run_id}: "
+        + (", ".join(f"{k}={plain_value(s.get(k))}" for k in differ) or "same settings")
         for r, s in zip(found, settings)
     )
     return f"round {key[1] + 1} on {key[0]}: {len(found)} runs ({runs})"
@@ -502,11 +481,8 @@ def _rounds(n: int) -> str:
 
 def _pair_ratios(claim: Claim, sides: Sequence[Side]) -> List[Optional[MedianInterval]]:
     """Per-round ratios: numerator over denominator, or each item over the one before."""
-    out = []
-    for top, bottom in _pairs(claim, sides):
-        ratios = round_ratios(sorted(top.rounds.items()), bottom.rounds)
-        out.append(median_interval(ratios))
-    return out
+    pairs = _pairs(claim, sides)
+    return [median_interval(round_ratios(sorted(t.rounds.items()), b.rounds)) for t, b in pairs]
 
 
 def _pairs(claim: Claim, sides: Sequence[Side]) -> List[Tuple[Side, Side]]:

@@ -35,12 +35,12 @@ class ParityRow:
     reference: str
     status: str  # the run's status; "ok" when it ran
     reason: Optional[str]
-    output_max_abs: Optional[float]
-    loss_max_abs: Optional[float]
-    loss_max_rel: Optional[float]
-    noise_floor: Optional[float]  # relative loss drift from a 1e-7 nudge of the weights
-    losses: List[float]
-    passed: bool
+    output_max_abs: Optional[float] = None  # None: not compared (the run failed)
+    loss_max_abs: Optional[float] = None
+    loss_max_rel: Optional[float] = None
+    noise_floor: Optional[float] = None  # relative loss drift from a 1e-7 nudge of the weights
+    losses: List[float] = dataclasses.field(default_factory=list)
+    passed: bool = False
     notes: List[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> Dict:
@@ -70,12 +70,6 @@ def compare(reference: RunResult, result: RunResult, tolerance: Tolerance) -> Di
         )  # fmt: skip
     except ValueError as err:
         raise ValueError(f"{result.config['backend']}: {err}") from None
-
-
-def check_model(runner: Runner, model: str, backends: Sequence[str], **settings) -> List[ParityRow]:
-    """:func:`check_models` for one model (``input_shape`` for its shape)."""
-    shape = settings.pop("input_shape", None)
-    return check_models(runner, {model: backends}, input_shapes={model: shape}, **settings)
 
 
 def check_models(
@@ -108,31 +102,19 @@ def check_models(
             f"received {sorted(references)}. Check those models in separate calls."
         )
     (reference,) = references
-    input_shapes = input_shapes or {}
+    shapes = input_shapes or {}
     threads = max(1, usable_cores() // parallel) if parallel > 1 else None
     configs = {
         (model, backend): RunConfig(
-            backend=backend,
-            model=model,
-            dataset=dataset,
-            steps=steps,
-            warmup_steps=0,
-            batch_size=batch_size,
-            optimizer="sgd",
-            learning_rate=learning_rate,
+            backend=backend, model=model, dataset=dataset, steps=steps, warmup_steps=0,
+            batch_size=batch_size, optimizer="sgd", learning_rate=learning_rate,
             train_samples=steps * batch_size if dataset == "synthetic" else None,
-            test_samples=batch_size,
-            seed=seed,
-            timeout_s=timeout_s,
-            input_shape=tuple((input_shapes or {})[model])
-            if (input_shapes or {}).get(model)
-            else None,
-            sample_interval_s=0,
-            threads=threads,
-        )  # fmt: skip
+            test_samples=batch_size, seed=seed, timeout_s=timeout_s, sample_interval_s=0,
+            input_shape=tuple(shapes[model]) if shapes.get(model) else None, threads=threads,
+        )
         for model in plan
         for backend in plan[model]
-    }
+    }  # fmt: skip
     results = run_plan(runner, plan, configs, reference, steps, seed, parallel)
     return [
         _row(runner, model, backend, results, reference, tolerance)
@@ -142,14 +124,10 @@ def check_models(
 
 
 def run_plan(
-    runner: Runner,
-    plan: Mapping[str, Sequence[str]],
-    configs: Dict[Tuple[str, str], RunConfig],
-    reference: str,
-    steps: int,
-    seed: int,
+    runner: Runner, plan: Mapping[str, Sequence[str]],
+    configs: Dict[Tuple[str, str], RunConfig], reference: str, steps: int, seed: int,
     parallel: int,
-) -> Dict[Tuple[str, str], RunResult]:
+) -> Dict[Tuple[str, str], RunResult]:  # fmt: skip
     """The runs of :func:`check_models`: the reference's warm worker over every model
     (exporting the initial weights), then each other backend's (``parallel`` side by
     side) over the models whose reference ran, loading them; by (model, backend)."""
@@ -188,13 +166,9 @@ def run_plan(
 
 
 def _row(
-    runner: Runner,
-    model: str,
-    backend: str,
-    results: Dict[Tuple[str, str], RunResult],
-    reference_backend: str,
-    tolerance: Tolerance,
-) -> ParityRow:
+    runner: Runner, model: str, backend: str, results: Dict[Tuple[str, str], RunResult],
+    reference_backend: str, tolerance: Tolerance,
+) -> ParityRow:  # fmt: skip
     """One backend's row for one model; a checked result is saved again with its verdict."""
     reference = results[(model, reference_backend)]
     result = results.get((model, backend))
@@ -203,23 +177,18 @@ def _row(
         reason = (result.reason if result else None) or (
             f"the reference {reference_backend} failed: {reference.reason}"
         )
-        return ParityRow(**row, status=result.status if result else "skipped",
-                         reason=reason, output_max_abs=None, loss_max_abs=None,
-                         loss_max_rel=None, noise_floor=None, losses=[],
-                         passed=False)  # fmt: skip
+        return ParityRow(**row, status=result.status if result else "skipped", reason=reason)
     if result is reference:
         diffs = {"output_max_abs": 0.0, "loss_max_abs": 0.0, "loss_max_rel": 0.0,
                  "noise_floor": noise_floor(reference), "passed": True}  # fmt: skip
     else:
         diffs = compare(reference, result, tolerance)
     notes = known_differences(backend, result.metrics.get("layer_types", []))
-    metrics = dict(
-        result.metrics,
-        parity=dict(
-            diffs, reference=reference_backend, notes=notes, tolerance=dataclasses.asdict(tolerance)
-        ),
+    verdict = dict(diffs, reference=reference_backend, notes=notes,
+                   tolerance=dataclasses.asdict(tolerance))  # fmt: skip
+    dataclasses.replace(result, metrics=dict(result.metrics, parity=verdict)).save(
+        runner.output_dir
     )
-    dataclasses.replace(result, metrics=metrics).save(runner.output_dir)
     return ParityRow(**row, status="ok", reason=None, losses=result.metrics["losses"],
                      notes=notes, **diffs)  # fmt: skip
 

@@ -1,43 +1,33 @@
 """A published study as data: its figures as the document gives them, and its claims as
 checks kbench can evaluate on result documents.
 
-One YAML file per study (``studies/<name>.yaml`` in the checkout), read as safe YAML
-(:func:`~kbench.studies.file_checks.read_yaml`) and checked whole on loading; an error
-names the file, the place (``claims[3].numerator``), what was expected, what was received
-and the fix. A file holds:
+One YAML file per study (``studies/<name>.yaml``), read by
+:func:`~kbench.studies.sweep.read_yaml` and checked whole on loading; an error names the
+file, the place (``claims[3].numerator``), what was expected, what was received and the
+fix. A file holds ``name``, ``title``, ``document`` (the study's file name), ``source``,
+the paper's ``hardware`` and framework ``versions`` (name -> text, as published), and:
 
-- ``name``, ``title``, ``document`` (the study's file name), ``source``, the paper's
-  ``hardware`` and framework ``versions`` (name -> text, as published);
-- ``sweep``: the sweep file that runs the study (``sweeps/x.yaml``, relative to the
-  folder above ``studies/``), and optionally ``reduced``: ``only`` (setting -> values,
-  narrowing the sweep's reduced runs, as ``kbench sweep --filter`` does) with a ``note``
-  saying how that changes the question;
-- ``figures``: each published figure with an ``id``, its ``value`` (a number, or null
-  where the document prints none, e.g. "Out of Memory"), ``as_published`` (the text
-  exactly as printed, where it is not a plain number), ``units`` as published,
-  ``provenance`` (``table``, ``figure`` or ``section``, with ``row``, ``column`` or the
-  ``quote`` it stands in), ``read_off_plot`` (true where the number was read off a plot,
-  then with its ``precision``), optionally ``at`` (the kbench settings it corresponds
-  to, for plots);
-- ``claims``: see :class:`Claim`; ``plots``: see :class:`PaperPlot`;
-- ``paper_settings``: the paper's own run settings, each entry ``where`` (a selector of
-  the sweep's runs, ``{}`` for all) and ``settings`` (setting -> the paper's value, or a
-  list of its values, e.g. ``batch_size: [16, 32]``; a list-valued setting is written as
-  a list of lists); :func:`setting_drift` names every run of the sweep (full or
-  reduced) whose setting differs and that no deviation covers;
-- ``deviations`` (here and in a claim): each way the sweep differs from the paper's
-  setting (optimizer, learning rate, batch size, model variant, data, epochs, framework
-  version, device), shown with every verdict: a sentence, or a mapping with ``text``,
-  the ``settings`` it covers, ``where`` (the runs it covers, default all) and ``size``
-  (``full``, ``reduced`` or ``both``, the default; a ``reduced`` one is shown only with
-  verdicts on the reduced sweep).
+- ``sweep``: the sweep file that runs the study (relative to the folder above
+  ``studies/``); ``reduced``: ``only`` (setting -> values, narrowing the reduced runs as
+  ``kbench sweep --filter`` does) with a ``note`` saying how that changes the question;
+- ``figures``: each with an ``id``, its ``value`` (null where none is printed, e.g. "Out
+  of Memory"), ``as_published`` (the text as printed), ``units`` as published,
+  ``provenance`` (``table``, ``figure`` or ``section``, with ``row``, ``column`` or
+  ``quote``), ``read_off_plot`` (then with its ``precision``) and ``at`` (its kbench
+  settings, for plots);
+- ``claims`` (:class:`Claim`) and ``plots`` (:class:`PaperPlot`);
+- ``paper_settings``: entries of ``where`` (a selector of the sweep's runs, ``{}`` for
+  all) and ``settings`` (setting -> the paper's value, or a list of its values; a
+  list-valued setting as a list of lists); :func:`setting_drift` names each run whose
+  setting differs where no deviation covers it;
+- ``deviations`` (here and in a claim): how the sweep differs from the paper's setting,
+  shown with every verdict: a sentence, or a mapping of ``text``, the ``settings`` and
+  ``where`` (default all) it covers and its ``size`` (``full``, ``reduced`` or ``both``).
 
-A file nested deeper than :data:`~kbench.studies.file_checks.MAX_DEPTH` is refused, as
-is a number that is not finite or out of its range (a tolerance of -1 or .nan).
-
-Where the files are found: ``$KBENCH_STUDIES_DIR``, else ``studies/`` in the checkout
-this module runs from (an editable install), else ``<prefix>/share/kbench/studies``
-(where ``pip install .`` puts them, with the sweeps in ``<prefix>/share/kbench/sweeps``).
+Nesting past :data:`~kbench.studies.sweep.MAX_DEPTH` is refused, as is a number that is
+not finite or out of its range. Files are found in ``$KBENCH_STUDIES_DIR``, else
+``studies/`` in the checkout this module runs from, else ``<prefix>/share/kbench/studies``
+(where ``pip install .`` puts them, the sweeps in ``<prefix>/share/kbench/sweeps``).
 """
 
 from __future__ import annotations
@@ -47,10 +37,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.results.config import FileError, did_you_mean
-from kbench.studies.file_checks import (
+from kbench.studies.sweep import (
     NestedTooDeep,
     check_depth,
     expect_mapping,
@@ -69,63 +59,18 @@ DIRECTIONS = ("increasing", "decreasing")
 EXPECTS = ("greater", "less")
 PROVENANCE_PLACES = ("table", "figure", "section")
 PROVENANCE_KEYS = PROVENANCE_PLACES + ("row", "column", "quote")
-TOP_KEYS = (
-    "name",
-    "title",
-    "document",
-    "source",
-    "hardware",
-    "versions",
-    "sweep",
-    "reduced",
-    "figures",
-    "claims",
-    "plots",
-    "note",
-    "deviations",
-    "paper_settings",
-)
+TOP_KEYS = ("name", "title", "document", "source", "hardware", "versions", "sweep",
+            "reduced", "figures", "claims", "plots", "note", "deviations",
+            "paper_settings")  # fmt: skip
 SIZES = ("full", "reduced", "both")
 DEVIATION_KEYS = ("text", "settings", "where", "size")
-FIGURE_KEYS = (
-    "id",
-    "value",
-    "as_published",
-    "units",
-    "provenance",
-    "read_off_plot",
-    "precision",
-    "at",
-    "note",
-)
-CLAIM_KEYS = (
-    "id",
-    "kind",
-    "statement",
-    "quote",
-    "paper",
-    "figures",
-    "metric",
-    "where",
-    "numerator",
-    "denominator",
-    "items",
-    "direction",
-    "expect",
-    "than",
-    "expected",
-    "tolerance",
-    "for_each",
-    "requires",
-    "reduced",
-    "reduced_where",
-    "doubt",
-    "instead",
-    "note",
-    "deviations",
-    "only",
-    "cited",
-)
+FIGURE_KEYS = ("id", "value", "as_published", "units", "provenance", "read_off_plot",
+               "precision", "at", "note")  # fmt: skip
+CLAIM_KEYS = ("id", "kind", "statement", "quote", "paper", "figures", "metric",
+              "where", "numerator", "denominator", "items", "direction", "expect",
+              "than", "expected", "tolerance", "for_each", "requires", "reduced",
+              "reduced_where", "doubt", "instead", "note", "deviations", "only",
+              "cited")  # fmt: skip
 PLOT_KEYS = ("title", "x", "metric", "where", "series", "figures")
 SIDE_KEYS_EXTRA = ("metric",)  # a side of a ratio may read another metric than the claim's
 STUDIES_ENV = "KBENCH_STUDIES_DIR"
@@ -181,28 +126,23 @@ class PublishedFigure:
 class Claim:
     """One finding of the paper as a check on result documents.
 
-    Runs are chosen by settings selectors: ``where`` (common to every side) merged with
-    a side's own settings; ``group`` selects a sweep group. Kinds:
+    Runs are chosen by selectors of settings: ``where`` (common to every side) merged with
+    a side's own; ``group`` selects a sweep group. Kinds: ``ratio`` (the median per-round
+    ``metric`` of ``numerator`` over ``denominator`` within ``tolerance`` of ``paper``, or
+    of ``expected`` where the paper prints no ratio); ``sign`` (that ratio above, ``expect:
+    greater``, or below, ``less``, ``than``: default 1); ``ordering`` and
+    ``efficiency_ordering`` (``metric``, ``scaling_efficiency`` for the latter, rising,
+    ``direction: increasing``, or falling along ``items``, each adjacent pair compared by
+    its per-round ratio).
 
-    - ``ratio``: median per-round ``metric`` of ``numerator`` over ``denominator`` is
-      within ``tolerance`` of ``paper`` (or of ``expected``, where the paper prints no
-      ratio);
-    - ``sign``: that ratio is above (``expect: greater``) or below (``less``) ``than``
-      (default 1);
-    - ``ordering`` / ``efficiency_ordering``: ``metric`` (``scaling_efficiency`` for the
-      latter) rises (``direction: increasing``) or falls along ``items``, each adjacent
-      pair compared by its per-round ratio.
-
-    ``for_each: SETTING`` checks the claim once per value of that setting among the
-    stored runs. ``only`` (setting -> values) scopes the claim to the runs the paper drew
-    it from (``only: {model: [alexnet, resnet18]}``: LeNet-5 runs are not judged).
-    ``requires`` (``gpu``, ``cpu``, ``real_data``) and ``reduced`` (why the
-    reduced size changes the question) make the verdict "not measurable here" where they
-    do not hold (a side off the required device makes it inconclusive). ``doubt`` says
-    why the paper's own measurement is not trusted and ``instead`` what kbench checks in
-    its place. ``deviations``: how its runs differ from the paper's, beyond the study's.
-    ``cited``: where the finding is another work's that the study cites, that work (the
-    verdict then says it is not the study's own measurement).
+    ``for_each: SETTING`` checks the claim once per value of that setting; ``only``
+    (setting -> values) scopes it to the runs the paper drew it from (``only: {model:
+    [alexnet, resnet18]}``: LeNet-5 runs are not judged). ``requires`` (``gpu``, ``cpu``,
+    ``real_data``) and ``reduced`` (why the reduced size changes the question) make the
+    verdict "not measurable here" where they do not hold (a side off the required device:
+    inconclusive). ``doubt``: why the paper's own measurement is not trusted, ``instead``:
+    what kbench checks in its place. ``cited``: the work whose finding it is, where not the
+    study's own (the verdict says so).
     """
 
     id: str
@@ -382,12 +322,9 @@ class Study:
 
 def studies_dirs() -> List[Path]:
     """Where study files are looked for, in order (see the module docstring)."""
-    places = []
-    if os.environ.get(STUDIES_ENV):
-        places.append(Path(os.environ[STUDIES_ENV]))
-    places.append(Path(__file__).resolve().parents[2] / "studies")
-    places.append(Path(sys.prefix) / "share" / "kbench" / "studies")
-    return places
+    chosen = [Path(os.environ[STUDIES_ENV])] if os.environ.get(STUDIES_ENV) else []
+    return chosen + [Path(__file__).resolve().parents[2] / "studies",
+                     Path(sys.prefix) / "share" / "kbench" / "studies"]  # fmt: skip
 
 
 def studies_dir() -> Path:
@@ -413,8 +350,7 @@ def find_study(name: str) -> Path:
     path = Path(name)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return path
-    files = study_files()
-    names = {f.stem: f for f in files}
+    names = {f.stem: f for f in study_files()}
     if name in names:
         return names[name]
     hint = did_you_mean(name, names)
@@ -424,10 +360,6 @@ def find_study(name: str) -> Path:
         f"expected one of the studies {', '.join(names)} (kbench reproduce --list shows "
         f"them) or a study file's path; received {name!r}.{hint}",
     )
-
-
-def load_all() -> List[Study]:
-    return [load_study(f) for f in study_files()]
 
 
 def study_of_sweep(sweep_name: str) -> Optional[Study]:
@@ -482,8 +414,6 @@ def parse_study(document: Any, file: str) -> Study:
     known_keys(top, TOP_KEYS, "", fail)
     for key in ("name", "title", "document", "source", "sweep"):
         _text(top.get(key), key, fail)
-    hardware = _text_mapping(top.get("hardware"), "hardware", fail)
-    versions = _text_mapping(top.get("versions"), "versions", fail)
     reduced = expect_mapping(top.get("reduced"), "reduced", "a mapping with only and note", fail)
     known_keys(reduced, ("only", "note"), "reduced.", fail)
     only = expect_mapping(
@@ -516,22 +446,13 @@ def parse_study(document: Any, file: str) -> Study:
         for i, raw in enumerate(_optional_list(top.get("plots"), "plots", "plots", fail))
     ]
     return Study(
-        name=top["name"],
-        title=top["title"],
-        document=top["document"],
-        source=top["source"],
-        hardware=hardware,
-        versions=versions,
-        sweep=top["sweep"],
-        figures=figures,
-        claims=claims,
-        file=file,
-        plots=plots,
-        reduced_only=dict(only),
-        reduced_note=reduced.get("note"),
-        note=top.get("note"),
+        name=top["name"], title=top["title"], document=top["document"], source=top["source"],
+        hardware=_text_mapping(top.get("hardware"), "hardware", fail),
+        versions=_text_mapping(top.get("versions"), "versions", fail),
+        sweep=top["sweep"], figures=figures, claims=claims, file=file, plots=plots,
+        reduced_only=dict(only), reduced_note=reduced.get("note"), note=top.get("note"),
         **_study_deviations(top, fail),
-    )
+    )  # fmt: skip
 
 
 def _figure(raw: Any, where: str, fail) -> PublishedFigure:
@@ -572,17 +493,14 @@ def _figure(raw: Any, where: str, fail) -> PublishedFigure:
             "expected the place in the document: table, figure "
             f"or section (with row, column or quote); received {provenance!r}.",
         )
+    printed = data.get("as_published")
     return PublishedFigure(
-        id=data["id"],
-        value=value,
-        units=data["units"],
+        id=data["id"], value=value, units=data["units"], read_off_plot=read_off,
         provenance=Provenance(**{k: str(v) for k, v in provenance.items()}),
-        as_published=None if data.get("as_published") is None else str(data["as_published"]),
-        read_off_plot=read_off,
-        precision=precision,
+        as_published=None if printed is None else str(printed), precision=precision,
         at=expect_mapping(data.get("at"), where + ".at", "a mapping of kbench settings", fail),
         note=data.get("note"),
-    )
+    )  # fmt: skip
 
 
 def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Claim:
@@ -590,9 +508,7 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
     known_keys(data, CLAIM_KEYS, where + ".", fail)
     for key in ("id", "statement", "quote"):
         _text(data.get(key), f"{where}.{key}", fail)
-    kind = data.get("kind")
-    if kind not in KINDS:
-        raise fail(f"{where}.kind", f"expected one of {', '.join(KINDS)}; received {kind!r}.")
+    kind = _one_of(data.get("kind"), KINDS, f"{where}.kind", fail)
     metric = _claim_metric(data, kind, where, fail)
     for key in ("paper", "expected", "tolerance", "than"):
         _positive(data.get(key), f"{where}.{key}", fail)
@@ -609,34 +525,18 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
     else:
         items = _ordering_items(data.get("items") or [], where, fail)
     requires = _claim_choices(data, where, fail)
+    if data.get("cited") is not None:
+        _text(data["cited"], where + ".cited", fail)
+    as_given = ("id", "statement", "quote", "paper", "direction", "expect", "expected", "tolerance",
+                "for_each", "reduced", "doubt", "instead", "note", "cited")  # fmt: skip
     return Claim(
-        id=data["id"],
-        kind=kind,
-        statement=data["statement"],
-        quote=data["quote"],
-        metric=metric,
-        paper=data.get("paper"),
-        figures=tuple(named),
-        where=where_,
-        numerator=numerator,
-        denominator=denominator,
-        items=tuple(items),
-        direction=data.get("direction", "increasing"),
-        expect=data.get("expect", "greater"),
-        than=float(data.get("than", 1.0)),
-        expected=data.get("expected"),
-        tolerance=data.get("tolerance"),
-        for_each=data.get("for_each"),
-        requires=requires,
-        reduced=data.get("reduced"),
-        reduced_where=reduced_where,
-        doubt=data.get("doubt"),
-        instead=data.get("instead"),
-        note=data.get("note"),
+        kind=kind, metric=metric, figures=tuple(named), where=where_, numerator=numerator,
+        denominator=denominator, items=tuple(items), than=float(data.get("than", 1.0)),
+        requires=requires, reduced_where=reduced_where,
         deviations=_deviations(data.get("deviations"), where + ".deviations", fail),
         only=_only(data.get("only"), where + ".only", fail),
-        cited=_optional_text(data.get("cited"), where + ".cited", fail),
-    )
+        **{k: data[k] for k in as_given if k in data},
+    )  # fmt: skip
 
 
 def _positive(value: Any, where: str, fail) -> None:
@@ -678,9 +578,7 @@ def _study_deviations(top: Dict[str, Any], fail) -> Dict[str, Any]:
         settings = _optional_list(data.get("settings"), where + ".settings", "setting names", fail)
         for j, key in enumerate(settings):
             _text(key, f"{where}.settings[{j}]", fail, "a run setting's name")
-        size = data.get("size", "both")
-        if size not in SIZES:
-            raise fail(f"{where}.size", f"expected one of {', '.join(SIZES)}; received {size!r}.")
+        size = _one_of(data.get("size", "both"), SIZES, f"{where}.size", fail)
         selector = expect_mapping(data.get("where"), where + ".where", "a selector of runs", fail)
         rules.append(Deviation(data["text"], tuple(settings), dict(selector), size))
     papers = []
@@ -714,12 +612,6 @@ def _only(value: Any, where: str, fail) -> Dict[str, Tuple[Any, ...]]:
     return {k: tuple(v) for k, v in data.items()}
 
 
-def _optional_text(value: Any, where: str, fail) -> Optional[str]:
-    if value is not None:
-        _text(value, where, fail)
-    return value
-
-
 def _claim_metric(data: Dict[str, Any], kind: str, where: str, fail) -> str:
     metric = data.get("metric", "scaling_efficiency" if kind == "efficiency_ordering" else None)
     _text(metric, f"{where}.metric", fail, "a kbench metric name (kbench reproduce --help)")
@@ -738,10 +630,17 @@ def _claim_figures(
     named = data.get("figures") or []
     if not isinstance(named, list):
         raise fail(f"{where}.figures", f"expected a list of figure ids; received {named!r}.")
+    return _figure_ids(named, where + ".figures", figures, fail)
+
+
+def _figure_ids(
+    named: List[Any], where: str, figures: Dict[str, PublishedFigure], fail
+) -> List[str]:
+    """``named``, each an id of ``figures``."""
     for j, figure_id in enumerate(named):
         if figure_id not in figures:
             raise fail(
-                f"{where}.figures[{j}]",
+                f"{where}[{j}]",
                 f"expected a figure id of this file; received "
                 f"{figure_id!r}.{did_you_mean(str(figure_id), list(figures))}",
             )
@@ -789,24 +688,12 @@ def _ordering_items(items: Any, where: str, fail) -> List[Dict[str, Any]]:
 
 def _claim_choices(data: Dict[str, Any], where: str, fail) -> Tuple[str, ...]:
     """direction, expect, requires, doubt checked; the requirements as a tuple."""
-    if data.get("direction", "increasing") not in DIRECTIONS:
-        raise fail(
-            f"{where}.direction",
-            f"expected one of {', '.join(DIRECTIONS)}; received {data.get('direction')!r}.",
-        )
-    if data.get("expect", "greater") not in EXPECTS:
-        raise fail(
-            f"{where}.expect",
-            f"expected one of {', '.join(EXPECTS)}; received {data.get('expect')!r}.",
-        )
+    _one_of(data.get("direction", "increasing"), DIRECTIONS, f"{where}.direction", fail)
+    _one_of(data.get("expect", "greater"), EXPECTS, f"{where}.expect", fail)
     requires = data.get("requires") or []
     requires = requires if isinstance(requires, list) else [requires]
     for j, need in enumerate(requires):
-        if need not in REQUIREMENTS:
-            raise fail(
-                f"{where}.requires[{j}]",
-                f"expected one of {', '.join(REQUIREMENTS)}; received {need!r}.",
-            )
+        _one_of(need, REQUIREMENTS, f"{where}.requires[{j}]", fail)
     if data.get("doubt") and not data.get("instead"):
         raise fail(
             f"{where}.instead",
@@ -821,29 +708,21 @@ def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Pa
     for key in ("title", "x", "metric"):
         _text(data.get(key), f"{where}.{key}", fail)
     series = data.get("series", "backend")
-    named = _list(data.get("figures"), where + ".figures", fail)
+    named = _figure_ids(_list(data.get("figures"), where + ".figures", fail), where + ".figures",
+                        figures, fail)  # fmt: skip
     for j, figure_id in enumerate(named):
-        figure = figures.get(figure_id)
-        if figure is None:
-            raise fail(
-                f"{where}.figures[{j}]",
-                f"expected a figure id of this file; received "
-                f"{figure_id!r}.{did_you_mean(str(figure_id), list(figures))}",
-            )
-        if data["x"] not in figure.at or series not in figure.at:
+        at = figures[figure_id].at
+        if data["x"] not in at or series not in at:
             raise fail(
                 f"{where}.figures[{j}]",
                 f"expected figure {figure_id!r} to say at: "
-                f"{{{series}: ..., {data['x']}: ...}}; it has {figure.at!r}.",
+                f"{{{series}: ..., {data['x']}: ...}}; it has {at!r}.",
             )
     return PaperPlot(
-        title=data["title"],
-        x=data["x"],
-        metric=data["metric"],
-        figures=tuple(named),
+        title=data["title"], x=data["x"], metric=data["metric"], figures=tuple(named),
         where=expect_mapping(data.get("where"), where + ".where", "a mapping", fail),
         series=series,
-    )
+    )  # fmt: skip
 
 
 # small checks --------------------------------------------------------------------
@@ -865,6 +744,12 @@ def _optional_list(value: Any, where: str, what: str, fail) -> List[Any]:
 def _list(value: Any, where: str, fail) -> List[Any]:
     if not isinstance(value, list) or not value:
         raise fail(where, f"expected a non-empty list; received {value!r}.")
+    return value
+
+
+def _one_of(value: Any, choices: Sequence[str], where: str, fail) -> Any:
+    if value not in choices:
+        raise fail(where, f"expected one of {', '.join(choices)}; received {value!r}.")
     return value
 
 

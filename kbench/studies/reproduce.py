@@ -1,22 +1,15 @@
 """A published study reproduced: its sweep, and its claims checked against that sweep.
 
-The study file (:mod:`kbench.studies.published`) names a sweep file; :func:`study_sweep`
-loads it (full size or reduced, narrowed by the study's ``reduced.only``), and
-:func:`check_study` makes sure every claim and plot refers to runs the sweep defines
-and to metrics kbench records, so a typo in a selector fails when the file is checked,
-not as "runs missing" after an hour of runs (and that no side matches two runs of one
-round, which no ratio can be taken from).
-
-:func:`with_rounds` runs the sweep ``repeats`` times round by round (``reproduce
---repeats``), :func:`with_precision` passes ``--target-precision`` to its runs, and
-:func:`verdicts` judges the claims on exactly the runs planned; :func:`write_claims`
-keeps them as ``claims.md`` and ``claims.json`` in the store.
-
-A store that holds the sweep's runs from several machines (stores merged from laptops
-that each ran it, a sweep whose runs went to several cluster nodes) is judged machine by
-machine (:func:`machine_verdicts`, :func:`kbench.views.machines.several_machines`): a
-claim's per-round ratios never pool two machines, and each machine's verdicts are headed
-by its hardware.
+:func:`study_sweep` loads the study's sweep file (full size or reduced, narrowed by the
+study's ``reduced.only``); :func:`check_study` makes sure every claim and plot refers to
+runs the sweep defines, one run per side and round, and to metrics kbench records, so
+that a typo in a selector fails when the file is checked, not as "runs missing" after an
+hour of runs. :func:`as_asked` sets the rounds (``--repeats``) and the precision goal of
+its runs; :func:`verdicts` judges the claims on exactly the runs planned, machine by
+machine where several ran the sweep (:func:`machine_verdicts`: no per-round ratio pools
+two machines, each machine's verdicts headed by its hardware); :func:`write_machine_claims`
+keeps them as ``claims.md`` and ``claims.json`` in the store; :func:`paper_section` is the
+report's "Paper vs this machine".
 """
 
 from __future__ import annotations
@@ -26,6 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kbench.measure import sysinfo
+from kbench.results.analysis import Spread
 from kbench.results.config import ConfigError
 from kbench.results.jsonfile import finite, write_json_atomic, write_text_atomic
 from kbench.results.result import RunResult
@@ -34,12 +28,15 @@ from kbench.studies.claims import (
     METRICS,
     ROUNDS_NEEDED,
     ClaimOutcome,
+    Defined,
     claims_table,
     claims_text,
     evaluate,
+    matches,
     outcomes_json,
 )
 from kbench.studies.published import (
+    PaperPlot,
     Study,
     StudyError,
     find_study,
@@ -47,8 +44,9 @@ from kbench.studies.published import (
     plain_value,
     run_matches,
     study_files,
+    study_of_sweep,
 )
-from kbench.studies.rounds import how_to_measure
+from kbench.studies.rounds import check_ratio_rounds, how_to_measure
 from kbench.studies.sweep import (
     RUN_FIELDS,
     Sweep,
@@ -58,7 +56,9 @@ from kbench.studies.sweep import (
     run_key,
     sweep_run_of,
 )
+from kbench.views import figures as fig
 from kbench.views.machines import hardware_text, mixed_note, newest_per_machine, several_machines
+from kbench.views.report import Section
 from kbench.views.tables import Table, render
 
 
@@ -106,16 +106,12 @@ def check_study(study: Study) -> List[str]:
     except (SweepError, StudyError) as err:
         return [str(err)]
     known = set(RUN_FIELDS) | {"group"}
+    unrecorded = f"is not one kbench records; expected one of {', '.join(METRICS)}."
     for i, claim in enumerate(study.claims):
         place = f"{study.file}: claims[{i}] ({claim.id})"
-        metrics = {claim.metric} | {
-            claim.side_metric(s) for s in (claim.numerator, claim.denominator)
-        }
-        for metric in sorted(metrics - set(METRICS)):
-            problems.append(
-                f"{place}: metric {metric!r} is not one kbench records; expected one "
-                f"of {', '.join(METRICS)}."
-            )
+        sides = {claim.side_metric(s) for s in (claim.numerator, claim.denominator)}
+        unread = sorted(({claim.metric} | sides) - set(METRICS))
+        problems += [f"{place}: metric {metric!r} {unrecorded}" for metric in unread]
         if claim.for_each is not None and claim.for_each not in RUN_FIELDS:
             problems.append(f"{place}: for_each {claim.for_each!r} is not a run setting.")
         for reduced, sweep in sweeps.items():
@@ -139,21 +135,14 @@ def check_study(study: Study) -> List[str]:
                     continue
                 if reduced and claim.reduced:
                     continue  # the claim says why the reduced runs cannot answer it
+                end = ", or say under reduced: why the reduced size cannot answer it."
                 problems.append(
                     f"{place}: no {size} run of {sweep.file} has {selector!r}. Fix the "
-                    "selector, add the runs to the sweep"
-                    + (
-                        ", or say under reduced: why the reduced size cannot answer it."
-                        if reduced
-                        else "."
-                    )
+                    f"selector, add the runs to the sweep{end if reduced else '.'}"
                 )
     for i, plot in enumerate(study.plots):
         if plot.metric not in METRICS:
-            problems.append(
-                f"{study.file}: plots[{i}]: metric {plot.metric!r} is not one "
-                f"kbench records; expected one of {', '.join(METRICS)}."
-            )
+            problems.append(f"{study.file}: plots[{i}]: metric {plot.metric!r} {unrecorded}")
         if not any(run_matches(run, plot.where) for run in sweeps[False].runs):
             problems.append(f"{study.file}: plots[{i}]: no run of the sweep has {plot.where!r}.")
     return problems
@@ -231,31 +220,22 @@ def with_precision(
 
 
 def as_asked(
-    sweep: Sweep,
-    repeats: Optional[int],
-    ratio_precision: Optional[float],
-    target_precision: Optional[float],
-    time_budget_s: Optional[float],
-) -> Tuple[Sweep, List[str]]:
+    sweep: Sweep, repeats: Optional[int], ratio_precision: Optional[float],
+    target_precision: Optional[float], time_budget_s: Optional[float],
+) -> Tuple[Sweep, List[str]]:  # fmt: skip
     """The study's sweep as ``reproduce`` runs it: in ``repeats`` rounds (None:
     :func:`default_rounds`; at least :data:`ROUNDS_NEEDED` with ``ratio_precision``),
     each run with the precision goal where it takes one; and the runs that do not."""
     repeats = default_rounds(sweep) if repeats is None else repeats
-    if ratio_precision is not None and repeats < ROUNDS_NEEDED:
-        raise ConfigError(
-            "ratio_precision",
-            f"expected --repeats of at least {ROUNDS_NEEDED} (the most rounds to run: a 95% "
-            f"interval on a median needs {ROUNDS_NEEDED}); received --repeats {repeats}.",
-        )
+    if ratio_precision is not None:
+        check_ratio_rounds(repeats)
     return with_precision(with_rounds(sweep, repeats), target_precision, time_budget_s)
 
 
 def rounds_of(sweep: Sweep) -> List[Sweep]:
     """The sweep split into its rounds, in order (``--ratio-precision`` stops between)."""
-    repeats = sorted({run.config.repeat for run in sweep.runs})
-    return [
-        replace(sweep, runs=[run for run in sweep.runs if run.config.repeat == r]) for r in repeats
-    ]
+    rounds = sorted({run.config.repeat for run in sweep.runs})
+    return [replace(sweep, runs=[r for r in sweep.runs if r.config.repeat == i]) for i in rounds]
 
 
 # What a warm window measures per round, as a claim reads it: throughput, and the GPU's
@@ -297,12 +277,9 @@ def windows_misfit(study: Study, reduced: bool, gpu: bool) -> Optional[str]:
 
 
 def measure_choice(
-    study: Study,
-    reduced: bool,
-    windows: Optional[bool],
-    fresh_flag: Optional[str],
+    study: Study, reduced: bool, windows: Optional[bool], fresh_flag: Optional[str],
     gpu: Optional[bool] = None,
-) -> Tuple[bool, str]:
+) -> Tuple[bool, str]:  # fmt: skip
     """Whether ``reproduce`` measures in warm windows, and why, in words. ``windows``:
     ``--windows`` (True), ``--fresh-processes`` (False) or neither; ``fresh_flag``: a flag given
     that asks for fresh processes (``--repeats``); the flags judged by the one rule
@@ -432,38 +409,20 @@ def verdicts_text(study: Study, judged: Sequence[MachineVerdicts]) -> str:
 def write_machine_claims(
     study: Study, judged: Sequence[MachineVerdicts], store: Path
 ) -> Tuple[Path, Path]:
-    """:func:`write_claims` of one machine's verdicts; of several machines', a table per
-    machine in claims.md and, in claims.json, ``{"study", "machines": [{"machine",
-    "hardware", ...as for one machine}]}``; OSError if they cannot be written."""
-    if len(judged) == 1 and not judged[0].host:
-        return write_claims(study, judged[0].outcomes, store)
+    """The verdicts in the store: claims.md, the claims table (one per machine where
+    several ran the sweep), and claims.json, the verdicts with their evidence
+    (:func:`kbench.studies.claims.outcomes_json`; of several machines, ``{"study",
+    "machines": [{"machine", "hardware", ...as for one}]}``). OSError if not written."""
     markdown, data = store / "claims.md", store / "claims.json"
     tables = machine_claims_tables(study, judged)
     write_text_atomic(markdown, "\n\n".join(t.markdown() for t in tables) + "\n")
-    document = {
-        "study": study.name,
-        "machines": [
-            {
-                "machine": j.host,
-                "hardware": hardware_text(j.runs),
-                **outcomes_json(study, j.outcomes),
-            }
-            for j in judged
-        ],
-    }
-    document, _ = finite(document)  # standard JSON: no NaN
-    write_json_atomic(data, document, allow_nan=False)
-    return markdown, data
-
-
-def write_claims(study: Study, outcomes: Sequence[ClaimOutcome], store: Path) -> Tuple[Path, Path]:
-    """The claims in the store: a Markdown table (claims.md) and the verdicts with their
-    evidence as JSON (claims.json, :func:`kbench.studies.claims.outcomes_json`); OSError
-    if they cannot be written."""
-    markdown, data = store / "claims.md", store / "claims.json"
-    write_text_atomic(markdown, claims_table(study, outcomes).markdown() + "\n")
-    document, _ = finite(outcomes_json(study, outcomes))  # standard JSON: no NaN
-    write_json_atomic(data, document, allow_nan=False)
+    if len(judged) == 1 and not judged[0].host:
+        document = outcomes_json(study, judged[0].outcomes)
+    else:
+        machines = [{"machine": j.host, "hardware": hardware_text(j.runs),
+                     **outcomes_json(study, j.outcomes)} for j in judged]  # fmt: skip
+        document = {"study": study.name, "machines": machines}
+    write_json_atomic(data, finite(document)[0], allow_nan=False)  # standard JSON: no NaN
     return markdown, data
 
 
@@ -484,3 +443,131 @@ def study_list() -> Tuple[str, List[Study], List[str]]:
         )  # fmt: skip
     headers = ["study", "document", "sweep", "published figures", "claims"]
     return render(headers, rows), studies, errors
+
+
+# the report's "Paper vs this machine" section ---------------------------------------
+
+
+def study_of(results: Sequence[RunResult]) -> Optional[Tuple[Study, str]]:
+    """The study whose sweep the results come from, with that sweep's name, if any."""
+    for name in dict.fromkeys((r.sweep or {}).get("name") for r in results):
+        if name:
+            study = study_of_sweep(name)
+            if study is not None:
+                return study, name
+    return None
+
+
+def paper_section(results: Sequence[RunResult]) -> Optional[Section]:
+    """The report's "Paper vs this machine" section of a published study's store: the
+    claims table and the paper's figures beside this machine's; None when the results
+    are no study's. Only the runs of the study's sweep count."""
+    found = study_of(results)
+    if found is None:
+        return None
+    study, name = found
+    mine = [r for r in results if (r.sweep or {}).get("name") == name]
+    reduced = any((r.sweep or {}).get("reduced") for r in mine)
+    defined = _defined(study, reduced)
+    judged = [
+        MachineVerdicts(host, runs, evaluate(study, runs, defined=defined))
+        for host, runs in per_machine(mine).items()
+    ]  # a table per machine where several ran the sweep
+    return Section(
+        id="paper",
+        heading="Paper vs this machine",
+        intro=intro(study, reduced),
+        tables=machine_claims_tables(study, judged),
+        outcomes=[paper_plot(study, plot, mine) for plot in study.plots],
+    )
+
+
+def _defined(study: Study, reduced: bool) -> Optional[Defined]:
+    """Whether the study's sweep (at this size) has runs for a selector; None where the
+    sweep file cannot be read here (then every ordering item counts)."""
+    try:
+        sweep = study_sweep(study, reduced)
+    except (StudyError, SweepError):
+        return None
+    return lambda selector: any(run_matches(run, selector) for run in sweep.runs)
+
+
+def intro(study: Study, reduced: bool = False) -> str:
+    size = (
+        "This store holds the study's reduced sweep (smaller inputs, fewer runs; the study "
+        f"file says what that changes: {study.reduced_note or 'no note'}). "
+        if reduced
+        else "This store holds the study's full-size sweep. "
+    )
+    return (
+        f"{study.title} ({study.source}; {study.document}). The paper's machine: "
+        f"{study.hardware_text()}; {study.versions_text()}. {size}Verdicts use ratios of "
+        "runs measured here, round by round, and the 95% interval on their median decides "
+        f"(from {ROUNDS_NEEDED} rounds; fewer, or flagged runs, give inconclusive); the "
+        "paper's absolute figures are context."
+    )
+
+
+def _points(results: Sequence[RunResult], plot: PaperPlot) -> Dict[Any, Dict[Any, Spread]]:
+    """series value -> x -> this machine's spread of the plot's metric."""
+    read = METRICS[plot.metric][1]
+    values: Dict[Any, Dict[Any, List[float]]] = {}
+    for r in results:
+        if not r.ok or not matches(r, plot.where):
+            continue
+        value = read(r)
+        if value is not None:
+            series, x = r.config.get(plot.series), r.config.get(plot.x)
+            values.setdefault(series, {}).setdefault(x, []).append(value)
+    return {s: {x: Spread.of(v) for x, v in xs.items()} for s, xs in values.items()}
+
+
+def paper_plot(study: Study, plot: PaperPlot, results: Sequence[RunResult]) -> Any:
+    """The paper's figures and this machine's on the plot's axes, in two panels with their
+    own y axes: the paper's hardware is not this machine, its figures are context."""
+    title = f"Paper vs this machine: {plot.title}"
+    here = _points(results, plot)
+    if not here:
+        return fig.Skipped(
+            title, f"no finished run of this store has {plot.where} and {plot.metric}"
+        )
+    published: Dict[Any, List[Tuple[Any, float]]] = {}
+    for figure_id in plot.figures:
+        figure = study.figures[figure_id]
+        if figure.value is not None:
+            published.setdefault(figure.at[plot.series], []).append(
+                (figure.at[plot.x], figure.value)
+            )
+    series = list(dict.fromkeys([*published, *here]))
+    names = [str(s) for s in series]
+    canvas = fig.new_figure(4.2)
+    left, right = fig.panel_grid(canvas, 2, 2)
+    units = {study.figures[f].units for f in plot.figures}
+    for name, value in zip(names, series):
+        colour = fig.colour(name, names)
+        if value in published:
+            xs, ys = zip(*sorted(published[value], key=lambda p: p[0]))
+            left.plot(xs, ys, "o--", color=colour, label=name)
+        if value in here:
+            xs = sorted(here[value])
+            spreads = [here[value][x] for x in xs]
+            right.errorbar(
+                xs, [s.median for s in spreads], marker="o", capsize=3, color=colour, label=name,
+                yerr=[[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]],
+            )  # fmt: skip
+    left.set_title(f"paper: {study.hardware.get('gpu') or study.hardware_text()[:60]}", fontsize=10)
+    right.set_title("this machine (median, range over repeats)", fontsize=10)
+    left.set_ylabel(", ".join(sorted(units)) + " (as published)")
+    right.set_ylabel(METRICS[plot.metric][0])
+    for ax in (left, right):
+        ax.set_xlabel(plot.x)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=9)
+    reduced = any((r.sweep or {}).get("reduced") for r in results)
+    caption = (
+        f"Left: the paper's figures ({', '.join(plot.figures)}); right: this store's runs of "
+        f"{plot.where or 'the sweep'}. Separate y axes: different hardware"
+        + (", and this store ran the reduced sweep (smaller inputs)." if reduced else ".")
+    )
+    return fig.Drawn(title, fig.png_of(canvas), caption)

@@ -2,13 +2,11 @@
 every backend and model once per round, so that drift of the machine hits every backend
 alike, and the ratio stop rule (``--ratio-precision``) read after each round.
 
-Two kinds of round: fresh processes (``repeats``: each run a worker process of its own,
-:class:`kbench.run.runner.Runner`), or warm interleaved windows (configs with
-``window_s``: one warm worker per backend, a window each per round,
-:mod:`kbench.run.windows`), model after model. :func:`how_to_measure` is the one rule
-that chooses between them, for ``kbench run``, ``kbench.run()``, sweeps and reproduce;
-:func:`plan_comparison` is what ``kbench run`` and ``kbench.run()`` both plan, with the
-same defaults (:data:`DEFAULT_MODEL`, the settings' own, windows where the rule allows).
+A round is fresh processes (``repeats``, :class:`kbench.run.runner.Runner`) or, for
+configs with ``window_s``, a window of each backend's warm worker
+(:mod:`kbench.run.windows`), model after model. :func:`how_to_measure` is the one rule
+that chooses, for ``kbench run``, ``kbench.run()``, sweeps and reproduce;
+:func:`plan_comparison` is what ``kbench run`` and ``kbench.run()`` both plan.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
+from kbench.measure.stats import rounds_needed
 from kbench.results.analysis import widest_ratio_half_width
 from kbench.results.comparison import is_comparison
 from kbench.results.config import (
@@ -38,13 +37,13 @@ from kbench.run.runner import Runner, look_before_runs
 
 Stop = Callable[[List[RunResult]], Optional[str]]
 
-# Warm interleaved windows, unless told otherwise: windows of about a second (WINDOW_S),
-# until every ratio's 95% interval is within +-2% or 100 s since the workers started (so
-# that the whole comparison of four backends ends within about two minutes).
+# Warm windows of WINDOW_S (about a second) until every ratio's 95% interval is within
+# +-2%, or 100 s since the workers started (four backends end within about two minutes).
 WINDOW_PRECISION = 0.02
 WINDOW_BUDGET_S = 100.0
 # The model kbench run and kbench.run() train when none is named.
 DEFAULT_MODEL = "mlp"
+ROUNDS_NEEDED = rounds_needed()  # for a 95% interval on a median: 6
 OnProgress = Callable[[RunConfig, Dict], None]
 log = logging.getLogger(__name__)
 
@@ -101,15 +100,12 @@ def how_to_measure(
     windows_flag: Optional[str] = None,
     spell: Callable[[str], str] = flag_for,
 ) -> Measure:
-    """The one rule that decides fresh processes or warm interleaved windows, for
-    ``kbench run`` and :func:`kbench.run` (:func:`plan_comparison`), each comparison of a
-    sweep and a study reproduced. Windows, unless: ``fresh_flag`` was given (a flag that
+    """The one rule: warm interleaved windows, unless ``fresh_flag`` was given (a flag that
     asks for fresh processes: ``--repeats``, ``--warm``, ``--fresh-processes``; with
-    ``windows_flag`` too, refused); fewer than two ``backends`` (windows measure their
-    ratios); or one of ``settings`` (run settings by name) asks for what windows cannot
-    measure (:func:`kbench.results.config.needs_fresh_process`, named by ``spell``).
-    ``backends`` None: the flags alone are judged here (a study's), each comparison's
-    backends and settings later."""
+    ``windows_flag`` too, refused), there are fewer than two ``backends`` (windows measure
+    their ratios), or one of ``settings`` asks for what windows cannot measure
+    (:func:`kbench.results.config.needs_fresh_process`, named by ``spell``). ``backends``
+    None: the flags alone are judged (a study's; each comparison's later)."""
     if fresh_flag is not None and windows_flag is not None:
         raise ConfigError(
             windows_flag.lstrip("-"),
@@ -189,12 +185,11 @@ def plan_comparison(
     **settings: Any,
 ) -> ComparisonPlan:
     """The comparison ``kbench run`` and :func:`kbench.run` make, with one set of
-    defaults: ``models`` :data:`DEFAULT_MODEL`, each setting its field's default
-    (``dataset`` fashion_mnist), and several ``backends`` training in warm interleaved
-    windows (:func:`how_to_measure`) of :data:`~kbench.results.config.WINDOW_S` seconds
-    until every ratio is within :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S` s;
-    one backend, ``repeats`` or ``warm`` run fresh processes, ``repeats`` rounds (default
-    one). Every setting is checked here, before any process starts."""
+    defaults: ``models`` :data:`DEFAULT_MODEL`, each setting its field's default, and
+    several ``backends`` in warm windows (:func:`how_to_measure`) of
+    :data:`~kbench.results.config.WINDOW_S` s until every ratio is within
+    :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S` s; otherwise ``repeats`` (default
+    1) rounds of fresh processes. Every setting is checked before any process starts."""
     check_settings(settings, PARAMETERS)
     backends = [backends] if isinstance(backends, str) else list(backends)
     if baseline is not None and baseline not in backends:
@@ -229,12 +224,9 @@ def plan_comparison(
 
 
 def _check_fresh_options(
-    backends: Sequence[str],
-    repeats: Optional[int],
-    ratio_precision: Optional[float],
-    ratio_budget_s: Optional[float],
-    check_parity: bool,
-) -> None:
+    backends: Sequence[str], repeats: Optional[int], ratio_precision: Optional[float],
+    ratio_budget_s: Optional[float], check_parity: bool,
+) -> None:  # fmt: skip
     """What fresh-process rounds refuse: the parity check of windows, a budget without a
     precision, a precision without two backends and six rounds to reach it."""
     if not check_parity:
@@ -254,11 +246,16 @@ def _check_fresh_options(
             f"expected at least two backends to compare; received {', '.join(backends)}. "
             "For one backend's own precision use --target-precision.",
         )
-    if (repeats or 1) < 6:
+    check_ratio_rounds(repeats or 1)
+
+
+def check_ratio_rounds(repeats: int) -> None:
+    """``--ratio-precision`` refused with fewer rounds to run than a 95% interval needs."""
+    if repeats < ROUNDS_NEEDED:
         raise ConfigError(
             "ratio_precision",
-            f"expected --repeats of at least 6 (the most rounds to run: a 95% interval on a "
-            f"median needs 6); received --repeats {repeats or 1}.",
+            f"expected --repeats of at least {ROUNDS_NEEDED} (the most rounds to run: a 95% "
+            f"interval on a median needs {ROUNDS_NEEDED}); received --repeats {repeats}.",
         )
 
 
@@ -278,16 +275,10 @@ def run_comparison(
             ratio_stop, plan.ratio_precision, plan.ratio_budget_s, plan.baseline
         )
     return run_rounds(
-        plan.rounds,
-        store,
-        busy_threshold=busy_threshold,
-        wait_quiet_s=wait_quiet_s,
-        stop=stop,
-        warm=plan.warm,
-        on_progress=on_progress,
-        baseline=plan.baseline,
+        plan.rounds, store, busy_threshold=busy_threshold, wait_quiet_s=wait_quiet_s, stop=stop,
+        warm=plan.warm, on_progress=on_progress, baseline=plan.baseline,
         check_parity=plan.check_parity,
-    )
+    )  # fmt: skip
 
 
 def plan_rounds(
@@ -295,9 +286,8 @@ def plan_rounds(
 ) -> List[List[RunConfig]]:
     """The runs of a comparison, round by round: in each of ``repeats`` rounds every
     model under every backend (models outer), each a :class:`RunConfig` of ``settings``
-    (its field names: ``batch_size=32``, ``steps=50``). One name alone may be a string.
-    Every setting is checked here, before any process starts; ``window_s`` (warm
-    windows) only where :func:`how_to_measure` allows windows."""
+    (``batch_size=32``). One name alone may be a string. Every setting is checked here;
+    ``window_s`` only where :func:`how_to_measure` allows windows."""
     check_settings(settings, PARAMETERS)
     backends = [backends] if isinstance(backends, str) else list(backends)
     models = [models] if isinstance(models, str) else list(models)
@@ -342,9 +332,8 @@ def run_rounds(
     check_parity: bool = True,
 ) -> Tuple[List[RunResult], Optional[str]]:
     """Run ``rounds`` in turn into ``store``; after each, the rule ``stop()`` made may give
-    the reason to run no more. Returns the results and that reason (None: every round
-    ran). Configs with ``window_s`` run as warm interleaved windows (:func:`run_windows`,
-    ``check_parity`` with them)."""
+    the reason to run no more. The results and that reason (None: every round ran).
+    Configs with ``window_s`` run in warm windows (:func:`run_windows`)."""
     count = sum(len(r) for r in rounds)
     look_before_runs(store, count, busy_threshold, wait_quiet_s, "kbench run")
     runner = Runner(
@@ -366,10 +355,9 @@ def run_windows(
 ) -> Tuple[List[RunResult], Optional[str]]:
     """Warm interleaved windows, one model at a time (its backends' workers side by side,
     ``baseline``'s first: default the first backend), each with a fresh ``stop()`` rule
-    (default: :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S`); the reasons each
-    stopped, joined. ``check_parity``: each backend's warm-up is checked against the
-    baseline's (same initial weights, same batches; :func:`kbench.run.windows.plan_parity`),
-    each backend's document recording ``metrics.parity``."""
+    (default: :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S`); the results and the
+    reasons each stopped, joined. ``check_parity``: each warm-up checked against the
+    baseline's (:func:`kbench.run.windows.plan_parity`), in ``metrics.parity``."""
     baseline = baseline or configs[0].backend
     if stop is None:
         stop = functools.partial(ratio_stop, WINDOW_PRECISION, WINDOW_BUDGET_S, baseline)
@@ -395,9 +383,8 @@ def run_once(
 
 
 def ratio_stop(target: float, budget_s: Optional[float], baseline: Optional[str]) -> Stop:
-    """``--ratio-precision``: after a round, the reason to run no more, or None: every
-    per-round ratio's 95% interval within ``target`` of its median, or ``budget_s``
-    seconds spent."""
+    """``--ratio-precision``: after a round, the reason to run no more (every per-round
+    ratio's 95% interval within ``target`` of its median, or ``budget_s`` s spent), or None."""
     started = time.monotonic()
 
     def stop(results: List[RunResult]) -> Optional[str]:

@@ -1,47 +1,36 @@
 """A sweep's runs as the tasks of one Slurm job array, into the sweep's one store.
 
-The submitting command plans the sweep against its store as the local executor does,
-holding the store's writer lock; the runs to do become the tasks of one ``sbatch
---array`` job (``%N`` for ``--max-parallel``). A task is the runs of one comparison
-(one setting and repeat, every backend: their ratio is computed on one node), or with
-``--per-task run`` one run, or with ``--warm`` one warm worker's runs. Each task runs
-:mod:`kbench.studies.slurm_node` on its node with the submitter's interpreter, from
-the submitter's directory: the checkout, its environments and the store must be on a
-filesystem every node shares, at the same paths.
+The submitter plans the sweep against its store as a local sweep does, holding the
+store's writer lock; the runs to do become the tasks of one ``sbatch --array`` job
+(``%N``: ``--max-parallel``). A task is the runs of one comparison (one setting and
+repeat, every backend: their ratios are taken on one node), or with ``--per-task run``
+one run, or with ``--warm`` one warm worker's runs. In warm windows
+(:mod:`kbench.studies.sweep_windows`) a task is one comparison, measured on its node as a
+local sweep measures it and submitted whole or not at all (:func:`runs_to_do`), the
+windows an earlier task left superseded first (:func:`drop_earlier_windows`). A task runs
+``python -m kbench.studies.slurm TASKS.json`` (:func:`main`) with the submitter's
+interpreter, from its directory: the checkout, its environments and the store must be at
+the same paths on a filesystem every node shares.
 
-A sweep in warm windows (``measure: windows``, ``--windows``;
-:mod:`kbench.studies.sweep_windows`): each comparison (one setting, every backend) is
-one task, whose node measures it as a local sweep does (one warm worker per backend,
-side by side in the task's allocation, a window each in turn), so that its rounds
-interleave on one node; the settings that need fresh processes are tasks as above. A
-comparison is submitted whole or not at all (:func:`runs_to_do`); before it is
-submitted again, the windows an earlier measuring of it left (a task cut short) are
-superseded, as a local sweep supersedes them (:func:`drop_earlier_windows`).
+In the store, ``.slurm/<submission>/`` holds ``tasks.json`` (the sweep file, its
+settings, each task's run keys; written before ``sbatch``), ``job.json`` (the job id,
+after), ``task-<i>.out`` (a task's output), ``task-<i>/`` (its own working store, under
+that folder's writer lock: no node waits on the sweep's) and ``settled.json`` once every
+task has ended and been accounted for. A task skips each run the store has a result of
+from this submission (a task Slurm requeued runs nothing twice) and moves each finished
+run's document and log into the store with ``os.replace``, atomic on one filesystem (a
+comparison's first round last); nodes never write the index, a cache every reader
+reconciles with the documents (:mod:`kbench.results.store`). A task exits 0 when every
+run has its result in the store, 1 when one could not be moved there, 2 when it cannot
+start (its sweep file changed).
 
-What lives in the store (``STORE/.slurm/<submission>/``): ``tasks.json`` (the sweep
-file, its settings and each task's run keys, written before ``sbatch``), ``job.json``
-(the job id, written after), ``task-<i>.out`` (each task's output), ``task-<i>/`` (the
-task's own working store: the runner writes there under that folder's own lock, so no
-node waits on the sweep's writer lock) and ``settled.json`` once every task has ended
-and been accounted for.
-
-Writing one store from several nodes: a task moves each finished run's document (and
-its log) from its folder into the store with ``os.replace``, atomic on one
-filesystem; nodes never write the index. The index is a cache that every reader
-reconciles with the documents and replaces atomically (:mod:`kbench.results.store`):
-the submitter's polls bring it up to date.
-
-Waiting: the submitter polls ``squeue`` (and ``sacct`` where accounting answers) and
-the store, and prints a line when a task or a count changes; left with Ctrl-C, the job
-goes on. The same command again reads the earlier submissions of the store: it waits
-for their tasks still queued or running, records every run a task left without a
-result, and submits what remains. A run a task left without a result (the task
-failed, was cancelled, timed out, preempted, its node failed) is recorded as a result
-(``failed``, ``timeout`` or ``oom``) whose reason is Slurm's (``sacct`` State and
-Reason, exit code, node); such a record does not count as done: the next submission
-runs the run again. A result a run wrote itself (ok or failed) counts as done, as in a
-local sweep (``--retry-failed``, ``--force`` as there). A task checks the store for each
-run before running it, so a task requeued by Slurm runs nothing twice.
+The submitter polls ``squeue`` (and ``sacct`` where accounting answers) and the store,
+printing a line when a task or a count changes; Ctrl-C leaves the job running. The same
+command again follows the store's earlier submissions, records each run a task left
+without a result (the task failed, was cancelled, timed out, preempted, its node failed)
+as a ``failed``, ``timeout`` or ``oom`` result whose reason is Slurm's (``sacct`` State
+and Reason, exit code, node), which does not count as done, and submits what remains. A
+result a run wrote itself counts as done, as in a local sweep.
 """
 
 from __future__ import annotations
@@ -59,20 +48,32 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
+from kbench.distributed.launcher import run_distributed
 from kbench.measure import sysinfo
 from kbench.results import ending
-from kbench.results.config import ConfigError
+from kbench.results.config import ConfigError, FileError
 from kbench.results.jsonfile import write_text_atomic
 from kbench.results.result import RunResult
-from kbench.results.store import IndexEntry, ResultStore, latest_per_run
+from kbench.results.store import INDEX_NAME, IndexEntry, ResultStore, latest_per_run
+from kbench.run.runner import Runner
 from kbench.studies import sweep_windows
-from kbench.studies.sweep import Plan, Sweep, SweepRun, comparisons, worker_groups
+from kbench.studies.sweep import (
+    Plan,
+    Progress,
+    Sweep,
+    SweepRun,
+    WindowSettings,
+    comparisons,
+    execute,
+    in_windows,
+    load_sweep,
+    worker_groups,
+)
 
 log = logging.getLogger(__name__)
 
 SLURM_DIR = ".slurm"  # in the store
 PER_TASK = ("comparison", "run")
-SLURM_TOOLS = ("sbatch", "squeue", "sacct", "scancel")
 # States a task leaves only to end (or, preempted with requeue, to be pending again).
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
          "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "UNLISTED")  # fmt: skip
@@ -273,11 +274,6 @@ def _parse(text: str, job_id: str) -> Dict[int, TaskState]:
     return out
 
 
-def cancel(job_id: str, task: Optional[int] = None) -> None:
-    """``scancel JOB[_TASK]``."""
-    _tool(["scancel", job_id if task is None else f"{job_id}_{task}"])
-
-
 # submissions -------------------------------------------------------------------------
 
 
@@ -331,12 +327,9 @@ def open_submissions(store: Path) -> List[Submission]:
 
 
 def submit(
-    sweep: Sweep,
-    store: Path,
-    units: Sequence[Sequence[SweepRun]],
-    options: SlurmOptions,
+    sweep: Sweep, store: Path, units: Sequence[Sequence[SweepRun]], options: SlurmOptions,
     settings: Dict,
-) -> Submission:
+) -> Submission:  # fmt: skip
     """Write the manifest, ``sbatch --array`` the tasks, then write the job id."""
     now = dt.datetime.now(dt.timezone.utc)
     directory = store.resolve() / SLURM_DIR / f"{now:%Y%m%dT%H%M%S%fZ}"
@@ -353,7 +346,7 @@ def submit(
     script = directory / "task.sh"
     script.write_text(
         "#!/bin/sh\n# one task of a kbench sweep: its runs, by SLURM_ARRAY_TASK_ID\n"
-        f"exec {shlex.quote(sys.executable)} -m kbench.studies.slurm_node "
+        f"exec {shlex.quote(sys.executable)} -m kbench.studies.slurm "
         f"{shlex.quote(str(directory / 'tasks.json'))}\n"
     )
     array = f"0-{len(units) - 1}" + (f"%{options.max_parallel}" if options.max_parallel else "")
@@ -427,34 +420,19 @@ def record_ended(
         f"Slurm task {task} ended before this run had a result: {state.describe()}; "
         f"its output: {submission.output(index)}"
     )
+    error = {"type": "SlurmTaskEnded", "job": task, "state": state.state, "reason": state.reason,
+             "exit_code": state.exit_code, "node": state.node}  # fmt: skip
+    host = state.node or "no node (the task never started)"
+    environment = {"kbench": sysinfo.kbench_info(), "machine": {"hostname": host}}
     now = time.time()
     kept = []
     for run in runs:
         result = ending.run_result(
-            run_id=ending.new_run_id(RECORD_PART, run.config.backend),
-            kind=run.config.mode,
-            config=run.config.to_dict(),
-            verdict=ending.Verdict(
-                status,
-                reason,
-                {
-                    "type": "SlurmTaskEnded",
-                    "job": task,
-                    "state": state.state,
-                    "reason": state.reason,
-                    "exit_code": state.exit_code,
-                    "node": state.node,
-                },
-            ),  # fmt: skip
-            started_at=now,
-            ended_at=now,
-            environment={
-                "kbench": sysinfo.kbench_info(),
-                "machine": {"hostname": state.node or "no node (the task never started)"},
-            },
-            data={},
+            run_id=ending.new_run_id(RECORD_PART, run.config.backend), kind=run.config.mode,
+            config=run.config.to_dict(), verdict=ending.Verdict(status, reason, error),
+            started_at=now, ended_at=now, environment=environment, data={},
             sweep=sweep.provenance(run),
-        )
+        )  # fmt: skip
         ResultStore(store).add(result)
         kept.append(result)
     return kept
@@ -627,3 +605,124 @@ def _to_run(entry: Optional[IndexEntry], force: bool, retry_failed: bool) -> boo
     if entry is None or force or is_slurm_record(entry):
         return True
     return retry_failed and entry.status != "ok"
+
+
+# on the node: one task -----------------------------------------------------------------
+
+
+def task_runs(manifest: dict, index: int) -> tuple:
+    """The sweep and the runs of task ``index``; ConfigError when the file no longer
+    declares one of them. A sweep in warm windows (the manifest's ``windows``) is
+    returned so (:func:`~kbench.studies.sweep.in_windows`), and a task's runs are found
+    among its comparisons' runs and the file's own (a setting the submitter kept in fresh
+    processes, one backend after --filter, keeps its keys)."""
+    sweep = load_sweep(Path(manifest["sweep_file"]), manifest["reduced"], manifest["max_runs"])
+    by_key = {run.key: run for run in sweep.runs}
+    if manifest.get("windows") is not None:
+        sweep = in_windows(sweep, WindowSettings(**manifest["windows"]))
+        by_key.update({run.key: run for run in sweep.runs})
+    keys = manifest["tasks"][index]
+    missing = [key for key in keys if key not in by_key]
+    if missing:
+        raise ConfigError(
+            "sweep",
+            f"expected {manifest['sweep_file']} to declare the runs submitted with it; "
+            f"{len(missing)} of task {index}'s runs are gone (the file changed after "
+            "submission). Run kbench sweep again: it submits the file as it is now.",
+        )
+    return sweep, [by_key[key] for key in keys]
+
+
+def run_task(manifest_path: Path, index: int) -> int:
+    manifest = json.loads(manifest_path.read_text())
+    sweep, runs = task_runs(manifest, index)
+    store = Path(manifest["store"])
+    own = manifest_path.parent / f"task-{index}"
+    log.info("task %d: %s", index, ", ".join(run.config.label() for run in runs))
+    runner = Runner(
+        output_dir=own, busy_threshold=manifest["busy_threshold"], data_parallel=run_distributed
+    )
+    if sweep_windows.windowed(runs):
+        lost = run_comparison(sweep, runs, runner, store, manifest)
+    else:
+        lost = _run_fresh(sweep, runs, runner, store, manifest)
+    (own / INDEX_NAME).unlink(missing_ok=True)
+    return 1 if lost else 0
+
+
+def _run_fresh(
+    sweep: Sweep, runs: List[SweepRun], runner: Runner, store: Path, manifest: dict
+) -> int:
+    """The task's runs in fresh processes (or warm workers' runs), each not yet done;
+    the number of documents not moved into the store."""
+    progress = Progress(total=len(runs))
+    lost = 0
+    units = task_units(runs, "run", manifest["warm"])
+    with runner.session([run.config for run in runs]) as session:
+        for unit in units:
+            todo = _not_done(unit, store, manifest["submitted_at"])
+            if not todo:
+                continue
+            execute(sweep, todo, session, progress, warm=manifest["warm"])
+            lost += move_documents(runner.output_dir, store)
+    return lost
+
+
+def run_comparison(
+    sweep: Sweep, runs: List[SweepRun], runner: Runner, store: Path, manifest: dict
+) -> int:
+    """The task's comparison in warm windows (module docstring); the number of
+    documents not moved into the store."""
+    newest = newest_entries(store)
+    if all(_done(newest.get(run.key), manifest["submitted_at"]) for run in runs):
+        log.info("this comparison is in %s already: not measured again", store)
+        return 0
+    own = runner.output_dir
+    dropped = sweep_windows.EarlierWindows.read(own, sweep).supersede(runs)
+    if int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0:  # a requeued task's moved ones
+        dropped += sweep_windows.EarlierWindows.read(store, sweep).supersede(runs)
+    if dropped:
+        log.info("%d earlier window(s) %s", dropped, sweep_windows.SUPERSEDED)
+    baseline = manifest.get("baseline")
+    found, reason = sweep_windows.measure_comparison(runner, sweep, runs, baseline)
+    log.info("%s; stopped: %s", sweep_windows.summary(found, baseline), reason)
+    first = {r.run_id for r in found if int(r.config.get("repeat", 0)) == 0}
+    return move_documents(own, store, last=first)
+
+
+def _not_done(unit: List[SweepRun], store: Path, submitted_at: str) -> List[SweepRun]:
+    newest = newest_entries(store)
+    todo = []
+    for run in unit:
+        if _done(newest.get(run.key), submitted_at):
+            log.info("%s: already in %s, not run again", run.config.label(), store)
+        else:
+            todo.append(run)
+    return todo
+
+
+def _done(entry: Optional[IndexEntry], submitted_at: str) -> bool:
+    """Whether ``entry`` is a result a run of this submission wrote itself."""
+    return entry is not None and ran_since(entry, submitted_at) and not is_slurm_record(entry)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    args = sys.argv[1:] if argv is None else argv
+    index = os.environ.get("SLURM_ARRAY_TASK_ID")
+    if len(args) != 1 or index is None or not index.isdigit():
+        log.error(
+            "expected: python -m kbench.studies.slurm TASKS.json, in a Slurm array task "
+            "(SLURM_ARRAY_TASK_ID set); received %s with SLURM_ARRAY_TASK_ID=%s",
+            args, index,
+        )  # fmt: skip
+        return 2
+    try:
+        return run_task(Path(args[0]), int(index))
+    except (ConfigError, FileError) as err:
+        log.error("%s", err)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

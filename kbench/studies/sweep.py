@@ -1,33 +1,17 @@
-"""Sweeps: a matrix of runs declared in a YAML file, run one process each, resumable.
+"""Sweeps: a matrix of runs declared in a YAML file (docs/guides/sweeps.md), run one
+process each, resumable.
 
-A sweep file names fixed ``settings`` and a ``matrix`` of lists whose every
-combination is a run, optionally split into ``groups`` (each its own settings and
-matrix, on top of the file's), repeated ``repeats`` times round by round. A
-``reduced`` section (at the top or in a group) holds the overrides ``--reduced``
-applies, so that one file describes a study at full size and at a size a laptop
-CPU finishes. Keys are :class:`~kbench.results.config.RunConfig` fields. Example::
-
-    name: lenet
-    repeats: 5
-    settings: {model: lenet5, dataset: mnist, batch_size: 200}
-    matrix:
-      epochs: [5, 10, 15]
-      backend: [tensorflow, jax, torch, mxnet]
-    reduced:
-      settings: {train_samples: 2000, test_samples: 500}
-      repeats: 2
-
-Every run is checked when the file is loaded, before anything runs; an error names
-the place in the file (``groups[1].matrix.batch_size[2]``), what was expected and
-what was received. Each run has a key (a hash of its settings and repeat index); a
-result in the output store with that key marks the run done, so rerunning the same
-command resumes where an interrupted one stopped.
-
-``measure: windows`` (with ``window: SECONDS``, ``ratio_precision: P``, ``ratio_budget:
-SECONDS``, all optional) asks for each setting's backends to be compared in warm
-interleaved windows instead of ``repeats`` fresh processes: :func:`in_windows` turns
-the runs into one comparison per setting (:func:`comparisons`), and
-:mod:`kbench.studies.sweep_windows` measures them.
+A file names fixed ``settings`` and a ``matrix`` of lists whose every combination is a
+run, optionally split into ``groups`` (each its own settings and matrix on top of the
+file's), repeated ``repeats`` times round by round; a ``reduced`` section (at the top or
+in a group) holds the overrides ``--reduced`` applies, so that one file describes a study
+at full size and at a size a laptop CPU finishes. Keys are
+:class:`~kbench.results.config.RunConfig` fields. Every run is checked when the file is
+loaded, before anything runs; an error names the place in the file
+(``groups[1].matrix.batch_size[2]``), what was expected and what was received. A result
+in the store with a run's key (:func:`run_key`) marks the run done, so the same command
+again resumes. ``measure: windows`` compares each setting's backends in warm interleaved
+windows instead (:func:`in_windows`; :mod:`kbench.studies.sweep_windows` measures them).
 """
 
 from __future__ import annotations
@@ -57,13 +41,6 @@ from kbench.results.config import (
 )
 from kbench.results.result import RunResult
 from kbench.run.runner import shared_workers
-from kbench.studies.file_checks import (
-    NestedTooDeep,
-    check_depth,
-    expect_mapping,
-    known_keys,
-    read_yaml,
-)
 from kbench.studies.rounds import WINDOW_BUDGET_S, WINDOW_PRECISION, how_to_measure
 from kbench_models import MODELS
 from kbench_models.user import is_reference
@@ -130,30 +107,18 @@ class Sweep:
 
     def varying(self) -> List[str]:
         """The settings whose values differ between runs, in RunConfig order."""
-        keys = []
-        for name in RUN_FIELDS + ("repeat",):
-            values = {json.dumps(getattr(r.config, name)) for r in self.runs}
-            if len(values) > 1:
-                keys.append(name)
-        return keys
+        names = RUN_FIELDS + ("repeat",)
+        return [n for n in names if len({json.dumps(getattr(r.config, n)) for r in self.runs}) > 1]
 
     def provenance(self, run: SweepRun) -> Dict[str, Any]:
         """What a result records of the sweep it belongs to."""
-        return {
-            "name": self.name,
-            "file": self.file,
-            "reduced": self.reduced,
-            "group": run.group,
-            "run_key": run.key,
-        }
+        return {"name": self.name, "file": self.file, "reduced": self.reduced,
+                "group": run.group, "run_key": run.key}  # fmt: skip
 
 
 def run_key(config: RunConfig) -> str:
-    """A hash of the settings that differ from their defaults, and the repeat index.
-
-    Leaving defaults out keeps the keys of finished runs valid when a later kbench
-    adds a setting (with a default that changes nothing).
-    """
+    """A hash of the settings that differ from their defaults, and the repeat index:
+    the keys of finished runs stay valid when a later kbench adds a setting."""
     defaults = _key_defaults()
     data = {
         k: v
@@ -166,7 +131,109 @@ def run_key(config: RunConfig) -> str:
 @functools.cache
 def _key_defaults() -> Dict[str, Any]:
     """Each setting's default, as ``RunConfig.to_dict`` writes it (tuples as lists)."""
-    return {f.name: _listed(f.default) for f in fields(RunConfig)}
+    return {
+        f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+        for f in fields(RunConfig)
+    }
+
+
+# reading YAML: shared with study files (kbench.studies.published); each check raises
+# ``fail(where, message)``, the reader's own error naming the file --------------
+
+
+def expect_mapping(value: Any, where: str, expected: str, fail) -> Dict[str, Any]:
+    """``value`` if it is a mapping, {} if absent; else ``fail`` saying ``expected``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise fail(where, f"expected {expected}; received {type(value).__name__} {value!r}.")
+    return value
+
+
+def known_keys(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fail) -> None:
+    """Refuse a key of ``section`` that is not ``allowed``, naming the closest one."""
+    for key in section:
+        if key not in allowed:
+            raise fail(
+                f"{prefix}{key}",
+                f"unknown key; expected one of: {', '.join(allowed)}."
+                f"{did_you_mean(str(key), allowed)}",
+            )
+
+
+class NestedTooDeep(ValueError):
+    """YAML nested deeper than a YAML reader follows (hundreds of levels or more)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "expected a few levels of mappings and lists; the YAML is nested too deep to "
+            "read (hundreds of levels or more). Check the brackets."
+        )
+
+
+def read_yaml(text: str) -> Any:
+    """The document in the YAML ``text``, read by libyaml where PyYAML was built with a
+    libyaml that stops at a nesting limit (about five times faster than PyYAML's own
+    reader, which took most of the time to plan a study's sweep). A document that does
+    not parse is read again by PyYAML's own reader, whose error quotes the line with a
+    caret under the fault. libyaml accepts some tabs PyYAML's own reader refuses (``a:\t1``);
+    a document both accept means the same to both. Raises ``yaml.YAMLError``, or
+    :class:`NestedTooDeep`."""
+    import yaml
+
+    fast = _bounded(getattr(yaml, "CSafeLoader", None))
+    if fast is not None:
+        try:
+            return yaml.load(text, Loader=fast)
+        except yaml.YAMLError as err:
+            if "nesting" in str(err):
+                raise NestedTooDeep() from None
+            # else read again below, for the message
+        except RecursionError:  # building it: a chain of ``<<:`` merges, ~1,000 deep
+            raise NestedTooDeep() from None
+    try:
+        return yaml.load(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise NestedTooDeep() from None
+
+
+@functools.cache
+def _bounded(libyaml_loader: Any) -> Any:
+    """PyYAML's libyaml loader if it refuses YAML nested past a limit (libyaml 0.2.6
+    stops at 1,000 levels), else None: an older libyaml follows any depth, and PyYAML's
+    C code under it recurses without a guard, so a file of 100,000 brackets would crash
+    the process instead of being refused."""
+    import yaml
+
+    if libyaml_loader is None:
+        return None
+    try:
+        yaml.load("[" * 1100 + "]" * 1100, Loader=libyaml_loader)
+    except yaml.YAMLError as err:
+        return libyaml_loader if "nesting" in str(err) else None
+    return None
+
+
+MAX_DEPTH = 32  # far deeper than any sweep or study; YAML nested past it is refused
+
+
+def check_depth(document: Any, fail, limit: int = MAX_DEPTH) -> None:
+    """Refuse a document nested deeper than ``limit`` (read without recursion, so that a
+    file of 100,000 nested lists is an error that names the depth, not a crash)."""
+    stack = [(document, 1, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > limit:
+            raise fail(
+                where,
+                f"expected settings nested at most {limit} deep; this file nests deeper "
+                "here. A study or sweep file is a few levels of mappings and lists: check "
+                "the brackets.",
+            )
+        if isinstance(value, dict):
+            stack += [(v, depth + 1, f"{where}.{k}" if where else str(k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1, f"{where}[{i}]") for i, v in enumerate(value)]
 
 
 # loading ---------------------------------------------------------------------
@@ -298,13 +365,9 @@ def _layers(
 
 
 def _runs(
-    layers: Sequence[Tuple[str, Layer]],
-    places: Sequence[str],
-    repeats: int,
-    twice_where: str,
-    base_dir: Optional[Path],
-    fail,
-) -> List[SweepRun]:
+    layers: Sequence[Tuple[str, Layer]], places: Sequence[str], repeats: int, twice_where: str,
+    base_dir: Optional[Path], fail,
+) -> List[SweepRun]:  # fmt: skip
     """Every run of the layers, round by round, each built (so checked) and declared
     once (``twice_where``: where a run declared twice is said to be)."""
     runs: List[SweepRun] = []
@@ -328,14 +391,9 @@ def _runs(
 
 
 def _config(
-    values: Dict[str, Any],
-    origins: Dict[str, str],
-    layer: Layer,
-    place: str,
-    repeat: int,
-    base_dir: Optional[Path],
-    fail,
-) -> RunConfig:
+    values: Dict[str, Any], origins: Dict[str, str], layer: Layer, place: str, repeat: int,
+    base_dir: Optional[Path], fail,
+) -> RunConfig:  # fmt: skip
     """One run's config; an error names the place in the file of the setting it is
     about (a check across settings: the run, by its swept settings)."""
     missing = [name for name in REQUIRED if name not in values]
@@ -389,9 +447,7 @@ def window_settings(top: Dict[str, Any], fail) -> Tuple[str, WindowSettings]:
 
 def setting_of(config: RunConfig) -> str:
     """What a comparison in windows shares: every setting but the backend and the repeat."""
-    data = config.to_dict()
-    for name in ("backend", "repeat", "window_s"):
-        data.pop(name, None)
+    data = {k: v for k, v in config.to_dict().items() if k not in ("backend", "repeat", "window_s")}
     return json.dumps(data, sort_keys=True)
 
 
@@ -514,9 +570,7 @@ class Layer:
 
     def combinations(self):
         """(settings of one run, origins), the backend varying fastest."""
-        keys = [k for k in self.matrix if k != "backend"] + (
-            ["backend"] if "backend" in self.matrix else []
-        )
+        keys = sorted(self.matrix, key=lambda k: k == "backend")  # stable: the others in order
         for combo in itertools.product(*(enumerate(self.matrix[k]) for k in keys)):
             values = dict(self.settings)
             origins = dict(self.origins)
@@ -541,10 +595,6 @@ def _reduced_section(value: Any, where: str, fail) -> Dict[str, Any]:
     section = expect_mapping(value, where, "a mapping with settings, matrix and/or repeats", fail)
     known_keys(section, REDUCED_KEYS, where + ".", fail)
     return section
-
-
-def _listed(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _describe(values: Dict[str, Any], keys: Sequence[str]) -> str:
@@ -625,10 +675,9 @@ def plan(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: boo
 def execute(
     sweep: Sweep, runs: Sequence[SweepRun], session, progress: Progress, warm: bool = False
 ) -> List[RunResult]:
-    """Run ``runs`` in a runner session; each result is in the store once it returns.
-    With ``warm``, each repeat's runs that can share a worker process share one
-    (:func:`~kbench.run.runner.shared_workers`); their results are in the store once
-    that worker ends."""
+    """Run ``runs`` in a runner session, each result in the store as it returns. With
+    ``warm``, each repeat's runs that can share a worker process share one
+    (:func:`~kbench.run.runner.shared_workers`)."""
     results = []
     for group in worker_groups(runs) if warm else [[run] for run in runs]:
         labels = ", ".join(run.config.label() for run in group)

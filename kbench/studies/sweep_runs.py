@@ -46,14 +46,10 @@ class PlannedSweep:
     store: Path
     plan: Plan
 
-    @property
-    def done_status(self) -> Dict[int, str]:
-        """id(run) -> the status of its newest stored result, for the runs already done."""
-        return {id(run): status for run, status in self.plan.done}
-
     def states(self) -> List[str]:
-        """Each selected run's state, in order: "done (ok)" or "to run"."""
-        status = self.done_status
+        """Each selected run's state, in order: "done (ok)" (its newest result's status) or
+        "to run"."""
+        status = {id(run): status for run, status in self.plan.done}
         return [
             f"done ({status[id(run)]})" if id(run) in status else "to run"
             for run in self.sweep.runs

@@ -1,22 +1,17 @@
 """A sweep's comparisons in warm interleaved windows (``measure: windows``, ``kbench sweep
 --windows``, ``kbench reproduce --reduced`` of a study whose claims are backend ratios).
 
-:func:`kbench.studies.sweep.in_windows` has made each setting's runs one comparison:
-one run per backend, with ``window_s``. Here each comparison is measured as ``kbench
-run`` measures several backends (:func:`kbench.studies.rounds.run_windows`: one warm
-worker per backend, a window each per round, the ratio stop rule after each round),
-one comparison after another; the settings that need fresh processes run as a sweep's
-runs always do (:func:`kbench.studies.sweep.execute`).
+:func:`kbench.studies.sweep.in_windows` has made each setting's runs one comparison (a
+run per backend, with ``window_s``); each is measured as ``kbench run`` measures several
+backends (:func:`kbench.studies.rounds.run_windows`), one after another, and the settings
+that need fresh processes run as a sweep's runs always do.
 
-Resuming. A comparison's documents (one per backend, :mod:`kbench.results.comparison`) are
-in the store from its first round on, rewritten after each, without their sweep
-provenance; once the comparison has stopped (precision reached, budget spent, fewer than
-two workers left) each is written again with it (:func:`mark`): ``sweep.run_key`` is the
-key of its backend's run, so the plan finds the run done, ``sweep.windows.comparison`` the
-comparison's key and ``sweep.windows.stopped`` why it stopped. A comparison cut short
-(Ctrl-C, a kill, a full disk) is measured again whole; before that, its earlier documents
-are marked superseded (:data:`SUPERSEDED`), so that no comparison, table or verdict
-counts them beside the new ones.
+Resuming: a comparison's documents (one per backend, :mod:`kbench.results.comparison`)
+are in the store from its first round on, without their sweep provenance; once it has
+stopped, :func:`mark` writes them again with it (``sweep.run_key`` its backend's run, so
+the plan finds the run done; ``sweep.windows.comparison`` and ``.stopped``). A comparison
+cut short (Ctrl-C, a kill, a full disk) is measured again whole, its earlier documents
+first marked superseded (:data:`SUPERSEDED`) so that nothing counts them beside the new.
 """
 
 from __future__ import annotations
@@ -166,13 +161,9 @@ def _worker_run(result: RunResult, sweep_name: str) -> Optional[str]:
 
 
 def run_comparisons(
-    sweep: Sweep,
-    to_run: Sequence[SweepRun],
-    runner: Runner,
-    progress: Progress,
-    varying: Sequence[str],
-    baseline: Optional[str] = None,
-) -> List[RunResult]:
+    sweep: Sweep, to_run: Sequence[SweepRun], runner: Runner, progress: Progress,
+    varying: Sequence[str], baseline: Optional[str] = None,
+) -> List[RunResult]:  # fmt: skip
     """The runs of ``to_run`` that need fresh processes, then each comparison in windows
     (:func:`measure_comparison`); every result is in the store as this returns."""
     assert sweep.windows is not None
@@ -194,8 +185,8 @@ def run_comparisons(
         started = time.monotonic()
         found, reason = measure_comparison(runner, sweep, group, baseline)
         seconds = (time.monotonic() - started) / len(group)
-        for run in group:
-            progress.finished(_worst(run, found), seconds)
+        for result in found:  # a document per backend
+            progress.finished(result, seconds)
         results += found
         progress.write(progress.line(f"{label}: {summary(found, baseline)}; stopped: {reason}"))
     return results
@@ -224,23 +215,14 @@ def mark(
     docstring). The marked results, in their order."""
     by_backend = {run.config.backend: run for run in group}
     comparison = comparison_key(group)
+    kept = ResultStore(store)
     marked = []
     for result in found:
         run = by_backend[result.config["backend"]]
-        provenance = dict(
-            sweep.provenance(run),
-            windows={"run_key": run.key, "comparison": comparison, "stopped": reason},
-        )
-        marked.append(replace(result, sweep=provenance))
-    store_of = ResultStore(store)
-    for result in marked:
-        store_of.add(result)
+        windows = {"run_key": run.key, "comparison": comparison, "stopped": reason}
+        marked.append(replace(result, sweep=dict(sweep.provenance(run), windows=windows)))
+        kept.add(marked[-1])
     return marked
-
-
-def _worst(run: SweepRun, found: Sequence[RunResult]) -> RunResult:
-    """What the progress counts for one backend of a comparison: its document."""
-    return next(r for r in found if r.config["backend"] == run.config.backend)
 
 
 def summary(found: Sequence[RunResult], baseline: Optional[str] = None) -> str:

@@ -216,22 +216,16 @@ def search_space(
 
 
 def differs(
-    default: Dict[str, Any],
-    check: Dict[str, Any],
-    tolerance: Tolerance,
-    compare_losses: bool = True,
-    running_mean: bool = False,
-) -> Optional[str]:
+    default: Dict[str, Any], check: Dict[str, Any], tolerance: Tolerance,
+    compare_losses: bool = True, running_mean: bool = False,
+) -> Optional[str]:  # fmt: skip
     """Why ``check`` (outputs, warmup losses) does not compute what ``default`` does (the
     :func:`~kbench.results.analysis.differences` of the parity check, within
     ``tolerance``; each step's own loss, :func:`~kbench.run.agreement.step_losses`,
     where the backend logs their ``running_mean``); None where it lies within."""
-    losses: Tuple[List[float], List[float]] = ([], [])
-    if compare_losses:
-        losses = (
-            step_losses(default["losses"], running_mean),
-            step_losses(check["losses"], running_mean),
-        )
+    losses = [
+        step_losses(d["losses"], running_mean) if compare_losses else [] for d in (default, check)
+    ]
     try:
         figures = differences(default["outputs"], check["outputs"], *losses, tolerance)
     except ValueError as err:
@@ -328,11 +322,8 @@ class Tuner:
                 return "the reference's worker ended"
             if len(measuring) < 2:
                 return "one setting left"
-            measure_round([t.worker for t in measuring], self.round_index)
-            keep(self.runner, [t.worker for t in measuring])
-            self.round_index += 1
+            self.measure(measuring)
             for trial in measuring:
-                trial.document = trial.worker.document()
                 if not trial.document.ok:
                     self._out(trial, trial.document.status, trial.document.reason)
             settled = self._halve(trials, reference)
@@ -346,6 +337,20 @@ class Tuner:
                 return settled
             if time.monotonic() >= deadline:
                 return "its share of the budget spent"
+
+    def close(self, now: bool = False) -> None:
+        """Close every trial's worker (``now``: stop them at once)."""
+        for trial in self.launched:
+            if trial.worker is not None:
+                trial.worker.close(now=now)
+
+    def measure(self, trials: Sequence[Trial]) -> None:
+        """A window of each of ``trials`` (one round), kept; their documents updated."""
+        measure_round([t.worker for t in trials], self.round_index)
+        keep(self.runner, [t.worker for t in trials])
+        self.round_index += 1
+        for trial in trials:
+            trial.document = trial.worker.document()
 
     def _halve(self, trials: List[Trial], reference: Trial) -> Optional[str]:
         measuring = [t for t in trials if t.state == "measuring" and t is not reference]
@@ -423,25 +428,22 @@ def tune_backend(tuner: Tuner, backend: str, budget_s: float, **space: Any) -> D
              ", ".join(t.candidate.name for t in trials))  # fmt: skip
     tuner.launch(trials)
     tuner.warm(reference, trials[1:])
-    if reference.state != "measuring":
-        return _report(backend, trials, skipped, None, f"the default failed: {reference.reason}")
     started = time.monotonic()  # the budget is for measuring: starting the workers is not in it
-    deadline = started + budget_s * (1 - COMBINED_SHARE)
-    ended = tuner.rounds(trials, reference, deadline, started, budget_s)
+    if reference.state == "measuring":
+        deadline = started + budget_s * (1 - COMBINED_SHARE)
+        ended = tuner.rounds(trials, reference, deadline, started, budget_s)
+        # the clearly faster changes, each of its own setting, are tried together once
+        faster = [
+            t for t in trials[1:] if t.state == "measuring" and best_of([t], reference)[0] is t
+        ]
+        changes = tuple(c for t in faster for c in t.candidate.changes)
+        if reference.state == "measuring" and len(faster) > 1 and len(dict(changes)) == len(faster):
+            trials.append(Trial(Candidate(backend, changes)))
+            tuner.launch(trials[-1:])
+            tuner.warm(reference, trials[-1:])
+            ended = tuner.rounds(trials, reference, started + budget_s, started, budget_s)
     if reference.state != "measuring":
         return _report(backend, trials, skipped, None, f"the default failed: {reference.reason}")
-    clearly = [t for t in trials[1:] if t.state == "measuring" and best_of([t], reference)[0] is t]
-    dimensions = {k for t in clearly for k, _ in t.candidate.changes}
-    if len(clearly) > 1 and len(dimensions) == len(clearly):
-        together = Trial(Candidate(backend, tuple(c for t in clearly for c in t.candidate.changes)))
-        trials.append(together)
-        tuner.launch([together])
-        tuner.warm(reference, [together])
-        ended = tuner.rounds(trials, reference, started + budget_s, started, budget_s)
-        if reference.state != "measuring":
-            return _report(
-                backend, trials, skipped, None, f"the default failed: {reference.reason}"
-            )
     best, why = best_of(trials, reference)
     for trial in trials:
         if trial.state == "measuring":
@@ -491,11 +493,7 @@ def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> 
         if reference not in alive or len(alive) < 2:
             ended = "a worker ended"
             break
-        measure_round([t.worker for t in alive], tuner.round_index)
-        keep(tuner.runner, [t.worker for t in alive])
-        tuner.round_index += 1
-        for trial in alive:
-            trial.document = trial.worker.document()
+        tuner.measure(alive)
         widths = [half_width(trial_interval(t, reference)) for t in alive if t is not reference]
         if max(widths) <= tuner.target:
             ended = f"every ratio within +-{tuner.target:.0%}"
@@ -569,11 +567,11 @@ def resumed_reports(
         log.warning("%s: unreadable (%s): searching every backend again", path, err)
         return {}
     if stored != identity:
-        changed = sorted(
-            k
-            for k in {**stored.get("settings", {}), **identity["settings"]}
-            if stored.get("settings", {}).get(k) != identity["settings"].get(k)
-        ) + [k for k in ("target", "allow_batch_size", "only") if stored.get(k) != identity[k]]
+        was, now = stored.get("settings", {}), identity["settings"]
+        changed = sorted(k for k in {**was, **now} if was.get(k) != now.get(k))
+        changed += [
+            k for k in ("target", "allow_batch_size", "only") if stored.get(k) != identity[k]
+        ]
         log.warning("%s: a search with other settings (%s): searching every backend again",
                     path, ", ".join(changed) or "its format")  # fmt: skip
         return {}
@@ -654,26 +652,14 @@ def tune(
             final_deadline = time.monotonic() + budget_s * FINAL_SHARE
             final = compare_finalists(tuner, finalists, final_deadline) if finalists else None
         except BaseException:
-            for trial in tuner.launched:
-                if trial.worker is not None:
-                    trial.worker.close(now=True)
+            tuner.close(now=True)
             raise
         finally:
-            for trial in tuner.launched:
-                if trial.worker is not None:
-                    trial.worker.close()
-    outcome = {
-        "model": base.model,
-        "dataset": base.dataset,
-        "batch_size": base.batch_size,
-        "budget_s": budget_s,
-        "target": target,
-        "seconds": time.monotonic() - started,
-        "backends": reports,
-        "compared": final,
-        "sweep_file": str(Path(store) / "tune-best.yaml"),
-        "method": __doc__,
-    }
+            tuner.close()
+    outcome = {"model": base.model, "dataset": base.dataset, "batch_size": base.batch_size,
+               "budget_s": budget_s, "target": target, "seconds": time.monotonic() - started,
+               "backends": reports, "compared": final,
+               "sweep_file": str(Path(store) / "tune-best.yaml"), "method": __doc__}  # fmt: skip
     write_json_atomic(Path(store) / "tune.json", outcome)
     write_text_atomic(Path(store) / "tune-best.yaml", yaml.safe_dump(best_sweep(base, reports),
                                                                      sort_keys=False))  # fmt: skip

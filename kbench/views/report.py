@@ -109,7 +109,7 @@ class ReportSummary:
 @dataclass(frozen=True)
 class Section:
     """A section another stage adds to the page, after the summary: a published study's
-    "Paper vs this machine" (:func:`kbench.studies.paper.paper_section`)."""
+    "Paper vs this machine" (:func:`kbench.studies.reproduce.paper_section`)."""
 
     id: str  # the HTML anchor
     heading: str
