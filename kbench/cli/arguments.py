@@ -419,17 +419,6 @@ def add_repeats_argument(
     )
 
 
-def add_calls_argument(parser, default: int) -> argparse.Action:
-    """``--calls N``: timed calls of an operation (kbench ops)."""
-    return parser.add_argument(
-        "--calls",
-        type=int,
-        default=default,
-        metavar="N",
-        help=f"timed calls per operation and size (default: {default})",
-    )
-
-
 def add_baseline_argument(parser, default_text: str = "the first backend") -> argparse.Action:
     return parser.add_argument(
         "--baseline",

@@ -8,9 +8,9 @@ TensorFlow, JAX and PyTorch (:mod:`kbench.ops.keras_ops`), in plain PyTorch
 What an operation computes, its inputs at each size and its float64 numpy
 reference live in :mod:`kbench.ops.spec`, shared by all of them.
 
-Every backend runs in its own worker process (``python -m kbench.ops.worker``),
-which checks each operation at each size against the reference, then times it
-(:mod:`kbench.ops.base`). :mod:`kbench.ops.runner` starts and supervises the
+Every backend runs in its own worker process (:mod:`kbench.ops.worker`), which
+checks each operation at each size against the reference, then times it.
+:mod:`kbench.ops.runner` starts and supervises the
 workers and writes one result per backend (``kind="ops"``) to a results store;
 :mod:`kbench.views.ops` turns results into tables and figures.
 

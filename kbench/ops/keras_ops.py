@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 
 import numpy as np
 
-from kbench.ops.base import OpsBackend
 from kbench.ops.spec import BN_EPSILON
+from kbench.ops.worker import OpsBackend, calling
 
 Gradients = Callable[[Callable[..., Any], Sequence[Any], Any], Callable[[], Tuple[Any, ...]]]
 
@@ -109,42 +109,22 @@ class KerasOps(OpsBackend):
         """keras.ops.convert_to_tensor(nested list)"""
         return lambda: self.ops.convert_to_tensor(x, dtype=self.dtype)
 
-    def op_sigmoid(self, x):
-        """keras.ops.sigmoid"""
-        return lambda: self.ops.sigmoid(x)
-
-    def op_relu(self, x):
-        """keras.ops.relu"""
-        return lambda: self.ops.relu(x)
-
-    def op_tanh(self, x):
-        """keras.ops.tanh"""
-        return lambda: self.ops.tanh(x)
-
-    def op_softplus(self, x):
-        """keras.ops.softplus"""
-        return lambda: self.ops.softplus(x)
-
-    def op_softsign(self, x):
-        """keras.ops.softsign"""
-        return lambda: self.ops.softsign(x)
-
-    def op_dot(self, x, y):
-        """keras.ops.dot (vectors)"""
-        return lambda: self.ops.dot(x, y)
-
-    def op_gemm(self, a, b):
-        """keras.ops.matmul"""
-        return lambda: self.ops.matmul(a, b)
+    op_sigmoid = calling("ops.sigmoid", "keras.ops.sigmoid")
+    op_relu = calling("ops.relu", "keras.ops.relu")
+    op_tanh = calling("ops.tanh", "keras.ops.tanh")
+    op_softplus = calling("ops.softplus", "keras.ops.softplus")
+    op_softsign = calling("ops.softsign", "keras.ops.softsign")
+    op_dot = calling("ops.dot", "keras.ops.dot (vectors)")
+    op_gemm = calling("ops.matmul", "keras.ops.matmul")
 
     def op_flatten(self, x):
         """keras.ops.reshape(x, (batch, -1)), as keras.layers.Flatten"""
         shape = (x.shape[0], -1)
         return lambda: self.ops.reshape(x, shape)
 
-    def op_l2_normalize(self, x):
-        """keras.ops.normalize(x, axis=-1, order=2)"""
-        return lambda: self.ops.normalize(x, axis=-1, order=2)
+    op_l2_normalize = calling(
+        "ops.normalize", "keras.ops.normalize(x, axis=-1, order=2)", axis=-1, order=2
+    )
 
     def op_batch_norm(self, x, gamma, beta):
         """keras.ops.moments over the batch, then keras.ops.batch_normalization"""

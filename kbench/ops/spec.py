@@ -15,7 +15,7 @@ rounded to the benchmark's dtype, and the reference is computed in float64 from 
 rounded values: a backend's difference from the reference is its own arithmetic,
 never the rounding of its inputs. Images are NHWC, convolution kernels HWIO and
 dense kernels (in, out) here; a backend that takes other layouts converts inputs
-before and outputs after the timed call (:class:`kbench.ops.base.OpsBackend`).
+before and outputs after the timed call (:class:`kbench.ops.worker.OpsBackend`).
 
 **Tolerance.** Each output must be within ``rtol * scale`` of the reference at
 every element, where ``scale`` is the largest magnitude of the reference output
@@ -55,8 +55,9 @@ LSTM_BATCH = 32
 FLATTEN_MIDDLE = 8
 BN_EPSILON = 1e-3  # Keras' BatchNormalization default, used by every backend here
 
-# Roles of an operand: how a backend receives it (see kbench.ops.base.OpsBackend).
-ROLES = ("array", "image", "conv_kernel", "dense_kernel", "host", "list")
+# Roles of an operand, how a backend receives it (kbench.ops.worker.OpsBackend): array,
+# image, conv_kernel, dense_kernel (each in the backend's layout), host (the numpy
+# array), list (nested lists).
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,13 @@ def _conv_flops(n: int) -> int:
 SQUARE = "x is n x n"
 ACTIVATION_LAW = dict(std=3.0)  # reaches the saturating parts of each curve
 
+
+def _activation(name: str, summary: str, reference: Callable, ulps: float = 16) -> OpSpec:
+    """An elementwise activation of an ``n x n`` input."""
+    return OpSpec(name, summary, SQUARE, lambda n: _square(n, **ACTIVATION_LAW),
+                  lambda x: (reference(x),), ulps=ulps)  # fmt: skip
+
+
 _SPECS = [
     OpSpec(
         "create_numpy",
@@ -282,46 +290,15 @@ _SPECS = [
         lambda x: (x,),
         ulps=0,
     ),
-    OpSpec(
-        "sigmoid",
-        "1 / (1 + exp(-x))",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (_sigmoid(x),),
-        ulps=16,
-    ),  # fmt: skip
-    OpSpec(
-        "relu",
-        "max(x, 0)",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (np.maximum(x, 0.0),),
-        ulps=0,
-    ),  # fmt: skip
-    OpSpec(
-        "tanh",
-        "tanh(x)",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (np.tanh(x),),
-        ulps=16,
-    ),  # fmt: skip
-    OpSpec(
+    _activation("sigmoid", "1 / (1 + exp(-x))", _sigmoid),
+    _activation("relu", "max(x, 0)", lambda x: np.maximum(x, 0.0), ulps=0),
+    _activation("tanh", "tanh(x)", np.tanh),
+    _activation(
         "softplus",
         "log(1 + exp(x)) (MXNet: Activation softrelu)",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0),),
-        ulps=16,
-    ),
-    OpSpec(
-        "softsign",
-        "x / (1 + |x|)",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (x / (1.0 + np.abs(x)),),
-        ulps=16,
+        lambda x: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0),
     ),  # fmt: skip
+    _activation("softsign", "x / (1 + |x|)", lambda x: x / (1.0 + np.abs(x))),
     OpSpec(
         "dot",
         "dot product of two vectors",
