@@ -9,8 +9,8 @@ script started stopped at the end), and writes an ordinary result document
 (``kind: "exec"``). The child side
 (:mod:`~kbench.exec.instrument`, loaded by ``site/sitecustomize.py``) wraps Keras'
 ``fit``, ``evaluate`` and ``predict`` to add the :mod:`kbench.callbacks` callback;
-:mod:`~kbench.exec.figures` turns its events into training or inference figures.
-:mod:`~kbench.exec.record` writes result documents from users' own processes.
+:mod:`~kbench.exec.figures` turns its events into training or inference figures;
+:func:`~kbench.exec.runner.record` writes result documents from users' own processes.
 
 Importing this package imports nothing: the child imports it under every backend.
 

@@ -1,15 +1,13 @@
-"""Runs the user's command once per config, each in its own process tree, and turns
-what happened into a result document (``kind: "exec"``).
+"""The result document of a script's run (``kind: "exec"``): :class:`ExecRunner` runs the
+user's command once per config, each in its own process tree; :func:`record` writes
+one from inside the user's own process (``kbench.record``).
 
 Per run: the backend's interpreter and environment (:mod:`kbench.exec.environment`),
-the command started in its own process group from the user's directory, watched by
-:mod:`kbench.exec.watch`: its output logged to ``STORE/logs/<run_id>.log`` (up to a
-limit), its epochs relayed from the events file, the sampler on the whole tree, the
-timeout enforced, everything it started stopped at the end; the store's writer lock
-held. A command that is neither ``python`` nor a program that exists is refused
-before any run starts. The status is ``ok`` for exit code 0, ``failed`` for any other
-(or a signal), ``timeout`` past ``--timeout``. Ctrl-C stops the tree; finished
-results stay.
+the command started from the user's directory and watched by :mod:`kbench.exec.watch`,
+the store's writer lock held. A command that is neither ``python`` nor a program that
+exists is refused before any run starts. The status is ``ok`` for exit code 0,
+``failed`` for any other (or a signal), ``timeout`` past ``--timeout``. Ctrl-C stops
+the tree; finished results stay.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,8 +90,14 @@ class ExecRunner:
         ended_at = outcome.ended_at  # the script's own end, not that of what it left
         events = read_events(run_dir / "events.jsonl")
         observed = observe(events, config.warmup_steps) if config.instrument else {}
-        metrics = exec_metrics(config, outcome, observed, command)
-        sampled = self._add_sampled(config, outcome, observed, metrics, started_at, ended_at)
+        metrics = exec_metrics(
+            command, config.instrument, observed, exit_code=outcome.returncode,
+            log_tail=outcome.log_tail[-20:], log=outcome.log, processes_stopped=outcome.stopped,
+        )  # fmt: skip
+        sampled = None if outcome.sampler is None else add_sampled(
+            outcome.sampler, observed, metrics, started_at, ended_at,
+            threads=config.threads, busy_threshold=self.busy_threshold,
+        )  # fmt: skip
         result = script_document(
             config.to_dict(), config.name, observed, run_id=run_id, verdict=judge(outcome, config),
             started_at=started_at, ended_at=ended_at, interpreter=str(interpreter),
@@ -104,33 +109,6 @@ class ExecRunner:
                            warnings=backend_warnings(config, observed)),
         )  # fmt: skip
         return ending.keep(result, ResultStore(self.output_dir), config.label())
-
-    def _add_sampled(
-        self,
-        config: ExecConfig,
-        outcome: ScriptOutcome,
-        observed: Dict[str, Any],
-        metrics: Dict[str, Any],
-        started_at: float,
-        ended_at: float,
-    ) -> Optional[sampler_mod.SamplerResult]:
-        """The sampler's series over the script's windows (None: nothing sampled), and
-        what it adds to ``metrics``: the tree's memory, and, where a fit was observed,
-        what else the machine did meanwhile."""
-        if outcome.sampler is None:
-            return None
-        windows = sampler_mod.windows_from_markers(
-            observed.get("markers") or {}, started_at, ended_at
-        )
-        sampled = outcome.sampler.result(windows)
-        metrics["memory"] = sampled_rss(sampled.summary) + sampled_memory(sampled.summary)
-        if observed.get("measured_stage"):
-            assessed = quality_mod.assess(
-                sampled.series, windows["measured"], config.threads, self.busy_threshold
-            )
-            if assessed is not None:
-                metrics["quality"] = assessed.to_dict()
-        return sampled
 
 
 def backend_warnings(config: ExecConfig, observed: Dict[str, Any]) -> List[str]:
@@ -203,20 +181,32 @@ def script_document(
     )
 
 
-def sampled_rss(summary: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The script tree's peak resident memory, as the sampler saw it (a worker reads
-    its own getrusage peak; a script's tree is read from outside)."""
-    peak = (summary.get("run") or {}).get("process_rss_bytes", {}).get("max")
-    if peak is None:
-        return []
-    return [
-        {
-            "kind": "process_peak_rss",
-            "bytes": int(peak),
-            "device": "host",
-            "source": "the largest sampled RSS of the script's process tree (psutil)",
-        }
-    ]
+def add_sampled(
+    sampler: Any,
+    observed: Dict[str, Any],
+    metrics: Dict[str, Any],
+    started_at: float,
+    ended_at: float,
+    threads: Optional[int] = None,
+    busy_threshold: Optional[float] = None,
+) -> sampler_mod.SamplerResult:
+    """The sampler's series over the script's windows, and what it adds to ``metrics``:
+    the tree's memory (its peak RSS read from outside, as a worker reads its own
+    getrusage peak), and with ``busy_threshold``, where a stage was measured, what else
+    the machine did meanwhile."""
+    windows = sampler_mod.windows_from_markers(observed.get("markers") or {}, started_at, ended_at)
+    sampled = sampler.result(windows)
+    peak = (sampled.summary.get("run") or {}).get("process_rss_bytes", {}).get("max")
+    rss = [] if peak is None else [
+        {"kind": "process_peak_rss", "bytes": int(peak), "device": "host",
+         "source": "the largest sampled RSS of the script's process tree (psutil)"}
+    ]  # fmt: skip
+    metrics["memory"] = rss + sampled_memory(sampled.summary)
+    if busy_threshold is not None and observed.get("measured_stage"):
+        assessed = quality_mod.assess(sampled.series, windows["measured"], threads, busy_threshold)
+        if assessed is not None:
+            metrics["quality"] = assessed.to_dict()
+    return sampled
 
 
 def judge(outcome: ScriptOutcome, config: ExecConfig) -> ending.Verdict:
@@ -242,25 +232,18 @@ def judge(outcome: ScriptOutcome, config: ExecConfig) -> ending.Verdict:
 
 
 def exec_metrics(
-    config: ExecConfig, outcome: ScriptOutcome, observed: Dict[str, Any], command: List[str]
+    command: List[str], instrumented: bool, observed: Dict[str, Any], **process: Any
 ) -> Dict[str, Any]:
-    """The command's exit and the instrumentation's figures, in the units and names
-    of ``kbench run``'s training metrics where they mean the same; how much the
-    script printed (``log``: where its log was cut) and what it left running."""
+    """The command and how its process ended (``process``: its exit code, log tail, how
+    much it printed and where its log was cut, what it left running), then the
+    instrumentation's figures, in the units and names of ``kbench run``'s training
+    metrics where they mean the same."""
     metrics: Dict[str, Any] = {
-        "command": command,
-        "exit_code": outcome.returncode,
-        "log_tail": outcome.log_tail[-20:],
-        "log": outcome.log,
-        "processes_stopped": outcome.stopped,
-        "instrumented": config.instrument,
-        "images_per_sec": None,
-        "test_accuracy": None,
-        "memory": [],
-    }
-    if not config.instrument:
-        metrics["note"] = "--no-instrument: process figures only"
-        return metrics
+        "command": command, **process, "instrumented": instrumented,
+        "images_per_sec": None, "test_accuracy": None, "memory": [],
+    }  # fmt: skip
+    if not instrumented:
+        return dict(metrics, note="--no-instrument: process figures only")
     return {**metrics, **training_metrics(observed)}
 
 
@@ -325,3 +308,77 @@ def cannot_start(command: Sequence[str], err: OSError) -> str:
         f"({err.strerror or err}). Make it executable with a #! line (chmod +x), or run "
         "it through its interpreter: kbench exec -b jax -- python train.py, or -- bash run.sh"
     )
+
+
+def record(
+    store: Any = "results",
+    name: Optional[str] = None,
+    *,
+    throughput: Any = None,
+    events: Optional[List[Dict[str, Any]]] = None,
+    sampling: Any = None,
+    backend: Optional[str] = None,
+    warmup_steps: Optional[int] = None,
+    repeat: int = 0,
+) -> Path:
+    """``kbench.record(...)``: write into ``store`` the result document ``kbench exec``
+    would have written for this process, and return its path::
+
+        speed = Throughput(warmup_steps=5)
+        with kbench.measure.sample() as sampling:
+            model.fit(x, y, batch_size=64, epochs=2, callbacks=[speed])
+        kbench.record("results", name="my_model", throughput=speed, sampling=sampling)
+
+    Args:
+        store: the results store (a directory; created if needed).
+        name: what tables call the run (default: the script's file name).
+        throughput: a :class:`kbench.callbacks.Throughput` that watched the fits; or
+        events: the events such a callback wrote (from ``KBENCH_EVENTS`` files).
+        sampling: a finished ``kbench.measure.sample()`` block, for CPU, memory and
+            GPU series; without it the document has no sampler section.
+        backend: default the backend Keras reported, else ``KERAS_BACKEND``.
+        warmup_steps: default the callback's own, else 5.
+        repeat: which round this is, when you record several runs of one setting.
+
+    Raises :class:`ConfigError` without events or a backend.
+    """
+    if throughput is not None:
+        events = throughput.events
+        warmup_steps = throughput.warmup_steps if warmup_steps is None else warmup_steps
+    if events is None:
+        raise ConfigError(
+            "throughput",
+            "expected the Throughput callback that watched your fit (throughput=...) or "
+            "its events (events=...); received neither.",
+        )
+    warmup = 5 if warmup_steps is None else warmup_steps
+    observed = observe(list(events), warmup)
+    backend = backend or observed.get("keras_backend") or os.environ.get("KERAS_BACKEND")
+    if backend is None:
+        raise ConfigError(
+            "backend", "expected backend=...: no fit reported one and KERAS_BACKEND is unset."
+        )
+    config = ExecConfig(
+        backend=backend, command=tuple([sys.executable, *sys.argv]), name=name, repeat=repeat,
+        warmup_steps=warmup, sample_interval_s=getattr(sampling, "interval_s", 0.0),
+    )  # fmt: skip
+    times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
+    started = getattr(sampling, "started_at", None) or (min(times) if times else time.time())
+    ended = getattr(sampling, "ended_at", None) or (max(times) if times else time.time())
+    metrics = exec_metrics(list(config.command), True, observed, exit_code=None)
+    sampled = None if sampling is None else add_sampled(sampling, observed, metrics, started, ended)
+    keras = sys.modules.get("keras")  # the backend and image data format it imported, if any
+    keras_json = {} if keras is None or not hasattr(keras, "backend") else {
+        "backend": keras.backend.backend(), "image_data_format": keras.backend.image_data_format()
+    }  # fmt: skip
+    result = script_document(
+        dict(config.to_dict(), recorded_by="kbench.record"), config.name, observed,
+        run_id=new_run_id(config), started_at=started, ended_at=ended,
+        interpreter=sys.executable,
+        process_env={k: os.environ[k] for k in ("KERAS_BACKEND",) if k in os.environ},
+        keras_json=keras_json, framework={"name": backend, "warnings": []},
+        metrics=metrics, sampled=sampled,
+    )  # fmt: skip
+    directory = check_output_dir(Path(store))
+    with writer_lock(directory):
+        return ResultStore(directory).add(result)
