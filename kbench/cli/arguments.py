@@ -223,29 +223,22 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
         "a busy machine (other processes, throttling, battery): flagged in every table"
     )
     group.add_argument(
-        "--busy-threshold",
-        type=share,
-        default=quality.BUSY_THRESHOLD,
-        metavar="SHARE",
+        "--busy-threshold", type=share, default=quality.BUSY_THRESHOLD, metavar="SHARE",
         help="flag a run when other processes used more than this share of the cores it "
         f"was given during its measured window (default: {quality.BUSY_THRESHOLD}); the "
         "same share makes the one-second look before the first run warn",
-    )
+    )  # fmt: skip
     group.add_argument(
-        "--wait-quiet",
-        type=seconds,
-        default=0.0,
-        metavar="SECONDS",
+        "--wait-quiet", type=seconds, default=0.0, metavar="SECONDS",
         help="if the machine is busy before the first run, wait up to this long for it to "
         "quieten (default: 0, warn and go on)",
-    )
+    )  # fmt: skip
 
 
 def add_warm_argument(parser: argparse.ArgumentParser, saved: str = "") -> None:
     """``--warm``, as run and sweep take it; ``saved``: when the command saves warm results."""
     parser.add_argument(
-        "--warm",
-        action="store_true",
+        "--warm", action="store_true",
         help="run the runs that can share a worker process (same backend, data format, "
         "threads, device, memory options and start-up switches --onednn, --tf32, "
         "--mxnet-gpus; the other switches are each run's own) in one, the framework imported "
@@ -254,22 +247,20 @@ def add_warm_argument(parser: argparse.ArgumentParser, saved: str = "") -> None:
         "for many models or settings; for checking that they run and compute, not for "
         f"comparing speeds, since a warm run is not measured as a fresh process{saved} "
         "(default: a fresh process per run)",
-    )
+    )  # fmt: skip
 
 
 def add_parity_check_argument(parser: argparse.ArgumentParser) -> None:
     """``--no-parity-check``: skip the check at warm-up that warm windows' backends compute
     the same thing (kbench.run.windows.plan_parity)."""
     parser.add_argument(
-        "--no-parity-check",
-        dest="parity_check",
-        action="store_false",
+        "--no-parity-check", dest="parity_check", action="store_false",
         help="warm windows: skip the check that each backend computes what the baseline "
         "does (at warm-up, every Keras backend and native port starts from the baseline's "
         "initial weights and trains on the same batches; outputs and losses are compared "
         "with kbench parity's tolerance; default: checked, a backend that differs is "
         "measured and flagged)",
-    )
+    )  # fmt: skip
 
 
 def duration(text: str) -> float:
@@ -320,15 +311,12 @@ def add_backend_argument(
     has ``--repeats``)."""
     names = ", ".join(allowed)
     return parser.add_argument(
-        "--backend",
-        "-b",
+        "--backend", "-b",
         type=comma_list(list(allowed), "backends", check=True, single=single, again=again),
-        required=required,
-        default=None,
-        metavar="B" if single else "B[,B...]",
+        required=required, default=None, metavar="B" if single else "B[,B...]",
         help=(f"one of: {names}" if single else f"one or more of: {names}, comma-separated")
         + (f" ({default_text})" if default_text else ""),
-    )
+    )  # fmt: skip
 
 
 def add_model_argument(
@@ -344,18 +332,15 @@ def add_model_argument(
     """``--model``/``-m``: zoo names or the user's own (a path), each at most once."""
     names = ", ".join(allowed)
     return parser.add_argument(
-        "--model",
-        "-m",
+        "--model", "-m",
         type=comma_list(
-            list(allowed), "models", single=single, again=again, split=split_references
+        list(allowed), "models", single=single, again=again, split=split_references
         ),
-        required=default is None,
-        default=default,
-        metavar="M" if single else "M[,M...]",
+        required=default is None, default=default, metavar="M" if single else "M[,M...]",
         help=(f"one of: {names}" if single else f"one or more of: {names}")
         + (f" ({default_text})" if default_text else "")
         + f"; {own}",
-    )
+    )  # fmt: skip
 
 
 def add_store_argument(
@@ -373,13 +358,9 @@ def add_store_argument(
     else:
         help = f"the results store: {holds} (default: {default_text})"
     return parser.add_argument(
-        "--store",
-        type=Path,
-        nargs="+" if several else None,
-        default=[default] if several else default,
-        metavar="DIR",
-        help=help,
-    )
+        "--store", type=Path, nargs="+" if several else None,
+        default=[default] if several else default, metavar="DIR", help=help,
+    )  # fmt: skip
 
 
 def add_filter_argument(parser, *, planned: bool = False) -> argparse.Action:
@@ -387,15 +368,12 @@ def add_filter_argument(parser, *, planned: bool = False) -> argparse.Action:
     stored runs also by status, kind, host and sweep. ``planned``: the runs of a sweep
     file (kbench sweep)."""
     return parser.add_argument(
-        "--filter",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE[,VALUE]",
+        "--filter", action="append", default=[], metavar="NAME=VALUE[,VALUE]",
         help=f"{'run' if planned else 'keep'} only the runs whose setting NAME (backend, "
         f"model, batch_size, ...{'' if planned else '; or status, kind, host, sweep'}) is "
         "one of the values, e.g. backend=tensorflow,jax (repeatable: every filter must hold; "
         "default: every run)",
-    )
+    )  # fmt: skip
 
 
 def add_output_file_argument(parser, what: str, default_text: str) -> argparse.Action:
@@ -410,18 +388,14 @@ def add_repeats_argument(
 ) -> argparse.Action:
     """``--repeats N``: fresh-process rounds, interleaved."""
     return parser.add_argument(
-        "--repeats",
-        type=int,
-        default=default,
-        metavar="N",
+        "--repeats", type=int, default=default, metavar="N",
         help=f"run {each} N times, each time in a fresh process, interleaved round by round "
         f"(A B C A B C ...){shows} (default: {default_text or default})",
-    )
+    )  # fmt: skip
 
 
 def add_baseline_argument(parser, default_text: str = "the first backend") -> argparse.Action:
     return parser.add_argument(
-        "--baseline",
-        metavar="BACKEND",
+        "--baseline", metavar="BACKEND",
         help=f"the backend speed ratios are against (default: {default_text})",
-    )
+    )  # fmt: skip

@@ -66,8 +66,7 @@ def add_commands(commands) -> None:
 
 def _add_sweep(commands) -> None:
     sweep = commands.add_parser(
-        "sweep",
-        help="run a matrix of runs declared in a YAML file; resumable",
+        "sweep", help="run a matrix of runs declared in a YAML file; resumable",
         description="Run every combination a sweep file declares (see sweeps/*.yaml and "
         "kbench/studies/sweep.py for the format), each in its own worker process with a timeout "
         "(with --warm, the runs that can share one). "
@@ -78,44 +77,36 @@ def _add_sweep(commands) -> None:
         "already has a result. Exits 1 if a run of this invocation failed, ran out of "
         "memory or timed out; runs of a mode this machine cannot run (unsupported, e.g. "
         "MirroredStrategy without GPUs) are listed with their reason and do not count.",
-        epilog=SWEEP_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     sweep.add_argument("file", type=Path, metavar="FILE.yaml", help="the sweep file")
     sweep.add_argument(
-        "--reduced",
-        action="store_true",
+        "--reduced", action="store_true",
         help="apply the file's reduced sections: the study at a size a CPU finishes",
-    )
+    )  # fmt: skip
     sweep.add_argument(
-        "--dry-run",
-        action="store_true",
+        "--dry-run", action="store_true",
         help=f"list the runs (a summary past {run_lists.PLAN_LISTED} runs); run nothing",
-    )
+    )  # fmt: skip
     sweep.add_argument(
-        "--max-runs",
-        type=int,
-        default=sweep_mod.MAX_RUNS,
-        metavar="N",
+        "--max-runs", type=int, default=sweep_mod.MAX_RUNS, metavar="N",
         help="refuse a file that declares more runs than N, before building them "
         f"(default: {sweep_mod.MAX_RUNS:,})",
-    )
+    )  # fmt: skip
     again = sweep.add_mutually_exclusive_group()
     again.add_argument("--force", action="store_true", help="rerun runs that have results")
     again.add_argument(
-        "--retry-failed",
-        action="store_true",
+        "--retry-failed", action="store_true",
         help="rerun the runs whose newest result is failed, oom or timeout",
-    )
+    )  # fmt: skip
     add_filter_argument(sweep, planned=True)
     add_warm_argument(sweep, saved="; the runs of a warm worker are saved when it ends")
     add_baseline_argument(sweep, "the first backend; for the closing tables")
     add_store_argument(
-        sweep,
-        default=None,
+        sweep, default=None,
         default_text="results/NAME, results/NAME-reduced with --reduced; threads, timeouts "
         "and the sampler are settings in the file",
-    )
+    )  # fmt: skip
     add_quality_arguments(sweep)
     add_windows_arguments(sweep)
     _add_executor_arguments(sweep)
@@ -132,26 +123,23 @@ def add_windows_arguments(
     )
     how = group.add_mutually_exclusive_group()
     how.add_argument(
-        "--windows",
-        action="store_true",
+        "--windows", action="store_true",
         help="compare each setting's backends in warm interleaved windows, as kbench run "
         "does: one warm worker per backend, windows in turn (A B, B A, ...) until every "
         "ratio to the baseline has a 95%% interval within --ratio-precision or "
         "--ratio-budget is spent; the window rounds take the place of the file's repeats. "
         "A setting of one backend, inference, data-parallel, --profile or "
         f"--target-precision runs stays in fresh processes (the plan says which){what}",
-    )
+    )  # fmt: skip
     how.add_argument(
-        "--fresh-processes",
-        action="store_true",
+        "--fresh-processes", action="store_true",
         help="each run in a fresh process, repeats times, even where the file asks for "
         f"windows{what}",
-    )
+    )  # fmt: skip
     add_settings(
-        group,
-        ["window_s"],
+        group, ["window_s"],
         helps={"window_s": f"the windows' length (default: the file's window:, or {WINDOW_S:g})"},
-    )
+    )  # fmt: skip
     if with_precision:
         add_ratio_precision_argument(
             group,
@@ -169,34 +157,29 @@ def _add_executor_arguments(sweep: argparse.ArgumentParser) -> None:
     """Where the sweep's runs run: here, or as the tasks of one Slurm job array."""
     where = sweep.add_argument_group("running on a Slurm cluster (--executor slurm)")
     where.add_argument(
-        "--executor",
-        choices=("local", "slurm"),
-        default="local",
+        "--executor", choices=("local", "slurm"), default="local",
         help="local: run here, one run after another (default); slurm: the runs to do "
         "become the tasks of one sbatch --array job, each running kbench on its node into "
         "the store (the checkout, its environments and the store on a filesystem every "
         "node shares); this command shows their progress until all end. Ctrl-C leaves the "
         "job running; the same command again follows it, records what Slurm ended without "
         "a result (with Slurm's reason) and submits what failed in Slurm or never ran",
-    )
+    )  # fmt: skip
     where.add_argument("--partition", metavar="P", help="sbatch --partition (default: Slurm's)")
     where.add_argument(
         "--max-parallel", type=int, metavar="N", help="at most N tasks at a time (--array=...%%N)"
     )
     where.add_argument(
-        "--sbatch",
-        metavar='"ARGS"',
+        "--sbatch", metavar='"ARGS"',
         help='more sbatch options, quoted as one argument: --sbatch "--gres=gpu:1 --time=00:30:00" '
         "(one option alone: --sbatch=--gres=gpu:1)",
-    )
+    )  # fmt: skip
     where.add_argument(
-        "--per-task",
-        choices=slurm.PER_TASK,
-        default="comparison",
+        "--per-task", choices=slurm.PER_TASK, default="comparison",
         help="comparison: one setting and repeat with every backend per task, so that "
         "their ratios are taken on one node (default; in warm windows, a comparison's "
         "windows on its node); run: one run per task (with --warm, one warm worker's runs)",
-    )
+    )  # fmt: skip
     where.add_argument(
         "--poll", type=float, default=10.0, metavar="S", help="look at the queue every S seconds"
     )
@@ -204,44 +187,38 @@ def _add_executor_arguments(sweep: argparse.ArgumentParser) -> None:
 
 def _add_results(commands) -> None:
     results = commands.add_parser(
-        "results",
-        help="list, filter, export and merge stored results",
+        "results", help="list, filter, export and merge stored results",
         description="A store is a directory of result documents (one JSON per run, as runs "
         "write them) with an index. List its runs, filter them by any setting or by status, "
         "kind, host or sweep, export them flattened to CSV or Parquet, or merge other stores "
         "(from other machines) into it. Documents of older schema versions are read; ones "
         "kbench cannot read are listed with the reason.",
-        epilog=RESULTS_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=RESULTS_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     add_store_arguments(results)
     results.add_argument(
         "--export", type=Path, metavar="FILE", help="write the runs to FILE.csv or FILE.parquet"
     )
     results.add_argument(
-        "--merge",
-        nargs="+",
-        type=Path,
-        metavar="STORE",
+        "--merge", nargs="+", type=Path, metavar="STORE",
         help="copy the runs of these stores (and their logs) into --store first; where "
         "the store then holds runs of several machines, a table per machine and backend "
         "follows the list (ratios only within a machine)",
-    )
+    )  # fmt: skip
     add_baseline_argument(results, "the first backend; for the --merge table")
     results.set_defaults(handler=command_results)
 
 
 def _add_compare(commands) -> None:
     compare = commands.add_parser(
-        "compare",
-        help="the study tables: backends side by side, per model and setting",
+        "compare", help="the study tables: backends side by side, per model and setting",
         description="Throughput with its spread, the speed ratio against a baseline backend "
         "(median of per-round ratios), utilization, peak memory with its kind and accuracy, a "
         "row per model and setting and a column per backend, with OOM/FAILED/TIMEOUT where "
         "runs did not finish; operator runs and data-parallel runs (their step breakdown and "
         "scaling) in tables of their own. Printed, and written as Markdown. Of a sweep run "
         "that was rerun, only the newest result counts.",
-    )
+    )  # fmt: skip
     add_store_arguments(compare, several=True)
     add_baseline_argument(compare)
     add_output_file_argument(
@@ -252,13 +229,12 @@ def _add_compare(commands) -> None:
 
 def _add_report(commands) -> None:
     report = commands.add_parser(
-        "report",
-        help="one self-contained HTML file with the tables and plots",
+        "report", help="one self-contained HTML file with the tables and plots",
         description="Throughput bars, a speed-ratio heatmap, throughput against batch size, "
         "memory fraction and threads, per-run timelines of utilization, memory and img/s, "
         "accuracy against epochs, the data-parallel step breakdown and scaling: whichever the "
         "stored runs call for.",
-    )
+    )  # fmt: skip
     add_store_arguments(report, several=True)
     add_baseline_argument(report)
     add_output_file_argument(report, "the HTML file", "report.html in the first store")

@@ -74,12 +74,10 @@ examples:
 
 def add_command(commands: Any) -> argparse.ArgumentParser:
     parser = commands.add_parser(
-        "ops",
-        help="operator micro-benchmarks (GEMM, convolution, activations, ...) per backend",
-        description=DESCRIPTION,
-        epilog=EPILOG,
+        "ops", help="operator micro-benchmarks (GEMM, convolution, activations, ...) per backend",
+        description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     add_backend_argument(
         parser, list(IMPLEMENTATIONS),
         default_text="default: every one whose environment exists",
@@ -117,37 +115,25 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
 def _add_operation_arguments(parser: argparse.ArgumentParser) -> None:
     """Which operations ``kbench ops`` times, at which sizes and in which dtype."""
     parser.add_argument(
-        "--ops",
-        "--op",
-        dest="ops",
-        default=None,
-        metavar="NAMES",
+        "--ops", "--op", dest="ops", default=None, metavar="NAMES",
         help="comma-separated operations, listed below (default: all)",
-    )
+    )  # fmt: skip
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument(
-        "--sizes",
-        default=None,
-        metavar="N,N,...",
+        "--sizes", default=None, metavar="N,N,...",
         help=f"sizes to sweep (default: {','.join(map(str, DEFAULT_SIZES))}); what n means per "
         "operation is listed below",
-    )
+    )  # fmt: skip
     sizes.add_argument(
-        "--max-size",
-        type=int,
-        default=None,
-        metavar="N",
+        "--max-size", type=int, default=None, metavar="N",
         help=f"sweep the powers of two from {MIN_SWEEP_SIZE} up to N instead",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--max-memory",
-        type=finite,
-        default=DEFAULT_MAX_MEMORY_MB,
-        metavar="MIB",
+        "--max-memory", type=finite, default=DEFAULT_MAX_MEMORY_MB, metavar="MIB",
         help="skip an operation at a size whose estimated memory (inputs, outputs, the "
         f"float64 reference) is above MIB; it is reported SKIPPED "
         f"(default: {DEFAULT_MAX_MEMORY_MB:g})",
-    )
+    )  # fmt: skip
     parser.add_argument(
         "--dtype", default="float32", help=f"one of {', '.join(DTYPES)} (default: float32)"
     )

@@ -76,8 +76,7 @@ def add_commands(commands) -> None:
 
 def add_run_command(commands) -> None:
     run = commands.add_parser(
-        "run",
-        help="train models on backends, one process per run",
+        "run", help="train models on backends, one process per run",
         description="Train each --model under each --backend, one after another, each in a "
         "fresh worker process with its own KERAS_HOME; several backends are compared in "
         "warm interleaved windows instead (see --window). Throughput counts only the steps "
@@ -85,21 +84,17 @@ def add_run_command(commands) -> None:
         "if a run failed, ran out of memory or timed out (not for a mode this machine cannot "
         "run, recorded as unsupported), 2 on bad input. kbench.run() in Python plans the "
         "same runs with the same defaults.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     add_backend_argument(run, list(BACKENDS), required=True, again=AGAIN_WITH_REPEATS)
     add_model_argument(
-        run,
-        list(MODELS),
-        default=[studies_rounds.DEFAULT_MODEL],
-        default_text=f"default: {studies_rounds.DEFAULT_MODEL}",
-        again=AGAIN_WITH_REPEATS,
+        run, list(MODELS), default=[studies_rounds.DEFAULT_MODEL],
+        default_text=f"default: {studies_rounds.DEFAULT_MODEL}", again=AGAIN_WITH_REPEATS,
         own="or your own model: path/to/file.py:build (or package.module:build), a function "
         "build(input_shape, num_classes) returning a Keras model (see examples/my_model.py), "
         "or a Keras 3 saved model path/to/model.keras (its saved weights on tensorflow, jax "
         "and torch)",
-    )
+    )  # fmt: skip
     add_settings(run, WORKLOAD_SETTINGS)
     add_round_arguments(run)
     add_settings(run, MEMORY_SETTINGS + SWITCH_SETTINGS)
@@ -139,13 +134,12 @@ def add_round_arguments(run) -> None:
 
 def add_demo_command(commands) -> None:
     demo = commands.add_parser(
-        "demo",
-        help="MLP and small CNN on Fashion-MNIST across every runnable backend",
+        "demo", help="MLP and small CNN on Fashion-MNIST across every runnable backend",
         description="The main job on an embedded default: MLP and small CNN trained for "
         f"{DEMO_SETTINGS['epochs']} epochs on {DEMO_SETTINGS['train_samples']} Fashion-MNIST "
         "images (synthetic images of the same shape if the real files are absent, and said "
         "so) under every backend whose environment exists, then a comparison table.",
-    )
+    )  # fmt: skip
     add_backend_argument(demo, list(BACKENDS), default_text="default: every runnable one")
     add_output_arguments(demo)
     demo.set_defaults(handler=command_demo)
@@ -153,14 +147,13 @@ def add_demo_command(commands) -> None:
 
 def add_max_batch_command(commands) -> None:
     max_batch = commands.add_parser(
-        "max-batch",
-        help="the largest batch that trains without running out of memory",
+        "max-batch", help="the largest batch that trains without running out of memory",
         description="Doubling from --start, then bisection: each probe trains a few steps on "
         "synthetic data in a fresh worker process (recorded in --store like any run). A "
         "batch does not fit when the run ends 'oom' or the worker is killed by SIGKILL. On a "
         "machine without a GPU the probes use host memory: keep --limit within what the "
         "machine can spare.",
-    )
+    )  # fmt: skip
     add_backend_argument(max_batch, list(BACKENDS), required=True, single=True)
     add_model_argument(max_batch, list(MODELS), single=True)
     max_batch.add_argument("--start", type=int, default=1, help="first batch tried (default: 1)")
@@ -168,11 +161,9 @@ def add_max_batch_command(commands) -> None:
         "--limit", type=int, default=4096, help="largest batch tried (default: 4096)"
     )
     add_settings(
-        max_batch,
-        ["steps", "input_shape"],
-        defaults={"steps": 2},
+        max_batch, ["steps", "input_shape"], defaults={"steps": 2},
         helps={"steps": "measured steps per probe", "input_shape": "the probes' input"},
-    )
+    )  # fmt: skip
     add_settings(max_batch, MEMORY_SETTINGS)
     add_output_arguments(max_batch, inter_op=True)
     max_batch.set_defaults(handler=command_max_batch)
@@ -180,8 +171,7 @@ def add_max_batch_command(commands) -> None:
 
 def add_parity_command(commands) -> None:
     parity = commands.add_parser(
-        "parity",
-        help="prove the backends compute the same thing (same weights, same batches)",
+        "parity", help="prove the backends compute the same thing (same weights, same batches)",
         description="For each model the first backend (the reference, a Keras backend) builds "
         "it and exports its initial weights; every other backend, torch-native included, "
         "loads them, computes the outputs of one batch, and trains --steps steps of plain "
@@ -196,7 +186,7 @@ def add_parity_command(commands) -> None:
         "losses drift is what rounding alone does to this model (deep BatchNorm networks "
         "amplify it a thousandfold per step). Known differences of a backend are noted "
         "beside its numbers.",
-    )
+    )  # fmt: skip
     add_model_argument(
         parity, list(MODELS), default=list(MODELS), default_text="default: every zoo model"
     )
@@ -206,21 +196,20 @@ def add_parity_command(commands) -> None:
         "tensorflow first",
     )  # fmt: skip
     add_settings(
-        parity,
-        ["steps", "batch_size", "learning_rate", "dataset", "input_shape", "seed"],
+        parity, ["steps", "batch_size", "learning_rate", "dataset", "input_shape", "seed"],
         defaults={"steps": 3, "batch_size": 8, "dataset": "synthetic"},
         helps={
-            "steps": "SGD steps compared",
-            "learning_rate": "the SGD steps' learning rate (larger rates make deep "
-            "BatchNorm models chaotic: rounding differences then grow a thousandfold per "
-            "step)",
-            "dataset": "the data the backends are checked on: synthetic, or any of kbench "
-            "run's --dataset",
-            "input_shape": "synthetic data only: the input shape for every model given, "
-            "e.g. 64x64x3 to check resnet50 faster",
+        "steps": "SGD steps compared",
+        "learning_rate": "the SGD steps' learning rate (larger rates make deep "
+        "BatchNorm models chaotic: rounding differences then grow a thousandfold per "
+        "step)",
+        "dataset": "the data the backends are checked on: synthetic, or any of kbench "
+        "run's --dataset",
+        "input_shape": "synthetic data only: the input shape for every model given, "
+        "e.g. 64x64x3 to check resnet50 faster",
         },
         words={"seeds": "weights nudged for the noise floor and synthetic data"},
-    )
+    )  # fmt: skip
     parity.add_argument("--output-atol", type=finite, default=1e-4, metavar="TOL")
     parity.add_argument("--loss-rtol", type=finite, default=1e-2, metavar="TOL")
     add_store_argument(parity)
@@ -230,11 +219,10 @@ def add_parity_command(commands) -> None:
 
 def add_env_command(commands) -> None:
     env = commands.add_parser(
-        "env",
-        help="what is installed per environment and which backends can run",
+        "env", help="what is installed per environment and which backends can run",
         description="Starts each backend the way a run would (its interpreter, KERAS_HOME, "
         "Keras import, backend check) and reports versions and devices.",
-    )
+    )  # fmt: skip
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     env.set_defaults(handler=command_env)
 
