@@ -263,11 +263,8 @@ def command_sweep(args: argparse.Namespace) -> int:
     if options.slurm is not None and not args.dry_run:
         slurm.check_tools()
     return show_sweep(
-        selected,
-        args.store or sweep_runs.store_for(sweep),
-        options,
-        varying=sweep.varying(),
-    )
+        selected, args.store or sweep_runs.store_for(sweep), options, varying=sweep.varying(),
+    )  # fmt: skip
 
 
 def measure_windows(args: argparse.Namespace) -> Optional[bool]:
@@ -293,16 +290,11 @@ class SweepOptions:
     @classmethod
     def of(cls, args: argparse.Namespace) -> SweepOptions:
         return cls(
-            slurm=_slurm_options(args),
-            max_runs=args.max_runs,
-            dry_run=args.dry_run,
-            force=args.force,
-            retry_failed=args.retry_failed,
-            warm=args.warm,
-            busy_threshold=args.busy_threshold,
-            wait_quiet_s=args.wait_quiet,
+            slurm=_slurm_options(args), max_runs=args.max_runs, dry_run=args.dry_run,
+            force=args.force, retry_failed=args.retry_failed, warm=args.warm,
+            busy_threshold=args.busy_threshold, wait_quiet_s=args.wait_quiet,
             baseline=args.baseline,
-        )
+        )  # fmt: skip
 
 
 def _slurm_options(args: argparse.Namespace) -> Optional[slurm.SlurmOptions]:
@@ -319,12 +311,10 @@ def _slurm_options(args: argparse.Namespace) -> Optional[slurm.SlurmOptions]:
             )
         return None
     return slurm.SlurmOptions(
-        partition=args.partition,
-        max_parallel=args.max_parallel,
-        sbatch=slurm.SlurmOptions.parse_sbatch(args.sbatch),
-        per_task=args.per_task,
+        partition=args.partition, max_parallel=args.max_parallel,
+        sbatch=slurm.SlurmOptions.parse_sbatch(args.sbatch), per_task=args.per_task,
         poll_s=args.poll,
-    )
+    )  # fmt: skip
 
 
 def show_sweep(
@@ -398,26 +388,18 @@ def _run_sweep(planned: sweep_runs.PlannedSweep, options: SweepOptions) -> List[
     """Run the plan here, or (``options.slurm``) as one Slurm job array."""
     if options.slurm is None:
         return sweep_runs.run_planned(
-            planned,
-            warm=options.warm,
-            busy_threshold=options.busy_threshold,
-            wait_quiet_s=options.wait_quiet_s,
-            on_progress=show_progress,
-            baseline=options.baseline,
-        )
+            planned, warm=options.warm, busy_threshold=options.busy_threshold,
+            wait_quiet_s=options.wait_quiet_s, on_progress=show_progress, baseline=options.baseline,
+        )  # fmt: skip
     return slurm.run_on_slurm(
-        planned.sweep,
-        planned.store,
-        options.slurm,
-        force=options.force,
-        retry_failed=options.retry_failed,
-        warm=options.warm,
+        planned.sweep, planned.store, options.slurm, force=options.force,
+        retry_failed=options.retry_failed, warm=options.warm,
         settings={
             "max_runs": options.max_runs,
             "busy_threshold": options.busy_threshold,
             "baseline": options.baseline,
         },
-    )
+    )  # fmt: skip
 
 
 def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline) -> None:

@@ -218,12 +218,9 @@ def run_sweep(study, sweep: Sweep, store: Path, args: argparse.Namespace) -> int
     """Run the sweep (or show it, with --dry-run); with --ratio-precision round by round,
     stopping once every claim's interval is that precise."""
     options = many_runs.SweepOptions(
-        dry_run=args.dry_run,
-        retry_failed=args.retry_failed,
-        busy_threshold=args.busy_threshold,
-        wait_quiet_s=args.wait_quiet,
-        baseline=args.baseline,
-    )
+        dry_run=args.dry_run, retry_failed=args.retry_failed, busy_threshold=args.busy_threshold,
+        wait_quiet_s=args.wait_quiet, baseline=args.baseline,
+    )  # fmt: skip
     if args.ratio_precision is None or args.dry_run or sweep.windows is not None:
         return many_runs.show_sweep(sweep, store, options)
     status, rounds = 0, reproduce.rounds_of(sweep)

@@ -50,13 +50,9 @@ from kbench_models import MODELS
 log = logging.getLogger("kbench")
 
 DEMO_SETTINGS = dict(
-    dataset="fashion_mnist",
-    epochs=2,
-    batch_size=64,
-    warmup_steps=10,
-    train_samples=12000,
+    dataset="fashion_mnist", epochs=2, batch_size=64, warmup_steps=10, train_samples=12000,
     test_samples=2000,
-)
+)  # fmt: skip
 # What kbench run trains or infers, and on which data: its settings' own flags.
 WORKLOAD_SETTINGS = (
     "dataset", "data_dir", "train_samples", "test_samples", "input_shape", "num_classes",
@@ -252,12 +248,9 @@ def command_run(args: argparse.Namespace) -> int:
     if plan.measure.windows:
         print(f"measuring in {plan.windows_text()}")
     results, stopped = studies_rounds.run_comparison(
-        plan,
-        args.store,
-        busy_threshold=args.busy_threshold,
-        wait_quiet_s=args.wait_quiet,
+        plan, args.store, busy_threshold=args.busy_threshold, wait_quiet_s=args.wait_quiet,
         on_progress=show_progress,
-    )
+    )  # fmt: skip
     if plan.measure.windows:
         return report_windows(results, args.store, plan, stopped)
     code = report(results, args.store, plan.baseline)
@@ -271,16 +264,10 @@ def plan_of(args: argparse.Namespace) -> studies_rounds.ComparisonPlan:
     """What ``kbench run``'s flags ask for: the comparison :func:`kbench.run` plans from
     the same arguments (:func:`kbench.studies.rounds.plan_comparison`)."""
     return studies_rounds.plan_comparison(
-        args.backend,
-        args.model,
-        repeats=args.repeats,
-        warm=args.warm,
-        baseline=args.baseline,
-        ratio_precision=args.ratio_precision,
-        ratio_budget_s=args.ratio_budget_s,
-        check_parity=args.parity_check,
-        **settings_of(args),
-    )
+        args.backend, args.model, repeats=args.repeats, warm=args.warm, baseline=args.baseline,
+        ratio_precision=args.ratio_precision, ratio_budget_s=args.ratio_budget_s,
+        check_parity=args.parity_check, **settings_of(args),
+    )  # fmt: skip
 
 
 def report_windows(

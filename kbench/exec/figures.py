@@ -60,17 +60,11 @@ def inference_figures(events: List[Dict[str, Any]], warmup_steps: int) -> Option
         ends = [e for e in events if e["event"] in ("evaluate_end", "predict_end")]
         figures = summarize([*facts, *batches, *ends], warmup_steps)
         figures.update(
-            training_observed=False,
-            inference_observed=True,
-            measured_stage=stage,
-            fit_calls=0,
-            epochs=0,
-            epoch_time_s=[],
-            epoch_train_loss=[],
-            final_train_loss=None,
+            training_observed=False, inference_observed=True, measured_stage=stage, fit_calls=0,
+            epochs=0, epoch_time_s=[], epoch_train_loss=[], final_train_loss=None,
             final_train_accuracy=None,
             note=f"inference only: img/s over the {stage} batches (no fit ran)",
-        )
+        )  # fmt: skip
         figures["markers"]["fit_start"] = batches[0]["t0"]
         return figures
     return None

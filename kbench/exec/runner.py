@@ -154,20 +154,15 @@ def script_document(
     names the backend (``name``) and what was set for it; what Keras reported in the
     script (``observed``) is added."""
     framework = dict(
-        framework,
-        keras_backend_reported=observed.get("keras_backend"),
+        framework, keras_backend_reported=observed.get("keras_backend"),
         keras_version=observed.get("keras_version"),
-    )
+    )  # fmt: skip
     reported = observed.get("keras_backend")
     if reported in EXEC_BACKENDS and reported != config["backend"]:
         # the script chose its backend: file its figures under the one that ran them
         config = dict(config, backend=reported, backend_requested=config["backend"])
     return ending.run_result(
-        run_id=run_id,
-        kind="exec",
-        config=config,
-        verdict=verdict,
-        started_at=started_at,
+        run_id=run_id, kind="exec", config=config, verdict=verdict, started_at=started_at,
         ended_at=ended_at,
         environment=ending.environment(interpreter, process_env, keras_json, framework),
         data={"name": SCRIPT_DATA, "source": "the user's script"},
@@ -176,9 +171,8 @@ def script_document(
             "params": observed.get("params"),
             "keras_name": observed.get("model_name"),
         },
-        metrics=metrics,
-        sampler=sampled.to_dict() if sampled else None,
-    )
+        metrics=metrics, sampler=sampled.to_dict() if sampled else None,
+    )  # fmt: skip
 
 
 def add_sampled(
