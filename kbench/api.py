@@ -96,10 +96,9 @@ class Results(SequenceABC):
 
 def run(
     backends: Union[str, Sequence[str]],
-    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL,
-    store: StorePath = "results",
+    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL, store: StorePath = "results",
     **options: Any,
-) -> Results:
+) -> Results:  # fmt: skip
     """Train (or infer with) ``model`` under each of ``backends``: what ``kbench run``
     does with the same arguments, planned by the same function with the same defaults
     (:func:`kbench.studies.rounds.plan_comparison`), every result written to ``store``
@@ -138,9 +137,8 @@ def run(
 
 def plan(
     backends: Union[str, Sequence[str]],
-    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL,
-    **options: Any,
-) -> studies_rounds.ComparisonPlan:
+    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL, **options: Any,
+) -> studies_rounds.ComparisonPlan:  # fmt: skip
     """What :func:`run` would run, planned and checked, nothing started: the rounds of
     configs and how they are measured (``plan(...).measure.windows``). ``options``:
     :func:`run`'s keywords and settings."""
@@ -148,10 +146,9 @@ def plan(
 
 
 def load(
-    store: Union[StorePath, Sequence[StorePath]],
-    filters: Sequence[str] = (),
+    store: Union[StorePath, Sequence[StorePath]], filters: Sequence[str] = (),
     latest_only: bool = True,
-) -> Results:
+) -> Results:  # fmt: skip
     """The runs of one store (or several read together), oldest first: of a sweep run
     that was rerun, only the newest on each machine (``latest_only=False``: every one).
     ``filters`` are ``kbench results --filter`` expressions (``"backend=jax,torch"``,
@@ -170,9 +167,8 @@ def load(
 
 def compare(
     results_or_store: Union[Results, Sequence[RunResult], StorePath, Sequence[StorePath]],
-    baseline: Optional[str] = None,
-    filters: Sequence[str] = (),
-) -> Comparison:
+    baseline: Optional[str] = None, filters: Sequence[str] = (),
+) -> Comparison:  # fmt: skip
     """The tables ``kbench compare`` prints, of :class:`Results`, a list of
     :class:`~kbench.results.result.RunResult`, or a store path (or several, read as
     :func:`load` reads them). ``baseline``: the backend ratios are taken against

@@ -87,13 +87,10 @@ class _ThroughputMixin:
     """
 
     def __init__(
-        self,
-        warmup_steps: int = 5,
-        events_path: Optional[str] = None,
-        batch_size: Optional[int] = None,
-        samples: Optional[int] = None,
+        self, warmup_steps: int = 5, events_path: Optional[str] = None,
+        batch_size: Optional[int] = None, samples: Optional[int] = None,
         log: Optional[EventLog] = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__()
         self.warmup_steps = warmup_steps
         self.log = log or EventLog(events_path)

@@ -52,14 +52,9 @@ AGAIN_WITH_REPEATS = "to run it again, use --repeats N"
 
 
 def comma_list(
-    allowed: Sequence[str],
-    what: str,
-    *,
-    check: bool = False,
-    single: bool = False,
-    again: Optional[str] = None,
-    split: Optional[Callable[[str], List[str]]] = None,
-):
+    allowed: Sequence[str], what: str, *, check: bool = False, single: bool = False,
+    again: Optional[str] = None, split: Optional[Callable[[str], List[str]]] = None,
+):  # fmt: skip
     """A comma-separated list (``split``: how to cut it, where a comma may belong to a
     name); a name given twice is refused, not merged: it is nearly
     always a slip (torch,torch for torch,torch-native), and merging it would hide that.
@@ -131,13 +126,9 @@ budget = text_type(parse_seconds)
 
 
 def add_settings(
-    parser,
-    names: Sequence[str],
-    *,
-    defaults: Optional[Mapping[str, Any]] = None,
-    helps: Optional[Mapping[str, str]] = None,
-    words: Optional[Mapping[str, str]] = None,
-) -> None:
+    parser, names: Sequence[str], *, defaults: Optional[Mapping[str, Any]] = None,
+    helps: Optional[Mapping[str, str]] = None, words: Optional[Mapping[str, str]] = None,
+) -> None:  # fmt: skip
     """The flags of the run settings ``names`` (:class:`~kbench.results.config.RunConfig`
     fields), each as its field's :class:`~kbench.results.config.Setting` says, in the
     section it names (``parser`` may be an argument group: the flags go in it).
@@ -297,14 +288,9 @@ def add_ratio_budget_argument(parser, shows: str) -> argparse.Action:
 
 
 def add_backend_argument(
-    parser,
-    allowed: Sequence[str],
-    *,
-    required: bool = False,
-    single: bool = False,
-    default_text: str = "",
-    again: Optional[str] = None,
-) -> argparse.Action:
+    parser, allowed: Sequence[str], *, required: bool = False, single: bool = False,
+    default_text: str = "", again: Optional[str] = None,
+) -> argparse.Action:  # fmt: skip
     """``--backend``/``-b``: names checked against the command's ``allowed`` backends,
     each at most once; ``single``: exactly one, given as a string; ``again``: what a
     name given twice should be instead (:data:`AGAIN_WITH_REPEATS` where the command
@@ -320,15 +306,9 @@ def add_backend_argument(
 
 
 def add_model_argument(
-    parser,
-    allowed: Sequence[str],
-    *,
-    default=None,
-    single: bool = False,
-    default_text: str = "",
-    own: str = "or your own: path/to/file.py:build",
-    again: Optional[str] = None,
-) -> argparse.Action:
+    parser, allowed: Sequence[str], *, default=None, single: bool = False, default_text: str = "",
+    own: str = "or your own: path/to/file.py:build", again: Optional[str] = None,
+) -> argparse.Action:  # fmt: skip
     """``--model``/``-m``: zoo names or the user's own (a path), each at most once."""
     names = ", ".join(allowed)
     return parser.add_argument(
@@ -344,13 +324,9 @@ def add_model_argument(
 
 
 def add_store_argument(
-    parser,
-    *,
-    default=Path("results"),
-    default_text: str = "./results",
-    several: bool = False,
+    parser, *, default=Path("results"), default_text: str = "./results", several: bool = False,
     holds: str = "one result JSON per run, an index, worker logs",
-) -> argparse.Action:
+) -> argparse.Action:  # fmt: skip
     """``--store DIR``: the results store a command writes, or reads (``several``: one or
     more read together)."""
     if several:

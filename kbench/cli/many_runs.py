@@ -318,11 +318,9 @@ def _slurm_options(args: argparse.Namespace) -> Optional[slurm.SlurmOptions]:
 
 
 def show_sweep(
-    sweep: sweep_mod.Sweep,
-    store: Path,
-    options: SweepOptions,
+    sweep: sweep_mod.Sweep, store: Path, options: SweepOptions,
     varying: Optional[Sequence[str]] = None,
-) -> int:
+) -> int:  # fmt: skip
     """Plan ``sweep`` against ``store``, print the plan, run what is not done (unless a dry
     run), then print the store's tables of the sweep."""
     with sweep_runs.planned_sweep(

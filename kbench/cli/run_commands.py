@@ -271,11 +271,9 @@ def plan_of(args: argparse.Namespace) -> studies_rounds.ComparisonPlan:
 
 
 def report_windows(
-    results: List[RunResult],
-    output_dir: Path,
-    plan: studies_rounds.ComparisonPlan,
+    results: List[RunResult], output_dir: Path, plan: studies_rounds.ComparisonPlan,
     stopped: Optional[str],
-) -> int:
+) -> int:  # fmt: skip
     """The end of a comparison in warm windows: the comparison (its per-round ratios and
     their intervals), the windows per backend, how they measured and why they stopped."""
     counted = [r for r in results if not r.superseded]  # (none: measured just now)

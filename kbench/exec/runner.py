@@ -134,21 +134,11 @@ def backend_warnings(config: ExecConfig, observed: Dict[str, Any]) -> List[str]:
 
 
 def script_document(
-    config: Dict[str, Any],
-    name: str,
-    observed: Dict[str, Any],
-    *,
-    run_id: str,
-    verdict: ending.Verdict = ending.OK,
-    started_at: float,
-    ended_at: float,
-    interpreter: str,
-    process_env: Dict[str, str],
-    keras_json: Dict[str, Any],
-    framework: Dict[str, Any],
-    metrics: Dict[str, Any],
-    sampled: Any,
-) -> RunResult:
+    config: Dict[str, Any], name: str, observed: Dict[str, Any], *, run_id: str,
+    verdict: ending.Verdict = ending.OK, started_at: float, ended_at: float, interpreter: str,
+    process_env: Dict[str, str], keras_json: Dict[str, Any], framework: Dict[str, Any],
+    metrics: Dict[str, Any], sampled: Any,
+) -> RunResult:  # fmt: skip
     """The result document of a script's run (``kind: exec``): a ``kbench exec`` run or
     one that ``kbench.record`` writes from inside the user's process. ``framework``
     names the backend (``name``) and what was set for it; what Keras reported in the
@@ -176,14 +166,9 @@ def script_document(
 
 
 def add_sampled(
-    sampler: Any,
-    observed: Dict[str, Any],
-    metrics: Dict[str, Any],
-    started_at: float,
-    ended_at: float,
-    threads: Optional[int] = None,
-    busy_threshold: Optional[float] = None,
-) -> sampler_mod.SamplerResult:
+    sampler: Any, observed: Dict[str, Any], metrics: Dict[str, Any], started_at: float,
+    ended_at: float, threads: Optional[int] = None, busy_threshold: Optional[float] = None,
+) -> sampler_mod.SamplerResult:  # fmt: skip
     """The sampler's series over the script's windows, and what it adds to ``metrics``:
     the tree's memory (its peak RSS read from outside, as a worker reads its own
     getrusage peak), and with ``busy_threshold``, where a stage was measured, what else
@@ -305,16 +290,10 @@ def cannot_start(command: Sequence[str], err: OSError) -> str:
 
 
 def record(
-    store: Any = "results",
-    name: Optional[str] = None,
-    *,
-    throughput: Any = None,
-    events: Optional[List[Dict[str, Any]]] = None,
-    sampling: Any = None,
-    backend: Optional[str] = None,
-    warmup_steps: Optional[int] = None,
-    repeat: int = 0,
-) -> Path:
+    store: Any = "results", name: Optional[str] = None, *, throughput: Any = None,
+    events: Optional[List[Dict[str, Any]]] = None, sampling: Any = None,
+    backend: Optional[str] = None, warmup_steps: Optional[int] = None, repeat: int = 0,
+) -> Path:  # fmt: skip
     """``kbench.record(...)``: write into ``store`` the result document ``kbench exec``
     would have written for this process, and return its path::
 

@@ -64,16 +64,10 @@ class ScriptOutcome(Outcome):
 
 
 def watch(
-    command: List[str],
-    env: Dict[str, str],
-    cwd: Path,
-    log_path: Path,
-    config: Any,
-    events_path: Path,
-    on_progress: Optional[Callable[[Any, Dict], None]] = None,
-    nvml: Any = None,
+    command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
+    events_path: Path, on_progress: Optional[Callable[[Any, Dict], None]] = None, nvml: Any = None,
     log_limit_bytes: int = LOG_LIMIT_BYTES,
-) -> ScriptOutcome:
+) -> ScriptOutcome:  # fmt: skip
     """Run ``command`` on the engine (:class:`kbench.run.engine.Worker`: its own process
     group and session, no channel, its output read by :class:`LogKeeper`), and stop all
     it started at the end. ``config`` needs ``label()``, ``timeout_s`` and

@@ -123,10 +123,9 @@ OPS_DATA = {
 
 
 def run_ops(
-    configs: Sequence[OpsConfig],
-    output_dir: Path,
+    configs: Sequence[OpsConfig], output_dir: Path,
     on_progress: Optional[Callable[[OpsConfig, Dict[str, Any]], None]] = None,
-) -> List[RunResult]:
+) -> List[RunResult]:  # fmt: skip
     """Run each config's worker in turn and store a result for each; only bad input
     (a missing environment, an output directory that cannot be written) raises, and
     it does so before any worker starts."""
@@ -145,12 +144,9 @@ def run_ops(
 
 
 def run_one(
-    config: OpsConfig,
-    output_dir: Path,
-    session_dir: Path,
-    python_path: Path,
+    config: OpsConfig, output_dir: Path, session_dir: Path, python_path: Path,
     on_progress: Optional[Callable[[OpsConfig, Dict[str, Any]], None]] = None,
-) -> RunResult:
+) -> RunResult:  # fmt: skip
     """One backend's worker, supervised; its result stored and returned."""
     run_id = ending.new_run_id(config.backend, "ops")
     run_dir = session_dir / run_id

@@ -139,13 +139,9 @@ class OpSpec:
 
 
 def check(
-    spec: OpSpec,
-    n: int,
-    dtype: str,
-    gpu: bool,
-    inputs: Dict[str, Any],
+    spec: OpSpec, n: int, dtype: str, gpu: bool, inputs: Dict[str, Any],
     outputs: Sequence[np.ndarray],
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """Compare a backend's outputs (host arrays, canonical layouts) with the reference.
 
     Returns ``max_abs_diff`` and ``tolerance`` of the output that is furthest from

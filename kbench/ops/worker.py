@@ -215,17 +215,9 @@ def digest(inputs: Dict[str, np.ndarray]) -> str:
 
 
 def measure(
-    backend: OpsBackend,
-    spec: OpSpec,
-    n: int,
-    *,
-    dtype: str,
-    seed: int,
-    warmup: int,
-    repeats: int,
-    max_memory_bytes: Optional[float] = None,
-    goal: Optional[PrecisionGoal] = None,
-) -> Dict[str, Any]:
+    backend: OpsBackend, spec: OpSpec, n: int, *, dtype: str, seed: int, warmup: int, repeats: int,
+    max_memory_bytes: Optional[float] = None, goal: Optional[PrecisionGoal] = None,
+) -> Dict[str, Any]:  # fmt: skip
     """Check, then time, one operation at one size; never raises for the operation's
     own failures (they become ``failed`` or ``unsupported`` entries)."""
     entry: Dict[str, Any] = {"op": spec.name, "size": n, "shapes": spec.shapes(n), "dtype": dtype,
