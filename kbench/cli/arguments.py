@@ -1,13 +1,11 @@
 """The flags of kbench's commands, each defined once and used by every command.
 
 A run setting's flag is its :class:`~kbench.results.config.RunConfig` field's:
-:func:`add_settings` builds it from the field's metadata (name, help, how its text is
-read, metavar, --help section, default) and :func:`settings_of` copies what was parsed
-back into settings by the same names, so a flag, its setting and the flag an error
-names (:func:`kbench.results.config.flag_for`) cannot drift apart. The other concepts
-that several commands share have one helper each here: the results store is
-``--store`` in every command, run selection ``--filter``, the backends ``--backend``
-(:func:`comma_list`), and so on.
+:func:`add_settings` builds it from the field's metadata and :func:`settings_of` copies
+what was parsed back by the same names, so a flag, its setting and the flag an error
+names (:func:`kbench.results.config.flag_for`) cannot drift apart. Every other concept
+that several commands share (``--store``, ``--filter``, ``--backend``, ...) has one
+helper here.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from kbench.results.config import (
     parse_half_width,
     parse_number,
     parse_seconds,
-    parse_shape,
     settings,
 )
 from kbench_models.user import split_references
@@ -56,14 +53,14 @@ def comma_list(
     again: Optional[str] = None, split: Optional[Callable[[str], List[str]]] = None,
 ):  # fmt: skip
     """A comma-separated list (``split``: how to cut it, where a comma may belong to a
-    name); a name given twice is refused, not merged: it is nearly
-    always a slip (torch,torch for torch,torch-native), and merging it would hide that.
-    Running a backend again is what --repeats does, rounds interleaved. ``check``: each
-    name must be one of ``allowed`` (models are not checked: a path names the user's
-    own); ``single``: exactly one name, returned as a string."""
+    name). A name given twice is refused, not merged: it is nearly always a slip
+    (torch,torch for torch,torch-native), and running a backend again is what --repeats
+    does. ``check``: each name must be one of ``allowed`` (not models: a path names the
+    user's own); ``single``: exactly one name, returned as a string."""
 
     def parse(text: str):
-        items = [item.strip() for item in (split or _commas)(text) if item.strip()]
+        pieces = split(text) if split else text.split(",")
+        items = [item.strip() for item in pieces if item.strip()]
         if not items:
             raise argparse.ArgumentTypeError(f"expected one or more {what}; received {text!r}")
         twice = next((item for i, item in enumerate(items) if item in items[:i]), None)
@@ -86,10 +83,6 @@ def comma_list(
         return items[0] if single else items
 
     return parse
-
-
-def _commas(text: str) -> List[str]:
-    return text.split(",")
 
 
 # Where results go and how each run's process is run, timed out, sampled and shown
@@ -120,7 +113,6 @@ def text_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 finite = text_type(parse_number)
-shape = text_type(parse_shape)
 precision = text_type(parse_half_width)
 budget = text_type(parse_seconds)
 
@@ -311,11 +303,9 @@ def add_model_argument(
 ) -> argparse.Action:  # fmt: skip
     """``--model``/``-m``: zoo names or the user's own (a path), each at most once."""
     names = ", ".join(allowed)
+    parse = comma_list(list(allowed), "models", single=single, again=again, split=split_references)
     return parser.add_argument(
-        "--model", "-m",
-        type=comma_list(
-        list(allowed), "models", single=single, again=again, split=split_references
-        ),
+        "--model", "-m", type=parse,
         required=default is None, default=default, metavar="M" if single else "M[,M...]",
         help=(f"one of: {names}" if single else f"one or more of: {names}")
         + (f" ({default_text})" if default_text else "")

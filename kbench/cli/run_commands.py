@@ -195,14 +195,14 @@ def add_parity_command(commands) -> None:
         parity, ["steps", "batch_size", "learning_rate", "dataset", "input_shape", "seed"],
         defaults={"steps": 3, "batch_size": 8, "dataset": "synthetic"},
         helps={
-        "steps": "SGD steps compared",
-        "learning_rate": "the SGD steps' learning rate (larger rates make deep "
-        "BatchNorm models chaotic: rounding differences then grow a thousandfold per "
-        "step)",
-        "dataset": "the data the backends are checked on: synthetic, or any of kbench "
-        "run's --dataset",
-        "input_shape": "synthetic data only: the input shape for every model given, "
-        "e.g. 64x64x3 to check resnet50 faster",
+            "steps": "SGD steps compared",
+            "learning_rate": "the SGD steps' learning rate (larger rates make deep "
+            "BatchNorm models chaotic: rounding differences then grow a thousandfold per "
+            "step)",
+            "dataset": "the data the backends are checked on: synthetic, or any of kbench "
+            "run's --dataset",
+            "input_shape": "synthetic data only: the input shape for every model given, "
+            "e.g. 64x64x3 to check resnet50 faster",
         },
         words={"seeds": "weights nudged for the noise floor and synthetic data"},
     )  # fmt: skip
