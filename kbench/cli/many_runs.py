@@ -324,13 +324,9 @@ def show_sweep(
     """Plan ``sweep`` against ``store``, print the plan, run what is not done (unless a dry
     run), then print the store's tables of the sweep."""
     with sweep_runs.planned_sweep(
-        sweep,
-        store,
-        varying=varying,
-        force=options.force,
-        retry_failed=options.retry_failed,
+        sweep, store, varying=varying, force=options.force, retry_failed=options.retry_failed,
         lock=not options.dry_run,
-    ) as planned:
+    ) as planned:  # fmt: skip
         size = "reduced" if sweep.reduced else "full size"
         to_run = len(planned.plan.to_run)
         if options.slurm is not None:  # a run a Slurm task left without a result is to do
@@ -350,11 +346,9 @@ def show_sweep(
         except KeyboardInterrupt:
             if options.slurm is None:
                 raise
-            print(
-                f"\nleft the Slurm job(s) running; `kbench sweep {sweep.file} --executor "
-                "slurm` with the same options follows them, records what ended without a "
-                "result and submits what remains"
-            )
+            print(f"\nleft the Slurm job(s) running; `kbench sweep {sweep.file} --executor "
+                  "slurm` with the same options follows them, records what ended without a "
+                  "result and submits what remains")  # fmt: skip
             return 130
         everything = sweep_runs.stored_results(store, sweep)
     if everything:
@@ -392,11 +386,8 @@ def _run_sweep(planned: sweep_runs.PlannedSweep, options: SweepOptions) -> List[
     return slurm.run_on_slurm(
         planned.sweep, planned.store, options.slurm, force=options.force,
         retry_failed=options.retry_failed, warm=options.warm,
-        settings={
-            "max_runs": options.max_runs,
-            "busy_threshold": options.busy_threshold,
-            "baseline": options.baseline,
-        },
+        settings={"max_runs": options.max_runs, "busy_threshold": options.busy_threshold,
+                  "baseline": options.baseline},
     )  # fmt: skip
 
 
@@ -415,6 +406,7 @@ def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline
 def command_results(args: argparse.Namespace) -> int:
     store = ResultStore(args.store)
     store.check_is_store()  # a folder of other JSON files: refused, nothing written to it
+    filters = [Filter.parse(f) for f in args.filter]
     if args.merge:
         summary = store.merge(args.merge)
         refused = f"; {len(summary.refused)} refused (see the warnings)" if summary.refused else ""
@@ -425,7 +417,7 @@ def command_results(args: argparse.Namespace) -> int:
         for name, why in summary.unreadable + summary.refused:
             log.warning("%s: not merged: %s", name, why)
     if args.export:
-        results = store.results([Filter.parse(f) for f in args.filter])
+        results = store.results(filters)
         for name, why in store.unreadable:
             log.warning("%s/%s: left out: %s", args.store, name, why)
         path = store_mod.export(results, args.export)
@@ -433,23 +425,17 @@ def command_results(args: argparse.Namespace) -> int:
         note = f"; {left_out} unreadable documents left out (see the warnings)" if left_out else ""
         print(f"{len(results)} runs written to {path}{note}")
         return 0
-    entries = store.entries([Filter.parse(f) for f in args.filter])
+    entries = store.entries(filters)
     for name, why in store.unreadable:
         log.warning("%s/%s: unreadable, skipped: %s", args.store, name, why)
     print(run_lists.store_index(entries))
     print(f"\n{len(entries)} runs in {args.store}/")
-    if args.merge:
-        found = machines.newest_per_machine(store.results([Filter.parse(f) for f in args.filter]))
-        _show_machines(found, args.baseline)
+    if args.merge:  # the headline figures per machine and backend, where there are several
+        found = machines.newest_per_machine(store.results(filters))
+        table = machines.machine_table(found, args.baseline)
+        if table is not None:
+            print("\n" + table.text())
     return 0
-
-
-def _show_machines(results: Sequence[RunResult], baseline: Optional[str]) -> None:
-    """After a merge, the headline figures per machine and backend, where the store
-    holds runs of several machines (:func:`kbench.views.machines.machine_table`)."""
-    table = machines.machine_table(results, baseline)
-    if table is not None:
-        print("\n" + table.text())
 
 
 def check_writable_file(setting: str, path: Path) -> None:
@@ -494,9 +480,8 @@ def command_report(args: argparse.Namespace) -> int:
         from kbench.views.tune import tune_section
 
         sections.append(tune_section(json.loads(searched.read_text())))
-    summary = report.write_report(
-        results, output, title=title, baseline=args.baseline, sections=sections
-    )
+    summary = report.write_report(results, output, title=title, baseline=args.baseline,
+                                  sections=sections)  # fmt: skip
     print(f"{output}: {len(summary.figures)} plots from {len(results)} runs", file=sys.stderr)
     for why in summary.skipped:
         print(f"  not drawn: {why}")

@@ -314,10 +314,8 @@ def command_max_batch(args: argparse.Namespace) -> int:
     if found.first_failure is None:
         print(f"\n{label}: every batch up to the limit {args.limit} fits (raise --limit)")
     else:
-        print(
-            f"\n{label}: largest batch that fits: {found.largest_fit} "
-            f"({found.first_failure} does not)"
-        )
+        print(f"\n{label}: largest batch that fits: {found.largest_fit} "
+              f"({found.first_failure} does not)")  # fmt: skip
     return 0
 
 
@@ -346,10 +344,9 @@ def command_parity(args: argparse.Namespace) -> int:
     for note in sorted({note for r in rows for note in r.notes}):
         backends = sorted({r.backend for r in rows if note in r.notes})
         print(f"note ({', '.join(backends)}): {note}")
-    print(
-        f"\nTolerance: {tolerance.describe()}; {args.steps} SGD steps, batch {args.batch_size}, "
-        f"learning rate {args.learning_rate:g}, {args.dataset} data."
-    )
+    print(f"\nTolerance: {tolerance.describe()}; {args.steps} SGD steps, batch "
+          f"{args.batch_size}, learning rate {args.learning_rate:g}, {args.dataset} "
+          "data.")  # fmt: skip
     failed = [r for r in rows if not r.passed]
     if failed:
         print(f"{len(failed)} of {len(rows)} backend/model pairs do not match.")
@@ -369,24 +366,18 @@ def command_demo(args: argparse.Namespace) -> int:
             f"no backend can run: create the environments with {environments.SETUP_SCRIPT}"
         )
 
-    def configs(dataset: str) -> List[RunConfig]:
-        settings = dict(DEMO_SETTINGS, dataset=dataset)
-        return [
-            RunConfig(backend=b, model=m, **settings_of(args), **settings)
-            for m in ("mlp", "small_cnn")
-            for b in backends
-        ]
+    def run(dataset: str) -> List[RunResult]:
+        settings = dict(settings_of(args), **dict(DEMO_SETTINGS, dataset=dataset))
+        configs = [RunConfig(backend=b, model=m, **settings) for m in ("mlp", "small_cnn")
+                   for b in backends]  # fmt: skip
+        return studies_rounds.run_once(configs, args.store, on_progress=show_progress)
 
     try:
-        results = studies_rounds.run_once(
-            configs("fashion_mnist"), args.store, on_progress=show_progress
-        )
+        results = run("fashion_mnist")
     except DataUnavailable as err:
         log.warning("demo: Fashion-MNIST is not available (%s)", err)
         log.warning("demo: using SYNTHETIC images of the same shape; accuracy is not comparable")
-        results = studies_rounds.run_once(
-            configs("synthetic"), args.store, on_progress=show_progress
-        )
+        results = run("synthetic")
     return report(results, args.store)
 
 
@@ -395,17 +386,13 @@ def command_env(args: argparse.Namespace) -> int:
         probes = list(pool.map(environments.probe, BACKENDS))
     machine = sysinfo.machine()
     if args.json:
-        print(
-            json.dumps(
-                {"kbench": sysinfo.kbench_info(), "machine": machine, "backends": probes}, indent=2
-            )
-        )
+        found = {"kbench": sysinfo.kbench_info(), "machine": machine, "backends": probes}
+        print(json.dumps(found, indent=2))
         return 0
     gpu = machine["gpu"]
     gpus = ", ".join(d["name"] for d in gpu.get("devices", [])) or f"none ({gpu.get('reason')})"
-    print(
-        f"kbench {VERSION}  {cpu_text(machine)}, {machine['cpu_logical_cores']} cores, GPUs: {gpus}"
-    )
+    cores = machine["cpu_logical_cores"]
+    print(f"kbench {VERSION}  {cpu_text(machine)}, {cores} cores, GPUs: {gpus}")
     print(tables.environments_table(probes))
     for p in probes:
         if not p["ok"]:
