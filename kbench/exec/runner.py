@@ -139,10 +139,9 @@ def script_document(
     process_env: Dict[str, str], keras_json: Dict[str, Any], framework: Dict[str, Any],
     metrics: Dict[str, Any], sampled: Any,
 ) -> RunResult:  # fmt: skip
-    """The result document of a script's run (``kind: exec``): a ``kbench exec`` run or
-    one that ``kbench.record`` writes from inside the user's process. ``framework``
-    names the backend (``name``) and what was set for it; what Keras reported in the
-    script (``observed``) is added."""
+    """The result document of a script's run, ``kbench exec``'s or ``kbench.record``'s.
+    ``framework`` names the backend (``name``) and what was set for it; what Keras
+    reported in the script (``observed``) is added."""
     framework = dict(
         framework, keras_backend_reported=observed.get("keras_backend"),
         keras_version=observed.get("keras_version"),
@@ -189,11 +188,10 @@ def add_sampled(
 
 
 def judge(outcome: ScriptOutcome, config: ExecConfig) -> ending.Verdict:
-    """How the command ended, from its exit alone: a script writes no reply, so exit
-    code 0 is ``ok`` and any other (or a signal) is ``failed``, with the exception
-    line of the last traceback it printed as the reason (else its last line: JAX and
-    Keras print notes after the error) (``kbench run``'s workers are judged by their
-    reply too: :func:`kbench.run.engine.judge`)."""
+    """How the command ended, from its exit alone (a script writes no reply): code 0 is
+    ``ok``, any other (or a signal) ``failed``, with the exception line of the last
+    traceback it printed as the reason (else its last line: JAX and Keras print notes
+    after the error)."""
     if outcome.timed_out:
         return ending.timed_out(
             f"the command ran past the {config.timeout_s:g} s timeout; its process tree was killed",
@@ -227,9 +225,8 @@ def exec_metrics(
 
 
 def training_metrics(observed: Dict[str, Any]) -> Dict[str, Any]:
-    """The instrumentation's figures (:func:`kbench.exec.figures.observe`: training,
-    else inference) as result metrics; a note where the script neither trained nor
-    predicted."""
+    """The instrumentation's figures (:func:`kbench.exec.figures.observe`) as result
+    metrics; a note where the script neither trained nor predicted."""
     if not observed.get("measured_stage"):
         return {
             "note": NO_TRAINING,
