@@ -1,16 +1,12 @@
 """The operations through Keras 3's ``keras.ops``: one definition for TensorFlow, JAX and
-PyTorch.
+PyTorch, on whichever framework this worker's Keras was started with. What
+``keras.ops`` does not cover, waiting for the device and taking gradients (a
+persistent ``tf.GradientTape``, ``jax.vjp``, ``torch.autograd.grad``), is a few lines
+per framework in :data:`FRAMEWORK_PARTS`.
 
-Keras fixes its backend when it is imported (``KERAS_BACKEND`` and the per-run
-``KERAS_HOME``, set by the parent), so the same methods run on whichever framework
-this worker has. Two things ``keras.ops`` does not cover differ per framework, each
-a few lines in :data:`FRAMEWORK_PARTS`: waiting for the device, and taking
-gradients (``keras.ops`` has no autodiff; each framework's own is used: a
-persistent ``tf.GradientTape``, ``jax.vjp``, ``torch.autograd.grad``).
-
-Images are in the ``image_data_format`` of the backend's keras.json (NHWC unless it
-says ``channels_first``); convolution kernels are HWIO and dense kernels (in, out),
-as Keras keeps them. Imported only under Keras 3.
+Images are in the ``image_data_format`` of the backend's keras.json; convolution
+kernels are HWIO and dense kernels (in, out), as Keras keeps them. Imported only under
+Keras 3.
 """
 
 from __future__ import annotations
@@ -23,9 +19,6 @@ from kbench.ops.spec import BN_EPSILON
 from kbench.ops.worker import OpsBackend, calling
 
 Gradients = Callable[[Callable[..., Any], Sequence[Any], Any], Callable[[], Tuple[Any, ...]]]
-
-
-# ------------------------------------------------- the per-framework parts
 
 
 def _tensorflow_sync(outputs: Any, gpu: bool) -> None:
@@ -77,9 +70,6 @@ FRAMEWORK_PARTS: Dict[str, Tuple[Callable[[Any, bool], None], Gradients]] = {
     "jax": (_jax_sync, _jax_gradients),
     "torch": (_torch_sync, _torch_gradients),
 }
-
-
-# ------------------------------------------------------- the operations
 
 
 class KerasOps(OpsBackend):

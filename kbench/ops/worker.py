@@ -2,28 +2,23 @@
 TASK_JSON``): what a backend implements, and how each operation at each size is
 checked and timed.
 
-A backend is an :class:`OpsBackend`: three framework methods (``tensor``, ``host``,
-``sync``) and one ``op_<name>`` method per operation of :data:`kbench.ops.spec.OPS`.
-``op_<name>`` receives the operation's prepared inputs (device tensors in the
-backend's layouts, or numpy arrays / lists for the creation ops), does any set-up
-that is not the operation itself (recording a forward pass before a backward one)
-and returns a function of no arguments that runs the operation once and returns its
-output(s). Its docstring's first line says what it calls; results record it.
+A backend is an :class:`OpsBackend`: ``tensor``, ``host``, ``sync``, and one
+``op_<name>`` method per operation of :data:`kbench.ops.spec.OPS`, which receives the
+prepared inputs (device tensors in the backend's layouts; numpy arrays or lists for
+the creation ops), does any set-up that is not the operation itself (recording a
+forward pass before a backward one) and returns the function of no arguments that is
+timed; its docstring's first line says what it calls, and results record it.
 
-:func:`measure` runs that function once and compares its outputs with the float64
-reference (a mismatch is not timed), then times it: ``warmup`` calls, then
-``repeats`` calls, each followed by :meth:`OpsBackend.sync` so that the clock stops
-only when the device is done, with Python's garbage collector paused (as
-``timeit`` does). With ``--target-precision`` / ``--time-budget`` the calls stop as
-soon as :class:`kbench.measure.precision.PrecisionTracker` says so, ``repeats`` being
-the most, and the entry keeps the tracker's record under ``precision``.
+:func:`measure` checks that function's outputs against the float64 reference (a
+mismatch is not timed), then times ``warmup`` and ``repeats`` calls, each followed by
+:meth:`OpsBackend.sync` so that the clock stops only when the device is done, with the
+garbage collector paused (as ``timeit`` does); with ``--target-precision`` /
+``--time-budget``, until :class:`kbench.measure.precision.PrecisionTracker` says stop.
 
-As :mod:`kbench.run.worker`, it sets nothing global: the parent chose the backend,
-``KERAS_HOME`` and the thread variables before this interpreter started. The reply
-(:class:`kbench.run.protocol.WorkerReply`) is rewritten after every operation, with
-status ``running`` until the end, so that a worker that is killed or times out still
-leaves what it measured. Standard library and numpy only (both environments); the
-framework comes in through the backend's implementation module alone.
+As :mod:`kbench.run.worker`, it sets nothing global, and its reply (status ``running``
+until the end) is rewritten after every operation, so that a worker killed or timed
+out still leaves what it measured. Standard library and numpy only (both
+environments); the framework comes in through the backend's implementation alone.
 """
 
 from __future__ import annotations
