@@ -24,6 +24,7 @@ process imported, so importing ``Throughput`` imports Keras.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -77,11 +78,10 @@ class _ThroughputMixin:
         warmup_steps: the first batches of the first fit, left out of img/s (tracing,
             compilation). Default 5.
         events_path: a JSON-lines file to append events to as they happen; default
-            memory only. (Under ``kbench exec`` the instrumentation's own callback
-            writes ``KBENCH_EVENTS``; one of yours does not add to it.)
+            memory only (under ``kbench exec``, the instrumentation's own callback
+            writes ``KBENCH_EVENTS``, not yours).
         batch_size, samples: the fit's batch size and training samples, where Keras
-            does not pass the size of each batch (Keras 3 does not; keras-mxnet
-            does). ``kbench exec`` fills them from the fit's arguments.
+            does not pass each batch's size (Keras 3 does not; keras-mxnet does).
         log: an :class:`~kbench.measure.keras_events.EventLog` to share (kbench exec
             shares one per process).
     """
@@ -267,21 +267,18 @@ def _outputs_size(outputs: Any) -> Optional[int]:
     if not shape:
         return None
     ready = getattr(outputs, "block_until_ready", None)  # JAX
-    try:
+    with contextlib.suppress(Exception):
         if ready is not None:
             ready()
         else:
             plain(outputs[(0,) * len(shape)])  # TensorFlow, PyTorch: reading one waits
-    except Exception:
-        pass
     return int(shape[0]) if isinstance(shape[0], int) else None
 
 
 def _params(callback: Any) -> Dict[str, Any]:
-    params = dict(getattr(callback, "params", None) or {})
+    params = getattr(callback, "params", None) or {}
     out = {k: plain(v) for k, v in params.items() if k != "metrics"}
-    out.update(batch_size=callback.batch_size, samples=callback.samples)
-    return out
+    return dict(out, batch_size=callback.batch_size, samples=callback.samples)
 
 
 def _logs(logs: Optional[Dict[str, Any]]) -> Dict[str, Any]:

@@ -1,13 +1,10 @@
 """The parent side of ``kbench ops``: one worker process per backend, one result each.
 
-For each backend it picks the interpreter, makes the worker's environment exactly as
-for a model run (:func:`kbench.run.environments.process_environment`: ``KERAS_BACKEND``,
-a fresh ``KERAS_HOME`` with the backend's keras.json, thread variables, ``--device
-cpu`` hiding GPUs), writes ``task.json``, and starts ``python -m kbench.ops.worker``
-under the supervision model runs get (:func:`kbench.run.engine.supervise`: own
-process group, log relayed to ``logs/<run_id>.log``, timeout, the whole group
-killed). A worker that crashes or times out becomes a ``failed`` or ``timeout``
-result that keeps the operations it finished; the next backend still runs.
+Each worker gets a model run's environment
+(:func:`kbench.run.environments.process_environment`) and supervision
+(:func:`kbench.run.engine.supervise`). A worker that crashes or times out becomes a
+``failed`` or ``timeout`` result that keeps the operations it finished; the next
+backend still runs.
 
 The result (``kind="ops"``) adds to the worker's entries the fraction of the CPU's
 float32 matrix-multiply peak (:func:`kbench.measure.sysinfo.cpu_matmul_peak`) for
