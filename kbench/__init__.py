@@ -19,8 +19,7 @@ from kbench.facts import VERSION
 
 __version__ = VERSION
 
-# Imported from kbench.api on first use (PEP 562).
-_API = ("compare", "load", "Results", "Comparison")
+_API = ("compare", "load", "Results", "Comparison")  # from kbench.api on first use (PEP 562)
 
 
 class _CallableRunStage(types.ModuleType):
@@ -29,9 +28,8 @@ class _CallableRunStage(types.ModuleType):
     ``kbench.run.runner`` stays the runner, however the two are imported."""
 
     def __call__(self, *args, **kwargs):
-        """``kbench.run(backends, model="mlp", store="results", *, repeats=None,
-        warm=False, ..., **settings)`` -> Results, what ``kbench run`` runs with the
-        same defaults: see :func:`kbench.api.run`."""
+        """:func:`kbench.api.run`: ``kbench.run(backends, model="mlp", store="results",
+        **options)`` -> Results."""
         from kbench.api import run
 
         return run(*args, **kwargs)

@@ -1,21 +1,20 @@
 """What each benchmarked operation computes, on which inputs, and how it is checked.
 
-Standard library and numpy only: this module is imported by the parent and by the
-workers of every environment (numpy 2 under Keras 3, numpy 1.23 under MXNet).
+Standard library and numpy only: the parent and the workers of every environment
+import it (numpy 2 under Keras 3, numpy 1.23 under MXNet).
 
-An operation's **size** ``n`` is one number per point of a sweep; what it means
-depends on the operation (``OpSpec.size_meaning``): the side of the ``n x n``
-matrices for GEMM, the elementwise ops and the normalizations, the side of the
-square images for the convolutions, the hidden units for the LSTM cell. One ``n``
-thus gives every operation inputs of about ``n*n`` numbers (the convolutions 64
-times as many), so a sweep over ``n`` reads the same way for all of them.
+An operation's **size** ``n`` (``OpSpec.size_meaning``) is the side of the ``n x n``
+matrices for GEMM, the elementwise ops and the normalizations, the side of the square
+images for the convolutions, the hidden units for the LSTM cell: every operation gets
+inputs of about ``n*n`` numbers (the convolutions 64 times as many), so a sweep over
+``n`` reads the same way for all of them.
 
 Inputs are drawn from ``numpy.random.default_rng([seed, crc32(op), n])`` in float64,
 rounded to the benchmark's dtype, and the reference is computed in float64 from the
-rounded values: a backend's difference from the reference is its own arithmetic,
-never the rounding of its inputs. Images are NHWC, convolution kernels HWIO and
-dense kernels (in, out) here; a backend that takes other layouts converts inputs
-before and outputs after the timed call (:class:`kbench.ops.worker.OpsBackend`).
+rounded values: a backend's difference from it is its own arithmetic, never the
+rounding of its inputs. Layouts here are NHWC images, HWIO convolution kernels and
+(in, out) dense kernels; a backend converts to its own outside the timed call
+(:class:`kbench.ops.worker.OpsBackend`).
 
 **Tolerance.** Each output must be within ``rtol * scale`` of the reference at
 every element, where ``scale`` is the largest magnitude of the reference output

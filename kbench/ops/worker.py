@@ -303,15 +303,11 @@ class OpsTask:
         return asdict(self)
 
 
-def implementation(backend: str) -> Type[OpsBackend]:
-    module, name = IMPLEMENTATIONS[backend].split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def run(task: OpsTask) -> WorkerReply:
     """Every operation at every size, checked and timed, a progress line each."""
     config = task.config
-    cls = implementation(config["backend"])
+    module, name = IMPLEMENTATIONS[config["backend"]].split(":")
+    cls: Type[OpsBackend] = getattr(importlib.import_module(module), name)
     runtime = cls.runtime(config["backend"], config["threads"])
     start = time.perf_counter()
     runtime.start(task.image_data_format, device=config["device"])
