@@ -292,12 +292,8 @@ def record(
     backend: Optional[str] = None, warmup_steps: Optional[int] = None, repeat: int = 0,
 ) -> Path:  # fmt: skip
     """``kbench.record(...)``: write into ``store`` the result document ``kbench exec``
-    would have written for this process, and return its path::
-
-        speed = Throughput(warmup_steps=5)
-        with kbench.measure.sample() as sampling:
-            model.fit(x, y, batch_size=64, epochs=2, callbacks=[speed])
-        kbench.record("results", name="my_model", throughput=speed, sampling=sampling)
+    would have written for this process (as :mod:`kbench.callbacks` shows), and return
+    its path.
 
     Args:
         store: the results store (a directory; created if needed).

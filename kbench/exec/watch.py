@@ -253,16 +253,13 @@ class LogKeeper:
             room = self.limit - self.kept
             if room <= 0:
                 return
-            if len(chunk) <= room:
-                self.writer.write(chunk.decode("utf-8", errors="replace"))
-                self.kept += len(chunk)
-                return
             self.writer.write(chunk[:room].decode("utf-8", errors="replace"))
-            self.kept = self.limit
-            self.writer.write(
-                f"\n[kbench: the log is cut here, after the first {self.limit:,} bytes of "
-                "the script's output; the rest was read and counted, not kept]\n"
-            )
+            self.kept += min(room, len(chunk))
+            if len(chunk) > room:
+                self.writer.write(
+                    f"\n[kbench: the log is cut here, after the first {self.limit:,} bytes of "
+                    "the script's output; the rest was read and counted, not kept]\n"
+                )
 
     def _add_to_tail(self, text: str) -> None:
         *ended, rest = text.split("\n")
@@ -287,13 +284,9 @@ class LogKeeper:
     def summary(self) -> Dict[str, Any]:
         """The result's ``metrics.log``: bytes printed and kept, where it was cut, and
         the readable copy's file name (None: the log is readable as it is)."""
-        return {
-            "printed_bytes": self.printed,
-            "kept_bytes": self.kept,
-            "limit_bytes": self.limit,
-            "cut_at_bytes": self.kept if self.cut else None,
-            "readable": self.readable_path.name if self.controls else None,
-        }
+        return {"printed_bytes": self.printed, "kept_bytes": self.kept, "limit_bytes": self.limit,
+                "cut_at_bytes": self.kept if self.cut else None,
+                "readable": self.readable_path.name if self.controls else None}  # fmt: skip
 
     def close(self) -> None:
         with self._lock:

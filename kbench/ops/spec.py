@@ -190,9 +190,6 @@ def check(
     return result
 
 
-# ------------------------------------------------------------------ references
-
-
 def _sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
 
