@@ -19,8 +19,7 @@ from kbench.facts import VERSION
 
 __version__ = VERSION
 
-# Imported from kbench.api on first use (PEP 562).
-_API = ("compare", "load", "Results", "Comparison")
+_API = ("compare", "load", "Results", "Comparison")  # from kbench.api on first use (PEP 562)
 
 
 class _CallableRunStage(types.ModuleType):
@@ -29,9 +28,8 @@ class _CallableRunStage(types.ModuleType):
     ``kbench.run.runner`` stays the runner, however the two are imported."""
 
     def __call__(self, *args, **kwargs):
-        """``kbench.run(backends, model="mlp", store="results", *, repeats=None,
-        warm=False, ..., **settings)`` -> Results, what ``kbench run`` runs with the
-        same defaults: see :func:`kbench.api.run`."""
+        """:func:`kbench.api.run`: ``kbench.run(backends, model="mlp", store="results",
+        **options)`` -> Results."""
         from kbench.api import run
 
         return run(*args, **kwargs)
@@ -63,7 +61,7 @@ def __dir__():
 def record(store="results", name=None, **kwargs):
     """Write a kbench result document of training done in your own code into the
     store ``store``, for ``kbench results``, ``compare`` and ``report``; returns its
-    path. See :func:`kbench.exec.record.record` for the arguments."""
-    from kbench.exec.record import record as write
+    path. See :func:`kbench.exec.runner.record` for the arguments."""
+    from kbench.exec.runner import record as write
 
     return write(store, name=name, **kwargs)

@@ -1,13 +1,9 @@
 """The Python API, for notebooks: :func:`run`, :func:`compare`, :func:`load`.
 
-The same functions the CLI calls, with nothing of the CLI in between: :func:`run`
-plans what ``kbench run`` plans, with its defaults
-(:func:`kbench.studies.rounds.plan_comparison`: several backends in warm interleaved
-windows, one backend or ``repeats`` in fresh processes, Fashion-MNIST unless
-``dataset`` says otherwise), and runs it into a store; :func:`compare` builds the
-tables ``kbench compare`` prints. Progress goes to the ``kbench`` loggers, never to
-print: ``logging.basicConfig(level=logging.INFO)`` shows it. pandas and the HTML
-renderer are imported only when a frame or a table is asked for.
+The same stage functions the CLI calls, with nothing of the CLI in between. Progress
+goes to the ``kbench`` loggers, never to print (``logging.basicConfig(level=logging.INFO)``
+shows it); pandas and the HTML renderer are imported only when a frame or a table is
+asked for.
 
     >>> import kbench
     >>> results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20,
@@ -18,7 +14,6 @@ renderer are imported only when a frame or a table is asked for.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence as SequenceABC
 from dataclasses import replace
@@ -32,8 +27,6 @@ from kbench.run.protocol import show_progress
 from kbench.studies import rounds as studies_rounds
 from kbench.views import machines, tables
 from kbench.views.comparison import Comparison
-
-log = logging.getLogger(__name__)
 
 StorePath = Union[str, "os.PathLike[str]"]
 
@@ -78,9 +71,7 @@ class Results(SequenceABC):
         return compare(self, baseline)
 
     def table(self) -> tables.Table:
-        """One row per run, as ``kbench run`` lists them (:func:`kbench.views.tables.runs_table`:
-        backend, ``#2`` for a repeat, model, mode, format, device, status, img/s and its
-        spread, the median step or latency in ms, first step, test accuracy, parameters),
+        """One row per run, as ``kbench run`` lists them (:func:`kbench.views.tables.runs_table`),
         with the runs that gave no numbers below."""
         ok = sum(r.ok for r in self.runs)
         where = f" in {self.store}" if self.store else ""
@@ -96,35 +87,23 @@ class Results(SequenceABC):
 
 def run(
     backends: Union[str, Sequence[str]],
-    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL,
-    store: StorePath = "results",
+    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL, store: StorePath = "results",
     **options: Any,
-) -> Results:
-    """Train (or infer with) ``model`` under each of ``backends``: what ``kbench run``
-    does with the same arguments, planned by the same function with the same defaults
-    (:func:`kbench.studies.rounds.plan_comparison`), every result written to ``store``
-    as it finishes; progress goes to the ``kbench`` loggers.
-
-    The defaults, those of ``kbench run``: the model ``mlp``; each setting its
-    :class:`~kbench.results.config.RunConfig` field's default (``dataset``
-    ``"fashion_mnist"``, ``epochs=1``, ``batch_size=64``; ``dataset="synthetic"`` for
-    data of the model's shape, no download); several backends training are compared in
-    warm interleaved windows (one warm worker per backend, windows of about a second,
-    ``window_s``, or of ``steps`` steps each) until every ratio to the ``baseline`` (the
-    first backend) has its 95% interval within ``ratio_precision`` (0.02) or
-    ``ratio_budget_s`` (100) seconds are spent, each backend's warm-up checked against
-    the baseline's (``check_parity``); one backend, ``repeats`` (fresh-process rounds,
-    at most ``repeats`` with ``ratio_precision``), ``warm`` (one worker per backend for
-    the runs that can share it), inference, data-parallel, profiled or precision runs
-    run a fresh worker process per run instead.
+) -> Results:  # fmt: skip
+    """Train (or infer with) ``model`` under each of ``backends``, every result written to
+    ``store`` as it finishes: what ``kbench run`` does with the same arguments, planned
+    by the same function with the same defaults
+    (:func:`kbench.studies.rounds.plan_comparison`: several backends training in warm
+    interleaved windows until every ratio to the baseline is within ``ratio_precision``
+    or ``ratio_budget_s`` is spent; one backend, ``repeats``, ``warm``, inference,
+    data-parallel, profiled or precision runs in a fresh process per run).
 
     ``model`` is a zoo name, a list of them, or your own (``path/file.py:build``,
     ``model.keras``). ``options``: ``repeats``, ``warm``, ``baseline``,
-    ``ratio_precision``, ``ratio_budget_s``, ``check_parity`` (their defaults are
-    :func:`~kbench.studies.rounds.plan_comparison`'s, which ``kbench run``'s flags
-    have too), and the run settings: :class:`~kbench.results.config.RunConfig` fields
-    (``batch_size``, ``steps``, ``epochs``, ``warmup_steps``, ``train_samples``,
-    ``threads``, ``timeout_s``, ``mode``, ``device``, ...); an unknown one raises a
+    ``ratio_precision``, ``ratio_budget_s``, ``check_parity``, and the run settings,
+    :class:`~kbench.results.config.RunConfig` fields with their defaults (``dataset``
+    ``"fashion_mnist"``, ``"synthetic"`` for no download; ``epochs=1``,
+    ``batch_size=64``, ``steps``, ``threads``, ``mode``, ...); an unknown one raises a
     TypeError that names it.
 
     >>> results = kbench.run(backends=["torch", "jax"], model="mlp", steps=20,
@@ -138,9 +117,8 @@ def run(
 
 def plan(
     backends: Union[str, Sequence[str]],
-    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL,
-    **options: Any,
-) -> studies_rounds.ComparisonPlan:
+    model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL, **options: Any,
+) -> studies_rounds.ComparisonPlan:  # fmt: skip
     """What :func:`run` would run, planned and checked, nothing started: the rounds of
     configs and how they are measured (``plan(...).measure.windows``). ``options``:
     :func:`run`'s keywords and settings."""
@@ -148,10 +126,9 @@ def plan(
 
 
 def load(
-    store: Union[StorePath, Sequence[StorePath]],
-    filters: Sequence[str] = (),
+    store: Union[StorePath, Sequence[StorePath]], filters: Sequence[str] = (),
     latest_only: bool = True,
-) -> Results:
+) -> Results:  # fmt: skip
     """The runs of one store (or several read together), oldest first: of a sweep run
     that was rerun, only the newest on each machine (``latest_only=False``: every one).
     ``filters`` are ``kbench results --filter`` expressions (``"backend=jax,torch"``,
@@ -170,9 +147,8 @@ def load(
 
 def compare(
     results_or_store: Union[Results, Sequence[RunResult], StorePath, Sequence[StorePath]],
-    baseline: Optional[str] = None,
-    filters: Sequence[str] = (),
-) -> Comparison:
+    baseline: Optional[str] = None, filters: Sequence[str] = (),
+) -> Comparison:  # fmt: skip
     """The tables ``kbench compare`` prints, of :class:`Results`, a list of
     :class:`~kbench.results.result.RunResult`, or a store path (or several, read as
     :func:`load` reads them). ``baseline``: the backend ratios are taken against

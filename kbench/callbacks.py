@@ -1,7 +1,7 @@
 """``kbench.callbacks.Throughput``: a Keras callback that times every batch.
 
-Add it to your own ``model.fit`` to get the figures ``kbench run`` reports, from your
-own training code, under Keras 3 (TensorFlow, JAX, PyTorch) or keras-mxnet 2.2.4::
+Add it to your own ``model.fit`` for the figures ``kbench run`` reports, under Keras 3
+(TensorFlow, JAX, PyTorch) or keras-mxnet 2.2.4::
 
     import kbench
     from kbench.callbacks import Throughput
@@ -12,20 +12,19 @@ own training code, under Keras 3 (TensorFlow, JAX, PyTorch) or keras-mxnet 2.2.4
     kbench.record("results", name="my_model", throughput=speed)   # for kbench compare
 
 Keras 3 does not tell callbacks how many samples a batch held, so give ``batch_size``
-(and ``samples``, for the last, partial batch); keras-mxnet does tell. Each batch's
-end reads the loss from the device (``float(logs["loss"])``), so its clock stops only
-once the step is done. What it records is kept in memory (``speed.events``) and, with
-``events_path``, appended to a JSON-lines file as it happens (see
-:mod:`kbench.measure.keras_events`). ``kbench exec`` adds this same callback to every
-``fit``, ``evaluate`` and ``predict`` of a script it runs (:mod:`kbench.exec.instrument`).
+(and ``samples``, for the last, partial batch). Each batch's end reads the loss from
+the device, so its clock stops only once the step is done. The events are kept in
+``speed.events`` and, with ``events_path``, appended to a JSON-lines file as they
+happen (:mod:`kbench.measure.keras_events`). ``kbench exec`` adds this callback to
+every ``fit``, ``evaluate`` and ``predict`` of a script (:mod:`kbench.exec.instrument`).
 
 The class derives from the ``keras.callbacks.Callback`` of whichever Keras the
-process imported, so importing ``Throughput`` imports Keras (with keras-mxnet's
-``collections.Iterable`` shim, only where that import would otherwise fail).
+process imported, so importing ``Throughput`` imports Keras.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -56,12 +55,11 @@ def prepare_keras_import() -> None:
 
 def throughput_class(keras: Any) -> type:
     """The Throughput callback class for the given ``keras`` module (built once)."""
-    key = id(keras)
-    if key not in _classes:
-        _classes[key] = type("Throughput", (_ThroughputMixin, keras.callbacks.Callback), {})
-        _classes[key].__module__ = __name__
-        _classes[key].__doc__ = _ThroughputMixin.__doc__
-    return _classes[key]
+    if id(keras) not in _classes:
+        bases = (_ThroughputMixin, keras.callbacks.Callback)
+        about = {"__module__": __name__, "__doc__": _ThroughputMixin.__doc__}
+        _classes[id(keras)] = type("Throughput", bases, about)
+    return _classes[id(keras)]
 
 
 def __getattr__(name: str) -> Any:
@@ -80,23 +78,19 @@ class _ThroughputMixin:
         warmup_steps: the first batches of the first fit, left out of img/s (tracing,
             compilation). Default 5.
         events_path: a JSON-lines file to append events to as they happen; default
-            memory only. (Under ``kbench exec`` the instrumentation's own callback
-            writes ``KBENCH_EVENTS``; one of yours does not add to it.)
+            memory only (under ``kbench exec``, the instrumentation's own callback
+            writes ``KBENCH_EVENTS``, not yours).
         batch_size, samples: the fit's batch size and training samples, where Keras
-            does not pass the size of each batch (Keras 3 does not; keras-mxnet
-            does). ``kbench exec`` fills them from the fit's arguments.
+            does not pass each batch's size (Keras 3 does not; keras-mxnet does).
         log: an :class:`~kbench.measure.keras_events.EventLog` to share (kbench exec
             shares one per process).
     """
 
     def __init__(
-        self,
-        warmup_steps: int = 5,
-        events_path: Optional[str] = None,
-        batch_size: Optional[int] = None,
-        samples: Optional[int] = None,
+        self, warmup_steps: int = 5, events_path: Optional[str] = None,
+        batch_size: Optional[int] = None, samples: Optional[int] = None,
         log: Optional[EventLog] = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__()
         self.warmup_steps = warmup_steps
         self.log = log or EventLog(events_path)
@@ -113,7 +107,6 @@ class _ThroughputMixin:
         self._offset = time.time() - time.perf_counter()
         self._progress = os.environ.get(PROGRESS_VARIABLE) == "1"
 
-    # what was recorded
     @property
     def events(self):
         return self.log.events
@@ -130,7 +123,6 @@ class _ThroughputMixin:
         """The batch size and samples of an ``evaluate`` or ``predict`` call."""
         self.other_sizes = (batch_size, samples)
 
-    # Keras hooks: Keras 3 calls on_train_batch_*; keras-mxnet 2.2.4 calls on_batch_*
     def _now(self) -> float:
         return time.perf_counter() + self._offset
 
@@ -152,8 +144,14 @@ class _ThroughputMixin:
         logs = _logs(logs)
         seconds = self._now() - self._epoch_t0
         self.log.write("epoch", call=self.call, epoch=epoch, logs=logs, seconds=seconds)
-        if self._progress:
-            _emit_progress(epoch, _epochs(self), logs.get("loss"), seconds)
+        if self._progress:  # kbench exec's epoch lines
+            from kbench.run.protocol import emit_progress
+
+            loss, epochs = logs.get("loss"), (getattr(self, "params", None) or {}).get("epochs")
+            emit_progress(
+                "epoch", epoch=epoch + 1, epochs=epochs or 0, seconds=seconds,
+                loss=loss if isinstance(loss, float) else float("nan"),
+            )  # fmt: skip
 
     def on_batch_begin(self, batch, logs=None):
         self._t0 = self._now()
@@ -165,8 +163,8 @@ class _ThroughputMixin:
         t1 = self._now()
         if self._t0 is None:
             return
-        size = (logs or {}).get("size")
-        size = int(size) if size is not None else self._size(batch)
+        size = (logs or {}).get("size")  # keras-mxnet says it
+        size = int(size) if size is not None else _batch_rows(batch, self.batch_size, self.samples)
         self.log.write(
             "batch", stage="train", call=self.call, epoch=self.epoch, batch=batch,
             t0=self._t0, t1=t1, size=size,
@@ -175,26 +173,23 @@ class _ThroughputMixin:
         if self._facts_pending:  # the first batch has built the model
             self._model_event()
 
-    def on_train_batch_begin(self, batch, logs=None):
-        self.on_batch_begin(batch, logs)
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.on_batch_end(batch, logs)
+    # Keras 3 calls on_train_batch_*, keras-mxnet 2.2.4 on_batch_*
+    on_train_batch_begin, on_train_batch_end = on_batch_begin, on_batch_end
 
     # evaluate and predict batches (Keras 3 passes its callbacks to both)
     def on_test_batch_begin(self, batch, logs=None):
         self._other_t0 = self._now()
 
-    def on_test_batch_end(self, batch, logs=None):
-        self._other_batch("evaluate", batch, self._other_size(batch))
+    on_predict_batch_begin = on_test_batch_begin
 
-    def on_predict_batch_begin(self, batch, logs=None):
-        self._other_t0 = self._now()
+    def on_test_batch_end(self, batch, logs=None):
+        self._other_batch("evaluate", batch, _batch_rows(batch, *self.other_sizes))
 
     def on_predict_batch_end(self, batch, logs=None):
         # reading the outputs waits for the device; their first axis is the batch
         size = _outputs_size((logs or {}).get("outputs"))
-        self._other_batch("predict", batch, size if size is not None else self._other_size(batch))
+        rows = size if size is not None else _batch_rows(batch, *self.other_sizes)
+        self._other_batch("predict", batch, rows)
 
     def on_test_begin(self, logs=None):
         self.last_test_logs = None
@@ -222,12 +217,6 @@ class _ThroughputMixin:
         self._other_t0 = None
         if self._facts_pending and not self._in_fit:
             self._model_event()
-
-    def _other_size(self, batch: int) -> Optional[int]:
-        return _batch_rows(batch, *self.other_sizes)
-
-    def _size(self, batch: int) -> Optional[int]:
-        return _batch_rows(batch, self.batch_size, self.samples)
 
     def _model_event(self, defer: bool = False) -> None:
         """The model's facts (parameters, name, the backend Keras reports); where the
@@ -278,35 +267,19 @@ def _outputs_size(outputs: Any) -> Optional[int]:
     if not shape:
         return None
     ready = getattr(outputs, "block_until_ready", None)  # JAX
-    try:
+    with contextlib.suppress(Exception):
         if ready is not None:
             ready()
         else:
             plain(outputs[(0,) * len(shape)])  # TensorFlow, PyTorch: reading one waits
-    except Exception:
-        pass
     return int(shape[0]) if isinstance(shape[0], int) else None
 
 
 def _params(callback: Any) -> Dict[str, Any]:
-    params = dict(getattr(callback, "params", None) or {})
+    params = getattr(callback, "params", None) or {}
     out = {k: plain(v) for k, v in params.items() if k != "metrics"}
-    out.update(batch_size=callback.batch_size, samples=callback.samples)
-    return out
-
-
-def _epochs(callback: Any) -> Optional[int]:
-    return (getattr(callback, "params", None) or {}).get("epochs")
+    return dict(out, batch_size=callback.batch_size, samples=callback.samples)
 
 
 def _logs(logs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     return {str(k): plain(v) for k, v in (logs or {}).items()}
-
-
-def _emit_progress(epoch: int, epochs: Optional[int], loss: Any, seconds: float) -> None:
-    from kbench.run.protocol import emit_progress
-
-    emit_progress(
-        "epoch", epoch=epoch + 1, epochs=epochs or 0,
-        loss=loss if isinstance(loss, float) else float("nan"), seconds=seconds,
-    )  # fmt: skip

@@ -17,9 +17,9 @@ from conftest import require_backends
 
 from kbench.cli import ops as cli_ops
 from kbench.ops import OPS, sizes_up_to
-from kbench.ops.base import measure
 from kbench.ops.runner import OpsConfig, run_ops
 from kbench.ops.spec import check
+from kbench.ops.worker import measure
 from kbench.results.config import ConfigError
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore

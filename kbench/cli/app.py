@@ -26,9 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kbench",
         description="Train the same Keras model under TensorFlow, JAX, PyTorch or MXNet, "
         "each in its own process, and compare throughput, accuracy and memory.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"kbench {VERSION}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="show only warnings, tables")

@@ -1,13 +1,11 @@
 """The flags of kbench's commands, each defined once and used by every command.
 
 A run setting's flag is its :class:`~kbench.results.config.RunConfig` field's:
-:func:`add_settings` builds it from the field's metadata (name, help, how its text is
-read, metavar, --help section, default) and :func:`settings_of` copies what was parsed
-back into settings by the same names, so a flag, its setting and the flag an error
-names (:func:`kbench.results.config.flag_for`) cannot drift apart. The other concepts
-that several commands share have one helper each here: the results store is
-``--store`` in every command, run selection ``--filter``, the backends ``--backend``
-(:func:`comma_list`), and so on.
+:func:`add_settings` builds it from the field's metadata and :func:`settings_of` copies
+what was parsed back by the same names, so a flag, its setting and the flag an error
+names (:func:`kbench.results.config.flag_for`) cannot drift apart. Every other concept
+that several commands share (``--store``, ``--filter``, ``--backend``, ...) has one
+helper here.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from kbench.results.config import (
     parse_half_width,
     parse_number,
     parse_seconds,
-    parse_shape,
     settings,
 )
 from kbench_models.user import split_references
@@ -52,23 +49,18 @@ AGAIN_WITH_REPEATS = "to run it again, use --repeats N"
 
 
 def comma_list(
-    allowed: Sequence[str],
-    what: str,
-    *,
-    check: bool = False,
-    single: bool = False,
-    again: Optional[str] = None,
-    split: Optional[Callable[[str], List[str]]] = None,
-):
+    allowed: Sequence[str], what: str, *, check: bool = False, single: bool = False,
+    again: Optional[str] = None, split: Optional[Callable[[str], List[str]]] = None,
+):  # fmt: skip
     """A comma-separated list (``split``: how to cut it, where a comma may belong to a
-    name); a name given twice is refused, not merged: it is nearly
-    always a slip (torch,torch for torch,torch-native), and merging it would hide that.
-    Running a backend again is what --repeats does, rounds interleaved. ``check``: each
-    name must be one of ``allowed`` (models are not checked: a path names the user's
-    own); ``single``: exactly one name, returned as a string."""
+    name). A name given twice is refused, not merged: it is nearly always a slip
+    (torch,torch for torch,torch-native), and running a backend again is what --repeats
+    does. ``check``: each name must be one of ``allowed`` (not models: a path names the
+    user's own); ``single``: exactly one name, returned as a string."""
 
     def parse(text: str):
-        items = [item.strip() for item in (split or _commas)(text) if item.strip()]
+        pieces = split(text) if split else text.split(",")
+        items = [item.strip() for item in pieces if item.strip()]
         if not items:
             raise argparse.ArgumentTypeError(f"expected one or more {what}; received {text!r}")
         twice = next((item for i, item in enumerate(items) if item in items[:i]), None)
@@ -91,10 +83,6 @@ def comma_list(
         return items[0] if single else items
 
     return parse
-
-
-def _commas(text: str) -> List[str]:
-    return text.split(",")
 
 
 # Where results go and how each run's process is run, timed out, sampled and shown
@@ -125,19 +113,14 @@ def text_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 finite = text_type(parse_number)
-shape = text_type(parse_shape)
 precision = text_type(parse_half_width)
 budget = text_type(parse_seconds)
 
 
 def add_settings(
-    parser,
-    names: Sequence[str],
-    *,
-    defaults: Optional[Mapping[str, Any]] = None,
-    helps: Optional[Mapping[str, str]] = None,
-    words: Optional[Mapping[str, str]] = None,
-) -> None:
+    parser, names: Sequence[str], *, defaults: Optional[Mapping[str, Any]] = None,
+    helps: Optional[Mapping[str, str]] = None, words: Optional[Mapping[str, str]] = None,
+) -> None:  # fmt: skip
     """The flags of the run settings ``names`` (:class:`~kbench.results.config.RunConfig`
     fields), each as its field's :class:`~kbench.results.config.Setting` says, in the
     section it names (``parser`` may be an argument group: the flags go in it).
@@ -223,29 +206,22 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
         "a busy machine (other processes, throttling, battery): flagged in every table"
     )
     group.add_argument(
-        "--busy-threshold",
-        type=share,
-        default=quality.BUSY_THRESHOLD,
-        metavar="SHARE",
+        "--busy-threshold", type=share, default=quality.BUSY_THRESHOLD, metavar="SHARE",
         help="flag a run when other processes used more than this share of the cores it "
         f"was given during its measured window (default: {quality.BUSY_THRESHOLD}); the "
         "same share makes the one-second look before the first run warn",
-    )
+    )  # fmt: skip
     group.add_argument(
-        "--wait-quiet",
-        type=seconds,
-        default=0.0,
-        metavar="SECONDS",
+        "--wait-quiet", type=seconds, default=0.0, metavar="SECONDS",
         help="if the machine is busy before the first run, wait up to this long for it to "
         "quieten (default: 0, warn and go on)",
-    )
+    )  # fmt: skip
 
 
 def add_warm_argument(parser: argparse.ArgumentParser, saved: str = "") -> None:
     """``--warm``, as run and sweep take it; ``saved``: when the command saves warm results."""
     parser.add_argument(
-        "--warm",
-        action="store_true",
+        "--warm", action="store_true",
         help="run the runs that can share a worker process (same backend, data format, "
         "threads, device, memory options and start-up switches --onednn, --tf32, "
         "--mxnet-gpus; the other switches are each run's own) in one, the framework imported "
@@ -254,22 +230,20 @@ def add_warm_argument(parser: argparse.ArgumentParser, saved: str = "") -> None:
         "for many models or settings; for checking that they run and compute, not for "
         f"comparing speeds, since a warm run is not measured as a fresh process{saved} "
         "(default: a fresh process per run)",
-    )
+    )  # fmt: skip
 
 
 def add_parity_check_argument(parser: argparse.ArgumentParser) -> None:
     """``--no-parity-check``: skip the check at warm-up that warm windows' backends compute
     the same thing (kbench.run.windows.plan_parity)."""
     parser.add_argument(
-        "--no-parity-check",
-        dest="parity_check",
-        action="store_false",
+        "--no-parity-check", dest="parity_check", action="store_false",
         help="warm windows: skip the check that each backend computes what the baseline "
         "does (at warm-up, every Keras backend and native port starts from the baseline's "
         "initial weights and trains on the same batches; outputs and losses are compared "
         "with kbench parity's tolerance; default: checked, a backend that differs is "
         "measured and flagged)",
-    )
+    )  # fmt: skip
 
 
 def duration(text: str) -> float:
@@ -306,66 +280,43 @@ def add_ratio_budget_argument(parser, shows: str) -> argparse.Action:
 
 
 def add_backend_argument(
-    parser,
-    allowed: Sequence[str],
-    *,
-    required: bool = False,
-    single: bool = False,
-    default_text: str = "",
-    again: Optional[str] = None,
-) -> argparse.Action:
+    parser, allowed: Sequence[str], *, required: bool = False, single: bool = False,
+    default_text: str = "", again: Optional[str] = None,
+) -> argparse.Action:  # fmt: skip
     """``--backend``/``-b``: names checked against the command's ``allowed`` backends,
     each at most once; ``single``: exactly one, given as a string; ``again``: what a
     name given twice should be instead (:data:`AGAIN_WITH_REPEATS` where the command
     has ``--repeats``)."""
     names = ", ".join(allowed)
     return parser.add_argument(
-        "--backend",
-        "-b",
+        "--backend", "-b",
         type=comma_list(list(allowed), "backends", check=True, single=single, again=again),
-        required=required,
-        default=None,
-        metavar="B" if single else "B[,B...]",
+        required=required, default=None, metavar="B" if single else "B[,B...]",
         help=(f"one of: {names}" if single else f"one or more of: {names}, comma-separated")
         + (f" ({default_text})" if default_text else ""),
-    )
+    )  # fmt: skip
 
 
 def add_model_argument(
-    parser,
-    allowed: Sequence[str],
-    *,
-    default=None,
-    single: bool = False,
-    default_text: str = "",
-    own: str = "or your own: path/to/file.py:build",
-    again: Optional[str] = None,
-) -> argparse.Action:
+    parser, allowed: Sequence[str], *, default=None, single: bool = False, default_text: str = "",
+    own: str = "or your own: path/to/file.py:build", again: Optional[str] = None,
+) -> argparse.Action:  # fmt: skip
     """``--model``/``-m``: zoo names or the user's own (a path), each at most once."""
     names = ", ".join(allowed)
+    parse = comma_list(list(allowed), "models", single=single, again=again, split=split_references)
     return parser.add_argument(
-        "--model",
-        "-m",
-        type=comma_list(
-            list(allowed), "models", single=single, again=again, split=split_references
-        ),
-        required=default is None,
-        default=default,
-        metavar="M" if single else "M[,M...]",
+        "--model", "-m", type=parse,
+        required=default is None, default=default, metavar="M" if single else "M[,M...]",
         help=(f"one of: {names}" if single else f"one or more of: {names}")
         + (f" ({default_text})" if default_text else "")
         + f"; {own}",
-    )
+    )  # fmt: skip
 
 
 def add_store_argument(
-    parser,
-    *,
-    default=Path("results"),
-    default_text: str = "./results",
-    several: bool = False,
+    parser, *, default=Path("results"), default_text: str = "./results", several: bool = False,
     holds: str = "one result JSON per run, an index, worker logs",
-) -> argparse.Action:
+) -> argparse.Action:  # fmt: skip
     """``--store DIR``: the results store a command writes, or reads (``several``: one or
     more read together)."""
     if several:
@@ -373,13 +324,9 @@ def add_store_argument(
     else:
         help = f"the results store: {holds} (default: {default_text})"
     return parser.add_argument(
-        "--store",
-        type=Path,
-        nargs="+" if several else None,
-        default=[default] if several else default,
-        metavar="DIR",
-        help=help,
-    )
+        "--store", type=Path, nargs="+" if several else None,
+        default=[default] if several else default, metavar="DIR", help=help,
+    )  # fmt: skip
 
 
 def add_filter_argument(parser, *, planned: bool = False) -> argparse.Action:
@@ -387,15 +334,12 @@ def add_filter_argument(parser, *, planned: bool = False) -> argparse.Action:
     stored runs also by status, kind, host and sweep. ``planned``: the runs of a sweep
     file (kbench sweep)."""
     return parser.add_argument(
-        "--filter",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE[,VALUE]",
+        "--filter", action="append", default=[], metavar="NAME=VALUE[,VALUE]",
         help=f"{'run' if planned else 'keep'} only the runs whose setting NAME (backend, "
         f"model, batch_size, ...{'' if planned else '; or status, kind, host, sweep'}) is "
         "one of the values, e.g. backend=tensorflow,jax (repeatable: every filter must hold; "
         "default: every run)",
-    )
+    )  # fmt: skip
 
 
 def add_output_file_argument(parser, what: str, default_text: str) -> argparse.Action:
@@ -410,29 +354,14 @@ def add_repeats_argument(
 ) -> argparse.Action:
     """``--repeats N``: fresh-process rounds, interleaved."""
     return parser.add_argument(
-        "--repeats",
-        type=int,
-        default=default,
-        metavar="N",
+        "--repeats", type=int, default=default, metavar="N",
         help=f"run {each} N times, each time in a fresh process, interleaved round by round "
         f"(A B C A B C ...){shows} (default: {default_text or default})",
-    )
-
-
-def add_calls_argument(parser, default: int) -> argparse.Action:
-    """``--calls N``: timed calls of an operation (kbench ops)."""
-    return parser.add_argument(
-        "--calls",
-        type=int,
-        default=default,
-        metavar="N",
-        help=f"timed calls per operation and size (default: {default})",
-    )
+    )  # fmt: skip
 
 
 def add_baseline_argument(parser, default_text: str = "the first backend") -> argparse.Action:
     return parser.add_argument(
-        "--baseline",
-        metavar="BACKEND",
+        "--baseline", metavar="BACKEND",
         help=f"the backend speed ratios are against (default: {default_text})",
-    )
+    )  # fmt: skip

@@ -1,13 +1,9 @@
 """The breakdown table of a store's data-parallel runs: ``python -m kbench.cli.distributed_table``.
 
-    python -m kbench.cli.distributed_table --store results/distributed-reduced
     python -m kbench.cli.distributed_table --store results --filter model=lenet5 --filter workers=2
 
-One row per run (the newest of each rerun sweep run): mode, backend, workers, global
-img/s, scaling efficiency against one worker, and the mean per-step time of each phase
-(data, forward, backward, update, communication) with the slowest worker. Markdown by
-default, or aligned text (``--text``); ``kbench compare`` and ``kbench report`` show the
-same table beside the others (:mod:`kbench.views.distributed`).
+One row per run (the newest of each rerun sweep run), as :mod:`kbench.views.distributed`
+draws it for ``kbench compare`` and ``report``; Markdown, or aligned text (``--text``).
 """
 
 from __future__ import annotations

@@ -69,12 +69,10 @@ examples:
 
 def add_command(commands) -> None:
     parser = commands.add_parser(
-        "exec",
-        help="run your own training script under each backend, measured",
-        description=DESCRIPTION,
-        epilog=EXAMPLES,
+        "exec", help="run your own training script under each backend, measured",
+        description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     add_backend_argument(parser, list(EXEC_BACKENDS), required=True, again=AGAIN_WITH_REPEATS)
     add_repeats_argument(parser, "the script on each backend")
     add_output_arguments(parser, process="script's process tree")
@@ -83,16 +81,13 @@ def add_command(commands) -> None:
         parser, ["warmup_steps"], words={"steps": "the first batches of the script's first fit"}
     )
     parser.add_argument(
-        "--no-instrument",
-        dest="instrument",
-        action="store_false",
+        "--no-instrument", dest="instrument", action="store_false",
         help="do not wrap Keras in the script: process figures (CPU, memory, GPU, wall "
         "time, exit code) only",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--name",
-        help="the name results show for the script (default: its file name)",
-    )
+        "--name", help="the name results show for the script (default: its file name)",
+    )  # fmt: skip
     parser.add_argument(
         "script_command",  # not "command": the CLI names the subcommand by that
         nargs=argparse.REMAINDER,

@@ -66,8 +66,7 @@ def add_commands(commands) -> None:
 
 def _add_sweep(commands) -> None:
     sweep = commands.add_parser(
-        "sweep",
-        help="run a matrix of runs declared in a YAML file; resumable",
+        "sweep", help="run a matrix of runs declared in a YAML file; resumable",
         description="Run every combination a sweep file declares (see sweeps/*.yaml and "
         "kbench/studies/sweep.py for the format), each in its own worker process with a timeout "
         "(with --warm, the runs that can share one). "
@@ -78,44 +77,36 @@ def _add_sweep(commands) -> None:
         "already has a result. Exits 1 if a run of this invocation failed, ran out of "
         "memory or timed out; runs of a mode this machine cannot run (unsupported, e.g. "
         "MirroredStrategy without GPUs) are listed with their reason and do not count.",
-        epilog=SWEEP_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     sweep.add_argument("file", type=Path, metavar="FILE.yaml", help="the sweep file")
     sweep.add_argument(
-        "--reduced",
-        action="store_true",
+        "--reduced", action="store_true",
         help="apply the file's reduced sections: the study at a size a CPU finishes",
-    )
+    )  # fmt: skip
     sweep.add_argument(
-        "--dry-run",
-        action="store_true",
+        "--dry-run", action="store_true",
         help=f"list the runs (a summary past {run_lists.PLAN_LISTED} runs); run nothing",
-    )
+    )  # fmt: skip
     sweep.add_argument(
-        "--max-runs",
-        type=int,
-        default=sweep_mod.MAX_RUNS,
-        metavar="N",
+        "--max-runs", type=int, default=sweep_mod.MAX_RUNS, metavar="N",
         help="refuse a file that declares more runs than N, before building them "
         f"(default: {sweep_mod.MAX_RUNS:,})",
-    )
+    )  # fmt: skip
     again = sweep.add_mutually_exclusive_group()
     again.add_argument("--force", action="store_true", help="rerun runs that have results")
     again.add_argument(
-        "--retry-failed",
-        action="store_true",
+        "--retry-failed", action="store_true",
         help="rerun the runs whose newest result is failed, oom or timeout",
-    )
+    )  # fmt: skip
     add_filter_argument(sweep, planned=True)
     add_warm_argument(sweep, saved="; the runs of a warm worker are saved when it ends")
     add_baseline_argument(sweep, "the first backend; for the closing tables")
     add_store_argument(
-        sweep,
-        default=None,
+        sweep, default=None,
         default_text="results/NAME, results/NAME-reduced with --reduced; threads, timeouts "
         "and the sampler are settings in the file",
-    )
+    )  # fmt: skip
     add_quality_arguments(sweep)
     add_windows_arguments(sweep)
     _add_executor_arguments(sweep)
@@ -132,26 +123,23 @@ def add_windows_arguments(
     )
     how = group.add_mutually_exclusive_group()
     how.add_argument(
-        "--windows",
-        action="store_true",
+        "--windows", action="store_true",
         help="compare each setting's backends in warm interleaved windows, as kbench run "
         "does: one warm worker per backend, windows in turn (A B, B A, ...) until every "
         "ratio to the baseline has a 95%% interval within --ratio-precision or "
         "--ratio-budget is spent; the window rounds take the place of the file's repeats. "
         "A setting of one backend, inference, data-parallel, --profile or "
         f"--target-precision runs stays in fresh processes (the plan says which){what}",
-    )
+    )  # fmt: skip
     how.add_argument(
-        "--fresh-processes",
-        action="store_true",
+        "--fresh-processes", action="store_true",
         help="each run in a fresh process, repeats times, even where the file asks for "
         f"windows{what}",
-    )
+    )  # fmt: skip
     add_settings(
-        group,
-        ["window_s"],
+        group, ["window_s"],
         helps={"window_s": f"the windows' length (default: the file's window:, or {WINDOW_S:g})"},
-    )
+    )  # fmt: skip
     if with_precision:
         add_ratio_precision_argument(
             group,
@@ -169,34 +157,29 @@ def _add_executor_arguments(sweep: argparse.ArgumentParser) -> None:
     """Where the sweep's runs run: here, or as the tasks of one Slurm job array."""
     where = sweep.add_argument_group("running on a Slurm cluster (--executor slurm)")
     where.add_argument(
-        "--executor",
-        choices=("local", "slurm"),
-        default="local",
+        "--executor", choices=("local", "slurm"), default="local",
         help="local: run here, one run after another (default); slurm: the runs to do "
         "become the tasks of one sbatch --array job, each running kbench on its node into "
         "the store (the checkout, its environments and the store on a filesystem every "
         "node shares); this command shows their progress until all end. Ctrl-C leaves the "
         "job running; the same command again follows it, records what Slurm ended without "
         "a result (with Slurm's reason) and submits what failed in Slurm or never ran",
-    )
+    )  # fmt: skip
     where.add_argument("--partition", metavar="P", help="sbatch --partition (default: Slurm's)")
     where.add_argument(
         "--max-parallel", type=int, metavar="N", help="at most N tasks at a time (--array=...%%N)"
     )
     where.add_argument(
-        "--sbatch",
-        metavar='"ARGS"',
+        "--sbatch", metavar='"ARGS"',
         help='more sbatch options, quoted as one argument: --sbatch "--gres=gpu:1 --time=00:30:00" '
         "(one option alone: --sbatch=--gres=gpu:1)",
-    )
+    )  # fmt: skip
     where.add_argument(
-        "--per-task",
-        choices=slurm.PER_TASK,
-        default="comparison",
+        "--per-task", choices=slurm.PER_TASK, default="comparison",
         help="comparison: one setting and repeat with every backend per task, so that "
         "their ratios are taken on one node (default; in warm windows, a comparison's "
         "windows on its node); run: one run per task (with --warm, one warm worker's runs)",
-    )
+    )  # fmt: skip
     where.add_argument(
         "--poll", type=float, default=10.0, metavar="S", help="look at the queue every S seconds"
     )
@@ -204,44 +187,38 @@ def _add_executor_arguments(sweep: argparse.ArgumentParser) -> None:
 
 def _add_results(commands) -> None:
     results = commands.add_parser(
-        "results",
-        help="list, filter, export and merge stored results",
+        "results", help="list, filter, export and merge stored results",
         description="A store is a directory of result documents (one JSON per run, as runs "
         "write them) with an index. List its runs, filter them by any setting or by status, "
         "kind, host or sweep, export them flattened to CSV or Parquet, or merge other stores "
         "(from other machines) into it. Documents of older schema versions are read; ones "
         "kbench cannot read are listed with the reason.",
-        epilog=RESULTS_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=RESULTS_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     add_store_arguments(results)
     results.add_argument(
         "--export", type=Path, metavar="FILE", help="write the runs to FILE.csv or FILE.parquet"
     )
     results.add_argument(
-        "--merge",
-        nargs="+",
-        type=Path,
-        metavar="STORE",
+        "--merge", nargs="+", type=Path, metavar="STORE",
         help="copy the runs of these stores (and their logs) into --store first; where "
         "the store then holds runs of several machines, a table per machine and backend "
         "follows the list (ratios only within a machine)",
-    )
+    )  # fmt: skip
     add_baseline_argument(results, "the first backend; for the --merge table")
     results.set_defaults(handler=command_results)
 
 
 def _add_compare(commands) -> None:
     compare = commands.add_parser(
-        "compare",
-        help="the study tables: backends side by side, per model and setting",
+        "compare", help="the study tables: backends side by side, per model and setting",
         description="Throughput with its spread, the speed ratio against a baseline backend "
         "(median of per-round ratios), utilization, peak memory with its kind and accuracy, a "
         "row per model and setting and a column per backend, with OOM/FAILED/TIMEOUT where "
         "runs did not finish; operator runs and data-parallel runs (their step breakdown and "
         "scaling) in tables of their own. Printed, and written as Markdown. Of a sweep run "
         "that was rerun, only the newest result counts.",
-    )
+    )  # fmt: skip
     add_store_arguments(compare, several=True)
     add_baseline_argument(compare)
     add_output_file_argument(
@@ -252,13 +229,12 @@ def _add_compare(commands) -> None:
 
 def _add_report(commands) -> None:
     report = commands.add_parser(
-        "report",
-        help="one self-contained HTML file with the tables and plots",
+        "report", help="one self-contained HTML file with the tables and plots",
         description="Throughput bars, a speed-ratio heatmap, throughput against batch size, "
         "memory fraction and threads, per-run timelines of utilization, memory and img/s, "
         "accuracy against epochs, the data-parallel step breakdown and scaling: whichever the "
         "stored runs call for.",
-    )
+    )  # fmt: skip
     add_store_arguments(report, several=True)
     add_baseline_argument(report)
     add_output_file_argument(report, "the HTML file", "report.html in the first store")
@@ -287,11 +263,8 @@ def command_sweep(args: argparse.Namespace) -> int:
     if options.slurm is not None and not args.dry_run:
         slurm.check_tools()
     return show_sweep(
-        selected,
-        args.store or sweep_runs.store_for(sweep),
-        options,
-        varying=sweep.varying(),
-    )
+        selected, args.store or sweep_runs.store_for(sweep), options, varying=sweep.varying(),
+    )  # fmt: skip
 
 
 def measure_windows(args: argparse.Namespace) -> Optional[bool]:
@@ -317,16 +290,11 @@ class SweepOptions:
     @classmethod
     def of(cls, args: argparse.Namespace) -> SweepOptions:
         return cls(
-            slurm=_slurm_options(args),
-            max_runs=args.max_runs,
-            dry_run=args.dry_run,
-            force=args.force,
-            retry_failed=args.retry_failed,
-            warm=args.warm,
-            busy_threshold=args.busy_threshold,
-            wait_quiet_s=args.wait_quiet,
+            slurm=_slurm_options(args), max_runs=args.max_runs, dry_run=args.dry_run,
+            force=args.force, retry_failed=args.retry_failed, warm=args.warm,
+            busy_threshold=args.busy_threshold, wait_quiet_s=args.wait_quiet,
             baseline=args.baseline,
-        )
+        )  # fmt: skip
 
 
 def _slurm_options(args: argparse.Namespace) -> Optional[slurm.SlurmOptions]:
@@ -343,30 +311,22 @@ def _slurm_options(args: argparse.Namespace) -> Optional[slurm.SlurmOptions]:
             )
         return None
     return slurm.SlurmOptions(
-        partition=args.partition,
-        max_parallel=args.max_parallel,
-        sbatch=slurm.SlurmOptions.parse_sbatch(args.sbatch),
-        per_task=args.per_task,
+        partition=args.partition, max_parallel=args.max_parallel,
+        sbatch=slurm.SlurmOptions.parse_sbatch(args.sbatch), per_task=args.per_task,
         poll_s=args.poll,
-    )
+    )  # fmt: skip
 
 
 def show_sweep(
-    sweep: sweep_mod.Sweep,
-    store: Path,
-    options: SweepOptions,
+    sweep: sweep_mod.Sweep, store: Path, options: SweepOptions,
     varying: Optional[Sequence[str]] = None,
-) -> int:
+) -> int:  # fmt: skip
     """Plan ``sweep`` against ``store``, print the plan, run what is not done (unless a dry
     run), then print the store's tables of the sweep."""
     with sweep_runs.planned_sweep(
-        sweep,
-        store,
-        varying=varying,
-        force=options.force,
-        retry_failed=options.retry_failed,
+        sweep, store, varying=varying, force=options.force, retry_failed=options.retry_failed,
         lock=not options.dry_run,
-    ) as planned:
+    ) as planned:  # fmt: skip
         size = "reduced" if sweep.reduced else "full size"
         to_run = len(planned.plan.to_run)
         if options.slurm is not None:  # a run a Slurm task left without a result is to do
@@ -386,11 +346,9 @@ def show_sweep(
         except KeyboardInterrupt:
             if options.slurm is None:
                 raise
-            print(
-                f"\nleft the Slurm job(s) running; `kbench sweep {sweep.file} --executor "
-                "slurm` with the same options follows them, records what ended without a "
-                "result and submits what remains"
-            )
+            print(f"\nleft the Slurm job(s) running; `kbench sweep {sweep.file} --executor "
+                  "slurm` with the same options follows them, records what ended without a "
+                  "result and submits what remains")  # fmt: skip
             return 130
         everything = sweep_runs.stored_results(store, sweep)
     if everything:
@@ -422,26 +380,15 @@ def _run_sweep(planned: sweep_runs.PlannedSweep, options: SweepOptions) -> List[
     """Run the plan here, or (``options.slurm``) as one Slurm job array."""
     if options.slurm is None:
         return sweep_runs.run_planned(
-            planned,
-            warm=options.warm,
-            busy_threshold=options.busy_threshold,
-            wait_quiet_s=options.wait_quiet_s,
-            on_progress=show_progress,
-            baseline=options.baseline,
-        )
+            planned, warm=options.warm, busy_threshold=options.busy_threshold,
+            wait_quiet_s=options.wait_quiet_s, on_progress=show_progress, baseline=options.baseline,
+        )  # fmt: skip
     return slurm.run_on_slurm(
-        planned.sweep,
-        planned.store,
-        options.slurm,
-        force=options.force,
-        retry_failed=options.retry_failed,
-        warm=options.warm,
-        settings={
-            "max_runs": options.max_runs,
-            "busy_threshold": options.busy_threshold,
-            "baseline": options.baseline,
-        },
-    )
+        planned.sweep, planned.store, options.slurm, force=options.force,
+        retry_failed=options.retry_failed, warm=options.warm,
+        settings={"max_runs": options.max_runs, "busy_threshold": options.busy_threshold,
+                  "baseline": options.baseline},
+    )  # fmt: skip
 
 
 def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline) -> None:
@@ -459,6 +406,7 @@ def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline
 def command_results(args: argparse.Namespace) -> int:
     store = ResultStore(args.store)
     store.check_is_store()  # a folder of other JSON files: refused, nothing written to it
+    filters = [Filter.parse(f) for f in args.filter]
     if args.merge:
         summary = store.merge(args.merge)
         refused = f"; {len(summary.refused)} refused (see the warnings)" if summary.refused else ""
@@ -469,7 +417,7 @@ def command_results(args: argparse.Namespace) -> int:
         for name, why in summary.unreadable + summary.refused:
             log.warning("%s: not merged: %s", name, why)
     if args.export:
-        results = store.results([Filter.parse(f) for f in args.filter])
+        results = store.results(filters)
         for name, why in store.unreadable:
             log.warning("%s/%s: left out: %s", args.store, name, why)
         path = store_mod.export(results, args.export)
@@ -477,23 +425,17 @@ def command_results(args: argparse.Namespace) -> int:
         note = f"; {left_out} unreadable documents left out (see the warnings)" if left_out else ""
         print(f"{len(results)} runs written to {path}{note}")
         return 0
-    entries = store.entries([Filter.parse(f) for f in args.filter])
+    entries = store.entries(filters)
     for name, why in store.unreadable:
         log.warning("%s/%s: unreadable, skipped: %s", args.store, name, why)
     print(run_lists.store_index(entries))
     print(f"\n{len(entries)} runs in {args.store}/")
-    if args.merge:
-        found = machines.newest_per_machine(store.results([Filter.parse(f) for f in args.filter]))
-        _show_machines(found, args.baseline)
+    if args.merge:  # the headline figures per machine and backend, where there are several
+        found = machines.newest_per_machine(store.results(filters))
+        table = machines.machine_table(found, args.baseline)
+        if table is not None:
+            print("\n" + table.text())
     return 0
-
-
-def _show_machines(results: Sequence[RunResult], baseline: Optional[str]) -> None:
-    """After a merge, the headline figures per machine and backend, where the store
-    holds runs of several machines (:func:`kbench.views.machines.machine_table`)."""
-    table = machines.machine_table(results, baseline)
-    if table is not None:
-        print("\n" + table.text())
 
 
 def check_writable_file(setting: str, path: Path) -> None:
@@ -538,9 +480,8 @@ def command_report(args: argparse.Namespace) -> int:
         from kbench.views.tune import tune_section
 
         sections.append(tune_section(json.loads(searched.read_text())))
-    summary = report.write_report(
-        results, output, title=title, baseline=args.baseline, sections=sections
-    )
+    summary = report.write_report(results, output, title=title, baseline=args.baseline,
+                                  sections=sections)  # fmt: skip
     print(f"{output}: {len(summary.figures)} plots from {len(results)} runs", file=sys.stderr)
     for why in summary.skipped:
         print(f"  not drawn: {why}")

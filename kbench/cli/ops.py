@@ -1,7 +1,4 @@
-"""``kbench ops``: operator micro-benchmarks across backends (see :mod:`kbench.ops`).
-
-Registered on the ``kbench`` command by :func:`add_command`.
-"""
+"""``kbench ops``: operator micro-benchmarks across backends (see :mod:`kbench.ops`)."""
 
 from __future__ import annotations
 
@@ -12,7 +9,6 @@ from typing import Any, Dict, List, Optional
 from kbench.cli.arguments import (
     PRECISION_SETTINGS,
     add_backend_argument,
-    add_calls_argument,
     add_settings,
     add_store_argument,
     finite,
@@ -24,7 +20,6 @@ from kbench.ops.runner import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_WARMUP,
     OpsConfig,
-    progress_line,
     run_ops,
 )
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, MIN_SWEEP_SIZE, OPS, sizes_up_to
@@ -78,20 +73,20 @@ examples:
 
 
 def add_command(commands: Any) -> argparse.ArgumentParser:
-    """Register ``ops`` on the ``kbench`` command's subparsers."""
     parser = commands.add_parser(
-        "ops",
-        help="operator micro-benchmarks (GEMM, convolution, activations, ...) per backend",
-        description=DESCRIPTION,
-        epilog=EPILOG,
+        "ops", help="operator micro-benchmarks (GEMM, convolution, activations, ...) per backend",
+        description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     add_backend_argument(
         parser, list(IMPLEMENTATIONS),
         default_text="default: every one whose environment exists",
     )  # fmt: skip
     _add_operation_arguments(parser)
-    add_calls_argument(parser, DEFAULT_REPEATS)
+    parser.add_argument(
+        "--calls", type=int, default=DEFAULT_REPEATS, metavar="N",
+        help=f"timed calls per operation and size (default: {DEFAULT_REPEATS})",
+    )  # fmt: skip
     add_settings(
         parser,
         ["warmup_steps", "seed", "device", "threads"],
@@ -120,84 +115,46 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
 def _add_operation_arguments(parser: argparse.ArgumentParser) -> None:
     """Which operations ``kbench ops`` times, at which sizes and in which dtype."""
     parser.add_argument(
-        "--ops",
-        "--op",
-        dest="ops",
-        default=None,
-        metavar="NAMES",
+        "--ops", "--op", dest="ops", default=None, metavar="NAMES",
         help="comma-separated operations, listed below (default: all)",
-    )
+    )  # fmt: skip
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument(
-        "--sizes",
-        default=None,
-        metavar="N,N,...",
+        "--sizes", default=None, metavar="N,N,...",
         help=f"sizes to sweep (default: {','.join(map(str, DEFAULT_SIZES))}); what n means per "
         "operation is listed below",
-    )
+    )  # fmt: skip
     sizes.add_argument(
-        "--max-size",
-        type=int,
-        default=None,
-        metavar="N",
+        "--max-size", type=int, default=None, metavar="N",
         help=f"sweep the powers of two from {MIN_SWEEP_SIZE} up to N instead",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--max-memory",
-        type=finite,
-        default=DEFAULT_MAX_MEMORY_MB,
-        metavar="MIB",
+        "--max-memory", type=finite, default=DEFAULT_MAX_MEMORY_MB, metavar="MIB",
         help="skip an operation at a size whose estimated memory (inputs, outputs, the "
         f"float64 reference) is above MIB; it is reported SKIPPED "
         f"(default: {DEFAULT_MAX_MEMORY_MB:g})",
-    )
+    )  # fmt: skip
     parser.add_argument(
         "--dtype", default="float32", help=f"one of {', '.join(DTYPES)} (default: float32)"
     )
 
 
-def _names(text: Optional[str], setting: str, allowed: List[str]) -> Optional[List[str]]:
-    if text is None:
-        return None
-    names = [item.strip() for item in text.split(",") if item.strip()]
-    if not names:
-        raise ConfigError(
-            setting, f"expected one or more of {', '.join(allowed)}; received {text!r}."
-        )
-    return names
-
-
-def parse_sizes(text: Optional[str], max_size: Optional[int]) -> List[int]:
+def parse_sizes(text: Optional[str], max_size: Optional[int]) -> List[Any]:
+    """--max-size's powers of two, else --sizes (a word that is no integer is kept for
+    :class:`~kbench.ops.runner.OpsConfig` to refuse), each once."""
     if max_size is not None:
         if max_size <= 0:
             raise ConfigError("max_size", f"expected a positive integer; received {max_size}.")
         return list(sizes_up_to(max_size))
     if text is None:
         return list(DEFAULT_SIZES)
-    sizes = []
-    for item in text.split(","):
-        try:
-            size = int(item.strip())
-        except ValueError:
-            raise ConfigError(
-                "sizes", f"expected positive integers, for example 64,128; received {item!r}."
-            ) from None
-        if size <= 0:
-            raise ConfigError(
-                "sizes", f"expected positive integers, for example 64,128; received {size}."
-            )
-        sizes.append(size)
-    return list(dict.fromkeys(sizes))
-
-
-# OpsConfig fields named otherwise than the run setting (or flag) that gives them: an
-# error names the flag.
-FLAG_SETTINGS = {"repeats": "calls", "warmup": "warmup_steps"}
-OPS_FIELDS = {flag: field for field, flag in FLAG_SETTINGS.items()}
+    items = [item.strip() for item in text.split(",")]
+    return list(dict.fromkeys(int(i) if i.lstrip("-").isdigit() else i for i in items))
 
 
 def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
-    """Validated configs, one per backend; raises ConfigError for bad input."""
+    """Validated configs, one per backend; raises ConfigError for bad input (naming
+    --calls for the config's ``repeats``)."""
     backends = args.backend  # names checked, each once, by the --backend type
     if backends is None:
         runnable = environments.runnable_backends()
@@ -208,28 +165,35 @@ def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
                 "expected at least one backend environment; none exists. Create them with "
                 f"{environments.SETUP_SCRIPT}.",
             )
-    ops = _names(args.ops, "ops", list(OPS)) or list(OPS)
+    given = ",".join(OPS) if args.ops is None else args.ops
+    ops = [op.strip() for op in given.split(",") if op.strip()]
     settings: Dict[str, Any] = dict(
         ops=ops,
         sizes=parse_sizes(args.sizes, args.max_size),
         dtype=args.dtype,
         repeats=args.calls,
         max_memory_mb=args.max_memory,
-        **{OPS_FIELDS.get(name, name): value for name, value in settings_of(args).items()},
-    )
+        **{"warmup" if name == "warmup_steps" else name: value
+           for name, value in settings_of(args).items()},
+    )  # fmt: skip
     try:
         return [OpsConfig(backend=backend, **settings) for backend in backends]
     except ConfigError as err:
-        setting = FLAG_SETTINGS.get(err.setting)
-        if setting is None:
+        if err.setting != "repeats":
             raise
-        raise ConfigError(setting, err.message) from None
+        raise ConfigError("calls", err.message) from None
 
 
 def show_progress(config: OpsConfig, event: Dict[str, Any]) -> None:
-    line = progress_line(config, event)
-    if line:
-        log.info("%s", line)
+    """A line for each operation a worker finished."""
+    if event.get("event") != "op":
+        return
+    text = f"    {config.backend}: {event['op']} {event['size']}: {event['status']}"
+    if event.get("median_s") is not None:
+        text += f", median {event['median_s'] * 1e3:.3g} ms"
+    elif event.get("reason"):
+        text += f" ({event['reason']})"
+    log.info("%s", text)
 
 
 def command_ops(args: argparse.Namespace) -> int:

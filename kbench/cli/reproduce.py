@@ -58,8 +58,7 @@ and the report.
 
 def add_command(commands) -> None:
     parser = commands.add_parser(
-        "reproduce",
-        help="run a published study's sweep and check its claims on this machine",
+        "reproduce", help="run a published study's sweep and check its claims on this machine",
         description="Each study in studies/*.yaml holds a paper's published figures (with "
         "table or figure, row and column, units as published) and its claims as checks: a "
         "ratio with a tolerance, a sign, an ordering, an ordering of data-parallel "
@@ -72,46 +71,39 @@ def add_command(commands) -> None:
         + "\nmetrics a claim may read (studies/*.yaml, metric:):\n"
         + "\n".join(f"  {name:<24} {what}" for name, (what, _) in claims_mod.METRICS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "study",
-        nargs="?",
-        metavar="STUDY",
+        "study", nargs="?", metavar="STUDY",
         help="a study name (see --list) or the path of a study file",
-    )
+    )  # fmt: skip
     parser.add_argument("--list", action="store_true", help="list the studies and their claims")
     parser.add_argument(
-        "--reduced",
-        action="store_true",
+        "--reduced", action="store_true",
         help="the sweep's reduced runs: a "
         "size a CPU finishes (the study file says what that changes)",
-    )
+    )  # fmt: skip
     add_store_argument(
         parser, default=None,
         default_text="results/SWEEP, results/SWEEP-reduced with --reduced",
     )  # fmt: skip
     parser.add_argument(
-        "--dry-run",
-        action="store_true",
+        "--dry-run", action="store_true",
         help="start no run: list the runs and whether the store holds them, then check the "
         "claims on what it holds",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--retry-failed",
-        action="store_true",
+        "--retry-failed", action="store_true",
         help="rerun runs whose newest result failed, ran out of memory or timed out",
-    )
+    )  # fmt: skip
     add_rounds_arguments(parser)
     many_runs.add_windows_arguments(
-        parser,
-        " (default with --reduced for a study whose claims are backend ratios)",
+        parser, " (default with --reduced for a study whose claims are backend ratios)",
         with_precision=False,
-    )
+    )  # fmt: skip
     add_settings(
-        parser,
-        PRECISION_SETTINGS,
+        parser, PRECISION_SETTINGS,
         words={"unit": "each run's steps", "limit": "the run's epochs or steps"},
-    )
+    )  # fmt: skip
     add_baseline_argument(parser, "the first backend; for the sweep's closing tables")
     add_quality_arguments(parser)
     parser.set_defaults(handler=command_reproduce)
@@ -120,13 +112,11 @@ def add_command(commands) -> None:
 def add_rounds_arguments(parser: argparse.ArgumentParser) -> None:
     """``--repeats`` and ``--ratio-precision``, as reproduce takes them."""
     add_repeats_argument(
-        parser,
-        "the study's sweep",
-        default=None,
+        parser, "the study's sweep", default=None,
         default_text=f"the sweep file's repeats, and at least {claims_mod.ROUNDS_NEEDED}: the "
         "fewest rounds whose per-round ratios give a 95%% interval; with fewer every ratio "
         "verdict is inconclusive",
-    )
+    )  # fmt: skip
     add_ratio_precision_argument(
         parser,
         "stop adding rounds once every claim's per-round ratio has a 95%% interval "
@@ -228,12 +218,9 @@ def run_sweep(study, sweep: Sweep, store: Path, args: argparse.Namespace) -> int
     """Run the sweep (or show it, with --dry-run); with --ratio-precision round by round,
     stopping once every claim's interval is that precise."""
     options = many_runs.SweepOptions(
-        dry_run=args.dry_run,
-        retry_failed=args.retry_failed,
-        busy_threshold=args.busy_threshold,
-        wait_quiet_s=args.wait_quiet,
-        baseline=args.baseline,
-    )
+        dry_run=args.dry_run, retry_failed=args.retry_failed, busy_threshold=args.busy_threshold,
+        wait_quiet_s=args.wait_quiet, baseline=args.baseline,
+    )  # fmt: skip
     if args.ratio_precision is None or args.dry_run or sweep.windows is not None:
         return many_runs.show_sweep(sweep, store, options)
     status, rounds = 0, reproduce.rounds_of(sweep)

@@ -50,13 +50,9 @@ from kbench_models import MODELS
 log = logging.getLogger("kbench")
 
 DEMO_SETTINGS = dict(
-    dataset="fashion_mnist",
-    epochs=2,
-    batch_size=64,
-    warmup_steps=10,
-    train_samples=12000,
+    dataset="fashion_mnist", epochs=2, batch_size=64, warmup_steps=10, train_samples=12000,
     test_samples=2000,
-)
+)  # fmt: skip
 # What kbench run trains or infers, and on which data: its settings' own flags.
 WORKLOAD_SETTINGS = (
     "dataset", "data_dir", "train_samples", "test_samples", "input_shape", "num_classes",
@@ -76,8 +72,7 @@ def add_commands(commands) -> None:
 
 def add_run_command(commands) -> None:
     run = commands.add_parser(
-        "run",
-        help="train models on backends, one process per run",
+        "run", help="train models on backends, one process per run",
         description="Train each --model under each --backend, one after another, each in a "
         "fresh worker process with its own KERAS_HOME; several backends are compared in "
         "warm interleaved windows instead (see --window). Throughput counts only the steps "
@@ -85,21 +80,17 @@ def add_run_command(commands) -> None:
         "if a run failed, ran out of memory or timed out (not for a mode this machine cannot "
         "run, recorded as unsupported), 2 on bad input. kbench.run() in Python plans the "
         "same runs with the same defaults.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     add_backend_argument(run, list(BACKENDS), required=True, again=AGAIN_WITH_REPEATS)
     add_model_argument(
-        run,
-        list(MODELS),
-        default=[studies_rounds.DEFAULT_MODEL],
-        default_text=f"default: {studies_rounds.DEFAULT_MODEL}",
-        again=AGAIN_WITH_REPEATS,
+        run, list(MODELS), default=[studies_rounds.DEFAULT_MODEL],
+        default_text=f"default: {studies_rounds.DEFAULT_MODEL}", again=AGAIN_WITH_REPEATS,
         own="or your own model: path/to/file.py:build (or package.module:build), a function "
         "build(input_shape, num_classes) returning a Keras model (see examples/my_model.py), "
         "or a Keras 3 saved model path/to/model.keras (its saved weights on tensorflow, jax "
         "and torch)",
-    )
+    )  # fmt: skip
     add_settings(run, WORKLOAD_SETTINGS)
     add_round_arguments(run)
     add_settings(run, MEMORY_SETTINGS + SWITCH_SETTINGS)
@@ -139,13 +130,12 @@ def add_round_arguments(run) -> None:
 
 def add_demo_command(commands) -> None:
     demo = commands.add_parser(
-        "demo",
-        help="MLP and small CNN on Fashion-MNIST across every runnable backend",
+        "demo", help="MLP and small CNN on Fashion-MNIST across every runnable backend",
         description="The main job on an embedded default: MLP and small CNN trained for "
         f"{DEMO_SETTINGS['epochs']} epochs on {DEMO_SETTINGS['train_samples']} Fashion-MNIST "
         "images (synthetic images of the same shape if the real files are absent, and said "
         "so) under every backend whose environment exists, then a comparison table.",
-    )
+    )  # fmt: skip
     add_backend_argument(demo, list(BACKENDS), default_text="default: every runnable one")
     add_output_arguments(demo)
     demo.set_defaults(handler=command_demo)
@@ -153,14 +143,13 @@ def add_demo_command(commands) -> None:
 
 def add_max_batch_command(commands) -> None:
     max_batch = commands.add_parser(
-        "max-batch",
-        help="the largest batch that trains without running out of memory",
+        "max-batch", help="the largest batch that trains without running out of memory",
         description="Doubling from --start, then bisection: each probe trains a few steps on "
         "synthetic data in a fresh worker process (recorded in --store like any run). A "
         "batch does not fit when the run ends 'oom' or the worker is killed by SIGKILL. On a "
         "machine without a GPU the probes use host memory: keep --limit within what the "
         "machine can spare.",
-    )
+    )  # fmt: skip
     add_backend_argument(max_batch, list(BACKENDS), required=True, single=True)
     add_model_argument(max_batch, list(MODELS), single=True)
     max_batch.add_argument("--start", type=int, default=1, help="first batch tried (default: 1)")
@@ -168,11 +157,9 @@ def add_max_batch_command(commands) -> None:
         "--limit", type=int, default=4096, help="largest batch tried (default: 4096)"
     )
     add_settings(
-        max_batch,
-        ["steps", "input_shape"],
-        defaults={"steps": 2},
+        max_batch, ["steps", "input_shape"], defaults={"steps": 2},
         helps={"steps": "measured steps per probe", "input_shape": "the probes' input"},
-    )
+    )  # fmt: skip
     add_settings(max_batch, MEMORY_SETTINGS)
     add_output_arguments(max_batch, inter_op=True)
     max_batch.set_defaults(handler=command_max_batch)
@@ -180,8 +167,7 @@ def add_max_batch_command(commands) -> None:
 
 def add_parity_command(commands) -> None:
     parity = commands.add_parser(
-        "parity",
-        help="prove the backends compute the same thing (same weights, same batches)",
+        "parity", help="prove the backends compute the same thing (same weights, same batches)",
         description="For each model the first backend (the reference, a Keras backend) builds "
         "it and exports its initial weights; every other backend, torch-native included, "
         "loads them, computes the outputs of one batch, and trains --steps steps of plain "
@@ -196,7 +182,7 @@ def add_parity_command(commands) -> None:
         "losses drift is what rounding alone does to this model (deep BatchNorm networks "
         "amplify it a thousandfold per step). Known differences of a backend are noted "
         "beside its numbers.",
-    )
+    )  # fmt: skip
     add_model_argument(
         parity, list(MODELS), default=list(MODELS), default_text="default: every zoo model"
     )
@@ -206,8 +192,7 @@ def add_parity_command(commands) -> None:
         "tensorflow first",
     )  # fmt: skip
     add_settings(
-        parity,
-        ["steps", "batch_size", "learning_rate", "dataset", "input_shape", "seed"],
+        parity, ["steps", "batch_size", "learning_rate", "dataset", "input_shape", "seed"],
         defaults={"steps": 3, "batch_size": 8, "dataset": "synthetic"},
         helps={
             "steps": "SGD steps compared",
@@ -220,7 +205,7 @@ def add_parity_command(commands) -> None:
             "e.g. 64x64x3 to check resnet50 faster",
         },
         words={"seeds": "weights nudged for the noise floor and synthetic data"},
-    )
+    )  # fmt: skip
     parity.add_argument("--output-atol", type=finite, default=1e-4, metavar="TOL")
     parity.add_argument("--loss-rtol", type=finite, default=1e-2, metavar="TOL")
     add_store_argument(parity)
@@ -230,11 +215,10 @@ def add_parity_command(commands) -> None:
 
 def add_env_command(commands) -> None:
     env = commands.add_parser(
-        "env",
-        help="what is installed per environment and which backends can run",
+        "env", help="what is installed per environment and which backends can run",
         description="Starts each backend the way a run would (its interpreter, KERAS_HOME, "
         "Keras import, backend check) and reports versions and devices.",
-    )
+    )  # fmt: skip
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     env.set_defaults(handler=command_env)
 
@@ -264,12 +248,9 @@ def command_run(args: argparse.Namespace) -> int:
     if plan.measure.windows:
         print(f"measuring in {plan.windows_text()}")
     results, stopped = studies_rounds.run_comparison(
-        plan,
-        args.store,
-        busy_threshold=args.busy_threshold,
-        wait_quiet_s=args.wait_quiet,
+        plan, args.store, busy_threshold=args.busy_threshold, wait_quiet_s=args.wait_quiet,
         on_progress=show_progress,
-    )
+    )  # fmt: skip
     if plan.measure.windows:
         return report_windows(results, args.store, plan, stopped)
     code = report(results, args.store, plan.baseline)
@@ -283,24 +264,16 @@ def plan_of(args: argparse.Namespace) -> studies_rounds.ComparisonPlan:
     """What ``kbench run``'s flags ask for: the comparison :func:`kbench.run` plans from
     the same arguments (:func:`kbench.studies.rounds.plan_comparison`)."""
     return studies_rounds.plan_comparison(
-        args.backend,
-        args.model,
-        repeats=args.repeats,
-        warm=args.warm,
-        baseline=args.baseline,
-        ratio_precision=args.ratio_precision,
-        ratio_budget_s=args.ratio_budget_s,
-        check_parity=args.parity_check,
-        **settings_of(args),
-    )
+        args.backend, args.model, repeats=args.repeats, warm=args.warm, baseline=args.baseline,
+        ratio_precision=args.ratio_precision, ratio_budget_s=args.ratio_budget_s,
+        check_parity=args.parity_check, **settings_of(args),
+    )  # fmt: skip
 
 
 def report_windows(
-    results: List[RunResult],
-    output_dir: Path,
-    plan: studies_rounds.ComparisonPlan,
+    results: List[RunResult], output_dir: Path, plan: studies_rounds.ComparisonPlan,
     stopped: Optional[str],
-) -> int:
+) -> int:  # fmt: skip
     """The end of a comparison in warm windows: the comparison (its per-round ratios and
     their intervals), the windows per backend, how they measured and why they stopped."""
     counted = [r for r in results if not r.superseded]  # (none: measured just now)
@@ -341,10 +314,8 @@ def command_max_batch(args: argparse.Namespace) -> int:
     if found.first_failure is None:
         print(f"\n{label}: every batch up to the limit {args.limit} fits (raise --limit)")
     else:
-        print(
-            f"\n{label}: largest batch that fits: {found.largest_fit} "
-            f"({found.first_failure} does not)"
-        )
+        print(f"\n{label}: largest batch that fits: {found.largest_fit} "
+              f"({found.first_failure} does not)")  # fmt: skip
     return 0
 
 
@@ -373,10 +344,9 @@ def command_parity(args: argparse.Namespace) -> int:
     for note in sorted({note for r in rows for note in r.notes}):
         backends = sorted({r.backend for r in rows if note in r.notes})
         print(f"note ({', '.join(backends)}): {note}")
-    print(
-        f"\nTolerance: {tolerance.describe()}; {args.steps} SGD steps, batch {args.batch_size}, "
-        f"learning rate {args.learning_rate:g}, {args.dataset} data."
-    )
+    print(f"\nTolerance: {tolerance.describe()}; {args.steps} SGD steps, batch "
+          f"{args.batch_size}, learning rate {args.learning_rate:g}, {args.dataset} "
+          "data.")  # fmt: skip
     failed = [r for r in rows if not r.passed]
     if failed:
         print(f"{len(failed)} of {len(rows)} backend/model pairs do not match.")
@@ -396,24 +366,18 @@ def command_demo(args: argparse.Namespace) -> int:
             f"no backend can run: create the environments with {environments.SETUP_SCRIPT}"
         )
 
-    def configs(dataset: str) -> List[RunConfig]:
-        settings = dict(DEMO_SETTINGS, dataset=dataset)
-        return [
-            RunConfig(backend=b, model=m, **settings_of(args), **settings)
-            for m in ("mlp", "small_cnn")
-            for b in backends
-        ]
+    def run(dataset: str) -> List[RunResult]:
+        settings = dict(settings_of(args), **dict(DEMO_SETTINGS, dataset=dataset))
+        configs = [RunConfig(backend=b, model=m, **settings) for m in ("mlp", "small_cnn")
+                   for b in backends]  # fmt: skip
+        return studies_rounds.run_once(configs, args.store, on_progress=show_progress)
 
     try:
-        results = studies_rounds.run_once(
-            configs("fashion_mnist"), args.store, on_progress=show_progress
-        )
+        results = run("fashion_mnist")
     except DataUnavailable as err:
         log.warning("demo: Fashion-MNIST is not available (%s)", err)
         log.warning("demo: using SYNTHETIC images of the same shape; accuracy is not comparable")
-        results = studies_rounds.run_once(
-            configs("synthetic"), args.store, on_progress=show_progress
-        )
+        results = run("synthetic")
     return report(results, args.store)
 
 
@@ -422,17 +386,13 @@ def command_env(args: argparse.Namespace) -> int:
         probes = list(pool.map(environments.probe, BACKENDS))
     machine = sysinfo.machine()
     if args.json:
-        print(
-            json.dumps(
-                {"kbench": sysinfo.kbench_info(), "machine": machine, "backends": probes}, indent=2
-            )
-        )
+        found = {"kbench": sysinfo.kbench_info(), "machine": machine, "backends": probes}
+        print(json.dumps(found, indent=2))
         return 0
     gpu = machine["gpu"]
     gpus = ", ".join(d["name"] for d in gpu.get("devices", [])) or f"none ({gpu.get('reason')})"
-    print(
-        f"kbench {VERSION}  {cpu_text(machine)}, {machine['cpu_logical_cores']} cores, GPUs: {gpus}"
-    )
+    cores = machine["cpu_logical_cores"]
+    print(f"kbench {VERSION}  {cpu_text(machine)}, {cores} cores, GPUs: {gpus}")
     print(tables.environments_table(probes))
     for p in probes:
         if not p["ok"]:

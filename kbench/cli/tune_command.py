@@ -49,10 +49,9 @@ def add_command(commands) -> None:
     parser = commands.add_parser(
         "tune",
         help="each backend's fastest settings that compute the same, then the backends compared",
-        description=DESCRIPTION,
-        epilog=EXAMPLES,
+        description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     add_backend_argument(parser, list(BACKENDS), required=True)
     add_model_argument(
         parser, list(MODELS), default="mlp", single=True, default_text="default: mlp"

@@ -3,21 +3,23 @@ any process starts (messages name the flag, what was expected and received)."""
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from kbench.backends import BACKENDS
 from kbench.measure.processes import usable_cores
-from kbench.results.config import DEVICES, MAX_SECONDS, MAX_THREADS, ConfigError, check_choice
+from kbench.results.config import ConfigError, check_choice, check_setting
 
 # The backends whose processes run Keras (torch-native and mxnet-gluon do not).
 EXEC_BACKENDS: Tuple[str, ...] = tuple(name for name, spec in BACKENDS.items() if spec.runs_keras)
 # Interpreter names that the backend's own interpreter replaces at the command's start.
 PYTHON_NAMES = ("python", "python3")
 SCRIPT_DATA = "the script's own"  # data and batch: whatever the script uses
+# The fields checked as the run settings of the same names check them.
+CHECKED = ("device", "threads", "warmup_steps", "repeat", "timeout_s", "sample_interval_s",
+           "gpu_memory_fraction", "gpu_memory_growth")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,27 +52,8 @@ class ExecConfig:
         object.__setattr__(self, "command", command)
         object.__setattr__(self, "name", self.name or script_name(command))
         object.__setattr__(self, "cwd", str(Path(self.cwd or os.getcwd()).resolve()))
-        check_choice("device", self.device, DEVICES)
-        _count("threads", self.threads, 1, MAX_THREADS, optional=True)
-        _count("warmup_steps", self.warmup_steps, 0, 2**31 - 1)
-        _count("repeat", self.repeat, 0, 2**31 - 1)
-        if not _number(self.timeout_s) or not 0 < self.timeout_s <= MAX_SECONDS:
-            raise ConfigError(
-                "timeout_s",
-                f"expected a positive number of seconds up to {MAX_SECONDS:,.0f}; "
-                f"received {self.timeout_s!r}.",
-            )
-        if not _number(self.sample_interval_s) or not 0 <= self.sample_interval_s <= 60:
-            raise ConfigError(
-                "sample_interval_s",
-                f"expected seconds from 0 (off) to 60; received {self.sample_interval_s!r}.",
-            )
-        fraction = self.gpu_memory_fraction
-        if fraction is not None and (not _number(fraction) or not 0 < fraction <= 1):
-            raise ConfigError(
-                "gpu_memory_fraction",
-                f"expected a fraction of GPU memory above 0 and at most 1; received {fraction!r}.",
-            )
+        for name in CHECKED:
+            object.__setattr__(self, name, check_setting(name, getattr(self, name)))
 
     @property
     def threads_in_force(self) -> int:
@@ -83,20 +66,8 @@ class ExecConfig:
     def to_dict(self) -> Dict[str, Any]:
         """The result document's ``config``: this run's settings, plus the fields every
         reader of a result uses (``model`` is the name; data and batch are the script's)."""
-        data = asdict(self)
-        data["command"] = list(self.command)
-        return {
-            **data,
-            "model": self.name,
-            "mode": "exec",
-            "dataset": SCRIPT_DATA,
-            "batch_size": None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> ExecConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return dict(asdict(self), command=list(self.command), model=self.name, mode="exec",
+                    dataset=SCRIPT_DATA, batch_size=None)  # fmt: skip
 
 
 def script_name(command: Tuple[str, ...]) -> str:
@@ -111,14 +82,3 @@ def script_name(command: Tuple[str, ...]) -> str:
         if args[:1] == ["-c"]:
             return "python -c"
     return Path(args[0]).name if args else Path(command[0]).name
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _count(setting: str, value: Any, low: int, high: int, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(setting, f"expected an integer from {low} to {high}; received {value!r}.")

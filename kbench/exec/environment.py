@@ -1,20 +1,12 @@
 """The environment of a ``kbench exec`` child: what ``kbench run`` gives its worker
-(:func:`kbench.run.environments.process_environment`: ``KERAS_BACKEND``, a fresh
-``KERAS_HOME``, thread variables, device hiding), plus what a worker would set from
-inside and a script cannot be asked to: the frameworks' thread and GPU memory
-variables, the cores to pin to, the instrumentation's folder and events file (its
-own channel: progress is read from there, never from the script's output), and the
-run's token, by which whatever the script starts is found at the end
-(:mod:`kbench.exec.watch`).
-
-The run's own ``KERAS_HOME`` holds kbench's ``keras.json``, and a read-only view of
-the user's Keras dataset cache (:func:`link_datasets`): ``keras.datasets`` and
-``keras.utils.get_file`` find what the user downloaded before, offline too, and
-nothing is written there.
-
-Only what can be set from outside a process is set (each backend class says which
-memory variables those are); what cannot (TensorFlow's and PyTorch's memory fraction)
-is recorded as not applied, with the reason.
+(:func:`kbench.run.environments.process_environment`), plus what a worker would set
+from inside and a script cannot be asked to: the frameworks' thread and GPU memory
+variables (only those that work from outside a process, as each backend class says;
+the others are recorded as not applied, with the reason), the cores to pin to, the
+instrumentation's folder and events file (its own channel), and the run's token, by
+which whatever the script starts is found at the end (:mod:`kbench.exec.watch`). The
+run's ``KERAS_HOME`` holds a read-only view of the user's Keras dataset cache
+(:func:`link_datasets`).
 """
 
 from __future__ import annotations
@@ -34,6 +26,9 @@ from kbench.measure.keras_events import EVENTS_VARIABLE
 from kbench.run import environments
 
 SITE_DIR = Path(__file__).resolve().parent / "site"  # holds the sitecustomize.py
+# Thread counts the frameworks read from the environment (process_environment sets
+# OpenMP's and MKL's).
+THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "MXNET_CPU_WORKER_NTHREADS")
 
 
 def memory_variables(
@@ -44,17 +39,6 @@ def memory_variables(
     variables, applied = load_backend(backend).memory_variables(fraction, growth)
     applied.update(variables)
     return variables, applied
-
-
-def thread_variables(threads: int) -> Dict[str, str]:
-    """Thread counts the frameworks read from the environment (OpenMP and MKL are set
-    by process_environment)."""
-    count = str(threads)
-    return {
-        "TF_NUM_INTRAOP_THREADS": count,
-        "TF_NUM_INTEROP_THREADS": count,
-        "MXNET_CPU_WORKER_NTHREADS": count,
-    }
 
 
 def cores(threads: int) -> Optional[List[int]]:
@@ -76,11 +60,10 @@ def user_datasets() -> Path:
 
 def link_datasets(keras_home: Path, source: Optional[Path] = None) -> Optional[str]:
     """Give the run's ``KERAS_HOME`` a read-only view of the user's dataset cache:
-    ``datasets/`` is the run's own folder, each folder in the cache one of its own
-    too, and each entry below them a link to the user's. What the cache has is found
-    (offline too); what the script downloads lands in the run's folder and goes with
-    it, so the cache is never written. Returns the cache's path, or None where there
-    is none."""
+    ``datasets/`` and each folder in it are the run's own, each entry below them a link
+    to the user's, so what the cache has is found (offline too) and what the script
+    downloads lands in the run's folder, never in the cache. Returns the cache's path,
+    or None where there is none."""
     source = source or user_datasets()
     if not source.is_dir():
         return None
@@ -107,34 +90,24 @@ def child_environment(
     paths = [str(SITE_DIR), str(python_path)]
     if os.environ.get("PYTHONPATH"):  # the user's own stays, after kbench's
         paths.append(os.environ["PYTHONPATH"])
-    memory, applied = memory_variables(
-        config.backend, config.gpu_memory_fraction, config.gpu_memory_growth
-    )
-    env.update(thread_variables(config.threads_in_force), **memory)
-    env.update(
-        PYTHONPATH=os.pathsep.join(paths),
-        **{
-            EVENTS_VARIABLE: str(run_dir / "events.jsonl"),
-            instrument.WARMUP_VARIABLE: str(config.warmup_steps),
-            instrument.INSTRUMENT_VARIABLE: "1" if config.instrument else "0",
-            TOKEN_VARIABLE: uuid.uuid4().hex,
-        },
-    )
+    fraction, growth = config.gpu_memory_fraction, config.gpu_memory_growth
+    memory, applied = memory_variables(config.backend, fraction, growth)
+    env.update(dict.fromkeys(THREAD_VARIABLES, str(config.threads_in_force)), **memory)
+    env.update({
+        "PYTHONPATH": os.pathsep.join(paths), EVENTS_VARIABLE: str(run_dir / "events.jsonl"),
+        instrument.WARMUP_VARIABLE: str(config.warmup_steps), TOKEN_VARIABLE: uuid.uuid4().hex,
+        instrument.INSTRUMENT_VARIABLE: "1" if config.instrument else "0",
+    })  # fmt: skip
     pinned = cores(config.threads_in_force) if config.threads else None
     if pinned:
         env[instrument.AFFINITY_VARIABLE] = ",".join(map(str, pinned))
     recorded = environments.recorded_variables(env, config.backend)
-    for key in [*thread_variables(1), *memory, instrument.AFFINITY_VARIABLE]:
+    for key in [*THREAD_VARIABLES, *memory, instrument.AFFINITY_VARIABLE]:
         if key in env:
             recorded[key] = env[key]
-    settings = {
-        "variables": recorded,
-        "memory_options": applied,
-        "cpu_affinity": pinned,
-        "keras_datasets": (
-            f"{datasets} (read-only: links from the run's KERAS_HOME)" if datasets else None
-        ),
-    }
+    datasets = datasets and f"{datasets} (read-only: links from the run's KERAS_HOME)"
+    settings = {"variables": recorded, "memory_options": applied, "cpu_affinity": pinned,
+                "keras_datasets": datasets}  # fmt: skip
     return env, keras_json, settings
 
 

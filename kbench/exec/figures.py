@@ -3,14 +3,11 @@ where it called ``predict`` or ``evaluate``, and whether the measurement is long
 enough to mean anything.
 
 - training: :func:`kbench.measure.keras_events.summarize` over the ``fit`` batches;
-- inference only (a serving benchmark, a script that loads a model and predicts): the
-  same figures over the ``predict`` batches made outside any fit (``evaluate``'s where
-  it never predicted), each call a run of its own, the first ``--warmup-steps``
-  batches of the first call left out; under keras-mxnet, whose ``predict`` takes no
-  callbacks, each call is one step, timed from its start to its end;
-- too short: fewer than :data:`MIN_MEASURED_STEPS` measured steps give one img/s
-  with no spread worth the name: ``measurement_note`` says so and how many steps,
-  and the warmup that was cut to leave any.
+- inference only: the same figures over the ``predict`` batches made outside any fit
+  (else ``evaluate``'s), each call a run of its own; under keras-mxnet, whose
+  ``predict`` takes no callbacks, each call is one step;
+- too short: fewer than :data:`MIN_MEASURED_STEPS` measured steps give one img/s with
+  no spread worth the name: ``measurement_note`` says so.
 
 Standard library only (with :mod:`kbench.measure`): the parent reads a child's events.
 """
@@ -60,17 +57,11 @@ def inference_figures(events: List[Dict[str, Any]], warmup_steps: int) -> Option
         ends = [e for e in events if e["event"] in ("evaluate_end", "predict_end")]
         figures = summarize([*facts, *batches, *ends], warmup_steps)
         figures.update(
-            training_observed=False,
-            inference_observed=True,
-            measured_stage=stage,
-            fit_calls=0,
-            epochs=0,
-            epoch_time_s=[],
-            epoch_train_loss=[],
-            final_train_loss=None,
+            training_observed=False, inference_observed=True, measured_stage=stage, fit_calls=0,
+            epochs=0, epoch_time_s=[], epoch_train_loss=[], final_train_loss=None,
             final_train_accuracy=None,
             note=f"inference only: img/s over the {stage} batches (no fit ran)",
-        )
+        )  # fmt: skip
         figures["markers"]["fit_start"] = batches[0]["t0"]
         return figures
     return None
@@ -100,11 +91,8 @@ def short_note(observed: Dict[str, Any], warmup_steps: int) -> Optional[str]:
     if steps >= MIN_MEASURED_STEPS:
         return None
     warmup = observed.get("warmup_steps") or 0
-    cut = (
-        f"; the warmup was cut from {warmup_steps} to {warmup} step(s) to leave any"
-        if warmup < warmup_steps
-        else ""
-    )
+    cut = f"; the warmup was cut from {warmup_steps} to {warmup} step(s) to leave any"
+    cut = cut if warmup < warmup_steps else ""
     return (
         f"too short to mean much: img/s from {steps} measured step(s) (at least "
         f"{MIN_MEASURED_STEPS} give a figure with a spread){cut}. Give the script more "

@@ -1,30 +1,25 @@
 """Keras instrumentation inside a ``kbench exec`` child, with no change to the script.
 
-How it gets there: ``kbench exec`` puts ``kbench/exec/site`` first on the child's
-PYTHONPATH; Python runs its ``sitecustomize.py`` at start-up, which calls
-:func:`start`. That pins the process to the cores asked for (``KBENCH_CPU_AFFINITY``)
-and adds an import hook (a :data:`sys.meta_path` finder) that waits for the script
-to ``import keras`` (``import tensorflow`` then ``tf.keras`` too). As Keras' own
-module finishes loading, the hook wraps ``fit``, ``evaluate`` and ``predict`` where
-Keras defines them, so every model class has them:
+``site/sitecustomize.py`` (first on the child's PYTHONPATH) calls :func:`start` at
+start-up: it pins the process to the cores asked for (``KBENCH_CPU_AFFINITY``) and adds
+an import hook (a :data:`sys.meta_path` finder) that waits for ``import keras``
+(``tf.keras`` too). As Keras finishes loading, the hook wraps ``fit``, ``evaluate`` and
+``predict`` where Keras defines them, so every model class has them:
 
 - ``fit`` gets one more callback, :class:`kbench.callbacks.Throughput` (the user's
-  own callbacks stay, in their order), told the batch size and sample count from
-  the call's arguments; it times each batch and writes events to ``KBENCH_EVENTS``;
+  own stay, in their order), told the batch size and samples from the call's
+  arguments; it times each batch and writes events to ``KBENCH_EVENTS``;
 - ``evaluate`` and ``predict`` are marked (``evaluate_begin``/``_end``, with the
   call's batch size and samples where its arguments are arrays) and, where they take
-  callbacks (Keras 3), get the same callback for their batches (an inference-only
-  script is measured over them: :mod:`kbench.exec.figures`); where they take none
-  (keras-mxnet), the model's facts are written as the call begins.
+  callbacks (Keras 3), get the same callback for their batches
+  (:mod:`kbench.exec.figures`); where they take none (keras-mxnet), the model's facts
+  are written as the call begins.
 
-Calls made from inside another wrapped call (the validation ``evaluate`` that Keras 3's
-``fit`` runs) pass through untouched. For keras-mxnet 2.2.4 under Python 3.10+ the
-hook sets ``collections.Iterable`` before Keras loads, only where that import would
-otherwise fail (:func:`kbench.callbacks.prepare_keras_import`); with
-``--no-instrument`` :func:`start` sets it at once, as nothing else is done.
-
-Whatever goes wrong in here is written to the events file as an ``error`` event and
-the user's call goes on as if kbench were absent.
+Calls made from inside another wrapped call (the validation ``evaluate`` of Keras 3's
+``fit``) pass through untouched. keras-mxnet's ``collections.Iterable`` shim
+(:func:`kbench.callbacks.prepare_keras_import`) is set before Keras loads, at once with
+``--no-instrument``. Whatever goes wrong in here is written to the events file as an
+``error`` event and the user's call goes on as if kbench were absent.
 """
 
 from __future__ import annotations
@@ -80,8 +75,12 @@ def start() -> None:
             error("cpu affinity", err)
     if os.environ.get(INSTRUMENT_VARIABLE, "1") != "0":
         install()
-        return
-    try:  # --no-instrument: keras-mxnet still needs its shim to import at all
+    else:  # --no-instrument: keras-mxnet still needs its shim to import at all
+        _shim()
+
+
+def _shim() -> None:
+    try:
         from kbench.callbacks import prepare_keras_import
 
         prepare_keras_import()
@@ -148,12 +147,7 @@ class _PatchingLoader(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module) -> None:
-        try:
-            from kbench.callbacks import prepare_keras_import
-
-            prepare_keras_import()
-        except Exception as err:
-            error("keras-mxnet shim", err)
+        _shim()
         self.loader.exec_module(module)  # the user's import: its errors are theirs
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _KerasFinder)]
         try:

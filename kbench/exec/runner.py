@@ -1,15 +1,13 @@
-"""Runs the user's command once per config, each in its own process tree, and turns
-what happened into a result document (``kind: "exec"``).
+"""The result document of a script's run (``kind: "exec"``): :class:`ExecRunner` runs the
+user's command once per config, each in its own process tree; :func:`record` writes
+one from inside the user's own process (``kbench.record``).
 
 Per run: the backend's interpreter and environment (:mod:`kbench.exec.environment`),
-the command started in its own process group from the user's directory, watched by
-:mod:`kbench.exec.watch`: its output logged to ``STORE/logs/<run_id>.log`` (up to a
-limit), its epochs relayed from the events file, the sampler on the whole tree, the
-timeout enforced, everything it started stopped at the end; the store's writer lock
-held. A command that is neither ``python`` nor a program that exists is refused
-before any run starts. The status is ``ok`` for exit code 0, ``failed`` for any other
-(or a signal), ``timeout`` past ``--timeout``. Ctrl-C stops the tree; finished
-results stay.
+the command started from the user's directory and watched by :mod:`kbench.exec.watch`,
+the store's writer lock held. A command that is neither ``python`` nor a program that
+exists is refused before any run starts. The status is ``ok`` for exit code 0,
+``failed`` for any other (or a signal), ``timeout`` past ``--timeout``. Ctrl-C stops
+the tree; finished results stay.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,8 +90,14 @@ class ExecRunner:
         ended_at = outcome.ended_at  # the script's own end, not that of what it left
         events = read_events(run_dir / "events.jsonl")
         observed = observe(events, config.warmup_steps) if config.instrument else {}
-        metrics = exec_metrics(config, outcome, observed, command)
-        sampled = self._add_sampled(config, outcome, observed, metrics, started_at, ended_at)
+        metrics = exec_metrics(
+            command, config.instrument, observed, exit_code=outcome.returncode,
+            log_tail=outcome.log_tail[-20:], log=outcome.log, processes_stopped=outcome.stopped,
+        )  # fmt: skip
+        sampled = None if outcome.sampler is None else add_sampled(
+            outcome.sampler, observed, metrics, started_at, ended_at,
+            threads=config.threads, busy_threshold=self.busy_threshold,
+        )  # fmt: skip
         result = script_document(
             config.to_dict(), config.name, observed, run_id=run_id, verdict=judge(outcome, config),
             started_at=started_at, ended_at=ended_at, interpreter=str(interpreter),
@@ -104,33 +109,6 @@ class ExecRunner:
                            warnings=backend_warnings(config, observed)),
         )  # fmt: skip
         return ending.keep(result, ResultStore(self.output_dir), config.label())
-
-    def _add_sampled(
-        self,
-        config: ExecConfig,
-        outcome: ScriptOutcome,
-        observed: Dict[str, Any],
-        metrics: Dict[str, Any],
-        started_at: float,
-        ended_at: float,
-    ) -> Optional[sampler_mod.SamplerResult]:
-        """The sampler's series over the script's windows (None: nothing sampled), and
-        what it adds to ``metrics``: the tree's memory, and, where a fit was observed,
-        what else the machine did meanwhile."""
-        if outcome.sampler is None:
-            return None
-        windows = sampler_mod.windows_from_markers(
-            observed.get("markers") or {}, started_at, ended_at
-        )
-        sampled = outcome.sampler.result(windows)
-        metrics["memory"] = sampled_rss(sampled.summary) + sampled_memory(sampled.summary)
-        if observed.get("measured_stage"):
-            assessed = quality_mod.assess(
-                sampled.series, windows["measured"], config.threads, self.busy_threshold
-            )
-            if assessed is not None:
-                metrics["quality"] = assessed.to_dict()
-        return sampled
 
 
 def backend_warnings(config: ExecConfig, observed: Dict[str, Any]) -> List[str]:
@@ -156,40 +134,24 @@ def backend_warnings(config: ExecConfig, observed: Dict[str, Any]) -> List[str]:
 
 
 def script_document(
-    config: Dict[str, Any],
-    name: str,
-    observed: Dict[str, Any],
-    *,
-    run_id: str,
-    verdict: ending.Verdict = ending.OK,
-    started_at: float,
-    ended_at: float,
-    interpreter: str,
-    process_env: Dict[str, str],
-    keras_json: Dict[str, Any],
-    framework: Dict[str, Any],
-    metrics: Dict[str, Any],
-    sampled: Any,
-) -> RunResult:
-    """The result document of a script's run (``kind: exec``): a ``kbench exec`` run or
-    one that ``kbench.record`` writes from inside the user's process. ``framework``
-    names the backend (``name``) and what was set for it; what Keras reported in the
-    script (``observed``) is added."""
+    config: Dict[str, Any], name: str, observed: Dict[str, Any], *, run_id: str,
+    verdict: ending.Verdict = ending.OK, started_at: float, ended_at: float, interpreter: str,
+    process_env: Dict[str, str], keras_json: Dict[str, Any], framework: Dict[str, Any],
+    metrics: Dict[str, Any], sampled: Any,
+) -> RunResult:  # fmt: skip
+    """The result document of a script's run, ``kbench exec``'s or ``kbench.record``'s.
+    ``framework`` names the backend (``name``) and what was set for it; what Keras
+    reported in the script (``observed``) is added."""
     framework = dict(
-        framework,
-        keras_backend_reported=observed.get("keras_backend"),
+        framework, keras_backend_reported=observed.get("keras_backend"),
         keras_version=observed.get("keras_version"),
-    )
+    )  # fmt: skip
     reported = observed.get("keras_backend")
     if reported in EXEC_BACKENDS and reported != config["backend"]:
         # the script chose its backend: file its figures under the one that ran them
         config = dict(config, backend=reported, backend_requested=config["backend"])
     return ending.run_result(
-        run_id=run_id,
-        kind="exec",
-        config=config,
-        verdict=verdict,
-        started_at=started_at,
+        run_id=run_id, kind="exec", config=config, verdict=verdict, started_at=started_at,
         ended_at=ended_at,
         environment=ending.environment(interpreter, process_env, keras_json, framework),
         data={"name": SCRIPT_DATA, "source": "the user's script"},
@@ -198,33 +160,38 @@ def script_document(
             "params": observed.get("params"),
             "keras_name": observed.get("model_name"),
         },
-        metrics=metrics,
-        sampler=sampled.to_dict() if sampled else None,
-    )
+        metrics=metrics, sampler=sampled.to_dict() if sampled else None,
+    )  # fmt: skip
 
 
-def sampled_rss(summary: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The script tree's peak resident memory, as the sampler saw it (a worker reads
-    its own getrusage peak; a script's tree is read from outside)."""
-    peak = (summary.get("run") or {}).get("process_rss_bytes", {}).get("max")
-    if peak is None:
-        return []
-    return [
-        {
-            "kind": "process_peak_rss",
-            "bytes": int(peak),
-            "device": "host",
-            "source": "the largest sampled RSS of the script's process tree (psutil)",
-        }
-    ]
+def add_sampled(
+    sampler: Any, observed: Dict[str, Any], metrics: Dict[str, Any], started_at: float,
+    ended_at: float, threads: Optional[int] = None, busy_threshold: Optional[float] = None,
+) -> sampler_mod.SamplerResult:  # fmt: skip
+    """The sampler's series over the script's windows, and what it adds to ``metrics``:
+    the tree's memory (its peak RSS read from outside, as a worker reads its own
+    getrusage peak), and with ``busy_threshold``, where a stage was measured, what else
+    the machine did meanwhile."""
+    windows = sampler_mod.windows_from_markers(observed.get("markers") or {}, started_at, ended_at)
+    sampled = sampler.result(windows)
+    peak = (sampled.summary.get("run") or {}).get("process_rss_bytes", {}).get("max")
+    rss = [] if peak is None else [
+        {"kind": "process_peak_rss", "bytes": int(peak), "device": "host",
+         "source": "the largest sampled RSS of the script's process tree (psutil)"}
+    ]  # fmt: skip
+    metrics["memory"] = rss + sampled_memory(sampled.summary)
+    if busy_threshold is not None and observed.get("measured_stage"):
+        assessed = quality_mod.assess(sampled.series, windows["measured"], threads, busy_threshold)
+        if assessed is not None:
+            metrics["quality"] = assessed.to_dict()
+    return sampled
 
 
 def judge(outcome: ScriptOutcome, config: ExecConfig) -> ending.Verdict:
-    """How the command ended, from its exit alone: a script writes no reply, so exit
-    code 0 is ``ok`` and any other (or a signal) is ``failed``, with the exception
-    line of the last traceback it printed as the reason (else its last line: JAX and
-    Keras print notes after the error) (``kbench run``'s workers are judged by their
-    reply too: :func:`kbench.run.engine.judge`)."""
+    """How the command ended, from its exit alone (a script writes no reply): code 0 is
+    ``ok``, any other (or a signal) ``failed``, with the exception line of the last
+    traceback it printed as the reason (else its last line: JAX and Keras print notes
+    after the error)."""
     if outcome.timed_out:
         return ending.timed_out(
             f"the command ran past the {config.timeout_s:g} s timeout; its process tree was killed",
@@ -242,32 +209,24 @@ def judge(outcome: ScriptOutcome, config: ExecConfig) -> ending.Verdict:
 
 
 def exec_metrics(
-    config: ExecConfig, outcome: ScriptOutcome, observed: Dict[str, Any], command: List[str]
+    command: List[str], instrumented: bool, observed: Dict[str, Any], **process: Any
 ) -> Dict[str, Any]:
-    """The command's exit and the instrumentation's figures, in the units and names
-    of ``kbench run``'s training metrics where they mean the same; how much the
-    script printed (``log``: where its log was cut) and what it left running."""
+    """The command and how its process ended (``process``: its exit code, log tail, how
+    much it printed and where its log was cut, what it left running), then the
+    instrumentation's figures, in the units and names of ``kbench run``'s training
+    metrics where they mean the same."""
     metrics: Dict[str, Any] = {
-        "command": command,
-        "exit_code": outcome.returncode,
-        "log_tail": outcome.log_tail[-20:],
-        "log": outcome.log,
-        "processes_stopped": outcome.stopped,
-        "instrumented": config.instrument,
-        "images_per_sec": None,
-        "test_accuracy": None,
-        "memory": [],
-    }
-    if not config.instrument:
-        metrics["note"] = "--no-instrument: process figures only"
-        return metrics
+        "command": command, **process, "instrumented": instrumented,
+        "images_per_sec": None, "test_accuracy": None, "memory": [],
+    }  # fmt: skip
+    if not instrumented:
+        return dict(metrics, note="--no-instrument: process figures only")
     return {**metrics, **training_metrics(observed)}
 
 
 def training_metrics(observed: Dict[str, Any]) -> Dict[str, Any]:
-    """The instrumentation's figures (:func:`kbench.exec.figures.observe`: training,
-    else inference) as result metrics; a note where the script neither trained nor
-    predicted."""
+    """The instrumentation's figures (:func:`kbench.exec.figures.observe`) as result
+    metrics; a note where the script neither trained nor predicted."""
     if not observed.get("measured_stage"):
         return {
             "note": NO_TRAINING,
@@ -325,3 +284,67 @@ def cannot_start(command: Sequence[str], err: OSError) -> str:
         f"({err.strerror or err}). Make it executable with a #! line (chmod +x), or run "
         "it through its interpreter: kbench exec -b jax -- python train.py, or -- bash run.sh"
     )
+
+
+def record(
+    store: Any = "results", name: Optional[str] = None, *, throughput: Any = None,
+    events: Optional[List[Dict[str, Any]]] = None, sampling: Any = None,
+    backend: Optional[str] = None, warmup_steps: Optional[int] = None, repeat: int = 0,
+) -> Path:  # fmt: skip
+    """``kbench.record(...)``: write into ``store`` the result document ``kbench exec``
+    would have written for this process (as :mod:`kbench.callbacks` shows), and return
+    its path.
+
+    Args:
+        store: the results store (a directory; created if needed).
+        name: what tables call the run (default: the script's file name).
+        throughput: a :class:`kbench.callbacks.Throughput` that watched the fits; or
+        events: the events such a callback wrote (from ``KBENCH_EVENTS`` files).
+        sampling: a finished ``kbench.measure.sample()`` block, for CPU, memory and
+            GPU series; without it the document has no sampler section.
+        backend: default the backend Keras reported, else ``KERAS_BACKEND``.
+        warmup_steps: default the callback's own, else 5.
+        repeat: which round this is, when you record several runs of one setting.
+
+    Raises :class:`ConfigError` without events or a backend.
+    """
+    if throughput is not None:
+        events = throughput.events
+        warmup_steps = throughput.warmup_steps if warmup_steps is None else warmup_steps
+    if events is None:
+        raise ConfigError(
+            "throughput",
+            "expected the Throughput callback that watched your fit (throughput=...) or "
+            "its events (events=...); received neither.",
+        )
+    warmup = 5 if warmup_steps is None else warmup_steps
+    observed = observe(list(events), warmup)
+    backend = backend or observed.get("keras_backend") or os.environ.get("KERAS_BACKEND")
+    if backend is None:
+        raise ConfigError(
+            "backend", "expected backend=...: no fit reported one and KERAS_BACKEND is unset."
+        )
+    config = ExecConfig(
+        backend=backend, command=tuple([sys.executable, *sys.argv]), name=name, repeat=repeat,
+        warmup_steps=warmup, sample_interval_s=getattr(sampling, "interval_s", 0.0),
+    )  # fmt: skip
+    times = [e["t"] for e in events if isinstance(e.get("t"), (int, float))]
+    started = getattr(sampling, "started_at", None) or (min(times) if times else time.time())
+    ended = getattr(sampling, "ended_at", None) or (max(times) if times else time.time())
+    metrics = exec_metrics(list(config.command), True, observed, exit_code=None)
+    sampled = None if sampling is None else add_sampled(sampling, observed, metrics, started, ended)
+    keras = sys.modules.get("keras")  # the backend and image data format it imported, if any
+    keras_json = {} if keras is None or not hasattr(keras, "backend") else {
+        "backend": keras.backend.backend(), "image_data_format": keras.backend.image_data_format()
+    }  # fmt: skip
+    result = script_document(
+        dict(config.to_dict(), recorded_by="kbench.record"), config.name, observed,
+        run_id=new_run_id(config), started_at=started, ended_at=ended,
+        interpreter=sys.executable,
+        process_env={k: os.environ[k] for k in ("KERAS_BACKEND",) if k in os.environ},
+        keras_json=keras_json, framework={"name": backend, "warnings": []},
+        metrics=metrics, sampled=sampled,
+    )  # fmt: skip
+    directory = check_output_dir(Path(store))
+    with writer_lock(directory):
+        return ResultStore(directory).add(result)

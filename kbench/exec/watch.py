@@ -1,20 +1,14 @@
 """The user's command, watched to its end: ``kbench exec``'s own supervision.
 
-A kbench worker is kbench's own; a user's script may print without end, print lines
-that look like kbench's progress protocol, start daemons that leave its process group
-and session, or leave a process holding its output open. So, per run:
+A user's script may print without end, print lines that look like kbench's progress
+protocol, start daemons that leave its process group and session, or leave a process
+holding its output open. So, per run:
 
-- output: read in chunks as it comes (the script never blocks on a full pipe) and
-  logged up to a limit; past it, counted and not kept: the log says where it was cut
-  and ends with the script's last lines, and the result says so (:class:`LogKeeper`).
-  The log is the raw output; where the script printed terminal controls (colours,
-  ``\r`` and backspaces of progress bars) a readable copy is kept beside it
-  (``<run_id>.txt``: each line as a terminal would have left it, colours removed),
-  and the tail is readable too. The exception line of the last traceback printed is
-  kept for the reason of a failure;
-- progress: the events file the instrumentation writes (its own channel) is read as
-  it grows, one line per epoch (:class:`EpochFeed`); the script's output is never
-  parsed, so nothing it prints can pose as, or break, an event;
+- output: read in chunks as it comes (the script never blocks on a full pipe), logged
+  up to a limit, past it counted, not kept; a readable copy beside a log that holds
+  terminal controls, and the exception line of the last traceback (:class:`LogKeeper`);
+- progress: one line per epoch from the events file the instrumentation writes, its
+  own channel (:class:`EpochFeed`): nothing the script prints can pose as an event;
 - time: the script's time ends when its own process exits (``ended_at``); the output
   reader then gets :data:`READER_GRACE_S` to finish, and is left behind after it;
 - processes: whatever the script started is stopped at the end
@@ -70,16 +64,10 @@ class ScriptOutcome(Outcome):
 
 
 def watch(
-    command: List[str],
-    env: Dict[str, str],
-    cwd: Path,
-    log_path: Path,
-    config: Any,
-    events_path: Path,
-    on_progress: Optional[Callable[[Any, Dict], None]] = None,
-    nvml: Any = None,
+    command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
+    events_path: Path, on_progress: Optional[Callable[[Any, Dict], None]] = None, nvml: Any = None,
     log_limit_bytes: int = LOG_LIMIT_BYTES,
-) -> ScriptOutcome:
+) -> ScriptOutcome:  # fmt: skip
     """Run ``command`` on the engine (:class:`kbench.run.engine.Worker`: its own process
     group and session, no channel, its output read by :class:`LogKeeper`), and stop all
     it started at the end. ``config`` needs ``label()``, ``timeout_s`` and
@@ -151,7 +139,10 @@ def stop_leftovers(root: int, token: str, seen: Seen, started: float) -> List[st
     processes seen below it, those of its session, those carrying ``token``; return
     them as ``name (pid N)``. kbench itself and its parents are never touched."""
     processes.kill_tree(root)
-    spared = {os.getpid(), *(p.pid for p in _parents())}
+    try:
+        spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    except psutil.Error:
+        spared = {os.getpid()}
     found = {proc.pid: proc for proc in seen.alive()}
     for proc in psutil.process_iter():
         if proc.pid not in spared and proc.pid not in found and _started_by(proc, root, token):
@@ -170,13 +161,6 @@ def stop_leftovers(root: int, token: str, seen: Seen, started: float) -> List[st
         log.warning("stopped %d process(es) the script left running: %s",
                     len(stopped), ", ".join(stopped))  # fmt: skip
     return stopped
-
-
-def _parents() -> List[psutil.Process]:
-    try:
-        return psutil.Process().parents()
-    except psutil.Error:
-        return []
 
 
 def _started_by(proc: psutil.Process, root: int, token: str) -> bool:
@@ -269,16 +253,13 @@ class LogKeeper:
             room = self.limit - self.kept
             if room <= 0:
                 return
-            if len(chunk) <= room:
-                self.writer.write(chunk.decode("utf-8", errors="replace"))
-                self.kept += len(chunk)
-                return
             self.writer.write(chunk[:room].decode("utf-8", errors="replace"))
-            self.kept = self.limit
-            self.writer.write(
-                f"\n[kbench: the log is cut here, after the first {self.limit:,} bytes of "
-                "the script's output; the rest was read and counted, not kept]\n"
-            )
+            self.kept += min(room, len(chunk))
+            if len(chunk) > room:
+                self.writer.write(
+                    f"\n[kbench: the log is cut here, after the first {self.limit:,} bytes of "
+                    "the script's output; the rest was read and counted, not kept]\n"
+                )
 
     def _add_to_tail(self, text: str) -> None:
         *ended, rest = text.split("\n")
@@ -303,13 +284,9 @@ class LogKeeper:
     def summary(self) -> Dict[str, Any]:
         """The result's ``metrics.log``: bytes printed and kept, where it was cut, and
         the readable copy's file name (None: the log is readable as it is)."""
-        return {
-            "printed_bytes": self.printed,
-            "kept_bytes": self.kept,
-            "limit_bytes": self.limit,
-            "cut_at_bytes": self.kept if self.cut else None,
-            "readable": self.readable_path.name if self.controls else None,
-        }
+        return {"printed_bytes": self.printed, "kept_bytes": self.kept, "limit_bytes": self.limit,
+                "cut_at_bytes": self.kept if self.cut else None,
+                "readable": self.readable_path.name if self.controls else None}  # fmt: skip
 
     def close(self) -> None:
         with self._lock:

@@ -1,18 +1,12 @@
 """Operator micro-benchmarks: ``kbench ops``.
 
-Each operation (tensor creation, activations, dot product, GEMM, flatten,
-normalization, 2-D convolution forward and backward, dense backward, an LSTM cell
-step) is defined once per framework family: through Keras 3's ``keras.ops`` for
-TensorFlow, JAX and PyTorch (:mod:`kbench.ops.keras_ops`), in plain PyTorch
-(:mod:`kbench.ops.torch_ops`) and in MXNet's ``mx.nd`` (:mod:`kbench.ops.mxnet_ops`).
-What an operation computes, its inputs at each size and its float64 numpy
-reference live in :mod:`kbench.ops.spec`, shared by all of them.
-
-Every backend runs in its own worker process (``python -m kbench.ops.worker``),
-which checks each operation at each size against the reference, then times it
-(:mod:`kbench.ops.base`). :mod:`kbench.ops.runner` starts and supervises the
-workers and writes one result per backend (``kind="ops"``) to a results store;
-:mod:`kbench.views.ops` turns results into tables and figures.
+Each operation is defined once (:mod:`kbench.ops.spec`: inputs, float64 reference,
+tolerance) and implemented once per framework family: ``keras.ops`` for TensorFlow,
+JAX and PyTorch (:mod:`~kbench.ops.keras_ops`), plain PyTorch
+(:mod:`~kbench.ops.torch_ops`), MXNet's ``mx.nd`` (:mod:`~kbench.ops.mxnet_ops`). A
+worker process per backend (:mod:`~kbench.ops.worker`) checks, then times, each
+operation at each size; :mod:`~kbench.ops.runner` starts them and stores one result per
+backend (``kind="ops"``); :mod:`kbench.views.ops` draws them.
 
 Importing this package imports no framework and nothing of the parent side.
 

@@ -1,16 +1,12 @@
 """The operations through Keras 3's ``keras.ops``: one definition for TensorFlow, JAX and
-PyTorch.
+PyTorch, on whichever framework this worker's Keras was started with. What
+``keras.ops`` does not cover, waiting for the device and taking gradients (a
+persistent ``tf.GradientTape``, ``jax.vjp``, ``torch.autograd.grad``), is a few lines
+per framework in :data:`FRAMEWORK_PARTS`.
 
-Keras fixes its backend when it is imported (``KERAS_BACKEND`` and the per-run
-``KERAS_HOME``, set by the parent), so the same methods run on whichever framework
-this worker has. Two things ``keras.ops`` does not cover differ per framework, each
-a few lines in :data:`FRAMEWORK_PARTS`: waiting for the device, and taking
-gradients (``keras.ops`` has no autodiff; each framework's own is used: a
-persistent ``tf.GradientTape``, ``jax.vjp``, ``torch.autograd.grad``).
-
-Images are in the ``image_data_format`` of the backend's keras.json (NHWC unless it
-says ``channels_first``); convolution kernels are HWIO and dense kernels (in, out),
-as Keras keeps them. Imported only under Keras 3.
+Images are in the ``image_data_format`` of the backend's keras.json; convolution
+kernels are HWIO and dense kernels (in, out), as Keras keeps them. Imported only under
+Keras 3.
 """
 
 from __future__ import annotations
@@ -19,13 +15,10 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 
 import numpy as np
 
-from kbench.ops.base import OpsBackend
 from kbench.ops.spec import BN_EPSILON
+from kbench.ops.worker import OpsBackend, calling
 
 Gradients = Callable[[Callable[..., Any], Sequence[Any], Any], Callable[[], Tuple[Any, ...]]]
-
-
-# ------------------------------------------------- the per-framework parts
 
 
 def _tensorflow_sync(outputs: Any, gpu: bool) -> None:
@@ -79,9 +72,6 @@ FRAMEWORK_PARTS: Dict[str, Tuple[Callable[[Any, bool], None], Gradients]] = {
 }
 
 
-# ------------------------------------------------------- the operations
-
-
 class KerasOps(OpsBackend):
     def __init__(self, gpu: bool, dtype: str, image_data_format: str) -> None:
         super().__init__(gpu, dtype, image_data_format)
@@ -109,42 +99,22 @@ class KerasOps(OpsBackend):
         """keras.ops.convert_to_tensor(nested list)"""
         return lambda: self.ops.convert_to_tensor(x, dtype=self.dtype)
 
-    def op_sigmoid(self, x):
-        """keras.ops.sigmoid"""
-        return lambda: self.ops.sigmoid(x)
-
-    def op_relu(self, x):
-        """keras.ops.relu"""
-        return lambda: self.ops.relu(x)
-
-    def op_tanh(self, x):
-        """keras.ops.tanh"""
-        return lambda: self.ops.tanh(x)
-
-    def op_softplus(self, x):
-        """keras.ops.softplus"""
-        return lambda: self.ops.softplus(x)
-
-    def op_softsign(self, x):
-        """keras.ops.softsign"""
-        return lambda: self.ops.softsign(x)
-
-    def op_dot(self, x, y):
-        """keras.ops.dot (vectors)"""
-        return lambda: self.ops.dot(x, y)
-
-    def op_gemm(self, a, b):
-        """keras.ops.matmul"""
-        return lambda: self.ops.matmul(a, b)
+    op_sigmoid = calling("ops.sigmoid", "keras.ops.sigmoid")
+    op_relu = calling("ops.relu", "keras.ops.relu")
+    op_tanh = calling("ops.tanh", "keras.ops.tanh")
+    op_softplus = calling("ops.softplus", "keras.ops.softplus")
+    op_softsign = calling("ops.softsign", "keras.ops.softsign")
+    op_dot = calling("ops.dot", "keras.ops.dot (vectors)")
+    op_gemm = calling("ops.matmul", "keras.ops.matmul")
 
     def op_flatten(self, x):
         """keras.ops.reshape(x, (batch, -1)), as keras.layers.Flatten"""
         shape = (x.shape[0], -1)
         return lambda: self.ops.reshape(x, shape)
 
-    def op_l2_normalize(self, x):
-        """keras.ops.normalize(x, axis=-1, order=2)"""
-        return lambda: self.ops.normalize(x, axis=-1, order=2)
+    op_l2_normalize = calling(
+        "ops.normalize", "keras.ops.normalize(x, axis=-1, order=2)", axis=-1, order=2
+    )
 
     def op_batch_norm(self, x, gamma, beta):
         """keras.ops.moments over the batch, then keras.ops.batch_normalization"""

@@ -15,8 +15,8 @@ import numpy as np
 
 from kbench.backends.base import Backend
 from kbench.backends.keras_mxnet import KerasMXNetBackend
-from kbench.ops.base import OpsBackend
 from kbench.ops.spec import BN_EPSILON, CONV_KERNEL
+from kbench.ops.worker import OpsBackend, calling
 
 
 class MXNetRuntime(KerasMXNetBackend):
@@ -78,41 +78,19 @@ class MXNetOps(OpsBackend):
         """mx.nd.array(nested list, ctx=..., dtype=...)"""
         return lambda: self.nd.array(x, ctx=self.ctx, dtype=self.dtype)
 
-    def op_sigmoid(self, x):
-        """mx.nd.sigmoid"""
-        return lambda: self.nd.sigmoid(x)
-
-    def op_relu(self, x):
-        """mx.nd.relu"""
-        return lambda: self.nd.relu(x)
-
-    def op_tanh(self, x):
-        """mx.nd.tanh"""
-        return lambda: self.nd.tanh(x)
-
-    def op_softplus(self, x):
-        """mx.nd.Activation(act_type='softrelu')"""
-        return lambda: self.nd.Activation(x, act_type="softrelu")
-
-    def op_softsign(self, x):
-        """mx.nd.softsign"""
-        return lambda: self.nd.softsign(x)
-
-    def op_dot(self, x, y):
-        """mx.nd.dot (vectors)"""
-        return lambda: self.nd.dot(x, y)
-
-    def op_gemm(self, a, b):
-        """mx.nd.dot (matrices)"""
-        return lambda: self.nd.dot(a, b)
-
-    def op_flatten(self, x):
-        """mx.nd.flatten"""
-        return lambda: self.nd.flatten(x)
-
-    def op_l2_normalize(self, x):
-        """mx.nd.L2Normalization(mode='instance')"""
-        return lambda: self.nd.L2Normalization(x, mode="instance")
+    op_sigmoid = calling("nd.sigmoid", "mx.nd.sigmoid")
+    op_relu = calling("nd.relu", "mx.nd.relu")
+    op_tanh = calling("nd.tanh", "mx.nd.tanh")
+    op_softplus = calling(
+        "nd.Activation", "mx.nd.Activation(act_type='softrelu')", act_type="softrelu"
+    )
+    op_softsign = calling("nd.softsign", "mx.nd.softsign")
+    op_dot = calling("nd.dot", "mx.nd.dot (vectors)")
+    op_gemm = calling("nd.dot", "mx.nd.dot (matrices)")
+    op_flatten = calling("nd.flatten", "mx.nd.flatten")
+    op_l2_normalize = calling(
+        "nd.L2Normalization", "mx.nd.L2Normalization(mode='instance')", mode="instance"
+    )
 
     def op_batch_norm(self, x, gamma, beta):
         """mx.nd.BatchNorm(fix_gamma=False) in autograd.train_mode"""

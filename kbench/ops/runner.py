@@ -1,18 +1,14 @@
 """The parent side of ``kbench ops``: one worker process per backend, one result each.
 
-For each backend it picks the interpreter, makes the worker's environment exactly as
-for a model run (:func:`kbench.run.environments.process_environment`: ``KERAS_BACKEND``,
-a fresh ``KERAS_HOME`` with the backend's keras.json, thread variables, ``--device
-cpu`` hiding GPUs), writes ``task.json``, and starts ``python -m kbench.ops.worker``
-under the supervision model runs get (:func:`kbench.run.engine.supervise`: own
-process group, log relayed to ``logs/<run_id>.log``, timeout, the whole group
-killed). A worker that crashes or times out becomes a ``failed`` or ``timeout``
-result that keeps the operations it finished; the next backend still runs.
+Each worker gets a model run's environment
+(:func:`kbench.run.environments.process_environment`) and supervision
+(:func:`kbench.run.engine.supervise`). A worker that crashes or times out becomes a
+``failed`` or ``timeout`` result that keeps the operations it finished; the next
+backend still runs.
 
-The result (``kind="ops"``) adds to the worker's entries the fraction of the
-machine's float32 matrix-multiply peak (:func:`kbench.measure.sysinfo.cpu_matmul_peak`)
-for every operation with a FLOP count, on the CPU; on a GPU it says no peak is
-known.
+The result (``kind="ops"``) adds to the worker's entries the fraction of the CPU's
+float32 matrix-multiply peak (:func:`kbench.measure.sysinfo.cpu_matmul_peak`) for
+every operation with a FLOP count; on a GPU it says no peak is known.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from kbench.measure.processes import usable_cores
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
 from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
 from kbench.results import ending
-from kbench.results.config import DEVICES, ConfigError, check_choice, check_precision
+from kbench.results.config import ConfigError, check_choice, check_setting
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
@@ -43,18 +39,10 @@ DEFAULT_REPEATS = 10
 DEFAULT_WARMUP = 3
 DEFAULT_MAX_MEMORY_MB = 2048.0
 DEFAULT_TIMEOUT_S = 1800.0
-
-
-def _positive_int(setting: str, value: Any, allow_zero: bool = False) -> None:
-    lowest = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        what = "a non-negative integer" if allow_zero else "a positive integer"
-        raise ConfigError(setting, f"expected {what}; received {value!r}.")
-
-
-def _positive_number(setting: str, value: Any, unit: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(setting, f"expected a positive number of {unit}; received {value!r}.")
+# Fields checked as the run setting of the same name checks it (warmup: as its flag's).
+SETTINGS = {"device": "device", "threads": "threads", "timeout_s": "timeout_s", "seed": "seed",
+            "warmup": "warmup_steps", "target_precision": "target_precision",
+            "time_budget_s": "time_budget_s"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -62,7 +50,10 @@ class OpsConfig:
     """One backend's operator benchmark, validated on creation.
 
     ``threads`` None means every core; ``max_memory_mb`` skips an operation at a size
-    whose estimated memory is above it (:meth:`kbench.ops.spec.OpSpec.estimated_bytes`).
+    whose estimated memory is above it (:meth:`kbench.ops.spec.OpSpec.estimated_bytes`);
+    with ``target_precision`` or ``time_budget_s`` each operation is timed until its
+    median's 95% interval is that precise or the budget is spent, ``repeats`` being the
+    most calls (:mod:`kbench.measure.stats`).
     """
 
     backend: str
@@ -76,8 +67,6 @@ class OpsConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     seed: int = 0
     max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
-    # time each operation until its median's 95% interval is within +-target_precision
-    # or time_budget_s is spent; repeats is then the most calls (kbench.measure.stats)
     target_precision: Optional[float] = None
     time_budget_s: Optional[float] = None
 
@@ -92,25 +81,16 @@ class OpsConfig:
         if not self.sizes:
             raise ConfigError("sizes", "expected one or more positive integers; received none.")
         for size in self.sizes:
-            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise ConfigError(
-                    "sizes", f"expected positive integers, for example 64,128; received {size!r}."
-                )
+            _positive("sizes", size, int, "positive integers, for example 64,128")
         check_choice("dtype", self.dtype, DTYPES)
-        _positive_int("repeats", self.repeats)
-        _positive_int("warmup", self.warmup, allow_zero=True)
-        check_choice("device", self.device, DEVICES)
-        if self.threads is not None:
-            _positive_int("threads", self.threads)
-        _positive_number("timeout_s", self.timeout_s, "seconds")
-        _positive_number("max_memory", self.max_memory_mb, "MiB")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError("seed", f"expected a non-negative integer; received {self.seed!r}.")
-        check_precision(self.target_precision, self.time_budget_s)
+        _positive("repeats", self.repeats, int, "a positive integer")
+        _positive("max_memory", self.max_memory_mb, (int, float), "a positive number of MiB")
+        for field, setting in SETTINGS.items():
+            check_setting(setting, getattr(self, field))
 
-    # What kbench.run.engine.supervise reads of a config.
-    # A coarse sampler (a reading costs about 1 ms of the parent's CPU, 0.2% at this
-    # interval) that tells whether other processes shared the CPU with a batch of calls.
+    # What kbench.run.engine.supervise reads of a config. A coarse sampler (a reading
+    # costs about 1 ms of the parent's CPU, 0.2% at this interval) that tells whether
+    # other processes shared the CPU with a batch of calls.
     sample_interval_s = 0.5
 
     @property
@@ -125,13 +105,10 @@ class OpsConfig:
         data.update(ops=list(self.ops), sizes=list(self.sizes), threads=self.threads_in_force)
         return data
 
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> OpsConfig:
-        return cls(**data)
 
-
-def new_run_id(config: OpsConfig) -> str:
-    return ending.new_run_id(config.backend, "ops")
+def _positive(setting: str, value: Any, kinds: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+        raise ConfigError(setting, f"expected {what}; received {value!r}.")
 
 
 # what an ops result's ``data`` says: every operation draws its own inputs
@@ -143,10 +120,9 @@ OPS_DATA = {
 
 
 def run_ops(
-    configs: Sequence[OpsConfig],
-    output_dir: Path,
+    configs: Sequence[OpsConfig], output_dir: Path,
     on_progress: Optional[Callable[[OpsConfig, Dict[str, Any]], None]] = None,
-) -> List[RunResult]:
+) -> List[RunResult]:  # fmt: skip
     """Run each config's worker in turn and store a result for each; only bad input
     (a missing environment, an output directory that cannot be written) raises, and
     it does so before any worker starts."""
@@ -165,36 +141,30 @@ def run_ops(
 
 
 def run_one(
-    config: OpsConfig,
-    output_dir: Path,
-    session_dir: Path,
-    python_path: Path,
+    config: OpsConfig, output_dir: Path, session_dir: Path, python_path: Path,
     on_progress: Optional[Callable[[OpsConfig, Dict[str, Any]], None]] = None,
-) -> RunResult:
+) -> RunResult:  # fmt: skip
     """One backend's worker, supervised; its result stored and returned."""
-    run_id = new_run_id(config)
+    run_id = ending.new_run_id(config.backend, "ops")
     run_dir = session_dir / run_id
     run_dir.mkdir()
-    env, recorded, keras_json = worker_environment(config, run_dir, python_path)
+    env, keras_json = environments.process_environment(
+        config.backend, run_dir, python_path, config.threads_in_force, None, config.device
+    )
+    recorded = environments.recorded_variables(env, config.backend)
+    if config.dtype == "float64":  # JAX computes in float32 unless told otherwise
+        env["JAX_ENABLE_X64"] = recorded["JAX_ENABLE_X64"] = "1"
     interpreter = environments.interpreter_for(config.backend)
     started_at = time.time()
-    task = OpsTask(
-        config=config.to_dict(),
-        image_data_format=keras_json["image_data_format"],
-        reply_path=str(run_dir / "reply.json"),
-        started_at=started_at,
-    )
+    reply_path = run_dir / "reply.json"
+    task = OpsTask(config.to_dict(), keras_json["image_data_format"], str(reply_path), started_at)
     write_json_atomic(run_dir / "task.json", task.to_dict())
     outcome = supervise(
         [str(interpreter), "-m", "kbench.ops.worker", str(run_dir / "task.json")],
-        env,
-        run_dir,
-        open_log(output_dir, run_id),  # a store that cannot take it: stop
-        config,  # duck-typed: label(), timeout_s, sample_interval_s
-        on_progress,
-    )
+        env, run_dir, open_log(output_dir, run_id),  # a store that cannot take it: stop
+        config, on_progress,  # duck-typed: label(), timeout_s, sample_interval_s
+    )  # fmt: skip
     ended_at = time.time()
-    reply_path = Path(task.reply_path)
     reply = WorkerReply.from_dict(read_json(reply_path)) if reply_path.exists() else None
     metrics = dict(reply.metrics) if reply else {}  # what finished, whatever the status
     if metrics.get("ops"):
@@ -202,34 +172,14 @@ def run_one(
         if outcome.sampler is not None:
             add_quality(metrics, outcome.sampler.result({}).series, config)
     result = ending.run_result(
-        run_id=run_id,
-        kind="ops",
-        config=config.to_dict(),
-        verdict=judge(outcome, reply, config),
-        started_at=started_at,
-        ended_at=ended_at,
+        run_id=run_id, kind="ops", config=config.to_dict(),
+        verdict=judge(outcome, reply, config), started_at=started_at, ended_at=ended_at,
         environment=ending.environment(
             interpreter, recorded, keras_json, reply.framework if reply else {}
         ),
-        data=dict(OPS_DATA, seed=config.seed),
-        metrics=metrics,
-    )
+        data=dict(OPS_DATA, seed=config.seed), metrics=metrics,
+    )  # fmt: skip
     return ending.keep(result, ResultStore(output_dir), config.label())
-
-
-def worker_environment(
-    config: OpsConfig, run_dir: Path, python_path: Path
-) -> Tuple[Dict[str, str], Dict[str, str], Dict[str, Any]]:
-    """The worker's variables, those a result records, and its keras.json: a model
-    run's (:func:`kbench.run.environments.process_environment`), with JAX told to
-    compute in float64 where the operations are."""
-    env, keras_json = environments.process_environment(
-        config.backend, run_dir, python_path, config.threads_in_force, None, config.device
-    )
-    recorded = environments.recorded_variables(env, config.backend)
-    if config.dtype == "float64":  # JAX computes in float32 unless told otherwise
-        env["JAX_ENABLE_X64"] = recorded["JAX_ENABLE_X64"] = "1"
-    return env, recorded, keras_json
 
 
 def add_quality(metrics: Dict[str, Any], series: Dict[str, List[Any]], config: OpsConfig) -> None:
@@ -240,11 +190,8 @@ def add_quality(metrics: Dict[str, Any], series: Dict[str, List[Any]], config: O
         window = entry.pop("timed_window", None)
         found = quality.assess(series, window, config.threads, window_name="timed calls")
         if found is not None:
-            entry["quality"] = {
-                "other_share": found.other_share,
-                "samples": found.samples,
-                "flags": found.flags,
-            }
+            entry["quality"] = {"other_share": found.other_share, "samples": found.samples,
+                                "flags": found.flags}  # fmt: skip
             for flag in found.flags:
                 log.warning("%s: %s at size %s measured while %s",
                             config.label(), entry.get("op"), entry.get("size"), flag)  # fmt: skip
@@ -261,19 +208,7 @@ def add_peak_fractions(metrics: Dict[str, Any], threads: int) -> None:
         return
     peak = metrics["peak"]
     for entry in rated:
-        if peak.get("available"):
-            entry["peak_fraction"] = entry["gflops_per_sec"] / peak["gflops_per_sec"]
-        else:
-            entry["peak_fraction"] = None
-
-
-def progress_line(config: OpsConfig, event: Dict[str, Any]) -> Optional[str]:
-    """One line for a worker's progress event, or None for events it does not know."""
-    if event.get("event") != "op":
-        return None
-    text = f"    {config.backend}: {event['op']} {event['size']}: {event['status']}"
-    if event.get("median_s") is not None:
-        text += f", median {event['median_s'] * 1e3:.3g} ms"
-    elif event.get("reason"):
-        text += f" ({event['reason']})"
-    return text
+        available = peak.get("available")
+        entry["peak_fraction"] = (
+            entry["gflops_per_sec"] / peak["gflops_per_sec"] if available else None
+        )

@@ -1,21 +1,20 @@
 """What each benchmarked operation computes, on which inputs, and how it is checked.
 
-Standard library and numpy only: this module is imported by the parent and by the
-workers of every environment (numpy 2 under Keras 3, numpy 1.23 under MXNet).
+Standard library and numpy only: the parent and the workers of every environment
+import it (numpy 2 under Keras 3, numpy 1.23 under MXNet).
 
-An operation's **size** ``n`` is one number per point of a sweep; what it means
-depends on the operation (``OpSpec.size_meaning``): the side of the ``n x n``
-matrices for GEMM, the elementwise ops and the normalizations, the side of the
-square images for the convolutions, the hidden units for the LSTM cell. One ``n``
-thus gives every operation inputs of about ``n*n`` numbers (the convolutions 64
-times as many), so a sweep over ``n`` reads the same way for all of them.
+An operation's **size** ``n`` (``OpSpec.size_meaning``) is the side of the ``n x n``
+matrices for GEMM, the elementwise ops and the normalizations, the side of the square
+images for the convolutions, the hidden units for the LSTM cell: every operation gets
+inputs of about ``n*n`` numbers (the convolutions 64 times as many), so a sweep over
+``n`` reads the same way for all of them.
 
 Inputs are drawn from ``numpy.random.default_rng([seed, crc32(op), n])`` in float64,
 rounded to the benchmark's dtype, and the reference is computed in float64 from the
-rounded values: a backend's difference from the reference is its own arithmetic,
-never the rounding of its inputs. Images are NHWC, convolution kernels HWIO and
-dense kernels (in, out) here; a backend that takes other layouts converts inputs
-before and outputs after the timed call (:class:`kbench.ops.base.OpsBackend`).
+rounded values: a backend's difference from it is its own arithmetic, never the
+rounding of its inputs. Layouts here are NHWC images, HWIO convolution kernels and
+(in, out) dense kernels; a backend converts to its own outside the timed call
+(:class:`kbench.ops.worker.OpsBackend`).
 
 **Tolerance.** Each output must be within ``rtol * scale`` of the reference at
 every element, where ``scale`` is the largest magnitude of the reference output
@@ -55,8 +54,9 @@ LSTM_BATCH = 32
 FLATTEN_MIDDLE = 8
 BN_EPSILON = 1e-3  # Keras' BatchNormalization default, used by every backend here
 
-# Roles of an operand: how a backend receives it (see kbench.ops.base.OpsBackend).
-ROLES = ("array", "image", "conv_kernel", "dense_kernel", "host", "list")
+# Roles of an operand, how a backend receives it (kbench.ops.worker.OpsBackend): array,
+# image, conv_kernel, dense_kernel (each in the backend's layout), host (the numpy
+# array), list (nested lists).
 
 
 @dataclass(frozen=True)
@@ -138,13 +138,9 @@ class OpSpec:
 
 
 def check(
-    spec: OpSpec,
-    n: int,
-    dtype: str,
-    gpu: bool,
-    inputs: Dict[str, Any],
+    spec: OpSpec, n: int, dtype: str, gpu: bool, inputs: Dict[str, Any],
     outputs: Sequence[np.ndarray],
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """Compare a backend's outputs (host arrays, canonical layouts) with the reference.
 
     Returns ``max_abs_diff`` and ``tolerance`` of the output that is furthest from
@@ -192,9 +188,6 @@ def check(
     if reasons:
         result["reason"] = "; ".join(reasons)
     return result
-
-
-# ------------------------------------------------------------------ references
 
 
 def _sigmoid(x):
@@ -265,184 +258,95 @@ def _conv_flops(n: int) -> int:
 SQUARE = "x is n x n"
 ACTIVATION_LAW = dict(std=3.0)  # reaches the saturating parts of each curve
 
+
+def _activation(name: str, summary: str, reference: Callable, ulps: float = 16) -> OpSpec:
+    """An elementwise activation of an ``n x n`` input."""
+    return OpSpec(name, summary, SQUARE, lambda n: _square(n, **ACTIVATION_LAW),
+                  lambda x: (reference(x),), ulps=ulps)  # fmt: skip
+
+
+# fmt: off
 _SPECS = [
-    OpSpec(
-        "create_numpy",
-        "a tensor on the device from a numpy array (host to device copy, if any)",
-        f"{SQUARE} (n*n numbers)",
-        lambda n: _square(n, "host"),
-        lambda x: (x,),
-        ulps=0,
-    ),
-    OpSpec(
-        "create_list",
-        "a tensor on the device from a nested Python list of floats",
-        f"{SQUARE}, as a list of n lists of n floats",
-        lambda n: _square(n, "list"),
-        lambda x: (x,),
-        ulps=0,
-    ),
-    OpSpec(
-        "sigmoid",
-        "1 / (1 + exp(-x))",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (_sigmoid(x),),
-        ulps=16,
-    ),  # fmt: skip
-    OpSpec(
-        "relu",
-        "max(x, 0)",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (np.maximum(x, 0.0),),
-        ulps=0,
-    ),  # fmt: skip
-    OpSpec(
-        "tanh",
-        "tanh(x)",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (np.tanh(x),),
-        ulps=16,
-    ),  # fmt: skip
-    OpSpec(
-        "softplus",
-        "log(1 + exp(x)) (MXNet: Activation softrelu)",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0),),
-        ulps=16,
-    ),
-    OpSpec(
-        "softsign",
-        "x / (1 + |x|)",
-        SQUARE,
-        lambda n: _square(n, **ACTIVATION_LAW),
-        lambda x: (x / (1.0 + np.abs(x)),),
-        ulps=16,
-    ),  # fmt: skip
-    OpSpec(
-        "dot",
-        "dot product of two vectors",
-        "x and y are vectors of n*n numbers",
-        lambda n: [Operand("x", (n * n,)), Operand("y", (n * n,))],
-        lambda x, y: (np.dot(x, y),),
-        reduction=lambda n: (n * n,),
-        multilinear=True,
-        flops=lambda n: 2 * n * n,
-    ),
-    OpSpec(
-        "gemm",
-        "matrix product a @ b",
-        "a and b are n x n",
-        lambda n: [Operand("a", (n, n)), Operand("b", (n, n))],
-        lambda a, b: (a @ b,),
-        reduction=lambda n: (n,),
-        multilinear=True,
-        gemm_like=True,
-        flops=lambda n: 2 * n**3,
-    ),
-    OpSpec(
-        "flatten",
-        "(batch, ...) -> (batch, features), as Keras' Flatten layer",
-        f"x is n x {FLATTEN_MIDDLE} x ceil(n/{FLATTEN_MIDDLE}), flattened to "
-        f"n x {FLATTEN_MIDDLE}*ceil(n/{FLATTEN_MIDDLE})",
-        lambda n: [Operand("x", (n, FLATTEN_MIDDLE, -(-n // FLATTEN_MIDDLE)))],
-        lambda x: (x.reshape(x.shape[0], -1),),
-        ulps=0,
-    ),
-    OpSpec(
-        "l2_normalize",
-        "each row of x divided by its L2 norm",
-        SQUARE,
-        lambda n: _square(n),
-        lambda x: (x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True)),),
-        reduction=lambda n: (n,),
-    ),
-    OpSpec(
-        "batch_norm",
-        "batch normalization forward in training mode: normalize each feature with the "
-        f"batch's mean and biased variance (epsilon {BN_EPSILON:g}), then scale by gamma "
-        "and shift by beta; moving statistics are not updated",
-        "x is n x n: a batch of n samples of n features",
-        lambda n: [
-            Operand("x", (n, n), mean=0.5),
-            Operand("gamma", (n,), mean=1.0, std=0.1),
-            Operand("beta", (n,), std=0.1),
-        ],  # fmt: skip
-        lambda x, gamma, beta: (_batch_norm(x, gamma, beta),),
-        ulps=32,
-        reduction=lambda n: (n,),
-    ),
-    OpSpec(
-        "conv2d",
-        f"2-D convolution forward, {CONV_KERNEL}x{CONV_KERNEL} kernel, stride 1, 'same' "
-        "padding, no bias",
-        f"image side: x is {CONV_BATCH} x n x n x {CONV_CHANNELS} (NHWC), kernel "
-        f"{CONV_KERNEL}x{CONV_KERNEL}, {CONV_CHANNELS} to {CONV_CHANNELS} channels",
-        lambda n: [Operand("x", _image(n), "image"), _kernel()],
-        lambda x, k: (_conv_same(x, k),),
-        outputs=(("y", "image"),),
-        reduction=lambda n: (CONV_KERNEL * CONV_KERNEL * CONV_CHANNELS,),
-        multilinear=True,
-        gemm_like=True,
-        flops=_conv_flops,
-    ),
-    OpSpec(
-        "conv2d_backward",
-        "2-D convolution backward: gradients with respect to the input and the kernel for "
-        "an upstream gradient g (the forward pass is recorded once, outside the timing)",
-        f"image side: x and g are {CONV_BATCH} x n x n x {CONV_CHANNELS} (NHWC), kernel "
-        f"{CONV_KERNEL}x{CONV_KERNEL}, {CONV_CHANNELS} to {CONV_CHANNELS} channels",
-        lambda n: [Operand("x", _image(n), "image"), _kernel(), Operand("g", _image(n), "image")],
-        _conv_same_backward,
-        outputs=(("grad_x", "image"), ("grad_k", "conv_kernel")),
-        reduction=lambda n: (CONV_KERNEL * CONV_KERNEL * CONV_CHANNELS, CONV_BATCH * n * n),
-        multilinear=True,
-        gemm_like=True,
-        flops=lambda n: 2 * _conv_flops(n),
-    ),
-    OpSpec(
-        "dense_backward",
-        "gradients of x @ w + b with respect to x, w and b for an upstream gradient g "
-        "(the forward pass is recorded once, outside the timing)",
-        "x, w and g are n x n (a batch of n samples, n to n units); b has n",
-        lambda n: [
-            Operand("x", (n, n)),
-            Operand("w", (n, n), "dense_kernel", std=n**-0.5),
-            Operand("b", (n,), std=0.1),
-            Operand("g", (n, n)),
-        ],  # fmt: skip
-        lambda x, w, b, g: (g @ w.T, x.T @ g, g.sum(axis=0)),
-        outputs=(("grad_x", "array"), ("grad_w", "dense_kernel"), ("grad_b", "array")),
-        reduction=lambda n: (n, n, n),
-        multilinear=True,
-        gemm_like=True,
-        flops=lambda n: 4 * n**3 + n * n,
-    ),
-    OpSpec(
-        "lstm_cell",
-        "one LSTM step: z = x @ w + h @ u + b; gates i, f, g, o; c' = sigmoid(f) c + "
-        "sigmoid(i) tanh(g); h' = sigmoid(o) tanh(c')",
-        f"hidden units and input features; batch {LSTM_BATCH}: x, h, c are "
-        f"{LSTM_BATCH} x n, w and u are n x 4n",
-        lambda n: [
-            Operand("x", (LSTM_BATCH, n)),
-            Operand("h", (LSTM_BATCH, n)),
-            Operand("c", (LSTM_BATCH, n)),
-            Operand("w", (n, 4 * n), "dense_kernel", std=n**-0.5),
-            Operand("u", (n, 4 * n), "dense_kernel", std=n**-0.5),
-            Operand("b", (4 * n,), std=0.1),
-        ],
-        _lstm_cell,
-        outputs=(("h", "array"), ("c", "array")),
-        ulps=16,
-        reduction=lambda n: (2 * n, 2 * n),
-        gemm_like=True,
-        flops=lambda n: 2 * LSTM_BATCH * 2 * n * 4 * n,
-    ),
+    OpSpec("create_numpy",
+           "a tensor on the device from a numpy array (host to device copy, if any)",
+           f"{SQUARE} (n*n numbers)", lambda n: _square(n, "host"), lambda x: (x,), ulps=0),
+    OpSpec("create_list", "a tensor on the device from a nested Python list of floats",
+           f"{SQUARE}, as a list of n lists of n floats", lambda n: _square(n, "list"),
+           lambda x: (x,), ulps=0),
+    _activation("sigmoid", "1 / (1 + exp(-x))", _sigmoid),
+    _activation("relu", "max(x, 0)", lambda x: np.maximum(x, 0.0), ulps=0),
+    _activation("tanh", "tanh(x)", np.tanh),
+    _activation("softplus", "log(1 + exp(x)) (MXNet: Activation softrelu)",
+                lambda x: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0)),
+    _activation("softsign", "x / (1 + |x|)", lambda x: x / (1.0 + np.abs(x))),
+    OpSpec("dot", "dot product of two vectors", "x and y are vectors of n*n numbers",
+           lambda n: [Operand("x", (n * n,)), Operand("y", (n * n,))],
+           lambda x, y: (np.dot(x, y),), reduction=lambda n: (n * n,), multilinear=True,
+           flops=lambda n: 2 * n * n),
+    OpSpec("gemm", "matrix product a @ b", "a and b are n x n",
+           lambda n: [Operand("a", (n, n)), Operand("b", (n, n))], lambda a, b: (a @ b,),
+           reduction=lambda n: (n,), multilinear=True, gemm_like=True, flops=lambda n: 2 * n**3),
+    OpSpec("flatten", "(batch, ...) -> (batch, features), as Keras' Flatten layer",
+           f"x is n x {FLATTEN_MIDDLE} x ceil(n/{FLATTEN_MIDDLE}), flattened to "
+           f"n x {FLATTEN_MIDDLE}*ceil(n/{FLATTEN_MIDDLE})",
+           lambda n: [Operand("x", (n, FLATTEN_MIDDLE, -(-n // FLATTEN_MIDDLE)))],
+           lambda x: (x.reshape(x.shape[0], -1),), ulps=0),
+    OpSpec("l2_normalize", "each row of x divided by its L2 norm", SQUARE, lambda n: _square(n),
+           lambda x: (x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True)),),
+           reduction=lambda n: (n,)),
+    OpSpec("batch_norm",
+           "batch normalization forward in training mode: normalize each feature with the "
+           f"batch's mean and biased variance (epsilon {BN_EPSILON:g}), then scale by gamma "
+           "and shift by beta; moving statistics are not updated",
+           "x is n x n: a batch of n samples of n features",
+           lambda n: [Operand("x", (n, n), mean=0.5), Operand("gamma", (n,), mean=1.0, std=0.1),
+                      Operand("beta", (n,), std=0.1)],
+           lambda x, gamma, beta: (_batch_norm(x, gamma, beta),), ulps=32,
+           reduction=lambda n: (n,)),
+    OpSpec("conv2d",
+           f"2-D convolution forward, {CONV_KERNEL}x{CONV_KERNEL} kernel, stride 1, 'same' "
+           "padding, no bias",
+           f"image side: x is {CONV_BATCH} x n x n x {CONV_CHANNELS} (NHWC), kernel "
+           f"{CONV_KERNEL}x{CONV_KERNEL}, {CONV_CHANNELS} to {CONV_CHANNELS} channels",
+           lambda n: [Operand("x", _image(n), "image"), _kernel()],
+           lambda x, k: (_conv_same(x, k),), outputs=(("y", "image"),),
+           reduction=lambda n: (CONV_KERNEL * CONV_KERNEL * CONV_CHANNELS,),
+           multilinear=True, gemm_like=True, flops=_conv_flops),
+    OpSpec("conv2d_backward",
+           "2-D convolution backward: gradients with respect to the input and the kernel for "
+           "an upstream gradient g (the forward pass is recorded once, outside the timing)",
+           f"image side: x and g are {CONV_BATCH} x n x n x {CONV_CHANNELS} (NHWC), kernel "
+           f"{CONV_KERNEL}x{CONV_KERNEL}, {CONV_CHANNELS} to {CONV_CHANNELS} channels",
+           lambda n: [Operand("x", _image(n), "image"), _kernel(),
+                      Operand("g", _image(n), "image")],
+           _conv_same_backward, outputs=(("grad_x", "image"), ("grad_k", "conv_kernel")),
+           reduction=lambda n: (CONV_KERNEL * CONV_KERNEL * CONV_CHANNELS, CONV_BATCH * n * n),
+           multilinear=True, gemm_like=True, flops=lambda n: 2 * _conv_flops(n)),
+    OpSpec("dense_backward",
+           "gradients of x @ w + b with respect to x, w and b for an upstream gradient g "
+           "(the forward pass is recorded once, outside the timing)",
+           "x, w and g are n x n (a batch of n samples, n to n units); b has n",
+           lambda n: [Operand("x", (n, n)), Operand("w", (n, n), "dense_kernel", std=n**-0.5),
+                      Operand("b", (n,), std=0.1), Operand("g", (n, n))],
+           lambda x, w, b, g: (g @ w.T, x.T @ g, g.sum(axis=0)),
+           outputs=(("grad_x", "array"), ("grad_w", "dense_kernel"), ("grad_b", "array")),
+           reduction=lambda n: (n, n, n), multilinear=True, gemm_like=True,
+           flops=lambda n: 4 * n**3 + n * n),
+    OpSpec("lstm_cell",
+           "one LSTM step: z = x @ w + h @ u + b; gates i, f, g, o; c' = sigmoid(f) c + "
+           "sigmoid(i) tanh(g); h' = sigmoid(o) tanh(c')",
+           f"hidden units and input features; batch {LSTM_BATCH}: x, h, c are "
+           f"{LSTM_BATCH} x n, w and u are n x 4n",
+           lambda n: [Operand("x", (LSTM_BATCH, n)), Operand("h", (LSTM_BATCH, n)),
+                      Operand("c", (LSTM_BATCH, n)),
+                      Operand("w", (n, 4 * n), "dense_kernel", std=n**-0.5),
+                      Operand("u", (n, 4 * n), "dense_kernel", std=n**-0.5),
+                      Operand("b", (4 * n,), std=0.1)],
+           _lstm_cell, outputs=(("h", "array"), ("c", "array")), ulps=16,
+           reduction=lambda n: (2 * n, 2 * n), gemm_like=True,
+           flops=lambda n: 2 * LSTM_BATCH * 2 * n * 4 * n),
 ]
+# fmt: on
 
 OPS: Dict[str, OpSpec] = {spec.name: spec for spec in _SPECS}
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from kbench.ops.base import OpsBackend
 from kbench.ops.spec import BN_EPSILON, CONV_KERNEL
+from kbench.ops.worker import OpsBackend, calling
 
 
 class TorchOps(OpsBackend):
@@ -62,41 +62,21 @@ class TorchOps(OpsBackend):
         """torch.tensor(nested list, dtype=..., device=...)"""
         return lambda: self.torch.tensor(x, dtype=self.torch_dtype, device=self.device)
 
-    def op_sigmoid(self, x):
-        """torch.sigmoid"""
-        return self._forward(lambda: self.torch.sigmoid(x))
-
-    def op_relu(self, x):
-        """torch.relu"""
-        return self._forward(lambda: self.torch.relu(x))
-
-    def op_tanh(self, x):
-        """torch.tanh"""
-        return self._forward(lambda: self.torch.tanh(x))
-
-    def op_softplus(self, x):
-        """torch.nn.functional.softplus"""
-        return self._forward(lambda: self.functional.softplus(x))
-
-    def op_softsign(self, x):
-        """torch.nn.functional.softsign"""
-        return self._forward(lambda: self.functional.softsign(x))
-
-    def op_dot(self, x, y):
-        """torch.dot"""
-        return self._forward(lambda: self.torch.dot(x, y))
-
-    def op_gemm(self, a, b):
-        """torch.matmul"""
-        return self._forward(lambda: self.torch.matmul(a, b))
+    op_sigmoid = calling("torch.sigmoid", "torch.sigmoid")
+    op_relu = calling("torch.relu", "torch.relu")
+    op_tanh = calling("torch.tanh", "torch.tanh")
+    op_softplus = calling("functional.softplus", "torch.nn.functional.softplus")
+    op_softsign = calling("functional.softsign", "torch.nn.functional.softsign")
+    op_dot = calling("torch.dot", "torch.dot")
+    op_gemm = calling("torch.matmul", "torch.matmul")
 
     def op_flatten(self, x):
         """torch.flatten(x, 1)"""
         return self._forward(lambda: self.torch.flatten(x, 1))
 
-    def op_l2_normalize(self, x):
-        """torch.nn.functional.normalize(x, p=2, dim=-1)"""
-        return self._forward(lambda: self.functional.normalize(x, p=2.0, dim=-1))
+    op_l2_normalize = calling(
+        "functional.normalize", "torch.nn.functional.normalize(x, p=2, dim=-1)", p=2.0, dim=-1
+    )
 
     def op_batch_norm(self, x, gamma, beta):
         """torch.nn.functional.batch_norm(training=True), no running statistics"""

@@ -1,21 +1,32 @@
-"""The child process of one backend's operator benchmark:
-``python -m kbench.ops.worker TASK_JSON``.
+"""The child process of one backend's operator benchmark (``python -m kbench.ops.worker
+TASK_JSON``): what a backend implements, and how each operation at each size is
+checked and timed.
 
-As :mod:`kbench.run.worker`, it sets nothing global: the parent chose the backend
-(``KERAS_BACKEND``), the per-run ``KERAS_HOME`` and the thread variables before this
-interpreter started. The backend's :class:`~kbench.backends.base.Backend` applies
-the thread settings and checks the framework as for a model run; then every
-operation at every size is checked and timed (:func:`kbench.ops.base.measure`),
-with a progress line each.
+A backend is an :class:`OpsBackend`: ``tensor``, ``host``, ``sync``, and one
+``op_<name>`` method per operation of :data:`kbench.ops.spec.OPS`, which receives the
+prepared inputs (device tensors in the backend's layouts; numpy arrays or lists for
+the creation ops), does any set-up that is not the operation itself (recording a
+forward pass before a backward one) and returns the function of no arguments that is
+timed; its docstring's first line says what it calls, and results record it.
 
-The reply (:class:`kbench.run.protocol.WorkerReply`) is rewritten after every operation, with
-status ``running`` until the end, so that a worker that is killed or times out
-still leaves what it measured. Imports only what runs under both environments; the
-framework comes in through the implementation module of the backend alone.
+:func:`measure` checks that function's outputs against the float64 reference (a
+mismatch is not timed), then times ``warmup`` and ``repeats`` calls, each followed by
+:meth:`OpsBackend.sync` so that the clock stops only when the device is done, with the
+garbage collector paused (as ``timeit`` does); with ``--target-precision`` /
+``--time-budget``, until :class:`kbench.measure.stats.PrecisionTracker` says stop.
+
+As :mod:`kbench.run.worker`, it sets nothing global, and its reply (status ``running``
+until the end) is rewritten after every operation, so that a worker killed or timed
+out still leaves what it measured. Standard library and numpy only (both
+environments); the framework comes in through the backend's implementation alone.
 """
 
 from __future__ import annotations
 
+import abc
+import collections
+import gc
+import hashlib
 import importlib
 import logging
 import sys
@@ -23,15 +34,30 @@ import time
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Type
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+)
+
+import numpy as np
 
 from kbench.backends.base import is_out_of_memory
 from kbench.measure.processes import watch_parent
-from kbench.measure.stats import PrecisionGoal
-from kbench.ops.base import OpsBackend, measure, summarize
-from kbench.ops.spec import OPS
+from kbench.measure.stats import PrecisionGoal, PrecisionTracker, percentiles
+from kbench.ops.spec import OPS, OpSpec, check
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run.protocol import WorkerReply, emit_progress
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbench.backends.base import Backend
 
 log = logging.getLogger("kbench.ops.worker")
 
@@ -42,6 +68,225 @@ IMPLEMENTATIONS: Dict[str, str] = {
     "torch-native": "kbench.ops.torch_ops:TorchOps",
     "mxnet": "kbench.ops.mxnet_ops:MXNetOps",
 }
+
+# Layouts: how the canonical arrays (NHWC images, HWIO conv kernels, (in, out) dense
+# kernels) become a backend's, and back (the inverse permutation).
+TO_LAYOUT: Dict[Tuple[str, str], Tuple[int, ...]] = {
+    ("image", "NCHW"): (0, 3, 1, 2),
+    ("conv_kernel", "OIHW"): (3, 2, 0, 1),
+    ("dense_kernel", "OI"): (1, 0),
+}
+FROM_LAYOUT = {key: tuple(int(i) for i in np.argsort(axes)) for key, axes in TO_LAYOUT.items()}
+CANONICAL = {"image": "NHWC", "conv_kernel": "HWIO", "dense_kernel": "IO"}
+
+
+class Unsupported(Exception):
+    """The backend cannot run this operation (or dtype); the message says why."""
+
+
+# Framework messages that mean "this operation or dtype does not exist here", not a fault.
+UNSUPPORTED_SIGNS = ("not implemented", "NotImplementedError", "only supports", "no kernel image",
+                     "Unsupported", "unsupported")  # fmt: skip
+
+
+class OpsBackend(abc.ABC):
+    """One framework's way to hold arrays, wait for its device, and run each operation."""
+
+    name: ClassVar[str] = ""
+    # Layout per operand role where the backend's operations want another than CANONICAL.
+    layouts: ClassVar[Dict[str, str]] = {}
+
+    def __init__(self, gpu: bool, dtype: str, image_data_format: str = "channels_last") -> None:
+        self.gpu = gpu
+        self.dtype = dtype
+        self.image_data_format = image_data_format
+
+    @classmethod
+    def runtime(cls, backend: str, threads: int) -> Backend:
+        """What starts the framework in this process as model runs do (threads, GPU
+        memory options, the backend check): the backend's :class:`Backend`."""
+        from kbench.backends import load_backend
+
+        return load_backend(backend)(threads=threads)
+
+    @abc.abstractmethod
+    def tensor(self, array: np.ndarray) -> Any:
+        """A device tensor holding ``array`` (set-up: not timed)."""
+
+    @abc.abstractmethod
+    def host(self, value: Any) -> np.ndarray:
+        """A tensor's values as a numpy array on the host."""
+
+    @abc.abstractmethod
+    def sync(self, outputs: Any) -> None:
+        """Return only when the device has finished computing ``outputs``."""
+
+    def _forward(self, run: Callable[[], Any]) -> Callable[[], Any]:
+        """``run`` as a forward operation is timed (torch: under ``no_grad``)."""
+        return run
+
+    def describe(self, op: str) -> Optional[str]:
+        """What the backend calls for ``op`` (its method's docstring, first line)."""
+        method = getattr(self, f"op_{op}", None)
+        doc = (method.__doc__ or "").strip() if method else ""
+        return doc.splitlines()[0] if doc else None
+
+    def prepare(self, spec: OpSpec, n: int, inputs: Dict[str, np.ndarray]) -> Dict[str, Any]:
+        """Each input as the operation receives it: a tensor in the backend's layout, or
+        the numpy array / nested list itself for ``host`` / ``list`` operands."""
+        prepared: Dict[str, Any] = {}
+        for name, role in spec.roles(n).items():
+            array = inputs[name]
+            if role == "host":
+                prepared[name] = array
+            elif role == "list":
+                prepared[name] = array.tolist()
+            else:
+                axes = TO_LAYOUT.get(self._layout(role))
+                prepared[name] = self.tensor(
+                    np.ascontiguousarray(array.transpose(axes)) if axes else array
+                )
+        return prepared
+
+    def _layout(self, role: str) -> Tuple[str, str]:
+        return role, self.layouts.get(role, CANONICAL.get(role, ""))
+
+    def host_outputs(self, spec: OpSpec, outputs: Any) -> List[np.ndarray]:
+        if not isinstance(outputs, (tuple, list)):
+            outputs = (outputs,)
+        roles = [role for _, role in spec.outputs]
+        roles += ["array"] * (len(outputs) - len(roles))
+        found = [(self.host(value), FROM_LAYOUT.get(self._layout(role)))
+                 for value, role in zip(outputs, roles)]  # fmt: skip
+        return [array.transpose(axes) if axes else array for array, axes in found]
+
+
+def calling(path: str, doc: str, **options: Any) -> Callable[..., Callable[[], Any]]:
+    """An ``op_<name>`` method whose timed call is ``self.<path>(*inputs, **options)``
+    (``path`` dotted from the backend: ``"nd.sigmoid"``), the inputs in the operation's
+    order, wrapped by :meth:`OpsBackend._forward`; ``doc``: what it calls."""
+    owner, _, name = path.partition(".")
+
+    def op(self: OpsBackend, **inputs: Any) -> Callable[[], Any]:
+        call, args = getattr(getattr(self, owner), name), tuple(inputs.values())
+        return self._forward(lambda: call(*args, **options))
+
+    op.__doc__ = doc
+    return op
+
+
+def time_calls(call: Callable[[], Any], sync: Callable[[Any], None], warmup: int,
+               repeats: int, tracker: Optional[PrecisionTracker] = None
+               ) -> List[float]:  # fmt: skip
+    """Seconds per call of ``repeats`` calls after ``warmup`` calls, each synchronized;
+    with ``tracker``, fewer once it says stop (``repeats`` is then the most calls)."""
+    for _ in range(warmup):
+        sync(call())
+    times = []
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            sync(call())
+            end = time.perf_counter()
+            times.append(end - start)
+            if tracker is not None and tracker.add(start, end):
+                break
+    finally:
+        if collecting:
+            gc.enable()
+    return times
+
+
+def digest(inputs: Dict[str, np.ndarray]) -> str:
+    """A short fingerprint of the inputs, to show that every backend had the same."""
+    sha = hashlib.sha1()
+    for name in sorted(inputs):
+        sha.update(name.encode())
+        sha.update(np.ascontiguousarray(inputs[name]).tobytes())
+    return sha.hexdigest()[:12]
+
+
+def measure(
+    backend: OpsBackend, spec: OpSpec, n: int, *, dtype: str, seed: int, warmup: int, repeats: int,
+    max_memory_bytes: Optional[float] = None, goal: Optional[PrecisionGoal] = None,
+) -> Dict[str, Any]:  # fmt: skip
+    """Check, then time, one operation at one size; never raises for the operation's
+    own failures (they become ``failed`` or ``unsupported`` entries)."""
+    entry: Dict[str, Any] = {"op": spec.name, "size": n, "shapes": spec.shapes(n), "dtype": dtype,
+                             "impl": backend.describe(spec.name), "status": "ok"}  # fmt: skip
+    estimate = spec.estimated_bytes(n, dtype)
+    if max_memory_bytes is not None and estimate > max_memory_bytes:
+        return dict(entry, status="skipped", reason=(
+            f"needs about {estimate / 2**20:,.0f} MiB, above the {max_memory_bytes / 2**20:,.0f}"
+            " MiB allowed (--max-memory)"))  # fmt: skip
+    build = getattr(backend, f"op_{spec.name}", None)
+    if build is None:
+        return dict(entry, status="unsupported",
+                    reason=f"{backend.name} has no implementation of {spec.name}")  # fmt: skip
+    stage = "set-up"
+    try:
+        inputs = spec.inputs(n, dtype, seed)
+        entry["inputs_sha1"] = digest(inputs)
+        call = build(**backend.prepare(spec, n, inputs))
+        stage = "check"
+        start = time.perf_counter()
+        outputs = call()
+        backend.sync(outputs)
+        entry["first_call_s"] = time.perf_counter() - start  # tracing, compiling, caching
+        host = backend.host_outputs(spec, outputs)
+        entry["check"] = check(spec, n, dtype, backend.gpu, inputs, host)
+        del outputs, host
+        if not entry["check"]["passed"]:
+            return dict(entry, status="mismatch", reason=_mismatch_reason(entry["check"]))
+        stage = "timing"
+        timed_from = time.time()  # wall clock, comparable with the parent's sampler
+        tracker = PrecisionTracker(goal) if goal is not None and goal.active else None
+        times = time_calls(call, backend.sync, warmup, repeats, tracker)
+        entry["timed_window"] = [timed_from, time.time()]
+        if tracker is not None:  # calls per second: the interval on 1 / time per call
+            entry["precision"] = tracker.record()
+    except Exception as err:  # an operation's failure is recorded; the next one runs
+        return dict(entry, **_failure(err, stage))
+    spread = percentiles(times)
+    entry.update(median_s=spread["p50"], p10_s=spread["p10"], p90_s=spread["p90"],
+                 mean_s=spread["mean"], n=len(times), warmup=warmup, times_s=times)  # fmt: skip
+    if spec.flops is not None:
+        flops = spec.flops(n)
+        entry.update(flops=flops, gflops_per_sec=flops / spread["p50"] / 1e9)
+    return entry
+
+
+def _mismatch_reason(result: Dict[str, Any]) -> str:
+    if "reason" in result:
+        return result["reason"]
+    where = f" ({result['output']})" if "output" in result else ""
+    return (
+        f"max |difference| from the float64 reference{where} is {result['max_abs_diff']:.3g}; "
+        f"tolerance {result['tolerance']:.3g} ({result['rtol']:.3g} x {result['relative_to']:.3g})"
+    )
+
+
+def _failure(err: BaseException, stage: str) -> Dict[str, Any]:
+    text = f"{type(err).__name__}: {err}".strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0]
+    if "Traceback" in first and len(lines) > 1:  # MXNet puts its C++ traceback first
+        first = lines[-1] if lines[-1].startswith(type(err).__name__) else f"{first} {lines[-1]}"
+    first = first[:500]
+    if isinstance(err, (Unsupported, NotImplementedError)) or any(
+        sign in text for sign in UNSUPPORTED_SIGNS
+    ):
+        return {"status": "unsupported", "reason": first, "stage": stage}
+    if is_out_of_memory(err):
+        first = f"out of memory: {first}"
+    return {"status": "failed", "reason": first, "stage": stage}
+
+
+def summarize(entries: Sequence[Dict[str, Any]]) -> Dict[str, int]:
+    """How many entries have each status."""
+    return dict(collections.Counter(entry["status"] for entry in entries))
 
 
 @dataclass(frozen=True)
@@ -56,19 +301,12 @@ class OpsTask:
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> OpsTask:
-        return cls(**data)
-
-
-def implementation(backend: str) -> Type[OpsBackend]:
-    module, name = IMPLEMENTATIONS[backend].split(":")
-    return getattr(importlib.import_module(module), name)
-
 
 def run(task: OpsTask) -> WorkerReply:
+    """Every operation at every size, checked and timed, a progress line each."""
     config = task.config
-    cls = implementation(config["backend"])
+    module, name = IMPLEMENTATIONS[config["backend"]].split(":")
+    cls: Type[OpsBackend] = getattr(importlib.import_module(module), name)
     runtime = cls.runtime(config["backend"], config["threads"])
     start = time.perf_counter()
     runtime.start(task.image_data_format, device=config["device"])
@@ -77,35 +315,25 @@ def run(task: OpsTask) -> WorkerReply:
     framework = runtime.describe()
     entries: List[Dict[str, Any]] = []
 
-    def metrics() -> Dict[str, Any]:
-        return {
-            "ops": entries,
-            "device": "gpu" if ops.gpu else "cpu",
-            "import_time_s": import_time,
-            "statuses": summarize(entries),
-        }
+    def reply(status: str) -> WorkerReply:
+        metrics = {"ops": entries, "device": "gpu" if ops.gpu else "cpu",
+                   "import_time_s": import_time, "statuses": summarize(entries)}  # fmt: skip
+        return WorkerReply(status=status, metrics=metrics, framework=framework)
 
     max_memory = config.get("max_memory_mb")
     goal = PrecisionGoal.from_config(config)  # --target-precision, --time-budget
     for name in config["ops"]:
         for n in config["sizes"]:
             entry = measure(
-                ops,
-                OPS[name],
-                n,
-                dtype=config["dtype"],
-                seed=config["seed"],
-                warmup=config["warmup"],
-                repeats=config["repeats"],
+                ops, OPS[name], n, dtype=config["dtype"], seed=config["seed"],
+                warmup=config["warmup"], repeats=config["repeats"], goal=goal,
                 max_memory_bytes=None if max_memory is None else max_memory * 2**20,
-                goal=goal,
-            )
+            )  # fmt: skip
             entries.append(entry)
             emit_progress("op", op=name, size=n, status=entry["status"],
                           median_s=entry.get("median_s"), reason=entry.get("reason"))  # fmt: skip
-            partial = WorkerReply(status="running", metrics=metrics(), framework=framework)
-            write_json_atomic(Path(task.reply_path), partial.to_dict())
-    return WorkerReply(status="ok", metrics=metrics(), framework=framework)
+            write_json_atomic(Path(task.reply_path), reply("running").to_dict())
+    return reply("ok")
 
 
 def main(argv=None) -> int:
@@ -115,23 +343,19 @@ def main(argv=None) -> int:
         log.error("usage: python -m kbench.ops.worker TASK_JSON (kbench ops writes TASK_JSON)")
         return 2
     watch_parent()  # ends within a second of kbench ops, even after kill -9
-    task = OpsTask.from_dict(read_json(Path(argv[0])))
+    task = OpsTask(**read_json(Path(argv[0])))
+    reply_path = Path(task.reply_path)
     try:
-        reply = run(task)
-        write_json_atomic(Path(task.reply_path), reply.to_dict())
+        write_json_atomic(reply_path, run(task).to_dict())
     except BaseException as err:  # noqa: B036 - every failure must reach the parent
-        reply_path = Path(task.reply_path)
         partial = read_json(reply_path) if reply_path.exists() else {}
         reply = WorkerReply(
             status="oom" if is_out_of_memory(err) else "failed",
             metrics=partial.get("metrics", {}),
             framework=partial.get("framework", {}),
-            error={
-                "type": type(err).__name__,
-                "message": str(err),
-                "traceback": traceback.format_exc(),
-            },
-        )
+            error={"type": type(err).__name__, "message": str(err),
+                   "traceback": traceback.format_exc()},
+        )  # fmt: skip
         write_json_atomic(reply_path, reply.to_dict())
         log.error("%s: %s", type(err).__name__, err)
         return 1

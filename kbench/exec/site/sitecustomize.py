@@ -6,8 +6,8 @@ kbench is imported from its own files, not through the links of the run's tempor
 import folder (the mxnet environment has no kbench installed): a traceback through
 kbench's wrapper then names a file that still exists after the run.
 
-Whatever fails here is written to the events file and the script goes on. A
-``sitecustomize`` this one shadows (the interpreter's own) is run afterwards.
+Whatever fails here is written to the events file and the script goes on; the
+interpreter's own ``sitecustomize``, which this one shadows, runs afterwards.
 """
 
 
@@ -52,14 +52,10 @@ def _kbench_start() -> None:
             import json
             import time
 
+            text = f"{type(err).__name__}: {err}"
+            event = {"event": "error", "t": time.time(), "where": "start-up", "message": text}
             with open(path, "a") as events:
-                text = f"{type(err).__name__}: {err}"
-                events.write(
-                    json.dumps(
-                        {"event": "error", "t": time.time(), "where": "start-up", "message": text}
-                    )
-                    + "\n"
-                )
+                events.write(json.dumps(event) + "\n")
 
 
 def _chain() -> None:
