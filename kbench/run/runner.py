@@ -256,36 +256,41 @@ class Runner:
             str(interpreter), environments.recorded_variables(env, first.config.backend),
             keras_json, started_at, warm=len(planned) > 1,
         )  # fmt: skip
-        worker = Worker.launch(
-            [str(interpreter), "-m", "kbench.run.worker", str(first.run_dir / "run.json")],
-            env, first.run_dir, log_path, name=first.config.label(), progress_of=first.config,
-            on_progress=self.on_progress, channel=True,
-        )  # fmt: skip
-        sampler = start_sampler(worker.pid, first.config.sample_interval_s, self.nvml)
-        served = Served(worker, sampler=sampler, warm=len(planned) > 1)
+        served = Served(None, warm=len(planned) > 1)
         kept: Dict[str, RunResult] = {}
 
         def keep_replied(run: PlannedRun) -> None:  # a warm worker's run: judged by its reply
             if run is not first:
                 shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
-            so_far = Outcome(0, False, list(worker.tail), sampler)
+            so_far = Outcome(0, False, list(served.worker.tail), served.sampler)
             ended = dataclasses.replace(context, ended_at=time.time())
             kept[run.run_id] = self._finish(run, served.verdict(run, so_far), served, ended)
 
-        try:
+        try:  # from the launch on: a SIGTERM at any point is said beside the log
+            served.worker = Worker.launch(
+                [str(interpreter), "-m", "kbench.run.worker", str(first.run_dir / "run.json")],
+                env, first.run_dir, log_path, name=first.config.label(),
+                progress_of=first.config, on_progress=self.on_progress, channel=True,
+            )  # fmt: skip
+            served.sampler = start_sampler(
+                served.worker.pid, first.config.sample_interval_s, self.nvml
+            )
             served.serve(planned, started_at, keep_replied if served.warm else None)
-            worker.close()
+            served.worker.close()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, say so, stop
-            worker.close(now=True)
+            if served.worker is not None:
+                served.worker.close(now=True)
             left = [run for run in planned if run.run_id not in kept]
             self._interrupted(left, log_path, served, context)
             raise
         except BaseException:  # a failure of kbench's own (a store that cannot take a run)
-            worker.close(now=True)
+            if served.worker is not None:
+                served.worker.close(now=True)
             raise
         finally:
-            if sampler is not None:
-                sampler.__exit__(None, None, None)
+            if served.sampler is not None:
+                served.sampler.__exit__(None, None, None)
+        worker, sampler = served.worker, served.sampler
         for run in planned[1:]:  # every run of a warm worker has the worker's whole log
             shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
         outcome = Outcome(worker.process.returncode, False, list(worker.tail), sampler)
