@@ -225,12 +225,7 @@ def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
         ax.set_xlabel("mean time per step (ms)")
         ax.set_title(title, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-    handles: Dict[str, Any] = {}
-    for ax in figure.axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    figure.legend(list(handles.values()), list(handles), loc="outside upper center",
-                  ncols=len(handles), fontsize=9, frameon=False)  # fmt: skip
+    figures.shared_legend(figure, 9)
     caption = (
         "One bar per run: the mean time per measured step of each phase, averaged over the "
         "workers (data: the worker's batch from its shard to the framework; forward; "
