@@ -204,13 +204,12 @@ def _not_number(value: Any) -> bool:
     return isinstance(value, bool) or not isinstance(value, (int, float))
 
 
+def _not_finite(value: Any) -> bool:
+    return _not_number(value) or not math.isfinite(value)
+
+
 def _positive_number(setting: str, value: Any, unit: str = "", most: Optional[float] = None) -> Any:
-    if (
-        _not_number(value)
-        or not math.isfinite(value)
-        or value <= 0
-        or (most is not None and value > most)
-    ):
+    if _not_finite(value) or value <= 0 or (most is not None and value > most):
         what = f"a positive number of {unit}" if unit else "a positive number"
         bound = f" up to {most:,.0f}" if most is not None else ""
         raise ConfigError(setting, f"expected {what}{bound} (finite); received {value!r}.")
@@ -309,11 +308,7 @@ def _check_data_dir(setting: str, path: Any) -> Any:
 
 
 def _check_sample_interval(setting: str, interval: Any) -> Any:
-    if (
-        _not_number(interval)
-        or not math.isfinite(interval)
-        or not 0 <= interval <= MAX_SAMPLE_INTERVAL_S
-    ):
+    if _not_finite(interval) or not 0 <= interval <= MAX_SAMPLE_INTERVAL_S:
         raise ConfigError(
             setting,
             f"expected a finite number of seconds up to {MAX_SAMPLE_INTERVAL_S:g}, 0 to "
@@ -334,9 +329,7 @@ def _check_memory_fraction(setting: str, fraction: Any) -> Any:
 
 
 def _check_target_precision(setting: str, target: Any) -> Any:
-    if target is not None and (
-        _not_number(target) or not math.isfinite(target) or not 0 < target < 1
-    ):
+    if target is not None and (_not_finite(target) or not 0 < target < 1):
         raise ConfigError(
             setting,
             "expected a relative half-width above 0 and below 1 (0.02: the median's 95% "

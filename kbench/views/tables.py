@@ -59,13 +59,9 @@ class Cell(str):
     detail: str
 
     def __new__(
-        cls,
-        text: str,
-        flags: Sequence[str] = (),
-        badges: Sequence[str] = (),
-        css: str = "",
+        cls, text: str, flags: Sequence[str] = (), badges: Sequence[str] = (), css: str = "",
         detail: str = "",
-    ) -> Cell:
+    ) -> Cell:  # fmt: skip
         plain = text + (f" ({detail})" if detail else "")
         cell = super().__new__(cls, f"{plain} [{'; '.join(flags)}]" if flags else plain)
         cell.text, cell.flags, cell.badges = text, tuple(flags), tuple(badges)
@@ -233,8 +229,7 @@ def _where(model: str) -> Tuple[str, str]:
     """A user model's path and function (none for a saved model)."""
     if model.endswith(".keras") or ":" not in model:
         return model, ""
-    where, _, function = model.rpartition(":")
-    return where, function
+    return model.rpartition(":")[::2]
 
 
 def _path_tail(model: str, depth: int) -> str:
@@ -253,11 +248,9 @@ MEMORY_LABELS = {
     "process_peak_rss": "peak resident host memory of the worker (RSS)",
 }
 MEMORY_SHORT = {  # and in a cell beside its figure
-    "process_peak_rss": "host RSS peak",
-    "framework_peak": "framework GPU peak",
-    "process_nvml": "worker GPU (NVML)",
-    "device_used": "device used (NVML)",
-}
+    "process_peak_rss": "host RSS peak", "framework_peak": "framework GPU peak",
+    "process_nvml": "worker GPU (NVML)", "device_used": "device used (NVML)",
+}  # fmt: skip
 UTILIZATION_LABELS = {
     "gpu": "GPU utilization: % of time a kernel ran (NVML), mean over the measured window",
     "cpu": "CPU use of the worker: % of one core, mean over the measured window",
@@ -270,12 +263,11 @@ def range_text(spread: Spread, spec: str) -> str:
     return f"n={spread.n}" if low == high else f"{low}-{high}, n={spread.n}"
 
 
-def spread_text(spread: Optional[Spread], spec: str, prefix: str = "") -> str:
+def spread_text(spread: Optional[Spread], spec: str) -> str:
     """``median`` alone for one value, ``median (low-high, n=N)`` for several."""
     if spread is None:
         return "-"
-    text = prefix + format(spread.median, spec)
-    return text + (f" ({range_text(spread, spec)})" if spread.n > 1 else "")
+    return format(spread.median, spec) + (f" ({range_text(spread, spec)})" if spread.n > 1 else "")
 
 
 def interval_text(interval: MedianInterval, spec: str = ".2f") -> str:
