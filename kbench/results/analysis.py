@@ -357,11 +357,9 @@ class RowRatios:
 
 
 def row_ratios(
-    members: Sequence[RunResult],
-    baseline: Optional[str],
-    column: Callable[[RunResult], str],
+    members: Sequence[RunResult], baseline: Optional[str], column: Callable[[RunResult], str],
     strict: bool = False,
-) -> List[RowRatios]:
+) -> List[RowRatios]:  # fmt: skip
     """Each row of one group (``members``) with its per-round ratios to the baseline row:
     only where both ran on one machine a model of the same parameter count (else the row
     says why it has none, ``apart``)."""
@@ -695,13 +693,9 @@ BFLOAT16 = Tolerance(
 
 
 def differences(
-    reference_outputs: Any,
-    outputs: Any,
-    reference_losses: Sequence[float],
-    losses: Sequence[float],
-    tolerance: Tolerance,
-    noise_floor: float = 0.0,
-) -> Dict[str, Any]:
+    reference_outputs: Any, outputs: Any, reference_losses: Sequence[float],
+    losses: Sequence[float], tolerance: Tolerance, noise_floor: float = 0.0,
+) -> Dict[str, Any]:  # fmt: skip
     """The largest differences of ``outputs`` and ``losses`` from the reference's, and
     whether they lie within ``tolerance`` (``passed``; a loss may drift by
     ``noise_factor`` x ``noise_floor`` where that is larger than ``loss_rtol``). A value
@@ -726,12 +720,10 @@ def differences(
     loss_max_rel = float(np.max(relative, initial=0.0)) if losses_finite else inf
     loss_limit = max(tolerance.loss_rtol, tolerance.noise_factor * noise_floor)
     return {
-        "output_max_abs": output_max_abs,
-        "loss_max_abs": loss_max_abs,
-        "loss_max_rel": loss_max_rel,
-        "noise_floor": noise_floor,
+        "output_max_abs": output_max_abs, "loss_max_abs": loss_max_abs,
+        "loss_max_rel": loss_max_rel, "noise_floor": noise_floor,
         "passed": output_max_abs <= tolerance.output_atol and loss_max_rel <= loss_limit,
-    }
+    }  # fmt: skip
 
 
 def what_differs(

@@ -75,38 +75,24 @@ def no_result(kind: str, how: str, reason: str, log_tail: Iterable[str]) -> Verd
 
 
 def environment(
-    interpreter: Any,
-    process_env: Optional[Dict[str, str]],
-    keras_json: Optional[Dict[str, Any]],
+    interpreter: Any, process_env: Optional[Dict[str, str]], keras_json: Optional[Dict[str, Any]],
     framework: Optional[Dict[str, Any]],
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """The ``environment`` of a result: this kbench and machine, the interpreter the run
     had, its recorded variables and keras.json, what its framework reported."""
     return {
-        "kbench": sysinfo.kbench_info(),
-        "machine": sysinfo.machine(),
-        "interpreter": str(interpreter),
-        "process_env": process_env or {},
-        "keras_json": keras_json or {},
-        "framework": framework or {},
-    }
+        "kbench": sysinfo.kbench_info(), "machine": sysinfo.machine(),
+        "interpreter": str(interpreter), "process_env": process_env or {},
+        "keras_json": keras_json or {}, "framework": framework or {},
+    }  # fmt: skip
 
 
 def run_result(
-    *,
-    run_id: str,
-    kind: str,
-    config: Dict[str, Any],
-    verdict: Verdict,
-    started_at: float,
-    ended_at: float,
-    environment: Dict[str, Any],
-    data: Dict[str, Any],
-    model: Optional[Dict[str, Any]] = None,
-    metrics: Optional[Dict[str, Any]] = None,
-    sampler: Optional[Dict[str, Any]] = None,
-    sweep: Optional[Dict[str, Any]] = None,
-) -> RunResult:
+    *, run_id: str, kind: str, config: Dict[str, Any], verdict: Verdict, started_at: float,
+    ended_at: float, environment: Dict[str, Any], data: Dict[str, Any],
+    model: Optional[Dict[str, Any]] = None, metrics: Optional[Dict[str, Any]] = None,
+    sampler: Optional[Dict[str, Any]] = None, sweep: Optional[Dict[str, Any]] = None,
+) -> RunResult:  # fmt: skip
     """The result document of a run that went from ``started_at`` to ``ended_at`` (wall
     clock, seconds since the epoch) and ended as ``verdict`` says."""
     started = dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat()

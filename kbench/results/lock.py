@@ -120,11 +120,10 @@ def holder_of(path: Path) -> str:
 
 def _describe_holder(fd: int) -> None:
     info = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
+        "pid": os.getpid(), "host": socket.gethostname(),
         "command": " ".join(["kbench", *sys.argv[1:]])[:300],
         "since": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-    }
+    }  # fmt: skip
     with contextlib.suppress(OSError):  # a full disk: the lock holds, the message says less
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)

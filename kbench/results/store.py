@@ -435,13 +435,9 @@ class ResultStore:
         return summary
 
     def _merge_one(
-        self,
-        other: ResultStore,
-        entry: IndexEntry,
-        have: set,
-        written: Dict[str, str],
+        self, other: ResultStore, entry: IndexEntry, have: set, written: Dict[str, str],
         summary: MergeSummary,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Copy one document of ``other`` (and its log) unless it is here or refused."""
         try:  # the document's own run id counts, whatever the other store's index says
             result = RunResult.load(other.directory / entry.file)

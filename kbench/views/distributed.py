@@ -66,17 +66,11 @@ def _sortable(value: Any) -> Tuple[int, Any]:
 
 
 def _ordered(runs: Sequence[RunResult], keys: Sequence[str]) -> List[RunResult]:
-    return sorted(
-        runs,
-        key=lambda r: (
-            r.config["model"],
-            tuple(_sortable(_config(r).get(k)) for k in keys),
-            _mode_rank(r.config["distributed"]),
-            r.config["backend"],
-            r.config["workers"],
-            r.started_at,
-        ),
-    )
+    return sorted(runs, key=lambda r: (
+        r.config["model"], tuple(_sortable(_config(r).get(k)) for k in keys),
+        _mode_rank(r.config["distributed"]), r.config["backend"], r.config["workers"],
+        r.started_at,
+    ))  # fmt: skip
 
 
 def _notes(runs: Sequence[RunResult]) -> List[str]:

@@ -272,14 +272,9 @@ def profiled(results: Sequence[RunResult]) -> List[RunResult]:
     """Finished runs that asked for a profile, in backend order."""
     order = {name: i for i, name in enumerate(BACKENDS)}
     found = [r for r in results if r.ok and isinstance(r.metrics.get("profile"), dict)]
-    return sorted(
-        found,
-        key=lambda r: (
-            r.config.get("model", ""),
-            order.get(r.config.get("backend"), 99),
-            r.started_at,
-        ),
-    )
+    return sorted(found, key=lambda r: (
+        r.config.get("model", ""), order.get(r.config.get("backend"), 99), r.started_at
+    ))  # fmt: skip
 
 
 def run_label(result: RunResult) -> str:

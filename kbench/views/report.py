@@ -133,13 +133,9 @@ class MachineRuns:
 
 
 def write_report(
-    results: Sequence[RunResult],
-    path: Path,
-    *,
-    title: str = "kbench report",
-    baseline: Optional[str] = None,
-    sections: Sequence[Section] = (),
-) -> ReportSummary:
+    results: Sequence[RunResult], path: Path, *, title: str = "kbench report",
+    baseline: Optional[str] = None, sections: Sequence[Section] = (),
+) -> ReportSummary:  # fmt: skip
     """Write one HTML file about ``results`` to ``path``; return what it holds.
     ``sections`` come first after the summary (a study's claims and plots)."""
     results = list(results)
@@ -229,12 +225,9 @@ def left_out_notes(results: Sequence[RunResult], measured: Sequence[RunResult]) 
 
 
 def report_figures(
-    groups: Sequence[RunGroup],
-    backends: Sequence[str],
-    baseline: str,
-    machines: Sequence[MachineRuns],
-    measured: Sequence[RunResult],
-) -> List[Any]:
+    groups: Sequence[RunGroup], backends: Sequence[str], baseline: str,
+    machines: Sequence[MachineRuns], measured: Sequence[RunResult],
+) -> List[Any]:  # fmt: skip
     """The figures of the measured runs (drawn, or skipped with the reason)."""
     return [
         throughput_plots.throughput_bars(groups, backends),
@@ -298,11 +291,9 @@ def machine_groups(measured: Sequence[RunResult], baseline: str) -> List[Machine
 
 
 def speed_heatmaps(
-    groups: Sequence[RunGroup],
-    backends: Sequence[str],
-    baseline: str,
+    groups: Sequence[RunGroup], backends: Sequence[str], baseline: str,
     machines: Sequence[MachineRuns],
-) -> List[Any]:
+) -> List[Any]:  # fmt: skip
     """The speed-ratio heatmap: one, or one per machine (never a ratio across machines)."""
     if not machines:
         return [throughput_plots.speed_heatmap(groups, backends, baseline)]
@@ -350,12 +341,9 @@ def render_page(title: str, header: str, sections: Sequence[Tuple[str, str, str]
 
 
 def header_html(
-    results: Sequence[RunResult],
-    measured: Sequence[RunResult],
-    backends: Sequence[str],
-    baseline: str,
-    machines: Sequence[MachineRuns] = (),
-) -> str:
+    results: Sequence[RunResult], measured: Sequence[RunResult], backends: Sequence[str],
+    baseline: str, machines: Sequence[MachineRuns] = (),
+) -> str:  # fmt: skip
     """When the runs ran, what the ratios are against, cards that count the runs, and
     banners for runs of several machines and on synthetic data."""
     started = sorted(r.started_at[:16].replace("T", " ") for r in results)

@@ -441,14 +441,8 @@ def runtime_accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -
     seen = set()
     several_models = len({g.model for _, g, _, _ in points}) > 1
     for backend, group, seconds, accuracy in points:
-        ax.scatter(
-            seconds,
-            accuracy,
-            color=colour(backend, backends),
-            label=None if backend in seen else backend,
-            s=36,
-            zorder=3,
-        )
+        ax.scatter(seconds, accuracy, color=colour(backend, backends),
+                   label=None if backend in seen else backend, s=36, zorder=3)  # fmt: skip
         seen.add(backend)
         text = group.label if several_models else group.setting
         if text:
