@@ -90,10 +90,7 @@ class FileError(ValueError):
 
 class ConfigError(ValueError):
     """A setting has a value kbench cannot run with; the message says how to fix it.
-
-    ``setting`` is the field name (``batch_size``); the CLI shows it as its flag
-    (:func:`flag_for`).
-    """
+    ``setting`` is the field name (``batch_size``), shown as its flag (:func:`flag_for`)."""
 
     def __init__(self, setting: str, message: str) -> None:
         super().__init__(f"{setting}: {message}")

@@ -270,14 +270,11 @@ class ResultStore:
     # writing -------------------------------------------------------------
 
     def add(self, result: RunResult) -> Path:
-        """Save ``result`` (atomically), then record it in the index.
-
-        Raises :class:`ResultNotSaved` when the document cannot be written: nothing of
-        it is left in the store, and a copy is kept where :func:`rescue` could put it.
-        An index that cannot be rewritten is only warned about: the document is safe
-        and the index is rebuilt from it when next read. A run id that cannot name a
-        file inside the store (:func:`run_id_problem`) is a :class:`StoreError`.
-        """
+        """Save ``result`` (atomically), then record it in the index. Raises
+        :class:`ResultNotSaved` when the document cannot be written (nothing of it left in
+        the store, a copy kept where :func:`rescue` could put it), :class:`StoreError` for
+        a run id that names no file inside the store (:func:`run_id_problem`). An index
+        that cannot be rewritten is only warned about: it is rebuilt when next read."""
         problem = run_id_problem(result.run_id)
         if problem:
             raise StoreError(f"{problem}; the result is not written to {self.directory}.")
@@ -342,12 +339,9 @@ class ResultStore:
         return merged[0] if merged else None
 
     def _file_entries(self) -> List[IndexEntry]:
-        """Every readable document's entry, oldest first, reconciled with the directory.
-
-        The index is trusted for a document only while the document's size and
-        modification time are those it recorded; otherwise the document is read
-        (and checked) again. Unreadable documents land in :attr:`unreadable`.
-        """
+        """Every readable document's entry, oldest first, reconciled with the directory:
+        an entry is trusted while the document's size and modification time are those it
+        recorded, else the document is read again; unreadable ones land in :attr:`unreadable`."""
         self._require_directory()
         indexed = {e.file: e for e, _ in self._indexed_lines()}
         on_disk = self._documents()
@@ -402,12 +396,9 @@ class ResultStore:
 
     def merge(self, sources: Iterable[Path]) -> MergeSummary:
         """Copy every readable document of ``sources`` that this store lacks (and its
-        log), holding this store's writer lock.
-
-        Only inside this store: a document whose run id cannot name a file here
-        (:func:`run_id_problem`), or whose file here holds another run, is refused and
-        listed in ``refused``. ``added`` counts the documents listed afterwards.
-        """
+        log), holding this store's writer lock. A document whose run id cannot name a file
+        here (:func:`run_id_problem`), or whose file here holds another run, is refused
+        (``refused``); ``added`` counts the documents listed afterwards."""
         sources = [Path(source) for source in sources]
         for store in (self, *(ResultStore(source) for source in sources)):
             store.check_is_store()
