@@ -24,7 +24,7 @@ from kbench.measure.processes import usable_cores
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.run.runner import Runner
-from kbench.views import accuracy_plots, setting_plots, throughput_plots, timeline_plots
+from kbench.views import setting_plots, throughput_plots, timeline_plots
 from kbench.views.report import ReportSummary, write_report
 
 # Two backends whose workers start quickly (torch-native needs no Keras), so the whole
@@ -101,8 +101,8 @@ def test_report_is_one_self_contained_file(real_report: ReportSummary) -> None:
         setting_plots.THREADS,
     ):
         assert title in figures, (title, figures, real_report.skipped)
-    assert accuracy_plots.ACCURACY in figures  # the --epochs 2 run has two epochs of accuracy
-    assert accuracy_plots.RUNTIME_ACCURACY in figures  # several settings trained
+    assert setting_plots.ACCURACY in figures  # the --epochs 2 run has two epochs of accuracy
+    assert setting_plots.RUNTIME_ACCURACY in figures  # several settings trained
     # one timeline per backend and setting (not per repeat), the timed-out run's included
     timelines = [
         f[len(timeline_plots.TIMELINE_PREFIX) :] for f in figures if f.startswith("Timeline")
@@ -318,7 +318,7 @@ def test_older_documents_and_sampler_off_are_skipped_with_reasons(tmp_path: Path
     summary = write_report(results, tmp_path / "r.html")
     skipped = "\n".join(summary.skipped)
     assert f"{timeline_plots.TIMELINES}: no run has sampler series" in skipped
-    assert f"{accuracy_plots.ACCURACY}: the documents have no per-epoch accuracy" in skipped
+    assert f"{setting_plots.ACCURACY}: the documents have no per-epoch accuracy" in skipped
     assert any("sampler off" in note for note in summary.notes)
     assert summary.figures == [throughput_plots.THROUGHPUT, throughput_plots.SPEED_RATIO]
 

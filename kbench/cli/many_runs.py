@@ -29,7 +29,7 @@ from kbench.results.store import Filter, ResultStore
 from kbench.run.protocol import show_progress
 from kbench.studies import rounds, slurm, sweep_runs, sweep_windows
 from kbench.studies import sweep as sweep_mod
-from kbench.views import machines, run_lists, tables
+from kbench.views import machines, tables
 from kbench.views.comparison import Comparison
 
 log = logging.getLogger("kbench")
@@ -86,7 +86,7 @@ def _add_sweep(commands) -> None:
     )  # fmt: skip
     sweep.add_argument(
         "--dry-run", action="store_true",
-        help=f"list the runs (a summary past {run_lists.PLAN_LISTED} runs); run nothing",
+        help=f"list the runs (a summary past {tables.PLAN_LISTED} runs); run nothing",
     )  # fmt: skip
     sweep.add_argument(
         "--max-runs", type=int, default=sweep_mod.MAX_RUNS, metavar="N",
@@ -373,7 +373,7 @@ def _plan_text(planned: sweep_runs.PlannedSweep) -> str:
         by_key = {run.key: state for run, state in zip(planned.sweep.runs, states)}
         return sweep_windows.plan_text(planned.sweep, by_key, planned.varying)
     configs = [run.config for run in planned.sweep.runs]
-    return run_lists.plan_text(configs, states, planned.varying)
+    return tables.plan_text(configs, states, planned.varying)
 
 
 def _run_sweep(planned: sweep_runs.PlannedSweep, options: SweepOptions) -> List[RunResult]:
@@ -428,7 +428,7 @@ def command_results(args: argparse.Namespace) -> int:
     entries = store.entries(filters)
     for name, why in store.unreadable:
         log.warning("%s/%s: unreadable, skipped: %s", args.store, name, why)
-    print(run_lists.store_index(entries))
+    print(tables.store_index(entries))
     print(f"\n{len(entries)} runs in {args.store}/")
     if args.merge:  # the headline figures per machine and backend, where there are several
         found = machines.newest_per_machine(store.results(filters))

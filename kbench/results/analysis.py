@@ -1,42 +1,38 @@
 """What a set of results says, computed once: which runs compare, their per-round
-ratios and the intervals on them, whether two backends computed the same thing. The run
-loop's stop rule, ``kbench compare``, ``kbench report``, ``tune``, claims, parity and the
-Python API all read it; :mod:`kbench.views` only formats what it returns. One run's
-figures are read by :mod:`kbench.results.readings`.
+ratios and the intervals on them, whether two backends computed the same thing. The stop
+rule, ``kbench compare``, ``kbench report``, ``tune``, claims, parity and the Python API
+read it; :mod:`kbench.views` only formats it. One run's figures are
+:mod:`kbench.results.readings`'.
 
-**Grouping.** Results are grouped by everything in their config except the backend and
-the repeat index (and, when they come from several machines, by machine too: each backend
-on each machine is then its own row, ``tensorflow @ host``, with no ratio to a baseline of
-another machine; :func:`by_machine` splits them, for a table per machine). A ratio is
-computed only between runs of the same thing: runs of a user model whose file changed (its
-sha256), or on data whose identity changed (input shape; a data file's sha256, a folder's
-listing, a tensorflow-datasets version, class and sample counts) are grouped apart, each
-group saying how it differs (``apart``); within a group, a row whose model has another
-parameter count than the baseline's (a user model whose layers depend on the backend) has
-no ratio and says why.
+**Grouping.** Results are grouped by their config but for the backend and the repeat
+(and by machine, when they come from several: each backend on each machine is its own
+row, ``tensorflow @ host``, with no ratio to another machine's baseline; :func:`by_machine`
+splits them). A ratio is computed only between runs of the same thing: runs of a user
+model whose file changed (its sha256), or on data whose identity changed (input shape; a
+data file's sha256, a folder's listing, a tensorflow-datasets version, class and sample
+counts) are grouped apart, each group saying how (``apart``); a row whose model has
+another parameter count than the baseline's has no ratio and says why.
 
-**Ratios.** Within a group, each backend's throughput is the median over its repeats with
-the range; its speed against the baseline backend is the median of the per-round ratios
-(round r of backend B over round r of the baseline, :func:`round_ratios`), so a machine
-that drifts during the command cannot pick the winner. Whether that ratio differs from 1
-beyond the noise between rounds is the order-statistics interval on the median
-(:func:`kbench.measure.stats.median_interval`; :func:`clear` of 1, :func:`half_width` for
-``--ratio-precision``).
+**Ratios.** A backend's throughput is the median over its repeats with the range; its
+speed against the baseline is the median of the per-round ratios (round r of B over round
+r of the baseline, :func:`round_ratios`), so a machine that drifts during the command
+cannot pick the winner; whether it differs from 1 beyond the noise between rounds is the
+order-statistics interval on that median (:func:`kbench.measure.stats.median_interval`,
+:func:`clear`; :func:`half_width` for ``--ratio-precision``).
 
 **Flags.** A run measured while the machine was busy, throttled or on battery
-(``metrics.quality.flags``, :mod:`kbench.measure.quality`) lends its flags to its row. Rows
-measured on different CPUs, or one framework's rows on different CPU kernel libraries
-(TensorFlow on oneDNN and on Eigen, PyTorch with and without oneDNN), say so
-(``setup_flags``): their ratio compares the machines and kernels as much as the backends.
+(``metrics.quality.flags``) lends its flags to its row; rows measured on different CPUs, or
+one framework's rows on different CPU kernel libraries (TensorFlow on oneDNN and on
+Eigen), say so (:func:`setup_flags`): their ratio compares those as much as the backends.
 
-**Same computation.** :class:`Tolerance` and :func:`differences`: the outputs before
-training and each step's loss of a backend against a reference that started from the same
-weights (``kbench parity``, a warm comparison's check at warm-up, ``kbench tune``'s
-candidates against their default).
+**Same computation.** :class:`Tolerance` and :func:`differences`: outputs before training
+and each step's loss against a reference that started from the same weights (``kbench
+parity``, a warm comparison's check at warm-up, ``kbench tune``'s candidates).
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import math
 import statistics
@@ -341,20 +337,12 @@ def compare(
         first = members[0]
         apart, variant = notes.get(key, ([], ""))
         rows, base = compare_rows(members, baseline, column)
-        out.append(
-            ComparisonGroup(
-                model=first.config["model"],
-                dataset=first.config["dataset"],
-                batch_size=first.config["batch_size"],
-                mode=first.config.get("mode", "train"),
-                synthetic=bool(first.data.get("synthetic")),
-                baseline=base,
-                rows=rows,
-                settings={k: v for k, v in first.config.items() if k not in ("backend", "repeat")},
-                apart=apart,
-                variant=variant,
-            )
-        )
+        config = first.config
+        settings = {k: v for k, v in config.items() if k not in ("backend", "repeat")}
+        out.append(ComparisonGroup(
+            config["model"], config["dataset"], config["batch_size"], config.get("mode", "train"),
+            bool(first.data.get("synthetic")), base, rows, settings, apart, variant,
+        ))  # fmt: skip
     return out
 
 
@@ -369,11 +357,9 @@ class RowRatios:
 
 
 def row_ratios(
-    members: Sequence[RunResult],
-    baseline: Optional[str],
-    column: Callable[[RunResult], str],
+    members: Sequence[RunResult], baseline: Optional[str], column: Callable[[RunResult], str],
     strict: bool = False,
-) -> List[RowRatios]:
+) -> List[RowRatios]:  # fmt: skip
     """Each row of one group (``members``) with its per-round ratios to the baseline row:
     only where both ran on one machine a model of the same parameter count (else the row
     says why it has none, ``apart``)."""
@@ -426,9 +412,6 @@ def params_apart(mine: List[int], base: List[int], base_name: str, is_base: bool
 def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str]) -> BackendRow:
     """One row: ``runs`` of one backend, with their per-round ``ratios`` to the baseline."""
     ok = [r for r in runs if r.ok]
-    statuses: Dict[str, int] = {}
-    for r in runs:
-        statuses[r.status] = statuses.get(r.status, 0) + 1
 
     def spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
         return Spread.of([v for v in values if v is not None])
@@ -436,30 +419,21 @@ def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str])
     used = row_utilization(ok)
     memory = row_memory(ok)
     return BackendRow(
-        backend=ratios.backend,
-        runs=len(runs),
-        statuses=statuses,
+        ratios.backend, len(runs), dict(collections.Counter(r.status for r in runs)),
         images_per_sec=spread(rate for _, rate in throughputs(runs)),
         ratio=Spread.of(ratios.ratios),
         test_accuracy=spread(r.metrics.get("test_accuracy") for r in ok),
         epoch_time_s=spread(epoch_time(r) for r in ok),
         first_step_s=spread(r.metrics.get("first_step_s") for r in ok),
         latency_p50_ms=spread(r.metrics.get("latency_ms", {}).get("p50") for r in ok),
-        utilization=Spread.of(used.values),
-        utilization_kind=used.kind,
-        utilization_gpus=used.devices,
-        memory_bytes=Spread.of(memory.largest),
-        memory_kind=memory.kind,
-        memory_reason=memory.reason,
-        memory_gpus=memory.devices,
+        utilization=Spread.of(used.values), utilization_kind=used.kind,
+        utilization_gpus=used.devices, memory_bytes=Spread.of(memory.largest),
+        memory_kind=memory.kind, memory_reason=memory.reason, memory_gpus=memory.devices,
         memory_sum=Spread.of(memory.sums) if memory.devices > 1 else None,
         memory_reserved_note=reserved_note(ratios.backend, ok, memory.kind, memory.largest),
-        ratio_interval=median_interval(ratios.ratios),
-        quality_flags=quality_flags(ok),
-        setup_flags=setups,
-        apart=ratios.apart,
-        params=tuple(params_of(runs)),
-    )
+        ratio_interval=median_interval(ratios.ratios), quality_flags=quality_flags(ok),
+        setup_flags=setups, apart=ratios.apart, params=tuple(params_of(runs)),
+    )  # fmt: skip
 
 
 # per-round ratios and their intervals ---------------------------------------------------
@@ -719,13 +693,9 @@ BFLOAT16 = Tolerance(
 
 
 def differences(
-    reference_outputs: Any,
-    outputs: Any,
-    reference_losses: Sequence[float],
-    losses: Sequence[float],
-    tolerance: Tolerance,
-    noise_floor: float = 0.0,
-) -> Dict[str, Any]:
+    reference_outputs: Any, outputs: Any, reference_losses: Sequence[float],
+    losses: Sequence[float], tolerance: Tolerance, noise_floor: float = 0.0,
+) -> Dict[str, Any]:  # fmt: skip
     """The largest differences of ``outputs`` and ``losses`` from the reference's, and
     whether they lie within ``tolerance`` (``passed``; a loss may drift by
     ``noise_factor`` x ``noise_floor`` where that is larger than ``loss_rtol``). A value
@@ -750,12 +720,10 @@ def differences(
     loss_max_rel = float(np.max(relative, initial=0.0)) if losses_finite else inf
     loss_limit = max(tolerance.loss_rtol, tolerance.noise_factor * noise_floor)
     return {
-        "output_max_abs": output_max_abs,
-        "loss_max_abs": loss_max_abs,
-        "loss_max_rel": loss_max_rel,
-        "noise_floor": noise_floor,
+        "output_max_abs": output_max_abs, "loss_max_abs": loss_max_abs,
+        "loss_max_rel": loss_max_rel, "noise_floor": noise_floor,
         "passed": output_max_abs <= tolerance.output_atol and loss_max_rel <= loss_limit,
-    }
+    }  # fmt: skip
 
 
 def what_differs(

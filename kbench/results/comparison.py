@@ -1,25 +1,17 @@
 """A warm comparison's result, one document per backend (parent side).
 
-A backend's warm worker (:mod:`kbench.run.windows`) measures window after window, one per
-round. Its document holds every one of them in ``metrics.windows``, each a record of its
-round and place in it, its figures (throughput, steps, raw step times, the final loss),
-its quality (what else the machine did meanwhile) and, where its round was dropped (a
-window of the round measured while the machine was busy or the GPU shared), why. Above
-them stand the comparison's own figures, read as a fresh run's are: ``images_per_sec`` is
-the median over the *counted* windows (ok, and in a round not dropped), the step times
-and their percentiles those of every counted window together, the memory readings the
-largest of each kind, energy the sum; ``metrics.window`` says how many windows counted,
-were dropped or failed, their size, and what a window does not capture. What needs a
-fresh process (the import, the build, the first step) was measured once, as the worker
-started.
-
-A machine kept busy the whole time (another process on a core) drops every round: then
-the figures are those of every window that ran, and flagged (``busy: every round was
-dropped ...``, with the share of the cores others used), instead of no figure at all.
-
-The per-round figures that ratios are computed from are the counted windows' (the same
-flagged fallback): :func:`round_figures`. The document is rewritten in the store after
-each round, so a comparison cut short keeps every window it measured.
+A backend's warm worker (:mod:`kbench.run.windows`) measures a window per round. Its
+document keeps every window in ``metrics.windows``: its round and place in it, its
+figures (throughput, steps, raw step times, final loss), its quality and, where its round
+was dropped (a window of it measured while the machine was busy or the GPU shared), why.
+The comparison's own figures are read as a fresh run's, over the *counted* windows (ok,
+in a round not dropped): ``images_per_sec`` their median, the step times all of theirs,
+memory the largest reading of each kind, energy the sum; ``metrics.window`` counts the
+windows counted, dropped and failed. What needs a fresh process (import, build, first
+step) was measured once, as the worker started. Where every round was dropped (another
+process busy the whole time), the figures are of every window that ran, flagged
+(``busy: every round was dropped ...``), not absent. The document is rewritten after each
+round, so a comparison cut short keeps every window it measured.
 """
 
 from __future__ import annotations
@@ -48,13 +40,9 @@ RECORDED = (
 
 
 def window_record(
-    index: int,
-    round_index: int,
-    position: int,
-    metrics: Dict[str, Any],
-    started_at: float,
+    index: int, round_index: int, position: int, metrics: Dict[str, Any], started_at: float,
     ended_at: float,
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """One measured window, as its comparison's document keeps it (``metrics``: its
     figures, with what the sampler added: ``memory``, ``energy``, ``quality``)."""
     return {
@@ -107,34 +95,29 @@ def round_figures(metrics: Dict[str, Any], strict: bool = False) -> Dict[int, fl
 
 
 def comparison_metrics(
-    records: Sequence[Dict[str, Any]],
-    start: Dict[str, Any],
-    facts: Dict[str, Any],
+    records: Sequence[Dict[str, Any]], start: Dict[str, Any], facts: Dict[str, Any],
     tags: Dict[str, Any],
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """The metrics of a comparison's document: the figures of its counted windows, the
     start's (``start``: import, build, first step, warmup), ``facts`` of its windows
     (size, worker, batch), ``tags`` (its parity record)."""
     used = counted(records)
     steps = [t for r in used for t in r.get("step_times_s") or []]
-    images = sum(r.get("measured_images") or 0 for r in used)
-    batch = facts["batch_size"]
+    ran = [r for r in records if r.get("status") == "ok"]
     summary = {
-        "counted": len([r for r in records if r.get("status") == "ok" and not r.get("dropped")]),
-        "dropped_windows": len(
-            [r for r in records if r.get("status") == "ok" and r.get("dropped")]
-        ),
-        "failed_windows": len([r for r in records if r.get("status") != "ok"]),
+        "counted": sum(not r.get("dropped") for r in ran),
+        "dropped_windows": sum(bool(r.get("dropped")) for r in ran),
+        "failed_windows": len(records) - len(ran),
         "every_round_dropped": every_round_dropped(records),
         "superseded": None,  # the reason, where the comparison was measured again whole
     }
     return {
         "images_per_sec": statistics.median(r["images_per_sec"] for r in used) if used else None,
-        "measured_images": images,
+        "measured_images": sum(r.get("measured_images") or 0 for r in used),
         "measured_steps": len(steps),
         "measured_time_s": sum(r.get("measured_time_s") or 0.0 for r in used),
         "step_time_s": percentiles(steps),
-        "images_per_sec_per_step": rate_percentiles([batch] * len(steps), steps),
+        "images_per_sec_per_step": rate_percentiles([facts["batch_size"]] * len(steps), steps),
         "step_times_s": steps,
         "step_ends_s": [],
         "final_train_loss": used[-1].get("final_train_loss") if used else None,

@@ -2,15 +2,12 @@
 
 Every check happens here, when the config is created, so a bad flag or sweep entry
 fails before any process starts, with a message that names the setting, what was
-expected, what was received and how to fix it.
-
-Each setting says once, in its field's metadata (:class:`Setting`), what it is to its
-users: the flag that sets it (named by :func:`flag_for`: ``timeout_s`` is
-``--timeout``), the flag's help, how its text is read, its --help section, and the
-check of its value. The CLI builds every command's flags from these fields
-(:func:`kbench.cli.arguments.add_settings`), copies the parsed flags into configs by
-their names, and names the flag of a :class:`ConfigError` by :func:`flag_for`; a sweep
-file's keys are the same names.
+expected, what was received and how to fix it. Each setting says once, in its field's
+metadata (:class:`Setting`), its flag (:func:`flag_for`: ``timeout_s`` is ``--timeout``),
+the flag's help, how its text is read, its --help section and the check of its value:
+the CLI builds every command's flags from these fields
+(:func:`kbench.cli.arguments.add_settings`) and copies them back by name, as a sweep
+file's keys are named.
 """
 
 from __future__ import annotations
@@ -93,10 +90,7 @@ class FileError(ValueError):
 
 class ConfigError(ValueError):
     """A setting has a value kbench cannot run with; the message says how to fix it.
-
-    ``setting`` is the field name (``batch_size``); the CLI shows it as its flag
-    (:func:`flag_for`).
-    """
+    ``setting`` is the field name (``batch_size``), shown as its flag (:func:`flag_for`)."""
 
     def __init__(self, setting: str, message: str) -> None:
         super().__init__(f"{setting}: {message}")
@@ -123,10 +117,11 @@ def did_you_mean(word: str, allowed: Iterable[str]) -> str:
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
-def check_choice(setting: str, value: Any, allowed: Iterable[str]) -> None:
+def check_choice(setting: str, value: Any, allowed: Iterable[str]) -> Any:
+    """``value`` if it is one of ``allowed``, else a :class:`ConfigError` listing them."""
     allowed = tuple(allowed)
     if value in allowed:
-        return
+        return value
     hint = did_you_mean(value, allowed) if isinstance(value, str) else ""
     raise ConfigError(setting, f"expected one of {', '.join(allowed)}; received {value!r}.{hint}")
 
@@ -182,9 +177,9 @@ Check = Callable[[str, Any], Any]  # (setting, value) -> the value, canonical; o
 
 def _positive_int(
     setting: str, value: Any, *, allow_zero: bool = False, most: Optional[int] = None
-) -> None:
-    """An integer from 0 or 1 up to ``most``, by default the 32-bit limit of the counts
-    frameworks take (2**31 overflows in the worker, not here)."""
+) -> Any:
+    """``value``, an integer from 0 or 1 up to ``most``, by default the 32-bit limit of
+    the counts frameworks take (2**31 overflows in the worker, not here)."""
     lowest = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
         kind = "a non-negative integer" if allow_zero else "a positive integer"
@@ -195,6 +190,7 @@ def _positive_int(
             f"expected an integer from {lowest} to {MAX_INT if most is None else most}; "
             f"received {value!r}.",
         )
+    return value
 
 
 def _positive(value: Any) -> bool:
@@ -205,43 +201,28 @@ def _not_number(value: Any) -> bool:
     return isinstance(value, bool) or not isinstance(value, (int, float))
 
 
-def _positive_number(
-    setting: str, value: Any, unit: str = "", most: Optional[float] = None
-) -> None:
-    if (
-        _not_number(value)
-        or not math.isfinite(value)
-        or value <= 0
-        or (most is not None and value > most)
-    ):
+def _not_finite(value: Any) -> bool:
+    return _not_number(value) or not math.isfinite(value)
+
+
+def _positive_number(setting: str, value: Any, unit: str = "", most: Optional[float] = None) -> Any:
+    if _not_finite(value) or value <= 0 or (most is not None and value > most):
         what = f"a positive number of {unit}" if unit else "a positive number"
         bound = f" up to {most:,.0f}" if most is not None else ""
         raise ConfigError(setting, f"expected {what}{bound} (finite); received {value!r}.")
+    return value
 
 
 def _count(lowest: int = 1, most: Optional[int] = None) -> Check:
     """A whole number from ``lowest`` up to ``most`` (default: the 32-bit limit)."""
-
-    def check(setting: str, value: Any) -> Any:
-        _positive_int(setting, value, allow_zero=lowest == 0, most=most)
-        return value
-
-    return check
+    return functools.partial(_positive_int, allow_zero=lowest == 0, most=most)
 
 
-def _seconds(setting: str, value: Any) -> Any:
-    _positive_number(setting, value, "seconds", MAX_SECONDS)
-    return value
+_seconds = functools.partial(_positive_number, unit="seconds", most=MAX_SECONDS)
 
 
 def _one_of(allowed: Iterable[str]) -> Check:
-    allowed = tuple(allowed)
-
-    def check(setting: str, value: Any) -> Any:
-        check_choice(setting, value, allowed)
-        return value
-
-    return check
+    return functools.partial(check_choice, allowed=tuple(allowed))
 
 
 def _optional(check: Check) -> Check:
@@ -264,22 +245,16 @@ def _required(check: Check) -> Check:
     return required
 
 
-def _check_learning_rate(setting: str, value: Any) -> Any:
-    _positive_number(setting, value)
-    return value
-
-
 def _check_model(setting: str, model: Any) -> Any:
     """A zoo name, or a user model made canonical: ``/absolute/file.py:function``
     (the worker runs in another folder)."""
     if not (isinstance(model, str) and is_reference(model)):
         try:
-            check_choice(setting, model, MODELS)
+            return check_choice(setting, model, MODELS)
         except ConfigError as err:
             raise ConfigError(
                 setting, f"{err.message} Or your own model: {USER_MODEL_FORMS}."
             ) from None
-        return model
     try:
         return spec_for(model).name
     except UserModelError as err:
@@ -300,14 +275,13 @@ def _check_dataset(setting: str, dataset: Any) -> Any:
     if own is not None:
         return own
     try:
-        check_choice(setting, dataset, DATASETS)
+        return check_choice(setting, dataset, DATASETS)
     except ConfigError as err:
         raise ConfigError(
             setting,
             f"{err.message} Or your own data: npz:path/to/data.npz, folder:path/to/images "
             "or tfds:NAME.",
         ) from None
-    return dataset
 
 
 def _check_image_size(setting: str, size: Any) -> Any:
@@ -331,11 +305,7 @@ def _check_data_dir(setting: str, path: Any) -> Any:
 
 
 def _check_sample_interval(setting: str, interval: Any) -> Any:
-    if (
-        _not_number(interval)
-        or not math.isfinite(interval)
-        or not 0 <= interval <= MAX_SAMPLE_INTERVAL_S
-    ):
+    if _not_finite(interval) or not 0 <= interval <= MAX_SAMPLE_INTERVAL_S:
         raise ConfigError(
             setting,
             f"expected a finite number of seconds up to {MAX_SAMPLE_INTERVAL_S:g}, 0 to "
@@ -356,9 +326,7 @@ def _check_memory_fraction(setting: str, fraction: Any) -> Any:
 
 
 def _check_target_precision(setting: str, target: Any) -> Any:
-    if target is not None and (
-        _not_number(target) or not math.isfinite(target) or not 0 < target < 1
-    ):
+    if target is not None and (_not_finite(target) or not 0 < target < 1):
         raise ConfigError(
             setting,
             "expected a relative half-width above 0 and below 1 (0.02: the median's 95% "
@@ -376,10 +344,8 @@ def _check_switch(setting: str, value: Any) -> Any:
     if isinstance(switch.default, bool):
         return _true_or_false(setting, value)
     if switch.is_count:
-        _positive_int(setting, value, allow_zero=True)
-    else:
-        check_choice(setting, value, switch.choices)
-    return value
+        return _positive_int(setting, value, allow_zero=True)
+    return check_choice(setting, value, switch.choices)
 
 
 # what a setting is to its users -----------------------------------------------------
@@ -506,7 +472,7 @@ class RunConfig:
         "adam", "the training's optimizer", _one_of(OPTIMIZERS), metavar="|".join(OPTIMIZERS)
     )
     learning_rate: float = setting(
-        1e-3, "the optimizer's learning rate", _check_learning_rate, parse=parse_number,
+        1e-3, "the optimizer's learning rate", _positive_number, parse=parse_number,
         metavar="RATE",
     )  # fmt: skip
     train_samples: Optional[int] = setting(

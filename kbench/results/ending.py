@@ -1,25 +1,15 @@
-"""How a run ends, one way for every kind of run: ``kbench run`` (:mod:`kbench.run.runner`),
-``kbench ops`` (:mod:`kbench.ops.runner`), ``kbench exec`` (:mod:`kbench.exec.runner`)
-and data-parallel runs (:mod:`kbench.distributed.launcher`).
-
-- :func:`new_run_id`: the run's name in the store (UTC stamp, what it ran, 6 random hex).
-- :class:`Verdict`: the status (``ok``, ``failed``, ``oom``, ``timeout``,
-  ``unsupported``), one line of reason and the error details. Each kind of run judges
-  with its own function, because what it can check differs (a worker's reply and exit
-  code; a script's exit code alone; the replies of many processes), and builds its
-  verdict from the pieces here: :data:`OK`, :func:`timed_out`, :func:`reported` (the
-  error the worker wrote) and :func:`no_result` (it ended without one). The error
-  details of a process that ran hold ``type``, ``message``, ``traceback`` and
-  ``log_tail``.
-- :func:`environment`: the block every result carries (kbench, the machine, the
-  interpreter, the variables and keras.json the worker had, what its framework said).
-- :func:`run_result`: the result document from all of it.
-- :func:`keep`: the result into the store, its warnings into the log (:func:`log_notes`).
-- :func:`summary_line`: the run in one line for the log.
+"""How a run ends, one way for every kind of run (``kbench run``, ``kbench ops``,
+``kbench exec``, data-parallel runs): its run id (:func:`new_run_id`), its
+:class:`Verdict` (each kind judges with its own function, from what it can check, built
+from :data:`OK`, :func:`timed_out`, :func:`reported` and :func:`no_result`), the
+``environment`` it records, its result document (:func:`run_result`), the document kept
+in the store with its warnings logged (:func:`keep`), and its line in the log
+(:func:`summary_line`).
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import logging
 import uuid
@@ -33,8 +23,6 @@ from kbench_models import short_name
 log = logging.getLogger(__name__)
 
 REASON_CHARS = 500  # a reason is one line of at most this many characters
-
-
 RUN_ID_PARTS_CHARS = 120  # what a run id keeps of its parts: room for "-w123" and more
 
 
@@ -64,7 +52,8 @@ def first_line(text: str, limit: int = REASON_CHARS) -> str:
 
 
 def error_details(kind: str, message: str, log_tail: Iterable[str]) -> Dict[str, Any]:
-    """The error section of a run that left no error of its own: the worker's last lines."""
+    """The error section (``type``, ``message``, ``traceback``, ``log_tail``) of a run that
+    left no error of its own: the worker's last lines."""
     return {"type": kind, "message": message, "traceback": "", "log_tail": "\n".join(log_tail)}
 
 
@@ -86,56 +75,31 @@ def no_result(kind: str, how: str, reason: str, log_tail: Iterable[str]) -> Verd
 
 
 def environment(
-    interpreter: Any,
-    process_env: Optional[Dict[str, str]],
-    keras_json: Optional[Dict[str, Any]],
+    interpreter: Any, process_env: Optional[Dict[str, str]], keras_json: Optional[Dict[str, Any]],
     framework: Optional[Dict[str, Any]],
-) -> Dict[str, Any]:
+) -> Dict[str, Any]:  # fmt: skip
     """The ``environment`` of a result: this kbench and machine, the interpreter the run
     had, its recorded variables and keras.json, what its framework reported."""
     return {
-        "kbench": sysinfo.kbench_info(),
-        "machine": sysinfo.machine(),
-        "interpreter": str(interpreter),
-        "process_env": process_env or {},
-        "keras_json": keras_json or {},
-        "framework": framework or {},
-    }
+        "kbench": sysinfo.kbench_info(), "machine": sysinfo.machine(),
+        "interpreter": str(interpreter), "process_env": process_env or {},
+        "keras_json": keras_json or {}, "framework": framework or {},
+    }  # fmt: skip
 
 
 def run_result(
-    *,
-    run_id: str,
-    kind: str,
-    config: Dict[str, Any],
-    verdict: Verdict,
-    started_at: float,
-    ended_at: float,
-    environment: Dict[str, Any],
-    data: Dict[str, Any],
-    model: Optional[Dict[str, Any]] = None,
-    metrics: Optional[Dict[str, Any]] = None,
-    sampler: Optional[Dict[str, Any]] = None,
-    sweep: Optional[Dict[str, Any]] = None,
-) -> RunResult:
+    *, run_id: str, kind: str, config: Dict[str, Any], verdict: Verdict, started_at: float,
+    ended_at: float, environment: Dict[str, Any], data: Dict[str, Any],
+    model: Optional[Dict[str, Any]] = None, metrics: Optional[Dict[str, Any]] = None,
+    sampler: Optional[Dict[str, Any]] = None, sweep: Optional[Dict[str, Any]] = None,
+) -> RunResult:  # fmt: skip
     """The result document of a run that went from ``started_at`` to ``ended_at`` (wall
     clock, seconds since the epoch) and ended as ``verdict`` says."""
+    started = dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat()
     return RunResult(
-        run_id=run_id,
-        status=verdict.status,
-        config=config,
-        started_at=dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat(),
-        wall_time_s=max(0.0, ended_at - started_at),
-        environment=environment,
-        data=data,
-        model=model or {},
-        metrics=metrics or {},
-        reason=verdict.reason,
-        error=verdict.error,
-        sampler=sampler,
-        kind=kind,
-        sweep=sweep,
-    )
+        run_id, verdict.status, config, started, max(0.0, ended_at - started_at), environment,
+        data, model or {}, metrics or {}, verdict.reason, verdict.error, sampler, kind, sweep,
+    )  # fmt: skip
 
 
 def keep(result: RunResult, store: ResultStore, label: str) -> RunResult:
@@ -158,10 +122,9 @@ def log_notes(result: RunResult, label: str) -> None:
 def summary_line(result: RunResult) -> str:
     """A run in one line for the log: ``backend/model on DEVICE: <figures>, <wall> s``,
     or ``backend/model on DEVICE: STATUS: reason`` (the device where the result names
-    it). The figures depend on the kind of run: training
-    (img/s, per-step spread, test accuracy), inference (latency), ``exec`` (step time,
-    epochs, parameters; what is missing where nothing was instrumented), ``ops`` (how
-    many operations ended how; a failed ops worker's too, as it keeps what finished)."""
+    it). The figures by kind: training (img/s, per-step spread, test accuracy), inference
+    (latency), ``exec`` (step time, epochs, parameters; what is missing where nothing was
+    instrumented), ``ops`` (how many operations ended how, also of a failed ops worker)."""
     label = f"{result.config['backend']}/{_subject(result)}"
     device = device_used(result)
     label += f" on {device}" if device else ""
@@ -188,9 +151,7 @@ def _subject(result: RunResult) -> str:
 
 
 def _ops_counts(result: RunResult) -> str:
-    counts: Dict[str, int] = {}
-    for entry in result.metrics.get("ops", []):
-        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+    counts = collections.Counter(entry["status"] for entry in result.metrics.get("ops", []))
     return ", ".join(f"{n} {status}" for status, n in counts.items()) or "nothing measured"
 
 

@@ -1,16 +1,12 @@
 """One writer per results store: an OS lock on ``STORE/.lock``.
 
-A command that writes results (``kbench run``, ``sweep``, ``results --merge``) holds
-the lock for as long as it writes; a second writer is refused at once, told which
-process holds the store. The lock is the operating system's (``fcntl.flock``; on
-Windows ``msvcrt.locking``, not tested there), so it is released when its process
-ends, however it ends: a ``kill -9`` leaves no stale lock. The file also holds the
-holder's PID, host, command and start time, for the message; the file itself stays
-in the store. Reading commands take no lock: documents and the index are replaced
-atomically, so a reader sees whole files.
-
-Within one process the lock is re-entrant (a sweep holds it and its runner's session
-takes it again).
+A command that writes results (``kbench run``, ``sweep``, ``results --merge``) holds the
+lock while it writes; a second writer is refused at once, told which process holds it.
+The lock is the operating system's (``fcntl.flock``; on Windows ``msvcrt.locking``, not
+tested there), so it goes with its process however that ends: a ``kill -9`` leaves no
+stale lock. The file (which stays) names the holder's PID, host, command and start, for
+the message. Readers take no lock: files are replaced atomically. Within one process the
+lock is re-entrant (a sweep holds it and its runner's session takes it again).
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ class StoreLocked(LockError):
 @dataclass
 class _Held:
     fd: int
-    count: int
+    count: int  # the with-blocks of this process that hold it
 
 
 _held: Dict[Path, _Held] = {}
@@ -100,7 +96,7 @@ def writer_lock(directory: Path) -> Iterator[Path]:
         yield path
     finally:
         del _held[key]
-        _unlock(fd)
+        _lock(fd, take=False)
         os.close(fd)
 
 
@@ -124,30 +120,20 @@ def holder_of(path: Path) -> str:
 
 def _describe_holder(fd: int) -> None:
     info = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
+        "pid": os.getpid(), "host": socket.gethostname(),
         "command": " ".join(["kbench", *sys.argv[1:]])[:300],
         "since": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-    }
-    try:
+    }  # fmt: skip
+    with contextlib.suppress(OSError):  # a full disk: the lock holds, the message says less
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, (json.dumps(info) + "\n").encode())
-    except OSError:
-        pass  # a full disk: the lock holds all the same, the message says less
 
 
-def _lock(fd: int) -> None:
+def _lock(fd: int, take: bool = True) -> None:
+    """Take (or, ``take=False``, release) the lock on ``fd`` without waiting."""
     if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if take else fcntl.LOCK_UN)
     else:
         os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-
-
-def _unlock(fd: int) -> None:
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    else:
-        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK if take else msvcrt.LK_UNLCK, 1)

@@ -2,22 +2,18 @@
 for every table, plot, verdict, stop rule and export (:mod:`kbench.results.analysis`
 compares them across runs; :func:`kbench.results.store.flatten` exports them).
 
-- **Peak memory** (:func:`memory_peaks`), per kind and per GPU. A result records its
-  memory as readings, each labelled with its kind (``process_nvml``: what NVML charges
-  the worker on a GPU; ``framework_peak``: the framework allocator's own peak;
-  ``device_used``: the whole device; ``process_peak_rss``: the worker's host memory) and
-  the device it was read on. A device's peak of a kind is its largest reading (torch
-  records its allocated and its reserved peak of each GPU: the reserved one). The figure
-  a table shows is the **largest per-GPU peak**, what one GPU had to hold; where the
-  readings of a kind span several GPUs, their **sum** (of each GPU's peak) is given
-  beside it, labelled as a sum. A reading recorded as ``bytes: None`` is unknown, with its
-  reason (:func:`unknown_memory`): never 0.
+- **Peak memory** (:func:`memory_peaks`), per kind and per device: a result's readings
+  each name their kind (``process_nvml``: what NVML charges the worker on a GPU;
+  ``framework_peak``: the allocator's own peak; ``device_used``: the whole device;
+  ``process_peak_rss``: the worker's host memory) and device. A device's peak of a kind is
+  its largest reading (torch's reserved peak, not its allocated one). Tables show the
+  **largest per-GPU peak**, what one GPU had to hold, and where a kind spans several GPUs
+  the **sum** of their peaks beside it, labelled. A reading of ``bytes: None`` is unknown,
+  with its reason (:func:`unknown_memory`): never 0.
 - **Utilization** (:func:`utilization`): NVML's share of the measured window in which a
-  kernel ran, per GPU the worker used (``gpuN_kernel_time_percent``), and their mean
-  where several; or the worker's CPU use (% of one core), the sampler's means over the
-  measured window.
-- **Throughput** (:func:`round_throughputs`): a result's img/s by round (its config's
-  ``repeat``), the figure every per-round ratio divides.
+  kernel ran, per GPU (``gpuN_kernel_time_percent``) and their mean; or the worker's CPU
+  use (% of one core); the sampler's means over the measured window.
+- **Throughput** (:func:`round_throughputs`): img/s by round, what per-round ratios divide.
 """
 
 from __future__ import annotations
@@ -54,8 +50,7 @@ class MemoryPeak:
 
     @property
     def total(self) -> Optional[int]:
-        """The sum of the per-device peaks where there are several devices, else None
-        (one device has no sum to tell)."""
+        """The sum of the per-device peaks where there are several devices, else None."""
         return sum(value for _, value in self.per_device) if self.devices > 1 else None
 
 

@@ -1,13 +1,10 @@
 """One versioned JSON document per run; reports read only these.
 
-Written atomically (temporary file, then rename), so an interrupted command leaves
-either a whole result or none. Written as standard JSON: a NaN or infinity (a loss
-that diverged) is written as ``null`` and its place listed in ``non_finite``.
-
-Every document is checked when it is read: its schema version (older ones are
-upgraded), then the type of every field and of the nested values readers use
-(:data:`SHAPE`), so that one damaged document is refused with a reason instead of
-failing a report later.
+Written atomically, as standard JSON: a NaN or infinity (a loss that diverged) is
+written as ``null`` and its place listed in ``non_finite``. Every document is checked
+when it is read: its schema version (older ones are upgraded), then the type of every
+field and nested value readers use (:data:`SHAPE`), so that a damaged document is
+refused with a reason instead of failing a report later.
 """
 
 from __future__ import annotations
@@ -25,9 +22,8 @@ STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
 
 
 def _from_v1(data: Dict[str, Any]) -> Dict[str, Any]:
-    """Version 2 added ``sweep`` (which sweep and run a result belongs to) and, in
-    training metrics, ``step_ends_s`` and the per-epoch training logs: a version 1
-    document has none of them, which readers treat as absent."""
+    """Version 2 added ``sweep`` and, in training metrics, ``step_ends_s`` and the
+    per-epoch logs, which readers take as absent in a version 1 document."""
     return dict(data, sweep=None, schema_version=2)
 
 
@@ -40,68 +36,43 @@ def _from_v2(data: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _from_v3(data: Dict[str, Any]) -> Dict[str, Any]:
-    """Version 4 made a warm comparison one document per backend, its windows inside it
-    (:mod:`kbench.results.comparison`); a version 3 store held a document per window,
-    which the store reads as one comparison per worker (:func:`kbench.results.comparison.
-    merge_windows`). Every other document is the same in both versions."""
+    """Version 4 made a warm comparison one document per backend, its windows inside it;
+    a version 3 store's document per window is read as one comparison per worker
+    (:func:`kbench.results.comparison.merge_windows`). Every other document is alike."""
     return dict(data, schema_version=4)
 
 
 # version -> how to lift a document of that version one version up
 UPGRADES: Dict[int, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
-    1: _from_v1, 2: _from_v2, 3: _from_v3,
-}  # fmt: skip
+    1: _from_v1,
+    2: _from_v2,
+    3: _from_v3,
+}
 
 NUMBER = (int, float)
-# The type of every field, and of the nested values that readers (the store's index,
-# tables, reports, export) use: a dotted place -> the types allowed there. A place
-# that is absent is not checked (older documents lack some); None is allowed where
-# the tuple holds type(None). Places under a missing or null parent are skipped;
-# ``name[]`` is each item of the list ``name``.
+# The type of every field and nested value readers use: a dotted place -> the types
+# allowed there. An absent place (older documents lack some), or one under a missing or
+# null parent, is not checked; ``name[]`` is each item of the list ``name``.
 NONE = type(None)
 SHAPE: Dict[str, Tuple[type, ...]] = {
-    "run_id": (str,),
-    "status": (str,),
-    "config": (dict,),
-    "config.backend": (str,),
-    "config.model": (str,),
-    "started_at": (str,),
-    "wall_time_s": NUMBER,
-    "environment": (dict,),
-    "environment.machine": (dict,),
-    "environment.machine.hostname": (str, NONE),
-    "environment.machine.gpu": (dict,),
-    "environment.machine.gpu.devices": (list, NONE),
-    "environment.machine.gpu.devices[]": (dict,),
-    "environment.framework": (dict, NONE),
-    "environment.framework.warnings": (list, NONE),
-    "environment.kbench": (dict, NONE),
-    "environment.keras_json": (dict, NONE),
-    "environment.process_env": (dict, NONE),
-    "data": (dict,),
-    "model": (dict,),
-    "metrics": (dict,),
-    "metrics.images_per_sec": NUMBER + (NONE,),
-    "metrics.test_accuracy": NUMBER + (NONE,),
-    "metrics.memory": (list,),
-    "metrics.memory[]": (dict,),
-    "metrics.step_time_s": (dict, NONE),
-    "metrics.latency_ms": (dict, NONE),
-    "metrics.markers": (dict, NONE),
+    "run_id": (str,), "status": (str,), "config": (dict,), "config.backend": (str,),
+    "config.model": (str,), "started_at": (str,), "wall_time_s": NUMBER, "environment": (dict,),
+    "environment.machine": (dict,), "environment.machine.hostname": (str, NONE),
+    "environment.machine.gpu": (dict,), "environment.machine.gpu.devices": (list, NONE),
+    "environment.machine.gpu.devices[]": (dict,), "environment.framework": (dict, NONE),
+    "environment.framework.warnings": (list, NONE), "environment.kbench": (dict, NONE),
+    "environment.keras_json": (dict, NONE), "environment.process_env": (dict, NONE),
+    "data": (dict,), "model": (dict,), "metrics": (dict,),
+    "metrics.images_per_sec": NUMBER + (NONE,), "metrics.test_accuracy": NUMBER + (NONE,),
+    "metrics.memory": (list,), "metrics.memory[]": (dict,), "metrics.step_time_s": (dict, NONE),
+    "metrics.latency_ms": (dict, NONE), "metrics.markers": (dict, NONE),
     # added in place (older documents lack it): what else the machine did meanwhile
-    "metrics.quality": (dict, NONE),
-    "metrics.quality.flags": (list,),
-    "metrics.quality.flags[]": (str,),
-    "metrics.quality.other_share": NUMBER + (NONE,),
-    "reason": (str, NONE),
-    "error": (dict, NONE),
-    "sampler": (dict, NONE),
-    "kind": (str,),
-    "sweep": (dict, NONE),
-    "sweep.name": (str, NONE),
-    "sweep.run_key": (str, NONE),
+    "metrics.quality": (dict, NONE), "metrics.quality.flags": (list,),
+    "metrics.quality.flags[]": (str,), "metrics.quality.other_share": NUMBER + (NONE,),
+    "reason": (str, NONE), "error": (dict, NONE), "sampler": (dict, NONE), "kind": (str,),
+    "sweep": (dict, NONE), "sweep.name": (str, NONE), "sweep.run_key": (str, NONE),
     "non_finite": (list,),
-}
+}  # fmt: skip
 TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number",
               float: "a number", NONE: "null", bool: "true/false"}  # fmt: skip
 
@@ -205,11 +176,10 @@ class RunResult:
         return list((self.environment.get("framework") or {}).get("warnings") or [])
 
     def to_dict(self) -> Dict[str, Any]:
-        """The document: standard JSON, NaN and infinity written as None (``non_finite``
-        says where)."""
+        """The document, the schema version first: standard JSON, NaN and infinity
+        written as None (``non_finite`` says where)."""
         data, replaced = finite(asdict(self))
         data["non_finite"] = sorted(set(data["non_finite"]) | set(replaced))
-        # schema first, so a reader sees the version before anything else
         return {"schema_version": data.pop("schema_version"), **data}
 
     @classmethod

@@ -1,28 +1,20 @@
 """A results store: a directory of result documents plus an index of them.
 
-The documents (``<run_id>.json``, one per run, written atomically by the runner)
-are the truth; ``index.jsonl`` is a cache of one line per document (its run id,
-status and config, and the document's size and modification time) so that listing
-and filtering do not read every document. The index is rewritten atomically and
-reconciled with the directory whenever it is read: a document copied in by hand,
-or written by a command that was killed before it updated the index, is picked up;
-a deleted one is dropped; one whose size or modification time differs from its
-entry is read again. A document that is not a readable result (truncated, another
-schema, a field of the wrong type) is left out of every listing, export and
-resume, and named in ``ResultStore.unreadable`` with the reason.
+The documents (``<run_id>.json``, one per run, written atomically) are the truth;
+``index.jsonl`` caches a line per document (run id, status, config, the document's size
+and modification time) so that listing and filtering read no document. It is rewritten
+atomically and reconciled with the directory whenever it is read: a document copied in
+by hand or left by a killed command is picked up, a deleted one dropped, a changed one
+read again. A document that is not a readable result is left out of every listing,
+export and resume, and named in ``ResultStore.unreadable`` with the reason.
 
-Writing: one writer at a time (:mod:`kbench.results.lock`). A result that cannot be
-written to the store (a full disk, permissions) is kept in a place that can take it
-(:func:`rescue`) and :class:`ResultNotSaved` says where and how to import it.
-
-Documents from several machines can live in one store (``merge``): each carries
-its machine in ``environment``, and :func:`host_of` tells them apart. A document's
-``run_id`` names its file, so a merge takes only run ids that name a file inside the
-store (:func:`run_id_problem`), and never overwrites a document of another run.
-
-A directory that holds ``.json`` files of which none is a kbench result, and no
-index, is not a store: it is refused (:meth:`ResultStore.check_is_store`), and no
-index is ever written into it.
+One writer at a time (:mod:`kbench.results.lock`). A result the store cannot take (a
+full disk) is kept elsewhere (:func:`rescue`); :class:`ResultNotSaved` says where and how
+to import it. Documents of several machines can share a store (``merge``; :func:`host_of`
+tells them apart); a merge takes only run ids that name a file inside the store
+(:func:`run_id_problem`) and never overwrites another run's document. A directory of
+``.json`` files none of which is a kbench result, with no index, is not a store: it is
+refused (:meth:`ResultStore.check_is_store`) and nothing is written into it.
 """
 
 from __future__ import annotations
@@ -108,19 +100,12 @@ class IndexEntry:
         sweep = result.sweep or {}
         ips = result.metrics.get("images_per_sec")
         return cls(
-            run_id=result.run_id,
-            file=file,
-            status=result.status,
-            kind=result.kind,
-            started_at=result.started_at,
-            host=host_of(result),
-            config=result.config,
+            result.run_id, file, result.status, result.kind, result.started_at, host_of(result),
+            result.config,
             images_per_sec=ips if isinstance(ips, (int, float)) and math.isfinite(ips) else None,
-            sweep=sweep.get("name"),
-            run_key=sweep.get("run_key"),
-            size=stat.st_size if stat else -1,
-            mtime_ns=stat.st_mtime_ns if stat else -1,
-        )
+            sweep=sweep.get("name"), run_key=sweep.get("run_key"),
+            size=stat.st_size if stat else -1, mtime_ns=stat.st_mtime_ns if stat else -1,
+        )  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Any) -> IndexEntry:
@@ -137,8 +122,7 @@ class IndexEntry:
 
     def to_dict(self) -> Dict[str, Any]:
         """The index line's fields, as they are (``dataclasses.asdict`` deep-copies each
-        config: with the whole index rewritten at every ``add``, that made a sweep of 240
-        runs spend 10 s of its bookkeeping copying)."""
+        config: a sweep of 240 runs spent 10 s of its bookkeeping copying)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def matches(self, stat: os.stat_result) -> bool:
@@ -153,15 +137,9 @@ class IndexEntry:
 
 
 _NONE = type(None)
-_INDEX_TYPES = {
-    "config": (dict,),
-    "images_per_sec": (int, float, _NONE),
-    "sweep": (str, _NONE),
-    "run_key": (str, _NONE),
-    "size": (int,),
-    "mtime_ns": (int,),
-    "index_version": (int,),
-}
+_INDEX_TYPES = {"config": (dict,), "images_per_sec": (int, float, _NONE), "sweep": (str, _NONE),
+                "run_key": (str, _NONE), "size": (int,), "mtime_ns": (int,),
+                "index_version": (int,)}  # fmt: skip
 
 
 def run_id_problem(run_id: str) -> Optional[str]:
@@ -232,10 +210,8 @@ def check_filters(filters: Sequence[Filter], entries: Sequence[IndexEntry]) -> N
 class ResultStore:
     directory: Path
     unreadable: List[Tuple[str, str]] = field(default_factory=list)  # (file, why)
-    # The index as this instance last read or wrote it: the file's identity (inode, size,
-    # mtime) and each entry with its line. While the file is still that one, ``add``
-    # reuses them instead of parsing and serialising every entry again (a sweep's adds
-    # were quadratic in its runs: 240 adds, 29,000 entries parsed and written).
+    # The index as last read or written (the file's inode, size, mtime; each entry with its
+    # line), reused while the file is that one: a sweep's 240 adds parsed 29,000 entries.
     _index_cache: Optional[Tuple[Tuple[int, int, int], List[Tuple[IndexEntry, str]]]] = field(
         default=None, repr=False, compare=False
     )
@@ -294,14 +270,11 @@ class ResultStore:
     # writing -------------------------------------------------------------
 
     def add(self, result: RunResult) -> Path:
-        """Save ``result`` (atomically), then record it in the index.
-
-        Raises :class:`ResultNotSaved` when the document cannot be written: nothing of
-        it is left in the store, and a copy is kept where :func:`rescue` could put it.
-        An index that cannot be rewritten is only warned about: the document is safe
-        and the index is rebuilt from it when next read. A run id that cannot name a
-        file inside the store (:func:`run_id_problem`) is a :class:`StoreError`.
-        """
+        """Save ``result`` (atomically), then record it in the index. Raises
+        :class:`ResultNotSaved` when the document cannot be written (nothing of it left in
+        the store, a copy kept where :func:`rescue` could put it), :class:`StoreError` for
+        a run id that names no file inside the store (:func:`run_id_problem`). An index
+        that cannot be rewritten is only warned about: it is rebuilt when next read."""
         problem = run_id_problem(result.run_id)
         if problem:
             raise StoreError(f"{problem}; the result is not written to {self.directory}.")
@@ -316,12 +289,8 @@ class ResultStore:
         try:
             self._write_lines(list(entries.values()))
         except OSError as err:
-            log.warning(
-                "%s: not updated (%s); %s is saved and will be indexed when the store is next read",
-                self.index_path,
-                err.strerror or err,
-                path.name,
-            )
+            log.warning("%s: not updated (%s); %s is saved and will be indexed when the store is "
+                        "next read", self.index_path, err.strerror or err, path.name)  # fmt: skip
         return path
 
     # reading -------------------------------------------------------------
@@ -370,14 +339,11 @@ class ResultStore:
         return merged[0] if merged else None
 
     def _file_entries(self) -> List[IndexEntry]:
-        """Every readable document's entry, oldest first, reconciled with the directory.
-
-        The index is trusted for a document only while the document's size and
-        modification time are those it recorded; otherwise the document is read
-        (and checked) again. Unreadable documents land in :attr:`unreadable`.
-        """
+        """Every readable document's entry, oldest first, reconciled with the directory:
+        an entry is trusted while the document's size and modification time are those it
+        recorded, else the document is read again; unreadable ones land in :attr:`unreadable`."""
         self._require_directory()
-        indexed = {e.file: e for e in self._read_index()}
+        indexed = {e.file: e for e, _ in self._indexed_lines()}
         on_disk = self._documents()
         entries, changed = [], set(indexed) != set(on_disk)
         self.unreadable = []
@@ -396,7 +362,7 @@ class ResultStore:
         # a directory with no index and nothing readable is not a store: leave it as it is
         if changed and (entries or self.index_path.exists()):
             try:
-                self._write_index(entries)
+                self._write_lines([(e, _index_line(e)) for e in entries])
             except OSError as err:  # a read-only store is still readable
                 log.debug("index not rewritten: %s", err)
         return sorted(entries, key=lambda e: (e.started_at, e.run_id))
@@ -430,12 +396,9 @@ class ResultStore:
 
     def merge(self, sources: Iterable[Path]) -> MergeSummary:
         """Copy every readable document of ``sources`` that this store lacks (and its
-        log), holding this store's writer lock.
-
-        Only inside this store: a document whose run id cannot name a file here
-        (:func:`run_id_problem`), or whose file here holds another run, is refused and
-        listed in ``refused``. ``added`` counts the documents listed afterwards.
-        """
+        log), holding this store's writer lock. A document whose run id cannot name a file
+        here (:func:`run_id_problem`), or whose file here holds another run, is refused
+        (``refused``); ``added`` counts the documents listed afterwards."""
         sources = [Path(source) for source in sources]
         for store in (self, *(ResultStore(source) for source in sources)):
             store.check_is_store()
@@ -463,13 +426,9 @@ class ResultStore:
         return summary
 
     def _merge_one(
-        self,
-        other: ResultStore,
-        entry: IndexEntry,
-        have: set,
-        written: Dict[str, str],
+        self, other: ResultStore, entry: IndexEntry, have: set, written: Dict[str, str],
         summary: MergeSummary,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Copy one document of ``other`` (and its log) unless it is here or refused."""
         try:  # the document's own run id counts, whatever the other store's index says
             result = RunResult.load(other.directory / entry.file)
@@ -514,9 +473,6 @@ class ResultStore:
 
     # index file -----------------------------------------------------------
 
-    def _read_index(self) -> List[IndexEntry]:
-        return [entry for entry, _ in self._indexed_lines()]
-
     def _indexed_lines(self) -> List[Tuple[IndexEntry, str]]:
         """Each line of the index file with its entry, in order (none when there is no
         index, or it is damaged or of another layout: then it is rebuilt from the
@@ -539,9 +495,6 @@ class ResultStore:
         self._index_cache = (identity, list(entries))
         return entries
 
-    def _write_index(self, entries: Iterable[IndexEntry]) -> None:
-        self._write_lines([(e, _index_line(e)) for e in entries])
-
     def _write_lines(self, entries: List[Tuple[IndexEntry, str]]) -> None:
         """The index file: one line an entry (a document), written atomically."""
         write_text_atomic(self.index_path, "".join(line + "\n" for _, line in entries))
@@ -556,11 +509,8 @@ def _index_line(entry: IndexEntry) -> str:
 def _identity(path: Path) -> Optional[Tuple[int, int, int]]:
     """(inode, size, mtime in ns) of ``path``, None when it is not there: an index
     replaced by anyone (written atomically: a new inode) is read again."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    stat = _stat(path)
+    return None if stat is None else (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 def _stat(path: Path) -> Optional[os.stat_result]:
@@ -711,27 +661,18 @@ def flatten(result: RunResult) -> Dict[str, Any]:
     machine = env.get("machine", {})
     framework = env.get("framework", {})
     row: Dict[str, Any] = {
-        "run_id": result.run_id,
-        "status": result.status,
-        "kind": result.kind,
-        "started_at": result.started_at,
-        "wall_time_s": result.wall_time_s,
-        "reason": result.reason,
-        "sweep": (result.sweep or {}).get("name"),
-        "run_key": (result.sweep or {}).get("run_key"),
-        "host": host_of(result),
-    }
+        "run_id": result.run_id, "status": result.status, "kind": result.kind,
+        "started_at": result.started_at, "wall_time_s": result.wall_time_s,
+        "reason": result.reason, "sweep": (result.sweep or {}).get("name"),
+        "run_key": (result.sweep or {}).get("run_key"), "host": host_of(result),
+    }  # fmt: skip
     for key, value in result.config.items():
         row[key] = "x".join(map(str, value)) if isinstance(value, (list, tuple)) else value
     row.update(
-        data_name=result.data.get("name"),
-        data_source=result.data.get("source"),
-        synthetic=result.data.get("synthetic"),
-        params=result.model.get("params"),
-        images_per_sec=m.get("images_per_sec"),
-        test_accuracy=m.get("test_accuracy"),
-        final_train_loss=m.get("final_train_loss"),
-        first_step_s=m.get("first_step_s"),
+        data_name=result.data.get("name"), data_source=result.data.get("source"),
+        synthetic=result.data.get("synthetic"), params=result.model.get("params"),
+        images_per_sec=m.get("images_per_sec"), test_accuracy=m.get("test_accuracy"),
+        final_train_loss=m.get("final_train_loss"), first_step_s=m.get("first_step_s"),
         time_to_first_step_s=m.get("time_to_first_step_s"),
         measured_time_s=m.get("measured_time_s"),
         step_time_p50_s=(m.get("step_time_s") or {}).get("p50"),
@@ -740,7 +681,7 @@ def flatten(result: RunResult) -> Dict[str, Any]:
         latency_p99_ms=(m.get("latency_ms") or {}).get("p99"),
         achieved_gflops_per_sec=(m.get("compute") or {}).get("achieved_gflops_per_sec"),
         images_per_joule=(m.get("energy") or {}).get("images_per_joule"),
-    )
+    )  # fmt: skip
     peaks = memory_peaks(result)
     for kind in MEMORY_COLUMNS:
         row[f"memory_{kind}_bytes"] = peaks[kind].largest if kind in peaks else None
@@ -751,14 +692,13 @@ def flatten(result: RunResult) -> Dict[str, Any]:
     row["process_cpu_percent_mean"] = None if cpu is None else cpu.percent
     row.update(
         image_data_format=env.get("keras_json", {}).get("image_data_format"),
-        framework=framework.get("name"),
-        framework_version=framework.get("version"),
+        framework=framework.get("name"), framework_version=framework.get("version"),
         keras_version=framework.get("keras_version"),
         kbench_version=env.get("kbench", {}).get("version"),
         git_sha=(env.get("kbench", {}).get("git") or {}).get("sha"),
         cpu_model=machine.get("cpu_model"),
         omp_num_threads=env.get("process_env", {}).get("OMP_NUM_THREADS"),
-    )
+    )  # fmt: skip
     return row
 
 

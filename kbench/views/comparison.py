@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from kbench.results.result import RunResult
-from kbench.views import tables
+from kbench.views.tables import Table, esc, markdown_text, not_ok_lines, study_tables
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """What ``kbench compare`` prints: the study tables (throughput, speed ratio,
-    utilization, memory, accuracy: a row per model and setting, a column per backend)
-    and the tables beside them (operators, data-parallel breakdown, profiles).
+    """What ``kbench compare`` prints and :func:`kbench.api.compare` returns: the study
+    tables and the tables beside them (:func:`section_tables`), as text, Markdown or HTML.
 
     >>> comparison = kbench.compare("results")
     >>> print(comparison.text())            # as the terminal shows it
@@ -25,20 +24,16 @@ class Comparison:
 
     results: Tuple[RunResult, ...]
     baseline: Optional[str]
-    study: Tuple[tables.Table, ...]
-    sections: Tuple[tables.Table, ...]
+    study: Tuple[Table, ...]
+    sections: Tuple[Table, ...]
 
     @classmethod
     def of(cls, results: Sequence[RunResult], baseline: Optional[str] = None) -> Comparison:
-        return cls(
-            tuple(results),
-            baseline,
-            tuple(tables.study_tables(results, baseline)),
-            tuple(section_tables(results)),
-        )
+        study = tuple(study_tables(results, baseline))
+        return cls(tuple(results), baseline, study, tuple(section_tables(results)))
 
     @property
-    def tables(self) -> List[tables.Table]:
+    def tables(self) -> List[Table]:
         return [*self.study, *self.sections]
 
     def text(self) -> str:
@@ -51,16 +46,13 @@ class Comparison:
         """The Markdown file ``kbench compare`` writes: the tables and the runs without
         a result."""
         failed = [r for r in self.results if not r.ok]
-        lines = [f"# {tables.markdown_text(title)}", ""]
+        lines = [f"# {markdown_text(title)}", ""]
         lines += [f"{len(self.results)} runs, {len(failed)} without a result.", ""]
         lines += [t.markdown() + "\n" for t in self.study]
         if failed:
             rows = [[r.run_id, r.status, (r.reason or "").replace("|", "/")] for r in failed]
-            lines.append(
-                tables.Table(
-                    "Runs without a result", ["run", "status", "reason"], rows, []
-                ).markdown()
-            )
+            headers = ["run", "status", "reason"]
+            lines.append(Table("Runs without a result", headers, rows, []).markdown())
         text = "\n".join(lines).rstrip() + "\n"
         return text + "".join("\n" + t.markdown() + "\n" for t in self.sections)
 
@@ -70,22 +62,15 @@ class Comparison:
     def _repr_html_(self) -> str:
         if not self.tables:
             return f"<p>Nothing to compare in {len(self.results)} runs.</p>"
-        lines = [
-            f"<li>{tables.esc(line.strip())}</li>" for line in tables.not_ok_lines(self.results)
-        ]
+        lines = [f"<li>{esc(line.strip())}</li>" for line in not_ok_lines(self.results)]
         failed = f"<p>Runs without a result:</p><ul>{''.join(lines)}</ul>" if lines else ""
         return "".join(t.html() for t in self.tables) + failed
 
 
-def section_tables(results: Sequence[RunResult]) -> List[tables.Table]:
+def section_tables(results: Sequence[RunResult]) -> List[Table]:
     """The tables beside the study tables: operators, the data-parallel breakdown, the
     per-operator profiles of model runs."""
     from kbench.views.distributed import breakdown_tables
-    from kbench.views.ops import ops_tables
-    from kbench.views.profile import profile_tables
+    from kbench.views.ops import ops_tables, profile_tables
 
-    return (
-        ops_tables([r for r in results if r.kind == "ops"])
-        + breakdown_tables(results)
-        + profile_tables(results)
-    )
+    return ops_tables(results) + breakdown_tables(results) + profile_tables(results)

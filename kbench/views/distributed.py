@@ -12,7 +12,6 @@ global img/s, as in every other table (``metrics.quality``).
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -24,45 +23,34 @@ from kbench.distributed.merge import (
     breakdown_cells,
     distributed_results,
 )
-from kbench.results.config import DISTRIBUTED, RunConfig
+from kbench.results.config import DISTRIBUTED, default_of, settings
 from kbench.results.result import RunResult
+from kbench.views import figures, setting_plots
 from kbench.views.tables import QUALITY_NOTE, Table, run_flagged
 
 TITLE = "Data-parallel training: global throughput, scaling efficiency, time per step"
 BREAKDOWN = "Data-parallel step breakdown"
 SCALING = "Data-parallel scaling"
-PHASE_COLOURS = {
-    "data": "#9c755f",
-    "forward": "#4e79a7",
-    "backward": "#f28e2b",
-    "update": "#59a14f",
-    "comm": "#bab0ac",
-}
+PHASE_COLOURS = {"data": "#9c755f", "forward": "#4e79a7", "backward": "#f28e2b",
+                 "update": "#59a14f", "comm": "#bab0ac"}  # fmt: skip
 PHASE_NAMES = {"comm": "communication and waiting"}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 MAX_REASONS = 12
 SKIP = ("distributed", "workers")  # what a row shows in its own columns
-DEFAULTS = {
-    f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING
-}
 
 
 def _config(result: RunResult) -> Dict[str, Any]:
     """The run's settings; one that documents written before it existed lack reads as its
     default, so that it does not tell runs apart that ran the same thing."""
-    return {**DEFAULTS, **result.config}
+    return {**{name: default_of(name) for name in settings()}, **result.config}
 
 
 def _setting_keys(runs: Sequence[RunResult]) -> List[str]:
-    from kbench.views.figures import varying_keys
-
-    return varying_keys([_config(r) for r in runs], skip=SKIP)
+    return figures.varying_keys([_config(r) for r in runs], skip=SKIP)
 
 
 def _setting(result: RunResult, keys: Sequence[str]) -> str:
-    from kbench.views.figures import describe_setting
-
-    return describe_setting(_config(result), keys) or "defaults"
+    return figures.describe_setting(_config(result), keys) or "defaults"
 
 
 def _mode_rank(mode: str) -> int:
@@ -78,17 +66,11 @@ def _sortable(value: Any) -> Tuple[int, Any]:
 
 
 def _ordered(runs: Sequence[RunResult], keys: Sequence[str]) -> List[RunResult]:
-    return sorted(
-        runs,
-        key=lambda r: (
-            r.config["model"],
-            tuple(_sortable(_config(r).get(k)) for k in keys),
-            _mode_rank(r.config["distributed"]),
-            r.config["backend"],
-            r.config["workers"],
-            r.started_at,
-        ),
-    )
+    return sorted(runs, key=lambda r: (
+        r.config["model"], tuple(_sortable(_config(r).get(k)) for k in keys),
+        _mode_rank(r.config["distributed"]), r.config["backend"], r.config["workers"],
+        r.started_at,
+    ))  # fmt: skip
 
 
 def _notes(runs: Sequence[RunResult]) -> List[str]:
@@ -189,8 +171,6 @@ def breakdown_figures(results: Sequence[RunResult]) -> List[Any]:
 
 def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
     """Per model and setting, a stacked bar per run: the mean time per step of each phase."""
-    from kbench.views import figures
-
     if not any(r.ok for r in runs):
         return figures.Skipped(BREAKDOWN, "no data-parallel run finished")
     panels = _panels(runs, keys)
@@ -225,12 +205,7 @@ def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
         ax.set_xlabel("mean time per step (ms)")
         ax.set_title(title, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-    handles: Dict[str, Any] = {}
-    for ax in figure.axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    figure.legend(list(handles.values()), list(handles), loc="outside upper center",
-                  ncols=len(handles), fontsize=9, frameon=False)  # fmt: skip
+    figures.shared_legend(figure, 9)
     caption = (
         "One bar per run: the mean time per measured step of each phase, averaged over the "
         "workers (data: the worker's batch from its shard to the framework; forward; "
@@ -244,8 +219,6 @@ def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
 
 def scaling_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
     """Per model and setting, global img/s against workers: a line per mode and backend."""
-    from kbench.views import figures, setting_plots
-
     ok = [r for r in runs if r.ok]
     if len({r.config["workers"] for r in ok}) < 2:
         return figures.Skipped(SCALING, "no mode finished runs with more than one worker count")

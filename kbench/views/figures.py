@@ -4,8 +4,8 @@ no display): run groups, backend colours, labels, PNG output.
 Results are first put in :class:`RunGroup` s: one per distinct config apart from the
 backend and the repeat (as :func:`kbench.results.analysis.compare` groups them), each with a
 label naming the model and whatever setting tells it apart from the other groups.
-Every figure function (in ``throughput_plots``, ``setting_plots``, ``timeline_plots``,
-``accuracy_plots``, and the distributed view) returns :class:`Drawn` figures or one
+Every figure function (in ``throughput_plots``, ``setting_plots``, ``timeline_plots``
+and the distributed view) returns :class:`Drawn` figures or one
 :class:`Skipped` that says why the data does not call for that figure.
 """
 
@@ -45,18 +45,12 @@ NOT_OK_COLOUR = "#c0392b"
 
 # How settings read in labels; keys not listed use their config name.
 SETTING_NAMES = {
-    "batch_size": "batch",
-    "gpu_memory_fraction": "GPU memory fraction",
-    "gpu_memory_growth": "memory growth",
-    "warmup_steps": "warmup steps",
-    "learning_rate": "learning rate",
-    "train_samples": "train samples",
-    "test_samples": "test samples",
-    "data_format": "format",
-    "input_shape": "input",
-    "image_size": "image size",
-    "duration_s": "duration s",
-}
+    "batch_size": "batch", "gpu_memory_fraction": "GPU memory fraction",
+    "gpu_memory_growth": "memory growth", "warmup_steps": "warmup steps",
+    "learning_rate": "learning rate", "train_samples": "train samples",
+    "test_samples": "test samples", "data_format": "format", "input_shape": "input",
+    "image_size": "image size", "duration_s": "duration s",
+}  # fmt: skip
 NOT_A_SETTING = set(IGNORED_IN_GROUPING) | {"model"}
 
 
@@ -151,15 +145,8 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
         if not found:  # every run of it left out (dropped windows): nothing to draw
             continue
         groups.append(RunGroup(key, config["model"], setting, found[0], runs))
-    return sorted(
-        groups,
-        key=lambda g: (
-            models.index(g.model),
-            str(g.config.get("mode")),
-            g.config["batch_size"],
-            g.setting,
-        ),
-    )
+    return sorted(groups, key=lambda g: (models.index(g.model), str(g.config.get("mode")),
+                                         g.config["batch_size"], g.setting))  # fmt: skip
 
 
 def backend_order(results: Sequence[RunResult]) -> List[str]:
@@ -274,10 +261,20 @@ def has_rate(row: Optional[BackendRow]) -> bool:
 
 
 def log_axis(ax: Any) -> None:
+    """A log y axis with plain numbers (100, 1k, 10k) at 1, 2 and 5 times powers of ten."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    """A log y axis with plain numbers (100, 1k, 10k) at 1, 2 and 5 times powers of ten."""
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: short_number(value)))
     ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def shared_legend(figure: Any, fontsize: float) -> None:
+    """One legend for every panel (a backend or phase has one colour throughout), above."""
+    handles: Dict[str, Any] = {}
+    for ax in figure.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(list(handles.values()), list(handles), loc="outside upper center",
+                  ncols=len(handles), fontsize=fontsize, frameon=False)  # fmt: skip

@@ -1,25 +1,15 @@
 """Runs of several machines told apart: a store merged from laptops, a sweep run on a
 cluster's nodes.
 
-A machine is what :func:`kbench.results.analysis.by_machine` groups by: its hostname, and
-its GPU where it had one (:func:`kbench.results.store.host_of`). What the machine was is
-said beside it (:func:`hardware_text`): its CPU model with the features that decide
-kernels, its GPU, and each framework's CPU kernel library (TensorFlow on oneDNN and on
-Eigen are different programs). No median and no ratio mixes machines: each machine's
-runs are compared on their own (:func:`kbench.results.analysis.compare`), and a table that
-sets machines side by side says so (:func:`mixed_note`).
-
-Only machines with a finished model run count (:func:`measured_machines`): a run recorded
-failed before it reached any machine (a Slurm task that never started) has no machine to
-be compared on; the commands list such runs with their reasons as they list any failure.
-
-Machines that ran the same sweep file share its run keys: :func:`newest_per_machine`
-keeps the newest result of a run on each machine, where reading the newest of each run
-(``latest_only``) would keep one machine's and drop the others'.
-
-:func:`machine_table` is the table ``kbench results --merge`` prints: one row per
-setting, machine and backend, with the headline figures (img/s, the speed ratio to the
-baseline on the same machine, test accuracy).
+A machine is what :func:`kbench.results.analysis.by_machine` groups by (hostname, and GPU
+where there was one), said in words by :func:`hardware_text` (CPU and the features that
+decide kernels, GPU, each framework's CPU kernel library). No median and no ratio mixes
+machines, and a table that sets them side by side says so (:func:`mixed_note`). Only
+machines with a finished model run count (:func:`measured_machines`): a run recorded
+failed before it reached one (a Slurm task that never started) is listed as a failure.
+Machines that ran one sweep file share its run keys: :func:`newest_per_machine` keeps
+the newest result of a run on each. :func:`machine_table` is what ``kbench results
+--merge`` prints.
 """
 
 from __future__ import annotations
@@ -129,25 +119,18 @@ def hardware_text(runs: Sequence[RunResult]) -> str:
         )
     )
     text += "; GPU " + ", ".join(gpus) if gpus else "; no GPU"
-    kernels = kernel_libraries(runs)
-    if kernels:
-        text += "; kernels: " + ", ".join(
-            f"{backend} {' / '.join(found)}" for backend, found in kernels.items()
-        )
-    return text
+    kernels = [f"{b} {' / '.join(found)}" for b, found in kernel_libraries(runs).items()]
+    return text + ("; kernels: " + ", ".join(kernels) if kernels else "")
 
 
 def kernel_libraries(runs: Sequence[RunResult]) -> Dict[str, List[str]]:
     """{backend: its CPU kernel libraries} over the finished runs of ``runs`` that
     recorded one."""
-    found: Dict[str, List[str]] = {}
+    found: Dict[str, Dict[str, None]] = {}
     for r in runs:
-        library = kernels_of(r)
-        if r.ok and library != "not recorded":
-            found.setdefault(r.config["backend"], [])
-            if library not in found[r.config["backend"]]:
-                found[r.config["backend"]].append(library)
-    return found
+        if r.ok and kernels_of(r) != "not recorded":
+            found.setdefault(r.config["backend"], {})[kernels_of(r)] = None
+    return {backend: list(libraries) for backend, libraries in found.items()}
 
 
 def machine_table(results: Sequence[RunResult], baseline: Optional[str] = None) -> Optional[Table]:
@@ -203,23 +186,19 @@ def _kernels_differ(kernels: Dict[str, Dict[str, List[str]]]) -> bool:
 
 
 def _rows(
-    label: str,
-    host: str,
-    group: ComparisonGroup,
-    baseline: str,
+    label: str, host: str, group: ComparisonGroup, baseline: str,
     kernels: Optional[Dict[str, List[str]]],
-) -> List[List[str]]:
+) -> List[List[str]]:  # fmt: skip
     """One group's rows on one machine; a ratio only to the baseline of that machine."""
     rows = []
     for row in group.rows:
-        if row.images_per_sec is None:
-            rate = ", ".join(s.upper() for s in row.statuses)
-        else:
-            rate = flagged(spread_text(row.images_per_sec, ",.0f"), row)
-        if group.baseline != baseline:
-            ratio = f"- [no {baseline} run on {host}]"
-        else:
-            ratio = ratio_text(row, baseline)
+        rate = (
+            ", ".join(s.upper() for s in row.statuses)
+            if row.images_per_sec is None
+            else flagged(spread_text(row.images_per_sec, ",.0f"), row)
+        )
+        ratio = ratio_text(row, baseline) if group.baseline == baseline else (
+            f"- [no {baseline} run on {host}]")  # fmt: skip
         cells = [label, host, row.backend, rate, ratio, spread_text(row.test_accuracy, ".3f")]
         if kernels is not None:
             cells.append(" / ".join(kernels.get(row.backend, [])) or "not recorded")

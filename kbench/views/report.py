@@ -23,7 +23,7 @@ from kbench.results.jsonfile import write_text_atomic
 from kbench.results.readings import MEMORY_KINDS, memory_peaks
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
-from kbench.views import accuracy_plots, figures, setting_plots, throughput_plots, timeline_plots
+from kbench.views import figures, setting_plots, throughput_plots, timeline_plots
 from kbench.views.figures import Drawn, RunGroup, Skipped
 from kbench.views.machines import hardware_text, mixed_note, several_machines
 from kbench.views.tables import (
@@ -44,6 +44,8 @@ from kbench.views.tables import (
 )
 
 log = logging.getLogger(__name__)
+
+NO_FIGURES = "<p>No figure applies to these results; see “Not drawn”.</p>"
 
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2329;
@@ -131,13 +133,9 @@ class MachineRuns:
 
 
 def write_report(
-    results: Sequence[RunResult],
-    path: Path,
-    *,
-    title: str = "kbench report",
-    baseline: Optional[str] = None,
-    sections: Sequence[Section] = (),
-) -> ReportSummary:
+    results: Sequence[RunResult], path: Path, *, title: str = "kbench report",
+    baseline: Optional[str] = None, sections: Sequence[Section] = (),
+) -> ReportSummary:  # fmt: skip
     """Write one HTML file about ``results`` to ``path``; return what it holds.
     ``sections`` come first after the summary (a study's claims and plots)."""
     results = list(results)
@@ -146,52 +144,48 @@ def write_report(
             "write_report: expected at least one result document; got none. Run "
             "`kbench run ...` and pass the results it wrote (RunResult.load on each JSON file)."
         )
-    path = Path(path)
     measured = measured_runs(results)
     backends = figures.backend_order(measured)
     base = report_baseline(backends, baseline)
-    notes = left_out_notes(results, measured)
     groups = figures.group_runs(measured, base)
     machines = machine_groups(measured, base)
     outcomes = report_figures(groups, backends, base, machines, measured)
     picked, timeline_notes = timeline_plots.pick_timeline_runs(groups, backends)
+    notes = left_out_notes(results, measured) + timeline_notes
     timelines = [timeline_plots.timeline(group, run, backends) for group, run in picked]
     if not timelines:
         reason = "no run has sampler series" + (
             " (the sampler was off: --sample-interval 0)" if measured else ""
         )
         outcomes.append(Skipped(timeline_plots.TIMELINES, reason))
-    notes += timeline_notes
     outcomes += operator_figures([r for r in results if r.kind == "ops"])
-    extra_sections, extra_outcomes = distributed_section(results)
-    extra_sections += profile_section(results)
-    extra_sections = [_section_html(s) for s in sections] + extra_sections
-    extra_outcomes = extra_outcomes + [o for s in sections for o in s.outcomes]
-    drawn = [o for o in outcomes + extra_outcomes if isinstance(o, Drawn)] + timelines
-    skipped = [o for o in outcomes + extra_outcomes if isinstance(o, Skipped)]
-    page = render_page(
-        title=title,
-        results=results,
-        measured=measured,
-        groups=groups,
-        backends=backends,
-        baseline=base,
-        figures=[o for o in outcomes if isinstance(o, Drawn)],
-        timelines=timelines,
-        skipped=skipped,
-        notes=notes,
-        extra_sections=extra_sections,
-        machines=machines,
+    own, own_outcomes = distributed_section(results)
+    others = [_section_html(s) for s in sections] + own + profile_section(results)
+    everything = outcomes + own_outcomes + [o for s in sections for o in s.outcomes]
+    drawn = [o for o in everything if isinstance(o, Drawn)] + timelines
+    skipped = [o for o in everything if isinstance(o, Skipped)]
+    summary = (
+        machines_summary(machines, base.split(" @ ")[0])
+        if machines
+        else summary_table(groups, backends, base)
     )
+    shown = "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
+    page = [("summary", "Summary", summary), ("figures", "Figures", shown or NO_FIGURES), *others]
+    if timelines or skipped or notes:
+        body = "".join(figure_html(f) for f in timelines)
+        page.append(("timelines", "Per-run timelines", body or "<p>None drawn.</p>"))
+    page += [
+        ("not-drawn", "Not drawn", skipped_html(skipped, notes)),
+        ("failures", "Runs that did not finish", failures_table([r for r in results if not r.ok])),
+        ("environment", "Environment", environment_html(results)),
+    ]
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, page)
-    log.info("report: %s (%d figures, %d skipped)", path, len(drawn), len(skipped))
-    return ReportSummary(
-        path=path,
-        figures=[d.title for d in drawn],
-        skipped=[s.sentence for s in skipped],
-        notes=notes,
+    write_text_atomic(
+        path, render_page(title, header_html(results, measured, backends, base, machines), page)
     )
+    log.info("report: %s (%d figures, %d skipped)", path, len(drawn), len(skipped))
+    return ReportSummary(path, [d.title for d in drawn], [s.sentence for s in skipped], notes)
 
 
 def measured_runs(results: Sequence[RunResult]) -> List[RunResult]:
@@ -231,12 +225,9 @@ def left_out_notes(results: Sequence[RunResult], measured: Sequence[RunResult]) 
 
 
 def report_figures(
-    groups: Sequence[RunGroup],
-    backends: Sequence[str],
-    baseline: str,
-    machines: Sequence[MachineRuns],
-    measured: Sequence[RunResult],
-) -> List[Any]:
+    groups: Sequence[RunGroup], backends: Sequence[str], baseline: str,
+    machines: Sequence[MachineRuns], measured: Sequence[RunResult],
+) -> List[Any]:  # fmt: skip
     """The figures of the measured runs (drawn, or skipped with the reason)."""
     return [
         throughput_plots.throughput_bars(groups, backends),
@@ -244,8 +235,8 @@ def report_figures(
         setting_plots.batch_size_plot(groups, backends),
         setting_plots.memory_fraction_plot(groups, backends, measured),
         setting_plots.threads_plot(groups, backends),
-        accuracy_plots.accuracy_plot(groups, backends),
-        accuracy_plots.runtime_accuracy_plot(groups, backends),
+        setting_plots.accuracy_plot(groups, backends),
+        setting_plots.runtime_accuracy_plot(groups, backends),
     ]
 
 
@@ -300,19 +291,16 @@ def machine_groups(measured: Sequence[RunResult], baseline: str) -> List[Machine
 
 
 def speed_heatmaps(
-    groups: Sequence[RunGroup],
-    backends: Sequence[str],
-    baseline: str,
+    groups: Sequence[RunGroup], backends: Sequence[str], baseline: str,
     machines: Sequence[MachineRuns],
-) -> List[Any]:
+) -> List[Any]:  # fmt: skip
     """The speed-ratio heatmap: one, or one per machine (never a ratio across machines)."""
     if not machines:
         return [throughput_plots.speed_heatmap(groups, backends, baseline)]
-    out = []
-    for m in machines:
-        found = throughput_plots.speed_heatmap(m.groups, m.backends, m.baseline)
-        out.append(replace(found, title=f"{found.title}, on {m.host}"))
-    return out
+    found = [
+        (m, throughput_plots.speed_heatmap(m.groups, m.backends, m.baseline)) for m in machines
+    ]
+    return [replace(f, title=f"{f.title}, on {m.host}") for m, f in found]
 
 
 def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
@@ -336,41 +324,8 @@ def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
 # --------------------------------------------------------------------------- page
 
 
-def render_page(
-    *,
-    title: str,
-    results: Sequence[RunResult],
-    measured: Sequence[RunResult],
-    groups: Sequence[RunGroup],
-    backends: Sequence[str],
-    baseline: str,
-    figures: Sequence[Drawn],
-    timelines: Sequence[Drawn],
-    skipped: Sequence[Skipped],
-    notes: Sequence[str],
-    extra_sections: Sequence[Tuple[str, str, str]] = (),
-    machines: Sequence[MachineRuns] = (),
-) -> str:
-    """``extra_sections``: (id, heading, HTML) of kinds of runs with a section of their own,
-    after the figures. ``machines``: the runs of each of several machines
-    (:func:`machine_groups`), summarized apart."""
-    failed = [r for r in results if not r.ok]
-    summary = (
-        machines_summary(machines, baseline.split(" @ ")[0])
-        if machines
-        else summary_table(groups, backends, baseline)
-    )
-    sections = [
-        ("summary", "Summary", summary),
-        ("figures", "Figures", "".join(figure_html(f) for f in figures) or no_figures()),
-        *extra_sections,
-    ]
-    if timelines or skipped or notes:
-        body = "".join(figure_html(f) for f in timelines)
-        sections.append(("timelines", "Per-run timelines", body or "<p>None drawn.</p>"))
-    sections.append(("not-drawn", "Not drawn", skipped_html(skipped, notes)))
-    sections.append(("failures", "Runs that did not finish", failures_table(failed)))
-    sections.append(("environment", "Environment", environment_html(results)))
+def render_page(title: str, header: str, sections: Sequence[Tuple[str, str, str]]) -> str:
+    """The page: ``sections`` are (id, heading, HTML), each linked from the top."""
     nav = "".join(f'<a href="#{key}">{esc(name)}</a>' for key, name, _ in sections)
     content = "".join(
         f'<section id="{key}"><h2>{esc(name)}</h2>{body}</section>' for key, name, body in sections
@@ -380,37 +335,30 @@ def render_page(
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
-        f"<body><main><h1>{esc(title)}</h1>"
-        f"{header_html(results, measured, backends, baseline, machines)}"
-        f"<nav>{nav}</nav>{content}</main>"
+        f"<body><main><h1>{esc(title)}</h1>{header}<nav>{nav}</nav>{content}</main>"
         f"<script>{SCRIPT}</script></body></html>\n"
     )
 
 
 def header_html(
-    results: Sequence[RunResult],
-    measured: Sequence[RunResult],
-    backends: Sequence[str],
-    baseline: str,
-    machines: Sequence[MachineRuns] = (),
-) -> str:
-    started = sorted(r.started_at for r in results)
+    results: Sequence[RunResult], measured: Sequence[RunResult], backends: Sequence[str],
+    baseline: str, machines: Sequence[MachineRuns] = (),
+) -> str:  # fmt: skip
+    """When the runs ran, what the ratios are against, cards that count the runs, and
+    banners for runs of several machines and on synthetic data."""
+    started = sorted(r.started_at[:16].replace("T", " ") for r in results)
+    span = started[0] + (f" to {started[-1]}" if started[-1] != started[0] else "")
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    span = started[0][:16].replace("T", " ")
-    if started[-1][:16] != started[0][:16]:
-        span += " to " + started[-1][:16].replace("T", " ")
     ok = sum(r.ok for r in results)
     models = list(dict.fromkeys(model_label(r.config.get("model", "?")) for r in results))
-    cards = [
-        (str(len(results)), "runs", False),
-        (str(ok), "finished", False),
-        (str(len(results) - ok), "did not finish", len(results) > ok),
-        (str(len(backends)), "backends: " + ", ".join(backends), False),
-        (str(len(models)), "models: " + ", ".join(models), False),
-    ]
     hosts = [m.host for m in machines]
+    cards = [
+        (len(results), "runs", False), (ok, "finished", False),
+        (len(results) - ok, "did not finish", len(results) > ok),
+        (len(backends), "backends: " + ", ".join(backends), False),
+        (len(models), "models: " + ", ".join(models), False),
+    ] + [(len(hosts), "machines: " + ", ".join(hosts), False)] * bool(hosts)  # fmt: skip
     if hosts:
-        cards.append((str(len(hosts)), "machines: " + ", ".join(hosts), False))
         against = (
             f"Speed ratios are against <b>{esc(baseline.split(' @ ')[0])}</b> on each machine."
         )
@@ -418,16 +366,20 @@ def header_html(
         against = f"Speed ratios are against <b>{esc(baseline)}</b>." if baseline else ""
     out = (
         f'<p class="meta">Runs from {esc(span)} (UTC); report written {esc(generated)}. '
-        + against
-        + "</p>"
-        '<div class="cards">'
+        f'{against}</p><div class="cards">'
         + "".join(
-            f'<div class="card{" bad" if bad else ""}"><b>{esc(n)}</b><span>{esc(t)}</span></div>'
+            f'<div class="card{" bad" if bad else ""}"><b>{n}</b><span>{esc(t)}</span></div>'
             for n, t, bad in cards
         )
         + "</div>"
     )
-    out += machines_banner(hosts)
+    if hosts:
+        note = mixed_note(hosts, "a summary table and a speed-ratio heatmap per machine")
+        out += (
+            f'<div class="banner"><span class="badge setup">{len(hosts)} MACHINES</span> '
+            f"{esc(note)}. Figures that set them side by side (throughput bars, timelines) "
+            "name each row backend @ host.</div>"
+        )
     synthetic = [r for r in measured if r.data.get("synthetic")]
     if synthetic:
         names = sorted({r.data.get("name") or r.config.get("dataset") for r in synthetic})
@@ -440,19 +392,6 @@ def header_html(
     return out
 
 
-def machines_banner(hosts: Sequence[str]) -> str:
-    """The banner of a report on several machines' runs: what is kept apart; nothing
-    for one machine."""
-    if not hosts:
-        return ""
-    note = mixed_note(hosts, "a summary table and a speed-ratio heatmap per machine")
-    return (
-        f'<div class="banner"><span class="badge setup">{len(hosts)} MACHINES</span> '
-        f"{esc(note)}. Figures that set them side by side (throughput bars, timelines) "
-        "name each row backend @ host.</div>"
-    )
-
-
 def figure_html(figure: Drawn) -> str:
     data = base64.b64encode(figure.png).decode("ascii")
     return (
@@ -460,10 +399,6 @@ def figure_html(figure: Drawn) -> str:
         f'<img src="data:image/png;base64,{data}" alt="{esc(figure.title)}">'
         f"<figcaption>{esc(figure.caption)}</figcaption></figure>"
     )
-
-
-def no_figures() -> str:
-    return "<p>No figure applies to these results; see “Not drawn”.</p>"
 
 
 def skipped_html(skipped: Sequence[Skipped], notes: Sequence[str]) -> str:
@@ -559,11 +494,10 @@ def memory_cell(runs: Sequence[RunResult]) -> Any:
                 per_kind.setdefault(kind, []).append(peak)
     if not per_kind:
         return "—"
-    order = [k for k in MEMORY_KINDS if k in per_kind] + sorted(
-        k for k in per_kind if k not in MEMORY_KINDS
-    )
     lines = []
-    for kind in order:
+    for kind in [k for k in MEMORY_KINDS if k in per_kind] + sorted(
+        set(per_kind) - set(MEMORY_KINDS)
+    ):
         peaks = per_kind[kind]
         totals = [p.total for p in peaks if p.total is not None]
         text = memory_text(
@@ -612,20 +546,19 @@ def _section_html(section: Section) -> Tuple[str, str, str]:
 def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
     """The per-operator profiles of model runs (--profile), (id, heading, HTML); nothing
     without them."""
-    from kbench.views.profile import profile_tables
+    from kbench.views.ops import profile_tables
 
     found = profile_tables(results)
     if not found:
         return []
 
-    def numeric(t: Table) -> List[int]:
-        return [
-            i
-            for i in range(len(t.headers))
-            if t.rows and all(r[i].rstrip("%").replace(".", "", 1).isdigit() for r in t.rows)
-        ]
+    def number(cell: str) -> bool:
+        return cell.rstrip("%").replace(".", "", 1).isdigit()
 
-    body = "".join(t.html(numeric(t)) for t in found)
+    body = "".join(
+        t.html(i for i in range(len(t.headers)) if t.rows and all(number(r[i]) for r in t.rows))
+        for t in found
+    )
     return [("profiles", "Where the time goes: operators (--profile)", body)]
 
 
@@ -646,15 +579,9 @@ def failures_table(failed: Sequence[RunResult]) -> str:
                 f"<pre>{esc(chr(10).join(tail))}</pre></details>"
             )
         config = run.config
-        rows.append(
-            [
-                run.run_id,
-                config.get("backend", "?"),
-                f"{model_label(config.get('model', '?'))}, batch {config.get('batch_size', '?')}",
-                Cell(run.status.upper(), css="badge bad"),
-                Markup(detail),
-            ]
-        )
+        model = f"{model_label(config.get('model', '?'))}, batch {config.get('batch_size', '?')}"
+        rows.append([run.run_id, config.get("backend", "?"), model,
+                     Cell(run.status.upper(), css="badge bad"), Markup(detail)])  # fmt: skip
     return Table("", ["run", "backend", "model", "status", "reason"], rows, []).html()
 
 
@@ -699,14 +626,10 @@ def machine_row(machine: Dict[str, Any]) -> List[Any]:
     else:
         gpu_text = f"none ({gpu.get('reason', 'not recorded')})"
     memory = machine.get("memory_total_bytes")
-    return [
-        machine.get("hostname", "?"),
-        machine.get("cpu_model", "?"),
-        f"{machine.get('cpu_logical_cores', '?')} logical / "
-        f"{machine.get('cpu_physical_cores', '?')} physical",
-        bytes_text(memory) if memory else "?",
-        gpu_text,
-    ]
+    cores = (f"{machine.get('cpu_logical_cores', '?')} logical / "
+             f"{machine.get('cpu_physical_cores', '?')} physical")  # fmt: skip
+    return [machine.get("hostname", "?"), machine.get("cpu_model", "?"), cores,
+            bytes_text(memory) if memory else "?", gpu_text]  # fmt: skip
 
 
 def frameworks_html(results: Sequence[RunResult]) -> str:
@@ -722,11 +645,10 @@ def frameworks_html(results: Sequence[RunResult]) -> str:
         row = [
             run.config.get("backend", "?"),
             f"{framework.get('name', '?')} {framework.get('version', '?')}",
-            framework.get("keras_version") or "—",
-            framework.get("image_data_format") or "—",
+            framework.get("keras_version") or "—", framework.get("image_data_format") or "—",
             ", ".join(str(d) for d in framework.get("devices") or []) or "—",
             "all cores" if threads is None else str(threads),
-        ]
+        ]  # fmt: skip
         if several:
             row = [host_of(run), *row, kernels_text(framework)]
         frameworks.setdefault(repr(row), row)

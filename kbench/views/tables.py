@@ -5,6 +5,7 @@ from :mod:`kbench.results.analysis`; nothing here computes one."""
 
 from __future__ import annotations
 
+import collections
 import html
 import os
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ from kbench.results.analysis import (
     kernels_text,
     varying_settings,
 )
-from kbench.results.config import short_name
+from kbench.results.config import RunConfig, short_name
 from kbench.results.ending import device_used
 from kbench.results.result import RunResult
+from kbench.results.store import IndexEntry
 
 # --------------------------------------------------------------------------- the model
 
@@ -57,13 +59,9 @@ class Cell(str):
     detail: str
 
     def __new__(
-        cls,
-        text: str,
-        flags: Sequence[str] = (),
-        badges: Sequence[str] = (),
-        css: str = "",
+        cls, text: str, flags: Sequence[str] = (), badges: Sequence[str] = (), css: str = "",
         detail: str = "",
-    ) -> Cell:
+    ) -> Cell:  # fmt: skip
         plain = text + (f" ({detail})" if detail else "")
         cell = super().__new__(cls, f"{plain} [{'; '.join(flags)}]" if flags else plain)
         cell.text, cell.flags, cell.badges = text, tuple(flags), tuple(badges)
@@ -83,6 +81,7 @@ class Cell(str):
         return Markup(text + "".join(f'<div class="flag">{esc(f)}</div>' for f in self.flags))
 
 
+NUMERIC_CSS = ' class="num"'  # a report cell aligned as a number
 CellLike = str  # a Cell, a Markup (HTML, in tables only the report shows) or plain text
 
 
@@ -163,13 +162,10 @@ class Table:
                     f"{row.cell.html()}</td></tr>"
                 )
                 continue
-            cells = "".join(
-                f'<td class="num">{cell_html(c)}</td>'
-                if i in numeric
-                else f"<td>{cell_html(c)}</td>"
-                for i, c in enumerate(row)
+            cells = (
+                f"<td{NUMERIC_CSS * (i in numeric)}>{cell_html(c)}</td>" for i, c in enumerate(row)
             )
-            body.append(f"<tr>{cells}</tr>")
+            body.append(f"<tr>{''.join(cells)}</tr>")
         notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
         return (
             (f"<h3>{esc(self.title)}</h3>" if self.title else "")
@@ -187,10 +183,8 @@ def markdown_text(text: object) -> str:
 
 # --------------------------------------------------------------------------- names
 
-# Short names for what people read: a user model's file, not its absolute path. A result
-# keeps the model's and the data's full path and sha256 (``kbench results --export`` writes
-# them); tables, comparison titles, figures and the report show ``my_model.py:build``,
-# ``model.keras``, ``npz:data.npz`` or ``folder:photos``.
+# Short names for what people read (``my_model.py:build``, ``npz:data.npz``); a result
+# keeps the full path and sha256, which ``kbench results --export`` writes.
 
 PATH_PREFIXES = ("npz:", "folder:")  # data sets named by a path on this machine
 
@@ -235,8 +229,7 @@ def _where(model: str) -> Tuple[str, str]:
     """A user model's path and function (none for a saved model)."""
     if model.endswith(".keras") or ":" not in model:
         return model, ""
-    where, _, function = model.rpartition(":")
-    return where, function
+    return model.rpartition(":")[::2]
 
 
 def _path_tail(model: str, depth: int) -> str:
@@ -255,11 +248,9 @@ MEMORY_LABELS = {
     "process_peak_rss": "peak resident host memory of the worker (RSS)",
 }
 MEMORY_SHORT = {  # and in a cell beside its figure
-    "process_peak_rss": "host RSS peak",
-    "framework_peak": "framework GPU peak",
-    "process_nvml": "worker GPU (NVML)",
-    "device_used": "device used (NVML)",
-}
+    "process_peak_rss": "host RSS peak", "framework_peak": "framework GPU peak",
+    "process_nvml": "worker GPU (NVML)", "device_used": "device used (NVML)",
+}  # fmt: skip
 UTILIZATION_LABELS = {
     "gpu": "GPU utilization: % of time a kernel ran (NVML), mean over the measured window",
     "cpu": "CPU use of the worker: % of one core, mean over the measured window",
@@ -272,12 +263,11 @@ def range_text(spread: Spread, spec: str) -> str:
     return f"n={spread.n}" if low == high else f"{low}-{high}, n={spread.n}"
 
 
-def spread_text(spread: Optional[Spread], spec: str, prefix: str = "") -> str:
+def spread_text(spread: Optional[Spread], spec: str) -> str:
     """``median`` alone for one value, ``median (low-high, n=N)`` for several."""
     if spread is None:
         return "-"
-    text = prefix + format(spread.median, spec)
-    return text + (f" ({range_text(spread, spec)})" if spread.n > 1 else "")
+    return format(spread.median, spec) + (f" ({range_text(spread, spec)})" if spread.n > 1 else "")
 
 
 def interval_text(interval: MedianInterval, spec: str = ".2f") -> str:
@@ -411,10 +401,8 @@ def _run_row(r: RunResult, label: str) -> List[CellLike]:
         cells = [
             run_flagged(f"{m['images_per_sec']:,.0f}", r),
             f"latency p90 {latency['p90']:.2f} ms, p99 {latency['p99']:.2f} ms",
-            f"{latency['p50']:.2f}",
-            f"{m['first_step_s']:.2f}",
-            "-",
-        ]
+            f"{latency['p50']:.2f}", f"{m['first_step_s']:.2f}", "-",
+        ]  # fmt: skip
     elif m.get("images_per_sec") is None and not m.get("step_time_s"):  # exec: no fit
         cells = [m.get("note") or "-", "-", "-", "-", "-"]
     else:
@@ -423,15 +411,10 @@ def _run_row(r: RunResult, label: str) -> List[CellLike]:
     params = r.model.get("params")
     repeat = r.config.get("repeat", 0)
     return [
-        r.config["backend"] + (f" #{repeat + 1}" if repeat else ""),
-        label,
-        r.kind,
-        keras_json.get("image_data_format", "-"),
-        device_used(r) or "-",
-        "ok" if r.ok else r.status.upper(),
-        *cells,
-        "-" if params is None else f"{params:,}",
-    ]
+        r.config["backend"] + (f" #{repeat + 1}" if repeat else ""), label, r.kind,
+        keras_json.get("image_data_format", "-"), device_used(r) or "-",
+        "ok" if r.ok else r.status.upper(), *cells, "-" if params is None else f"{params:,}",
+    ]  # fmt: skip
 
 
 def _steps_cells(m: Dict[str, Any]) -> List[str]:
@@ -472,6 +455,56 @@ def not_ok_lines(results: Sequence[RunResult]) -> List[str]:
         for r in results
         if not r.ok
     ]
+
+
+# A sweep's plan before it runs (``--dry-run``) and a store's index (``kbench results``).
+
+PLAN_LISTED = 50  # a dry run lists every run up to this many, else summarizes
+PLAN_FIRST = 10  # the runs a summary shows
+
+
+def plan_table(configs: Sequence[RunConfig], states: Sequence[str], varying: Sequence[str]) -> str:
+    """One row per run: its number, backend, model, the other settings that vary, its
+    state ("to run", "done (ok)")."""
+    rest = [v for v in varying if v not in ("backend", "model")]
+    return render(
+        ["#", "backend", "model", *rest, "state"],
+        [
+            [str(i), c.backend, c.model, *[setting_cell(getattr(c, v)) for v in rest], state]
+            for i, (c, state) in enumerate(zip(configs, states), start=1)
+        ],
+    )
+
+
+def plan_text(configs: Sequence[RunConfig], states: Sequence[str], varying: Sequence[str]) -> str:
+    """The plan table, or for more than :data:`PLAN_LISTED` runs how many take each value
+    of each varying setting and the first few runs."""
+    if len(configs) <= PLAN_LISTED:
+        return plan_table(configs, states, varying)
+    lines = []
+    for name in varying:
+        counts = collections.Counter(setting_cell(getattr(c, name)) for c in configs)
+        shown = ", ".join(f"{value} ({count})" for value, count in counts.most_common(12))
+        more = f", and {len(counts) - 12} more values" if len(counts) > 12 else ""
+        lines.append(f"  {name}: {len(counts)} values: {shown}{more}")
+    first = plan_table(configs[:PLAN_FIRST], states[:PLAN_FIRST], varying)
+    return "\n".join(
+        ["settings that vary (runs per value):", *lines, "",
+         f"the first {min(PLAN_FIRST, len(configs))} runs:", first,
+         f"... and {len(configs) - PLAN_FIRST} more (--filter NAME=VALUE lists a part)"]
+    )  # fmt: skip
+
+
+def store_index(entries: Sequence[IndexEntry]) -> str:
+    """The store's index, one run a row."""
+    return render(
+        ["run", "status", "kind", "backend", "model", "dataset", "batch", "img/s", "host",
+         "sweep"],
+        [[e.run_id, e.status, e.kind, str(e.config.get("backend")), str(e.config.get("model")),
+          str(e.config.get("dataset")), str(e.config.get("batch_size")),
+          "-" if e.images_per_sec is None else f"{e.images_per_sec:,.0f}", e.host,
+          e.sweep or "-"] for e in entries],
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -578,18 +611,16 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
     if len(machines) <= 1 or not measured:
         return _machine_tables(results, baseline)
     if len(measured) == 1:
-        (runs,) = measured.values()
-        return _machine_tables(runs, baseline)
-    machines = measured
+        return _machine_tables(next(iter(measured.values())), baseline)
     mixed = (
-        f"these runs come from {len(machines)} machines ({', '.join(machines)}): a table "
+        f"these runs come from {len(measured)} machines ({', '.join(measured)}): a table "
         "per machine; no ratio is computed across machines"
     )
-    out: List[Table] = []
-    for machine, runs in machines.items():
-        for t in _machine_tables(runs, baseline):
-            out.append(Table(f"{t.title}, on {machine}", t.headers, t.rows, [mixed, *t.notes]))
-    return out
+    return [
+        Table(f"{t.title}, on {machine}", t.headers, t.rows, [mixed, *t.notes])
+        for machine, runs in measured.items()
+        for t in _machine_tables(runs, baseline)
+    ]
 
 
 CellOf = Callable[[BackendRow], Optional[CellLike]]
@@ -601,7 +632,8 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
     groups = compare(results, baseline)
     if not groups:
         return []
-    columns = list(dict.fromkeys(row.backend for g in groups for row in g.rows))
+    rows = [row for g in groups for row in g.rows]
+    columns = list(dict.fromkeys(row.backend for row in rows))
     label = _row_labeller(groups)
     warned = dict.fromkeys(
         f"warning: {r.config['backend']}, "
@@ -616,43 +648,39 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
         return label(group.model, group.synthetic, group.settings, group.variant)
 
     def table(title: str, cell: CellOf, notes: List[str]) -> Table:
-        rows = []
-        for group in groups:
-            by_backend = {row.backend: row for row in group.rows}
-            rows.append(row_label(group) + [_study_cell(by_backend.get(b), cell) for b in columns])
-        return Table(title, row_headers + columns, rows, notes)
+        cells = [
+            row_label(g) + [_study_cell(next((r for r in g.rows if r.backend == b), None), cell)
+                            for b in columns]
+            for g in groups
+        ]  # fmt: skip
+        return Table(title, row_headers + columns, cells, notes)
 
-    baselines = sorted({g.baseline for g in groups})
     baseline_of = {id(r): g.baseline for g in groups for r in g.rows}
-    tables = [
-        table(
-            f"Throughput, images/s: {REPEATS}",
-            lambda r: flagged(spread_text(r.images_per_sec, ",.0f"), r),
-            ["measured window only (after the warmup steps)", *warned]
-            + [apart_note(row_label(g), g) for g in groups if g.apart]
-            + ([QUALITY_NOTE] if any(r.quality_flags for g in groups for r in g.rows) else [])
-            + ([SETUP_NOTE] if any(r.setup_flags for g in groups for r in g.rows) else []),
-        ),
-        table(
-            f"Speed against {', '.join(baselines)}: median of per-round ratios (interval)",
-            lambda r: flagged(ratio_text(r, baseline_of[id(r)]), r),
-            [
-                "above x1 is faster than the baseline; each ratio pairs runs of the same round",
-                "interval: order statistics of the per-round ratios (95% where 6 or more "
-                "rounds, else the whole range with its coverage); 'no clear difference' "
-                "where it holds x1",
-            ],
-        ),
+    throughput_notes = (
+        ["measured window only (after the warmup steps)", *warned]
+        + [apart_note(row_label(g), g) for g in groups if g.apart]
+        + [QUALITY_NOTE] * any(r.quality_flags for r in rows)
+        + [SETUP_NOTE] * any(r.setup_flags for r in rows)
+    )
+    ratio_notes = [
+        "above x1 is faster than the baseline; each ratio pairs runs of the same round",
+        "interval: order statistics of the per-round ratios (95% where 6 or more rounds, else "
+        "the whole range with its coverage); 'no clear difference' where it holds x1",
     ]
-    return tables + _measure_tables(groups, table)
+    return [
+        table(f"Throughput, images/s: {REPEATS}",
+              lambda r: flagged(spread_text(r.images_per_sec, ",.0f"), r), throughput_notes),
+        table(f"Speed against {', '.join(sorted({g.baseline for g in groups}))}: median of "
+              "per-round ratios (interval)",
+              lambda r: flagged(ratio_text(r, baseline_of[id(r)]), r), ratio_notes),
+        *_measure_tables(groups, rows, table),
+    ]  # fmt: skip
 
 
-def _row_labeller(
-    groups: Sequence[ComparisonGroup],
-) -> Callable[..., List[str]]:
+def _row_labeller(groups: Sequence[ComparisonGroup]) -> Callable[..., List[str]]:
     """How the study tables name a row: the model (``(synthetic)``), and, where settings
     differ between groups (or groups of one setting stand apart), the setting."""
-    varying = [k for k in varying_settings(groups) if k not in ("model",)]
+    varying = [k for k in varying_settings(groups) if k != "model"]
     variants = any(g.variant for g in groups)  # groups of one setting, apart (compare)
     labels = model_labels(g.model for g in groups)
 
@@ -692,20 +720,19 @@ SEVERAL_GPUS_NOTE = (
 )
 
 
-def _measure_tables(groups: Sequence[ComparisonGroup], table: DrawTable) -> List[Table]:
-    """The study tables that only some runs have figures for: utilization, peak memory,
-    time per epoch, test accuracy (``table`` draws one, as :func:`study_tables` does)."""
+def _measure_tables(
+    groups: Sequence[ComparisonGroup], rows: Sequence[BackendRow], table: DrawTable
+) -> List[Table]:
+    """The study tables that only some runs have figures for (``rows``: every group's):
+    utilization, peak memory, time per epoch, test accuracy (``table`` draws one)."""
     tables: List[Table] = []
-    kinds = {r.utilization_kind for g in groups for r in g.rows if r.utilization_kind}
+    kinds = sorted({r.utilization_kind for r in rows if r.utilization_kind})
     if kinds:
         tables.append(
-            table(
-                "Utilization, %", utilization_text, [UTILIZATION_LABELS[k] for k in sorted(kinds)]
-            )
+            table("Utilization, %", utilization_text, [UTILIZATION_LABELS[k] for k in kinds])
         )
-    kinds = {r.memory_kind for g in groups for r in g.rows if r.memory_kind}
-    unknown = {r.memory_reason for g in groups for r in g.rows if r.memory_reason}
-    reserved = {r.memory_reserved_note for g in groups for r in g.rows if r.memory_reserved_note}
+    kinds = sorted({r.memory_kind for r in rows if r.memory_kind})
+    unknown = sorted({r.memory_reason for r in rows if r.memory_reason})
     if kinds or unknown:
 
         def memory(r: BackendRow) -> Optional[str]:
@@ -714,29 +741,20 @@ def _measure_tables(groups: Sequence[ComparisonGroup], table: DrawTable) -> List
                 return "n/a" if r.memory_reason else None
             return text + ("" if len(kinds) == 1 else f" ({r.memory_kind})")
 
-        notes = [f"{k}: {MEMORY_LABELS[k]}" for k in sorted(kinds)]
-        if any(r.memory_gpus > 1 for g in groups for r in g.rows):
-            notes.append(SEVERAL_GPUS_NOTE)
-        notes += [f"n/a: {reason}" for reason in sorted(unknown)] + sorted(reserved)
+        notes = [f"{k}: {MEMORY_LABELS[k]}" for k in kinds]
+        notes += [SEVERAL_GPUS_NOTE] * any(r.memory_gpus > 1 for r in rows)
+        notes += [f"n/a: {reason}" for reason in unknown]
+        notes += sorted({r.memory_reserved_note for r in rows if r.memory_reserved_note})
         tables.append(table("Peak memory", memory, notes))
-    if any(r.epoch_time_s for g in groups for r in g.rows):
-        tables.append(
-            table(
-                f"Time per epoch, s: {REPEATS}",
-                lambda r: spread_text(r.epoch_time_s, ".2f"),
-                ["mean over a run's epochs; the first epoch includes the warmup steps"],
-            )
-        )
-    if any(r.test_accuracy for g in groups for r in g.rows):
-        tables.append(
-            table(
-                "Test accuracy after training",
-                lambda r: spread_text(r.test_accuracy, ".3f"),
-                ["synthetic data: accuracy only shows that training ran"]
-                if any(g.synthetic for g in groups)
-                else [],
-            )
-        )
+    if any(r.epoch_time_s for r in rows):
+        note = "mean over a run's epochs; the first epoch includes the warmup steps"
+        tables.append(table(f"Time per epoch, s: {REPEATS}",
+                            lambda r: spread_text(r.epoch_time_s, ".2f"), [note]))  # fmt: skip
+    if any(r.test_accuracy for r in rows):
+        note = "synthetic data: accuracy only shows that training ran"
+        tables.append(table("Test accuracy after training",
+                            lambda r: spread_text(r.test_accuracy, ".3f"),
+                            [note] * any(g.synthetic for g in groups)))  # fmt: skip
     return tables
 
 
@@ -803,17 +821,12 @@ def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
     rows = []
     for p in probes:
         framework = p.get("framework", {})
-        rows.append(
-            [
-                p["backend"],
-                "yes" if p["ok"] else "no",
-                BACKENDS[p["backend"]].environment,
-                p.get("python", "-"),
-                p.get("keras") or "-",
-                f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
-                ", ".join(framework.get("devices", [])) or "-",
-                kernels_text(framework) if p["ok"] else "-",
-            ]
-        )
+        rows.append([
+            p["backend"], "yes" if p["ok"] else "no", BACKENDS[p["backend"]].environment,
+            p.get("python", "-"), p.get("keras") or "-",
+            f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
+            ", ".join(framework.get("devices", [])) or "-",
+            kernels_text(framework) if p["ok"] else "-",
+        ])  # fmt: skip
     headers = ["backend", "runnable", "environment", "python", "keras", "framework", "devices"]
     return render(headers + ["CPU kernels"], rows)

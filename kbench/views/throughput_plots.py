@@ -24,6 +24,7 @@ from kbench.views.figures import (
     not_ok_text,
     panel_grid,
     png_of,
+    shared_legend,
     short_number,
 )
 
@@ -47,7 +48,7 @@ def throughput_bars(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outc
     marked: List[str] = []  # "backend, group label: statuses" of runs drawn as text, not bars
     for ax, (model, members) in zip(panel_grid(figure, len(models), columns), models.items()):
         _throughput_panel(ax, model, members, backends, marked)
-    _shared_legend(figure)
+    shared_legend(figure, 10)
     return Drawn(THROUGHPUT, png_of(figure), _throughput_caption(marked, unfinished))
 
 
@@ -128,38 +129,14 @@ def _bar(
     """One backend's bar: the median over its repeats, the lowest to highest as error bar,
     the median written above (in red, with the statuses, where some runs did not finish)."""
     spread = row.images_per_sec
-    ax.bar(
-        x,
-        spread.median - scale.floor,
-        width * 0.92,
-        bottom=scale.floor,
-        label=backend,
-        color=colour_,
-        yerr=[[spread.median - spread.low], [spread.high - spread.median]],
-        capsize=3,
-        ecolor="#333",
-    )
+    ax.bar(x, spread.median - scale.floor, width * 0.92, bottom=scale.floor, label=backend,
+           color=colour_, yerr=[[spread.median - spread.low], [spread.high - spread.median]],
+           capsize=3, ecolor="#333")  # fmt: skip
     note = short_number(spread.median)
     if not row.all_ok:
         note += f"\n+{not_ok_text(row.statuses)}"
     ax.text(x, scale.above(spread.high), note, ha="center", va="bottom", fontsize=8,
             color=NOT_OK_COLOUR if not row.all_ok else "#222")  # fmt: skip
-
-
-def _shared_legend(figure: Any) -> None:
-    """One legend for every panel (a backend has one colour throughout), above them."""
-    handles: Dict[str, Any] = {}
-    for ax in figure.axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    figure.legend(
-        list(handles.values()),
-        list(handles),
-        loc="outside upper center",
-        ncols=len(handles),
-        fontsize=10,
-        frameon=False,
-    )
 
 
 def _throughput_caption(marked: List[str], unfinished: Dict[str, List[RunGroup]]) -> str:
@@ -185,13 +162,12 @@ def _throughput_caption(marked: List[str], unfinished: Dict[str, List[RunGroup]]
 
 
 def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline: str) -> Outcome:
-    from matplotlib.colors import TwoSlopeNorm  # where a figure is drawn: see new_figure
+    from matplotlib import colormaps  # where a figure is drawn: see new_figure
+    from matplotlib.colors import TwoSlopeNorm
 
     if len(backends) < 2:
-        return Skipped(
-            SPEED_RATIO,
-            f"only one backend ran ({', '.join(backends) or 'none'}): nothing to compare",
-        )
+        why = f"only one backend ran ({', '.join(backends) or 'none'}): nothing to compare"
+        return Skipped(SPEED_RATIO, why)
     others = [b for b in backends if b != baseline]
     columns = [baseline] + others
     rows = [g for g in groups if any(has_rate(g.row(b)) for b in others)]
@@ -209,21 +185,15 @@ def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
     label_in = 0.075 * max(len(g.label) for g in rows)
     figure = new_figure(height, min(WIDTH_IN, 2.2 + label_in + 1.5 * len(columns)))
     ax = figure.subplots()
-    shown = np.ma.masked_invalid(logs)
-    cmap = _diverging()
-    image = ax.imshow(shown, cmap=cmap, norm=TwoSlopeNorm(0.0, -limit, limit), aspect="auto")
+    cmap = colormaps["PiYG"].with_extremes(bad="#dddddd")
+    image = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=TwoSlopeNorm(0.0, -limit, limit),
+                      aspect="auto")  # fmt: skip
     for i in range(len(rows)):
         for j in range(len(columns)):
             inside = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * limit
-            ax.text(
-                j,
-                i,
-                texts[i][j],
-                ha="center",
-                va="center",
-                fontsize=9,
-                color="white" if inside else (NOT_OK_COLOUR if np.isnan(values[i, j]) else "#111"),
-            )
+            missing = NOT_OK_COLOUR if np.isnan(values[i, j]) else "#111"
+            ax.text(j, i, texts[i][j], ha="center", va="center", fontsize=9,
+                    color="white" if inside else missing)  # fmt: skip
     ax.set_xticks(range(len(columns)))
     ax.set_xticklabels([f"{b}\n(baseline)" if b == baseline else b for b in columns])
     ax.set_yticks(range(len(rows)))
@@ -275,9 +245,3 @@ def _ratio_colour_bar(figure: Any, image: Any, ax: Any, limit: float) -> None:
     bar.set_ticks(ticks)
     bar.set_ticklabels([f"{2.0**t:.2g}×" for t in ticks])
     bar.set_label("ratio (log scale)")
-
-
-def _diverging() -> Any:
-    from matplotlib import colormaps
-
-    return colormaps["PiYG"].with_extremes(bad="#dddddd")

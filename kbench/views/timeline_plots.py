@@ -15,10 +15,6 @@ from kbench.views.figures import MIB, Drawn, RunGroup, colour, new_figure, png_o
 TIMELINES = "Per-run timelines"
 TIMELINE_PREFIX = "Timeline: "
 MAX_TIMELINES = 12
-
-
-# --------------------------------------------------------------------------- 6 timelines
-
 GPU_UTILIZATION = re.compile(r"^gpu(\d+)_(kernel_time_percent|utilization_percent)$")
 GPU_PROCESS_MEMORY = re.compile(r"^gpu(\d+)_process_memory_bytes$")
 GPU_USED_MEMORY = re.compile(r"^gpu(\d+)_memory_used_bytes$")
@@ -33,8 +29,6 @@ def pick_timeline_runs(
     for group in groups:
         for backend in backends:
             runs = group.runs_of(backend)
-            if not runs:
-                continue
             sampled = [r for r in runs if r.sampler]
             sampler_off += [r for r in runs if not r.sampler]
             if not sampled:
@@ -145,14 +139,9 @@ def _rate_panel(
     steps, batch = run.metrics["step_ends_s"], run.config["batch_size"]
     start = markers["first_step_start"] - t0
     edges, rates, width = step_rate(np.asarray(steps, dtype=float), batch, markers)
-    rate.stairs(
-        rates,
-        start + edges,
-        color=colour(run.config["backend"], backends),
-        linewidth=1.6,
-        label=f"img/s in {_seconds(width)} bins\n(batch size × steps ended\n"
-        "in the bin / bin width)",
-    )
+    label = f"img/s in {_seconds(width)} bins\n(batch size × steps ended\nin the bin / bin width)"
+    rate.stairs(rates, start + edges, color=colour(run.config["backend"], backends), linewidth=1.6,
+                label=label)  # fmt: skip
     end = start + float(edges[-1])
     left, cut = start, False
     if markers.get("measured_start") and markers.get("measured_end"):
@@ -174,13 +163,9 @@ def _rate_panel(
 
 
 def _caption(
-    group: RunGroup,
-    run: RunResult,
-    row: str,
-    has_rate: bool,
-    drawn_memory: bool,
+    group: RunGroup, run: RunResult, row: str, has_rate: bool, drawn_memory: bool,
     gpu_labels: List[Optional[str]],
-) -> str:
+) -> str:  # fmt: skip
     """Which run the timeline shows, why, and what it lacks."""
     parts = [f"Run {run.run_id}"]
     repeats = len(group.runs_of(row))
@@ -234,26 +219,15 @@ def step_rate(
 
 
 def _shade_stages(ax: Any, markers: Dict[str, Any], t0: float, label: bool = False) -> None:
+    """The warmup steps and the measured window, shaded (``label``: named in the legend)."""
     start, measured = markers.get("first_step_start"), markers.get("measured_start")
     end = markers.get("measured_end")
     if start is not None and measured is not None and measured > start:
-        ax.axvspan(
-            start - t0,
-            measured - t0,
-            color="#f6c85f",
-            alpha=0.35,
-            lw=0,
-            label="warmup steps" if label else None,
-        )
+        ax.axvspan(start - t0, measured - t0, color="#f6c85f", alpha=0.35, lw=0,
+                   label="warmup steps" if label else None)  # fmt: skip
     if measured is not None and end is not None:
-        ax.axvspan(
-            measured - t0,
-            end - t0,
-            color="#9fd8a8",
-            alpha=0.3,
-            lw=0,
-            label="measured window" if label else None,
-        )
+        ax.axvspan(measured - t0, end - t0, color="#9fd8a8", alpha=0.3, lw=0,
+                   label="measured window" if label else None)  # fmt: skip
 
 
 def _seconds(value: float) -> str:

@@ -140,27 +140,21 @@ def _row(model: str, backend: str, runs: Sequence[RunResult]) -> List[str]:
     facts = next((r.metrics.get("window") or {} for r in runs if r.metrics.get("window")), {})
     start = next((r.metrics for r in runs if r.metrics.get("import_time_s") is not None), {})
     return [
-        model_label(model),
-        backend,
-        str(len(counted_)),
+        model_label(model), backend, str(len(counted_)),
         str(sum(1 for w in windows if w.get("status") == "ok" and w.get("dropped"))),
-        str(_not_ok(runs)),
-        _median_text([facts.get("steps")], "d"),
+        str(_not_ok(runs)), _median_text([facts.get("steps")], "d"),
         _median_text([w.get("measured_time_s") for w in counted_], ".2f"),
         _median_text([w.get("images_per_sec") for w in counted_ or windows], ",.0f"),
         "-" if start.get("import_time_s") is None else f"{start['import_time_s']:.1f}",
         "-" if start.get("first_step_s") is None else f"{start['first_step_s']:.2f}",
         parity_word(parity_record(runs)),
-    ]
+    ]  # fmt: skip
 
 
 def _not_ok(runs: Sequence[RunResult]) -> int:
     """The windows that failed, and a worker that failed before any window (its start)."""
-    count = 0
-    for run in runs:
-        failed = [w for w in windows_of([run]) if w.get("status") != "ok"]
-        count += len(failed) or (0 if run.ok else 1)
-    return count
+    failed = [sum(w.get("status") != "ok" for w in windows_of([run])) for run in runs]
+    return sum(n or (not run.ok) for n, run in zip(failed, runs))
 
 
 def _median_text(values: Sequence, spec: str) -> str:
