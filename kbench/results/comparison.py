@@ -261,27 +261,21 @@ def merged_summary(windows: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Di
 WINDOW_RUN_ID = re.compile(r"^(?P<worker>.+)-w\d{3,}$")
 
 
-def window_of(result: Any) -> Optional[Dict[str, Any]]:
-    """A schema-3 window document's ``metrics.window`` (it names its worker's run; a
-    failed window's, which has no metrics, from its run id), or None for any other."""
-    metrics = result.metrics or {}
-    window = metrics.get("window") or {}
-    if window.get("worker_run_id") and "windows" not in metrics:
-        return window
-    named = WINDOW_RUN_ID.match(result.run_id)
-    if not metrics and named and result.config.get("window_s") is not None:
-        return {"worker_run_id": named.group("worker")}
-    return None
+def window_of(result: Any) -> Dict[str, Any]:
+    """A schema-3 window document's ``metrics.window`` (its worker's run, its round's
+    place, why its round was dropped); {} for a failed window, which has no metrics."""
+    return (result.metrics or {}).get("window") or {}
 
 
 def from_windows(documents: Sequence[Any]) -> Any:
-    """One comparison document from a schema-3 worker's window documents (one per window,
+    """One comparison document from a schema-3 worker's window documents (its run id and
+    ``-wNNN``, one per window,
     its round in ``config.repeat``, its start's figures in the first): every window a
     record as :func:`window_record` makes them, the figures over the counted ones."""
     ordered = sorted(documents, key=lambda r: (r.config.get("repeat", 0), r.run_id))
     records = [_record_of(r) for r in ordered]
     first = next((r for r in ordered if r.ok), ordered[0])
-    window = window_of(first) or {}
+    window = window_of(first)
     start = {name: first.metrics.get(name) for name in (
         "import_time_s", "build_time_s", "first_step_s", "time_to_first_step_s",
         "warmup_steps", "warmup_time_s")}  # fmt: skip
@@ -294,7 +288,7 @@ def from_windows(documents: Sequence[Any]) -> Any:
         # their own reason), so one marked window says the whole comparison was superseded
         r
         for r in ordered
-        if ((window_of(r) or {}).get("dropped") or "").startswith("superseded")
+        if (window_of(r).get("dropped") or "").startswith("superseded")
     ]
     if metrics and superseded:
         metrics["window"]["superseded"] = window_of(superseded[0])["dropped"]
@@ -311,7 +305,7 @@ def from_windows(documents: Sequence[Any]) -> Any:
 
 
 def _record_of(result: Any) -> Dict[str, Any]:
-    window = window_of(result) or {}
+    window = window_of(result)
     round_index = int(result.config.get("repeat", 0))
     markers = result.metrics.get("markers") or {}
     if not result.ok:
@@ -333,22 +327,3 @@ def _sweep_of(first: Any) -> Optional[Dict[str, Any]]:
         return None
     windows = first.sweep.get("windows") or {}
     return dict(first.sweep, run_key=windows.get("run_key") or first.sweep.get("run_key"))
-
-
-def merge_windows(results: Sequence[Any]) -> List[Any]:
-    """``results`` with each schema-3 worker's window documents made one comparison
-    document (:func:`from_windows`), where its first window stood."""
-    by_worker: Dict[str, List[Any]] = {}
-    for result in results:
-        window = window_of(result)
-        if window is not None:
-            by_worker.setdefault(window["worker_run_id"], []).append(result)
-    out, done = [], {r.run_id for r in results if window_of(r) is None}  # a v4 document
-    for result in results:  # of a worker (its comparison superseded) stands for its windows
-        window = window_of(result)
-        if window is None:
-            out.append(result)
-        elif window["worker_run_id"] not in done:
-            done.add(window["worker_run_id"])
-            out.append(from_windows(by_worker[window["worker_run_id"]]))
-    return out

@@ -38,7 +38,7 @@ def _from_v2(data: Dict[str, Any]) -> Dict[str, Any]:
 def _from_v3(data: Dict[str, Any]) -> Dict[str, Any]:
     """Version 4 made a warm comparison one document per backend, its windows inside it;
     a version 3 store's document per window is read as one comparison per worker
-    (:func:`kbench.results.comparison.merge_windows`). Every other document is alike."""
+    (:meth:`kbench.results.store.ResultStore.results`). Every other document is alike."""
     return dict(data, schema_version=4)
 
 

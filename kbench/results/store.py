@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kbench.facts import cache_dir
-from kbench.results.comparison import WINDOW_RUN_ID, merge_windows
+from kbench.results.comparison import WINDOW_RUN_ID, from_windows
 from kbench.results.config import ConfigError
 from kbench.results.jsonfile import write_text_atomic
 from kbench.results.lock import writer_lock
@@ -304,7 +304,7 @@ class ResultStore:
     def _runs(self, filters: Sequence[Filter] = ()) -> List[Tuple[IndexEntry, Any]]:
         """Each run's entry and its document's file, oldest first, filtered as runs (a
         schema-3 warm comparison's windows, ``<worker run id>-wNNN``, are read into one
-        comparison document, :func:`~kbench.results.comparison.merge_windows`, which
+        comparison document, :func:`~kbench.results.comparison.from_windows`, which
         stands in for the file; a worker with a document of its own already, its
         comparison superseded, is that document)."""
         files = self._file_entries()
@@ -335,8 +335,7 @@ class ResultStore:
                 documents.append(RunResult.load(self.directory / entry.file))
             except (ResultError, OSError) as err:
                 self.unreadable.append((entry.file, _why(err)))
-        merged = merge_windows(documents)
-        return merged[0] if merged else None
+        return from_windows(documents) if documents else None
 
     def _file_entries(self) -> List[IndexEntry]:
         """Every readable document's entry, oldest first, reconciled with the directory:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -47,7 +46,6 @@ from kbench.results.analysis import widest_ratio_half_width
 from kbench.results.comparison import (
     comparison_metrics,
     comparison_sampler,
-    counted,
     failed_record,
     window_record,
 )
@@ -432,11 +430,11 @@ def _rounds(
         # longer narrow its interval, and would hold the others to the budget
         documents = [w.document(sampled=False) for w in workers if w.alive]
         why = stop(documents) if stop is not None else None
-        progress.round_done(round_index, workers, dropped)
+        progress.round_done(round_index, workers, documents, dropped)
         if why is not None:
             reason = why
             break
-    progress.said(workers)
+    progress.said(workers, [w.document(sampled=False) for w in workers if w.alive])
     return reason
 
 
@@ -469,28 +467,29 @@ class RoundProgress:
     unsaid: bool = False  # a round done since the last line
 
     def round_done(
-        self, index: int, workers: Sequence[WindowWorker], dropped: Optional[str]
-    ) -> None:
+        self, index: int, workers: Sequence[WindowWorker], documents: Sequence[RunResult],
+        dropped: Optional[str],
+    ) -> None:  # fmt: skip
         self.rounds, self.unsaid = index + 1, True
         if dropped:
             self.dropped, self.last_drop = self.dropped + 1, dropped
         if time.monotonic() - self.said_at >= PROGRESS_EVERY_S:
-            self.said(workers)
+            self.said(workers, documents)
 
-    def said(self, workers: Sequence[WindowWorker]) -> None:
-        """The line, now (at the end: if a round was done since the last one)."""
+    def said(self, workers: Sequence[WindowWorker], documents: Sequence[RunResult]) -> None:
+        """The line, now, from the live workers' ``documents`` (at the end: if a round was
+        done since the last line)."""
         if not self.unsaid:
             return
         self.said_at, self.unsaid = time.monotonic(), False
+        rates = {d.run_id: d.metrics.get("images_per_sec") for d in documents}
         figures = []
         for worker in workers:
-            ran = counted(worker.records)
+            rate = rates.get(worker.planned.run_id)
             if not worker.alive:
                 figures.append(f"{worker.name} {worker.worker.gone.status.upper()}")
-            elif ran:
-                ips = statistics.median(r["images_per_sec"] for r in ran)
-                figures.append(f"{worker.name} {ips:,.0f} img/s")
-        documents = [w.document(sampled=False) for w in workers if w.alive]
+            elif rate is not None:
+                figures.append(f"{worker.name} {rate:,.0f} img/s")
         widest = widest_ratio_half_width(documents, workers[0].config.backend)
         interval = "not yet measurable" if widest is None else f"+-{widest:.1%}"
         drops = f"; {self.dropped} dropped (last: {self.last_drop})" if self.dropped else ""
