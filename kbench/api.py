@@ -111,14 +111,14 @@ def run(
     >>> results.frame()
     """
     planned = plan(backends, model, **options)
-    runs, _ = studies_rounds.run_comparison(planned, Path(store), on_progress=show_progress)
+    runs, _ = studies_rounds.run_plan(planned, Path(store), on_progress=show_progress)
     return Results(runs, store)
 
 
 def plan(
     backends: Union[str, Sequence[str]],
     model: Union[str, Sequence[str]] = studies_rounds.DEFAULT_MODEL, **options: Any,
-) -> studies_rounds.ComparisonPlan:  # fmt: skip
+) -> studies_rounds.Plan:  # fmt: skip
     """What :func:`run` would run, planned and checked, nothing started: the rounds of
     configs and how they are measured (``plan(...).measure.windows``). ``options``:
     :func:`run`'s keywords and settings."""

@@ -167,7 +167,7 @@ def test_an_unknown_setting_names_itself_the_accepted_ones_and_the_closest() -> 
         kbench.run(backends="torch", batch_size=0)  # RunConfig's own checks
 
 
-def cli_plan(*argv: str) -> rounds.ComparisonPlan:
+def cli_plan(*argv: str) -> rounds.Plan:
     """What ``kbench run ARGV`` plans, nothing started."""
     return run_commands.plan_of(build_parser().parse_args(["run", *argv]))
 

@@ -207,7 +207,7 @@ def root_imports(found: Dict[str, Path], top: str = "kbench") -> List[str]:
 STUDY_LOGIC = (
     "Study", "Claim", "ClaimOutcome", "StudyError", "load_study", "find_study",
     "evaluate_claim", "Sweep", "SweepRun", "load_sweep", "PlannedSweep", "planned_sweep",
-    "run_planned", "select_runs", "ratio_stop", "run_rounds",
+    "run_planned", "select_runs", "ratio_stop", "run_plan",
 )  # fmt: skip
 # What only a stage below the CLI does: hold a store's writer lock, look at the machine
 # before runs, open a runner's session; and a Namespace built to call another command.

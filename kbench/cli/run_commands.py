@@ -247,7 +247,7 @@ def command_run(args: argparse.Namespace) -> int:
     plan = plan_of(args)
     if plan.measure.windows:
         print(f"measuring in {plan.windows_text()}")
-    results, stopped = studies_rounds.run_comparison(
+    results, stopped = studies_rounds.run_plan(
         plan, args.store, busy_threshold=args.busy_threshold, wait_quiet_s=args.wait_quiet,
         on_progress=show_progress,
     )  # fmt: skip
@@ -260,7 +260,7 @@ def command_run(args: argparse.Namespace) -> int:
     return code
 
 
-def plan_of(args: argparse.Namespace) -> studies_rounds.ComparisonPlan:
+def plan_of(args: argparse.Namespace) -> studies_rounds.Plan:
     """What ``kbench run``'s flags ask for: the comparison :func:`kbench.run` plans from
     the same arguments (:func:`kbench.studies.rounds.plan_comparison`)."""
     return studies_rounds.plan_comparison(
@@ -271,7 +271,7 @@ def plan_of(args: argparse.Namespace) -> studies_rounds.ComparisonPlan:
 
 
 def report_windows(
-    results: List[RunResult], output_dir: Path, plan: studies_rounds.ComparisonPlan,
+    results: List[RunResult], output_dir: Path, plan: studies_rounds.Plan,
     stopped: Optional[str],
 ) -> int:  # fmt: skip
     """The end of a comparison in warm windows: the comparison (its per-round ratios and

@@ -18,6 +18,7 @@ from typing import Callable, List, Optional, Tuple
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.run.runner import Runner
+from kbench.studies import rounds
 from kbench.views.tables import render
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def find_max_batch(
         config = dataclasses.replace(
             template, batch_size=batch, train_samples=batch * 2, test_samples=min(batch, 64)
         )
-        (result,) = runner.run_all([config])
+        (result,), _ = rounds.run_plan(rounds.fresh_plan([[config]]), runner)
         runs.append(result)
         if result.ok:
             log.info("max-batch: %d fits", batch)

@@ -1,17 +1,17 @@
-"""A comparison run round by round (``kbench run``, ``kbench.run()``, ``kbench demo``):
-every backend and model once per round, so that drift of the machine hits every backend
-alike, and the ratio stop rule (``--ratio-precision``) read after each round.
+"""The plan every study makes and the one function that runs it (:func:`run_plan`), and
+the comparison ``kbench run``, ``kbench.run()`` and ``kbench demo`` plan
+(:func:`plan_comparison`): every backend and model once per round, so that drift of the
+machine hits every backend alike, and the ratio stop rule (``--ratio-precision``) read
+after each round.
 
 A round is fresh processes (``repeats``, :class:`kbench.run.runner.Runner`) or, for
 configs with ``window_s``, a window of each backend's warm worker
 (:mod:`kbench.run.windows`), model after model. :func:`how_to_measure` is the one rule
-that chooses, for ``kbench run``, ``kbench.run()``, sweeps and reproduce;
-:func:`plan_comparison` is what ``kbench run`` and ``kbench.run()`` both plan.
+that chooses, for ``kbench run``, ``kbench.run()``, sweeps and reproduce.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import dataclass, fields
@@ -135,14 +135,16 @@ def refuse_window_setting(measure: Measure, flag: str = "--window") -> None:
     )
 
 
-# kbench run and kbench.run() ----------------------------------------------------------
+# the plan every study makes, and the one function that runs it -----------------------
 
 
 @dataclass(frozen=True)
-class ComparisonPlan:
-    """What ``kbench run`` and :func:`kbench.run` run: ``rounds`` of configs (with
-    ``window_s`` set where ``measure`` is windows: one round, the windows' rounds its
-    own), the baseline, the ratio stop rule's precision and budget, and ``warm``."""
+class Plan:
+    """What a study asks the engine to run: ``rounds`` of configs and how, its
+    :attr:`schedule` (``fresh`` processes, ``warm`` workers shared by a round's runs, or
+    warm interleaved ``windows``: one round of configs with ``window_s``, the windows'
+    rounds its own), the ``baseline``, the ratio stop rule's precision and budget, and
+    whether windows check their warm-up's parity. :func:`run_plan` runs it."""
 
     rounds: List[List[RunConfig]]
     measure: Measure
@@ -153,8 +155,18 @@ class ComparisonPlan:
     check_parity: bool = True
 
     @property
+    def schedule(self) -> str:
+        return "windows" if self.measure.windows else "warm" if self.warm else "fresh"
+
+    @property
     def repeats(self) -> int:
         return len(self.rounds)
+
+    def stop(self) -> Optional[Stop]:
+        """A fresh ratio stop rule (:func:`ratio_stop`), or None: every round runs."""
+        if self.ratio_precision is None:
+            return None
+        return ratio_stop(self.ratio_precision, self.ratio_budget_s, self.baseline)
 
     def windows_text(self) -> str:
         """How the windows measure and stop, in words (for a comparison in windows)."""
@@ -172,6 +184,19 @@ class ComparisonPlan:
         )
 
 
+def windows_plan(
+    configs: Sequence[RunConfig],
+    baseline: Optional[str],
+    ratio_precision: float,
+    ratio_budget_s: Optional[float],
+) -> Plan:
+    """``configs`` (each with ``window_s``) compared in warm windows, ``baseline``'s first
+    (default: the first backend), until the ratio stop rule says."""
+    backends = [config.backend for config in configs]
+    baseline = baseline if baseline in backends else backends[0]
+    return Plan([list(configs)], Measure(True), baseline, ratio_precision, ratio_budget_s)
+
+
 def plan_comparison(
     backends: Union[str, Sequence[str]],
     models: Union[str, Sequence[str]] = DEFAULT_MODEL,
@@ -183,7 +208,7 @@ def plan_comparison(
     ratio_budget_s: Optional[float] = None,
     check_parity: bool = True,
     **settings: Any,
-) -> ComparisonPlan:
+) -> Plan:
     """The comparison ``kbench run`` and :func:`kbench.run` make, with one set of
     defaults: ``models`` :data:`DEFAULT_MODEL`, each setting its field's default, and
     several ``backends`` in warm windows (:func:`how_to_measure`) of
@@ -204,16 +229,14 @@ def plan_comparison(
             refuse_window_setting(measure)
         _check_fresh_options(backends, repeats, ratio_precision, ratio_budget_s, check_parity)
         rounds = plan_rounds(backends, models, repeats or 1, **settings)
-        return ComparisonPlan(
-            rounds, measure, baseline, ratio_precision, ratio_budget_s, warm, check_parity
-        )
+        return Plan(rounds, measure, baseline, ratio_precision, ratio_budget_s, warm, check_parity)
     if settings.get("sample_interval_s") == 0:
         log.warning(
             "--sample-interval 0: no window can be checked for a busy machine, so no round "
             "is dropped; the ratios may carry other processes' load"
         )
     settings["window_s"] = settings.get("window_s") or WINDOW_S
-    return ComparisonPlan(
+    return Plan(
         plan_rounds(backends, models, 1, **settings),
         measure,
         baseline or backends[0],  # never a backend whose worker failed
@@ -259,28 +282,6 @@ def check_ratio_rounds(repeats: int) -> None:
         )
 
 
-def run_comparison(
-    plan: ComparisonPlan,
-    store: Path,
-    *,
-    busy_threshold: float = quality.BUSY_THRESHOLD,
-    wait_quiet_s: float = 0.0,
-    on_progress: Optional[OnProgress] = None,
-) -> Tuple[List[RunResult], Optional[str]]:
-    """Run ``plan`` into ``store`` (:func:`run_rounds`); the results and why measuring
-    stopped (None: every round ran)."""
-    stop = None
-    if plan.ratio_precision is not None:
-        stop = functools.partial(
-            ratio_stop, plan.ratio_precision, plan.ratio_budget_s, plan.baseline
-        )
-    return run_rounds(
-        plan.rounds, store, busy_threshold=busy_threshold, wait_quiet_s=wait_quiet_s, stop=stop,
-        warm=plan.warm, on_progress=on_progress, baseline=plan.baseline,
-        check_parity=plan.check_parity,
-    )  # fmt: skip
-
-
 def plan_rounds(
     backends: Sequence[str], models: Sequence[str], repeats: int = 1, **settings: Any
 ) -> List[List[RunConfig]]:
@@ -319,56 +320,37 @@ def plan_rounds(
     ]
 
 
-def run_rounds(
-    rounds: Sequence[Sequence[RunConfig]],
-    store: Path,
+def run_plan(
+    plan: Plan,
+    store: Union[Path, Runner],
     *,
     busy_threshold: float = quality.BUSY_THRESHOLD,
     wait_quiet_s: float = 0.0,
-    stop: Optional[Callable[[], Stop]] = None,
-    warm: bool = False,
     on_progress: Optional[OnProgress] = None,
-    baseline: Optional[str] = None,
-    check_parity: bool = True,
 ) -> Tuple[List[RunResult], Optional[str]]:
-    """Run ``rounds`` in turn into ``store``; after each, the rule ``stop()`` made may give
-    the reason to run no more. The results and that reason (None: every round ran).
-    Configs with ``window_s`` run in warm windows (:func:`run_windows`)."""
-    count = sum(len(r) for r in rounds)
-    look_before_runs(store, count, busy_threshold, wait_quiet_s, "kbench run")
-    runner = Runner(
-        output_dir=store, on_progress=on_progress, busy_threshold=busy_threshold, warm=warm,
-        data_parallel=run_distributed,
-    )  # fmt: skip
-    if any(config.window_s is not None for r in rounds for config in r):
-        configs = [config for r in rounds for config in r]
-        return run_windows(runner, configs, stop, baseline, check_parity)
-    return runner.run_rounds([list(r) for r in rounds], stop() if stop is not None else None)
-
-
-def run_windows(
-    runner: Runner,
-    configs: Sequence[RunConfig],
-    stop: Optional[Callable[[], Stop]],
-    baseline: Optional[str] = None,
-    check_parity: bool = True,
-) -> Tuple[List[RunResult], Optional[str]]:
-    """Warm interleaved windows, one model at a time (its backends' workers side by side,
-    ``baseline``'s first: default the first backend), each with a fresh ``stop()`` rule
-    (default: :data:`WINDOW_PRECISION` or :data:`WINDOW_BUDGET_S`); the results and the
-    reasons each stopped, joined. ``check_parity``: each warm-up checked against the
-    baseline's (:func:`kbench.run.windows.plan_parity`), in ``metrics.parity``."""
-    baseline = baseline or configs[0].backend
-    if stop is None:
-        stop = functools.partial(ratio_stop, WINDOW_PRECISION, WINDOW_BUDGET_S, baseline)
+    """Run ``plan`` into ``store`` (a folder, looked at first for other load; or a
+    :class:`Runner` a study made): its rounds in turn, the stop rule read after each,
+    or in windows one model at a time (its backends' workers side by side, each model
+    with a fresh stop rule). The results and why measuring stopped (None: every round
+    ran; for windows, each model's reason, joined)."""
+    runner = store
+    if not isinstance(runner, Runner):
+        count = sum(len(r) for r in plan.rounds)
+        look_before_runs(runner, count, busy_threshold, wait_quiet_s, "kbench run")
+        runner = Runner(
+            output_dir=runner, on_progress=on_progress, busy_threshold=busy_threshold,
+            warm=plan.warm, data_parallel=run_distributed,
+        )  # fmt: skip
+    if plan.schedule != "windows":
+        return runner.run_rounds([list(r) for r in plan.rounds], plan.stop())
     by_model: Dict[str, List[RunConfig]] = {}
-    for config in sorted(configs, key=lambda c: c.backend != baseline):  # stable: baseline first
+    for config in sorted(plan.rounds[0], key=lambda c: c.backend != plan.baseline):
         by_model.setdefault(config.model, []).append(config)
     results: List[RunResult] = []
     reasons = []
-    for model, model_configs in by_model.items():
+    for model, configs in by_model.items():
         found, reason = windows.interleave(
-            runner, model_configs, stop=stop(), check_parity=check_parity
+            runner, configs, stop=plan.stop(), check_parity=plan.check_parity
         )
         results += found
         reasons.append(f"{model}: {reason}" if len(by_model) > 1 else reason)
@@ -378,8 +360,15 @@ def run_windows(
 def run_once(
     configs: Sequence[RunConfig], store: Path, *, warm: bool = False, on_progress=None
 ) -> List[RunResult]:
-    """One round of ``configs``."""
-    return run_rounds([configs], store, warm=warm, on_progress=on_progress)[0]
+    """One round of ``configs`` in fresh processes (``warm``: sharing workers)."""
+    return run_plan(fresh_plan([list(configs)], warm), store, on_progress=on_progress)[0]
+
+
+def fresh_plan(rounds: Sequence[Sequence[RunConfig]], warm: bool = False) -> Plan:
+    """``rounds`` in fresh processes (``warm``: a round's runs sharing workers where they
+    can), every round run."""
+    measure = Measure(False, "--warm" if warm else "", "a study of fresh processes")
+    return Plan([list(r) for r in rounds], measure, warm=warm)
 
 
 def ratio_stop(target: float, budget_s: Optional[float], baseline: Optional[str]) -> Stop:

@@ -3,7 +3,7 @@
 
 :func:`kbench.studies.sweep.in_windows` has made each setting's runs one comparison (a
 run per backend, with ``window_s``); each is measured as ``kbench run`` measures several
-backends (:func:`kbench.studies.rounds.run_windows`), one after another, and the settings
+backends (:func:`kbench.studies.rounds.run_plan`), one after another, and the settings
 that need fresh processes run as a sweep's runs always do.
 
 Resuming: a comparison's documents (one per backend, :mod:`kbench.results.comparison`)
@@ -17,7 +17,6 @@ first marked superseded (:data:`SUPERSEDED`) so that nothing counts them beside 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import logging
 import time
@@ -196,15 +195,13 @@ def measure_comparison(
     runner: Runner, sweep: Sweep, group: Sequence[SweepRun], baseline: Optional[str] = None
 ) -> Tuple[List[RunResult], str]:
     """One comparison's backends in warm interleaved windows until its stop rule says
-    (:func:`kbench.studies.rounds.run_windows`); its results, marked (:func:`mark`), and
+    (:func:`kbench.studies.rounds.run_plan`); its results, marked (:func:`mark`), and
     why it stopped."""
     assert sweep.windows is not None
-    backends = [run.config.backend for run in group]
-    baseline = baseline if baseline in backends else backends[0]
-    stop = functools.partial(
-        rounds.ratio_stop, sweep.windows.ratio_precision, sweep.windows.ratio_budget_s, baseline
-    )
-    found, reason = rounds.run_windows(runner, [run.config for run in group], stop, baseline)
+    settings = sweep.windows
+    configs = [run.config for run in group]
+    plan = rounds.windows_plan(configs, baseline, settings.ratio_precision, settings.ratio_budget_s)
+    found, reason = rounds.run_plan(plan, runner)
     return mark(runner.output_dir, sweep, group, found, reason), reason
 
 
