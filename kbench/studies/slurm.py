@@ -58,10 +58,10 @@ from kbench.results.store import INDEX_NAME, IndexEntry, ResultStore, latest_per
 from kbench.run.runner import Runner
 from kbench.studies import sweep_windows
 from kbench.studies.sweep import (
-    Plan,
     Progress,
     Sweep,
     SweepRun,
+    ToDo,
     WindowSettings,
     comparisons,
     execute,
@@ -575,7 +575,7 @@ def runs_to_do(sweep: Sweep, store: Path, force: bool, retry_failed: bool) -> Li
     newest = newest_entries(store)
     to_run = [run for run in sweep.runs if _to_run(newest.get(run.key), force, retry_failed)]
     if sweep.windows is not None:
-        to_run = sweep_windows.whole_comparisons(sweep, Plan(to_run, [])).to_run
+        to_run = sweep_windows.whole_comparisons(sweep, ToDo(to_run, [])).to_run
     return to_run
 
 

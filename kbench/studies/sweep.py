@@ -654,14 +654,14 @@ def _clock(seconds: float) -> str:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ToDo:
     """Which runs of a sweep run now and which are already in the store."""
 
     to_run: List[SweepRun]
     done: List[Tuple[SweepRun, str]]  # (run, status of its newest result)
 
 
-def plan(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: bool) -> Plan:
+def to_do(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: bool) -> ToDo:
     to_run, done = [], []
     for run in sweep.runs:
         status = done_keys.get(run.key)
@@ -669,7 +669,7 @@ def plan(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: boo
             to_run.append(run)
         else:
             done.append((run, status))
-    return Plan(to_run, done)
+    return ToDo(to_run, done)
 
 
 def execute(

@@ -26,7 +26,7 @@ from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.runner import Runner, look_before_runs
 from kbench.studies import sweep_windows
-from kbench.studies.sweep import RUN_FIELDS, Plan, Progress, Sweep, SweepError, execute, plan
+from kbench.studies.sweep import RUN_FIELDS, Progress, Sweep, SweepError, ToDo, execute, to_do
 from kbench.views import machines
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class PlannedSweep:
     sweep: Sweep  # only the selected runs
     varying: List[str]  # the settings that vary in the whole file, in RunConfig order
     store: Path
-    plan: Plan
+    plan: ToDo
 
     def states(self) -> List[str]:
         """Each selected run's state, in order: "done (ok)" (its newest result's status) or
@@ -122,7 +122,7 @@ def planned_sweep(
         done = results.done_keys() if results.exists() else {}
         for name, why in results.unreadable:
             log.warning("%s: skipped, its run counts as not done: %s", store / name, why)
-        planned = plan(sweep, done, force, retry_failed)
+        planned = to_do(sweep, done, force, retry_failed)
         if sweep.windows is not None:  # a comparison in windows runs whole or not at all
             planned = sweep_windows.whole_comparisons(sweep, planned)
         yield PlannedSweep(

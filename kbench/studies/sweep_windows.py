@@ -32,10 +32,10 @@ from kbench.results.store import ResultStore
 from kbench.run.runner import Runner
 from kbench.studies import rounds
 from kbench.studies.sweep import (
-    Plan,
     Progress,
     Sweep,
     SweepRun,
+    ToDo,
     comparisons,
     execute,
     fresh_reason,
@@ -68,14 +68,14 @@ def comparisons_of(sweep: Sweep) -> List[List[SweepRun]]:
     return [group for group in comparisons(sweep.runs) if windowed(group)]
 
 
-def whole_comparisons(sweep: Sweep, plan: Plan) -> Plan:
+def whole_comparisons(sweep: Sweep, plan: ToDo) -> ToDo:
     """``plan`` with every comparison in windows that has a run to do run whole: its
     backends are measured together or not at all."""
     to_run = {run.key for run in plan.to_run}
     for group in comparisons(sweep.runs):
         if windowed(group) and any(run.key in to_run for run in group):
             to_run |= {run.key for run in group}
-    return Plan(
+    return ToDo(
         [run for run in sweep.runs if run.key in to_run],
         [(run, status) for run, status in plan.done if run.key not in to_run],
     )
