@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
@@ -33,7 +33,7 @@ from kbench.results.config import (
 )
 from kbench.results.result import RunResult
 from kbench.run import windows
-from kbench.run.runner import Runner, look_before_runs
+from kbench.run.runner import Runner, Session, look_before_runs, shared_workers
 
 Stop = Callable[[List[RunResult]], Optional[str]]
 
@@ -45,6 +45,16 @@ WINDOW_BUDGET_S = 100.0
 DEFAULT_MODEL = "mlp"
 ROUNDS_NEEDED = rounds_needed()  # for a 95% interval on a median: 6
 OnProgress = Callable[[RunConfig, Dict], None]
+
+
+class Report(Protocol):
+    """What a study shows as the runs of a plan with provenance go (a sweep's progress)."""
+
+    def starting(self, configs: Sequence[RunConfig]) -> None: ...
+
+    def ended(self, configs: Sequence[RunConfig], results: Sequence[RunResult]) -> None: ...
+
+
 log = logging.getLogger(__name__)
 
 # The run settings a caller gives: every RunConfig field but those the plan sets itself.
@@ -153,6 +163,9 @@ class Plan:
     ratio_budget_s: Optional[float] = None
     warm: bool = False
     check_parity: bool = True
+    # the sweep each config belongs to (its result's ``sweep``), config by config in the
+    # rounds' order; None: no sweep's
+    provenance: Optional[Tuple[Optional[Dict[str, Any]], ...]] = None
 
     @property
     def schedule(self) -> str:
@@ -322,18 +335,20 @@ def plan_rounds(
 
 def run_plan(
     plan: Plan,
-    store: Union[Path, Runner],
+    store: Union[Path, Runner, Session],
     *,
     busy_threshold: float = quality.BUSY_THRESHOLD,
     wait_quiet_s: float = 0.0,
     on_progress: Optional[OnProgress] = None,
+    report: Optional[Report] = None,
 ) -> Tuple[List[RunResult], Optional[str]]:
-    """Run ``plan`` into ``store`` (a folder, looked at first for other load; or a
-    :class:`Runner` a study made): its rounds in turn, the stop rule read after each,
-    or in windows one model at a time (its backends' workers side by side, each model
-    with a fresh stop rule). The results and why measuring stopped (None: every round
-    ran; for windows, each model's reason, joined)."""
-    runner = store
+    """Run ``plan`` into ``store`` (a folder, looked at first for other load; or the
+    :class:`Runner` or open :class:`Session` a study made): its rounds in turn, the stop
+    rule read after each (a plan with provenance: each run recorded with it, ``report``
+    told as each worker starts and ends), or in windows one model at a time (its
+    backends' workers side by side, each model with a fresh stop rule). The results and
+    why measuring stopped (None: every round ran; for windows, each model's reason)."""
+    runner = store.runner if isinstance(store, Session) else store
     if not isinstance(runner, Runner):
         count = sum(len(r) for r in plan.rounds)
         look_before_runs(runner, count, busy_threshold, wait_quiet_s, "kbench run")
@@ -341,8 +356,18 @@ def run_plan(
             output_dir=runner, on_progress=on_progress, busy_threshold=busy_threshold,
             warm=plan.warm, data_parallel=run_distributed,
         )  # fmt: skip
-    if plan.schedule != "windows":
+    if plan.schedule == "windows":
+        return _run_windows(plan, runner)
+    if plan.provenance is None:
         return runner.run_rounds([list(r) for r in plan.rounds], plan.stop())
+    if isinstance(store, Session):
+        return _run_recorded(plan, store, report), None
+    with runner.session([config for r in plan.rounds for config in r]) as session:
+        return _run_recorded(plan, session, report), None
+
+
+def _run_windows(plan: Plan, runner: Runner) -> Tuple[List[RunResult], str]:
+    """Warm interleaved windows, model by model, the baseline's worker first."""
     by_model: Dict[str, List[RunConfig]] = {}
     for config in sorted(plan.rounds[0], key=lambda c: c.backend != plan.baseline):
         by_model.setdefault(config.model, []).append(config)
@@ -355,6 +380,28 @@ def run_plan(
         results += found
         reasons.append(f"{model}: {reason}" if len(by_model) > 1 else reason)
     return results, "; ".join(reasons)
+
+
+def _run_recorded(plan: Plan, session: Session, report: Optional[Report]) -> List[RunResult]:
+    """The rounds of a plan with provenance, worker by worker (``warm``: a round's runs
+    that can share a worker share one)."""
+    provenance = iter(plan.provenance or ())
+    results: List[RunResult] = []
+    for configs in plan.rounds:
+        sweeps = [next(provenance) for _ in configs]
+        groups = shared_workers(configs) if plan.warm else [[i] for i in range(len(configs))]
+        for indexes in groups:
+            group = [configs[i] for i in indexes]
+            if report is not None:
+                report.starting(group)
+            if len(group) == 1:
+                ran = [session.run(group[0], sweep=sweeps[indexes[0]])]
+            else:
+                ran = session.run_warm(group, sweeps=[sweeps[i] for i in indexes])
+            if report is not None:
+                report.ended(group, ran)
+            results += ran
+    return results
 
 
 def run_once(

@@ -56,7 +56,7 @@ from kbench.results.jsonfile import write_text_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import INDEX_NAME, IndexEntry, ResultStore, latest_per_run
 from kbench.run.runner import Runner
-from kbench.studies import sweep_windows
+from kbench.studies import rounds, sweep_windows
 from kbench.studies.sweep import (
     Progress,
     Sweep,
@@ -64,9 +64,9 @@ from kbench.studies.sweep import (
     ToDo,
     WindowSettings,
     comparisons,
-    execute,
     in_windows,
     load_sweep,
+    sweep_plan,
     worker_groups,
 )
 
@@ -663,7 +663,8 @@ def _run_fresh(
             todo = _not_done(unit, store, manifest["submitted_at"])
             if not todo:
                 continue
-            execute(sweep, todo, session, progress, warm=manifest["warm"])
+            plan = sweep_plan(sweep, todo, manifest["warm"])
+            rounds.run_plan(plan, session, report=progress)
             lost += move_documents(runner.output_dir, store)
     return lost
 

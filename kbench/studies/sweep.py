@@ -41,7 +41,7 @@ from kbench.results.config import (
 )
 from kbench.results.result import RunResult
 from kbench.run.runner import shared_workers
-from kbench.studies.rounds import WINDOW_BUDGET_S, WINDOW_PRECISION, how_to_measure
+from kbench.studies.rounds import WINDOW_BUDGET_S, WINDOW_PRECISION, Measure, Plan, how_to_measure
 from kbench_models import MODELS
 from kbench_models.user import is_reference
 
@@ -616,6 +616,7 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     durations: List[float] = field(default_factory=list)
     write: Callable[[str], None] = log.info
+    group_started: float = 0.0  # when the runs now running started
 
     def line(self, what: str) -> str:
         finished = self.skipped + self.done
@@ -634,6 +635,17 @@ class Progress:
             f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{self.total}{skipped}, "
             f"{self.failures} failed{unsupported}, {_clock(elapsed)} elapsed, ETA {eta} | {what}"
         )
+
+    def starting(self, configs: Sequence[RunConfig]) -> None:
+        self.write(self.line(f"{', '.join(config.label() for config in configs)}: starting"))
+        self.group_started = time.monotonic()
+
+    def ended(self, configs: Sequence[RunConfig], results: Sequence[RunResult]) -> None:
+        seconds = (time.monotonic() - self.group_started) / len(configs)
+        for config, result in zip(configs, results):
+            self.finished(result, seconds)
+            status = "ok" if result.ok else f"{result.status.upper()}: {result.reason}"
+            self.write(self.line(f"{config.label()}: {status}"))
 
     def finished(self, result: RunResult, seconds: float) -> None:
         self.done += 1
@@ -672,30 +684,14 @@ def to_do(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: bo
     return ToDo(to_run, done)
 
 
-def execute(
-    sweep: Sweep, runs: Sequence[SweepRun], session, progress: Progress, warm: bool = False
-) -> List[RunResult]:
-    """Run ``runs`` in a runner session, each result in the store as it returns. With
-    ``warm``, each repeat's runs that can share a worker process share one
-    (:func:`~kbench.run.runner.shared_workers`)."""
-    results = []
-    for group in worker_groups(runs) if warm else [[run] for run in runs]:
-        labels = ", ".join(run.config.label() for run in group)
-        progress.write(progress.line(f"{labels}: starting"))
-        started = time.monotonic()
-        if len(group) == 1:
-            ran = [session.run(group[0].config, sweep=sweep.provenance(group[0]))]
-        else:
-            ran = session.run_warm(
-                [run.config for run in group], sweeps=[sweep.provenance(run) for run in group]
-            )
-        seconds = (time.monotonic() - started) / len(group)
-        for run, result in zip(group, ran):
-            progress.finished(result, seconds)
-            results.append(result)
-            status = "ok" if result.ok else f"{result.status.upper()}: {result.reason}"
-            progress.write(progress.line(f"{run.config.label()}: {status}"))
-    return results
+def sweep_plan(sweep: Sweep, runs: Sequence[SweepRun], warm: bool = False) -> Plan:
+    """``runs`` as the engine runs them (:func:`kbench.studies.rounds.run_plan`): round by
+    round, each recorded with its sweep provenance; with ``warm``, each round's runs that
+    can share a worker process share one (:func:`~kbench.run.runner.shared_workers`)."""
+    by_round = itertools.groupby(runs, key=lambda run: run.config.repeat)
+    configs = [[run.config for run in same_repeat] for _, same_repeat in by_round]
+    measure = Measure(False, "--warm" if warm else "", "a sweep's runs, one process each")
+    return Plan(configs, measure, warm=warm, provenance=tuple(sweep.provenance(r) for r in runs))
 
 
 def worker_groups(runs: Sequence[SweepRun]) -> List[List[SweepRun]]:

@@ -25,8 +25,8 @@ from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.runner import Runner, look_before_runs
-from kbench.studies import sweep_windows
-from kbench.studies.sweep import RUN_FIELDS, Progress, Sweep, SweepError, ToDo, execute, to_do
+from kbench.studies import rounds, sweep_windows
+from kbench.studies.sweep import RUN_FIELDS, Progress, Sweep, SweepError, ToDo, sweep_plan, to_do
 from kbench.views import machines
 
 log = logging.getLogger(__name__)
@@ -174,8 +174,7 @@ def run_planned(
             return sweep_windows.run_comparisons(
                 sweep, to_run, runner, progress, planned.varying, baseline
             )
-        with runner.session([run.config for run in to_run]) as session:
-            return execute(sweep, to_run, session, progress, warm=warm)
+        return rounds.run_plan(sweep_plan(sweep, to_run, warm), runner, report=progress)[0]
     except store_mod.StoreWriteError as err:
         not_started = (
             "the rest were not saved (a warm worker's runs are saved as it ends)"

@@ -37,10 +37,10 @@ from kbench.studies.sweep import (
     SweepRun,
     ToDo,
     comparisons,
-    execute,
     fresh_reason,
     in_windows,
     run_key,
+    sweep_plan,
     sweep_run_of,
 )
 from kbench.views.tables import interval_text, render, setting_cell
@@ -169,8 +169,7 @@ def run_comparisons(
     fresh = [run for run in to_run if run.config.window_s is None]
     results: List[RunResult] = []
     if fresh:
-        with runner.session([run.config for run in fresh]) as session:
-            results += execute(sweep, fresh, session, progress)
+        results += rounds.run_plan(sweep_plan(sweep, fresh), runner, report=progress)[0]
     groups = [g for g in comparisons(to_run) if windowed(g)]
     earlier = EarlierWindows.read(runner.output_dir, sweep)
     for i, group in enumerate(groups, start=1):
