@@ -23,6 +23,7 @@ from kbench.results.config import RunConfig, file_safe
 from kbench.results.result import RunResult
 from kbench.run.agreement import known_differences
 from kbench.run.runner import Runner
+from kbench.studies import rounds
 from kbench.views.tables import model_label, render
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def check_models(
         for model in plan
         for backend in plan[model]
     }  # fmt: skip
-    results = run_plan(runner, plan, configs, reference, steps, seed, parallel)
+    results = run_checks(runner, plan, configs, reference, steps, seed, parallel)
     return [
         _row(runner, model, backend, results, reference, tolerance)
         for model in plan
@@ -123,7 +124,17 @@ def check_models(
     ]
 
 
-def run_plan(
+def replay_plan(
+    configs: Sequence[RunConfig], steps: int, seed: int, weights: Dict[str, str], key: str
+) -> rounds.Plan:
+    """``configs`` in one warm worker, each replaying ``steps`` seeded steps from or into
+    (``key``: ``weights_in``, ``weights_out``) its model's initial ``weights``."""
+    replays = tuple({"steps": steps, "seed": seed, key: weights[c.model]} for c in configs)
+    measure = rounds.Measure(False, "kbench parity", "a parity check: one warm worker per backend")
+    return rounds.Plan([list(configs)], measure, warm=True, replays=replays)
+
+
+def run_checks(
     runner: Runner, plan: Mapping[str, Sequence[str]],
     configs: Dict[Tuple[str, str], RunConfig], reference: str, steps: int, seed: int,
     parallel: int,
@@ -138,10 +149,8 @@ def run_plan(
         directory = session.directory
         weights = {m: str(directory / f"{file_safe(m)}-initial-weights.npz") for m in models}
         log.info("parity: %s (reference) on %d model(s)", reference, len(models))
-        ran = session.run_warm(
-            [configs[(m, reference)] for m in models],
-            [{"steps": steps, "seed": seed, "weights_out": weights[m]} for m in models],
-        )
+        exports = [configs[(m, reference)] for m in models]
+        ran, _ = rounds.run_plan(replay_plan(exports, steps, seed, weights, "weights_out"), session)
         results.update({(m, reference): r for m, r in zip(models, ran)})
         ready = [m for m in models if results[(m, reference)].ok]
 
@@ -150,9 +159,9 @@ def run_plan(
             if not mine:
                 return []
             log.info("parity: %s on %d model(s)", backend, len(mine))
-            ran = session.run_warm(
-                [configs[(m, backend)] for m in mine],
-                [{"steps": steps, "seed": seed, "weights_in": weights[m]} for m in mine],
+            loads = [configs[(m, backend)] for m in mine]
+            ran, _ = rounds.run_plan(
+                replay_plan(loads, steps, seed, weights, "weights_in"), session
             )
             return [((m, backend), r) for m, r in zip(mine, ran)]
 

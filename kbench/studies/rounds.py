@@ -163,9 +163,11 @@ class Plan:
     ratio_budget_s: Optional[float] = None
     warm: bool = False
     check_parity: bool = True
-    # the sweep each config belongs to (its result's ``sweep``), config by config in the
-    # rounds' order; None: no sweep's
+    # config by config in the rounds' order: the sweep each belongs to (its result's
+    # ``sweep``), and what each replays (kbench parity: the steps, seed and weights); None:
+    # nothing
     provenance: Optional[Tuple[Optional[Dict[str, Any]], ...]] = None
+    replays: Optional[Tuple[Optional[Dict[str, Any]], ...]] = None
 
     @property
     def schedule(self) -> str:
@@ -344,8 +346,8 @@ def run_plan(
 ) -> Tuple[List[RunResult], Optional[str]]:
     """Run ``plan`` into ``store`` (a folder, looked at first for other load; or the
     :class:`Runner` or open :class:`Session` a study made): its rounds in turn, the stop
-    rule read after each (a plan with provenance: each run recorded with it, ``report``
-    told as each worker starts and ends), or in windows one model at a time (its
+    rule read after each (a plan with provenance or replays: each run given its own,
+    ``report`` told as each worker starts and ends), or in windows one model at a time (its
     backends' workers side by side, each model with a fresh stop rule). The results and
     why measuring stopped (None: every round ran; for windows, each model's reason)."""
     runner = store.runner if isinstance(store, Session) else store
@@ -358,7 +360,7 @@ def run_plan(
         )  # fmt: skip
     if plan.schedule == "windows":
         return _run_windows(plan, runner)
-    if plan.provenance is None:
+    if plan.provenance is None and plan.replays is None:
         return runner.run_rounds([list(r) for r in plan.rounds], plan.stop())
     if isinstance(store, Session):
         return _run_recorded(plan, store, report), None
@@ -383,21 +385,25 @@ def _run_windows(plan: Plan, runner: Runner) -> Tuple[List[RunResult], str]:
 
 
 def _run_recorded(plan: Plan, session: Session, report: Optional[Report]) -> List[RunResult]:
-    """The rounds of a plan with provenance, worker by worker (``warm``: a round's runs
-    that can share a worker share one)."""
-    provenance = iter(plan.provenance or ())
+    """The rounds of a plan with provenance or replays, worker by worker (``warm``: a
+    round's runs that can share a worker share one)."""
+    count = sum(len(r) for r in plan.rounds)
+    provenance = iter(plan.provenance or (None,) * count)
+    replays = iter(plan.replays or (None,) * count)
     results: List[RunResult] = []
     for configs in plan.rounds:
         sweeps = [next(provenance) for _ in configs]
+        parities = [next(replays) for _ in configs]
         groups = shared_workers(configs) if plan.warm else [[i] for i in range(len(configs))]
         for indexes in groups:
             group = [configs[i] for i in indexes]
             if report is not None:
                 report.starting(group)
             if len(group) == 1:
-                ran = [session.run(group[0], sweep=sweeps[indexes[0]])]
+                ran = [session.run(group[0], parities[indexes[0]], sweeps[indexes[0]])]
             else:
-                ran = session.run_warm(group, sweeps=[sweeps[i] for i in indexes])
+                parity = [parities[i] for i in indexes]
+                ran = session.run_warm(group, parity, [sweeps[i] for i in indexes])
             if report is not None:
                 report.ended(group, ran)
             results += ran
