@@ -23,6 +23,7 @@ from kbench.distributed.merge import (
     breakdown_cells,
     distributed_results,
 )
+from kbench.results.analysis import varying_settings
 from kbench.results.config import DISTRIBUTED, default_of, settings
 from kbench.results.result import RunResult
 from kbench.views import figures, setting_plots
@@ -46,7 +47,7 @@ def _config(result: RunResult) -> Dict[str, Any]:
 
 
 def _setting_keys(runs: Sequence[RunResult]) -> List[str]:
-    return figures.varying_keys([_config(r) for r in runs], skip=SKIP)
+    return varying_settings([_config(r) for r in runs], skip=SKIP)
 
 
 def _setting(result: RunResult, keys: Sequence[str]) -> str:

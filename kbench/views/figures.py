@@ -20,13 +20,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.results.analysis import (
-    IGNORED_IN_GROUPING,
     BackendRow,
     ComparisonGroup,
     column_of,
     compare,
     group_key,
     in_column,
+    varying_settings,
 )
 from kbench.results.result import RunResult
 from kbench.views.tables import model_label
@@ -51,7 +51,6 @@ SETTING_NAMES = {
     "test_samples": "test samples", "data_format": "format", "input_shape": "input",
     "image_size": "image size", "duration_s": "duration s",
 }  # fmt: skip
-NOT_A_SETTING = set(IGNORED_IN_GROUPING) | {"model"}
 
 
 # --------------------------------------------------------------------------- groups
@@ -102,18 +101,6 @@ def setting_text(key: str, value: Any) -> Optional[str]:
     return f"{name} {value}"
 
 
-def varying_keys(configs: Sequence[Dict[str, Any]], skip: Sequence[str] = ()) -> List[str]:
-    """Config keys (apart from backend, repeat, model, ``skip``) whose values differ."""
-    keys: List[str] = []
-    for config in configs:
-        keys += [k for k in config if k not in keys]
-    return [
-        k
-        for k in keys
-        if k not in NOT_A_SETTING and k not in skip and len({repr(c.get(k)) for c in configs}) > 1
-    ]
-
-
 def describe_setting(config: Dict[str, Any], keys: Sequence[str]) -> str:
     parts = [setting_text(k, config.get(k)) for k in keys]
     return ", ".join(p for p in parts if p)
@@ -131,7 +118,7 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
     # between the groups of one model (the model's name tells the others apart)
     keys = {
         model: ["batch_size"]
-        + varying_keys([c for c in configs if c["model"] == model], skip=("batch_size",))
+        + varying_settings([c for c in configs if c["model"] == model], skip=("batch_size",))
         for model in models
     }
     groups = []

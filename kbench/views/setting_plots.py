@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.results.analysis import Spread, row_memory
+from kbench.results.analysis import Spread, row_memory, varying_settings
 from kbench.results.readings import memory_peak, no_gpu_reason
 from kbench.results.result import RunResult
 from kbench.views.figures import (
@@ -32,7 +32,6 @@ from kbench.views.figures import (
     not_ok_text,
     panel_grid,
     png_of,
-    varying_keys,
 )
 from kbench.views.tables import MEMORY_LABELS
 
@@ -66,7 +65,7 @@ def sweep_lines(
         partitions.setdefault(rest, []).append((x, group))
     partitions = {k: v for k, v in partitions.items() if len({repr(x) for x, _ in v}) > 1}
     rest_configs = [members[0][1].config for members in partitions.values()]
-    rest_keys = varying_keys(rest_configs, skip=(key,))
+    rest_keys = varying_settings(rest_configs, skip=(key,))
     lines = []
     for members in partitions.values():
         members.sort(key=lambda item: _sort_x(item[0]))

@@ -19,10 +19,10 @@ from kbench.results.analysis import (
     BackendRow,
     ComparisonGroup,
     Spread,
-    by_machine,
     clear,
     compare,
     kernels_text,
+    measured_machines,
     varying_settings,
 )
 from kbench.results.config import RunConfig, short_name
@@ -604,14 +604,9 @@ def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -
     Runs of several machines (a merged store, a sweep run on a cluster) get tables per
     machine, titled with it: no median and no ratio mixes machines.
     """
-    machines = by_machine([r for r in results if r.kind in MODEL_KINDS])
-    # a machine with no measurement (a run recorded failed before it ran anywhere) has
-    # no table; below the tables, such runs are listed with their reasons
-    measured = {host: runs for host, runs in machines.items() if any(r.ok for r in runs)}
-    if len(machines) <= 1 or not measured:
-        return _machine_tables(results, baseline)
-    if len(measured) == 1:
-        return _machine_tables(next(iter(measured.values())), baseline)
+    measured = measured_machines(results)  # below the tables, runs that ran nowhere
+    if len(measured) < 2:
+        return _machine_tables(next(iter(measured.values()), results), baseline)
     mixed = (
         f"these runs come from {len(measured)} machines ({', '.join(measured)}): a table "
         "per machine; no ratio is computed across machines"
@@ -680,7 +675,7 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
 def _row_labeller(groups: Sequence[ComparisonGroup]) -> Callable[..., List[str]]:
     """How the study tables name a row: the model (``(synthetic)``), and, where settings
     differ between groups (or groups of one setting stand apart), the setting."""
-    varying = [k for k in varying_settings(groups) if k != "model"]
+    varying = varying_settings([g.settings for g in groups])
     variants = any(g.variant for g in groups)  # groups of one setting, apart (compare)
     labels = model_labels(g.model for g in groups)
 
