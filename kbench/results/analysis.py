@@ -40,6 +40,7 @@ import numpy as np
 
 from kbench.measure.stats import LEVEL, MedianInterval, median_interval
 from kbench.results import readings
+from kbench.results.comparison import share_span
 from kbench.results.readings import MEMORY_KINDS, UTILIZATION_KINDS, memory_peak
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
@@ -516,12 +517,6 @@ def setup_flags(runs: Dict[str, List[RunResult]]) -> Dict[str, List[str]]:
         if len(beside) > 1 and libraries[row]:
             flags[row].append("kernels: " + " / ".join(libraries[row]))
     return flags
-
-
-def share_span(shares: Sequence[float]) -> str:
-    """``54-75%`` (``54%`` where they read alike): the range of shares of the cores."""
-    low, high = f"{min(shares):.0%}", f"{max(shares):.0%}"
-    return low if low == high else f"{low[:-1]}-{high}"
 
 
 def quality_flags(runs: Sequence[RunResult]) -> List[str]:
