@@ -1,12 +1,8 @@
-"""What every figure of the report shares, drawn with matplotlib's Agg canvas (no pyplot,
-no display): run groups, backend colours, labels, PNG output.
-
-Results are first put in :class:`RunGroup` s: one per distinct config apart from the
-backend and the repeat (as :func:`kbench.results.analysis.compare` groups them), each with a
-label naming the model and whatever setting tells it apart from the other groups.
-Every figure function (in ``throughput_plots``, ``setting_plots``, ``timeline_plots``
-and the distributed view) returns :class:`Drawn` figures or one
-:class:`Skipped` that says why the data does not call for that figure.
+"""What every figure of the report shares, drawn on matplotlib's Agg canvas (no pyplot):
+:class:`RunGroup` s (as :func:`kbench.results.analysis.compare` groups runs, each labelled
+with the model and whatever setting tells it apart), backend colours, labels, PNG output.
+Every figure function returns :class:`Drawn` figures or a :class:`Skipped` that says why
+the data does not call for that figure.
 """
 
 from __future__ import annotations
@@ -58,8 +54,6 @@ SETTING_NAMES = {
 
 @dataclass(frozen=True)
 class RunGroup:
-    """Runs that differ only in backend and repeat, with their comparison."""
-
     key: Tuple
     model: str
     setting: str  # e.g. "batch 64, threads 1"; what tells this group from the others
@@ -76,7 +70,7 @@ class RunGroup:
         return self.runs[0].config
 
     def runs_of(self, backend: str) -> List[RunResult]:
-        """The runs of a row: a backend, or ``backend @ host`` (results of several machines)."""
+        """The runs of a row: a backend, or ``backend @ host``."""
         return [r for r in self.runs if in_column(r, backend)]
 
     def row(self, backend: str) -> Optional[BackendRow]:
@@ -84,7 +78,7 @@ class RunGroup:
 
 
 def setting_text(key: str, value: Any) -> Optional[str]:
-    """One setting as it reads in a label, or None for an unset one (the default)."""
+    """One setting as a label reads it; None where unset (the default)."""
     name = SETTING_NAMES.get(key, key.replace("_", " "))
     if value is None or value is False:  # unset: the default, which the label leaves out
         return None
@@ -107,8 +101,7 @@ def describe_setting(config: Dict[str, Any], keys: Sequence[str]) -> str:
 
 
 def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
-    """Groups of runs (train and inference), ordered by model, then mode and batch size; a
-    group whose every run is a dropped window (:func:`compare` leaves them out) is none."""
+    """Groups of runs, by model, then mode and batch size (none of only superseded runs)."""
     members: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         members.setdefault(group_key(result), []).append(result)
@@ -137,8 +130,7 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
 
 
 def backend_order(results: Sequence[RunResult]) -> List[str]:
-    """The rows ``results`` make, in the order they first came: backends, or
-    ``backend @ host`` where they come from several machines (as :func:`compare` names them)."""
+    """The rows ``results`` make (as :func:`compare` names them), in order of appearance."""
     column = column_of(results)
     return list(dict.fromkeys(column(r) for r in results))
 
@@ -151,7 +143,7 @@ def colour(backend: str, backends: Sequence[str]) -> str:
 
 
 def effective_threads(result: RunResult) -> Optional[int]:
-    """The thread count a run used: --threads, else what OMP_NUM_THREADS was set to."""
+    """--threads, else OMP_NUM_THREADS, else the logical cores."""
     if result.config.get("threads") is not None:
         return int(result.config["threads"])
     value = result.environment.get("process_env", {}).get("OMP_NUM_THREADS")
@@ -195,8 +187,7 @@ def new_figure(height_in: float, width_in: float = WIDTH_IN) -> Any:
 
 
 def png_of(figure: Any) -> bytes:
-    """The figure as PNG. What matplotlib warns while drawing it (a layout it could not
-    fit, values it could not scale) goes to kbench's debug log, not to the terminal."""
+    """The figure as PNG; what matplotlib warns while drawing goes to the debug log."""
     buffer = io.BytesIO()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -243,12 +234,11 @@ def model_title(model: str, groups: Sequence[RunGroup]) -> str:
 
 
 def has_rate(row: Optional[BackendRow]) -> bool:
-    """Whether a backend's row has a throughput (some run of it finished)."""
     return row is not None and row.images_per_sec is not None
 
 
 def log_axis(ax: Any) -> None:
-    """A log y axis with plain numbers (100, 1k, 10k) at 1, 2 and 5 times powers of ten."""
+    """A log y axis labelled 100, 1k, 10k at 1, 2 and 5 times powers of ten."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_yscale("log")
@@ -258,7 +248,7 @@ def log_axis(ax: Any) -> None:
 
 
 def shared_legend(figure: Any, fontsize: float) -> None:
-    """One legend for every panel (a backend or phase has one colour throughout), above."""
+    """One legend above every panel (a backend or phase has one colour throughout)."""
     handles: Dict[str, Any] = {}
     for ax in figure.axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
