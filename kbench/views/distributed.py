@@ -136,9 +136,6 @@ def numeric_columns(table: Table) -> Tuple[int, ...]:
     return tuple(offset + i for i in NUMERIC)
 
 
-# --------------------------------------------------------------------------- figures
-
-
 def _panels(runs: Sequence[RunResult], keys: Sequence[str]) -> Dict[str, List[RunResult]]:
     panels: Dict[str, List[RunResult]] = {}
     for run in _ordered(runs, keys):

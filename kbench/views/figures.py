@@ -49,9 +49,6 @@ SETTING_NAMES = {
 }  # fmt: skip
 
 
-# --------------------------------------------------------------------------- groups
-
-
 @dataclass(frozen=True)
 class RunGroup:
     key: Tuple
@@ -150,9 +147,6 @@ def effective_threads(result: RunResult) -> Optional[int]:
     if value and str(value).isdigit():
         return int(value)
     return result.environment.get("machine", {}).get("cpu_logical_cores")
-
-
-# --------------------------------------------------------------------------- outcome
 
 
 @dataclass(frozen=True)

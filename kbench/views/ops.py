@@ -253,9 +253,6 @@ def timed_calls(config) -> str:
     return str(config.get("repeats"))
 
 
-# --------------------------------------------------------------------------- profiles
-
-
 def profiled(results: Sequence[RunResult]) -> List[RunResult]:
     order = {name: i for i, name in enumerate(BACKENDS)}
     found = [r for r in results if r.ok and isinstance(r.metrics.get("profile"), dict)]

@@ -259,9 +259,6 @@ def report_baseline(backends: Sequence[str], baseline: Optional[str]) -> str:
     return found
 
 
-# --------------------------------------------------------------------------- machines
-
-
 def machine_groups(measured: Sequence[RunResult], baseline: str) -> List[MachineRuns]:
     """Each machine's runs grouped on their own, where there are several; else none."""
     machines = several_machines(measured)
@@ -303,9 +300,6 @@ def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
             + summary_table(m.groups, m.backends, m.baseline, legend=False)
         )
     return body + summary_legend(asked or "the baseline")
-
-
-# --------------------------------------------------------------------------- page
 
 
 def render_page(title: str, header: str, sections: Sequence[Tuple[str, str, str]]) -> str:
@@ -492,9 +486,6 @@ def device_text(device: Dict[str, Any]) -> str:
     return f"{device.get('name')} ({bytes_text(total) if total else 'memory unknown'})"
 
 
-# --------------------------------------------------------------------------- data-parallel
-
-
 def distributed_section(
     results: Sequence[RunResult],
 ) -> Tuple[List[Tuple[str, str, str]], List[Any]]:
@@ -534,9 +525,6 @@ def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
     return [("profiles", "Where the time goes: operators (--profile)", body)]
 
 
-# --------------------------------------------------------------------------- failures
-
-
 def failures_table(failed: Sequence[RunResult]) -> str:
     if not failed:
         return "<p>Every run finished.</p>"
@@ -555,9 +543,6 @@ def failures_table(failed: Sequence[RunResult]) -> str:
         rows.append([run.run_id, config.get("backend", "?"), model,
                      Cell(run.status.upper(), css="badge bad"), Markup(detail)])  # fmt: skip
     return Table("", ["run", "backend", "model", "status", "reason"], rows, []).html()
-
-
-# --------------------------------------------------------------------------- environment
 
 
 def environment_html(results: Sequence[RunResult]) -> str:

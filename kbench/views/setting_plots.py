@@ -287,8 +287,6 @@ def threads_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome
     return Drawn(THREADS, png_of(rate_panels(lines, backends, x_axis)), caption)
 
 
-# --------------------------------------------------------------------------- accuracy
-
 ACCURACY = "Accuracy"
 
 

@@ -30,8 +30,6 @@ from kbench.results.ending import device_used
 from kbench.results.result import RunResult
 from kbench.results.store import IndexEntry
 
-# --------------------------------------------------------------------------- the model
-
 
 class Markup(str):
     """Text that is already HTML: cells and blocks built from escaped pieces."""
@@ -169,8 +167,6 @@ def markdown_text(text: object) -> str:
     return html.escape(" ".join(str(text).splitlines()), quote=False)
 
 
-# --------------------------------------------------------------------------- names
-
 PATH_PREFIXES = ("npz:", "folder:")  # data sets named by a path on this machine
 
 
@@ -223,8 +219,6 @@ def _path_tail(model: str, depth: int) -> str:
     tail = "/".join(where.replace("\\", "/").split("/")[-depth:])
     return tail + (f":{function}" if function else "")
 
-
-# --------------------------------------------------------------------------- quantities
 
 # What each memory kind and utilization is, in words (a table's notes, a figure's title)
 MEMORY_LABELS = {
@@ -328,9 +322,6 @@ def run_flagged(text: str, result: RunResult) -> Cell:
 def failed_text(row: BackendRow) -> str:
     """OOM, FAILED or TIMEOUT (with counts where several) where no run of a cell finished."""
     return ", ".join(s.upper() + (f" x{n}" if n > 1 else "") for s, n in row.statuses.items())
-
-
-# --------------------------------------------------------------------------- runs
 
 
 def run_table(results: Sequence[RunResult]) -> str:
@@ -469,9 +460,6 @@ def store_index(entries: Sequence[IndexEntry]) -> str:
           "-" if e.images_per_sec is None else f"{e.images_per_sec:,.0f}", e.host,
           e.sweep or "-"] for e in entries],
     )  # fmt: skip
-
-
-# --------------------------------------------------------------------------- comparisons
 
 
 def group_title(group: ComparisonGroup, label: str = "") -> str:

@@ -32,9 +32,6 @@ THROUGHPUT = "Throughput by backend"
 SPEED_RATIO = "Speed against the baseline"
 
 
-# --------------------------------------------------------------------------- 1 throughput
-
-
 def throughput_bars(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
     if not groups:
         return Skipped(THROUGHPUT, "no training or inference run to show")
@@ -151,9 +148,6 @@ def _throughput_caption(marked: List[str], unfinished: Dict[str, List[RunGroup]]
         ]
         caption += f" {model}: no run finished ({', '.join(statuses)}), so it has no panel."
     return caption
-
-
-# --------------------------------------------------------------------------- 2 ratio heatmap
 
 
 def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline: str) -> Outcome:
