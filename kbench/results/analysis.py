@@ -197,13 +197,11 @@ def _count(value: Any) -> str:
 
 
 def params_of(runs: Iterable[RunResult]) -> List[int]:
-    """The parameter counts that ``runs`` recorded (those that finished), each once."""
     found = [(r.model or {}).get("params") for r in runs if r.ok]
     return sorted({p for p in found if isinstance(p, int)})
 
 
 def group_facts(members: Sequence[RunResult]) -> Dict[str, Any]:
-    """A group's identity facts, with its parameter count where its runs agree on one."""
     params = params_of(members)
     return dict(identity(members[0]), params=params[0] if len(params) == 1 else None)
 
@@ -267,7 +265,6 @@ def row_named(rows: Sequence[str], name: str) -> Optional[str]:
 
 
 def by_machine(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
-    """``results`` by :func:`~kbench.results.store.host_of`, in order of first appearance."""
     machines: Dict[str, List[RunResult]] = {}
     for result in results:
         machines.setdefault(host_of(result), []).append(result)
@@ -295,7 +292,6 @@ def compared_runs(results: Sequence[RunResult]) -> List[RunResult]:
 
 
 def grouped(results: Sequence[RunResult]) -> Dict[Tuple, List[RunResult]]:
-    """``results`` by :func:`group_key`, in order of first appearance."""
     groups: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         groups.setdefault(group_key(result), []).append(result)
@@ -338,8 +334,6 @@ def compare(
 
 @dataclass(frozen=True)
 class RowRatios:
-    """One row's per-round ratios to its group's baseline, or why it has none."""
-
     backend: str
     baseline: str
     ratios: List[float]
@@ -387,7 +381,6 @@ def params_apart(mine: List[int], base: List[int], base_name: str, is_base: bool
 
 
 def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str]) -> BackendRow:
-    """One row: ``runs`` of one backend, with their per-round ``ratios`` to the baseline."""
     ok = [r for r in runs if r.ok]
 
     def spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
@@ -490,7 +483,6 @@ def kernels_of(result: RunResult) -> str:
 
 
 def kernels_text(framework: Dict[str, Any]) -> str:
-    """The CPU kernel library of a framework as a backend describes it."""
     kernels = framework.get("cpu_kernels") or {}
     if kernels.get("library"):
         return str(kernels["library"])
@@ -553,7 +545,6 @@ class RowUtilization:
 
 
 def row_utilization(runs: Sequence[RunResult]) -> RowUtilization:
-    """GPU utilization where NVML was sampled in some run, else the worker's CPU use."""
     for kind in UTILIZATION_KINDS:
         found = [u for u in (readings.utilization(r, kind) for r in runs) if u is not None]
         if found:

@@ -39,7 +39,6 @@ def window_record(
     index: int, round_index: int, position: int, metrics: Dict[str, Any], started_at: float,
     ended_at: float,
 ) -> Dict[str, Any]:  # fmt: skip
-    """One measured window (``metrics``: its figures, with the sampler's)."""
     return {
         "index": index, "round": round_index, "position": position, "status": "ok",
         "started_at": started_at, "ended_at": ended_at, "dropped": None,
@@ -251,7 +250,6 @@ WINDOW_RUN_ID = re.compile(r"^(?P<worker>.+)-w\d{3,}$")
 
 
 def window_of(result: Any) -> Dict[str, Any]:
-    """A schema-3 window document's ``metrics.window``; {} for a failed window."""
     return (result.metrics or {}).get("window") or {}
 
 
@@ -307,7 +305,6 @@ def _record_of(result: Any) -> Dict[str, Any]:
 
 
 def _sweep_of(first: Any) -> Optional[Dict[str, Any]]:
-    """A schema-3 window's sweep provenance, with its worker's run key."""
     if first.sweep is None:
         return None
     windows = first.sweep.get("windows") or {}

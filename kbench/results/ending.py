@@ -47,7 +47,6 @@ def first_line(text: str, limit: int = REASON_CHARS) -> str:
 
 
 def error_details(kind: str, message: str, log_tail: Iterable[str]) -> Dict[str, Any]:
-    """The error section of a run that left no error of its own: the worker's last lines."""
     return {"type": kind, "message": message, "traceback": "", "log_tail": "\n".join(log_tail)}
 
 
@@ -56,7 +55,6 @@ def timed_out(reason: str, log_tail: Iterable[str]) -> Verdict:
 
 
 def reported(status: str, error: Dict[str, Any], log_tail: Iterable[str]) -> Verdict:
-    """The worker wrote its own error and status; the reason is the error's first line."""
     details = dict(error, log_tail="\n".join(log_tail))
     return Verdict(status, first_line(f"{error['type']}: {error['message']}"), details)
 
@@ -69,7 +67,6 @@ def environment(
     interpreter: Any, process_env: Optional[Dict[str, str]], keras_json: Optional[Dict[str, Any]],
     framework: Optional[Dict[str, Any]],
 ) -> Dict[str, Any]:  # fmt: skip
-    """A result's ``environment``: kbench, machine, interpreter, variables, framework."""
     return {
         "kbench": sysinfo.kbench_info(), "machine": sysinfo.machine(),
         "interpreter": str(interpreter), "process_env": process_env or {},

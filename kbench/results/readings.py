@@ -28,8 +28,6 @@ UTILIZATION_KINDS = ("gpu", "cpu")  # in order of preference
 
 @dataclass(frozen=True)
 class MemoryPeak:
-    """One kind of a run's memory: each device's peak, in the order the readings came."""
-
     kind: str
     per_device: Tuple[Tuple[str, int], ...]  # (device, bytes); device "" where unnamed
 
@@ -49,7 +47,6 @@ class MemoryPeak:
 
 
 def memory_peaks(result: RunResult) -> Dict[str, MemoryPeak]:
-    """{kind: its :class:`MemoryPeak`} of the kinds ``result`` has a known reading of."""
     found: Dict[str, Dict[str, int]] = {}
     for reading in result.metrics.get("memory") or []:
         value = reading.get("bytes")
@@ -89,7 +86,6 @@ class Utilization:
 
 
 def utilization(result: RunResult, kind: str) -> Optional[Utilization]:
-    """``result``'s utilization of ``kind``, or None where the sampler recorded none."""
     measured = ((result.sampler or {}).get("summary") or {}).get("measured") or {}
     found: List[Tuple[str, float]] = []
     for name, stats in measured.items():

@@ -94,7 +94,6 @@ def shape_problems(data: Dict[str, Any]) -> List[str]:
 
 
 def _values_at(data: Any, place: str) -> List[Tuple[str, Any]]:
-    """(place, value) for each value at a dotted ``place`` (``name[]``: each item)."""
     found = [("", data)]
     for part in place.split("."):
         items = part.endswith("[]")
@@ -163,7 +162,6 @@ class RunResult:
 
     @property
     def warnings(self) -> List[str]:
-        """What the backend said the numbers should be read with (a slow data format)."""
         return list((self.environment.get("framework") or {}).get("warnings") or [])
 
     def to_dict(self) -> Dict[str, Any]:

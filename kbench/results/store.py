@@ -219,7 +219,6 @@ class ResultStore:
             )
 
     def _documents(self) -> List[str]:
-        """The ``*.json`` files but hidden ones and kbench's reports (:data:`REPORT_NAMES`)."""
         return sorted(
             p.name
             for p in self.directory.glob("*.json")
@@ -277,7 +276,6 @@ class ResultStore:
     # reading -------------------------------------------------------------
 
     def entries(self, filters: Sequence[Filter] = ()) -> List[IndexEntry]:
-        """One entry per run that passes ``filters`` (:meth:`_runs`), oldest first."""
         return [entry for entry, _ in self._runs(filters)]
 
     def _runs(self, filters: Sequence[Filter] = ()) -> List[Tuple[IndexEntry, Any]]:
@@ -360,7 +358,6 @@ class ResultStore:
         return out
 
     def done_keys(self) -> Dict[str, str]:
-        """run_key -> status of its newest readable result, for resuming a sweep."""
         return {e.run_key: e.status for e in latest_per_run(self.entries()) if e.run_key}
 
     # moving results between stores --------------------------------------
@@ -658,7 +655,6 @@ def flatten(result: RunResult) -> Dict[str, Any]:
 
 
 def to_frame(results: Sequence[RunResult]):
-    """A pandas DataFrame, a :func:`flatten` row per result."""
     import pandas as pd
 
     return pd.DataFrame([flatten(r) for r in results])
@@ -685,7 +681,6 @@ def load_runs(
 
 
 def load_frame(directory: Path, filters: Sequence[str] = (), latest_only: bool = False):
-    """``load_frame("results")``: a :func:`to_frame` of the store's runs."""
     store = ResultStore(Path(directory))
     return to_frame(store.results([Filter.parse(f) for f in filters], latest_only=latest_only))
 

@@ -40,7 +40,6 @@ class Comparison:
         )
 
     def markdown(self, title: str = "kbench comparison") -> str:
-        """The Markdown file ``kbench compare`` writes, with the runs without a result."""
         failed = [r for r in self.results if not r.ok]
         lines = [f"# {markdown_text(title)}", ""]
         lines += [f"{len(self.results)} runs, {len(failed)} without a result.", ""]

@@ -123,7 +123,6 @@ def breakdown_tables(results: Sequence[RunResult]) -> List[Table]:
 
 
 def _flagged_cells(result: RunResult) -> List[str]:
-    """The run's cells, its global img/s with its quality flags."""
     cells = breakdown_cells(result)
     column = HEADERS.index("img/s (global)")
     if result.ok:
@@ -147,7 +146,6 @@ def _panels(runs: Sequence[RunResult], keys: Sequence[str]) -> Dict[str, List[Ru
 
 
 def breakdown_figures(results: Sequence[RunResult]) -> List[Any]:
-    """The step breakdown and the scaling figures; none without data-parallel runs."""
     runs = distributed_results(results)
     if not runs:
         return []

@@ -67,7 +67,6 @@ class RunGroup:
         return self.runs[0].config
 
     def runs_of(self, backend: str) -> List[RunResult]:
-        """The runs of a row: a backend, or ``backend @ host``."""
         return [r for r in self.runs if in_column(r, backend)]
 
     def row(self, backend: str) -> Optional[BackendRow]:
@@ -98,7 +97,6 @@ def describe_setting(config: Dict[str, Any], keys: Sequence[str]) -> str:
 
 
 def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
-    """Groups of runs, by model, then mode and batch size (none of only superseded runs)."""
     members: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         members.setdefault(group_key(result), []).append(result)
@@ -127,7 +125,6 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
 
 
 def backend_order(results: Sequence[RunResult]) -> List[str]:
-    """The rows ``results`` make (as :func:`compare` names them), in order of appearance."""
     column = column_of(results)
     return list(dict.fromkeys(column(r) for r in results))
 

@@ -74,7 +74,6 @@ def _newest(
 
 
 def several_machines(results: Sequence[RunResult]) -> Optional[Dict[str, List[RunResult]]]:
-    """:func:`measured_machines` where there are two or more, else None."""
     machines = measured_machines(results)
     return machines if len(machines) > 1 else None
 
@@ -107,7 +106,6 @@ def hardware_text(runs: Sequence[RunResult]) -> str:
 
 
 def kernel_libraries(runs: Sequence[RunResult]) -> Dict[str, List[str]]:
-    """{backend: its CPU kernel libraries} over the finished ``runs`` that recorded one."""
     found: Dict[str, Dict[str, None]] = {}
     for r in runs:
         if r.ok and kernels_of(r) != "not recorded":
@@ -168,7 +166,6 @@ def _rows(
     label: str, host: str, group: ComparisonGroup, baseline: str,
     kernels: Optional[Dict[str, List[str]]],
 ) -> List[List[str]]:  # fmt: skip
-    """One group's rows on one machine; a ratio only to the baseline of that machine."""
     rows = []
     for row in group.rows:
         rate = (

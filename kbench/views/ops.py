@@ -25,7 +25,6 @@ MAX_REASONS = 12
 
 
 def columns(results: Sequence[RunResult]) -> Dict[str, RunResult]:
-    """Column label -> its newest ops result, in backend order."""
     results = [r for r in results if r.kind == "ops"]
     parts = [lambda r: r.config.get("backend")] + [
         read
@@ -120,7 +119,6 @@ def _reasons(cols: Dict[str, RunResult]) -> List[str]:
 
 
 def ops_tables(results: Sequence[RunResult]) -> List[Table]:
-    """Median time per operation and size, backends side by side, then GFLOP/s."""
     cols = columns(results)
     if not cols:
         return []
@@ -271,7 +269,6 @@ def _ms_per_step(seconds: float, profile: Dict[str, Any]) -> str:
 
 
 def phase_table(results: Sequence[RunResult]) -> Table:
-    """Each profiled run's operator time by phase; the failed profiles in the notes."""
     rows, failures = [], []
     for result in results:
         profile = result.metrics["profile"]
@@ -298,7 +295,6 @@ def phase_table(results: Sequence[RunResult]) -> Table:
 
 
 def common_ops_table(results: Sequence[RunResult]) -> List[Table]:
-    """Per model: milliseconds per step in each common operator, backends as columns."""
     by_model: Dict[str, List[RunResult]] = defaultdict(list)
     for result in results:
         by_model[result.config.get("model", "?")].append(result)
@@ -345,7 +341,6 @@ def top_ops_table(result: RunResult, top: int = 10) -> Table:
 
 
 def profile_tables(results: Sequence[RunResult]) -> List[Table]:
-    """By phase, the common operators per model, each run's top operators; or none."""
     runs = profiled(results)
     if not runs:
         return []

@@ -116,8 +116,6 @@ class Section:
 
 @dataclass(frozen=True)
 class MachineRuns:
-    """One machine's runs, compared on their own (ratios to its own baseline)."""
-
     host: str
     runs: List[RunResult]
     groups: List[RunGroup]
@@ -181,7 +179,6 @@ def write_report(
 
 
 def measured_runs(results: Sequence[RunResult]) -> List[RunResult]:
-    """Training and inference runs, and the kbench exec runs that timed training."""
     measured = [r for r in results if r.kind in ("train", "inference")]
     return measured + [r for r in results if r.kind == "exec" and r.metrics.get("images_per_sec")]
 
@@ -260,7 +257,6 @@ def report_baseline(backends: Sequence[str], baseline: Optional[str]) -> str:
 
 
 def machine_groups(measured: Sequence[RunResult], baseline: str) -> List[MachineRuns]:
-    """Each machine's runs grouped on their own, where there are several; else none."""
     machines = several_machines(measured)
     if machines is None:
         return []
@@ -286,7 +282,6 @@ def speed_heatmaps(
 
 
 def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
-    """A summary table per machine, headed by its hardware."""
     body = ""
     for m in machines:
         lacks = (
@@ -322,7 +317,6 @@ def header_html(
     results: Sequence[RunResult], measured: Sequence[RunResult], backends: Sequence[str],
     baseline: str, machines: Sequence[MachineRuns] = (),
 ) -> str:  # fmt: skip
-    """When the runs ran, the baseline, cards that count the runs, banners."""
     started = sorted(r.started_at[:16].replace("T", " ") for r in results)
     span = started[0] + (f" to {started[-1]}" if started[-1] != started[0] else "")
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -489,7 +483,6 @@ def device_text(device: Dict[str, Any]) -> str:
 def distributed_section(
     results: Sequence[RunResult],
 ) -> Tuple[List[Tuple[str, str, str]], List[Any]]:
-    """The data-parallel runs' section and its figures; nothing without such runs."""
     from kbench.views.distributed import breakdown_figures, breakdown_tables, numeric_columns
 
     found = breakdown_tables(results)
@@ -587,7 +580,6 @@ def machine_row(machine: Dict[str, Any]) -> List[Any]:
 
 
 def frameworks_html(results: Sequence[RunResult]) -> str:
-    """A row per framework; from several machines, with the host and CPU kernel library."""
     several = several_machines(results) is not None
     frameworks: Dict[str, List[Any]] = {}
     for run in results:

@@ -291,7 +291,6 @@ ACCURACY = "Accuracy"
 
 
 def accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
-    """Training accuracy per epoch, and test accuracy against ``--epochs``, side by side."""
     curves = accuracy_curves(groups, backends)
     lines = sweep_lines(
         [g for g in groups if g.config.get("mode", "train") == "train"],
@@ -322,7 +321,6 @@ Curve = Tuple[RunGroup, str, List[float]]  # group, backend, median accuracy per
 
 
 def accuracy_curves(groups: Sequence[RunGroup], backends: Sequence[str]) -> List[Curve]:
-    """Each backend's median training accuracy per epoch in each group, past one epoch."""
     curves = []
     for group in groups:
         for backend in backends:
@@ -407,7 +405,6 @@ RUNTIME_ACCURACY = "Runtime against final accuracy"
 
 
 def runtime_accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
-    """Training time against test accuracy, a point per backend and setting."""
     points = []  # (backend, group, median training seconds, median test accuracy)
     for group in groups:
         for backend in backends:

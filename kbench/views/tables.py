@@ -112,8 +112,6 @@ def render(headers: Sequence[str], rows: Sequence[Row]) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """A title, column headers, rows (of cells, or headings) and notes below."""
-
     title: str
     headers: List[str]
     rows: List[Row]
@@ -177,7 +175,6 @@ def model_label(model: object) -> str:
 
 
 def dataset_label(dataset: object) -> str:
-    """A built-in or tfds name unchanged; a data file or folder by its last part."""
     if not isinstance(dataset, str):
         return str(dataset)
     for prefix in PATH_PREFIXES:
@@ -244,7 +241,6 @@ def range_text(spread: Spread, spec: str) -> str:
 
 
 def spread_text(spread: Optional[Spread], spec: str) -> str:
-    """``median`` alone for one value, ``median (low-high, n=N)`` for several."""
     if spread is None:
         return "-"
     return format(spread.median, spec) + (f" ({range_text(spread, spec)})" if spread.n > 1 else "")
@@ -314,7 +310,6 @@ def flagged(text: str, row: BackendRow) -> Cell:
 
 
 def run_flagged(text: str, result: RunResult) -> Cell:
-    """``text`` with one run's quality flags beside it."""
     flags = tuple((result.metrics.get("quality") or {}).get("flags") or [])
     return Cell(text, flags, ("flagged",) if flags else ())
 
@@ -565,7 +560,6 @@ DrawTable = Callable[[str, CellOf, List[str]], Table]
 
 
 def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> List[Table]:
-    """:func:`study_tables` of the runs of one machine."""
     groups = compare(results, baseline)
     if not groups:
         return []
@@ -748,7 +742,6 @@ def _command_cell(command: Sequence[str]) -> str:
 
 
 def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
-    """``kbench env``: one row per backend probe."""
     rows = []
     for p in probes:
         framework = p.get("framework", {})

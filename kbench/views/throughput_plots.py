@@ -82,7 +82,6 @@ class _Scale:
 def _throughput_panel(
     ax: Any, model: str, members: List[RunGroup], backends: Sequence[str], marked: List[str]
 ) -> None:
-    """A bar per backend and setting, or a red label where no run finished (``marked``)."""
     present = [b for b in backends if any(g.row(b) for g in members)]
     width = 0.8 / len(present)
     scale = _Scale.of(
@@ -119,7 +118,6 @@ def _throughput_panel(
 def _bar(
     ax: Any, x: float, width: float, backend: str, row: Any, scale: _Scale, colour_: str
 ) -> None:
-    """The median over repeats, lowest to highest as error bar, the median written above."""
     spread = row.images_per_sec
     ax.bar(x, spread.median - scale.floor, width * 0.92, bottom=scale.floor, label=backend,
            color=colour_, yerr=[[spread.median - spread.low], [spread.high - spread.median]],

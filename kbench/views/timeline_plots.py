@@ -112,7 +112,6 @@ def _usage_panel(usage: Any, run: RunResult, series: Dict, curve: Callable) -> L
 
 
 def _memory_panel(memory: Any, series: Dict, curve: Callable) -> bool:
-    """Every memory series, named by its kind; whether there was one."""
     drawn_memory = False
     for name in series:
         if name == "process_rss_bytes":

@@ -18,7 +18,6 @@ HEADERS = (
 
 
 def windows_table(results: Sequence[RunResult]) -> str:
-    """A row per (model, backend); the dropped rounds; the check at warm-up."""
     workers = _by_worker(results)
     rows = [_row(model, backend, runs) for (model, backend), runs in workers.items()]
     return "\n".join([render(HEADERS, rows), *dropped_notes(results), *parity_lines(results)])
@@ -106,7 +105,6 @@ def _what_was_compared(records: Dict[str, Dict[str, Any]], reference: str) -> st
 
 
 def dropped_notes(results: Sequence[RunResult]) -> List[str]:
-    """How many rounds were dropped, the first reason and the last."""
     reasons: Dict[int, str] = {}
     for window in windows_of(results):
         if window.get("dropped"):
