@@ -131,9 +131,8 @@ USER_DATA = ("npz:", "folder:", "tfds:")  # data named by the user: its identity
 
 
 def identity(result: RunResult) -> Tuple[Tuple[str, Any], ...]:
-    """What a run ran, beyond its settings: a user model's file content (sha256) and the
-    data's shape, and for the user's own data its file's sha256, a folder's listing, a
-    tensorflow-datasets version, and its class and sample counts (``result.data``)."""
+    """What a run ran, beyond its settings: a user model's sha256, the input shape, and the
+    user's own data's sha256, folder listing, tfds version, class and sample counts."""
     data = result.data or {}
     shape = data.get("input_shape")
     facts: List[Tuple[str, Any]] = [
@@ -207,9 +206,8 @@ def group_facts(members: Sequence[RunResult]) -> Dict[str, Any]:
 
 
 def apart_notes(groups: Dict[Tuple, List[RunResult]]) -> Dict[Tuple, Tuple[List[str], str]]:
-    """For each group (by :func:`group_key`) that shares its settings with another: how
-    it differs from the first other one, in words (``model file changed: sha256 ab12cd34..
-    vs cd34ef56..``) and as a short variant text."""
+    """For each group that shares its settings with another: how it differs from the first
+    other one, in words (``model file changed: sha256 ab12cd34.. vs ...``) and short."""
     facts = {key: group_facts(members) for key, members in groups.items()}
     by_settings: Dict[Tuple, List[Tuple]] = {}
     for key, members in groups.items():
@@ -243,8 +241,7 @@ def varying_settings(configs: Sequence[Dict[str, Any]], skip: Sequence[str] = ()
 
 
 def column_of(results: Sequence[RunResult]) -> Callable[[RunResult], str]:
-    """How each of ``results`` is named as a row: its backend, or ``backend @ host``
-    when they come from several machines (stores merged with ``kbench results --merge``)."""
+    """A row's name: the backend, or ``backend @ host`` where ``results`` span machines."""
     several_hosts = len({host_of(r) for r in results}) > 1
 
     def column(r: RunResult) -> str:
@@ -272,9 +269,8 @@ def by_machine(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
 
 
 def measured_machines(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
-    """The model runs of ``results`` by machine (:func:`by_machine`), only the machines
-    with at least one finished run: a run recorded failed before it reached one (a Slurm
-    task that never started) is listed as a failure, not as a machine."""
+    """The model runs by machine, of the machines with a finished run (one that failed
+    before it reached a machine, a Slurm task that never started, is a failure)."""
     machines = by_machine([r for r in results if r.kind in MODEL_KINDS])
     return {host: runs for host, runs in machines.items() if any(r.ok for r in runs)}
 
@@ -303,14 +299,9 @@ def compare(
     baseline: Optional[str] = None,
     column: Optional[Callable[[RunResult], str]] = None,
 ) -> List[ComparisonGroup]:
-    """One group per distinct config and :func:`identity`; ``baseline`` defaults to the
-    first backend run.
-
-    With results from several machines, each row is a backend on a machine
-    (``jax @ host``), and ``baseline`` may name a backend (its first machine) or a row.
-    ``column`` names the rows (default: :func:`column_of` ``results``); pass the one of
-    a larger set to name rows alike across calls (a report compares group by group).
-    """
+    """One group per distinct config and :func:`identity`; ``baseline`` (default: the
+    first backend) may name a backend or a row (``jax @ host``). ``column`` names the rows
+    (default: :func:`column_of`): a larger set's names rows alike across calls."""
     results = compared_runs(results)
     column = column or column_of(results)
     groups = grouped(results)
@@ -437,10 +428,8 @@ def half_width(interval: Optional[MedianInterval], level: float = LEVEL) -> floa
 def widest_ratio_half_width(
     results: Sequence[RunResult], baseline: Optional[str] = None, level: float = LEVEL
 ) -> Optional[float]:
-    """The widest :func:`half_width` of the per-round ratios' intervals over every compared
-    backend and group but each group's baseline (``--ratio-precision``); None while any
-    ratio has fewer rounds than its interval needs to reach ``level``, or none. Of quiet
-    rounds only: a comparison whose every round was dropped has no ratio to stop on."""
+    """The widest :func:`half_width` over every group's ratios (``--ratio-precision``); None
+    while any has too few rounds for ``level``, or none. Of quiet rounds only."""
     results = compared_runs(results)
     column = column_of(results)
     widths = [
@@ -493,9 +482,8 @@ def kernels_text(framework: Dict[str, Any]) -> str:
 
 
 def setup_flags(runs: Dict[str, List[RunResult]]) -> Dict[str, List[str]]:
-    """{row: flags} for the rows of one group (``runs``: each row's ok runs): the CPU of
-    every row where the group spans several CPUs; the kernel library of every row of a
-    framework whose rows (or runs) used several."""
+    """{row: flags} of one group (``runs``: each row's ok runs): each row's CPU where they
+    span several; its kernel library where its framework's rows (or runs) used several."""
     cpus = {b: sorted({cpu_of(r) for r in found}) for b, found in runs.items()}
     libraries = {b: sorted({kernels_of(r) for r in found}) for b, found in runs.items()}
     mixed_cpus = len({c for found in cpus.values() for c in found}) > 1
@@ -512,9 +500,8 @@ def setup_flags(runs: Dict[str, List[RunResult]]) -> Dict[str, List[str]]:
 
 
 def quality_flags(runs: Sequence[RunResult]) -> List[str]:
-    """The flags of ``runs`` (``metrics.quality.flags``), one line per kind of flag:
-    a run's own text where one run has it (with its round, ``#2``, where the row has
-    several runs), else ``busy in 2 of 3 runs: 54-75% of the cores ...``."""
+    """A line per kind of flag of ``runs``: one run's own text (``#2``: its round), or
+    ``busy in 2 of 3 runs: 54-75% of the cores ...``."""
     by_kind: Dict[str, List[Tuple[RunResult, str]]] = {}
     for r in runs:
         for flag in ((r.metrics.get("quality") or {}).get("flags")) or []:
@@ -562,9 +549,8 @@ class RowMemory:
 
 
 def row_memory(runs: Sequence[RunResult]) -> RowMemory:
-    """The most telling memory kind that every run read (:data:`MEMORY_KINDS`, in order),
-    per run its largest per-GPU peak (and the sum over its GPUs where several); or, where
-    no kind was read in every run, why."""
+    """The first of :data:`MEMORY_KINDS` every run read, each run's largest per-GPU peak
+    (and sum over several); or, where no kind was read in every run, why."""
     for kind in MEMORY_KINDS:
         peaks = [memory_peak(r, kind) for r in runs]
         if runs and None not in peaks:
@@ -650,11 +636,9 @@ def differences(
     reference_outputs: Any, outputs: Any, reference_losses: Sequence[float],
     losses: Sequence[float], tolerance: Tolerance, noise_floor: float = 0.0,
 ) -> Dict[str, Any]:  # fmt: skip
-    """The largest differences of ``outputs`` and ``losses`` from the reference's, and
-    whether they lie within ``tolerance`` (``passed``; a loss may drift by
-    ``noise_factor`` x ``noise_floor`` where that is larger than ``loss_rtol``). A value
-    that is not finite fails (its difference is infinite: the outputs' or the losses').
-    Raises ValueError when the shapes differ."""
+    """The largest differences from the reference's, and whether they lie within
+    ``tolerance`` (``passed``; a loss may drift by ``noise_factor`` x ``noise_floor``
+    where larger). A value not finite fails; ValueError when the shapes differ."""
     ref_out = np.asarray(reference_outputs, dtype=np.float64)
     out = np.asarray(outputs, dtype=np.float64)
     ref_loss = np.asarray(reference_losses, dtype=np.float64)

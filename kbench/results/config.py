@@ -349,15 +349,12 @@ PROFILER = "where the time goes (the framework's own profiler)"
 class Setting:
     """What one :class:`RunConfig` field is to its users: its flag and its check.
 
-    ``help`` is the flag's help as ``kbench run`` shows it (None: no flag of its own;
-    ``--backend`` and ``--model`` take lists, the repeat index is kbench's); a
-    ``{word}`` in it is said by each command its own way, ``words`` holding kbench
-    run's. The CLI adds "(default: ...)": ``default_text``, else the default itself.
-    ``parse`` reads the flag's text (raising :class:`TextError`; None: the text as it
-    is, or no value at all for a true/false setting). ``check`` refuses a value with a
-    :class:`ConfigError` or returns it made canonical; checks across settings are
-    :class:`RunConfig`'s own. ``group`` is the --help section; the flags of one
-    ``exclusive`` name exclude each other.
+    ``help``: the flag's help (None: no flag of its own); a ``{word}`` in it each command
+    says its own way (``words``: kbench run's); "(default: ...)" is ``default_text`` or the
+    default. ``parse`` reads the flag's text (:class:`TextError`; None: as it is, or no
+    value for a true/false setting). ``check`` refuses a value (:class:`ConfigError`) or
+    makes it canonical. ``group``: the --help section; one ``exclusive`` name's flags
+    exclude each other.
     """
 
     help: Optional[str]

@@ -129,9 +129,8 @@ _INDEX_TYPES = {"config": (dict,), "images_per_sec": (int, float, _NONE), "sweep
 
 
 def run_id_problem(run_id: str) -> Optional[str]:
-    """Why ``run_id`` cannot name a file inside a store (None when it can): a path
-    separator, ``..``, an absolute path, NUL, a leading dot or too long a name would
-    write elsewhere, hide the file or fail."""
+    """Why ``run_id`` cannot name a file inside a store (a separator, ``..``, NUL, a
+    leading dot or too long a name would write elsewhere, hide the file or fail); or None."""
     if len(run_id) > RUN_ID_MAX:
         return f"run_id of {len(run_id)} characters: at most {RUN_ID_MAX} name a file"
     if not RUN_ID_CHARS.fullmatch(run_id):
@@ -363,9 +362,8 @@ class ResultStore:
     # moving results between stores --------------------------------------
 
     def merge(self, sources: Iterable[Path]) -> MergeSummary:
-        """Copy every readable document of ``sources`` that this store lacks (and its log),
-        under the writer lock; one whose run id cannot name a file here, or whose file here
-        holds another run, is ``refused``; ``added`` counts those listed afterwards."""
+        """Copy the documents of ``sources`` this store lacks (and logs), under the writer
+        lock; one that cannot name a file here, or would overwrite another, is ``refused``."""
         sources = [Path(source) for source in sources]
         for store in (self, *(ResultStore(source) for source in sources)):
             store.check_is_store()

@@ -34,12 +34,9 @@ from kbench.views.tables import (
 
 
 def newest_per_machine(results: Sequence[RunResult]) -> List[RunResult]:
-    """Of ``results`` (every stored result, reruns included), the newest result of each
-    sweep run on each machine, where that leaves runs of several machines (stores merged
-    from machines that ran the same sweep file); else the newest of each sweep run, as
-    ``ResultStore.results(latest_only=True)`` reads them. A result that did not finish and
-    was rerun later on another machine (a Slurm task rerun on another node) is left out.
-    Results of no sweep are all kept; the order is kept."""
+    """The newest result of each sweep run on each machine, where that leaves several
+    machines' runs; else the newest of each sweep run. A result that did not finish and was
+    rerun on another machine is left out; results of no sweep are kept, in order."""
     overall = _newest(results, lambda r, key: key)
     per_machine = _newest(results, lambda r, key: (key, host_of(r)))
     kept = {id(r) for r in per_machine.values() if r.ok or overall[_run_key(r)] is r}
@@ -114,10 +111,8 @@ def kernel_libraries(runs: Sequence[RunResult]) -> Dict[str, List[str]]:
 
 
 def machine_table(results: Sequence[RunResult], baseline: Optional[str] = None) -> Optional[Table]:
-    """The headline figures of several machines' runs: a row per setting, machine and
-    backend (img/s, the ratio to ``baseline`` on the same machine, test accuracy), the
-    machines' hardware in the notes. ``baseline``: a backend (default: the first that
-    ran). None where the runs come from fewer than two machines."""
+    """A row per setting, machine and backend (img/s, the ratio to ``baseline`` on the same
+    machine, test accuracy), the hardware in the notes; None for fewer than two machines."""
     machines = several_machines(results)
     if machines is None:
         return None

@@ -184,9 +184,8 @@ def dataset_label(dataset: object) -> str:
 
 
 def model_labels(models: Iterable[str]) -> Dict[str, str]:
-    """A label per model: its short name (``net.py:build``), or, where several user
-    model files share one, as much of each path as tells them apart
-    (``a/net.py:build``, ``b/net.py:build``)."""
+    """A label per model: its short name, or as much of each path as tells apart files that
+    share one (``a/net.py:build``, ``b/net.py:build``)."""
     models = list(dict.fromkeys(m for m in models if isinstance(m, str)))
     labels = {m: model_label(m) for m in models}
     clashes: Dict[str, List[str]] = {}
@@ -514,9 +513,8 @@ def comparison_tables(results: Sequence[RunResult], baseline: Optional[str] = No
 
 
 def parameter_mismatches(results: Sequence[RunResult]) -> List[str]:
-    """One error per model and setting whose backends built models of different parameter
-    counts (a user model whose layers depend on the backend): kbench promises the same
-    model on every backend, so a run that finds otherwise fails."""
+    """An error per group whose backends built models of different parameter counts:
+    kbench promises the same model on every backend."""
     groups = compare(results)
     labels = model_labels(g.model for g in groups)
     lines = []
