@@ -4,30 +4,27 @@ rule, ``kbench compare``, ``kbench report``, ``tune``, claims, parity and the Py
 read it; :mod:`kbench.views` only formats it. One run's figures are
 :mod:`kbench.results.readings`'.
 
-**Grouping.** Results are grouped by their config but for the backend and the repeat
-(and by machine, when they come from several: each backend on each machine is its own
-row, ``tensorflow @ host``, with no ratio to another machine's baseline; :func:`by_machine`
-splits them). A ratio is computed only between runs of the same thing: runs of a user
-model whose file changed (its sha256), or on data whose identity changed (input shape; a
-data file's sha256, a folder's listing, a tensorflow-datasets version, class and sample
-counts) are grouped apart, each group saying how (``apart``); a row whose model has
-another parameter count than the baseline's has no ratio and says why.
+**Grouping.** Results are grouped by their config but for the backend and the repeat,
+and by machine when they come from several (a row is ``tensorflow @ host``, with no
+ratio to another machine's baseline). Runs of a user model whose file changed, or on
+data whose identity changed (:func:`identity`), are grouped apart, each group saying how
+(``apart``); a row whose model has another parameter count than the baseline's has no
+ratio and says why.
 
 **Ratios.** A backend's throughput is the median over its repeats with the range; its
-speed against the baseline is the median of the per-round ratios (round r of B over round
-r of the baseline, :func:`round_ratios`), so a machine that drifts during the command
-cannot pick the winner; whether it differs from 1 beyond the noise between rounds is the
-order-statistics interval on that median (:func:`kbench.measure.stats.median_interval`,
-:func:`clear`; :func:`half_width` for ``--ratio-precision``).
+speed against the baseline is the median of the per-round ratios (:func:`round_ratios`),
+so a machine that drifts during the command cannot pick the winner; whether it differs
+from 1 beyond the noise between rounds is the order-statistics interval on that median
+(:func:`kbench.measure.stats.median_interval`, :func:`clear`; :func:`half_width` for
+``--ratio-precision``).
 
-**Flags.** A run measured while the machine was busy, throttled or on battery
-(``metrics.quality.flags``) lends its flags to its row; rows measured on different CPUs, or
-one framework's rows on different CPU kernel libraries (TensorFlow on oneDNN and on
-Eigen), say so (:func:`setup_flags`): their ratio compares those as much as the backends.
+**Flags.** A run measured while the machine was busy, throttled or on battery lends its
+flags to its row; rows measured on different CPUs, or one framework's rows on different
+CPU kernel libraries, say so (:func:`setup_flags`): their ratio compares those as much as
+the backends.
 
 **Same computation.** :class:`Tolerance` and :func:`differences`: outputs before training
-and each step's loss against a reference that started from the same weights (``kbench
-parity``, a warm comparison's check at warm-up, ``kbench tune``'s candidates).
+and each step's loss against a reference that started from the same weights.
 """
 
 from __future__ import annotations
@@ -42,16 +39,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from kbench.measure.stats import LEVEL, MedianInterval, median_interval
-from kbench.results.readings import (
-    MEMORY_KINDS,
-    UTILIZATION_KINDS,
-    epoch_time,
-    memory_peak,
-    round_of,
-    round_throughputs,
-    unknown_memory,
-    utilization,
-)
+from kbench.results import readings
+from kbench.results.comparison import share_span
+from kbench.results.readings import MEMORY_KINDS, UTILIZATION_KINDS, memory_peak
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
 
@@ -134,7 +124,6 @@ def settings_key(result: RunResult) -> Tuple:
 
 
 def group_key(result: RunResult) -> Tuple:
-    """What a run is grouped by: its settings and what it ran (:func:`identity`)."""
     return settings_key(result) + identity(result)
 
 
@@ -142,10 +131,8 @@ USER_DATA = ("npz:", "folder:", "tfds:")  # data named by the user: its identity
 
 
 def identity(result: RunResult) -> Tuple[Tuple[str, Any], ...]:
-    """What a run ran, beyond its settings: a user model's file content (sha256) and the
-    data's shape, and for the user's own data its file's sha256, a folder's listing, a
-    tensorflow-datasets version, and its class and sample counts (``result.data``, as
-    :meth:`kbench.datasets.PreparedData.describe` records it)."""
+    """What a run ran, beyond its settings: a user model's sha256, the input shape, and the
+    user's own data's sha256, folder listing, tfds version, class and sample counts."""
     data = result.data or {}
     shape = data.get("input_shape")
     facts: List[Tuple[str, Any]] = [
@@ -209,33 +196,18 @@ def _count(value: Any) -> str:
 
 
 def params_of(runs: Iterable[RunResult]) -> List[int]:
-    """The parameter counts that ``runs`` recorded (those that finished), each once."""
     found = [(r.model or {}).get("params") for r in runs if r.ok]
     return sorted({p for p in found if isinstance(p, int)})
 
 
 def group_facts(members: Sequence[RunResult]) -> Dict[str, Any]:
-    """A group's identity facts, with its parameter count where its runs agree on one."""
-    facts = dict(identity(members[0]))
     params = params_of(members)
-    facts["params"] = params[0] if len(params) == 1 else None
-    return facts
-
-
-def facts_apart(mine: Dict[str, Any], other: Dict[str, Any]) -> List[str]:
-    """How one group's facts (:func:`group_facts`) differ from another's, in words:
-    ``model file changed: sha256 ab12cd34.. vs cd34ef56..``, ``parameters 7,850 vs ...``."""
-    return [
-        FACT_TEXT[name](value, other.get(name))
-        for name, value in mine.items()
-        if value != other.get(name)
-        and not (name == "params" and (value is None or other.get(name) is None))
-    ]
+    return dict(identity(members[0]), params=params[0] if len(params) == 1 else None)
 
 
 def apart_notes(groups: Dict[Tuple, List[RunResult]]) -> Dict[Tuple, Tuple[List[str], str]]:
-    """For each group (by :func:`group_key`) that shares its settings with another: how
-    it differs from the first other one, in words and as a short variant text."""
+    """For each group that shares its settings with another: how it differs from the first
+    other one, in words (``model file changed: sha256 ab12cd34.. vs ...``) and short."""
     facts = {key: group_facts(members) for key, members in groups.items()}
     by_settings: Dict[Tuple, List[Tuple]] = {}
     for key, members in groups.items():
@@ -246,27 +218,30 @@ def apart_notes(groups: Dict[Tuple, List[RunResult]]) -> Dict[Tuple, Tuple[List[
             continue
         varying = [n for n in FACT_TEXT if len({repr(facts[k].get(n)) for k in keys}) > 1]
         for key in keys:
-            other = keys[1] if key == keys[0] else keys[0]
-            mine = facts[key]
-            reasons = facts_apart(mine, facts[other]) or ["runs recorded differently"]
+            mine, other = facts[key], facts[keys[1] if key == keys[0] else keys[0]]
+            reasons = [
+                FACT_TEXT[name](value, other.get(name))
+                for name, value in mine.items()
+                if value != other.get(name)
+                and not (name == "params" and (value is None or other.get(name) is None))
+            ]
             variant = ", ".join(FACT_SHORT[n](mine.get(n)) for n in varying if n in mine)
-            notes[key] = (reasons, variant)
+            notes[key] = (reasons or ["runs recorded differently"], variant)
     return notes
 
 
-def varying_settings(groups: Sequence[ComparisonGroup]) -> List[str]:
-    """The config settings whose values differ between groups (what tells rows apart)."""
+def varying_settings(configs: Sequence[Dict[str, Any]], skip: Sequence[str] = ()) -> List[str]:
+    """The settings (but the backend, repeat, model and ``skip``) whose values differ
+    between ``configs`` (what tells groups apart), in order of first appearance."""
     keys: List[str] = []
-    for group in groups:
-        for key in group.settings:
-            if key not in keys and key not in IGNORED_IN_GROUPING:
-                keys.append(key)
-    return [k for k in keys if len({repr(g.settings.get(k)) for g in groups}) > 1]
+    for config in configs:
+        keys += [k for k in config if k not in keys]
+    ignored = {*IGNORED_IN_GROUPING, "model", *skip}
+    return [k for k in keys if k not in ignored and len({repr(c.get(k)) for c in configs}) > 1]
 
 
 def column_of(results: Sequence[RunResult]) -> Callable[[RunResult], str]:
-    """How each of ``results`` is named as a row: its backend, or ``backend @ host``
-    when they come from several machines (stores merged with ``kbench results --merge``)."""
+    """A row's name: the backend, or ``backend @ host`` where ``results`` span machines."""
     several_hosts = len({host_of(r) for r in results}) > 1
 
     def column(r: RunResult) -> str:
@@ -287,28 +262,32 @@ def row_named(rows: Sequence[str], name: str) -> Optional[str]:
 
 
 def by_machine(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
-    """``results`` by the machine they ran on (:func:`~kbench.results.store.host_of`:
-    hostname, and GPU where there was one), in order of first appearance."""
     machines: Dict[str, List[RunResult]] = {}
     for result in results:
         machines.setdefault(host_of(result), []).append(result)
     return machines
 
 
+def measured_machines(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
+    """The model runs by machine, of the machines with a finished run (one that failed
+    before it reached a machine, a Slurm task that never started, is a failure)."""
+    machines = by_machine([r for r in results if r.kind in MODEL_KINDS])
+    return {host: runs for host, runs in machines.items() if any(r.ok for r in runs)}
+
+
 def compared_runs(results: Sequence[RunResult]) -> List[RunResult]:
     """The results a comparison tabulates: model runs (parity and ops have tables of their
-    own) that are not dropped windows, and not a kbench exec script that trained nothing."""
+    own), not superseded, and not a kbench exec script that trained nothing."""
     return [
         r
         for r in results
         if r.kind in MODEL_KINDS
-        and not r.superseded  # a warm comparison measured again from the start
+        and not r.superseded
         and not (r.ok and r.metrics.get("images_per_sec") is None)
     ]
 
 
 def grouped(results: Sequence[RunResult]) -> Dict[Tuple, List[RunResult]]:
-    """``results`` by :func:`group_key`, in order of first appearance."""
     groups: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         groups.setdefault(group_key(result), []).append(result)
@@ -320,36 +299,32 @@ def compare(
     baseline: Optional[str] = None,
     column: Optional[Callable[[RunResult], str]] = None,
 ) -> List[ComparisonGroup]:
-    """One group per distinct config and :func:`identity` (what ran: a user model's
-    file content, the data); ``baseline`` defaults to the first backend run.
-
-    With results from several machines, each row is a backend on a machine
-    (``jax @ host``), and ``baseline`` may name a backend (its first machine) or a row.
-    ``column`` names the rows (default: :func:`column_of` ``results``); pass the one of
-    a larger set to name rows alike across calls (a report compares group by group).
-    """
+    """One group per distinct config and :func:`identity`; ``baseline`` (default: the
+    first backend) may name a backend or a row (``jax @ host``). ``column`` names the rows
+    (default: :func:`column_of`): a larger set's names rows alike across calls."""
     results = compared_runs(results)
     column = column or column_of(results)
     groups = grouped(results)
     notes = apart_notes(groups)
     out = []
     for key, members in groups.items():
-        first = members[0]
+        found = row_ratios(members, baseline, column)
+        runs = {row.backend: [r for r in members if column(r) == row.backend] for row in found}
+        setups = setup_flags({b: [r for r in mine if r.ok] for b, mine in runs.items()})
+        rows = [backend_row(row, runs[row.backend], setups[row.backend]) for row in found]
         apart, variant = notes.get(key, ([], ""))
-        rows, base = compare_rows(members, baseline, column)
-        config = first.config
+        config = members[0].config
         settings = {k: v for k, v in config.items() if k not in ("backend", "repeat")}
         out.append(ComparisonGroup(
             config["model"], config["dataset"], config["batch_size"], config.get("mode", "train"),
-            bool(first.data.get("synthetic")), base, rows, settings, apart, variant,
+            bool(members[0].data.get("synthetic")), found[0].baseline, rows, settings, apart,
+            variant,
         ))  # fmt: skip
     return out
 
 
 @dataclass(frozen=True)
 class RowRatios:
-    """One row's per-round ratios to its group's baseline, or why it has none."""
-
     backend: str
     baseline: str
     ratios: List[float]
@@ -361,8 +336,7 @@ def row_ratios(
     strict: bool = False,
 ) -> List[RowRatios]:  # fmt: skip
     """Each row of one group (``members``) with its per-round ratios to the baseline row:
-    only where both ran on one machine a model of the same parameter count (else the row
-    says why it has none, ``apart``)."""
+    only where both ran on one machine a model of the same parameter count."""
     backends = list(dict.fromkeys(column(r) for r in members))
     base = row_named(backends, baseline or "") or backends[0]
     base_params = params_of(r for r in members if column(r) == base)
@@ -378,20 +352,8 @@ def row_ratios(
     return out
 
 
-def compare_rows(
-    members: Sequence[RunResult], baseline: Optional[str], column: Callable[[RunResult], str]
-) -> Tuple[List[BackendRow], str]:
-    """The rows of one group, and the baseline row's name (:func:`row_ratios`)."""
-    found = row_ratios(members, baseline, column)
-    runs = {row.backend: [r for r in members if column(r) == row.backend] for row in found}
-    setups = setup_flags({b: [r for r in found_runs if r.ok] for b, found_runs in runs.items()})
-    rows = [backend_row(row, runs[row.backend], setups[row.backend]) for row in found]
-    return rows, found[0].baseline if found else ""
-
-
 def machine_apart(row: str, base: str) -> Optional[str]:
-    """Why a row has no ratio to the baseline row: they ran on different machines
-    (rows ``backend @ host``); a ratio compares backends on one machine only."""
+    """Why a row has no ratio to the baseline row: they ran on different machines."""
     host, base_host = row.partition(" @ ")[2], base.partition(" @ ")[2]
     if host == base_host:
         return None
@@ -410,7 +372,6 @@ def params_apart(mine: List[int], base: List[int], base_name: str, is_base: bool
 
 
 def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str]) -> BackendRow:
-    """One row: ``runs`` of one backend, with their per-round ``ratios`` to the baseline."""
     ok = [r for r in runs if r.ok]
 
     def spread(values: Iterable[Optional[float]]) -> Optional[Spread]:
@@ -423,7 +384,7 @@ def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str])
         images_per_sec=spread(rate for _, rate in throughputs(runs)),
         ratio=Spread.of(ratios.ratios),
         test_accuracy=spread(r.metrics.get("test_accuracy") for r in ok),
-        epoch_time_s=spread(epoch_time(r) for r in ok),
+        epoch_time_s=spread(readings.epoch_time(r) for r in ok),
         first_step_s=spread(r.metrics.get("first_step_s") for r in ok),
         latency_p50_ms=spread(r.metrics.get("latency_ms", {}).get("p50") for r in ok),
         utilization=Spread.of(used.values), utilization_kind=used.kind,
@@ -442,7 +403,7 @@ def backend_row(ratios: RowRatios, runs: Sequence[RunResult], setups: List[str])
 def throughputs(runs: Iterable[RunResult], strict: bool = False) -> List[Tuple[int, float]]:
     """``(round, images_per_sec)`` of each of ``runs``' rounds that count
     (:func:`~kbench.results.readings.round_throughputs`, ``strict`` there), run after run."""
-    return [pair for run in runs for pair in round_throughputs(run, strict).items()]
+    return [pair for run in runs for pair in readings.round_throughputs(run, strict).items()]
 
 
 def round_ratios(mine: Iterable[Tuple[Any, float]], base: Dict[Any, float]) -> List[float]:
@@ -464,31 +425,19 @@ def half_width(interval: Optional[MedianInterval], level: float = LEVEL) -> floa
     return max(interval.high - interval.median, interval.median - interval.low) / interval.median
 
 
-def ratio_intervals(
-    results: Sequence[RunResult], baseline: Optional[str] = None, strict: bool = False
-) -> List[Tuple[RowRatios, Optional[MedianInterval]]]:
-    """Every row but each group's baseline with the interval on its per-round ratios (None:
-    no ratio): what :func:`compare` finds, without the rest of its rows (``strict``: of
-    quiet rounds only, :func:`~kbench.results.readings.round_throughputs`)."""
-    results = compared_runs(results)
-    column = column_of(results)
-    out = []
-    for members in grouped(results).values():
-        for row in row_ratios(members, baseline, column, strict):
-            if row.backend != row.baseline:
-                out.append((row, median_interval(row.ratios)))
-    return out
-
-
 def widest_ratio_half_width(
     results: Sequence[RunResult], baseline: Optional[str] = None, level: float = LEVEL
 ) -> Optional[float]:
-    """The widest :func:`half_width` of the per-round ratios' intervals over every compared
-    backend and group (``--ratio-precision``); None while any ratio has fewer rounds than
-    its interval needs to reach ``level`` (6 for 95%), or none. Of quiet rounds only: a
-    comparison whose every round was dropped has no ratio to stop on."""
-    found = ratio_intervals(results, baseline, strict=True)
-    widths = [half_width(interval, level) for _, interval in found]
+    """The widest :func:`half_width` over every group's ratios (``--ratio-precision``); None
+    while any has too few rounds for ``level``, or none. Of quiet rounds only."""
+    results = compared_runs(results)
+    column = column_of(results)
+    widths = [
+        half_width(median_interval(row.ratios), level)
+        for members in grouped(results).values()
+        for row in row_ratios(members, baseline, column, strict=True)
+        if row.backend != row.baseline
+    ]
     if not widths or math.inf in widths:
         return None
     return max(widths)
@@ -503,7 +452,6 @@ DECIDING_FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "av
 
 
 def cpu_of(result: RunResult) -> str:
-    """The CPU a run was measured on: its model and the features that decide kernels."""
     return cpu_text(result.environment.get("machine") or {})
 
 
@@ -520,12 +468,10 @@ def cpu_text(machine: Dict[str, Any]) -> str:
 
 
 def kernels_of(result: RunResult) -> str:
-    """The CPU kernel library a run's framework used, as its result records it."""
     return kernels_text(result.environment.get("framework") or {})
 
 
 def kernels_text(framework: Dict[str, Any]) -> str:
-    """The CPU kernel library of a framework as a backend describes it."""
     kernels = framework.get("cpu_kernels") or {}
     if kernels.get("library"):
         return str(kernels["library"])
@@ -536,9 +482,8 @@ def kernels_text(framework: Dict[str, Any]) -> str:
 
 
 def setup_flags(runs: Dict[str, List[RunResult]]) -> Dict[str, List[str]]:
-    """{row: flags} for the rows of one group (``runs``: each row's ok runs): the CPU of
-    every row where the group spans several CPUs; the kernel library of every row of a
-    framework whose rows (or runs) used several."""
+    """{row: flags} of one group (``runs``: each row's ok runs): each row's CPU where they
+    span several; its kernel library where its framework's rows (or runs) used several."""
     cpus = {b: sorted({cpu_of(r) for r in found}) for b, found in runs.items()}
     libraries = {b: sorted({kernels_of(r) for r in found}) for b, found in runs.items()}
     mixed_cpus = len({c for found in cpus.values() for c in found}) > 1
@@ -555,9 +500,8 @@ def setup_flags(runs: Dict[str, List[RunResult]]) -> Dict[str, List[str]]:
 
 
 def quality_flags(runs: Sequence[RunResult]) -> List[str]:
-    """The flags of ``runs`` (``metrics.quality.flags``), one line per kind of flag:
-    a run's own text where one run has it (with its round, ``#2``, where the row has
-    several runs), else ``busy in 2 of 3 runs: 54-75% of the cores ...``."""
+    """A line per kind of flag of ``runs``: one run's own text (``#2``: its round), or
+    ``busy in 2 of 3 runs: 54-75% of the cores ...``."""
     by_kind: Dict[str, List[Tuple[RunResult, str]]] = {}
     for r in runs:
         for flag in ((r.metrics.get("quality") or {}).get("flags")) or []:
@@ -566,15 +510,13 @@ def quality_flags(runs: Sequence[RunResult]) -> List[str]:
     for kind, found in by_kind.items():
         if len(found) == 1:
             r, flag = found[0]
-            out.append(flag + (f" (#{round_of(r) + 1})" if len(runs) > 1 else ""))
+            out.append(flag + (f" (#{readings.round_of(r) + 1})" if len(runs) > 1 else ""))
             continue
         text = f"{kind} in {len(found)} of {len(runs)} runs"
         shares = [r.metrics["quality"].get("other_share") for r, _ in found]
         shares = [s for s in shares if isinstance(s, (int, float))]
         if kind == "busy" and shares:
-            low, high = f"{min(shares):.0%}", f"{max(shares):.0%}"
-            span = low if low == high else f"{low[:-1]}-{high}"
-            text += f": {span} of the cores used by other processes"
+            text += f": {share_span(shares)} of the cores used by other processes"
         out.append(text)
     return out
 
@@ -590,9 +532,8 @@ class RowUtilization:
 
 
 def row_utilization(runs: Sequence[RunResult]) -> RowUtilization:
-    """GPU utilization where NVML was sampled in some run, else the worker's CPU use."""
     for kind in UTILIZATION_KINDS:
-        found = [u for u in (utilization(r, kind) for r in runs) if u is not None]
+        found = [u for u in (readings.utilization(r, kind) for r in runs) if u is not None]
         if found:
             return RowUtilization(kind, [u.percent for u in found], max(u.devices for u in found))
     return RowUtilization(None, [])
@@ -608,9 +549,8 @@ class RowMemory:
 
 
 def row_memory(runs: Sequence[RunResult]) -> RowMemory:
-    """The most telling memory kind that every run read (:data:`MEMORY_KINDS`, in order),
-    per run its largest per-GPU peak (and the sum over its GPUs where several); or, where
-    no kind was read in every run, why."""
+    """The first of :data:`MEMORY_KINDS` every run read, each run's largest per-GPU peak
+    (and sum over several); or, where no kind was read in every run, why."""
     for kind in MEMORY_KINDS:
         peaks = [memory_peak(r, kind) for r in runs]
         if runs and None not in peaks:
@@ -622,7 +562,7 @@ def row_memory(runs: Sequence[RunResult]) -> RowMemory:
             )
     if not runs:
         return RowMemory(None, [], [])
-    reasons = dict.fromkeys(reason for r in runs for reason in unknown_memory(r))
+    reasons = dict.fromkeys(reason for r in runs for reason in readings.unknown_memory(r))
     return RowMemory(None, [], [], reason="; ".join(reasons) or "no memory reading in every run")
 
 
@@ -696,11 +636,9 @@ def differences(
     reference_outputs: Any, outputs: Any, reference_losses: Sequence[float],
     losses: Sequence[float], tolerance: Tolerance, noise_floor: float = 0.0,
 ) -> Dict[str, Any]:  # fmt: skip
-    """The largest differences of ``outputs`` and ``losses`` from the reference's, and
-    whether they lie within ``tolerance`` (``passed``; a loss may drift by
-    ``noise_factor`` x ``noise_floor`` where that is larger than ``loss_rtol``). A value
-    that is not finite fails (its difference is infinite: the outputs' or the losses').
-    Raises ValueError when the shapes differ."""
+    """The largest differences from the reference's, and whether they lie within
+    ``tolerance`` (``passed``; a loss may drift by ``noise_factor`` x ``noise_floor``
+    where larger). A value not finite fails; ValueError when the shapes differ."""
     ref_out = np.asarray(reference_outputs, dtype=np.float64)
     out = np.asarray(outputs, dtype=np.float64)
     ref_loss = np.asarray(reference_losses, dtype=np.float64)

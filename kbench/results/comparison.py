@@ -1,17 +1,13 @@
 """A warm comparison's result, one document per backend (parent side).
 
-A backend's warm worker (:mod:`kbench.run.windows`) measures a window per round. Its
-document keeps every window in ``metrics.windows``: its round and place in it, its
-figures (throughput, steps, raw step times, final loss), its quality and, where its round
-was dropped (a window of it measured while the machine was busy or the GPU shared), why.
-The comparison's own figures are read as a fresh run's, over the *counted* windows (ok,
-in a round not dropped): ``images_per_sec`` their median, the step times all of theirs,
-memory the largest reading of each kind, energy the sum; ``metrics.window`` counts the
-windows counted, dropped and failed. What needs a fresh process (import, build, first
-step) was measured once, as the worker started. Where every round was dropped (another
-process busy the whole time), the figures are of every window that ran, flagged
-(``busy: every round was dropped ...``), not absent. The document is rewritten after each
-round, so a comparison cut short keeps every window it measured.
+A backend's warm worker (:mod:`kbench.run.windows`) measures a window per round; its
+document keeps every window in ``metrics.windows`` (round, place, figures, quality, and
+why its round was dropped, where it was). The comparison's own figures are read as a
+fresh run's, over the *counted* windows (ok, in a round not dropped): ``images_per_sec``
+their median, memory the largest reading of each kind, energy the sum; ``metrics.window``
+counts them. Import, build and first step were measured once, as the worker started.
+Where every round was dropped, the figures are of every window that ran, flagged, not
+absent. The document is rewritten after each round: one cut short keeps its windows.
 """
 
 from __future__ import annotations
@@ -43,8 +39,6 @@ def window_record(
     index: int, round_index: int, position: int, metrics: Dict[str, Any], started_at: float,
     ended_at: float,
 ) -> Dict[str, Any]:  # fmt: skip
-    """One measured window, as its comparison's document keeps it (``metrics``: its
-    figures, with what the sampler added: ``memory``, ``energy``, ``quality``)."""
     return {
         "index": index, "round": round_index, "position": position, "status": "ok",
         "started_at": started_at, "ended_at": ended_at, "dropped": None,
@@ -58,7 +52,6 @@ def failed_record(
     round_index: int, position: int, status: str, reason: Optional[str], started_at: float,
     ended_at: float,
 ) -> Dict[str, Any]:  # fmt: skip
-    """A window that did not come back: the worker died, failed or hung during it."""
     return {
         "index": None, "round": round_index, "position": position, "status": status,
         "reason": reason, "started_at": started_at, "ended_at": ended_at, "dropped": None,
@@ -66,9 +59,8 @@ def failed_record(
 
 
 def counted(records: Sequence[Dict[str, Any]], strict: bool = False) -> List[Dict[str, Any]]:
-    """The windows a comparison's figures are of: ok and in a round not dropped; where
-    every round was dropped, every window that ran (flagged, :func:`every_round_dropped`),
-    unless ``strict`` (a decision, as tune's, takes quiet rounds only)."""
+    """Ok windows in rounds not dropped; where every round was, every ok window, unless
+    ``strict`` (a decision, as tune's, takes quiet rounds only)."""
     ran = [r for r in records if r.get("status") == "ok"]
     kept = [r for r in ran if not r.get("dropped")]
     return kept if strict else kept or ran
@@ -80,13 +72,11 @@ def every_round_dropped(records: Sequence[Dict[str, Any]]) -> bool:
 
 
 def is_comparison(result: Any) -> bool:
-    """Whether ``result`` is a warm comparison's document (its windows inside it)."""
     return "windows" in (result.metrics or {})
 
 
 def round_figures(metrics: Dict[str, Any], strict: bool = False) -> Dict[int, float]:
-    """A comparison document's throughput by round: each counted window's (see
-    :func:`counted`); {} for a document that is no comparison."""
+    """Each :func:`counted` window's throughput by round; {} for no comparison."""
     return {
         int(r["round"]): float(r["images_per_sec"])
         for r in counted((metrics.get("windows") or {}).get("list") or [], strict)
@@ -98,9 +88,8 @@ def comparison_metrics(
     records: Sequence[Dict[str, Any]], start: Dict[str, Any], facts: Dict[str, Any],
     tags: Dict[str, Any],
 ) -> Dict[str, Any]:  # fmt: skip
-    """The metrics of a comparison's document: the figures of its counted windows, the
-    start's (``start``: import, build, first step, warmup), ``facts`` of its windows
-    (size, worker, batch), ``tags`` (its parity record)."""
+    """A comparison's metrics: its counted windows' figures, ``start``'s (import, build,
+    first step), ``facts`` of its windows (size, worker, batch), ``tags`` (parity)."""
     used = counted(records)
     steps = [t for r in used for t in r.get("step_times_s") or []]
     ran = [r for r in records if r.get("status") == "ok"]
@@ -135,8 +124,7 @@ def comparison_metrics(
 
 
 def largest_readings(readings: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Each kind of memory reading (and GPU) once: its largest (a kind never read once
-    keeps its reading with the reason)."""
+    """Each kind of reading (and GPU) once: its largest (or, never read, its reason)."""
     best: Dict[Any, Dict[str, Any]] = {}
     for reading in readings:
         key = (reading.get("kind"), reading.get("device"), reading.get("source"))
@@ -148,7 +136,6 @@ def largest_readings(readings: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]
 
 
 def summed_energy(used: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The energy of the counted windows together, or the first reason it is unknown."""
     found = [r.get("energy") for r in used if r.get("energy") is not None]
     if not found:
         return None
@@ -165,12 +152,17 @@ def summed_energy(used: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     }  # fmt: skip
 
 
+def share_span(shares: Sequence[float]) -> str:
+    """``54-75%`` (``54%`` where they read alike): a range of shares of the cores."""
+    low, high = f"{min(shares):.0%}", f"{max(shares):.0%}"
+    return low if low == high else f"{low[:-1]}-{high}"
+
+
 def comparison_quality(
     records: Sequence[Dict[str, Any]], used: Sequence[Dict[str, Any]]
 ) -> Optional[Dict[str, Any]]:
-    """The comparison's ``quality``: each kind of flag its counted windows had, with how
-    many; where every round was dropped, the busy flag with the share of the cores others
-    used over those windows (the figures then are theirs)."""
+    """Each kind of flag the counted windows had, with how many; where every round was
+    dropped, the busy flag with the share of the cores others used."""
     qualities = [r.get("quality") or {} for r in used]
     if not any(qualities) and not every_round_dropped(records):
         return None
@@ -181,10 +173,9 @@ def comparison_quality(
             flags[flag.split(":")[0]] = flags.get(flag.split(":")[0], 0) + 1
     texts = [f"{kind} in {n} of {len(used)} windows" for kind, n in flags.items()]
     if every_round_dropped(records):
-        low, high = (f"{min(shares):.0%}", f"{max(shares):.0%}") if shares else ("", "")
-        span = low if low == high else f"{low[:-1]}-{high}"
-        own = f"{span} of the cores used by other processes in its own windows; " if any(
-            s > 0 for s in shares) else ""  # fmt: skip
+        own = ""
+        if any(s > 0 for s in shares):
+            own = f"{share_span(shares)} of the cores used by other processes in its own windows; "
         texts = [
             f"busy: every round was dropped ({own}the first as "
             f"{next(r['dropped'] for r in records if r.get('dropped'))}); the figures are of "
@@ -200,11 +191,9 @@ def comparison_quality(
 def comparison_sampler(
     sampled: Sequence[Dict[str, Any]], records: Sequence[Dict[str, Any]]
 ) -> Optional[Dict[str, Any]]:
-    """The sampler of a comparison's document: the series of every window, one after the
-    other (each window's own samples), the sources as the last window found them, and the
-    summary over its counted windows (``sampled[i]`` is ``records[i]``'s; those of no
-    sampler are None): per series the sample-weighted mean, the largest maximum, the
-    summed increase of a counter."""
+    """Every window's series one after the other (``sampled[i]`` is ``records[i]``'s, or
+    None), the last window's sources, and the summary over the counted windows: the
+    sample-weighted mean, the largest maximum, the summed increase of a counter."""
     pairs = [(s, r) for s, r in zip(sampled, records) if s]
     if not pairs:
         return None
@@ -232,7 +221,6 @@ def comparison_sampler(
 
 
 def merged_summary(windows: Sequence[Dict[str, Dict[str, Any]]]) -> Dict[str, Dict[str, Any]]:
-    """Summaries of several windows as one (see :func:`comparison_sampler`)."""
     out: Dict[str, Dict[str, Any]] = {}
     for name in sorted({n for w in windows for n in w}):
         stats = [w[name] for w in windows if name in w]
@@ -262,16 +250,12 @@ WINDOW_RUN_ID = re.compile(r"^(?P<worker>.+)-w\d{3,}$")
 
 
 def window_of(result: Any) -> Dict[str, Any]:
-    """A schema-3 window document's ``metrics.window`` (its worker's run, its round's
-    place, why its round was dropped); {} for a failed window, which has no metrics."""
     return (result.metrics or {}).get("window") or {}
 
 
 def from_windows(documents: Sequence[Any]) -> Any:
-    """One comparison document from a schema-3 worker's window documents (its run id and
-    ``-wNNN``, one per window,
-    its round in ``config.repeat``, its start's figures in the first): every window a
-    record as :func:`window_record` makes them, the figures over the counted ones."""
+    """One comparison document from a schema-3 worker's window documents (``-wNNN``, the
+    round in ``config.repeat``, the start's figures in the first)."""
     ordered = sorted(documents, key=lambda r: (r.config.get("repeat", 0), r.run_id))
     records = [_record_of(r) for r in ordered]
     first = next((r for r in ordered if r.ok), ordered[0])
@@ -321,8 +305,6 @@ def _record_of(result: Any) -> Dict[str, Any]:
 
 
 def _sweep_of(first: Any) -> Optional[Dict[str, Any]]:
-    """A schema-3 window's sweep provenance, as its comparison's: the run key of its
-    worker's run."""
     if first.sweep is None:
         return None
     windows = first.sweep.get("windows") or {}

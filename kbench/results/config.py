@@ -1,13 +1,10 @@
 """What one run is: a frozen, validated description that travels to the worker as JSON.
 
-Every check happens here, when the config is created, so a bad flag or sweep entry
-fails before any process starts, with a message that names the setting, what was
-expected, what was received and how to fix it. Each setting says once, in its field's
-metadata (:class:`Setting`), its flag (:func:`flag_for`: ``timeout_s`` is ``--timeout``),
-the flag's help, how its text is read, its --help section and the check of its value:
-the CLI builds every command's flags from these fields
-(:func:`kbench.cli.arguments.add_settings`) and copies them back by name, as a sweep
-file's keys are named.
+Every check happens when the config is created, so a bad flag or sweep entry fails
+before any process starts, with a message that names the setting, what was expected,
+what was received and how to fix it. Each setting says once, in its field's metadata
+(:class:`Setting`), its flag (:func:`flag_for`), help, parser, --help section and check:
+the CLI builds every command's flags from these fields and copies them back by name.
 """
 
 from __future__ import annotations
@@ -78,8 +75,7 @@ def file_safe(model: str) -> str:
 
 
 class FileError(ValueError):
-    """A file kbench reads settings from (a sweep, a study) that it cannot use;
-    ``where`` is the place in the file (``runs[2].model``), "" for the whole file."""
+    """A sweep or study file kbench cannot use; ``where``: the place (``runs[2].model``)."""
 
     def __init__(self, file: str, where: str, message: str) -> None:
         super().__init__(f"{file}: {where}: {message}" if where else f"{file}: {message}")
@@ -89,8 +85,7 @@ class FileError(ValueError):
 
 
 class ConfigError(ValueError):
-    """A setting has a value kbench cannot run with; the message says how to fix it.
-    ``setting`` is the field name (``batch_size``), shown as its flag (:func:`flag_for`)."""
+    """A setting (the field name, shown as its flag) has a value kbench cannot run with."""
 
     def __init__(self, setting: str, message: str) -> None:
         super().__init__(f"{setting}: {message}")
@@ -99,26 +94,21 @@ class ConfigError(ValueError):
 
 
 class TextError(ValueError):
-    """A flag's text that is not of its setting's form (``32by32`` for a shape); the
-    message says the form. The CLI shows it as argparse shows a bad value."""
+    """A flag's text not of its setting's form (``32by32`` for a shape), as argparse shows it."""
 
 
 def flag_for(setting: str) -> str:
-    """The flag of a setting, the one rule for every command: ``--`` and the name with
-    ``_`` as ``-``, a unit suffix ``_s`` left out (``timeout_s``: ``--timeout``,
-    ``ratio_budget_s``: ``--ratio-budget``)."""
+    """The one rule for every command: ``timeout_s`` is ``--timeout`` (the unit left out)."""
     return "--" + setting.removesuffix("_s").replace("_", "-")
 
 
 def did_you_mean(word: str, allowed: Iterable[str]) -> str:
-    """ " Did you mean 'x'?" for the closest of ``allowed``, or "": the hint every
-    error about a misspelt name ends with."""
+    """ " Did you mean 'x'?" for the closest of ``allowed``, or ""."""
     close = difflib.get_close_matches(word, list(allowed), n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def check_choice(setting: str, value: Any, allowed: Iterable[str]) -> Any:
-    """``value`` if it is one of ``allowed``, else a :class:`ConfigError` listing them."""
     allowed = tuple(allowed)
     if value in allowed:
         return value
@@ -141,7 +131,7 @@ def parse_number(text: str) -> float:
 
 
 def parse_shape(text: str) -> Tuple[int, ...]:
-    """``32x32x3`` -> ``(32, 32, 3)``; the values are checked with the model's input."""
+    """``32x32x3`` -> ``(32, 32, 3)``, checked later with the model's input."""
     try:
         return tuple(int(part) for part in text.lower().split("x"))
     except ValueError:
@@ -152,7 +142,6 @@ def parse_shape(text: str) -> Tuple[int, ...]:
 
 
 def parse_half_width(text: str) -> float:
-    """A relative half-width above 0 and below 1 (0.02 is +-2%)."""
     value = parse_number(text)
     if not 0 < value < 1:
         raise TextError(
@@ -163,7 +152,6 @@ def parse_half_width(text: str) -> float:
 
 
 def parse_seconds(text: str) -> float:
-    """Seconds, more than 0."""
     value = parse_number(text)
     if value <= 0:
         raise TextError(f"expected more than 0 seconds; received {text!r}")
@@ -178,8 +166,7 @@ Check = Callable[[str, Any], Any]  # (setting, value) -> the value, canonical; o
 def _positive_int(
     setting: str, value: Any, *, allow_zero: bool = False, most: Optional[int] = None
 ) -> Any:
-    """``value``, an integer from 0 or 1 up to ``most``, by default the 32-bit limit of
-    the counts frameworks take (2**31 overflows in the worker, not here)."""
+    """``value``, an integer from 0 or 1 up to ``most`` (default: :data:`MAX_INT`)."""
     lowest = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
         kind = "a non-negative integer" if allow_zero else "a positive integer"
@@ -214,7 +201,6 @@ def _positive_number(setting: str, value: Any, unit: str = "", most: Optional[fl
 
 
 def _count(lowest: int = 1, most: Optional[int] = None) -> Check:
-    """A whole number from ``lowest`` up to ``most`` (default: the 32-bit limit)."""
     return functools.partial(_positive_int, allow_zero=lowest == 0, most=most)
 
 
@@ -226,7 +212,6 @@ def _one_of(allowed: Iterable[str]) -> Check:
 
 
 def _optional(check: Check) -> Check:
-    """``check``, or None: the setting not given."""
     return lambda setting, value: value if value is None else check(setting, value)
 
 
@@ -246,8 +231,7 @@ def _required(check: Check) -> Check:
 
 
 def _check_model(setting: str, model: Any) -> Any:
-    """A zoo name, or a user model made canonical: ``/absolute/file.py:function``
-    (the worker runs in another folder)."""
+    """A zoo name, or a user model as ``/absolute/file.py:function`` (the worker runs elsewhere)."""
     if not (isinstance(model, str) and is_reference(model)):
         try:
             return check_choice(setting, model, MODELS)
@@ -336,8 +320,7 @@ def _check_target_precision(setting: str, target: Any) -> Any:
 
 
 def _check_switch(setting: str, value: Any) -> Any:
-    """A switch of :data:`kbench.backends.switches.SWITCHES`: on/off (YAML reads a bare
-    on/off as true/false), true or false, a count, or one of its choices."""
+    """A switch: on/off (YAML reads a bare on/off as true/false), true/false, a count, a choice."""
     switch = SWITCHES[setting]
     if isinstance(value, bool) and "on" in switch.choices:
         value = "on" if value else "off"
@@ -366,15 +349,12 @@ PROFILER = "where the time goes (the framework's own profiler)"
 class Setting:
     """What one :class:`RunConfig` field is to its users: its flag and its check.
 
-    ``help`` is the flag's help as ``kbench run`` shows it (None: no flag of its own;
-    ``--backend`` and ``--model`` take lists, the repeat index is kbench's); a
-    ``{word}`` in it is said by each command its own way, ``words`` holding kbench
-    run's. The CLI adds "(default: ...)": ``default_text``, else the default itself.
-    ``parse`` reads the flag's text (raising :class:`TextError`; None: the text as it
-    is, or no value at all for a true/false setting). ``check`` refuses a value with a
-    :class:`ConfigError` or returns it made canonical; checks across settings are
-    :class:`RunConfig`'s own. ``group`` is the --help section; the flags of one
-    ``exclusive`` name exclude each other.
+    ``help``: the flag's help (None: no flag of its own); a ``{word}`` in it each command
+    says its own way (``words``: kbench run's); "(default: ...)" is ``default_text`` or the
+    default. ``parse`` reads the flag's text (:class:`TextError`; None: as it is, or no
+    value for a true/false setting). ``check`` refuses a value (:class:`ConfigError`) or
+    makes it canonical. ``group``: the --help section; one ``exclusive`` name's flags
+    exclude each other.
     """
 
     help: Optional[str]
@@ -388,13 +368,11 @@ class Setting:
 
 
 def setting(default: Any, help: Optional[str], check: Check, **flag: Any) -> Any:
-    """A :class:`RunConfig` field of ``default`` whose metadata is its :class:`Setting`."""
     return field(default=default, metadata={SETTING: Setting(help, check, **flag)})
 
 
 def switch_setting(name: str) -> Any:
-    """The field of the switch ``name`` (:data:`kbench.backends.switches.SWITCHES`): its
-    default, help and choices are the switch's own."""
+    """The field of a switch (:data:`kbench.backends.switches.SWITCHES`), as it says."""
     switch = SWITCHES[name]
     if isinstance(switch.default, bool):
         return setting(switch.default, switch.help, _check_switch, group=SWITCH_GROUP)
@@ -639,7 +617,7 @@ class RunConfig:
         self._check_mxnet_gpus()
 
     def _check_length(self) -> None:
-        """Steps, where given, replace the epochs (the flags' default)."""
+        """Steps, where given, replace the epochs (the default)."""
         if self.steps is not None:
             object.__setattr__(self, "epochs", None)
         elif self.epochs is None:
@@ -687,8 +665,7 @@ class RunConfig:
         return {name: getattr(self, name) for name in SWITCHES}
 
     def _check_data(self) -> None:
-        """The data against the backend and the model: data format, kinds of input,
-        the shapes synthetic and resized data take."""
+        """The data format, kinds of input and shapes against the backend and the model."""
         if self.data_format is not None:
             allowed = BACKENDS[self.backend].data_formats
             if self.data_format not in allowed:
@@ -724,8 +701,7 @@ class RunConfig:
             )
 
     def _check_synthetic_shape(self, model_kind: str) -> None:
-        """``input_shape`` and ``num_classes``: synthetic data's (and npz: data's class
-        count), the shape checked against the model's kind of input."""
+        """``input_shape`` and ``num_classes``: synthetic data's (npz: data's class count)."""
         npz_classes = self.dataset.startswith(NPZ_PREFIX) and self.input_shape is None
         if (
             self.dataset != "synthetic"
@@ -761,7 +737,6 @@ class RunConfig:
             )
 
     def _check_window(self) -> None:
-        """A warm window measures training steps of one process, for a set time."""
         other = needs_fresh_process(vars(self))
         if other is not None:
             raise ConfigError(
@@ -772,8 +747,8 @@ class RunConfig:
             )
 
     def _check_warmup_fits(self) -> None:
-        """Where the training length is known here (epochs of at most ``train_samples``),
-        the warmup must leave steps to measure: the worker checks again on the real data."""
+        """Where the length is known here, the warmup must leave steps to measure (the
+        worker checks again on the real data)."""
         if self.mode != "train" or self.epochs is None or self.train_samples is None:
             return
         if self.distributed != "none":  # each worker trains a shard: the worker checks
@@ -789,7 +764,6 @@ class RunConfig:
             )
 
     def _check_inter_op(self) -> None:
-        """``inter_op_threads``: a pool count, only where the framework has such a pool."""
         if self.inter_op_threads is None:
             return
         why = BACKENDS[self.backend].no_inter_op_pool
@@ -840,7 +814,6 @@ class RunConfig:
 
 
 def _input_shape(shape: Any, kind: str) -> Tuple[int, ...]:
-    """A synthetic input shape checked against the model's kind of input."""
     expected = {
         "image": ((2, 3), "HEIGHTxWIDTH or HEIGHTxWIDTHxCHANNELS (channels last), e.g. 28x28x1"),
         "sequence": ((2,), "STEPSxFEATURES, e.g. 250x50"),
@@ -865,33 +838,22 @@ def _input_shape(shape: Any, kind: str) -> Tuple[int, ...]:
 
 @functools.cache
 def setting_fields() -> Dict[str, Field]:
-    """Every :class:`RunConfig` field by name, in order."""
     return {f.name: f for f in fields(RunConfig)}
 
 
 @functools.cache
 def settings() -> Dict[str, Setting]:
-    """What each :class:`RunConfig` field is to its users (:class:`Setting`), in order."""
     return {name: f.metadata[SETTING] for name, f in setting_fields().items()}
 
 
 def default_of(name: str) -> Any:
-    """The default of the setting ``name``: what a run takes when nobody says."""
     return setting_fields()[name].default
 
 
 def check_setting(name: str, value: Any) -> Any:
-    """``value`` checked as the setting ``name`` checks it on its own (a
-    :class:`ConfigError` naming it), made canonical; for the commands whose settings do
-    not all become a :class:`RunConfig` (kbench ops, exec, parity)."""
+    """``value`` checked as the setting ``name`` checks it on its own, made canonical: for
+    the commands whose settings do not all become a :class:`RunConfig` (ops, exec, parity)."""
     return settings()[name].check(name, value)
-
-
-def check_precision(target_precision: Any, time_budget_s: Any) -> None:
-    """``--target-precision`` (a relative half-width in (0, 1)) and ``--time-budget``
-    (positive seconds), each optional; shared by runs and ``kbench ops``."""
-    check_setting("target_precision", target_precision)
-    check_setting("time_budget_s", time_budget_s)
 
 
 # Warm interleaved windows time the training steps of one process per backend, for a
@@ -909,10 +871,8 @@ NOT_IN_WINDOWS: Tuple[Tuple[str, Callable[[Any], bool]], ...] = (
 def needs_fresh_process(
     values: Mapping[str, Any], spell: Callable[[str], str] = flag_for
 ) -> Optional[str]:
-    """The first of ``values`` (run settings by name; one not given has its default) that
-    asks for what warm windows cannot measure (:data:`NOT_IN_WINDOWS`), as ``spell``
-    names it, with its value: ``--mode inference``, ``--profile`` (a sweep file's
-    ``mode inference`` with ``spell=str``); None: windows can measure them."""
+    """The first of ``values`` (settings by name; default where absent) that warm windows
+    cannot measure, as ``spell`` names it with its value (``--mode inference``); or None."""
     for name, asks in NOT_IN_WINDOWS:
         value = values.get(name, default_of(name))
         if asks(value):

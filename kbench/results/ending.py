@@ -1,10 +1,8 @@
-"""How a run ends, one way for every kind of run (``kbench run``, ``kbench ops``,
-``kbench exec``, data-parallel runs): its run id (:func:`new_run_id`), its
-:class:`Verdict` (each kind judges with its own function, from what it can check, built
-from :data:`OK`, :func:`timed_out`, :func:`reported` and :func:`no_result`), the
-``environment`` it records, its result document (:func:`run_result`), the document kept
-in the store with its warnings logged (:func:`keep`), and its line in the log
-(:func:`summary_line`).
+"""How a run ends, one way for every kind of run (run, ops, exec, data-parallel): its
+run id, its :class:`Verdict` (:data:`OK`, :func:`timed_out`, :func:`reported`,
+:func:`no_result`), the ``environment`` it records, its result document
+(:func:`run_result`), kept in the store with its warnings logged (:func:`keep`), and its
+line in the log (:func:`summary_line`).
 """
 
 from __future__ import annotations
@@ -27,16 +25,14 @@ RUN_ID_PARTS_CHARS = 120  # what a run id keeps of its parts: room for "-w123" a
 
 
 def new_run_id(*parts: str) -> str:
-    """``<UTC stamp>-<parts joined by ->-<6 random hex>``: unique, and sorted by start;
-    the parts cut to :data:`RUN_ID_PARTS_CHARS` (a long model file name)."""
+    """``<UTC stamp>-<parts joined by ->-<6 random hex>``: unique, and sorted by start."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     middle = "-".join(parts)[:RUN_ID_PARTS_CHARS].rstrip("-")
     return "-".join([stamp, middle, uuid.uuid4().hex[:6]])
 
 
 class Verdict(NamedTuple):
-    """How a run ended: ``(status, one-line reason, error details)``; reason and error are
-    None when the status is ``ok``."""
+    """``(status, one-line reason, error details)``; None, None for ``ok``."""
 
     status: str
     reason: Optional[str]
@@ -47,30 +43,23 @@ OK = Verdict("ok", None, None)
 
 
 def first_line(text: str, limit: int = REASON_CHARS) -> str:
-    """The first line of ``text``, at most ``limit`` characters: a reason."""
     return (text.strip().splitlines() or [""])[0][:limit]
 
 
 def error_details(kind: str, message: str, log_tail: Iterable[str]) -> Dict[str, Any]:
-    """The error section (``type``, ``message``, ``traceback``, ``log_tail``) of a run that
-    left no error of its own: the worker's last lines."""
     return {"type": kind, "message": message, "traceback": "", "log_tail": "\n".join(log_tail)}
 
 
 def timed_out(reason: str, log_tail: Iterable[str]) -> Verdict:
-    """The run passed its timeout and was stopped."""
     return Verdict("timeout", reason, error_details("Timeout", "", log_tail))
 
 
 def reported(status: str, error: Dict[str, Any], log_tail: Iterable[str]) -> Verdict:
-    """The worker wrote its own error (type, message, traceback) and status (``failed``,
-    ``oom``, ``unsupported``); the reason is the error's first line."""
     details = dict(error, log_tail="\n".join(log_tail))
     return Verdict(status, first_line(f"{error['type']}: {error['message']}"), details)
 
 
 def no_result(kind: str, how: str, reason: str, log_tail: Iterable[str]) -> Verdict:
-    """The run ended without a result of its own: failed, ``how`` it ended."""
     return Verdict("failed", reason, error_details(kind, how, log_tail))
 
 
@@ -78,8 +67,6 @@ def environment(
     interpreter: Any, process_env: Optional[Dict[str, str]], keras_json: Optional[Dict[str, Any]],
     framework: Optional[Dict[str, Any]],
 ) -> Dict[str, Any]:  # fmt: skip
-    """The ``environment`` of a result: this kbench and machine, the interpreter the run
-    had, its recorded variables and keras.json, what its framework reported."""
     return {
         "kbench": sysinfo.kbench_info(), "machine": sysinfo.machine(),
         "interpreter": str(interpreter), "process_env": process_env or {},
@@ -93,8 +80,7 @@ def run_result(
     model: Optional[Dict[str, Any]] = None, metrics: Optional[Dict[str, Any]] = None,
     sampler: Optional[Dict[str, Any]] = None, sweep: Optional[Dict[str, Any]] = None,
 ) -> RunResult:  # fmt: skip
-    """The result document of a run that went from ``started_at`` to ``ended_at`` (wall
-    clock, seconds since the epoch) and ended as ``verdict`` says."""
+    """The document of a run from ``started_at`` to ``ended_at`` (epoch seconds)."""
     started = dt.datetime.fromtimestamp(started_at, dt.timezone.utc).isoformat()
     return RunResult(
         run_id, verdict.status, config, started, max(0.0, ended_at - started_at), environment,
@@ -103,28 +89,19 @@ def run_result(
 
 
 def keep(result: RunResult, store: ResultStore, label: str) -> RunResult:
-    """Add ``result`` to ``store``, then warn of what it should be read with
-    (:func:`log_notes`); ``label`` names the run in the log."""
+    """Add ``result`` to ``store``, then warn of what it should be read with: its
+    framework's warnings and what else the machine did meanwhile (``label``: the run)."""
     store.add(result)
-    log_notes(result, label)
-    return result
-
-
-def log_notes(result: RunResult, label: str) -> None:
-    """Warn of what a stored result should be read with: its framework's warnings and
-    what else the machine was doing while it was measured (``metrics.quality.flags``)."""
     for warning in result.warnings:
         log.warning("%s: %s", label, warning)
     for flag in (result.metrics.get("quality") or {}).get("flags") or []:
         log.warning("%s: measured while %s", label, flag)
+    return result
 
 
 def summary_line(result: RunResult) -> str:
-    """A run in one line for the log: ``backend/model on DEVICE: <figures>, <wall> s``,
-    or ``backend/model on DEVICE: STATUS: reason`` (the device where the result names
-    it). The figures by kind: training (img/s, per-step spread, test accuracy), inference
-    (latency), ``exec`` (step time, epochs, parameters; what is missing where nothing was
-    instrumented), ``ops`` (how many operations ended how, also of a failed ops worker)."""
+    """``backend/model on DEVICE: <figures>, <wall> s`` or ``...: STATUS: reason``, the
+    figures by kind (``ops``: how many operations ended how, also of a failed worker)."""
     label = f"{result.config['backend']}/{_subject(result)}"
     device = device_used(result)
     label += f" on {device}" if device else ""
@@ -135,10 +112,8 @@ def summary_line(result: RunResult) -> str:
 
 
 def device_used(result: RunResult) -> Optional[str]:
-    """The device the run's model ran on, as its framework names it (``cuda:0``,
-    ``GPU:0``, ``gpu(0)``, ``cpu``), or None where the result does not say (a run that
-    failed before its framework started, ``exec``, a result written before kbench 0.1
-    recorded it)."""
+    """The device as the framework names it (``cuda:0``, ``GPU:0``, ``cpu``), or None (a
+    run that failed before its framework started, ``exec``)."""
     return (result.environment.get("framework") or {}).get("device_used")
 
 
@@ -156,7 +131,6 @@ def _ops_counts(result: RunResult) -> str:
 
 
 def _figures(result: RunResult) -> str:
-    """What :func:`summary_line` says of a run that ended ``ok``."""
     m = result.metrics
     if result.kind == "ops":
         return _ops_counts(result)

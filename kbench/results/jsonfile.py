@@ -14,11 +14,8 @@ from typing import Any, List, Tuple
 
 
 def write_json_atomic(path: Path, data: Any, allow_nan: bool = True) -> None:
-    """Write JSON so that ``path`` holds either the old file or the whole new one.
-
-    A value JSON cannot hold raises before any file is touched. ``allow_nan=False``
-    refuses NaN and infinity, which standard JSON cannot hold (see :func:`finite`).
-    """
+    """:func:`write_text_atomic` of JSON; a value JSON cannot hold (NaN with
+    ``allow_nan=False``) raises before any file is touched."""
     write_text_atomic(path, json.dumps(data, indent=2, allow_nan=allow_nan) + "\n")
 
 

@@ -101,7 +101,6 @@ def writer_lock(directory: Path) -> Iterator[Path]:
 
 
 def holder_of(path: Path) -> str:
-    """The process named in a lock file, in words."""
     try:
         info = json.loads(Path(path).read_text() or "{}")
     except (OSError, ValueError):
@@ -131,7 +130,7 @@ def _describe_holder(fd: int) -> None:
 
 
 def _lock(fd: int, take: bool = True) -> None:
-    """Take (or, ``take=False``, release) the lock on ``fd`` without waiting."""
+    """Take (or release) the lock on ``fd`` without waiting."""
     if fcntl is not None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if take else fcntl.LOCK_UN)
     else:

@@ -1,18 +1,13 @@
-"""Typed readings of one result document's metrics: what each figure means, read once,
-for every table, plot, verdict, stop rule and export (:mod:`kbench.results.analysis`
-compares them across runs; :func:`kbench.results.store.flatten` exports them).
+"""Typed readings of one result document's metrics, read once for every table, plot,
+verdict, stop rule and export (:mod:`kbench.results.analysis` compares them across runs).
 
-- **Peak memory** (:func:`memory_peaks`), per kind and per device: a result's readings
-  each name their kind (``process_nvml``: what NVML charges the worker on a GPU;
-  ``framework_peak``: the allocator's own peak; ``device_used``: the whole device;
-  ``process_peak_rss``: the worker's host memory) and device. A device's peak of a kind is
-  its largest reading (torch's reserved peak, not its allocated one). Tables show the
-  **largest per-GPU peak**, what one GPU had to hold, and where a kind spans several GPUs
-  the **sum** of their peaks beside it, labelled. A reading of ``bytes: None`` is unknown,
-  with its reason (:func:`unknown_memory`): never 0.
+- **Peak memory** (:func:`memory_peaks`), per kind (``process_nvml``: what NVML charges
+  the worker on a GPU; ``framework_peak``: the allocator's own; ``device_used``: the whole
+  device; ``process_peak_rss``: the worker's host memory) and per device: its largest
+  reading. Tables show the **largest per-GPU peak** and, over several GPUs, the **sum**
+  beside it, labelled. ``bytes: None`` is unknown, with its reason: never 0.
 - **Utilization** (:func:`utilization`): NVML's share of the measured window in which a
-  kernel ran, per GPU (``gpuN_kernel_time_percent``) and their mean; or the worker's CPU
-  use (% of one core); the sampler's means over the measured window.
+  kernel ran, per GPU and their mean; or the worker's CPU use (% of one core).
 - **Throughput** (:func:`round_throughputs`): img/s by round, what per-round ratios divide.
 """
 
@@ -33,9 +28,6 @@ UTILIZATION_KINDS = ("gpu", "cpu")  # in order of preference
 
 @dataclass(frozen=True)
 class MemoryPeak:
-    """One kind of a run's memory: each device's peak (its largest reading), in the order
-    the readings came."""
-
     kind: str
     per_device: Tuple[Tuple[str, int], ...]  # (device, bytes); device "" where unnamed
 
@@ -50,12 +42,11 @@ class MemoryPeak:
 
     @property
     def total(self) -> Optional[int]:
-        """The sum of the per-device peaks where there are several devices, else None."""
+        """The sum of the per-device peaks where there are several, else None."""
         return sum(value for _, value in self.per_device) if self.devices > 1 else None
 
 
 def memory_peaks(result: RunResult) -> Dict[str, MemoryPeak]:
-    """{kind: its :class:`MemoryPeak`} of the kinds ``result`` has a known reading of."""
     found: Dict[str, Dict[str, int]] = {}
     for reading in result.metrics.get("memory") or []:
         value = reading.get("bytes")
@@ -68,7 +59,6 @@ def memory_peaks(result: RunResult) -> Dict[str, MemoryPeak]:
 
 
 def memory_peak(result: RunResult, kind: str) -> Optional[MemoryPeak]:
-    """``result``'s peak memory of ``kind``, or None where it has no known reading of it."""
     return memory_peaks(result).get(kind)
 
 
@@ -84,9 +74,7 @@ def unknown_memory(result: RunResult) -> List[str]:
 
 @dataclass(frozen=True)
 class Utilization:
-    """How busy a run kept its device over the measured window: ``gpu`` (NVML's share of
-    time a kernel ran, each GPU's and their mean) or ``cpu`` (the worker's CPU use, % of
-    one core)."""
+    """``gpu`` (NVML's share of time a kernel ran) or ``cpu`` (% of one core), measured window."""
 
     kind: str
     percent: float  # the mean over per_device
@@ -98,8 +86,6 @@ class Utilization:
 
 
 def utilization(result: RunResult, kind: str) -> Optional[Utilization]:
-    """``result``'s utilization of ``kind`` (``gpu`` or ``cpu``), or None where the sampler
-    recorded none."""
     measured = ((result.sampler or {}).get("summary") or {}).get("measured") or {}
     found: List[Tuple[str, float]] = []
     for name, stats in measured.items():
@@ -118,17 +104,14 @@ def utilization(result: RunResult, kind: str) -> Optional[Utilization]:
 
 
 def round_of(result: RunResult) -> int:
-    """The round a result measured: its config's ``repeat``."""
     return int(result.config.get("repeat", 0) or 0)
 
 
 def round_throughputs(result: RunResult, strict: bool = False) -> Dict[int, float]:
-    """``{round: images_per_sec}`` of a result that counts (not superseded): a fresh
-    run's, finished with a throughput, its round its config's ``repeat``; a warm
-    comparison's, each counted window's (:func:`kbench.results.comparison.round_figures`:
-    the windows its worker measured, also where it ended in a failure later); {} for any
-    other. ``strict``: a comparison whose every round was dropped has none (its flagged
-    figures are for the tables; a stop rule or a choice waits for quiet rounds)."""
+    """``{round: images_per_sec}``: a finished fresh run's (its round its ``repeat``), a
+    warm comparison's counted windows' (also where it failed later); {} for any other or
+    a superseded one. ``strict``: none where every round was dropped (its flagged figures
+    are for the tables; a stop rule or a choice waits for quiet rounds)."""
     if result.superseded:
         return {}
     if is_comparison(result):
@@ -140,14 +123,13 @@ def round_throughputs(result: RunResult, strict: bool = False) -> Dict[int, floa
 
 
 def epoch_time(result: RunResult) -> Optional[float]:
-    """The mean wall time of a result's epochs (s), or None where it recorded none."""
+    """The mean wall time of a result's epochs (s), or None."""
     values = [v for v in result.metrics.get("epoch_time_s") or [] if isinstance(v, (int, float))]
     return sum(values) / len(values) if values else None
 
 
 def no_gpu_reason(results: Sequence[RunResult]) -> Optional[str]:
-    """Why no run had a GPU, or None if some run had one: from environment.machine.gpu,
-    and from the GPUs the framework saw (none under --device cpu)."""
+    """Why no run had a GPU (the machine's, or the framework's under --device cpu), or None."""
     reasons = []
     for r in results:
         gpu = r.environment.get("machine", {}).get("gpu", {})

@@ -22,23 +22,19 @@ STATUSES = ("ok", "failed", "oom", "timeout", "unsupported")
 
 
 def _from_v1(data: Dict[str, Any]) -> Dict[str, Any]:
-    """Version 2 added ``sweep`` and, in training metrics, ``step_ends_s`` and the
-    per-epoch logs, which readers take as absent in a version 1 document."""
+    """Version 2 added ``sweep`` (and training metrics readers take as absent here)."""
     return dict(data, sweep=None, schema_version=2)
 
 
 def _from_v2(data: Dict[str, Any]) -> Dict[str, Any]:
-    """Version 3 added ``non_finite``: the places where a NaN or infinity was written
-    as null. A version 2 document may hold bare NaN (not standard JSON, but Python
-    reads it): those become None here, listed as version 3 lists them."""
+    """Version 3 added ``non_finite``; a version 2 document's bare NaN become None, listed."""
     data, replaced = finite(data)
     return dict(data, non_finite=replaced, schema_version=3)
 
 
 def _from_v3(data: Dict[str, Any]) -> Dict[str, Any]:
-    """Version 4 made a warm comparison one document per backend, its windows inside it;
-    a version 3 store's document per window is read as one comparison per worker
-    (:meth:`kbench.results.store.ResultStore.results`). Every other document is alike."""
+    """Version 4 made a warm comparison one document per backend; a version 3 document
+    per window is read as one per worker by the store. Every other document is alike."""
     return dict(data, schema_version=4)
 
 
@@ -78,7 +74,6 @@ TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number
 
 
 def shape_problems(data: Dict[str, Any]) -> List[str]:
-    """What in ``data`` (a document of the current version) has the wrong type."""
     problems = []
     non_finite = data.get("non_finite")
     nulled = set(non_finite) if isinstance(non_finite, list) else set()
@@ -99,8 +94,6 @@ def shape_problems(data: Dict[str, Any]) -> List[str]:
 
 
 def _values_at(data: Any, place: str) -> List[Tuple[str, Any]]:
-    """(place, value) for each value at a dotted ``place``; ``name[]`` is every item
-    of the list ``name``. Nothing where a parent is absent or not an object."""
     found = [("", data)]
     for part in place.split("."):
         items = part.endswith("[]")
@@ -159,32 +152,26 @@ class RunResult:
 
     @property
     def failed(self) -> bool:
-        """Failed, out of memory or timed out. An ``unsupported`` run is not a failure:
-        nothing went wrong, this machine cannot run that mode (its reason says why)."""
+        """Failed, out of memory or timed out (``unsupported``: this machine cannot run it)."""
         return self.status not in ("ok", "unsupported")
 
     @property
     def superseded(self) -> Optional[str]:
-        """Why this document is left out of every comparison (a warm comparison measured
-        again from the start); None: it counts."""
+        """Why this warm comparison, measured again from the start, is left out; None: it counts."""
         return ((self.metrics or {}).get("window") or {}).get("superseded")
 
     @property
     def warnings(self) -> List[str]:
-        """What the backend said the run's numbers should be read with (for example a
-        slow data format), from ``environment.framework.warnings``."""
         return list((self.environment.get("framework") or {}).get("warnings") or [])
 
     def to_dict(self) -> Dict[str, Any]:
-        """The document, the schema version first: standard JSON, NaN and infinity
-        written as None (``non_finite`` says where)."""
+        """The document, the schema version first, NaN and infinity as None (``non_finite``)."""
         data, replaced = finite(asdict(self))
         data["non_finite"] = sorted(set(data["non_finite"]) | set(replaced))
         return {"schema_version": data.pop("schema_version"), **data}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> RunResult:
-        """Read a document of this schema version or an older one (upgraded on read)."""
         if not isinstance(data, dict) or "run_id" not in data:
             raise ResultError("expected a kbench result document (a JSON object with run_id)")
         version = data.get("schema_version")
@@ -221,7 +208,6 @@ class RunResult:
 
     @classmethod
     def load(cls, path: Path) -> RunResult:
-        """Read and check a document; any way it is not one raises :class:`ResultError`."""
         try:
             data = read_json(path)
         except UnicodeDecodeError as err:

@@ -1,20 +1,15 @@
-"""A results store: a directory of result documents plus an index of them.
-
-The documents (``<run_id>.json``, one per run, written atomically) are the truth;
-``index.jsonl`` caches a line per document (run id, status, config, the document's size
-and modification time) so that listing and filtering read no document. It is rewritten
-atomically and reconciled with the directory whenever it is read: a document copied in
-by hand or left by a killed command is picked up, a deleted one dropped, a changed one
-read again. A document that is not a readable result is left out of every listing,
-export and resume, and named in ``ResultStore.unreadable`` with the reason.
+"""A results store: a directory of result documents (``<run_id>.json``, written
+atomically: the truth) and ``index.jsonl``, a line per document (with its size and
+modification time) so that listing and filtering read no document. The index is
+reconciled with the directory whenever it is read: a document copied in by hand is picked
+up, a deleted one dropped, a changed one read again; an unreadable one is left out of
+everything and named in ``ResultStore.unreadable`` with the reason.
 
 One writer at a time (:mod:`kbench.results.lock`). A result the store cannot take (a
-full disk) is kept elsewhere (:func:`rescue`); :class:`ResultNotSaved` says where and how
-to import it. Documents of several machines can share a store (``merge``; :func:`host_of`
-tells them apart); a merge takes only run ids that name a file inside the store
-(:func:`run_id_problem`) and never overwrites another run's document. A directory of
-``.json`` files none of which is a kbench result, with no index, is not a store: it is
-refused (:meth:`ResultStore.check_is_store`) and nothing is written into it.
+full disk) is kept elsewhere (:func:`rescue`). Several machines' documents can share a
+store (``merge``; :func:`host_of`); a merge takes only run ids that name a file inside the
+store (:func:`run_id_problem`) and never overwrites another run's document. A directory of
+``.json`` files none of which is a result, with no index, is refused, never written to.
 """
 
 from __future__ import annotations
@@ -59,17 +54,15 @@ RUN_ID_MAX = 200  # a file name is at most 255 bytes; the temporary file adds 19
 
 
 class StoreError(ValueError):
-    """A store, filter or export request kbench cannot carry out; says how to fix it."""
+    """A store, filter or export request kbench cannot carry out."""
 
 
 class StoreWriteError(Exception):
-    """The store cannot take what a run writes (a full disk, permissions): the run's
-    command stops (exit 1) instead of running on into the same wall."""
+    """The store cannot take what a run writes: the command stops instead of running on."""
 
 
 class ResultNotSaved(StoreWriteError):
-    """A finished run's result could not be written to the store; ``kept`` is where a
-    copy was written instead (None when nowhere could take it)."""
+    """A result the store could not take; ``kept``: where a copy went (None: nowhere)."""
 
     def __init__(self, message: str, result: RunResult, kept: Optional[Path]) -> None:
         super().__init__(message)
@@ -79,8 +72,6 @@ class ResultNotSaved(StoreWriteError):
 
 @dataclass(frozen=True)
 class IndexEntry:
-    """What the index keeps of one document: enough to list and filter runs."""
-
     run_id: str
     file: str  # relative to the store
     status: str
@@ -109,7 +100,7 @@ class IndexEntry:
 
     @classmethod
     def from_dict(cls, data: Any) -> IndexEntry:
-        """An index line, its types checked; ValueError when it is not one."""
+        """An index line, its types checked (ValueError)."""
         if not isinstance(data, dict) or data.get("index_version") != INDEX_VERSION:
             raise ValueError("another index layout")
         entry = cls(**data)
@@ -121,19 +112,14 @@ class IndexEntry:
         return entry
 
     def to_dict(self) -> Dict[str, Any]:
-        """The index line's fields, as they are (``dataclasses.asdict`` deep-copies each
-        config: a sweep of 240 runs spent 10 s of its bookkeeping copying)."""
+        # not dataclasses.asdict, which deep-copies each config (10 s of a 240-run sweep)
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def matches(self, stat: os.stat_result) -> bool:
-        """Whether the document is still the one this entry was made from."""
         return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
 
     def field_value(self, name: str) -> Any:
-        """A top-level field or a config setting, by name (for filters)."""
-        if name in self.config:
-            return self.config[name]
-        return getattr(self, name, None)
+        return self.config[name] if name in self.config else getattr(self, name, None)
 
 
 _NONE = type(None)
@@ -143,9 +129,8 @@ _INDEX_TYPES = {"config": (dict,), "images_per_sec": (int, float, _NONE), "sweep
 
 
 def run_id_problem(run_id: str) -> Optional[str]:
-    """Why ``run_id`` cannot name a file inside a store (None when it can): a path
-    separator, ``..``, an absolute path, NUL, a leading dot or too long a name would
-    write elsewhere, hide the file or fail."""
+    """Why ``run_id`` cannot name a file inside a store (a separator, ``..``, NUL, a
+    leading dot or too long a name would write elsewhere, hide the file or fail); or None."""
     if len(run_id) > RUN_ID_MAX:
         return f"run_id of {len(run_id)} characters: at most {RUN_ID_MAX} name a file"
     if not RUN_ID_CHARS.fullmatch(run_id):
@@ -158,7 +143,7 @@ def run_id_problem(run_id: str) -> Optional[str]:
 
 
 def host_of(result: RunResult) -> str:
-    """The machine a result comes from: its hostname, and its GPU where it had one."""
+    """A result's machine: its hostname, and its GPU where it had one."""
     machine = result.environment.get("machine", {})
     host = machine.get("hostname") or "unknown host"
     devices = machine.get("gpu", {}).get("devices") or []
@@ -196,9 +181,7 @@ FILTER_FIELDS = ("status", "kind", "host", "sweep", "run_id")
 
 def check_filters(filters: Sequence[Filter], entries: Sequence[IndexEntry]) -> None:
     """Refuse a filter on a name no run has, instead of silently matching nothing."""
-    known = set(FILTER_FIELDS)
-    for entry in entries:
-        known.update(entry.config)
+    known = set(FILTER_FIELDS).union(*(entry.config for entry in entries))
     for f in filters:
         if f.name not in known:
             raise StoreError(
@@ -235,8 +218,6 @@ class ResultStore:
             )
 
     def _documents(self) -> List[str]:
-        """The names of the candidate documents: ``*.json`` files, hidden ones and
-        kbench's reports (:data:`REPORT_NAMES`) left out."""
         return sorted(
             p.name
             for p in self.directory.glob("*.json")
@@ -244,9 +225,8 @@ class ResultStore:
         )
 
     def check_is_store(self) -> None:
-        """Refuse (:class:`StoreError`) a directory that holds ``.json`` files of which
-        none is a kbench result, and no index: it is not a store, and nothing of kbench's
-        is written into it. A missing or empty directory is a store yet to be written."""
+        """Refuse a directory of ``.json`` files none of which is a result, with no index (a
+        missing or empty directory is a store yet to be written)."""
         if not self.exists() or self.index_path.exists():
             return
         names = self._documents()
@@ -270,11 +250,10 @@ class ResultStore:
     # writing -------------------------------------------------------------
 
     def add(self, result: RunResult) -> Path:
-        """Save ``result`` (atomically), then record it in the index. Raises
-        :class:`ResultNotSaved` when the document cannot be written (nothing of it left in
-        the store, a copy kept where :func:`rescue` could put it), :class:`StoreError` for
-        a run id that names no file inside the store (:func:`run_id_problem`). An index
-        that cannot be rewritten is only warned about: it is rebuilt when next read."""
+        """Save ``result`` (atomically), then index it. :class:`ResultNotSaved` when the
+        document cannot be written (a copy kept by :func:`rescue`); :class:`StoreError`
+        for a run id that names no file inside the store. An index that cannot be rewritten
+        is only warned about: it is rebuilt when next read."""
         problem = run_id_problem(result.run_id)
         if problem:
             raise StoreError(f"{problem}; the result is not written to {self.directory}.")
@@ -296,17 +275,13 @@ class ResultStore:
     # reading -------------------------------------------------------------
 
     def entries(self, filters: Sequence[Filter] = ()) -> List[IndexEntry]:
-        """What the store holds that passes ``filters``, one entry per run (a schema-3
-        warm comparison's window documents one entry per worker, :meth:`_runs`), oldest
-        first."""
         return [entry for entry, _ in self._runs(filters)]
 
     def _runs(self, filters: Sequence[Filter] = ()) -> List[Tuple[IndexEntry, Any]]:
-        """Each run's entry and its document's file, oldest first, filtered as runs (a
-        schema-3 warm comparison's windows, ``<worker run id>-wNNN``, are read into one
-        comparison document, :func:`~kbench.results.comparison.from_windows`, which
-        stands in for the file; a worker with a document of its own already, its
-        comparison superseded, is that document)."""
+        """Each run's entry and its document's file, oldest first, filtered. A schema-3
+        warm comparison's windows (``<worker run id>-wNNN``) are read into one document
+        (:func:`~kbench.results.comparison.from_windows`) that stands in for the file, unless
+        the worker has a document of its own already."""
         files = self._file_entries()
         groups: Dict[str, List[IndexEntry]] = {}
         for entry in files:
@@ -328,7 +303,6 @@ class ResultStore:
         return sorted(runs, key=lambda run: (run[0].started_at, run[0].run_id))
 
     def _merged(self, entries: Sequence[IndexEntry]) -> Optional[RunResult]:
-        """One schema-3 worker's window documents as its comparison's document."""
         documents = []
         for entry in entries:
             try:
@@ -338,9 +312,8 @@ class ResultStore:
         return from_windows(documents) if documents else None
 
     def _file_entries(self) -> List[IndexEntry]:
-        """Every readable document's entry, oldest first, reconciled with the directory:
-        an entry is trusted while the document's size and modification time are those it
-        recorded, else the document is read again; unreadable ones land in :attr:`unreadable`."""
+        """Every readable document's entry, oldest first; an entry is trusted while the
+        document's size and modification time are those it recorded."""
         self._require_directory()
         indexed = {e.file: e for e, _ in self._indexed_lines()}
         on_disk = self._documents()
@@ -367,10 +340,7 @@ class ResultStore:
         return sorted(entries, key=lambda e: (e.started_at, e.run_id))
 
     def results(self, filters: Sequence[Filter] = (), latest_only: bool = False) -> List[RunResult]:
-        """The documents that pass ``filters``; with ``latest_only``, the newest per sweep run.
-
-        A document that turns out unreadable now is added to :attr:`unreadable` and left out.
-        """
+        """The documents that pass ``filters``; with ``latest_only``, the newest per sweep run."""
         runs = self._runs(filters)
         if latest_only:
             newest = {id(e) for e in latest_per_run([e for e, _ in runs])}
@@ -387,17 +357,13 @@ class ResultStore:
         return out
 
     def done_keys(self) -> Dict[str, str]:
-        """run_key -> status of its newest readable result, for resuming a sweep. A run
-        whose only documents are unreadable is not done."""
         return {e.run_key: e.status for e in latest_per_run(self.entries()) if e.run_key}
 
     # moving results between stores --------------------------------------
 
     def merge(self, sources: Iterable[Path]) -> MergeSummary:
-        """Copy every readable document of ``sources`` that this store lacks (and its
-        log), holding this store's writer lock. A document whose run id cannot name a file
-        here (:func:`run_id_problem`), or whose file here holds another run, is refused
-        (``refused``); ``added`` counts the documents listed afterwards."""
+        """Copy the documents of ``sources`` this store lacks (and logs), under the writer
+        lock; one that cannot name a file here, or would overwrite another, is ``refused``."""
         sources = [Path(source) for source in sources]
         for store in (self, *(ResultStore(source) for source in sources)):
             store.check_is_store()
@@ -428,7 +394,6 @@ class ResultStore:
         self, other: ResultStore, entry: IndexEntry, have: set, written: Dict[str, str],
         summary: MergeSummary,
     ) -> None:  # fmt: skip
-        """Copy one document of ``other`` (and its log) unless it is here or refused."""
         try:  # the document's own run id counts, whatever the other store's index says
             result = RunResult.load(other.directory / entry.file)
         except (ResultError, OSError) as err:
@@ -444,10 +409,12 @@ class ResultStore:
         self.add(result)  # rewritten in the current schema version
         have.add(result.run_id)
         written[result.run_id] = entry.host
-        self._copy_log(other.directory / "logs" / f"{result.run_id}.log")
+        log_file = other.directory / "logs" / f"{result.run_id}.log"
+        if log_file.is_file() and not log_file.is_symlink():  # a link could lead anywhere
+            (self.directory / "logs").mkdir(exist_ok=True)
+            shutil.copy2(log_file, self.directory / "logs" / log_file.name)
 
     def _refusal(self, run_id: str) -> Optional[str]:
-        """Why the document of run ``run_id`` may not be written into this store, or None."""
         problem = run_id_problem(run_id)
         if problem:
             return (
@@ -463,19 +430,11 @@ class ResultStore:
             )
         return None
 
-    def _copy_log(self, log_file: Path) -> None:
-        """Copy a run's log beside its document: a plain file only (a link could lead
-        anywhere)."""
-        if log_file.is_file() and not log_file.is_symlink():
-            (self.directory / "logs").mkdir(exist_ok=True)
-            shutil.copy2(log_file, self.directory / "logs" / log_file.name)
-
     # index file -----------------------------------------------------------
 
     def _indexed_lines(self) -> List[Tuple[IndexEntry, str]]:
-        """Each line of the index file with its entry, in order (none when there is no
-        index, or it is damaged or of another layout: then it is rebuilt from the
-        documents)."""
+        """Each line of the index with its entry (none where damaged or of another layout:
+        then it is rebuilt from the documents)."""
         identity = _identity(self.index_path)
         if identity is None:
             return []
@@ -495,7 +454,6 @@ class ResultStore:
         return entries
 
     def _write_lines(self, entries: List[Tuple[IndexEntry, str]]) -> None:
-        """The index file: one line an entry (a document), written atomically."""
         write_text_atomic(self.index_path, "".join(line + "\n" for _, line in entries))
         identity = _identity(self.index_path)
         self._index_cache = None if identity is None else (identity, list(entries))
@@ -506,8 +464,7 @@ def _index_line(entry: IndexEntry) -> str:
 
 
 def _identity(path: Path) -> Optional[Tuple[int, int, int]]:
-    """(inode, size, mtime in ns) of ``path``, None when it is not there: an index
-    replaced by anyone (written atomically: a new inode) is read again."""
+    """(inode, size, mtime in ns) of ``path``: an index replaced by anyone is read again."""
     stat = _stat(path)
     return None if stat is None else (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
@@ -529,16 +486,14 @@ def _why(err: BaseException) -> str:
 
 
 def rescue_places(store: Path) -> List[Path]:
-    """Where a result the store cannot take is kept, in order of preference: beside
-    the run's log (``STORE/logs/unsaved/``), else in kbench's cache
-    (``unsaved/<the store's path, as a name>/``)."""
+    """Where a result the store cannot take is kept: ``STORE/logs/unsaved/``, else in
+    kbench's cache (``unsaved/<the store's path, as a name>/``)."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(Path(store).resolve())).strip("_") or "store"
     return [Path(store) / "logs" / UNSAVED_NAME, cache_dir() / UNSAVED_NAME / slug]
 
 
 def rescue(result: RunResult, store: Path) -> Tuple[Optional[Path], List[str]]:
-    """Write ``result`` to the first of :func:`rescue_places` that takes it: (the
-    place, or None; why each place before it failed)."""
+    """(the first of :func:`rescue_places` that took ``result``, or None; why others failed)."""
     tried = []
     for place in rescue_places(store):
         existed = place.is_dir()
@@ -555,7 +510,6 @@ def rescue(result: RunResult, store: Path) -> Tuple[Optional[Path], List[str]]:
 
 
 def not_saved(result: RunResult, store: Path, err: OSError) -> ResultNotSaved:
-    """Keep ``result`` where :func:`rescue` can, and say where and how to import it."""
     kept, tried = rescue(result, store)
     problem = (
         f"the result of run {result.run_id} ({result.status}) could not be written to "
@@ -578,9 +532,8 @@ def not_saved(result: RunResult, store: Path, err: OSError) -> ResultNotSaved:
 
 
 def open_log(store: Path, run_id: str) -> Path:
-    """Create ``STORE/logs/<run_id>.log`` for a run about to start, proving that the
-    store can take a few KB (a full disk accepts an empty file and then no line of
-    it); a store that cannot raises :class:`StoreWriteError` before the run starts."""
+    """Create ``STORE/logs/<run_id>.log``, proving the store can take a few KB (a full
+    disk accepts an empty file): :class:`StoreWriteError` before the run starts."""
     path = Path(store) / "logs" / f"{run_id}.log"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -601,9 +554,8 @@ def open_log(store: Path, run_id: str) -> Path:
 
 
 def low_space_warning(store: Path, runs: int, command: str = "the sweep") -> Optional[str]:
-    """A warning when the file system of ``store`` has less room than ``runs`` runs
-    may need (results, sampler series and logs); None when there is room or no way
-    to tell. ``command`` is what a result that cannot be written stops."""
+    """A warning where ``store`` has less room than ``runs`` runs may need; None: room,
+    or no way to tell. ``command``: what a result that cannot be written stops."""
     try:
         free = shutil.disk_usage(_existing_parent(Path(store))).free
     except OSError:
@@ -635,7 +587,7 @@ class MergeSummary:
 
 
 def latest_per_run(entries: Sequence[IndexEntry]) -> List[IndexEntry]:
-    """Entries of sweep runs reduced to the newest per run_key; others kept as they are."""
+    """The newest entry per sweep run_key; entries of no sweep kept as they are."""
     newest: Dict[str, IndexEntry] = {}
     for e in entries:
         if e.run_key and (e.run_key not in newest or e.started_at >= newest[e.run_key].started_at):
@@ -650,11 +602,10 @@ GPU_MEMORY = ("framework_peak", "process_nvml", "device_used")  # kinds a run re
 
 
 def flatten(result: RunResult) -> Dict[str, Any]:
-    """One flat row of a result: config settings as they are, then what was measured.
-    Memory as :mod:`kbench.results.readings` reads it, as every table shows it:
-    ``memory_<kind>_bytes`` the largest per-GPU peak, ``memory_<kind>_sum_bytes`` the sum
-    of the per-GPU peaks where a run's readings span several GPUs (else empty); GPU
-    utilization the mean over the GPUs the worker used."""
+    """One flat row of a result: its config, then what was measured, as every table reads
+    it (:mod:`kbench.results.readings`): ``memory_<kind>_bytes`` the largest per-GPU peak,
+    ``memory_<kind>_sum_bytes`` the sum over several GPUs (else empty); GPU utilization
+    the mean over the GPUs the worker used."""
     m = result.metrics
     env = result.environment
     machine = env.get("machine", {})
@@ -702,7 +653,6 @@ def flatten(result: RunResult) -> Dict[str, Any]:
 
 
 def to_frame(results: Sequence[RunResult]):
-    """A pandas DataFrame with one row per result (see :func:`flatten`)."""
     import pandas as pd
 
     return pd.DataFrame([flatten(r) for r in results])
@@ -711,9 +661,8 @@ def to_frame(results: Sequence[RunResult]):
 def load_runs(
     stores: Sequence[Path], filters: Sequence[str] = (), latest_only: bool = True
 ) -> List[RunResult]:
-    """The runs of ``stores`` read together, oldest first, that pass ``filters``
-    (``NAME=VALUE[,VALUE]``); with ``latest_only``, the newest of each sweep run. An
-    unreadable document is logged and left out; no run at all is a :class:`StoreError`."""
+    """The runs of ``stores`` that pass ``filters`` (``NAME=VALUE[,VALUE]``), oldest first;
+    an unreadable document is logged and left out; no run at all is a :class:`StoreError`."""
     parsed = [Filter.parse(f) for f in filters]
     runs: List[RunResult] = []
     for directory in stores:
@@ -730,14 +679,12 @@ def load_runs(
 
 
 def load_frame(directory: Path, filters: Sequence[str] = (), latest_only: bool = False):
-    """``load_frame("results")`` -> one row per run (``kbench.load(store).frame()`` is
-    the same with the newest of each sweep run only)."""
     store = ResultStore(Path(directory))
     return to_frame(store.results([Filter.parse(f) for f in filters], latest_only=latest_only))
 
 
 def export(results: Sequence[RunResult], path: Path) -> Path:
-    """Write the flattened results as CSV or Parquet, chosen by the file's suffix."""
+    """Write :func:`to_frame` as CSV or Parquet, by the file's suffix."""
     path = Path(path)
     frame = to_frame(results)
     if path.suffix == ".csv":

@@ -1,7 +1,5 @@
-"""The comparison tables of a set of runs, as ``kbench compare`` prints them and the
-Python API returns them (:func:`kbench.api.compare`): the study tables (throughput,
-speed ratio, utilization, memory, accuracy) and the tables beside them (operators, the
-data-parallel breakdown, profiles), as text, Markdown or HTML."""
+"""The comparison of a set of runs, as ``kbench compare`` prints it and
+:func:`kbench.api.compare` returns it."""
 
 from __future__ import annotations
 
@@ -14,8 +12,8 @@ from kbench.views.tables import Table, esc, markdown_text, not_ok_lines, study_t
 
 @dataclass(frozen=True)
 class Comparison:
-    """What ``kbench compare`` prints and :func:`kbench.api.compare` returns: the study
-    tables and the tables beside them (:func:`section_tables`), as text, Markdown or HTML.
+    """The study tables and the tables beside them (:func:`section_tables`), as text,
+    Markdown or HTML.
 
     >>> comparison = kbench.compare("results")
     >>> print(comparison.text())            # as the terminal shows it
@@ -37,14 +35,11 @@ class Comparison:
         return [*self.study, *self.sections]
 
     def text(self) -> str:
-        """The tables as ``kbench compare`` prints them."""
         return "\n\n".join(t.text() for t in self.study) + "".join(
             "\n\n" + t.text() for t in self.sections
         )
 
     def markdown(self, title: str = "kbench comparison") -> str:
-        """The Markdown file ``kbench compare`` writes: the tables and the runs without
-        a result."""
         failed = [r for r in self.results if not r.ok]
         lines = [f"# {markdown_text(title)}", ""]
         lines += [f"{len(self.results)} runs, {len(failed)} without a result.", ""]
@@ -68,8 +63,7 @@ class Comparison:
 
 
 def section_tables(results: Sequence[RunResult]) -> List[Table]:
-    """The tables beside the study tables: operators, the data-parallel breakdown, the
-    per-operator profiles of model runs."""
+    """Operators, the data-parallel breakdown, the per-operator profiles of model runs."""
     from kbench.views.distributed import breakdown_tables
     from kbench.views.ops import ops_tables, profile_tables
 

@@ -1,13 +1,8 @@
-"""Tables and figures of data-parallel runs (``--distributed``), for
-``python -m kbench.cli.distributed_table``, ``kbench compare`` and ``kbench report``.
-
-A row is one run: mode, backend, workers, global img/s, scaling efficiency against one
-worker, the mean per-step time of each phase (data, forward, backward, update,
-communication) and the slowest worker. Rows go by model and the settings that differ
-between runs, then mode (in the order of :data:`kbench.results.config.DISTRIBUTED`), backend,
-workers. A run that did not finish shows its status; the notes give its reason. A run
-measured on a busy machine (or throttled, or sharing its GPUs) has the reason beside its
-global img/s, as in every other table (``metrics.quality``).
+"""Tables and figures of data-parallel runs (``--distributed``): a row per run (mode,
+backend, workers, global img/s with its quality flags, scaling efficiency, the mean time
+per step of each phase, the slowest worker), by model and setting, then mode (in the order
+of :data:`kbench.results.config.DISTRIBUTED`), backend, workers. A run that did not finish
+shows its status; the notes give its reason.
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ from kbench.distributed.merge import (
     breakdown_cells,
     distributed_results,
 )
+from kbench.results.analysis import varying_settings
 from kbench.results.config import DISTRIBUTED, default_of, settings
 from kbench.results.result import RunResult
 from kbench.views import figures, setting_plots
@@ -40,13 +36,12 @@ SKIP = ("distributed", "workers")  # what a row shows in its own columns
 
 
 def _config(result: RunResult) -> Dict[str, Any]:
-    """The run's settings; one that documents written before it existed lack reads as its
-    default, so that it does not tell runs apart that ran the same thing."""
+    """The run's settings, one older documents lack read as its default."""
     return {**{name: default_of(name) for name in settings()}, **result.config}
 
 
 def _setting_keys(runs: Sequence[RunResult]) -> List[str]:
-    return figures.varying_keys([_config(r) for r in runs], skip=SKIP)
+    return varying_settings([_config(r) for r in runs], skip=SKIP)
 
 
 def _setting(result: RunResult, keys: Sequence[str]) -> str:
@@ -59,7 +54,6 @@ def _mode_rank(mode: str) -> int:
 
 
 def _sortable(value: Any) -> Tuple[int, Any]:
-    """Numbers in numeric order, before everything else in text order."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (0, value)
     return (1, str(value))
@@ -115,7 +109,6 @@ def _notes(runs: Sequence[RunResult]) -> List[str]:
 
 
 def breakdown_tables(results: Sequence[RunResult]) -> List[Table]:
-    """The breakdown table of the data-parallel runs among ``results`` (none without any)."""
     runs = distributed_results(results)
     if not runs:
         return []
@@ -130,8 +123,6 @@ def breakdown_tables(results: Sequence[RunResult]) -> List[Table]:
 
 
 def _flagged_cells(result: RunResult) -> List[str]:
-    """The run's cells, its global img/s with the run's quality flags beside it (busy,
-    throttled, shared GPU: ``metrics.quality``, from every process of the run sampled)."""
     cells = breakdown_cells(result)
     column = HEADERS.index("img/s (global)")
     if result.ok:
@@ -140,16 +131,11 @@ def _flagged_cells(result: RunResult) -> List[str]:
 
 
 def numeric_columns(table: Table) -> Tuple[int, ...]:
-    """The columns of a :func:`breakdown_tables` table that hold numbers."""
     offset = len(table.headers) - len(HEADERS)
     return tuple(offset + i for i in NUMERIC)
 
 
-# --------------------------------------------------------------------------- figures
-
-
 def _panels(runs: Sequence[RunResult], keys: Sequence[str]) -> Dict[str, List[RunResult]]:
-    """Panel title -> its runs, ordered: one panel per model and setting."""
     panels: Dict[str, List[RunResult]] = {}
     for run in _ordered(runs, keys):
         title = run.config["model"] + (f", {_setting(run, keys)}" if keys else "")
@@ -160,8 +146,6 @@ def _panels(runs: Sequence[RunResult], keys: Sequence[str]) -> Dict[str, List[Ru
 
 
 def breakdown_figures(results: Sequence[RunResult]) -> List[Any]:
-    """The step breakdown and the scaling figures (:class:`kbench.views.figures.Drawn` or
-    :class:`kbench.views.figures.Skipped`); none without data-parallel runs."""
     runs = distributed_results(results)
     if not runs:
         return []
@@ -170,7 +154,6 @@ def breakdown_figures(results: Sequence[RunResult]) -> List[Any]:
 
 
 def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
-    """Per model and setting, a stacked bar per run: the mean time per step of each phase."""
     if not any(r.ok for r in runs):
         return figures.Skipped(BREAKDOWN, "no data-parallel run finished")
     panels = _panels(runs, keys)
@@ -218,7 +201,6 @@ def breakdown_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
 
 
 def scaling_plot(runs: Sequence[RunResult], keys: Sequence[str]) -> Any:
-    """Per model and setting, global img/s against workers: a line per mode and backend."""
     ok = [r for r in runs if r.ok]
     if len({r.config["workers"] for r in ok}) < 2:
         return figures.Skipped(SCALING, "no mode finished runs with more than one worker count")

@@ -1,12 +1,8 @@
-"""What every figure of the report shares, drawn with matplotlib's Agg canvas (no pyplot,
-no display): run groups, backend colours, labels, PNG output.
-
-Results are first put in :class:`RunGroup` s: one per distinct config apart from the
-backend and the repeat (as :func:`kbench.results.analysis.compare` groups them), each with a
-label naming the model and whatever setting tells it apart from the other groups.
-Every figure function (in ``throughput_plots``, ``setting_plots``, ``timeline_plots``
-and the distributed view) returns :class:`Drawn` figures or one
-:class:`Skipped` that says why the data does not call for that figure.
+"""What every figure of the report shares, drawn on matplotlib's Agg canvas (no pyplot):
+:class:`RunGroup` s (as :func:`kbench.results.analysis.compare` groups runs, each labelled
+with the model and whatever setting tells it apart), backend colours, labels, PNG output.
+Every figure function returns :class:`Drawn` figures or a :class:`Skipped` that says why
+the data does not call for that figure.
 """
 
 from __future__ import annotations
@@ -20,13 +16,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.results.analysis import (
-    IGNORED_IN_GROUPING,
     BackendRow,
     ComparisonGroup,
     column_of,
     compare,
     group_key,
     in_column,
+    varying_settings,
 )
 from kbench.results.result import RunResult
 from kbench.views.tables import model_label
@@ -51,16 +47,10 @@ SETTING_NAMES = {
     "test_samples": "test samples", "data_format": "format", "input_shape": "input",
     "image_size": "image size", "duration_s": "duration s",
 }  # fmt: skip
-NOT_A_SETTING = set(IGNORED_IN_GROUPING) | {"model"}
-
-
-# --------------------------------------------------------------------------- groups
 
 
 @dataclass(frozen=True)
 class RunGroup:
-    """Runs that differ only in backend and repeat, with their comparison."""
-
     key: Tuple
     model: str
     setting: str  # e.g. "batch 64, threads 1"; what tells this group from the others
@@ -77,7 +67,6 @@ class RunGroup:
         return self.runs[0].config
 
     def runs_of(self, backend: str) -> List[RunResult]:
-        """The runs of a row: a backend, or ``backend @ host`` (results of several machines)."""
         return [r for r in self.runs if in_column(r, backend)]
 
     def row(self, backend: str) -> Optional[BackendRow]:
@@ -85,7 +74,7 @@ class RunGroup:
 
 
 def setting_text(key: str, value: Any) -> Optional[str]:
-    """One setting as it reads in a label, or None for an unset one (the default)."""
+    """One setting as a label reads it; None where unset (the default)."""
     name = SETTING_NAMES.get(key, key.replace("_", " "))
     if value is None or value is False:  # unset: the default, which the label leaves out
         return None
@@ -102,26 +91,12 @@ def setting_text(key: str, value: Any) -> Optional[str]:
     return f"{name} {value}"
 
 
-def varying_keys(configs: Sequence[Dict[str, Any]], skip: Sequence[str] = ()) -> List[str]:
-    """Config keys (apart from backend, repeat, model, ``skip``) whose values differ."""
-    keys: List[str] = []
-    for config in configs:
-        keys += [k for k in config if k not in keys]
-    return [
-        k
-        for k in keys
-        if k not in NOT_A_SETTING and k not in skip and len({repr(c.get(k)) for c in configs}) > 1
-    ]
-
-
 def describe_setting(config: Dict[str, Any], keys: Sequence[str]) -> str:
     parts = [setting_text(k, config.get(k)) for k in keys]
     return ", ".join(p for p in parts if p)
 
 
 def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
-    """Groups of runs (train and inference), ordered by model, then mode and batch size; a
-    group whose every run is a dropped window (:func:`compare` leaves them out) is none."""
     members: Dict[Tuple, List[RunResult]] = {}
     for result in results:
         members.setdefault(group_key(result), []).append(result)
@@ -131,7 +106,7 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
     # between the groups of one model (the model's name tells the others apart)
     keys = {
         model: ["batch_size"]
-        + varying_keys([c for c in configs if c["model"] == model], skip=("batch_size",))
+        + varying_settings([c for c in configs if c["model"] == model], skip=("batch_size",))
         for model in models
     }
     groups = []
@@ -150,8 +125,6 @@ def group_runs(results: Sequence[RunResult], baseline: str) -> List[RunGroup]:
 
 
 def backend_order(results: Sequence[RunResult]) -> List[str]:
-    """The rows ``results`` make, in the order they first came: backends, or
-    ``backend @ host`` where they come from several machines (as :func:`compare` names them)."""
     column = column_of(results)
     return list(dict.fromkeys(column(r) for r in results))
 
@@ -164,16 +137,13 @@ def colour(backend: str, backends: Sequence[str]) -> str:
 
 
 def effective_threads(result: RunResult) -> Optional[int]:
-    """The thread count a run used: --threads, else what OMP_NUM_THREADS was set to."""
+    """--threads, else OMP_NUM_THREADS, else the logical cores."""
     if result.config.get("threads") is not None:
         return int(result.config["threads"])
     value = result.environment.get("process_env", {}).get("OMP_NUM_THREADS")
     if value and str(value).isdigit():
         return int(value)
     return result.environment.get("machine", {}).get("cpu_logical_cores")
-
-
-# --------------------------------------------------------------------------- outcome
 
 
 @dataclass(frozen=True)
@@ -208,8 +178,7 @@ def new_figure(height_in: float, width_in: float = WIDTH_IN) -> Any:
 
 
 def png_of(figure: Any) -> bytes:
-    """The figure as PNG. What matplotlib warns while drawing it (a layout it could not
-    fit, values it could not scale) goes to kbench's debug log, not to the terminal."""
+    """The figure as PNG; what matplotlib warns while drawing goes to the debug log."""
     buffer = io.BytesIO()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -256,12 +225,11 @@ def model_title(model: str, groups: Sequence[RunGroup]) -> str:
 
 
 def has_rate(row: Optional[BackendRow]) -> bool:
-    """Whether a backend's row has a throughput (some run of it finished)."""
     return row is not None and row.images_per_sec is not None
 
 
 def log_axis(ax: Any) -> None:
-    """A log y axis with plain numbers (100, 1k, 10k) at 1, 2 and 5 times powers of ten."""
+    """A log y axis labelled 100, 1k, 10k at 1, 2 and 5 times powers of ten."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_yscale("log")
@@ -271,7 +239,7 @@ def log_axis(ax: Any) -> None:
 
 
 def shared_legend(figure: Any, fontsize: float) -> None:
-    """One legend for every panel (a backend or phase has one colour throughout), above."""
+    """One legend above every panel (a backend or phase has one colour throughout)."""
     handles: Dict[str, Any] = {}
     for ax in figure.axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):

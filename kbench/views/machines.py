@@ -1,15 +1,9 @@
 """Runs of several machines told apart: a store merged from laptops, a sweep run on a
-cluster's nodes.
-
-A machine is what :func:`kbench.results.analysis.by_machine` groups by (hostname, and GPU
-where there was one), said in words by :func:`hardware_text` (CPU and the features that
-decide kernels, GPU, each framework's CPU kernel library). No median and no ratio mixes
-machines, and a table that sets them side by side says so (:func:`mixed_note`). Only
-machines with a finished model run count (:func:`measured_machines`): a run recorded
-failed before it reached one (a Slurm task that never started) is listed as a failure.
-Machines that ran one sweep file share its run keys: :func:`newest_per_machine` keeps
-the newest result of a run on each. :func:`machine_table` is what ``kbench results
---merge`` prints.
+cluster's nodes. A machine is what :func:`kbench.results.analysis.measured_machines`
+groups by, said in words by :func:`hardware_text`. No median and no ratio mixes machines,
+and a table that sets them side by side says so (:func:`mixed_note`). Machines that ran
+one sweep file share its run keys: :func:`newest_per_machine` keeps the newest result of
+a run on each. :func:`machine_table` is what ``kbench results --merge`` prints.
 """
 
 from __future__ import annotations
@@ -18,12 +12,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from kbench.results.analysis import (
-    MODEL_KINDS,
     ComparisonGroup,
-    by_machine,
     compare,
     cpu_of,
     kernels_of,
+    measured_machines,
     varying_settings,
 )
 from kbench.results.result import RunResult
@@ -40,20 +33,10 @@ from kbench.views.tables import (
 )
 
 
-def measured_machines(results: Sequence[RunResult]) -> Dict[str, List[RunResult]]:
-    """The model runs of ``results`` by machine (:func:`by_machine`), only the machines
-    with at least one finished run, in order of first appearance."""
-    machines = by_machine([r for r in results if r.kind in MODEL_KINDS])
-    return {host: runs for host, runs in machines.items() if any(r.ok for r in runs)}
-
-
 def newest_per_machine(results: Sequence[RunResult]) -> List[RunResult]:
-    """Of ``results`` (every stored result, reruns included), the newest result of each
-    sweep run on each machine, where that leaves runs of several machines (stores merged
-    from machines that ran the same sweep file); else the newest of each sweep run, as
-    ``ResultStore.results(latest_only=True)`` reads them. A result that did not finish and
-    was rerun later on another machine (a Slurm task rerun on another node) is left out.
-    Results of no sweep are all kept; the order is kept."""
+    """The newest result of each sweep run on each machine, where that leaves several
+    machines' runs; else the newest of each sweep run. A result that did not finish and was
+    rerun on another machine is left out; results of no sweep are kept, in order."""
     overall = _newest(results, lambda r, key: key)
     per_machine = _newest(results, lambda r, key: (key, host_of(r)))
     kept = {id(r) for r in per_machine.values() if r.ok or overall[_run_key(r)] is r}
@@ -64,8 +47,7 @@ def newest_per_machine(results: Sequence[RunResult]) -> List[RunResult]:
 
 
 def load_per_machine(stores: Sequence[Path], filters: Sequence[str] = ()) -> List[RunResult]:
-    """:func:`kbench.results.store.load_runs` of ``stores`` read together, keeping of each
-    sweep run the newest result on each machine (:func:`newest_per_machine`)."""
+    """:func:`kbench.results.store.load_runs`, by :func:`newest_per_machine`."""
     return newest_per_machine(load_runs(stores, filters, latest_only=False))
 
 
@@ -89,14 +71,11 @@ def _newest(
 
 
 def several_machines(results: Sequence[RunResult]) -> Optional[Dict[str, List[RunResult]]]:
-    """:func:`measured_machines` where there are two or more, else None (one machine's
-    runs need no telling apart)."""
     machines = measured_machines(results)
     return machines if len(machines) > 1 else None
 
 
 def mixed_note(machines: Sequence[str], what: str = "a table per machine") -> str:
-    """The sentence a view of several machines' runs carries."""
     return (
         f"These runs come from {len(machines)} machines ({', '.join(machines)}): {what}; "
         "no median and no ratio is computed across machines"
@@ -124,8 +103,6 @@ def hardware_text(runs: Sequence[RunResult]) -> str:
 
 
 def kernel_libraries(runs: Sequence[RunResult]) -> Dict[str, List[str]]:
-    """{backend: its CPU kernel libraries} over the finished runs of ``runs`` that
-    recorded one."""
     found: Dict[str, Dict[str, None]] = {}
     for r in runs:
         if r.ok and kernels_of(r) != "not recorded":
@@ -134,20 +111,17 @@ def kernel_libraries(runs: Sequence[RunResult]) -> Dict[str, List[str]]:
 
 
 def machine_table(results: Sequence[RunResult], baseline: Optional[str] = None) -> Optional[Table]:
-    """The headline figures of several machines' runs: a row per setting, machine and
-    backend (img/s, the ratio to ``baseline`` on the same machine, test accuracy), the
-    machines' hardware in the notes. ``baseline``: a backend (default: the first that
-    ran). None where the runs come from fewer than two machines."""
+    """A row per setting, machine and backend (img/s, the ratio to ``baseline`` on the same
+    machine, test accuracy), the hardware in the notes; None for fewer than two machines."""
     machines = several_machines(results)
     if machines is None:
         return None
     base = baseline or next(r.config["backend"] for runs in machines.values() for r in runs)
     groups = {host: compare(runs, base) for host, runs in machines.items()}
-    varying = [
-        k
-        for k in varying_settings([g for found in groups.values() for g in found])
-        if k not in ("model", "dataset", "batch_size", "mode")
-    ]
+    varying = varying_settings(
+        [g.settings for found in groups.values() for g in found],
+        skip=("dataset", "batch_size", "mode"),
+    )
     labels = {host: _labels(found, varying) for host, found in groups.items()}
     kernels = {host: kernel_libraries(runs) for host, runs in machines.items()}
     differ = _kernels_differ(kernels)
@@ -165,7 +139,6 @@ def machine_table(results: Sequence[RunResult], baseline: Optional[str] = None) 
 
 
 def _labels(groups: Sequence[ComparisonGroup], varying: Sequence[str]) -> List[str]:
-    """Each group's row label: its title, and the settings that differ between groups."""
     models = model_labels(g.model for g in groups)
     out = []
     for group in groups:
@@ -179,7 +152,6 @@ def _labels(groups: Sequence[ComparisonGroup], varying: Sequence[str]) -> List[s
 
 
 def _kernels_differ(kernels: Dict[str, Dict[str, List[str]]]) -> bool:
-    """Whether some backend ran on different CPU kernel libraries on different machines."""
     backends = {b for found in kernels.values() for b in found}
     return any(len({lib for found in kernels.values() for lib in found.get(b, [])}) > 1
                for b in backends)  # fmt: skip
@@ -189,7 +161,6 @@ def _rows(
     label: str, host: str, group: ComparisonGroup, baseline: str,
     kernels: Optional[Dict[str, List[str]]],
 ) -> List[List[str]]:  # fmt: skip
-    """One group's rows on one machine; a ratio only to the baseline of that machine."""
     rows = []
     for row in group.rows:
         rate = (

@@ -1,11 +1,8 @@
-"""Tables and figures of operator times: ``kbench ops`` results (``kind="ops"``), for
-``kbench ops``, comparisons and reports, and the per-operator profiles of model runs
-(``kbench run --profile``), for comparisons and reports.
-
-An ops column is a backend (with its dtype, device or machine added when the results
-differ in them); where several results share a column, the newest is shown. Rows are an
-operation at one size, in the order of :data:`kbench.ops.spec.OPS`. A profile is read
-per profiled step, so runs of different lengths read alike.
+"""Tables and figures of operator times: ``kbench ops`` results, and the per-operator
+profiles of model runs (``kbench run --profile``). An ops column is a backend (with its
+dtype, device or machine where those differ; the newest result of a column); a row is an
+operation at one size, in the order of :data:`kbench.ops.spec.OPS`. A profile is read per
+profiled step, so runs of different lengths read alike.
 """
 
 from __future__ import annotations
@@ -27,14 +24,7 @@ NOT_TIMED = {"mismatch": "MISMATCH", "failed": "FAILED", "unsupported": "UNSUPPO
 MAX_REASONS = 12
 
 
-def backend_colour(backend: Optional[str]) -> Optional[str]:
-    """The backend's own colour (:mod:`kbench.backends`); None for a name it does not know."""
-    spec = BACKENDS.get(backend or "")
-    return spec.colour if spec else None
-
-
 def columns(results: Sequence[RunResult]) -> Dict[str, RunResult]:
-    """Column label -> the newest ops result of that column, in backend order."""
     results = [r for r in results if r.kind == "ops"]
     parts = [lambda r: r.config.get("backend")] + [
         read
@@ -90,7 +80,7 @@ def time_cell(entry: Optional[Dict[str, Any]], result: RunResult) -> str:
 
 
 def check_cell(found: Dict[str, Dict[str, Any]]) -> str:
-    """Across the columns of one row: how many passed, and how close the worst came."""
+    """How many of a row's columns passed, and how close the worst came."""
     checked = {label: e["check"] for label, e in found.items() if e.get("check")}
     if not checked:
         return "-"
@@ -129,8 +119,6 @@ def _reasons(cols: Dict[str, RunResult]) -> List[str]:
 
 
 def ops_tables(results: Sequence[RunResult]) -> List[Table]:
-    """Median time per operation and size with backends side by side (and the check
-    across them), then GFLOP/s for the operations with a FLOP count."""
     cols = columns(results)
     if not cols:
         return []
@@ -168,8 +156,7 @@ def ops_tables(results: Sequence[RunResult]) -> List[Table]:
 def _rate_table(
     cols: Dict[str, RunResult], rows: List[Tuple[str, int]], entries: Dict[str, Dict]
 ) -> Optional[Table]:
-    """GFLOP/s at the median time, and the share of the machine's peak, for the
-    operations with a FLOP count; None where there is none."""
+    """GFLOP/s at the median time, and the share of peak; None: no FLOP count."""
     rated_rows = []
     for op, size in rows:
         if op not in OPS or OPS[op].flops is None:
@@ -208,8 +195,7 @@ def _rate_table(
 
 
 def ops_figures(results: Sequence[RunResult]) -> List[Tuple[str, bytes]]:
-    """One PNG per operation: median time against size on log-log axes, a line per
-    backend with its p10-p90 range as error bars. Returns (title, PNG bytes)."""
+    """(title, PNG) per operation: median time against size (log-log), p10-p90 bars."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullLocator
@@ -218,8 +204,9 @@ def ops_figures(results: Sequence[RunResult]) -> List[Tuple[str, bytes]]:
     rows = _rows(cols)
     figures = []
     spare = iter(SPARE_COLOURS * 4)
-    colours = {label: backend_colour(r.config.get("backend")) or next(spare, "#333333")
-               for label, r in cols.items()}  # fmt: skip
+    backend_of = {label: r.config.get("backend") for label, r in cols.items()}
+    colours = {label: BACKENDS[b].colour if b in BACKENDS else next(spare, "#333333")
+               for label, b in backend_of.items()}  # fmt: skip
     for op in dict.fromkeys(op for op, _ in rows):
         figure = Figure(figsize=(7.0, 4.6), dpi=100)
         FigureCanvasAgg(figure)
@@ -258,18 +245,13 @@ def ops_figures(results: Sequence[RunResult]) -> List[Tuple[str, bytes]]:
 
 
 def timed_calls(config) -> str:
-    """How many calls each operation was timed for: --calls, or up to it under a
-    --target-precision (then each entry's own count is in its precision record)."""
+    """--calls, or up to it under --target-precision (each entry's count is its own)."""
     if config.get("target_precision"):
         return f"up to {config.get('repeats')} (until ±{config['target_precision']:.0%})"
     return str(config.get("repeats"))
 
 
-# --------------------------------------------------------------------------- profiles
-
-
 def profiled(results: Sequence[RunResult]) -> List[RunResult]:
-    """Finished runs that asked for a profile, in backend order."""
     order = {name: i for i, name in enumerate(BACKENDS)}
     found = [r for r in results if r.ok and isinstance(r.metrics.get("profile"), dict)]
     return sorted(found, key=lambda r: (
@@ -287,8 +269,6 @@ def _ms_per_step(seconds: float, profile: Dict[str, Any]) -> str:
 
 
 def phase_table(results: Sequence[RunResult]) -> Table:
-    """Where each profiled run's operator time went by phase; the runs whose profile is
-    unsupported or failed in the notes."""
     rows, failures = [], []
     for result in results:
         profile = result.metrics["profile"]
@@ -315,7 +295,6 @@ def phase_table(results: Sequence[RunResult]) -> Table:
 
 
 def common_ops_table(results: Sequence[RunResult]) -> List[Table]:
-    """Per model: milliseconds per step in each common operator, backends as columns."""
     by_model: Dict[str, List[RunResult]] = defaultdict(list)
     for result in results:
         by_model[result.config.get("model", "?")].append(result)
@@ -362,8 +341,6 @@ def top_ops_table(result: RunResult, top: int = 10) -> Table:
 
 
 def profile_tables(results: Sequence[RunResult]) -> List[Table]:
-    """Every profile table for ``results`` (by phase; the common operators side by side
-    across backends, per model; each run's top operators); none when no run was profiled."""
     runs = profiled(results)
     if not runs:
         return []

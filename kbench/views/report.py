@@ -1,11 +1,6 @@
-"""One self-contained HTML report from result documents.
-
-The page carries everything inline: figures as base64 PNG (matplotlib, Agg canvas),
-CSS in a ``<style>`` element, and one small script that counts the images that
-loaded (``document.body.dataset.imagesLoaded``, for tests). No external resources.
-
-    from kbench.views.report import write_report
-    summary = write_report([RunResult.load(p) for p in paths], Path("report.html"))
+"""One self-contained HTML report from result documents: figures as base64 PNG, CSS in a
+``<style>`` element, and one small script that counts the images that loaded
+(``document.body.dataset.imagesLoaded``, for tests). No external resources.
 """
 
 from __future__ import annotations
@@ -110,8 +105,7 @@ class ReportSummary:
 
 @dataclass(frozen=True)
 class Section:
-    """A section another stage adds to the page, after the summary: a published study's
-    "Paper vs this machine" (:func:`kbench.studies.reproduce.paper_section`)."""
+    """A section another stage adds after the summary (a study's "Paper vs this machine")."""
 
     id: str  # the HTML anchor
     heading: str
@@ -122,10 +116,7 @@ class Section:
 
 @dataclass(frozen=True)
 class MachineRuns:
-    """One machine's share of a report on several machines' runs, compared on its own:
-    its speed ratios are to the baseline on the same machine."""
-
-    host: str  # as :func:`kbench.results.analysis.by_machine` names it
+    host: str
     runs: List[RunResult]
     groups: List[RunGroup]
     backends: List[str]
@@ -136,8 +127,7 @@ def write_report(
     results: Sequence[RunResult], path: Path, *, title: str = "kbench report",
     baseline: Optional[str] = None, sections: Sequence[Section] = (),
 ) -> ReportSummary:  # fmt: skip
-    """Write one HTML file about ``results`` to ``path``; return what it holds.
-    ``sections`` come first after the summary (a study's claims and plots)."""
+    """Write one HTML file about ``results`` to ``path``; return what it holds."""
     results = list(results)
     if not results:
         raise ValueError(
@@ -189,14 +179,11 @@ def write_report(
 
 
 def measured_runs(results: Sequence[RunResult]) -> List[RunResult]:
-    """The runs the figures and the summary are of: training and inference, and the
-    kbench exec runs that timed training (one that trained nothing has no speed to plot)."""
     measured = [r for r in results if r.kind in ("train", "inference")]
     return measured + [r for r in results if r.kind == "exec" and r.metrics.get("images_per_sec")]
 
 
 def left_out_notes(results: Sequence[RunResult], measured: Sequence[RunResult]) -> List[str]:
-    """What the figures leave out, and why: parity runs, dropped windows."""
     notes: List[str] = []
     parity = sum(r.kind == "parity" for r in results)
     if parity:
@@ -228,7 +215,6 @@ def report_figures(
     groups: Sequence[RunGroup], backends: Sequence[str], baseline: str,
     machines: Sequence[MachineRuns], measured: Sequence[RunResult],
 ) -> List[Any]:  # fmt: skip
-    """The figures of the measured runs (drawn, or skipped with the reason)."""
     return [
         throughput_plots.throughput_bars(groups, backends),
         *speed_heatmaps(groups, backends, baseline, machines),
@@ -241,7 +227,6 @@ def report_figures(
 
 
 def operator_figures(operators: Sequence[RunResult]) -> List[Any]:
-    """A figure per operation of ``kbench ops`` runs; none without them."""
     if not operators:
         return []
     from kbench.views.ops import ops_figures
@@ -259,8 +244,7 @@ def operator_figures(operators: Sequence[RunResult]) -> List[Any]:
 
 
 def report_baseline(backends: Sequence[str], baseline: Optional[str]) -> str:
-    """The row speed ratios are against: ``baseline`` (a backend, or ``backend @ host``),
-    else the first that ran; ValueError for one that did not run."""
+    """``baseline`` (a backend, or ``backend @ host``), else the first that ran."""
     if baseline is None:
         return backends[0] if backends else ""
     found = row_named(backends, baseline)
@@ -272,12 +256,7 @@ def report_baseline(backends: Sequence[str], baseline: Optional[str]) -> str:
     return found
 
 
-# --------------------------------------------------------------------------- machines
-
-
 def machine_groups(measured: Sequence[RunResult], baseline: str) -> List[MachineRuns]:
-    """Each machine's runs grouped and compared on their own, where ``measured`` come from
-    several machines (:func:`kbench.views.machines.several_machines`); else nothing."""
     machines = several_machines(measured)
     if machines is None:
         return []
@@ -294,7 +273,6 @@ def speed_heatmaps(
     groups: Sequence[RunGroup], backends: Sequence[str], baseline: str,
     machines: Sequence[MachineRuns],
 ) -> List[Any]:  # fmt: skip
-    """The speed-ratio heatmap: one, or one per machine (never a ratio across machines)."""
     if not machines:
         return [throughput_plots.speed_heatmap(groups, backends, baseline)]
     found = [
@@ -304,8 +282,6 @@ def speed_heatmaps(
 
 
 def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
-    """The summary of several machines' runs: a table per machine, headed by its
-    hardware (CPU, GPU, kernel libraries), each with its own ratios."""
     body = ""
     for m in machines:
         lacks = (
@@ -321,11 +297,8 @@ def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
     return body + summary_legend(asked or "the baseline")
 
 
-# --------------------------------------------------------------------------- page
-
-
 def render_page(title: str, header: str, sections: Sequence[Tuple[str, str, str]]) -> str:
-    """The page: ``sections`` are (id, heading, HTML), each linked from the top."""
+    """``sections``: (id, heading, HTML), each linked from the top."""
     nav = "".join(f'<a href="#{key}">{esc(name)}</a>' for key, name, _ in sections)
     content = "".join(
         f'<section id="{key}"><h2>{esc(name)}</h2>{body}</section>' for key, name, body in sections
@@ -344,8 +317,6 @@ def header_html(
     results: Sequence[RunResult], measured: Sequence[RunResult], backends: Sequence[str],
     baseline: str, machines: Sequence[MachineRuns] = (),
 ) -> str:  # fmt: skip
-    """When the runs ran, what the ratios are against, cards that count the runs, and
-    banners for runs of several machines and on synthetic data."""
     started = sorted(r.started_at[:16].replace("T", " ") for r in results)
     span = started[0] + (f" to {started[-1]}" if started[-1] != started[0] else "")
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -413,7 +384,6 @@ def skipped_html(skipped: Sequence[Skipped], notes: Sequence[str]) -> str:
 def summary_table(
     groups: Sequence[RunGroup], backends: Sequence[str], baseline: str, legend: bool = True
 ) -> str:
-    """The summary table; ``legend``: with the paragraph that says how to read it."""
     if not groups:
         return "<p>No training or inference run.</p>"
     headers = [
@@ -435,8 +405,6 @@ def summary_table(
 
 
 def summary_row(row: BackendRow, group: RunGroup, baseline: str) -> List[Any]:
-    """One backend's row of the summary: its runs, img/s (flagged), the ratio, the test
-    accuracy and the peak memory of each kind, each formatted as every table formats it."""
     rate = row.images_per_sec
     status = ", ".join(f"{n} {s}" for s, n in row.statuses.items())
     runs = group.runs_of(row.backend)
@@ -452,7 +420,6 @@ def summary_row(row: BackendRow, group: RunGroup, baseline: str) -> List[Any]:
 
 
 def summary_legend(baseline: str) -> str:
-    """How to read the summary table."""
     return (
         '<p class="muted">img/s: median over the repeats that finished, measured window only '
         "(warmup excluded); <b>flagged</b>: measured while other processes used more than "
@@ -469,14 +436,11 @@ def summary_legend(baseline: str) -> str:
 
 
 def backend_cell(backend: str, runs: Sequence[RunResult]) -> Cell:
-    """The backend's name, with the warnings its runs carry (``RunResult.warnings``)."""
     warned = tuple(dict.fromkeys(w for r in runs for w in r.warnings))
     return Cell(backend, warned, ("warning",) if warned else ())
 
 
 def ratio_cell(row: BackendRow, group: RunGroup, baseline: str) -> Cell:
-    """The ratio to the baseline (:func:`kbench.views.tables.ratio_text`), coloured where
-    it is faster or slower; the baseline's own row badged."""
     if row.backend == baseline:
         return Cell("x1.00", badges=("baseline",))
     if group.comparison.baseline != baseline:
@@ -485,8 +449,8 @@ def ratio_cell(row: BackendRow, group: RunGroup, baseline: str) -> Cell:
 
 
 def memory_cell(runs: Sequence[RunResult]) -> Any:
-    """Each memory kind the finished ``runs`` read: the median over them of its largest
-    per-GPU peak (with the sum over the GPUs, where several), and the kind."""
+    """Each memory kind the finished ``runs`` read: the median of its largest per-GPU
+    peak (with the sum over the GPUs, where several)."""
     per_kind: Dict[str, List[Any]] = {}
     for run in runs:
         if run.ok:
@@ -510,21 +474,15 @@ def memory_cell(runs: Sequence[RunResult]) -> Any:
 
 
 def device_text(device: Dict[str, Any]) -> str:
-    """One GPU of the machine table: name and memory, or the error NVML gave for it."""
     if device.get("error"):
         return f"GPU {device.get('index', '?')}: not readable ({device['error']})"
     total = device.get("memory_total_bytes")
     return f"{device.get('name')} ({bytes_text(total) if total else 'memory unknown'})"
 
 
-# --------------------------------------------------------------------------- data-parallel
-
-
 def distributed_section(
     results: Sequence[RunResult],
 ) -> Tuple[List[Tuple[str, str, str]], List[Any]]:
-    """The data-parallel runs' section, (id, heading, HTML), with its figures' outcomes;
-    nothing without such runs."""
     from kbench.views.distributed import breakdown_figures, breakdown_tables, numeric_columns
 
     found = breakdown_tables(results)
@@ -544,8 +502,6 @@ def _section_html(section: Section) -> Tuple[str, str, str]:
 
 
 def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
-    """The per-operator profiles of model runs (--profile), (id, heading, HTML); nothing
-    without them."""
     from kbench.views.ops import profile_tables
 
     found = profile_tables(results)
@@ -560,9 +516,6 @@ def profile_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
         for t in found
     )
     return [("profiles", "Where the time goes: operators (--profile)", body)]
-
-
-# --------------------------------------------------------------------------- failures
 
 
 def failures_table(failed: Sequence[RunResult]) -> str:
@@ -585,12 +538,7 @@ def failures_table(failed: Sequence[RunResult]) -> str:
     return Table("", ["run", "backend", "model", "status", "reason"], rows, []).html()
 
 
-# --------------------------------------------------------------------------- environment
-
-
 def environment_html(results: Sequence[RunResult]) -> str:
-    """The machines, kbench and the frameworks the runs record; where they come from
-    several machines, each framework row names its machine and CPU kernel library."""
     machines: Dict[str, List[Any]] = {}
     software: Dict[str, List[Any]] = {}
     for run in results:
@@ -615,7 +563,6 @@ def environment_html(results: Sequence[RunResult]) -> str:
 
 
 def machine_row(machine: Dict[str, Any]) -> List[Any]:
-    """One machine of the machine table: host, CPU, cores, memory, GPU."""
     gpu = machine.get("gpu", {})
     devices = gpu.get("devices") or []
     if gpu.get("available") and devices:
@@ -633,8 +580,6 @@ def machine_row(machine: Dict[str, Any]) -> List[Any]:
 
 
 def frameworks_html(results: Sequence[RunResult]) -> str:
-    """The frameworks the workers reported, a row each; where the runs come from several
-    machines, with the machine and the framework's CPU kernel library."""
     several = several_machines(results) is not None
     frameworks: Dict[str, List[Any]] = {}
     for run in results:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.results.analysis import Spread, row_memory
+from kbench.results.analysis import Spread, row_memory, varying_settings
 from kbench.results.readings import memory_peak, no_gpu_reason
 from kbench.results.result import RunResult
 from kbench.views.figures import (
@@ -32,7 +32,6 @@ from kbench.views.figures import (
     not_ok_text,
     panel_grid,
     png_of,
-    varying_keys,
 )
 from kbench.views.tables import MEMORY_LABELS
 
@@ -55,8 +54,8 @@ DROP = object()  # what an ``x_of`` returns for a group that has no place on the
 def sweep_lines(
     groups: Sequence[RunGroup], key: str, x_of: Callable[[RunGroup], Any]
 ) -> List[SweepLine]:
-    """Lines of groups that differ only in ``key`` (x from ``x_of``; DROP leaves a group
-    out), per model and backend; only lines with at least two distinct x values."""
+    """Lines per model and backend of groups that differ only in ``key`` (x from ``x_of``,
+    DROP leaves one out), of two x values or more."""
     partitions: Dict[Tuple, List[Tuple[Any, RunGroup]]] = {}
     for group in groups:
         x = x_of(group)
@@ -66,7 +65,7 @@ def sweep_lines(
         partitions.setdefault(rest, []).append((x, group))
     partitions = {k: v for k, v in partitions.items() if len({repr(x) for x, _ in v}) > 1}
     rest_configs = [members[0][1].config for members in partitions.values()]
-    rest_keys = varying_keys(rest_configs, skip=(key,))
+    rest_keys = varying_settings(rest_configs, skip=(key,))
     lines = []
     for members in partitions.values():
         members.sort(key=lambda item: _sort_x(item[0]))
@@ -102,7 +101,6 @@ def spread_line(
 
 
 def _rate_axis(ax: Any, lines: Sequence[SweepLine]) -> None:
-    """img/s y axis: from zero, or a log scale when the values span more than 30x."""
     spreads = [
         g.row(ln.backend).images_per_sec
         for ln in lines
@@ -120,7 +118,6 @@ def _rate_axis(ax: Any, lines: Sequence[SweepLine]) -> None:
 
 
 def _mark_failures(ax: Any, xs: List[float], line: SweepLine) -> None:
-    """Where a backend has no finished run at an x, its status, in red."""
     for x, (_, group) in zip(xs, line.points):
         row = group.row(line.backend)
         if row is not None and row.images_per_sec is None:
@@ -146,8 +143,7 @@ def line_styles(lines: Sequence[SweepLine]) -> Dict[Tuple[str, str], str]:
 def rate_panels(
     lines: Sequence[SweepLine], backends: Sequence[str], x_axis: Callable[[Any, List], None]
 ) -> Any:
-    """A figure of a panel per model: each line's img/s against its x (``x_axis`` sets
-    the panel's x axis from its lines)."""
+    """A panel per model: each line's img/s against its x (``x_axis`` sets the x axis)."""
     models = list(dict.fromkeys(line.model for line in lines))
     columns = min(2, len(models))
     figure = new_figure(3.8 * -(-len(models) // columns) + 0.3)
@@ -258,7 +254,6 @@ def memory_fraction_plot(
 
 
 def _memory_mib(runs: Sequence[RunResult], kind: str) -> Optional[Spread]:
-    """The spread of the finished ``runs``' largest per-GPU peaks of ``kind``, in MiB."""
     peaks = [memory_peak(r, kind) for r in runs if r.ok]
     return Spread.of([p.largest / MIB for p in peaks if p is not None])
 
@@ -292,14 +287,10 @@ def threads_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome
     return Drawn(THREADS, png_of(rate_panels(lines, backends, x_axis)), caption)
 
 
-# --------------------------------------------------------------------------- accuracy
-
 ACCURACY = "Accuracy"
 
 
 def accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
-    """Training accuracy per epoch (runs of more than one epoch) and test accuracy
-    against ``--epochs`` (runs that differ only there), side by side."""
     curves = accuracy_curves(groups, backends)
     lines = sweep_lines(
         [g for g in groups if g.config.get("mode", "train") == "train"],
@@ -330,8 +321,6 @@ Curve = Tuple[RunGroup, str, List[float]]  # group, backend, median accuracy per
 
 
 def accuracy_curves(groups: Sequence[RunGroup], backends: Sequence[str]) -> List[Curve]:
-    """Each backend's training accuracy per epoch in each group (the median over its
-    repeats), where some run lasted more than one epoch."""
     curves = []
     for group in groups:
         for backend in backends:
@@ -416,8 +405,6 @@ RUNTIME_ACCURACY = "Runtime against final accuracy"
 
 
 def runtime_accuracy_plot(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
-    """One point per configuration (backend and setting): training time against test
-    accuracy, so that a switch trading accuracy for speed shows."""
     points = []  # (backend, group, median training seconds, median test accuracy)
     for group in groups:
         for backend in backends:

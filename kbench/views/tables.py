@@ -19,18 +19,16 @@ from kbench.results.analysis import (
     BackendRow,
     ComparisonGroup,
     Spread,
-    by_machine,
     clear,
     compare,
     kernels_text,
+    measured_machines,
     varying_settings,
 )
 from kbench.results.config import RunConfig, short_name
 from kbench.results.ending import device_used
 from kbench.results.result import RunResult
 from kbench.results.store import IndexEntry
-
-# --------------------------------------------------------------------------- the model
 
 
 class Markup(str):
@@ -47,10 +45,9 @@ BADGE_STYLES = {"flagged": "bad", "warning": "bad", "other setup": "setup",
 
 
 class Cell(str):
-    """One cell: its text and what is said beside it. As a string (text and Markdown) it
-    reads ``text (detail) [flag; flag]``, so it compares and pads as that text; as HTML
-    (:meth:`html`), the text (in ``css``'s class), the detail muted, a badge per
-    ``badges`` and a line per flag. Badges are HTML only: the flags say the same in words."""
+    """One cell. As a string (text and Markdown) it reads ``text (detail) [flag; flag]``;
+    as HTML, the text (in ``css``'s class), the detail muted, a badge per ``badges`` and a
+    line per flag. Badges are HTML only: the flags say the same in words."""
 
     text: str
     flags: Tuple[str, ...]
@@ -87,7 +84,7 @@ CellLike = str  # a Cell, a Markup (HTML, in tables only the report shows) or pl
 
 @dataclass(frozen=True)
 class Heading:
-    """A row that heads the rows below it (a group of a comparison), across the columns."""
+    """A row that heads the rows below it, across the columns."""
 
     cell: Cell
 
@@ -95,15 +92,8 @@ class Heading:
 Row = Union[Sequence[CellLike], Heading]
 
 
-def cell_html(cell: CellLike) -> str:
-    """A cell as HTML: a :class:`Cell` with its badges and flags, :class:`Markup` as it
-    is, any other text escaped."""
-    return cell.html() if isinstance(cell, Cell) else esc(cell)
-
-
 def render(headers: Sequence[str], rows: Sequence[Row]) -> str:
-    """Columns padded to their widest cell; numbers right-aligned; a heading row on a
-    line of its own."""
+    """Plain text: columns padded, numbers right-aligned, a heading on a line of its own."""
     body = [row for row in rows if not isinstance(row, Heading)]
     widths = [max(len(str(c)) for c in column) for column in zip(headers, *body)]
 
@@ -122,8 +112,6 @@ def render(headers: Sequence[str], rows: Sequence[Row]) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """A title, column headers, rows (of cells, or headings) and notes below."""
-
     title: str
     headers: List[str]
     rows: List[Row]
@@ -150,8 +138,7 @@ class Table:
         return "\n".join(lines)
 
     def html(self, numeric: Iterable[int] = ()) -> str:
-        """The table as the report shows it: its title (if any), the table (``numeric``:
-        the columns aligned as numbers), its notes."""
+        """As the report shows it; ``numeric``: the columns aligned as numbers."""
         numeric = set(numeric)
         head = "".join(f"<th>{esc(h)}</th>" for h in self.headers)
         body = []
@@ -162,9 +149,8 @@ class Table:
                     f"{row.cell.html()}</td></tr>"
                 )
                 continue
-            cells = (
-                f"<td{NUMERIC_CSS * (i in numeric)}>{cell_html(c)}</td>" for i, c in enumerate(row)
-            )
+            shown = (c.html() if isinstance(c, Cell) else esc(c) for c in row)
+            cells = (f"<td{NUMERIC_CSS * (i in numeric)}>{c}</td>" for i, c in enumerate(shown))
             body.append(f"<tr>{''.join(cells)}</tr>")
         notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
         return (
@@ -175,27 +161,20 @@ class Table:
 
 
 def markdown_text(text: object) -> str:
-    """``text`` as Markdown shows it, never as HTML: model names, titles and reasons
-    come from the user (``<script>`` in a file name stays text), and a line break would
-    end a table row."""
+    """``text`` as Markdown shows it, never as HTML (names come from the user), on one line."""
     return html.escape(" ".join(str(text).splitlines()), quote=False)
 
-
-# --------------------------------------------------------------------------- names
-
-# Short names for what people read (``my_model.py:build``, ``npz:data.npz``); a result
-# keeps the full path and sha256, which ``kbench results --export`` writes.
 
 PATH_PREFIXES = ("npz:", "folder:")  # data sets named by a path on this machine
 
 
 def model_label(model: object) -> str:
-    """A zoo name unchanged; a user model's file name (with its function)."""
+    """A zoo name unchanged; a user model's file name (with its function): a result keeps
+    the full path, which ``kbench results --export`` writes."""
     return short_name(model) if isinstance(model, str) else str(model)
 
 
 def dataset_label(dataset: object) -> str:
-    """A built-in or tfds name unchanged; a data file or folder by its last part."""
     if not isinstance(dataset, str):
         return str(dataset)
     for prefix in PATH_PREFIXES:
@@ -205,9 +184,8 @@ def dataset_label(dataset: object) -> str:
 
 
 def model_labels(models: Iterable[str]) -> Dict[str, str]:
-    """A label per model: its short name (``net.py:build``), or, where several user
-    model files share one, as much of each path as tells them apart
-    (``a/net.py:build``, ``b/net.py:build``)."""
+    """A label per model: its short name, or as much of each path as tells apart files that
+    share one (``a/net.py:build``, ``b/net.py:build``)."""
     models = list(dict.fromkeys(m for m in models if isinstance(m, str)))
     labels = {m: model_label(m) for m in models}
     clashes: Dict[str, List[str]] = {}
@@ -226,7 +204,7 @@ def model_labels(models: Iterable[str]) -> Dict[str, str]:
 
 
 def _where(model: str) -> Tuple[str, str]:
-    """A user model's path and function (none for a saved model)."""
+    """A user model's path and function ("" for a saved model)."""
     if model.endswith(".keras") or ":" not in model:
         return model, ""
     return model.rpartition(":")[::2]
@@ -237,8 +215,6 @@ def _path_tail(model: str, depth: int) -> str:
     tail = "/".join(where.replace("\\", "/").split("/")[-depth:])
     return tail + (f":{function}" if function else "")
 
-
-# --------------------------------------------------------------------------- quantities
 
 # What each memory kind and utilization is, in words (a table's notes, a figure's title)
 MEMORY_LABELS = {
@@ -258,22 +234,20 @@ UTILIZATION_LABELS = {
 
 
 def range_text(spread: Spread, spec: str) -> str:
-    """``low-high, n=N``, or ``n=N`` where low and high read alike."""
+    """``low-high, n=N``, or ``n=N`` where they read alike."""
     low, high = format(spread.low, spec), format(spread.high, spec)
     return f"n={spread.n}" if low == high else f"{low}-{high}, n={spread.n}"
 
 
 def spread_text(spread: Optional[Spread], spec: str) -> str:
-    """``median`` alone for one value, ``median (low-high, n=N)`` for several."""
     if spread is None:
         return "-"
     return format(spread.median, spec) + (f" ({range_text(spread, spec)})" if spread.n > 1 else "")
 
 
 def interval_text(interval: MedianInterval, spec: str = ".2f") -> str:
-    """A ratio with its interval (:func:`kbench.results.analysis.clear` of 1 or not):
-    ``x0.51 (0.50-0.52, 75% interval, n=3)``, ``no clear difference (x0.97, 0.91-1.04,
-    ...)`` or ``x0.97 (1 run: no spread)``."""
+    """``x0.51 (0.50-0.52, 75% interval, n=3)``, ``no clear difference (x0.97, 0.91-1.04,
+    ...)`` (:func:`kbench.results.analysis.clear`) or ``x0.97 (1 run: no spread)``."""
     ratio = "x" + format(interval.median, spec)
     if interval.n < 2:
         return f"{ratio} (1 run: no spread)"
@@ -285,8 +259,7 @@ def interval_text(interval: MedianInterval, spec: str = ".2f") -> str:
 
 
 def ratio_text(row: BackendRow, baseline: str) -> str:
-    """A row's speed ratio to ``baseline`` with its interval (:func:`interval_text`): the
-    baseline itself reads ``x1.00``; a row apart, why it has none."""
+    """A row's :func:`interval_text`; ``x1.00`` for the baseline; a row apart, why."""
     if row.apart:
         return f"- [{row.apart}]"
     if row.ratio_interval is None:
@@ -297,7 +270,7 @@ def ratio_text(row: BackendRow, baseline: str) -> str:
 
 
 def ratio_style(row: BackendRow) -> str:
-    """The report's colour of a ratio: faster or slower than the baseline by over 5%."""
+    """The report's colour of a ratio: faster or slower by over 5%."""
     interval = row.ratio_interval
     if interval is None or row.apart:
         return ""
@@ -313,21 +286,12 @@ def bytes_text(value: float) -> str:
 
 
 def memory_text(largest: float, devices: int = 1, total: Optional[float] = None) -> str:
-    """A peak of memory: one device's, or where its readings span several GPUs, the
-    largest per GPU with the sum over them, labelled
-    (``3.0 GiB per GPU (largest of 2; sum 5.0 GiB)``)."""
+    """A peak of memory: one device's, or over several GPUs the largest with the sum,
+    labelled (``3.0 GiB per GPU (largest of 2; sum 5.0 GiB)``)."""
     if devices < 2:
         return bytes_text(largest)
     total_text = f"; sum {bytes_text(total)}" if total is not None else ""
     return f"{bytes_text(largest)} per GPU (largest of {devices}{total_text})"
-
-
-def row_memory_text(row: BackendRow) -> Optional[str]:
-    """A row's peak memory: the median over its runs (:func:`memory_text`); None: none."""
-    if row.memory_bytes is None:
-        return None
-    total = row.memory_sum.median if row.memory_sum is not None else None
-    return memory_text(row.memory_bytes.median, row.memory_gpus, total)
 
 
 def utilization_text(row: BackendRow) -> Optional[str]:
@@ -339,37 +303,28 @@ def utilization_text(row: BackendRow) -> Optional[str]:
 
 
 def flagged(text: str, row: BackendRow) -> Cell:
-    """``text`` with the row's quality and setup flags beside it: ``1,234 [busy: 48% of
-    ...]``, ``x0.52 [kernels: Eigen]`` (in HTML, badged ``flagged``, ``other setup``)."""
+    """``text`` with the row's quality and setup flags: ``1,234 [busy: 48% of ...]``."""
     badges = ("flagged",) * bool(row.quality_flags) + ("other setup",) * bool(row.setup_flags)
     return Cell(text, (*row.quality_flags, *row.setup_flags), badges)
 
 
 def run_flagged(text: str, result: RunResult) -> Cell:
-    """``text`` with one run's quality flags (``metrics.quality.flags``) beside it."""
     flags = tuple((result.metrics.get("quality") or {}).get("flags") or [])
     return Cell(text, flags, ("flagged",) if flags else ())
 
 
 def failed_text(row: BackendRow) -> str:
-    """OOM, FAILED or TIMEOUT (with counts when mixed) where no run of a cell finished."""
-    parts = [s.upper() + (f" x{n}" if n > 1 else "") for s, n in row.statuses.items()]
-    return ", ".join(parts)
-
-
-# --------------------------------------------------------------------------- runs
+    """OOM, FAILED or TIMEOUT (with counts where several) where no run of a cell finished."""
+    return ", ".join(s.upper() + (f" x{n}" if n > 1 else "") for s, n in row.statuses.items())
 
 
 def run_table(results: Sequence[RunResult]) -> str:
-    """The runs as ``kbench run`` lists them (:func:`runs_table`, as text)."""
     return runs_table(results).text()
 
 
 def runs_table(results: Sequence[RunResult], title: str = "") -> Table:
     """A row per run, as ``kbench run`` lists them and :class:`kbench.api.Results` shows
-    them: backend (``#2`` for a repeat), model, mode, data format, device, status, img/s
-    and its spread, the median step (latency for inference), first step, test accuracy,
-    parameters; the runs' warnings below."""
+    them; the runs' warnings below."""
     headers = [
         "backend", "model", "mode", "format", "device", "status", "img/s",
         "spread (per step/batch)",
@@ -418,10 +373,8 @@ def _run_row(r: RunResult, label: str) -> List[CellLike]:
 
 
 def _steps_cells(m: Dict[str, Any]) -> List[str]:
-    """img/s, its spread, ms p50, first step and test accuracy of a training run (or a
-    kbench exec script's measured calls): the spread only over enough steps (a short
-    measurement says how many, and no spread beside it); the accuracy with the name
-    the script gave it, where that is not ``accuracy``."""
+    """img/s, its spread (only over enough steps), ms p50, first step and test accuracy
+    (with the name a kbench exec script gave it) of a training run."""
     steps = m.get("measured_steps")
     per_step = m.get("images_per_sec_per_step") or {}
     if m.get("measurement_note"):
@@ -447,8 +400,7 @@ def _steps_cells(m: Dict[str, Any]) -> List[str]:
 
 
 def not_ok_lines(results: Sequence[RunResult]) -> List[str]:
-    """One line per run that gave no numbers, with its status and reason (a run that
-    is ``unsupported`` on this machine is listed too, though it is no failure)."""
+    """One line per run that gave no numbers (``unsupported`` too), its status and reason."""
     labels = model_labels(r.config["model"] for r in results)
     return [
         f"  {r.config['backend']}/{labels[r.config['model']]}: {r.status}: {r.reason}"
@@ -464,8 +416,7 @@ PLAN_FIRST = 10  # the runs a summary shows
 
 
 def plan_table(configs: Sequence[RunConfig], states: Sequence[str], varying: Sequence[str]) -> str:
-    """One row per run: its number, backend, model, the other settings that vary, its
-    state ("to run", "done (ok)")."""
+    """One row per run: number, backend, model, the settings that vary, its state."""
     rest = [v for v in varying if v not in ("backend", "model")]
     return render(
         ["#", "backend", "model", *rest, "state"],
@@ -477,8 +428,7 @@ def plan_table(configs: Sequence[RunConfig], states: Sequence[str], varying: Seq
 
 
 def plan_text(configs: Sequence[RunConfig], states: Sequence[str], varying: Sequence[str]) -> str:
-    """The plan table, or for more than :data:`PLAN_LISTED` runs how many take each value
-    of each varying setting and the first few runs."""
+    """The plan table, or past :data:`PLAN_LISTED` runs the runs per value and the first few."""
     if len(configs) <= PLAN_LISTED:
         return plan_table(configs, states, varying)
     lines = []
@@ -496,7 +446,6 @@ def plan_text(configs: Sequence[RunConfig], states: Sequence[str], varying: Sequ
 
 
 def store_index(entries: Sequence[IndexEntry]) -> str:
-    """The store's index, one run a row."""
     return render(
         ["run", "status", "kind", "backend", "model", "dataset", "batch", "img/s", "host",
          "sweep"],
@@ -507,13 +456,9 @@ def store_index(entries: Sequence[IndexEntry]) -> str:
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------- comparisons
-
-
 def group_title(group: ComparisonGroup, label: str = "") -> str:
-    """``mlp on synthetic (synthetic data), batch 32``: the model (``label``: its name
-    among the others compared, :func:`model_labels`), the data, the
-    batch and the mode."""
+    """``mlp on synthetic (synthetic data), batch 32``; ``label``: the model's name among
+    the others compared (:func:`model_labels`)."""
     dataset = dataset_label(group.dataset)
     data = f"{dataset} (synthetic data)" if group.synthetic else dataset
     mode = ", inference" if group.mode == "inference" else ""
@@ -561,17 +506,15 @@ def group_table(group: ComparisonGroup, label: str = "") -> Table:
 
 
 def comparison_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
-    """Per model and setting: each backend's img/s and its per-round ratio to the baseline."""
+    """A :func:`group_table` per model and setting, as ``kbench run`` prints them."""
     groups = compare(results, baseline)
     labels = model_labels(g.model for g in groups)
     return "\n\n".join(group_table(g, labels[g.model]).text() for g in groups)
 
 
 def parameter_mismatches(results: Sequence[RunResult]) -> List[str]:
-    """One line per model and setting whose runs built models of different parameter
-    counts on different backends (a user model whose layers depend on the backend):
-    kbench promises the same model on every backend, so a run that finds otherwise
-    says so and fails. Empty where every group's runs agree."""
+    """An error per group whose backends built models of different parameter counts:
+    kbench promises the same model on every backend."""
     groups = compare(results)
     labels = model_labels(g.model for g in groups)
     lines = []
@@ -591,27 +534,14 @@ def parameter_mismatches(results: Sequence[RunResult]) -> List[str]:
     return lines
 
 
-# Study tables: one table per quantity, a row per model and setting, a column per
-# backend, as the studies kbench follows printed them.
-
-
 def study_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> List[Table]:
-    """Throughput, speed ratio, utilization, memory and accuracy, backends side by side.
-
-    Rows are the distinct settings (model, data set, batch size and whatever else
-    differs between runs); a backend that did not run a setting shows ``-``, one
-    whose runs all ended without a result shows ``OOM``/``FAILED``/``TIMEOUT``.
-    Runs of several machines (a merged store, a sweep run on a cluster) get tables per
-    machine, titled with it: no median and no ratio mixes machines.
-    """
-    machines = by_machine([r for r in results if r.kind in MODEL_KINDS])
-    # a machine with no measurement (a run recorded failed before it ran anywhere) has
-    # no table; below the tables, such runs are listed with their reasons
-    measured = {host: runs for host, runs in machines.items() if any(r.ok for r in runs)}
-    if len(machines) <= 1 or not measured:
-        return _machine_tables(results, baseline)
-    if len(measured) == 1:
-        return _machine_tables(next(iter(measured.values())), baseline)
+    """A table per quantity (throughput, speed ratio, utilization, memory, accuracy), as
+    the studies kbench follows printed them: a row per model and setting, a column per
+    backend (``-``: not run; ``OOM``/``FAILED``/``TIMEOUT``: no run finished). Runs of
+    several machines get tables per machine: no median and no ratio mixes machines."""
+    measured = measured_machines(results)  # below the tables, runs that ran nowhere
+    if len(measured) < 2:
+        return _machine_tables(next(iter(measured.values()), results), baseline)
     mixed = (
         f"these runs come from {len(measured)} machines ({', '.join(measured)}): a table "
         "per machine; no ratio is computed across machines"
@@ -628,7 +558,6 @@ DrawTable = Callable[[str, CellOf, List[str]], Table]
 
 
 def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> List[Table]:
-    """:func:`study_tables` of the runs of one machine."""
     groups = compare(results, baseline)
     if not groups:
         return []
@@ -658,7 +587,11 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
     baseline_of = {id(r): g.baseline for g in groups for r in g.rows}
     throughput_notes = (
         ["measured window only (after the warmup steps)", *warned]
-        + [apart_note(row_label(g), g) for g in groups if g.apart]
+        + [
+            f"{APART_NOTE}: {', '.join(row_label(g))}: {'; '.join(g.apart)}"
+            for g in groups
+            if g.apart
+        ]
         + [QUALITY_NOTE] * any(r.quality_flags for r in rows)
         + [SETUP_NOTE] * any(r.setup_flags for r in rows)
     )
@@ -678,9 +611,8 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
 
 
 def _row_labeller(groups: Sequence[ComparisonGroup]) -> Callable[..., List[str]]:
-    """How the study tables name a row: the model (``(synthetic)``), and, where settings
-    differ between groups (or groups of one setting stand apart), the setting."""
-    varying = [k for k in varying_settings(groups) if k != "model"]
+    """A study table's row label: the model, and where groups differ, the setting."""
+    varying = varying_settings([g.settings for g in groups])
     variants = any(g.variant for g in groups)  # groups of one setting, apart (compare)
     labels = model_labels(g.model for g in groups)
 
@@ -703,8 +635,6 @@ def _row_labeller(groups: Sequence[ComparisonGroup]) -> Callable[..., List[str]]
 
 
 def _study_cell(row: Optional[BackendRow], cell: CellOf) -> CellLike:
-    """One backend's cell of a study table: ``-`` where it did not run, its failures where
-    no run finished, else ``cell``'s figure (with the failures where some did not)."""
     if row is None:
         return "-"
     if row.images_per_sec is None:
@@ -723,8 +653,7 @@ SEVERAL_GPUS_NOTE = (
 def _measure_tables(
     groups: Sequence[ComparisonGroup], rows: Sequence[BackendRow], table: DrawTable
 ) -> List[Table]:
-    """The study tables that only some runs have figures for (``rows``: every group's):
-    utilization, peak memory, time per epoch, test accuracy (``table`` draws one)."""
+    """The study tables only some runs have figures for: utilization, memory, epochs, accuracy."""
     tables: List[Table] = []
     kinds = sorted({r.utilization_kind for r in rows if r.utilization_kind})
     if kinds:
@@ -736,9 +665,10 @@ def _measure_tables(
     if kinds or unknown:
 
         def memory(r: BackendRow) -> Optional[str]:
-            text = row_memory_text(r)
-            if text is None:
+            if r.memory_bytes is None:
                 return "n/a" if r.memory_reason else None
+            total = r.memory_sum.median if r.memory_sum is not None else None
+            text = memory_text(r.memory_bytes.median, r.memory_gpus, total)
             return text + ("" if len(kinds) == 1 else f" ({r.memory_kind})")
 
         notes = [f"{k}: {MEMORY_LABELS[k]}" for k in kinds]
@@ -756,11 +686,6 @@ def _measure_tables(
                             lambda r: spread_text(r.test_accuracy, ".3f"),
                             [note] * any(g.synthetic for g in groups)))  # fmt: skip
     return tables
-
-
-def apart_note(label: Sequence[str], group: ComparisonGroup) -> str:
-    """Why ``group`` (its row ``label``) stands apart from rows of the same settings."""
-    return f"{APART_NOTE}: {', '.join(label)}: {'; '.join(group.apart)}"
 
 
 APART_NOTE = "shown apart (no ratio to the rows of the same settings)"
@@ -801,8 +726,7 @@ def setting_cell(value, key: str = "") -> str:
 
 
 def _command_cell(command: Sequence[str]) -> str:
-    """A kbench exec command as a row tells it apart: its arguments after the script
-    (the model column names the script; the interpreter's path says nothing)."""
+    """A kbench exec command's arguments after the script (the model column names it)."""
     words = [str(w) for w in command]
     if words and words[0].rpartition("/")[2].startswith("python"):
         words = words[1:]
@@ -816,8 +740,6 @@ def _command_cell(command: Sequence[str]) -> str:
 
 
 def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
-    """``kbench env``: one row per backend probe (what its environment has, whether it
-    runs, its framework's devices and CPU kernels)."""
     rows = []
     for p in probes:
         framework = p.get("framework", {})

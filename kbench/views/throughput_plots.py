@@ -32,9 +32,6 @@ THROUGHPUT = "Throughput by backend"
 SPEED_RATIO = "Speed against the baseline"
 
 
-# --------------------------------------------------------------------------- 1 throughput
-
-
 def throughput_bars(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outcome:
     if not groups:
         return Skipped(THROUGHPUT, "no training or inference run to show")
@@ -55,7 +52,6 @@ def throughput_bars(groups: Sequence[RunGroup], backends: Sequence[str]) -> Outc
 def _finished_models(
     groups: Sequence[RunGroup],
 ) -> Tuple[Dict[str, List[RunGroup]], Dict[str, List[RunGroup]]]:
-    """(the models with a finished run, the models with none), each with its groups."""
     models = by_model(groups)
     unfinished = {
         model: members
@@ -67,8 +63,7 @@ def _finished_models(
 
 @dataclass(frozen=True)
 class _Scale:
-    """A panel's value axis: linear from 0, or logarithmic from a floor below the lowest
-    repeat where the values span more than LOG_SCALE_ABOVE times."""
+    """Linear from 0, or log from below the lowest repeat past LOG_SCALE_ABOVE times."""
 
     top: float
     log_scale: bool
@@ -81,15 +76,12 @@ class _Scale:
         return cls(top, log_scale, min(s.low for s in spreads) / 3 if log_scale else 0.0)
 
     def above(self, value: float) -> float:
-        """Where a label just above ``value`` goes."""
         return value * 1.12 if self.log_scale else value + self.top * 0.015
 
 
 def _throughput_panel(
     ax: Any, model: str, members: List[RunGroup], backends: Sequence[str], marked: List[str]
 ) -> None:
-    """One model's panel: a bar per backend and setting, or a red label where no run of
-    it finished (added to ``marked``)."""
     present = [b for b in backends if any(g.row(b) for g in members)]
     width = 0.8 / len(present)
     scale = _Scale.of(
@@ -126,8 +118,6 @@ def _throughput_panel(
 def _bar(
     ax: Any, x: float, width: float, backend: str, row: Any, scale: _Scale, colour_: str
 ) -> None:
-    """One backend's bar: the median over its repeats, the lowest to highest as error bar,
-    the median written above (in red, with the statuses, where some runs did not finish)."""
     spread = row.images_per_sec
     ax.bar(x, spread.median - scale.floor, width * 0.92, bottom=scale.floor, label=backend,
            color=colour_, yerr=[[spread.median - spread.low], [spread.high - spread.median]],
@@ -156,9 +146,6 @@ def _throughput_caption(marked: List[str], unfinished: Dict[str, List[RunGroup]]
         ]
         caption += f" {model}: no run finished ({', '.join(statuses)}), so it has no panel."
     return caption
-
-
-# --------------------------------------------------------------------------- 2 ratio heatmap
 
 
 def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline: str) -> Outcome:
@@ -216,7 +203,6 @@ def speed_heatmap(groups: Sequence[RunGroup], backends: Sequence[str], baseline:
 def _ratio_cells(
     rows: Sequence[RunGroup], columns: Sequence[str], baseline: str
 ) -> Tuple[np.ndarray, List[List[str]]]:
-    """(each cell's ratio, NaN where there is none; each cell's text)."""
     values = np.full((len(rows), len(columns)), np.nan)
     texts = [["" for _ in columns] for _ in rows]
     for i, group in enumerate(rows):
@@ -238,7 +224,6 @@ def _ratio_cells(
 
 
 def _ratio_colour_bar(figure: Any, image: Any, ax: Any, limit: float) -> None:
-    """The colour bar beside the heatmap, its ticks at round ratios (log scale)."""
     bar = figure.colorbar(image, ax=ax, shrink=0.9)
     step = 0.5 if limit <= 2 else max(1, int(np.ceil(2 * limit / 8)))
     ticks = [t * step for t in range(-40, 41) if abs(t * step) <= limit]

@@ -23,8 +23,8 @@ GPU_USED_MEMORY = re.compile(r"^gpu(\d+)_memory_used_bytes$")
 def pick_timeline_runs(
     groups: Sequence[RunGroup], backends: Sequence[str]
 ) -> Tuple[List[Tuple[RunGroup, RunResult]], List[str]]:
-    """One run per (group, backend): the repeat with the median img/s (else a run that did
-    not finish, to show how it ended); and notes on what was left out."""
+    """Per (group, backend) the repeat of median img/s (else one that did not finish), and
+    notes on what was left out."""
     picked, notes, sampler_off = [], [], []
     for group in groups:
         for backend in backends:
@@ -90,7 +90,7 @@ def timeline(group: RunGroup, run: RunResult, backends: Sequence[str]) -> Drawn:
 
 
 def _usage_panel(usage: Any, run: RunResult, series: Dict, curve: Callable) -> List[str]:
-    """GPU utilization where sampled, else the CPU use; the GPU series drawn."""
+    """GPU utilization where sampled, else the CPU use; returns the GPU series drawn."""
     gpu = sorted(n for n in series if GPU_UTILIZATION.match(n))
     if gpu:
         for name in gpu:
@@ -112,7 +112,6 @@ def _usage_panel(usage: Any, run: RunResult, series: Dict, curve: Callable) -> L
 
 
 def _memory_panel(memory: Any, series: Dict, curve: Callable) -> bool:
-    """Every memory series, each named by its kind; whether there was one."""
     drawn_memory = False
     for name in series:
         if name == "process_rss_bytes":
@@ -135,7 +134,6 @@ def _memory_panel(memory: Any, series: Dict, curve: Callable) -> bool:
 def _rate_panel(
     rate: Any, run: RunResult, markers: Dict, t0: float, backends: Sequence[str]
 ) -> None:
-    """img/s over time from the steps' end times, zoomed to the training steps."""
     steps, batch = run.metrics["step_ends_s"], run.config["batch_size"]
     start = markers["first_step_start"] - t0
     edges, rates, width = step_rate(np.asarray(steps, dtype=float), batch, markers)
@@ -166,7 +164,6 @@ def _caption(
     group: RunGroup, run: RunResult, row: str, has_rate: bool, drawn_memory: bool,
     gpu_labels: List[Optional[str]],
 ) -> str:  # fmt: skip
-    """Which run the timeline shows, why, and what it lacks."""
     parts = [f"Run {run.run_id}"]
     repeats = len(group.runs_of(row))
     if repeats > 1 and run.ok:
@@ -219,7 +216,6 @@ def step_rate(
 
 
 def _shade_stages(ax: Any, markers: Dict[str, Any], t0: float, label: bool = False) -> None:
-    """The warmup steps and the measured window, shaded (``label``: named in the legend)."""
     start, measured = markers.get("first_step_start"), markers.get("measured_start")
     end = markers.get("measured_end")
     if start is not None and measured is not None and measured > start:

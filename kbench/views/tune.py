@@ -1,7 +1,6 @@
-"""``kbench tune``'s report (``STORE/tune.json``) as tables: per backend, each setting
-tried and what became of it, in words, and the settings left out with their reasons;
-then the backends at their default and best in one table. As text for the terminal, and
-as a section of ``kbench report`` on a tune store."""
+"""``kbench tune``'s report (``STORE/tune.json``) as tables: per backend, each setting tried
+and what became of it, the settings left out and why; then the backends at their default
+and best. As text for the terminal, and as a section of ``kbench report``."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ FINAL_HEADERS = ["backend", "setting", "img/s (median)", "vs the first default (
 
 
 def ratio_cell(interval: Optional[Dict[str, Any]]) -> str:
-    """A stored ratio interval (``MedianInterval.to_dict``) as every table writes one."""
     return "-" if not interval else interval_text(MedianInterval(**interval), ".3f")
 
 
@@ -27,7 +25,6 @@ def _number(value: Optional[float]) -> str:
 
 
 def backend_table(report: Dict[str, Any]) -> Table:
-    """One backend's search: a row per setting tried, notes for the rest."""
     rows = []
     for trial in report["trials"]:
         outcome = trial["state"] + (f": {trial['reason']}" if trial.get("reason") else "")
@@ -70,7 +67,6 @@ def headline(report: Dict[str, Any]) -> str:
 
 
 def tune_text(report: Dict[str, Any]) -> str:
-    """The whole report for the terminal."""
     parts = [headline(report)] + [table.text() for table in tune_tables(report)]
     if report.get("sweep_file"):
         parts.append(f"the best settings as a sweep: kbench sweep {report['sweep_file']}")
@@ -78,7 +74,6 @@ def tune_text(report: Dict[str, Any]) -> str:
 
 
 def tune_section(report: Dict[str, Any]) -> Section:
-    """``kbench report`` of a tune store: the search, each setting kept or dropped and why."""
     return Section(
         id="tune",
         heading="Each backend at its best (kbench tune)",

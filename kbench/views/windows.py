@@ -1,9 +1,7 @@
-"""The windows of a warm interleaved comparison (``kbench run`` with several backends),
-one row per worker (its document, :mod:`kbench.results.comparison`): how many windows
-counted, were dropped or failed, their size, the median throughput, what the worker's
-start cost (measured once, in a fresh process), and whether it computed what the baseline
-did at warm-up (``metrics.parity``, written by :func:`kbench.run.windows.record_parity`),
-said in a line per backend under the table."""
+"""The windows of a warm interleaved comparison, one row per worker (its document,
+:mod:`kbench.results.comparison`): windows counted, dropped and failed, their size, the
+median throughput, the worker's start, and whether it computed what the baseline did at
+warm-up (``metrics.parity``), said in a line per backend under the table."""
 
 from __future__ import annotations
 
@@ -20,8 +18,6 @@ HEADERS = (
 
 
 def windows_table(results: Sequence[RunResult]) -> str:
-    """One row per (model, backend) of the comparison documents; a footnote for the
-    dropped rounds; the check at warm-up, a line per backend (:func:`parity_lines`)."""
     workers = _by_worker(results)
     rows = [_row(model, backend, runs) for (model, backend), runs in workers.items()]
     return "\n".join([render(HEADERS, rows), *dropped_notes(results), *parity_lines(results)])
@@ -35,17 +31,14 @@ def _by_worker(results: Sequence[RunResult]) -> Dict[Tuple[str, str], List[RunRe
 
 
 def windows_of(runs: Sequence[RunResult]) -> List[Dict[str, Any]]:
-    """Every window of ``runs`` (comparison documents), in order."""
     return [w for r in runs for w in ((r.metrics or {}).get("windows") or {}).get("list") or []]
 
 
 def parity_record(runs: Sequence[RunResult]) -> Optional[Dict[str, Any]]:
-    """One worker's ``metrics.parity``; None: none."""
     return next((r.metrics["parity"] for r in runs if r.metrics.get("parity")), None)
 
 
 def parity_word(record: Optional[Dict[str, Any]]) -> str:
-    """The table's word for a worker's check at warm-up."""
     if record is None:
         return "-"
     if not record["checked"]:
@@ -56,7 +49,6 @@ def parity_word(record: Optional[Dict[str, Any]]) -> str:
 
 
 def parity_line(backend: str, record: Dict[str, Any]) -> str:
-    """What the check at warm-up found for ``backend``, in one line."""
     reference = record["reference"]
     if not record["checked"]:
         return f"{backend}: not checked against {reference}: {record['why']}"
@@ -76,9 +68,8 @@ def parity_line(backend: str, record: Dict[str, Any]) -> str:
 
 
 def parity_lines(results: Sequence[RunResult]) -> List[str]:
-    """The check at warm-up, per model: what was compared, then a line per backend but
-    the reference (one line when none was checked, for the same reason), then the known
-    differences of those backends."""
+    """Per model: what was compared, a line per backend but the reference (one line when
+    none was checked, for one reason), then those backends' known differences."""
     lines: List[str] = []
     models: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for (model, backend), runs in _by_worker(results).items():
@@ -114,8 +105,6 @@ def _what_was_compared(records: Dict[str, Dict[str, Any]], reference: str) -> st
 
 
 def dropped_notes(results: Sequence[RunResult]) -> List[str]:
-    """One line for the rounds dropped: how many, the first reason and the last; where
-    every round was, that the figures are of windows measured while busy."""
     reasons: Dict[int, str] = {}
     for window in windows_of(results):
         if window.get("dropped"):
@@ -152,7 +141,7 @@ def _row(model: str, backend: str, runs: Sequence[RunResult]) -> List[str]:
 
 
 def _not_ok(runs: Sequence[RunResult]) -> int:
-    """The windows that failed, and a worker that failed before any window (its start)."""
+    """The windows that failed, or a worker that failed before any window."""
     failed = [sum(w.get("status") != "ok" for w in windows_of([run])) for run in runs]
     return sum(n or (not run.ok) for n, run in zip(failed, runs))
 
