@@ -1,14 +1,8 @@
 """Whether two backends computed the same thing: the parity records that ``kbench
-parity`` (:mod:`kbench.studies.parity`) and a warm windows comparison's check at warm-up
-(:mod:`kbench.run.windows`) share, over the tolerance and the figures of
-:mod:`kbench.results.analysis` (:class:`~kbench.results.analysis.Tolerance`,
-:func:`~kbench.results.analysis.differences`).
-
-Both compare a backend with a reference that started from the same initial weights and
-trained on the same mini-batches: the outputs on the same test rows before training (the
-largest absolute difference of float32 probabilities) and each training step's loss (the
-largest difference relative to the reference's). :func:`step_losses` turns the losses a
-backend logged into each step's own, since Keras 3's ``fit`` logs the epoch's mean so far.
+parity`` and a windows comparison's check at warm-up share, over the tolerance and the
+figures of :mod:`kbench.results.analysis`. Both compare a backend with a reference that
+started from the same weights on the same batches: the outputs on the same test rows
+before training and each step's loss (:func:`step_losses`: Keras 3 logs a running mean).
 """
 
 from __future__ import annotations

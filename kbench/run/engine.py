@@ -3,20 +3,12 @@ and ``--warm`` (:mod:`kbench.run.runner`), warm windows (:mod:`kbench.run.window
 ranks of a data-parallel run (:mod:`kbench.distributed.launcher`), ``kbench exec``'s
 script (:mod:`kbench.exec.watch`) and ``kbench ops``' worker (:mod:`kbench.ops.runner`).
 
-A :class:`Worker` is one process the engine started: in its own process group, so that
-it is stopped as a whole; its output read by a thread, line by line into the run's log
-(prefixed by the process's name where several share one log) with its progress events
-relayed (or by the caller's own reader: ``kbench exec``'s script may print anything). With
-``channel`` it is told commands on stdin and answers each on a reply pipe of its own
-(:mod:`kbench.run.protocol`): :meth:`Worker.request` awaits an answer for a given time, and
-an answer that does not come (the worker is stopped), a pipe that closes (the worker died)
-or a ``failed`` answer raises :class:`WorkerGone` with the verdict of how it ended.
-:meth:`Worker.wait` waits for a process to end by itself, past its timeout stopping it;
-:meth:`Worker.close` ends it (told to finish, or stopped) and kills whatever of its tree is
-left. :func:`supervise` is one process run to its end. The sampler
-(:class:`kbench.measure.sampler.Sampler`) is the caller's: over a run's whole life, a
-window, or every process of a data-parallel run. :func:`judge` turns how a worker ended
-and what it replied into a status.
+A :class:`Worker` runs in its own process group (stopped as a whole); a thread reads its
+output into the run's log and relays its progress events. With ``channel`` it is told
+commands on stdin and answers on a reply pipe (:mod:`kbench.run.protocol`); an answer
+that does not come in time, a pipe that closes or a ``failed`` answer raises
+:class:`WorkerGone` with the verdict of how it ended. The sampler is the caller's (a
+run's whole life, a window, every rank); :func:`judge` turns an ending into a status.
 """
 
 from __future__ import annotations
@@ -186,8 +178,7 @@ class Worker:
     # -------------------------------------------------------------- with a channel
 
     def send(self, command: Dict[str, Any]) -> None:
-        """One command on the worker's stdin (a worker that is gone: nothing; its reply
-        pipe says how it went)."""
+        """One command on stdin (to a worker that is gone: nothing; its pipe says how)."""
         try:
             self.process.stdin.write(json.dumps(command) + "\n")
             self.process.stdin.flush()
@@ -195,7 +186,6 @@ class Worker:
             pass
 
     def request(self, command: Dict[str, Any], what: str, timeout_s: float, **said: str):
-        """Send ``command`` and await its answer (:meth:`await_reply`)."""
         self.send(command)
         return self.await_reply(what, timeout_s, **said)
 
@@ -259,9 +249,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.stop()
 
-    def _drain_output(self) -> None:
-        """Let the output reader take the worker's last lines (a crash's message) into
-        the tail before a verdict quotes them."""
+    def _drain_output(self) -> None:  # the last lines (a crash's message) into the tail
         self.threads[0].join(timeout=5)
 
     # -------------------------------------------------------------- to its end
@@ -288,7 +276,13 @@ class Worker:
 
     def stop(self) -> None:
         """Stop the process group (SIGTERM), then kill it after a grace period."""
-        stop_group(self.process)
+        if not processes.stop_tree(self.process.pid):
+            return
+        try:
+            self.process.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            processes.kill_tree(self.process.pid)
+            self.process.wait()
 
     def close(self, now: bool = False, finish: bool = True) -> None:
         """End it: told to finish where it has a channel and is well (``now``: stopped at
@@ -318,9 +312,8 @@ def relay_output(
     stream: Any, log_file: LogWriter, tail: collections.deque, prefix: str = "",
     progress_of: Any = None, on_progress: Optional[OnProgress] = None,
 ) -> None:  # fmt: skip
-    """A reader thread's target: each line of a worker's output into its log; progress
-    events to ``on_progress``, every other line into ``tail`` (the log's last lines).
-    The pipe is closed at its end (left open, each run leaked a file object)."""
+    """Each line of a worker's output into its log; progress events to ``on_progress``,
+    other lines into ``tail``. The pipe is closed at its end (else each run leaked one)."""
     with stream:
         for line in stream:
             log_file.write(prefix + line)
@@ -397,14 +390,3 @@ def judge(outcome: Outcome, reply: Optional[WorkerReply], config: Any) -> ending
     return ending.no_result(
         "WorkerCrashed", how, f"the worker {how} without reporting a result", outcome.log_tail
     )
-
-
-def stop_group(process: subprocess.Popen) -> None:
-    """Stop a worker's process group (SIGTERM), then kill it after a grace period."""
-    if not processes.stop_tree(process.pid):
-        return
-    try:
-        process.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        processes.kill_tree(process.pid)
-        process.wait()

@@ -1,17 +1,11 @@
 """Where each backend runs: its interpreter, its keras.json, its process environment.
 
-Backends live in two virtual environments inside the checkout (``envs/keras3`` for
-TensorFlow, JAX and PyTorch; ``envs/mxnet`` for keras-mxnet), created by
-``python3 -m kbench.setup`` (``scripts/setup_envs.sh``, ``scripts\\setup_envs.cmd``);
-each interpreter is where ``venv`` puts it on this system (``bin/python``,
-``Scripts\\python.exe``). ``KBENCH_PYTHON_<BACKEND>`` (for example
-``KBENCH_PYTHON_MXNET``) points a backend at another interpreter, and
-``KBENCH_ENVS_DIR`` moves the environments' folder. A backend whose environment this
-platform cannot have (MXNet on Apple Silicon) is unsupported, with the reason
-:mod:`kbench.setup.platforms` gives.
-
-Nothing here reads or writes ``~/.keras``: every process gets a fresh ``KERAS_HOME``
-holding a copy of ``keras_configs/<backend>.json``.
+Backends live in two virtual environments inside the checkout (``envs/keras3``,
+``envs/mxnet``), created by ``python3 -m kbench.setup``. ``KBENCH_PYTHON_<BACKEND>``
+points a backend at another interpreter, ``KBENCH_ENVS_DIR`` moves the environments'
+folder. A backend this platform cannot have (MXNet on Apple Silicon) is unsupported, with
+the reason :mod:`kbench.setup.platforms` gives. Nothing here touches ``~/.keras``: every
+process gets a fresh ``KERAS_HOME`` holding a copy of ``keras_configs/<backend>.json``.
 """
 
 from __future__ import annotations

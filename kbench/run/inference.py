@@ -1,14 +1,10 @@
 """Inference in explicit stages, the same for every backend (worker side).
 
-Forward passes of one fixed batch with ``predict_on_batch``, which returns host
-arrays, so each call's time covers the device's work: ``warmup_steps`` passes
-(tracing, compilation, caches) kept apart, then passes for ``duration_s`` seconds,
-each timed. Throughput is measured batches over measured time; latency is per batch.
-
-With ``--target-precision P`` the passes go on until the 95% interval on the median
-throughput is within ±P (:mod:`kbench.measure.stats`) or ``--time-budget`` is
-spent; without a budget, ``duration_s`` bounds the run ("steps exhausted"). With a
-budget alone, passes run for the budget.
+Forward passes of one fixed batch with ``predict_on_batch``, which returns host arrays
+(so each call's time covers the device's work): ``warmup_steps`` passes kept apart, then
+timed passes for ``duration_s`` seconds. With ``--target-precision`` the passes stop once
+the median throughput's 95% interval is within ±P, or ``duration_s`` ends them; a
+``--time-budget`` replaces ``duration_s`` as the limit.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""What a killed kbench leaves behind, how the next one clears it, and what an
-interrupted run leaves to explain its log.
+"""What a killed kbench leaves behind, and how the next one clears it.
 
-A command's working directory (prepared data, per-run KERAS_HOME, task files) lives
-under the system's temporary directory as ``kbench-[KIND-]PID-XXXXXXXX``: ``PID`` is
-the process that made it. Python removes it when the command ends, even by Ctrl-C
-or SIGTERM; ``kill -9`` leaves it. Every new working directory first removes the
-directories of this user whose owner PID no longer runs. Directories named
-otherwise (older kbench versions) are left alone: their owner cannot be known.
+A command's working directory lives under the system's temporary directory as
+``kbench-[KIND-]PID-XXXXXXXX`` (``PID``: the process that made it). ``kill -9`` leaves
+it, so every new working directory first removes this user's whose owner PID no longer
+runs; directories named otherwise are left alone (their owner cannot be known).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Metrics the parent adds to a worker's own: what the sampler saw (memory peaks the
-worker could not see, energy, what else the machine did meanwhile) and the achieved
-FLOP/s. Shared by the runner, warm windows and the data-parallel launcher.
+"""Metrics the parent adds to a worker's own: what the sampler saw (memory the worker
+could not see, energy, the machine's other work) and the achieved FLOP/s.
 """
 
 from __future__ import annotations

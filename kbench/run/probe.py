@@ -1,15 +1,11 @@
 """``python -m kbench.run.probe BACKEND FORMAT[,FORMAT...] [MODEL[:HxWxC[:CLASSES]] ...]``
 
-Starts the backend exactly as a worker would (threads, Keras import, backend and
-format check, in the first FORMAT) and prints one JSON line: interpreter, Keras and
-framework versions, devices, and for each MODEL given its parameter count and output
-shape when built for that input (channels last, laid out for FORMAT); or the error
-that stopped it. With several formats the image models are built in each, one after the
-other in the same process (``models_by_format``; ``models`` holds the first's); a
-sequence model reads no data format, so it is built once, in the first, and the other
-formats' entries for it say so (``{"same_as": FORMAT}``): keras-mxnet's unrolled LSTMs
-took 30 of its 45 s per format.
-``kbench env`` and the model tests use it through :func:`kbench.run.environments.probe`.
+Starts the backend as a worker would (in the first FORMAT) and prints one JSON line:
+interpreter, Keras and framework versions, devices, and each MODEL's parameter count and
+output shape, or the error that stopped it. With several formats the image models are
+built in each in the same process (``models_by_format``); a sequence model only in the
+first (``{"same_as": FORMAT}``: keras-mxnet's unrolled LSTMs took 30 of its 45 s per
+format). Used through :func:`kbench.run.environments.probe`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """What the parent and a worker say to each other: the task file, the commands, the
-reply channel, the replies, and the progress lines (written, read, and shown in the log:
-:func:`show_progress`). Standard library only: this module is imported under every
-backend's interpreter.
+reply channel, the replies and the progress lines. Standard library only: imported under
+every backend's interpreter.
 
-The parent (:mod:`kbench.run.engine`) writes each run as a :class:`WorkerTask` (``run.json``)
-and starts ``python -m kbench.run.worker RUN_JSON`` (:mod:`kbench.run.worker`), which starts
-its backend from that task, then reads one command per line on stdin (:data:`COMMANDS`) and
-answers each on a reply pipe of its own, apart from its output: one JSON object per line,
-``event`` naming it. The worker's stdout and stderr stay its log, and carry progress events
-(lines starting with :data:`PROGRESS_PREFIX`), so whatever a framework prints can never
-garble or block a reply.
+The parent writes a :class:`WorkerTask` (``run.json``) and starts ``python -m
+kbench.run.worker RUN_JSON``, which reads one command per line on stdin (:data:`COMMANDS`)
+and answers each on a reply pipe of its own: one JSON object per line, ``event`` naming
+it. Its stdout and stderr stay its log and carry progress events (lines starting with
+:data:`PROGRESS_PREFIX`), so whatever a framework prints never garbles a reply.
 
-How the pipe's write end reaches the worker: on POSIX, as a file descriptor kept open across
-``exec`` (``pass_fds``), named by its number in :data:`REPLY_FD_VARIABLE`; on Windows, which
-has no ``pass_fds``, as an inheritable handle, the only one the worker inherits besides its
-standard streams (``STARTUPINFO.lpAttributeList["handle_list"]``), named ``handle:N``, which
-the worker turns back into a file descriptor (``msvcrt.open_osfhandle``). The Windows path
-is written from Python's documentation and has not run on Windows.
+The pipe's write end reaches the worker as a file descriptor kept open across ``exec``
+(``pass_fds``) named in :data:`REPLY_FD_VARIABLE`; on Windows, as the only inheritable
+handle (``STARTUPINFO.lpAttributeList["handle_list"]``), named ``handle:N``. The Windows
+path is written from Python's documentation and has not run on Windows.
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 For every run the runner picks the backend's interpreter, writes ``run.json`` and a
 per-run ``KERAS_HOME``, starts ``python -m kbench.run.worker`` on the engine
-(:mod:`kbench.run.engine`), tells it to ``run`` the task and awaits the reply within the
-run's timeout. A worker that crashes, hangs or is killed becomes a recorded ``failed`` or
-``timeout`` result, and the next run goes on. Runs that share what a worker starts with
-may share one (``--warm``). Results go to the store (``output_dir/<run_id>.json``), the
-worker's output to ``output_dir/logs/<run_id>.log``.
+(:mod:`kbench.run.engine`) and awaits its reply within the run's timeout. A worker that
+crashes, hangs or is killed becomes a ``failed`` or ``timeout`` result, and the next run
+goes on; runs that share what a worker starts with may share one (``--warm``). Results
+go to ``output_dir/<run_id>.json``, the worker's output to ``output_dir/logs/<run_id>.log``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Training in explicit stages, the same for every backend (worker side).
 
 Each epoch is one ``backend.fit_epoch`` over that epoch's mini-batches in the order the
-runner drew, so every backend sees the same batches (for Keras, one ``model.fit`` with
-``shuffle=False`` and a timing callback). The backend stamps each step on a
+runner drew, so every backend sees the same batches. The backend stamps each step on a
 :class:`StepClock`, which reads the loss on the host at the end of a step: that waits for
 the device, so a step's time covers its whole computation. The first ``warmup_steps``
 steps (tracing, compilation, caches) are kept apart; the measured window runs from the
@@ -11,20 +10,16 @@ epochs' training loops.
 
 With ``--target-precision`` or ``--time-budget`` the clock feeds every measured step to a
 :class:`~kbench.measure.stats.PrecisionTracker` and, once the goal is met, raises
-:class:`~kbench.measure.stats.StopMeasuring` from ``batch_end``: that one place stops
-every backend's step loop without any of them knowing. The trainer catches it, keeps the
-epoch's last logs as its training loss and accuracy, and skips the remaining epochs
-(Keras 3 writes the JAX state back in ``fit``'s ``finally``; the other frameworks update
-their weights in place, so evaluation sees the trained model).
+:class:`~kbench.measure.stats.StopMeasuring` from ``batch_end``, which stops every
+backend's step loop; the trainer keeps the epoch's last logs and skips the remaining
+epochs (the weights are updated in place, so evaluation sees the trained model).
 
-A warm worker's windows (:mod:`kbench.run.windows`) use the same :class:`Trainer`, which
-then trains on through the sample order, cycling it. :meth:`~Trainer.warm_up` runs the
-warmup steps, then a few calibration steps whose median time sets how many steps make a
-window of about ``window_s`` seconds (or the run's ``steps``); each :meth:`~Trainer.window`
-is one ``fit_epoch`` over one untimed batch (the call's own set-up) and that many measured
-ones. What a window does not capture, by design: the first step and compilation (the
-worker's start has them), and anything that grows across windows (allocator pools,
-caches), which a fresh process starts without; memory readings are the process's peaks.
+A warm worker's windows (:mod:`kbench.run.windows`) cycle through the sample order:
+:meth:`~Trainer.warm_up` runs the warmup steps, then calibration steps whose median time
+sizes a window of about ``window_s`` (or ``steps``); each :meth:`~Trainer.window` is one
+untimed step (the call's own set-up) and that many measured ones. A window does not
+capture the first step and compilation (the worker's start has them), nor what grows
+across windows (allocator pools, caches); memory readings are the process's peaks.
 """
 
 from __future__ import annotations

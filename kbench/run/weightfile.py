@@ -1,11 +1,9 @@
 """Parity, worker side: model weights as a plain .npz (how initial weights move between
 workers) and :func:`replay`, the same weights and batches trained on every backend.
 
-The file holds the layers in Keras layer order, each layer's arrays as its Keras
-``get_weights()`` gives them, plus what a reader needs to lay them out for itself: the
-data format the model was built in (it orders the first Dense kernel after a Flatten) and
-the Conv2D kernel layout (HWIO in Keras 3; OIHW in keras-mxnet under channels_first). No
-pickle: numpy arrays and a JSON header only.
+The file holds each layer's Keras ``get_weights()`` arrays in layer order, the data
+format the model was built in (it orders the first Dense kernel after a Flatten) and the
+Conv2D kernel layout. No pickle: numpy arrays and a JSON header only.
 """
 
 from __future__ import annotations

@@ -1,28 +1,21 @@
 """Warm interleaved windows: a comparison measured in rounds of A B C D windows (parent side).
 
-Each config (a backend, usually) gets one warm worker (:mod:`kbench.run.worker`) that
-starts its framework, builds and compiles the model once, then measures a window of steps
-each time it is told to. The workers start side by side; their warmups run one at a time;
-then, round after round, each measures one window while the others wait idle, in an order
-that turns by one each round (A B C, B C A, C A B), so that drift of the machine and the
-position in a round hit every backend alike. Each backend's windows are one result
-document (:mod:`kbench.results.comparison`), stored again every few seconds; the ratios,
-their interval and the stop rule read its rounds as they read fresh rounds.
+Each config gets one warm worker (:mod:`kbench.run.worker`) that builds and compiles the
+model once, then measures a window of steps each time it is told to. The workers start
+side by side and warm up one at a time; then each round every worker measures one window
+while the others wait idle, in an order that turns by one each round (A B C, B C A), so
+that drift and position hit every backend alike. Each backend's windows are one document
+(:mod:`kbench.results.comparison`), stored again every few seconds.
 
-- The sampler runs during each window only, on that worker's process tree; the window's
-  quality flags are its own. A round in which any window was flagged busy or on a shared
-  GPU is dropped: its windows are kept, marked ``dropped`` with the reason, and left out
-  of every comparison (unless every round was: then the figures are flagged busy); the
-  rounds go on.
-- A worker that crashes, runs out of memory or stops answering (a window past
-  :func:`window_timeout`) is stopped, and its document ends ``failed``, ``oom`` or
-  ``timeout``, keeping the windows it measured; the others go on, while two are left.
-- What needs a fresh process (the first step, compilation, cold memory) is measured
-  once, at the worker's start.
+- The sampler runs during each window only, on that worker's tree. A round in which a
+  window was flagged busy or on a shared GPU is dropped (kept, marked ``dropped``, left
+  out of every comparison unless every round was: then the figures are flagged busy).
+- A worker that crashes, runs out of memory or hangs (past :func:`window_timeout`) is
+  stopped; its document ends ``failed``, ``oom`` or ``timeout`` with its windows kept.
+- The first step, compilation and cold memory are measured once, at the worker's start.
 - Parity at warm-up (:func:`plan_parity`, :func:`record_parity`): the workers start from
-  one backend's initial weights and warm up on the same batches; each one's outputs and
-  warmup losses are compared with the baseline's (:mod:`kbench.run.agreement`) in its
-  ``metrics.parity``. A backend that computes otherwise is measured all the same.
+  one backend's initial weights and warm up on the same batches; each one is compared
+  with the baseline in its ``metrics.parity``, and measured all the same.
 """
 
 from __future__ import annotations
@@ -75,9 +68,8 @@ OnWindow = Callable[["WindowWorker", int], None]
 
 
 def window_timeout(window_s: float, expected_s: float = 0.0) -> float:
-    """How long a window may take before its worker counts as hung: 20 times what it
-    should take (its ``window_s``, or ``expected_s`` from the calibration steps when more:
-    a window of ``--steps N`` slow steps), and at least a minute."""
+    """20 times what a window should take (``window_s``, or ``expected_s`` from the
+    calibration steps when more), at least a minute: then its worker counts as hung."""
     return max(WINDOW_TIMEOUT_MIN_S, 20.0 * max(window_s, expected_s))
 
 
@@ -87,11 +79,10 @@ def _gpu_present() -> bool:
 
 
 def grow_on_demand(config: RunConfig) -> Tuple[Dict[str, str], Optional[str]]:
-    """The environment variables that make a warm worker of ``config`` grow its GPU
-    memory on demand, and why (empty and None: nothing to change). A framework that takes
-    most of the GPU's memory at its start (JAX 75%, TensorFlow all) would leave the other
-    workers none (on an H100, every tune setting of JAX after the first ran out of
-    memory). The config itself is left as the user gave it, and so are their options."""
+    """The variables that make a warm worker grow its GPU memory on demand, and why
+    (empty and None: nothing to change). A framework that takes most of the GPU at its
+    start (JAX 75%, TensorFlow all) leaves the other workers none (on an H100, every tune
+    setting of JAX after the first ran out of memory). The config is left as given."""
     if config.device == "cpu" or config.gpu_memory_growth or config.gpu_memory_fraction:
         return {}, None
     backend = load_backend(config.backend)
@@ -151,9 +142,8 @@ class WindowWorker:
 
     @property
     def companions(self) -> List[int]:
-        """The PIDs of the session's other live workers (of this comparison, of tune's
-        other settings and backends): idle while this one measures, so what they hold on
-        a GPU is recorded apart from other processes' and drops no window."""
+        """The PIDs of the session's other live workers: idle while this one measures, so
+        what they hold on a GPU is recorded apart and drops no window."""
         return [w.worker.pid for w in self.siblings
                 if w is not self and w.alive and not w.worker.closed]  # fmt: skip
 
@@ -193,8 +183,7 @@ class WindowWorker:
     # --------------------------------------------------------------- its stages
 
     def start(self) -> None:
-        """Wait for the framework, data and model (a worker that fails ends: ``alive``
-        says so, its document why)."""
+        """Wait for the model built (a worker that fails ends: its document says why)."""
         try:
             self.started = self.worker.await_reply("its start", self.config.timeout_s)
             self.framework = self.started["framework"]
@@ -202,7 +191,7 @@ class WindowWorker:
             pass
 
     def warm_up(self) -> None:
-        """The warmup and calibration steps (a worker that fails ends, as in :meth:`start`)."""
+        """The warmup and calibration steps (a failure ends the worker, as in :meth:`start`)."""
         command = {"do": "warmup", "window_s": self.config.window_s, "steps": self.config.steps,
                    "check_rows": self.check_rows} | self.weights  # fmt: skip
         try:
@@ -280,14 +269,11 @@ class WindowWorker:
         return time.monotonic() - started
 
     def close(self, now: bool = False) -> None:
-        self.worker.close(now=now)  # kbench.run.engine.Worker.close
-
-    # --------------------------------------------------------------- its document
+        self.worker.close(now=now)
 
     def document(self, sampled: bool = True) -> RunResult:
-        """The comparison's document of this worker: every window it measured, ok unless
-        the worker ended otherwise, no window was measured, or kbench was interrupted.
-        Not ``sampled``: without the sampler's series (for the stop rule, each round)."""
+        """The comparison's document of this worker, with every window it measured; not
+        ``sampled``: without the sampler's series (for the stop rule, each round)."""
         reply = WorkerReply("ok", framework=self.framework, model=self.started.get("model") or {})
         metrics: Dict[str, Any] = {}
         if self.ready:
@@ -309,8 +295,8 @@ class WindowWorker:
         )  # fmt: skip
 
     def verdict(self, metrics: Dict[str, Any]) -> ending.Verdict:
-        """How the worker's comparison ended: as its worker did; else not ok where kbench
-        was interrupted or it measured no window (why the comparison stopped)."""
+        """As its worker ended; else failed where kbench was interrupted or no window
+        was measured (with why the comparison stopped)."""
         if self.worker.gone is not None:
             return self.worker.gone
         if self.stopped and self.stopped.startswith(INTERRUPTED):
@@ -320,8 +306,7 @@ class WindowWorker:
         return ending.OK
 
     def _start_figures(self) -> Dict[str, Any]:
-        """What the worker's start measured, once: its import, build and first step."""
-        return {
+        return {  # what the worker's start measured, once
             "import_time_s": self.started.get("import_time_s"),
             "build_time_s": self.started.get("build_time_s"),
             "first_step_s": self.ready["first_step_s"],
@@ -340,8 +325,7 @@ class WindowWorker:
 
 
 def drop_reason(records: Sequence[Dict[str, Any]], names: Sequence[str]) -> Optional[str]:
-    """Why this round must be dropped: a window flagged busy or on a shared GPU
-    (``names``: what to call each record's worker)."""
+    """Why this round must be dropped (a window flagged busy or on a shared GPU)."""
     for record, name in zip(records, names):
         for flag in (record.get("quality") or {}).get("flags") or []:
             if flag.startswith(DROPPING_FLAGS):
@@ -353,13 +337,11 @@ def interleave(
     runner: Runner, configs: Sequence[RunConfig], *, stop: Optional[Stop] = None,
     max_rounds: int = MAX_ROUNDS, on_window: Optional[OnWindow] = None, check_parity: bool = True,
 ) -> Tuple[List[RunResult], str]:  # fmt: skip
-    """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, a
-    window's) in warm interleaved windows into ``runner.output_dir`` until ``stop(the live
-    workers' documents)`` gives a reason, ``max_rounds`` rounds ran, or fewer than two
-    workers are left; each worker's document and why it stopped. ``on_window(worker,
-    round)`` is called as each window's command is sent. The first config is the
-    baseline: when its worker ends, so does the comparison. ``check_parity``: every
-    worker's warm-up is checked against the baseline's (:func:`plan_parity`)."""
+    """Measure ``configs`` (each with its ``window_s``; ``steps``, when given, a window's)
+    in warm interleaved windows until ``stop(the live workers' documents)`` gives a reason,
+    ``max_rounds`` ran, or fewer than two workers are left; each worker's document and why
+    it stopped. ``on_window(worker, round)`` is called as each window is sent. The first
+    config is the baseline: when its worker ends, so does the comparison."""
     unset = [config.label() for config in configs if config.window_s is None]
     if unset:
         raise ValueError(f"interleave: expected configs with window_s; {unset[0]} has none")
@@ -369,7 +351,11 @@ def interleave(
             for config in configs:
                 workers.append(WindowWorker.launch(runner, session, config))
             weights = session.directory.resolve() / "initial-weights.npz"
-            start_workers(plan_parity(workers, weights, check_parity))
+            order = plan_parity(workers, weights, check_parity)  # starts, then warm-ups
+            for worker in order:
+                worker.start()
+            for worker in [w for w in order if w.alive]:
+                worker.warm_up()
             record_parity(workers, weights)
             keep(runner, [w for w in workers if not w.alive])
             reason = _rounds(runner, workers, stop, max_rounds, on_window)
@@ -389,8 +375,8 @@ def interleave(
 
 
 def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
-    """Mark each worker's comparison cut short by ``err`` (Ctrl-C, SIGTERM, a failure of
-    kbench's own), and leave out a round it was in: that round was never judged for drops."""
+    """Mark each comparison cut short by ``err``, and leave out the unfinished round
+    (never judged for drops)."""
     why = "Ctrl-C or SIGTERM" if isinstance(err, KeyboardInterrupt) else type(err).__name__
     for worker in workers:
         for record in worker.records:
@@ -406,8 +392,8 @@ def _rounds(
     runner: Runner, workers: List[WindowWorker], stop: Optional[Stop], max_rounds: int,
     on_window: Optional[OnWindow],
 ) -> str:  # fmt: skip
-    """The rounds of :func:`interleave`, each worker's document stored every
-    :data:`PROGRESS_EVERY_S`; why they ended."""
+    """The rounds of :func:`interleave`, documents stored every :data:`PROGRESS_EVERY_S`;
+    why they ended."""
     progress = RoundProgress()
     stored_at = time.monotonic()
     reason = f"{max_rounds} rounds ran"
@@ -441,8 +427,8 @@ def _rounds(
 def measure_round(
     workers: Sequence[WindowWorker], round_index: int, on_window: Optional[OnWindow] = None
 ) -> Optional[str]:
-    """One round: a window of each of ``workers`` in turn, the order turned by
-    ``round_index``; the round dropped where a window was flagged busy: why, or None."""
+    """A window of each worker, the order turned by ``round_index``; why the round was
+    dropped, or None."""
     shift = round_index % len(workers)
     turn = list(workers[shift:]) + list(workers[:shift])
     records = [worker.window(round_index, position, on_window)
@@ -456,9 +442,8 @@ def measure_round(
 
 @dataclass
 class RoundProgress:
-    """A comparison's progress, a line every :data:`PROGRESS_EVERY_S` and at its end: the
-    rounds so far, each backend's median over its counted windows, the widest ratio
-    interval, and how many rounds were dropped and why (the last)."""
+    """A progress line every :data:`PROGRESS_EVERY_S` and at the end: rounds, each
+    backend's median, the widest ratio interval, the rounds dropped and the last why."""
 
     said_at: float = field(default_factory=time.monotonic)
     dropped: int = 0
@@ -477,8 +462,7 @@ class RoundProgress:
             self.said(workers, documents)
 
     def said(self, workers: Sequence[WindowWorker], documents: Sequence[RunResult]) -> None:
-        """The line, now, from the live workers' ``documents`` (at the end: if a round was
-        done since the last line)."""
+        """The line, from the live workers' ``documents``, if a round was done since the last."""
         if not self.unsaid:
             return
         self.said_at, self.unsaid = time.monotonic(), False
@@ -497,24 +481,15 @@ class RoundProgress:
                  interval, drops)  # fmt: skip
 
 
-def start_workers(workers: Sequence[WindowWorker]) -> None:
-    """Wait for every worker's start, then warm each up in turn."""
-    for worker in workers:
-        worker.start()
-    for worker in [w for w in workers if w.alive]:
-        worker.warm_up()
-
-
 def plan_parity(
     workers: Sequence[WindowWorker], weights: Path, check: bool = True
 ) -> List[WindowWorker]:
-    """Set up the check at warm-up that each worker computes what the first one (the
-    baseline) does: the first worker whose backend exports weights (a Keras backend)
-    saves its initial weights at ``weights``, every other starts from them, and each
-    reports its outputs on the same test rows before training and its warmup losses
-    (:func:`record_parity` compares them). A worker that cannot be checked gets its
-    ``parity`` record now, saying why (not ``check``: none is). Returns the workers in
-    the order to warm up: the one that exports first."""
+    """Set up the check at warm-up that each worker computes what the first (the
+    baseline) does: the first worker whose backend exports weights saves its initial
+    weights at ``weights``, every other starts from them, and each reports its outputs
+    on the same test rows and its warmup losses (:func:`record_parity` compares them). A
+    worker that cannot be checked gets its ``parity`` record now, saying why. Returns
+    the workers in the order to warm up: the one that exports first."""
     reference = workers[0].config
     why_none = not_comparable(reference) if check else NOT_ASKED
     checked = [w for w in workers if _settings_apart(reference, w.config) is None]
@@ -570,8 +545,7 @@ def _settings_apart(reference: RunConfig, config: RunConfig) -> Optional[str]:
 
 
 def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
-    """After the warm-ups of :func:`plan_parity`: each warm worker's ``parity`` record
-    (:func:`kbench.run.agreement.same_start`) in its tags, and said."""
+    """After the warm-ups: each worker's ``parity`` record in its tags, and said."""
     reference = workers[0]
     known = {backend for backend, _ in agreement.KNOWN_DIFFERENCES}
     layer_types: List[str] = []
@@ -606,8 +580,8 @@ def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
 
 
 def keep(runner: Runner, workers: Sequence[WindowWorker], quiet: bool = False) -> None:
-    """Each worker's document into the store (again: it replaces the one stored after
-    the last round); one that is not ok said once, as it ended (not ``quiet``: Ctrl-C)."""
+    """Each worker's document into the store (replacing the last round's); one not ok
+    said once (not ``quiet``: Ctrl-C)."""
     with runner.store_lock:
         store = ResultStore(runner.output_dir)
         for worker in workers:
