@@ -27,7 +27,7 @@ from kbench import datasets
 from kbench.backends.kernels import jit_decides_start
 from kbench.backends.switches import SWITCHES, per_process
 from kbench.measure import quality as quality_mod
-from kbench.measure import sampler as sampler_mod
+from kbench.measure.sampler import Sampler
 from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import write_json_atomic
@@ -230,10 +230,9 @@ class Runner:
         self, cases: Sequence[Case], session_dir: Path, python_path: Path
     ) -> List[RunResult]:
         """Run ``cases`` in one worker process, one after another (one case: an ordinary
-        run). They must share what the process is started with (:func:`worker_key`);
-        each becomes its own result. Each case has its own timeout (the first counted
-        from the worker's start); a worker that dies or is stopped fails the cases it
-        had not answered yet."""
+        run); they must share a :func:`worker_key`. Each has its own result and timeout
+        (the first counted from the worker's start); a worker that dies or is stopped
+        fails the cases it had not answered yet."""
         keys = {worker_key(case.config) for case in cases}
         if len(keys) != 1:
             raise ValueError(
@@ -242,19 +241,7 @@ class Runner:
             )
         planned = [self._plan(case, session_dir) for case in cases]
         first = planned[0]
-        env, keras_json = environments.process_environment(
-            first.config.backend, first.run_dir, python_path, first.config.threads_in_force,
-            first.config.data_format, first.config.device,
-        )  # fmt: skip
-        interpreter = environments.interpreter_for(first.config.backend)
-        started_at = time.time()
-        for run in planned:
-            run.write_task(keras_json["image_data_format"], started_at)
-        log_path = open_log(self.output_dir, first.run_id)  # a store that cannot take it: stop
-        context = RunContext(
-            str(interpreter), environments.recorded_variables(env, first.config.backend),
-            keras_json, started_at, warm=len(planned) > 1,
-        )  # fmt: skip
+        env, context, log_path = self.prepare(planned, python_path)
         served = Served(None, warm=len(planned) > 1)
         kept: Dict[str, RunResult] = {}
 
@@ -266,15 +253,11 @@ class Runner:
             kept[run.run_id] = self._finish(run, served.verdict(run, so_far), served, ended)
 
         try:  # from the launch on: a SIGTERM at any point is said beside the log
-            served.worker = Worker.launch(
-                [str(interpreter), "-m", "kbench.run.worker", str(first.run_dir / "run.json")],
-                env, first.run_dir, log_path, name=first.config.label(),
-                progress_of=first.config, on_progress=self.on_progress, channel=True,
-            )  # fmt: skip
+            served.worker = self.launch(first, env, context, log_path)
             served.sampler = start_sampler(
                 served.worker.pid, first.config.sample_interval_s, self.nvml
             )
-            served.serve(planned, started_at, keep_replied if served.warm else None)
+            served.serve(planned, context.started_at, keep_replied if served.warm else None)
             served.worker.close()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, say so, stop
             if served.worker is not None:
@@ -306,7 +289,7 @@ class Runner:
         had replied is saved; each other one is marked interrupted beside the log, and a
         resumed sweep runs it again."""
         replied = dataclasses.replace(context, warm=True, ended_at=time.time())
-        stopped = Outcome(returncode=0, timed_out=False, log_tail=[])
+        stopped = Outcome(0, False, [])
         for run in planned:
             reply = served.replies.get(run.run_id)
             if reply is not None:
@@ -318,6 +301,46 @@ class Runner:
             leftovers.write_interrupted(
                 log_path, run.run_id, run.config, context.started_at, run.case.sweep
             )
+
+    def prepare(
+        self, planned: Sequence[PlannedRun], python_path: Path, extra: Optional[Dict] = None
+    ) -> Tuple[Dict[str, str], RunContext, Path]:
+        """A worker's environment for ``planned`` (with the ``extra`` variables), their task
+        files written, how it starts, and its log (a store that cannot take it: raises)."""
+        config, run_dir = planned[0].config, planned[0].run_dir
+        env, keras_json = environments.process_environment(
+            config.backend,
+            run_dir,
+            python_path,
+            config.threads_in_force,
+            config.data_format,
+            config.device,
+        )
+        env.update(extra or {})
+        interpreter = environments.interpreter_for(config.backend)
+        started_at = time.time()
+        for run in planned:
+            run.write_task(keras_json["image_data_format"], started_at)
+        recorded = environments.recorded_variables(env, config.backend) | (extra or {})
+        context = RunContext(str(interpreter), recorded, keras_json, started_at, len(planned) > 1)
+        return env, context, open_log(self.output_dir, planned[0].run_id)
+
+    def launch(
+        self, first: PlannedRun, env: Dict[str, str], context: RunContext, log_path: Path
+    ) -> Worker:
+        """The worker of :meth:`prepare`, started with a channel."""
+        command = [context.interpreter, "-m", "kbench.run.worker", str(first.run_dir / "run.json")]
+        config = first.config
+        return Worker.launch(
+            command,
+            env,
+            first.run_dir,
+            log_path,
+            name=config.label(),
+            progress_of=config,
+            on_progress=self.on_progress,
+            channel=True,
+        )
 
     def _plan(self, case: Case, session_dir: Path) -> PlannedRun:
         config = case.config
@@ -339,33 +362,30 @@ class Runner:
         if context.warm and reply is not None:  # the worker ended later, for this case
             started_at, ended_at = reply.started_at or started_at, reply.ended_at or ended_at
         metrics = dict(reply.metrics) if reply and verdict.status == "ok" else {}
-        sampled = self._add_sampled(run, served.sampler, metrics, started_at, ended_at)
+        sampled = None
+        if served.sampler is not None:
+            measured = bool(metrics) and run.case.parity is None
+            sampled = add_sampled(
+                served.sampler,
+                metrics,
+                started_at,
+                ended_at,
+                config.threads,
+                self.busy_threshold,
+                measured,
+            )
         if metrics and run.case.parity is None:
             metrics["compute"] = compute_rate(config, metrics, reply)
         framework = reply.framework if reply else {}
         result = ending.run_result(
             run_id=run.run_id, kind="parity" if run.case.parity is not None else config.mode,
             config=config.to_dict(), verdict=verdict, started_at=started_at, ended_at=ended_at,
-            environment=ending.environment(
-                context.interpreter, context.process_env, context.keras_json, framework
-            ),
-            data=run.case.data.describe(), model=model_facts(config, reply), metrics=metrics,
+            environment=context.environment(framework), data=run.case.data.describe(),
+            model=model_facts(config, reply), metrics=metrics,
             sampler=sampled.to_dict() if sampled else None, sweep=run.case.sweep,
         )  # fmt: skip
         with self.store_lock:  # runs side by side in threads: one writer at a time
             return ending.keep(result, ResultStore(self.output_dir), config.label())
-
-    def _add_sampled(
-        self, run: PlannedRun, sampler: Optional[sampler_mod.Sampler], metrics: Dict[str, Any],
-        started_at: float, ended_at: float,
-    ) -> Optional[sampler_mod.SamplerResult]:  # fmt: skip
-        if sampler is None:
-            return None
-        measured = bool(metrics) and run.case.parity is None
-        return add_sampled(
-            sampler, metrics, started_at, ended_at, run.config.threads, self.busy_threshold,
-            measured,
-        )  # fmt: skip
 
 
 @dataclass
@@ -376,7 +396,7 @@ class Served:
     worker: Optional[Worker]
     replies: Dict[str, WorkerReply] = field(default_factory=dict)  # run id -> its reply
     gone: Optional[ending.Verdict] = None
-    sampler: Optional[sampler_mod.Sampler] = None
+    sampler: Optional[Sampler] = None
     warm: bool = False  # several runs in the worker
 
     def serve(
@@ -494,6 +514,9 @@ class RunContext:
     started_at: float
     warm: bool
     ended_at: float = 0.0
+
+    def environment(self, framework: Dict[str, Any]) -> Dict[str, Any]:
+        return ending.environment(self.interpreter, self.process_env, self.keras_json, framework)
 
 
 def model_facts(config: RunConfig, reply: Optional[WorkerReply]) -> Dict[str, Any]:

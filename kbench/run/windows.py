@@ -44,12 +44,12 @@ from kbench.results.comparison import (
 )
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, open_log
-from kbench.run import agreement, environments, weightfile
+from kbench.results.store import ResultStore
+from kbench.run import agreement, weightfile
 from kbench.run.engine import Worker, WorkerGone, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
 from kbench.run.protocol import WorkerReply
-from kbench.run.runner import Case, PlannedRun, Runner, Session, model_facts
+from kbench.run.runner import Case, PlannedRun, RunContext, Runner, Session, model_facts
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +104,7 @@ class WindowWorker:
     runner: Runner
     planned: PlannedRun
     worker: Worker
-    interpreter: str
-    process_env: Dict[str, str]
-    keras_json: Dict[str, Any]
-    launched_at: float
+    context: RunContext  # how its process was started
     started: Dict[str, Any] = field(default_factory=dict)  # the ``started`` reply
     ready: Dict[str, Any] = field(default_factory=dict)  # the ``ready`` reply
     windows: int = 0  # windows measured so far
@@ -152,28 +149,18 @@ class WindowWorker:
         """Start the worker and tell it to build (while the others do too)."""
         grow, memory_note = grow_on_demand(config)
         planned = runner._plan(Case(config, session.prepared.get(config)), session.directory)
-        env, keras_json = environments.process_environment(
-            config.backend, planned.run_dir, session.python_path, config.threads_in_force,
-            config.data_format, config.device,
-        )  # fmt: skip
-        env.update(grow)
-        interpreter = environments.interpreter_for(config.backend)
-        launched_at = time.time()
-        planned.write_task(keras_json["image_data_format"], launched_at)
-        task = str(planned.run_dir / "run.json")
-        worker = Worker.launch(
-            [str(interpreter), "-m", "kbench.run.worker", task], env, planned.run_dir,
-            open_log(runner.output_dir, planned.run_id), name=config.label(),
-            progress_of=config, on_progress=runner.on_progress, channel=True,
-        )  # fmt: skip
+        env, context, log_path = runner.prepare([planned], session.python_path, grow)
+        worker = runner.launch(planned, env, context, log_path)
         window_worker = cls(
-            runner=runner, planned=planned, worker=worker, interpreter=str(interpreter),
-            process_env=environments.recorded_variables(env, config.backend) | grow,
-            keras_json=keras_json, launched_at=launched_at, siblings=session.window_workers,
+            runner,
+            planned,
+            worker,
+            context,
+            siblings=session.window_workers,
             memory_note=memory_note,
-        )  # fmt: skip
+        )
         session.window_workers.append(window_worker)
-        worker.send({"do": "start", "task": task})
+        worker.send({"do": "start", "task": str(planned.run_dir / "run.json")})
         return window_worker
 
     @property
@@ -285,10 +272,8 @@ class WindowWorker:
         ended_at = self.records[-1]["ended_at"] if self.records else time.time()
         return ending.run_result(
             run_id=self.planned.run_id, kind="train", config=self.config.to_dict(),
-            verdict=self.verdict(metrics), started_at=self.launched_at, ended_at=ended_at,
-            environment=ending.environment(
-                self.interpreter, self.process_env, self.keras_json, self.framework
-            ),
+            verdict=self.verdict(metrics), started_at=self.context.started_at, ended_at=ended_at,
+            environment=self.context.environment(self.framework),
             data=self.planned.case.data.describe(), model=model_facts(self.config, reply),
             metrics=metrics,
             sampler=comparison_sampler(self.sampled, self.records) if sampled else None,
