@@ -1,28 +1,18 @@
-"""NVIDIA Jetson boards, read from sysfs and procfs (Jetsons had no NVML before their
-newest releases; tegrastats and jtop read the same files).
+"""NVIDIA Jetson boards, read from sysfs and procfs, as tegrastats and jtop do (Jetsons
+had no NVML before their newest releases), under a root directory (``/`` on a board;
+tests point it at a fake tree):
 
-What is read, each sample, under a root directory (``/`` on a board; tests point it at
-a fake tree laid out like a board's):
+- **GPU load and frequency** from the integrated GPU's devfreq node (found as jtop finds
+  it): ``load`` in per mille of the governor's last window, ``cur_freq`` in Hz.
+- **Power** from the board's INA3221 monitors: hwmon files on JetPack 5 and 6 (mV, mA),
+  iio files on JetPack 4 (mW). Every rail is ``rail_<name>_power_w``; the input rail
+  (``*_IN``) is ``board_power_w``, else the sum of every rail, said so; a rail feeding
+  the GPU alone is also ``gpu0_power_w``.
+- **Energy**: the board power integrated over the samples, ``board_energy_j``.
+- **GPU memory**: ``NvMapMemUsed`` in ``proc/meminfo``, what the GPU driver allocated
+  from the memory it shares with the CPU, for every process.
 
-- **GPU load and frequency** from the integrated GPU's devfreq node: the entry of
-  ``sys/class/devfreq/`` whose ``device/of_node/name`` is ``gpu``, ``gp10b``,
-  ``gv11b`` or ``ga10b`` (as jtop finds it); ``load`` in the device's directory is in
-  per mille of the time the GPU was busy over the governor's last window (so
-  ``sys/devices/gpu.0/load`` on Nano and TX2), ``cur_freq`` is in Hz.
-- **Power** from the board's INA3221 monitors: on current JetPack (5, 6) the hwmon files
-  ``sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*/in<N>_label`` with ``in<N>_input``
-  (bus voltage, mV) and ``curr<N>_input`` (mA); on JetPack 4 the iio files
-  ``sys/bus/i2c/drivers/ina3221x/*/iio:device*/rail_name_<N>`` with
-  ``in_power<N>_input`` (mW). Every rail is a series ``rail_<name>_power_w``; the
-  board's input rail (a name ending in ``_IN``: ``VDD_IN``, ``POM_5V_IN``) is
-  ``board_power_w``, else the sum of every rail, said so in ``describe()``. A rail that
-  feeds the GPU alone (``VDD_GPU``, ``POM_5V_GPU``, ``GPU``) is also ``gpu0_power_w``.
-- **Energy** by integrating the board power over the samples (trapezoids):
-  ``board_energy_j``, a counter from the first sample.
-- **GPU memory**: the integrated GPU shares the CPU's memory; ``NvMapMemUsed`` in
-  ``proc/meminfo`` is what the GPU driver (nvmap) has allocated, for every process.
-
-Detection (:func:`is_jetson`): ``proc/device-tree/model`` names a Jetson, or
+A Jetson (:func:`is_jetson`): ``proc/device-tree/model`` names one, or
 ``etc/nv_tegra_release`` exists.
 """
 
@@ -115,8 +105,8 @@ class GpuNode:
 
 
 def find_gpu(root: Path) -> Optional[GpuNode]:
-    """The integrated GPU's devfreq directory (``cur_freq``) and device directory
-    (``load``), found as jtop finds them; None without one."""
+    """The integrated GPU's devfreq ``cur_freq`` and device ``load`` (jtop's way); None
+    without one."""
     devfreq = root / "sys/class/devfreq"
     if devfreq.is_dir():
         for entry in sorted(devfreq.iterdir()):

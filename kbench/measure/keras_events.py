@@ -2,17 +2,11 @@
 
 The kbench callback (:mod:`kbench.callbacks`) writes one JSON object per line to an
 events file (:class:`EventLog`): ``fit_begin``/``fit_end`` (and ``evaluate_*``,
-``predict_*``) around each call, one ``batch`` per step with its wall-clock start and
-end and its sample count, ``epoch`` at each epoch's end with Keras' logs, ``model``
-with the parameter count and the backend Keras reports, and ``error`` where the
-instrumentation itself failed. Each line is flushed as it is written, so a process
-that crashes loses nothing it wrote; a last line cut short is skipped on reading.
-
-:func:`summarize` turns the events into training figures that line up with those of
-``kbench run``: img/s over the measured window (the first ``warmup_steps`` batches of
-the first ``fit`` excluded), step-time percentiles, epochs, final loss and accuracy.
-
-Standard library and numpy only: it is imported under every backend's interpreter.
+``predict_*``), one ``batch`` per step (wall-clock start and end, sample count),
+``epoch`` with Keras' logs, ``model``, and ``error`` where the instrumentation failed.
+Each line is flushed as written, so a crash loses nothing written; a last line cut short
+is skipped. :func:`summarize` turns them into the figures of ``kbench run``. Standard
+library and numpy only: imported under every backend's interpreter.
 """
 
 from __future__ import annotations
@@ -91,12 +85,10 @@ def read_events(path: Path) -> List[Dict[str, Any]]:
 
 
 def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]:
-    """Training figures from events; ``{"training_observed": False, "note": ...}`` when no
-    ``fit`` ran a batch. The measured window is that of ``kbench run``: it opens as the last
-    warmup batch of the first ``fit`` ends (as the first batch begins when ``warmup_steps``
-    is 0) and closes as the last batch of the last ``fit`` ends; within it, time between
-    ``fit`` calls (the script's own work) is left out. ``images_per_sec`` is the measured
-    samples over that time; it is None where no batch size was known."""
+    """Training figures from events (``training_observed: False`` when no ``fit`` ran a
+    batch). The measured window is ``kbench run``'s: from the end of the first ``fit``'s
+    last warmup batch to the end of the last batch, time between ``fit`` calls (the
+    script's own work) left out; ``images_per_sec`` is None where a batch size was unknown."""
     facts = model_facts(events)
     batches = [e for e in events if e["event"] == "batch" and e.get("stage") == "train"]
     others = {
@@ -170,8 +162,7 @@ def _window_start(batches: List[Dict[str, Any]], warmup: int) -> float:
 
 
 def _measured_seconds(batches: List[Dict[str, Any]], warmup: int) -> float:
-    """Time from the window's start to the last batch's end, epoch by epoch and fit by
-    fit (a new epoch or fit call opens as its first batch begins)."""
+    """The window's time, epoch by epoch and fit by fit (each opens as its first batch begins)."""
     total, start = 0.0, _window_start(batches, warmup)
     if warmup and _new_run(batches[warmup - 1], batches[warmup]):  # not the gap between
         start = batches[warmup]["t0"]

@@ -21,9 +21,8 @@ KNOWN_DIFFERENCES = {
 
 
 def step_losses(losses: Sequence[float], running_mean: bool) -> List[float]:
-    """Each step's own loss, from the losses a backend logged after each step:
-    ``running_mean`` (Keras 3's ``fit``: the epoch's mean so far, m_k) gives step k's as
-    k m_k - (k - 1) m_(k-1); otherwise they are each step's already."""
+    """Each step's own loss from those logged: ``running_mean`` (Keras 3's ``fit``: the
+    epoch's mean so far, m_k) gives step k's as k m_k - (k - 1) m_(k-1)."""
     values = [float(v) for v in losses]
     if not running_mean:
         return values
@@ -49,11 +48,10 @@ def same_start(
     check: Optional[Dict[str, Any]], tolerance: Tolerance = FLOAT32,
     layer_types: Sequence[str] = (),
 ) -> Dict[str, Any]:  # fmt: skip
-    """The parity record of a warm worker of ``backend`` that started from the initial
-    weights ``reference`` (a backend) started from: its ``check`` (the outputs on the same
-    test rows before training, the losses of the warmup steps as ``fit`` logged them, or
-    ``error``: why there is none) against the reference's, within ``tolerance`` (its
-    noise floor is not measured here: losses within ``loss_rtol``)."""
+    """The parity record of a warm worker of ``backend`` that started from ``reference``'s
+    initial weights: its ``check`` (outputs on the same test rows, warmup losses as
+    logged, or ``error``) against the reference's, within ``tolerance`` (no noise floor
+    is measured here: losses within ``loss_rtol``)."""
     for whose, found in (("the reference's", reference_check), (f"{backend}'s", check)):
         if not found or found.get("error") or "outputs" not in found:
             why = (found or {}).get("error") or "its warm-up reported no outputs"

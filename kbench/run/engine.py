@@ -51,8 +51,7 @@ OnProgress = Callable[[Any, Dict], None]
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a process ran to its end: its exit code, whether it was stopped past its
-    timeout, its log's last lines, the sampler that watched it."""
+    """How a process ran to its end, its log's last lines, the sampler that watched it."""
 
     returncode: Optional[int]
     timed_out: bool
@@ -69,10 +68,9 @@ class WorkerGone(Exception):
 
 
 class LogWriter:
-    """The worker's log file, written line by line. A write that fails (a disk that
-    fills during the run) stops the log, once, with a warning; the worker's output is
-    still read, so the worker never blocks on a full pipe, and the run goes on. Several
-    processes' readers may share one (a data-parallel run's): each write is whole."""
+    """The worker's log file, written line by line (each write whole: several readers may
+    share one). A write that fails (a full disk) stops the log, once, with a warning; the
+    output is still read, so the worker never blocks on a full pipe, and the run goes on."""
 
     def __init__(self, file, path: Path) -> None:
         self.file, self.path = file, path
@@ -125,10 +123,9 @@ class Worker:
         on_progress: Optional[OnProgress] = None, channel: bool = False, prefix: str = "",
         read_output: Optional[Callable[[Any], None]] = None,
     ) -> Worker:  # fmt: skip
-        """Start ``command``: output to ``log_to`` (a path: a log of its own), each line
-        after ``prefix``, progress events to ``on_progress(progress_of, event)``; with
-        ``channel``, commands on stdin and a reply pipe. ``read_output(stdout)``: the
-        caller reads the output itself (bytes), instead of the line reader."""
+        """Start ``command``: output to ``log_to`` (a path: a log of its own) after
+        ``prefix``, progress events to ``on_progress(progress_of, event)``; ``channel``:
+        commands on stdin and a reply pipe; ``read_output(stdout)`` reads the bytes instead."""
         log_file = LogWriter.open(log_to) if isinstance(log_to, Path) else log_to
         popen_args: Dict[str, Any] = {}
         pipe = open_reply_pipe() if channel else None
@@ -175,8 +172,6 @@ class Worker:
     def alive(self) -> bool:
         return self.gone is None
 
-    # -------------------------------------------------------------- with a channel
-
     def send(self, command: Dict[str, Any]) -> None:
         """One command on stdin (to a worker that is gone: nothing; its pipe says how)."""
         try:
@@ -192,12 +187,11 @@ class Worker:
     def await_reply(
         self, what: str, timeout_s: float, late: str = "", died: str = ""
     ) -> Dict[str, Any]:
-        """The worker's next answer; raises :class:`WorkerGone` when it failed (its
-        ``failed`` answer), died (the reason: ``died`` with ``{how}`` it exited, default
-        "the warm worker ... during ``what``"), or did not answer within ``timeout_s``
-        (then it is stopped; the reason: ``late``, default that it did not answer). A
-        worker is dead when its reply pipe closes, or when it has exited and no answer
-        came within :data:`EXIT_GRACE_S` (a process it started may hold the pipe open)."""
+        """The worker's next answer; raises :class:`WorkerGone` when it answered ``failed``,
+        died (reason: ``died``, with ``{how}`` it exited) or did not answer within
+        ``timeout_s`` (then it is stopped; reason: ``late``). It died when its pipe closed,
+        or it exited and no answer came within :data:`EXIT_GRACE_S` (a child may hold the
+        pipe open)."""
         deadline = time.monotonic() + timeout_s
         while True:
             reply = self._next_reply(deadline)
@@ -223,8 +217,8 @@ class Worker:
             return reply
 
     def _next_reply(self, deadline: float) -> Any:
-        """The next item of the reply pipe (None: it closed), None where the process has
-        exited and nothing came within :data:`EXIT_GRACE_S`, or :data:`TIMED_OUT`."""
+        """The next item of the reply pipe, None once it closed or the process exited, or
+        :data:`TIMED_OUT`."""
         exited_at: Optional[float] = None
         while True:
             left = deadline - time.monotonic()
@@ -252,14 +246,12 @@ class Worker:
     def _drain_output(self) -> None:  # the last lines (a crash's message) into the tail
         self.threads[0].join(timeout=5)
 
-    # -------------------------------------------------------------- to its end
-
     def wait(
         self, timeout_s: float, label: str = "", poll: Optional[Callable[[], None]] = None,
         poll_s: float = 0.25,
     ) -> bool:  # fmt: skip
-        """Wait for the process to end by itself, calling ``poll()`` every ``poll_s``
-        meanwhile; past ``timeout_s`` stop it. True when it was stopped so."""
+        """Wait for the process to end, calling ``poll()`` every ``poll_s``; past
+        ``timeout_s`` stop it (then True)."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -284,14 +276,13 @@ class Worker:
             processes.kill_tree(self.process.pid)
             self.process.wait()
 
-    def close(self, now: bool = False, finish: bool = True) -> None:
-        """End it: told to finish where it has a channel and is well (``now``: stopped at
-        once, as on Ctrl-C); whatever of it is left is killed; its readers joined, its
-        log closed. Closing twice does nothing more."""
+    def close(self, now: bool = False) -> None:
+        """End it: told to finish where it has a channel and is well (``now``: stopped, as on
+        Ctrl-C); what is left of its tree is killed, its readers joined, its log closed."""
         if self.closed:
             return
         if self.process.poll() is None:
-            if now or not self.alive or self.replies is None or not finish:
+            if now or not self.alive or self.replies is None:
                 self.stop()
             else:
                 self.send({"do": "finish"})
@@ -330,8 +321,8 @@ def relay_output(
 def start_sampler(
     pid: int, interval_s: float, nvml: Any = None, companions: Sequence[int] = ()
 ) -> Optional[Sampler]:
-    """A :class:`Sampler` on ``pid``'s tree, started; None when ``interval_s`` is 0 or
-    the process ended before the first sample."""
+    """A :class:`Sampler` on ``pid``'s tree, started; None for ``interval_s`` 0 or a
+    process already gone."""
     if interval_s <= 0:
         return None
     try:
@@ -347,9 +338,8 @@ def supervise(
     command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
     on_progress: Optional[OnProgress] = None, nvml: Any = None,
 ) -> Outcome:  # fmt: skip
-    """Run ``command`` to its end, without a channel: its log and progress, its sampler,
-    stopped past ``config.timeout_s``. ``config`` needs only ``label()``, ``timeout_s``
-    and ``sample_interval_s`` (``kbench ops`` passes its own)."""
+    """Run ``command`` to its end, without a channel, sampled, stopped past its timeout.
+    ``config`` needs only ``label()``, ``timeout_s`` and ``sample_interval_s``."""
     worker = Worker.launch(
         command, env, cwd, log_path, name=config.label(), progress_of=config,
         on_progress=on_progress,
@@ -368,10 +358,9 @@ def supervise(
 
 
 def judge(outcome: Outcome, reply: Optional[WorkerReply], config: Any) -> ending.Verdict:
-    """How a worker ended, as a :class:`~kbench.results.ending.Verdict`: ``timeout`` past
-    its timeout; ``ok`` only when it replied ok *and* exited 0; else the error it
-    reported, with its own status (``failed``, ``oom``, ``unsupported``); else ``failed``,
-    how it exited (``kbench exec`` and data-parallel runs judge their own way)."""
+    """How a worker ended: ``timeout`` past its timeout; ``ok`` only when it replied ok
+    *and* exited 0; else the error it reported, with its own status; else ``failed``,
+    how it exited."""
     if outcome.timed_out:
         return ending.timed_out(
             f"the worker ran past the {config.timeout_s:g} s timeout and was killed",

@@ -102,11 +102,11 @@ def keras_config(backend: str, data_format: Optional[str]) -> Dict[str, Any]:
 
 
 def import_root(directory: Path) -> Path:
-    """A folder for PYTHONPATH that exposes kbench and kbench_models to any interpreter.
-    Workers may run under interpreters where kbench is not installed (the MXNet environment,
-    or one named by KBENCH_PYTHON_*), so they import it from here."""
+    """A folder for PYTHONPATH that exposes kbench and kbench_models to any interpreter
+    (workers may run where kbench is not installed: the MXNet environment, KBENCH_PYTHON_*)."""
     directory.mkdir(parents=True, exist_ok=True)
-    folders = (("kbench", PROJECT_ROOT / "kbench"), ("kbench_models", kbench_models_folder()))
+    models = Path(kbench_models.__file__).resolve().parent
+    folders = (("kbench", PROJECT_ROOT / "kbench"), ("kbench_models", models))
     for name, folder in folders:
         link = directory / name
         if not link.exists():
@@ -114,17 +114,12 @@ def import_root(directory: Path) -> Path:
     return directory
 
 
-def kbench_models_folder() -> Path:
-    return Path(kbench_models.__file__).resolve().parent
-
-
 def process_environment(
     backend: str, run_dir: Path, python_path: Path, threads: int, data_format: Optional[str],
     device: str = "auto",
 ) -> Tuple[Dict[str, str], Dict[str, Any]]:  # fmt: skip
-    """The environment variables of a worker process, and the keras.json it will read.
-    Returns (full environment, keras.json contents). The keras.json is written to a fresh
-    ``run_dir/keras_home``."""
+    """A worker's full environment, and the keras.json it will read (written to a fresh
+    ``run_dir/keras_home``)."""
     config = keras_config(backend, data_format)
     keras_home = run_dir / "keras_home"
     keras_home.mkdir(parents=True, exist_ok=True)
@@ -161,12 +156,9 @@ def probe(
     backend: str, models: Sequence[str] = (), data_format: Optional[str] = None,
     timeout_s: float = 600, other_formats: Sequence[str] = (),
 ) -> Dict[str, Any]:  # fmt: skip
-    """Start ``backend`` as a worker would and report what it is (see kbench.run.probe).
-    ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with its
-    parameter count and output shape, and again for each of ``other_formats``
-    (``models_by_format``: one process builds them in every format; a sequence model, which
-    reads no data format, only in the first). Never raises for a backend that cannot start:
-    the report says ``ok: False`` and why."""
+    """Start ``backend`` as a worker would and report what it is (:mod:`kbench.run.probe`),
+    with each of ``models`` (``NAME[:HxWxC[:CLASSES]]``) built in its format and each of
+    ``other_formats``. A backend that cannot start: ``ok: False`` and why, never raised."""
     try:
         interpreter = interpreter_for(backend)
     except EnvironmentMissing as err:

@@ -89,8 +89,7 @@ def infer(
 
 
 def _fixed_batch(arrays: Dict[str, np.ndarray], batch_size: int) -> np.ndarray:
-    """The one batch every pass feeds: test samples, else training samples, repeated
-    when there are fewer than a batch."""
+    """The one batch every pass feeds: test samples, else training samples, repeated."""
     source = arrays["x_test"] if len(arrays["x_test"]) >= batch_size else arrays["x_train"]
     if len(source) < batch_size:
         source = np.resize(source, (batch_size,) + source.shape[1:])
@@ -98,8 +97,7 @@ def _fixed_batch(arrays: Dict[str, np.ndarray], batch_size: int) -> np.ndarray:
 
 
 class _Passes:
-    """Timed forward passes of one batch: a call returns its seconds; ``ends`` keeps
-    each pass's end (``perf_counter``)."""
+    """Timed forward passes of one batch: a call returns its seconds; ``ends``, each end."""
 
     def __init__(self, backend: Any, model: Any, batch: np.ndarray) -> None:
         self.backend, self.model, self.batch = backend, model, batch
@@ -115,8 +113,8 @@ class _Passes:
 def _measured_passes(
     forward: _Passes, duration_s: float, tracker: Optional[PrecisionTracker]
 ) -> Tuple[List[float], float]:
-    """(latency of each measured pass, measured seconds): passes until the tracker says
-    stop or the limit is spent (see the module docstring)."""
+    """(each measured pass's latency, measured seconds), until the tracker or the limit
+    stops them."""
     latencies: List[float] = []
     started = time.perf_counter()
     next_report = started + 10.0

@@ -74,9 +74,8 @@ def write_interrupted(
     log_path: Path, run_id: str, config: RunConfig, started_at: float,
     sweep: Optional[Dict[str, Any]],
 ) -> Path:  # fmt: skip
-    """``logs/<run_id>.interrupted.json``: why a log has no result. It is not a result
-    document (the store reads none under logs/), so the run counts as not done and a
-    resumed sweep runs it again."""
+    """``logs/<run_id>.interrupted.json``: why a log has no result. Not a result document
+    (the store reads none under logs/): a resumed sweep runs it again."""
     path = log_path.with_name(f"{run_id}.interrupted.json")
     document = {
         "run_id": run_id, "status": "interrupted",

@@ -28,8 +28,8 @@ def parse_model(text: str):
 
 
 def census(backend, models, data_format: str, built_in: Optional[str] = None):
-    """{model: its size, or its error} built in ``data_format``; with ``built_in`` (the
-    format the models were first built in) the sequence models are not built again."""
+    """{model: its size, or its error} in ``data_format``; with ``built_in`` (the format
+    they were first built in) the sequence models are not built again."""
     import kbench_models
 
     built = {}
@@ -56,8 +56,7 @@ def census(backend, models, data_format: str, built_in: Optional[str] = None):
 
 
 def switch_format(backend, data_format: str) -> None:
-    """Keras' image data format, changed in the running process (Keras 3 and Keras 2.2
-    both read it when a layer is built)."""
+    """Keras' image data format, changed in the running process (read as a layer is built)."""
     keras = getattr(backend, "keras", None)
     if keras is None:
         raise ValueError(f"{backend.name} is not a Keras backend: it builds in one data format")

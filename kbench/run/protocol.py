@@ -50,17 +50,16 @@ log = logging.getLogger("kbench")
 
 
 def emit_progress(event: str, **fields: Any) -> None:
-    """One machine-readable progress line on stdout for the runner to show."""
+    """One progress line on stdout for the runner to show."""
     sys.stdout.write(PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
 
 
 def parse_progress(line: str) -> Optional[Dict[str, Any]]:
     """The event of a line :func:`emit_progress` wrote; None for any other line (output
-    to keep) and ``{}`` for a progress line cut short or garbled (nothing to show). An
-    event glued after other text (an unfinished progress-bar line) is read too; text
-    that merely contains the prefix stays output. An event is a JSON object with a
-    string ``event``; whether it has the fields to show is the shower's question."""
+    to keep) and ``{}`` for a progress line cut short or garbled. An event glued after
+    other text (an unfinished progress bar) is read too; text that merely contains the
+    prefix stays output."""
     at = line.find(PROGRESS_PREFIX)
     if at < 0:
         return None
@@ -74,10 +73,9 @@ def parse_progress(line: str) -> Optional[Dict[str, Any]]:
 
 
 def show_progress(config: RunConfig, event: Dict) -> None:
-    """One log line for a worker's progress event. An event without the fields its line
-    needs, as numbers (a model that prints a line looking like kbench's, a line cut
-    short), is skipped, said once per run at debug level: a progress line never stops the
-    reading of a worker's output."""
+    """One log line for a worker's progress event. An event without its line's fields as
+    numbers (a model printing a line like kbench's) is skipped, said once per run at
+    debug level: a progress line never stops the reading of a worker's output."""
     kind = event.get("event") if isinstance(event, dict) else None
     names = PROGRESS_FIELDS.get(kind) if isinstance(kind, str) else None
     values = [event.get(name) for name in names] if names else []
@@ -149,9 +147,8 @@ class WorkerReply:
 
 @dataclass
 class ReplyPipe:
-    """The parent's side of a new reply pipe: ``read_fd`` to read, ``value`` for the
-    worker's :data:`REPLY_FD_VARIABLE`, ``popen_args`` that hand it the write end; once the
-    worker is started, :meth:`close_write_end` (the worker holds its own copy)."""
+    """The parent's side of a reply pipe: ``read_fd``, ``value`` for the worker's
+    :data:`REPLY_FD_VARIABLE`, ``popen_args`` that hand it the write end."""
 
     read_fd: int
     write_fd: int
@@ -163,7 +160,7 @@ class ReplyPipe:
 
 
 def open_reply_pipe() -> ReplyPipe:
-    """A pipe whose write end the worker inherits, and only that one (module docstring)."""
+    """A pipe whose write end the worker inherits, and only that one."""
     read_fd, write_fd = os.pipe()
     if sys.platform != "win32":
         return ReplyPipe(read_fd, write_fd, str(write_fd), {"pass_fds": (write_fd,)})
@@ -177,7 +174,6 @@ def open_reply_pipe() -> ReplyPipe:
 
 
 def reply_fd(value: str) -> int:
-    """The worker's file descriptor for the write end :data:`REPLY_FD_VARIABLE` names."""
     if value.isdigit():
         return int(value)
     handle = value[len(HANDLE_PREFIX) :]
@@ -193,7 +189,7 @@ def reply_fd(value: str) -> int:
 
 
 class ReplyWriter:
-    """The worker's end: ``send(event, **fields)`` writes one line and flushes it."""
+    """The worker's end: ``send(event, **fields)`` writes one line, flushed."""
 
     def __init__(self, fd: int) -> None:
         os.set_inheritable(fd, False)  # a process the worker starts must not hold it open
@@ -209,8 +205,8 @@ class ReplyWriter:
 
 
 def read_replies(fd: int, replies: queue.Queue) -> None:
-    """The parent's end (a thread's target): each line's object into ``replies``; a line
-    that is not one becomes ``{"event": "garbled", "line": ...}``; ``None`` at the end."""
+    """The parent's end: each line's object into ``replies`` (not one: ``garbled``);
+    ``None`` at the end."""
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as pipe:
         for line in pipe:
             replies.put(_parse(line))
@@ -221,7 +217,7 @@ def _parse(line: str) -> Dict[str, Any]:
     try:
         reply = json.loads(line)
     except ValueError:
-        return {"event": "garbled", "line": line[:200]}
+        reply = None
     if not isinstance(reply, dict) or not isinstance(reply.get("event"), str):
         return {"event": "garbled", "line": line[:200]}
     return reply

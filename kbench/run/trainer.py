@@ -165,8 +165,8 @@ def epoch_logs_at_stop(logs: Dict[str, Any]) -> Dict[str, float]:
 
 @dataclass
 class Trainer:
-    """One built model trained on the runner's sample order (module docstring): a fresh
-    run's epochs (:meth:`epochs`), or a warm worker's warm-up and windows."""
+    """One built model trained on the runner's sample order: a fresh run's
+    :meth:`epochs`, or a warm worker's warm-up and windows."""
 
     backend: Any
     model: Any
@@ -178,12 +178,14 @@ class Trainer:
     window_steps: int = MIN_WINDOW_STEPS
     steps_begun: int = 0  # windows: every training step asked for (position wraps around)
 
-    def fit(self, indices: np.ndarray, clock: StepClock) -> Dict[str, Any]:
-        """One ``fit_epoch`` over the samples ``indices``, every step stamped on
-        ``clock``; the device synchronized after it. Its last logs."""
-        x, y = self.arrays["x_train"][indices], self.arrays["y_train"][indices]
+    def fit(self, x: np.ndarray, y: np.ndarray, clock: StepClock) -> Dict[str, Any]:
+        """One ``fit_epoch``, every step stamped on ``clock``, the device synchronized
+        after it; its last logs (cut short by the clock's tracker: its last step's)."""
         clock.epoch_begin()
-        logs = self.backend.fit_epoch(self.model, x, y, self.batch_size, clock)
+        try:
+            logs = self.backend.fit_epoch(self.model, x, y, self.batch_size, clock)
+        except StopMeasuring:
+            logs = epoch_logs_at_stop(clock.last_logs)
         self.backend.sync()
         return logs
 
@@ -238,14 +240,8 @@ class Trainer:
             gather_start = time.perf_counter()
             x, y = self.arrays["x_train"][indices], self.arrays["y_train"][indices]
             epochs.gather_s += time.perf_counter() - gather_start
-            clock.epoch_begin()
             started = time.perf_counter()
-            stopped = False
-            try:
-                logs = self.backend.fit_epoch(self.model, x, y, self.batch_size, clock)
-            except StopMeasuring:
-                logs, stopped = epoch_logs_at_stop(clock.last_logs), True
-            self.backend.sync()
+            logs = self.fit(x, y, clock)
             epochs.times.append(time.perf_counter() - started)
             epochs.ends.append(time.time())
             epochs.logs.append(logs)
@@ -253,34 +249,29 @@ class Trainer:
                 "epoch", epoch=epoch + 1, epochs=len(self.order),
                 loss=float(logs.get("loss", float("nan"))), seconds=epochs.times[-1],
             )  # fmt: skip
-            if stopped:
+            if clock.tracker is not None and clock.tracker.stopped is not None:
                 break
         return epochs
-
-    # ------------------------------------------------------------------- windows
 
     def _steps(self, steps: int, clock: StepClock) -> Dict[str, Any]:
         """``steps`` training steps on the next samples of the cycled order."""
         self.steps_begun += steps
         flat = self.order.reshape(-1)
         needed = steps * self.batch_size
-        ahead = np.arange(self.position, self.position + needed) % len(flat)
+        ahead = flat[np.arange(self.position, self.position + needed) % len(flat)]
         self.position = (self.position + needed) % len(flat)
-        return self.fit(flat[ahead], clock)
+        return self.fit(self.arrays["x_train"][ahead], self.arrays["y_train"][ahead], clock)
 
     def warm_up(
         self, warmup_steps: int, window_s: float, steps: Optional[int] = None,
         weights_in: Optional[str] = None, weights_out: Optional[str] = None, check: bool = False,
         check_rows: Optional[int] = None,
     ) -> Dict[str, Any]:  # fmt: skip
-        """The warmup steps, then the calibration steps that size a window: ``steps`` when
-        given, else enough steps for about ``window_s`` seconds (at least
-        :data:`MIN_WINDOW_STEPS`). Returns the warmup's figures and the window's size.
-        With ``weights_out`` (save the initial weights there) or ``weights_in`` (start
-        from those), also ``check``: the outputs on the first test batch before training
-        and each warmup step's loss, for comparing settings that must compute alike
-        (``check`` alone: the same from the model's own seeded weights), on the first
-        ``check_rows`` test rows (default: a batch)."""
+        """The warmup steps, then the calibration steps that size a window (``steps``, else
+        about ``window_s`` seconds, at least :data:`MIN_WINDOW_STEPS`); the warmup's figures
+        and the window's size. With ``weights_out`` (save the initial weights there),
+        ``weights_in`` (start from those) or ``check``, also ``check``: the outputs on the
+        first ``check_rows`` test rows (default: a batch) and each warmup step's loss."""
         same = None
         if weights_in or weights_out or check:
             same = self._same_start(weights_in, weights_out, check_rows or self.batch_size)
@@ -305,7 +296,7 @@ class Trainer:
     def _same_start(
         self, weights_in: Optional[str], weights_out: Optional[str], rows: int
     ) -> Dict[str, Any]:
-        """Load (or save) the initial weights; the outputs on the first test batch."""
+        """Load (or save) the initial weights; the outputs on the first test rows."""
         if weights_in:
             weights, meta = weightfile.load(Path(weights_in))
             self.backend.set_weights(
@@ -320,9 +311,8 @@ class Trainer:
         return {"outputs": np.asarray(outputs, dtype=np.float64).tolist()}
 
     def window(self) -> Dict[str, Any]:
-        """One window: one untimed step (the framework's per-call set-up: its iterator,
-        prefetching, a thread pool waking), then :attr:`window_steps` measured steps: the
-        measured figures of a run."""
+        """One untimed step (the framework's per-call set-up: its iterator, a thread pool
+        waking), then :attr:`window_steps` measured steps: a run's measured figures."""
         clock = StepClock(warmup_steps=1)
         fit_start = time.time()
         logs = self._steps(self.window_steps + 1, clock)
@@ -337,8 +327,7 @@ class Trainer:
 
 
 def _total_steps(order: np.ndarray, batch_size: int, warmup_steps: int) -> int:
-    """The steps ``order`` makes (the last partial batch of each epoch dropped), which
-    must be more than the warmup."""
+    """The steps ``order`` makes (each epoch's last partial batch dropped), above the warmup."""
     total_steps = order.shape[1] // batch_size * order.shape[0]
     if warmup_steps >= total_steps:
         raise ValueError(
@@ -350,8 +339,6 @@ def _total_steps(order: np.ndarray, batch_size: int, warmup_steps: int) -> int:
 
 @dataclass
 class _Epochs:
-    """What the epochs left: each one's time, end and logs, and the gathering time."""
-
     times: List[float] = field(default_factory=list)  # wall time of each fit call
     ends: List[float] = field(default_factory=list)  # time.time() as each one ended
     logs: List[Dict[str, Any]] = field(default_factory=list)
@@ -380,8 +367,7 @@ def _data_loading(
 
 
 def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
-    """The ``TrainMetrics`` fields read from the step clock: the measured window, the
-    warmup and the first step."""
+    """The ``TrainMetrics`` fields of the measured window, the warmup and the first step."""
     warmup_steps = clock.warmup_steps
     measured_steps = len(clock.ends) - warmup_steps
     step_times = [e - b for b, e in zip(clock.begins[warmup_steps:], clock.ends[warmup_steps:])]
@@ -400,7 +386,7 @@ def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
 
 
 def _epoch_metrics(epochs: _Epochs) -> Dict[str, Any]:
-    """The ``TrainMetrics`` fields read from the epochs: times, training loss and accuracy."""
+    """The ``TrainMetrics`` fields of the epochs: times, training loss and accuracy."""
     last_logs = epochs.last_logs
     train_accuracy = last_logs.get("accuracy")
     return dict(

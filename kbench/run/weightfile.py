@@ -52,10 +52,10 @@ def replay(
     backend: Any, model: Any, arrays: Dict[str, np.ndarray], order: np.ndarray, *,
     parity: Dict[str, Any], batch_size: int, learning_rate: float, loss: str, data_format: str,
 ) -> Dict[str, Any]:  # fmt: skip
-    """The reference backend (no ``weights_in``) saves its freshly initialised weights to
-    ``weights_out``; every other loads them. Each records the model's outputs on one fixed
-    batch (inference mode), then trains ``parity["steps"]`` steps of plain SGD on the
-    runner's seeded batch order, recording each step's loss (before its update)."""
+    """The reference backend (no ``weights_in``) saves its initial weights to
+    ``weights_out``; every other loads them. Each records its outputs on one fixed batch,
+    then trains ``parity["steps"]`` steps of plain SGD on the runner's batch order,
+    recording each step's loss (before its update)."""
     backend.compile(model, "sgd", learning_rate, loss)
     loaded = bool(parity.get("weights_in"))
     if loaded:  # the reference's weights, read once

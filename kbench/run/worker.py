@@ -45,7 +45,7 @@ from kbench.backends.switches import SWITCHES
 from kbench.measure.processes import watch_parent
 from kbench.measure.stats import tracker_for
 from kbench.results.jsonfile import read_json
-from kbench.run.protocol import ReplyWriter, WorkerReply, WorkerTask, emit_progress
+from kbench.run.protocol import COMMANDS, ReplyWriter, WorkerReply, WorkerTask, emit_progress
 from kbench.run.trainer import Trainer
 from kbench.run.weightfile import replay
 
@@ -234,7 +234,7 @@ class Served:
             }  # fmt: skip
         if what == "finish":
             return None
-        raise ValueError(f"command: expected do = {', '.join(COMMAND_NAMES)}; received {command!r}")
+        raise ValueError(f"command: expected do = {', '.join(COMMANDS)}; received {command!r}")
 
     def run(self, task: WorkerTask) -> WorkerReply:
         emit_progress("case", index=self.runs, model=task.config["model"])
@@ -262,9 +262,6 @@ class Served:
             "framework": self.backend.describe(), "model": built.facts,
             "import_time_s": self.backend.import_time_s, "build_time_s": built.build_time_s,
         }  # fmt: skip
-
-
-COMMAND_NAMES = ("run", "start", "warmup", "window", "finish")
 
 
 def load_task(path: str) -> WorkerTask:
