@@ -51,8 +51,7 @@ class Sampling:
         self._result = self.sampler.result({"run": (self.started_at, self.ended_at)})
 
     def result(self, windows: Optional[Dict[str, Any]] = None) -> SamplerResult:
-        """The series and a summary per window (``{"name": (start, end)}``, wall-clock
-        seconds; default: ``run``, the whole block)."""
+        """The series and a summary per window (``{name: (start, end)}``; default: ``run``)."""
         if windows is None and self._result is not None:
             return self._result
         end = self.ended_at or time.time()
@@ -68,6 +67,5 @@ class Sampling:
 
 
 def sample(pid: Optional[int] = None, interval_s: float = 0.2, nvml: Any = None) -> Sampling:
-    """Sample ``pid`` (default: this process) and its children every ``interval_s``
-    seconds for the length of a ``with`` block; then ``s.series``, ``s.summary``."""
+    """Sample ``pid`` (default: this process) and its children over a ``with`` block."""
     return Sampling(pid, interval_s, nvml)

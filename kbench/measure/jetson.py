@@ -18,12 +18,14 @@ A Jetson (:func:`is_jetson`): ``proc/device-tree/model`` names one, or
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from kbench.measure.nvml import SourceUnavailable
 
@@ -59,40 +61,32 @@ def _number(path: Path) -> float:
     return float(path.read_text().strip())
 
 
-def hwmon_rails(root: Path) -> List[Rail]:
-    """JetPack 5 and 6: ``in<N>_label``, ``in<N>_input`` (mV), ``curr<N>_input`` (mA)."""
-    rails = []
-    pattern = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*/in*_label"
-    for label in sorted(root.glob(pattern)):
-        channel = label.name[len("in") : -len("_label")]
-        volts, amps = label.with_name(f"in{channel}_input"), label.with_name(f"curr{channel}_input")
-        name = label.read_text().strip()
-        if name.upper() == "NC" or not (volts.is_file() and amps.is_file()):
-            continue  # not connected, or a channel without a current sensor
-
-        def read(volts: Path = volts, amps: Path = amps) -> float:
-            return _number(volts) * _number(amps) / 1e6  # mV x mA -> W
-
-        rails.append(Rail(name, [volts, amps], read))
-    return rails
+# (what, label files, the channel's files, what their product is in watts): JetPack 5
+# and 6's hwmon files (mV x mA), else JetPack 4's iio files (mW)
+RAIL_FILES = (
+    ("hwmon (ina3221)", "ina3221/*/hwmon/hwmon*/in*_label", ("in{}_input", "curr{}_input"), 1e6),
+    ("iio (ina3221x)", "ina3221x/*/iio:device*/rail_name_*", ("in_power{}_input",), 1e3),
+)
 
 
-def iio_rails(root: Path) -> List[Rail]:
-    """JetPack 4: ``rail_name_<N>`` and ``in_power<N>_input`` (mW)."""
-    rails = []
-    pattern = "sys/bus/i2c/drivers/ina3221x/*/iio:device*/rail_name_*"
-    for label in sorted(root.glob(pattern)):
-        channel = label.name[len("rail_name_") :]
-        power = label.with_name(f"in_power{channel}_input")
-        name = label.read_text().strip()
-        if name.upper() == "NC" or not power.is_file():
-            continue
+def find_rails(root: Path) -> Tuple[List[Rail], str]:
+    """The connected INA3221 channels (not ``NC``, with every file), and which files."""
+    for kind, pattern, names, per_watt in RAIL_FILES:
+        rails = []
+        for label in sorted(root.glob("sys/bus/i2c/drivers/" + pattern)):
+            channel = re.sub(r"^(in|rail_name_)|_label$", "", label.name)
+            files = [label.with_name(name.format(channel)) for name in names]
+            name = label.read_text().strip()
+            if name.upper() != "NC" and all(f.is_file() for f in files):
+                read = functools.partial(_watts, files, per_watt)
+                rails.append(Rail(name, files, read))
+        if rails:
+            return rails, kind
+    return [], RAIL_FILES[-1][0]
 
-        def read(power: Path = power) -> float:
-            return _number(power) / 1e3  # mW -> W
 
-        rails.append(Rail(name, [power], read))
-    return rails
+def _watts(files: List[Path], per_watt: float) -> float:
+    return math.prod(_number(f) for f in files) / per_watt
 
 
 @dataclass(frozen=True)
@@ -105,8 +99,7 @@ class GpuNode:
 
 
 def find_gpu(root: Path) -> Optional[GpuNode]:
-    """The integrated GPU's devfreq ``cur_freq`` and device ``load`` (jtop's way); None
-    without one."""
+    """The integrated GPU's devfreq ``cur_freq`` and ``load`` (as jtop finds them), or None."""
     devfreq = root / "sys/class/devfreq"
     if devfreq.is_dir():
         for entry in sorted(devfreq.iterdir()):
@@ -146,8 +139,7 @@ def meminfo_kib(root: Path, key: str) -> Optional[int]:
 
 
 class JetsonSource:
-    """The integrated GPU and the board's power of an NVIDIA Jetson, as the ``gpu``
-    source. ``root`` is ``/`` on a board; ``clock`` is for the energy integral."""
+    """A Jetson's integrated GPU and board power, as the ``gpu`` source."""
 
     name = "gpu"
 
@@ -159,9 +151,7 @@ class JetsonSource:
                 f"{self.root / 'etc/nv_tegra_release'} is absent"
             )
         self.gpu = find_gpu(self.root)
-        hwmon = hwmon_rails(self.root)
-        self.rails = hwmon or iio_rails(self.root)
-        self.power_files = "hwmon (ina3221)" if hwmon else "iio (ina3221x)"
+        self.rails, self.power_files = find_rails(self.root)
         inputs = _input_rail(self.rails)
         self.board_rails = inputs or self.rails
         self.board_method = (

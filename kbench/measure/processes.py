@@ -89,8 +89,7 @@ def stop_tree(pid: int) -> bool:
 
 
 def kill_tree(pid: int) -> None:
-    """Kill the group led by ``pid`` (on Windows: every descendant still below it, then
-    itself). Nothing to do is no error."""
+    """Kill the group led by ``pid`` (Windows: every descendant still below it, then it)."""
     if not windows():
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -126,8 +125,7 @@ def _signal_pid(pid: int, number: int, method: str) -> None:
 
 
 def kill_own_group() -> None:
-    """Kill the group this process leads, if it does (on Windows: its descendants): what a
-    worker does when its parent is gone."""
+    """Kill the group this process leads (Windows: its descendants): its parent is gone."""
     if windows():
         for proc in descendants(os.getpid()):
             with contextlib.suppress(psutil.Error):
@@ -216,8 +214,7 @@ def signal_name(code: int) -> str:
 
 @contextlib.contextmanager
 def interrupt_on_sigterm() -> Iterator[None]:
-    """SIGTERM (CTRL_BREAK on Windows) raises KeyboardInterrupt while the block runs, so
-    that its processes are stopped on the way out; main thread only."""
+    """SIGTERM (CTRL_BREAK) raises KeyboardInterrupt in the block; main thread only."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")

@@ -237,8 +237,7 @@ def preflight(
     sample: Callable[[], float] = lambda: psutil.cpu_percent(interval=1.0),
     clock: Callable[[], float] = time.monotonic,
 ) -> Preflight:  # fmt: skip
-    """Sample the CPU load for a second, again while above ``threshold`` and
-    ``wait_quiet_s`` allows; warn if it stays busy."""
+    """Sample the CPU load for a second, again while busy and ``wait_quiet_s`` allows."""
     began = clock()
     load = sample() / 100.0
     samples = 1

@@ -123,8 +123,7 @@ ROOT_VARIABLE = "KBENCH_SYSTEM_ROOT"  # where /sys, /proc and /etc are read (tes
 
 
 def gpu_source(nvml: Any = None, interval_s: float = 0.2) -> Any:
-    """The ``gpu`` source of this machine: a Jetson's sysfs (:mod:`kbench.measure.jetson`),
-    macOS powermetrics (:mod:`kbench.measure.powermetrics`), else NVML."""
+    """This machine's ``gpu`` source: a Jetson's sysfs, macOS powermetrics, else NVML."""
     root = Path(os.environ.get(ROOT_VARIABLE) or "/")
     if jetson.is_jetson(root):
         return jetson.JetsonSource(root)
@@ -262,35 +261,6 @@ PROCESS_LABELS = {  # a series of one of several processes
 }
 
 
-class SamplingThread:
-    """``read()`` every ``interval_s`` seconds on a thread of its own, from :meth:`start` to
-    :meth:`stop`. A reading that raises is skipped (sampling never ends the run): the first
-    error is a warning, the rest debug, so a reader that always fails is seen once."""
-
-    def __init__(self, read: Callable[[], None], interval_s: float, name: str) -> None:
-        self.read = read
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop after the reading in progress (waiting 5 s at most)."""
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        warned = False
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.read()
-            except Exception as err:  # a flaky reading must never end the run
-                log.log(logging.DEBUG if warned else logging.WARNING, "sampler: %s", err)
-                warned = True
-
-
 class Sampler:
     """``with Sampler(pid) as s: ...``; then ``s.result(windows)``. It samples the worker
     ``pid`` with its children, or, ``per_process`` (a data-parallel run), every process
@@ -315,7 +285,8 @@ class Sampler:
         self.visible: Dict[str, Dict[str, Any]] = {}  # name -> its CUDA_VISIBLE_DEVICES
         if pid is not None:
             self._add("worker", psutil.Process(pid))
-        self._thread = SamplingThread(self._sample, interval_s, "kbench-sampler")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kbench-sampler", daemon=True)
         self._rows: List[Dict[str, Any]] = []
         self._trees: Dict[str, List[psutil.Process]] = {}
         self._tree_at: Dict[str, float] = {}
@@ -351,9 +322,21 @@ class Sampler:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._thread.stop()
+        self._stop.set()  # after the reading in progress, 5 s at most
+        self._thread.join(timeout=5)
         for source in self.sources:
             source.close()
+
+    def _loop(self) -> None:
+        """A reading every interval. One that raises is skipped (sampling never ends the
+        run): the first error a warning, the rest debug, so one always failing is seen once."""
+        warned = False
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._sample()
+            except Exception as err:  # a flaky reading must never end the run
+                log.log(logging.DEBUG if warned else logging.WARNING, "sampler: %s", err)
+                warned = True
 
     def _tree(self, name: str) -> List[psutil.Process]:
         """A process and its children, rescanned at most every TREE_REFRESH_S (finding
@@ -429,8 +412,7 @@ def gpu_per_process(source: NvmlSource, trees: Dict[str, List[psutil.Process]]) 
 def read_sources(
     sources: list, tree: List[psutil.Process], row: Dict[str, Any], failed: Dict[str, str]
 ) -> None:
-    """One reading of every source not yet failed into ``row``; one that raises is marked
-    in ``failed`` (name -> error) and not read again."""
+    """One reading of every source into ``row``; one that raises is failed from then on."""
     for source in sources:
         if source.name in failed:
             continue

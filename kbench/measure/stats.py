@@ -24,6 +24,7 @@ whichever is more; the budget at every step.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -98,7 +99,7 @@ def order_statistic_rank(n: int, level: float = LEVEL) -> int:
     if n < 2:
         return 1
     # Start from the normal approximation, then step to the exact answer.
-    z = 1.959963984540054 if level == LEVEL else _normal_quantile((1 + level) / 2)
+    z = statistics.NormalDist().inv_cdf((1 + level) / 2)
     j = max(1, min(n // 2, int((n - z * math.sqrt(n)) / 2)))
     while j > 1 and 1 - 2 * binomial_below(j, n) < level:
         j -= 1
@@ -107,26 +108,13 @@ def order_statistic_rank(n: int, level: float = LEVEL) -> int:
     return j
 
 
-def _normal_quantile(p: float) -> float:
-    """The standard normal quantile (bisection on erf; only for levels other than 95%)."""
-    low, high = -10.0, 10.0
-    for _ in range(80):
-        middle = (low + high) / 2
-        if 0.5 * (1 + math.erf(middle / math.sqrt(2))) < p:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
-
-
 def rounds_needed(level: float = LEVEL) -> int:
     """The fewest values whose median interval reaches ``level`` (6 for 95%, 9 for 99.3%)."""
     return max(2, math.ceil(math.log2(2 / (1 - level)) - 1e-12))
 
 
 def median_interval(values: Sequence[float], level: float = LEVEL) -> Optional[MedianInterval]:
-    """The order-statistics interval on the median of ``values``; None for none; one
-    value: the point, coverage 0."""
+    """The order-statistics interval on the median of ``values`` (None for none)."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     n = len(ordered)
     if not n:

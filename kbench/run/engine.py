@@ -217,8 +217,7 @@ class Worker:
             return reply
 
     def _next_reply(self, deadline: float) -> Any:
-        """The next item of the reply pipe, None once it closed or the process exited, or
-        :data:`TIMED_OUT`."""
+        """The reply pipe's next item; None once it closed or the process exited."""
         exited_at: Optional[float] = None
         while True:
             left = deadline - time.monotonic()
@@ -250,8 +249,7 @@ class Worker:
         self, timeout_s: float, label: str = "", poll: Optional[Callable[[], None]] = None,
         poll_s: float = 0.25,
     ) -> bool:  # fmt: skip
-        """Wait for the process to end, calling ``poll()`` every ``poll_s``; past
-        ``timeout_s`` stop it (then True)."""
+        """Wait for the process to end, ``poll()`` meanwhile; past ``timeout_s`` stop it: True."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -321,8 +319,7 @@ def relay_output(
 def start_sampler(
     pid: int, interval_s: float, nvml: Any = None, companions: Sequence[int] = ()
 ) -> Optional[Sampler]:
-    """A :class:`Sampler` on ``pid``'s tree, started; None for ``interval_s`` 0 or a
-    process already gone."""
+    """A started :class:`Sampler` on ``pid``'s tree; None for no interval or no process."""
     if interval_s <= 0:
         return None
     try:

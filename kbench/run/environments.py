@@ -118,8 +118,7 @@ def process_environment(
     backend: str, run_dir: Path, python_path: Path, threads: int, data_format: Optional[str],
     device: str = "auto",
 ) -> Tuple[Dict[str, str], Dict[str, Any]]:  # fmt: skip
-    """A worker's full environment, and the keras.json it will read (written to a fresh
-    ``run_dir/keras_home``)."""
+    """A worker's environment, and the keras.json written to ``run_dir/keras_home``."""
     config = keras_config(backend, data_format)
     keras_home = run_dir / "keras_home"
     keras_home.mkdir(parents=True, exist_ok=True)

@@ -113,8 +113,7 @@ class _Passes:
 def _measured_passes(
     forward: _Passes, duration_s: float, tracker: Optional[PrecisionTracker]
 ) -> Tuple[List[float], float]:
-    """(each measured pass's latency, measured seconds), until the tracker or the limit
-    stops them."""
+    """(each measured pass's latency, measured seconds), until the tracker or limit."""
     latencies: List[float] = []
     started = time.perf_counter()
     next_report = started + 10.0

@@ -205,8 +205,7 @@ class ReplyWriter:
 
 
 def read_replies(fd: int, replies: queue.Queue) -> None:
-    """The parent's end: each line's object into ``replies`` (not one: ``garbled``);
-    ``None`` at the end."""
+    """Each line's object into ``replies`` (not one: ``garbled``); ``None`` at the end."""
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as pipe:
         for line in pipe:
             replies.put(_parse(line))

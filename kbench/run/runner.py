@@ -183,8 +183,7 @@ class Runner:
             return ending.keep(result, ResultStore(self.output_dir), config.label())
 
     def _groups(self, configs: Sequence[RunConfig]) -> List[List[RunConfig]]:
-        """One run per worker; with :attr:`warm`, every run that can share a worker with
-        an earlier one joins it (:func:`shared_workers`)."""
+        """One run per worker; with :attr:`warm`, runs that can share one share it."""
         if not self.warm:
             return [[config] for config in configs]
         return [[configs[i] for i in group] for group in shared_workers(configs)]
@@ -328,7 +327,6 @@ class Runner:
     def launch(
         self, first: PlannedRun, env: Dict[str, str], context: RunContext, log_path: Path
     ) -> Worker:
-        """The worker of :meth:`prepare`, started with a channel."""
         command = [context.interpreter, "-m", "kbench.run.worker", str(first.run_dir / "run.json")]
         config = first.config
         return Worker.launch(
@@ -390,8 +388,7 @@ class Runner:
 
 @dataclass
 class Served:
-    """What a worker answered its ``run`` commands: each run's reply, and how the
-    worker ended where it ended before answering them all."""
+    """What a worker answered its ``run`` commands, and how it ended before answering all."""
 
     worker: Optional[Worker]
     replies: Dict[str, WorkerReply] = field(default_factory=dict)  # run id -> its reply
@@ -465,8 +462,7 @@ def worker_key(config: RunConfig) -> Tuple:
 
 
 def shared_workers(configs: Sequence[RunConfig]) -> List[List[int]]:
-    """The indexes of ``configs`` grouped by the worker they can share (:func:`worker_key`),
-    each group in the order its first run came; a data-parallel run is a group of its own."""
+    """Indexes of ``configs`` by the worker they can share; data-parallel runs alone."""
     groups: Dict[Tuple, List[int]] = {}
     for index, config in enumerate(configs):
         key = ("distributed", index) if config.distributed != "none" else worker_key(config)
@@ -476,8 +472,7 @@ def shared_workers(configs: Sequence[RunConfig]) -> List[List[int]]:
 
 @dataclass(frozen=True)
 class Case:
-    """One run for a worker: its config, its prepared data, (kbench parity) what to
-    replay, and (kbench sweep) the sweep it belongs to."""
+    """One run for a worker: its config, data, what to replay (parity), its sweep (sweep)."""
 
     config: RunConfig
     data: datasets.PreparedData

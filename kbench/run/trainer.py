@@ -165,8 +165,7 @@ def epoch_logs_at_stop(logs: Dict[str, Any]) -> Dict[str, float]:
 
 @dataclass
 class Trainer:
-    """One built model trained on the runner's sample order: a fresh run's
-    :meth:`epochs`, or a warm worker's warm-up and windows."""
+    """One built model trained on the runner's sample order: epochs, or warm windows."""
 
     backend: Any
     model: Any
@@ -194,8 +193,7 @@ class Trainer:
         process_start: float, import_time_s: float, build_time_s: float,
         tracker: Optional[PrecisionTracker] = None,
     ) -> TrainMetrics:  # fmt: skip
-        """Train over the order's epochs; with ``tracker``, stop measuring as soon as it
-        says so (see the module docstring)."""
+        """Train over the order's epochs; with ``tracker``, until it says stop."""
         self.backend.compile(self.model, optimizer, learning_rate, loss)
         total_steps = _total_steps(self.order, self.batch_size, warmup_steps)
         clock = StepClock(warmup_steps=warmup_steps, tracker=tracker)
@@ -233,8 +231,7 @@ class Trainer:
         )
 
     def _run_epochs(self, clock: StepClock) -> _Epochs:
-        """One ``fit_epoch`` per row of the order, until the end or the clock's tracker
-        stops."""
+        """One ``fit_epoch`` per row of the order, until the end or the tracker stops."""
         epochs = _Epochs()
         for epoch, indices in enumerate(self.order):
             gather_start = time.perf_counter()

@@ -240,8 +240,7 @@ class WindowWorker:
         return record
 
     def settle(self) -> float:
-        """Wait, at most :data:`SETTLE_MAX_S`, until the worker's processes use under
-        :data:`SETTLE_CPU_PERCENT` of a core; the seconds waited."""
+        """Wait (at most :data:`SETTLE_MAX_S`) until the worker's threads are idle."""
         started = time.monotonic()
         tree = pid_tree(self.worker.pid)
         if not tree:
@@ -360,8 +359,7 @@ def interleave(
 
 
 def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
-    """Mark each comparison cut short by ``err``, and leave out the unfinished round
-    (never judged for drops)."""
+    """Mark each comparison cut short by ``err``; its unfinished round left out."""
     why = "Ctrl-C or SIGTERM" if isinstance(err, KeyboardInterrupt) else type(err).__name__
     for worker in workers:
         for record in worker.records:
@@ -377,8 +375,7 @@ def _rounds(
     runner: Runner, workers: List[WindowWorker], stop: Optional[Stop], max_rounds: int,
     on_window: Optional[OnWindow],
 ) -> str:  # fmt: skip
-    """The rounds of :func:`interleave`, documents stored every :data:`PROGRESS_EVERY_S`;
-    why they ended."""
+    """The rounds of :func:`interleave`, documents stored every few seconds; why they ended."""
     progress = RoundProgress()
     stored_at = time.monotonic()
     reason = f"{max_rounds} rounds ran"
@@ -412,8 +409,7 @@ def _rounds(
 def measure_round(
     workers: Sequence[WindowWorker], round_index: int, on_window: Optional[OnWindow] = None
 ) -> Optional[str]:
-    """A window of each worker, the order turned by ``round_index``; why the round was
-    dropped, or None."""
+    """A window of each worker, the order turned by ``round_index``; why it dropped."""
     shift = round_index % len(workers)
     turn = list(workers[shift:]) + list(workers[:shift])
     records = [worker.window(round_index, position, on_window)
@@ -565,8 +561,7 @@ def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
 
 
 def keep(runner: Runner, workers: Sequence[WindowWorker], quiet: bool = False) -> None:
-    """Each worker's document into the store (replacing the last round's); one not ok
-    said once (not ``quiet``: Ctrl-C)."""
+    """Each worker's document into the store; one not ok said once (not ``quiet``)."""
     with runner.store_lock:
         store = ResultStore(runner.output_dir)
         for worker in workers:
