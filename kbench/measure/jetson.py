@@ -117,18 +117,6 @@ def find_gpu(root: Path) -> Optional[GpuNode]:
     return None
 
 
-def _input_rail(rails: List[Rail]) -> List[Rail]:
-    return [r for r in rails if re.search(r"(^|_)IN$", r.name.upper())]
-
-
-def _gpu_rail(rails: List[Rail]) -> Optional[Rail]:
-    for rail in rails:
-        tokens = set(rail.name.upper().split("_"))
-        if "GPU" in tokens and "CPU" not in tokens:
-            return rail
-    return None
-
-
 def meminfo_kib(root: Path, key: str) -> Optional[int]:
     try:
         text = (root / "proc/meminfo").read_text()
@@ -152,7 +140,7 @@ class JetsonSource:
             )
         self.gpu = find_gpu(self.root)
         self.rails, self.power_files = find_rails(self.root)
-        inputs = _input_rail(self.rails)
+        inputs = [r for r in self.rails if re.search(r"(^|_)IN$", r.name.upper())]
         self.board_rails = inputs or self.rails
         self.board_method = (
             f"input rail {'+'.join(r.name for r in inputs)}"
@@ -160,7 +148,10 @@ class JetsonSource:
             else "sum of every rail (no input rail named *_IN: it may miss or double-count "
             "parts of the board)"
         )
-        self.gpu_rail = _gpu_rail(self.rails)
+        tokens = {r.name: set(r.name.upper().split("_")) for r in self.rails}
+        self.gpu_rail = next(
+            (r for r in self.rails if "GPU" in tokens[r.name] and "CPU" not in tokens[r.name]), None
+        )
         self.has_nvmap = meminfo_kib(self.root, "NvMapMemUsed") is not None
         if self.gpu is None and not self.rails:
             raise SourceUnavailable(

@@ -149,22 +149,6 @@ def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
     return info
 
 
-def git_revision() -> Dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(PROJECT_ROOT), *args],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-
-    try:
-        return {"sha": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
-    except (OSError, subprocess.SubprocessError):
-        return {"sha": None, "dirty": None}
-
-
 @functools.lru_cache(maxsize=1)
 def machine() -> Dict[str, Any]:
     import psutil
@@ -235,4 +219,13 @@ def cpu_matmul_peak(threads: int) -> Dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def kbench_info() -> Dict[str, Any]:
-    return {"version": VERSION, "git": git_revision()}
+    def git(*args: str) -> str:
+        run = ["git", "-C", str(PROJECT_ROOT), *args]
+        return subprocess.run(run, capture_output=True, text=True, timeout=10, check=True).stdout
+
+    try:
+        sha, dirty = git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain"))
+        found = {"sha": sha, "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        found = {"sha": None, "dirty": None}
+    return {"version": VERSION, "git": found}

@@ -89,10 +89,6 @@ def _int(fields: Dict[int, List[Value]], number: int) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
 def _packed_ints(values: List[Value]) -> List[int]:
     """A repeated int64 field, packed or not."""
     out: List[int] = []
@@ -143,7 +139,8 @@ def _stat_value(
         raw = stat[STAT_DOUBLE][0]
         return struct.unpack("<d", raw)[0] if isinstance(raw, bytes) else float(raw)
     if STAT_INT64 in stat:
-        return _signed(_int(stat, STAT_INT64))
+        value = _int(stat, STAT_INT64)
+        return value - (1 << 64) if value >= 1 << 63 else value  # two's complement
     return _int(stat, STAT_UINT64)
 
 

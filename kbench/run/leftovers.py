@@ -33,15 +33,6 @@ def working_directory(kind: str = "") -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=f"kbench-{middle}{os.getpid()}-")
 
 
-def owner_alive(pid: int) -> bool:
-    if pid <= 0:
-        return True  # not a PID kbench wrote: keep the directory
-    try:
-        return processes.alive(pid)
-    except OverflowError:  # not a PID this system can have: keep the directory
-        return True
-
-
 def remove_stale(root: Optional[Path] = None) -> List[Path]:
     """Remove this user's kbench working directories whose owner process is gone."""
     root = Path(root or tempfile.gettempdir())
@@ -53,15 +44,15 @@ def remove_stale(root: Optional[Path] = None) -> List[Path]:
         return removed
     for entry in entries:
         match = PATTERN.match(entry.name)
-        if not match or int(match.group(1)) == os.getpid():
-            continue
+        owner = int(match.group(1)) if match else os.getpid()
         try:
             info = entry.lstat()
-        except OSError:
+            # a PID kbench did not write (0), or this system cannot have: kept
+            if owner == os.getpid() or owner <= 0 or processes.alive(owner):
+                continue
+        except (OSError, OverflowError):
             continue
         if not entry.is_dir() or entry.is_symlink() or info.st_uid != os.getuid():
-            continue
-        if owner_alive(int(match.group(1))):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         if not entry.exists():
