@@ -85,10 +85,9 @@ def read_events(path: Path) -> List[Dict[str, Any]]:
 
 
 def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]:
-    """Training figures from events (``training_observed: False`` when no ``fit`` ran a
-    batch). The measured window is ``kbench run``'s: from the end of the first ``fit``'s
-    last warmup batch to the end of the last batch, time between ``fit`` calls (the
-    script's own work) left out; ``images_per_sec`` is None where a batch size was unknown."""
+    """Training figures from events (``training_observed: False`` without a batch). The
+    measured window is ``kbench run``'s, time between ``fit`` calls left out;
+    ``images_per_sec`` is None where a batch size was unknown."""
     facts = model_facts(events)
     batches = [e for e in events if e["event"] == "batch" and e.get("stage") == "train"]
     others = {

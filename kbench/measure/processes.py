@@ -147,9 +147,8 @@ def alive(pid: int) -> bool:
 
 
 class ParentWatch:
-    """Whether the process that started this one is gone: on POSIX ``getppid()`` changed
-    (re-parented); Windows never re-parents, and may reuse the pid: no process has that
-    pid with the creation time it had."""
+    """Whether this process's parent is gone: POSIX re-parents an orphan (``getppid()``
+    changes); on Windows no process has the parent's pid and creation time."""
 
     def __init__(self) -> None:
         self.parent = os.getppid()
@@ -252,9 +251,8 @@ def usable_cores() -> int:
 
 
 def pin_cores(threads: int) -> Dict[str, Any]:
-    """Pin this process to its first ``threads`` allowed cores when fewer than all were
-    asked for; what a result records: ``cpu_affinity`` (the cores after the call, or
-    None) and, where it could not be read or set, ``cpu_affinity_reason``."""
+    """Pin this process to its first ``threads`` allowed cores when fewer than all; what a
+    result records (``cpu_affinity``, or None and ``cpu_affinity_reason``)."""
     process = psutil.Process()
     if not hasattr(process, "cpu_affinity") or SYSTEM in NO_AFFINITY_REASON:
         reason = NO_AFFINITY_REASON.get(

@@ -106,9 +106,8 @@ def assess(
     machine_cores: Optional[int] = None, cpu_freq_max_mhz: Optional[float] = None,
     window_name: str = "measured", worker_gpus: Optional[Dict[str, Any]] = None,
 ) -> Optional[Quality]:  # fmt: skip
-    """The quality of ``window`` (start, end) from the sampler ``series``; None where it has
-    no edges. ``machine_cores`` and ``cpu_freq_max_mhz`` default to this machine's;
-    ``worker_gpus`` is the sampler's ``sources.gpu.worker_gpus`` (None: every GPU)."""
+    """The quality of ``window`` (start, end) from ``series``; None without edges. The
+    machine's figures default to this one's; ``worker_gpus``: the sampler's (None: all)."""
     if not window or window[0] is None or window[1] is None:
         return None
     if not 0 < busy_threshold <= 1:

@@ -104,9 +104,8 @@ def pid_tree(pid: int) -> List[psutil.Process]:
 def tree_usage(
     tree: List[psutil.Process], known: Dict[int, psutil.Process]
 ) -> Optional[Tuple[float, int]]:
-    """CPU percent (since the previous call) and RSS summed over a process tree; None once
-    none of it is alive (nothing to read, not zero). ``known`` keeps each pid's Process
-    between calls, as cpu_percent needs."""
+    """CPU percent (since the last call) and RSS summed over a process tree; None once
+    none of it lives. ``known`` keeps each pid's Process between calls, as cpu_percent needs."""
     cpu, rss, alive = 0.0, 0, 0
     for proc in tree:
         process = known.setdefault(proc.pid, proc)
@@ -442,9 +441,8 @@ def scoped_summary(
     series: Dict[str, List[Any]], windows: Dict[str, Any], sources: list,
     visible: List[Dict[str, Any]], described: Dict[str, Dict[str, Any]],
 ) -> Dict[str, Dict[str, Dict[str, Any]]]:  # fmt: skip
-    """:func:`summarize` over the non-GPU series and the GPUs the worker used only (said in
-    ``described["gpu"]["worker_gpus"]``). A window without a GPU's worker memory or energy
-    gets ``{"samples": 0, "reason": ...}`` for that series: unknown, with why, never 0."""
+    """:func:`summarize` over the non-GPU series and the worker's GPUs; a window without a
+    GPU's worker memory or energy gets ``{"samples": 0, "reason": ...}`` (never 0)."""
     gpu = next((s for s in sources if isinstance(s, NvmlSource)), None)
     if gpu is None:
         return summarize(series, windows)

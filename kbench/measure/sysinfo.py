@@ -56,10 +56,8 @@ def _sysctl(name: str) -> Optional[str]:
 
 @functools.lru_cache(maxsize=1)
 def cpu_features() -> Dict[str, Any]:
-    """The CPU's vendor, model and the features in :data:`KERNEL_FEATURES` it has. Linux
-    reads ``/proc/cpuinfo``; macOS asks ``sysctl`` (an Apple chip always has NEON, named
-    ``asimd`` as Linux names it); elsewhere the features are unknown (``None``), which says
-    so instead of claiming none."""
+    """The CPU's vendor, model and :data:`KERNEL_FEATURES`: ``/proc/cpuinfo``, macOS'
+    ``sysctl``; elsewhere the features are unknown (``None``), not none."""
     machine = platform.machine()
     try:
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text(), machine)
@@ -82,10 +80,8 @@ def cpu_features() -> Dict[str, Any]:
 
 
 def gpu_info() -> Dict[str, Any]:
-    """GPUs as NVML sees them, or why it cannot see any. An NVML error after ``nvmlInit`` (a
-    GPU whose handle needs permissions, a GPU that is lost) marks that device with the error
-    instead of failing the description; the driver's version likewise. Any other device is
-    described as usual."""
+    """GPUs as NVML sees them, or why it cannot. An NVML error after ``nvmlInit`` marks that
+    device (or the driver's version) with the error; the others are described as usual."""
     try:
         import pynvml
     except ImportError:
@@ -196,10 +192,9 @@ print(json.dumps({"gflops_per_sec": 2 * n**3 / min(times) / 1e9}))
 
 @functools.lru_cache(maxsize=8)
 def cpu_matmul_peak(threads: int) -> Dict[str, Any]:
-    """float32 matrix-multiply speed of this CPU with ``threads`` threads, measured. The
-    reference for "fraction of peak" on CPU: numpy's BLAS, 1024x1024, best of 10 (the same
-    peak as 2048x2048 in a third of the time, measured on 2 cores), in a fresh process with
-    the thread variables a worker gets."""
+    """This CPU's float32 matmul speed with ``threads`` threads, the reference for CPU
+    "fraction of peak": numpy, 1024x1024 (2048's peak in a third of the time), best of 10,
+    in a fresh process with a worker's thread variables."""
     env = dict(os.environ)
     env.update({key: str(threads) for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                               "MKL_NUM_THREADS")})  # fmt: skip

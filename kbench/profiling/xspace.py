@@ -229,9 +229,8 @@ class HloOp:
 
 
 def hlo_op_names(planes: List[XPlane]) -> Dict[Tuple[int, str], HloOp]:
-    """(program id, HLO instruction name) -> its JAX call path and opcode. A fusion
-    without a path takes that of the last instruction it fuses with one (its root, where
-    present), else its root's opcode."""
+    """(program id, HLO instruction) -> its JAX call path and opcode; a fusion without a
+    path takes that of the last instruction it fuses with one, else its root's opcode."""
     names: Dict[Tuple[int, str], HloOp] = {}
     for plane in planes:
         for stats in plane.metadata.values():

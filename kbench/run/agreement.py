@@ -48,10 +48,8 @@ def same_start(
     check: Optional[Dict[str, Any]], tolerance: Tolerance = FLOAT32,
     layer_types: Sequence[str] = (),
 ) -> Dict[str, Any]:  # fmt: skip
-    """The parity record of a warm worker of ``backend`` that started from ``reference``'s
-    initial weights: its ``check`` (outputs on the same test rows, warmup losses as
-    logged, or ``error``) against the reference's, within ``tolerance`` (no noise floor
-    is measured here: losses within ``loss_rtol``)."""
+    """The parity record of a warm worker that started from ``reference``'s weights: its
+    ``check`` against the reference's, within ``tolerance`` (losses within ``loss_rtol``)."""
     for whose, found in (("the reference's", reference_check), (f"{backend}'s", check)):
         if not found or found.get("error") or "outputs" not in found:
             why = (found or {}).get("error") or "its warm-up reported no outputs"

@@ -123,9 +123,8 @@ class Worker:
         on_progress: Optional[OnProgress] = None, channel: bool = False, prefix: str = "",
         read_output: Optional[Callable[[Any], None]] = None,
     ) -> Worker:  # fmt: skip
-        """Start ``command``: output to ``log_to`` (a path: a log of its own) after
-        ``prefix``, progress events to ``on_progress(progress_of, event)``; ``channel``:
-        commands on stdin and a reply pipe; ``read_output(stdout)`` reads the bytes instead."""
+        """Start ``command``: output to ``log_to`` after ``prefix`` (or to ``read_output``),
+        progress to ``on_progress(progress_of, event)``; ``channel``: stdin and a reply pipe."""
         log_file = LogWriter.open(log_to) if isinstance(log_to, Path) else log_to
         popen_args: Dict[str, Any] = {}
         pipe = open_reply_pipe() if channel else None
@@ -187,11 +186,9 @@ class Worker:
     def await_reply(
         self, what: str, timeout_s: float, late: str = "", died: str = ""
     ) -> Dict[str, Any]:
-        """The worker's next answer; raises :class:`WorkerGone` when it answered ``failed``,
-        died (reason: ``died``, with ``{how}`` it exited) or did not answer within
-        ``timeout_s`` (then it is stopped; reason: ``late``). It died when its pipe closed,
-        or it exited and no answer came within :data:`EXIT_GRACE_S` (a child may hold the
-        pipe open)."""
+        """The worker's next answer; :class:`WorkerGone` where it answered ``failed``, died
+        (pipe closed, or exited with no answer in :data:`EXIT_GRACE_S`; reason: ``died``) or
+        did not answer within ``timeout_s`` (then it is stopped; reason: ``late``)."""
         deadline = time.monotonic() + timeout_s
         while True:
             reply = self._next_reply(deadline)
@@ -355,9 +352,8 @@ def supervise(
 
 
 def judge(outcome: Outcome, reply: Optional[WorkerReply], config: Any) -> ending.Verdict:
-    """How a worker ended: ``timeout`` past its timeout; ``ok`` only when it replied ok
-    *and* exited 0; else the error it reported, with its own status; else ``failed``,
-    how it exited."""
+    """How a worker ended: ``timeout``; ``ok`` only when it replied ok *and* exited 0;
+    else the error it reported, with its own status; else ``failed``, how it exited."""
     if outcome.timed_out:
         return ending.timed_out(
             f"the worker ran past the {config.timeout_s:g} s timeout and was killed",

@@ -155,9 +155,8 @@ def probe(
     backend: str, models: Sequence[str] = (), data_format: Optional[str] = None,
     timeout_s: float = 600, other_formats: Sequence[str] = (),
 ) -> Dict[str, Any]:  # fmt: skip
-    """Start ``backend`` as a worker would and report what it is (:mod:`kbench.run.probe`),
-    with each of ``models`` (``NAME[:HxWxC[:CLASSES]]``) built in its format and each of
-    ``other_formats``. A backend that cannot start: ``ok: False`` and why, never raised."""
+    """Start ``backend`` as a worker would and report it (:mod:`kbench.run.probe`), ``models``
+    built in each format; a backend that cannot start: ``ok: False`` and why, never raised."""
     try:
         interpreter = interpreter_for(backend)
     except EnvironmentMissing as err:

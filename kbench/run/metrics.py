@@ -22,9 +22,8 @@ def add_sampled(
     sampler: Sampler, metrics: Dict[str, Any], started_at: float, ended_at: float,
     cores_given: Optional[int], busy_threshold: float, measured: bool = True,
 ) -> SamplerResult:  # fmt: skip
-    """The sampler's series over the run's windows (``metrics["markers"]``); a ``measured``
-    run's ``metrics`` get the memory the worker could not see, energy, and the quality of
-    its measured window (:mod:`kbench.measure.quality`)."""
+    """The sampler's series over the run's windows; a ``measured`` run's ``metrics`` get
+    the memory the worker could not see, energy, and its measured window's quality."""
     windows = windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
     sampled = sampler.result(windows)
     if measured:
@@ -67,10 +66,8 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
 
 
 def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
-    """The sampler's GPU memory peaks over the run (the GPUs the worker used), labelled
-    with their kinds. Where no GPU gave the worker's own memory, one ``process_nvml``
-    reading has ``bytes: None`` and the reason: unknown, never 0, so comparisons fall back
-    to the next kind."""
+    """The sampler's GPU memory peaks over the run, by kind. Where no GPU gave the worker's
+    own, one ``process_nvml`` reading has ``bytes: None`` and why (never 0)."""
     readings, unknown = [], []
     for name, stats in sorted(summary.get("run", {}).items()):
         gpu, _, metric = name.partition("_")

@@ -56,10 +56,8 @@ def emit_progress(event: str, **fields: Any) -> None:
 
 
 def parse_progress(line: str) -> Optional[Dict[str, Any]]:
-    """The event of a line :func:`emit_progress` wrote; None for any other line (output
-    to keep) and ``{}`` for a progress line cut short or garbled. An event glued after
-    other text (an unfinished progress bar) is read too; text that merely contains the
-    prefix stays output."""
+    """The event of a line :func:`emit_progress` wrote (also glued after other text);
+    None for any other line, ``{}`` for one cut short or garbled."""
     at = line.find(PROGRESS_PREFIX)
     if at < 0:
         return None
@@ -73,9 +71,8 @@ def parse_progress(line: str) -> Optional[Dict[str, Any]]:
 
 
 def show_progress(config: RunConfig, event: Dict) -> None:
-    """One log line for a worker's progress event. An event without its line's fields as
-    numbers (a model printing a line like kbench's) is skipped, said once per run at
-    debug level: a progress line never stops the reading of a worker's output."""
+    """One log line for a progress event; one without its fields as numbers is skipped
+    (said once per run, at debug level): progress never stops the reading of output."""
     kind = event.get("event") if isinstance(event, dict) else None
     names = PROGRESS_FIELDS.get(kind) if isinstance(kind, str) else None
     values = [event.get(name) for name in names] if names else []

@@ -50,10 +50,8 @@ MODEL_REFUSALS = ("WrongOutput",)
 def look_before_runs(
     output_dir: Path, runs: int, busy_threshold: float, wait_quiet_s: float, command: str
 ) -> None:
-    """What every command that starts model runs does first: warn when ``output_dir`` has
-    less room than ``runs`` runs may need, then take the one-second look at the machine
-    (``--wait-quiet`` waits for it to quieten). Both only warn: a result that cannot be
-    written stops ``command`` later with the way to recover it, a busy window is flagged."""
+    """Before model runs: warn where ``output_dir`` has less room than ``runs`` may need,
+    then take the one-second look at the machine (``--wait-quiet``). Both only warn."""
     low = low_space_warning(output_dir, runs, command)
     if low:
         log.warning("%s", low)
@@ -132,9 +130,8 @@ class Runner:
         self, rounds: Sequence[Sequence[RunConfig]],
         stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
     ) -> Tuple[List[RunResult], Optional[str]]:  # fmt: skip
-        """Run the rounds in turn; after each, ``stop(results so far)`` may end them early
-        by giving its reason (returned beside the results; None: every round ran).
-        With :attr:`warm`, a round's runs that can share a worker process share one."""
+        """Run the rounds in turn; after each, ``stop(results so far)`` may end them, giving
+        its reason (returned beside the results; None: every round ran)."""
         configs = [config for round_configs in rounds for config in round_configs]
         results: List[RunResult] = []
         refused: Dict[str, RunResult] = {}  # model -> the run that found it unusable
@@ -190,9 +187,8 @@ class Runner:
 
     @contextlib.contextmanager
     def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:
-        """Check, prepare the data for, and hold a working directory for ``configs``:
-        what can be refused is, before the output directory is created (the first run's
-        data is prepared then too; each other data set when a run first needs it)."""
+        """Check ``configs``, prepare the first one's data and hold a working directory: what
+        can be refused is, before the output directory is created."""
         for config in configs:
             environments.interpreter_for(config.backend)
         with leftovers.working_directory() as directory:
@@ -284,9 +280,8 @@ class Runner:
     def _interrupted(
         self, planned: Sequence[PlannedRun], log_path: Path, served: Served, context: RunContext
     ) -> None:
-        """The worker was stopped (Ctrl-C, SIGTERM) before ``planned`` were kept: each that
-        had replied is saved; each other one is marked interrupted beside the log, and a
-        resumed sweep runs it again."""
+        """The worker was stopped before ``planned`` were kept: each that replied is saved;
+        each other one marked interrupted beside the log, for a resumed sweep to run again."""
         replied = dataclasses.replace(context, warm=True, ended_at=time.time())
         stopped = Outcome(0, False, [])
         for run in planned:
@@ -400,9 +395,8 @@ class Served:
         self, planned: Sequence[PlannedRun], started_at: float,
         on_reply: Optional[Callable[[PlannedRun], None]] = None,
     ) -> None:  # fmt: skip
-        """Each run in turn, each with its own timeout (the first counted from the
-        worker's start, which its import takes), until the worker ends; ``on_reply(run)``
-        as each run's reply comes."""
+        """Each run in turn, with its own timeout (the first counted from the worker's start),
+        until the worker ends; ``on_reply(run)`` as each reply comes."""
         for index, run in enumerate(planned):
             timeout = run.config.timeout_s
             if index == 0:
@@ -421,9 +415,8 @@ class Served:
                 on_reply(run)
 
     def verdict(self, run: PlannedRun, outcome: Outcome) -> ending.Verdict:
-        """How ``run`` ended: by its reply (one run alone: and an exit code 0); a run not
-        answered, as its worker ended (in a warm worker, said so, unless the worker
-        could not start at all: then every run says why)."""
+        """How ``run`` ended: by its reply (run alone: and exit code 0); unanswered, as its
+        worker ended (in a warm worker, said so, unless the worker could not start at all)."""
         reply = self.replies.get(run.run_id)
         if reply is not None:
             returncode = 0 if self.warm else outcome.returncode
@@ -441,9 +434,8 @@ class Served:
 
 
 def worker_key(config: RunConfig) -> Tuple:
-    """What a worker process is started with: runs that share it may share a warm worker.
-    A per-run switch (jit_compile, mixed precision, ...) is not: the worker applies each
-    run's own (:meth:`kbench.backends.base.Backend.next_case`)."""
+    """What a worker is started with: runs that share it may share a warm worker (a per-run
+    switch is applied per run: :meth:`~kbench.backends.base.Backend.next_case`)."""
     switches = tuple(sorted(per_process({n: getattr(config, n, None) for n in SWITCHES}).items()))
     decides = jit_decides_start(config.backend, config.data_format)  # nchw_refusal
     start_jit = config.jit_compile if decides else None
@@ -582,9 +574,8 @@ class Session:
         parities: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
         sweeps: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
     ) -> List[RunResult]:  # fmt: skip
-        """``configs`` in one warm worker (:meth:`Runner.run_warm`); they must share a
-        worker. ``parities``: what each replays (kbench parity); ``sweeps``: the sweep
-        each belongs to (kbench sweep); None: nothing."""
+        """``configs`` in one warm worker, with what each replays (``parities``) and the
+        sweep each belongs to (``sweeps``)."""
         parities = list(parities) if parities is not None else [None] * len(configs)
         sweeps = list(sweeps) if sweeps is not None else [None] * len(configs)
         cases = [Case(c, self.prepared.get(c), p, s) for c, p, s in zip(configs, parities, sweeps)]

@@ -265,10 +265,9 @@ class Trainer:
         check_rows: Optional[int] = None,
     ) -> Dict[str, Any]:  # fmt: skip
         """The warmup steps, then the calibration steps that size a window (``steps``, else
-        about ``window_s`` seconds, at least :data:`MIN_WINDOW_STEPS`); the warmup's figures
-        and the window's size. With ``weights_out`` (save the initial weights there),
-        ``weights_in`` (start from those) or ``check``, also ``check``: the outputs on the
-        first ``check_rows`` test rows (default: a batch) and each warmup step's loss."""
+        about ``window_s``); their figures. With ``weights_out``/``weights_in`` (save, or start
+        from, the initial weights) or ``check``, also ``check``: outputs on the first
+        ``check_rows`` test rows (default: a batch) and each warmup step's loss."""
         same = None
         if weights_in or weights_out or check:
             same = self._same_start(weights_in, weights_out, check_rows or self.batch_size)

@@ -52,10 +52,9 @@ def replay(
     backend: Any, model: Any, arrays: Dict[str, np.ndarray], order: np.ndarray, *,
     parity: Dict[str, Any], batch_size: int, learning_rate: float, loss: str, data_format: str,
 ) -> Dict[str, Any]:  # fmt: skip
-    """The reference backend (no ``weights_in``) saves its initial weights to
-    ``weights_out``; every other loads them. Each records its outputs on one fixed batch,
-    then trains ``parity["steps"]`` steps of plain SGD on the runner's batch order,
-    recording each step's loss (before its update)."""
+    """The reference (no ``weights_in``) saves its initial weights to ``weights_out``; every
+    other loads them. Each records its outputs on one batch, then each loss of
+    ``parity["steps"]`` steps of plain SGD on the runner's batch order."""
     backend.compile(model, "sgd", learning_rate, loss)
     loaded = bool(parity.get("weights_in"))
     if loaded:  # the reference's weights, read once

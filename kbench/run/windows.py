@@ -79,10 +79,9 @@ def _gpu_present() -> bool:
 
 
 def grow_on_demand(config: RunConfig) -> Tuple[Dict[str, str], Optional[str]]:
-    """The variables that make a warm worker grow its GPU memory on demand, and why
-    (empty and None: nothing to change). A framework that takes most of the GPU at its
-    start (JAX 75%, TensorFlow all) leaves the other workers none (on an H100, every tune
-    setting of JAX after the first ran out of memory). The config is left as given."""
+    """The variables that make a warm worker grow its GPU memory on demand, and why: a
+    framework taking most of the GPU at its start (JAX 75%, TensorFlow all) leaves the
+    others none (on an H100, every JAX tune setting after the first ran out of memory)."""
     if config.device == "cpu" or config.gpu_memory_growth or config.gpu_memory_fraction:
         return {}, None
     backend = load_backend(config.backend)
@@ -321,11 +320,10 @@ def interleave(
     runner: Runner, configs: Sequence[RunConfig], *, stop: Optional[Stop] = None,
     max_rounds: int = MAX_ROUNDS, on_window: Optional[OnWindow] = None, check_parity: bool = True,
 ) -> Tuple[List[RunResult], str]:  # fmt: skip
-    """Measure ``configs`` (each with its ``window_s``; ``steps``, when given, a window's)
-    in warm interleaved windows until ``stop(the live workers' documents)`` gives a reason,
-    ``max_rounds`` ran, or fewer than two workers are left; each worker's document and why
-    it stopped. ``on_window(worker, round)`` is called as each window is sent. The first
-    config is the baseline: when its worker ends, so does the comparison."""
+    """Measure ``configs`` in warm interleaved windows until ``stop(the live documents)``
+    gives a reason, ``max_rounds`` ran, or fewer than two workers are left; the documents
+    and why. ``on_window(worker, round)`` as each window is sent. The first config is the
+    baseline: when its worker ends, so does the comparison."""
     unset = [config.label() for config in configs if config.window_s is None]
     if unset:
         raise ValueError(f"interleave: expected configs with window_s; {unset[0]} has none")
@@ -465,12 +463,10 @@ class RoundProgress:
 def plan_parity(
     workers: Sequence[WindowWorker], weights: Path, check: bool = True
 ) -> List[WindowWorker]:
-    """Set up the check at warm-up that each worker computes what the first (the
-    baseline) does: the first worker whose backend exports weights saves its initial
-    weights at ``weights``, every other starts from them, and each reports its outputs
-    on the same test rows and its warmup losses (:func:`record_parity` compares them). A
-    worker that cannot be checked gets its ``parity`` record now, saying why. Returns
-    the workers in the order to warm up: the one that exports first."""
+    """Set up the check at warm-up against the first worker: the first whose backend
+    exports weights saves its initial weights at ``weights``, every other starts from
+    them, and each reports outputs and warmup losses (:func:`record_parity`). One that
+    cannot be checked gets its record now; the workers in the order to warm up."""
     reference = workers[0].config
     why_none = not_comparable(reference) if check else NOT_ASKED
     checked = [w for w in workers if _settings_apart(reference, w.config) is None]

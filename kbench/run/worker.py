@@ -166,9 +166,9 @@ def task_arrays(task: WorkerTask) -> Tuple[datasets.PreparedData, str, Dict[str,
 def build_model(
     backend: Any, task: WorkerTask, input_shape: Sequence[int], num_classes: int
 ) -> Tuple[Any, float]:
-    """The task's model, built after seeding, and the seconds the build took. A parity
-    run of a zoo model that loads the reference's weights leaves its initializers unused;
-    a user's model may draw more than its weights at build time, so it builds as written."""
+    """The task's model, built after seeding, and its build time. A parity run of a zoo
+    model loading the reference's weights leaves its initializers unused (a user's model
+    may draw more than its weights at build time: built as written)."""
     backend.seed(task.config["seed"])
     replaced = (
         task.parity is not None
