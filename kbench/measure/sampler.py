@@ -386,7 +386,10 @@ class Sampler:
             visible = list(self.visible.values())
         names = sorted({key for row in rows for key in row} - {"t"})
         series = {"t": [row["t"] for row in rows]} | {n: [r.get(n) for r in rows] for n in names}
-        sources = describe_sources(self.sources, self.failed, self.unavailable)
+        sources = {source.name: source.describe() for source in self.sources}
+        for name, error in self.failed.items():
+            sources[name]["failed_error"] = error
+        sources.update(self.unavailable)
         summary = scoped_summary(series, windows or {}, self.sources, visible, sources)
         return SamplerResult(
             interval_s=self.interval_s, sources=sources, series=series, summary=summary,
@@ -420,18 +423,6 @@ def read_sources(
         except Exception as err:  # a broken source must never end the run
             failed[source.name] = error_text(err)
             log.warning("sampler: %s failed, not read again: %s", source.name, failed[source.name])
-
-
-def describe_sources(
-    sources: list, failed: Dict[str, str], unavailable: Dict[str, Dict[str, Any]]
-) -> Dict[str, Dict[str, Any]]:
-    out = {}
-    for source in sources:
-        out[source.name] = source.describe()
-        if source.name in failed:
-            out[source.name]["failed_error"] = failed[source.name]
-    out.update(unavailable)
-    return out
 
 
 GPU_SERIES = re.compile(r"^gpu(\d+)_")

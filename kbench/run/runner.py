@@ -97,15 +97,6 @@ def data_key(config: RunConfig) -> Tuple:
     return tuple(sorted(data_request(config).items()))
 
 
-def prepare_data(config: RunConfig, directory: Path) -> datasets.PreparedData:
-    request = data_request(config)
-    data = datasets.prepare(request.pop("dataset"), directory, **request)
-    shape = "x".join(map(str, data.input_shape))
-    log.info("data: %s, %d train / %d test samples of %s, from %s",
-             data.name, data.train_samples, data.test_samples, shape, data.source)  # fmt: skip
-    return data
-
-
 @dataclass
 class Runner:
     output_dir: Path
@@ -536,7 +527,14 @@ class DataGroups:
         key = data_key(config)
         if key not in self.prepared:
             self.made += 1
-            self.prepared[key] = prepare_data(config, self.directory / f"group-{self.made}")
+            request = data_request(config)
+            data = datasets.prepare(
+                request.pop("dataset"), self.directory / f"group-{self.made}", **request
+            )
+            shape = "x".join(map(str, data.input_shape))
+            said = (data.name, data.train_samples, data.test_samples, shape, data.source)
+            log.info("data: %s, %d train / %d test samples of %s, from %s", *said)
+            self.prepared[key] = data
         return self.prepared[key]
 
     def release(self, config: RunConfig) -> None:
@@ -576,9 +574,9 @@ class Session:
     ) -> List[RunResult]:  # fmt: skip
         """``configs`` in one warm worker, with what each replays (``parities``) and the
         sweep each belongs to (``sweeps``)."""
-        parities = list(parities) if parities is not None else [None] * len(configs)
-        sweeps = list(sweeps) if sweeps is not None else [None] * len(configs)
-        cases = [Case(c, self.prepared.get(c), p, s) for c, p, s in zip(configs, parities, sweeps)]
+        none = [None] * len(configs)
+        pairs = zip(configs, parities or none, sweeps or none)
+        cases = [Case(c, self.prepared.get(c), p, s) for c, p, s in pairs]
         results = self.runner.run_warm(cases, self.directory, self.python_path)
         for config in configs:
             self.prepared.release(config)

@@ -340,10 +340,6 @@ class _Epochs:
     logs: List[Dict[str, Any]] = field(default_factory=list)
     gather_s: float = 0.0  # copying each epoch's samples in order, before its fit
 
-    @property
-    def last_logs(self) -> Dict[str, Any]:
-        return self.logs[-1] if self.logs else {}
-
 
 def _data_loading(
     epochs: _Epochs, clock: StepClock, decode_start: float, decoded_start: int
@@ -383,7 +379,7 @@ def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
 
 def _epoch_metrics(epochs: _Epochs) -> Dict[str, Any]:
     """The ``TrainMetrics`` fields of the epochs: times, training loss and accuracy."""
-    last_logs = epochs.last_logs
+    last_logs = epochs.logs[-1] if epochs.logs else {}
     train_accuracy = last_logs.get("accuracy")
     return dict(
         epoch_time_s=epochs.times,

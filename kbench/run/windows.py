@@ -146,18 +146,12 @@ class WindowWorker:
     @classmethod
     def launch(cls, runner: Runner, session: Session, config: RunConfig) -> WindowWorker:
         """Start the worker and tell it to build (while the others do too)."""
-        grow, memory_note = grow_on_demand(config)
+        grow, note = grow_on_demand(config)
         planned = runner._plan(Case(config, session.prepared.get(config)), session.directory)
         env, context, log_path = runner.prepare([planned], session.python_path, grow)
         worker = runner.launch(planned, env, context, log_path)
-        window_worker = cls(
-            runner,
-            planned,
-            worker,
-            context,
-            siblings=session.window_workers,
-            memory_note=memory_note,
-        )
+        window_worker = cls(runner, planned, worker, context, memory_note=note)
+        window_worker.siblings = session.window_workers
         session.window_workers.append(window_worker)
         worker.send({"do": "start", "task": str(planned.run_dir / "run.json")})
         return window_worker
@@ -165,8 +159,6 @@ class WindowWorker:
     @property
     def label(self) -> str:
         return self.name if self.name != self.config.backend else self.config.label()
-
-    # --------------------------------------------------------------- its stages
 
     def start(self) -> None:
         """Wait for the model built (a worker that fails ends: its document says why)."""
