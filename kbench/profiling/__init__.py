@@ -208,14 +208,7 @@ def profile_model(
     if not ops:
         reason = f"{capture.tool} recorded no operator events in {steps} steps"
         return ProfileSummary("failed", reason, tool=capture.tool).to_dict()
-    return ProfileSummary(
-        "ok",
-        tool=capture.tool,
-        attribution=capture.attribution,
-        device="gpu" if backend.gpus else "cpu",
-        steps=steps,
-        batch_size=batch_size,
-        window_s=window,
-        notes=list(getattr(capture, "notes", [])),
-        **summarize(ops, steps),
-    ).to_dict()
+    facts = dict(tool=capture.tool, attribution=capture.attribution, steps=steps, window_s=window)
+    facts.update(device="gpu" if backend.gpus else "cpu", batch_size=batch_size)
+    notes = list(getattr(capture, "notes", []))
+    return ProfileSummary("ok", notes=notes, **facts, **summarize(ops, steps)).to_dict()

@@ -365,10 +365,10 @@ def _rounds(
     runner: Runner, workers: List[WindowWorker], stop: Optional[Stop], max_rounds: int,
     on_window: Optional[OnWindow],
 ) -> str:  # fmt: skip
-    """The rounds of :func:`interleave`, documents stored every few seconds; why they ended."""
-    progress = RoundProgress()
-    stored_at = time.monotonic()
-    reason = f"{max_rounds} rounds ran"
+    """The rounds of :func:`interleave`, documents stored and progress said every
+    :data:`PROGRESS_EVERY_S` (and at the end); why they ended."""
+    stored_at = said_at = time.monotonic()
+    reason, drops, done, said = f"{max_rounds} rounds ran", [], 0, 0
     for round_index in range(max_rounds):
         alive = [w for w in workers if w.alive]
         if not workers[0].alive:
@@ -379,8 +379,10 @@ def _rounds(
             reason = f"fewer than two workers left ({left}): no ratio to measure"
             break
         dropped = measure_round(alive, round_index, on_window)
+        drops += [dropped] if dropped else []
+        done = round_index + 1
         for worker in workers:
-            worker.rounds_done = round_index + 1
+            worker.rounds_done = done
         if time.monotonic() - stored_at >= PROGRESS_EVERY_S or any(not w.alive for w in alive):
             keep(runner, workers)
             stored_at = time.monotonic()
@@ -388,11 +390,14 @@ def _rounds(
         # longer narrow its interval, and would hold the others to the budget
         documents = [w.document(sampled=False) for w in workers if w.alive]
         why = stop(documents) if stop is not None else None
-        progress.round_done(round_index, workers, documents, dropped)
+        if time.monotonic() - said_at >= PROGRESS_EVERY_S:
+            say_progress(done, workers, documents, drops)
+            said, said_at = done, time.monotonic()
         if why is not None:
             reason = why
             break
-    progress.said(workers, [w.document(sampled=False) for w in workers if w.alive])
+    if done > said:
+        say_progress(done, workers, [w.document(sampled=False) for w in workers if w.alive], drops)
     return reason
 
 
@@ -411,45 +416,24 @@ def measure_round(
     return reason
 
 
-@dataclass
-class RoundProgress:
-    """A progress line every :data:`PROGRESS_EVERY_S` and at the end: rounds, each
-    backend's median, the widest ratio interval, the rounds dropped and the last why."""
-
-    said_at: float = field(default_factory=time.monotonic)
-    dropped: int = 0
-    last_drop: Optional[str] = None
-    rounds: int = 0
-    unsaid: bool = False  # a round done since the last line
-
-    def round_done(
-        self, index: int, workers: Sequence[WindowWorker], documents: Sequence[RunResult],
-        dropped: Optional[str],
-    ) -> None:  # fmt: skip
-        self.rounds, self.unsaid = index + 1, True
-        if dropped:
-            self.dropped, self.last_drop = self.dropped + 1, dropped
-        if time.monotonic() - self.said_at >= PROGRESS_EVERY_S:
-            self.said(workers, documents)
-
-    def said(self, workers: Sequence[WindowWorker], documents: Sequence[RunResult]) -> None:
-        """The line, from the live workers' ``documents``, if a round was done since the last."""
-        if not self.unsaid:
-            return
-        self.said_at, self.unsaid = time.monotonic(), False
-        rates = {d.run_id: d.metrics.get("images_per_sec") for d in documents}
-        figures = []
-        for worker in workers:
-            rate = rates.get(worker.planned.run_id)
-            if not worker.alive:
-                figures.append(f"{worker.name} {worker.worker.gone.status.upper()}")
-            elif rate is not None:
-                figures.append(f"{worker.name} {rate:,.0f} img/s")
-        widest = widest_ratio_half_width(documents, workers[0].config.backend)
-        interval = "not yet measurable" if widest is None else f"+-{widest:.1%}"
-        drops = f"; {self.dropped} dropped (last: {self.last_drop})" if self.dropped else ""
-        log.info("round %d: %s; widest ratio interval %s%s", self.rounds, ", ".join(figures),
-                 interval, drops)  # fmt: skip
+def say_progress(
+    rounds: int, workers: Sequence[WindowWorker], documents: Sequence[RunResult], drops: List[str]
+) -> None:
+    """A comparison's progress line: rounds, each backend's median (the live workers'
+    ``documents``), the widest ratio interval, the rounds dropped and the last why."""
+    rates = {d.run_id: d.metrics.get("images_per_sec") for d in documents}
+    figures = []
+    for worker in workers:
+        rate = rates.get(worker.planned.run_id)
+        if not worker.alive:
+            figures.append(f"{worker.name} {worker.worker.gone.status.upper()}")
+        elif rate is not None:
+            figures.append(f"{worker.name} {rate:,.0f} img/s")
+    widest = widest_ratio_half_width(documents, workers[0].config.backend)
+    interval = "not yet measurable" if widest is None else f"+-{widest:.1%}"
+    dropped = f"; {len(drops)} dropped (last: {drops[-1]})" if drops else ""
+    line = ", ".join(figures)
+    log.info("round %d: %s; widest ratio interval %s%s", rounds, line, interval, dropped)
 
 
 def plan_parity(
