@@ -51,18 +51,12 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
         "method": flops.get("method"),
     }  # fmt: skip
     if reply.framework.get("memory_options", {}).get("gpus_visible"):
-        rate["peak_fraction"] = None
-        rate["peak_reason"] = "no peak figure is known for this GPU"
-        return rate
+        return rate | {"peak_fraction": None, "peak_reason": "no peak figure is known for this GPU"}
     peak = sysinfo.cpu_matmul_peak(config.threads_in_force)
-    if peak["available"]:
-        rate["peak_gflops_per_sec"] = peak["gflops_per_sec"]
-        rate["peak_fraction"] = achieved / peak["gflops_per_sec"]
-        rate["peak_method"] = peak["method"]
-    else:
-        rate["peak_fraction"] = None
-        rate["peak_reason"] = peak["reason"]
-    return rate
+    if not peak["available"]:
+        return rate | {"peak_fraction": None, "peak_reason": peak["reason"]}
+    rate["peak_gflops_per_sec"] = best = peak["gflops_per_sec"]
+    return rate | {"peak_fraction": achieved / best, "peak_method": peak["method"]}
 
 
 def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:

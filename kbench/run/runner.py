@@ -68,19 +68,13 @@ def data_request(config: RunConfig) -> Dict[str, Any]:
     spec = spec_for(config.model)
     synthetic = config.dataset == "synthetic"
     own_classes = config.dataset.startswith(datasets.NPZ_PREFIX) and config.num_classes
-    return dict(
-        dataset=config.dataset,
-        data_dir=config.data_dir,
-        train_samples=config.train_samples,
-        test_samples=config.test_samples,
-        input_shape=(config.input_shape or spec.input_shape)
-        if synthetic or config.dataset.startswith(datasets.FOLDER_PREFIX)  # its image size
-        else None,
+    named = ("dataset", "data_dir", "train_samples", "test_samples", "image_size", "seed")
+    sized = synthetic or config.dataset.startswith(datasets.FOLDER_PREFIX)  # its image size
+    return {name: getattr(config, name) for name in named} | dict(
+        input_shape=(config.input_shape or spec.input_shape) if sized else None,
         num_classes=(config.num_classes or spec.num_classes) if synthetic else own_classes or None,
-        image_size=config.image_size,
         model_kind=spec.input_kind,
         vocabulary=spec.vocabulary_size,
-        seed=config.seed,
     )
 
 
