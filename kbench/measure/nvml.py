@@ -79,16 +79,13 @@ class GpuState:
             }.get(self.memory_call or ""),
             "clock_reasons_call": self.reasons_call, "processes_call": self.processes_call,
         }  # fmt: skip
-        if self.failed:
-            out["failed"] = self.failed
-        if self.unsupported:
-            out["unsupported"] = dict(self.unsupported)
-        if self.errors:
-            out["errors"] = dict(self.errors)
-        reason = self.process_memory_reason()
-        if reason:
-            out["process_memory_reason"] = reason
-        return out
+        found = {
+            "failed": self.failed,
+            "unsupported": dict(self.unsupported),
+            "errors": dict(self.errors),
+            "process_memory_reason": self.process_memory_reason(),
+        }
+        return out | {key: value for key, value in found.items() if value}
 
     def process_memory_reason(self) -> Optional[str]:
         """Why the worker's own memory on this GPU is unknown, or None if it was read."""
