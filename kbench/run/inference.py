@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -51,10 +51,16 @@ def infer(
     duration_s: float, process_start: float, import_time_s: float, build_time_s: float,
     tracker: Optional[PrecisionTracker] = None,
 ) -> InferenceMetrics:  # fmt: skip
-    forward = _Passes(backend, model, _fixed_batch(arrays, batch_size))
+    batch = _fixed_batch(arrays, batch_size)
+
+    def forward() -> Tuple[float, float]:  # a timed pass: its begin and end
+        begin = time.perf_counter()
+        backend.predict(model, batch)  # a host array: the device is done
+        return begin, time.perf_counter()
+
     start_wall = time.time()
-    first = forward()
-    first_end_wall = time.time()
+    begin, end = forward()
+    first, first_end_wall = end - begin, time.time()
     for _ in range(max(warmup_steps - 1, 0)):
         forward()
     measured_start_wall = time.time()
@@ -96,22 +102,10 @@ def _fixed_batch(arrays: Dict[str, np.ndarray], batch_size: int) -> np.ndarray:
     return np.ascontiguousarray(source[:batch_size])
 
 
-class _Passes:
-    """Timed forward passes of one batch: a call returns its seconds; ``ends``, each end."""
-
-    def __init__(self, backend: Any, model: Any, batch: np.ndarray) -> None:
-        self.backend, self.model, self.batch = backend, model, batch
-        self.ends: List[float] = []
-
-    def __call__(self) -> float:
-        start = time.perf_counter()
-        self.backend.predict(self.model, self.batch)  # a host array: the device is done
-        self.ends.append(time.perf_counter())
-        return self.ends[-1] - start
-
-
 def _measured_passes(
-    forward: _Passes, duration_s: float, tracker: Optional[PrecisionTracker]
+    forward: Callable[[], Tuple[float, float]],
+    duration_s: float,
+    tracker: Optional[PrecisionTracker],
 ) -> Tuple[List[float], float]:
     """(each measured pass's latency, measured seconds), until the tracker or limit."""
     latencies: List[float] = []
@@ -120,9 +114,10 @@ def _measured_passes(
     # a budget replaces the duration as the limit; a target alone stops within the duration
     limit_s = duration_s if tracker is None or tracker.goal.budget_s is None else math.inf
     while True:
-        latencies.append(forward())
+        begin, end = forward()
+        latencies.append(end - begin)
         now = time.perf_counter()
-        if tracker is not None and tracker.add(forward.ends[-1] - latencies[-1], forward.ends[-1]):
+        if tracker is not None and tracker.add(begin, end):
             break
         if now - started >= limit_s:
             break
