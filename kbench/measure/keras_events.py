@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench.measure.stats import percentiles, rate_percentiles
+from kbench.measure.stats import measured_seconds, percentiles, rate_percentiles
 
 EVENTS_VARIABLE = "KBENCH_EVENTS"  # the file a kbench exec child writes its events to
 NO_TRAINING = "no Keras training observed"
@@ -102,7 +102,10 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
     first_fit = [b for b in batches if b.get("call", 0) == first_call]
     warmup = min(warmup_steps, len(first_fit) - 1) if len(batches) > 1 else 0
     measured = batches[warmup:]
-    measured_time = _measured_seconds(batches, warmup)
+    runs = [(b.get("call"), b.get("epoch")) for b in batches]  # each epoch of each fit
+    parts = [i for i in range(len(runs)) if i == 0 or runs[i] != runs[i - 1]]
+    times = ([b["t0"] for b in batches], [b["t1"] for b in batches])
+    measured_time = measured_seconds(*times, parts, warmup)
     step_times = [b["t1"] - b["t0"] for b in measured]
     sizes = [b.get("size") for b in measured]
     known = all(isinstance(s, int) for s in sizes)
@@ -158,20 +161,3 @@ def model_facts(events: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def _window_start(batches: List[Dict[str, Any]], warmup: int) -> float:
     return batches[warmup - 1]["t1"] if warmup else batches[0]["t0"]
-
-
-def _measured_seconds(batches: List[Dict[str, Any]], warmup: int) -> float:
-    """The window's time, epoch by epoch and fit by fit (each opens as its first batch begins)."""
-    total, start = 0.0, _window_start(batches, warmup)
-    if warmup and _new_run(batches[warmup - 1], batches[warmup]):  # not the gap between
-        start = batches[warmup]["t0"]
-    for index in range(warmup, len(batches)):
-        batch = batches[index]
-        if index > warmup and _new_run(batches[index - 1], batch):
-            total += batches[index - 1]["t1"] - start
-            start = batch["t0"]
-    return total + batches[-1]["t1"] - start
-
-
-def _new_run(previous: Dict[str, Any], batch: Dict[str, Any]) -> bool:
-    return (previous.get("call"), previous.get("epoch")) != (batch.get("call"), batch.get("epoch"))

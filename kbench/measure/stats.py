@@ -42,6 +42,23 @@ METHOD = (
 )
 
 
+def measured_seconds(
+    begins: Sequence[float], ends: Sequence[float], parts: Sequence[int], warmup: int
+) -> float:
+    """The measured window's time from the steps' ``begins`` and ``ends``, part by part
+    (``parts``: the index of each epoch's or ``fit`` call's first step), time between parts
+    left out. Within the part where warmup ends, the window opens as the last warmup step
+    ends; in later parts, as their first step begins."""
+    total = 0.0
+    bounds = list(parts) + [len(ends)]
+    for part_start, stop in zip(bounds[:-1], bounds[1:]):
+        first = max(part_start, warmup)
+        if first < stop:
+            start = ends[first - 1] if first > part_start else begins[first]
+            total += ends[stop - 1] - start
+    return total
+
+
 def percentiles(values: Sequence[float], qs=(10, 50, 90)) -> Dict[str, float]:
     """The given percentiles (keys p10, p50, ...) and the mean; empty input gives {}."""
     if not values:

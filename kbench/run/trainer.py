@@ -34,7 +34,13 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from kbench.datasets.stream import LOADING
-from kbench.measure.stats import PrecisionTracker, StopMeasuring, percentiles, rate_percentiles
+from kbench.measure.stats import (
+    PrecisionTracker,
+    StopMeasuring,
+    measured_seconds,
+    percentiles,
+    rate_percentiles,
+)
 from kbench.run import weightfile
 from kbench.run.protocol import emit_progress
 
@@ -99,17 +105,7 @@ class StepClock:
 
     def measured_seconds(self) -> float:
         """Time inside fit from the end of warmup to the last step, epoch by epoch."""
-        total = 0.0
-        bounds = self.epoch_first_step + [len(self.ends)]
-        for epoch_start, stop in zip(bounds[:-1], bounds[1:]):
-            first = max(epoch_start, self.warmup_steps)
-            if first >= stop:
-                continue
-            # Within the epoch where warmup ends, the window opens as the last warmup
-            # step ends; in later epochs, as their first step begins.
-            start = self.ends[first - 1] if first > epoch_start else self.begins[first]
-            total += self.ends[stop - 1] - start
-        return total
+        return measured_seconds(self.begins, self.ends, self.epoch_first_step, self.warmup_steps)
 
 
 @dataclass(frozen=True)
