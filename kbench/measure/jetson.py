@@ -1,19 +1,16 @@
-"""NVIDIA Jetson boards, read from sysfs and procfs, as tegrastats and jtop do (Jetsons
-had no NVML before their newest releases), under a root directory (``/`` on a board;
-tests point it at a fake tree):
+"""NVIDIA Jetson boards (no NVML before their newest releases), read from sysfs and
+procfs as tegrastats and jtop do, under a root directory (tests point it at a fake tree):
 
-- **GPU load and frequency** from the integrated GPU's devfreq node (found as jtop finds
-  it): ``load`` in per mille of the governor's last window, ``cur_freq`` in Hz.
-- **Power** from the board's INA3221 monitors: hwmon files on JetPack 5 and 6 (mV, mA),
-  iio files on JetPack 4 (mW). Every rail is ``rail_<name>_power_w``; the input rail
-  (``*_IN``) is ``board_power_w``, else the sum of every rail, said so; a rail feeding
-  the GPU alone is also ``gpu0_power_w``.
+- **GPU load and frequency**: the integrated GPU's devfreq node (found as jtop finds it),
+  ``load`` in per mille of the governor's last window, ``cur_freq`` in Hz.
+- **Power**: the INA3221 monitors (hwmon files on JetPack 5 and 6, iio on JetPack 4), each
+  rail ``rail_<name>_power_w``; the input rail (``*_IN``) is ``board_power_w``, else the
+  sum of every rail, said so; a rail feeding the GPU alone is also ``gpu0_power_w``.
 - **Energy**: the board power integrated over the samples, ``board_energy_j``.
-- **GPU memory**: ``NvMapMemUsed`` in ``proc/meminfo``, what the GPU driver allocated
-  from the memory it shares with the CPU, for every process.
+- **GPU memory**: ``NvMapMemUsed`` (``proc/meminfo``), what the GPU driver allocated from
+  the memory it shares with the CPU, every process.
 
-A Jetson (:func:`is_jetson`): ``proc/device-tree/model`` names one, or
-``etc/nv_tegra_release`` exists.
+A Jetson: ``proc/device-tree/model`` names one, or ``etc/nv_tegra_release`` exists.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""What the parent and a worker say to each other: the task file, the commands, the
-reply channel, the replies and the progress lines. Standard library only: imported under
-every backend's interpreter.
+"""What the parent and a worker say to each other: the task file (``run.json``), the
+commands (one per line on stdin, :data:`COMMANDS`), the replies (one JSON object per line
+on a reply pipe of the worker's own, ``event`` naming it) and the progress lines (in its
+output, after :data:`PROGRESS_PREFIX`), so whatever a framework prints never garbles a
+reply. Standard library only: imported under every backend's interpreter.
 
-The parent writes a :class:`WorkerTask` (``run.json``) and starts ``python -m
-kbench.run.worker RUN_JSON``, which reads one command per line on stdin (:data:`COMMANDS`)
-and answers each on a reply pipe of its own: one JSON object per line, ``event`` naming
-it. Its stdout and stderr stay its log and carry progress events (lines starting with
-:data:`PROGRESS_PREFIX`), so whatever a framework prints never garbles a reply.
-
-The pipe's write end reaches the worker as a file descriptor kept open across ``exec``
+The pipe's write end reaches the worker as a descriptor kept open across ``exec``
 (``pass_fds``) named in :data:`REPLY_FD_VARIABLE`; on Windows, as the only inheritable
 handle (``STARTUPINFO.lpAttributeList["handle_list"]``), named ``handle:N``. The Windows
 path is written from Python's documentation and has not run on Windows.

@@ -1,25 +1,20 @@
 """Training in explicit stages, the same for every backend (worker side).
 
-Each epoch is one ``backend.fit_epoch`` over that epoch's mini-batches in the order the
-runner drew, so every backend sees the same batches. The backend stamps each step on a
+Each epoch is one ``backend.fit_epoch`` over that epoch's mini-batches in the runner's
+order, so every backend sees the same batches. The backend stamps each step on a
 :class:`StepClock`, which reads the loss on the host at the end of a step: that waits for
 the device, so a step's time covers its whole computation. The first ``warmup_steps``
 steps (tracing, compilation, caches) are kept apart; the measured window runs from the
-end of the last warmup step to the end of the last step, counting only time inside the
-epochs' training loops.
+end of the last warmup step to the end of the last step, inside the training loops only.
+With ``--target-precision`` or ``--time-budget`` the clock feeds each measured step to a
+:class:`~kbench.measure.stats.PrecisionTracker`, whose :class:`StopMeasuring` from
+``batch_end`` stops any backend's step loop; the remaining epochs are skipped (evaluation
+sees the trained weights: Keras 3 writes JAX's state back in ``fit``'s ``finally``).
 
-With ``--target-precision`` or ``--time-budget`` the clock feeds every measured step to a
-:class:`~kbench.measure.stats.PrecisionTracker` and, once the goal is met, raises
-:class:`~kbench.measure.stats.StopMeasuring` from ``batch_end``, which stops every
-backend's step loop; the trainer keeps the epoch's last logs and skips the remaining
-epochs (the weights are updated in place, so evaluation sees the trained model).
-
-A warm worker's windows (:mod:`kbench.run.windows`) cycle through the sample order:
-:meth:`~Trainer.warm_up` runs the warmup steps, then calibration steps whose median time
-sizes a window of about ``window_s`` (or ``steps``); each :meth:`~Trainer.window` is one
-untimed step (the call's own set-up) and that many measured ones. A window does not
-capture the first step and compilation (the worker's start has them), nor what grows
-across windows (allocator pools, caches); memory readings are the process's peaks.
+A warm worker's windows (:mod:`kbench.run.windows`) cycle through the order: the warmup,
+calibration steps that size a window, then windows of one untimed and that many measured
+steps. A window leaves out the first step and compilation (the worker's start has them)
+and what grows across windows (allocator pools, caches); memory readings are peaks.
 """
 
 from __future__ import annotations
