@@ -15,6 +15,7 @@ A Jetson: ``proc/device-tree/model`` names one, or ``etc/nv_tegra_release`` exis
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -162,15 +163,11 @@ class JetsonSource:
     def read(self, tree: List[Any]) -> Dict[str, Any]:
         reading: Dict[str, Any] = {}
         if self.gpu is not None:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 reading["gpu0_load_percent"] = _number(self.gpu.load) / 10.0  # per mille
-            except (OSError, ValueError):
-                pass
             if self.gpu.freq is not None:
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     reading["gpu0_freq_mhz"] = _number(self.gpu.freq) / 1e6  # Hz
-                except (OSError, ValueError):
-                    pass
         watts: Dict[str, float] = {}
         for rail in self.rails:
             try:

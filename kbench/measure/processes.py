@@ -91,10 +91,8 @@ def stop_tree(pid: int) -> bool:
 def kill_tree(pid: int) -> None:
     """Kill the group led by ``pid`` (Windows: every descendant still below it, then it)."""
     if not windows():
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         return
     tree = descendants(pid)
     with contextlib.suppress(psutil.Error):
@@ -115,13 +113,11 @@ def kill_pid(pid: int) -> None:
 
 
 def _signal_pid(pid: int, number: int, method: str) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
         if windows():
             getattr(psutil.Process(pid), method)()
         else:
             os.kill(pid, number)
-    except (ProcessLookupError, PermissionError, psutil.Error):
-        pass
 
 
 def kill_own_group() -> None:
@@ -178,11 +174,9 @@ def watch_parent(pid: Optional[int] = None, interval_s: float = 0.25) -> threadi
     def watch() -> None:
         while not gone():
             time.sleep(interval_s)
-        try:  # the output pipe was the parent's: it may be closed
+        with contextlib.suppress(OSError, ValueError):  # the parent's pipe may be closed
             sys.stderr.write(f"[worker] parent process {watched} is gone; stopping\n")
             sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
         kill_own_group()
         os._exit(1)
 

@@ -14,6 +14,7 @@ run's whole life, a window, every rank); :func:`judge` turns an ending into a st
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -96,10 +97,9 @@ class LogWriter:
                 )  # fmt: skip
 
     def close(self) -> None:
-        try:
+        # what a failed write left in the buffer cannot be written either
+        with contextlib.suppress(OSError):
             self.file.close()
-        except OSError:  # what a failed write left in the buffer cannot be written either
-            pass
 
 
 @dataclass
@@ -173,11 +173,9 @@ class Worker:
 
     def send(self, command: Dict[str, Any]) -> None:
         """One command on stdin (to a worker that is gone: nothing; its pipe says how)."""
-        try:
+        with contextlib.suppress(OSError, ValueError):  # BrokenPipeError is an OSError
             self.process.stdin.write(json.dumps(command) + "\n")
             self.process.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass
 
     def request(self, command: Dict[str, Any], what: str, timeout_s: float, **said: str):
         self.send(command)
@@ -281,10 +279,8 @@ class Worker:
                 self.stop()
             else:
                 self.send({"do": "finish"})
-                try:
+                with contextlib.suppress(OSError):
                     self.process.stdin.close()
-                except OSError:
-                    pass
                 self._wait_exit()
         processes.kill_tree(self.process.pid)  # whatever the worker left behind
         for thread in self.threads:

@@ -146,15 +146,9 @@ class Runner:
     def _refused_again(self, config: RunConfig, found: RunResult) -> RunResult:
         """A run of a model an earlier run found unusable on any backend (its output
         does not fit the data): recorded failed with that reason, no worker started."""
-        now = time.time()
-        verdict = ending.Verdict(
-            "failed",
-            ending.first_line(
-                f"{found.reason} (found by {found.config['backend']}'s run, the same on "
-                "every backend: not run again)"
-            ),
-            found.error,
-        )
+        now, by = time.time(), found.config["backend"]
+        why = f"{found.reason} (found by {by}'s run, the same on every backend: not run again)"
+        verdict = ending.Verdict("failed", ending.first_line(why), found.error)
         result = ending.run_result(
             run_id=new_run_id(config), kind=config.mode, config=config.to_dict(),
             verdict=verdict, started_at=now, ended_at=now,

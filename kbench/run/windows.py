@@ -20,6 +20,7 @@ that drift and position hit every backend alike. Each backend's windows are one 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import subprocess
@@ -162,11 +163,9 @@ class WindowWorker:
 
     def start(self) -> None:
         """Wait for the model built (a worker that fails ends: its document says why)."""
-        try:
+        with contextlib.suppress(WorkerGone):
             self.started = self.worker.await_reply("its start", self.config.timeout_s)
             self.framework = self.started["framework"]
-        except WorkerGone:
-            pass
 
     def warm_up(self) -> None:
         """The warmup and calibration steps (a failure ends the worker, as in :meth:`start`)."""
