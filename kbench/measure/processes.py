@@ -237,10 +237,8 @@ def usable_cores() -> int:
     to it: more threads than cores make spinning thread pools wait on each other (on 2
     cores, two 2-thread trainings side by side ran 6x slower than two 1-thread ones)."""
     if hasattr(os, "sched_getaffinity"):
-        try:
+        with contextlib.suppress(OSError):
             return len(os.sched_getaffinity(0)) or 1
-        except OSError:
-            pass
     return os.cpu_count() or 1
 
 

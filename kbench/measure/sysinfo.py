@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -59,10 +60,8 @@ def cpu_features() -> Dict[str, Any]:
     """The CPU's vendor, model and :data:`KERNEL_FEATURES`: ``/proc/cpuinfo``, macOS'
     ``sysctl``; elsewhere the features are unknown (``None``), not none."""
     machine = platform.machine()
-    try:
+    with contextlib.suppress(OSError):
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text(), machine)
-    except OSError:
-        pass
     if sys.platform == "darwin":
         brand = _sysctl("machdep.cpu.brand_string")
         if machine == "arm64":

@@ -218,10 +218,8 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 return TIMED_OUT
-            try:
+            with contextlib.suppress(queue.Empty):
                 return self.replies.get(timeout=min(left, POLL_S))
-            except queue.Empty:
-                pass
             if self.process.poll() is not None:
                 exited_at = exited_at or time.monotonic()
                 if time.monotonic() - exited_at >= EXIT_GRACE_S:
