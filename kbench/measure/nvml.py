@@ -99,8 +99,7 @@ class GpuState:
 
 
 class NvmlSource:
-    """Every GPU NVML sees. ``nvml`` is the pynvml module (tests load the real binding
-    against a stand-in library)."""
+    """Every GPU NVML sees; ``nvml``: the pynvml module (tests: against a stand-in)."""
 
     name = "gpu"
 

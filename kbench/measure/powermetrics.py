@@ -37,8 +37,7 @@ def command(interval_s: float) -> List[str]:
 
 
 def parse_sample(data: bytes) -> Dict[str, Any]:
-    """One plist document -> ``gpu0_active_percent``, ``gpu0_power_w`` and
-    ``gpu_energy_mj`` (for the running sum), each where the document has it."""
+    """One plist document's ``gpu0_active_percent``, ``gpu0_power_w``, ``gpu_energy_mj``."""
     doc = plistlib.loads(data)
     gpu = doc.get("gpu") or {}
     out: Dict[str, Any] = {}

@@ -51,8 +51,7 @@ def windows() -> bool:
 
 
 def group_options() -> Dict[str, Any]:
-    """``Popen`` arguments for a group of its own: stopped as a whole, and a Ctrl-C in the
-    terminal reaches kbench only (which then stops the group)."""
+    """``Popen`` arguments for a group of its own (a terminal's Ctrl-C reaches kbench only)."""
     if windows():
         return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)}
     return {"start_new_session": True}

@@ -149,8 +149,7 @@ def optional_sources(
 
 
 class CpuSource:
-    """psutil readings of the machine: CPU load and frequency, battery (the processes'
-    own are the sampler's, :func:`tree_usage`)."""
+    """psutil readings of the machine: CPU load and frequency, battery."""
 
     name = "cpu"
 

@@ -70,8 +70,7 @@ _LAYERS = (
 
 
 def common_name(op: str, phase: str, layer: Optional[str] = None) -> Optional[str]:
-    """The ``kbench ops`` name of a framework operator, or None for the rest
-    (elementwise arithmetic, copies, optimizer maths)."""
+    """The ``kbench ops`` name of a framework operator, or None (arithmetic, copies)."""
     if phase in ("update", "other"):
         return None  # the optimizer's arithmetic; work whose place in the step is unknown
     text = op.lower()

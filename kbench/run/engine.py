@@ -326,8 +326,7 @@ def supervise(
     command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
     on_progress: Optional[OnProgress] = None, nvml: Any = None,
 ) -> Outcome:  # fmt: skip
-    """Run ``command`` to its end, without a channel, sampled, stopped past its timeout.
-    ``config`` needs only ``label()``, ``timeout_s`` and ``sample_interval_s``."""
+    """Run ``command`` to its end, sampled, stopped past ``config.timeout_s``."""
     worker = Worker.launch(
         command, env, cwd, log_path, name=config.label(), progress_of=config,
         on_progress=on_progress,

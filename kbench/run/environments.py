@@ -102,8 +102,7 @@ def keras_config(backend: str, data_format: Optional[str]) -> Dict[str, Any]:
 
 
 def import_root(directory: Path) -> Path:
-    """A folder for PYTHONPATH that exposes kbench and kbench_models to any interpreter
-    (workers may run where kbench is not installed: the MXNet environment, KBENCH_PYTHON_*)."""
+    """A PYTHONPATH folder exposing kbench and kbench_models to workers without kbench."""
     directory.mkdir(parents=True, exist_ok=True)
     models = Path(kbench_models.__file__).resolve().parent
     folders = (("kbench", PROJECT_ROOT / "kbench"), ("kbench_models", models))

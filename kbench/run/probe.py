@@ -21,8 +21,7 @@ from kbench.measure.processes import usable_cores
 
 
 def census(backend, models, data_format: str, built_in: Optional[str] = None):
-    """{model: its size, or its error} in ``data_format``; with ``built_in`` (the format
-    they were first built in) the sequence models are not built again."""
+    """{model: its size, or its error} in ``data_format`` (``built_in``: images only)."""
     import kbench_models
 
     built = {}

@@ -140,8 +140,7 @@ class WorkerReply:
 
 @dataclass
 class ReplyPipe:
-    """The parent's side of a reply pipe: ``read_fd``, ``value`` for the worker's
-    :data:`REPLY_FD_VARIABLE`, ``popen_args`` that hand it the write end."""
+    """The parent's side of a reply pipe; ``popen_args`` hand the worker its write end."""
 
     read_fd: int
     write_fd: int

@@ -166,8 +166,7 @@ class Runner:
 
     @contextlib.contextmanager
     def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:
-        """Check ``configs``, prepare the first one's data and hold a working directory: what
-        can be refused is, before the output directory is created."""
+        """Check ``configs``, prepare the first one's data, hold a working directory."""
         for config in configs:
             environments.interpreter_for(config.backend)
         with leftovers.working_directory() as directory:
@@ -486,8 +485,7 @@ class RunContext:
 
 
 def model_facts(config: RunConfig, reply: Optional[WorkerReply]) -> Dict[str, Any]:
-    """What the worker said of the model; a user model's source (path, function,
-    sha256) is recorded even when the worker never got to build it."""
+    """What the worker said of the model; a user model's source even unbuilt."""
     model = dict(reply.model) if reply else {}
     spec = spec_for(config.model)
     if spec.is_user:
@@ -560,8 +558,7 @@ class Session:
         parities: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
         sweeps: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
     ) -> List[RunResult]:  # fmt: skip
-        """``configs`` in one warm worker, with what each replays (``parities``) and the
-        sweep each belongs to (``sweeps``)."""
+        """``configs`` in one warm worker, each with what it replays and its sweep."""
         none = [None] * len(configs)
         pairs = zip(configs, parities or none, sweeps or none)
         cases = [Case(c, self.prepared.get(c), p, s) for c, p, s in pairs]

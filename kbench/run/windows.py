@@ -269,8 +269,7 @@ class WindowWorker:
         )  # fmt: skip
 
     def verdict(self, metrics: Dict[str, Any]) -> ending.Verdict:
-        """As its worker ended; else failed where kbench was interrupted or no window
-        was measured (with why the comparison stopped)."""
+        """As its worker ended; else failed if interrupted or no window was measured."""
         if self.worker.gone is not None:
             return self.worker.gone
         if self.stopped and self.stopped.startswith(INTERRUPTED):
