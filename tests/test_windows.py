@@ -239,8 +239,7 @@ def test_every_live_worker_of_the_session_is_a_companion_of_the_others():
                 for _ in range(4)]  # fmt: skip
     try:
         session: list = []
-        idle = dict(runner=None, planned=None, interpreter="", process_env={}, keras_json={},
-                    launched_at=0.0)  # fmt: skip
+        idle = dict(runner=None, planned=None, context=None)
         workers = [WindowWorker(worker=Worker(f"w{i}", p, None, None), name=f"w{i}",
                                 siblings=session, **idle)
                    for i, p in enumerate(sleepers)]  # fmt: skip

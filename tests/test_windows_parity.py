@@ -39,7 +39,7 @@ def worker(backend: str, **settings) -> WindowWorker:
     config = RunConfig(backend=backend, model=settings.pop("model", "small_cnn"), **settings)
     return WindowWorker(
         runner=None, planned=PlannedRun(Case(config, None), f"{backend}-run", Path(".")),
-        worker=None, interpreter="", process_env={}, keras_json={}, launched_at=0.0,
+        worker=None, context=None,
     )  # fmt: skip
 
 

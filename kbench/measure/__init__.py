@@ -1,8 +1,7 @@
 """What reads the machine and the process, and starts and stops workers: the sampler
-and its sources (psutil, NVML, RAPL, Jetson sysfs, macOS powermetrics), process control
-(``processes``), system facts, statistics of step times and their precision, the
-events of an instrumented Keras script; and :func:`sample`, the sampler ``kbench run``
-puts on its workers, for your own code::
+and its sources, process control (``processes``), system facts, statistics of step
+times, the events of an instrumented Keras script; and :func:`sample`, the sampler
+``kbench run`` puts on its workers, for your own code::
 
     import kbench.measure
 
@@ -11,12 +10,9 @@ puts on its workers, for your own code::
     print(sampling.summary["run"]["process_rss_bytes"]["max"])
     sampling.series["process_cpu_percent"]           # one value per reading
 
-``pid`` watches another process (and its children) instead. The series and the
-summary are those of a result document's ``sampler`` (see
-:mod:`kbench.measure.sampler`): psutil for CPU and memory, NVML for GPUs where it
-answers, RAPL where the kernel exposes it; a source that cannot be read is listed as
-unavailable with the reason. The sampler is imported only when a block starts, so
-that importing this package stays free of psutil and NVML.
+``pid`` watches another process instead. The series and the summary are a result
+document's ``sampler`` (:mod:`kbench.measure.sampler`). The sampler is imported only when
+a block starts, so that importing this package stays free of psutil and NVML.
 
 May import: nothing else in kbench.
 """
@@ -55,8 +51,7 @@ class Sampling:
         self._result = self.sampler.result({"run": (self.started_at, self.ended_at)})
 
     def result(self, windows: Optional[Dict[str, Any]] = None) -> SamplerResult:
-        """The series and a summary per window (``{"name": (start, end)}``, wall-clock
-        seconds); by default one window, ``run``, the whole block."""
+        """The series and a summary per window (``{name: (start, end)}``; default: ``run``)."""
         if windows is None and self._result is not None:
             return self._result
         end = self.ended_at or time.time()
@@ -72,7 +67,5 @@ class Sampling:
 
 
 def sample(pid: Optional[int] = None, interval_s: float = 0.2, nvml: Any = None) -> Sampling:
-    """``with kbench.measure.sample() as s: ...``: sample ``pid`` (default: this process)
-    and its children every ``interval_s`` seconds for the length of the block; then
-    ``s.series``, ``s.summary``, ``s.result()``."""
+    """Sample ``pid`` (default: this process) and its children over a ``with`` block."""
     return Sampling(pid, interval_s, nvml)

@@ -1,39 +1,29 @@
-"""NVIDIA Jetson boards, read from sysfs and procfs (Jetsons had no NVML before their
-newest releases; tegrastats and jtop read the same files).
+"""NVIDIA Jetson boards (no NVML before their newest releases), read from sysfs and
+procfs as tegrastats and jtop do, under a root directory (tests point it at a fake tree):
 
-What is read, each sample, under a root directory (``/`` on a board; tests point it at
-a fake tree laid out like a board's):
+- **GPU load and frequency**: the integrated GPU's devfreq node (found as jtop finds it),
+  ``load`` in per mille of the governor's last window, ``cur_freq`` in Hz.
+- **Power**: the INA3221 monitors (hwmon files on JetPack 5 and 6, iio on JetPack 4), each
+  rail ``rail_<name>_power_w``; the input rail (``*_IN``) is ``board_power_w``, else the
+  sum of every rail, said so; a rail feeding the GPU alone is also ``gpu0_power_w``.
+- **Energy**: the board power integrated over the samples, ``board_energy_j``.
+- **GPU memory**: ``NvMapMemUsed`` (``proc/meminfo``), what the GPU driver allocated from
+  the memory it shares with the CPU, every process.
 
-- **GPU load and frequency** from the integrated GPU's devfreq node: the entry of
-  ``sys/class/devfreq/`` whose ``device/of_node/name`` is ``gpu``, ``gp10b``,
-  ``gv11b`` or ``ga10b`` (as jtop finds it); ``load`` in the device's directory is in
-  per mille of the time the GPU was busy over the governor's last window (so
-  ``sys/devices/gpu.0/load`` on Nano and TX2), ``cur_freq`` is in Hz.
-- **Power** from the board's INA3221 monitors: on current JetPack (5, 6) the hwmon files
-  ``sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*/in<N>_label`` with ``in<N>_input``
-  (bus voltage, mV) and ``curr<N>_input`` (mA); on JetPack 4 the iio files
-  ``sys/bus/i2c/drivers/ina3221x/*/iio:device*/rail_name_<N>`` with
-  ``in_power<N>_input`` (mW). Every rail is a series ``rail_<name>_power_w``; the
-  board's input rail (a name ending in ``_IN``: ``VDD_IN``, ``POM_5V_IN``) is
-  ``board_power_w``, else the sum of every rail, said so in ``describe()``. A rail that
-  feeds the GPU alone (``VDD_GPU``, ``POM_5V_GPU``, ``GPU``) is also ``gpu0_power_w``.
-- **Energy** by integrating the board power over the samples (trapezoids):
-  ``board_energy_j``, a counter from the first sample.
-- **GPU memory**: the integrated GPU shares the CPU's memory; ``NvMapMemUsed`` in
-  ``proc/meminfo`` is what the GPU driver (nvmap) has allocated, for every process.
-
-Detection (:func:`is_jetson`): ``proc/device-tree/model`` names a Jetson, or
-``etc/nv_tegra_release`` exists.
+A Jetson: ``proc/device-tree/model`` names one, or ``etc/nv_tegra_release`` exists.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import math
 import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from kbench.measure.nvml import SourceUnavailable
 
@@ -69,40 +59,32 @@ def _number(path: Path) -> float:
     return float(path.read_text().strip())
 
 
-def hwmon_rails(root: Path) -> List[Rail]:
-    """JetPack 5 and 6: ``in<N>_label``, ``in<N>_input`` (mV), ``curr<N>_input`` (mA)."""
-    rails = []
-    pattern = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*/in*_label"
-    for label in sorted(root.glob(pattern)):
-        channel = label.name[len("in") : -len("_label")]
-        volts, amps = label.with_name(f"in{channel}_input"), label.with_name(f"curr{channel}_input")
-        name = label.read_text().strip()
-        if name.upper() == "NC" or not (volts.is_file() and amps.is_file()):
-            continue  # not connected, or a channel without a current sensor
-
-        def read(volts: Path = volts, amps: Path = amps) -> float:
-            return _number(volts) * _number(amps) / 1e6  # mV x mA -> W
-
-        rails.append(Rail(name, [volts, amps], read))
-    return rails
+# (what, label files, the channel's files, what their product is in watts): JetPack 5
+# and 6's hwmon files (mV x mA), else JetPack 4's iio files (mW)
+RAIL_FILES = (
+    ("hwmon (ina3221)", "ina3221/*/hwmon/hwmon*/in*_label", ("in{}_input", "curr{}_input"), 1e6),
+    ("iio (ina3221x)", "ina3221x/*/iio:device*/rail_name_*", ("in_power{}_input",), 1e3),
+)
 
 
-def iio_rails(root: Path) -> List[Rail]:
-    """JetPack 4: ``rail_name_<N>`` and ``in_power<N>_input`` (mW)."""
-    rails = []
-    pattern = "sys/bus/i2c/drivers/ina3221x/*/iio:device*/rail_name_*"
-    for label in sorted(root.glob(pattern)):
-        channel = label.name[len("rail_name_") :]
-        power = label.with_name(f"in_power{channel}_input")
-        name = label.read_text().strip()
-        if name.upper() == "NC" or not power.is_file():
-            continue
+def find_rails(root: Path) -> Tuple[List[Rail], str]:
+    """The connected INA3221 channels (not ``NC``, with every file), and which files."""
+    for kind, pattern, names, per_watt in RAIL_FILES:
+        rails = []
+        for label in sorted(root.glob("sys/bus/i2c/drivers/" + pattern)):
+            channel = re.sub(r"^(in|rail_name_)|_label$", "", label.name)
+            files = [label.with_name(name.format(channel)) for name in names]
+            name = label.read_text().strip()
+            if name.upper() != "NC" and all(f.is_file() for f in files):
+                read = functools.partial(_watts, files, per_watt)
+                rails.append(Rail(name, files, read))
+        if rails:
+            return rails, kind
+    return [], RAIL_FILES[-1][0]
 
-        def read(power: Path = power) -> float:
-            return _number(power) / 1e3  # mW -> W
 
-        rails.append(Rail(name, [power], read))
-    return rails
+def _watts(files: List[Path], per_watt: float) -> float:
+    return math.prod(_number(f) for f in files) / per_watt
 
 
 @dataclass(frozen=True)
@@ -115,8 +97,7 @@ class GpuNode:
 
 
 def find_gpu(root: Path) -> Optional[GpuNode]:
-    """The integrated GPU's devfreq directory (``cur_freq``) and device directory
-    (``load``), found as jtop finds them; None without one."""
+    """The integrated GPU's devfreq ``cur_freq`` and ``load`` (as jtop finds them), or None."""
     devfreq = root / "sys/class/devfreq"
     if devfreq.is_dir():
         for entry in sorted(devfreq.iterdir()):
@@ -134,18 +115,6 @@ def find_gpu(root: Path) -> Optional[GpuNode]:
     return None
 
 
-def _input_rail(rails: List[Rail]) -> List[Rail]:
-    return [r for r in rails if re.search(r"(^|_)IN$", r.name.upper())]
-
-
-def _gpu_rail(rails: List[Rail]) -> Optional[Rail]:
-    for rail in rails:
-        tokens = set(rail.name.upper().split("_"))
-        if "GPU" in tokens and "CPU" not in tokens:
-            return rail
-    return None
-
-
 def meminfo_kib(root: Path, key: str) -> Optional[int]:
     try:
         text = (root / "proc/meminfo").read_text()
@@ -156,8 +125,7 @@ def meminfo_kib(root: Path, key: str) -> Optional[int]:
 
 
 class JetsonSource:
-    """The integrated GPU and the board's power of an NVIDIA Jetson, as the ``gpu``
-    source. ``root`` is ``/`` on a board; ``clock`` is for the energy integral."""
+    """A Jetson's integrated GPU and board power, as the ``gpu`` source."""
 
     name = "gpu"
 
@@ -169,10 +137,8 @@ class JetsonSource:
                 f"{self.root / 'etc/nv_tegra_release'} is absent"
             )
         self.gpu = find_gpu(self.root)
-        hwmon = hwmon_rails(self.root)
-        self.rails = hwmon or iio_rails(self.root)
-        self.power_files = "hwmon (ina3221)" if hwmon else "iio (ina3221x)"
-        inputs = _input_rail(self.rails)
+        self.rails, self.power_files = find_rails(self.root)
+        inputs = [r for r in self.rails if re.search(r"(^|_)IN$", r.name.upper())]
         self.board_rails = inputs or self.rails
         self.board_method = (
             f"input rail {'+'.join(r.name for r in inputs)}"
@@ -180,7 +146,10 @@ class JetsonSource:
             else "sum of every rail (no input rail named *_IN: it may miss or double-count "
             "parts of the board)"
         )
-        self.gpu_rail = _gpu_rail(self.rails)
+        tokens = {r.name: set(r.name.upper().split("_")) for r in self.rails}
+        self.gpu_rail = next(
+            (r for r in self.rails if "GPU" in tokens[r.name] and "CPU" not in tokens[r.name]), None
+        )
         self.has_nvmap = meminfo_kib(self.root, "NvMapMemUsed") is not None
         if self.gpu is None and not self.rails:
             raise SourceUnavailable(
@@ -194,15 +163,11 @@ class JetsonSource:
     def read(self, tree: List[Any]) -> Dict[str, Any]:
         reading: Dict[str, Any] = {}
         if self.gpu is not None:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 reading["gpu0_load_percent"] = _number(self.gpu.load) / 10.0  # per mille
-            except (OSError, ValueError):
-                pass
             if self.gpu.freq is not None:
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     reading["gpu0_freq_mhz"] = _number(self.gpu.freq) / 1e6  # Hz
-                except (OSError, ValueError):
-                    pass
         watts: Dict[str, float] = {}
         for rail in self.rails:
             try:

@@ -2,17 +2,11 @@
 
 The kbench callback (:mod:`kbench.callbacks`) writes one JSON object per line to an
 events file (:class:`EventLog`): ``fit_begin``/``fit_end`` (and ``evaluate_*``,
-``predict_*``) around each call, one ``batch`` per step with its wall-clock start and
-end and its sample count, ``epoch`` at each epoch's end with Keras' logs, ``model``
-with the parameter count and the backend Keras reports, and ``error`` where the
-instrumentation itself failed. Each line is flushed as it is written, so a process
-that crashes loses nothing it wrote; a last line cut short is skipped on reading.
-
-:func:`summarize` turns the events into training figures that line up with those of
-``kbench run``: img/s over the measured window (the first ``warmup_steps`` batches of
-the first ``fit`` excluded), step-time percentiles, epochs, final loss and accuracy.
-
-Standard library and numpy only: it is imported under every backend's interpreter.
+``predict_*``), one ``batch`` per step (wall-clock start and end, sample count),
+``epoch`` with Keras' logs, ``model``, and ``error`` where the instrumentation failed.
+Each line is flushed as written, so a crash loses nothing written; a last line cut short
+is skipped. :func:`summarize` turns them into the figures of ``kbench run``. Standard
+library and numpy only: imported under every backend's interpreter.
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from kbench.measure.stats import percentiles, rate_percentiles
+from kbench.measure.stats import measured_seconds, percentiles, rate_percentiles
 
 EVENTS_VARIABLE = "KBENCH_EVENTS"  # the file a kbench exec child writes its events to
 NO_TRAINING = "no Keras training observed"
@@ -91,12 +85,9 @@ def read_events(path: Path) -> List[Dict[str, Any]]:
 
 
 def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]:
-    """Training figures from events; ``{"training_observed": False, "note": ...}`` when no
-    ``fit`` ran a batch. The measured window is that of ``kbench run``: it opens as the last
-    warmup batch of the first ``fit`` ends (as the first batch begins when ``warmup_steps``
-    is 0) and closes as the last batch of the last ``fit`` ends; within it, time between
-    ``fit`` calls (the script's own work) is left out. ``images_per_sec`` is the measured
-    samples over that time; it is None where no batch size was known."""
+    """Training figures from events (``training_observed: False`` without a batch). The
+    measured window is ``kbench run``'s, time between ``fit`` calls left out;
+    ``images_per_sec`` is None where a batch size was unknown."""
     facts = model_facts(events)
     batches = [e for e in events if e["event"] == "batch" and e.get("stage") == "train"]
     others = {
@@ -111,7 +102,10 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
     first_fit = [b for b in batches if b.get("call", 0) == first_call]
     warmup = min(warmup_steps, len(first_fit) - 1) if len(batches) > 1 else 0
     measured = batches[warmup:]
-    measured_time = _measured_seconds(batches, warmup)
+    runs = [(b.get("call"), b.get("epoch")) for b in batches]  # each epoch of each fit
+    parts = [i for i in range(len(runs)) if i == 0 or runs[i] != runs[i - 1]]
+    times = ([b["t0"] for b in batches], [b["t1"] for b in batches])
+    measured_time = measured_seconds(*times, parts, warmup)
     step_times = [b["t1"] - b["t0"] for b in measured]
     sizes = [b.get("size") for b in measured]
     known = all(isinstance(s, int) for s in sizes)
@@ -167,21 +161,3 @@ def model_facts(events: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def _window_start(batches: List[Dict[str, Any]], warmup: int) -> float:
     return batches[warmup - 1]["t1"] if warmup else batches[0]["t0"]
-
-
-def _measured_seconds(batches: List[Dict[str, Any]], warmup: int) -> float:
-    """Time from the window's start to the last batch's end, epoch by epoch and fit by
-    fit (a new epoch or fit call opens as its first batch begins)."""
-    total, start = 0.0, _window_start(batches, warmup)
-    if warmup and _new_run(batches[warmup - 1], batches[warmup]):  # not the gap between
-        start = batches[warmup]["t0"]
-    for index in range(warmup, len(batches)):
-        batch = batches[index]
-        if index > warmup and _new_run(batches[index - 1], batch):
-            total += batches[index - 1]["t1"] - start
-            start = batch["t0"]
-    return total + batches[-1]["t1"] - start
-
-
-def _new_run(previous: Dict[str, Any], batch: Dict[str, Any]) -> bool:
-    return (previous.get("call"), previous.get("epoch")) != (batch.get("call"), batch.get("epoch"))

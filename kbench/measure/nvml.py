@@ -2,16 +2,12 @@
 which calls its driver lacks, and which GPUs a worker used.
 
 A GPU whose handle or name cannot be read, or that is lost mid-run, is marked failed
-with the error and not read again; the others go on. A call a driver lacks is marked
-unsupported on that GPU with the reason (the _v2 process list where the binding's _v3
-call is missing; memory used from ``nvmlDeviceGetMemoryInfo_v2``, which leaves out
-driver-reserved memory, where the driver has it; clock event reasons where the driver
-has them, else the deprecated throttle reasons). A value that could not be read is
-absent, never 0: the worker's own device memory is recorded only where NVML lists one
-of its PIDs with a known size.
-
-:class:`SourceUnavailable` is how every sampler source (this one, Jetson's,
-powermetrics', RAPL) says it cannot be read on this machine.
+and not read again; the others go on. A call a driver lacks is marked unsupported on
+that GPU with the reason, and the older call used where there is one (the _v2 process
+list, memory info v1 with driver-reserved memory, the deprecated throttle reasons). A
+value that could not be read is absent, never 0: the worker's own device memory only
+where NVML lists one of its PIDs with a known size. :class:`SourceUnavailable` is how
+every sampler source says it cannot be read on this machine.
 """
 
 from __future__ import annotations
@@ -83,16 +79,13 @@ class GpuState:
             }.get(self.memory_call or ""),
             "clock_reasons_call": self.reasons_call, "processes_call": self.processes_call,
         }  # fmt: skip
-        if self.failed:
-            out["failed"] = self.failed
-        if self.unsupported:
-            out["unsupported"] = dict(self.unsupported)
-        if self.errors:
-            out["errors"] = dict(self.errors)
-        reason = self.process_memory_reason()
-        if reason:
-            out["process_memory_reason"] = reason
-        return out
+        found = {
+            "failed": self.failed,
+            "unsupported": dict(self.unsupported),
+            "errors": dict(self.errors),
+            "process_memory_reason": self.process_memory_reason(),
+        }
+        return out | {key: value for key, value in found.items() if value}
 
     def process_memory_reason(self) -> Optional[str]:
         """Why the worker's own memory on this GPU is unknown, or None if it was read."""
@@ -106,9 +99,7 @@ class GpuState:
 
 
 class NvmlSource:
-    """Every GPU NVML sees. ``nvml`` is the pynvml module (tests load the real binding
-    against a stand-in library). A GPU whose handle or name cannot be read, or that is
-    lost mid-run, is marked failed with the error; the others go on."""
+    """Every GPU NVML sees; ``nvml``: the pynvml module (tests: against a stand-in)."""
 
     name = "gpu"
 
@@ -163,14 +154,6 @@ class NvmlSource:
     def _text(value: Any) -> Optional[str]:
         return value.decode() if isinstance(value, bytes) else value
 
-    @property
-    def handles(self) -> List[Any]:
-        return [gpu.handle for gpu in self.gpus]
-
-    @property
-    def devices(self) -> List[Dict[str, Any]]:
-        return [gpu.describe() for gpu in self.gpus]
-
     def _try(self, gpu: GpuState, metric: str, read: Callable[[], Any]) -> Any:
         if gpu.failed or metric in gpu.unsupported:
             return None
@@ -219,7 +202,7 @@ class NvmlSource:
 
     def _processes(self, gpu: GpuState) -> List[Tuple[int, Optional[int]]]:
         """(pid, bytes or None) of the compute processes; the _v2 call on drivers that lack
-        _v3 (the binding raises NVMLLibraryMismatchError, no NVMLError, for those)."""
+        _v3 (the binding raises NVMLLibraryMismatchError for those)."""
         nvml = self.nvml
         if gpu.processes_call != "v2":
             try:
@@ -264,21 +247,16 @@ class NvmlSource:
                     reading[prefix + "process_memory_bytes"] = sum(int(used) for used in mine)
                 # the other processes on this GPU (kbench.measure.quality: "shared GPU"),
                 # and apart from them, the idle workers of the same comparison
-                companions = [used for pid, used in gpu.processes if pid in self.companion_pids]
-                if companions:
-                    reading[prefix + "companion_processes"] = len(companions)
-                    known = [int(used) for used in companions if used is not None]
-                    if known:
-                        reading[prefix + "companion_memory_bytes"] = sum(known)
-                others = [
-                    used
-                    for pid, used in gpu.processes
-                    if pid not in pids and pid not in self.companion_pids
-                ]
-                reading[prefix + "other_processes"] = len(others)
-                known = [int(used) for used in others if used is not None]
-                if known:  # NVML_VALUE_NOT_AVAILABLE everywhere: unknown, not 0
-                    reading[prefix + "other_memory_bytes"] = sum(known)
+                mates = self.companion_pids
+                for kind, used in (
+                    ("companion", [u for pid, u in gpu.processes if pid in mates]),
+                    ("other", [u for pid, u in gpu.processes if pid not in pids | mates]),
+                ):
+                    if used or kind == "other":
+                        reading[f"{prefix}{kind}_processes"] = len(used)
+                    known = [int(u) for u in used if u is not None]
+                    if known:  # NVML_VALUE_NOT_AVAILABLE everywhere: unknown, not 0
+                        reading[f"{prefix}{kind}_memory_bytes"] = sum(known)
             scalars = (
                 ("power_w", lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
                 ("energy_j", lambda h: nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0),
@@ -296,9 +274,8 @@ class NvmlSource:
         return reading
 
     def worker_gpus(self, visible: Dict[str, Any]) -> Dict[str, Any]:
-        """The GPUs the worker used, and how that was found: from NVML's process lists
-        (its PIDs), else from the worker's CUDA_VISIBLE_DEVICES mapped to NVML by PCI
-        bus id. ``visible`` is :func:`visible_devices_of`'s answer."""
+        """The GPUs the worker used, and how that was found: NVML's process lists (its
+        PIDs), else its CUDA_VISIBLE_DEVICES (``visible``) mapped to NVML by PCI bus id."""
         seen = [gpu.index for gpu in self.gpus if gpu.worker_seen]
         if seen:
             return {"indices": seen, "method": "nvml_pids",
@@ -339,7 +316,7 @@ class NvmlSource:
 
     def describe(self) -> Dict[str, Any]:
         return {
-            "available": True, "devices": self.devices,
+            "available": True, "devices": [gpu.describe() for gpu in self.gpus],
             "unsupported": {
                 f"gpu{g.index}": dict(g.unsupported) for g in self.gpus if g.unsupported
             },
@@ -354,10 +331,9 @@ class NvmlSource:
 
 
 def visible_devices_of(process: psutil.Process) -> Dict[str, Any]:
-    """The worker's CUDA_VISIBLE_DEVICES (None when unset), read from its environment. Not
-    known while the environment reads empty: just after ``Popen`` returns, the kernel may
-    still be loading the new program, whose environment is not yet in place (112 of 300
-    reads here beside busy loops); the samplers read again until known."""
+    """The worker's CUDA_VISIBLE_DEVICES (None when unset), from its environment. Not known
+    while that reads empty: just after ``Popen`` the kernel may still be loading the new
+    program (112 of 300 reads here beside busy loops); the samplers read again until known."""
     try:
         environ = process.environ()
     except (psutil.Error, OSError) as err:

@@ -1,21 +1,12 @@
 """Apple GPUs on macOS, read from ``powermetrics``' plist output.
 
-macOS gives no unprivileged reading of GPU utilization or power: ``powermetrics``
-reads them and needs root. So on macOS the sampler records what psutil reads without
-root (CPU, the worker's RSS, battery) and, when kbench is not root, the ``gpu``
-source is unavailable with that reason (:data:`NO_ROOT_REASON`). When it is root,
+macOS gives no unprivileged reading of GPU utilization or power: ``powermetrics`` needs
+root, so without it the ``gpu`` source is unavailable with that reason. As root,
 :class:`PowermetricsSource` runs ``powermetrics --samplers gpu_power -f plist -i MS``
-beside the worker for the whole run; powermetrics writes one plist document per
-interval, separated by NUL bytes, and each is parsed with :mod:`plistlib`
-(:func:`parse_sample`):
-
-- ``gpu.idle_ratio`` (fraction of the interval the GPU was idle): GPU active residency,
-  ``gpu0_active_percent = 100 * (1 - idle_ratio)``;
-- ``gpu.gpu_energy`` (millijoules over the interval; ``processor.gpu_energy`` where the
-  cpu_power sampler put it) over ``elapsed_ns``: ``gpu0_power_w``, and their running
-  sum, ``gpu0_energy_j``, an energy counter.
-
-Each sample is returned once; until the first arrives a read returns nothing.
+beside the worker; each NUL-separated plist document (:func:`parse_sample`) gives
+``gpu0_active_percent = 100 * (1 - gpu.idle_ratio)`` and, from ``gpu.gpu_energy`` (mJ
+over ``elapsed_ns``), ``gpu0_power_w`` and the running sum ``gpu0_energy_j``. Each
+sample is returned once; until the first arrives a read returns nothing.
 """
 
 from __future__ import annotations
@@ -46,9 +37,7 @@ def command(interval_s: float) -> List[str]:
 
 
 def parse_sample(data: bytes) -> Dict[str, Any]:
-    """One powermetrics plist document -> ``gpu0_active_percent`` and, where the
-    document carries the GPU's energy, ``gpu0_power_w`` and ``gpu_energy_mj`` (the
-    interval's energy, for the running sum). Keys it lacks are left out."""
+    """One plist document's ``gpu0_active_percent``, ``gpu0_power_w``, ``gpu_energy_mj``."""
     doc = plistlib.loads(data)
     gpu = doc.get("gpu") or {}
     out: Dict[str, Any] = {}
@@ -70,9 +59,8 @@ def split_documents(buffer: bytes) -> Tuple[List[bytes], bytes]:
 
 
 class PowermetricsSource:
-    """The Apple GPU's active residency and power, from a ``powermetrics`` process
-    started here; root only. ``argv`` and ``euid`` replace the real command and user
-    (tests run a process that writes a recorded sample)."""
+    """The Apple GPU's active residency and power, from a ``powermetrics`` process; root
+    only. ``argv`` and ``euid`` replace the real command and user (for tests)."""
 
     name = "gpu"
 

@@ -1,9 +1,6 @@
 """Worker processes, the same way on every system: start one in its own group, stop
 or kill its whole tree, tell whether a process lives, describe how it ended, pin it
-to cores.
-
-One module does what used to be POSIX calls spread over the runner, the distributed
-launcher and the workers, so that the other systems differ in one place:
+to cores. The systems differ in this one place:
 
 =====================  ====================================  ===============================
 what                   Linux and macOS (POSIX)               Windows
@@ -19,12 +16,9 @@ parent gone            ``getppid()`` changed (re-parented)   no process with the
 peak RSS               ``ru_maxrss`` (KiB Linux, bytes mac)  psutil ``peak_wset``
 =====================  ====================================  ===============================
 
-Windows has no group kill: a process the worker started and left running after the
-worker itself ended is no longer below it, so :func:`kill_tree` cannot find it there.
-
-The system is :data:`SYSTEM`, read once; tests patch it to run the other systems'
-branches here. Lives in :mod:`kbench.measure`, the floor every stage may import, and runs
-under both environments (psutil and the standard library).
+Windows has no group kill: a process the worker left running after it ended is no
+longer below it, so :func:`kill_tree` cannot find it there. The system is
+:data:`SYSTEM`, read once (tests patch it). Runs under both environments.
 """
 
 from __future__ import annotations
@@ -57,16 +51,13 @@ def windows() -> bool:
 
 
 def group_options() -> Dict[str, Any]:
-    """``subprocess.Popen`` arguments that start a process in its own group, so that
-    it and whatever it starts can be stopped as a whole and a Ctrl-C in the terminal
-    reaches kbench only (kbench then stops the group itself)."""
+    """``Popen`` arguments for a group of its own (a terminal's Ctrl-C reaches kbench only)."""
     if windows():
         return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)}
     return {"start_new_session": True}
 
 
 def start(command: Sequence[str], **popen_args: Any) -> subprocess.Popen:
-    """``subprocess.Popen(command, **popen_args)`` in a new process group."""
     return subprocess.Popen(list(command), **group_options(), **popen_args)
 
 
@@ -79,8 +70,8 @@ def descendants(pid: int) -> List[psutil.Process]:
 
 
 def stop_tree(pid: int) -> bool:
-    """Ask the group led by ``pid`` to stop (SIGTERM; CTRL_BREAK_EVENT on Windows,
-    which ends a Python worker as Ctrl-C would). False when it is already gone."""
+    """Ask the group led by ``pid`` to stop (SIGTERM; CTRL_BREAK_EVENT on Windows, which
+    ends a Python worker as Ctrl-C would). False when it is already gone."""
     try:
         if windows():
             os.kill(pid, signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
@@ -97,14 +88,10 @@ def stop_tree(pid: int) -> bool:
 
 
 def kill_tree(pid: int) -> None:
-    """Kill the group led by ``pid``: SIGKILL to the group on POSIX (what its members
-    left behind included); on Windows, which has no group kill, every descendant psutil
-    still finds below it, then itself. Nothing to do is no error."""
+    """Kill the group led by ``pid`` (Windows: every descendant still below it, then it)."""
     if not windows():
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         return
     tree = descendants(pid)
     with contextlib.suppress(psutil.Error):
@@ -125,18 +112,15 @@ def kill_pid(pid: int) -> None:
 
 
 def _signal_pid(pid: int, number: int, method: str) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
         if windows():
             getattr(psutil.Process(pid), method)()
         else:
             os.kill(pid, number)
-    except (ProcessLookupError, PermissionError, psutil.Error):
-        pass
 
 
 def kill_own_group() -> None:
-    """Kill the group this process leads (itself and what it started), if it leads
-    one: what a worker does when its parent is gone. On Windows: its descendants."""
+    """Kill the group this process leads (Windows: its descendants): its parent is gone."""
     if windows():
         for proc in descendants(os.getpid()):
             with contextlib.suppress(psutil.Error):
@@ -158,11 +142,8 @@ def alive(pid: int) -> bool:
 
 
 class ParentWatch:
-    """Whether the process that started this one is gone.
-
-    POSIX re-parents an orphan (to init or a subreaper), so a changed ``getppid()``
-    says so. Windows never re-parents: the parent's pid stays, and may be reused; there
-    the parent is gone when no process has that pid with the creation time it had."""
+    """Whether this process's parent is gone: POSIX re-parents an orphan (``getppid()``
+    changes); on Windows no process has the parent's pid and creation time."""
 
     def __init__(self) -> None:
         self.parent = os.getppid()
@@ -181,12 +162,10 @@ class ParentWatch:
 
 
 def watch_parent(pid: Optional[int] = None, interval_s: float = 0.25) -> threading.Thread:
-    """A daemon thread that kills this worker's process group (itself and what it
-    started) within ``interval_s`` of its parent being gone (:class:`ParentWatch`), or,
-    given ``pid`` (a data-parallel rank, whose parent may be torchrun, watches kbench
-    itself), of that process. The runner stops its worker on Ctrl-C or a timeout, but a
-    ``kill -9`` of the runner cannot: the orphan would train on until it next wrote to
-    its closed output pipe, or to the end, and nobody would read its reply."""
+    """A daemon thread that kills this worker's process group within ``interval_s`` of its
+    parent being gone, or, given ``pid`` (a data-parallel rank under torchrun watches
+    kbench), of that process. A ``kill -9`` of the runner cannot stop its worker: the
+    orphan would train on, and nobody would read its reply."""
     parent = ParentWatch()
     watched = pid or parent.parent
     gone = parent.gone if pid is None else lambda: not alive(pid)
@@ -194,11 +173,9 @@ def watch_parent(pid: Optional[int] = None, interval_s: float = 0.25) -> threadi
     def watch() -> None:
         while not gone():
             time.sleep(interval_s)
-        try:  # the output pipe was the parent's: it may be closed
+        with contextlib.suppress(OSError, ValueError):  # the parent's pipe may be closed
             sys.stderr.write(f"[worker] parent process {watched} is gone; stopping\n")
             sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
         kill_own_group()
         os._exit(1)
 
@@ -208,9 +185,8 @@ def watch_parent(pid: Optional[int] = None, interval_s: float = 0.25) -> threadi
 
 
 def describe_exit(code: int) -> str:
-    """How a process ended, from its return code, in words: "exited with code 3",
-    "was killed by signal SIGKILL (the kernel's out-of-memory killer ...)". Negative
-    codes (a signal) arise on POSIX only."""
+    """How a process ended, in words: "exited with code 3", "was killed by signal SIGKILL
+    (the kernel's out-of-memory killer ...)" (negative codes: POSIX only)."""
     if code >= 0:
         return f"exited with code {code}"
     name = signal_name(code)
@@ -230,8 +206,7 @@ def signal_name(code: int) -> str:
 
 @contextlib.contextmanager
 def interrupt_on_sigterm() -> Iterator[None]:
-    """SIGTERM (``kill``; CTRL_BREAK on Windows) raises KeyboardInterrupt while the
-    block runs, so that its processes are stopped on the way out; main thread only."""
+    """SIGTERM (CTRL_BREAK) raises KeyboardInterrupt in the block; main thread only."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
@@ -256,24 +231,19 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
 
 def usable_cores() -> int:
-    """How many cores this process may run on: its CPU affinity where the system has
-    one (``taskset``, a container's cpuset, a batch scheduler's allocation), else every
-    core of the machine. A run's thread count defaults to it: more threads than cores
-    make the frameworks' spinning thread pools wait on each other (measured on 2
-    cores: two 2-thread trainings side by side ran 6x slower than two 1-thread ones)."""
+    """How many cores this process may run on: its CPU affinity where the system has one
+    (``taskset``, a cpuset, a batch allocation), else all. A run's thread count defaults
+    to it: more threads than cores make spinning thread pools wait on each other (on 2
+    cores, two 2-thread trainings side by side ran 6x slower than two 1-thread ones)."""
     if hasattr(os, "sched_getaffinity"):
-        try:
+        with contextlib.suppress(OSError):
             return len(os.sched_getaffinity(0)) or 1
-        except OSError:
-            pass
     return os.cpu_count() or 1
 
 
 def pin_cores(threads: int) -> Dict[str, Any]:
-    """Pin this process to its first ``threads`` allowed cores when fewer than all were
-    asked for, through ``psutil.Process.cpu_affinity``. Returns what a result records:
-    ``cpu_affinity`` (the cores it may run on after the call, or None) and, where it could
-    not be read or set, ``cpu_affinity_reason``."""
+    """Pin this process to its first ``threads`` allowed cores when fewer than all; what a
+    result records (``cpu_affinity``, or None and ``cpu_affinity_reason``)."""
     process = psutil.Process()
     if not hasattr(process, "cpu_affinity") or SYSTEM in NO_AFFINITY_REASON:
         reason = NO_AFFINITY_REASON.get(
@@ -294,9 +264,7 @@ def pin_cores(threads: int) -> Dict[str, Any]:
 
 
 def peak_rss() -> Dict[str, Any]:
-    """This process's peak resident memory: ``{"bytes": ..., "source": ...}``.
-    ``getrusage``'s ``ru_maxrss`` is in KiB on Linux and in bytes on macOS; Windows has no
-    ``resource`` module and reports the peak working set through psutil."""
+    """This process's peak resident memory: ``{"bytes": ..., "source": ...}``."""
     if windows():
         info = psutil.Process().memory_info()
         return {"bytes": int(info.peak_wset), "source": "psutil memory_info().peak_wset "

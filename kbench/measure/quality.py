@@ -1,32 +1,22 @@
 """Whether a measured window can be trusted: what else the machine was doing meanwhile,
-read from the sampler's series (:mod:`kbench.measure.sampler`) over the window:
+read from the sampler's series over the window:
 
-- **busy**: CPU used by processes other than the worker's tree: per sample, the machine's
-  load (``system_cpu_percent``, percent of all cores) as cores, minus the worker tree's
-  (``process_cpu_percent``, percent of one core), averaged over the samples inside the
-  window and the first after it (which covers its end). What counts against the run is
-  what did not fit in the cores the run left free: ``max(0, others - (machine cores -
-  cores given)) / cores given``, the cores given being the run's ``threads`` or, unset,
-  the machine's. Flagged above ``BUSY_THRESHOLD`` (``--busy-threshold``). The parent's
-  own sampler thread counts as "other" (about 1% of a core).
-- **slow clock**: the mean CPU frequency against psutil's maximum, flagged below
-  ``CLOCK_FRACTION`` (0.6: all-core turbo sits below the single-core maximum, so only a
-  deep drop is flagged); unknown where psutil has no maximum (virtual machines report 0).
-- **throttled**: NVML clock event reasons of a thermal or power kind (``THROTTLE_BITS``)
-  in any sample of ``gpuN_throttle_reasons``; idle, application-clock and sync-boost
-  reasons are not throttling.
+- **busy**: CPU of processes other than the worker's tree (the machine's load as cores
+  less the tree's), averaged over the samples inside the window and the first after it.
+  What counts is what did not fit in the cores the run left free: ``max(0, others -
+  (machine cores - cores given)) / cores given``, flagged above ``BUSY_THRESHOLD``
+  (``--busy-threshold``). The parent's sampler thread counts as other (about 1% of a core).
+- **slow clock**: the mean CPU frequency below ``CLOCK_FRACTION`` of psutil's maximum
+  (all-core turbo sits below the single-core maximum: only a deep drop is flagged).
+- **throttled**: NVML clock event reasons of a thermal or power kind (``THROTTLE_BITS``).
 - **on battery**: ``power_plugged`` was 0 in any sample.
-- **shared GPU**: other compute processes that NVML lists on the GPUs the worker used
-  (``gpuN_other_processes``, ``gpuN_other_memory_bytes``): per GPU the most seen in any
-  sample, added over the worker's GPUs; flagged when any was there (``GPU_NEIGHBOURS``),
-  whatever it does. A display server's graphics context does not count. Unknown, with
-  the reason, where NVML listed none of the worker's PIDs (a container's PID namespace:
-  the worker itself would count as "other").
+- **shared GPU**: other compute processes NVML lists on the worker's GPUs (per GPU the
+  most in any sample, added), whatever they do; unknown, with the reason, where NVML
+  listed none of the worker's PIDs (in a container the worker would count as other).
 
-Each figure is ``None`` where its series is missing: unknown, never fine. Before a run or
-sweep, :func:`preflight` takes a one-second sample of the machine's CPU load and warns if
-it is already busy (``--wait-quiet S`` waits up to S seconds; ``KBENCH_SKIP_PREFLIGHT=1``
-skips it, as the tests do).
+Each figure is ``None`` where its series is missing: unknown, never fine. Before a run,
+:func:`preflight` samples the machine's CPU load for a second and warns if it is busy
+(``--wait-quiet S`` waits; ``KBENCH_SKIP_PREFLIGHT=1`` skips it, as the tests do).
 """
 
 from __future__ import annotations
@@ -94,8 +84,7 @@ def other_cores(
     series: Dict[str, List[Any]], start: float, end: float, machine_cores: int
 ) -> Tuple[Optional[float], int]:
     """Mean CPU of everything but the worker's tree over [start, end], in cores, and the
-    samples it rests on (those inside the window and the first after it: a reading is the
-    use since the previous one); None where no sample with both readings covers it."""
+    samples it rests on (inside, and the first after: a reading covers the time before it)."""
     times = series.get("t") or []
     after = next((i for i, t in enumerate(times) if t > end), None)
     picked = [i for i, t in enumerate(times) if start <= t <= end] + (
@@ -117,11 +106,8 @@ def assess(
     machine_cores: Optional[int] = None, cpu_freq_max_mhz: Optional[float] = None,
     window_name: str = "measured", worker_gpus: Optional[Dict[str, Any]] = None,
 ) -> Optional[Quality]:  # fmt: skip
-    """The quality of ``window`` (start, end) from the sampler ``series``; None where the
-    window has no edges. ``machine_cores`` and ``cpu_freq_max_mhz`` default to this
-    machine's (the runner assesses right after the run, on the machine that ran it).
-    ``worker_gpus`` is the sampler's ``sources.gpu.worker_gpus`` (which GPUs the worker
-    used, and how that was found); None counts every GPU in the series as the worker's."""
+    """The quality of ``window`` (start, end) from ``series``; None without edges. The
+    machine's figures default to this one's; ``worker_gpus``: the sampler's (None: all)."""
     if not window or window[0] is None or window[1] is None:
         return None
     if not 0 < busy_threshold <= 1:
@@ -167,7 +153,6 @@ def assess(
 
 
 def gpu_throttled(series: Dict[str, List[Any]], start: float, end: float) -> Dict[str, List[str]]:
-    """{gpuN: the throttle reasons seen in [start, end]} for each GPU that had any."""
     throttled = {}
     for name in sorted(series):
         match = THROTTLE_SERIES.match(name)
@@ -233,8 +218,6 @@ def _freq_max() -> Optional[float]:
     return frequency.max if frequency and frequency.max else None
 
 
-# --------------------------------------------------------------------------- pre-flight
-
 PREFLIGHT_SKIP_ENV = "KBENCH_SKIP_PREFLIGHT"  # "1": no pre-flight sample (the tests set it)
 
 
@@ -253,8 +236,7 @@ def preflight(
     sample: Callable[[], float] = lambda: psutil.cpu_percent(interval=1.0),
     clock: Callable[[], float] = time.monotonic,
 ) -> Preflight:  # fmt: skip
-    """Sample the machine's CPU load for a second; while it is above ``threshold`` and
-    ``wait_quiet_s`` allows, sample again. Warns (logging) if it is still busy."""
+    """Sample the CPU load for a second, again while busy and ``wait_quiet_s`` allows."""
     began = clock()
     load = sample() / 100.0
     samples = 1
@@ -278,7 +260,6 @@ def preflight(
 
 
 def preflight_unless_skipped(threshold: float, wait_quiet_s: float) -> Optional[Preflight]:
-    """:func:`preflight`, unless the environment sets ``KBENCH_SKIP_PREFLIGHT=1``."""
     if os.environ.get(PREFLIGHT_SKIP_ENV) == "1":
         return None
     return preflight(threshold, wait_quiet_s)

@@ -104,9 +104,8 @@ def pid_tree(pid: int) -> List[psutil.Process]:
 def tree_usage(
     tree: List[psutil.Process], known: Dict[int, psutil.Process]
 ) -> Optional[Tuple[float, int]]:
-    """CPU percent (since the previous call, per process) and RSS summed over a process
-    tree; None once none of it is alive, which is nothing to read, not zero. ``known``
-    keeps each pid's Process object between calls, as cpu_percent needs."""
+    """CPU percent (since the last call) and RSS summed over a process tree; None once
+    none of it lives. ``known`` keeps each pid's Process between calls, as cpu_percent needs."""
     cpu, rss, alive = 0.0, 0, 0
     for proc in tree:
         process = known.setdefault(proc.pid, proc)
@@ -123,8 +122,7 @@ ROOT_VARIABLE = "KBENCH_SYSTEM_ROOT"  # where /sys, /proc and /etc are read (tes
 
 
 def gpu_source(nvml: Any = None, interval_s: float = 0.2) -> Any:
-    """The ``gpu`` source of this machine: a Jetson's sysfs (:mod:`kbench.measure.jetson`),
-    macOS powermetrics (:mod:`kbench.measure.powermetrics`), else NVML."""
+    """This machine's ``gpu`` source: a Jetson's sysfs, macOS powermetrics, else NVML."""
     root = Path(os.environ.get(ROOT_VARIABLE) or "/")
     if jetson.is_jetson(root):
         return jetson.JetsonSource(root)
@@ -136,8 +134,7 @@ def gpu_source(nvml: Any = None, interval_s: float = 0.2) -> Any:
 def optional_sources(
     nvml: Any = None, interval_s: float = 0.2
 ) -> Tuple[list, Dict[str, Dict[str, Any]]]:
-    """The GPU (NVML, Jetson, powermetrics) and RAPL sources this machine has, and why
-    the others are absent."""
+    """The GPU and RAPL sources this machine has, and why the others are absent."""
     sources, unavailable = [], {}
     for name, make in (("gpu", lambda: gpu_source(nvml, interval_s)), ("rapl", RaplSource)):
         try:
@@ -152,8 +149,7 @@ def optional_sources(
 
 
 class CpuSource:
-    """psutil readings of the machine: its CPU load and frequency, its battery (the
-    sampled processes' own CPU and memory are the sampler's, :func:`tree_usage`)."""
+    """psutil readings of the machine: CPU load and frequency, battery."""
 
     name = "cpu"
 
@@ -244,8 +240,7 @@ class SamplerResult:
 
 
 def label_of(name: str, prefixes: Sequence[str] = ()) -> str:
-    """What series ``name`` holds, in words (:data:`LABELS`); a process's own series
-    (``worker0_process_cpu_percent``) says whose."""
+    """What series ``name`` holds, in words; a process's own series says whose."""
     for prefix in prefixes:
         if name.startswith(prefix + "_"):
             rest = name[len(prefix) + 1 :]
@@ -264,56 +259,21 @@ PROCESS_LABELS = {  # a series of one of several processes
 }
 
 
-class SamplingThread:
-    """The thread a sampler reads on: ``read()`` every ``interval_s`` seconds from
-    :meth:`start` until :meth:`stop`. A reading that raises is skipped and the next one
-    goes on (sampling never ends the run); the first such error is a warning, the rest
-    are logged at debug level, so a reader that always fails is seen once."""
-
-    def __init__(self, read: Callable[[], None], interval_s: float, name: str) -> None:
-        self.read = read
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop after the reading in progress (waiting 5 s at most)."""
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        warned = False
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.read()
-            except Exception as err:  # a flaky reading must never end the run
-                log.log(logging.DEBUG if warned else logging.WARNING, "sampler: %s", err)
-                warned = True
-
-
 class Sampler:
-    """``with Sampler(pid) as s: ...``; then ``s.result(windows)``. The processes sampled
-    are the worker ``pid`` (with its children), or, with ``per_process`` (a data-parallel
-    run), every process :meth:`add` names as it appears (workers, servers, a scheduler;
-    torchrun's workers as they announce themselves), each with its children: then each one's
-    CPU and RSS are series of their own (``worker0_process_cpu_percent``,
-    ``server0_process_rss_bytes``), their sums are under the single-process names, and where
-    NVML lists its PIDs each one's device memory is ``<name>_gpu<i>_process_memory_bytes``
-    (absent, never 0, where NVML does not know it). A source whose ``read`` raises is marked
-    failed with the error from then on (its ``describe()`` says so) and the others go on:
-    sampling never ends the run."""
+    """``with Sampler(pid) as s: ...``; then ``s.result(windows)``. It samples the worker
+    ``pid`` with its children, or, ``per_process`` (a data-parallel run), every process
+    :meth:`add` names as it appears: then each one's CPU and RSS are series of their own
+    (``worker0_process_cpu_percent``), their sums under the single-process names, and each
+    one's device memory ``<name>_gpu<i>_process_memory_bytes`` where NVML knows it. A
+    source whose ``read`` raises is marked failed from then on; the others go on."""
 
     def __init__(
         self, pid: Optional[int] = None, interval_s: float = 0.2, nvml: Any = None,
         clock: Callable[[], float] = time.time, companions: Sequence[int] = (),
         per_process: bool = False,
     ) -> None:  # fmt: skip
-        """``companions``: PIDs of processes of the same measurement that wait while this
-        one runs (the other warm workers of an interleaved comparison); the GPU source
-        counts them, and their children, apart from other processes."""
+        """``companions``: PIDs of the same measurement's processes idle meanwhile (the other
+        warm workers); the GPU source counts them and their children apart from others."""
         self.interval_s = interval_s
         self.clock = clock
         self.per_process = per_process
@@ -323,7 +283,8 @@ class Sampler:
         self.visible: Dict[str, Dict[str, Any]] = {}  # name -> its CUDA_VISIBLE_DEVICES
         if pid is not None:
             self._add("worker", psutil.Process(pid))
-        self._thread = SamplingThread(self._sample, interval_s, "kbench-sampler")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kbench-sampler", daemon=True)
         self._rows: List[Dict[str, Any]] = []
         self._trees: Dict[str, List[psutil.Process]] = {}
         self._tree_at: Dict[str, float] = {}
@@ -338,8 +299,7 @@ class Sampler:
                     source.companion_pids = companion_pids
 
     def add(self, name: str, pid: int) -> None:
-        """Sample process ``pid`` (and its children) as ``name`` from now on; one that
-        already ended is not added."""
+        """Sample ``pid`` and its children as ``name`` from now on (one gone: not added)."""
         try:
             self._add(name, psutil.Process(pid))
         except psutil.Error as err:
@@ -353,21 +313,32 @@ class Sampler:
             self.visible[name] = visible
 
     def __enter__(self) -> Sampler:
-        """The first reading now where there is a process to read, then one every
-        interval, on the sampler's thread."""
+        """The first reading now where there is a process, then one every interval."""
         if self._roots:
             self._sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._thread.stop()
-        close_sources(self.sources)
+        self._stop.set()  # after the reading in progress, 5 s at most
+        self._thread.join(timeout=5)
+        for source in self.sources:
+            source.close()
+
+    def _loop(self) -> None:
+        """A reading every interval. One that raises is skipped (sampling never ends the
+        run): the first error a warning, the rest debug, so one always failing is seen once."""
+        warned = False
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._sample()
+            except Exception as err:  # a flaky reading must never end the run
+                log.log(logging.DEBUG if warned else logging.WARNING, "sampler: %s", err)
+                warned = True
 
     def _tree(self, name: str) -> List[psutil.Process]:
-        """A process and its children, rescanned at most every TREE_REFRESH_S: finding
-        children reads every process on the machine (about 1 ms, most of a sample's cost),
-        and a worker's children rarely change."""
+        """A process and its children, rescanned at most every TREE_REFRESH_S (finding
+        children reads every process on the machine: most of a sample's cost)."""
         now = time.monotonic()
         if now - self._tree_at.get(name, float("-inf")) >= TREE_REFRESH_S:
             self._trees[name] = process_tree(self._roots[name])
@@ -408,14 +379,16 @@ class Sampler:
         return usage
 
     def result(self, windows: Optional[Dict[str, Any]] = None) -> SamplerResult:
-        """The series so far and their summary over ``windows``; safe while sampling goes
-        on (a warm worker's run is kept as it replies): the rows are read once."""
+        """The series so far and their summary over ``windows`` (safe while sampling goes on)."""
         rows = list(self._rows)
         with self._lock:
             visible = list(self.visible.values())
         names = sorted({key for row in rows for key in row} - {"t"})
         series = {"t": [row["t"] for row in rows]} | {n: [r.get(n) for r in rows] for n in names}
-        sources = describe_sources(self.sources, self.failed, self.unavailable)
+        sources = {source.name: source.describe() for source in self.sources}
+        for name, error in self.failed.items():
+            sources[name]["failed_error"] = error
+        sources.update(self.unavailable)
         summary = scoped_summary(series, windows or {}, self.sources, visible, sources)
         return SamplerResult(
             interval_s=self.interval_s, sources=sources, series=series, summary=summary,
@@ -424,8 +397,7 @@ class Sampler:
 
 
 def gpu_per_process(source: NvmlSource, trees: Dict[str, List[psutil.Process]]) -> Dict:
-    """Each process's own device memory, from the listing the source just read; only
-    where NVML lists its PIDs and knows their memory (unknown is absent, not 0)."""
+    """Each process's own device memory, from the source's last listing (unknown: absent)."""
     out = {}
     for gpu in source.gpus:
         if gpu.processes is None or gpu.failed:
@@ -441,8 +413,7 @@ def gpu_per_process(source: NvmlSource, trees: Dict[str, List[psutil.Process]]) 
 def read_sources(
     sources: list, tree: List[psutil.Process], row: Dict[str, Any], failed: Dict[str, str]
 ) -> None:
-    """One reading of every source not yet failed into ``row``; a source that raises is
-    marked failed in ``failed`` (name -> error) and not read again."""
+    """One reading of every source into ``row``; one that raises is failed from then on."""
     for source in sources:
         if source.name in failed:
             continue
@@ -453,23 +424,6 @@ def read_sources(
             log.warning("sampler: %s failed, not read again: %s", source.name, failed[source.name])
 
 
-def close_sources(sources: list) -> None:
-    for source in sources:
-        source.close()
-
-
-def describe_sources(
-    sources: list, failed: Dict[str, str], unavailable: Dict[str, Dict[str, Any]]
-) -> Dict[str, Dict[str, Any]]:
-    out = {}
-    for source in sources:
-        out[source.name] = source.describe()
-        if source.name in failed:
-            out[source.name]["failed_error"] = failed[source.name]
-    out.update(unavailable)
-    return out
-
-
 GPU_SERIES = re.compile(r"^gpu(\d+)_")
 
 
@@ -477,10 +431,8 @@ def scoped_summary(
     series: Dict[str, List[Any]], windows: Dict[str, Any], sources: list,
     visible: List[Dict[str, Any]], described: Dict[str, Dict[str, Any]],
 ) -> Dict[str, Dict[str, Dict[str, Any]]]:  # fmt: skip
-    """:func:`summarize` over the non-GPU series and the GPUs the worker used only (which,
-    and how that was found: ``described["gpu"]["worker_gpus"]``). For each GPU used, a
-    window without the worker's own memory or without energy gets ``{"samples": 0,
-    "reason": ...}`` for that series: unknown, with why, never 0."""
+    """:func:`summarize` over the non-GPU series and the worker's GPUs; a window without a
+    GPU's worker memory or energy gets ``{"samples": 0, "reason": ...}`` (never 0)."""
     gpu = next((s for s in sources if isinstance(s, NvmlSource)), None)
     if gpu is None:
         return summarize(series, windows)
@@ -535,7 +487,7 @@ def value_at(points: List[Tuple[float, float]], t: float) -> float:
 def _around(
     points: List[Tuple[float, float]], start: float, end: float
 ) -> List[Tuple[float, float]]:
-    """The samples inside [start, end] and the nearest one on either side of it."""
+    """The samples inside [start, end] and the nearest one on either side."""
     before = [p for p in points if p[0] < start][-1:]
     after = [p for p in points if p[0] > end][:1]
     return before + [p for p in points if start <= p[0] <= end] + after

@@ -1,35 +1,30 @@
 """Summary statistics over raw measurements: percentiles (of values, and of per-step
-rates: :func:`rate_percentiles`), a distribution-free confidence interval on the median
-(:class:`MedianInterval`, the one interval type kbench has), and when to stop measuring
-(:class:`PrecisionTracker`).
+rates), a distribution-free confidence interval on the median (:class:`MedianInterval`,
+the one interval type kbench has), and when to stop measuring (:class:`PrecisionTracker`).
 
-**The median's interval, from order statistics.** With ``n`` values sorted,
-``x_(1) <= ... <= x_(n)``, the pair ``(x_(j), x_(n+1-j))`` holds the true median with
-probability ``1 - 2 * P(B < j)``, ``B ~ Binomial(n, 1/2)``, whatever the values'
-distribution (each value falls below the median with probability 1/2, independently).
-:func:`median_interval` takes the narrowest such pair (the largest ``j``) whose coverage
-is at least the level asked for (95%); below 6 values no pair reaches 95%, and the whole
-range (``j = 1``, coverage ``1 - 2 * 0.5**n``) is returned with its coverage. The
-binomial tail is summed from its largest term down in floating point (terms from
-``lgamma``), so thousands of values cost microseconds. Step times of one process are
-not quite independent (a busy second slows several steps): read the interval as the
-spread of this run's steps, not of the machine's weather.
+**The median's interval, from order statistics.** With ``n`` values sorted, the pair
+``(x_(j), x_(n+1-j))`` holds the true median with probability ``1 - 2 * P(B < j)``,
+``B ~ Binomial(n, 1/2)``, whatever the values' distribution. :func:`median_interval`
+takes the narrowest pair whose coverage reaches the level (95%); below 6 values none
+does, and the whole range is returned with its coverage (``1 - 2 * 0.5**n``). The tail is
+summed in floating point from ``lgamma`` terms: thousands of values cost microseconds.
+Step times of one process are not quite independent (a busy second slows several
+steps): the interval is the spread of this run's steps, not of the machine's weather.
 
 **When to stop measuring** (``--target-precision P``, ``--time-budget S``). A
-:class:`PrecisionTracker` is fed the begin and end of every measured step (a training
-step, an inference pass, one call of an operation) and stops measuring at the first of:
-*precision reached*, the interval on the median throughput (items per step over the
-step's time; ``items / time`` reverses the order, so the slowest bound step gives the low
-throughput) within ``±P`` of the median (it needs at least 6 steps); *budget spent*, ``S``
-seconds since the first measured step began; *steps exhausted*, the caller ran out of
-steps (data and epochs, ``--duration``, ``--calls``) before either. The interval is
-checked after ``MIN_STEPS`` steps, then every ``CHECK_EVERY`` steps or every tenth of the
-steps so far, whichever is more (a check sorts the step times); the budget at every step.
+:class:`PrecisionTracker` is fed each measured step's begin and end and stops at the
+first of: *precision reached*, the interval on the median throughput (items over the
+step's time: the slowest bound step gives the low throughput) within ``±P`` of the
+median; *budget spent*, ``S`` seconds since the first measured step began; *steps
+exhausted*, the caller ran out of steps first. The interval is checked after
+``MIN_STEPS`` steps, then every ``CHECK_EVERY`` steps or tenth of the steps so far,
+whichever is more; the budget at every step.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -47,6 +42,23 @@ METHOD = (
 )
 
 
+def measured_seconds(
+    begins: Sequence[float], ends: Sequence[float], parts: Sequence[int], warmup: int
+) -> float:
+    """The measured window's time from the steps' ``begins`` and ``ends``, part by part
+    (``parts``: the index of each epoch's or ``fit`` call's first step), time between parts
+    left out. Within the part where warmup ends, the window opens as the last warmup step
+    ends; in later parts, as their first step begins."""
+    total = 0.0
+    bounds = list(parts) + [len(ends)]
+    for part_start, stop in zip(bounds[:-1], bounds[1:]):
+        first = max(part_start, warmup)
+        if first < stop:
+            start = ends[first - 1] if first > part_start else begins[first]
+            total += ends[stop - 1] - start
+    return total
+
+
 def percentiles(values: Sequence[float], qs=(10, 50, 90)) -> Dict[str, float]:
     """The given percentiles (keys p10, p50, ...) and the mean; empty input gives {}."""
     if not values:
@@ -60,17 +72,15 @@ def percentiles(values: Sequence[float], qs=(10, 50, 90)) -> Dict[str, float]:
 def rate_percentiles(
     amounts: Sequence[float], seconds: Sequence[float], qs=(10, 50, 90)
 ) -> Dict[str, float]:
-    """Percentiles (and the mean) of per-step rates: step i's ``amounts[i] / seconds[i]``
-    (images per second of each step, whatever its batch), steps of no duration left out;
-    {} for none. A slow step is a low rate: p10 is the slow end."""
+    """Percentiles (and the mean) of per-step rates ``amounts[i] / seconds[i]``, steps of
+    no duration left out. A slow step is a low rate: p10 is the slow end."""
     rates = [a / s for a, s in zip(amounts, seconds) if s > 0]
     return percentiles(rates, qs)
 
 
 @dataclass(frozen=True)
 class MedianInterval:
-    """The median of ``n`` values and an interval ``[low, high]`` that holds the true
-    median with probability ``coverage``."""
+    """The median of ``n`` values and ``[low, high]``, holding it with ``coverage``."""
 
     median: float
     low: float
@@ -102,12 +112,11 @@ def binomial_below(j: int, n: int) -> float:
 
 
 def order_statistic_rank(n: int, level: float = LEVEL) -> int:
-    """The largest ``j`` (1-based) with ``1 - 2 * P(B < j) >= level``; 1 where none reaches
-    ``level`` (then the whole range is the interval)."""
+    """The largest ``j`` (1-based) with ``1 - 2 * P(B < j) >= level``; 1 where none does."""
     if n < 2:
         return 1
     # Start from the normal approximation, then step to the exact answer.
-    z = 1.959963984540054 if level == LEVEL else _normal_quantile((1 + level) / 2)
+    z = statistics.NormalDist().inv_cdf((1 + level) / 2)
     j = max(1, min(n // 2, int((n - z * math.sqrt(n)) / 2)))
     while j > 1 and 1 - 2 * binomial_below(j, n) < level:
         j -= 1
@@ -116,27 +125,13 @@ def order_statistic_rank(n: int, level: float = LEVEL) -> int:
     return j
 
 
-def _normal_quantile(p: float) -> float:
-    """The standard normal quantile (bisection on erf; only for levels other than 95%)."""
-    low, high = -10.0, 10.0
-    for _ in range(80):
-        middle = (low + high) / 2
-        if 0.5 * (1 + math.erf(middle / math.sqrt(2))) < p:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
-
-
 def rounds_needed(level: float = LEVEL) -> int:
-    """The fewest values whose median interval reaches ``level``: the range of ``n``
-    values covers the median with ``1 - 2 * 0.5**n`` (6 for 95%, 9 for 99.3%)."""
+    """The fewest values whose median interval reaches ``level`` (6 for 95%, 9 for 99.3%)."""
     return max(2, math.ceil(math.log2(2 / (1 - level)) - 1e-12))
 
 
 def median_interval(values: Sequence[float], level: float = LEVEL) -> Optional[MedianInterval]:
-    """The order-statistics interval on the median of ``values`` (see the module's
-    docstring); None for no values. One value: the interval is the point, coverage 0."""
+    """The order-statistics interval on the median of ``values`` (None for none)."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     n = len(ordered)
     if not n:
@@ -151,9 +146,8 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> Optional[M
 
 @dataclass(frozen=True)
 class PrecisionGoal:
-    """What to measure until: ``target`` (relative half-width of the interval on the
-    median throughput, e.g. 0.02) and ``budget_s`` (seconds of measuring); None: no
-    such limit."""
+    """What to measure until: ``target`` (relative half-width of the median throughput's
+    interval, e.g. 0.02) and ``budget_s`` (seconds); None: no such limit."""
 
     target: Optional[float] = None
     budget_s: Optional[float] = None
@@ -164,14 +158,12 @@ class PrecisionGoal:
 
     @classmethod
     def from_config(cls, config: Dict[str, Any]) -> PrecisionGoal:
-        """The goal in a run's or ``kbench ops``' config dict (``target_precision``,
-        ``time_budget_s``; absent in configs written before they existed)."""
+        """The goal in a run's or ``kbench ops``' config dict (absent in older configs)."""
         return cls(config.get("target_precision"), config.get("time_budget_s"))
 
 
 class StopMeasuring(Exception):
-    """Raised from inside a backend's step loop (through the step clock) when the goal
-    is met; ``reason`` says which."""
+    """Raised from inside a backend's step loop when the goal is met; ``reason``: which."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

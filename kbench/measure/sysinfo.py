@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -56,15 +57,11 @@ def _sysctl(name: str) -> Optional[str]:
 
 @functools.lru_cache(maxsize=1)
 def cpu_features() -> Dict[str, Any]:
-    """The CPU's vendor, model and the features in :data:`KERNEL_FEATURES` it has. Linux
-    reads ``/proc/cpuinfo``; macOS asks ``sysctl`` (an Apple chip always has NEON, named
-    ``asimd`` as Linux names it); elsewhere the features are unknown (``None``), which says
-    so instead of claiming none."""
+    """The CPU's vendor, model and :data:`KERNEL_FEATURES`: ``/proc/cpuinfo``, macOS'
+    ``sysctl``; elsewhere the features are unknown (``None``), not none."""
     machine = platform.machine()
-    try:
+    with contextlib.suppress(OSError):
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text(), machine)
-    except OSError:
-        pass
     if sys.platform == "darwin":
         brand = _sysctl("machdep.cpu.brand_string")
         if machine == "arm64":
@@ -82,10 +79,8 @@ def cpu_features() -> Dict[str, Any]:
 
 
 def gpu_info() -> Dict[str, Any]:
-    """GPUs as NVML sees them, or why it cannot see any. An NVML error after ``nvmlInit`` (a
-    GPU whose handle needs permissions, a GPU that is lost) marks that device with the error
-    instead of failing the description; the driver's version likewise. Any other device is
-    described as usual."""
+    """GPUs as NVML sees them, or why it cannot. An NVML error after ``nvmlInit`` marks that
+    device (or the driver's version) with the error; the others are described as usual."""
     try:
         import pynvml
     except ImportError:
@@ -149,22 +144,6 @@ def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
     return info
 
 
-def git_revision() -> Dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(PROJECT_ROOT), *args],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-
-    try:
-        return {"sha": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
-    except (OSError, subprocess.SubprocessError):
-        return {"sha": None, "dirty": None}
-
-
 @functools.lru_cache(maxsize=1)
 def machine() -> Dict[str, Any]:
     import psutil
@@ -212,10 +191,9 @@ print(json.dumps({"gflops_per_sec": 2 * n**3 / min(times) / 1e9}))
 
 @functools.lru_cache(maxsize=8)
 def cpu_matmul_peak(threads: int) -> Dict[str, Any]:
-    """float32 matrix-multiply speed of this CPU with ``threads`` threads, measured. The
-    reference for "fraction of peak" on CPU: numpy's BLAS, 1024x1024, best of 10 (the same
-    peak as 2048x2048 in a third of the time, measured on 2 cores), in a fresh process with
-    the thread variables a worker gets."""
+    """This CPU's float32 matmul speed with ``threads`` threads, the reference for CPU
+    "fraction of peak": numpy, 1024x1024 (2048's peak in a third of the time), best of 10,
+    in a fresh process with a worker's thread variables."""
     env = dict(os.environ)
     env.update({key: str(threads) for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                               "MKL_NUM_THREADS")})  # fmt: skip
@@ -235,4 +213,13 @@ def cpu_matmul_peak(threads: int) -> Dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def kbench_info() -> Dict[str, Any]:
-    return {"version": VERSION, "git": git_revision()}
+    def git(*args: str) -> str:
+        run = ["git", "-C", str(PROJECT_ROOT), *args]
+        return subprocess.run(run, capture_output=True, text=True, timeout=10, check=True).stdout
+
+    try:
+        sha, dirty = git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain"))
+        found = {"sha": sha, "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        found = {"sha": None, "dirty": None}
+    return {"version": VERSION, "git": found}

@@ -1,22 +1,17 @@
 """Where a model run's time goes, operator by operator (``kbench run --profile``).
 
 After the measured run (so the profiler never slows the throughput it reports), the
-worker runs ``--profile-steps`` more training steps (or forward passes, for
-inference) under the framework's own profiler: ``torch.profiler`` for Keras on
-torch and the native PyTorch port, TensorFlow's profiler, JAX's profiler trace.
-Each capture (:mod:`kbench.profiling.captures`) turns the profiler's events into
-:class:`OpTime` records: the framework's own operator name, the Keras layer where the
-profiler tells it, the phase of the training step (data, forward, backward, update,
-other), and the self time (nested operators' time excluded, so times add up).
-:func:`common_name` maps the framework's name to the operation names ``kbench ops``
-benchmarks, so one model's breakdown reads the same on every backend; this module
-sums the records into the ``profile`` section of the result: time per phase, per
-common operator, and the top operators.
+worker runs ``--profile-steps`` more steps under the framework's own profiler
+(``torch.profiler``, TensorFlow's, JAX's trace). Each capture
+(:mod:`kbench.profiling.captures`) turns its events into :class:`OpTime` records: the
+framework's operator name, the Keras layer where the profiler tells it, the phase of the
+step, and the self time (nested operators' excluded, so times add up). :func:`common_name`
+maps them to ``kbench ops``' operation names, so a breakdown reads the same on every
+backend; :func:`summarize` sums them per phase, per common operator, and the top ones.
 
-MXNet's profiler is compiled out of the 1.9.1 wheel (``mx.runtime.Features()``
-PROFILER off): there the section says ``unsupported`` with that reason. A profiler
-that fails leaves ``status: failed`` and its message in the section; the run's own
-measurements stand.
+MXNet's profiler is compiled out of the 1.9.1 wheel: there the section says
+``unsupported`` with that reason. A profiler that fails leaves ``status: failed`` and
+its message; the run's own measurements stand.
 
 May import: nothing else in kbench.
 """
@@ -75,8 +70,7 @@ _LAYERS = (
 
 
 def common_name(op: str, phase: str, layer: Optional[str] = None) -> Optional[str]:
-    """The ``kbench ops`` name of a framework operator, or None for the rest
-    (elementwise arithmetic, copies, optimizer maths)."""
+    """The ``kbench ops`` name of a framework operator, or None (arithmetic, copies)."""
     if phase in ("update", "other"):
         return None  # the optimizer's arithmetic; work whose place in the step is unknown
     text = op.lower()
@@ -133,8 +127,7 @@ class ProfileSummary:
 
 
 def summarize(ops: List[OpTime], steps: int, top: int = TOP_OPS) -> Dict[str, Any]:
-    """Totals per phase and per common name, and the ``top`` operators by self time
-    (one entry per operator name and phase)."""
+    """Totals per phase and common name, and the ``top`` operators by self time."""
     total = sum(op.seconds for op in ops)
     phases = {phase: 0.0 for phase in PHASES}
     common: Dict[str, float] = defaultdict(float)
@@ -172,17 +165,16 @@ def summarize(ops: List[OpTime], steps: int, top: int = TOP_OPS) -> Dict[str, An
 def profile_model(
     backend: Any, model: Any, arrays: Dict[str, Any], *, mode: str, batch_size: int, steps: int,
 ) -> Dict[str, Any]:  # fmt: skip
-    """Run ``steps`` steps of the trained model under the backend's profiler; the
-    result's ``profile`` section. Never raises: a failing profiler is reported."""
+    """``steps`` steps of the trained model under the backend's profiler: the result's
+    ``profile`` section. Never raises: a failing profiler is reported."""
     training = mode == "train"
     try:
         capture: Capture = backend.op_profiler(model, training=training)
-    except ProfilerUnsupported as err:
-        log.warning("--profile: %s", err)
-        return ProfileSummary(status="unsupported", reason=str(err)).to_dict()
     except Exception as err:  # noqa: BLE001 - the run's measurements stand; say why
-        log.warning("--profile: %s: %s", type(err).__name__, err)
-        return ProfileSummary(status="failed", reason=f"{type(err).__name__}: {err}").to_dict()
+        unsupported = isinstance(err, ProfilerUnsupported)
+        reason = str(err) if unsupported else f"{type(err).__name__}: {err}"
+        log.warning("--profile: %s", reason)
+        return ProfileSummary("unsupported" if unsupported else "failed", reason).to_dict()
 
     x, y = arrays["x_train"], arrays["y_train"]
     batches = max(len(x) // batch_size, 1)
@@ -213,19 +205,9 @@ def profile_model(
         ).to_dict()
     window = time.perf_counter() - started
     if not ops:
-        return ProfileSummary(
-            status="failed",
-            reason=f"{capture.tool} recorded no operator events in {steps} steps",
-            tool=capture.tool,
-        ).to_dict()
-    return ProfileSummary(
-        status="ok",
-        tool=capture.tool,
-        attribution=capture.attribution,
-        device="gpu" if backend.gpus else "cpu",
-        steps=steps,
-        batch_size=batch_size,
-        window_s=window,
-        notes=list(getattr(capture, "notes", [])),
-        **summarize(ops, steps),
-    ).to_dict()
+        reason = f"{capture.tool} recorded no operator events in {steps} steps"
+        return ProfileSummary("failed", reason, tool=capture.tool).to_dict()
+    facts = dict(tool=capture.tool, attribution=capture.attribution, steps=steps, window_s=window)
+    facts.update(device="gpu" if backend.gpus else "cpu", batch_size=batch_size)
+    notes = list(getattr(capture, "notes", []))
+    return ProfileSummary("ok", notes=notes, **facts, **summarize(ops, steps)).to_dict()

@@ -1,34 +1,24 @@
 """Each framework's profiler, captured: its events turned into
-:class:`~kbench.profiling.OpTime` records with their phase and Keras layer.
+:class:`~kbench.profiling.OpTime` records with their phase and Keras layer. Each
+framework is imported only when its capture runs; each capture's ``attribution`` says
+how it tells the phases apart.
 
-**PyTorch** (:class:`TorchCapture`, Keras on torch and torch-native), through
-``torch.profiler``. Phases come from where each operator ran: under the autograd
-engine (PyTorch names every backward function ``autograd::engine::evaluate_function:
-...``) is backward; under ``Optimizer.step`` / ``Optimizer.zero_grad`` (PyTorch's own
-markers) or a ``kbench::update`` marker is the update; under ``kbench::data`` is data;
-the rest of a training step is forward (the loss and Keras' metrics included). The
-markers are put around a method (Keras' ``optimizer.apply``, the native port's tensor
-conversion) for the profiled steps only and taken off afterwards.
+**PyTorch** (:class:`TorchCapture`), ``torch.profiler``: under the autograd engine is
+backward; under ``Optimizer.step``/``zero_grad`` or a ``kbench::update`` marker the
+update; under ``kbench::data`` data; the rest of a step forward. The markers wrap a
+method (Keras' ``optimizer.apply``, the native port's conversion) for the profiled
+steps only.
 
-**TensorFlow** (:class:`TensorFlowCapture`), its graph operators through
-``tf.profiler.experimental``. The profiler writes an XSpace file (read by
-:mod:`kbench.profiling.xspace`). On the CPU each operator of the compiled train step is
-an event ``node_name:OpType`` on an executor thread; on a GPU each kernel carries its
-node in a ``tf_op`` statistic. The node name says the phase: Keras 3 computes gradients
-under ``gradient_tape/``, the optimizer's update under the optimizer's name (``adam/``),
-the forward pass under the model's name and the loss under ``compile_loss/``; the rest
-(metrics, step counters) is other. Keras layer names are the next part of the node name.
+**TensorFlow** (:class:`TensorFlowCapture`), ``tf.profiler.experimental``'s XSpace file
+(:mod:`kbench.profiling.xspace`): each graph operator is ``node_name:OpType`` (on a GPU,
+a kernel's ``tf_op`` statistic); the node name says the phase (``gradient_tape/``, the
+optimizer's scope, the model's scope and ``compile_loss/``) and the layer.
 
-**JAX** (:class:`JaxCapture`), its compiled operators through a ``jax.profiler`` trace.
-The trace is an XSpace file too: each executed HLO instruction is an event carrying its
-``hlo_op`` name and ``program_id``, and the metadata plane holds each program's HLO
-module, where every instruction records the JAX call path it came from. The path says
-the phase and the Keras layer: ``jit(train_step)/jvp(conv2d)/conv_general_dilated`` is
-the forward pass of layer conv2d, ``transpose(jvp(...))`` its backward pass, a part
-named after the optimizer (``adam/``) the update; what lies outside the differentiated
-function (metrics) is other.
-
-Each framework is imported only when its capture runs.
+**JAX** (:class:`JaxCapture`), a ``jax.profiler`` trace (XSpace too): each executed HLO
+instruction carries its ``hlo_op`` and ``program_id``, and the metadata plane's HLO
+modules give each instruction's JAX call path, which says the phase and the layer:
+``jit(train_step)/jvp(conv2d)/...`` is conv2d's forward pass, ``transpose(jvp(...))``
+its backward, the optimizer's scope the update, the rest (metrics) other.
 """
 
 from __future__ import annotations
@@ -52,8 +42,6 @@ from kbench.profiling.xspace import (
     newest_xspace,
     read_xspace,
 )
-
-# ------------------------------------------------------------------------- PyTorch
 
 # (object, method name, phase): the method runs under a kbench::PHASE marker
 Mark = Tuple[Any, str, str]
@@ -143,8 +131,6 @@ def _marked(marks: List[Mark]) -> Iterator[None]:
                 delattr(owner, name)
 
 
-# ---------------------------------------------------------------------- TensorFlow
-
 _TF_OP_EVENT = re.compile(r"^([^:\s]+):([A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -207,8 +193,6 @@ def _scope_of(scope: str, name: str) -> bool:
     return re.fullmatch(re.escape(name) + r"(_\d+)*", scope, flags=re.IGNORECASE) is not None
 
 
-# ----------------------------------------------------------------------------- JAX
-
 _JAX_LAYER = re.compile(r"jvp\(([^()/]+)\)")
 _JAX_NUMBERED = re.compile(r"\.\d+$")
 
@@ -217,8 +201,7 @@ TRACE_DIR_VARIABLE = "KBENCH_PROFILE_TRACE_DIR"
 
 
 def keep_trace(trace: Path) -> None:
-    """Copy the raw trace into ``$KBENCH_PROFILE_TRACE_DIR`` where that is set, to open
-    in TensorBoard or Perfetto, or to check what kbench made of it."""
+    """Copy the raw trace into ``$KBENCH_PROFILE_TRACE_DIR`` where set (for Perfetto)."""
     folder = os.environ.get(TRACE_DIR_VARIABLE)
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -226,13 +209,11 @@ def keep_trace(trace: Path) -> None:
 
 
 def in_order_events(events: List[XEvent]) -> Tuple[List[XEvent], List[XEvent]]:
-    """(kept, dropped) events of one CUDA stream. A stream runs its operations in order:
-    the next may start shortly before the previous one ended (on an H100, 87 of 250
-    events did, by 32 ns to 1.2 us), but it cannot end before it, so a record that ends
-    after the next one on the stream ended is impossible. One was seen on that H100
-    (JAX 0.11, CUDA 13): a 4-byte asynchronous device-to-device copy recorded as
-    1,114 ms, spanning the compilation before the next kernel. Such a record says nothing
-    of how long the copy ran: it is left out, and said."""
+    """(kept, dropped) events of one CUDA stream. A stream runs in order: the next event
+    may start shortly before the previous one ended (on an H100, 87 of 250 did, by up to
+    1.2 us) but cannot end before it. A record that ends after the next one ended is
+    impossible (one on that H100: a 4-byte copy recorded as 1,114 ms, spanning the next
+    compilation): it says nothing of how long the copy ran, so it is left out, and said."""
     ordered = sorted(events, key=lambda e: e.offset_ps)
     kept, dropped = [], []
     for event, following in zip(ordered, ordered[1:] + [None]):

@@ -1,15 +1,11 @@
 """Reading the profile files TensorFlow and JAX write (``*.xplane.pb``, an XSpace).
 
-Both frameworks' profilers save an XSpace protocol buffer (``tsl/profiler/protobuf/
-xplane.proto``): planes (a host, a GPU), each with lines (threads, streams) of timed
-events, and per-plane tables of event and statistic names. This module decodes it
-with a few lines of protobuf wire format instead of importing either framework's
-generated classes, so the same reader serves a JAX-only environment (no TensorFlow)
-and a TensorFlow one. JAX also stores each compiled program's HLO module in the
-metadata plane; :func:`hlo_op_names` reads the instruction names and the JAX call
-path of each (``jit(train_step)/transpose(jvp(dense))/dot_general``) from it.
-
-Only the fields kbench reads are decoded; unknown fields are skipped.
+An XSpace protocol buffer (``tsl/profiler/protobuf/xplane.proto``) holds planes (a host,
+a GPU), each with lines (threads, streams) of timed events and tables of event and
+statistic names. It is decoded here from the protobuf wire format, not with either
+framework's generated classes, so one reader serves a JAX-only environment and a
+TensorFlow one; only the fields kbench reads are decoded. :func:`hlo_op_names` reads
+each HLO instruction's JAX call path from the modules JAX stores in the metadata plane.
 """
 
 from __future__ import annotations
@@ -93,12 +89,8 @@ def _int(fields: Dict[int, List[Value]], number: int) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
 def _packed_ints(values: List[Value]) -> List[int]:
-    """A repeated int64 field, packed (one bytes value) or not (several ints)."""
+    """A repeated int64 field, packed or not."""
     out: List[int] = []
     for value in values:
         if isinstance(value, int):
@@ -147,7 +139,8 @@ def _stat_value(
         raw = stat[STAT_DOUBLE][0]
         return struct.unpack("<d", raw)[0] if isinstance(raw, bytes) else float(raw)
     if STAT_INT64 in stat:
-        return _signed(_int(stat, STAT_INT64))
+        value = _int(stat, STAT_INT64)
+        return value - (1 << 64) if value >= 1 << 63 else value  # two's complement
     return _int(stat, STAT_UINT64)
 
 
@@ -236,10 +229,8 @@ class HloOp:
 
 
 def hlo_op_names(planes: List[XPlane]) -> Dict[Tuple[int, str], HloOp]:
-    """(program id, HLO instruction name) -> its JAX call path and opcode, for every
-    compiled program JAX stored in the metadata plane. A fusion without a path of its
-    own takes the path and opcode of the last instruction it fuses that has a path
-    (its root, where present), else its root's opcode."""
+    """(program id, HLO instruction) -> its JAX call path and opcode; a fusion without a
+    path takes that of the last instruction it fuses with one, else its root's opcode."""
     names: Dict[Tuple[int, str], HloOp] = {}
     for plane in planes:
         for stats in plane.metadata.values():

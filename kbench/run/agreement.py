@@ -1,14 +1,8 @@
 """Whether two backends computed the same thing: the parity records that ``kbench
-parity`` (:mod:`kbench.studies.parity`) and a warm windows comparison's check at warm-up
-(:mod:`kbench.run.windows`) share, over the tolerance and the figures of
-:mod:`kbench.results.analysis` (:class:`~kbench.results.analysis.Tolerance`,
-:func:`~kbench.results.analysis.differences`).
-
-Both compare a backend with a reference that started from the same initial weights and
-trained on the same mini-batches: the outputs on the same test rows before training (the
-largest absolute difference of float32 probabilities) and each training step's loss (the
-largest difference relative to the reference's). :func:`step_losses` turns the losses a
-backend logged into each step's own, since Keras 3's ``fit`` logs the epoch's mean so far.
+parity`` and a windows comparison's check at warm-up share, over the tolerance and the
+figures of :mod:`kbench.results.analysis`. Both compare a backend with a reference that
+started from the same weights on the same batches: the outputs on the same test rows
+before training and each step's loss (:func:`step_losses`: Keras 3 logs a running mean).
 """
 
 from __future__ import annotations
@@ -27,9 +21,8 @@ KNOWN_DIFFERENCES = {
 
 
 def step_losses(losses: Sequence[float], running_mean: bool) -> List[float]:
-    """Each step's own loss, from the losses a backend logged after each step:
-    ``running_mean`` (Keras 3's ``fit``: the epoch's mean so far, m_k) gives step k's as
-    k m_k - (k - 1) m_(k-1); otherwise they are each step's already."""
+    """Each step's own loss from those logged: ``running_mean`` (Keras 3's ``fit``: the
+    epoch's mean so far, m_k) gives step k's as k m_k - (k - 1) m_(k-1)."""
     values = [float(v) for v in losses]
     if not running_mean:
         return values
@@ -55,11 +48,8 @@ def same_start(
     check: Optional[Dict[str, Any]], tolerance: Tolerance = FLOAT32,
     layer_types: Sequence[str] = (),
 ) -> Dict[str, Any]:  # fmt: skip
-    """The parity record of a warm worker of ``backend`` that started from the initial
-    weights ``reference`` (a backend) started from: its ``check`` (the outputs on the same
-    test rows before training, the losses of the warmup steps as ``fit`` logged them, or
-    ``error``: why there is none) against the reference's, within ``tolerance`` (its
-    noise floor is not measured here: losses within ``loss_rtol``)."""
+    """The parity record of a warm worker that started from ``reference``'s weights: its
+    ``check`` against the reference's, within ``tolerance`` (losses within ``loss_rtol``)."""
     for whose, found in (("the reference's", reference_check), (f"{backend}'s", check)):
         if not found or found.get("error") or "outputs" not in found:
             why = (found or {}).get("error") or "its warm-up reported no outputs"

@@ -3,25 +3,18 @@ and ``--warm`` (:mod:`kbench.run.runner`), warm windows (:mod:`kbench.run.window
 ranks of a data-parallel run (:mod:`kbench.distributed.launcher`), ``kbench exec``'s
 script (:mod:`kbench.exec.watch`) and ``kbench ops``' worker (:mod:`kbench.ops.runner`).
 
-A :class:`Worker` is one process the engine started: in its own process group, so that
-it is stopped as a whole; its output read by a thread, line by line into the run's log
-(prefixed by the process's name where several share one log) with its progress events
-relayed (or by the caller's own reader: ``kbench exec``'s script may print anything). With
-``channel`` it is told commands on stdin and answers each on a reply pipe of its own
-(:mod:`kbench.run.protocol`): :meth:`Worker.request` awaits an answer for a given time, and
-an answer that does not come (the worker is stopped), a pipe that closes (the worker died)
-or a ``failed`` answer raises :class:`WorkerGone` with the verdict of how it ended.
-:meth:`Worker.wait` waits for a process to end by itself, past its timeout stopping it;
-:meth:`Worker.close` ends it (told to finish, or stopped) and kills whatever of its tree is
-left. :func:`supervise` is one process run to its end. The sampler
-(:class:`kbench.measure.sampler.Sampler`) is the caller's: over a run's whole life, a
-window, or every process of a data-parallel run. :func:`judge` turns how a worker ended
-and what it replied into a status.
+A :class:`Worker` runs in its own process group (stopped as a whole); a thread reads its
+output into the run's log and relays its progress events. With ``channel`` it is told
+commands on stdin and answers on a reply pipe (:mod:`kbench.run.protocol`); an answer
+that does not come in time, a pipe that closes or a ``failed`` answer raises
+:class:`WorkerGone` with the verdict of how it ended. The sampler is the caller's (a
+run's whole life, a window, every rank); :func:`judge` turns an ending into a status.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -59,8 +52,7 @@ OnProgress = Callable[[Any, Dict], None]
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a process ran to its end: its exit code, whether it was stopped past its
-    timeout, its log's last lines, the sampler that watched it."""
+    """How a process ran to its end, its log's last lines, the sampler that watched it."""
 
     returncode: Optional[int]
     timed_out: bool
@@ -77,10 +69,9 @@ class WorkerGone(Exception):
 
 
 class LogWriter:
-    """The worker's log file, written line by line. A write that fails (a disk that
-    fills during the run) stops the log, once, with a warning; the worker's output is
-    still read, so the worker never blocks on a full pipe, and the run goes on. Several
-    processes' readers may share one (a data-parallel run's): each write is whole."""
+    """The worker's log file, written line by line (each write whole: several readers may
+    share one). A write that fails (a full disk) stops the log, once, with a warning; the
+    output is still read, so the worker never blocks on a full pipe, and the run goes on."""
 
     def __init__(self, file, path: Path) -> None:
         self.file, self.path = file, path
@@ -106,10 +97,9 @@ class LogWriter:
                 )  # fmt: skip
 
     def close(self) -> None:
-        try:
+        # what a failed write left in the buffer cannot be written either
+        with contextlib.suppress(OSError):
             self.file.close()
-        except OSError:  # what a failed write left in the buffer cannot be written either
-            pass
 
 
 @dataclass
@@ -133,10 +123,8 @@ class Worker:
         on_progress: Optional[OnProgress] = None, channel: bool = False, prefix: str = "",
         read_output: Optional[Callable[[Any], None]] = None,
     ) -> Worker:  # fmt: skip
-        """Start ``command``: output to ``log_to`` (a path: a log of its own), each line
-        after ``prefix``, progress events to ``on_progress(progress_of, event)``; with
-        ``channel``, commands on stdin and a reply pipe. ``read_output(stdout)``: the
-        caller reads the output itself (bytes), instead of the line reader."""
+        """Start ``command``: output to ``log_to`` after ``prefix`` (or to ``read_output``),
+        progress to ``on_progress(progress_of, event)``; ``channel``: stdin and a reply pipe."""
         log_file = LogWriter.open(log_to) if isinstance(log_to, Path) else log_to
         popen_args: Dict[str, Any] = {}
         pipe = open_reply_pipe() if channel else None
@@ -183,31 +171,22 @@ class Worker:
     def alive(self) -> bool:
         return self.gone is None
 
-    # -------------------------------------------------------------- with a channel
-
     def send(self, command: Dict[str, Any]) -> None:
-        """One command on the worker's stdin (a worker that is gone: nothing; its reply
-        pipe says how it went)."""
-        try:
+        """One command on stdin (to a worker that is gone: nothing; its pipe says how)."""
+        with contextlib.suppress(OSError, ValueError):  # BrokenPipeError is an OSError
             self.process.stdin.write(json.dumps(command) + "\n")
             self.process.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass
 
     def request(self, command: Dict[str, Any], what: str, timeout_s: float, **said: str):
-        """Send ``command`` and await its answer (:meth:`await_reply`)."""
         self.send(command)
         return self.await_reply(what, timeout_s, **said)
 
     def await_reply(
         self, what: str, timeout_s: float, late: str = "", died: str = ""
     ) -> Dict[str, Any]:
-        """The worker's next answer; raises :class:`WorkerGone` when it failed (its
-        ``failed`` answer), died (the reason: ``died`` with ``{how}`` it exited, default
-        "the warm worker ... during ``what``"), or did not answer within ``timeout_s``
-        (then it is stopped; the reason: ``late``, default that it did not answer). A
-        worker is dead when its reply pipe closes, or when it has exited and no answer
-        came within :data:`EXIT_GRACE_S` (a process it started may hold the pipe open)."""
+        """The worker's next answer; :class:`WorkerGone` where it answered ``failed``, died
+        (pipe closed, or exited with no answer in :data:`EXIT_GRACE_S`; reason: ``died``) or
+        did not answer within ``timeout_s`` (then it is stopped; reason: ``late``)."""
         deadline = time.monotonic() + timeout_s
         while True:
             reply = self._next_reply(deadline)
@@ -233,17 +212,14 @@ class Worker:
             return reply
 
     def _next_reply(self, deadline: float) -> Any:
-        """The next item of the reply pipe (None: it closed), None where the process has
-        exited and nothing came within :data:`EXIT_GRACE_S`, or :data:`TIMED_OUT`."""
+        """The reply pipe's next item; None once it closed or the process exited."""
         exited_at: Optional[float] = None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return TIMED_OUT
-            try:
+            with contextlib.suppress(queue.Empty):
                 return self.replies.get(timeout=min(left, POLL_S))
-            except queue.Empty:
-                pass
             if self.process.poll() is not None:
                 exited_at = exited_at or time.monotonic()
                 if time.monotonic() - exited_at >= EXIT_GRACE_S:
@@ -259,19 +235,14 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.stop()
 
-    def _drain_output(self) -> None:
-        """Let the output reader take the worker's last lines (a crash's message) into
-        the tail before a verdict quotes them."""
+    def _drain_output(self) -> None:  # the last lines (a crash's message) into the tail
         self.threads[0].join(timeout=5)
-
-    # -------------------------------------------------------------- to its end
 
     def wait(
         self, timeout_s: float, label: str = "", poll: Optional[Callable[[], None]] = None,
         poll_s: float = 0.25,
     ) -> bool:  # fmt: skip
-        """Wait for the process to end by itself, calling ``poll()`` every ``poll_s``
-        meanwhile; past ``timeout_s`` stop it. True when it was stopped so."""
+        """Wait for the process to end, ``poll()`` meanwhile; past ``timeout_s`` stop it: True."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -288,23 +259,26 @@ class Worker:
 
     def stop(self) -> None:
         """Stop the process group (SIGTERM), then kill it after a grace period."""
-        stop_group(self.process)
+        if not processes.stop_tree(self.process.pid):
+            return
+        try:
+            self.process.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            processes.kill_tree(self.process.pid)
+            self.process.wait()
 
-    def close(self, now: bool = False, finish: bool = True) -> None:
-        """End it: told to finish where it has a channel and is well (``now``: stopped at
-        once, as on Ctrl-C); whatever of it is left is killed; its readers joined, its
-        log closed. Closing twice does nothing more."""
+    def close(self, now: bool = False) -> None:
+        """End it: told to finish where it has a channel and is well (``now``: stopped, as on
+        Ctrl-C); what is left of its tree is killed, its readers joined, its log closed."""
         if self.closed:
             return
         if self.process.poll() is None:
-            if now or not self.alive or self.replies is None or not finish:
+            if now or not self.alive or self.replies is None:
                 self.stop()
             else:
                 self.send({"do": "finish"})
-                try:
+                with contextlib.suppress(OSError):
                     self.process.stdin.close()
-                except OSError:
-                    pass
                 self._wait_exit()
         processes.kill_tree(self.process.pid)  # whatever the worker left behind
         for thread in self.threads:
@@ -318,9 +292,8 @@ def relay_output(
     stream: Any, log_file: LogWriter, tail: collections.deque, prefix: str = "",
     progress_of: Any = None, on_progress: Optional[OnProgress] = None,
 ) -> None:  # fmt: skip
-    """A reader thread's target: each line of a worker's output into its log; progress
-    events to ``on_progress``, every other line into ``tail`` (the log's last lines).
-    The pipe is closed at its end (left open, each run leaked a file object)."""
+    """Each line of a worker's output into its log; progress events to ``on_progress``,
+    other lines into ``tail``. The pipe is closed at its end (else each run leaked one)."""
     with stream:
         for line in stream:
             log_file.write(prefix + line)
@@ -337,8 +310,7 @@ def relay_output(
 def start_sampler(
     pid: int, interval_s: float, nvml: Any = None, companions: Sequence[int] = ()
 ) -> Optional[Sampler]:
-    """A :class:`Sampler` on ``pid``'s tree, started; None when ``interval_s`` is 0 or
-    the process ended before the first sample."""
+    """A started :class:`Sampler` on ``pid``'s tree; None for no interval or no process."""
     if interval_s <= 0:
         return None
     try:
@@ -354,9 +326,7 @@ def supervise(
     command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
     on_progress: Optional[OnProgress] = None, nvml: Any = None,
 ) -> Outcome:  # fmt: skip
-    """Run ``command`` to its end, without a channel: its log and progress, its sampler,
-    stopped past ``config.timeout_s``. ``config`` needs only ``label()``, ``timeout_s``
-    and ``sample_interval_s`` (``kbench ops`` passes its own)."""
+    """Run ``command`` to its end, sampled, stopped past ``config.timeout_s``."""
     worker = Worker.launch(
         command, env, cwd, log_path, name=config.label(), progress_of=config,
         on_progress=on_progress,
@@ -375,10 +345,8 @@ def supervise(
 
 
 def judge(outcome: Outcome, reply: Optional[WorkerReply], config: Any) -> ending.Verdict:
-    """How a worker ended, as a :class:`~kbench.results.ending.Verdict`: ``timeout`` past
-    its timeout; ``ok`` only when it replied ok *and* exited 0; else the error it
-    reported, with its own status (``failed``, ``oom``, ``unsupported``); else ``failed``,
-    how it exited (``kbench exec`` and data-parallel runs judge their own way)."""
+    """How a worker ended: ``timeout``; ``ok`` only when it replied ok *and* exited 0;
+    else the error it reported, with its own status; else ``failed``, how it exited."""
     if outcome.timed_out:
         return ending.timed_out(
             f"the worker ran past the {config.timeout_s:g} s timeout and was killed",
@@ -397,14 +365,3 @@ def judge(outcome: Outcome, reply: Optional[WorkerReply], config: Any) -> ending
     return ending.no_result(
         "WorkerCrashed", how, f"the worker {how} without reporting a result", outcome.log_tail
     )
-
-
-def stop_group(process: subprocess.Popen) -> None:
-    """Stop a worker's process group (SIGTERM), then kill it after a grace period."""
-    if not processes.stop_tree(process.pid):
-        return
-    try:
-        process.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        processes.kill_tree(process.pid)
-        process.wait()

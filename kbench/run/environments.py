@@ -1,17 +1,11 @@
 """Where each backend runs: its interpreter, its keras.json, its process environment.
 
-Backends live in two virtual environments inside the checkout (``envs/keras3`` for
-TensorFlow, JAX and PyTorch; ``envs/mxnet`` for keras-mxnet), created by
-``python3 -m kbench.setup`` (``scripts/setup_envs.sh``, ``scripts\\setup_envs.cmd``);
-each interpreter is where ``venv`` puts it on this system (``bin/python``,
-``Scripts\\python.exe``). ``KBENCH_PYTHON_<BACKEND>`` (for example
-``KBENCH_PYTHON_MXNET``) points a backend at another interpreter, and
-``KBENCH_ENVS_DIR`` moves the environments' folder. A backend whose environment this
-platform cannot have (MXNet on Apple Silicon) is unsupported, with the reason
-:mod:`kbench.setup.platforms` gives.
-
-Nothing here reads or writes ``~/.keras``: every process gets a fresh ``KERAS_HOME``
-holding a copy of ``keras_configs/<backend>.json``.
+Backends live in two virtual environments inside the checkout (``envs/keras3``,
+``envs/mxnet``), created by ``python3 -m kbench.setup``. ``KBENCH_PYTHON_<BACKEND>``
+points a backend at another interpreter, ``KBENCH_ENVS_DIR`` moves the environments'
+folder. A backend this platform cannot have (MXNet on Apple Silicon) is unsupported, with
+the reason :mod:`kbench.setup.platforms` gives. Nothing here touches ``~/.keras``: every
+process gets a fresh ``KERAS_HOME`` holding a copy of ``keras_configs/<backend>.json``.
 """
 
 from __future__ import annotations
@@ -108,11 +102,10 @@ def keras_config(backend: str, data_format: Optional[str]) -> Dict[str, Any]:
 
 
 def import_root(directory: Path) -> Path:
-    """A folder for PYTHONPATH that exposes kbench and kbench_models to any interpreter.
-    Workers may run under interpreters where kbench is not installed (the MXNet environment,
-    or one named by KBENCH_PYTHON_*), so they import it from here."""
+    """A PYTHONPATH folder exposing kbench and kbench_models to workers without kbench."""
     directory.mkdir(parents=True, exist_ok=True)
-    folders = (("kbench", PROJECT_ROOT / "kbench"), ("kbench_models", kbench_models_folder()))
+    models = Path(kbench_models.__file__).resolve().parent
+    folders = (("kbench", PROJECT_ROOT / "kbench"), ("kbench_models", models))
     for name, folder in folders:
         link = directory / name
         if not link.exists():
@@ -120,17 +113,11 @@ def import_root(directory: Path) -> Path:
     return directory
 
 
-def kbench_models_folder() -> Path:
-    return Path(kbench_models.__file__).resolve().parent
-
-
 def process_environment(
     backend: str, run_dir: Path, python_path: Path, threads: int, data_format: Optional[str],
     device: str = "auto",
 ) -> Tuple[Dict[str, str], Dict[str, Any]]:  # fmt: skip
-    """The environment variables of a worker process, and the keras.json it will read.
-    Returns (full environment, keras.json contents). The keras.json is written to a fresh
-    ``run_dir/keras_home``."""
+    """A worker's environment, and the keras.json written to ``run_dir/keras_home``."""
     config = keras_config(backend, data_format)
     keras_home = run_dir / "keras_home"
     keras_home.mkdir(parents=True, exist_ok=True)
@@ -167,12 +154,8 @@ def probe(
     backend: str, models: Sequence[str] = (), data_format: Optional[str] = None,
     timeout_s: float = 600, other_formats: Sequence[str] = (),
 ) -> Dict[str, Any]:  # fmt: skip
-    """Start ``backend`` as a worker would and report what it is (see kbench.run.probe).
-    ``models`` are ``NAME[:HxWxC[:CLASSES]]`` to build there; each comes back with its
-    parameter count and output shape, and again for each of ``other_formats``
-    (``models_by_format``: one process builds them in every format; a sequence model, which
-    reads no data format, only in the first). Never raises for a backend that cannot start:
-    the report says ``ok: False`` and why."""
+    """Start ``backend`` as a worker would and report it (:mod:`kbench.run.probe`), ``models``
+    built in each format; a backend that cannot start: ``ok: False`` and why, never raised."""
     try:
         interpreter = interpreter_for(backend)
     except EnvironmentMissing as err:

@@ -1,14 +1,10 @@
 """Inference in explicit stages, the same for every backend (worker side).
 
-Forward passes of one fixed batch with ``predict_on_batch``, which returns host
-arrays, so each call's time covers the device's work: ``warmup_steps`` passes
-(tracing, compilation, caches) kept apart, then passes for ``duration_s`` seconds,
-each timed. Throughput is measured batches over measured time; latency is per batch.
-
-With ``--target-precision P`` the passes go on until the 95% interval on the median
-throughput is within ±P (:mod:`kbench.measure.stats`) or ``--time-budget`` is
-spent; without a budget, ``duration_s`` bounds the run ("steps exhausted"). With a
-budget alone, passes run for the budget.
+Forward passes of one fixed batch with ``predict_on_batch``, which returns host arrays
+(so each call's time covers the device's work): ``warmup_steps`` passes kept apart, then
+timed passes for ``duration_s`` seconds. With ``--target-precision`` the passes stop once
+the median throughput's 95% interval is within ±P, or ``duration_s`` ends them; a
+``--time-budget`` replaces ``duration_s`` as the limit.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -55,10 +51,16 @@ def infer(
     duration_s: float, process_start: float, import_time_s: float, build_time_s: float,
     tracker: Optional[PrecisionTracker] = None,
 ) -> InferenceMetrics:  # fmt: skip
-    forward = _Passes(backend, model, _fixed_batch(arrays, batch_size))
+    batch = _fixed_batch(arrays, batch_size)
+
+    def forward() -> Tuple[float, float]:  # a timed pass: its begin and end
+        begin = time.perf_counter()
+        backend.predict(model, batch)  # a host array: the device is done
+        return begin, time.perf_counter()
+
     start_wall = time.time()
-    first = forward()
-    first_end_wall = time.time()
+    begin, end = forward()
+    first, first_end_wall = end - begin, time.time()
     for _ in range(max(warmup_steps - 1, 0)):
         forward()
     measured_start_wall = time.time()
@@ -93,43 +95,29 @@ def infer(
 
 
 def _fixed_batch(arrays: Dict[str, np.ndarray], batch_size: int) -> np.ndarray:
-    """The one batch every pass feeds: test samples, else training samples, repeated
-    when there are fewer than a batch."""
+    """The one batch every pass feeds: test samples, else training samples, repeated."""
     source = arrays["x_test"] if len(arrays["x_test"]) >= batch_size else arrays["x_train"]
     if len(source) < batch_size:
         source = np.resize(source, (batch_size,) + source.shape[1:])
     return np.ascontiguousarray(source[:batch_size])
 
 
-class _Passes:
-    """Timed forward passes of one batch: a call returns its seconds; ``ends`` keeps
-    each pass's end (``perf_counter``)."""
-
-    def __init__(self, backend: Any, model: Any, batch: np.ndarray) -> None:
-        self.backend, self.model, self.batch = backend, model, batch
-        self.ends: List[float] = []
-
-    def __call__(self) -> float:
-        start = time.perf_counter()
-        self.backend.predict(self.model, self.batch)  # a host array: the device is done
-        self.ends.append(time.perf_counter())
-        return self.ends[-1] - start
-
-
 def _measured_passes(
-    forward: _Passes, duration_s: float, tracker: Optional[PrecisionTracker]
+    forward: Callable[[], Tuple[float, float]],
+    duration_s: float,
+    tracker: Optional[PrecisionTracker],
 ) -> Tuple[List[float], float]:
-    """(latency of each measured pass, measured seconds): passes until the tracker says
-    stop or the limit is spent (see the module docstring)."""
+    """(each measured pass's latency, measured seconds), until the tracker or limit."""
     latencies: List[float] = []
     started = time.perf_counter()
     next_report = started + 10.0
     # a budget replaces the duration as the limit; a target alone stops within the duration
     limit_s = duration_s if tracker is None or tracker.goal.budget_s is None else math.inf
     while True:
-        latencies.append(forward())
+        begin, end = forward()
+        latencies.append(end - begin)
         now = time.perf_counter()
-        if tracker is not None and tracker.add(forward.ends[-1] - latencies[-1], forward.ends[-1]):
+        if tracker is not None and tracker.add(begin, end):
             break
         if now - started >= limit_s:
             break

@@ -1,12 +1,9 @@
-"""What a killed kbench leaves behind, how the next one clears it, and what an
-interrupted run leaves to explain its log.
+"""What a killed kbench leaves behind, and how the next one clears it.
 
-A command's working directory (prepared data, per-run KERAS_HOME, task files) lives
-under the system's temporary directory as ``kbench-[KIND-]PID-XXXXXXXX``: ``PID`` is
-the process that made it. Python removes it when the command ends, even by Ctrl-C
-or SIGTERM; ``kill -9`` leaves it. Every new working directory first removes the
-directories of this user whose owner PID no longer runs. Directories named
-otherwise (older kbench versions) are left alone: their owner cannot be known.
+A command's working directory lives under the system's temporary directory as
+``kbench-[KIND-]PID-XXXXXXXX`` (``PID``: the process that made it). ``kill -9`` leaves
+it, so every new working directory first removes this user's whose owner PID no longer
+runs; directories named otherwise are left alone (their owner cannot be known).
 """
 
 from __future__ import annotations
@@ -36,15 +33,6 @@ def working_directory(kind: str = "") -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=f"kbench-{middle}{os.getpid()}-")
 
 
-def owner_alive(pid: int) -> bool:
-    if pid <= 0:
-        return True  # not a PID kbench wrote: keep the directory
-    try:
-        return processes.alive(pid)
-    except OverflowError:  # not a PID this system can have: keep the directory
-        return True
-
-
 def remove_stale(root: Optional[Path] = None) -> List[Path]:
     """Remove this user's kbench working directories whose owner process is gone."""
     root = Path(root or tempfile.gettempdir())
@@ -56,15 +44,15 @@ def remove_stale(root: Optional[Path] = None) -> List[Path]:
         return removed
     for entry in entries:
         match = PATTERN.match(entry.name)
-        if not match or int(match.group(1)) == os.getpid():
-            continue
+        owner = int(match.group(1)) if match else os.getpid()
         try:
             info = entry.lstat()
-        except OSError:
+            # a PID kbench did not write (0), or this system cannot have: kept
+            if owner == os.getpid() or owner <= 0 or processes.alive(owner):
+                continue
+        except (OSError, OverflowError):
             continue
         if not entry.is_dir() or entry.is_symlink() or info.st_uid != os.getuid():
-            continue
-        if owner_alive(int(match.group(1))):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         if not entry.exists():
@@ -77,9 +65,8 @@ def write_interrupted(
     log_path: Path, run_id: str, config: RunConfig, started_at: float,
     sweep: Optional[Dict[str, Any]],
 ) -> Path:  # fmt: skip
-    """``logs/<run_id>.interrupted.json``: why a log has no result. It is not a result
-    document (the store reads none under logs/), so the run counts as not done and a
-    resumed sweep runs it again."""
+    """``logs/<run_id>.interrupted.json``: why a log has no result. Not a result document
+    (the store reads none under logs/): a resumed sweep runs it again."""
     path = log_path.with_name(f"{run_id}.interrupted.json")
     document = {
         "run_id": run_id, "status": "interrupted",

@@ -1,6 +1,5 @@
-"""Metrics the parent adds to a worker's own: what the sampler saw (memory peaks the
-worker could not see, energy, what else the machine did meanwhile) and the achieved
-FLOP/s. Shared by the runner, warm windows and the data-parallel launcher.
+"""Metrics the parent adds to a worker's own: what the sampler saw (memory the worker
+could not see, energy, the machine's other work) and the achieved FLOP/s.
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ def add_sampled(
     sampler: Sampler, metrics: Dict[str, Any], started_at: float, ended_at: float,
     cores_given: Optional[int], busy_threshold: float, measured: bool = True,
 ) -> SamplerResult:  # fmt: skip
-    """The sampler's series over the run's windows (from ``metrics["markers"]``); a
-    ``measured`` run's (not parity's) ``metrics`` get what the sampler adds: memory the
-    worker could not see, energy, and the quality of its measured window (other
-    processes' share of the ``cores_given``, throttling, battery, shared GPUs)."""
+    """The sampler's series over the run's windows; a ``measured`` run's ``metrics`` get
+    the memory the worker could not see, energy, and its measured window's quality."""
     windows = windows_from_markers(metrics.get("markers", {}), started_at, ended_at)
     sampled = sampler.result(windows)
     if measured:
@@ -54,27 +51,17 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
         "method": flops.get("method"),
     }  # fmt: skip
     if reply.framework.get("memory_options", {}).get("gpus_visible"):
-        rate["peak_fraction"] = None
-        rate["peak_reason"] = "no peak figure is known for this GPU"
-        return rate
+        return rate | {"peak_fraction": None, "peak_reason": "no peak figure is known for this GPU"}
     peak = sysinfo.cpu_matmul_peak(config.threads_in_force)
-    if peak["available"]:
-        rate["peak_gflops_per_sec"] = peak["gflops_per_sec"]
-        rate["peak_fraction"] = achieved / peak["gflops_per_sec"]
-        rate["peak_method"] = peak["method"]
-    else:
-        rate["peak_fraction"] = None
-        rate["peak_reason"] = peak["reason"]
-    return rate
+    if not peak["available"]:
+        return rate | {"peak_fraction": None, "peak_reason": peak["reason"]}
+    rate["peak_gflops_per_sec"] = best = peak["gflops_per_sec"]
+    return rate | {"peak_fraction": achieved / best, "peak_method": peak["method"]}
 
 
 def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
-    """The sampler's GPU memory peaks over the whole run, labelled with their kinds. The
-    summary covers only the GPUs the worker used (see
-    :func:`kbench.measure.sampler.scoped_summary`). Where no GPU gave the worker's own
-    memory (NVML_VALUE_NOT_AVAILABLE, or no NVML process matching its PIDs inside a
-    container), one ``process_nvml`` reading has ``bytes: None`` and the reason: unknown,
-    never 0, so comparisons fall back to the next kind."""
+    """The sampler's GPU memory peaks over the run, by kind. Where no GPU gave the worker's
+    own, one ``process_nvml`` reading has ``bytes: None`` and why (never 0)."""
     readings, unknown = [], []
     for name, stats in sorted(summary.get("run", {}).items()):
         gpu, _, metric = name.partition("_")
@@ -100,13 +87,11 @@ def measured_energy(
     summary: Dict[str, Dict[str, Dict[str, Any]]], measured_images: int
 ) -> Dict[str, Any]:
     """Energy over the measured window, per device and in total, and images per joule. Per
-    GPU the worker used: its energy counter's increase (``method: counter``), else its
-    sampled power integrated over the window (``power_integral``, boards without a counter);
-    a GPU with neither makes the energy unknown with the reason, never 0. Intel RAPL adds
-    the CPU package's counter where the kernel exposes it. A board that measures its own
-    input power (a Jetson's INA3221 input rail, ``board_energy_j``) gives the whole board's
-    energy instead, GPU and CPU together (``method: board_power_integral``): the GPU's share
-    of it is not known apart."""
+    GPU the worker used: its counter's increase (``counter``), else its sampled power
+    integrated (``power_integral``); a GPU with neither makes the energy unknown with the
+    reason, never 0. Intel RAPL adds the CPU package where readable. A board measuring its
+    own input power (a Jetson, ``board_energy_j``) gives the whole board's energy instead
+    (``board_power_integral``): the GPU's share is not known apart."""
     measured = summary.get("measured", {})
     devices: Dict[str, Dict[str, Any]] = {}
     missing: Dict[str, str] = {}

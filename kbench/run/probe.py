@@ -1,15 +1,11 @@
 """``python -m kbench.run.probe BACKEND FORMAT[,FORMAT...] [MODEL[:HxWxC[:CLASSES]] ...]``
 
-Starts the backend exactly as a worker would (threads, Keras import, backend and
-format check, in the first FORMAT) and prints one JSON line: interpreter, Keras and
-framework versions, devices, and for each MODEL given its parameter count and output
-shape when built for that input (channels last, laid out for FORMAT); or the error
-that stopped it. With several formats the image models are built in each, one after the
-other in the same process (``models_by_format``; ``models`` holds the first's); a
-sequence model reads no data format, so it is built once, in the first, and the other
-formats' entries for it say so (``{"same_as": FORMAT}``): keras-mxnet's unrolled LSTMs
-took 30 of its 45 s per format.
-``kbench env`` and the model tests use it through :func:`kbench.run.environments.probe`.
+Starts the backend as a worker would (in the first FORMAT) and prints one JSON line:
+interpreter, Keras and framework versions, devices, and each MODEL's parameter count and
+output shape, or the error that stopped it. With several formats the image models are
+built in each in the same process (``models_by_format``); a sequence model only in the
+first (``{"same_as": FORMAT}``: keras-mxnet's unrolled LSTMs took 30 of its 45 s per
+format). Used through :func:`kbench.run.environments.probe`.
 """
 
 from __future__ import annotations
@@ -24,22 +20,16 @@ from kbench.backends import load_backend
 from kbench.measure.processes import usable_cores
 
 
-def parse_model(text: str):
-    name, _, rest = text.partition(":")
-    shape_text, _, classes = rest.partition(":")
-    shape = tuple(int(d) for d in shape_text.split("x")) if shape_text else None
-    return name, shape, int(classes) if classes else None
-
-
 def census(backend, models, data_format: str, built_in: Optional[str] = None):
-    """{model: its size, or its error} built in ``data_format``; with ``built_in`` (the
-    format the models were first built in) the sequence models are not built again."""
+    """{model: its size, or its error} in ``data_format`` (``built_in``: images only)."""
     import kbench_models
 
     built = {}
     for text in models:
         try:
-            name, shape, classes = parse_model(text)
+            name, _, rest = text.partition(":")
+            shape_text, _, classes = rest.partition(":")
+            shape = tuple(int(d) for d in shape_text.split("x")) if shape_text else None
             spec = kbench_models.MODELS[name]
             if built_in and spec.input_kind != "image":
                 built[text] = {"same_as": built_in}
@@ -48,7 +38,7 @@ def census(backend, models, data_format: str, built_in: Optional[str] = None):
             if data_format == "channels_first" and spec.input_kind == "image":
                 shape = (shape[-1],) + tuple(shape[:-1])
             with backend.initial_values_unused():  # a zoo model: only its size is read
-                model = backend.build(name, shape, classes or spec.num_classes)
+                model = backend.build(name, shape, int(classes or spec.num_classes))
             built[text] = {
                 "params": backend.count_params(model), "output_shape": backend.output_shape(model),
             }  # fmt: skip
@@ -57,15 +47,6 @@ def census(backend, models, data_format: str, built_in: Optional[str] = None):
                 "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(),
             }  # fmt: skip
     return built
-
-
-def switch_format(backend, data_format: str) -> None:
-    """Keras' image data format, changed in the running process (Keras 3 and Keras 2.2
-    both read it when a layer is built)."""
-    keras = getattr(backend, "keras", None)
-    if keras is None:
-        raise ValueError(f"{backend.name} is not a Keras backend: it builds in one data format")
-    keras.backend.set_image_data_format(data_format)
 
 
 def main(argv=None) -> int:
@@ -83,8 +64,13 @@ def main(argv=None) -> int:
         if models:
             report["models"] = census(backend, models, data_format)
             report["models_by_format"] = {data_format: report["models"]}
+            keras = getattr(backend, "keras", None)  # Keras reads it as a layer is built
+            if other_formats and keras is None:
+                raise ValueError(
+                    f"{backend.name} is not a Keras backend: it builds in one data format"
+                )
             for other in other_formats:
-                switch_format(backend, other)
+                keras.backend.set_image_data_format(other)
                 report["models_by_format"][other] = census(backend, models, other, data_format)
     except Exception as err:  # the report is the point: any failure is an answer
         report.update(ok=False, error=f"{type(err).__name__}: {err}")

@@ -1,22 +1,13 @@
-"""What the parent and a worker say to each other: the task file, the commands, the
-reply channel, the replies, and the progress lines (written, read, and shown in the log:
-:func:`show_progress`). Standard library only: this module is imported under every
-backend's interpreter.
+"""What the parent and a worker say to each other: the task file (``run.json``), the
+commands (one per line on stdin, :data:`COMMANDS`), the replies (one JSON object per line
+on a reply pipe of the worker's own, ``event`` naming it) and the progress lines (in its
+output, after :data:`PROGRESS_PREFIX`), so whatever a framework prints never garbles a
+reply. Standard library only: imported under every backend's interpreter.
 
-The parent (:mod:`kbench.run.engine`) writes each run as a :class:`WorkerTask` (``run.json``)
-and starts ``python -m kbench.run.worker RUN_JSON`` (:mod:`kbench.run.worker`), which starts
-its backend from that task, then reads one command per line on stdin (:data:`COMMANDS`) and
-answers each on a reply pipe of its own, apart from its output: one JSON object per line,
-``event`` naming it. The worker's stdout and stderr stay its log, and carry progress events
-(lines starting with :data:`PROGRESS_PREFIX`), so whatever a framework prints can never
-garble or block a reply.
-
-How the pipe's write end reaches the worker: on POSIX, as a file descriptor kept open across
-``exec`` (``pass_fds``), named by its number in :data:`REPLY_FD_VARIABLE`; on Windows, which
-has no ``pass_fds``, as an inheritable handle, the only one the worker inherits besides its
-standard streams (``STARTUPINFO.lpAttributeList["handle_list"]``), named ``handle:N``, which
-the worker turns back into a file descriptor (``msvcrt.open_osfhandle``). The Windows path
-is written from Python's documentation and has not run on Windows.
+The pipe's write end reaches the worker as a descriptor kept open across ``exec``
+(``pass_fds``) named in :data:`REPLY_FD_VARIABLE`; on Windows, as the only inheritable
+handle (``STARTUPINFO.lpAttributeList["handle_list"]``), named ``handle:N``. The Windows
+path is written from Python's documentation and has not run on Windows.
 """
 
 from __future__ import annotations
@@ -55,17 +46,14 @@ log = logging.getLogger("kbench")
 
 
 def emit_progress(event: str, **fields: Any) -> None:
-    """One machine-readable progress line on stdout for the runner to show."""
+    """One progress line on stdout for the runner to show."""
     sys.stdout.write(PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
 
 
 def parse_progress(line: str) -> Optional[Dict[str, Any]]:
-    """The event of a line :func:`emit_progress` wrote; None for any other line (output
-    to keep) and ``{}`` for a progress line cut short or garbled (nothing to show). An
-    event glued after other text (an unfinished progress-bar line) is read too; text
-    that merely contains the prefix stays output. An event is a JSON object with a
-    string ``event``; whether it has the fields to show is the shower's question."""
+    """The event of a line :func:`emit_progress` wrote (also glued after other text);
+    None for any other line, ``{}`` for one cut short or garbled."""
     at = line.find(PROGRESS_PREFIX)
     if at < 0:
         return None
@@ -79,10 +67,8 @@ def parse_progress(line: str) -> Optional[Dict[str, Any]]:
 
 
 def show_progress(config: RunConfig, event: Dict) -> None:
-    """One log line for a worker's progress event. An event without the fields its line
-    needs, as numbers (a model that prints a line looking like kbench's, a line cut
-    short), is skipped, said once per run at debug level: a progress line never stops the
-    reading of a worker's output."""
+    """One log line for a progress event; one without its fields as numbers is skipped
+    (said once per run, at debug level): progress never stops the reading of output."""
     kind = event.get("event") if isinstance(event, dict) else None
     names = PROGRESS_FIELDS.get(kind) if isinstance(kind, str) else None
     values = [event.get(name) for name in names] if names else []
@@ -154,9 +140,7 @@ class WorkerReply:
 
 @dataclass
 class ReplyPipe:
-    """The parent's side of a new reply pipe: ``read_fd`` to read, ``value`` for the
-    worker's :data:`REPLY_FD_VARIABLE`, ``popen_args`` that hand it the write end; once the
-    worker is started, :meth:`close_write_end` (the worker holds its own copy)."""
+    """The parent's side of a reply pipe; ``popen_args`` hand the worker its write end."""
 
     read_fd: int
     write_fd: int
@@ -168,7 +152,7 @@ class ReplyPipe:
 
 
 def open_reply_pipe() -> ReplyPipe:
-    """A pipe whose write end the worker inherits, and only that one (module docstring)."""
+    """A pipe whose write end the worker inherits, and only that one."""
     read_fd, write_fd = os.pipe()
     if sys.platform != "win32":
         return ReplyPipe(read_fd, write_fd, str(write_fd), {"pass_fds": (write_fd,)})
@@ -182,7 +166,6 @@ def open_reply_pipe() -> ReplyPipe:
 
 
 def reply_fd(value: str) -> int:
-    """The worker's file descriptor for the write end :data:`REPLY_FD_VARIABLE` names."""
     if value.isdigit():
         return int(value)
     handle = value[len(HANDLE_PREFIX) :]
@@ -198,7 +181,7 @@ def reply_fd(value: str) -> int:
 
 
 class ReplyWriter:
-    """The worker's end: ``send(event, **fields)`` writes one line and flushes it."""
+    """The worker's end: ``send(event, **fields)`` writes one line, flushed."""
 
     def __init__(self, fd: int) -> None:
         os.set_inheritable(fd, False)  # a process the worker starts must not hold it open
@@ -214,8 +197,7 @@ class ReplyWriter:
 
 
 def read_replies(fd: int, replies: queue.Queue) -> None:
-    """The parent's end (a thread's target): each line's object into ``replies``; a line
-    that is not one becomes ``{"event": "garbled", "line": ...}``; ``None`` at the end."""
+    """Each line's object into ``replies`` (not one: ``garbled``); ``None`` at the end."""
     with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as pipe:
         for line in pipe:
             replies.put(_parse(line))
@@ -226,7 +208,7 @@ def _parse(line: str) -> Dict[str, Any]:
     try:
         reply = json.loads(line)
     except ValueError:
-        return {"event": "garbled", "line": line[:200]}
+        reply = None
     if not isinstance(reply, dict) or not isinstance(reply.get("event"), str):
         return {"event": "garbled", "line": line[:200]}
     return reply

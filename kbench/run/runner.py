@@ -2,11 +2,10 @@
 
 For every run the runner picks the backend's interpreter, writes ``run.json`` and a
 per-run ``KERAS_HOME``, starts ``python -m kbench.run.worker`` on the engine
-(:mod:`kbench.run.engine`), tells it to ``run`` the task and awaits the reply within the
-run's timeout. A worker that crashes, hangs or is killed becomes a recorded ``failed`` or
-``timeout`` result, and the next run goes on. Runs that share what a worker starts with
-may share one (``--warm``). Results go to the store (``output_dir/<run_id>.json``), the
-worker's output to ``output_dir/logs/<run_id>.log``.
+(:mod:`kbench.run.engine`) and awaits its reply within the run's timeout. A worker that
+crashes, hangs or is killed becomes a ``failed`` or ``timeout`` result, and the next run
+goes on; runs that share what a worker starts with may share one (``--warm``). Results
+go to ``output_dir/<run_id>.json``, the worker's output to ``output_dir/logs/<run_id>.log``.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from kbench import datasets
 from kbench.backends.kernels import jit_decides_start
 from kbench.backends.switches import SWITCHES, per_process
 from kbench.measure import quality as quality_mod
-from kbench.measure import sampler as sampler_mod
+from kbench.measure.sampler import Sampler
 from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import write_json_atomic
@@ -51,10 +50,8 @@ MODEL_REFUSALS = ("WrongOutput",)
 def look_before_runs(
     output_dir: Path, runs: int, busy_threshold: float, wait_quiet_s: float, command: str
 ) -> None:
-    """What every command that starts model runs does first: warn when ``output_dir`` has
-    less room than ``runs`` runs may need, then take the one-second look at the machine
-    (``--wait-quiet`` waits for it to quieten). Both only warn: a result that cannot be
-    written stops ``command`` later with the way to recover it, a busy window is flagged."""
+    """Before model runs: warn where ``output_dir`` has less room than ``runs`` may need,
+    then take the one-second look at the machine (``--wait-quiet``). Both only warn."""
     low = low_space_warning(output_dir, runs, command)
     if low:
         log.warning("%s", low)
@@ -71,19 +68,13 @@ def data_request(config: RunConfig) -> Dict[str, Any]:
     spec = spec_for(config.model)
     synthetic = config.dataset == "synthetic"
     own_classes = config.dataset.startswith(datasets.NPZ_PREFIX) and config.num_classes
-    return dict(
-        dataset=config.dataset,
-        data_dir=config.data_dir,
-        train_samples=config.train_samples,
-        test_samples=config.test_samples,
-        input_shape=(config.input_shape or spec.input_shape)
-        if synthetic or config.dataset.startswith(datasets.FOLDER_PREFIX)  # its image size
-        else None,
+    named = ("dataset", "data_dir", "train_samples", "test_samples", "image_size", "seed")
+    sized = synthetic or config.dataset.startswith(datasets.FOLDER_PREFIX)  # its image size
+    return {name: getattr(config, name) for name in named} | dict(
+        input_shape=(config.input_shape or spec.input_shape) if sized else None,
         num_classes=(config.num_classes or spec.num_classes) if synthetic else own_classes or None,
-        image_size=config.image_size,
         model_kind=spec.input_kind,
         vocabulary=spec.vocabulary_size,
-        seed=config.seed,
     )
 
 
@@ -98,15 +89,6 @@ def batch_order(config: RunConfig, samples: int, batch_size: int) -> np.ndarray:
 
 def data_key(config: RunConfig) -> Tuple:
     return tuple(sorted(data_request(config).items()))
-
-
-def prepare_data(config: RunConfig, directory: Path) -> datasets.PreparedData:
-    request = data_request(config)
-    data = datasets.prepare(request.pop("dataset"), directory, **request)
-    shape = "x".join(map(str, data.input_shape))
-    log.info("data: %s, %d train / %d test samples of %s, from %s",
-             data.name, data.train_samples, data.test_samples, shape, data.source)  # fmt: skip
-    return data
 
 
 @dataclass
@@ -133,9 +115,8 @@ class Runner:
         self, rounds: Sequence[Sequence[RunConfig]],
         stop: Optional[Callable[[List[RunResult]], Optional[str]]] = None,
     ) -> Tuple[List[RunResult], Optional[str]]:  # fmt: skip
-        """Run the rounds in turn; after each, ``stop(results so far)`` may end them early
-        by giving its reason (returned beside the results; None: every round ran).
-        With :attr:`warm`, a round's runs that can share a worker process share one."""
+        """Run the rounds in turn; after each, ``stop(results so far)`` may end them, giving
+        its reason (returned beside the results; None: every round ran)."""
         configs = [config for round_configs in rounds for config in round_configs]
         results: List[RunResult] = []
         refused: Dict[str, RunResult] = {}  # model -> the run that found it unusable
@@ -165,15 +146,9 @@ class Runner:
     def _refused_again(self, config: RunConfig, found: RunResult) -> RunResult:
         """A run of a model an earlier run found unusable on any backend (its output
         does not fit the data): recorded failed with that reason, no worker started."""
-        now = time.time()
-        verdict = ending.Verdict(
-            "failed",
-            ending.first_line(
-                f"{found.reason} (found by {found.config['backend']}'s run, the same on "
-                "every backend: not run again)"
-            ),
-            found.error,
-        )
+        now, by = time.time(), found.config["backend"]
+        why = f"{found.reason} (found by {by}'s run, the same on every backend: not run again)"
+        verdict = ending.Verdict("failed", ending.first_line(why), found.error)
         result = ending.run_result(
             run_id=new_run_id(config), kind=config.mode, config=config.to_dict(),
             verdict=verdict, started_at=now, ended_at=now,
@@ -184,17 +159,14 @@ class Runner:
             return ending.keep(result, ResultStore(self.output_dir), config.label())
 
     def _groups(self, configs: Sequence[RunConfig]) -> List[List[RunConfig]]:
-        """One run per worker; with :attr:`warm`, every run that can share a worker with
-        an earlier one joins it (:func:`shared_workers`)."""
+        """One run per worker; with :attr:`warm`, runs that can share one share it."""
         if not self.warm:
             return [[config] for config in configs]
         return [[configs[i] for i in group] for group in shared_workers(configs)]
 
     @contextlib.contextmanager
     def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:
-        """Check, prepare the data for, and hold a working directory for ``configs``:
-        what can be refused is, before the output directory is created (the first run's
-        data is prepared then too; each other data set when a run first needs it)."""
+        """Check ``configs``, prepare the first one's data, hold a working directory."""
         for config in configs:
             environments.interpreter_for(config.backend)
         with leftovers.working_directory() as directory:
@@ -231,10 +203,9 @@ class Runner:
         self, cases: Sequence[Case], session_dir: Path, python_path: Path
     ) -> List[RunResult]:
         """Run ``cases`` in one worker process, one after another (one case: an ordinary
-        run). They must share what the process is started with (:func:`worker_key`);
-        each becomes its own result. Each case has its own timeout (the first counted
-        from the worker's start); a worker that dies or is stopped fails the cases it
-        had not answered yet."""
+        run); they must share a :func:`worker_key`. Each has its own result and timeout
+        (the first counted from the worker's start); a worker that dies or is stopped
+        fails the cases it had not answered yet."""
         keys = {worker_key(case.config) for case in cases}
         if len(keys) != 1:
             raise ValueError(
@@ -243,19 +214,7 @@ class Runner:
             )
         planned = [self._plan(case, session_dir) for case in cases]
         first = planned[0]
-        env, keras_json = environments.process_environment(
-            first.config.backend, first.run_dir, python_path, first.config.threads_in_force,
-            first.config.data_format, first.config.device,
-        )  # fmt: skip
-        interpreter = environments.interpreter_for(first.config.backend)
-        started_at = time.time()
-        for run in planned:
-            run.write_task(keras_json["image_data_format"], started_at)
-        log_path = open_log(self.output_dir, first.run_id)  # a store that cannot take it: stop
-        context = RunContext(
-            str(interpreter), environments.recorded_variables(env, first.config.backend),
-            keras_json, started_at, warm=len(planned) > 1,
-        )  # fmt: skip
+        env, context, log_path = self.prepare(planned, python_path)
         served = Served(None, warm=len(planned) > 1)
         kept: Dict[str, RunResult] = {}
 
@@ -267,15 +226,11 @@ class Runner:
             kept[run.run_id] = self._finish(run, served.verdict(run, so_far), served, ended)
 
         try:  # from the launch on: a SIGTERM at any point is said beside the log
-            served.worker = Worker.launch(
-                [str(interpreter), "-m", "kbench.run.worker", str(first.run_dir / "run.json")],
-                env, first.run_dir, log_path, name=first.config.label(),
-                progress_of=first.config, on_progress=self.on_progress, channel=True,
-            )  # fmt: skip
+            served.worker = self.launch(first, env, context, log_path)
             served.sampler = start_sampler(
                 served.worker.pid, first.config.sample_interval_s, self.nvml
             )
-            served.serve(planned, started_at, keep_replied if served.warm else None)
+            served.serve(planned, context.started_at, keep_replied if served.warm else None)
             served.worker.close()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, say so, stop
             if served.worker is not None:
@@ -303,11 +258,10 @@ class Runner:
     def _interrupted(
         self, planned: Sequence[PlannedRun], log_path: Path, served: Served, context: RunContext
     ) -> None:
-        """The worker was stopped (Ctrl-C, SIGTERM) before ``planned`` were kept: each that
-        had replied is saved; each other one is marked interrupted beside the log, and a
-        resumed sweep runs it again."""
+        """The worker was stopped before ``planned`` were kept: each that replied is saved;
+        each other one marked interrupted beside the log, for a resumed sweep to run again."""
         replied = dataclasses.replace(context, warm=True, ended_at=time.time())
-        stopped = Outcome(returncode=0, timed_out=False, log_tail=[])
+        stopped = Outcome(0, False, [])
         for run in planned:
             reply = served.replies.get(run.run_id)
             if reply is not None:
@@ -319,6 +273,45 @@ class Runner:
             leftovers.write_interrupted(
                 log_path, run.run_id, run.config, context.started_at, run.case.sweep
             )
+
+    def prepare(
+        self, planned: Sequence[PlannedRun], python_path: Path, extra: Optional[Dict] = None
+    ) -> Tuple[Dict[str, str], RunContext, Path]:
+        """A worker's environment for ``planned`` (with the ``extra`` variables), their task
+        files written, how it starts, and its log (a store that cannot take it: raises)."""
+        config, run_dir = planned[0].config, planned[0].run_dir
+        env, keras_json = environments.process_environment(
+            config.backend,
+            run_dir,
+            python_path,
+            config.threads_in_force,
+            config.data_format,
+            config.device,
+        )
+        env.update(extra or {})
+        interpreter = environments.interpreter_for(config.backend)
+        started_at = time.time()
+        for run in planned:
+            run.write_task(keras_json["image_data_format"], started_at)
+        recorded = environments.recorded_variables(env, config.backend) | (extra or {})
+        context = RunContext(str(interpreter), recorded, keras_json, started_at, len(planned) > 1)
+        return env, context, open_log(self.output_dir, planned[0].run_id)
+
+    def launch(
+        self, first: PlannedRun, env: Dict[str, str], context: RunContext, log_path: Path
+    ) -> Worker:
+        command = [context.interpreter, "-m", "kbench.run.worker", str(first.run_dir / "run.json")]
+        config = first.config
+        return Worker.launch(
+            command,
+            env,
+            first.run_dir,
+            log_path,
+            name=config.label(),
+            progress_of=config,
+            on_progress=self.on_progress,
+            channel=True,
+        )
 
     def _plan(self, case: Case, session_dir: Path) -> PlannedRun:
         config = case.config
@@ -340,53 +333,48 @@ class Runner:
         if context.warm and reply is not None:  # the worker ended later, for this case
             started_at, ended_at = reply.started_at or started_at, reply.ended_at or ended_at
         metrics = dict(reply.metrics) if reply and verdict.status == "ok" else {}
-        sampled = self._add_sampled(run, served.sampler, metrics, started_at, ended_at)
+        sampled = None
+        if served.sampler is not None:
+            measured = bool(metrics) and run.case.parity is None
+            sampled = add_sampled(
+                served.sampler,
+                metrics,
+                started_at,
+                ended_at,
+                config.threads,
+                self.busy_threshold,
+                measured,
+            )
         if metrics and run.case.parity is None:
             metrics["compute"] = compute_rate(config, metrics, reply)
         framework = reply.framework if reply else {}
         result = ending.run_result(
             run_id=run.run_id, kind="parity" if run.case.parity is not None else config.mode,
             config=config.to_dict(), verdict=verdict, started_at=started_at, ended_at=ended_at,
-            environment=ending.environment(
-                context.interpreter, context.process_env, context.keras_json, framework
-            ),
-            data=run.case.data.describe(), model=model_facts(config, reply), metrics=metrics,
+            environment=context.environment(framework), data=run.case.data.describe(),
+            model=model_facts(config, reply), metrics=metrics,
             sampler=sampled.to_dict() if sampled else None, sweep=run.case.sweep,
         )  # fmt: skip
         with self.store_lock:  # runs side by side in threads: one writer at a time
             return ending.keep(result, ResultStore(self.output_dir), config.label())
 
-    def _add_sampled(
-        self, run: PlannedRun, sampler: Optional[sampler_mod.Sampler], metrics: Dict[str, Any],
-        started_at: float, ended_at: float,
-    ) -> Optional[sampler_mod.SamplerResult]:  # fmt: skip
-        if sampler is None:
-            return None
-        measured = bool(metrics) and run.case.parity is None
-        return add_sampled(
-            sampler, metrics, started_at, ended_at, run.config.threads, self.busy_threshold,
-            measured,
-        )  # fmt: skip
-
 
 @dataclass
 class Served:
-    """What a worker answered its ``run`` commands: each run's reply, and how the
-    worker ended where it ended before answering them all."""
+    """What a worker answered its ``run`` commands, and how it ended before answering all."""
 
     worker: Optional[Worker]
     replies: Dict[str, WorkerReply] = field(default_factory=dict)  # run id -> its reply
     gone: Optional[ending.Verdict] = None
-    sampler: Optional[sampler_mod.Sampler] = None
+    sampler: Optional[Sampler] = None
     warm: bool = False  # several runs in the worker
 
     def serve(
         self, planned: Sequence[PlannedRun], started_at: float,
         on_reply: Optional[Callable[[PlannedRun], None]] = None,
     ) -> None:  # fmt: skip
-        """Each run in turn, each with its own timeout (the first counted from the
-        worker's start, which its import takes), until the worker ends; ``on_reply(run)``
-        as each run's reply comes."""
+        """Each run in turn, with its own timeout (the first counted from the worker's start),
+        until the worker ends; ``on_reply(run)`` as each reply comes."""
         for index, run in enumerate(planned):
             timeout = run.config.timeout_s
             if index == 0:
@@ -405,9 +393,8 @@ class Served:
                 on_reply(run)
 
     def verdict(self, run: PlannedRun, outcome: Outcome) -> ending.Verdict:
-        """How ``run`` ended: by its reply (one run alone: and an exit code 0); a run not
-        answered, as its worker ended (in a warm worker, said so, unless the worker
-        could not start at all: then every run says why)."""
+        """How ``run`` ended: by its reply (run alone: and exit code 0); unanswered, as its
+        worker ended (in a warm worker, said so, unless the worker could not start at all)."""
         reply = self.replies.get(run.run_id)
         if reply is not None:
             returncode = 0 if self.warm else outcome.returncode
@@ -425,9 +412,8 @@ class Served:
 
 
 def worker_key(config: RunConfig) -> Tuple:
-    """What a worker process is started with: runs that share it may share a warm worker.
-    A per-run switch (jit_compile, mixed precision, ...) is not: the worker applies each
-    run's own (:meth:`kbench.backends.base.Backend.next_case`)."""
+    """What a worker is started with: runs that share it may share a warm worker (a per-run
+    switch is applied per run: :meth:`~kbench.backends.base.Backend.next_case`)."""
     switches = tuple(sorted(per_process({n: getattr(config, n, None) for n in SWITCHES}).items()))
     decides = jit_decides_start(config.backend, config.data_format)  # nchw_refusal
     start_jit = config.jit_compile if decides else None
@@ -446,8 +432,7 @@ def worker_key(config: RunConfig) -> Tuple:
 
 
 def shared_workers(configs: Sequence[RunConfig]) -> List[List[int]]:
-    """The indexes of ``configs`` grouped by the worker they can share (:func:`worker_key`),
-    each group in the order its first run came; a data-parallel run is a group of its own."""
+    """Indexes of ``configs`` by the worker they can share; data-parallel runs alone."""
     groups: Dict[Tuple, List[int]] = {}
     for index, config in enumerate(configs):
         key = ("distributed", index) if config.distributed != "none" else worker_key(config)
@@ -457,8 +442,7 @@ def shared_workers(configs: Sequence[RunConfig]) -> List[List[int]]:
 
 @dataclass(frozen=True)
 class Case:
-    """One run for a worker: its config, its prepared data, (kbench parity) what to
-    replay, and (kbench sweep) the sweep it belongs to."""
+    """One run for a worker: its config, data, what to replay (parity), its sweep (sweep)."""
 
     config: RunConfig
     data: datasets.PreparedData
@@ -496,10 +480,12 @@ class RunContext:
     warm: bool
     ended_at: float = 0.0
 
+    def environment(self, framework: Dict[str, Any]) -> Dict[str, Any]:
+        return ending.environment(self.interpreter, self.process_env, self.keras_json, framework)
+
 
 def model_facts(config: RunConfig, reply: Optional[WorkerReply]) -> Dict[str, Any]:
-    """What the worker said of the model; a user model's source (path, function,
-    sha256) is recorded even when the worker never got to build it."""
+    """What the worker said of the model; a user model's source even unbuilt."""
     model = dict(reply.model) if reply else {}
     spec = spec_for(config.model)
     if spec.is_user:
@@ -527,7 +513,14 @@ class DataGroups:
         key = data_key(config)
         if key not in self.prepared:
             self.made += 1
-            self.prepared[key] = prepare_data(config, self.directory / f"group-{self.made}")
+            request = data_request(config)
+            data = datasets.prepare(
+                request.pop("dataset"), self.directory / f"group-{self.made}", **request
+            )
+            shape = "x".join(map(str, data.input_shape))
+            said = (data.name, data.train_samples, data.test_samples, shape, data.source)
+            log.info("data: %s, %d train / %d test samples of %s, from %s", *said)
+            self.prepared[key] = data
         return self.prepared[key]
 
     def release(self, config: RunConfig) -> None:
@@ -565,12 +558,10 @@ class Session:
         parities: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
         sweeps: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
     ) -> List[RunResult]:  # fmt: skip
-        """``configs`` in one warm worker (:meth:`Runner.run_warm`); they must share a
-        worker. ``parities``: what each replays (kbench parity); ``sweeps``: the sweep
-        each belongs to (kbench sweep); None: nothing."""
-        parities = list(parities) if parities is not None else [None] * len(configs)
-        sweeps = list(sweeps) if sweeps is not None else [None] * len(configs)
-        cases = [Case(c, self.prepared.get(c), p, s) for c, p, s in zip(configs, parities, sweeps)]
+        """``configs`` in one warm worker, each with what it replays and its sweep."""
+        none = [None] * len(configs)
+        pairs = zip(configs, parities or none, sweeps or none)
+        cases = [Case(c, self.prepared.get(c), p, s) for c, p, s in pairs]
         results = self.runner.run_warm(cases, self.directory, self.python_path)
         for config in configs:
             self.prepared.release(config)

@@ -1,30 +1,20 @@
 """Training in explicit stages, the same for every backend (worker side).
 
-Each epoch is one ``backend.fit_epoch`` over that epoch's mini-batches in the order the
-runner drew, so every backend sees the same batches (for Keras, one ``model.fit`` with
-``shuffle=False`` and a timing callback). The backend stamps each step on a
+Each epoch is one ``backend.fit_epoch`` over that epoch's mini-batches in the runner's
+order, so every backend sees the same batches. The backend stamps each step on a
 :class:`StepClock`, which reads the loss on the host at the end of a step: that waits for
 the device, so a step's time covers its whole computation. The first ``warmup_steps``
 steps (tracing, compilation, caches) are kept apart; the measured window runs from the
-end of the last warmup step to the end of the last step, counting only time inside the
-epochs' training loops.
+end of the last warmup step to the end of the last step, inside the training loops only.
+With ``--target-precision`` or ``--time-budget`` the clock feeds each measured step to a
+:class:`~kbench.measure.stats.PrecisionTracker`, whose :class:`StopMeasuring` from
+``batch_end`` stops any backend's step loop; the remaining epochs are skipped (evaluation
+sees the trained weights: Keras 3 writes JAX's state back in ``fit``'s ``finally``).
 
-With ``--target-precision`` or ``--time-budget`` the clock feeds every measured step to a
-:class:`~kbench.measure.stats.PrecisionTracker` and, once the goal is met, raises
-:class:`~kbench.measure.stats.StopMeasuring` from ``batch_end``: that one place stops
-every backend's step loop without any of them knowing. The trainer catches it, keeps the
-epoch's last logs as its training loss and accuracy, and skips the remaining epochs
-(Keras 3 writes the JAX state back in ``fit``'s ``finally``; the other frameworks update
-their weights in place, so evaluation sees the trained model).
-
-A warm worker's windows (:mod:`kbench.run.windows`) use the same :class:`Trainer`, which
-then trains on through the sample order, cycling it. :meth:`~Trainer.warm_up` runs the
-warmup steps, then a few calibration steps whose median time sets how many steps make a
-window of about ``window_s`` seconds (or the run's ``steps``); each :meth:`~Trainer.window`
-is one ``fit_epoch`` over one untimed batch (the call's own set-up) and that many measured
-ones. What a window does not capture, by design: the first step and compilation (the
-worker's start has them), and anything that grows across windows (allocator pools,
-caches), which a fresh process starts without; memory readings are the process's peaks.
+A warm worker's windows (:mod:`kbench.run.windows`) cycle through the order: the warmup,
+calibration steps that size a window, then windows of one untimed and that many measured
+steps. A window leaves out the first step and compilation (the worker's start has them)
+and what grows across windows (allocator pools, caches); memory readings are peaks.
 """
 
 from __future__ import annotations
@@ -39,7 +29,13 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from kbench.datasets.stream import LOADING
-from kbench.measure.stats import PrecisionTracker, StopMeasuring, percentiles, rate_percentiles
+from kbench.measure.stats import (
+    PrecisionTracker,
+    StopMeasuring,
+    measured_seconds,
+    percentiles,
+    rate_percentiles,
+)
 from kbench.run import weightfile
 from kbench.run.protocol import emit_progress
 
@@ -104,17 +100,7 @@ class StepClock:
 
     def measured_seconds(self) -> float:
         """Time inside fit from the end of warmup to the last step, epoch by epoch."""
-        total = 0.0
-        bounds = self.epoch_first_step + [len(self.ends)]
-        for epoch_start, stop in zip(bounds[:-1], bounds[1:]):
-            first = max(epoch_start, self.warmup_steps)
-            if first >= stop:
-                continue
-            # Within the epoch where warmup ends, the window opens as the last warmup
-            # step ends; in later epochs, as their first step begins.
-            start = self.ends[first - 1] if first > epoch_start else self.begins[first]
-            total += self.ends[stop - 1] - start
-        return total
+        return measured_seconds(self.begins, self.ends, self.epoch_first_step, self.warmup_steps)
 
 
 @dataclass(frozen=True)
@@ -170,8 +156,7 @@ def epoch_logs_at_stop(logs: Dict[str, Any]) -> Dict[str, float]:
 
 @dataclass
 class Trainer:
-    """One built model trained on the runner's sample order (module docstring): a fresh
-    run's epochs (:meth:`epochs`), or a warm worker's warm-up and windows."""
+    """One built model trained on the runner's sample order: epochs, or warm windows."""
 
     backend: Any
     model: Any
@@ -183,12 +168,14 @@ class Trainer:
     window_steps: int = MIN_WINDOW_STEPS
     steps_begun: int = 0  # windows: every training step asked for (position wraps around)
 
-    def fit(self, indices: np.ndarray, clock: StepClock) -> Dict[str, Any]:
-        """One ``fit_epoch`` over the samples ``indices``, every step stamped on
-        ``clock``; the device synchronized after it. Its last logs."""
-        x, y = self.arrays["x_train"][indices], self.arrays["y_train"][indices]
+    def fit(self, x: np.ndarray, y: np.ndarray, clock: StepClock) -> Dict[str, Any]:
+        """One ``fit_epoch``, every step stamped on ``clock``, the device synchronized
+        after it; its last logs (cut short by the clock's tracker: its last step's)."""
         clock.epoch_begin()
-        logs = self.backend.fit_epoch(self.model, x, y, self.batch_size, clock)
+        try:
+            logs = self.backend.fit_epoch(self.model, x, y, self.batch_size, clock)
+        except StopMeasuring:
+            logs = epoch_logs_at_stop(clock.last_logs)
         self.backend.sync()
         return logs
 
@@ -197,8 +184,7 @@ class Trainer:
         process_start: float, import_time_s: float, build_time_s: float,
         tracker: Optional[PrecisionTracker] = None,
     ) -> TrainMetrics:  # fmt: skip
-        """Train over the order's epochs; with ``tracker``, stop measuring as soon as it
-        says so (see the module docstring)."""
+        """Train over the order's epochs; with ``tracker``, until it says stop."""
         self.backend.compile(self.model, optimizer, learning_rate, loss)
         total_steps = _total_steps(self.order, self.batch_size, warmup_steps)
         clock = StepClock(warmup_steps=warmup_steps, tracker=tracker)
@@ -236,21 +222,14 @@ class Trainer:
         )
 
     def _run_epochs(self, clock: StepClock) -> _Epochs:
-        """One ``fit_epoch`` per row of the order, until the end or the clock's tracker
-        stops."""
+        """One ``fit_epoch`` per row of the order, until the end or the tracker stops."""
         epochs = _Epochs()
         for epoch, indices in enumerate(self.order):
             gather_start = time.perf_counter()
             x, y = self.arrays["x_train"][indices], self.arrays["y_train"][indices]
             epochs.gather_s += time.perf_counter() - gather_start
-            clock.epoch_begin()
             started = time.perf_counter()
-            stopped = False
-            try:
-                logs = self.backend.fit_epoch(self.model, x, y, self.batch_size, clock)
-            except StopMeasuring:
-                logs, stopped = epoch_logs_at_stop(clock.last_logs), True
-            self.backend.sync()
+            logs = self.fit(x, y, clock)
             epochs.times.append(time.perf_counter() - started)
             epochs.ends.append(time.time())
             epochs.logs.append(logs)
@@ -258,34 +237,28 @@ class Trainer:
                 "epoch", epoch=epoch + 1, epochs=len(self.order),
                 loss=float(logs.get("loss", float("nan"))), seconds=epochs.times[-1],
             )  # fmt: skip
-            if stopped:
+            if clock.tracker is not None and clock.tracker.stopped is not None:
                 break
         return epochs
-
-    # ------------------------------------------------------------------- windows
 
     def _steps(self, steps: int, clock: StepClock) -> Dict[str, Any]:
         """``steps`` training steps on the next samples of the cycled order."""
         self.steps_begun += steps
         flat = self.order.reshape(-1)
         needed = steps * self.batch_size
-        ahead = np.arange(self.position, self.position + needed) % len(flat)
+        ahead = flat[np.arange(self.position, self.position + needed) % len(flat)]
         self.position = (self.position + needed) % len(flat)
-        return self.fit(flat[ahead], clock)
+        return self.fit(self.arrays["x_train"][ahead], self.arrays["y_train"][ahead], clock)
 
     def warm_up(
         self, warmup_steps: int, window_s: float, steps: Optional[int] = None,
         weights_in: Optional[str] = None, weights_out: Optional[str] = None, check: bool = False,
         check_rows: Optional[int] = None,
     ) -> Dict[str, Any]:  # fmt: skip
-        """The warmup steps, then the calibration steps that size a window: ``steps`` when
-        given, else enough steps for about ``window_s`` seconds (at least
-        :data:`MIN_WINDOW_STEPS`). Returns the warmup's figures and the window's size.
-        With ``weights_out`` (save the initial weights there) or ``weights_in`` (start
-        from those), also ``check``: the outputs on the first test batch before training
-        and each warmup step's loss, for comparing settings that must compute alike
-        (``check`` alone: the same from the model's own seeded weights), on the first
-        ``check_rows`` test rows (default: a batch)."""
+        """The warmup steps, then the calibration steps that size a window (``steps``, else
+        about ``window_s``); their figures. With ``weights_out``/``weights_in`` (save, or start
+        from, the initial weights) or ``check``, also ``check``: outputs on the first
+        ``check_rows`` test rows (default: a batch) and each warmup step's loss."""
         same = None
         if weights_in or weights_out or check:
             same = self._same_start(weights_in, weights_out, check_rows or self.batch_size)
@@ -310,7 +283,7 @@ class Trainer:
     def _same_start(
         self, weights_in: Optional[str], weights_out: Optional[str], rows: int
     ) -> Dict[str, Any]:
-        """Load (or save) the initial weights; the outputs on the first test batch."""
+        """Load (or save) the initial weights; the outputs on the first test rows."""
         if weights_in:
             weights, meta = weightfile.load(Path(weights_in))
             self.backend.set_weights(
@@ -325,9 +298,8 @@ class Trainer:
         return {"outputs": np.asarray(outputs, dtype=np.float64).tolist()}
 
     def window(self) -> Dict[str, Any]:
-        """One window: one untimed step (the framework's per-call set-up: its iterator,
-        prefetching, a thread pool waking), then :attr:`window_steps` measured steps: the
-        measured figures of a run."""
+        """One untimed step (the framework's per-call set-up: its iterator, a thread pool
+        waking), then :attr:`window_steps` measured steps: a run's measured figures."""
         clock = StepClock(warmup_steps=1)
         fit_start = time.time()
         logs = self._steps(self.window_steps + 1, clock)
@@ -342,8 +314,7 @@ class Trainer:
 
 
 def _total_steps(order: np.ndarray, batch_size: int, warmup_steps: int) -> int:
-    """The steps ``order`` makes (the last partial batch of each epoch dropped), which
-    must be more than the warmup."""
+    """The steps ``order`` makes (each epoch's last partial batch dropped), above the warmup."""
     total_steps = order.shape[1] // batch_size * order.shape[0]
     if warmup_steps >= total_steps:
         raise ValueError(
@@ -355,16 +326,10 @@ def _total_steps(order: np.ndarray, batch_size: int, warmup_steps: int) -> int:
 
 @dataclass
 class _Epochs:
-    """What the epochs left: each one's time, end and logs, and the gathering time."""
-
     times: List[float] = field(default_factory=list)  # wall time of each fit call
     ends: List[float] = field(default_factory=list)  # time.time() as each one ended
     logs: List[Dict[str, Any]] = field(default_factory=list)
     gather_s: float = 0.0  # copying each epoch's samples in order, before its fit
-
-    @property
-    def last_logs(self) -> Dict[str, Any]:
-        return self.logs[-1] if self.logs else {}
 
 
 def _data_loading(
@@ -385,8 +350,7 @@ def _data_loading(
 
 
 def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
-    """The ``TrainMetrics`` fields read from the step clock: the measured window, the
-    warmup and the first step."""
+    """The ``TrainMetrics`` fields of the measured window, the warmup and the first step."""
     warmup_steps = clock.warmup_steps
     measured_steps = len(clock.ends) - warmup_steps
     step_times = [e - b for b, e in zip(clock.begins[warmup_steps:], clock.ends[warmup_steps:])]
@@ -405,8 +369,8 @@ def step_metrics(clock: StepClock, batch_size: int) -> Dict[str, Any]:
 
 
 def _epoch_metrics(epochs: _Epochs) -> Dict[str, Any]:
-    """The ``TrainMetrics`` fields read from the epochs: times, training loss and accuracy."""
-    last_logs = epochs.last_logs
+    """The ``TrainMetrics`` fields of the epochs: times, training loss and accuracy."""
+    last_logs = epochs.logs[-1] if epochs.logs else {}
     train_accuracy = last_logs.get("accuracy")
     return dict(
         epoch_time_s=epochs.times,

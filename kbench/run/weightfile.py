@@ -1,11 +1,9 @@
 """Parity, worker side: model weights as a plain .npz (how initial weights move between
 workers) and :func:`replay`, the same weights and batches trained on every backend.
 
-The file holds the layers in Keras layer order, each layer's arrays as its Keras
-``get_weights()`` gives them, plus what a reader needs to lay them out for itself: the
-data format the model was built in (it orders the first Dense kernel after a Flatten) and
-the Conv2D kernel layout (HWIO in Keras 3; OIHW in keras-mxnet under channels_first). No
-pickle: numpy arrays and a JSON header only.
+The file holds each layer's Keras ``get_weights()`` arrays in layer order, the data
+format the model was built in (it orders the first Dense kernel after a Flatten) and the
+Conv2D kernel layout. No pickle: numpy arrays and a JSON header only.
 """
 
 from __future__ import annotations
@@ -54,10 +52,9 @@ def replay(
     backend: Any, model: Any, arrays: Dict[str, np.ndarray], order: np.ndarray, *,
     parity: Dict[str, Any], batch_size: int, learning_rate: float, loss: str, data_format: str,
 ) -> Dict[str, Any]:  # fmt: skip
-    """The reference backend (no ``weights_in``) saves its freshly initialised weights to
-    ``weights_out``; every other loads them. Each records the model's outputs on one fixed
-    batch (inference mode), then trains ``parity["steps"]`` steps of plain SGD on the
-    runner's seeded batch order, recording each step's loss (before its update)."""
+    """The reference (no ``weights_in``) saves its initial weights to ``weights_out``; every
+    other loads them. Each records its outputs on one batch, then each loss of
+    ``parity["steps"]`` steps of plain SGD on the runner's batch order."""
     backend.compile(model, "sgd", learning_rate, loss)
     loaded = bool(parity.get("weights_in"))
     if loaded:  # the reference's weights, read once

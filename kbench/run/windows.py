@@ -1,32 +1,26 @@
 """Warm interleaved windows: a comparison measured in rounds of A B C D windows (parent side).
 
-Each config (a backend, usually) gets one warm worker (:mod:`kbench.run.worker`) that
-starts its framework, builds and compiles the model once, then measures a window of steps
-each time it is told to. The workers start side by side; their warmups run one at a time;
-then, round after round, each measures one window while the others wait idle, in an order
-that turns by one each round (A B C, B C A, C A B), so that drift of the machine and the
-position in a round hit every backend alike. Each backend's windows are one result
-document (:mod:`kbench.results.comparison`), stored again every few seconds; the ratios,
-their interval and the stop rule read its rounds as they read fresh rounds.
+Each config gets one warm worker (:mod:`kbench.run.worker`) that builds and compiles the
+model once, then measures a window of steps each time it is told to. The workers start
+side by side and warm up one at a time; then each round every worker measures one window
+while the others wait idle, in an order that turns by one each round (A B C, B C A), so
+that drift and position hit every backend alike. Each backend's windows are one document
+(:mod:`kbench.results.comparison`), stored again every few seconds.
 
-- The sampler runs during each window only, on that worker's process tree; the window's
-  quality flags are its own. A round in which any window was flagged busy or on a shared
-  GPU is dropped: its windows are kept, marked ``dropped`` with the reason, and left out
-  of every comparison (unless every round was: then the figures are flagged busy); the
-  rounds go on.
-- A worker that crashes, runs out of memory or stops answering (a window past
-  :func:`window_timeout`) is stopped, and its document ends ``failed``, ``oom`` or
-  ``timeout``, keeping the windows it measured; the others go on, while two are left.
-- What needs a fresh process (the first step, compilation, cold memory) is measured
-  once, at the worker's start.
+- The sampler runs during each window only, on that worker's tree. A round in which a
+  window was flagged busy or on a shared GPU is dropped (kept, marked ``dropped``, left
+  out of every comparison unless every round was: then the figures are flagged busy).
+- A worker that crashes, runs out of memory or hangs (past :func:`window_timeout`) is
+  stopped; its document ends ``failed``, ``oom`` or ``timeout`` with its windows kept.
+- The first step, compilation and cold memory are measured once, at the worker's start.
 - Parity at warm-up (:func:`plan_parity`, :func:`record_parity`): the workers start from
-  one backend's initial weights and warm up on the same batches; each one's outputs and
-  warmup losses are compared with the baseline's (:mod:`kbench.run.agreement`) in its
-  ``metrics.parity``. A backend that computes otherwise is measured all the same.
+  one backend's initial weights and warm up on the same batches; each one is compared
+  with the baseline in its ``metrics.parity``, and measured all the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import subprocess
@@ -51,12 +45,12 @@ from kbench.results.comparison import (
 )
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, open_log
-from kbench.run import agreement, environments, weightfile
+from kbench.results.store import ResultStore
+from kbench.run import agreement, weightfile
 from kbench.run.engine import Worker, WorkerGone, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
 from kbench.run.protocol import WorkerReply
-from kbench.run.runner import Case, PlannedRun, Runner, Session, model_facts
+from kbench.run.runner import Case, PlannedRun, RunContext, Runner, Session, model_facts
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +69,8 @@ OnWindow = Callable[["WindowWorker", int], None]
 
 
 def window_timeout(window_s: float, expected_s: float = 0.0) -> float:
-    """How long a window may take before its worker counts as hung: 20 times what it
-    should take (its ``window_s``, or ``expected_s`` from the calibration steps when more:
-    a window of ``--steps N`` slow steps), and at least a minute."""
+    """20 times what a window should take (``window_s``, or ``expected_s`` from the
+    calibration steps when more), at least a minute: then its worker counts as hung."""
     return max(WINDOW_TIMEOUT_MIN_S, 20.0 * max(window_s, expected_s))
 
 
@@ -87,11 +80,9 @@ def _gpu_present() -> bool:
 
 
 def grow_on_demand(config: RunConfig) -> Tuple[Dict[str, str], Optional[str]]:
-    """The environment variables that make a warm worker of ``config`` grow its GPU
-    memory on demand, and why (empty and None: nothing to change). A framework that takes
-    most of the GPU's memory at its start (JAX 75%, TensorFlow all) would leave the other
-    workers none (on an H100, every tune setting of JAX after the first ran out of
-    memory). The config itself is left as the user gave it, and so are their options."""
+    """The variables that make a warm worker grow its GPU memory on demand, and why: a
+    framework taking most of the GPU at its start (JAX 75%, TensorFlow all) leaves the
+    others none (on an H100, every JAX tune setting after the first ran out of memory)."""
     if config.device == "cpu" or config.gpu_memory_growth or config.gpu_memory_fraction:
         return {}, None
     backend = load_backend(config.backend)
@@ -113,10 +104,7 @@ class WindowWorker:
     runner: Runner
     planned: PlannedRun
     worker: Worker
-    interpreter: str
-    process_env: Dict[str, str]
-    keras_json: Dict[str, Any]
-    launched_at: float
+    context: RunContext  # how its process was started
     started: Dict[str, Any] = field(default_factory=dict)  # the ``started`` reply
     ready: Dict[str, Any] = field(default_factory=dict)  # the ``ready`` reply
     windows: int = 0  # windows measured so far
@@ -151,58 +139,36 @@ class WindowWorker:
 
     @property
     def companions(self) -> List[int]:
-        """The PIDs of the session's other live workers (of this comparison, of tune's
-        other settings and backends): idle while this one measures, so what they hold on
-        a GPU is recorded apart from other processes' and drops no window."""
+        """The PIDs of the session's other live workers: idle while this one measures, so
+        what they hold on a GPU is recorded apart and drops no window."""
         return [w.worker.pid for w in self.siblings
                 if w is not self and w.alive and not w.worker.closed]  # fmt: skip
 
     @classmethod
     def launch(cls, runner: Runner, session: Session, config: RunConfig) -> WindowWorker:
         """Start the worker and tell it to build (while the others do too)."""
-        grow, memory_note = grow_on_demand(config)
+        grow, note = grow_on_demand(config)
         planned = runner._plan(Case(config, session.prepared.get(config)), session.directory)
-        env, keras_json = environments.process_environment(
-            config.backend, planned.run_dir, session.python_path, config.threads_in_force,
-            config.data_format, config.device,
-        )  # fmt: skip
-        env.update(grow)
-        interpreter = environments.interpreter_for(config.backend)
-        launched_at = time.time()
-        planned.write_task(keras_json["image_data_format"], launched_at)
-        task = str(planned.run_dir / "run.json")
-        worker = Worker.launch(
-            [str(interpreter), "-m", "kbench.run.worker", task], env, planned.run_dir,
-            open_log(runner.output_dir, planned.run_id), name=config.label(),
-            progress_of=config, on_progress=runner.on_progress, channel=True,
-        )  # fmt: skip
-        window_worker = cls(
-            runner=runner, planned=planned, worker=worker, interpreter=str(interpreter),
-            process_env=environments.recorded_variables(env, config.backend) | grow,
-            keras_json=keras_json, launched_at=launched_at, siblings=session.window_workers,
-            memory_note=memory_note,
-        )  # fmt: skip
+        env, context, log_path = runner.prepare([planned], session.python_path, grow)
+        worker = runner.launch(planned, env, context, log_path)
+        window_worker = cls(runner, planned, worker, context, memory_note=note)
+        window_worker.siblings = session.window_workers
         session.window_workers.append(window_worker)
-        worker.send({"do": "start", "task": task})
+        worker.send({"do": "start", "task": str(planned.run_dir / "run.json")})
         return window_worker
 
     @property
     def label(self) -> str:
         return self.name if self.name != self.config.backend else self.config.label()
 
-    # --------------------------------------------------------------- its stages
-
     def start(self) -> None:
-        """Wait for the framework, data and model (a worker that fails ends: ``alive``
-        says so, its document why)."""
-        try:
+        """Wait for the model built (a worker that fails ends: its document says why)."""
+        with contextlib.suppress(WorkerGone):
             self.started = self.worker.await_reply("its start", self.config.timeout_s)
             self.framework = self.started["framework"]
-        except WorkerGone:
-            pass
 
     def warm_up(self) -> None:
-        """The warmup and calibration steps (a worker that fails ends, as in :meth:`start`)."""
+        """The warmup and calibration steps (a failure ends the worker, as in :meth:`start`)."""
         command = {"do": "warmup", "window_s": self.config.window_s, "steps": self.config.steps,
                    "check_rows": self.check_rows} | self.weights  # fmt: skip
         try:
@@ -264,8 +230,7 @@ class WindowWorker:
         return record
 
     def settle(self) -> float:
-        """Wait, at most :data:`SETTLE_MAX_S`, until the worker's processes use under
-        :data:`SETTLE_CPU_PERCENT` of a core; the seconds waited."""
+        """Wait (at most :data:`SETTLE_MAX_S`) until the worker's threads are idle."""
         started = time.monotonic()
         tree = pid_tree(self.worker.pid)
         if not tree:
@@ -280,14 +245,11 @@ class WindowWorker:
         return time.monotonic() - started
 
     def close(self, now: bool = False) -> None:
-        self.worker.close(now=now)  # kbench.run.engine.Worker.close
-
-    # --------------------------------------------------------------- its document
+        self.worker.close(now=now)
 
     def document(self, sampled: bool = True) -> RunResult:
-        """The comparison's document of this worker: every window it measured, ok unless
-        the worker ended otherwise, no window was measured, or kbench was interrupted.
-        Not ``sampled``: without the sampler's series (for the stop rule, each round)."""
+        """The comparison's document of this worker, with every window it measured; not
+        ``sampled``: without the sampler's series (for the stop rule, each round)."""
         reply = WorkerReply("ok", framework=self.framework, model=self.started.get("model") or {})
         metrics: Dict[str, Any] = {}
         if self.ready:
@@ -299,18 +261,15 @@ class WindowWorker:
         ended_at = self.records[-1]["ended_at"] if self.records else time.time()
         return ending.run_result(
             run_id=self.planned.run_id, kind="train", config=self.config.to_dict(),
-            verdict=self.verdict(metrics), started_at=self.launched_at, ended_at=ended_at,
-            environment=ending.environment(
-                self.interpreter, self.process_env, self.keras_json, self.framework
-            ),
+            verdict=self.verdict(metrics), started_at=self.context.started_at, ended_at=ended_at,
+            environment=self.context.environment(self.framework),
             data=self.planned.case.data.describe(), model=model_facts(self.config, reply),
             metrics=metrics,
             sampler=comparison_sampler(self.sampled, self.records) if sampled else None,
         )  # fmt: skip
 
     def verdict(self, metrics: Dict[str, Any]) -> ending.Verdict:
-        """How the worker's comparison ended: as its worker did; else not ok where kbench
-        was interrupted or it measured no window (why the comparison stopped)."""
+        """As its worker ended; else failed if interrupted or no window was measured."""
         if self.worker.gone is not None:
             return self.worker.gone
         if self.stopped and self.stopped.startswith(INTERRUPTED):
@@ -320,8 +279,7 @@ class WindowWorker:
         return ending.OK
 
     def _start_figures(self) -> Dict[str, Any]:
-        """What the worker's start measured, once: its import, build and first step."""
-        return {
+        return {  # what the worker's start measured, once
             "import_time_s": self.started.get("import_time_s"),
             "build_time_s": self.started.get("build_time_s"),
             "first_step_s": self.ready["first_step_s"],
@@ -340,8 +298,7 @@ class WindowWorker:
 
 
 def drop_reason(records: Sequence[Dict[str, Any]], names: Sequence[str]) -> Optional[str]:
-    """Why this round must be dropped: a window flagged busy or on a shared GPU
-    (``names``: what to call each record's worker)."""
+    """Why this round must be dropped (a window flagged busy or on a shared GPU)."""
     for record, name in zip(records, names):
         for flag in (record.get("quality") or {}).get("flags") or []:
             if flag.startswith(DROPPING_FLAGS):
@@ -353,13 +310,10 @@ def interleave(
     runner: Runner, configs: Sequence[RunConfig], *, stop: Optional[Stop] = None,
     max_rounds: int = MAX_ROUNDS, on_window: Optional[OnWindow] = None, check_parity: bool = True,
 ) -> Tuple[List[RunResult], str]:  # fmt: skip
-    """Measure ``configs`` (each with its ``window_s``; its ``steps``, when given, a
-    window's) in warm interleaved windows into ``runner.output_dir`` until ``stop(the live
-    workers' documents)`` gives a reason, ``max_rounds`` rounds ran, or fewer than two
-    workers are left; each worker's document and why it stopped. ``on_window(worker,
-    round)`` is called as each window's command is sent. The first config is the
-    baseline: when its worker ends, so does the comparison. ``check_parity``: every
-    worker's warm-up is checked against the baseline's (:func:`plan_parity`)."""
+    """Measure ``configs`` in warm interleaved windows until ``stop(the live documents)``
+    gives a reason, ``max_rounds`` ran, or fewer than two workers are left; the documents
+    and why. ``on_window(worker, round)`` as each window is sent. The first config is the
+    baseline: when its worker ends, so does the comparison."""
     unset = [config.label() for config in configs if config.window_s is None]
     if unset:
         raise ValueError(f"interleave: expected configs with window_s; {unset[0]} has none")
@@ -369,7 +323,11 @@ def interleave(
             for config in configs:
                 workers.append(WindowWorker.launch(runner, session, config))
             weights = session.directory.resolve() / "initial-weights.npz"
-            start_workers(plan_parity(workers, weights, check_parity))
+            order = plan_parity(workers, weights, check_parity)  # starts, then warm-ups
+            for worker in order:
+                worker.start()
+            for worker in [w for w in order if w.alive]:
+                worker.warm_up()
             record_parity(workers, weights)
             keep(runner, [w for w in workers if not w.alive])
             reason = _rounds(runner, workers, stop, max_rounds, on_window)
@@ -389,8 +347,7 @@ def interleave(
 
 
 def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
-    """Mark each worker's comparison cut short by ``err`` (Ctrl-C, SIGTERM, a failure of
-    kbench's own), and leave out a round it was in: that round was never judged for drops."""
+    """Mark each comparison cut short by ``err``; its unfinished round left out."""
     why = "Ctrl-C or SIGTERM" if isinstance(err, KeyboardInterrupt) else type(err).__name__
     for worker in workers:
         for record in worker.records:
@@ -406,11 +363,10 @@ def _rounds(
     runner: Runner, workers: List[WindowWorker], stop: Optional[Stop], max_rounds: int,
     on_window: Optional[OnWindow],
 ) -> str:  # fmt: skip
-    """The rounds of :func:`interleave`, each worker's document stored every
-    :data:`PROGRESS_EVERY_S`; why they ended."""
-    progress = RoundProgress()
-    stored_at = time.monotonic()
-    reason = f"{max_rounds} rounds ran"
+    """The rounds of :func:`interleave`, documents stored and progress said every
+    :data:`PROGRESS_EVERY_S` (and at the end); why they ended."""
+    stored_at = said_at = time.monotonic()
+    reason, drops, done, said = f"{max_rounds} rounds ran", [], 0, 0
     for round_index in range(max_rounds):
         alive = [w for w in workers if w.alive]
         if not workers[0].alive:
@@ -421,8 +377,10 @@ def _rounds(
             reason = f"fewer than two workers left ({left}): no ratio to measure"
             break
         dropped = measure_round(alive, round_index, on_window)
+        drops += [dropped] if dropped else []
+        done = round_index + 1
         for worker in workers:
-            worker.rounds_done = round_index + 1
+            worker.rounds_done = done
         if time.monotonic() - stored_at >= PROGRESS_EVERY_S or any(not w.alive for w in alive):
             keep(runner, workers)
             stored_at = time.monotonic()
@@ -430,19 +388,21 @@ def _rounds(
         # longer narrow its interval, and would hold the others to the budget
         documents = [w.document(sampled=False) for w in workers if w.alive]
         why = stop(documents) if stop is not None else None
-        progress.round_done(round_index, workers, documents, dropped)
+        if time.monotonic() - said_at >= PROGRESS_EVERY_S:
+            say_progress(done, workers, documents, drops)
+            said, said_at = done, time.monotonic()
         if why is not None:
             reason = why
             break
-    progress.said(workers, [w.document(sampled=False) for w in workers if w.alive])
+    if done > said:
+        say_progress(done, workers, [w.document(sampled=False) for w in workers if w.alive], drops)
     return reason
 
 
 def measure_round(
     workers: Sequence[WindowWorker], round_index: int, on_window: Optional[OnWindow] = None
 ) -> Optional[str]:
-    """One round: a window of each of ``workers`` in turn, the order turned by
-    ``round_index``; the round dropped where a window was flagged busy: why, or None."""
+    """A window of each worker, the order turned by ``round_index``; why it dropped."""
     shift = round_index % len(workers)
     turn = list(workers[shift:]) + list(workers[:shift])
     records = [worker.window(round_index, position, on_window)
@@ -454,67 +414,33 @@ def measure_round(
     return reason
 
 
-@dataclass
-class RoundProgress:
-    """A comparison's progress, a line every :data:`PROGRESS_EVERY_S` and at its end: the
-    rounds so far, each backend's median over its counted windows, the widest ratio
-    interval, and how many rounds were dropped and why (the last)."""
-
-    said_at: float = field(default_factory=time.monotonic)
-    dropped: int = 0
-    last_drop: Optional[str] = None
-    rounds: int = 0
-    unsaid: bool = False  # a round done since the last line
-
-    def round_done(
-        self, index: int, workers: Sequence[WindowWorker], documents: Sequence[RunResult],
-        dropped: Optional[str],
-    ) -> None:  # fmt: skip
-        self.rounds, self.unsaid = index + 1, True
-        if dropped:
-            self.dropped, self.last_drop = self.dropped + 1, dropped
-        if time.monotonic() - self.said_at >= PROGRESS_EVERY_S:
-            self.said(workers, documents)
-
-    def said(self, workers: Sequence[WindowWorker], documents: Sequence[RunResult]) -> None:
-        """The line, now, from the live workers' ``documents`` (at the end: if a round was
-        done since the last line)."""
-        if not self.unsaid:
-            return
-        self.said_at, self.unsaid = time.monotonic(), False
-        rates = {d.run_id: d.metrics.get("images_per_sec") for d in documents}
-        figures = []
-        for worker in workers:
-            rate = rates.get(worker.planned.run_id)
-            if not worker.alive:
-                figures.append(f"{worker.name} {worker.worker.gone.status.upper()}")
-            elif rate is not None:
-                figures.append(f"{worker.name} {rate:,.0f} img/s")
-        widest = widest_ratio_half_width(documents, workers[0].config.backend)
-        interval = "not yet measurable" if widest is None else f"+-{widest:.1%}"
-        drops = f"; {self.dropped} dropped (last: {self.last_drop})" if self.dropped else ""
-        log.info("round %d: %s; widest ratio interval %s%s", self.rounds, ", ".join(figures),
-                 interval, drops)  # fmt: skip
-
-
-def start_workers(workers: Sequence[WindowWorker]) -> None:
-    """Wait for every worker's start, then warm each up in turn."""
+def say_progress(
+    rounds: int, workers: Sequence[WindowWorker], documents: Sequence[RunResult], drops: List[str]
+) -> None:
+    """A comparison's progress line: rounds, each backend's median (the live workers'
+    ``documents``), the widest ratio interval, the rounds dropped and the last why."""
+    rates = {d.run_id: d.metrics.get("images_per_sec") for d in documents}
+    figures = []
     for worker in workers:
-        worker.start()
-    for worker in [w for w in workers if w.alive]:
-        worker.warm_up()
+        rate = rates.get(worker.planned.run_id)
+        if not worker.alive:
+            figures.append(f"{worker.name} {worker.worker.gone.status.upper()}")
+        elif rate is not None:
+            figures.append(f"{worker.name} {rate:,.0f} img/s")
+    widest = widest_ratio_half_width(documents, workers[0].config.backend)
+    interval = "not yet measurable" if widest is None else f"+-{widest:.1%}"
+    dropped = f"; {len(drops)} dropped (last: {drops[-1]})" if drops else ""
+    line = ", ".join(figures)
+    log.info("round %d: %s; widest ratio interval %s%s", rounds, line, interval, dropped)
 
 
 def plan_parity(
     workers: Sequence[WindowWorker], weights: Path, check: bool = True
 ) -> List[WindowWorker]:
-    """Set up the check at warm-up that each worker computes what the first one (the
-    baseline) does: the first worker whose backend exports weights (a Keras backend)
-    saves its initial weights at ``weights``, every other starts from them, and each
-    reports its outputs on the same test rows before training and its warmup losses
-    (:func:`record_parity` compares them). A worker that cannot be checked gets its
-    ``parity`` record now, saying why (not ``check``: none is). Returns the workers in
-    the order to warm up: the one that exports first."""
+    """Set up the check at warm-up against the first worker: the first whose backend
+    exports weights saves its initial weights at ``weights``, every other starts from
+    them, and each reports outputs and warmup losses (:func:`record_parity`). One that
+    cannot be checked gets its record now; the workers in the order to warm up."""
     reference = workers[0].config
     why_none = not_comparable(reference) if check else NOT_ASKED
     checked = [w for w in workers if _settings_apart(reference, w.config) is None]
@@ -570,8 +496,7 @@ def _settings_apart(reference: RunConfig, config: RunConfig) -> Optional[str]:
 
 
 def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
-    """After the warm-ups of :func:`plan_parity`: each warm worker's ``parity`` record
-    (:func:`kbench.run.agreement.same_start`) in its tags, and said."""
+    """After the warm-ups: each worker's ``parity`` record in its tags, and said."""
     reference = workers[0]
     known = {backend for backend, _ in agreement.KNOWN_DIFFERENCES}
     layer_types: List[str] = []
@@ -606,8 +531,7 @@ def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
 
 
 def keep(runner: Runner, workers: Sequence[WindowWorker], quiet: bool = False) -> None:
-    """Each worker's document into the store (again: it replaces the one stored after
-    the last round); one that is not ok said once, as it ended (not ``quiet``: Ctrl-C)."""
+    """Each worker's document into the store; one not ok said once (not ``quiet``)."""
     with runner.store_lock:
         store = ResultStore(runner.output_dir)
         for worker in workers:

@@ -7,17 +7,15 @@ and traceback on failure (a crash that kills the interpreter leaves none, and th
 records that instead). It ends within a second of its runner
 (:func:`kbench.measure.processes.watch_parent`): nobody would read its reply.
 
-It starts the backend once, from the task file it is given (what runs sharing a worker
-share: :func:`kbench.run.runner.worker_key`), then answers each command on stdin
-(:data:`kbench.run.protocol.COMMANDS`) on the reply pipe:
+It starts the backend once, from the task file it is given, then answers each command
+on stdin (:data:`kbench.run.protocol.COMMANDS`) on the reply pipe:
 
-- ``run``: one whole run of a task file (training, inference or a parity replay, with a
-  profile after it where asked), in its own ``try``: a failure is its reply, and the
-  worker goes on. Before each later run the framework's session is cleared and the run's
-  per-run switches applied (:meth:`kbench.backends.base.Backend.next_case`); later runs
-  record ``import_time_s`` 0 and ``warm_worker``.
-- ``start``, ``warmup``, ``window``: windows of one built and compiled model (the parent
-  is :mod:`kbench.run.windows`); a failure there replies ``failed`` and ends the worker.
+- ``run``: one whole run of a task file, in its own ``try``: a failure is its reply and
+  the worker goes on. Before each later run the session is cleared and the run's per-run
+  switches applied (:meth:`~kbench.backends.base.Backend.next_case`); later runs record
+  ``import_time_s`` 0 and ``warm_worker``.
+- ``start``, ``warmup``, ``window``: windows of one built and compiled model
+  (:mod:`kbench.run.windows`); a failure there replies ``failed`` and ends the worker.
 - ``finish``, or the end of stdin: replies ``finished`` and exits 0.
 
 A backend that cannot start replies ``failed`` and exits 1. Imports only what runs under
@@ -47,7 +45,7 @@ from kbench.backends.switches import SWITCHES
 from kbench.measure.processes import watch_parent
 from kbench.measure.stats import tracker_for
 from kbench.results.jsonfile import read_json
-from kbench.run.protocol import ReplyWriter, WorkerReply, WorkerTask, emit_progress
+from kbench.run.protocol import COMMANDS, ReplyWriter, WorkerReply, WorkerTask, emit_progress
 from kbench.run.trainer import Trainer
 from kbench.run.weightfile import replay
 
@@ -55,8 +53,7 @@ log = logging.getLogger("kbench.run.worker")
 
 
 def start_backend(task: WorkerTask) -> Any:
-    """The task's backend, started (threads, memory options, Keras imported and checked);
-    ``backend.import_time_s`` says how long the start took."""
+    """The task's backend, started; ``backend.import_time_s``: how long that took."""
     config = task.config
     backend = load_backend(config["backend"])(
         threads=config["threads"],
@@ -100,8 +97,7 @@ def build(backend: Any, task: WorkerTask) -> Built:
 
 
 def run(task: WorkerTask, backend: Any, warm: bool = False) -> WorkerReply:
-    """One run of ``task`` on ``backend`` (started for it, or, ``warm``, by an earlier
-    task, whose models it lets go of first, taking this task's per-run switches)."""
+    """One run of ``task`` on ``backend`` (``warm``: started by an earlier task)."""
     if warm:
         backend.next_case(task_switches(task))
     config = task.config
@@ -129,7 +125,6 @@ def run(task: WorkerTask, backend: Any, warm: bool = False) -> WorkerReply:
 
 
 def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]) -> Any:
-    """The task's measurement of its kind: a parity replay, inference, or training."""
     config = task.config
     tracker = tracker_for(config, config["batch_size"])  # --target-precision, --time-budget
     if task.parity is not None:
@@ -171,10 +166,9 @@ def task_arrays(task: WorkerTask) -> Tuple[datasets.PreparedData, str, Dict[str,
 def build_model(
     backend: Any, task: WorkerTask, input_shape: Sequence[int], num_classes: int
 ) -> Tuple[Any, float]:
-    """The task's model, built after seeding, and the seconds the build took. A parity
-    run of a zoo model that loads the reference's weights builds with the initializers'
-    values unused (:meth:`~kbench.backends.base.Backend.initial_values_unused`); a user's
-    model may draw more than its weights at build time, so it builds as written."""
+    """The task's model, built after seeding, and its build time. A parity run of a zoo
+    model loading the reference's weights leaves its initializers unused (a user's model
+    may draw more than its weights at build time: built as written)."""
     backend.seed(task.config["seed"])
     replaced = (
         task.parity is not None
@@ -200,8 +194,7 @@ def model_facts(
 
 
 def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
-    """The reply of a task that raised ``err``: its status (``oom``, ``unsupported`` or
-    ``failed``) and the error's type, message and traceback."""
+    """The reply of a task that raised ``err``: ``oom``, ``unsupported`` or ``failed``."""
     status = "oom" if is_out_of_memory(err) else "failed"
     return WorkerReply(
         status="unsupported" if isinstance(err, Unsupported) else status,
@@ -215,8 +208,7 @@ def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
 
 @dataclass
 class Served:
-    """What this worker holds between commands: its backend, and the model and trainer
-    of the windows it measures."""
+    """What this worker holds between commands: its backend, the windows' trainer."""
 
     backend: Any
     start_warnings: List[str]
@@ -242,10 +234,9 @@ class Served:
             }  # fmt: skip
         if what == "finish":
             return None
-        raise ValueError(f"command: expected do = {', '.join(COMMAND_NAMES)}; received {command!r}")
+        raise ValueError(f"command: expected do = {', '.join(COMMANDS)}; received {command!r}")
 
     def run(self, task: WorkerTask) -> WorkerReply:
-        """A ``run`` command: the task's run, whatever happens a reply."""
         emit_progress("case", index=self.runs, model=task.config["model"])
         self.backend.warnings = list(self.start_warnings)  # each task's own, beside the start's
         warm, self.runs = self.runs > 0, self.runs + 1
@@ -258,8 +249,7 @@ class Served:
         return dataclasses.replace(reply, started_at=started_at, ended_at=time.time())
 
     def start(self, task: WorkerTask) -> Dict[str, Any]:
-        """A ``start`` command: the model built and compiled for windows; what ``started``
-        says (framework, model, import and build seconds)."""
+        """The model built and compiled for windows; what ``started`` says."""
         config = task.config
         built = build(self.backend, task)
         self.backend.compile(built.model, config["optimizer"], config["learning_rate"], built.loss)
@@ -274,17 +264,13 @@ class Served:
         }  # fmt: skip
 
 
-COMMAND_NAMES = ("run", "start", "warmup", "window", "finish")
-
-
 def load_task(path: str) -> WorkerTask:
     return WorkerTask.from_dict(read_json(Path(path)))
 
 
 def warm_up(trainer: Trainer, task: WorkerTask, command: Dict[str, Any]) -> Dict[str, Any]:
-    """The ``warmup`` command. With ``check_optional`` (a comparison's check at warm-up),
-    initial weights that cannot be saved or loaded (or outputs that cannot be read) fail
-    the check, not the worker: the warm-up runs again without them and ``check`` says why."""
+    """The ``warmup`` command. With ``check_optional``, weights that cannot be saved or
+    loaded fail the check, not the worker: the warm-up runs again without it, saying why."""
     settings = (task.config["warmup_steps"], float(command["window_s"]), command.get("steps"))
     begun = trainer.steps_begun
     try:
@@ -300,8 +286,7 @@ def warm_up(trainer: Trainer, task: WorkerTask, command: Dict[str, Any]) -> Dict
 
 
 def serve(first: WorkerTask, replies: ReplyWriter, commands: Any) -> int:
-    """Start the backend, then answer each command (a line of ``commands``) until
-    ``finish``; the exit code."""
+    """Start the backend, answer each line of ``commands`` until ``finish``; the exit code."""
     started_at = time.time()
     try:
         backend = start_backend(first)
@@ -321,7 +306,7 @@ def serve(first: WorkerTask, replies: ReplyWriter, commands: Any) -> int:
 
 
 def failed(replies: ReplyWriter, err: BaseException, started_at: float) -> int:
-    """Reply ``failed`` with ``err``; the exit code (or ``err`` again: Ctrl-C, an exit)."""
+    """Reply ``failed``; the exit code (or ``err`` again: Ctrl-C, an exit)."""
     replies.send("failed", **failure_reply(err, started_at).to_dict())
     log.error("%s: %s", type(err).__name__, err)
     if isinstance(err, (KeyboardInterrupt, SystemExit)):
