@@ -38,6 +38,7 @@ from kbench.distributed.worker import (
     Unsupported,
     build_model,
     host_loop,
+    own_reply,
     summarize,
     training_reply,
 )
@@ -154,11 +155,14 @@ class MultiWorker(Engine):
             )
 
         steps = host_loop(ctx, lambda x, y: (tf.constant(x), tf.constant(y)), step)
-        engine = {
-            "strategy": type(strategy).__name__, "replicas_in_sync": strategy.num_replicas_in_sync,
-        }  # fmt: skip
-        return training_reply(
-            ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predictor(tf, model)
+        return own_reply(
+            ctx,
+            model,
+            steps,
+            self.method,
+            predictor(tf, model),
+            strategy=type(strategy).__name__,
+            replicas_in_sync=strategy.num_replicas_in_sync,
         )
 
     def finish(self, ctx: Context) -> None:
