@@ -269,7 +269,7 @@ def training_reply(
 
 
 def own_reply(
-    ctx: Context, model: Any, steps: StepLog, method: str, predict: Callable, **engine: Any
+    ctx: Context, model: Any, steps: StepLog, method: str, predict: Callable, engine: Dict
 ) -> Dict[str, Any]:
     """:func:`training_reply` of a process that measured its own steps only (``engine``:
     what its summary adds)."""

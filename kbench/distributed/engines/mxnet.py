@@ -83,11 +83,14 @@ class KVStoreSync(Engine):
             convert, step = self._gluon(ctx, model)
         else:  # keras-mxnet: the Keras model's own module
             convert, step = self._keras(ctx, model)
+        engine = {
+            "kvstore": self.kv.type, "kvstore_rank": self.kv.rank,
+            "num_workers": self.kv.num_workers, "keys": len(self.keys),
+        }  # fmt: skip
+        steps = host_loop(ctx, convert, step)
         return own_reply(
-            ctx, model, host_loop(ctx, convert, step), self.method,
-            lambda x: ctx.backend.predict(model, x), kvstore=self.kv.type,
-            kvstore_rank=self.kv.rank, num_workers=self.kv.num_workers, keys=len(self.keys),
-        )  # fmt: skip
+            ctx, model, steps, self.method, lambda x: ctx.backend.predict(model, x), engine
+        )
 
     def share(self, optimizer: Any, params: List[Any]) -> None:
         """Put the parameters in the kvstore, rank 0's values, and start from them."""

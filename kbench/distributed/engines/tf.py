@@ -155,15 +155,10 @@ class MultiWorker(Engine):
             )
 
         steps = host_loop(ctx, lambda x, y: (tf.constant(x), tf.constant(y)), step)
-        return own_reply(
-            ctx,
-            model,
-            steps,
-            self.method,
-            predictor(tf, model),
-            strategy=type(strategy).__name__,
-            replicas_in_sync=strategy.num_replicas_in_sync,
-        )
+        engine = {
+            "strategy": type(strategy).__name__, "replicas_in_sync": strategy.num_replicas_in_sync,
+        }  # fmt: skip
+        return own_reply(ctx, model, steps, self.method, predictor(tf, model), engine)
 
     def finish(self, ctx: Context) -> None:
         # the other workers wait here while rank 0 evaluates: no worker leaves early

@@ -88,10 +88,11 @@ class TorchDDP(Engine):
             )  # fmt: skip
 
         steps = host_loop(ctx, convert, step)
-        return own_reply(
-            ctx, model, steps, self.method, predict, process_group=self.process_backend,
-            world_size=self.dist.get_world_size(), buckets=len(ready),
-        )  # fmt: skip
+        engine = {
+            "process_group": self.process_backend, "world_size": self.dist.get_world_size(),
+            "buckets": len(ready),
+        }  # fmt: skip
+        return own_reply(ctx, model, steps, self.method, predict, engine)
 
     def _wrap(self, model: Any) -> Tuple[Any, List[float]]:
         """The model in ``DistributedDataParallel``, and the list its communication hook
