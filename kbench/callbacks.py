@@ -99,6 +99,7 @@ class _ThroughputMixin:
         self.epoch = 0
         self.last_test_logs: Optional[Dict[str, Any]] = None
         self.other_call = -1  # evaluate and predict calls made outside a fit
+        # the batch size and samples of an evaluate or predict call
         self.other_sizes: Tuple[Optional[int], Optional[int]] = (None, None)
         self._in_fit = False
         self._facts_pending = False  # a subclassed model is built by its first batch
@@ -115,13 +116,6 @@ class _ThroughputMixin:
         """img/s over the measured window, step-time percentiles, epochs, final logs,
         parameter count (see :func:`kbench.measure.keras_events.summarize`)."""
         return summarize(self.log.events, self.warmup_steps)
-
-    def set_fit_arguments(self, batch_size: Optional[int], samples: Optional[int]) -> None:
-        self.batch_size, self.samples = batch_size, samples
-
-    def set_call_arguments(self, batch_size: Optional[int], samples: Optional[int]) -> None:
-        """The batch size and samples of an ``evaluate`` or ``predict`` call."""
-        self.other_sizes = (batch_size, samples)
 
     def _now(self) -> float:
         return time.perf_counter() + self._offset

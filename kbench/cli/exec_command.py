@@ -5,15 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from kbench.cli.arguments import (
-    AGAIN_WITH_REPEATS,
-    MEMORY_SETTINGS,
-    add_backend_argument,
-    add_output_arguments,
-    add_repeats_argument,
-    add_settings,
-    settings_of,
-)
+from kbench.cli import arguments
 from kbench.exec.config import EXEC_BACKENDS, ExecConfig
 from kbench.exec.runner import ExecRunner
 from kbench.measure import sysinfo
@@ -73,11 +65,13 @@ def add_command(commands) -> None:
         description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    add_backend_argument(parser, list(EXEC_BACKENDS), required=True, again=AGAIN_WITH_REPEATS)
-    add_repeats_argument(parser, "the script on each backend")
-    add_output_arguments(parser, process="script's process tree")
-    add_settings(parser, MEMORY_SETTINGS)
-    add_settings(
+    arguments.add_backend_argument(
+        parser, list(EXEC_BACKENDS), required=True, again=arguments.AGAIN_WITH_REPEATS
+    )
+    arguments.add_repeats_argument(parser, "the script on each backend")
+    arguments.add_output_arguments(parser, process="script's process tree")
+    arguments.add_settings(parser, arguments.MEMORY_SETTINGS)
+    arguments.add_settings(
         parser, ["warmup_steps"], words={"steps": "the first batches of the script's first fit"}
     )
     parser.add_argument(
@@ -111,7 +105,7 @@ def command_exec(args: argparse.Namespace) -> int:
         )
     shared = dict(
         command=tuple(command), name=args.name, instrument=args.instrument,
-        **settings_of(args),
+        **arguments.settings_of(args),
     )  # fmt: skip
     # Round by round, so that drift of the machine hits every backend alike.
     configs = [

@@ -10,17 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from kbench.cli.arguments import (
-    add_baseline_argument,
-    add_filter_argument,
-    add_output_file_argument,
-    add_quality_arguments,
-    add_ratio_budget_argument,
-    add_ratio_precision_argument,
-    add_settings,
-    add_store_argument,
-    add_warm_argument,
-)
+from kbench.cli import arguments
 from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.config import WINDOW_S, ConfigError
@@ -99,15 +89,15 @@ def _add_sweep(commands) -> None:
         "--retry-failed", action="store_true",
         help="rerun the runs whose newest result is failed, oom or timeout",
     )  # fmt: skip
-    add_filter_argument(sweep, planned=True)
-    add_warm_argument(sweep, saved="; the runs of a warm worker are saved when it ends")
-    add_baseline_argument(sweep, "the first backend; for the closing tables")
-    add_store_argument(
+    arguments.add_filter_argument(sweep, planned=True)
+    arguments.add_warm_argument(sweep, saved="; the runs of a warm worker are saved when it ends")
+    arguments.add_baseline_argument(sweep, "the first backend; for the closing tables")
+    arguments.add_store_argument(
         sweep, default=None,
         default_text="results/NAME, results/NAME-reduced with --reduced; threads, timeouts "
         "and the sampler are settings in the file",
     )  # fmt: skip
-    add_quality_arguments(sweep)
+    arguments.add_quality_arguments(sweep)
     add_windows_arguments(sweep)
     _add_executor_arguments(sweep)
     sweep.set_defaults(handler=command_sweep)
@@ -136,17 +126,17 @@ def add_windows_arguments(
         help="each run in a fresh process, repeats times, even where the file asks for "
         f"windows{what}",
     )  # fmt: skip
-    add_settings(
+    arguments.add_settings(
         group, ["window_s"],
         helps={"window_s": f"the windows' length (default: the file's window:, or {WINDOW_S:g})"},
     )  # fmt: skip
     if with_precision:
-        add_ratio_precision_argument(
+        arguments.add_ratio_precision_argument(
             group,
             "windows: stop a comparison once every ratio's 95%% interval is within +-P of "
             f"its median (default: the file's ratio_precision:, or {rounds.WINDOW_PRECISION:g})",
         )
-    add_ratio_budget_argument(
+    arguments.add_ratio_budget_argument(
         group,
         "windows: stop a comparison after this many seconds from its workers' start "
         f"(default: the file's ratio_budget:, or {rounds.WINDOW_BUDGET_S:g})",
@@ -205,7 +195,7 @@ def _add_results(commands) -> None:
         "the store then holds runs of several machines, a table per machine and backend "
         "follows the list (ratios only within a machine)",
     )  # fmt: skip
-    add_baseline_argument(results, "the first backend; for the --merge table")
+    arguments.add_baseline_argument(results, "the first backend; for the --merge table")
     results.set_defaults(handler=command_results)
 
 
@@ -220,8 +210,8 @@ def _add_compare(commands) -> None:
         "that was rerun, only the newest result counts.",
     )  # fmt: skip
     add_store_arguments(compare, several=True)
-    add_baseline_argument(compare)
-    add_output_file_argument(
+    arguments.add_baseline_argument(compare)
+    arguments.add_output_file_argument(
         compare, "the Markdown file of the tables", "compare.md in the first store"
     )
     compare.set_defaults(handler=command_compare)
@@ -236,16 +226,16 @@ def _add_report(commands) -> None:
         "stored runs call for.",
     )  # fmt: skip
     add_store_arguments(report, several=True)
-    add_baseline_argument(report)
-    add_output_file_argument(report, "the HTML file", "report.html in the first store")
+    arguments.add_baseline_argument(report)
+    arguments.add_output_file_argument(report, "the HTML file", "report.html in the first store")
     report.add_argument("--title", default=None, help="default: the store's name")
     report.set_defaults(handler=command_report)
 
 
 def add_store_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
     """The stores a reading command reads, and the runs it keeps."""
-    add_store_argument(parser, several=several)
-    add_filter_argument(parser)
+    arguments.add_store_argument(parser, several=several)
+    arguments.add_filter_argument(parser)
 
 
 def command_sweep(args: argparse.Namespace) -> int:

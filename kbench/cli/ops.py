@@ -6,22 +6,8 @@ import argparse
 import logging
 from typing import Any, Dict, List, Optional
 
-from kbench.cli.arguments import (
-    PRECISION_SETTINGS,
-    add_backend_argument,
-    add_settings,
-    add_store_argument,
-    finite,
-    settings_of,
-)
-from kbench.ops.runner import (
-    DEFAULT_MAX_MEMORY_MB,
-    DEFAULT_REPEATS,
-    DEFAULT_TIMEOUT_S,
-    DEFAULT_WARMUP,
-    OpsConfig,
-    run_ops,
-)
+from kbench.cli import arguments
+from kbench.ops import runner
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, MIN_SWEEP_SIZE, OPS, sizes_up_to
 from kbench.ops.worker import IMPLEMENTATIONS
 from kbench.results.config import ConfigError
@@ -78,36 +64,36 @@ def add_command(commands: Any) -> argparse.ArgumentParser:
         description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    add_backend_argument(
+    arguments.add_backend_argument(
         parser, list(IMPLEMENTATIONS),
         default_text="default: every one whose environment exists",
     )  # fmt: skip
     _add_operation_arguments(parser)
     parser.add_argument(
-        "--calls", type=int, default=DEFAULT_REPEATS, metavar="N",
-        help=f"timed calls per operation and size (default: {DEFAULT_REPEATS})",
+        "--calls", type=int, default=runner.DEFAULT_REPEATS, metavar="N",
+        help=f"timed calls per operation and size (default: {runner.DEFAULT_REPEATS})",
     )  # fmt: skip
-    add_settings(
+    arguments.add_settings(
         parser,
         ["warmup_steps", "seed", "device", "threads"],
-        defaults={"warmup_steps": DEFAULT_WARMUP},
+        defaults={"warmup_steps": runner.DEFAULT_WARMUP},
         words={"steps": "steps: calls of the operation, after the check's call",
                "seeds": "inputs"},
     )  # fmt: skip
-    add_settings(
+    arguments.add_settings(
         parser,
-        PRECISION_SETTINGS,
+        arguments.PRECISION_SETTINGS,
         words={"unit": "calls of each operation at each size",
                "limit": "--calls calls (the most it makes)"},
     )  # fmt: skip
-    add_settings(
+    arguments.add_settings(
         parser,
         ["timeout_s"],
-        defaults={"timeout_s": DEFAULT_TIMEOUT_S},
+        defaults={"timeout_s": runner.DEFAULT_TIMEOUT_S},
         words={"process": "worker (one per backend, all its operations together)",
                "keeps": ", keeping what it finished"},
     )  # fmt: skip
-    add_store_argument(parser, holds="one result JSON per backend, an index, worker logs")
+    arguments.add_store_argument(parser, holds="one result JSON per backend, an index, worker logs")
     parser.set_defaults(handler=command_ops)
     return parser
 
@@ -129,10 +115,10 @@ def _add_operation_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"sweep the powers of two from {MIN_SWEEP_SIZE} up to N instead",
     )  # fmt: skip
     parser.add_argument(
-        "--max-memory", type=finite, default=DEFAULT_MAX_MEMORY_MB, metavar="MIB",
+        "--max-memory", type=arguments.finite, default=runner.DEFAULT_MAX_MEMORY_MB, metavar="MIB",
         help="skip an operation at a size whose estimated memory (inputs, outputs, the "
         f"float64 reference) is above MIB; it is reported SKIPPED "
-        f"(default: {DEFAULT_MAX_MEMORY_MB:g})",
+        f"(default: {runner.DEFAULT_MAX_MEMORY_MB:g})",
     )  # fmt: skip
     parser.add_argument(
         "--dtype", default="float32", help=f"one of {', '.join(DTYPES)} (default: float32)"
@@ -152,7 +138,7 @@ def parse_sizes(text: Optional[str], max_size: Optional[int]) -> List[Any]:
     return list(dict.fromkeys(int(i) if i.lstrip("-").isdigit() else i for i in items))
 
 
-def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
+def configs_from_args(args: argparse.Namespace) -> List[runner.OpsConfig]:
     """Validated configs, one per backend; raises ConfigError for bad input (naming
     --calls for the config's ``repeats``)."""
     backends = args.backend  # names checked, each once, by the --backend type
@@ -174,17 +160,17 @@ def configs_from_args(args: argparse.Namespace) -> List[OpsConfig]:
         repeats=args.calls,
         max_memory_mb=args.max_memory,
         **{"warmup" if name == "warmup_steps" else name: value
-           for name, value in settings_of(args).items()},
+           for name, value in arguments.settings_of(args).items()},
     )  # fmt: skip
     try:
-        return [OpsConfig(backend=backend, **settings) for backend in backends]
+        return [runner.OpsConfig(backend=backend, **settings) for backend in backends]
     except ConfigError as err:
         if err.setting != "repeats":
             raise
         raise ConfigError("calls", err.message) from None
 
 
-def show_progress(config: OpsConfig, event: Dict[str, Any]) -> None:
+def show_progress(config: runner.OpsConfig, event: Dict[str, Any]) -> None:
     """A line for each operation a worker finished."""
     if event.get("event") != "op":
         return
@@ -198,7 +184,7 @@ def show_progress(config: OpsConfig, event: Dict[str, Any]) -> None:
 
 def command_ops(args: argparse.Namespace) -> int:
     configs = configs_from_args(args)
-    results = run_ops(configs, args.store, on_progress=show_progress)
+    results = runner.run_ops(configs, args.store, on_progress=show_progress)
     for table in ops_tables(results):
         print(table.text())
         print()

@@ -8,16 +8,7 @@ import logging
 from pathlib import Path
 from typing import Tuple
 
-from kbench.cli import many_runs
-from kbench.cli.arguments import (
-    PRECISION_SETTINGS,
-    add_baseline_argument,
-    add_quality_arguments,
-    add_ratio_precision_argument,
-    add_repeats_argument,
-    add_settings,
-    add_store_argument,
-)
+from kbench.cli import arguments, many_runs
 from kbench.results.config import ConfigError
 from kbench.studies import claims as claims_mod
 from kbench.studies import published, reproduce, rounds, sweep_runs, sweep_windows
@@ -82,7 +73,7 @@ def add_command(commands) -> None:
         help="the sweep's reduced runs: a "
         "size a CPU finishes (the study file says what that changes)",
     )  # fmt: skip
-    add_store_argument(
+    arguments.add_store_argument(
         parser, default=None,
         default_text="results/SWEEP, results/SWEEP-reduced with --reduced",
     )  # fmt: skip
@@ -100,24 +91,24 @@ def add_command(commands) -> None:
         parser, " (default with --reduced for a study whose claims are backend ratios)",
         with_precision=False,
     )  # fmt: skip
-    add_settings(
-        parser, PRECISION_SETTINGS,
+    arguments.add_settings(
+        parser, arguments.PRECISION_SETTINGS,
         words={"unit": "each run's steps", "limit": "the run's epochs or steps"},
     )  # fmt: skip
-    add_baseline_argument(parser, "the first backend; for the sweep's closing tables")
-    add_quality_arguments(parser)
+    arguments.add_baseline_argument(parser, "the first backend; for the sweep's closing tables")
+    arguments.add_quality_arguments(parser)
     parser.set_defaults(handler=command_reproduce)
 
 
 def add_rounds_arguments(parser: argparse.ArgumentParser) -> None:
     """``--repeats`` and ``--ratio-precision``, as reproduce takes them."""
-    add_repeats_argument(
+    arguments.add_repeats_argument(
         parser, "the study's sweep", default=None,
         default_text=f"the sweep file's repeats, and at least {claims_mod.ROUNDS_NEEDED}: the "
         "fewest rounds whose per-round ratios give a 95%% interval; with fewer every ratio "
         "verdict is inconclusive",
     )  # fmt: skip
-    add_ratio_precision_argument(
+    arguments.add_ratio_precision_argument(
         parser,
         "stop adding rounds once every claim's per-round ratio has a 95%% interval "
         f"within +-P of its median (from {claims_mod.ROUNDS_NEEDED} rounds on), e.g. 0.05; "

@@ -11,27 +11,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from kbench.backends import BACKENDS
-from kbench.cli.arguments import (
-    AGAIN_WITH_REPEATS,
-    EXAMPLES,
-    MEMORY_SETTINGS,
-    PRECISION_SETTINGS,
-    SWITCH_SETTINGS,
-    add_backend_argument,
-    add_baseline_argument,
-    add_model_argument,
-    add_output_arguments,
-    add_parity_check_argument,
-    add_quality_arguments,
-    add_ratio_budget_argument,
-    add_ratio_precision_argument,
-    add_repeats_argument,
-    add_settings,
-    add_store_argument,
-    add_warm_argument,
-    finite,
-    settings_of,
-)
+from kbench.cli import arguments
 from kbench.datasets import DataUnavailable
 from kbench.facts import VERSION
 from kbench.measure import sysinfo
@@ -80,47 +60,49 @@ def add_run_command(commands) -> None:
         "if a run failed, ran out of memory or timed out (not for a mode this machine cannot "
         "run, recorded as unsupported), 2 on bad input. kbench.run() in Python plans the "
         "same runs with the same defaults.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=arguments.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    add_backend_argument(run, list(BACKENDS), required=True, again=AGAIN_WITH_REPEATS)
-    add_model_argument(
+    arguments.add_backend_argument(
+        run, list(BACKENDS), required=True, again=arguments.AGAIN_WITH_REPEATS
+    )
+    arguments.add_model_argument(
         run, list(MODELS), default=[studies_rounds.DEFAULT_MODEL],
-        default_text=f"default: {studies_rounds.DEFAULT_MODEL}", again=AGAIN_WITH_REPEATS,
+        default_text=f"default: {studies_rounds.DEFAULT_MODEL}", again=arguments.AGAIN_WITH_REPEATS,
         own="or your own model: path/to/file.py:build (or package.module:build), a function "
         "build(input_shape, num_classes) returning a Keras model (see examples/my_model.py), "
         "or a Keras 3 saved model path/to/model.keras (its saved weights on tensorflow, jax "
         "and torch)",
     )  # fmt: skip
-    add_settings(run, WORKLOAD_SETTINGS)
+    arguments.add_settings(run, WORKLOAD_SETTINGS)
     add_round_arguments(run)
-    add_settings(run, MEMORY_SETTINGS + SWITCH_SETTINGS)
-    add_quality_arguments(run)
-    add_settings(run, PRECISION_SETTINGS + PARALLEL_AND_PROFILE_SETTINGS)
-    add_output_arguments(run, inter_op=True)
+    arguments.add_settings(run, arguments.MEMORY_SETTINGS + arguments.SWITCH_SETTINGS)
+    arguments.add_quality_arguments(run)
+    arguments.add_settings(run, arguments.PRECISION_SETTINGS + PARALLEL_AND_PROFILE_SETTINGS)
+    arguments.add_output_arguments(run, inter_op=True)
     run.set_defaults(handler=command_run)
 
 
 def add_round_arguments(run) -> None:
     """How ``kbench run`` repeats its runs and compares them round by round."""
-    add_repeats_argument(
+    arguments.add_repeats_argument(
         run,
         shows="; tables show medians, ranges and per-round ratios. Without it, several "
         "backends are compared in warm interleaved windows (--window)",
         default=None,
         default_text="1 for one backend; none for several, which are measured in windows",
     )
-    add_settings(run, ["window_s"])
-    add_warm_argument(run)
-    add_baseline_argument(run, "the first in --backend")
-    add_parity_check_argument(run)
-    add_ratio_precision_argument(
+    arguments.add_settings(run, ["window_s"])
+    arguments.add_warm_argument(run)
+    arguments.add_baseline_argument(run, "the first in --backend")
+    arguments.add_parity_check_argument(run)
+    arguments.add_ratio_precision_argument(
         run,
         "stop adding rounds once every backend's per-round speed ratio to the baseline "
         "has a 95%% interval within +-P of its median (order statistics: from 6 rounds on), "
         "e.g. 0.05; with --repeats N, N is then the most rounds (default: "
         f"{studies_rounds.WINDOW_PRECISION:g} for windows; with --repeats, off: every round runs)",
     )
-    add_ratio_budget_argument(
+    arguments.add_ratio_budget_argument(
         run,
         "start no round after this many seconds (windows: counted from the workers' "
         f"start; default {studies_rounds.WINDOW_BUDGET_S:g}; with --repeats and "
@@ -136,8 +118,8 @@ def add_demo_command(commands) -> None:
         "images (synthetic images of the same shape if the real files are absent, and said "
         "so) under every backend whose environment exists, then a comparison table.",
     )  # fmt: skip
-    add_backend_argument(demo, list(BACKENDS), default_text="default: every runnable one")
-    add_output_arguments(demo)
+    arguments.add_backend_argument(demo, list(BACKENDS), default_text="default: every runnable one")
+    arguments.add_output_arguments(demo)
     demo.set_defaults(handler=command_demo)
 
 
@@ -150,18 +132,18 @@ def add_max_batch_command(commands) -> None:
         "machine without a GPU the probes use host memory: keep --limit within what the "
         "machine can spare.",
     )  # fmt: skip
-    add_backend_argument(max_batch, list(BACKENDS), required=True, single=True)
-    add_model_argument(max_batch, list(MODELS), single=True)
+    arguments.add_backend_argument(max_batch, list(BACKENDS), required=True, single=True)
+    arguments.add_model_argument(max_batch, list(MODELS), single=True)
     max_batch.add_argument("--start", type=int, default=1, help="first batch tried (default: 1)")
     max_batch.add_argument(
         "--limit", type=int, default=4096, help="largest batch tried (default: 4096)"
     )
-    add_settings(
+    arguments.add_settings(
         max_batch, ["steps", "input_shape"], defaults={"steps": 2},
         helps={"steps": "measured steps per probe", "input_shape": "the probes' input"},
     )  # fmt: skip
-    add_settings(max_batch, MEMORY_SETTINGS)
-    add_output_arguments(max_batch, inter_op=True)
+    arguments.add_settings(max_batch, arguments.MEMORY_SETTINGS)
+    arguments.add_output_arguments(max_batch, inter_op=True)
     max_batch.set_defaults(handler=command_max_batch)
 
 
@@ -183,15 +165,15 @@ def add_parity_command(commands) -> None:
         "amplify it a thousandfold per step). Known differences of a backend are noted "
         "beside its numbers.",
     )  # fmt: skip
-    add_model_argument(
+    arguments.add_model_argument(
         parity, list(MODELS), default=list(MODELS), default_text="default: every zoo model"
     )
-    add_backend_argument(
+    arguments.add_backend_argument(
         parity, list(BACKENDS),
         default_text="the first is the reference; default: every runnable backend, "
         "tensorflow first",
     )  # fmt: skip
-    add_settings(
+    arguments.add_settings(
         parity, ["steps", "batch_size", "learning_rate", "dataset", "input_shape", "seed"],
         defaults={"steps": 3, "batch_size": 8, "dataset": "synthetic"},
         helps={
@@ -206,10 +188,10 @@ def add_parity_command(commands) -> None:
         },
         words={"seeds": "weights nudged for the noise floor and synthetic data"},
     )  # fmt: skip
-    parity.add_argument("--output-atol", type=finite, default=1e-4, metavar="TOL")
-    parity.add_argument("--loss-rtol", type=finite, default=1e-2, metavar="TOL")
-    add_store_argument(parity)
-    add_settings(parity, ["timeout_s"])
+    parity.add_argument("--output-atol", type=arguments.finite, default=1e-4, metavar="TOL")
+    parity.add_argument("--loss-rtol", type=arguments.finite, default=1e-2, metavar="TOL")
+    arguments.add_store_argument(parity)
+    arguments.add_settings(parity, ["timeout_s"])
     parity.set_defaults(handler=command_parity)
 
 
@@ -266,7 +248,7 @@ def plan_of(args: argparse.Namespace) -> studies_rounds.Plan:
     return studies_rounds.plan_comparison(
         args.backend, args.model, repeats=args.repeats, warm=args.warm, baseline=args.baseline,
         ratio_precision=args.ratio_precision, ratio_budget_s=args.ratio_budget_s,
-        check_parity=args.parity_check, **settings_of(args),
+        check_parity=args.parity_check, **arguments.settings_of(args),
     )  # fmt: skip
 
 
@@ -298,7 +280,7 @@ def command_max_batch(args: argparse.Namespace) -> int:
         raise ConfigError("start", f"expected at most --limit {args.limit}; received {args.start}.")
     template = RunConfig(
         backend=args.backend, model=args.model, dataset="synthetic", warmup_steps=1,
-        **settings_of(args),
+        **arguments.settings_of(args),
     )  # fmt: skip
     runner = Runner(output_dir=args.store, on_progress=show_progress)
     try:
@@ -331,7 +313,9 @@ def command_parity(args: argparse.Namespace) -> int:
             "expected a Keras backend first (the reference that exports the initial weights); "
             f"received {backends[0]} first. Put it later in the list.",
         )
-    settings = {name: check_setting(name, value) for name, value in settings_of(args).items()}
+    settings = {
+        name: check_setting(name, value) for name, value in arguments.settings_of(args).items()
+    }
     input_shape = settings.pop("input_shape")  # checked against each model's input there
     tolerance = parity.Tolerance(output_atol=args.output_atol, loss_rtol=args.loss_rtol)
     runner = Runner(output_dir=args.store, on_progress=show_progress)
@@ -367,7 +351,7 @@ def command_demo(args: argparse.Namespace) -> int:
         )
 
     def run(dataset: str) -> List[RunResult]:
-        settings = dict(settings_of(args), **dict(DEMO_SETTINGS, dataset=dataset))
+        settings = dict(arguments.settings_of(args), **dict(DEMO_SETTINGS, dataset=dataset))
         configs = [RunConfig(backend=b, model=m, **settings) for m in ("mlp", "small_cnn")
                    for b in backends]  # fmt: skip
         return studies_rounds.run_once(configs, args.store, on_progress=show_progress)

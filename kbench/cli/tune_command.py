@@ -6,16 +6,7 @@ import argparse
 import json
 
 from kbench.backends import BACKENDS
-from kbench.cli.arguments import (
-    add_backend_argument,
-    add_model_argument,
-    add_output_arguments,
-    add_ratio_precision_argument,
-    add_settings,
-    comma_list,
-    duration,
-    settings_of,
-)
+from kbench.cli import arguments
 from kbench.results.config import RunConfig
 from kbench.studies import rounds as studies_rounds
 from kbench.studies import tune as studies_tune
@@ -52,11 +43,11 @@ def add_command(commands) -> None:
         description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    add_backend_argument(parser, list(BACKENDS), required=True)
-    add_model_argument(
+    arguments.add_backend_argument(parser, list(BACKENDS), required=True)
+    arguments.add_model_argument(
         parser, list(MODELS), default="mlp", single=True, default_text="default: mlp"
     )
-    add_settings(
+    arguments.add_settings(
         parser,
         ["dataset", "data_dir", "train_samples", "batch_size", "warmup_steps", "seed"],
         defaults={"dataset": "synthetic", "train_samples": 2048},
@@ -65,7 +56,7 @@ def add_command(commands) -> None:
         words={"steps": "training steps before measuring; their losses are compared"},
     )  # fmt: skip
     parser.add_argument(
-        "--budget", type=duration, default=600.0, dest="budget_s", metavar="DURATION",
+        "--budget", type=arguments.duration, default=600.0, dest="budget_s", metavar="DURATION",
         help="the whole search's time: 90s, 10m, 1h (default: 10m); a quarter of it goes "
         "to comparing the backends at their best",
     )  # fmt: skip
@@ -74,20 +65,20 @@ def add_command(commands) -> None:
         help="also try half and twice --batch-size (it changes the training: their losses "
         "are not compared, only the outputs before training)",
     )  # fmt: skip
-    add_settings(
+    arguments.add_settings(
         parser, ["window_s"], defaults={"window_s": studies_tune.WINDOW_S},
         helps={"window_s": "seconds each setting's window measures (a search needs 8 or "
                "more rounds of up to a dozen settings to call one faster)"},
     )  # fmt: skip
-    add_ratio_precision_argument(
+    arguments.add_ratio_precision_argument(
         parser,
         "a search settles when every ratio's 95%% interval is within +-P "
         f"(default: {studies_rounds.WINDOW_PRECISION:g})",
         default=studies_rounds.WINDOW_PRECISION,
     )
     parser.add_argument(
-        "--try", dest="only", type=comma_list(studies_tune.TUNABLE, "settings", check=True),
-        metavar="SETTING[,...]",
+        "--try", dest="only", metavar="SETTING[,...]",
+        type=arguments.comma_list(studies_tune.TUNABLE, "settings", check=True),
         help=f"try only these settings: {', '.join(studies_tune.TUNABLE)} (default: every "
         "one that applies to the backend here)",
     )  # fmt: skip
@@ -98,12 +89,14 @@ def add_command(commands) -> None:
         "and best only join the comparison of the backends",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    add_output_arguments(parser, inter_op=True)
+    arguments.add_output_arguments(parser, inter_op=True)
     parser.set_defaults(handler=command_tune)
 
 
 def command_tune(args: argparse.Namespace) -> int:
-    base = RunConfig(backend=args.backend[0], model=args.model, epochs=1, **settings_of(args))
+    base = RunConfig(
+        backend=args.backend[0], model=args.model, epochs=1, **arguments.settings_of(args)
+    )
     report = studies_tune.tune(
         args.backend, base, args.store, budget_s=args.budget_s, target=args.ratio_precision,
         allow_batch_size=args.allow_batch_size, only=args.only, fresh=args.fresh,

@@ -158,7 +158,9 @@ def prepare(begun: Begun, run_dir: Path, python_path: Path) -> Launch:
     order = batch_order(config, data.train_samples, config.batch_size * config.workers)
     shards = cut_shards(order, config.workers, config.batch_size)
     np.save(run_dir / "shards.npy", shards)
-    trainers = local_trainers(procs)
+    # the processes that compute on this host (torchrun's workers counted through it)
+    trainers = sum(len(p.worker_ranks) if p.role == "launcher" else 1
+                   for p in procs if p.pin or p.role == "launcher") or 1  # fmt: skip
     threads, cores = core_layout(config, trainers)
     env, keras_json = environments.process_environment(
         config.backend, run_dir, python_path, threads, config.data_format, config.device
@@ -174,13 +176,6 @@ def prepare(begun: Begun, run_dir: Path, python_path: Path) -> Launch:
     )  # fmt: skip
     write_run_json(begun, launch, run_dir)
     return launch
-
-
-def local_trainers(procs: List[Process]) -> int:
-    """The processes that compute on this host (torchrun's workers counted through it)."""
-    launched = [len(p.worker_ranks) if p.role == "launcher" else 1
-                for p in procs if p.pin or p.role == "launcher"]  # fmt: skip
-    return sum(launched) or 1
 
 
 def write_run_json(begun: Begun, launch: Launch, run_dir: Path) -> None:
@@ -319,9 +314,6 @@ def traffic_note(mode: str, cluster: Cluster) -> str:
     }
     notes["mxnet-async"] = notes["mxnet-sync"]
     return notes[mode].format(w=where)
-
-
-# ----------------------------------------------------------------------------- processes
 
 
 @dataclass
@@ -519,9 +511,6 @@ def left_behind(run_dir: Path) -> List[psutil.Process]:
         if proc.info.get("status") != psutil.STATUS_ZOMBIE
         and any(needle in a for a in proc.info.get("cmdline") or [])
     ]  # fmt: skip
-
-
-# ------------------------------------------------------------------------------- results
 
 
 def read_replies(directory: Path) -> Dict[str, Dict[str, Any]]:

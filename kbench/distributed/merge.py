@@ -40,11 +40,6 @@ ASYNCHRONOUS = ("tf-ps", "mxnet-async")
 NOT_COMPARED = ("workers", "repeat", "timeout_s", "sample_interval_s")
 
 
-def workers_of(replies: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    found = [w for r in replies.values() for w in r.get("workers") or []]
-    return sorted(found, key=lambda w: w["rank"])
-
-
 def shard_check(shards: np.ndarray, pass_length: int, workers: Sequence[Dict]) -> Dict:
     """Whether no sample of a pass over the data went to two workers, and whether each
     worker trained on the shard the runner cut for it.
@@ -78,7 +73,9 @@ def metrics(
 ) -> Dict[str, Any]:  # fmt: skip
     """The run's metrics from every worker's summary, in the names and units of a
     single-process run's, with the data-parallel facts under ``distributed``."""
-    workers = workers_of(replies)
+    workers = sorted(
+        (w for r in replies.values() for w in r.get("workers") or []), key=lambda w: w["rank"]
+    )
     leader = next((w for w in workers if w["rank"] == 0), workers[0])
     evaluation = next((r["evaluation"] for r in replies.values() if r.get("evaluation")), {})
     global_batch = config.batch_size * config.workers

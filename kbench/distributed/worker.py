@@ -145,34 +145,15 @@ def pin_cores(dist: Dict[str, Any], local_index: int) -> Optional[List[int]]:
     return cores
 
 
-def load_data(ctx: Context) -> None:
-    """The prepared data set, laid out as the model takes it
-    (:func:`kbench.run.worker.task_arrays`)."""
-    data, ctx.loss, ctx.arrays = task_arrays(ctx.task)
-    ctx.input_shape = tuple(int(d) for d in ctx.arrays["x_train"].shape[1:])
-    ctx.num_classes = data.num_classes
-
-
-def start_backend(ctx: Context) -> None:
-    """The backend started as a single-process worker starts it
-    (:func:`kbench.run.worker.start_backend`)."""
-    ctx.backend = run_worker.start_backend(ctx.task)
-    ctx.timings["import_time_s"] = ctx.backend.import_time_s
-
-
-def build_model(ctx: Context) -> Any:
-    """The model, seeded: every worker starts from the same weights."""
+def build_model(ctx: Context, compiled: bool = False) -> Any:
+    """The model, seeded: every worker starts from the same weights (``compiled``: with
+    the run's optimizer and loss, as the backend compiles it)."""
     model, ctx.timings["build_time_s"] = run_worker.build_model(
         ctx.backend, ctx.task, ctx.input_shape, ctx.num_classes
     )
+    if compiled:
+        ctx.backend.compile(model, ctx.config["optimizer"], ctx.config["learning_rate"], ctx.loss)
     return model
-
-
-def describe_model(ctx: Context, model: Any) -> Dict[str, Any]:
-    return run_worker.model_facts(
-        ctx.backend, model, ctx.config["model"], ctx.input_shape, ctx.num_classes,
-        ctx.backend.flops(model),
-    )  # fmt: skip
 
 
 def host_loop(
@@ -274,13 +255,25 @@ def training_reply(
     on the leader (:attr:`Context.leader`), the test-set evaluation through ``predict``
     (the model's probabilities for a batch of inputs). :func:`main` adds the status,
     role, rank, cores and framework."""
-    reply: Dict[str, Any] = {"workers": workers, **more, "model": describe_model(ctx, model)}
+    facts = run_worker.model_facts(
+        ctx.backend, model, ctx.config["model"], ctx.input_shape, ctx.num_classes,
+        ctx.backend.flops(model),
+    )  # fmt: skip
+    reply: Dict[str, Any] = {"workers": workers, **more, "model": facts}
     if ctx.leader:
         reply["evaluation"] = evaluate(
             predict, ctx.arrays["x_test"], ctx.arrays["y_test"], ctx.loss,
             max(ctx.batch_size, 256),
         )  # fmt: skip
     return reply
+
+
+def own_reply(
+    ctx: Context, model: Any, steps: StepLog, method: str, predict: Callable, engine: Dict
+) -> Dict[str, Any]:
+    """:func:`training_reply` of a process that measured its own steps only (``engine``:
+    what its summary adds)."""
+    return training_reply(ctx, model, [summarize(ctx, steps, method, engine=engine)], predict)
 
 
 def main(argv=None) -> int:
@@ -308,10 +301,13 @@ def main(argv=None) -> int:
         cores = pin_cores(dist, local_index) if dist.get("pin_workers") else None
         started = time.perf_counter()
         engine.before_start(ctx)
-        start_backend(ctx)
+        ctx.backend = run_worker.start_backend(ctx.task)  # as a single-process worker
+        ctx.timings["import_time_s"] = ctx.backend.import_time_s
         engine.setup(ctx)
         ctx.timings["setup_time_s"] = time.perf_counter() - started - ctx.timings["import_time_s"]
-        load_data(ctx)
+        data, ctx.loss, ctx.arrays = task_arrays(ctx.task)  # laid out as the model takes it
+        ctx.input_shape = tuple(int(d) for d in ctx.arrays["x_train"].shape[1:])
+        ctx.num_classes = data.num_classes
         reply = engine.train(ctx)
         reply.update(
             status="ok", role=role, rank=rank, cores=cores, framework=ctx.backend.describe()

@@ -248,9 +248,9 @@ def _add_callback(
     given = bound.arguments.get("callbacks")
     callback = _the_callback(keras)
     if name == "fit":
-        callback.set_fit_arguments(batch_size, samples)
+        callback.batch_size, callback.samples = batch_size, samples
     else:
-        callback.set_call_arguments(batch_size, samples)
+        callback.other_sizes = (batch_size, samples)
     if given is None:
         callbacks = [callback]
     elif isinstance(given, (list, tuple)):

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 import numpy as np
 
 from kbench.ops.spec import BN_EPSILON
+from kbench.ops.torch_ops import torch_gradients
 from kbench.ops.worker import OpsBackend, calling
 
 Gradients = Callable[[Callable[..., Any], Sequence[Any], Any], Callable[[], Tuple[Any, ...]]]
@@ -57,18 +58,10 @@ def _torch_sync(outputs: Any, gpu: bool) -> None:
         torch.cuda.synchronize()
 
 
-def _torch_gradients(fn, inputs, cotangent):
-    import torch
-
-    leaves = [x.detach().requires_grad_(True) for x in inputs]
-    out = fn(*leaves)
-    return lambda: torch.autograd.grad(out, leaves, grad_outputs=cotangent, retain_graph=True)
-
-
 FRAMEWORK_PARTS: Dict[str, Tuple[Callable[[Any, bool], None], Gradients]] = {
     "tensorflow": (_tensorflow_sync, _tensorflow_gradients),
     "jax": (_jax_sync, _jax_gradients),
-    "torch": (_torch_sync, _torch_gradients),
+    "torch": (_torch_sync, torch_gradients),
 }
 
 

@@ -158,7 +158,7 @@ def run_one(
     started_at = time.time()
     reply_path = run_dir / "reply.json"
     task = OpsTask(config.to_dict(), keras_json["image_data_format"], str(reply_path), started_at)
-    write_json_atomic(run_dir / "task.json", task.to_dict())
+    write_json_atomic(run_dir / "task.json", asdict(task))
     outcome = supervise(
         [str(interpreter), "-m", "kbench.ops.worker", str(run_dir / "task.json")],
         env, run_dir, open_log(output_dir, run_id),  # a store that cannot take it: stop

@@ -16,6 +16,16 @@ from kbench.ops.spec import BN_EPSILON, CONV_KERNEL
 from kbench.ops.worker import OpsBackend, calling
 
 
+def torch_gradients(fn, inputs, cotangent):
+    """The gradients of ``fn`` at ``inputs`` for ``cotangent``: the forward recorded once,
+    ``torch.autograd.grad`` timed (keras.ops on torch takes them so too)."""
+    import torch
+
+    leaves = [x.detach().requires_grad_(True) for x in inputs]
+    out = fn(*leaves)
+    return lambda: torch.autograd.grad(out, leaves, grad_outputs=cotangent, retain_graph=True)
+
+
 class TorchOps(OpsBackend):
     name = "torch-native"
     layouts = {"image": "NCHW", "conv_kernel": "OIHW", "dense_kernel": "OI"}
@@ -48,11 +58,7 @@ class TorchOps(OpsBackend):
 
         return run
 
-    def _gradients(self, fn, inputs, cotangent):
-        leaves = [x.detach().requires_grad_(True) for x in inputs]
-        out = fn(*leaves)
-        autograd = self.torch.autograd
-        return lambda: autograd.grad(out, leaves, grad_outputs=cotangent, retain_graph=True)
+    _gradients = staticmethod(torch_gradients)
 
     def op_create_numpy(self, x):
         """torch.as_tensor(numpy array, device=...)"""

@@ -32,32 +32,18 @@ import logging
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    ClassVar,
-    Dict,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-    Type,
-)
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type
 
 import numpy as np
 
-from kbench.backends.base import is_out_of_memory
+from kbench.backends.base import Backend, is_out_of_memory
 from kbench.measure.processes import watch_parent
 from kbench.measure.stats import PrecisionGoal, PrecisionTracker, percentiles
 from kbench.ops.spec import OPS, OpSpec, check
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run.protocol import WorkerReply, emit_progress
-
-if TYPE_CHECKING:  # pragma: no cover
-    from kbench.backends.base import Backend
 
 log = logging.getLogger("kbench.ops.worker")
 
@@ -284,11 +270,6 @@ def _failure(err: BaseException, stage: str) -> Dict[str, Any]:
     return {"status": "failed", "reason": first, "stage": stage}
 
 
-def summarize(entries: Sequence[Dict[str, Any]]) -> Dict[str, int]:
-    """How many entries have each status."""
-    return dict(collections.Counter(entry["status"] for entry in entries))
-
-
 @dataclass(frozen=True)
 class OpsTask:
     """What the parent asks of one worker (written as ``task.json``)."""
@@ -297,9 +278,6 @@ class OpsTask:
     image_data_format: str  # from the backend's keras.json
     reply_path: str
     started_at: float  # time.time() when the parent started the process
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
 
 
 def run(task: OpsTask) -> WorkerReply:
@@ -317,7 +295,8 @@ def run(task: OpsTask) -> WorkerReply:
 
     def reply(status: str) -> WorkerReply:
         metrics = {"ops": entries, "device": "gpu" if ops.gpu else "cpu",
-                   "import_time_s": import_time, "statuses": summarize(entries)}  # fmt: skip
+                   "import_time_s": import_time,
+                   "statuses": dict(collections.Counter(e["status"] for e in entries))}  # fmt: skip
         return WorkerReply(status=status, metrics=metrics, framework=framework)
 
     max_memory = config.get("max_memory_mb")

@@ -71,19 +71,17 @@ class JaxDataParallel(Engine):
             keras.distribution.set_distribution(self.distribution)
 
     def train(self, ctx: Context) -> Dict[str, Any]:
-        model = build_model(ctx)
-        ctx.backend.compile(model, ctx.config["optimizer"], ctx.config["learning_rate"], ctx.loss)
+        model = build_model(ctx, compiled=True)
         shard = ctx.shard()
         log, accuracy = self.fit(ctx, model, shard)
         forward, backward, predict = self.calibrate(ctx, model, shard)
         log.forward = [forward] * len(log)
         log.backward = [backward] * len(log)
+        distribution = "none (one device: plain Keras fit)"
         engine = {
-            "devices": self.devices,
-            "distribution": "DataParallel"
-            if self.distribution is not None
-            else "none (one device: plain Keras fit)",
-            "process_count": self.jax.process_count(), "calibration_probes": PROBES,
+            "devices": self.devices, "process_count": self.jax.process_count(),
+            "distribution": distribution if self.distribution is None else "DataParallel",
+            "calibration_probes": PROBES,
         }  # fmt: skip
         summary = summarize(ctx, log, self.method, final_train_accuracy=accuracy, engine=engine)
         return training_reply(ctx, model, [summary], predict)

@@ -40,19 +40,13 @@ from typing import Any, Dict, List
 
 from kbench.backends.base import NativePort
 from kbench.distributed.engines import Engine
-from kbench.distributed.worker import (
-    Context,
-    StepOut,
-    build_model,
-    host_loop,
-    summarize,
-    training_reply,
-)
+from kbench.distributed.worker import Context, StepOut, build_model, host_loop, own_reply
 
 
 class KVStoreSync(Engine):
     mode = "mxnet-sync"
     kv_type = "dist_sync"
+    synchronous = True  # the server sums the workers' gradients: rescaled by 1/workers
     method = (
         "host clock per phase, each ended by mx.nd.waitall(); data includes the conversion "
         "to NDArrays; comm is the rest: push, the update on the server, pull"
@@ -73,10 +67,6 @@ class KVStoreSync(Engine):
                 f"for {ctx.workers}"
             )
 
-    @property
-    def synchronous(self) -> bool:
-        return "sync" in self.kv_type and "async" not in self.kv_type
-
     def optimizer(self, ctx: Context, epsilon: float) -> Any:
         """A plain MXNet optimizer for the server, with the backend's settings."""
         rescale = 1.0 / ctx.workers if self.synchronous else 1.0
@@ -88,21 +78,19 @@ class KVStoreSync(Engine):
         return self.mx.optimizer.SGD(learning_rate=lr, momentum=0.0, rescale_grad=rescale)
 
     def train(self, ctx: Context) -> Dict[str, Any]:
-        model = build_model(ctx)
-        ctx.backend.compile(model, ctx.config["optimizer"], ctx.config["learning_rate"], ctx.loss)
+        model = build_model(ctx, compiled=True)
         if isinstance(ctx.backend, NativePort):  # mxnet-gluon: the Gluon twin
             convert, step = self._gluon(ctx, model)
         else:  # keras-mxnet: the Keras model's own module
             convert, step = self._keras(ctx, model)
-        steps = host_loop(ctx, convert, step)
         engine = {
             "kvstore": self.kv.type, "kvstore_rank": self.kv.rank,
             "num_workers": self.kv.num_workers, "keys": len(self.keys),
         }  # fmt: skip
-        return training_reply(
-            ctx, model, [summarize(ctx, steps, self.method, engine=engine)],
-            lambda x: ctx.backend.predict(model, x),
-        )  # fmt: skip
+        steps = host_loop(ctx, convert, step)
+        return own_reply(
+            ctx, model, steps, self.method, lambda x: ctx.backend.predict(model, x), engine
+        )
 
     def share(self, optimizer: Any, params: List[Any]) -> None:
         """Put the parameters in the kvstore, rank 0's values, and start from them."""
@@ -210,3 +198,4 @@ class KVStoreSync(Engine):
 class KVStoreAsync(KVStoreSync):
     mode = "mxnet-async"
     kv_type = "dist_async"
+    synchronous = False

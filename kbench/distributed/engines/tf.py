@@ -38,6 +38,7 @@ from kbench.distributed.worker import (
     Unsupported,
     build_model,
     host_loop,
+    own_reply,
     summarize,
     training_reply,
 )
@@ -157,9 +158,7 @@ class MultiWorker(Engine):
         engine = {
             "strategy": type(strategy).__name__, "replicas_in_sync": strategy.num_replicas_in_sync,
         }  # fmt: skip
-        return training_reply(
-            ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predictor(tf, model)
-        )
+        return own_reply(ctx, model, steps, self.method, predictor(tf, model), engine)
 
     def finish(self, ctx: Context) -> None:
         # the other workers wait here while rank 0 evaluates: no worker leaves early

@@ -27,14 +27,7 @@ from typing import Any, Dict, List, Tuple
 
 from kbench.backends.base import NativePort
 from kbench.distributed.engines import Engine
-from kbench.distributed.worker import (
-    Context,
-    StepOut,
-    build_model,
-    host_loop,
-    summarize,
-    training_reply,
-)
+from kbench.distributed.worker import Context, StepOut, build_model, host_loop, own_reply
 
 
 class TorchDDP(Engine):
@@ -68,12 +61,10 @@ class TorchDDP(Engine):
         return time.perf_counter()
 
     def train(self, ctx: Context) -> Dict[str, Any]:
-        model = build_model(ctx)
+        native = isinstance(ctx.backend, NativePort)  # the port's own module, not a Keras model
+        model = build_model(ctx, compiled=native)
         ddp, ready = self._wrap(model)
-        if isinstance(ctx.backend, NativePort):  # the port's own module, not a Keras model
-            ctx.backend.compile(
-                model, ctx.config["optimizer"], ctx.config["learning_rate"], ctx.loss
-            )
+        if native:
             optimizer = model.kbench_optimizer
             forward, convert, predict = self._native(ctx, model, ddp)
         else:
@@ -101,9 +92,7 @@ class TorchDDP(Engine):
             "process_group": self.process_backend, "world_size": self.dist.get_world_size(),
             "buckets": len(ready),
         }  # fmt: skip
-        return training_reply(
-            ctx, model, [summarize(ctx, steps, self.method, engine=engine)], predict
-        )
+        return own_reply(ctx, model, steps, self.method, predict, engine)
 
     def _wrap(self, model: Any) -> Tuple[Any, List[float]]:
         """The model in ``DistributedDataParallel``, and the list its communication hook
