@@ -131,11 +131,8 @@ def cuda_device(index: int) -> CudaDevice:
     return CudaDevice(index, name.value.decode(), bus_id.value.decode(), int(total.value))
 
 
-# How every backend counts model FLOPs per sample (``Backend.flops``): the multiply-adds
-# (2 FLOPs each) of the layers that dominate compute, from the built model's shapes;
-# elementwise work (activations, normalization, pooling, additions) is left out, as is
-# usual for "model FLOPs"; training is three times the forward pass (forward, and a
-# backward pass of about twice its cost).
+# How every backend counts model FLOPs per sample (``Backend.flops``), as is usual for
+# "model FLOPs"; training is the forward pass and a backward pass of about twice its cost.
 FLOPS_METHOD = (
     "multiply-adds x2 of Conv2D, Dense and LSTM layers from the built model's shapes; "
     "elementwise layers not counted; training = 3 x forward"
@@ -191,7 +188,6 @@ class Backend(abc.ABC):
         self, data_format: str, device: str = "auto", gpu_memory_fraction: Optional[float] = None,
         gpu_memory_growth: bool = False,
     ) -> None:  # fmt: skip
-        """Apply thread and memory settings, then load the framework and check it."""
         self.thread_settings = self._limit_cores()
         self.thread_settings.update(self.configure_threads())
         applied = self.configure_memory(gpu_memory_fraction, gpu_memory_growth)
@@ -256,24 +252,19 @@ class Backend(abc.ABC):
         return info
 
     def next_case(self, switches: Dict[str, Any]) -> None:
-        """Before a warm worker's next task (:mod:`kbench.run.worker`): let go of the
-        models of the task that ended (:meth:`end_case`), then apply the next task's
-        per-run switches (mixed precision, and at build and compile jit_compile,
-        run_eagerly, torch_compile, hybridize); the switches read as the framework started
-        stay as they were."""
+        """Before a warm worker's next task: :meth:`end_case`, then apply the task's
+        per-run switches; those read as the framework started stay as they were."""
         self.switchboard = self.switchboard.for_next_run(switches)
         self.loss_scaling = None  # each task's own, as its compile or switches set it
         self.end_case()
         self.apply_switches()
 
     def end_case(self) -> None:
-        """Let go of the models of the task that ended, before a warm worker's next task.
-        Keras backends clear Keras' session."""
+        """Let go of the models of the task that ended, before a warm worker's next task."""
 
     def warn(self, message: str) -> None:
-        """Something about this run's settings that its numbers should be read with:
-        logged now, and kept in the result (``environment.framework.warnings``), which
-        the tables and the report show beside the run."""
+        """Something this run's numbers should be read with: logged, and kept in the
+        result (``environment.framework.warnings``) that the tables show beside the run."""
         log.warning("%s", message)
         self.warnings.append(message)
 
@@ -291,8 +282,8 @@ class Backend(abc.ABC):
         return settings
 
     def apply_switches(self) -> None:
-        """Apply the switches that act when the framework has started (precision, TF32);
-        the ones that act on the model are applied by build and compile."""
+        """Apply the switches that act once the framework has started (precision, TF32);
+        build and compile apply those that act on the model."""
 
     def apply_tf32(self) -> None:
         """TF32 on GPUs: say what the framework did, or that it does not apply."""
@@ -328,10 +319,8 @@ class Backend(abc.ABC):
         cls, fraction: Optional[float], growth: bool
     ) -> Tuple[Dict[str, str], Dict[str, str]]:
         """(environment variables, notes): the GPU memory options as the variables the
-        framework reads when it starts (``fraction_variable``, ``growth_variable``), and
-        why each option no variable expresses is not applied. ``kbench exec`` sets them
-        for a script it cannot configure from inside; :meth:`configure_memory` sets them
-        where the worker applies an option through a variable."""
+        framework reads when it starts, and why each option no variable expresses is not
+        applied; for ``kbench exec``, which cannot configure a script from inside."""
         variables: Dict[str, str] = {}
         notes: Dict[str, str] = {}
         if fraction is not None and cls.fraction_variable:
@@ -365,8 +354,6 @@ class Backend(abc.ABC):
     def framework_info(self) -> Dict[str, Any]:
         """Name, version and visible devices of the framework under Keras."""
 
-    # ----------------------------------------------------------------- model lifecycle
-
     @abc.abstractmethod
     def seed(self, seed: int) -> None:
         """Seed every random generator model building uses (weights initialisation)."""
@@ -376,10 +363,8 @@ class Backend(abc.ABC):
         """Model ``name`` for input laid out as this backend takes it."""
 
     def initial_values_unused(self) -> ContextManager[None]:
-        """A context for building a model whose initial weights are never used: they are
-        replaced before use (parity's loaded weights) or only the model's size is read
-        (a parameter census). A backend whose initializers are costly may draw them more
-        cheaply inside it; by default it changes nothing."""
+        """A context for building a model whose initial weights are never used (parity's
+        loaded weights, a parameter census): a backend may draw them more cheaply inside."""
         return contextlib.nullcontext()
 
     @abc.abstractmethod
@@ -440,18 +425,16 @@ class Backend(abc.ABC):
         """Wait until the device has finished queued work (no-op where reads already sync)."""
 
     def memory_readings(self) -> List[Dict[str, Any]]:
-        """Memory figures, each labelled with its kind and where it was read. Kinds:
-        ``process_peak_rss`` (host memory of the worker), ``framework_peak`` (the
-        framework's own GPU allocator peak). The parent's sampler adds ``process_nvml`` and
-        ``device_used``."""
+        """Memory figures, each labelled with its kind and where it was read:
+        ``process_peak_rss`` (the worker's host memory), ``framework_peak`` (the
+        framework's GPU allocator peak); the parent's sampler adds the NVML kinds."""
         readings = [dict(kind="process_peak_rss", **processes.peak_rss())]
         if self.gpus:
             readings += self.framework_peaks()
         return readings
 
     def framework_peaks(self) -> List[Dict[str, Any]]:
-        """``framework_peak`` readings per GPU (:func:`peak_reading`); called only when a
-        GPU is visible."""
+        """``framework_peak`` readings per GPU; called only when a GPU is visible."""
         return []
 
     def op_profiler(self, model: Any, training: bool) -> Any:
@@ -460,9 +443,13 @@ class Backend(abc.ABC):
         raise ProfilerUnsupported(f"{self.name}: kbench reads no operator profiler for it")
 
 
+KERAS_EPSILON = 1e-7  # Keras' epsilon: the native ports clip probabilities and set Adam's to it
+
+
 class NativePort(Backend):
     """A hand-written port of the models (torch-native, mxnet-gluon): it loads Keras
-    weights through its twins' ``load_keras_weights`` and never exports any."""
+    weights through its twins' ``load_keras_weights`` and never exports any. Its loop
+    trains one batch at a time with :meth:`fit_batch`."""
 
     twins: Any  # the port's model package (kbench_models.pytorch, kbench_models.gluon)
 
@@ -487,6 +474,36 @@ class NativePort(Backend):
             raise Unsupported(
                 USER_MODEL_NO_TWIN.format(backend=self.name, model=kbench_models.short_name(name))
             )
+
+    def count_params(self, model: Any) -> int:
+        return int(self.twins.keras_param_count(model))
+
+    def training(self, model: Any) -> None:
+        """Put ``model`` in training mode, before :meth:`fit_batch`."""
+
+    @abc.abstractmethod
+    def fit_batch(self, model: Any, x: np.ndarray, y: np.ndarray) -> Tuple[Any, Any]:
+        """One optimizer step on one batch: (loss before the update, correct answers),
+        each what ``float()`` reads once the device is done."""
+
+    def fit_epoch(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
+    ) -> Dict[str, float]:
+        self.training(model)
+        loss_sum = hits_sum = 0.0
+        steps = len(x) // batch_size
+        for step in range(steps):
+            clock.batch_begin()
+            part = slice(step * batch_size, (step + 1) * batch_size)
+            loss, hits = self.fit_batch(model, x[part], y[part])
+            clock.batch_end({"loss": loss})  # float() waits for the device
+            loss_sum += float(loss)
+            hits_sum += float(hits)
+        return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
+
+    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
+        self.training(model)
+        return float(self.fit_batch(model, x, y)[0])
 
     def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
         raise NotImplementedError(

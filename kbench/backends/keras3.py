@@ -26,13 +26,11 @@ def optimizer_name(model: Any) -> str:
     return optimizer.name if optimizer is not None else ""
 
 
-# Keras 3 imports these when it is imported, each behind a guard (``try: import ...
-# except ImportError``), for features no kbench run uses: the scikit-learn wrappers, the
-# plotting utilities, pandas' data frames as fit's input (kbench feeds arrays) and (on
-# every backend) JAX for the Orbax checkpoint callback. Together they cost 3-5 s of a
-# worker's start on 2 cores (pandas alone 0.45 s of Keras' 3.9 s on torch). They are
-# kept out only while Keras loads: a user's model that imports one gets it as usual,
-# though Keras' own features that wanted it stay off in that process.
+# Keras 3 imports these behind guards (``try: import ... except ImportError``) for
+# features no kbench run uses (scikit-learn wrappers, plotting, pandas input, JAX for the
+# Orbax callback): 3-5 s of a worker's start on 2 cores. They are kept out only while
+# Keras loads: a user's model that imports one gets it, though Keras' features that
+# wanted it stay off in that process.
 OPTIONAL_IMPORTS = ("sklearn", "matplotlib", "pandas", "jax")
 
 log = logging.getLogger(__name__)
@@ -52,27 +50,6 @@ def kept_out(modules: List[str]) -> Iterator[List[str]]:
         for module in skipped:
             if module in sys.modules and sys.modules[module] is None:
                 del sys.modules[module]
-
-
-def forget_unavailable(module: str) -> None:
-    """Keras' lazy handle on ``module`` (``keras.src.utils.module_utils``) forgets that it
-    found it missing while it was kept out: for a module imported since."""
-    handle = getattr(sys.modules.get("keras.src.utils.module_utils"), module, None)
-    if getattr(handle, "_available", None) is False:
-        handle._available = None
-
-
-def seeded_after_import(seed: int) -> Callable[[Any], None]:
-    """What to do when TensorFlow, kept out of the seeding, is first imported: seed it
-    as ``keras.utils.set_random_seed`` would have, and let Keras find it (until then
-    Keras takes it for missing and never imports it: a zoo model's run never pays for
-    it, as when it was kept out for good)."""
-
-    def seed_tensorflow(tf: Any) -> None:
-        tf.random.set_seed(seed)
-        forget_unavailable("tensorflow")
-
-    return seed_tensorflow
 
 
 class AfterFirstImport(importlib.abc.MetaPathFinder):
@@ -126,6 +103,20 @@ class _ThenCall(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
+
+
+def seed_and_find(seed: int) -> Callable[[Any], None]:
+    """When TensorFlow, kept out of the seeding, is first imported: seed it as
+    ``keras.utils.set_random_seed`` would have, and make Keras' lazy handle on it
+    (``keras.src.utils.module_utils``), which found it missing, look again."""
+
+    def seed_tensorflow(tf: Any) -> None:
+        tf.random.set_seed(seed)
+        handle = getattr(sys.modules.get("keras.src.utils.module_utils"), "tensorflow", None)
+        if getattr(handle, "_available", None) is False:
+            handle._available = None
+
+    return seed_tensorflow
 
 
 @contextlib.contextmanager
@@ -196,7 +187,7 @@ class Keras3Backend(KerasBackend):
         with kept_out(outside) as skipped:
             self.keras.utils.set_random_seed(seed)
         if skipped:
-            sys.meta_path.insert(0, AfterFirstImport("tensorflow", seeded_after_import(seed)))
+            sys.meta_path.insert(0, AfterFirstImport("tensorflow", seed_and_find(seed)))
         self.imports_skipped = sorted(set(self.imports_skipped) | set(skipped))
 
     def apply_switches(self) -> None:
@@ -233,17 +224,6 @@ class Keras3Backend(KerasBackend):
             )
 
 
-def onednn_in_force() -> Optional[bool]:
-    """Whether TensorFlow runs its oneDNN CPU kernels, as TensorFlow itself says; None
-    where this build cannot say."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        return None
-
-
 class TensorFlowBackend(Keras3Backend):
     name = "tensorflow"
     jit_meaning = "XLA compilation of the train step (auto: off unless XLA is known to help)"
@@ -277,20 +257,16 @@ class TensorFlowBackend(Keras3Backend):
 
     def apply_switches(self) -> None:
         super().apply_switches()
-        self.onednn = onednn_in_force()
+        try:  # whether TensorFlow runs its oneDNN CPU kernels, as it says itself
+            from tensorflow.python.util import _pywrap_util_port
+
+            self.onednn = bool(_pywrap_util_port.IsMklEnabled())
+        except (ImportError, AttributeError):
+            self.onednn = None  # this build cannot say
         plan = self.onednn_plan
         if plan is not None:
             state = {True: "on", False: "off", None: "unknown"}[self.onednn]
             self.switchboard.applied("onednn", f"oneDNN {state}: {plan.reason}")
-
-    def kernel_info(self) -> Dict[str, Any]:
-        plan = self.onednn_plan
-        return {
-            "library": {True: "oneDNN", False: "Eigen", None: "unknown"}[self.onednn],
-            "onednn": self.onednn, "why": plan.reason if plan else None,
-            "onednn_plan": plan.to_dict() if plan else None,
-            kernels.ONEDNN_VARIABLE: os.environ.get(kernels.ONEDNN_VARIABLE),
-        }  # fmt: skip
 
     def tf32_default(self) -> str:
         return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"
@@ -382,6 +358,7 @@ class TensorFlowBackend(Keras3Backend):
     def framework_info(self) -> Dict[str, Any]:
         import tensorflow as tf
 
+        plan = self.onednn_plan
         return {
             "name": "tensorflow",
             "version": tf.__version__,
@@ -389,7 +366,13 @@ class TensorFlowBackend(Keras3Backend):
             # TensorFlow places each operation on its first GPU where it sees one.
             "device_used": "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0",
             "built_with_cuda": tf.test.is_built_with_cuda(),
-            "cpu_kernels": self.kernel_info(),
+            "cpu_kernels": {
+                "library": {True: "oneDNN", False: "Eigen", None: "unknown"}[self.onednn],
+                "onednn": self.onednn,
+                "why": plan.reason if plan else None,
+                "onednn_plan": plan.to_dict() if plan else None,
+                kernels.ONEDNN_VARIABLE: os.environ.get(kernels.ONEDNN_VARIABLE),
+            },
         }
 
 

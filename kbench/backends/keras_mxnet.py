@@ -112,9 +112,6 @@ class KerasMXNetBackend(MXNetFramework, KerasBackend):
     def apply_switches(self) -> None:
         self.require_gpus(self.switchboard.value("mxnet_gpus"), self.gpus)
 
-    def seed(self, seed: int) -> None:
-        self.seed_generators(seed)  # keras-mxnet draws initial weights with numpy
-
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         # A keras-mxnet Model takes its context (the devices its MXNet Module binds to)
         # when it is created; K.Context is the fork's scope for choosing it, and holds for

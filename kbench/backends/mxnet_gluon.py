@@ -20,9 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from kbench.backends import kernels
-from kbench.backends.base import NativePort, NoGpu, Unsupported, counted_flops
+from kbench.backends.base import KERAS_EPSILON, NativePort, NoGpu, Unsupported, counted_flops
 
-KERAS_EPSILON = 1e-7
 # hybridize(): a graph whose memory is planned once and reused (static_alloc), for
 # inputs of one shape (static_shape); measured faster than plain hybridize() here
 HYBRIDIZE_OPTIONS = {"static_alloc": True, "static_shape": True}
@@ -175,12 +174,12 @@ class MXNetFramework:
             "cpu_kernels": mxnet_kernels(features),
         }
 
-    def seed_generators(self, seed: int) -> None:
-        """Python's, numpy's and MXNet's generators (initialisers draw from the last two)."""
+    def seed(self, seed: int) -> None:
+        """Python's, numpy's and MXNet's generators: keras-mxnet draws initial weights with
+        numpy, Gluon's initialisers with MXNet and numpy."""
         import random
 
         import mxnet as mx
-        import numpy as np
 
         random.seed(seed)
         np.random.seed(seed)
@@ -232,11 +231,6 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
     def tf32_default(self) -> str:
         return "MXNet's default (cuBLAS and cuDNN decide; MXNet 1.9 sets no TF32 mode)"
 
-    # ------------------------------------------------------------------ model
-
-    def seed(self, seed: int) -> None:
-        self.seed_generators(seed)  # Gluon's initialisers draw from MXNet's and numpy's
-
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         import kbench_models
 
@@ -276,9 +270,6 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
             "the LSTM into ordinary operators)."
         )
 
-    def count_params(self, model: Any) -> int:
-        return int(self.twins.keras_param_count(model))
-
     def _sample(self, model: Any, batch: int = 1) -> Any:
         shape = (batch,) + model.kbench_input_shape
         return self.mx.nd.zeros(shape, ctx=self.context)
@@ -290,8 +281,6 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         """The count of :data:`~kbench.backends.base.FLOPS_METHOD`, read off the blocks
         during one forward pass."""
         return counted_flops(model.kbench_flops)
-
-    # -------------------------------------------------------------- training
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
         mx = self.mx
@@ -331,7 +320,8 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
             return nd.sum((probabilities > 0.5) == labels.reshape(probabilities.shape))
         return nd.sum(nd.argmax(probabilities, axis=-1) == labels.reshape((-1,)))
 
-    def _step(self, model: Any, inputs: Any, labels: Any) -> Tuple[Any, Any]:
+    def fit_batch(self, model: Any, x: np.ndarray, y: np.ndarray) -> Tuple[Any, Any]:
+        inputs, labels = self._arrays(x, y)
         autograd = self.mx.autograd
         with autograd.record():  # training mode: BatchNorm on the batch's statistics
             probabilities = model(inputs)
@@ -340,28 +330,9 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
                 total = total + self.twins.regularization_loss(model, model.kbench_penalties)
         total.backward()  # MXNet moves BatchNorm's statistics here
         model.kbench_trainer.step(1)
-        return total, self._hits(model, probabilities, labels)
-
-    def fit_epoch(
-        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
-    ) -> Dict[str, float]:
-        loss_sum = hits_sum = 0.0
-        steps = len(x) // batch_size
-        for step in range(steps):
-            clock.batch_begin()
-            part = slice(step * batch_size, (step + 1) * batch_size)
-            inputs, labels = self._arrays(x[part], y[part])
-            loss, hits = self._step(model, inputs, labels)
-            self.mx.nd.waitall()  # the update too, not only the loss it follows
-            loss = float(loss.asscalar())
-            clock.batch_end({"loss": loss})
-            loss_sum += loss
-            hits_sum += float(hits.asscalar())
-        return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
-
-    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
-        loss, _ = self._step(model, *self._arrays(x, y))
-        return float(loss.asscalar())
+        hits = self._hits(model, probabilities, labels)
+        self.mx.nd.waitall()  # the update too, not only the loss it follows
+        return total.asscalar(), hits.asscalar()
 
     def evaluate(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int

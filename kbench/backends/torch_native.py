@@ -21,6 +21,7 @@ import numpy as np
 
 from kbench.backends import kernels
 from kbench.backends.base import (
+    KERAS_EPSILON,
     USER_MODEL_NO_TWIN,
     NativePort,
     Unsupported,
@@ -29,7 +30,6 @@ from kbench.backends.base import (
 )
 from kbench_models import short_name as kbench_short
 
-KERAS_EPSILON = 1e-7
 NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
 
 
@@ -245,8 +245,6 @@ class TorchNativeBackend(TorchFramework, NativePort):
             return contextlib.nullcontext()
         return self.torch.autocast(self.device.type, dtype=getattr(self.torch, mode))
 
-    # ------------------------------------------------------------------ model
-
     def seed(self, seed: int) -> None:
         self.torch.manual_seed(seed)
 
@@ -297,9 +295,6 @@ class TorchNativeBackend(TorchFramework, NativePort):
             )
         return model
 
-    def count_params(self, model: Any) -> int:
-        return int(self.twins.keras_param_count(model))
-
     def _sample(self, model: Any, batch: int = 1) -> Any:
         torch = self.torch
         shape = (batch,) + model.kbench_input_shape
@@ -340,8 +335,6 @@ class TorchNativeBackend(TorchFramework, NativePort):
                 handle.remove()
         return counted_flops(total[0])
 
-    # -------------------------------------------------------------- training
-
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
         optim = self.torch.optim
         if optimizer == "adam":
@@ -376,7 +369,11 @@ class TorchNativeBackend(TorchFramework, NativePort):
             hits = (p.argmax(dim=-1) == labels).sum()
         return loss, hits
 
-    def _step(self, model: Any, inputs: Any, labels: Any) -> Tuple[Any, Any]:
+    def training(self, model: Any) -> None:
+        model.train()
+
+    def fit_batch(self, model: Any, x: np.ndarray, y: np.ndarray) -> Tuple[Any, Any]:
+        inputs, labels = self._tensors(model, x, y)
         with self.autocast():
             loss, hits = self._loss_and_hits(model, model.kbench_call(inputs), labels)
         total = loss.float() + self.twins.regularization_loss(model)
@@ -390,22 +387,6 @@ class TorchNativeBackend(TorchFramework, NativePort):
             self.scaler.update()
         return total.detach(), hits.detach()
 
-    def fit_epoch(
-        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
-    ) -> Dict[str, float]:
-        model.train()
-        loss_sum = hits_sum = 0.0
-        steps = len(x) // batch_size
-        for step in range(steps):
-            clock.batch_begin()
-            part = slice(step * batch_size, (step + 1) * batch_size)
-            inputs, labels = self._tensors(model, x[part], y[part])
-            loss, hits = self._step(model, inputs, labels)
-            clock.batch_end({"loss": loss})  # float() waits for the device
-            loss_sum += float(loss)
-            hits_sum += float(hits)
-        return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
-
     def op_profiler(self, model: Any, training: bool) -> Any:
         from kbench.profiling.captures import TorchCapture
 
@@ -414,11 +395,6 @@ class TorchNativeBackend(TorchFramework, NativePort):
         return TorchCapture(
             gpu=self.gpus > 0, training=training, marks=[(self, "_tensors", "data")]
         )
-
-    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
-        model.train()
-        loss, _ = self._step(model, *self._tensors(model, x, y))
-        return float(loss)
 
     def evaluate(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int

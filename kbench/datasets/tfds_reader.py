@@ -1,16 +1,16 @@
 """Read a prepared tensorflow-datasets data set into an ``.npz`` file (a child process).
 
-``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--general] [--data-dir DIR]
-[--size HxW]``: started by :func:`kbench.datasets.sources.run_tfds_reader` with every GPU
-hidden, so that TensorFlow, which tensorflow-datasets imports, never starts in the
-long-lived parent. Exit code 0 and the arrays in ``OUT.npz`` (``x_train``, ``y_train``,
-``x_test``, ``y_test``), or exit code 1 and one line on stderr saying why.
+``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--data-dir DIR] [--size HxW]``:
+started by :func:`kbench.datasets.sources.run_tfds_reader` with every GPU hidden, so that
+TensorFlow, which tensorflow-datasets imports, never starts in the long-lived parent.
+Exit code 0, the arrays in ``OUT.npz`` (``x_train``, ``y_train``, ``x_test``, ``y_test``)
+and the builder's name, version, splits and class count in ``OUT.npz.json``; or exit code
+1 and one line on stderr saying why.
 
-With ``--general`` (``--dataset tfds:NAME``) NAME may be any image-classification
-builder, ``name[/config][:version]``: an unknown name is refused with the closest
-registered names; the test split is ``test``, else ``validation``; images are resized
-to ``--size`` in TensorFlow when given (needed when their sizes differ); and
-``OUT.npz.json`` receives the builder's name, version, splits and class count.
+NAME is any image-classification builder, ``name[/config][:version]``: an unknown name is
+refused with the closest registered names; the test split is ``test``, else
+``validation``; images are resized to ``--size`` in TensorFlow when given (needed when
+their sizes differ).
 """
 
 from __future__ import annotations
@@ -32,19 +32,6 @@ class TfdsRefusal(RuntimeError):
     """A tfds data set kbench cannot read; the message says why and the fix."""
 
 
-def read_tfds(name: str, batch: int = 4096) -> Dict[str, np.ndarray]:
-    """The arrays of a prepared built-in data set (``train`` and ``test`` splits)."""
-    tfds = import_tfds()
-    arrays: Dict[str, np.ndarray] = {}
-    for split in ("train", "test"):
-        dataset = tfds.load(name, split=split, as_supervised=True, download=False,
-                            batch_size=batch)  # fmt: skip
-        images, labels = zip(*tfds.as_numpy(dataset))
-        arrays[f"x_{split}"] = np.concatenate(images).astype(np.uint8)
-        arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
-    return arrays
-
-
 def check_name(tfds: Any, name: str) -> None:
     """Refuse an unregistered builder name, naming the closest registered ones."""
     base = name.split(":")[0].split("/")[0]
@@ -59,7 +46,7 @@ def check_name(tfds: Any, name: str) -> None:
     )
 
 
-def read_general(
+def read_tfds(
     name: str, batch: int, data_dir: Optional[str], size: Optional[Tuple[int, int]]
 ) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
     """Arrays and facts of any prepared image-classification builder (never downloaded).
@@ -132,7 +119,6 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("name")
     parser.add_argument("out")
     parser.add_argument("batch", nargs="?", type=int, default=4096)
-    parser.add_argument("--general", action="store_true")
     parser.add_argument("--data-dir")
     parser.add_argument("--size", type=lambda text: tuple(int(d) for d in text.split("x")))
     return parser.parse_args(argv)
@@ -140,13 +126,9 @@ def _parse(argv: List[str]) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> int:
     options = _parse(sys.argv[1:] if argv is None else argv)
-    name, out, batch = options.name, options.out, options.batch
-    facts = None
+    out = options.out
     try:
-        if options.general:
-            arrays, facts = read_general(name, batch, options.data_dir, options.size)
-        else:
-            arrays = read_tfds(name, batch)
+        arrays, facts = read_tfds(options.name, options.batch, options.data_dir, options.size)
     except Exception as err:  # not installed, not prepared: the parent says so or looks on
         message = " ".join(str(err).split())[:600]
         prefix = "" if isinstance(err, TfdsRefusal) else f"{type(err).__name__}: "
@@ -154,9 +136,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     with open(out, "wb") as handle:
         np.savez(handle, **arrays)
-    if facts is not None:
-        with open(out + ".json", "w") as handle:
-            json.dump(facts, handle)
+    with open(out + ".json", "w") as handle:
+        json.dump(facts, handle)
     return 0
 
 
