@@ -1,8 +1,5 @@
-"""The backends kbench can run, as plain data the parent process can read.
-
-Importing this package imports no framework. The worker turns a name into a
-:class:`~kbench.backends.base.Backend` with :func:`load_backend`, which imports
-the backend's module only then.
+"""The backends kbench can run, as plain data the parent reads without importing a
+framework; the worker's :func:`load_backend` imports the backend's module.
 
 May import: kbench.datasets, kbench.measure, kbench.profiling, kbench_models.
 """

@@ -1,11 +1,9 @@
 """The worker-side contract every backend fulfils.
 
-A backend is created inside the worker process before Keras is imported. It sets
-the thread counts the run asked for, imports Keras (which then fixes the backend
-from ``KERAS_BACKEND`` and the per-run ``KERAS_HOME``), checks that Keras reports
-the backend and image data format the runner asked for, and answers the few
-framework-specific questions the trainer has. Everything else (model, data,
-training loop) is shared.
+A backend is created in the worker before its framework is imported: it sets the thread
+counts and memory options the run asked for, imports the framework (Keras fixes its
+backend from ``KERAS_BACKEND`` and the per-run ``KERAS_HOME``), checks that it came up
+with the backend and image data format asked for, and answers the trainer's questions.
 """
 
 from __future__ import annotations
@@ -91,14 +89,10 @@ class CudaDevice:
 
 
 def cuda_device(index: int) -> CudaDevice:
-    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``) itself. A
-    framework's ``GPU:index`` is CUDA's ordinal ``index``: counted after
-    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) and in ``CUDA_DEVICE_ORDER`` (fastest first
-    unless set to ``PCI_BUS_ID``). NVML numbers every GPU of the machine in PCI order and
-    ignores both, so NVML's device ``index`` can be another card (a remapped or mixed set of
-    GPUs). The driver answers for the very device, and needs no NVML (which containers
-    without the ``utility`` capability lack); its PCI bus id names the card in NVML's and
-    nvidia-smi's terms."""
+    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``): a framework's
+    ``GPU:index`` is CUDA's ordinal, counted after ``CUDA_VISIBLE_DEVICES`` and in
+    ``CUDA_DEVICE_ORDER``, both of which NVML ignores (its ``index`` can be another card);
+    the driver needs no NVML, and its PCI bus id names the card in nvidia-smi's terms."""
     import ctypes
 
     try:
@@ -205,8 +199,7 @@ class Backend(abc.ABC):
             raise NoGpu(self.no_gpu_message())
 
     def no_gpu_message(self) -> str:
-        """Why ``--device gpu`` found no GPU: a CPU build, or no GPU or driver for a CUDA
-        build (``framework_info``'s ``built_with_cuda``, ``cuda`` or CUDA feature)."""
+        """Why ``--device gpu`` found no GPU: a CPU build, or no GPU or driver for a CUDA build."""
         try:
             info = self.framework_info()
         except Exception:  # noqa: BLE001 - the message must come whatever the framework does
@@ -269,7 +262,6 @@ class Backend(abc.ABC):
         self.warnings.append(message)
 
     def _limit_cores(self) -> Dict[str, Any]:
-        """Pin the process to ``threads`` cores when fewer than all were asked for."""
         settings: Dict[str, Any] = {
             "requested": self.threads,
             "env": {
@@ -278,7 +270,7 @@ class Backend(abc.ABC):
                 if key in os.environ
             },
         }
-        settings.update(processes.pin_cores(self.threads))
+        settings.update(processes.pin_cores(self.threads))  # fewer than all: pinned
         return settings
 
     def apply_switches(self) -> None:
@@ -338,7 +330,6 @@ class Backend(abc.ABC):
 
     @staticmethod
     def fraction_value(fraction: float) -> str:
-        """``fraction_variable``'s value for ``--gpu-memory-fraction``."""
         return f"{fraction:g}"
 
     @abc.abstractmethod
@@ -438,8 +429,8 @@ class Backend(abc.ABC):
         return []
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        """The capture that records ``model``'s operators (kbench.profiling); raises
-        :class:`ProfilerUnsupported`, saying why, where this backend has none."""
+        """The capture that records ``model``'s operators (kbench.profiling), else
+        :class:`ProfilerUnsupported` saying why."""
         raise ProfilerUnsupported(f"{self.name}: kbench reads no operator profiler for it")
 
 
@@ -447,9 +438,12 @@ KERAS_EPSILON = 1e-7  # Keras' epsilon: the native ports clip probabilities and 
 
 
 class NativePort(Backend):
-    """A hand-written port of the models (torch-native, mxnet-gluon): it loads Keras
-    weights through its twins' ``load_keras_weights`` and never exports any. Its loop
-    trains one batch at a time with :meth:`fit_batch`."""
+    """A hand-written port of the models (torch-native, mxnet-gluon): what Keras costs on
+    top of the framework. It loads Keras weights through its twins' ``load_keras_weights``
+    and never exports any; images are NCHW only. Its loop (:meth:`fit_batch`) computes
+    what Keras computes, so that ``kbench parity`` can hold it to the Keras backends: the
+    loss is cross-entropy on the probabilities clipped to [1e-7, 1 - 1e-7] plus the
+    model's weight penalties; Adam uses Keras' epsilon 1e-7."""
 
     twins: Any  # the port's model package (kbench_models.pytorch, kbench_models.gluon)
 
@@ -479,7 +473,7 @@ class NativePort(Backend):
         return int(self.twins.keras_param_count(model))
 
     def training(self, model: Any) -> None:
-        """Put ``model`` in training mode, before :meth:`fit_batch`."""
+        """Training mode for ``model``, before :meth:`fit_batch`."""
 
     @abc.abstractmethod
     def fit_batch(self, model: Any, x: np.ndarray, y: np.ndarray) -> Tuple[Any, Any]:

@@ -1,9 +1,6 @@
-"""What every Keras backend does the same way, Keras 3 and Keras 2.2.4 alike.
-
-The model comes from ``kbench_models``; training is ``model.fit`` over one epoch's
-batches in the runner's order with a timing callback; weights move as numpy
-arrays by layer order (the same in both Keras generations); model FLOPs are counted
-from the layers' shapes (:func:`model_flops`).
+"""What every Keras backend does the same way, Keras 3 and Keras 2.2.4 alike: models from
+``kbench_models``, ``model.fit`` over the runner's batches with a timing callback, weights
+as numpy arrays by layer order, FLOPs from the layers' shapes (:func:`model_flops`).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ Weights = List[Tuple[str, List[np.ndarray]]]
 
 
 def timing_callback(keras: Any, clock: Any) -> Any:
-    """A Keras callback driving ``clock``; ``on_batch_*`` exists in Keras 2.2 and 3."""
+    """A Keras callback driving ``clock`` (``on_batch_*``: in Keras 2.2 and 3)."""
 
     class StepTimer(keras.callbacks.Callback):
         def on_batch_begin(self, batch, logs=None):
@@ -68,7 +65,6 @@ def convert_kernel(kernel: np.ndarray, source_layout: str, target_layout: str) -
 
 
 def _shapes(layer: Any) -> Tuple[Optional[tuple], Optional[tuple]]:
-    """(input shape, output shape) of a layer in either Keras generation."""
     try:
         return tuple(layer.input_shape), tuple(layer.output_shape)  # Keras 2.2
     except (AttributeError, RuntimeError, TypeError):
@@ -114,14 +110,12 @@ class KerasBackend(Backend):
     keras: Any = None
 
     @abc.abstractmethod
-    def import_keras(self) -> Any:
-        """Import and return the keras module."""
+    def import_keras(self) -> Any: ...
 
     # how the Keras generation spells an optimizer's learning rate (Keras 2.2: ``lr``)
     learning_rate_argument = "learning_rate"
 
     def make_optimizer(self, name: str, learning_rate: float) -> Any:
-        """A Keras optimizer instance (``adam`` or ``sgd``)."""
         optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
         return optimizers[name](**{self.learning_rate_argument: learning_rate})
 
@@ -184,43 +178,36 @@ class KerasBackend(Backend):
     def fit_epoch(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
     ) -> Dict[str, float]:
-        callbacks = [timing_callback(self.keras, clock)]
-        if is_streamed(x):
+        once = dict(
+            epochs=1, shuffle=False, verbose=0, callbacks=[timing_callback(self.keras, clock)]
+        )
+        if not is_streamed(x):
+            history = model.fit(x, y, batch_size=batch_size, **once)
+        elif self.keras_generation == 2:
             batches = batch_sequence(self.keras, x, y, batch_size)
-            if self.keras_generation == 2:
-                history = model.fit_generator(
-                    batches, steps_per_epoch=len(batches), epochs=1, shuffle=False, verbose=0,
-                    callbacks=callbacks, workers=0,
-                )  # fmt: skip
-            else:
-                history = model.fit(batches, epochs=1, shuffle=False, verbose=0,
-                                    callbacks=callbacks)  # fmt: skip
+            history = model.fit_generator(batches, steps_per_epoch=len(batches), workers=0, **once)
         else:
-            history = model.fit(
-                x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
-                callbacks=callbacks,
-            )  # fmt: skip
+            history = model.fit(batch_sequence(self.keras, x, y, batch_size), **once)
         logs = {key: float(values[-1]) for key, values in history.history.items()}
         if "acc" in logs:  # Keras 2.2 spelling
             logs["accuracy"] = logs.pop("acc")
         return logs
 
     def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
-        """One optimizer step on one batch; the loss before the update."""
         result = model.train_on_batch(x, y)
         return float(result[0] if isinstance(result, (list, tuple)) else result)
 
     def evaluate(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int
     ) -> Tuple[float, float]:
-        if is_streamed(x):
-            batches = batch_sequence(self.keras, x, y, batch_size, drop_last=False)
-            if self.keras_generation == 2:
-                loss, accuracy = model.evaluate_generator(batches, steps=len(batches), workers=0)
-            else:
-                loss, accuracy = model.evaluate(batches, verbose=0)
-        else:
+        if not is_streamed(x):
             loss, accuracy = model.evaluate(x, y, batch_size=batch_size, verbose=0)
+        elif self.keras_generation == 2:
+            batches = batch_sequence(self.keras, x, y, batch_size, drop_last=False)
+            loss, accuracy = model.evaluate_generator(batches, steps=len(batches), workers=0)
+        else:
+            batches = batch_sequence(self.keras, x, y, batch_size, drop_last=False)
+            loss, accuracy = model.evaluate(batches, verbose=0)
         return float(loss), float(accuracy)
 
     def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:

@@ -1,17 +1,13 @@
 """Which CPU kernel library each framework runs, and why (worker side).
 
-TensorFlow on oneDNN and TensorFlow on its own Eigen kernels are different programs:
-different speeds, different rounding, and different layouts they can run. TensorFlow
-turns oneDNN on by default only on x86 CPUs with the features in
-:data:`ONEDNN_DEFAULT_FEATURES` (most AMD CPUs and most laptops' CPUs lack them), and
-``TF_ENABLE_ONEDNN_OPTS``, read once when TensorFlow starts, overrides that. Eigen
-cannot run NCHW (``channels_first``) convolutions on the CPU, forward or backward, so
-:func:`plan_onednn` turns oneDNN on for such a run unless the ``onednn`` switch says
-off, and :func:`nchw_refusal` says why a run that is left on Eigen cannot start.
-
-The other frameworks' choices are only read and recorded (:func:`torch_kernels`,
-:func:`numpy_blas`, and the backends' ``framework_info``). Imports no framework at
-module level: TensorFlow must not start before :func:`plan_onednn` has been applied.
+TensorFlow on oneDNN and on its own Eigen kernels are different programs (speeds,
+rounding, layouts). TensorFlow turns oneDNN on by default only on x86 CPUs with the
+features in :data:`ONEDNN_DEFAULT_FEATURES`; ``TF_ENABLE_ONEDNN_OPTS``, read once as it
+starts, overrides that. Eigen cannot run NCHW convolutions on the CPU, so
+:func:`plan_onednn` turns oneDNN on for a channels_first run unless ``--onednn off``, and
+:func:`nchw_refusal` says why a run left on Eigen cannot start. The other frameworks'
+choices are only recorded. Imports no framework: TensorFlow must not start before
+:func:`plan_onednn` is applied.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """MXNet itself: its settings, shared by keras-mxnet and the native backend
-(:class:`MXNetFramework`: threads, GPU memory options, devices, kernels, framework
-info), and plain MXNet Gluon with no Keras, the models' ``HybridBlock`` twins in a
-hand-written loop (:class:`MXNetGluonBackend`).
-
-The Gluon backend shows what keras-mxnet costs on top of MXNet itself, and what
-hybridizing (a cached symbolic graph) buys. Its loop computes what Keras computes, so
-that ``kbench parity`` can hold it to the Keras backends: the loss is cross-entropy on
-the model's probabilities clipped to [1e-7, 1 - 1e-7] (Keras' epsilon) plus the
-model's weight penalties; Adam uses Keras' epsilon 1e-7. Images are NCHW
-(``channels_first``) only. Runs in the MXNet environment (numpy<1.24) and imports no
-Keras.
+(:class:`MXNetFramework`), and plain MXNet Gluon with no Keras, the models'
+``HybridBlock`` twins in a hand-written loop (:class:`MXNetGluonBackend`, a
+:class:`~kbench.backends.base.NativePort`), which shows what keras-mxnet costs on top of
+MXNet and what hybridizing buys. Runs under numpy<1.24 and imports no Keras.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Optimization switches: each framework's own speed options, off and on.
 
-A switch is a run setting (a flag on ``kbench run``, a key in sweep files). Each
-backend says which switches it applies and how; a switch set away from its
-default on a backend that has no such thing is recorded as ``not applicable``
-with the reason, never silently ignored. What every switch did is in the result
+A switch is a run setting (a flag, a key in sweep files). A switch set away from its
+default on a backend that has no such thing is recorded as ``not applicable`` with the
+reason, never silently ignored; what every switch did is in the result
 (``environment.framework.switches``).
 
 Standard library only: imported under every backend's interpreter.

@@ -1,13 +1,7 @@
 """PyTorch itself: its settings, shared by Keras on torch and the native backend
-(:class:`TorchFramework`: threads, GPU memory options, devices, memory peaks), and plain
-PyTorch with no Keras, the models' ``torch.nn.Module`` twins in a hand-written loop
-(:class:`TorchNativeBackend`).
-
-The native backend shows what Keras costs on top of raw PyTorch. Its loop computes
-what Keras computes, so that ``kbench parity`` can hold it to the Keras backends: the
-loss is cross-entropy on the model's probabilities clipped to [1e-7, 1 - 1e-7] (Keras'
-epsilon) plus the model's weight penalties; Adam uses Keras' epsilon 1e-7. Images are
-NCHW (``channels_first``) only.
+(:class:`TorchFramework`), and plain PyTorch with no Keras, the models'
+``torch.nn.Module`` twins in a hand-written loop (:class:`TorchNativeBackend`, a
+:class:`~kbench.backends.base.NativePort`).
 """
 
 from __future__ import annotations

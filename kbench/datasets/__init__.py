@@ -1,18 +1,15 @@
 """Data sets: found and prepared once in the parent, read by every worker.
 
-The parent resolves a data set to numpy arrays and writes them to one ``.npz`` that
-every backend's worker reads, so all backends train on byte-identical data; the batch
-order is drawn once too (:func:`batch_order`). Images and sequences are stored as uint8
-(channels last) and scaled by the worker; tokens as int32. ``imagenet`` and ``folder:``
-are too large for that: the ``.npz`` holds their file paths, and the worker decodes each
-batch as it trains (:mod:`kbench.datasets.stream`).
+The parent resolves a data set to numpy arrays in one ``.npz`` that every backend's
+worker reads, so all backends train on byte-identical data in one batch order
+(:func:`batch_order`). Images and sequences are stored as uint8 (channels last) and
+scaled by the worker; tokens as int32. For ``imagenet`` and ``folder:`` the ``.npz``
+holds file paths, decoded batch by batch in the worker (:mod:`kbench.datasets.stream`).
+``synthetic`` data is seeded and learnable, of any shape: each sample is its class's
+fixed random template plus noise; tokens are drawn mostly from their class's band.
 
-``synthetic`` data (:func:`synthetic_arrays`) is seeded and learnable, of any shape: each
-class has a fixed random template and every sample is its class template plus noise, so
-accuracy means something; tokens are indices whose distribution depends on the class.
-
-Only numpy and the standard library are imported here: the worker side
-(:func:`load_prepared`, :func:`to_model_input`) runs under every environment.
+Only numpy and the standard library: the worker side (:func:`load_prepared`,
+:func:`to_model_input`) runs under every environment.
 
 May import: nothing else in kbench.
 """
@@ -129,9 +126,6 @@ class PreparedData:
         return data
 
 
-# --------------------------------------------------------------------------- parent side
-
-
 def prepare(
     dataset: str, out_dir: Path, *, data_dir: Optional[str] = None,
     train_samples: Optional[int] = None, test_samples: Optional[int] = None,
@@ -139,10 +133,9 @@ def prepare(
     image_size: Optional[Tuple[int, int]] = None, model_kind: str = "image",
     vocabulary: Optional[int] = None, seed: int = 0,
 ) -> PreparedData:  # fmt: skip
-    """Load ``dataset``, shape and cut it as asked, and write it under ``out_dir``.
-    ``input_shape``, ``num_classes``, ``model_kind`` and ``vocabulary`` shape synthetic
-    data (the run passes its model's own); ``image_size`` resizes real images
-    (``folder:`` ones, without it, to the height and width of ``input_shape``)."""
+    """Load ``dataset``, cut it as asked, and write it under ``out_dir``. ``input_shape``,
+    ``num_classes``, ``model_kind`` and ``vocabulary`` (the model's) shape synthetic data;
+    ``image_size`` resizes real images (``folder:`` ones, without it, to ``input_shape``)."""
     start = time.perf_counter()
     spec = dataset_spec(dataset)
     loaded = _load(dataset, spec, data_dir, train_samples, test_samples, input_shape,
@@ -151,7 +144,7 @@ def prepare(
         image_size = None  # resized by the reader already
     arrays = loaded.arrays
     _cut(arrays, dataset, train_samples, test_samples)
-    streamed_shape, source = _fit_images(loaded, dataset, spec, image_size)
+    streamed_shape, source = _fit_images(loaded, image_size)
     key = hashlib.sha1(
         repr((dataset, source, train_samples, test_samples, input_shape, num_classes,
               image_size, model_kind, vocabulary, seed)).encode()
@@ -172,7 +165,7 @@ def prepare(
 
 @dataclass
 class _Loaded:
-    """A data set as read, before it is cut to the samples asked for and resized."""
+    """A data set as read, before it is cut and resized."""
 
     arrays: Dict[str, np.ndarray]  # x_train, y_train, x_test, y_test
     source: str
@@ -180,7 +173,7 @@ class _Loaded:
     classes: int
     sha256: Optional[str] = None  # npz:
     version: Optional[str] = None  # tfds:
-    folder_shape: Optional[Tuple[int, ...]] = None  # folder: decoded per batch at this shape
+    folder_shape: Optional[Tuple[int, ...]] = None  # streamed: decoded per batch at this shape
     resized: bool = False  # the reader resized the images already (tfds:)
 
 
@@ -190,7 +183,6 @@ def _load(
     num_classes: Optional[int], image_size: Optional[Tuple[int, int]], model_kind: str,
     vocabulary: Optional[int], seed: int,
 ) -> _Loaded:  # fmt: skip
-    """Read ``dataset`` from where its name says (see :func:`prepare`)."""
     if dataset.startswith(FOLDER_PREFIX):
         arrays, source, classes, shape = stream.folder_arrays(
             dataset, image_size, input_shape, seed
@@ -218,13 +210,11 @@ def _load(
     if dataset == "digits":
         return _Loaded(*_load_digits(seed), kind="image", classes=10)
     if dataset == "imagenet":
-        return _load_imagenet(data_dir, seed)
+        return _load_imagenet(data_dir, image_size or spec.input_shape[:2], seed)
     return _load_builtin(dataset, spec, data_dir)
 
 
-def _load_imagenet(data_dir: Optional[str], seed: int) -> _Loaded:
-    """The file paths of a local ImageNet-style tree, classes mixed (the worker decodes
-    them batch by batch)."""
+def _load_imagenet(data_dir: Optional[str], size: Tuple[int, ...], seed: int) -> _Loaded:
     if data_dir is None:
         raise DataUnavailable(
             "imagenet: expected --data-dir, a directory of class folders "
@@ -234,12 +224,12 @@ def _load_imagenet(data_dir: Optional[str], seed: int) -> _Loaded:
         )
     listing = stream.scan(Path(data_dir), seed=seed)
     arrays = stream.listing_arrays(listing, seed)
-    return _Loaded(arrays, listing.source, "image", len(listing.classes))
+    shape = (int(size[0]), int(size[1]), 3)
+    return _Loaded(arrays, listing.source, "image", len(listing.classes), folder_shape=shape)
 
 
 def _load_builtin(dataset: str, spec: DatasetSpec, data_dir: Optional[str]) -> _Loaded:
-    """A built-in set from :mod:`kbench.datasets.sources`; token sets cut to the
-    spec's vocabulary and length."""
+    """A built-in set; token sets cut to the spec's vocabulary and length."""
     arrays, source = sources.load(dataset, data_dir)
     if spec.kind == "tokens":
         for split in ("x_train", "x_test"):
@@ -251,7 +241,6 @@ def _load_builtin(dataset: str, spec: DatasetSpec, data_dir: Optional[str]) -> _
 def _cut(
     arrays: Dict[str, np.ndarray], dataset: str, train: Optional[int], test: Optional[int]
 ) -> None:
-    """Keep the first ``train_samples``/``test_samples`` of each split, in place."""
     for split, limit in (("train", train), ("test", test)):
         have = len(arrays[f"x_{split}"])
         if limit is not None and limit > have:
@@ -265,19 +254,15 @@ def _cut(
 
 
 def _fit_images(
-    loaded: _Loaded, dataset: str, spec: DatasetSpec, image_size: Optional[Tuple[int, int]]
+    loaded: _Loaded, image_size: Optional[Tuple[int, int]]
 ) -> Tuple[Optional[Tuple[int, ...]], str]:
-    """(the shape images streamed batch by batch are decoded to, None for arrays held
-    whole; the source, saying how the images were resized). Held images are resized to
-    ``image_size`` in place."""
+    """(the shape streamed images are decoded to, None for arrays held whole, which are
+    resized to ``image_size`` in place; the source, saying how images were resized)."""
     source = loaded.source
     streamed = ", decoded and resized to {}x{} (bilinear) batch by batch"
     if loaded.folder_shape is not None:
         shape = loaded.folder_shape
         return shape, source + streamed.format(shape[0], shape[1])
-    if dataset == "imagenet":
-        height, width = image_size or spec.input_shape[:2]
-        return (int(height), int(width), 3), source + streamed.format(height, width)
     if image_size is not None and loaded.kind == "image":
         for split in ("x_train", "x_test"):
             loaded.arrays[split] = resize_images(loaded.arrays[split], image_size)
@@ -382,9 +367,6 @@ def batch_order(
     return np.stack(
         [rng.permutation(n_samples)[: steps * batch_size] for _ in range(epochs)]
     ).astype(np.int64)
-
-
-# --------------------------------------------------------------------------- worker side
 
 
 def load_prepared(path: str) -> Dict[str, np.ndarray]:

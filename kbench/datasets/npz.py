@@ -1,20 +1,13 @@
 """The user's own arrays: ``--dataset npz:path/to/data.npz`` (parent side).
 
-The file holds four arrays, as ``numpy.savez`` writes them: ``x_train``, ``y_train``,
-``x_test``, ``y_test``. Labels are integers from 0; the class count is the largest
-label plus one (or ``--num-classes``, the model's output size, which every label must
-be below). Images are channels last, (N, H, W, C) or (N, H, W) for one channel, as
-uint8 0-255 or floats in [0, 1] (stored as uint8 like every kbench data set, so a
-float image is rounded to 1/255); sequences (N, steps, features) likewise; tokens
-(N, steps) integer ids. Everything is checked in the parent, before any worker
-starts, with a message that says what was expected, what the file holds and the fix.
-Refused, because what would run on them measures nothing or something else than the
-file holds: NaN or infinite values (stored as uint8 they would become 0), values
-outside 0-255 or [0, 1] anywhere in the arrays (they would wrap), labels of one class
-only (any classifier is 100 % right), and a truncated or damaged archive.
-
-Only numpy and the standard library: the file is read here, written again as the
-prepared arrays (:func:`kbench.datasets.prepare`), and never opened by a worker.
+The file holds ``x_train``, ``y_train``, ``x_test``, ``y_test``, as ``numpy.savez`` writes
+them. Labels are integers from 0; the class count is the largest label plus one (or
+``--num-classes``). Images are channels last, (N, H, W, C) or (N, H, W), as uint8 0-255
+or floats in [0, 1] (stored as uint8, so rounded to 1/255); sequences (N, steps,
+features) likewise; tokens (N, steps) integer ids. Everything is checked before any
+worker starts; refused, because what would run on them measures nothing or something
+else than the file holds: NaN or infinite values, values outside 0-255 or [0, 1] (they
+would wrap), labels of one class only, and a truncated or damaged archive.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """File formats of the public data sets, read into numpy arrays (parent side).
 
-Every reader returns ``{"x_train", "y_train", "x_test", "y_test"}`` with images as
-uint8 (N, H, W, C) and labels as int64, or raises :class:`FileNotFoundError` when
-the files are not in ``directory`` and :class:`CorruptData` naming the file when one
-does not hold what its format promises.
-
-Pickles (the CIFAR batches, the word lists in ``imdb.npz``) are read with
-:class:`DataUnpickler`, which builds only what those files hold (dicts, lists,
-tuples, bytes, strings, numbers and numpy arrays) and refuses any other class or
-function a pickle names: a planted file cannot run code here.
+Every reader returns ``{"x_train", "y_train", "x_test", "y_test"}`` (images uint8
+(N, H, W, C), labels int64), or raises :class:`FileNotFoundError` when the files are not
+there and :class:`CorruptData` naming a file that does not hold what its format promises.
+Pickles (CIFAR batches, ``imdb.npz``'s word lists) are read with :class:`DataUnpickler`,
+which refuses any class or function they name beyond plain data: a planted file cannot
+run code here.
 """
 
 from __future__ import annotations

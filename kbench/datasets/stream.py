@@ -1,24 +1,19 @@
 """Image folders read batch by batch: ImageNet, which does not fit in memory, and your
 own images (``--dataset folder:PATH``).
 
-Parent side, :func:`scan` lists a directory of class folders into file paths and labels,
-decoding nothing. The layout is that of ImageNet's CLS-LOC set, Keras'
-``image_dataset_from_directory`` and torchvision's ``ImageFolder``: one folder per class,
-named after it, holding its images (.jpeg, .jpg, .png, .bmp, .ppm, .webp); classes are
-numbered in the sorted order of their names. ``DIR/train/<class>/`` and ``DIR/val/<class>/``
-(or ``DIR/test/<class>/``) are the training and test sets; with ``DIR/<class>/`` only, a
-seeded 10 % of each class is held out. Hidden folders and files (``.ipynb_checkpoints``,
-``._x.jpg``) are skipped. Refused, with the names: a link that leads a class folder out of
-the data folder, a class folder without images, one class only, and a validation class
-that training lacks. :func:`folder_arrays` prepares ``folder:PATH``, resized (bilinear) to
-``--image-size`` or else the model's input height and width; a folder has no single file
-to hash, so its result records the folder, the class names and the counts, no sha256.
+Parent side, :func:`scan` lists a directory of class folders (the layout of ImageNet's
+CLS-LOC set, Keras' ``image_dataset_from_directory`` and torchvision's ``ImageFolder``)
+into file paths and labels, classes numbered in sorted order. ``DIR/train/<class>/`` and
+``DIR/val/<class>/`` (or ``test/``) are the splits; with ``DIR/<class>/`` only, a seeded
+10 % of each class is held out. Hidden folders and files are skipped. Refused, with the
+names: a link that leads a class folder out of the data folder, a class folder without
+images, one class only, and a validation class that training lacks. A folder has no
+single file to hash: its result records the folder, the class names and the counts.
 
-Worker side, :class:`StreamedImages` stands where an array of images would: indexing with
-an array narrows it without reading anything; slicing a range of rows decodes just those
-files (Pillow, as RGB), resizes them and lays them out as the model takes them, the time
-counted in :data:`LOADING` (data loading apart from compute). A file that cannot be
-decoded raises :class:`UnreadableImage`, which names it.
+Worker side, :class:`StreamedImages` stands where an array of images would: indexing
+with an array narrows it without reading anything; slicing a range of rows decodes just
+those files (Pillow, as RGB), resizes them and lays them out as the model takes them,
+the time counted in :data:`LOADING`.
 
 Only numpy, Pillow and the standard library: this runs under every environment.
 """
@@ -54,14 +49,8 @@ class LoadingClock:
     seconds: float = 0.0
     images: int = 0
 
-    def reset(self) -> None:
-        self.seconds, self.images = 0.0, 0
-
 
 LOADING = LoadingClock()
-
-
-# ----------------------------------------------------------------- parent side
 
 
 @dataclass(frozen=True)
@@ -108,10 +97,15 @@ def scan(
     index = {name: i for i, name in enumerate(classes)}
 
     def files(folder: Path) -> List[Tuple[str, int]]:
+        """The images of each class folder, sorted; hidden files (``._x.jpg``) left out."""
         out = []
         for name in classes:
             if (folder / name).is_dir():
-                out += [(path, index[name]) for path in image_files(folder / name)]
+                out += [
+                    (str(path), index[name])
+                    for path in sorted((folder / name).iterdir())
+                    if path.suffix.lower() in EXTENSIONS and not path.name.startswith(".")
+                ]
         return out
 
     if split:
@@ -139,7 +133,9 @@ def class_folders(base: Path, root: Path, name: str = "folder") -> List[str]:
             continue
         if path.name.startswith("."):
             hidden.append(path.name)
-        elif path.is_symlink() and not _within(path.resolve(), inside):
+        elif path.is_symlink() and not any(
+            path.resolve() == folder or folder in path.resolve().parents for folder in inside
+        ):
             leaving.append(f"{path.name} -> {path.resolve()}")
         else:
             classes.append(path.name)
@@ -152,19 +148,6 @@ def class_folders(base: Path, root: Path, name: str = "folder") -> List[str]:
             "Copy (or move) the images into the folder, or remove the links."
         )
     return classes
-
-
-def _within(path: Path, folders: set) -> bool:
-    return any(path == folder or folder in path.parents for folder in folders)
-
-
-def image_files(folder: Path) -> List[str]:
-    """The images of one class folder, sorted; hidden files (``._x.jpg``) left out."""
-    return [
-        str(path)
-        for path in sorted(folder.iterdir())
-        if path.suffix.lower() in EXTENSIONS and not path.name.startswith(".")
-    ]
 
 
 def _require_known_classes(
@@ -241,9 +224,13 @@ def canonical_folder(dataset: str) -> str:
     return FOLDER_PREFIX + path
 
 
-def require_pillow() -> None:
-    """Pillow decodes the images (in the worker); refuse early where this harness lacks it."""
-    try:
+def folder_arrays(
+    dataset: str, image_size: Optional[Tuple[int, int]], model_shape: Optional[Tuple[int, ...]],
+    seed: int,
+) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:  # fmt: skip
+    """Paths and labels of ``folder:PATH``, shuffled (seeded) so that a cut keeps every
+    class; with the source text, the class count and the (H, W, 3) images become."""
+    try:  # the worker decodes the images with Pillow: refuse early where the harness lacks it
         import PIL  # noqa: F401
     except ImportError:
         raise DataUnavailable(
@@ -251,15 +238,6 @@ def require_pillow() -> None:
             "(pip install pillow, or scripts/setup_envs.sh) in the harness and in each "
             "backend's environment."
         ) from None
-
-
-def folder_arrays(
-    dataset: str, image_size: Optional[Tuple[int, int]], model_shape: Optional[Tuple[int, ...]],
-    seed: int,
-) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:  # fmt: skip
-    """Paths and labels of ``folder:PATH``, shuffled (seeded) so that a cut keeps every
-    class; with the source text, the class count and the (H, W, 3) images become."""
-    require_pillow()
     path = canonical_folder(dataset)[len(FOLDER_PREFIX) :]
     listing = scan(Path(path), seed=seed, name=f"folder {path}")
     arrays = listing_arrays(listing, seed)
@@ -273,9 +251,6 @@ def folder_arrays(
     shown = ", ".join(classes[:8]) + (f", ... ({len(classes)} in all)" if len(classes) > 8 else "")
     source = f"{listing.source}; classes {shown}"
     return arrays, source, len(classes), (size[0], size[1], 3)
-
-
-# ----------------------------------------------------------------- worker side
 
 
 class StreamedImages:

@@ -1,17 +1,11 @@
 """``python3 -m kbench.setup [TARGET ...]``: create kbench's environments and the system
 packages its tests use, on Linux, macOS or Windows, with nothing installed beforehand.
+Every entry point calls it (``scripts/setup_envs.sh``, ``scripts/kbench`` and their
+Windows ``.cmd`` twins), from the checkout, under any Python 3.9+.
 
-Every entry point calls this: ``scripts/setup_envs.sh`` and ``scripts/kbench`` (bash),
-``scripts\\setup_envs.cmd`` and ``scripts\\kbench.cmd`` (Windows). Run it from the
-checkout (or with the checkout on PYTHONPATH), under any Python 3.9+.
-
-The environments are built by :mod:`kbench.setup.envs`. The system packages are
-installed here (:func:`install`): Debian's Fashion-MNIST files (``data``), headless
-Chromium for the report rendering test (``browser``), a C compiler for the GPU tests'
-stand-in libraries (``compiler``) and a one-node Slurm cluster's daemons for the tests
-of sweeps on Slurm (``slurm``). On Linux with ``apt-get``, run as root, each is
-installed through apt (once: a failed attempt is logged, never fatal). Anywhere else
-the log says what to install by hand, and what kbench does without it.
+The system packages (:data:`PACKAGES`) are installed through apt on Linux with
+``apt-get``, as root (once: a failed attempt is logged, never fatal); anywhere else the
+log says what to install by hand, and what kbench does without it.
 """
 
 from __future__ import annotations

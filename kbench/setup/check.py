@@ -1,17 +1,12 @@
 """``python3 -m kbench.setup --check``: whether each environment holds what its plan
 says, before the first GPU run.
 
-For each environment under ``KBENCH_ENVS_DIR`` (default ``envs/``), its own interpreter
-runs :mod:`kbench.setup.probe` (one child process per framework, with the library path its
-workers get) and :func:`judge` holds the report against the plan of the environment's
-kind. Wrong: in a GPU environment, a CPU build or a CUDA build of another major version
-than the plan's; CUDA libraries of more than one major version; files owned by two
-distributions with different contents (one overwrote the other); shared libraries that
-``ldd`` cannot find, except ``libcuda.so.1`` ("needs the NVIDIA driver"). It also says
-which driver the CUDA builds need and whether the one here fits.
-
-Every finding is a line of text; :func:`check` returns them with the problems, and the
-command exits 1 when there is any. Standard library only.
+Each environment's own interpreter runs :mod:`kbench.setup.probe` (one child process per
+framework, with its workers' library path), and :func:`judge` holds the report against
+the plan. Wrong: in a GPU environment, a CPU build or a CUDA build of another major
+version; CUDA libraries of two majors; files two distributions overwrote; shared
+libraries ``ldd`` cannot find, except ``libcuda.so.1`` ("needs the NVIDIA driver"). It
+also says which driver the CUDA builds need and whether the one here fits.
 """
 
 from __future__ import annotations
@@ -45,7 +40,7 @@ class CheckError(RuntimeError):
 
 @dataclass
 class Verdict:
-    """What the check says about one environment: lines to show, and what is wrong."""
+    """The lines to show, and what is wrong."""
 
     lines: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
@@ -53,11 +48,6 @@ class Verdict:
     def wrong(self, text: str) -> None:
         self.problems.append(text)
         self.lines.append(f"  WRONG: {text}")
-
-
-def probe_command(python: Path) -> List[str]:
-    """How to run the probe with ``python`` (any interpreter; it needs no kbench)."""
-    return [str(python), str(PROBE)]
 
 
 def run_probe(
@@ -72,9 +62,8 @@ def run_probe(
     with tempfile.TemporaryDirectory(prefix="kbench-check-") as home:
         env["KERAS_HOME"] = home
         done = subprocess.run(
-            probe_command(python) + list(frameworks), env=env, cwd=home, capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
+            [str(python), str(PROBE), *frameworks], env=env, cwd=home, capture_output=True,
+            text=True, timeout=PROBE_TIMEOUT_S,
         )  # fmt: skip
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("{"):
@@ -105,10 +94,6 @@ def framework_cuda(facts: Mapping[str, Any]) -> Tuple[Optional[bool], Optional[s
     if not facts.get("imported"):
         return None, None
     return bool(build.get("cuda")), build.get("cuda") or None
-
-
-def major_of(version: Optional[str]) -> Optional[str]:
-    return version.split(".")[0] if version else None
 
 
 def driver_present(report: Mapping[str, Any]) -> bool:
@@ -155,7 +140,6 @@ def judge_framework(
     name: str, facts: Optional[Mapping[str, Any]], wanted: EnvironmentPlan,
     has_driver: bool, verdict: Verdict,
 ) -> None:  # fmt: skip
-    """Add the framework's line, and what is wrong with it, to ``verdict``."""
     if facts is None:
         verdict.wrong(f"{name} is not installed in {wanted.name}; expected it there "
                       "(run the set-up again)")  # fmt: skip
@@ -180,7 +164,7 @@ def judge_framework(
             "extra-index-url) that holds it, take it out (or set PIP_FIND_LINKS= for the "
             "set-up), and run the set-up again"
         )
-    elif is_cuda and major_of(version) not in (None, wanted.cuda):
+    elif is_cuda and version and version.split(".")[0] != wanted.cuda:
         verdict.wrong(
             f"{name} {facts.get('version')} is built for CUDA {version}; the "
             f"{wanted.name} environment's plan is CUDA {wanted.cuda} for every framework "
@@ -276,7 +260,6 @@ def judge_driver(report: Mapping[str, Any], verdict: Verdict) -> None:
 
 
 def judge(report: Mapping[str, Any], wanted: EnvironmentPlan) -> Verdict:
-    """Hold a probe report against ``wanted``: the lines to show and what is wrong."""
     python = report.get("python") or {}
     planned = f"CUDA {wanted.cuda}" if wanted.cuda else "CPU"
     verdict = Verdict([
@@ -294,13 +277,10 @@ def judge(report: Mapping[str, Any], wanted: EnvironmentPlan) -> Verdict:
     return verdict
 
 
-def check_environment(
-    env_dir: Path, wanted: EnvironmentPlan, environ: Mapping[str, str] = os.environ
-) -> Verdict:
-    """Probe the environment at ``env_dir`` and judge it against ``wanted``."""
+def check_environment(env_dir: Path, wanted: EnvironmentPlan) -> Verdict:
     python = venv_python(env_dir, wanted.platform.system)
     try:
-        report = run_probe(env_dir, python, environ)
+        report = run_probe(env_dir, python)
     except (CheckError, OSError, subprocess.SubprocessError) as err:
         verdict = Verdict([f"{wanted.name}: {env_dir}"])
         verdict.wrong(str(err))

@@ -1,19 +1,12 @@
-"""CUDA facts the set-up plans and checks with: which CUDA major version a pinned wheel
-needs (read off its metadata), and which NVIDIA driver a CUDA version needs.
+"""CUDA facts the set-up plans and checks with (standard library only).
 
-A wheel says which CUDA it is built for through the libraries it requires:
-``nvidia-cudnn-cu12`` (the ``-cuNN`` suffix), ``cuda-toolkit==13.0.3`` (the version),
-or its own name (``jax-cuda12-plugin``, ``mxnet-cu112``). :func:`cuda_majors` follows a
-requirement through the metadata of the wheels it pulls in (``Requires-Dist``, extras
-included) and collects those majors; one environment must end with one.
-
-Driver minimums are NVIDIA's (CUDA Toolkit release notes, "CUDA Toolkit and
-Corresponding Driver Versions", Linux x86-64): a driver runs every CUDA release of its
-own major version and older ("minor version compatibility", from the first minimum
-below), and a release's own driver (the second table) is needed only for features such
-as PTX JIT of newer code.
-
-Standard library only.
+A wheel says which CUDA it is built for through the libraries it requires
+(``nvidia-cudnn-cu12``, ``cuda-toolkit==13.0.3``) or its own name (``jax-cuda12-plugin``,
+``mxnet-cu112``); :func:`cuda_majors` follows a requirement through the wheels' metadata
+(``Requires-Dist``, extras included) and collects those majors: one environment must end
+with one. Driver minimums are NVIDIA's (CUDA Toolkit release notes, Linux x86-64): a
+driver runs every release of its own major version and older; a release's own driver is
+needed only for features such as PTX JIT of newer code.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """What each system can install: the requirements of kbench's two environments per
-platform and build kind, what a platform cannot have and why, where a virtual
-environment keeps its interpreter, and the folders its workers' dynamic loader must search.
+platform (``sys.platform`` with ``platform.machine()``) and build kind (``cpu``, ``gpu``:
+CUDA builds) as an :class:`EnvironmentPlan`, or why the platform cannot have it
+(``benchmarks/resolve_platforms.py`` checks the wheels against PyPI).
 
-A platform is ``sys.platform`` with ``platform.machine()`` (Linux x86-64 or aarch64, macOS
-x86-64 or arm64, Windows AMD64). Each environment (``keras3``, ``mxnet``) of each kind
-(``cpu``, ``gpu``: CUDA builds) is planned for one platform as an :class:`EnvironmentPlan`:
-the pip requirements, or why the platform cannot have it, and notes for the user. Which
-wheels exist where is checked against PyPI by ``benchmarks/resolve_platforms.py``.
-
-A GPU environment on Linux is built for one CUDA major version (``EnvironmentPlan.cuda``),
-every framework pinned to a build for it: pip sees no conflict between
-``nvidia-cudnn-cu12`` and ``nvidia-cudnn-cu13``, so two CUDA versions in one environment
-overwrite each other's libraries without a word (``tests/test_setup_cuda.py`` checks the
-pins against the wheels' metadata). keras3 gets CUDA 12; mxnet CUDA 11: ``mxnet-cu112``
-links ``libcudnn.so.8``, ``libcudart.so.11.0`` and seven more, ships none of them, and has
-no run path to where PyPI's CUDA 11 wheels put them (``site-packages/nvidia/<lib>/lib``).
-The set-up records those folders in ``.kbench-library-path`` (:func:`record_library_folders`)
-and whatever starts a worker there puts them in front of its ``LD_LIBRARY_PATH``
-(:func:`loader_environment`); nothing in site-packages changes.
+A GPU environment on Linux is built for one CUDA major version, every framework pinned
+to a build for it: pip sees no conflict between ``nvidia-cudnn-cu12`` and ``-cu13``,
+which overwrite each other's libraries (``tests/test_setup_cuda.py`` checks the pins).
+keras3 gets CUDA 12; mxnet CUDA 11: ``mxnet-cu112`` links CUDA 11 libraries that it does
+not ship and has no run path to where PyPI's CUDA 11 wheels put them, so the set-up
+records those folders in ``.kbench-library-path`` and a worker's ``LD_LIBRARY_PATH``
+starts with them (:func:`loader_environment`); nothing in site-packages changes.
 
 Standard library only: this runs before any environment exists.
 """
@@ -118,36 +110,24 @@ def venv_python(env_dir: Path, system: Optional[str] = None) -> Path:
 LIBRARY_PATH_FILE = ".kbench-library-path"
 
 
-def installed_library_folders(env_dir: Path) -> List[Path]:
-    """The ``lib`` folders of the ``nvidia-*`` wheels installed in ``env_dir``."""
+def record_library_folders(env_dir: Path) -> List[Path]:
+    """Write ``.kbench-library-path`` listing the ``lib`` folders of the ``nvidia-*`` wheels
+    installed in ``env_dir``; return them."""
     found = sorted(Path(env_dir).glob("lib/python3*/site-packages/nvidia/*/lib"))
     found += sorted(Path(env_dir).glob("Lib/site-packages/nvidia/*/lib"))  # Windows
-    return [folder for folder in found if folder.is_dir()]
-
-
-def record_library_folders(env_dir: Path) -> List[Path]:
-    """Write ``.kbench-library-path`` listing the installed ``nvidia-*`` lib folders;
-    return them."""
-    folders = installed_library_folders(env_dir)
+    folders = [folder for folder in found if folder.is_dir()]
     lines = [str(folder.relative_to(env_dir)) for folder in folders]
     (Path(env_dir) / LIBRARY_PATH_FILE).write_text("".join(f"{line}\n" for line in lines))
     return folders
-
-
-def library_folders(env_dir: Path) -> List[Path]:
-    """The folders recorded for ``env_dir`` (absolute); none without the file."""
-    recorded = Path(env_dir) / LIBRARY_PATH_FILE
-    if not recorded.is_file():
-        return []
-    lines = [line.strip() for line in recorded.read_text().splitlines() if line.strip()]
-    return [Path(env_dir) / line for line in lines]
 
 
 def loader_environment(env: Mapping[str, str], env_dir: Path) -> Dict[str, str]:
     """``env`` with ``env_dir``'s recorded library folders in front of ``LD_LIBRARY_PATH``
     (unchanged when it has none)."""
     result = dict(env)
-    folders = [str(folder) for folder in library_folders(env_dir)]
+    recorded = Path(env_dir) / LIBRARY_PATH_FILE
+    lines = recorded.read_text().splitlines() if recorded.is_file() else []
+    folders = [str(Path(env_dir) / line.strip()) for line in lines if line.strip()]
     if folders:
         kept = [part for part in result.get("LD_LIBRARY_PATH", "").split(os.pathsep) if part]
         result["LD_LIBRARY_PATH"] = os.pathsep.join(folders + kept)
