@@ -20,8 +20,7 @@ from kbench.measure.sysinfo import cpu_features
 
 
 def optimizer_name(model: Any) -> str:
-    """The scope the optimizer's update runs under; "" for a model never compiled
-    (inference)."""
+    """The scope the optimizer's update runs under; "" for a model never compiled."""
     optimizer = getattr(model, "optimizer", None)
     return optimizer.name if optimizer is not None else ""
 
@@ -38,9 +37,8 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def kept_out(modules: List[str]) -> Iterator[List[str]]:
-    """While inside, ``import`` of any of ``modules`` not yet imported raises ImportError
-    (what a guarded ``try: import ... except ImportError`` expects); yields the ones
-    kept out."""
+    """While inside, importing any of ``modules`` not yet imported raises ImportError (what a
+    guarded import expects); yields the ones kept out."""
     skipped = [m for m in modules if m not in sys.modules]
     for module in skipped:
         sys.modules[module] = None
@@ -121,14 +119,11 @@ def seed_and_find(seed: int) -> Callable[[Any], None]:
 
 @contextlib.contextmanager
 def numpy_draws(keras: Any) -> Iterator[None]:
-    """While inside, Keras 3's initializers draw from NumPy, not from the backend: values
-    of the same shape and dtype, at the initializer's scale (a truncated normal drawn
-    untruncated), not those Keras would draw from its seed; for weights that are replaced
-    before use or never read. On JAX each of Keras' own draws compiles an XLA computation
-    per weight shape: building the zoo's twelve models took 55.5 s, 4.6 s with NumPy's
-    draws (benchmarks/cheap_init.py, 2 cores). The draws are those of Keras' private
-    ``keras.src.backend.random``, looked up by name: a Keras without them builds as usual.
-    """
+    """While inside, Keras 3's initializers draw from NumPy (same shape, dtype and scale,
+    a truncated normal untruncated), for weights replaced before use or never read: on JAX
+    each of Keras' own draws compiles per weight shape (the zoo's twelve models: 55.5 s,
+    4.6 s with NumPy, benchmarks/cheap_init.py). Keras' private ``keras.src.backend.random``
+    draws are looked up by name: a Keras without them builds as usual."""
     rng = np.random.default_rng(0)
 
     def normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None):
@@ -158,9 +153,8 @@ def numpy_draws(keras: Any) -> Iterator[None]:
 
 
 class Keras3Backend(KerasBackend):
-    # The OPTIONAL_IMPORTS this backend does not need are kept out while the framework
-    # loads (TensorFlow's own import loads Keras too); TensorFlow too, on JAX and PyTorch,
-    # while the generators are seeded.
+    # kept out: the OPTIONAL_IMPORTS it does not need while the framework loads, and
+    # TensorFlow on JAX and PyTorch while the generators are seeded
     imports_skipped: List[str] = []
 
     def start(self, *args: Any, **kwargs: Any) -> None:
@@ -178,10 +172,8 @@ class Keras3Backend(KerasBackend):
         return numpy_draws(self.keras)
 
     def seed(self, seed: int) -> None:
-        # Python's, numpy's and the backend's generators. Keras seeds TensorFlow's too
-        # whatever the backend, importing it (3-4 s) where it is installed; on JAX and
-        # PyTorch TensorFlow is seeded instead when something first imports it (a user's
-        # model may), so that a run that never uses it does not pay for it.
+        # Keras seeds TensorFlow too whatever the backend, importing it (3-4 s): on JAX and
+        # PyTorch it is seeded instead when something (a user's model) first imports it
         AfterFirstImport.disarm_all()  # armed by a warm worker's earlier task
         outside = ["tensorflow"] if self.name != "tensorflow" else []
         with kept_out(outside) as skipped:
@@ -231,8 +223,7 @@ class TensorFlowBackend(Keras3Backend):
     onednn: Optional[bool] = None
 
     def start(self, data_format: str, device: str = "auto", **kwargs: Any) -> None:
-        """TF_ENABLE_ONEDNN_OPTS is read once, when TensorFlow starts: set it first
-        (:func:`kbench.backends.kernels.plan_onednn`), then check what TensorFlow did."""
+        """Set TF_ENABLE_ONEDNN_OPTS, read once as TensorFlow starts, then check what it did."""
         plan = kernels.plan_onednn(
             self.switchboard.value("onednn"), os.environ.get(kernels.ONEDNN_VARIABLE),
             cpu_features(), sys.platform, data_format, device,

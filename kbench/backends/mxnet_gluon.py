@@ -31,14 +31,12 @@ def _enabled(features: Any, name: str) -> bool:
 
 
 def mkldnn_on(features: Any) -> bool:
-    """Whether MXNet runs its MKLDNN (oneDNN) CPU operators: built in, and not turned off
-    by MXNET_MKLDNN_ENABLED=0."""
+    """Whether MXNet runs its MKLDNN (oneDNN) CPU operators: built in and not turned off."""
     return _enabled(features, "MKLDNN") and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0"
 
 
 def mxnet_kernels(features: Any) -> Dict[str, Any]:
-    """MXNet's CPU kernels: its MKLDNN (oneDNN) operators where built in and not turned
-    off by MXNET_MKLDNN_ENABLED=0, else its own; and the BLAS it was built with."""
+    """MXNet's CPU kernels (MKLDNN where :func:`mkldnn_on`, else its own) and its BLAS."""
     built = _enabled(features, "MKLDNN")
     on = mkldnn_on(features)
     blas = {"BLAS_MKL": "MKL", "BLAS_OPEN": "OpenBLAS", "BLAS_ATLAS": "ATLAS",
@@ -66,9 +64,8 @@ class MXNetFramework:
     )
 
     def configure_threads(self) -> Dict[str, Any]:
-        # MXNet reads its thread counts from the environment when it is imported;
-        # the runner sets OMP_NUM_THREADS before the interpreter starts. Unset, MXNet
-        # would use half the cores.
+        # read from the environment as mxnet is imported: the runner sets OMP_NUM_THREADS
+        # before the interpreter starts (unset, MXNet would use half the cores)
         return {
             "framework": {
                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
@@ -76,8 +73,7 @@ class MXNetFramework:
             }
         }
 
-    # MXNet has no per-process fraction. The nearest control is the share of GPU
-    # memory its pool leaves to others, read when mxnet is imported.
+    # no per-process fraction: the nearest is the share of GPU memory its pool leaves
     fraction_variable = "MXNET_GPU_MEM_POOL_RESERVE"
 
     @staticmethod
@@ -104,22 +100,18 @@ class MXNetFramework:
         return mx.context.num_gpus()
 
     def require_gpus(self, wanted: int, visible: int) -> None:
-        """Fail the run, saying how to fix it, when fewer than ``wanted`` GPUs are visible."""
         if wanted <= visible:
             return
         import mxnet as mx
 
-        if mx.runtime.Features().is_enabled("CUDA"):
-            fix = (
-                f"Ask for at most {visible} (--mxnet-gpus {visible}), or make more GPUs "
-                "visible (CUDA_VISIBLE_DEVICES)"
-            )
-        else:
-            fix = (
-                f"This MXNet {mx.__version__} is a CPU build: install its CUDA build "
-                "(KBENCH_GPU=1 scripts/setup_envs.sh mxnet rebuilds envs/mxnet) on a "
-                "machine with GPUs"
-            )
+        fix = (
+            f"Ask for at most {visible} (--mxnet-gpus {visible}), or make more GPUs visible "
+            "(CUDA_VISIBLE_DEVICES)"
+            if mx.runtime.Features().is_enabled("CUDA")
+            else f"This MXNet {mx.__version__} is a CPU build: install its CUDA build "
+            "(KBENCH_GPU=1 scripts/setup_envs.sh mxnet rebuilds envs/mxnet) on a machine "
+            "with GPUs"
+        )
         raise NoGpu(
             f"--mxnet-gpus {wanted}: expected {wanted} GPU(s) visible to MXNet; received "
             f"{visible}. {fix}, or drop --mxnet-gpus to train on {self.name}'s default device."
@@ -130,14 +122,12 @@ class MXNetFramework:
 
         from kbench.profiling import ProfilerUnsupported
 
-        if not mx.runtime.Features().is_enabled("PROFILER"):
-            raise ProfilerUnsupported(
-                f"mxnet {mx.__version__} was built without its profiler "
-                "(mx.runtime.Features(): PROFILER off), so no operator times can be read; "
-                "a wheel built with USE_PROFILER=1 would have them"
-            )
         raise ProfilerUnsupported(
             "this MXNet has its profiler, but kbench does not read MXNet profiles yet"
+            if mx.runtime.Features().is_enabled("PROFILER")
+            else f"mxnet {mx.__version__} was built without its profiler (mx.runtime."
+            "Features(): PROFILER off), so no operator times can be read; a wheel built "
+            "with USE_PROFILER=1 would have them"
         )
 
     def framework_peaks(self) -> List[Dict[str, Any]]:
@@ -248,10 +238,8 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         return net
 
     def refuse_fused_rnn_without_mkldnn(self, name: str) -> None:
-        """MXNet 1.9's RNN operator (Gluon's fused LSTM) has no working CPU path without
-        MKLDNN: its first forward pass stops with ``Check failed: in_data.size() ==
-        num_inputs (4 vs. 3)`` (measured with MXNET_MKLDNN_ENABLED=0). Say so before
-        the model is built."""
+        """MXNet 1.9's RNN operator (Gluon's fused LSTM) has no CPU path without MKLDNN (its
+        first forward pass stops: ``Check failed: in_data.size() == num_inputs (4 vs. 3)``)."""
         on_gpu = self.context.device_type == "gpu"
         if name not in FUSED_RNN_MODELS or on_gpu or mkldnn_on(self.mx.runtime.Features()):
             return
@@ -271,8 +259,6 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         return [int(d) for d in model(self._sample(model)).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        """The count of :data:`~kbench.backends.base.FLOPS_METHOD`, read off the blocks
-        during one forward pass."""
         return counted_flops(model.kbench_flops)
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:

@@ -34,9 +34,8 @@ def mps_available(torch: Any) -> bool:
 
 
 def choose_device(torch: Any, wanted: str = "auto") -> str:
-    """The device PyTorch runs on for ``--device wanted``: ``cpu`` when asked; else
-    ``cuda`` where CUDA sees a GPU, ``mps`` on an Apple GPU, and ``cpu`` without either
-    (``--device gpu`` then fails in :meth:`kbench.backends.base.Backend.start`)."""
+    """The device PyTorch runs on for ``--device wanted``: ``cpu`` when asked, else ``cuda``
+    or ``mps`` where there is one (``--device gpu`` without either fails in ``start``)."""
     if wanted == "cpu":
         return "cpu"
     if torch.cuda.is_available():
@@ -47,13 +46,10 @@ def choose_device(torch: Any, wanted: str = "auto") -> str:
 
 
 def limit_current_device(fraction: float) -> Dict[str, str]:
-    """Cap PyTorch's caching allocator on the one GPU this process uses. That GPU is the
-    current device, chosen before the backend starts (device 0, or ``LOCAL_RANK`` under
-    data-parallel training). Setting the fraction on every GPU would create a CUDA context
-    on each of them and could leave the last one current, putting every rank on one GPU; so
-    only the current device is capped, and it is checked to still be current afterwards.
-    PyTorch takes only a ``float`` (an ``int`` such as ``1`` from a sweep file raises
-    ``TypeError``)."""
+    """Cap PyTorch's caching allocator on the one GPU this process uses, the current device
+    (0, or ``LOCAL_RANK`` under data-parallel training): setting it on every GPU would make
+    a CUDA context on each and could leave the last one current, putting every rank on one
+    GPU. PyTorch takes only a ``float`` (``1`` from a sweep file raises ``TypeError``)."""
     import torch
 
     index = torch.cuda.current_device()
@@ -79,11 +75,9 @@ class TorchFramework:
     requested_device = "auto"
 
     def start(self, data_format: str, device: str = "auto", *args: Any, **kwargs: Any) -> None:
-        """Remember ``--device`` for the device choice, then start as every backend does.
-
-        Keras' torch backend picks its device when it is imported, preferring an Apple
-        GPU (MPS) to everything; ``KERAS_TORCH_DEVICE=cpu`` keeps ``--device cpu`` on the
-        CPU there (CUDA_VISIBLE_DEVICES='' hides CUDA GPUs only)."""
+        """Remember ``--device`` for the device choice. Keras' torch backend picks its device
+        as it is imported, an Apple GPU (MPS) first: ``KERAS_TORCH_DEVICE=cpu`` keeps
+        ``--device cpu`` on the CPU there (CUDA_VISIBLE_DEVICES='' hides CUDA GPUs only)."""
         self.requested_device = device
         if device == "cpu" and "KERAS_TORCH_DEVICE" not in os.environ:
             os.environ["KERAS_TORCH_DEVICE"] = "cpu"  # before Keras is imported
@@ -205,9 +199,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
         self.device = torch.device(choose_device(torch, self.requested_device))
 
     def end_case(self) -> None:
-        """A warm worker's next task starts without the compiled code of the last one
-        (as Keras' clear_session resets dynamo on its torch backend): torch.compile's
-        caches and recompile counts would carry over to a later compiled model."""
+        """Reset torch.compile's caches and recompile counts, as Keras' clear_session does."""
         if "torch._dynamo" in sys.modules:  # imported by torch.compile only
             self.torch._dynamo.reset()
 
@@ -302,8 +294,6 @@ class TorchNativeBackend(TorchFramework, NativePort):
             return [int(d) for d in model(self._sample(model)).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        """The count of :data:`~kbench.backends.base.FLOPS_METHOD`, read off the modules
-        during one forward pass."""
         nn = self.torch.nn
         total = [0]
 

@@ -19,7 +19,7 @@ import tarfile
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Sequence
 
 import numpy as np
 
@@ -35,8 +35,8 @@ class CorruptData(ValueError):
     """A file exists but does not hold what its format promises."""
 
 
-# how numpy and zipfile say an .npz is truncated, damaged or not one (a bad CRC is a
-# BadZipFile, a damaged deflate stream a zlib.error, a missing array a KeyError)
+# how numpy and zipfile say an .npz is truncated, damaged or not one (a bad CRC, a damaged
+# deflate stream, a missing array)
 NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError)
 
 
@@ -56,16 +56,12 @@ def read_idx(path: Path) -> np.ndarray:
     return array.astype(np.int64) if ndim == 1 else array
 
 
-def find_idx(directory: Path, stem: str) -> Optional[Path]:
-    for name in (stem, stem + ".gz"):
-        if (directory / name).is_file():
-            return directory / name
-    return None
-
-
 def idx_directory(directory: Path) -> Arrays:
     """The four MNIST-format IDX files (MNIST, Fashion-MNIST), plain or .gz."""
-    files = {key: find_idx(directory, stem) for key, stem in IDX_FILES.items()}
+    files = {
+        key: next((directory / n for n in (stem, stem + ".gz") if (directory / n).is_file()), None)
+        for key, stem in IDX_FILES.items()
+    }
     missing = [IDX_FILES[key] for key, path in files.items() if path is None]
     if missing:
         raise FileNotFoundError(f"{directory}: missing {', '.join(missing)}")
@@ -130,10 +126,8 @@ _ALLOWED: Dict[tuple, Callable[[], Any]] = {
 
 
 class DataUnpickler(pickle.Unpickler):
-    """An unpickler for data files: dicts, lists, tuples, bytes, strings, numbers and
-    numpy arrays (by numpy's own rebuild functions and ``dtype``); a pickle that names
-    any other class or function is refused (:class:`pickle.UnpicklingError`) before
-    anything of it runs."""
+    """An unpickler for data files: plain data and numpy arrays (by numpy's own rebuild
+    functions); any other class or function a pickle names is refused before it runs."""
 
     def find_class(self, module: str, name: str) -> Any:
         make = _ALLOWED.get((module, name))
@@ -159,20 +153,14 @@ def safe_unpickle(handle: IO[bytes], where: str) -> Any:
         ) from None
 
 
-def _unpickle(handle: IO[bytes], where: str) -> dict:
-    """One CIFAR batch: a dict (``b"data"``, the labels, ``b"batch_label"``, ``b"filenames"``)."""
+def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
+    """(uint8 rows of 3072 values, int64 labels) of one CIFAR batch file, a dict."""
     batch = safe_unpickle(handle, where)
     if not isinstance(batch, dict):
         raise CorruptData(
             f"{where}: expected a CIFAR batch (a dict with b'data' and its labels); "
             f"received {type(batch).__name__}."
         )
-    return batch
-
-
-def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
-    """(uint8 rows of 3072 values, int64 labels) of one CIFAR batch file."""
-    batch = _unpickle(handle, where)
     rows = _batch_array(batch, b"data", np.uint8, where)
     labels = _batch_array(batch, label_key, np.int64, where)
     if rows.ndim != 2 or rows.shape[1] != 3 * 32 * 32 or labels.shape != (len(rows),):
@@ -184,21 +172,15 @@ def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
 
 
 def cifar(directory: Path, variant: str) -> Arrays:
-    """CIFAR-10 or CIFAR-100 in the "python version": the extracted folder or the .tar.gz.
-    ``variant`` is "cifar-10" or "cifar-100". Images are stored as rows of 3072 bytes,
-    channel planes (R, G, B) of 32x32 each."""
-    folder = (
-        directory / f"{variant}-batches-py"
-        if variant == "cifar-10"
-        else (directory / f"{variant}-python")
-    )
+    """CIFAR-10 or CIFAR-100 (``variant``) in the "python version": the extracted folder or
+    the .tar.gz. Images are rows of 3072 bytes, channel planes (R, G, B) of 32x32 each."""
     archive = directory / f"{variant}-python.tar.gz"
     if variant == "cifar-10":
-        train_names, test_names, label_key = (
-            [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels",
-        )  # fmt: skip
+        folder, label_key = directory / "cifar-10-batches-py", b"labels"
+        train_names, test_names = [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"]
     else:
-        train_names, test_names, label_key = ["train"], ["test"], b"fine_labels"
+        folder, label_key = directory / f"{variant}-python", b"fine_labels"
+        train_names, test_names = ["train"], ["test"]
 
     def load(open_member, where: Callable[[str], str]) -> Arrays:
         arrays = {}
