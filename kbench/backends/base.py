@@ -139,7 +139,6 @@ def counted_flops(forward: int) -> Dict[str, Any]:
     return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": FLOPS_METHOD}
 
 
-# Why a GPU memory option is not set when no environment variable expresses it.
 FRACTION_NOT_FROM_OUTSIDE = (
     "not applied: {framework} has no environment variable for it (kbench run sets it from "
     "inside its worker)"
@@ -148,8 +147,7 @@ GROWTH_ON_DEMAND = "not applicable: the allocator grows on demand"
 
 
 def peak_reading(peak_bytes: int, device: str, source: str) -> Dict[str, Any]:
-    """One ``framework_peak`` memory reading: the framework's allocator peak on ``device``,
-    read by ``source``."""
+    """One ``framework_peak`` reading: the framework's allocator peak on ``device``."""
     return {"kind": "framework_peak", "bytes": int(peak_bytes), "device": device, "source": source}
 
 
@@ -157,9 +155,8 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     framework_name: ClassVar[str]  # the framework as messages name it: "TensorFlow"
     memory_default: ClassVar[str]  # what the framework does with GPU memory unless told
-    # The GPU memory options as environment variables the framework reads when it
-    # starts (memory_variables): --gpu-memory-fraction's variable (its value from
-    # fraction_value) and --gpu-memory-growth's (name, value); None: no variable.
+    # The variables the framework reads as it starts (memory_variables) for
+    # --gpu-memory-fraction (value: fraction_value) and --gpu-memory-growth; None: none.
     fraction_variable: ClassVar[Optional[str]] = None
     growth_variable: ClassVar[Optional[Tuple[str, str]]] = None
 
@@ -171,8 +168,7 @@ class Backend(abc.ABC):
         # the inter-op pool, where the framework has one (None: ``threads``, as intra-op)
         self.inter_op_threads = inter_op_threads or threads
         self.gpus = 0
-        # Subclasses apply the switches they have and say so on the board; the rest
-        # are recorded as not applicable (kbench.backends.switches).
+        # subclasses apply the switches they have; the rest are recorded as not applicable
         self.switchboard = SwitchBoard(switches or {}, self.name)
         self.warnings: List[str] = []  # see warn()
         # how float16 training keeps small gradients from underflowing; None: no scaling
@@ -338,8 +334,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def load_framework(self, data_format: str) -> None:
-        """Import the framework (Keras, for Keras backends) and check that it came up
-        with this backend and ``data_format``; raise :class:`BackendMismatch` if not."""
+        """Import the framework; :class:`BackendMismatch` if not this backend and format."""
 
     @abc.abstractmethod
     def framework_info(self) -> Dict[str, Any]:
@@ -378,9 +373,8 @@ class Backend(abc.ABC):
     def fit_epoch(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
     ) -> Dict[str, float]:
-        """Train over ``x`` in order, one batch per step, calling ``clock.batch_begin()``
-        and ``clock.batch_end(logs)`` around each step; the epoch's mean loss and
-        accuracy."""
+        """Train over ``x`` in order, one batch per step, with ``clock.batch_begin()`` and
+        ``clock.batch_end(logs)`` around each; the epoch's mean loss and accuracy."""
 
     @abc.abstractmethod
     def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
@@ -409,8 +403,7 @@ class Backend(abc.ABC):
         self, model: Any, weights: List[Tuple[str, List[np.ndarray]]], source_format: str,
         source_kernel_layout: str = "HWIO",
     ) -> None:  # fmt: skip
-        """Load weights exported by :meth:`get_weights` from a model built in
-        ``source_format`` whose Conv2D kernels are in ``source_kernel_layout``."""
+        """Load :meth:`get_weights`' arrays of a model built in ``source_format``."""
 
     def sync(self) -> None:
         """Wait until the device has finished queued work (no-op where reads already sync)."""

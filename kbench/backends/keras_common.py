@@ -144,8 +144,7 @@ class KerasBackend(Backend):
             keras_version=self.keras.__version__, keras_backend=self.keras.backend.backend(),
             image_data_format=self.keras.backend.image_data_format(),
         )  # fmt: skip
-        # kept out (keras3.OPTIONAL_IMPORTS, TensorFlow while seeding) and, as the run
-        # ends, still not imported: a user's model may import one itself
+        # kept out (keras3.OPTIONAL_IMPORTS) and still not imported as the run ends
         skipped = [m for m in getattr(self, "imports_skipped", None) or [] if m not in sys.modules]
         if skipped:
             info["imports_skipped"] = skipped
@@ -223,9 +222,8 @@ class KerasBackend(Backend):
     def set_weights(
         self, model: Any, weights: Weights, source_format: str, source_kernel_layout: str = "HWIO"
     ) -> None:
-        # Keras' Flatten moves channels last before flattening in either data format, so
-        # Dense kernels need no re-ordering between formats; only Conv2D kernel layouts
-        # differ (keras-mxnet under channels_first).
+        # Keras' Flatten moves channels last in either data format: only Conv2D kernel
+        # layouts differ (keras-mxnet under channels_first)
         layers = [layer for layer in model.layers if layer.get_weights()]
         if len(layers) != len(weights):
             raise ValueError(

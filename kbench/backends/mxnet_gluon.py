@@ -224,7 +224,8 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         net.kbench_spec = kbench_models.MODELS[name]
         net.kbench_input_shape = tuple(input_shape)
         # counted before hybridizing: a hybridized net calls no child block's hooks
-        net.kbench_flops = self.twins.count_flops(net, self._sample(net))
+        sample = self._arrays(np.zeros((1,) + net.kbench_input_shape))
+        net.kbench_flops = self.twins.count_flops(net, sample)
         if self.switchboard.value("hybridize"):
             net.hybridize(**HYBRIDIZE_OPTIONS)
             options = ", ".join(f"{key}={value}" for key, value in HYBRIDIZE_OPTIONS.items())
@@ -251,12 +252,9 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
             "the LSTM into ordinary operators)."
         )
 
-    def _sample(self, model: Any, batch: int = 1) -> Any:
-        shape = (batch,) + model.kbench_input_shape
-        return self.mx.nd.zeros(shape, ctx=self.context)
-
     def output_shape(self, model: Any) -> List[int]:
-        return [int(d) for d in model(self._sample(model)).shape[1:]]
+        sample = self._arrays(np.zeros((1,) + model.kbench_input_shape))
+        return [int(d) for d in model(sample).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
         return counted_flops(model.kbench_flops)

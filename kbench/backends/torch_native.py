@@ -281,17 +281,11 @@ class TorchNativeBackend(TorchFramework, NativePort):
             )
         return model
 
-    def _sample(self, model: Any, batch: int = 1) -> Any:
-        torch = self.torch
-        shape = (batch,) + model.kbench_input_shape
-        if model.kbench_spec.input_kind == "tokens":
-            return torch.zeros(shape, dtype=torch.long, device=self.device)
-        return torch.zeros(shape, dtype=torch.float32, device=self.device)
-
     def output_shape(self, model: Any) -> List[int]:
         model.eval()
         with self.torch.no_grad():
-            return [int(d) for d in model(self._sample(model)).shape[1:]]
+            sample = self._tensors(model, np.zeros((1,) + model.kbench_input_shape))
+            return [int(d) for d in model(sample).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
         nn = self.torch.nn

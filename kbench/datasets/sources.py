@@ -92,7 +92,6 @@ TFDS_NAMES = {
 
 
 def local_places(name: str, data_dir: Optional[str]) -> List[Tuple[str, Path]]:
-    """The directories looked in, in order, each with a name to report."""
     places = [("--data-dir", Path(data_dir))] if data_dir else []
     keras_cache = Path.home() / ".keras" / "datasets" / KERAS_CACHE_SUBDIR.get(name, "")
     places.append(("Keras cache", keras_cache))
@@ -155,10 +154,8 @@ def download(name: str, directory: Path) -> None:
 
 
 def import_tfds() -> Any:
-    """tensorflow_datasets, imported without touching ~/.keras. It imports Keras, which
-    writes keras.json under KERAS_HOME (default ~/.keras) the first time; point that at
-    kbench's cache for this import. Workers get their own KERAS_HOME from the runner
-    whatever this process holds."""
+    """tensorflow_datasets, imported with KERAS_HOME in kbench's cache: it imports Keras,
+    which would write ~/.keras/keras.json (workers get their own KERAS_HOME anyway)."""
     home = cache_dir() / "keras_home_for_tfds"
     home.mkdir(parents=True, exist_ok=True)
     os.environ["KERAS_HOME"] = str(home)
@@ -211,8 +208,7 @@ def canonical_tfds(dataset: str) -> str:
 def tfds_arrays(
     dataset: str, data_dir: Optional[str], image_size: Optional[Tuple[int, int]]
 ) -> Tuple[Arrays, str, Dict[str, Any]]:
-    """The arrays of ``tfds:NAME``, a source text, and the reader's facts (name, version,
-    splits, class count)."""
+    """The arrays of ``tfds:NAME``, a source text, and the reader's facts."""
     name = canonical_tfds(dataset)[len(TFDS_PREFIX) :]
     options = []
     if data_dir:

@@ -64,10 +64,8 @@ class FolderListing:
 def scan(
     root: Path, test_fraction: float = 0.1, seed: int = 0, name: str = "imagenet"
 ) -> FolderListing:
-    """Files and labels of an image-folder data set; classes sorted by folder name. With
-    ``train/`` and ``val/`` (or ``test/``) under ``root`` those are the splits; with class
-    folders directly under ``root``, a seeded ``test_fraction`` of each class is held
-    out."""
+    """Files and labels of an image-folder data set (see the module's docstring); without
+    ``train/`` and ``val/``, a seeded ``test_fraction`` of each class is held out."""
     root = Path(root)
     train_dir = root / "train"
     test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)
@@ -124,8 +122,7 @@ def scan(
 
 
 def class_folders(base: Path, root: Path, name: str = "folder") -> List[str]:
-    """The class folders of ``base``, sorted: hidden ones (``.ipynb_checkpoints``) are
-    skipped and said; a link that leads out of the data folder is refused."""
+    """The class folders of ``base``, sorted; hidden ones are skipped and said."""
     inside = {Path(base).resolve(), Path(root).resolve()}
     classes, hidden, leaving = [], [], []
     for path in sorted(Path(base).iterdir()):
@@ -182,7 +179,6 @@ def _require_images(
 def _hold_out(
     everything: List[Tuple[str, int]], classes: int, test_fraction: float, seed: int
 ) -> Tuple[List[Tuple[str, int]], List[Tuple[str, int]]]:
-    """(train, test): a seeded ``test_fraction`` of each class held out."""
     rng = np.random.default_rng(seed)
     held = set()
     for label in range(classes):
@@ -195,8 +191,7 @@ def _hold_out(
 
 
 def listing_arrays(listing: FolderListing, seed: int) -> Dict[str, np.ndarray]:
-    """Paths and labels as arrays, stored like any prepared data set (no pixels), the
-    classes mixed (seeded) so that a cut keeps them all."""
+    """Paths and labels as arrays, the classes mixed (seeded) so that a cut keeps them all."""
     arrays = {}
     rng = np.random.default_rng(seed)
     for split, items in (("train", listing.train), ("test", listing.test)):
@@ -228,8 +223,8 @@ def folder_arrays(
     dataset: str, image_size: Optional[Tuple[int, int]], model_shape: Optional[Tuple[int, ...]],
     seed: int,
 ) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:  # fmt: skip
-    """Paths and labels of ``folder:PATH``, shuffled (seeded) so that a cut keeps every
-    class; with the source text, the class count and the (H, W, 3) images become."""
+    """Paths and labels of ``folder:PATH`` (:func:`listing_arrays`), the source text, the
+    class count and the (H, W, 3) the images become."""
     try:  # the worker decodes the images with Pillow: refuse early where the harness lacks it
         import PIL  # noqa: F401
     except ImportError:
@@ -306,8 +301,7 @@ class StreamedImages:
 
 
 def _decode_one(image_module: Any, path: str, width: int, height: int) -> np.ndarray:
-    """One file as float32 (height, width, 3) in [0, 1]; :class:`UnreadableImage` naming
-    the file when Pillow cannot decode it (truncated, not an image, too large)."""
+    """One file as float32 (height, width, 3) in [0, 1], else :class:`UnreadableImage`."""
     try:
         with image_module.open(path) as image:
             image = image.convert("RGB").resize((width, height), image_module.BILINEAR)

@@ -36,9 +36,8 @@ DATA_STAMP = ".data-checked"  # in the envs folder: apt-get is tried once per ch
 
 @dataclass(frozen=True)
 class SystemPackage:
-    """One target: what shows it is there, the Debian packages, and what to say elsewhere."""
+    """One target: the Debian packages, and what to say elsewhere."""
 
-    target: str
     debian: Tuple[str, ...]  # apt-get install these
     why: str  # what it is for, in the log line
     elsewhere: str  # what to do without apt (not root, not Debian, not Linux)
@@ -46,20 +45,20 @@ class SystemPackage:
 
 PACKAGES: Dict[str, SystemPackage] = {
     "data": SystemPackage(
-        "data", ("dataset-fashion-mnist",), "Debian's dataset-fashion-mnist",
+        ("dataset-fashion-mnist",), "Debian's dataset-fashion-mnist",
         "Fashion-MNIST comes from the Keras cache or a download",
     ),
     "browser": SystemPackage(
-        "browser", ("chromium",), "Debian's chromium (for the report rendering test)",
+        ("chromium",), "Debian's chromium (for the report rendering test)",
         "install chromium to run the report rendering test",
     ),
     "compiler": SystemPackage(
-        "compiler", ("gcc", "libc6-dev"),
+        ("gcc", "libc6-dev"),
         "Debian's gcc (the GPU tests compile stand-in NVML/CUDA libraries)",
         "install a C compiler (cc) to run the GPU tests",
     ),
     "slurm": SystemPackage(
-        "slurm", ("slurm-wlm", "munge", "slurmdbd", "mariadb-server"),
+        ("slurm-wlm", "munge", "slurmdbd", "mariadb-server"),
         "Debian's slurm-wlm and munge, slurmdbd and MariaDB for sacct (the tests of sweeps "
         "on Slurm start a one-node cluster)",
         "install slurm-wlm and munge (and slurmdbd with MariaDB) to run the tests of sweeps "
@@ -80,11 +79,6 @@ def present(target: str, envs_dir: Path) -> bool:
     return bool(shutil.which("cc") or shutil.which("gcc"))
 
 
-def can_use_apt(where: Platform) -> bool:
-    is_root = getattr(os, "geteuid", lambda: -1)() == 0
-    return where.family == "linux" and is_root and shutil.which("apt-get") is not None
-
-
 def install(target: str, envs_dir: Path, where: Platform, apt: Callable[..., bool]) -> str:
     """Install ``target`` if it is missing: ``present``, ``installed``, ``failed`` or
     ``manual`` (the log said what to install). ``apt`` runs apt-get (replaceable in tests)."""
@@ -94,7 +88,8 @@ def install(target: str, envs_dir: Path, where: Platform, apt: Callable[..., boo
     if target == "data":
         envs_dir.mkdir(parents=True, exist_ok=True)
         (envs_dir / DATA_STAMP).touch()  # try once per checkout, not before every command
-    if not can_use_apt(where):
+    is_root = getattr(os, "geteuid", lambda: -1)() == 0
+    if not (where.family == "linux" and is_root and shutil.which("apt-get")):
         on_linux = where.family == "linux"
         why = "not root or no apt-get" if on_linux else f"no apt-get on {where.label}"
         log.info("%s: %s; %s", target, why, package.elsewhere)
@@ -212,8 +207,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         log.error("%s", err)
         return 1
     except KeyboardInterrupt:
-        log.error("interrupted; run it again to finish (stamps mark "
-                                          "what is done)")  # fmt: skip
+        log.error("interrupted; run it again to finish (stamps mark what is done)")
         return 130
     return 0
 
