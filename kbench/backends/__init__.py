@@ -16,8 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One backend: the environment it runs in, the class that drives it, and how
-    figures show it."""
+    """One backend: the environment it runs in, the class that drives it, how figures show it."""
 
     name: str
     environment: str  # a name under envs/, see kbench.run.environments

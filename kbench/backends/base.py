@@ -178,8 +178,14 @@ class Backend(abc.ABC):
         self, data_format: str, device: str = "auto", gpu_memory_fraction: Optional[float] = None,
         gpu_memory_growth: bool = False,
     ) -> None:  # fmt: skip
-        self.thread_settings = self._limit_cores()
-        self.thread_settings.update(self.configure_threads())
+        self.thread_settings = {
+            "requested": self.threads,
+            "env": kernels.variables(
+                ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+            ),
+            **processes.pin_cores(self.threads),  # when fewer than all cores were asked for
+            **self.configure_threads(),
+        }
         applied = self.configure_memory(gpu_memory_fraction, gpu_memory_growth)
         self.memory_settings = {
             "requested": {
@@ -241,8 +247,7 @@ class Backend(abc.ABC):
         return info
 
     def next_case(self, switches: Dict[str, Any]) -> None:
-        """Before a warm worker's next task: :meth:`end_case`, then apply the task's
-        per-run switches; those read as the framework started stay as they were."""
+        """Before a warm worker's next task: :meth:`end_case`, then the task's per-run switches."""
         self.switchboard = self.switchboard.for_next_run(switches)
         self.loss_scaling = None  # each task's own, as its compile or switches set it
         self.end_case()
@@ -257,21 +262,8 @@ class Backend(abc.ABC):
         log.warning("%s", message)
         self.warnings.append(message)
 
-    def _limit_cores(self) -> Dict[str, Any]:
-        settings: Dict[str, Any] = {
-            "requested": self.threads,
-            "env": {
-                key: os.environ[key]
-                for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-                if key in os.environ
-            },
-        }
-        settings.update(processes.pin_cores(self.threads))  # fewer than all: pinned
-        return settings
-
     def apply_switches(self) -> None:
-        """Apply the switches that act once the framework has started (precision, TF32);
-        build and compile apply those that act on the model."""
+        """Apply the switches that act on the started framework (build and compile: the rest)."""
 
     def apply_tf32(self) -> None:
         """TF32 on GPUs: say what the framework did, or that it does not apply."""
@@ -422,8 +414,7 @@ class Backend(abc.ABC):
         return []
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        """The capture that records ``model``'s operators (kbench.profiling), else
-        :class:`ProfilerUnsupported` saying why."""
+        """The capture of ``model``'s operators, else :class:`ProfilerUnsupported` saying why."""
         raise ProfilerUnsupported(f"{self.name}: kbench reads no operator profiler for it")
 
 

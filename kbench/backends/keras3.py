@@ -51,10 +51,9 @@ def kept_out(modules: List[str]) -> Iterator[List[str]]:
 
 
 class AfterFirstImport(importlib.abc.MetaPathFinder):
-    """On ``sys.meta_path``: calls ``then(module)`` once ``name`` is first imported,
-    right after its own code has run and before the importer gets it. One shot: it
-    leaves ``sys.meta_path`` when the module is loaded, not when it is only looked up
-    (``importlib.util.find_spec``, as libraries ask whether something is installed)."""
+    """On ``sys.meta_path``: calls ``then(module)`` once ``name`` is first imported, right
+    after its code has run. One shot: it leaves when the module is loaded, not when it is
+    only looked up (``importlib.util.find_spec``)."""
 
     def __init__(self, name: str, then: Callable[[Any], None]) -> None:
         self.name, self.then = name, then

@@ -99,8 +99,7 @@ def layer_flops(layer: Any) -> int:
 
 
 def model_flops(model: Any) -> Dict[str, Any]:
-    """FLOPs per sample of a built Keras model (3 or 2.2.4), as
-    :data:`~kbench.backends.base.FLOPS_METHOD` says."""
+    """FLOPs per sample of a built Keras model, as :data:`~kbench.backends.base.FLOPS_METHOD`."""
     return counted_flops(sum(layer_flops(layer) for layer in model.layers))
 
 

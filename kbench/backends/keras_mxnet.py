@@ -78,8 +78,7 @@ def _raised_in_keras(err: TypeError, keras_root: Optional[str]) -> Optional[str]
 
 def transposed_layers(model: Any) -> List[str]:
     """The layers keras-mxnet wraps in transposes under channels_last: convolutions and
-    pooling over images, whose inputs have 4 or more dimensions (global pooling and
-    Flatten reduce without one)."""
+    pooling over 4-D inputs (global pooling and Flatten reduce without one)."""
     names = []
     for layer in model.layers:
         kind = type(layer).__name__

@@ -100,9 +100,8 @@ def plan_onednn(
 
 
 def jit_decides_start(backend: str, data_format: Optional[str]) -> bool:
-    """Whether ``jit_compile`` decides, as the framework starts, if a run can start at
-    all (:func:`nchw_refusal`): TensorFlow in channels_first. Such runs share a warm
-    worker only with runs of the same ``jit_compile`` (``kbench.run.runner.worker_key``)."""
+    """Whether ``jit_compile`` decides if a run can start at all (:func:`nchw_refusal`), so
+    that it shares a warm worker only with runs of the same ``jit_compile``."""
     return backend == "tensorflow" and data_format == "channels_first"
 
 
@@ -123,8 +122,7 @@ def nchw_refusal(
 
 
 def torch_kernels(torch: Any) -> Dict[str, Any]:
-    """PyTorch's CPU kernels: oneDNN (mkldnn) available and on, the ISA its own kernels
-    were dispatched for, and the BLAS and LAPACK it was built with."""
+    """PyTorch's CPU kernels: oneDNN on or off, the ISA dispatched for, its BLAS and LAPACK."""
     config = ""
     try:
         config = torch.__config__.show()
@@ -153,8 +151,7 @@ def torch_kernels(torch: Any) -> Dict[str, Any]:
 
 
 def numpy_blas() -> Dict[str, Any]:
-    """numpy's BLAS (name, version) and, where threadpoolctl is installed, the thread
-    pools loaded in this process (BLAS and OpenMP) with their sizes."""
+    """numpy's BLAS and, with threadpoolctl, the thread pools loaded here and their sizes."""
     import numpy as np
 
     info: Dict[str, Any] = {"numpy": np.__version__, "blas": None}

@@ -124,9 +124,8 @@ class SwitchBoard:
         self.states[name] = SwitchState(self.requested[name], "not applicable", why)
 
     def for_next_run(self, requested: Dict[str, Any]) -> SwitchBoard:
-        """A warm worker's board for its next run: that run's per-run switches, the
-        process's as they are (the same by :func:`kbench.run.runner.worker_key`), with what
-        became of them when the framework started."""
+        """A warm worker's board for its next run: its per-run switches; the process's as
+        they are (the same by :func:`kbench.run.runner.worker_key`), and what became of them."""
         board = SwitchBoard(requested, self.backend)
         changed = [
             name

@@ -71,8 +71,7 @@ DATASETS: Dict[str, DatasetSpec] = {
 
 
 def dataset_spec(name: str) -> DatasetSpec:
-    """A built-in set's spec, or the spec of the user's ``npz:PATH`` arrays (whose kind
-    is whatever the model takes, checked against the arrays by the run's config)."""
+    """A built-in set's spec, or that of the user's ``npz:``, ``folder:`` or ``tfds:`` data."""
     if name.startswith(NPZ_PREFIX):
         return DatasetSpec(name, "any", f"your arrays: {name[len(NPZ_PREFIX) :]}")
     if name.startswith(FOLDER_PREFIX):

@@ -34,7 +34,7 @@ SCAN_VALUES = 1 << 22  # values read at a time when every value of x is checked
 
 @dataclass(frozen=True)
 class NpzFacts:
-    """What an .npz holds, read once: shapes, label range, sample counts and sha256."""
+    """What an .npz holds, read once: shapes, value and label ranges, sha256."""
 
     path: str
     sha256: str
@@ -42,8 +42,6 @@ class NpzFacts:
     x_integer: bool
     x_range: Tuple[float, float]
     label_range: Tuple[int, int]
-    train_samples: int
-    test_samples: int
 
     @property
     def num_classes(self) -> int:
@@ -145,21 +143,6 @@ def _inspect(path: str, mtime_ns: int, size: int) -> NpzFacts:
             f"npz {path}: labels out of range: expected class labels from 0; the labels "
             f"go down to {low}. Shift them (y - y.min()) or drop those samples."
         )
-    _require_classes(path, y_train)
-    ranges = [
-        _value_range(path, f"x_{split}", x) for split, x in (("train", x_train), ("test", x_test))
-    ]
-    return NpzFacts(
-        path=path, sha256=_sha256(path), sample_shape=tuple(int(d) for d in x_train.shape[1:]),
-        x_integer=bool(np.issubdtype(x_train.dtype, np.integer)),
-        x_range=(min(r[0] for r in ranges), max(r[1] for r in ranges)), label_range=(low, high),
-        train_samples=len(x_train), test_samples=len(x_test),
-    )  # fmt: skip
-
-
-def _require_classes(path: str, y_train: np.ndarray) -> None:
-    """Refuse training labels of one class: a classifier of one class is always right,
-    so its accuracy (and a comparison of it) says nothing."""
     classes = np.unique(y_train)
     if len(classes) < 2:
         raise DataUnavailable(
@@ -168,6 +151,14 @@ def _require_classes(path: str, y_train: np.ndarray) -> None:
             "class is right whatever it learns, so its accuracy measures nothing. Add samples "
             "of another class."
         )
+    ranges = [
+        _value_range(path, f"x_{split}", x) for split, x in (("train", x_train), ("test", x_test))
+    ]
+    return NpzFacts(
+        path=path, sha256=_sha256(path), sample_shape=tuple(int(d) for d in x_train.shape[1:]),
+        x_integer=bool(np.issubdtype(x_train.dtype, np.integer)),
+        x_range=(min(r[0] for r in ranges), max(r[1] for r in ranges)), label_range=(low, high),
+    )  # fmt: skip
 
 
 def _value_range(path: str, name: str, x: np.ndarray) -> Tuple[float, float]:

@@ -271,8 +271,7 @@ def token_rows(reviews: Sequence[Sequence[int]], vocabulary: int, length: int) -
 
 
 def _npy_member(archive: zipfile.ZipFile, key: str, where: str) -> np.ndarray:
-    """One array of an .npz; an array of Python objects (lists) read with
-    :class:`DataUnpickler`, never with numpy's unrestricted ``allow_pickle``."""
+    """One array of an .npz; one of Python objects read with :class:`DataUnpickler`."""
     try:
         handle = archive.open(f"{key}.npy")
     except KeyError:

@@ -80,8 +80,8 @@ def present(target: str, envs_dir: Path) -> bool:
 
 
 def install(target: str, envs_dir: Path, where: Platform, apt: Callable[..., bool]) -> str:
-    """Install ``target`` if it is missing: ``present``, ``installed``, ``failed`` or
-    ``manual`` (the log said what to install). ``apt`` runs apt-get (replaceable in tests)."""
+    """Install ``target`` if missing with ``apt``: ``present``, ``installed``, ``failed`` or
+    ``manual`` (the log said what to install)."""
     package = PACKAGES[target]
     if present(target, envs_dir):
         return "present"

@@ -51,9 +51,8 @@ class Verdict:
 
 
 def run_probe(env_dir: Path, python: Path, frameworks: Sequence[str] = ()) -> Dict:
-    """The probe's report for the environment at ``env_dir`` (its interpreter ``python``),
-    run with the library path its workers get and a throw-away KERAS_HOME; ``frameworks``
-    narrows it (default: every framework installed)."""
+    """The probe's report on ``env_dir``, run with its workers' library path and a throw-away
+    KERAS_HOME; ``frameworks`` narrows it (default: every framework installed)."""
     env = loader_environment(os.environ, env_dir)
     env.pop("PYTHONPATH", None)  # the environment as its own, not the checkout's kbench
     with tempfile.TemporaryDirectory(prefix="kbench-check-") as home:

@@ -204,8 +204,7 @@ def make_environment(
 
 
 def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None:
-    """Make the venv, record its kind, pip-install the requirements (and kbench, editable,
-    into keras3), then write the stamp."""
+    """Make the venv, record its kind, pip-install the requirements, then write the stamp."""
     stamp = env_dir / STAMP_FILE
     stamp.unlink(missing_ok=True)
     python = venv_python(env_dir, wanted.platform.system)
@@ -216,8 +215,7 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
     call(pip + ["--upgrade", "pip"], "upgrade pip")
     call(pip + list(wanted.requirements), f"install {wanted.name}'s requirements")
     if wanted.name == "keras3":
-        # The harness runs here: kbench itself, editable, for the `kbench` command.
-        # Workers in any environment import kbench through the runner's PYTHONPATH.
+        # the harness runs here; workers anywhere import kbench through their PYTHONPATH
         call(pip + ["--no-deps", "-e", str(options.root)], "install kbench (editable)")
     if wanted.loader_path:
         folders = record_library_folders(env_dir)
@@ -229,8 +227,7 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
 
 
 def check_build(env_dir: Path, wanted: EnvironmentPlan) -> None:
-    """SetupError with what is wrong in a fresh GPU environment, before the stamp marks it
-    finished."""
+    """SetupError with what is wrong in a fresh GPU environment, before its stamp."""
     log.info("%s: checking the CUDA builds (each framework imported in its own process)",
              wanted.name)  # fmt: skip
     verdict = check.check_environment(env_dir, wanted)

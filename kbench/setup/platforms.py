@@ -98,9 +98,8 @@ class Platform:
 
 
 def venv_python(env_dir: Path, system: Optional[str] = None) -> Path:
-    """The interpreter of the virtual environment ``env_dir`` on ``system``
-    (``sys.platform``; default: this one): ``Scripts\\python.exe`` on Windows,
-    ``bin/python`` elsewhere, as ``venv`` lays them out."""
+    """The interpreter of the venv ``env_dir`` on ``system`` (``sys.platform``, default this
+    one): ``Scripts\\python.exe`` on Windows, ``bin/python`` elsewhere."""
     system = sys.platform if system is None else system
     if Platform(system, "").family == "win32":
         return Path(env_dir) / "Scripts" / "python.exe"
