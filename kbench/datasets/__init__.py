@@ -196,7 +196,8 @@ def _load(
         facts.check_fits(model_kind, num_classes)
         arrays = npz.prepared_arrays(facts.path, model_kind)
         classes = num_classes or facts.num_classes
-        return _Loaded(arrays, facts.source(), model_kind, classes, sha256=facts.sha256)
+        source = f"npz: {facts.path} (sha256 {facts.sha256})"
+        return _Loaded(arrays, source, model_kind, classes, sha256=facts.sha256)
     if dataset == "synthetic":
         classes = num_classes or 10
         arrays = synthetic_arrays(

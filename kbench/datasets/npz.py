@@ -92,9 +92,6 @@ class NpzFacts:
                 "from the labels)."
             )
 
-    def source(self) -> str:
-        return f"npz: {self.path} (sha256 {self.sha256})"
-
 
 def inspect_npz(where: str) -> NpzFacts:
     """Check an .npz (a path, relative to the current folder or absolute)."""

@@ -105,10 +105,6 @@ def _latin1_encode(text: str, encoding: str = "latin1") -> bytes:
     return codecs.encode(text, "latin1")
 
 
-def _numpy(module: str, name: str) -> Callable[[], Any]:
-    return lambda: _numpy_attr(module, name)
-
-
 # (module, name) -> how to get it: what numpy needs to rebuild its arrays, under the
 # module names numpy 1 and numpy 2 write, and the bytes of a Python 3 protocol 2 pickle
 _ALLOWED: Dict[tuple, Callable[[], Any]] = {
@@ -116,7 +112,7 @@ _ALLOWED: Dict[tuple, Callable[[], Any]] = {
     ("numpy", "dtype"): lambda: np.dtype,
     ("_codecs", "encode"): lambda: _latin1_encode,
     **{
-        (f"{package}.{module}", name): _numpy(module, name)
+        (f"{package}.{module}", name): lambda module=module, name=name: _numpy_attr(module, name)
         for package in ("numpy.core", "numpy._core")
         for module, name in (
             ("multiarray", "_reconstruct"), ("multiarray", "scalar"), ("numeric", "_frombuffer"),

@@ -55,7 +55,7 @@ class DataUnavailable(RuntimeError):
     """A real data set could not be found or fetched; the message says how to get it."""
 
 
-# name -> (reader of a directory, its sub-folder in the Keras cache, downloads, tfds name)
+# name -> the reader of a directory, what it expects there, its Keras cache folder, downloads
 READERS: Dict[str, Callable[[Path], Arrays]] = {
     "fashion_mnist": readers.idx_directory,
     "mnist": lambda d: (
@@ -85,10 +85,7 @@ DOWNLOADS: Dict[str, List[Tuple[str, str]]] = {
     "cifar100": [(CIFAR_URL + "cifar-100-python.tar.gz", "cifar-100-python.tar.gz")],
     "imdb": [(KERAS_URL + "imdb.npz", "imdb.npz")],
 }
-TFDS_NAMES = {
-    "mnist": "mnist", "fashion_mnist": "fashion_mnist", "cifar10": "cifar10",
-    "cifar100": "cifar100",
-}  # fmt: skip
+TFDS_SETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")  # tfds has them by these names
 
 
 def local_places(name: str, data_dir: Optional[str]) -> List[Tuple[str, Path]]:
@@ -119,9 +116,9 @@ def load(name: str, data_dir: Optional[str] = None) -> Tuple[Arrays, str]:
         log.debug("%s from %s (%s)", name, label, directory)
         return arrays, f"{label}: {directory}"
 
-    if name in TFDS_NAMES:
+    if name in TFDS_SETS:
         try:
-            return from_tfds(TFDS_NAMES[name]), f"tensorflow-datasets: {TFDS_NAMES[name]}"
+            return from_tfds(name), f"tensorflow-datasets: {name}"
         except Exception as err:  # not installed, not prepared: try the next place
             tried.append(f"tensorflow-datasets ({type(err).__name__}: {str(err)[:120]})")
 

@@ -23,13 +23,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from kbench.datasets.sources import import_tfds
+from kbench.datasets.sources import DataUnavailable, import_tfds
 
 TEST_SPLITS = ("test", "validation")
-
-
-class TfdsRefusal(RuntimeError):
-    """A tfds data set kbench cannot read; the message says why and the fix."""
 
 
 def check_name(tfds: Any, name: str) -> None:
@@ -39,7 +35,7 @@ def check_name(tfds: Any, name: str) -> None:
     if base in known:
         return
     close = difflib.get_close_matches(base, known, n=4, cutoff=0.6)
-    raise TfdsRefusal(
+    raise DataUnavailable(
         f"tfds:{name}: tensorflow-datasets {tfds.__version__} has no data set {base!r}"
         + (f"; close names: {', '.join(close)}" if close else "")
         + ". `python -c 'import tensorflow_datasets as t; print(t.list_builders())'` lists them."
@@ -58,12 +54,12 @@ def read_tfds(
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except Exception as err:
-        raise TfdsRefusal(f"tfds:{name}: {type(err).__name__}: {err}") from None
+        raise DataUnavailable(f"tfds:{name}: {type(err).__name__}: {err}") from None
     info = builder.info
     keys = getattr(info, "supervised_keys", None)
     label = info.features[keys[1]] if keys else None
     if keys is None or not hasattr(label, "num_classes"):
-        raise TfdsRefusal(
+        raise DataUnavailable(
             f"tfds:{name}: expected an image-classification set (supervised keys image, "
             f"label with a class count); its features are {info.features}."
         )
@@ -72,7 +68,7 @@ def read_tfds(
     splits = list(info.splits.keys()) or ["train", "test"]
     test = next((s for s in TEST_SPLITS if s in splits), None)
     if "train" not in splits or test is None:
-        raise TfdsRefusal(
+        raise DataUnavailable(
             f"tfds:{name}: expected a 'train' split and a 'test' or 'validation' split; it "
             f"has {', '.join(splits) or 'none'}."
         )
@@ -81,7 +77,7 @@ def read_tfds(
         try:
             dataset = builder.as_dataset(split=tfds_split, as_supervised=True)
         except Exception as err:
-            raise TfdsRefusal(
+            raise DataUnavailable(
                 f"tfds:{name}: not prepared in {data_dir or 'tfds data directory'} "
                 f"({type(err).__name__}: {' '.join(str(err).split())[:200]}). kbench never "
                 f"downloads through tfds: prepare it once (tfds build {name.split(':')[0]}, "
@@ -96,7 +92,7 @@ def read_tfds(
         try:
             parts = list(tfds.as_numpy(dataset.batch(batch)))
         except Exception as err:  # images of several sizes cannot be batched
-            raise TfdsRefusal(
+            raise DataUnavailable(
                 f"tfds:{name}: its images cannot be stacked ({type(err).__name__}); they "
                 "differ in size. Pass --image-size HxW to resize them."
             ) from None
@@ -114,24 +110,20 @@ def read_tfds(
     return arrays, facts
 
 
-def _parse(argv: List[str]) -> argparse.Namespace:
+def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kbench.datasets.tfds_reader")
     parser.add_argument("name")
     parser.add_argument("out")
     parser.add_argument("batch", nargs="?", type=int, default=4096)
     parser.add_argument("--data-dir")
     parser.add_argument("--size", type=lambda text: tuple(int(d) for d in text.split("x")))
-    return parser.parse_args(argv)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    options = _parse(sys.argv[1:] if argv is None else argv)
+    options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     out = options.out
     try:
         arrays, facts = read_tfds(options.name, options.batch, options.data_dir, options.size)
     except Exception as err:  # not installed, not prepared: the parent says so or looks on
         message = " ".join(str(err).split())[:600]
-        prefix = "" if isinstance(err, TfdsRefusal) else f"{type(err).__name__}: "
+        prefix = "" if isinstance(err, DataUnavailable) else f"{type(err).__name__}: "
         sys.stderr.write(f"{prefix}{message}\n")
         return 1
     with open(out, "wb") as handle:

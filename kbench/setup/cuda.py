@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Dict, Mapping, Optional, Sequence, Set, Tuple
 
+from kbench.setup.probe import normalize
+
 # the oldest Linux driver that runs any release of a CUDA major version
 DRIVER_MINIMUM = {"10": "410.48", "11": "450.80.02", "12": "525.60.13", "13": "580.65.06"}
 # the driver each release shipped with (what it needs for everything, PTX JIT included)
@@ -25,10 +27,6 @@ DRIVER_OF_RELEASE = {
 _CU_NAME = re.compile(r"^(?:nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)-cu(\d+)$")
 _OWN_NAME = re.compile(r"^(?:jax-cuda(\d+)-(?:plugin|pjrt)|mxnet-cu(\d+)\d)$")
 _VERSIONED = ("cuda-toolkit", "cuda-bindings")  # their version is the CUDA version
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def parse_requirement(line: str) -> Tuple[str, Tuple[str, ...], str, str]:

@@ -191,9 +191,20 @@ def plan(
         raise ValueError(
             f"kind {kind!r}: expected cpu (CPU builds) or gpu (CUDA builds); received {kind!r}."
         )
-    if name == "keras3":
-        return _keras3(kind, where)
-    return _mxnet(kind, where, mxnet_wheel)
+    wheel = mxnet_wheel or DEFAULT_MXNET_CUDA_WHEEL
+    if name == "mxnet" and wheel not in MXNET_CUDA_WHEELS:
+        raise ValueError(
+            f"KBENCH_MXNET_WHEEL={wheel}: expected one of MXNet {MXNET_VERSION}'s CUDA builds "
+            f"({', '.join(MXNET_CUDA_WHEELS)}); pick the one for your CUDA release."
+        )
+    if where.family not in ("linux", "darwin", "win32") or where.arch not in ("x86_64", "arm64"):
+        unknown = (
+            f"kbench has no environment spec for {where.system} on {where.machine}: expected "
+            "Linux (x86-64, aarch64), macOS (x86-64, arm64) or Windows (AMD64); set "
+            "KBENCH_PYTHON_<BACKEND> to an interpreter you installed the frameworks into"
+        )
+        return EnvironmentPlan(name, kind, where, unavailable=unknown)
+    return _keras3(kind, where) if name == "keras3" else _mxnet(kind, where, wheel)
 
 
 def unsupported_reason(name: str, where: Optional[Platform] = None) -> Optional[str]:
@@ -206,8 +217,6 @@ def unsupported_reason(name: str, where: Optional[Platform] = None) -> Optional[
 def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
     family, arch = where.family, where.arch
     notes: Tuple[str, ...] = ()
-    if family not in ("linux", "darwin", "win32") or arch not in ("x86_64", "arm64"):
-        return EnvironmentPlan("keras3", kind, where, unavailable=_unknown(where))
     if kind == "cpu":
         # tensorflow-cpu has wheels for Linux x86-64 and Windows only; elsewhere the
         # plain tensorflow wheel is the CPU build (macOS, Linux aarch64)
@@ -242,18 +251,10 @@ def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
     )
 
 
-def _mxnet(kind: str, where: Platform, mxnet_wheel: Optional[str]) -> EnvironmentPlan:
+def _mxnet(kind: str, where: Platform, wheel: str) -> EnvironmentPlan:
     family, arch = where.family, where.arch
-    wheel = mxnet_wheel or DEFAULT_MXNET_CUDA_WHEEL
-    if wheel not in MXNET_CUDA_WHEELS:
-        raise ValueError(
-            f"KBENCH_MXNET_WHEEL={wheel}: expected one of MXNet {MXNET_VERSION}'s CUDA builds "
-            f"({', '.join(MXNET_CUDA_WHEELS)}); pick the one for your CUDA release."
-        )
     if (family, arch) in MXNET_UNAVAILABLE:
         return EnvironmentPlan("mxnet", kind, where, unavailable=MXNET_UNAVAILABLE[family, arch])
-    if family not in ("linux", "darwin", "win32") or arch not in ("x86_64", "arm64"):
-        return EnvironmentPlan("mxnet", kind, where, unavailable=_unknown(where))
     if kind == "gpu" and not (family, arch) == ("linux", "x86_64"):
         return EnvironmentPlan("mxnet", kind, where, unavailable=(
             f"MXNet's CUDA builds ({wheel} and its siblings) exist for Linux x86-64 only, not "
@@ -274,11 +275,3 @@ def _mxnet(kind: str, where: Platform, mxnet_wheel: Optional[str]) -> Environmen
     )
     return EnvironmentPlan("mxnet", kind, where, framework + MXNET_COMMON, notes=(note,),
                            cuda=cuda[:-1])  # fmt: skip
-
-
-def _unknown(where: Platform) -> str:
-    return (
-        f"kbench has no environment spec for {where.system} on {where.machine}: expected "
-        "Linux (x86-64, aarch64), macOS (x86-64, arm64) or Windows (AMD64); set "
-        "KBENCH_PYTHON_<BACKEND> to an interpreter you installed the frameworks into"
-    )

@@ -35,7 +35,7 @@ DISTRIBUTIONS = {
     "tensorflow": ("tensorflow", "tensorflow-cpu", "tf-nightly"),
     "jax": ("jax",),
     "torch": ("torch",),
-    "mxnet": ("mxnet",),  # and mxnet-cu112 etc., matched by prefix below
+    "mxnet": ("mxnet",),  # and mxnet-cu112 etc., matched by prefix
 }
 # per framework, the native libraries to check with ldd (globs inside site-packages)
 NATIVE = {
@@ -99,14 +99,10 @@ def normalize(name):
 
 def framework_distribution(name, dists):
     """The distribution that provides framework ``name`` (None: not installed)."""
-    for candidate in DISTRIBUTIONS[name]:
-        if candidate in dists:
-            return dists[candidate]
+    found = [candidate for candidate in DISTRIBUTIONS[name] if candidate in dists]
     if name == "mxnet":
-        for dist_name in sorted(dists):
-            if dist_name.startswith("mxnet-cu"):
-                return dists[dist_name]
-    return None
+        found += sorted(dist_name for dist_name in dists if dist_name.startswith("mxnet-cu"))
+    return dists[found[0]] if found else None
 
 
 def cuda_packages(dists):
