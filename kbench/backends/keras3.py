@@ -152,8 +152,7 @@ def numpy_draws(keras: Any) -> Iterator[None]:
 
 
 class Keras3Backend(KerasBackend):
-    # kept out: the OPTIONAL_IMPORTS it does not need while the framework loads, and
-    # TensorFlow on JAX and PyTorch while the generators are seeded
+    # kept out while the framework loads (OPTIONAL_IMPORTS) and while seeding (TensorFlow)
     imports_skipped: List[str] = []
 
     def start(self, *args: Any, **kwargs: Any) -> None:
@@ -308,8 +307,7 @@ class TensorFlowBackend(Keras3Backend):
                 tf.config.experimental.set_memory_growth(gpu, True)
                 applied[gpu.name] = "tf.config.experimental.set_memory_growth(True)"
             else:
-                # the cap comes from the card TensorFlow's GPU:index is: CUDA's ordinal
-                # index, read from the CUDA driver (kbench.backends.base.cuda_device)
+                # the cap of the card TensorFlow's GPU:index is: CUDA's ordinal index
                 device = cuda_device(index)
                 seen = tf.config.experimental.get_device_details(gpu).get("device_name")
                 if seen and seen != device.name:

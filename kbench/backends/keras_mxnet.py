@@ -112,8 +112,7 @@ class KerasMXNetBackend(MXNetFramework, KerasBackend):
         self.require_gpus(self.switchboard.value("mxnet_gpus"), self.gpus)
 
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
-        # A keras-mxnet Model takes its context (the devices its MXNet Module binds to)
-        # when it is created; K.Context is the fork's scope for choosing it, and holds for
+        # A keras-mxnet Model takes its devices as it is created: K.Context chooses them for
         # training and inference alike (compile(context=...) would for training only).
         if is_saved_model(name):
             raise Unsupported(

@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
-# TensorFlow's rule (tensorflow/core/util/util.cc, IsMKLEnabled): on by default on
-# Linux x86 with any of these; off elsewhere on x86 (and on Windows)
+# TensorFlow's rule (core/util/util.cc, IsMKLEnabled): on by default on Linux x86 with one
 ONEDNN_DEFAULT_FEATURES = (
     "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
 )  # fmt: skip

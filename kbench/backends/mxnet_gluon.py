@@ -15,8 +15,7 @@ import numpy as np
 from kbench.backends import kernels
 from kbench.backends.base import KERAS_EPSILON, NativePort, NoGpu, Unsupported, counted_flops
 
-# hybridize(): a graph whose memory is planned once and reused (static_alloc), for
-# inputs of one shape (static_shape); measured faster than plain hybridize() here
+# hybridize(): memory planned once (static_alloc) for one input shape: measured faster
 HYBRIDIZE_OPTIONS = {"static_alloc": True, "static_shape": True}
 # The twins built on Gluon's fused LSTM layer (MXNet's RNN operator)
 FUSED_RNN_MODELS = ("lstm", "lstm_embedding")
@@ -64,8 +63,7 @@ class MXNetFramework:
     )
 
     def configure_threads(self) -> Dict[str, Any]:
-        # read from the environment as mxnet is imported: the runner sets OMP_NUM_THREADS
-        # before the interpreter starts (unset, MXNet would use half the cores)
+        # read as mxnet is imported: the runner sets OMP_NUM_THREADS (unset: half the cores)
         return {
             "framework": {
                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),

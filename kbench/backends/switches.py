@@ -20,8 +20,8 @@ class Switch:
     default: Any
     choices: Tuple[Any, ...]  # empty: any whole number from 0 up (a count)
     help: str
-    # True: applied to each run's model and compile, so a warm worker changes it between
-    # runs; False: read as the framework starts (or process-wide), one value per worker
+    # True: applied to each run's model and compile (a warm worker changes it between
+    # runs); False: read as the framework starts, one value per worker
     per_run: bool = False
 
     @property

@@ -208,8 +208,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
         mode = board.value("mixed_precision")
         self.scaler = None
         if mode == "float16":
-            # as Keras' LossScaleOptimizer under mixed_float16: small float16 gradients
-            # would underflow to zero without a (dynamic) loss scale
+            # as Keras' LossScaleOptimizer: small float16 gradients would underflow to zero
             self.scaler = self.torch.amp.GradScaler(self.device.type)
             self.loss_scaling = (
                 f"torch.amp.GradScaler({self.device.type!r}) (dynamic loss scale, initial "
@@ -368,8 +367,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
     def op_profiler(self, model: Any, training: bool) -> Any:
         from kbench.profiling.captures import TorchCapture
 
-        # PyTorch marks backward and Optimizer.step itself; the batch's conversion to
-        # tensors is the data phase
+        # PyTorch marks backward and Optimizer.step itself; _tensors is the data phase
         return TorchCapture(
             gpu=self.gpus > 0, training=training, marks=[(self, "_tensors", "data")]
         )

@@ -105,8 +105,8 @@ def _latin1_encode(text: str, encoding: str = "latin1") -> bytes:
     return codecs.encode(text, "latin1")
 
 
-# (module, name) -> how to get it: what numpy needs to rebuild its arrays, under the
-# module names numpy 1 and numpy 2 write, and the bytes of a Python 3 protocol 2 pickle
+# (module, name) -> how to get it: numpy's rebuild functions (under numpy 1's and 2's
+# names) and the bytes of a Python 3 protocol 2 pickle
 _ALLOWED: Dict[tuple, Callable[[], Any]] = {
     ("numpy", "ndarray"): lambda: np.ndarray,
     ("numpy", "dtype"): lambda: np.dtype,
@@ -246,8 +246,7 @@ def imdb_npz(path: Path) -> Dict[str, np.ndarray]:
         raise CorruptData(f"{path}: not a readable .npz archive ({err}).") from None
 
 
-# Keras' imdb.load_data conventions: 1 starts a review, 2 stands for a word outside the
-# vocabulary, word ranks are shifted by 3, 0 pads.
+# Keras' imdb.load_data: 1 starts a review, 2 is out of vocabulary, ranks shifted by 3
 IMDB_START, IMDB_OOV, IMDB_INDEX_FROM = 1, 2, 3
 
 

@@ -63,8 +63,7 @@ def read_tfds(
             f"tfds:{name}: expected an image-classification set (supervised keys image, "
             f"label with a class count); its features are {info.features}."
         )
-    # an info read before the set was prepared lists no splits: try train and test,
-    # and let reading them say whether the set is there
+    # an info read before the set was prepared lists no splits: reading them will say
     splits = list(info.splits.keys()) or ["train", "test"]
     test = next((s for s in TEST_SPLITS if s in splits), None)
     if "train" not in splits or test is None:
@@ -103,7 +102,6 @@ def read_tfds(
         arrays[f"x_{split}"] = x.astype(np.uint8)
         arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
     facts = {
-        "name": info.full_name.split("/")[0] if "/" in info.full_name else name,
         "full_name": info.full_name, "version": str(info.version),
         "splits": {"train": "train", "test": test}, "num_classes": int(label.num_classes),
     }  # fmt: skip

@@ -145,8 +145,7 @@ class EnvironmentPlan:
     notes: Tuple[str, ...] = ()  # what the user should know about what is installed
     # the CUDA major version every framework build in it is for ("12"); None: CPU builds
     cuda: Optional[str] = None
-    # the nvidia-* libraries' folders go on the worker's LD_LIBRARY_PATH (the framework
-    # links them but does not find them itself)
+    # the nvidia-* libraries' folders go on the worker's LD_LIBRARY_PATH
     loader_path: bool = False
 
     @property
@@ -154,8 +153,6 @@ class EnvironmentPlan:
         return self.unavailable is None
 
 
-# pip's answer (benchmarks/resolve_platforms.py): the Windows wheel needs numpy<1.17,
-# whose wheels stop at Python 3.7
 MXNET_WINDOWS = (
     f"MXNet {MXNET_VERSION} has no Windows wheel, and the newest that has one, 1.7.0.post2 "
     "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer; to run the mxnet "
@@ -218,8 +215,7 @@ def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
     family, arch = where.family, where.arch
     notes: Tuple[str, ...] = ()
     if kind == "cpu":
-        # tensorflow-cpu has wheels for Linux x86-64 and Windows only; elsewhere the
-        # plain tensorflow wheel is the CPU build (macOS, Linux aarch64)
+        # tensorflow-cpu exists for Linux x86-64 and Windows; elsewhere tensorflow is CPU
         tensorflow = "tensorflow-cpu" if (family, arch) == ("linux", "x86_64") else "tensorflow"
         frameworks: Tuple[str, ...] = (tensorflow, "jax[cpu]", "torch==2.13.0")
         if family == "darwin" and arch == "arm64":

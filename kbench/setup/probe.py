@@ -24,8 +24,7 @@ import shutil
 import subprocess
 import sys
 
-# run as a script, this folder is first on sys.path: keep its modules (platforms, system,
-# ...) from shadowing anything a framework imports
+# run as a script, this folder is first on sys.path: its modules must not shadow others
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != HERE]
 
