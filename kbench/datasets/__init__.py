@@ -300,26 +300,23 @@ def synthetic_arrays(
 ) -> Dict[str, np.ndarray]:  # fmt: skip
     """Class templates plus noise (see the module's docstring), x and y of each split."""
     rng = np.random.default_rng(seed)
-    if kind == "tokens":
-        # Class c draws most tokens from its own band of the vocabulary.
+    shape = tuple(shape)
+    if kind == "tokens":  # class c draws most tokens from its own band of the vocabulary
         bands = np.linspace(1, vocabulary, classes + 1).astype(np.int64)
-        arrays = {}
-        for split, n in (("train", n_train), ("test", n_test)):
-            labels = rng.integers(0, classes, size=n)
+    else:
+        templates = rng.random((classes,) + shape, dtype=np.float32) * 127.5
+    arrays = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        labels = rng.integers(0, classes, size=n)
+        if kind == "tokens":
             low, high = bands[labels][:, None], bands[labels + 1][:, None]
             own = low + (rng.random((n,) + shape) * (high - low)).astype(np.int64)
             noise = rng.integers(1, vocabulary, size=(n,) + shape)
             pick = rng.random((n,) + shape) < 0.7
             arrays[f"x_{split}"] = np.where(pick, own, noise).astype(np.int32)
-            arrays[f"y_{split}"] = labels.astype(np.int64)
-        return arrays
-    templates = rng.random((classes,) + tuple(shape), dtype=np.float32) * 127.5
-    arrays = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        labels = rng.integers(0, classes, size=n)
-        samples = rng.random((n,) + tuple(shape), dtype=np.float32) * 127.5
-        samples += templates[labels]
-        arrays[f"x_{split}"] = samples.astype(np.uint8)
+        else:
+            samples = rng.random((n,) + shape, dtype=np.float32) * 127.5 + templates[labels]
+            arrays[f"x_{split}"] = samples.astype(np.uint8)
         arrays[f"y_{split}"] = labels.astype(np.int64)
     return arrays
 

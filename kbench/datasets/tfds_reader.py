@@ -1,16 +1,11 @@
-"""Read a prepared tensorflow-datasets data set into an ``.npz`` file (a child process).
+"""Read a prepared tensorflow-datasets image-classification set into an ``.npz`` file.
 
-``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--data-dir DIR] [--size HxW]``:
-started by :func:`kbench.datasets.sources.run_tfds_reader` with every GPU hidden, so that
-TensorFlow, which tensorflow-datasets imports, never starts in the long-lived parent.
-Exit code 0, the arrays in ``OUT.npz`` (``x_train``, ``y_train``, ``x_test``, ``y_test``)
-and the builder's name, version, splits and class count in ``OUT.npz.json``; or exit code
-1 and one line on stderr saying why.
-
-NAME is any image-classification builder, ``name[/config][:version]``: an unknown name is
-refused with the closest registered names; the test split is ``test``, else
-``validation``; images are resized to ``--size`` in TensorFlow when given (needed when
-their sizes differ).
+``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--data-dir DIR] [--size HxW]``,
+a child process (:func:`kbench.datasets.sources.run_tfds_reader`), so that TensorFlow never
+starts in the parent. Exit code 0, the arrays in ``OUT.npz`` and the builder's facts in
+``OUT.npz.json``; or exit code 1 and one line on stderr saying why. NAME is
+``name[/config][:version]``; the test split is ``test``, else ``validation``; ``--size``
+resizes the images in TensorFlow (needed when their sizes differ).
 """
 
 from __future__ import annotations
