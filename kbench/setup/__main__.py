@@ -90,8 +90,9 @@ def install(target: str, envs_dir: Path, where: Platform, apt: Callable[..., boo
         (envs_dir / DATA_STAMP).touch()  # try once per checkout, not before every command
     is_root = getattr(os, "geteuid", lambda: -1)() == 0
     if not (where.family == "linux" and is_root and shutil.which("apt-get")):
-        on_linux = where.family == "linux"
-        why = "not root or no apt-get" if on_linux else f"no apt-get on {where.label}"
+        why = (
+            "not root or no apt-get" if where.family == "linux" else f"no apt-get on {where.label}"
+        )
         log.info("%s: %s; %s", target, why, package.elsewhere)
         return "manual"
     log.info("%s: installing %s", target, package.why)
@@ -200,12 +201,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 log.info("%s: not checked in a dry run", target)
             else:
                 install(target, options.envs_dir, options.platform, apt_get_install)
-    except ValueError as err:  # a setting: KBENCH_GPU, KBENCH_MXNET_WHEEL
+    except (ValueError, envs.SetupError) as err:  # ValueError: KBENCH_GPU, KBENCH_MXNET_WHEEL
         log.error("%s", err)
-        return 2
-    except envs.SetupError as err:
-        log.error("%s", err)
-        return 1
+        return 2 if isinstance(err, ValueError) else 1
     except KeyboardInterrupt:
         log.error("interrupted; run it again to finish (stamps mark what is done)")
         return 130
