@@ -153,15 +153,6 @@ class EnvironmentPlan:
         return self.unavailable is None
 
 
-MXNET_WINDOWS = (
-    f"MXNet {MXNET_VERSION} has no Windows wheel, and the newest that has one, 1.7.0.post2 "
-    "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer; to run the mxnet "
-    "backends on Windows, make a Python 3.7 environment with mxnet==1.7.0.post2 and "
-    "keras-mxnet==2.2.4.3 by hand and point KBENCH_PYTHON_<BACKEND> (for mxnet and "
-    "mxnet-gluon) at its python.exe"
-)
-
-
 # Why a platform cannot have MXNet (any kind), keyed by (family, arch).
 MXNET_UNAVAILABLE: Dict[Tuple[str, str], str] = {
     ("darwin", "arm64"): (
@@ -169,7 +160,13 @@ MXNET_UNAVAILABLE: Dict[Tuple[str, str], str] = {
         "Intel (x86-64) only and the project is retired, so the mxnet and mxnet-gluon "
         "backends cannot run here"
     ),
-    ("win32", "x86_64"): MXNET_WINDOWS,
+    ("win32", "x86_64"): (  # pip's answer (benchmarks/resolve_platforms.py)
+        f"MXNet {MXNET_VERSION} has no Windows wheel, and the newest that has one, 1.7.0.post2 "
+        "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer; to run the mxnet "
+        "backends on Windows, make a Python 3.7 environment with mxnet==1.7.0.post2 and "
+        "keras-mxnet==2.2.4.3 by hand and point KBENCH_PYTHON_<BACKEND> (for mxnet and "
+        "mxnet-gluon) at its python.exe"
+    ),
 }
 
 

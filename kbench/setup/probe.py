@@ -54,10 +54,7 @@ DRIVER_FILE = "/proc/driver/nvidia/version"
 def main(argv):
     pretty = "--pretty" in argv
     argv = [arg for arg in argv if arg != "--pretty"]
-    if argv[:1] == ["--one"]:
-        report = probe_framework(argv[1])
-    else:
-        report = probe_environment(argv or None)
+    report = probe_framework(argv[1]) if argv[:1] == ["--one"] else probe_environment(argv or None)
     print(json.dumps(report, indent=2 if pretty else None, sort_keys=True, default=str))
     return 0
 
@@ -208,7 +205,7 @@ def probe_framework(name):
         facts["build"], facts["gpus"] = BUILDS[name](module, dists)
     except BaseException as err:  # noqa: BLE001 - an import can fail any way; report it
         facts["error"] = f"{type(err).__name__}: {err}".strip()
-    if name == "mxnet" and dist is not None and "cuda_from_name" not in facts["build"]:
+    if name == "mxnet" and dist is not None:  # also where mxnet does not import
         facts["build"]["cuda_from_name"] = mxnet_cuda_from_name(facts["distribution"])
     facts["loaded"] = loaded_cuda_libraries(dists)
     facts["native"] = unresolved_libraries(name)
@@ -281,9 +278,6 @@ def mxnet_build(mx, dists):
     build = {
         "cuda": features.is_enabled("CUDA"), "cudnn": features.is_enabled("CUDNN"),
         "nccl": features.is_enabled("NCCL"),
-        "cuda_from_name": mxnet_cuda_from_name(
-            normalize(framework_distribution("mxnet", dists).metadata["Name"])
-        ),
     }  # fmt: skip
     try:
         gpus = mx.context.num_gpus()
