@@ -120,9 +120,7 @@ class PreparedData:
 
     def describe(self) -> Dict[str, Any]:
         """What a result records about its data (everything but the temporary path)."""
-        data = self.to_dict()
-        del data["path"]
-        return data
+        return {key: value for key, value in self.to_dict().items() if key != "path"}
 
 
 def prepare(

@@ -73,13 +73,7 @@ def idx_directory(directory: Path) -> Arrays:
 
 def keras_npz_images(path: Path) -> Arrays:
     """Keras' ``mnist.npz``: x_train (N, 28, 28) uint8, y_train, x_test, y_test."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in ("x_train", "y_train", "x_test", "y_test")}
-    except NPZ_ERRORS as err:
-        raise CorruptData(f"{path}: not a readable .npz archive ({err}).") from None
+    arrays = keras_npz(path)
     for split in ("x_train", "x_test"):
         if arrays[split].ndim == 3:
             arrays[split] = arrays[split][..., np.newaxis]
@@ -232,14 +226,14 @@ def _batch_array(batch: dict, key: bytes, dtype: type, where: str) -> np.ndarray
         raise CorruptData(f"{where}: {key!r} is not an array of numbers ({err}).") from None
 
 
-def imdb_npz(path: Path) -> Dict[str, np.ndarray]:
-    """Keras' ``imdb.npz``: reviews as lists of word ranks, labels 0/1 (raw, unpadded)."""
+def keras_npz(path: Path) -> Dict[str, np.ndarray]:
+    """The four arrays of a Keras ``.npz`` as they are: ``imdb.npz``'s reviews as lists of
+    word ranks (object arrays, read with :class:`DataUnpickler`), labels 0/1."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    keys = ("x_train", "y_train", "x_test", "y_test")
     try:
         with zipfile.ZipFile(path) as archive:
-            return {key: _npy_member(archive, key, f"{path}:{key}.npy") for key in keys}
+            return {key: _npy_member(archive, key, f"{path}:{key}.npy") for key in IDX_FILES}
     except CorruptData:
         raise
     except NPZ_ERRORS as err:
@@ -251,7 +245,7 @@ IMDB_START, IMDB_OOV, IMDB_INDEX_FROM = 1, 2, 3
 
 
 def token_rows(reviews: Sequence[Sequence[int]], vocabulary: int, length: int) -> np.ndarray:
-    """Reviews of word ranks (:func:`imdb_npz`) to int32 (N, length) rows, as Keras' imdb
+    """Reviews of word ranks (:func:`keras_npz`) to int32 (N, length) rows, as Keras' imdb
     loader and ``pad_sequences`` make them: start token, ranks shifted by 3, ranks at or
     past the vocabulary replaced by the out-of-vocabulary token, padded and truncated at
     the front to ``length``."""

@@ -65,7 +65,7 @@ READERS: Dict[str, Callable[[Path], Arrays]] = {
     ),
     "cifar10": lambda d: readers.cifar(d, "cifar-10"),
     "cifar100": lambda d: readers.cifar(d, "cifar-100"),
-    "imdb": lambda d: readers.imdb_npz(d / "imdb.npz"),
+    "imdb": lambda d: readers.keras_npz(d / "imdb.npz"),
 }
 EXPECTED = {
     "fashion_mnist": "the four IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, "
