@@ -88,20 +88,17 @@ DOWNLOADS: Dict[str, List[Tuple[str, str]]] = {
 TFDS_SETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")  # tfds has them by these names
 
 
-def local_places(name: str, data_dir: Optional[str]) -> List[Tuple[str, Path]]:
+def load(name: str, data_dir: Optional[str] = None) -> Tuple[Arrays, str]:
+    """The arrays of real data set ``name`` and a description of where they came from."""
     places = [("--data-dir", Path(data_dir))] if data_dir else []
-    keras_cache = Path.home() / ".keras" / "datasets" / KERAS_CACHE_SUBDIR.get(name, "")
-    places.append(("Keras cache", keras_cache))
+    places.append(
+        ("Keras cache", Path.home() / ".keras/datasets" / KERAS_CACHE_SUBDIR.get(name, ""))
+    )
     places.append(("kbench cache", cache_dir() / "datasets" / name))
     if name == "fashion_mnist":
         places.append(("Debian dataset-fashion-mnist", DEBIAN_FASHION_MNIST))
-    return places
-
-
-def load(name: str, data_dir: Optional[str] = None) -> Tuple[Arrays, str]:
-    """The arrays of real data set ``name`` and a description of where they came from."""
     tried = []
-    for label, directory in local_places(name, data_dir):
+    for label, directory in places:
         try:
             arrays = READERS[name](directory)
         except FileNotFoundError as err:

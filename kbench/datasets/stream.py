@@ -236,16 +236,12 @@ def folder_arrays(
     path = canonical_folder(dataset)[len(FOLDER_PREFIX) :]
     listing = scan(Path(path), seed=seed, name=f"folder {path}")
     arrays = listing_arrays(listing, seed)
-    if image_size is not None:
-        size = (int(image_size[0]), int(image_size[1]))
-    elif model_shape is not None and len(model_shape) == 3:
-        size = (int(model_shape[0]), int(model_shape[1]))
-    else:
-        size = DEFAULT_SIZE
+    image = model_shape[:2] if model_shape is not None and len(model_shape) == 3 else DEFAULT_SIZE
+    size = image_size or image
     classes = listing.classes
     shown = ", ".join(classes[:8]) + (f", ... ({len(classes)} in all)" if len(classes) > 8 else "")
     source = f"{listing.source}; classes {shown}"
-    return arrays, source, len(classes), (size[0], size[1], 3)
+    return arrays, source, len(classes), (int(size[0]), int(size[1]), 3)
 
 
 class StreamedImages:
