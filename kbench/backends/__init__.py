@@ -37,13 +37,11 @@ class BackendSpec:
 
     @property
     def runs_keras(self) -> bool:
-        """Its process runs Keras (what ``kbench exec`` can drive)."""
+        """Its process runs Keras: ``kbench exec`` can drive it, and it can be the parity
+        reference (:attr:`exports_weights`: it writes the initial weights the others load)."""
         return not self.native_port
 
-    @property
-    def exports_weights(self) -> bool:
-        """It can be the parity reference: it writes the initial weights the others load."""
-        return not self.native_port
+    exports_weights = runs_keras
 
     @property
     def logs_mean_loss(self) -> bool:

@@ -30,8 +30,7 @@ class BackendMismatch(RuntimeError):
 
 
 class Unsupported(RuntimeError):
-    """This backend cannot run this model at all (a user model on a hand-written port, a
-    layer keras-mxnet lacks): the run is recorded as ``unsupported``, with the reason."""
+    """This backend cannot run this model at all: the run is recorded as ``unsupported``."""
 
 
 USER_MODEL_NO_TWIN = (
@@ -257,8 +256,7 @@ class Backend(abc.ABC):
         """Let go of the models of the task that ended, before a warm worker's next task."""
 
     def warn(self, message: str) -> None:
-        """Something this run's numbers should be read with: logged, and kept in the
-        result (``environment.framework.warnings``) that the tables show beside the run."""
+        """Something this run's numbers should be read with: logged, and kept in the result."""
         log.warning("%s", message)
         self.warnings.append(message)
 

@@ -103,9 +103,8 @@ class _ThenCall(importlib.abc.Loader):
 
 
 def seed_and_find(seed: int) -> Callable[[Any], None]:
-    """When TensorFlow, kept out of the seeding, is first imported: seed it as
-    ``keras.utils.set_random_seed`` would have, and make Keras' lazy handle on it
-    (``keras.src.utils.module_utils``), which found it missing, look again."""
+    """When TensorFlow, kept out of the seeding, is first imported: seed it as Keras would
+    have, and make Keras' lazy handle on it (which found it missing) look again."""
 
     def seed_tensorflow(tf: Any) -> None:
         tf.random.set_seed(seed)

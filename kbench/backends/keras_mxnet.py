@@ -29,11 +29,10 @@ SLOW_PATH_WARNING = (
 
 
 def keras224_gap(err: BaseException, keras_root: Optional[str] = None) -> Optional[str]:
-    """The layer, function or argument Keras 2.2.4 lacks, named from the error that
-    building (or importing) a model raised; None when the error is of another kind.
-    ``keras_root``: the folder of the Keras package imported, where a TypeError raised
-    inside Keras' own code (a custom layer calling ``add_weight`` as Keras 3 does) is a
-    call that Keras 2.2.4 takes otherwise."""
+    """The layer, function or argument Keras 2.2.4 lacks, named from the error that building
+    (or importing) a model raised; None for another kind of error. A TypeError raised in
+    Keras' own code at ``keras_root`` (``add_weight`` called as Keras 3 takes it) is a call
+    that Keras 2.2.4 takes otherwise."""
     if isinstance(err, UserModelImportError) and err.__cause__ is not None:
         err = err.__cause__
     if isinstance(err, ImportError) and "keras" in f"{err} {err.name}":
@@ -58,8 +57,7 @@ def keras224_gap(err: BaseException, keras_root: Optional[str] = None) -> Option
 
 
 def _raised_in_keras(err: TypeError, keras_root: Optional[str]) -> Optional[str]:
-    """What a TypeError raised within the Keras package at ``keras_root`` says Keras
-    2.2.4 lacks; None when Keras did not raise it (the model's own code did)."""
+    """What a TypeError raised in Keras at ``keras_root`` says it lacks; None if Keras did not."""
     frames = traceback.extract_tb(err.__traceback__)
     if not keras_root or not frames:
         return None

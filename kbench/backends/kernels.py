@@ -26,8 +26,7 @@ X86 = ("x86_64", "amd64", "i386", "i686")
 
 
 def cpu_default(cpu: Mapping[str, Any], platform: str) -> Optional[bool]:
-    """Whether TensorFlow turns oneDNN on by default on this CPU; None when unknown
-    (features not read, or not x86: there the TensorFlow build decides)."""
+    """Whether TensorFlow turns oneDNN on by default on this CPU; None when unknown."""
     features = cpu.get("features")
     if features is None or str(cpu.get("architecture", "")).lower() not in X86:
         return None
@@ -107,8 +106,8 @@ def jit_decides_start(backend: str, data_format: Optional[str]) -> bool:
 def nchw_refusal(
     data_format: str, onednn: Optional[bool], gpus: int, jit_compile: str, why: str = ""
 ) -> str:
-    """Why this TensorFlow run cannot start ("" when it can): channels_first on the CPU
-    with neither oneDNN nor XLA, whose kernels both take NCHW."""
+    """Why this TensorFlow run cannot start ("" when it can): channels_first on the CPU with
+    neither oneDNN nor XLA."""
     if data_format != "channels_first" or onednn is not False or gpus or jit_compile == "on":
         return ""
     return (

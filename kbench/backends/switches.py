@@ -81,8 +81,7 @@ SWITCHES: Dict[str, Switch] = {
 
 
 def per_process(switches: Dict[str, Any]) -> Dict[str, Any]:
-    """The switches of ``switches`` that a worker process is started with (not
-    :attr:`Switch.per_run`): runs that differ in one of these cannot share a worker."""
+    """The switches a worker process is started with: runs that differ in one cannot share it."""
     return {name: value for name, value in switches.items() if not SWITCHES[name].per_run}
 
 

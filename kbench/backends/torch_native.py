@@ -75,9 +75,8 @@ class TorchFramework:
     requested_device = "auto"
 
     def start(self, data_format: str, device: str = "auto", *args: Any, **kwargs: Any) -> None:
-        """Remember ``--device`` for the device choice. Keras' torch backend picks its device
-        as it is imported, an Apple GPU (MPS) first: ``KERAS_TORCH_DEVICE=cpu`` keeps
-        ``--device cpu`` on the CPU there (CUDA_VISIBLE_DEVICES='' hides CUDA GPUs only)."""
+        """Remember ``--device``. Keras' torch backend picks its device as it is imported, an
+        Apple GPU first: ``KERAS_TORCH_DEVICE=cpu`` keeps ``--device cpu`` on the CPU."""
         self.requested_device = device
         if device == "cpu" and "KERAS_TORCH_DEVICE" not in os.environ:
             os.environ["KERAS_TORCH_DEVICE"] = "cpu"  # before Keras is imported

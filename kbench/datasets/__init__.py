@@ -82,8 +82,7 @@ def dataset_spec(name: str) -> DatasetSpec:
 
 
 def user_dataset(name: str) -> Optional[str]:
-    """``folder:PATH`` (made absolute) or ``tfds:NAME`` checked for its form, else None;
-    :class:`DataUnavailable` saying the fix for one that cannot be used."""
+    """``folder:PATH`` (made absolute) or ``tfds:NAME`` checked for its form, else None."""
     if name.startswith(FOLDER_PREFIX):
         return stream.canonical_folder(name)
     if name.startswith(TFDS_PREFIX):
@@ -344,10 +343,9 @@ def _load_digits(seed: int) -> Tuple[Dict[str, np.ndarray], str]:
 def batch_order(
     n_samples: int, batch_size: int, epochs: int, seed: int, total_steps: Optional[int] = None
 ) -> np.ndarray:
-    """Sample indices for every step, shape (epochs, steps_per_epoch * batch_size): one
-    seeded permutation per epoch, drawn once so that every backend sees the same
-    mini-batches in the same order, the last partial batch dropped. With ``total_steps``:
-    one pass of exactly that many steps, cycling through permutations."""
+    """Sample indices for every step, (epochs, steps_per_epoch * batch_size): one seeded
+    permutation per epoch, so that every backend sees the same mini-batches in the same
+    order, the last partial batch dropped; with ``total_steps``, one pass of that many."""
     rng = np.random.default_rng(seed)
     if total_steps is not None:
         needed = total_steps * batch_size

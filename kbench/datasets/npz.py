@@ -159,8 +159,7 @@ def _inspect(path: str, mtime_ns: int, size: int) -> NpzFacts:
 
 
 def _value_range(path: str, name: str, x: np.ndarray) -> Tuple[float, float]:
-    """(lowest, highest) value of every sample of ``x``, read a slice at a time;
-    NaN or infinity anywhere is refused (stored as uint8 it would become 0)."""
+    """(lowest, highest) value of ``x``, read a slice at a time; NaN or infinity refused."""
     per_sample = max(1, int(np.prod(x.shape[1:])))
     rows = max(1, SCAN_VALUES // per_sample)
     low, high, nan, inf, where = np.inf, -np.inf, 0, 0, []

@@ -130,8 +130,7 @@ class DataUnpickler(pickle.Unpickler):
 
 
 def safe_unpickle(handle: IO[bytes], where: str) -> Any:
-    """The object pickled in ``handle`` (Python 2 strings as bytes), built by
-    :class:`DataUnpickler`; :class:`CorruptData` naming ``where`` when it cannot be."""
+    """The object pickled in ``handle`` (Python 2 strings as bytes), else :class:`CorruptData`."""
     try:
         return DataUnpickler(handle, encoding="bytes").load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,

@@ -58,10 +58,8 @@ def parse_requirement(line: str) -> Tuple[str, Tuple[str, ...], str, str]:
 
 
 def applies_on_linux(marker: str, extras: Sequence[str]) -> bool:
-    """Whether a Requires-Dist marker holds on Linux x86-64 with ``extras`` asked for.
-
-    Understands what the CUDA wheels write: ``extra == "x"``, ``sys_platform``,
-    ``platform_system`` and ``platform_machine`` comparisons joined by ``and``."""
+    """Whether a Requires-Dist marker holds on Linux x86-64 with ``extras`` asked for (what
+    the CUDA wheels write: ``extra``, ``sys_platform``, ``platform_*`` joined by ``and``)."""
     for wanted in re.findall(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker):
         if wanted not in extras:
             return False
@@ -130,8 +128,7 @@ def satisfies(version: str, spec: str) -> bool:
 def mixed_cuda(
     requirements: Sequence[str], metadata: Mapping[str, Mapping[str, object]]
 ) -> Dict[str, Set[str]]:
-    """Each requirement that pulls in CUDA mapped to its majors: one environment is
-    fine when all of them together name one."""
+    """Each requirement that pulls in CUDA mapped to its majors."""
     table = {line: cuda_majors(line, metadata) for line in requirements}
     return {line: majors for line, majors in table.items() if majors}
 
@@ -218,8 +215,7 @@ def run_probe(env_dir: Path, python: Path, frameworks: Sequence[str] = ()) -> Di
 
 
 def framework_cuda(facts: Mapping[str, Any]) -> Tuple[Optional[bool], Optional[str]]:
-    """(is it a CUDA build, the CUDA version it is built for) from a framework's facts;
-    None where the facts cannot say (it did not import, and its name does not say)."""
+    """(is it a CUDA build, the CUDA version it is built for); None where the facts cannot say."""
     build = facts.get("build") or {}
     name = facts.get("framework")
     if name == "jax":
@@ -430,8 +426,7 @@ def check(
     envs_dir: Path, kind_of: Any, where: Any, mxnet_wheel: Optional[str] = None,
     names: Sequence[str] = ENVIRONMENTS,
 ) -> Verdict:  # fmt: skip
-    """Check every environment in ``names`` that exists under ``envs_dir``;
-    ``kind_of(env_dir)`` says which plan it was built to (``cpu``/``gpu``)."""
+    """Check each environment in ``names`` under ``envs_dir``, against the plan of its kind."""
     total = Verdict()
     for name in names:
         env_dir = envs_dir / name

@@ -254,8 +254,8 @@ def call(command: Sequence[str], what: str) -> None:
 
 
 def child_environment() -> Dict[str, str]:
-    """This process's environment without the checkout on PYTHONPATH (the wrappers put it
-    there for ``-m kbench.setup``): venv and pip see the user's."""
+    """This process's environment without the checkout on PYTHONPATH (put there for
+    ``-m kbench.setup``)."""
     env = dict(os.environ)
     kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
             if p and Path(p).resolve() != ROOT]  # fmt: skip

@@ -173,9 +173,8 @@ MXNET_UNAVAILABLE: Dict[Tuple[str, str], str] = {
 def plan(
     name: str, kind: str, where: Optional[Platform] = None, mxnet_wheel: Optional[str] = None
 ) -> EnvironmentPlan:
-    """What environment ``name`` of ``kind`` is on ``where`` (default: this platform);
-    ``mxnet_wheel``: MXNet's CUDA build (``KBENCH_MXNET_WHEEL``, default ``mxnet-cu112``).
-    ValueError, naming the allowed values, for an unknown environment, kind or wheel."""
+    """Environment ``name`` of ``kind`` on ``where`` (default: here), with MXNet's CUDA build
+    ``mxnet_wheel``; ValueError for an unknown environment, kind or wheel."""
     where = where or Platform.current()
     if name not in ENVIRONMENTS:
         raise ValueError(
