@@ -35,14 +35,6 @@ def cpu_default(cpu: Mapping[str, Any], platform: str) -> Optional[bool]:
     return any(name in features for name in ONEDNN_DEFAULT_FEATURES)
 
 
-def describe_default(default: Optional[bool]) -> str:
-    if default is None:
-        return "TensorFlow's default for this CPU and build (not predicted by kbench)"
-    if default:
-        return "on by default on this CPU (it has AVX-512 VNNI/BF16, AVX-VNNI or AMX)"
-    return "off by default on this CPU (it has none of " + ", ".join(ONEDNN_DEFAULT_FEATURES) + ")"
-
-
 @dataclass(frozen=True)
 class OneDnnPlan:
     """What the worker sets before TensorFlow starts, and why."""
@@ -58,14 +50,6 @@ class OneDnnPlan:
         return asdict(self)
 
 
-def is_on(value: Optional[str]) -> Optional[bool]:
-    """TF_ENABLE_ONEDNN_OPTS as TensorFlow reads it (1/true on, 0/false off)."""
-    if value is None:
-        return None
-    text = value.strip().lower()
-    return {"1": True, "true": True, "0": False, "false": False}.get(text)
-
-
 def plan_onednn(
     requested: str, environment: Optional[str], cpu: Mapping[str, Any], platform: str,
     data_format: str, device: str = "auto",
@@ -76,12 +60,20 @@ def plan_onednn(
     if requested in ("on", "off"):
         value = "1" if requested == "on" else "0"
         return OneDnnPlan(set_to=value, reason=f"--onednn {requested}", **plan)
-    found = is_on(environment)
+    # TF_ENABLE_ONEDNN_OPTS as TensorFlow reads it
+    found = {"1": True, "true": True, "0": False, "false": False}.get(
+        (environment or "").strip().lower()
+    )
     if found is not None:
         without = f"{ONEDNN_VARIABLE}={environment} in the environment"
         expected = found
     else:
-        without = describe_default(default)
+        none_of = ", ".join(ONEDNN_DEFAULT_FEATURES)
+        without = {
+            None: "TensorFlow's default for this CPU and build (not predicted by kbench)",
+            True: "on by default on this CPU (it has AVX-512 VNNI/BF16, AVX-VNNI or AMX)",
+            False: f"off by default on this CPU (it has none of {none_of})",
+        }[default]
         expected = default
     if data_format == "channels_first" and expected is not True and device != "gpu":
         return OneDnnPlan(

@@ -1,13 +1,12 @@
 """The user's own arrays: ``--dataset npz:path/to/data.npz`` (parent side).
 
-The file holds ``x_train``, ``y_train``, ``x_test``, ``y_test``, as ``numpy.savez`` writes
-them. Labels are integers from 0; the class count is the largest label plus one (or
-``--num-classes``). Images are channels last, (N, H, W, C) or (N, H, W), as uint8 0-255
-or floats in [0, 1] (stored as uint8, so rounded to 1/255); sequences (N, steps,
-features) likewise; tokens (N, steps) integer ids. Everything is checked before any
-worker starts; refused, because what would run on them measures nothing or something
-else than the file holds: NaN or infinite values, values outside 0-255 or [0, 1] (they
-would wrap), labels of one class only, and a truncated or damaged archive.
+The file holds ``x_train``, ``y_train``, ``x_test``, ``y_test`` (``numpy.savez``); labels
+are integers from 0 (classes: the largest plus one, or ``--num-classes``); images are
+channels last, (N, H, W, C) or (N, H, W), uint8 0-255 or floats in [0, 1] (stored as
+uint8); sequences (N, steps, features) likewise; tokens (N, steps) integer ids. Checked
+before any worker starts, and refused where a run would measure nothing or something else:
+NaN or infinite values, values outside 0-255 or [0, 1], labels of one class only, a
+truncated or damaged archive.
 """
 
 from __future__ import annotations

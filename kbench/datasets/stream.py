@@ -1,19 +1,14 @@
 """Image folders read batch by batch: ImageNet, which does not fit in memory, and your
 own images (``--dataset folder:PATH``).
 
-Parent side, :func:`scan` lists a directory of class folders (the layout of ImageNet's
-CLS-LOC set, Keras' ``image_dataset_from_directory`` and torchvision's ``ImageFolder``)
-into file paths and labels, classes numbered in sorted order. ``DIR/train/<class>/`` and
-``DIR/val/<class>/`` (or ``test/``) are the splits; with ``DIR/<class>/`` only, a seeded
-10 % of each class is held out. Hidden folders and files are skipped. Refused, with the
-names: a link that leads a class folder out of the data folder, a class folder without
-images, one class only, and a validation class that training lacks. A folder has no
-single file to hash: its result records the folder, the class names and the counts.
-
-Worker side, :class:`StreamedImages` stands where an array of images would: indexing
-with an array narrows it without reading anything; slicing a range of rows decodes just
-those files (Pillow, as RGB), resizes them and lays them out as the model takes them,
-the time counted in :data:`LOADING`.
+Parent side, :func:`scan` lists a directory of one folder per class (ImageNet's, Keras'
+``image_dataset_from_directory`` and torchvision's ``ImageFolder`` layout; classes in
+sorted order) into paths and labels: ``DIR/train/`` and ``DIR/val/`` (or ``test/``) are the
+splits, else a seeded 10 % of each class is held out; hidden entries are skipped. Refused,
+with the names: a link out of the data folder, a class folder without images, one class
+only, a validation class that training lacks. Worker side, :class:`StreamedImages` stands
+where an array of images would: slicing rows decodes just those files (Pillow, RGB),
+resized and laid out as the model takes them, the time counted in :data:`LOADING`.
 
 Only numpy, Pillow and the standard library: this runs under every environment.
 """

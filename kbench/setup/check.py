@@ -177,10 +177,6 @@ DRIVER_LIBRARY = "libcuda.so.1"  # only the NVIDIA driver provides it
 PROBE_TIMEOUT_S = 1800
 
 
-class CheckError(RuntimeError):
-    """The probe could not say anything about an environment; the message says why."""
-
-
 @dataclass
 class Verdict:
     """The lines to show, and what is wrong."""
@@ -208,7 +204,7 @@ def run_probe(env_dir: Path, python: Path, frameworks: Sequence[str] = ()) -> Di
         if line.startswith("{"):
             return json.loads(line)
     tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
-    raise CheckError(
+    raise subprocess.SubprocessError(
         f"the probe of {env_dir} ({python}) wrote no report: it exited with "
         f"{done.returncode}: {tail}"
     )
@@ -415,7 +411,7 @@ def check_environment(env_dir: Path, wanted: EnvironmentPlan) -> Verdict:
     python = venv_python(env_dir, wanted.platform.system)
     try:
         report = run_probe(env_dir, python)
-    except (CheckError, OSError, subprocess.SubprocessError) as err:
+    except (OSError, subprocess.SubprocessError) as err:  # the probe said nothing: why
         verdict = Verdict([f"{wanted.name}: {env_dir}"])
         verdict.wrong(str(err))
         return verdict
