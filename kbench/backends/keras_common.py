@@ -1,6 +1,6 @@
 """What every Keras backend does the same way, Keras 3 and Keras 2.2.4 alike: models from
 ``kbench_models``, ``model.fit`` over the runner's batches with a timing callback, weights
-as numpy arrays by layer order, FLOPs from the layers' shapes (:func:`model_flops`).
+as numpy arrays by layer order, FLOPs from the layers' shapes (:func:`layer_flops`).
 """
 
 from __future__ import annotations
@@ -55,15 +55,6 @@ def batch_sequence(
     return Batches()
 
 
-def convert_kernel(kernel: np.ndarray, source_layout: str, target_layout: str) -> np.ndarray:
-    """A Conv2D kernel between HWIO (Keras 3) and OIHW (keras-mxnet, channels_first)."""
-    if source_layout == target_layout:
-        return kernel
-    if source_layout == "HWIO":
-        return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))
-    return np.ascontiguousarray(kernel.transpose(2, 3, 1, 0))
-
-
 def _shapes(layer: Any) -> Tuple[Optional[tuple], Optional[tuple]]:
     try:
         return tuple(layer.input_shape), tuple(layer.output_shape)  # Keras 2.2
@@ -96,11 +87,6 @@ def layer_flops(layer: Any) -> int:
         units = config["units"]
         return 2 * 4 * units * (features + units) * steps
     return 0
-
-
-def model_flops(model: Any) -> Dict[str, Any]:
-    """FLOPs per sample of a built Keras model, as :data:`~kbench.backends.base.FLOPS_METHOD`."""
-    return counted_flops(sum(layer_flops(layer) for layer in model.layers))
 
 
 class KerasBackend(Backend):
@@ -165,7 +151,7 @@ class KerasBackend(Backend):
         return [int(d) for d in shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        return model_flops(model)
+        return counted_flops(sum(layer_flops(layer) for layer in model.layers))
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
         model.compile(
@@ -231,8 +217,10 @@ class KerasBackend(Backend):
             )
         for layer, (kind, arrays) in zip(layers, weights):
             arrays = [np.asarray(a) for a in arrays]
-            if kind == "Conv2D":
-                arrays[0] = convert_kernel(arrays[0], source_kernel_layout, self.kernel_layout())
+            if kind == "Conv2D" and source_kernel_layout != self.kernel_layout():
+                # HWIO (Keras 3) <-> OIHW (keras-mxnet under channels_first)
+                order = (3, 2, 0, 1) if source_kernel_layout == "HWIO" else (2, 3, 1, 0)
+                arrays[0] = np.ascontiguousarray(arrays[0].transpose(order))
             expected = [tuple(int(d) for d in w.shape) for w in layer.get_weights()]
             if kind != type(layer).__name__ or [a.shape for a in arrays] != expected:
                 raise ValueError(

@@ -36,13 +36,11 @@ def mkldnn_on(features: Any) -> bool:
 
 def mxnet_kernels(features: Any) -> Dict[str, Any]:
     """MXNet's CPU kernels (MKLDNN where :func:`mkldnn_on`, else its own) and its BLAS."""
-    built = _enabled(features, "MKLDNN")
-    on = mkldnn_on(features)
     blas = {"BLAS_MKL": "MKL", "BLAS_OPEN": "OpenBLAS", "BLAS_ATLAS": "ATLAS",
             "BLAS_APPLE": "Apple Accelerate"}  # fmt: skip
     return {
-        "library": "MKLDNN (oneDNN)" if on else "MXNet's own operators",
-        "mkldnn_built": built,
+        "library": "MKLDNN (oneDNN)" if mkldnn_on(features) else "MXNet's own operators",
+        "mkldnn_built": _enabled(features, "MKLDNN"),
         "blas": next((text for name, text in blas.items() if _enabled(features, name)), None),
         **kernels.variables(("MXNET_MKLDNN_ENABLED",)),
     }

@@ -208,7 +208,12 @@ def _load(
         return _Loaded(*_load_digits(seed), kind="image", classes=10)
     if dataset == "imagenet":
         return _load_imagenet(data_dir, image_size or spec.input_shape[:2], seed)
-    return _load_builtin(dataset, spec, data_dir)
+    arrays, source = sources.load(dataset, data_dir)
+    if spec.kind == "tokens":  # cut to the spec's vocabulary and length
+        for split in ("x_train", "x_test"):
+            arrays[split] = readers.token_rows(arrays[split], spec.vocabulary, spec.input_shape[0])
+        arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
+    return _Loaded(arrays, source, spec.kind, spec.num_classes)
 
 
 def _load_imagenet(data_dir: Optional[str], size: Tuple[int, ...], seed: int) -> _Loaded:
@@ -223,16 +228,6 @@ def _load_imagenet(data_dir: Optional[str], size: Tuple[int, ...], seed: int) ->
     arrays = stream.listing_arrays(listing, seed)
     shape = (int(size[0]), int(size[1]), 3)
     return _Loaded(arrays, listing.source, "image", len(listing.classes), folder_shape=shape)
-
-
-def _load_builtin(dataset: str, spec: DatasetSpec, data_dir: Optional[str]) -> _Loaded:
-    """A built-in set; token sets cut to the spec's vocabulary and length."""
-    arrays, source = sources.load(dataset, data_dir)
-    if spec.kind == "tokens":
-        for split in ("x_train", "x_test"):
-            arrays[split] = readers.token_rows(arrays[split], spec.vocabulary, spec.input_shape[0])
-        arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
-    return _Loaded(arrays, source, spec.kind, spec.num_classes)
 
 
 def _cut(

@@ -147,11 +147,15 @@ def _inspect(path: str, mtime_ns: int, size: int) -> NpzFacts:
             "class is right whatever it learns, so its accuracy measures nothing. Add samples "
             "of another class."
         )
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
     ranges = [
         _value_range(path, f"x_{split}", x) for split, x in (("train", x_train), ("test", x_test))
     ]
     return NpzFacts(
-        path=path, sha256=_sha256(path), sample_shape=tuple(int(d) for d in x_train.shape[1:]),
+        path=path, sha256=digest.hexdigest(), sample_shape=tuple(int(d) for d in x_train.shape[1:]),
         x_integer=bool(np.issubdtype(x_train.dtype, np.integer)),
         x_range=(min(r[0] for r in ranges), max(r[1] for r in ranges)), label_range=(low, high),
     )  # fmt: skip
@@ -223,11 +227,3 @@ def prepared_arrays(path: str, model_kind: str) -> Dict[str, np.ndarray]:
         arrays[f"x_{split}"] = x
         arrays[f"y_{split}"] = arrays[f"y_{split}"].reshape(-1).astype(np.int64)
     return arrays
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -283,25 +283,20 @@ class StreamedImages:
         height, width = self.size
         batch = np.empty((len(paths), height, width, 3), dtype=np.float32)
         for row, path in enumerate(paths):
-            batch[row] = _decode_one(Image, str(path), width, height)
+            try:  # truncated, not an image, too large
+                with Image.open(str(path)) as image:
+                    image = image.convert("RGB").resize((width, height), Image.BILINEAR)
+                    batch[row] = np.asarray(image, dtype=np.float32) / 255.0
+            except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+                raise UnreadableImage(
+                    f"{path}: not a readable image ({type(err).__name__}: {err}). Replace or "
+                    "delete the file (or move it out of the class folder)."
+                ) from None
         if self.data_format == "channels_first":
             batch = np.ascontiguousarray(batch.transpose(0, 3, 1, 2))
         self.clock.seconds += time.perf_counter() - start
         self.clock.images += len(paths)
         return batch
-
-
-def _decode_one(image_module: Any, path: str, width: int, height: int) -> np.ndarray:
-    """One file as float32 (height, width, 3) in [0, 1], else :class:`UnreadableImage`."""
-    try:
-        with image_module.open(path) as image:
-            image = image.convert("RGB").resize((width, height), image_module.BILINEAR)
-            return np.asarray(image, dtype=np.float32) / 255.0
-    except (OSError, ValueError, SyntaxError, image_module.DecompressionBombError) as err:
-        raise UnreadableImage(
-            f"{path}: not a readable image ({type(err).__name__}: {err}). Replace or delete "
-            "the file (or move it out of the class folder)."
-        ) from None
 
 
 def is_streamed(x: Any) -> bool:
