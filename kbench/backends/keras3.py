@@ -102,19 +102,6 @@ class _ThenCall(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-def seed_and_find(seed: int) -> Callable[[Any], None]:
-    """When TensorFlow, kept out of the seeding, is first imported: seed it as Keras would
-    have, and make Keras' lazy handle on it (which found it missing) look again."""
-
-    def seed_tensorflow(tf: Any) -> None:
-        tf.random.set_seed(seed)
-        handle = getattr(sys.modules.get("keras.src.utils.module_utils"), "tensorflow", None)
-        if getattr(handle, "_available", None) is False:
-            handle._available = None
-
-    return seed_tensorflow
-
-
 @contextlib.contextmanager
 def numpy_draws(keras: Any) -> Iterator[None]:
     """While inside, Keras 3's initializers draw from NumPy (same shape, dtype and scale,
@@ -175,8 +162,17 @@ class Keras3Backend(KerasBackend):
         outside = ["tensorflow"] if self.name != "tensorflow" else []
         with kept_out(outside) as skipped:
             self.keras.utils.set_random_seed(seed)
+
+        def seed_tensorflow(tf: Any) -> None:
+            """Seed TensorFlow, kept out of the seeding, when it is first imported, and make
+            Keras' lazy handle on it (which found it missing) look again."""
+            tf.random.set_seed(seed)
+            handle = getattr(sys.modules.get("keras.src.utils.module_utils"), "tensorflow", None)
+            if getattr(handle, "_available", None) is False:
+                handle._available = None
+
         if skipped:
-            sys.meta_path.insert(0, AfterFirstImport("tensorflow", seed_and_find(seed)))
+            sys.meta_path.insert(0, AfterFirstImport("tensorflow", seed_tensorflow))
         self.imports_skipped = sorted(set(self.imports_skipped) | set(skipped))
 
     def apply_switches(self) -> None:

@@ -190,8 +190,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[setup] %(message)s", stream=sys.stderr)
     try:
         options = envs.SetupOptions.from_environ()
-        if args.check:
-            return run_check(options, [t for t in args.targets if t in ENVIRONMENTS])
+        if args.check:  # print what each environment holds; 1 when anything is wrong
+            names = [t for t in args.targets if t in ENVIRONMENTS] or ENVIRONMENTS
+            verdict = check.check(options.envs_dir, envs.existing_kind, options.platform,
+                                  options.mxnet_wheel, names)  # fmt: skip
+            print("\n".join(verdict.lines))
+            if verdict.problems:
+                print(f"check: {len(verdict.problems)} problem(s):")
+                print("\n".join(f"  - {problem}" for problem in verdict.problems))
+                return 1
+            print("check: ok")
+            return 0
         if not options.dry_run:
             options.envs_dir.mkdir(parents=True, exist_ok=True)
         for target in args.targets or DEFAULT_TARGETS:
@@ -207,21 +216,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted; run it again to finish (stamps mark what is done)")
         return 130
-    return 0
-
-
-def run_check(options: envs.SetupOptions, names: List[str]) -> int:
-    """``--check``: print what each environment holds; 1 when anything is wrong."""
-    verdict = check.check(options.envs_dir, envs.existing_kind, options.platform,
-                          options.mxnet_wheel, names or ENVIRONMENTS)  # fmt: skip
-    for line in verdict.lines:
-        print(line)
-    if verdict.problems:
-        print(f"check: {len(verdict.problems)} problem(s):")
-        for problem in verdict.problems:
-            print(f"  - {problem}")
-        return 1
-    print("check: ok")
     return 0
 
 
