@@ -19,24 +19,10 @@ from kbench.datasets.stream import is_streamed
 Weights = List[Tuple[str, List[np.ndarray]]]
 
 
-def timing_callback(keras: Any, clock: Any) -> Any:
-    """A Keras callback driving ``clock`` (``on_batch_*``: in Keras 2.2 and 3)."""
-
-    class StepTimer(keras.callbacks.Callback):
-        def on_batch_begin(self, batch, logs=None):
-            clock.batch_begin()
-
-        def on_batch_end(self, batch, logs=None):
-            clock.batch_end(logs)
-
-    return StepTimer()
-
-
 def batch_sequence(
     keras: Any, x: Any, y: np.ndarray, batch_size: int, drop_last: bool = True
 ) -> Any:
-    """Streamed images as a Keras Sequence (PyDataset in Keras 3): one decoded batch per
-    step, in order; training drops the last partial batch as in-memory training does."""
+    """Streamed images as a Keras Sequence: one decoded batch per step, in order."""
 
     class Batches(keras.utils.Sequence):
         def __init__(self) -> None:
@@ -162,9 +148,15 @@ class KerasBackend(Backend):
     def fit_epoch(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
     ) -> Dict[str, float]:
-        once = dict(
-            epochs=1, shuffle=False, verbose=0, callbacks=[timing_callback(self.keras, clock)]
-        )
+
+        class StepTimer(self.keras.callbacks.Callback):  # on_batch_*: in Keras 2.2 and 3
+            def on_batch_begin(self, batch, logs=None):
+                clock.batch_begin()
+
+            def on_batch_end(self, batch, logs=None):
+                clock.batch_end(logs)
+
+        once = dict(epochs=1, shuffle=False, verbose=0, callbacks=[StepTimer()])
         if not is_streamed(x):
             history = model.fit(x, y, batch_size=batch_size, **once)
         elif self.keras_generation == 2:

@@ -365,9 +365,8 @@ def load_prepared(path: str) -> Dict[str, np.ndarray]:
 def to_model_input(
     x: np.ndarray, kind: str, data_format: str, streamed_size: Optional[Tuple[int, int]] = None
 ) -> Any:
-    """Stored samples to what the model takes: images and sequences as float32 in [0, 1]
-    (images transposed to (N, C, H, W) for channels_first), tokens unchanged; streamed
-    images (``streamed_size`` given) a :class:`~kbench.datasets.stream.StreamedImages`."""
+    """Stored samples as the model takes them: images and sequences float32 in [0, 1] (NCHW
+    for channels_first), tokens unchanged, streamed images a :class:`StreamedImages`."""
     if streamed_size is not None:
         return stream.StreamedImages(x, tuple(streamed_size), data_format)
     if kind == "tokens":

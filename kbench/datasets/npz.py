@@ -211,8 +211,7 @@ def load_npz(path: str) -> Dict[str, np.ndarray]:
 
 
 def prepared_arrays(path: str, model_kind: str) -> Dict[str, np.ndarray]:
-    """The arrays as kbench stores prepared data: images and sequences uint8 0-255
-    (channels last, a channel axis added to (N, H, W)), labels int64, tokens int32."""
+    """The arrays as kbench stores them: images and sequences uint8, labels int64, tokens int32."""
     arrays = load_npz(path)
     for split in ("train", "test"):
         x = arrays[f"x_{split}"]

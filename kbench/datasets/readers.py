@@ -161,8 +161,7 @@ def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
 
 
 def cifar(directory: Path, variant: str) -> Arrays:
-    """CIFAR-10 or CIFAR-100 (``variant``) in the "python version": the extracted folder or
-    the .tar.gz. Images are rows of 3072 bytes, channel planes (R, G, B) of 32x32 each."""
+    """CIFAR-10 or CIFAR-100 (``variant``), "python version": the folder or the .tar.gz."""
     archive = directory / f"{variant}-python.tar.gz"
     if variant == "cifar-10":
         folder, label_key = directory / "cifar-10-batches-py", b"labels"
@@ -244,10 +243,9 @@ IMDB_START, IMDB_OOV, IMDB_INDEX_FROM = 1, 2, 3
 
 
 def token_rows(reviews: Sequence[Sequence[int]], vocabulary: int, length: int) -> np.ndarray:
-    """Reviews of word ranks (:func:`keras_npz`) to int32 (N, length) rows, as Keras' imdb
-    loader and ``pad_sequences`` make them: start token, ranks shifted by 3, ranks at or
-    past the vocabulary replaced by the out-of-vocabulary token, padded and truncated at
-    the front to ``length``."""
+    """Reviews of word ranks to int32 (N, length) rows, as Keras' imdb loader and
+    ``pad_sequences`` make them: start token, ranks shifted by 3, ranks past the vocabulary
+    out of vocabulary, padded and truncated at the front."""
     rows = np.zeros((len(reviews), length), dtype=np.int32)
     for i, review in enumerate(reviews):
         tokens = np.asarray(review, dtype=np.int64) + IMDB_INDEX_FROM

@@ -166,11 +166,10 @@ def from_tfds(name: str, batch: int = 4096) -> Arrays:
 def run_tfds_reader(
     name: str, batch: int = 4096, options: Sequence[str] = ()
 ) -> Tuple[Arrays, Dict[str, Any]]:
-    """The arrays of a tfds data set and the reader's facts (name, version, splits,
-    classes), read in a child process (:mod:`kbench.datasets.tfds_reader`) with every GPU
-    hidden from it: tensorflow-datasets imports TensorFlow, which in this long-lived parent
-    could start its GPU runtime and hold GPU memory beside the workers being measured.
-    :class:`TfdsUnavailable` with the child's one line if it fails."""
+    """The arrays of a tfds data set and its facts, read in a child process with every GPU
+    hidden: tensorflow-datasets imports TensorFlow, which in this long-lived parent could
+    hold GPU memory beside the workers being measured. :class:`TfdsUnavailable` with the
+    child's one line if it fails."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
     with tempfile.TemporaryDirectory(prefix="kbench-tfds-") as tmp:
         out = Path(tmp) / "arrays.npz"

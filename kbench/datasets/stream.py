@@ -59,8 +59,7 @@ class FolderListing:
 def scan(
     root: Path, test_fraction: float = 0.1, seed: int = 0, name: str = "imagenet"
 ) -> FolderListing:
-    """Files and labels of an image-folder data set (see the module's docstring); without
-    ``train/`` and ``val/``, a seeded ``test_fraction`` of each class is held out."""
+    """Files and labels of an image-folder data set, as the module's docstring says."""
     root = Path(root)
     train_dir = root / "train"
     test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from kbench.setup import check
 from kbench.setup.platforms import (
@@ -244,18 +244,8 @@ def check_build(env_dir: Path, wanted: EnvironmentPlan) -> None:
 
 
 def call(command: Sequence[str], what: str) -> None:
-    done = subprocess.run(list(command), env=child_environment())
-    if done.returncode != 0:
-        raise SetupError(
-            f"could not {what}: `{' '.join(command)}` exited with {done.returncode} (its "
-            "output is above). Fix what it names (network, disk space, a Python pip cannot "
-            "build for) and run the set-up again; finished environments are kept."
-        )
-
-
-def child_environment() -> Dict[str, str]:
-    """This process's environment without the checkout on PYTHONPATH (put there for
-    ``-m kbench.setup``)."""
+    """Run ``command`` without the checkout on PYTHONPATH (put there for ``-m kbench.setup``):
+    venv and pip see the user's environment."""
     env = dict(os.environ)
     kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
             if p and Path(p).resolve() != ROOT]  # fmt: skip
@@ -263,7 +253,13 @@ def child_environment() -> Dict[str, str]:
         env["PYTHONPATH"] = os.pathsep.join(kept)
     else:
         env.pop("PYTHONPATH", None)
-    return env
+    done = subprocess.run(list(command), env=env)
+    if done.returncode != 0:
+        raise SetupError(
+            f"could not {what}: `{' '.join(command)}` exited with {done.returncode} (its "
+            "output is above). Fix what it names (network, disk space, a Python pip cannot "
+            "build for) and run the set-up again; finished environments are kept."
+        )
 
 
 def remove_tree(path: Path) -> None:
