@@ -370,7 +370,7 @@ def test_an_unknown_tfds_name_is_refused_before_tensorflow_starts(tmp_path):
 
     code = (
         "import sys; from kbench.datasets import tfds_reader as r; "
-        "code = r.main(['mnistt', sys.argv[1], '--general']); "
+        "code = r.main(['mnistt', sys.argv[1]]); "
         "print(code, 'tensorflow' in sys.modules)"
     )
     env = dict(os.environ, KBENCH_CACHE_DIR=str(tmp_path / "cache"))

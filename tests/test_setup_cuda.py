@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from kbench.run import environments
-from kbench.setup import check, cuda, envs, platforms, probe
+from kbench.setup import check, envs, platforms, probe
 from kbench.setup.platforms import Platform, plan, venv_python
 
 pytestmark = pytest.mark.own_processes("a probe of an environment")
@@ -61,10 +61,10 @@ def test_each_gpu_plan_pins_one_cuda_for_every_framework_by_the_wheels_metadata(
             package, _, version = line.partition("==")
             assert version, f"{line}: a GPU framework must be pinned (==)"
             # a bump without a new recording fails here: record the metadata again
-            assert recorded[cuda.parse_requirement(package)[0]]["version"] == version, line
-        majors = cuda.mixed_cuda(wanted.requirements, recorded)
+            assert recorded[check.parse_requirement(package)[0]]["version"] == version, line
+        majors = check.mixed_cuda(wanted.requirements, recorded)
         assert set().union(*majors.values()) == {wanted.cuda}, majors
-        assert cuda.one_cuda(wanted.requirements, recorded) is None
+        assert check.one_cuda(wanted.requirements, recorded) is None
         table.update({line: majors[line] for line in framework_requirements(name, majors)})
     # the table of the CUDA major each pinned framework build needs, read off Requires-Dist
     assert table == {
@@ -82,40 +82,40 @@ def test_a_plan_that_mixes_cuda_versions_is_refused_with_the_frameworks_named():
     """The plan before issue 32: torch 2.13.0 (CUDA 13) beside TensorFlow and JAX for 12."""
     old = ("tensorflow[and-cuda]==2.20.0", "jax[cuda12]==0.10.2", "torch==2.13.0", "keras")
     recorded = wheels("keras3-gpu", "torch-2.13.0")
-    assert cuda.cuda_majors("torch==2.13.0", recorded) == {"13"}  # cuda-toolkit==13.0.3
-    problem = cuda.one_cuda(old, recorded)
+    assert check.cuda_majors("torch==2.13.0", recorded) == {"13"}  # cuda-toolkit==13.0.3
+    problem = check.one_cuda(old, recorded)
     assert problem is not None
     assert "CUDA 12: tensorflow[and-cuda]==2.20.0, jax[cuda12]==0.10.2" in problem
     assert "CUDA 13: torch==2.13.0" in problem
     # and the mxnet libraries of another CUDA than mxnet-cu112's
     mixed = plan("mxnet", "gpu", LINUX).requirements + ("nvidia-cudnn-cu12==9.10.2.21",)
-    assert "CUDA 12: nvidia-cudnn-cu12==9.10.2.21" in cuda.one_cuda(mixed, wheels("mxnet-gpu"))
+    assert "CUDA 12: nvidia-cudnn-cu12==9.10.2.21" in check.one_cuda(mixed, wheels("mxnet-gpu"))
 
 
 def test_requirement_markers_are_read_for_linux_with_the_extras_asked_for():
     line = 'jax-cuda12-plugin[with-cuda]<=0.10.2,>=0.10.2; extra == "x"'
-    assert cuda.parse_requirement(line) == (
+    assert check.parse_requirement(line) == (
         "jax-cuda12-plugin", ("with-cuda",), "<=0.10.2,>=0.10.2", 'extra == "x"'
     )  # fmt: skip
-    assert cuda.applies_on_linux('platform_system == "Linux" and platform_machine == "x86_64"', ())
-    assert not cuda.applies_on_linux('sys_platform == "darwin"', ())
-    assert not cuda.applies_on_linux('extra == "and-cuda"', ())
-    assert cuda.applies_on_linux('extra == "and-cuda"', ("and-cuda",))
-    assert cuda.cuda_majors("tensorflow==2.20.0", wheels("keras3-gpu")) == set()  # no extra
-    assert cuda.own_cuda_major("cuda-toolkit", "13.0.3") == "13"
-    assert cuda.own_cuda_major("mxnet-cu117") == "11"
-    assert cuda.own_cuda_major("nvidia-ml-py") is None
+    assert check.applies_on_linux('platform_system == "Linux" and platform_machine == "x86_64"', ())
+    assert not check.applies_on_linux('sys_platform == "darwin"', ())
+    assert not check.applies_on_linux('extra == "and-cuda"', ())
+    assert check.applies_on_linux('extra == "and-cuda"', ("and-cuda",))
+    assert check.cuda_majors("tensorflow==2.20.0", wheels("keras3-gpu")) == set()  # no extra
+    assert check.own_cuda_major("cuda-toolkit", "13.0.3") == "13"
+    assert check.own_cuda_major("mxnet-cu117") == "11"
+    assert check.own_cuda_major("nvidia-ml-py") is None
 
 
 def test_the_driver_each_cuda_needs_is_named():
-    assert cuda.driver_needed("12.8") == (
+    assert check.driver_needed("12.8") == (
         "NVIDIA driver 525.60.13 or newer (CUDA 12.x); 570.26 or newer for all of CUDA 12.8 "
         "(PTX JIT)"
     )
-    assert cuda.driver_needed("11.2").startswith("NVIDIA driver 450.80.02 or newer (CUDA 11.x)")
-    assert cuda.driver_needed(None) == "no NVIDIA driver (CPU builds)"
-    assert cuda.driver_fits("550.54.15", "12.8") and not cuda.driver_fits("470.82.01", "12.8")
-    assert cuda.driver_fits("470.82.01", "11.2")
+    assert check.driver_needed("11.2").startswith("NVIDIA driver 450.80.02 or newer (CUDA 11.x)")
+    assert check.driver_needed(None) == "no NVIDIA driver (CPU builds)"
+    assert check.driver_fits("550.54.15", "12.8") and not check.driver_fits("470.82.01", "12.8")
+    assert check.driver_fits("470.82.01", "11.2")
 
 
 # ---------------------------------------------------------------- MXNet's library path

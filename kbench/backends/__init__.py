@@ -1,8 +1,5 @@
-"""The backends kbench can run, as plain data the parent process can read.
-
-Importing this package imports no framework. The worker turns a name into a
-:class:`~kbench.backends.base.Backend` with :func:`load_backend`, which imports
-the backend's module only then.
+"""The backends kbench can run, as plain data the parent reads without importing a
+framework; the worker's :func:`load_backend` imports the backend's module.
 
 May import: kbench.datasets, kbench.measure, kbench.profiling, kbench_models.
 """
@@ -19,39 +16,32 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One backend: the environment it runs in, the class that drives it, and how
-    figures show it."""
+    """One backend: the environment it runs in, the class that drives it, how figures show it."""
 
     name: str
     environment: str  # a name under envs/, see kbench.run.environments
     # "module:Class": the worker drives it; the parent reads only its class attributes
-    # (kbench exec's memory variables), which import no framework
     implementation: str
     colour: str  # the backend's colour in every figure and report
     # Variables that must be set before the interpreter starts.
     process_env: Dict[str, str] = field(default_factory=dict)
-    # The user's variables (by prefix) that change what its runs measure, recorded in
-    # each result's process_env (JAX's persistent compilation cache: a compile reused
-    # from an earlier process makes the first step fast; XLA_FLAGS: how XLA compiles)
+    # The user's variables (by prefix) that change what its runs measure (a persistent
+    # compilation cache makes the first step fast), recorded in each result's process_env
     recorded_variable_prefixes: Tuple[str, ...] = ()
     packages: Tuple[str, ...] = ()  # distributions `kbench env` reports
     data_formats: Tuple[str, ...] = ("channels_last", "channels_first")
-    # A framework's own port of the models (torch-native, mxnet-gluon): no Keras in its
-    # process, and it only loads the weights a Keras backend exports.
+    # a hand-written port of the models (no Keras): it only loads a Keras backend's weights
     native_port: bool = False
-    # Why its framework has no inter-op thread pool kbench can set (--inter-op-threads is
-    # refused for it); None: it has one, set apart from the intra-op threads.
+    # why it has no inter-op pool kbench can set (--inter-op-threads is refused); None: it has
     no_inter_op_pool: Optional[str] = None
 
     @property
     def runs_keras(self) -> bool:
-        """Its process runs Keras (what ``kbench exec`` can drive)."""
+        """Its process runs Keras: ``kbench exec`` can drive it, and it can be the parity
+        reference (:attr:`exports_weights`: it writes the initial weights the others load)."""
         return not self.native_port
 
-    @property
-    def exports_weights(self) -> bool:
-        """It can be the parity reference: it writes the initial weights the others load."""
-        return not self.native_port
+    exports_weights = runs_keras
 
     @property
     def logs_mean_loss(self) -> bool:

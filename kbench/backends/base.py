@@ -1,11 +1,9 @@
 """The worker-side contract every backend fulfils.
 
-A backend is created inside the worker process before Keras is imported. It sets
-the thread counts the run asked for, imports Keras (which then fixes the backend
-from ``KERAS_BACKEND`` and the per-run ``KERAS_HOME``), checks that Keras reports
-the backend and image data format the runner asked for, and answers the few
-framework-specific questions the trainer has. Everything else (model, data,
-training loop) is shared.
+A backend is created in the worker before its framework is imported: it sets the thread
+counts and memory options the run asked for, imports the framework (Keras fixes its
+backend from ``KERAS_BACKEND`` and the per-run ``KERAS_HOME``), checks that it came up
+with the backend and image data format asked for, and answers the trainer's questions.
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ class BackendMismatch(RuntimeError):
 
 
 class Unsupported(RuntimeError):
-    """This backend cannot run this model at all (a user model on a hand-written port, a
-    layer keras-mxnet lacks): the run is recorded as ``unsupported``, with the reason."""
+    """This backend cannot run this model at all: the run is recorded as ``unsupported``."""
 
 
 USER_MODEL_NO_TWIN = (
@@ -91,14 +88,10 @@ class CudaDevice:
 
 
 def cuda_device(index: int) -> CudaDevice:
-    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``) itself. A
-    framework's ``GPU:index`` is CUDA's ordinal ``index``: counted after
-    ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) and in ``CUDA_DEVICE_ORDER`` (fastest first
-    unless set to ``PCI_BUS_ID``). NVML numbers every GPU of the machine in PCI order and
-    ignores both, so NVML's device ``index`` can be another card (a remapped or mixed set of
-    GPUs). The driver answers for the very device, and needs no NVML (which containers
-    without the ``utility`` capability lack); its PCI bus id names the card in NVML's and
-    nvidia-smi's terms."""
+    """CUDA device ``index``, read from the CUDA driver (``libcuda.so.1``): a framework's
+    ``GPU:index`` is CUDA's ordinal, counted after ``CUDA_VISIBLE_DEVICES`` and in
+    ``CUDA_DEVICE_ORDER``, both of which NVML ignores (its ``index`` can be another card);
+    the driver needs no NVML, and its PCI bus id names the card in nvidia-smi's terms."""
     import ctypes
 
     try:
@@ -131,11 +124,8 @@ def cuda_device(index: int) -> CudaDevice:
     return CudaDevice(index, name.value.decode(), bus_id.value.decode(), int(total.value))
 
 
-# How every backend counts model FLOPs per sample (``Backend.flops``): the multiply-adds
-# (2 FLOPs each) of the layers that dominate compute, from the built model's shapes;
-# elementwise work (activations, normalization, pooling, additions) is left out, as is
-# usual for "model FLOPs"; training is three times the forward pass (forward, and a
-# backward pass of about twice its cost).
+# How every backend counts model FLOPs per sample (``Backend.flops``), as is usual for
+# "model FLOPs"; training is the forward pass and a backward pass of about twice its cost.
 FLOPS_METHOD = (
     "multiply-adds x2 of Conv2D, Dense and LSTM layers from the built model's shapes; "
     "elementwise layers not counted; training = 3 x forward"
@@ -148,7 +138,6 @@ def counted_flops(forward: int) -> Dict[str, Any]:
     return {"forward_per_sample": forward, "train_per_sample": 3 * forward, "method": FLOPS_METHOD}
 
 
-# Why a GPU memory option is not set when no environment variable expresses it.
 FRACTION_NOT_FROM_OUTSIDE = (
     "not applied: {framework} has no environment variable for it (kbench run sets it from "
     "inside its worker)"
@@ -157,8 +146,7 @@ GROWTH_ON_DEMAND = "not applicable: the allocator grows on demand"
 
 
 def peak_reading(peak_bytes: int, device: str, source: str) -> Dict[str, Any]:
-    """One ``framework_peak`` memory reading: the framework's allocator peak on ``device``,
-    read by ``source``."""
+    """One ``framework_peak`` reading: the framework's allocator peak on ``device``."""
     return {"kind": "framework_peak", "bytes": int(peak_bytes), "device": device, "source": source}
 
 
@@ -166,9 +154,8 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     framework_name: ClassVar[str]  # the framework as messages name it: "TensorFlow"
     memory_default: ClassVar[str]  # what the framework does with GPU memory unless told
-    # The GPU memory options as environment variables the framework reads when it
-    # starts (memory_variables): --gpu-memory-fraction's variable (its value from
-    # fraction_value) and --gpu-memory-growth's (name, value); None: no variable.
+    # The variables the framework reads as it starts (memory_variables) for
+    # --gpu-memory-fraction (value: fraction_value) and --gpu-memory-growth; None: none.
     fraction_variable: ClassVar[Optional[str]] = None
     growth_variable: ClassVar[Optional[Tuple[str, str]]] = None
 
@@ -180,8 +167,7 @@ class Backend(abc.ABC):
         # the inter-op pool, where the framework has one (None: ``threads``, as intra-op)
         self.inter_op_threads = inter_op_threads or threads
         self.gpus = 0
-        # Subclasses apply the switches they have and say so on the board; the rest
-        # are recorded as not applicable (kbench.backends.switches).
+        # subclasses apply the switches they have; the rest are recorded as not applicable
         self.switchboard = SwitchBoard(switches or {}, self.name)
         self.warnings: List[str] = []  # see warn()
         # how float16 training keeps small gradients from underflowing; None: no scaling
@@ -191,9 +177,14 @@ class Backend(abc.ABC):
         self, data_format: str, device: str = "auto", gpu_memory_fraction: Optional[float] = None,
         gpu_memory_growth: bool = False,
     ) -> None:  # fmt: skip
-        """Apply thread and memory settings, then load the framework and check it."""
-        self.thread_settings = self._limit_cores()
-        self.thread_settings.update(self.configure_threads())
+        self.thread_settings = {
+            "requested": self.threads,
+            "env": kernels.variables(
+                ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+            ),
+            **processes.pin_cores(self.threads),  # when fewer than all cores were asked for
+            **self.configure_threads(),
+        }
         applied = self.configure_memory(gpu_memory_fraction, gpu_memory_growth)
         self.memory_settings = {
             "requested": {
@@ -209,8 +200,7 @@ class Backend(abc.ABC):
             raise NoGpu(self.no_gpu_message())
 
     def no_gpu_message(self) -> str:
-        """Why ``--device gpu`` found no GPU: a CPU build, or no GPU or driver for a CUDA
-        build (``framework_info``'s ``built_with_cuda``, ``cuda`` or CUDA feature)."""
+        """Why ``--device gpu`` found no GPU: a CPU build, or no GPU or driver for a CUDA build."""
         try:
             info = self.framework_info()
         except Exception:  # noqa: BLE001 - the message must come whatever the framework does
@@ -256,43 +246,22 @@ class Backend(abc.ABC):
         return info
 
     def next_case(self, switches: Dict[str, Any]) -> None:
-        """Before a warm worker's next task (:mod:`kbench.run.worker`): let go of the
-        models of the task that ended (:meth:`end_case`), then apply the next task's
-        per-run switches (mixed precision, and at build and compile jit_compile,
-        run_eagerly, torch_compile, hybridize); the switches read as the framework started
-        stay as they were."""
+        """Before a warm worker's next task: :meth:`end_case`, then the task's per-run switches."""
         self.switchboard = self.switchboard.for_next_run(switches)
         self.loss_scaling = None  # each task's own, as its compile or switches set it
         self.end_case()
         self.apply_switches()
 
     def end_case(self) -> None:
-        """Let go of the models of the task that ended, before a warm worker's next task.
-        Keras backends clear Keras' session."""
+        """Let go of the models of the task that ended, before a warm worker's next task."""
 
     def warn(self, message: str) -> None:
-        """Something about this run's settings that its numbers should be read with:
-        logged now, and kept in the result (``environment.framework.warnings``), which
-        the tables and the report show beside the run."""
+        """Something this run's numbers should be read with: logged, and kept in the result."""
         log.warning("%s", message)
         self.warnings.append(message)
 
-    def _limit_cores(self) -> Dict[str, Any]:
-        """Pin the process to ``threads`` cores when fewer than all were asked for."""
-        settings: Dict[str, Any] = {
-            "requested": self.threads,
-            "env": {
-                key: os.environ[key]
-                for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-                if key in os.environ
-            },
-        }
-        settings.update(processes.pin_cores(self.threads))
-        return settings
-
     def apply_switches(self) -> None:
-        """Apply the switches that act when the framework has started (precision, TF32);
-        the ones that act on the model are applied by build and compile."""
+        """Apply the switches that act on the started framework (build and compile: the rest)."""
 
     def apply_tf32(self) -> None:
         """TF32 on GPUs: say what the framework did, or that it does not apply."""
@@ -328,10 +297,8 @@ class Backend(abc.ABC):
         cls, fraction: Optional[float], growth: bool
     ) -> Tuple[Dict[str, str], Dict[str, str]]:
         """(environment variables, notes): the GPU memory options as the variables the
-        framework reads when it starts (``fraction_variable``, ``growth_variable``), and
-        why each option no variable expresses is not applied. ``kbench exec`` sets them
-        for a script it cannot configure from inside; :meth:`configure_memory` sets them
-        where the worker applies an option through a variable."""
+        framework reads when it starts, and why each option no variable expresses is not
+        applied; for ``kbench exec``, which cannot configure a script from inside."""
         variables: Dict[str, str] = {}
         notes: Dict[str, str] = {}
         if fraction is not None and cls.fraction_variable:
@@ -349,7 +316,6 @@ class Backend(abc.ABC):
 
     @staticmethod
     def fraction_value(fraction: float) -> str:
-        """``fraction_variable``'s value for ``--gpu-memory-fraction``."""
         return f"{fraction:g}"
 
     @abc.abstractmethod
@@ -358,14 +324,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def load_framework(self, data_format: str) -> None:
-        """Import the framework (Keras, for Keras backends) and check that it came up
-        with this backend and ``data_format``; raise :class:`BackendMismatch` if not."""
+        """Import the framework; :class:`BackendMismatch` if not this backend and format."""
 
     @abc.abstractmethod
     def framework_info(self) -> Dict[str, Any]:
         """Name, version and visible devices of the framework under Keras."""
-
-    # ----------------------------------------------------------------- model lifecycle
 
     @abc.abstractmethod
     def seed(self, seed: int) -> None:
@@ -376,10 +339,8 @@ class Backend(abc.ABC):
         """Model ``name`` for input laid out as this backend takes it."""
 
     def initial_values_unused(self) -> ContextManager[None]:
-        """A context for building a model whose initial weights are never used: they are
-        replaced before use (parity's loaded weights) or only the model's size is read
-        (a parameter census). A backend whose initializers are costly may draw them more
-        cheaply inside it; by default it changes nothing."""
+        """A context for building a model whose initial weights are never used (parity's
+        loaded weights, a parameter census): a backend may draw them more cheaply inside."""
         return contextlib.nullcontext()
 
     @abc.abstractmethod
@@ -402,9 +363,8 @@ class Backend(abc.ABC):
     def fit_epoch(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
     ) -> Dict[str, float]:
-        """Train over ``x`` in order, one batch per step, calling ``clock.batch_begin()``
-        and ``clock.batch_end(logs)`` around each step; the epoch's mean loss and
-        accuracy."""
+        """Train over ``x`` in order, one batch per step, with ``clock.batch_begin()`` and
+        ``clock.batch_end(logs)`` around each; the epoch's mean loss and accuracy."""
 
     @abc.abstractmethod
     def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
@@ -433,36 +393,39 @@ class Backend(abc.ABC):
         self, model: Any, weights: List[Tuple[str, List[np.ndarray]]], source_format: str,
         source_kernel_layout: str = "HWIO",
     ) -> None:  # fmt: skip
-        """Load weights exported by :meth:`get_weights` from a model built in
-        ``source_format`` whose Conv2D kernels are in ``source_kernel_layout``."""
+        """Load :meth:`get_weights`' arrays of a model built in ``source_format``."""
 
     def sync(self) -> None:
         """Wait until the device has finished queued work (no-op where reads already sync)."""
 
     def memory_readings(self) -> List[Dict[str, Any]]:
-        """Memory figures, each labelled with its kind and where it was read. Kinds:
-        ``process_peak_rss`` (host memory of the worker), ``framework_peak`` (the
-        framework's own GPU allocator peak). The parent's sampler adds ``process_nvml`` and
-        ``device_used``."""
+        """Memory figures, each labelled with its kind and where it was read:
+        ``process_peak_rss`` (the worker's host memory), ``framework_peak`` (the
+        framework's GPU allocator peak); the parent's sampler adds the NVML kinds."""
         readings = [dict(kind="process_peak_rss", **processes.peak_rss())]
         if self.gpus:
             readings += self.framework_peaks()
         return readings
 
     def framework_peaks(self) -> List[Dict[str, Any]]:
-        """``framework_peak`` readings per GPU (:func:`peak_reading`); called only when a
-        GPU is visible."""
+        """``framework_peak`` readings per GPU; called only when a GPU is visible."""
         return []
 
     def op_profiler(self, model: Any, training: bool) -> Any:
-        """The capture that records ``model``'s operators (kbench.profiling); raises
-        :class:`ProfilerUnsupported`, saying why, where this backend has none."""
+        """The capture of ``model``'s operators, else :class:`ProfilerUnsupported` saying why."""
         raise ProfilerUnsupported(f"{self.name}: kbench reads no operator profiler for it")
 
 
+KERAS_EPSILON = 1e-7  # Keras' epsilon: the native ports clip probabilities and set Adam's to it
+
+
 class NativePort(Backend):
-    """A hand-written port of the models (torch-native, mxnet-gluon): it loads Keras
-    weights through its twins' ``load_keras_weights`` and never exports any."""
+    """A hand-written port of the models (torch-native, mxnet-gluon): what Keras costs on
+    top of the framework. It loads Keras weights through its twins' ``load_keras_weights``
+    and never exports any; images are NCHW only. Its loop (:meth:`fit_batch`) computes
+    what Keras computes, so that ``kbench parity`` can hold it to the Keras backends: the
+    loss is cross-entropy on the probabilities clipped to [1e-7, 1 - 1e-7] plus the
+    model's weight penalties; Adam uses Keras' epsilon 1e-7."""
 
     twins: Any  # the port's model package (kbench_models.pytorch, kbench_models.gluon)
 
@@ -487,6 +450,36 @@ class NativePort(Backend):
             raise Unsupported(
                 USER_MODEL_NO_TWIN.format(backend=self.name, model=kbench_models.short_name(name))
             )
+
+    def count_params(self, model: Any) -> int:
+        return int(self.twins.keras_param_count(model))
+
+    def training(self, model: Any) -> None:
+        """Training mode for ``model``, before :meth:`fit_batch`."""
+
+    @abc.abstractmethod
+    def fit_batch(self, model: Any, x: np.ndarray, y: np.ndarray) -> Tuple[Any, Any]:
+        """One optimizer step on one batch: (loss before the update, correct answers),
+        each what ``float()`` reads once the device is done."""
+
+    def fit_epoch(
+        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
+    ) -> Dict[str, float]:
+        self.training(model)
+        loss_sum = hits_sum = 0.0
+        steps = len(x) // batch_size
+        for step in range(steps):
+            clock.batch_begin()
+            part = slice(step * batch_size, (step + 1) * batch_size)
+            loss, hits = self.fit_batch(model, x[part], y[part])
+            clock.batch_end({"loss": loss})  # float() waits for the device
+            loss_sum += float(loss)
+            hits_sum += float(hits)
+        return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
+
+    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
+        self.training(model)
+        return float(self.fit_batch(model, x, y)[0])
 
     def get_weights(self, model: Any) -> List[Tuple[str, List[np.ndarray]]]:
         raise NotImplementedError(

@@ -20,19 +20,16 @@ from kbench.measure.sysinfo import cpu_features
 
 
 def optimizer_name(model: Any) -> str:
-    """The scope the optimizer's update runs under; "" for a model never compiled
-    (inference)."""
+    """The scope the optimizer's update runs under; "" for a model never compiled."""
     optimizer = getattr(model, "optimizer", None)
     return optimizer.name if optimizer is not None else ""
 
 
-# Keras 3 imports these when it is imported, each behind a guard (``try: import ...
-# except ImportError``), for features no kbench run uses: the scikit-learn wrappers, the
-# plotting utilities, pandas' data frames as fit's input (kbench feeds arrays) and (on
-# every backend) JAX for the Orbax checkpoint callback. Together they cost 3-5 s of a
-# worker's start on 2 cores (pandas alone 0.45 s of Keras' 3.9 s on torch). They are
-# kept out only while Keras loads: a user's model that imports one gets it as usual,
-# though Keras' own features that wanted it stay off in that process.
+# Keras 3 imports these behind guards (``try: import ... except ImportError``) for
+# features no kbench run uses (scikit-learn wrappers, plotting, pandas input, JAX for the
+# Orbax callback): 3-5 s of a worker's start on 2 cores. They are kept out only while
+# Keras loads: a user's model that imports one gets it, though Keras' features that
+# wanted it stay off in that process.
 OPTIONAL_IMPORTS = ("sklearn", "matplotlib", "pandas", "jax")
 
 log = logging.getLogger(__name__)
@@ -40,9 +37,8 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def kept_out(modules: List[str]) -> Iterator[List[str]]:
-    """While inside, ``import`` of any of ``modules`` not yet imported raises ImportError
-    (what a guarded ``try: import ... except ImportError`` expects); yields the ones
-    kept out."""
+    """While inside, importing any of ``modules`` not yet imported raises ImportError (what a
+    guarded import expects); yields the ones kept out."""
     skipped = [m for m in modules if m not in sys.modules]
     for module in skipped:
         sys.modules[module] = None
@@ -54,32 +50,10 @@ def kept_out(modules: List[str]) -> Iterator[List[str]]:
                 del sys.modules[module]
 
 
-def forget_unavailable(module: str) -> None:
-    """Keras' lazy handle on ``module`` (``keras.src.utils.module_utils``) forgets that it
-    found it missing while it was kept out: for a module imported since."""
-    handle = getattr(sys.modules.get("keras.src.utils.module_utils"), module, None)
-    if getattr(handle, "_available", None) is False:
-        handle._available = None
-
-
-def seeded_after_import(seed: int) -> Callable[[Any], None]:
-    """What to do when TensorFlow, kept out of the seeding, is first imported: seed it
-    as ``keras.utils.set_random_seed`` would have, and let Keras find it (until then
-    Keras takes it for missing and never imports it: a zoo model's run never pays for
-    it, as when it was kept out for good)."""
-
-    def seed_tensorflow(tf: Any) -> None:
-        tf.random.set_seed(seed)
-        forget_unavailable("tensorflow")
-
-    return seed_tensorflow
-
-
 class AfterFirstImport(importlib.abc.MetaPathFinder):
-    """On ``sys.meta_path``: calls ``then(module)`` once ``name`` is first imported,
-    right after its own code has run and before the importer gets it. One shot: it
-    leaves ``sys.meta_path`` when the module is loaded, not when it is only looked up
-    (``importlib.util.find_spec``, as libraries ask whether something is installed)."""
+    """On ``sys.meta_path``: calls ``then(module)`` once ``name`` is first imported, right
+    after its code has run. One shot: it leaves when the module is loaded, not when it is
+    only looked up (``importlib.util.find_spec``)."""
 
     def __init__(self, name: str, then: Callable[[Any], None]) -> None:
         self.name, self.then = name, then
@@ -130,14 +104,11 @@ class _ThenCall(importlib.abc.Loader):
 
 @contextlib.contextmanager
 def numpy_draws(keras: Any) -> Iterator[None]:
-    """While inside, Keras 3's initializers draw from NumPy, not from the backend: values
-    of the same shape and dtype, at the initializer's scale (a truncated normal drawn
-    untruncated), not those Keras would draw from its seed; for weights that are replaced
-    before use or never read. On JAX each of Keras' own draws compiles an XLA computation
-    per weight shape: building the zoo's twelve models took 55.5 s, 4.6 s with NumPy's
-    draws (benchmarks/cheap_init.py, 2 cores). The draws are those of Keras' private
-    ``keras.src.backend.random``, looked up by name: a Keras without them builds as usual.
-    """
+    """While inside, Keras 3's initializers draw from NumPy (same shape, dtype and scale,
+    a truncated normal untruncated), for weights replaced before use or never read: on JAX
+    each of Keras' own draws compiles per weight shape (the zoo's twelve models: 55.5 s,
+    4.6 s with NumPy, benchmarks/cheap_init.py). Keras' private ``keras.src.backend.random``
+    draws are looked up by name: a Keras without them builds as usual."""
     rng = np.random.default_rng(0)
 
     def normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None):
@@ -167,9 +138,7 @@ def numpy_draws(keras: Any) -> Iterator[None]:
 
 
 class Keras3Backend(KerasBackend):
-    # The OPTIONAL_IMPORTS this backend does not need are kept out while the framework
-    # loads (TensorFlow's own import loads Keras too); TensorFlow too, on JAX and PyTorch,
-    # while the generators are seeded.
+    # kept out while the framework loads (OPTIONAL_IMPORTS) and while seeding (TensorFlow)
     imports_skipped: List[str] = []
 
     def start(self, *args: Any, **kwargs: Any) -> None:
@@ -187,16 +156,23 @@ class Keras3Backend(KerasBackend):
         return numpy_draws(self.keras)
 
     def seed(self, seed: int) -> None:
-        # Python's, numpy's and the backend's generators. Keras seeds TensorFlow's too
-        # whatever the backend, importing it (3-4 s) where it is installed; on JAX and
-        # PyTorch TensorFlow is seeded instead when something first imports it (a user's
-        # model may), so that a run that never uses it does not pay for it.
+        # Keras seeds TensorFlow too whatever the backend, importing it (3-4 s): on JAX and
+        # PyTorch it is seeded instead when something (a user's model) first imports it
         AfterFirstImport.disarm_all()  # armed by a warm worker's earlier task
         outside = ["tensorflow"] if self.name != "tensorflow" else []
         with kept_out(outside) as skipped:
             self.keras.utils.set_random_seed(seed)
+
+        def seed_tensorflow(tf: Any) -> None:
+            """Seed TensorFlow, kept out of the seeding, when it is first imported, and make
+            Keras' lazy handle on it (which found it missing) look again."""
+            tf.random.set_seed(seed)
+            handle = getattr(sys.modules.get("keras.src.utils.module_utils"), "tensorflow", None)
+            if getattr(handle, "_available", None) is False:
+                handle._available = None
+
         if skipped:
-            sys.meta_path.insert(0, AfterFirstImport("tensorflow", seeded_after_import(seed)))
+            sys.meta_path.insert(0, AfterFirstImport("tensorflow", seed_tensorflow))
         self.imports_skipped = sorted(set(self.imports_skipped) | set(skipped))
 
     def apply_switches(self) -> None:
@@ -233,17 +209,6 @@ class Keras3Backend(KerasBackend):
             )
 
 
-def onednn_in_force() -> Optional[bool]:
-    """Whether TensorFlow runs its oneDNN CPU kernels, as TensorFlow itself says; None
-    where this build cannot say."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        return None
-
-
 class TensorFlowBackend(Keras3Backend):
     name = "tensorflow"
     jit_meaning = "XLA compilation of the train step (auto: off unless XLA is known to help)"
@@ -251,8 +216,7 @@ class TensorFlowBackend(Keras3Backend):
     onednn: Optional[bool] = None
 
     def start(self, data_format: str, device: str = "auto", **kwargs: Any) -> None:
-        """TF_ENABLE_ONEDNN_OPTS is read once, when TensorFlow starts: set it first
-        (:func:`kbench.backends.kernels.plan_onednn`), then check what TensorFlow did."""
+        """Set TF_ENABLE_ONEDNN_OPTS, read once as TensorFlow starts, then check what it did."""
         plan = kernels.plan_onednn(
             self.switchboard.value("onednn"), os.environ.get(kernels.ONEDNN_VARIABLE),
             cpu_features(), sys.platform, data_format, device,
@@ -277,20 +241,16 @@ class TensorFlowBackend(Keras3Backend):
 
     def apply_switches(self) -> None:
         super().apply_switches()
-        self.onednn = onednn_in_force()
+        try:  # whether TensorFlow runs its oneDNN CPU kernels, as it says itself
+            from tensorflow.python.util import _pywrap_util_port
+
+            self.onednn = bool(_pywrap_util_port.IsMklEnabled())
+        except (ImportError, AttributeError):
+            self.onednn = None  # this build cannot say
         plan = self.onednn_plan
         if plan is not None:
             state = {True: "on", False: "off", None: "unknown"}[self.onednn]
             self.switchboard.applied("onednn", f"oneDNN {state}: {plan.reason}")
-
-    def kernel_info(self) -> Dict[str, Any]:
-        plan = self.onednn_plan
-        return {
-            "library": {True: "oneDNN", False: "Eigen", None: "unknown"}[self.onednn],
-            "onednn": self.onednn, "why": plan.reason if plan else None,
-            "onednn_plan": plan.to_dict() if plan else None,
-            kernels.ONEDNN_VARIABLE: os.environ.get(kernels.ONEDNN_VARIABLE),
-        }  # fmt: skip
 
     def tf32_default(self) -> str:
         return "TF32 enabled on Ampere and newer GPUs (TensorFlow's default)"
@@ -342,8 +302,7 @@ class TensorFlowBackend(Keras3Backend):
                 tf.config.experimental.set_memory_growth(gpu, True)
                 applied[gpu.name] = "tf.config.experimental.set_memory_growth(True)"
             else:
-                # the cap comes from the card TensorFlow's GPU:index is: CUDA's ordinal
-                # index, read from the CUDA driver (kbench.backends.base.cuda_device)
+                # the cap of the card TensorFlow's GPU:index is: CUDA's ordinal index
                 device = cuda_device(index)
                 seen = tf.config.experimental.get_device_details(gpu).get("device_name")
                 if seen and seen != device.name:
@@ -382,6 +341,7 @@ class TensorFlowBackend(Keras3Backend):
     def framework_info(self) -> Dict[str, Any]:
         import tensorflow as tf
 
+        plan = self.onednn_plan
         return {
             "name": "tensorflow",
             "version": tf.__version__,
@@ -389,7 +349,13 @@ class TensorFlowBackend(Keras3Backend):
             # TensorFlow places each operation on its first GPU where it sees one.
             "device_used": "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0",
             "built_with_cuda": tf.test.is_built_with_cuda(),
-            "cpu_kernels": self.kernel_info(),
+            "cpu_kernels": {
+                "library": {True: "oneDNN", False: "Eigen", None: "unknown"}[self.onednn],
+                "onednn": self.onednn,
+                "why": plan.reason if plan else None,
+                "onednn_plan": plan.to_dict() if plan else None,
+                kernels.ONEDNN_VARIABLE: os.environ.get(kernels.ONEDNN_VARIABLE),
+            },
         }
 
 

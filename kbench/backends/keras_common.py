@@ -1,9 +1,6 @@
-"""What every Keras backend does the same way, Keras 3 and Keras 2.2.4 alike.
-
-The model comes from ``kbench_models``; training is ``model.fit`` over one epoch's
-batches in the runner's order with a timing callback; weights move as numpy
-arrays by layer order (the same in both Keras generations); model FLOPs are counted
-from the layers' shapes (:func:`model_flops`).
+"""What every Keras backend does the same way, Keras 3 and Keras 2.2.4 alike: models from
+``kbench_models``, ``model.fit`` over the runner's batches with a timing callback, weights
+as numpy arrays by layer order, FLOPs from the layers' shapes (:func:`layer_flops`).
 """
 
 from __future__ import annotations
@@ -22,24 +19,10 @@ from kbench.datasets.stream import is_streamed
 Weights = List[Tuple[str, List[np.ndarray]]]
 
 
-def timing_callback(keras: Any, clock: Any) -> Any:
-    """A Keras callback driving ``clock``; ``on_batch_*`` exists in Keras 2.2 and 3."""
-
-    class StepTimer(keras.callbacks.Callback):
-        def on_batch_begin(self, batch, logs=None):
-            clock.batch_begin()
-
-        def on_batch_end(self, batch, logs=None):
-            clock.batch_end(logs)
-
-    return StepTimer()
-
-
 def batch_sequence(
     keras: Any, x: Any, y: np.ndarray, batch_size: int, drop_last: bool = True
 ) -> Any:
-    """Streamed images as a Keras Sequence (PyDataset in Keras 3): one decoded batch per
-    step, in order; training drops the last partial batch as in-memory training does."""
+    """Streamed images as a Keras Sequence: one decoded batch per step, in order."""
 
     class Batches(keras.utils.Sequence):
         def __init__(self) -> None:
@@ -58,17 +41,7 @@ def batch_sequence(
     return Batches()
 
 
-def convert_kernel(kernel: np.ndarray, source_layout: str, target_layout: str) -> np.ndarray:
-    """A Conv2D kernel between HWIO (Keras 3) and OIHW (keras-mxnet, channels_first)."""
-    if source_layout == target_layout:
-        return kernel
-    if source_layout == "HWIO":
-        return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))
-    return np.ascontiguousarray(kernel.transpose(2, 3, 1, 0))
-
-
 def _shapes(layer: Any) -> Tuple[Optional[tuple], Optional[tuple]]:
-    """(input shape, output shape) of a layer in either Keras generation."""
     try:
         return tuple(layer.input_shape), tuple(layer.output_shape)  # Keras 2.2
     except (AttributeError, RuntimeError, TypeError):
@@ -102,26 +75,18 @@ def layer_flops(layer: Any) -> int:
     return 0
 
 
-def model_flops(model: Any) -> Dict[str, Any]:
-    """FLOPs per sample of a built Keras model (3 or 2.2.4), as
-    :data:`~kbench.backends.base.FLOPS_METHOD` says."""
-    return counted_flops(sum(layer_flops(layer) for layer in model.layers))
-
-
 class KerasBackend(Backend):
     """Model lifecycle through the Keras API; subclasses add the framework parts."""
 
     keras: Any = None
 
     @abc.abstractmethod
-    def import_keras(self) -> Any:
-        """Import and return the keras module."""
+    def import_keras(self) -> Any: ...
 
     # how the Keras generation spells an optimizer's learning rate (Keras 2.2: ``lr``)
     learning_rate_argument = "learning_rate"
 
     def make_optimizer(self, name: str, learning_rate: float) -> Any:
-        """A Keras optimizer instance (``adam`` or ``sgd``)."""
         optimizers = {"adam": self.keras.optimizers.Adam, "sgd": self.keras.optimizers.SGD}
         return optimizers[name](**{self.learning_rate_argument: learning_rate})
 
@@ -150,8 +115,7 @@ class KerasBackend(Backend):
             keras_version=self.keras.__version__, keras_backend=self.keras.backend.backend(),
             image_data_format=self.keras.backend.image_data_format(),
         )  # fmt: skip
-        # kept out (keras3.OPTIONAL_IMPORTS, TensorFlow while seeding) and, as the run
-        # ends, still not imported: a user's model may import one itself
+        # kept out (keras3.OPTIONAL_IMPORTS) and still not imported as the run ends
         skipped = [m for m in getattr(self, "imports_skipped", None) or [] if m not in sys.modules]
         if skipped:
             info["imports_skipped"] = skipped
@@ -173,7 +137,7 @@ class KerasBackend(Backend):
         return [int(d) for d in shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        return model_flops(model)
+        return counted_flops(sum(layer_flops(layer) for layer in model.layers))
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
         model.compile(
@@ -184,43 +148,42 @@ class KerasBackend(Backend):
     def fit_epoch(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
     ) -> Dict[str, float]:
-        callbacks = [timing_callback(self.keras, clock)]
-        if is_streamed(x):
+
+        class StepTimer(self.keras.callbacks.Callback):  # on_batch_*: in Keras 2.2 and 3
+            def on_batch_begin(self, batch, logs=None):
+                clock.batch_begin()
+
+            def on_batch_end(self, batch, logs=None):
+                clock.batch_end(logs)
+
+        once = dict(epochs=1, shuffle=False, verbose=0, callbacks=[StepTimer()])
+        if not is_streamed(x):
+            history = model.fit(x, y, batch_size=batch_size, **once)
+        elif self.keras_generation == 2:
             batches = batch_sequence(self.keras, x, y, batch_size)
-            if self.keras_generation == 2:
-                history = model.fit_generator(
-                    batches, steps_per_epoch=len(batches), epochs=1, shuffle=False, verbose=0,
-                    callbacks=callbacks, workers=0,
-                )  # fmt: skip
-            else:
-                history = model.fit(batches, epochs=1, shuffle=False, verbose=0,
-                                    callbacks=callbacks)  # fmt: skip
+            history = model.fit_generator(batches, steps_per_epoch=len(batches), workers=0, **once)
         else:
-            history = model.fit(
-                x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
-                callbacks=callbacks,
-            )  # fmt: skip
+            history = model.fit(batch_sequence(self.keras, x, y, batch_size), **once)
         logs = {key: float(values[-1]) for key, values in history.history.items()}
         if "acc" in logs:  # Keras 2.2 spelling
             logs["accuracy"] = logs.pop("acc")
         return logs
 
     def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
-        """One optimizer step on one batch; the loss before the update."""
         result = model.train_on_batch(x, y)
         return float(result[0] if isinstance(result, (list, tuple)) else result)
 
     def evaluate(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int
     ) -> Tuple[float, float]:
-        if is_streamed(x):
-            batches = batch_sequence(self.keras, x, y, batch_size, drop_last=False)
-            if self.keras_generation == 2:
-                loss, accuracy = model.evaluate_generator(batches, steps=len(batches), workers=0)
-            else:
-                loss, accuracy = model.evaluate(batches, verbose=0)
-        else:
+        if not is_streamed(x):
             loss, accuracy = model.evaluate(x, y, batch_size=batch_size, verbose=0)
+        elif self.keras_generation == 2:
+            batches = batch_sequence(self.keras, x, y, batch_size, drop_last=False)
+            loss, accuracy = model.evaluate_generator(batches, steps=len(batches), workers=0)
+        else:
+            batches = batch_sequence(self.keras, x, y, batch_size, drop_last=False)
+            loss, accuracy = model.evaluate(batches, verbose=0)
         return float(loss), float(accuracy)
 
     def predict(self, model: Any, batch: np.ndarray) -> np.ndarray:
@@ -236,9 +199,8 @@ class KerasBackend(Backend):
     def set_weights(
         self, model: Any, weights: Weights, source_format: str, source_kernel_layout: str = "HWIO"
     ) -> None:
-        # Keras' Flatten moves channels last before flattening in either data format, so
-        # Dense kernels need no re-ordering between formats; only Conv2D kernel layouts
-        # differ (keras-mxnet under channels_first).
+        # Keras' Flatten moves channels last in either data format: only Conv2D kernel
+        # layouts differ (keras-mxnet under channels_first)
         layers = [layer for layer in model.layers if layer.get_weights()]
         if len(layers) != len(weights):
             raise ValueError(
@@ -247,8 +209,10 @@ class KerasBackend(Backend):
             )
         for layer, (kind, arrays) in zip(layers, weights):
             arrays = [np.asarray(a) for a in arrays]
-            if kind == "Conv2D":
-                arrays[0] = convert_kernel(arrays[0], source_kernel_layout, self.kernel_layout())
+            if kind == "Conv2D" and source_kernel_layout != self.kernel_layout():
+                # HWIO (Keras 3) <-> OIHW (keras-mxnet under channels_first)
+                order = (3, 2, 0, 1) if source_kernel_layout == "HWIO" else (2, 3, 1, 0)
+                arrays[0] = np.ascontiguousarray(arrays[0].transpose(order))
             expected = [tuple(int(d) for d in w.shape) for w in layer.get_weights()]
             if kind != type(layer).__name__ or [a.shape for a in arrays] != expected:
                 raise ValueError(

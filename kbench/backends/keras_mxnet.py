@@ -29,11 +29,10 @@ SLOW_PATH_WARNING = (
 
 
 def keras224_gap(err: BaseException, keras_root: Optional[str] = None) -> Optional[str]:
-    """The layer, function or argument Keras 2.2.4 lacks, named from the error that
-    building (or importing) a model raised; None when the error is of another kind.
-    ``keras_root``: the folder of the Keras package imported, where a TypeError raised
-    inside Keras' own code (a custom layer calling ``add_weight`` as Keras 3 does) is a
-    call that Keras 2.2.4 takes otherwise."""
+    """The layer, function or argument Keras 2.2.4 lacks, named from the error that building
+    (or importing) a model raised; None for another kind of error. A TypeError raised in
+    Keras' own code at ``keras_root`` (``add_weight`` called as Keras 3 takes it) is a call
+    that Keras 2.2.4 takes otherwise."""
     if isinstance(err, UserModelImportError) and err.__cause__ is not None:
         err = err.__cause__
     if isinstance(err, ImportError) and "keras" in f"{err} {err.name}":
@@ -58,8 +57,7 @@ def keras224_gap(err: BaseException, keras_root: Optional[str] = None) -> Option
 
 
 def _raised_in_keras(err: TypeError, keras_root: Optional[str]) -> Optional[str]:
-    """What a TypeError raised within the Keras package at ``keras_root`` says Keras
-    2.2.4 lacks; None when Keras did not raise it (the model's own code did)."""
+    """What a TypeError raised in Keras at ``keras_root`` says it lacks; None if Keras did not."""
     frames = traceback.extract_tb(err.__traceback__)
     if not keras_root or not frames:
         return None
@@ -78,8 +76,7 @@ def _raised_in_keras(err: TypeError, keras_root: Optional[str]) -> Optional[str]
 
 def transposed_layers(model: Any) -> List[str]:
     """The layers keras-mxnet wraps in transposes under channels_last: convolutions and
-    pooling over images, whose inputs have 4 or more dimensions (global pooling and
-    Flatten reduce without one)."""
+    pooling over 4-D inputs (global pooling and Flatten reduce without one)."""
     names = []
     for layer in model.layers:
         kind = type(layer).__name__
@@ -112,12 +109,8 @@ class KerasMXNetBackend(MXNetFramework, KerasBackend):
     def apply_switches(self) -> None:
         self.require_gpus(self.switchboard.value("mxnet_gpus"), self.gpus)
 
-    def seed(self, seed: int) -> None:
-        self.seed_generators(seed)  # keras-mxnet draws initial weights with numpy
-
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
-        # A keras-mxnet Model takes its context (the devices its MXNet Module binds to)
-        # when it is created; K.Context is the fork's scope for choosing it, and holds for
+        # A keras-mxnet Model takes its devices as it is created: K.Context chooses them for
         # training and inference alike (compile(context=...) would for training only).
         if is_saved_model(name):
             raise Unsupported(

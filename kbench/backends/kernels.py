@@ -1,17 +1,13 @@
 """Which CPU kernel library each framework runs, and why (worker side).
 
-TensorFlow on oneDNN and TensorFlow on its own Eigen kernels are different programs:
-different speeds, different rounding, and different layouts they can run. TensorFlow
-turns oneDNN on by default only on x86 CPUs with the features in
-:data:`ONEDNN_DEFAULT_FEATURES` (most AMD CPUs and most laptops' CPUs lack them), and
-``TF_ENABLE_ONEDNN_OPTS``, read once when TensorFlow starts, overrides that. Eigen
-cannot run NCHW (``channels_first``) convolutions on the CPU, forward or backward, so
-:func:`plan_onednn` turns oneDNN on for such a run unless the ``onednn`` switch says
-off, and :func:`nchw_refusal` says why a run that is left on Eigen cannot start.
-
-The other frameworks' choices are only read and recorded (:func:`torch_kernels`,
-:func:`numpy_blas`, and the backends' ``framework_info``). Imports no framework at
-module level: TensorFlow must not start before :func:`plan_onednn` has been applied.
+TensorFlow on oneDNN and on its own Eigen kernels are different programs (speeds,
+rounding, layouts). TensorFlow turns oneDNN on by default only on x86 CPUs with the
+features in :data:`ONEDNN_DEFAULT_FEATURES`; ``TF_ENABLE_ONEDNN_OPTS``, read once as it
+starts, overrides that. Eigen cannot run NCHW convolutions on the CPU, so
+:func:`plan_onednn` turns oneDNN on for a channels_first run unless ``--onednn off``, and
+:func:`nchw_refusal` says why a run left on Eigen cannot start. The other frameworks'
+choices are only recorded. Imports no framework: TensorFlow must not start before
+:func:`plan_onednn` is applied.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
-# TensorFlow's rule (tensorflow/core/util/util.cc, IsMKLEnabled): on by default on
-# Linux x86 with any of these; off elsewhere on x86 (and on Windows)
+# TensorFlow's rule (core/util/util.cc, IsMKLEnabled): on by default on Linux x86 with one
 ONEDNN_DEFAULT_FEATURES = (
     "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
 )  # fmt: skip
@@ -31,22 +26,13 @@ X86 = ("x86_64", "amd64", "i386", "i686")
 
 
 def cpu_default(cpu: Mapping[str, Any], platform: str) -> Optional[bool]:
-    """Whether TensorFlow turns oneDNN on by default on this CPU; None when unknown
-    (features not read, or not x86: there the TensorFlow build decides)."""
+    """Whether TensorFlow turns oneDNN on by default on this CPU; None when unknown."""
     features = cpu.get("features")
     if features is None or str(cpu.get("architecture", "")).lower() not in X86:
         return None
     if not platform.startswith("linux"):
         return False
     return any(name in features for name in ONEDNN_DEFAULT_FEATURES)
-
-
-def describe_default(default: Optional[bool]) -> str:
-    if default is None:
-        return "TensorFlow's default for this CPU and build (not predicted by kbench)"
-    if default:
-        return "on by default on this CPU (it has AVX-512 VNNI/BF16, AVX-VNNI or AMX)"
-    return "off by default on this CPU (it has none of " + ", ".join(ONEDNN_DEFAULT_FEATURES) + ")"
 
 
 @dataclass(frozen=True)
@@ -64,14 +50,6 @@ class OneDnnPlan:
         return asdict(self)
 
 
-def is_on(value: Optional[str]) -> Optional[bool]:
-    """TF_ENABLE_ONEDNN_OPTS as TensorFlow reads it (1/true on, 0/false off)."""
-    if value is None:
-        return None
-    text = value.strip().lower()
-    return {"1": True, "true": True, "0": False, "false": False}.get(text)
-
-
 def plan_onednn(
     requested: str, environment: Optional[str], cpu: Mapping[str, Any], platform: str,
     data_format: str, device: str = "auto",
@@ -82,12 +60,20 @@ def plan_onednn(
     if requested in ("on", "off"):
         value = "1" if requested == "on" else "0"
         return OneDnnPlan(set_to=value, reason=f"--onednn {requested}", **plan)
-    found = is_on(environment)
+    # TF_ENABLE_ONEDNN_OPTS as TensorFlow reads it
+    found = {"1": True, "true": True, "0": False, "false": False}.get(
+        (environment or "").strip().lower()
+    )
     if found is not None:
         without = f"{ONEDNN_VARIABLE}={environment} in the environment"
         expected = found
     else:
-        without = describe_default(default)
+        none_of = ", ".join(ONEDNN_DEFAULT_FEATURES)
+        without = {
+            None: "TensorFlow's default for this CPU and build (not predicted by kbench)",
+            True: "on by default on this CPU (it has AVX-512 VNNI/BF16, AVX-VNNI or AMX)",
+            False: f"off by default on this CPU (it has none of {none_of})",
+        }[default]
         expected = default
     if data_format == "channels_first" and expected is not True and device != "gpu":
         return OneDnnPlan(
@@ -104,17 +90,16 @@ def plan_onednn(
 
 
 def jit_decides_start(backend: str, data_format: Optional[str]) -> bool:
-    """Whether ``jit_compile`` decides, as the framework starts, if a run can start at
-    all (:func:`nchw_refusal`): TensorFlow in channels_first. Such runs share a warm
-    worker only with runs of the same ``jit_compile`` (``kbench.run.runner.worker_key``)."""
+    """Whether ``jit_compile`` decides if a run can start at all (:func:`nchw_refusal`), so
+    that it shares a warm worker only with runs of the same ``jit_compile``."""
     return backend == "tensorflow" and data_format == "channels_first"
 
 
 def nchw_refusal(
     data_format: str, onednn: Optional[bool], gpus: int, jit_compile: str, why: str = ""
 ) -> str:
-    """Why this TensorFlow run cannot start ("" when it can): channels_first on the CPU
-    with neither oneDNN nor XLA, whose kernels both take NCHW."""
+    """Why this TensorFlow run cannot start ("" when it can): channels_first on the CPU with
+    neither oneDNN nor XLA."""
     if data_format != "channels_first" or onednn is not False or gpus or jit_compile == "on":
         return ""
     return (
@@ -127,8 +112,7 @@ def nchw_refusal(
 
 
 def torch_kernels(torch: Any) -> Dict[str, Any]:
-    """PyTorch's CPU kernels: oneDNN (mkldnn) available and on, the ISA its own kernels
-    were dispatched for, and the BLAS and LAPACK it was built with."""
+    """PyTorch's CPU kernels: oneDNN on or off, the ISA dispatched for, its BLAS and LAPACK."""
     config = ""
     try:
         config = torch.__config__.show()
@@ -157,8 +141,7 @@ def torch_kernels(torch: Any) -> Dict[str, Any]:
 
 
 def numpy_blas() -> Dict[str, Any]:
-    """numpy's BLAS (name, version) and, where threadpoolctl is installed, the thread
-    pools loaded in this process (BLAS and OpenMP) with their sizes."""
+    """numpy's BLAS and, with threadpoolctl, the thread pools loaded here and their sizes."""
     import numpy as np
 
     info: Dict[str, Any] = {"numpy": np.__version__, "blas": None}

@@ -1,15 +1,8 @@
 """MXNet itself: its settings, shared by keras-mxnet and the native backend
-(:class:`MXNetFramework`: threads, GPU memory options, devices, kernels, framework
-info), and plain MXNet Gluon with no Keras, the models' ``HybridBlock`` twins in a
-hand-written loop (:class:`MXNetGluonBackend`).
-
-The Gluon backend shows what keras-mxnet costs on top of MXNet itself, and what
-hybridizing (a cached symbolic graph) buys. Its loop computes what Keras computes, so
-that ``kbench parity`` can hold it to the Keras backends: the loss is cross-entropy on
-the model's probabilities clipped to [1e-7, 1 - 1e-7] (Keras' epsilon) plus the
-model's weight penalties; Adam uses Keras' epsilon 1e-7. Images are NCHW
-(``channels_first``) only. Runs in the MXNet environment (numpy<1.24) and imports no
-Keras.
+(:class:`MXNetFramework`), and plain MXNet Gluon with no Keras, the models'
+``HybridBlock`` twins in a hand-written loop (:class:`MXNetGluonBackend`, a
+:class:`~kbench.backends.base.NativePort`), which shows what keras-mxnet costs on top of
+MXNet and what hybridizing buys. Runs under numpy<1.24 and imports no Keras.
 """
 
 from __future__ import annotations
@@ -20,11 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from kbench.backends import kernels
-from kbench.backends.base import NativePort, NoGpu, Unsupported, counted_flops
+from kbench.backends.base import KERAS_EPSILON, NativePort, NoGpu, Unsupported, counted_flops
 
-KERAS_EPSILON = 1e-7
-# hybridize(): a graph whose memory is planned once and reused (static_alloc), for
-# inputs of one shape (static_shape); measured faster than plain hybridize() here
+# hybridize(): memory planned once (static_alloc) for one input shape: measured faster
 HYBRIDIZE_OPTIONS = {"static_alloc": True, "static_shape": True}
 # The twins built on Gluon's fused LSTM layer (MXNet's RNN operator)
 FUSED_RNN_MODELS = ("lstm", "lstm_embedding")
@@ -39,21 +30,17 @@ def _enabled(features: Any, name: str) -> bool:
 
 
 def mkldnn_on(features: Any) -> bool:
-    """Whether MXNet runs its MKLDNN (oneDNN) CPU operators: built in, and not turned off
-    by MXNET_MKLDNN_ENABLED=0."""
+    """Whether MXNet runs its MKLDNN (oneDNN) CPU operators: built in and not turned off."""
     return _enabled(features, "MKLDNN") and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0"
 
 
 def mxnet_kernels(features: Any) -> Dict[str, Any]:
-    """MXNet's CPU kernels: its MKLDNN (oneDNN) operators where built in and not turned
-    off by MXNET_MKLDNN_ENABLED=0, else its own; and the BLAS it was built with."""
-    built = _enabled(features, "MKLDNN")
-    on = mkldnn_on(features)
+    """MXNet's CPU kernels (MKLDNN where :func:`mkldnn_on`, else its own) and its BLAS."""
     blas = {"BLAS_MKL": "MKL", "BLAS_OPEN": "OpenBLAS", "BLAS_ATLAS": "ATLAS",
             "BLAS_APPLE": "Apple Accelerate"}  # fmt: skip
     return {
-        "library": "MKLDNN (oneDNN)" if on else "MXNet's own operators",
-        "mkldnn_built": built,
+        "library": "MKLDNN (oneDNN)" if mkldnn_on(features) else "MXNet's own operators",
+        "mkldnn_built": _enabled(features, "MKLDNN"),
         "blas": next((text for name, text in blas.items() if _enabled(features, name)), None),
         **kernels.variables(("MXNET_MKLDNN_ENABLED",)),
     }
@@ -74,9 +61,7 @@ class MXNetFramework:
     )
 
     def configure_threads(self) -> Dict[str, Any]:
-        # MXNet reads its thread counts from the environment when it is imported;
-        # the runner sets OMP_NUM_THREADS before the interpreter starts. Unset, MXNet
-        # would use half the cores.
+        # read as mxnet is imported: the runner sets OMP_NUM_THREADS (unset: half the cores)
         return {
             "framework": {
                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
@@ -84,8 +69,7 @@ class MXNetFramework:
             }
         }
 
-    # MXNet has no per-process fraction. The nearest control is the share of GPU
-    # memory its pool leaves to others, read when mxnet is imported.
+    # no per-process fraction: the nearest is the share of GPU memory its pool leaves
     fraction_variable = "MXNET_GPU_MEM_POOL_RESERVE"
 
     @staticmethod
@@ -112,22 +96,18 @@ class MXNetFramework:
         return mx.context.num_gpus()
 
     def require_gpus(self, wanted: int, visible: int) -> None:
-        """Fail the run, saying how to fix it, when fewer than ``wanted`` GPUs are visible."""
         if wanted <= visible:
             return
         import mxnet as mx
 
-        if mx.runtime.Features().is_enabled("CUDA"):
-            fix = (
-                f"Ask for at most {visible} (--mxnet-gpus {visible}), or make more GPUs "
-                "visible (CUDA_VISIBLE_DEVICES)"
-            )
-        else:
-            fix = (
-                f"This MXNet {mx.__version__} is a CPU build: install its CUDA build "
-                "(KBENCH_GPU=1 scripts/setup_envs.sh mxnet rebuilds envs/mxnet) on a "
-                "machine with GPUs"
-            )
+        fix = (
+            f"Ask for at most {visible} (--mxnet-gpus {visible}), or make more GPUs visible "
+            "(CUDA_VISIBLE_DEVICES)"
+            if mx.runtime.Features().is_enabled("CUDA")
+            else f"This MXNet {mx.__version__} is a CPU build: install its CUDA build "
+            "(KBENCH_GPU=1 scripts/setup_envs.sh mxnet rebuilds envs/mxnet) on a machine "
+            "with GPUs"
+        )
         raise NoGpu(
             f"--mxnet-gpus {wanted}: expected {wanted} GPU(s) visible to MXNet; received "
             f"{visible}. {fix}, or drop --mxnet-gpus to train on {self.name}'s default device."
@@ -138,14 +118,12 @@ class MXNetFramework:
 
         from kbench.profiling import ProfilerUnsupported
 
-        if not mx.runtime.Features().is_enabled("PROFILER"):
-            raise ProfilerUnsupported(
-                f"mxnet {mx.__version__} was built without its profiler "
-                "(mx.runtime.Features(): PROFILER off), so no operator times can be read; "
-                "a wheel built with USE_PROFILER=1 would have them"
-            )
         raise ProfilerUnsupported(
             "this MXNet has its profiler, but kbench does not read MXNet profiles yet"
+            if mx.runtime.Features().is_enabled("PROFILER")
+            else f"mxnet {mx.__version__} was built without its profiler (mx.runtime."
+            "Features(): PROFILER off), so no operator times can be read; a wheel built "
+            "with USE_PROFILER=1 would have them"
         )
 
     def framework_peaks(self) -> List[Dict[str, Any]]:
@@ -175,12 +153,12 @@ class MXNetFramework:
             "cpu_kernels": mxnet_kernels(features),
         }
 
-    def seed_generators(self, seed: int) -> None:
-        """Python's, numpy's and MXNet's generators (initialisers draw from the last two)."""
+    def seed(self, seed: int) -> None:
+        """Python's, numpy's and MXNet's generators: keras-mxnet draws initial weights with
+        numpy, Gluon's initialisers with MXNet and numpy."""
         import random
 
         import mxnet as mx
-        import numpy as np
 
         random.seed(seed)
         np.random.seed(seed)
@@ -232,11 +210,6 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
     def tf32_default(self) -> str:
         return "MXNet's default (cuBLAS and cuDNN decide; MXNet 1.9 sets no TF32 mode)"
 
-    # ------------------------------------------------------------------ model
-
-    def seed(self, seed: int) -> None:
-        self.seed_generators(seed)  # Gluon's initialisers draw from MXNet's and numpy's
-
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         import kbench_models
 
@@ -247,7 +220,8 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         net.kbench_spec = kbench_models.MODELS[name]
         net.kbench_input_shape = tuple(input_shape)
         # counted before hybridizing: a hybridized net calls no child block's hooks
-        net.kbench_flops = self.twins.count_flops(net, self._sample(net))
+        sample = self._arrays(np.zeros((1,) + net.kbench_input_shape))
+        net.kbench_flops = self.twins.count_flops(net, sample)
         if self.switchboard.value("hybridize"):
             net.hybridize(**HYBRIDIZE_OPTIONS)
             options = ", ".join(f"{key}={value}" for key, value in HYBRIDIZE_OPTIONS.items())
@@ -261,10 +235,8 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         return net
 
     def refuse_fused_rnn_without_mkldnn(self, name: str) -> None:
-        """MXNet 1.9's RNN operator (Gluon's fused LSTM) has no working CPU path without
-        MKLDNN: its first forward pass stops with ``Check failed: in_data.size() ==
-        num_inputs (4 vs. 3)`` (measured with MXNET_MKLDNN_ENABLED=0). Say so before
-        the model is built."""
+        """MXNet 1.9's RNN operator (Gluon's fused LSTM) has no CPU path without MKLDNN (its
+        first forward pass stops: ``Check failed: in_data.size() == num_inputs (4 vs. 3)``)."""
         on_gpu = self.context.device_type == "gpu"
         if name not in FUSED_RNN_MODELS or on_gpu or mkldnn_on(self.mx.runtime.Features()):
             return
@@ -276,22 +248,12 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
             "the LSTM into ordinary operators)."
         )
 
-    def count_params(self, model: Any) -> int:
-        return int(self.twins.keras_param_count(model))
-
-    def _sample(self, model: Any, batch: int = 1) -> Any:
-        shape = (batch,) + model.kbench_input_shape
-        return self.mx.nd.zeros(shape, ctx=self.context)
-
     def output_shape(self, model: Any) -> List[int]:
-        return [int(d) for d in model(self._sample(model)).shape[1:]]
+        sample = self._arrays(np.zeros((1,) + model.kbench_input_shape))
+        return [int(d) for d in model(sample).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        """The count of :data:`~kbench.backends.base.FLOPS_METHOD`, read off the blocks
-        during one forward pass."""
         return counted_flops(model.kbench_flops)
-
-    # -------------------------------------------------------------- training
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
         mx = self.mx
@@ -331,7 +293,8 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
             return nd.sum((probabilities > 0.5) == labels.reshape(probabilities.shape))
         return nd.sum(nd.argmax(probabilities, axis=-1) == labels.reshape((-1,)))
 
-    def _step(self, model: Any, inputs: Any, labels: Any) -> Tuple[Any, Any]:
+    def fit_batch(self, model: Any, x: np.ndarray, y: np.ndarray) -> Tuple[Any, Any]:
+        inputs, labels = self._arrays(x, y)
         autograd = self.mx.autograd
         with autograd.record():  # training mode: BatchNorm on the batch's statistics
             probabilities = model(inputs)
@@ -340,28 +303,9 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
                 total = total + self.twins.regularization_loss(model, model.kbench_penalties)
         total.backward()  # MXNet moves BatchNorm's statistics here
         model.kbench_trainer.step(1)
-        return total, self._hits(model, probabilities, labels)
-
-    def fit_epoch(
-        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
-    ) -> Dict[str, float]:
-        loss_sum = hits_sum = 0.0
-        steps = len(x) // batch_size
-        for step in range(steps):
-            clock.batch_begin()
-            part = slice(step * batch_size, (step + 1) * batch_size)
-            inputs, labels = self._arrays(x[part], y[part])
-            loss, hits = self._step(model, inputs, labels)
-            self.mx.nd.waitall()  # the update too, not only the loss it follows
-            loss = float(loss.asscalar())
-            clock.batch_end({"loss": loss})
-            loss_sum += loss
-            hits_sum += float(hits.asscalar())
-        return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
-
-    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
-        loss, _ = self._step(model, *self._arrays(x, y))
-        return float(loss.asscalar())
+        hits = self._hits(model, probabilities, labels)
+        self.mx.nd.waitall()  # the update too, not only the loss it follows
+        return total.asscalar(), hits.asscalar()
 
     def evaluate(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int

@@ -1,9 +1,8 @@
 """Optimization switches: each framework's own speed options, off and on.
 
-A switch is a run setting (a flag on ``kbench run``, a key in sweep files). Each
-backend says which switches it applies and how; a switch set away from its
-default on a backend that has no such thing is recorded as ``not applicable``
-with the reason, never silently ignored. What every switch did is in the result
+A switch is a run setting (a flag, a key in sweep files). A switch set away from its
+default on a backend that has no such thing is recorded as ``not applicable`` with the
+reason, never silently ignored; what every switch did is in the result
 (``environment.framework.switches``).
 
 Standard library only: imported under every backend's interpreter.
@@ -21,8 +20,8 @@ class Switch:
     default: Any
     choices: Tuple[Any, ...]  # empty: any whole number from 0 up (a count)
     help: str
-    # True: applied to each run's model and compile, so a warm worker changes it between
-    # runs; False: read as the framework starts (or process-wide), one value per worker
+    # True: applied to each run's model and compile (a warm worker changes it between
+    # runs); False: read as the framework starts, one value per worker
     per_run: bool = False
 
     @property
@@ -82,8 +81,7 @@ SWITCHES: Dict[str, Switch] = {
 
 
 def per_process(switches: Dict[str, Any]) -> Dict[str, Any]:
-    """The switches of ``switches`` that a worker process is started with (not
-    :attr:`Switch.per_run`): runs that differ in one of these cannot share a worker."""
+    """The switches a worker process is started with: runs that differ in one cannot share it."""
     return {name: value for name, value in switches.items() if not SWITCHES[name].per_run}
 
 
@@ -125,9 +123,8 @@ class SwitchBoard:
         self.states[name] = SwitchState(self.requested[name], "not applicable", why)
 
     def for_next_run(self, requested: Dict[str, Any]) -> SwitchBoard:
-        """A warm worker's board for its next run: that run's per-run switches, the
-        process's as they are (the same by :func:`kbench.run.runner.worker_key`), with what
-        became of them when the framework started."""
+        """A warm worker's board for its next run: its per-run switches; the process's as
+        they are (the same by :func:`kbench.run.runner.worker_key`), and what became of them."""
         board = SwitchBoard(requested, self.backend)
         changed = [
             name

@@ -1,13 +1,7 @@
 """PyTorch itself: its settings, shared by Keras on torch and the native backend
-(:class:`TorchFramework`: threads, GPU memory options, devices, memory peaks), and plain
-PyTorch with no Keras, the models' ``torch.nn.Module`` twins in a hand-written loop
-(:class:`TorchNativeBackend`).
-
-The native backend shows what Keras costs on top of raw PyTorch. Its loop computes
-what Keras computes, so that ``kbench parity`` can hold it to the Keras backends: the
-loss is cross-entropy on the model's probabilities clipped to [1e-7, 1 - 1e-7] (Keras'
-epsilon) plus the model's weight penalties; Adam uses Keras' epsilon 1e-7. Images are
-NCHW (``channels_first``) only.
+(:class:`TorchFramework`), and plain PyTorch with no Keras, the models'
+``torch.nn.Module`` twins in a hand-written loop (:class:`TorchNativeBackend`, a
+:class:`~kbench.backends.base.NativePort`).
 """
 
 from __future__ import annotations
@@ -21,6 +15,7 @@ import numpy as np
 
 from kbench.backends import kernels
 from kbench.backends.base import (
+    KERAS_EPSILON,
     USER_MODEL_NO_TWIN,
     NativePort,
     Unsupported,
@@ -29,7 +24,6 @@ from kbench.backends.base import (
 )
 from kbench_models import short_name as kbench_short
 
-KERAS_EPSILON = 1e-7
 NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
 
 
@@ -40,9 +34,8 @@ def mps_available(torch: Any) -> bool:
 
 
 def choose_device(torch: Any, wanted: str = "auto") -> str:
-    """The device PyTorch runs on for ``--device wanted``: ``cpu`` when asked; else
-    ``cuda`` where CUDA sees a GPU, ``mps`` on an Apple GPU, and ``cpu`` without either
-    (``--device gpu`` then fails in :meth:`kbench.backends.base.Backend.start`)."""
+    """The device PyTorch runs on for ``--device wanted``: ``cpu`` when asked, else ``cuda``
+    or ``mps`` where there is one (``--device gpu`` without either fails in ``start``)."""
     if wanted == "cpu":
         return "cpu"
     if torch.cuda.is_available():
@@ -53,13 +46,10 @@ def choose_device(torch: Any, wanted: str = "auto") -> str:
 
 
 def limit_current_device(fraction: float) -> Dict[str, str]:
-    """Cap PyTorch's caching allocator on the one GPU this process uses. That GPU is the
-    current device, chosen before the backend starts (device 0, or ``LOCAL_RANK`` under
-    data-parallel training). Setting the fraction on every GPU would create a CUDA context
-    on each of them and could leave the last one current, putting every rank on one GPU; so
-    only the current device is capped, and it is checked to still be current afterwards.
-    PyTorch takes only a ``float`` (an ``int`` such as ``1`` from a sweep file raises
-    ``TypeError``)."""
+    """Cap PyTorch's caching allocator on the one GPU this process uses, the current device
+    (0, or ``LOCAL_RANK`` under data-parallel training): setting it on every GPU would make
+    a CUDA context on each and could leave the last one current, putting every rank on one
+    GPU. PyTorch takes only a ``float`` (``1`` from a sweep file raises ``TypeError``)."""
     import torch
 
     index = torch.cuda.current_device()
@@ -85,11 +75,8 @@ class TorchFramework:
     requested_device = "auto"
 
     def start(self, data_format: str, device: str = "auto", *args: Any, **kwargs: Any) -> None:
-        """Remember ``--device`` for the device choice, then start as every backend does.
-
-        Keras' torch backend picks its device when it is imported, preferring an Apple
-        GPU (MPS) to everything; ``KERAS_TORCH_DEVICE=cpu`` keeps ``--device cpu`` on the
-        CPU there (CUDA_VISIBLE_DEVICES='' hides CUDA GPUs only)."""
+        """Remember ``--device``. Keras' torch backend picks its device as it is imported, an
+        Apple GPU first: ``KERAS_TORCH_DEVICE=cpu`` keeps ``--device cpu`` on the CPU."""
         self.requested_device = device
         if device == "cpu" and "KERAS_TORCH_DEVICE" not in os.environ:
             os.environ["KERAS_TORCH_DEVICE"] = "cpu"  # before Keras is imported
@@ -211,9 +198,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
         self.device = torch.device(choose_device(torch, self.requested_device))
 
     def end_case(self) -> None:
-        """A warm worker's next task starts without the compiled code of the last one
-        (as Keras' clear_session resets dynamo on its torch backend): torch.compile's
-        caches and recompile counts would carry over to a later compiled model."""
+        """Reset torch.compile's caches and recompile counts, as Keras' clear_session does."""
         if "torch._dynamo" in sys.modules:  # imported by torch.compile only
             self.torch._dynamo.reset()
 
@@ -222,8 +207,7 @@ class TorchNativeBackend(TorchFramework, NativePort):
         mode = board.value("mixed_precision")
         self.scaler = None
         if mode == "float16":
-            # as Keras' LossScaleOptimizer under mixed_float16: small float16 gradients
-            # would underflow to zero without a (dynamic) loss scale
+            # as Keras' LossScaleOptimizer: small float16 gradients would underflow to zero
             self.scaler = self.torch.amp.GradScaler(self.device.type)
             self.loss_scaling = (
                 f"torch.amp.GradScaler({self.device.type!r}) (dynamic loss scale, initial "
@@ -244,8 +228,6 @@ class TorchNativeBackend(TorchFramework, NativePort):
         if mode == "off":
             return contextlib.nullcontext()
         return self.torch.autocast(self.device.type, dtype=getattr(self.torch, mode))
-
-    # ------------------------------------------------------------------ model
 
     def seed(self, seed: int) -> None:
         self.torch.manual_seed(seed)
@@ -297,24 +279,13 @@ class TorchNativeBackend(TorchFramework, NativePort):
             )
         return model
 
-    def count_params(self, model: Any) -> int:
-        return int(self.twins.keras_param_count(model))
-
-    def _sample(self, model: Any, batch: int = 1) -> Any:
-        torch = self.torch
-        shape = (batch,) + model.kbench_input_shape
-        if model.kbench_spec.input_kind == "tokens":
-            return torch.zeros(shape, dtype=torch.long, device=self.device)
-        return torch.zeros(shape, dtype=torch.float32, device=self.device)
-
     def output_shape(self, model: Any) -> List[int]:
         model.eval()
         with self.torch.no_grad():
-            return [int(d) for d in model(self._sample(model)).shape[1:]]
+            sample = self._tensors(model, np.zeros((1,) + model.kbench_input_shape))
+            return [int(d) for d in model(sample).shape[1:]]
 
     def flops(self, model: Any) -> Dict[str, Any]:
-        """The count of :data:`~kbench.backends.base.FLOPS_METHOD`, read off the modules
-        during one forward pass."""
         nn = self.torch.nn
         total = [0]
 
@@ -339,8 +310,6 @@ class TorchNativeBackend(TorchFramework, NativePort):
             for handle in handles:
                 handle.remove()
         return counted_flops(total[0])
-
-    # -------------------------------------------------------------- training
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
         optim = self.torch.optim
@@ -376,7 +345,11 @@ class TorchNativeBackend(TorchFramework, NativePort):
             hits = (p.argmax(dim=-1) == labels).sum()
         return loss, hits
 
-    def _step(self, model: Any, inputs: Any, labels: Any) -> Tuple[Any, Any]:
+    def training(self, model: Any) -> None:
+        model.train()
+
+    def fit_batch(self, model: Any, x: np.ndarray, y: np.ndarray) -> Tuple[Any, Any]:
+        inputs, labels = self._tensors(model, x, y)
         with self.autocast():
             loss, hits = self._loss_and_hits(model, model.kbench_call(inputs), labels)
         total = loss.float() + self.twins.regularization_loss(model)
@@ -390,35 +363,13 @@ class TorchNativeBackend(TorchFramework, NativePort):
             self.scaler.update()
         return total.detach(), hits.detach()
 
-    def fit_epoch(
-        self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any
-    ) -> Dict[str, float]:
-        model.train()
-        loss_sum = hits_sum = 0.0
-        steps = len(x) // batch_size
-        for step in range(steps):
-            clock.batch_begin()
-            part = slice(step * batch_size, (step + 1) * batch_size)
-            inputs, labels = self._tensors(model, x[part], y[part])
-            loss, hits = self._step(model, inputs, labels)
-            clock.batch_end({"loss": loss})  # float() waits for the device
-            loss_sum += float(loss)
-            hits_sum += float(hits)
-        return {"loss": loss_sum / max(steps, 1), "accuracy": hits_sum / max(steps * batch_size, 1)}
-
     def op_profiler(self, model: Any, training: bool) -> Any:
         from kbench.profiling.captures import TorchCapture
 
-        # PyTorch marks backward and Optimizer.step itself; the batch's conversion to
-        # tensors is the data phase
+        # PyTorch marks backward and Optimizer.step itself; _tensors is the data phase
         return TorchCapture(
             gpu=self.gpus > 0, training=training, marks=[(self, "_tensors", "data")]
         )
-
-    def train_step(self, model: Any, x: np.ndarray, y: np.ndarray) -> float:
-        model.train()
-        loss, _ = self._step(model, *self._tensors(model, x, y))
-        return float(loss)
 
     def evaluate(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int

@@ -1,18 +1,15 @@
 """Data sets: found and prepared once in the parent, read by every worker.
 
-The parent resolves a data set to numpy arrays and writes them to one ``.npz`` that
-every backend's worker reads, so all backends train on byte-identical data; the batch
-order is drawn once too (:func:`batch_order`). Images and sequences are stored as uint8
-(channels last) and scaled by the worker; tokens as int32. ``imagenet`` and ``folder:``
-are too large for that: the ``.npz`` holds their file paths, and the worker decodes each
-batch as it trains (:mod:`kbench.datasets.stream`).
+The parent resolves a data set to numpy arrays in one ``.npz`` that every backend's
+worker reads, so all backends train on byte-identical data in one batch order
+(:func:`batch_order`). Images and sequences are stored as uint8 (channels last) and
+scaled by the worker; tokens as int32. For ``imagenet`` and ``folder:`` the ``.npz``
+holds file paths, decoded batch by batch in the worker (:mod:`kbench.datasets.stream`).
+``synthetic`` data is seeded and learnable, of any shape: each sample is its class's
+fixed random template plus noise; tokens are drawn mostly from their class's band.
 
-``synthetic`` data (:func:`synthetic_arrays`) is seeded and learnable, of any shape: each
-class has a fixed random template and every sample is its class template plus noise, so
-accuracy means something; tokens are indices whose distribution depends on the class.
-
-Only numpy and the standard library are imported here: the worker side
-(:func:`load_prepared`, :func:`to_model_input`) runs under every environment.
+Only numpy and the standard library: the worker side (:func:`load_prepared`,
+:func:`to_model_input`) runs under every environment.
 
 May import: nothing else in kbench.
 """
@@ -74,8 +71,7 @@ DATASETS: Dict[str, DatasetSpec] = {
 
 
 def dataset_spec(name: str) -> DatasetSpec:
-    """A built-in set's spec, or the spec of the user's ``npz:PATH`` arrays (whose kind
-    is whatever the model takes, checked against the arrays by the run's config)."""
+    """A built-in set's spec, or that of the user's ``npz:``, ``folder:`` or ``tfds:`` data."""
     if name.startswith(NPZ_PREFIX):
         return DatasetSpec(name, "any", f"your arrays: {name[len(NPZ_PREFIX) :]}")
     if name.startswith(FOLDER_PREFIX):
@@ -86,8 +82,7 @@ def dataset_spec(name: str) -> DatasetSpec:
 
 
 def user_dataset(name: str) -> Optional[str]:
-    """``folder:PATH`` (made absolute) or ``tfds:NAME`` checked for its form, else None;
-    :class:`DataUnavailable` saying the fix for one that cannot be used."""
+    """``folder:PATH`` (made absolute) or ``tfds:NAME`` checked for its form, else None."""
     if name.startswith(FOLDER_PREFIX):
         return stream.canonical_folder(name)
     if name.startswith(TFDS_PREFIX):
@@ -124,12 +119,7 @@ class PreparedData:
 
     def describe(self) -> Dict[str, Any]:
         """What a result records about its data (everything but the temporary path)."""
-        data = self.to_dict()
-        del data["path"]
-        return data
-
-
-# --------------------------------------------------------------------------- parent side
+        return {key: value for key, value in self.to_dict().items() if key != "path"}
 
 
 def prepare(
@@ -139,10 +129,9 @@ def prepare(
     image_size: Optional[Tuple[int, int]] = None, model_kind: str = "image",
     vocabulary: Optional[int] = None, seed: int = 0,
 ) -> PreparedData:  # fmt: skip
-    """Load ``dataset``, shape and cut it as asked, and write it under ``out_dir``.
-    ``input_shape``, ``num_classes``, ``model_kind`` and ``vocabulary`` shape synthetic
-    data (the run passes its model's own); ``image_size`` resizes real images
-    (``folder:`` ones, without it, to the height and width of ``input_shape``)."""
+    """Load ``dataset``, cut it as asked, and write it under ``out_dir``. ``input_shape``,
+    ``num_classes``, ``model_kind`` and ``vocabulary`` (the model's) shape synthetic data;
+    ``image_size`` resizes real images (``folder:`` ones, without it, to ``input_shape``)."""
     start = time.perf_counter()
     spec = dataset_spec(dataset)
     loaded = _load(dataset, spec, data_dir, train_samples, test_samples, input_shape,
@@ -151,7 +140,7 @@ def prepare(
         image_size = None  # resized by the reader already
     arrays = loaded.arrays
     _cut(arrays, dataset, train_samples, test_samples)
-    streamed_shape, source = _fit_images(loaded, dataset, spec, image_size)
+    streamed_shape, source = _fit_images(loaded, image_size)
     key = hashlib.sha1(
         repr((dataset, source, train_samples, test_samples, input_shape, num_classes,
               image_size, model_kind, vocabulary, seed)).encode()
@@ -172,7 +161,7 @@ def prepare(
 
 @dataclass
 class _Loaded:
-    """A data set as read, before it is cut to the samples asked for and resized."""
+    """A data set as read, before it is cut and resized."""
 
     arrays: Dict[str, np.ndarray]  # x_train, y_train, x_test, y_test
     source: str
@@ -180,7 +169,7 @@ class _Loaded:
     classes: int
     sha256: Optional[str] = None  # npz:
     version: Optional[str] = None  # tfds:
-    folder_shape: Optional[Tuple[int, ...]] = None  # folder: decoded per batch at this shape
+    folder_shape: Optional[Tuple[int, ...]] = None  # streamed: decoded per batch at this shape
     resized: bool = False  # the reader resized the images already (tfds:)
 
 
@@ -190,7 +179,6 @@ def _load(
     num_classes: Optional[int], image_size: Optional[Tuple[int, int]], model_kind: str,
     vocabulary: Optional[int], seed: int,
 ) -> _Loaded:  # fmt: skip
-    """Read ``dataset`` from where its name says (see :func:`prepare`)."""
     if dataset.startswith(FOLDER_PREFIX):
         arrays, source, classes, shape = stream.folder_arrays(
             dataset, image_size, input_shape, seed
@@ -205,7 +193,8 @@ def _load(
         facts.check_fits(model_kind, num_classes)
         arrays = npz.prepared_arrays(facts.path, model_kind)
         classes = num_classes or facts.num_classes
-        return _Loaded(arrays, facts.source(), model_kind, classes, sha256=facts.sha256)
+        source = f"npz: {facts.path} (sha256 {facts.sha256})"
+        return _Loaded(arrays, source, model_kind, classes, sha256=facts.sha256)
     if dataset == "synthetic":
         classes = num_classes or 10
         arrays = synthetic_arrays(
@@ -218,13 +207,16 @@ def _load(
     if dataset == "digits":
         return _Loaded(*_load_digits(seed), kind="image", classes=10)
     if dataset == "imagenet":
-        return _load_imagenet(data_dir, seed)
-    return _load_builtin(dataset, spec, data_dir)
+        return _load_imagenet(data_dir, image_size or spec.input_shape[:2], seed)
+    arrays, source = sources.load(dataset, data_dir)
+    if spec.kind == "tokens":  # cut to the spec's vocabulary and length
+        for split in ("x_train", "x_test"):
+            arrays[split] = readers.token_rows(arrays[split], spec.vocabulary, spec.input_shape[0])
+        arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
+    return _Loaded(arrays, source, spec.kind, spec.num_classes)
 
 
-def _load_imagenet(data_dir: Optional[str], seed: int) -> _Loaded:
-    """The file paths of a local ImageNet-style tree, classes mixed (the worker decodes
-    them batch by batch)."""
+def _load_imagenet(data_dir: Optional[str], size: Tuple[int, ...], seed: int) -> _Loaded:
     if data_dir is None:
         raise DataUnavailable(
             "imagenet: expected --data-dir, a directory of class folders "
@@ -234,24 +226,13 @@ def _load_imagenet(data_dir: Optional[str], seed: int) -> _Loaded:
         )
     listing = stream.scan(Path(data_dir), seed=seed)
     arrays = stream.listing_arrays(listing, seed)
-    return _Loaded(arrays, listing.source, "image", len(listing.classes))
-
-
-def _load_builtin(dataset: str, spec: DatasetSpec, data_dir: Optional[str]) -> _Loaded:
-    """A built-in set from :mod:`kbench.datasets.sources`; token sets cut to the
-    spec's vocabulary and length."""
-    arrays, source = sources.load(dataset, data_dir)
-    if spec.kind == "tokens":
-        for split in ("x_train", "x_test"):
-            arrays[split] = readers.token_rows(arrays[split], spec.vocabulary, spec.input_shape[0])
-        arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
-    return _Loaded(arrays, source, spec.kind, spec.num_classes)
+    shape = (int(size[0]), int(size[1]), 3)
+    return _Loaded(arrays, listing.source, "image", len(listing.classes), folder_shape=shape)
 
 
 def _cut(
     arrays: Dict[str, np.ndarray], dataset: str, train: Optional[int], test: Optional[int]
 ) -> None:
-    """Keep the first ``train_samples``/``test_samples`` of each split, in place."""
     for split, limit in (("train", train), ("test", test)):
         have = len(arrays[f"x_{split}"])
         if limit is not None and limit > have:
@@ -265,19 +246,15 @@ def _cut(
 
 
 def _fit_images(
-    loaded: _Loaded, dataset: str, spec: DatasetSpec, image_size: Optional[Tuple[int, int]]
+    loaded: _Loaded, image_size: Optional[Tuple[int, int]]
 ) -> Tuple[Optional[Tuple[int, ...]], str]:
-    """(the shape images streamed batch by batch are decoded to, None for arrays held
-    whole; the source, saying how the images were resized). Held images are resized to
-    ``image_size`` in place."""
+    """(the shape streamed images are decoded to, None for arrays held whole, which are
+    resized to ``image_size`` in place; the source, saying how images were resized)."""
     source = loaded.source
     streamed = ", decoded and resized to {}x{} (bilinear) batch by batch"
     if loaded.folder_shape is not None:
         shape = loaded.folder_shape
         return shape, source + streamed.format(shape[0], shape[1])
-    if dataset == "imagenet":
-        height, width = image_size or spec.input_shape[:2]
-        return (int(height), int(width), 3), source + streamed.format(height, width)
     if image_size is not None and loaded.kind == "image":
         for split in ("x_train", "x_test"):
             loaded.arrays[split] = resize_images(loaded.arrays[split], image_size)
@@ -315,26 +292,23 @@ def synthetic_arrays(
 ) -> Dict[str, np.ndarray]:  # fmt: skip
     """Class templates plus noise (see the module's docstring), x and y of each split."""
     rng = np.random.default_rng(seed)
-    if kind == "tokens":
-        # Class c draws most tokens from its own band of the vocabulary.
+    shape = tuple(shape)
+    if kind == "tokens":  # class c draws most tokens from its own band of the vocabulary
         bands = np.linspace(1, vocabulary, classes + 1).astype(np.int64)
-        arrays = {}
-        for split, n in (("train", n_train), ("test", n_test)):
-            labels = rng.integers(0, classes, size=n)
+    else:
+        templates = rng.random((classes,) + shape, dtype=np.float32) * 127.5
+    arrays = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        labels = rng.integers(0, classes, size=n)
+        if kind == "tokens":
             low, high = bands[labels][:, None], bands[labels + 1][:, None]
             own = low + (rng.random((n,) + shape) * (high - low)).astype(np.int64)
             noise = rng.integers(1, vocabulary, size=(n,) + shape)
             pick = rng.random((n,) + shape) < 0.7
             arrays[f"x_{split}"] = np.where(pick, own, noise).astype(np.int32)
-            arrays[f"y_{split}"] = labels.astype(np.int64)
-        return arrays
-    templates = rng.random((classes,) + tuple(shape), dtype=np.float32) * 127.5
-    arrays = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        labels = rng.integers(0, classes, size=n)
-        samples = rng.random((n,) + tuple(shape), dtype=np.float32) * 127.5
-        samples += templates[labels]
-        arrays[f"x_{split}"] = samples.astype(np.uint8)
+        else:
+            samples = rng.random((n,) + shape, dtype=np.float32) * 127.5 + templates[labels]
+            arrays[f"x_{split}"] = samples.astype(np.uint8)
         arrays[f"y_{split}"] = labels.astype(np.int64)
     return arrays
 
@@ -364,10 +338,9 @@ def _load_digits(seed: int) -> Tuple[Dict[str, np.ndarray], str]:
 def batch_order(
     n_samples: int, batch_size: int, epochs: int, seed: int, total_steps: Optional[int] = None
 ) -> np.ndarray:
-    """Sample indices for every step, shape (epochs, steps_per_epoch * batch_size): one
-    seeded permutation per epoch, drawn once so that every backend sees the same
-    mini-batches in the same order, the last partial batch dropped. With ``total_steps``:
-    one pass of exactly that many steps, cycling through permutations."""
+    """Sample indices for every step, (epochs, steps_per_epoch * batch_size): one seeded
+    permutation per epoch, so that every backend sees the same mini-batches in the same
+    order, the last partial batch dropped; with ``total_steps``, one pass of that many."""
     rng = np.random.default_rng(seed)
     if total_steps is not None:
         needed = total_steps * batch_size
@@ -384,9 +357,6 @@ def batch_order(
     ).astype(np.int64)
 
 
-# --------------------------------------------------------------------------- worker side
-
-
 def load_prepared(path: str) -> Dict[str, np.ndarray]:
     with np.load(path) as archive:
         return {key: archive[key] for key in archive.files}
@@ -395,9 +365,8 @@ def load_prepared(path: str) -> Dict[str, np.ndarray]:
 def to_model_input(
     x: np.ndarray, kind: str, data_format: str, streamed_size: Optional[Tuple[int, int]] = None
 ) -> Any:
-    """Stored samples to what the model takes: images and sequences as float32 in [0, 1]
-    (images transposed to (N, C, H, W) for channels_first), tokens unchanged; streamed
-    images (``streamed_size`` given) a :class:`~kbench.datasets.stream.StreamedImages`."""
+    """Stored samples as the model takes them: images and sequences float32 in [0, 1] (NCHW
+    for channels_first), tokens unchanged, streamed images a :class:`StreamedImages`."""
     if streamed_size is not None:
         return stream.StreamedImages(x, tuple(streamed_size), data_format)
     if kind == "tokens":

@@ -1,20 +1,12 @@
 """The user's own arrays: ``--dataset npz:path/to/data.npz`` (parent side).
 
-The file holds four arrays, as ``numpy.savez`` writes them: ``x_train``, ``y_train``,
-``x_test``, ``y_test``. Labels are integers from 0; the class count is the largest
-label plus one (or ``--num-classes``, the model's output size, which every label must
-be below). Images are channels last, (N, H, W, C) or (N, H, W) for one channel, as
-uint8 0-255 or floats in [0, 1] (stored as uint8 like every kbench data set, so a
-float image is rounded to 1/255); sequences (N, steps, features) likewise; tokens
-(N, steps) integer ids. Everything is checked in the parent, before any worker
-starts, with a message that says what was expected, what the file holds and the fix.
-Refused, because what would run on them measures nothing or something else than the
-file holds: NaN or infinite values (stored as uint8 they would become 0), values
-outside 0-255 or [0, 1] anywhere in the arrays (they would wrap), labels of one class
-only (any classifier is 100 % right), and a truncated or damaged archive.
-
-Only numpy and the standard library: the file is read here, written again as the
-prepared arrays (:func:`kbench.datasets.prepare`), and never opened by a worker.
+The file holds ``x_train``, ``y_train``, ``x_test``, ``y_test`` (``numpy.savez``); labels
+are integers from 0 (classes: the largest plus one, or ``--num-classes``); images are
+channels last, (N, H, W, C) or (N, H, W), uint8 0-255 or floats in [0, 1] (stored as
+uint8); sequences (N, steps, features) likewise; tokens (N, steps) integer ids. Checked
+before any worker starts, and refused where a run would measure nothing or something else:
+NaN or infinite values, values outside 0-255 or [0, 1], labels of one class only, a
+truncated or damaged archive.
 """
 
 from __future__ import annotations
@@ -41,7 +33,7 @@ SCAN_VALUES = 1 << 22  # values read at a time when every value of x is checked
 
 @dataclass(frozen=True)
 class NpzFacts:
-    """What an .npz holds, read once: shapes, label range, sample counts and sha256."""
+    """What an .npz holds, read once: shapes, value and label ranges, sha256."""
 
     path: str
     sha256: str
@@ -49,8 +41,6 @@ class NpzFacts:
     x_integer: bool
     x_range: Tuple[float, float]
     label_range: Tuple[int, int]
-    train_samples: int
-    test_samples: int
 
     @property
     def num_classes(self) -> int:
@@ -101,9 +91,6 @@ class NpzFacts:
                 "from the labels)."
             )
 
-    def source(self) -> str:
-        return f"npz: {self.path} (sha256 {self.sha256})"
-
 
 def inspect_npz(where: str) -> NpzFacts:
     """Check an .npz (a path, relative to the current folder or absolute)."""
@@ -152,21 +139,6 @@ def _inspect(path: str, mtime_ns: int, size: int) -> NpzFacts:
             f"npz {path}: labels out of range: expected class labels from 0; the labels "
             f"go down to {low}. Shift them (y - y.min()) or drop those samples."
         )
-    _require_classes(path, y_train)
-    ranges = [
-        _value_range(path, f"x_{split}", x) for split, x in (("train", x_train), ("test", x_test))
-    ]
-    return NpzFacts(
-        path=path, sha256=_sha256(path), sample_shape=tuple(int(d) for d in x_train.shape[1:]),
-        x_integer=bool(np.issubdtype(x_train.dtype, np.integer)),
-        x_range=(min(r[0] for r in ranges), max(r[1] for r in ranges)), label_range=(low, high),
-        train_samples=len(x_train), test_samples=len(x_test),
-    )  # fmt: skip
-
-
-def _require_classes(path: str, y_train: np.ndarray) -> None:
-    """Refuse training labels of one class: a classifier of one class is always right,
-    so its accuracy (and a comparison of it) says nothing."""
     classes = np.unique(y_train)
     if len(classes) < 2:
         raise DataUnavailable(
@@ -175,11 +147,22 @@ def _require_classes(path: str, y_train: np.ndarray) -> None:
             "class is right whatever it learns, so its accuracy measures nothing. Add samples "
             "of another class."
         )
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    ranges = [
+        _value_range(path, f"x_{split}", x) for split, x in (("train", x_train), ("test", x_test))
+    ]
+    return NpzFacts(
+        path=path, sha256=digest.hexdigest(), sample_shape=tuple(int(d) for d in x_train.shape[1:]),
+        x_integer=bool(np.issubdtype(x_train.dtype, np.integer)),
+        x_range=(min(r[0] for r in ranges), max(r[1] for r in ranges)), label_range=(low, high),
+    )  # fmt: skip
 
 
 def _value_range(path: str, name: str, x: np.ndarray) -> Tuple[float, float]:
-    """(lowest, highest) value of every sample of ``x``, read a slice at a time;
-    NaN or infinity anywhere is refused (stored as uint8 it would become 0)."""
+    """(lowest, highest) value of ``x``, read a slice at a time; NaN or infinity refused."""
     per_sample = max(1, int(np.prod(x.shape[1:])))
     rows = max(1, SCAN_VALUES // per_sample)
     low, high, nan, inf, where = np.inf, -np.inf, 0, 0, []
@@ -228,8 +211,7 @@ def load_npz(path: str) -> Dict[str, np.ndarray]:
 
 
 def prepared_arrays(path: str, model_kind: str) -> Dict[str, np.ndarray]:
-    """The arrays as kbench stores prepared data: images and sequences uint8 0-255
-    (channels last, a channel axis added to (N, H, W)), labels int64, tokens int32."""
+    """The arrays as kbench stores them: images and sequences uint8, labels int64, tokens int32."""
     arrays = load_npz(path)
     for split in ("train", "test"):
         x = arrays[f"x_{split}"]
@@ -244,11 +226,3 @@ def prepared_arrays(path: str, model_kind: str) -> Dict[str, np.ndarray]:
         arrays[f"x_{split}"] = x
         arrays[f"y_{split}"] = arrays[f"y_{split}"].reshape(-1).astype(np.int64)
     return arrays
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

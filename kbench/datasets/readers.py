@@ -1,14 +1,11 @@
 """File formats of the public data sets, read into numpy arrays (parent side).
 
-Every reader returns ``{"x_train", "y_train", "x_test", "y_test"}`` with images as
-uint8 (N, H, W, C) and labels as int64, or raises :class:`FileNotFoundError` when
-the files are not in ``directory`` and :class:`CorruptData` naming the file when one
-does not hold what its format promises.
-
-Pickles (the CIFAR batches, the word lists in ``imdb.npz``) are read with
-:class:`DataUnpickler`, which builds only what those files hold (dicts, lists,
-tuples, bytes, strings, numbers and numpy arrays) and refuses any other class or
-function a pickle names: a planted file cannot run code here.
+Every reader returns ``{"x_train", "y_train", "x_test", "y_test"}`` (images uint8
+(N, H, W, C), labels int64), or raises :class:`FileNotFoundError` when the files are not
+there and :class:`CorruptData` naming a file that does not hold what its format promises.
+Pickles (CIFAR batches, ``imdb.npz``'s word lists) are read with :class:`DataUnpickler`,
+which refuses any class or function they name beyond plain data: a planted file cannot
+run code here.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ import tarfile
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Sequence
 
 import numpy as np
 
@@ -38,8 +35,8 @@ class CorruptData(ValueError):
     """A file exists but does not hold what its format promises."""
 
 
-# how numpy and zipfile say an .npz is truncated, damaged or not one (a bad CRC is a
-# BadZipFile, a damaged deflate stream a zlib.error, a missing array a KeyError)
+# how numpy and zipfile say an .npz is truncated, damaged or not one (a bad CRC, a damaged
+# deflate stream, a missing array)
 NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError)
 
 
@@ -59,16 +56,12 @@ def read_idx(path: Path) -> np.ndarray:
     return array.astype(np.int64) if ndim == 1 else array
 
 
-def find_idx(directory: Path, stem: str) -> Optional[Path]:
-    for name in (stem, stem + ".gz"):
-        if (directory / name).is_file():
-            return directory / name
-    return None
-
-
 def idx_directory(directory: Path) -> Arrays:
     """The four MNIST-format IDX files (MNIST, Fashion-MNIST), plain or .gz."""
-    files = {key: find_idx(directory, stem) for key, stem in IDX_FILES.items()}
+    files = {
+        key: next((directory / n for n in (stem, stem + ".gz") if (directory / n).is_file()), None)
+        for key, stem in IDX_FILES.items()
+    }
     missing = [IDX_FILES[key] for key, path in files.items() if path is None]
     if missing:
         raise FileNotFoundError(f"{directory}: missing {', '.join(missing)}")
@@ -80,13 +73,7 @@ def idx_directory(directory: Path) -> Arrays:
 
 def keras_npz_images(path: Path) -> Arrays:
     """Keras' ``mnist.npz``: x_train (N, 28, 28) uint8, y_train, x_test, y_test."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in ("x_train", "y_train", "x_test", "y_test")}
-    except NPZ_ERRORS as err:
-        raise CorruptData(f"{path}: not a readable .npz archive ({err}).") from None
+    arrays = keras_npz(path)
     for split in ("x_train", "x_test"):
         if arrays[split].ndim == 3:
             arrays[split] = arrays[split][..., np.newaxis]
@@ -112,18 +99,14 @@ def _latin1_encode(text: str, encoding: str = "latin1") -> bytes:
     return codecs.encode(text, "latin1")
 
 
-def _numpy(module: str, name: str) -> Callable[[], Any]:
-    return lambda: _numpy_attr(module, name)
-
-
-# (module, name) -> how to get it: what numpy needs to rebuild its arrays, under the
-# module names numpy 1 and numpy 2 write, and the bytes of a Python 3 protocol 2 pickle
+# (module, name) -> how to get it: numpy's rebuild functions (under numpy 1's and 2's
+# names) and the bytes of a Python 3 protocol 2 pickle
 _ALLOWED: Dict[tuple, Callable[[], Any]] = {
     ("numpy", "ndarray"): lambda: np.ndarray,
     ("numpy", "dtype"): lambda: np.dtype,
     ("_codecs", "encode"): lambda: _latin1_encode,
     **{
-        (f"{package}.{module}", name): _numpy(module, name)
+        (f"{package}.{module}", name): lambda module=module, name=name: _numpy_attr(module, name)
         for package in ("numpy.core", "numpy._core")
         for module, name in (
             ("multiarray", "_reconstruct"), ("multiarray", "scalar"), ("numeric", "_frombuffer"),
@@ -133,10 +116,8 @@ _ALLOWED: Dict[tuple, Callable[[], Any]] = {
 
 
 class DataUnpickler(pickle.Unpickler):
-    """An unpickler for data files: dicts, lists, tuples, bytes, strings, numbers and
-    numpy arrays (by numpy's own rebuild functions and ``dtype``); a pickle that names
-    any other class or function is refused (:class:`pickle.UnpicklingError`) before
-    anything of it runs."""
+    """An unpickler for data files: plain data and numpy arrays (by numpy's own rebuild
+    functions); any other class or function a pickle names is refused before it runs."""
 
     def find_class(self, module: str, name: str) -> Any:
         make = _ALLOWED.get((module, name))
@@ -149,8 +130,7 @@ class DataUnpickler(pickle.Unpickler):
 
 
 def safe_unpickle(handle: IO[bytes], where: str) -> Any:
-    """The object pickled in ``handle`` (Python 2 strings as bytes), built by
-    :class:`DataUnpickler`; :class:`CorruptData` naming ``where`` when it cannot be."""
+    """The object pickled in ``handle`` (Python 2 strings as bytes), else :class:`CorruptData`."""
     try:
         return DataUnpickler(handle, encoding="bytes").load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
@@ -162,20 +142,14 @@ def safe_unpickle(handle: IO[bytes], where: str) -> Any:
         ) from None
 
 
-def _unpickle(handle: IO[bytes], where: str) -> dict:
-    """One CIFAR batch: a dict (``b"data"``, the labels, ``b"batch_label"``, ``b"filenames"``)."""
+def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
+    """(uint8 rows of 3072 values, int64 labels) of one CIFAR batch file, a dict."""
     batch = safe_unpickle(handle, where)
     if not isinstance(batch, dict):
         raise CorruptData(
             f"{where}: expected a CIFAR batch (a dict with b'data' and its labels); "
             f"received {type(batch).__name__}."
         )
-    return batch
-
-
-def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
-    """(uint8 rows of 3072 values, int64 labels) of one CIFAR batch file."""
-    batch = _unpickle(handle, where)
     rows = _batch_array(batch, b"data", np.uint8, where)
     labels = _batch_array(batch, label_key, np.int64, where)
     if rows.ndim != 2 or rows.shape[1] != 3 * 32 * 32 or labels.shape != (len(rows),):
@@ -187,21 +161,14 @@ def _cifar_batch(handle: IO[bytes], where: str, label_key: bytes) -> tuple:
 
 
 def cifar(directory: Path, variant: str) -> Arrays:
-    """CIFAR-10 or CIFAR-100 in the "python version": the extracted folder or the .tar.gz.
-    ``variant`` is "cifar-10" or "cifar-100". Images are stored as rows of 3072 bytes,
-    channel planes (R, G, B) of 32x32 each."""
-    folder = (
-        directory / f"{variant}-batches-py"
-        if variant == "cifar-10"
-        else (directory / f"{variant}-python")
-    )
+    """CIFAR-10 or CIFAR-100 (``variant``), "python version": the folder or the .tar.gz."""
     archive = directory / f"{variant}-python.tar.gz"
     if variant == "cifar-10":
-        train_names, test_names, label_key = (
-            [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels",
-        )  # fmt: skip
+        folder, label_key = directory / "cifar-10-batches-py", b"labels"
+        train_names, test_names = [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"]
     else:
-        train_names, test_names, label_key = ["train"], ["test"], b"fine_labels"
+        folder, label_key = directory / f"{variant}-python", b"fine_labels"
+        train_names, test_names = ["train"], ["test"]
 
     def load(open_member, where: Callable[[str], str]) -> Arrays:
         arrays = {}
@@ -257,30 +224,28 @@ def _batch_array(batch: dict, key: bytes, dtype: type, where: str) -> np.ndarray
         raise CorruptData(f"{where}: {key!r} is not an array of numbers ({err}).") from None
 
 
-def imdb_npz(path: Path) -> Dict[str, np.ndarray]:
-    """Keras' ``imdb.npz``: reviews as lists of word ranks, labels 0/1 (raw, unpadded)."""
+def keras_npz(path: Path) -> Dict[str, np.ndarray]:
+    """The four arrays of a Keras ``.npz`` as they are: ``imdb.npz``'s reviews as lists of
+    word ranks (object arrays, read with :class:`DataUnpickler`), labels 0/1."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    keys = ("x_train", "y_train", "x_test", "y_test")
     try:
         with zipfile.ZipFile(path) as archive:
-            return {key: _npy_member(archive, key, f"{path}:{key}.npy") for key in keys}
+            return {key: _npy_member(archive, key, f"{path}:{key}.npy") for key in IDX_FILES}
     except CorruptData:
         raise
     except NPZ_ERRORS as err:
         raise CorruptData(f"{path}: not a readable .npz archive ({err}).") from None
 
 
-# Keras' imdb.load_data conventions: 1 starts a review, 2 stands for a word outside the
-# vocabulary, word ranks are shifted by 3, 0 pads.
+# Keras' imdb.load_data: 1 starts a review, 2 is out of vocabulary, ranks shifted by 3
 IMDB_START, IMDB_OOV, IMDB_INDEX_FROM = 1, 2, 3
 
 
 def token_rows(reviews: Sequence[Sequence[int]], vocabulary: int, length: int) -> np.ndarray:
-    """Reviews of word ranks (:func:`imdb_npz`) to int32 (N, length) rows, as Keras' imdb
-    loader and ``pad_sequences`` make them: start token, ranks shifted by 3, ranks at or
-    past the vocabulary replaced by the out-of-vocabulary token, padded and truncated at
-    the front to ``length``."""
+    """Reviews of word ranks to int32 (N, length) rows, as Keras' imdb loader and
+    ``pad_sequences`` make them: start token, ranks shifted by 3, ranks past the vocabulary
+    out of vocabulary, padded and truncated at the front."""
     rows = np.zeros((len(reviews), length), dtype=np.int32)
     for i, review in enumerate(reviews):
         tokens = np.asarray(review, dtype=np.int64) + IMDB_INDEX_FROM
@@ -292,8 +257,7 @@ def token_rows(reviews: Sequence[Sequence[int]], vocabulary: int, length: int) -
 
 
 def _npy_member(archive: zipfile.ZipFile, key: str, where: str) -> np.ndarray:
-    """One array of an .npz; an array of Python objects (lists) read with
-    :class:`DataUnpickler`, never with numpy's unrestricted ``allow_pickle``."""
+    """One array of an .npz; one of Python objects read with :class:`DataUnpickler`."""
     try:
         handle = archive.open(f"{key}.npy")
     except KeyError:

@@ -13,20 +13,12 @@ When every place fails, :class:`DataUnavailable` lists what was tried and how to
 get the data, or to use ``--dataset synthetic``.
 
 Any tensorflow-datasets image set is a source too: ``--dataset
-tfds:NAME[/CONFIG][:VERSION]`` (``tfds:mnist``, ``tfds:cifar10``,
-``tfds:imagenette/160px``, ``tfds:mnist:3.0.1`` or ``tfds:mnist:3.*.*``;
-:func:`tfds_arrays`). It must be an image-classification set (supervised keys image
-and label) that tfds has already prepared in its data directory (``--data-dir``, else
-``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``): kbench never downloads through tfds.
-The training set is the ``train`` split and the test set the ``test`` split, else
-``validation``. ``--image-size HxW`` resizes the images (bilinear), which a set whose
-images differ in size needs. The result records the builder's full name, its version,
-the splits used and the sample counts. An unknown name is refused before any worker
-starts, with the closest registered names.
-
-tensorflow-datasets is always read in a child process with every GPU hidden
-(:mod:`kbench.datasets.tfds_reader`): it imports TensorFlow, which the parent never
-does, and the arrays come back as kbench's prepared arrays like a built-in set's.
+tfds:NAME[/CONFIG][:VERSION]`` (``tfds:mnist``, ``tfds:imagenette/160px``,
+``tfds:mnist:3.*.*``; :func:`tfds_arrays`), an image-classification set that tfds has
+already prepared in its data directory (``--data-dir``, else ``$TFDS_DATA_DIR`` or
+``~/tensorflow_datasets``): kbench never downloads through tfds. The result records the
+builder's full name, its version, the splits used and the sample counts. tfds is always
+read in a child process with every GPU hidden (:mod:`kbench.datasets.tfds_reader`).
 """
 
 from __future__ import annotations
@@ -63,19 +55,17 @@ class DataUnavailable(RuntimeError):
     """A real data set could not be found or fetched; the message says how to get it."""
 
 
-def keras_cache_dir() -> Path:
-    return Path.home() / ".keras" / "datasets"
-
-
-# name -> (reader of a directory, its sub-folder in the Keras cache, downloads, tfds name)
+# name -> the reader of a directory, what it expects there, its Keras cache folder, downloads
 READERS: Dict[str, Callable[[Path], Arrays]] = {
     "fashion_mnist": readers.idx_directory,
-    "mnist": lambda d: _first_of(
-        d, lambda: readers.keras_npz_images(d / "mnist.npz"), lambda: readers.idx_directory(d)
+    "mnist": lambda d: (
+        readers.keras_npz_images(d / "mnist.npz")
+        if (d / "mnist.npz").is_file()
+        else readers.idx_directory(d)
     ),
     "cifar10": lambda d: readers.cifar(d, "cifar-10"),
     "cifar100": lambda d: readers.cifar(d, "cifar-100"),
-    "imdb": lambda d: readers.imdb_npz(d / "imdb.npz"),
+    "imdb": lambda d: readers.keras_npz(d / "imdb.npz"),
 }
 EXPECTED = {
     "fashion_mnist": "the four IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, "
@@ -95,35 +85,20 @@ DOWNLOADS: Dict[str, List[Tuple[str, str]]] = {
     "cifar100": [(CIFAR_URL + "cifar-100-python.tar.gz", "cifar-100-python.tar.gz")],
     "imdb": [(KERAS_URL + "imdb.npz", "imdb.npz")],
 }
-TFDS_NAMES = {
-    "mnist": "mnist", "fashion_mnist": "fashion_mnist", "cifar10": "cifar10",
-    "cifar100": "cifar100",
-}  # fmt: skip
-
-
-def _first_of(directory: Path, *loaders: Callable[[], Arrays]) -> Arrays:
-    for load in loaders:
-        try:
-            return load()
-        except FileNotFoundError:
-            continue
-    raise FileNotFoundError(f"{directory}: none of the expected files")
-
-
-def local_places(name: str, data_dir: Optional[str]) -> List[Tuple[str, Path]]:
-    """The directories looked in, in order, each with a name to report."""
-    places = [("--data-dir", Path(data_dir))] if data_dir else []
-    places.append(("Keras cache", keras_cache_dir() / KERAS_CACHE_SUBDIR.get(name, "")))
-    places.append(("kbench cache", cache_dir() / "datasets" / name))
-    if name == "fashion_mnist":
-        places.append(("Debian dataset-fashion-mnist", DEBIAN_FASHION_MNIST))
-    return places
+TFDS_SETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")  # tfds has them by these names
 
 
 def load(name: str, data_dir: Optional[str] = None) -> Tuple[Arrays, str]:
     """The arrays of real data set ``name`` and a description of where they came from."""
+    places = [("--data-dir", Path(data_dir))] if data_dir else []
+    places.append(
+        ("Keras cache", Path.home() / ".keras/datasets" / KERAS_CACHE_SUBDIR.get(name, ""))
+    )
+    places.append(("kbench cache", cache_dir() / "datasets" / name))
+    if name == "fashion_mnist":
+        places.append(("Debian dataset-fashion-mnist", DEBIAN_FASHION_MNIST))
     tried = []
-    for label, directory in local_places(name, data_dir):
+    for label, directory in places:
         try:
             arrays = READERS[name](directory)
         except FileNotFoundError as err:
@@ -138,9 +113,9 @@ def load(name: str, data_dir: Optional[str] = None) -> Tuple[Arrays, str]:
         log.debug("%s from %s (%s)", name, label, directory)
         return arrays, f"{label}: {directory}"
 
-    if name in TFDS_NAMES:
+    if name in TFDS_SETS:
         try:
-            return from_tfds(TFDS_NAMES[name]), f"tensorflow-datasets: {TFDS_NAMES[name]}"
+            return from_tfds(name), f"tensorflow-datasets: {name}"
         except Exception as err:  # not installed, not prepared: try the next place
             tried.append(f"tensorflow-datasets ({type(err).__name__}: {str(err)[:120]})")
 
@@ -173,10 +148,8 @@ def download(name: str, directory: Path) -> None:
 
 
 def import_tfds() -> Any:
-    """tensorflow_datasets, imported without touching ~/.keras. It imports Keras, which
-    writes keras.json under KERAS_HOME (default ~/.keras) the first time; point that at
-    kbench's cache for this import. Workers get their own KERAS_HOME from the runner
-    whatever this process holds."""
+    """tensorflow_datasets, imported with KERAS_HOME in kbench's cache: it imports Keras,
+    which would write ~/.keras/keras.json (workers get their own KERAS_HOME anyway)."""
     home = cache_dir() / "keras_home_for_tfds"
     home.mkdir(parents=True, exist_ok=True)
     os.environ["KERAS_HOME"] = str(home)
@@ -186,19 +159,17 @@ def import_tfds() -> Any:
 
 
 def from_tfds(name: str, batch: int = 4096) -> Arrays:
-    """A built-in data set that tensorflow-datasets has already prepared (no download). Read
-    in a child process (:mod:`kbench.datasets.tfds_reader`) with every GPU hidden from it:
-    tensorflow-datasets imports TensorFlow, which in this long-lived parent could start its
-    GPU runtime and hold GPU memory for the whole sweep, beside the workers being measured.
-    The parent never imports TensorFlow."""
+    """A built-in data set that tensorflow-datasets has already prepared (no download)."""
     return run_tfds_reader(name, batch)[0]
 
 
 def run_tfds_reader(
     name: str, batch: int = 4096, options: Sequence[str] = ()
-) -> Tuple[Arrays, Optional[Dict[str, Any]]]:
-    """The child reader's arrays, and its facts (name, version, splits, classes) when
-    ``options`` hold ``--general``; :class:`TfdsUnavailable` with its one line if not."""
+) -> Tuple[Arrays, Dict[str, Any]]:
+    """The arrays of a tfds data set and its facts, read in a child process with every GPU
+    hidden: tensorflow-datasets imports TensorFlow, which in this long-lived parent could
+    hold GPU memory beside the workers being measured. :class:`TfdsUnavailable` with the
+    child's one line if it fails."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
     with tempfile.TemporaryDirectory(prefix="kbench-tfds-") as tmp:
         out = Path(tmp) / "arrays.npz"
@@ -206,12 +177,10 @@ def run_tfds_reader(
         done = subprocess.run([*command, *options], env=env, capture_output=True, text=True)
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
-            raise TfdsUnavailable(lines[-1] if "--general" in options else f"{name}: {lines[-1]}")
+            raise TfdsUnavailable(lines[-1])
         with np.load(out) as data:
             arrays = {key: data[key] for key in data.files}
-        facts_path = Path(str(out) + ".json")
-        facts = json.loads(facts_path.read_text()) if facts_path.exists() else None
-        return arrays, facts
+        return arrays, json.loads(Path(str(out) + ".json").read_text())
 
 
 class TfdsUnavailable(RuntimeError):
@@ -232,10 +201,9 @@ def canonical_tfds(dataset: str) -> str:
 def tfds_arrays(
     dataset: str, data_dir: Optional[str], image_size: Optional[Tuple[int, int]]
 ) -> Tuple[Arrays, str, Dict[str, Any]]:
-    """The arrays of ``tfds:NAME``, a source text, and the reader's facts (name, version,
-    splits, class count)."""
+    """The arrays of ``tfds:NAME``, a source text, and the reader's facts."""
     name = canonical_tfds(dataset)[len(TFDS_PREFIX) :]
-    options = ["--general"]
+    options = []
     if data_dir:
         options += ["--data-dir", data_dir]
     if image_size:
@@ -246,7 +214,6 @@ def tfds_arrays(
         raise DataUnavailable(str(err)) from None
     except OSError as err:
         raise DataUnavailable(f"tfds:{name}: the reader process did not start: {err}") from err
-    assert facts is not None  # --general always writes them
     source = (
         f"tensorflow-datasets {facts['full_name']} (version {facts['version']}), splits "
         f"{facts['splits']['train']} / {facts['splits']['test']}"

@@ -1,24 +1,14 @@
 """Image folders read batch by batch: ImageNet, which does not fit in memory, and your
 own images (``--dataset folder:PATH``).
 
-Parent side, :func:`scan` lists a directory of class folders into file paths and labels,
-decoding nothing. The layout is that of ImageNet's CLS-LOC set, Keras'
-``image_dataset_from_directory`` and torchvision's ``ImageFolder``: one folder per class,
-named after it, holding its images (.jpeg, .jpg, .png, .bmp, .ppm, .webp); classes are
-numbered in the sorted order of their names. ``DIR/train/<class>/`` and ``DIR/val/<class>/``
-(or ``DIR/test/<class>/``) are the training and test sets; with ``DIR/<class>/`` only, a
-seeded 10 % of each class is held out. Hidden folders and files (``.ipynb_checkpoints``,
-``._x.jpg``) are skipped. Refused, with the names: a link that leads a class folder out of
-the data folder, a class folder without images, one class only, and a validation class
-that training lacks. :func:`folder_arrays` prepares ``folder:PATH``, resized (bilinear) to
-``--image-size`` or else the model's input height and width; a folder has no single file
-to hash, so its result records the folder, the class names and the counts, no sha256.
-
-Worker side, :class:`StreamedImages` stands where an array of images would: indexing with
-an array narrows it without reading anything; slicing a range of rows decodes just those
-files (Pillow, as RGB), resizes them and lays them out as the model takes them, the time
-counted in :data:`LOADING` (data loading apart from compute). A file that cannot be
-decoded raises :class:`UnreadableImage`, which names it.
+Parent side, :func:`scan` lists a directory of one folder per class (ImageNet's, Keras'
+``image_dataset_from_directory`` and torchvision's ``ImageFolder`` layout; classes in
+sorted order) into paths and labels: ``DIR/train/`` and ``DIR/val/`` (or ``test/``) are the
+splits, else a seeded 10 % of each class is held out; hidden entries are skipped. Refused,
+with the names: a link out of the data folder, a class folder without images, one class
+only, a validation class that training lacks. Worker side, :class:`StreamedImages` stands
+where an array of images would: slicing rows decodes just those files (Pillow, RGB),
+resized and laid out as the model takes them, the time counted in :data:`LOADING`.
 
 Only numpy, Pillow and the standard library: this runs under every environment.
 """
@@ -54,14 +44,8 @@ class LoadingClock:
     seconds: float = 0.0
     images: int = 0
 
-    def reset(self) -> None:
-        self.seconds, self.images = 0.0, 0
-
 
 LOADING = LoadingClock()
-
-
-# ----------------------------------------------------------------- parent side
 
 
 @dataclass(frozen=True)
@@ -75,10 +59,7 @@ class FolderListing:
 def scan(
     root: Path, test_fraction: float = 0.1, seed: int = 0, name: str = "imagenet"
 ) -> FolderListing:
-    """Files and labels of an image-folder data set; classes sorted by folder name. With
-    ``train/`` and ``val/`` (or ``test/``) under ``root`` those are the splits; with class
-    folders directly under ``root``, a seeded ``test_fraction`` of each class is held
-    out."""
+    """Files and labels of an image-folder data set, as the module's docstring says."""
     root = Path(root)
     train_dir = root / "train"
     test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir()), None)
@@ -108,10 +89,15 @@ def scan(
     index = {name: i for i, name in enumerate(classes)}
 
     def files(folder: Path) -> List[Tuple[str, int]]:
+        """The images of each class folder, sorted; hidden files (``._x.jpg``) left out."""
         out = []
         for name in classes:
             if (folder / name).is_dir():
-                out += [(path, index[name]) for path in image_files(folder / name)]
+                out += [
+                    (str(path), index[name])
+                    for path in sorted((folder / name).iterdir())
+                    if path.suffix.lower() in EXTENSIONS and not path.name.startswith(".")
+                ]
         return out
 
     if split:
@@ -130,8 +116,7 @@ def scan(
 
 
 def class_folders(base: Path, root: Path, name: str = "folder") -> List[str]:
-    """The class folders of ``base``, sorted: hidden ones (``.ipynb_checkpoints``) are
-    skipped and said; a link that leads out of the data folder is refused."""
+    """The class folders of ``base``, sorted; hidden ones are skipped and said."""
     inside = {Path(base).resolve(), Path(root).resolve()}
     classes, hidden, leaving = [], [], []
     for path in sorted(Path(base).iterdir()):
@@ -139,7 +124,9 @@ def class_folders(base: Path, root: Path, name: str = "folder") -> List[str]:
             continue
         if path.name.startswith("."):
             hidden.append(path.name)
-        elif path.is_symlink() and not _within(path.resolve(), inside):
+        elif path.is_symlink() and not any(
+            path.resolve() == folder or folder in path.resolve().parents for folder in inside
+        ):
             leaving.append(f"{path.name} -> {path.resolve()}")
         else:
             classes.append(path.name)
@@ -152,19 +139,6 @@ def class_folders(base: Path, root: Path, name: str = "folder") -> List[str]:
             "Copy (or move) the images into the folder, or remove the links."
         )
     return classes
-
-
-def _within(path: Path, folders: set) -> bool:
-    return any(path == folder or folder in path.parents for folder in folders)
-
-
-def image_files(folder: Path) -> List[str]:
-    """The images of one class folder, sorted; hidden files (``._x.jpg``) left out."""
-    return [
-        str(path)
-        for path in sorted(folder.iterdir())
-        if path.suffix.lower() in EXTENSIONS and not path.name.startswith(".")
-    ]
 
 
 def _require_known_classes(
@@ -199,7 +173,6 @@ def _require_images(
 def _hold_out(
     everything: List[Tuple[str, int]], classes: int, test_fraction: float, seed: int
 ) -> Tuple[List[Tuple[str, int]], List[Tuple[str, int]]]:
-    """(train, test): a seeded ``test_fraction`` of each class held out."""
     rng = np.random.default_rng(seed)
     held = set()
     for label in range(classes):
@@ -212,8 +185,7 @@ def _hold_out(
 
 
 def listing_arrays(listing: FolderListing, seed: int) -> Dict[str, np.ndarray]:
-    """Paths and labels as arrays, stored like any prepared data set (no pixels), the
-    classes mixed (seeded) so that a cut keeps them all."""
+    """Paths and labels as arrays, the classes mixed (seeded) so that a cut keeps them all."""
     arrays = {}
     rng = np.random.default_rng(seed)
     for split, items in (("train", listing.train), ("test", listing.test)):
@@ -241,9 +213,13 @@ def canonical_folder(dataset: str) -> str:
     return FOLDER_PREFIX + path
 
 
-def require_pillow() -> None:
-    """Pillow decodes the images (in the worker); refuse early where this harness lacks it."""
-    try:
+def folder_arrays(
+    dataset: str, image_size: Optional[Tuple[int, int]], model_shape: Optional[Tuple[int, ...]],
+    seed: int,
+) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:  # fmt: skip
+    """Paths and labels of ``folder:PATH`` (:func:`listing_arrays`), the source text, the
+    class count and the (H, W, 3) the images become."""
+    try:  # the worker decodes the images with Pillow: refuse early where the harness lacks it
         import PIL  # noqa: F401
     except ImportError:
         raise DataUnavailable(
@@ -251,31 +227,15 @@ def require_pillow() -> None:
             "(pip install pillow, or scripts/setup_envs.sh) in the harness and in each "
             "backend's environment."
         ) from None
-
-
-def folder_arrays(
-    dataset: str, image_size: Optional[Tuple[int, int]], model_shape: Optional[Tuple[int, ...]],
-    seed: int,
-) -> Tuple[Dict[str, np.ndarray], str, int, Tuple[int, int, int]]:  # fmt: skip
-    """Paths and labels of ``folder:PATH``, shuffled (seeded) so that a cut keeps every
-    class; with the source text, the class count and the (H, W, 3) images become."""
-    require_pillow()
     path = canonical_folder(dataset)[len(FOLDER_PREFIX) :]
     listing = scan(Path(path), seed=seed, name=f"folder {path}")
     arrays = listing_arrays(listing, seed)
-    if image_size is not None:
-        size = (int(image_size[0]), int(image_size[1]))
-    elif model_shape is not None and len(model_shape) == 3:
-        size = (int(model_shape[0]), int(model_shape[1]))
-    else:
-        size = DEFAULT_SIZE
+    image = model_shape[:2] if model_shape is not None and len(model_shape) == 3 else DEFAULT_SIZE
+    size = image_size or image
     classes = listing.classes
     shown = ", ".join(classes[:8]) + (f", ... ({len(classes)} in all)" if len(classes) > 8 else "")
     source = f"{listing.source}; classes {shown}"
-    return arrays, source, len(classes), (size[0], size[1], 3)
-
-
-# ----------------------------------------------------------------- worker side
+    return arrays, source, len(classes), (int(size[0]), int(size[1]), 3)
 
 
 class StreamedImages:
@@ -322,26 +282,20 @@ class StreamedImages:
         height, width = self.size
         batch = np.empty((len(paths), height, width, 3), dtype=np.float32)
         for row, path in enumerate(paths):
-            batch[row] = _decode_one(Image, str(path), width, height)
+            try:  # truncated, not an image, too large
+                with Image.open(str(path)) as image:
+                    image = image.convert("RGB").resize((width, height), Image.BILINEAR)
+                    batch[row] = np.asarray(image, dtype=np.float32) / 255.0
+            except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+                raise UnreadableImage(
+                    f"{path}: not a readable image ({type(err).__name__}: {err}). Replace or "
+                    "delete the file (or move it out of the class folder)."
+                ) from None
         if self.data_format == "channels_first":
             batch = np.ascontiguousarray(batch.transpose(0, 3, 1, 2))
         self.clock.seconds += time.perf_counter() - start
         self.clock.images += len(paths)
         return batch
-
-
-def _decode_one(image_module: Any, path: str, width: int, height: int) -> np.ndarray:
-    """One file as float32 (height, width, 3) in [0, 1]; :class:`UnreadableImage` naming
-    the file when Pillow cannot decode it (truncated, not an image, too large)."""
-    try:
-        with image_module.open(path) as image:
-            image = image.convert("RGB").resize((width, height), image_module.BILINEAR)
-            return np.asarray(image, dtype=np.float32) / 255.0
-    except (OSError, ValueError, SyntaxError, image_module.DecompressionBombError) as err:
-        raise UnreadableImage(
-            f"{path}: not a readable image ({type(err).__name__}: {err}). Replace or delete "
-            "the file (or move it out of the class folder)."
-        ) from None
 
 
 def is_streamed(x: Any) -> bool:

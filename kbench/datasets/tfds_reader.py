@@ -1,16 +1,11 @@
-"""Read a prepared tensorflow-datasets data set into an ``.npz`` file (a child process).
+"""Read a prepared tensorflow-datasets image-classification set into an ``.npz`` file.
 
-``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--general] [--data-dir DIR]
-[--size HxW]``: started by :func:`kbench.datasets.sources.run_tfds_reader` with every GPU
-hidden, so that TensorFlow, which tensorflow-datasets imports, never starts in the
-long-lived parent. Exit code 0 and the arrays in ``OUT.npz`` (``x_train``, ``y_train``,
-``x_test``, ``y_test``), or exit code 1 and one line on stderr saying why.
-
-With ``--general`` (``--dataset tfds:NAME``) NAME may be any image-classification
-builder, ``name[/config][:version]``: an unknown name is refused with the closest
-registered names; the test split is ``test``, else ``validation``; images are resized
-to ``--size`` in TensorFlow when given (needed when their sizes differ); and
-``OUT.npz.json`` receives the builder's name, version, splits and class count.
+``python -m kbench.datasets.tfds_reader NAME OUT.npz [BATCH] [--data-dir DIR] [--size HxW]``,
+a child process (:func:`kbench.datasets.sources.run_tfds_reader`), so that TensorFlow never
+starts in the parent. Exit code 0, the arrays in ``OUT.npz`` and the builder's facts in
+``OUT.npz.json``; or exit code 1 and one line on stderr saying why. NAME is
+``name[/config][:version]``; the test split is ``test``, else ``validation``; ``--size``
+resizes the images in TensorFlow (needed when their sizes differ).
 """
 
 from __future__ import annotations
@@ -23,26 +18,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from kbench.datasets.sources import import_tfds
+from kbench.datasets.sources import DataUnavailable, import_tfds
 
 TEST_SPLITS = ("test", "validation")
-
-
-class TfdsRefusal(RuntimeError):
-    """A tfds data set kbench cannot read; the message says why and the fix."""
-
-
-def read_tfds(name: str, batch: int = 4096) -> Dict[str, np.ndarray]:
-    """The arrays of a prepared built-in data set (``train`` and ``test`` splits)."""
-    tfds = import_tfds()
-    arrays: Dict[str, np.ndarray] = {}
-    for split in ("train", "test"):
-        dataset = tfds.load(name, split=split, as_supervised=True, download=False,
-                            batch_size=batch)  # fmt: skip
-        images, labels = zip(*tfds.as_numpy(dataset))
-        arrays[f"x_{split}"] = np.concatenate(images).astype(np.uint8)
-        arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
-    return arrays
 
 
 def check_name(tfds: Any, name: str) -> None:
@@ -52,14 +30,14 @@ def check_name(tfds: Any, name: str) -> None:
     if base in known:
         return
     close = difflib.get_close_matches(base, known, n=4, cutoff=0.6)
-    raise TfdsRefusal(
+    raise DataUnavailable(
         f"tfds:{name}: tensorflow-datasets {tfds.__version__} has no data set {base!r}"
         + (f"; close names: {', '.join(close)}" if close else "")
         + ". `python -c 'import tensorflow_datasets as t; print(t.list_builders())'` lists them."
     )
 
 
-def read_general(
+def read_tfds(
     name: str, batch: int, data_dir: Optional[str], size: Optional[Tuple[int, int]]
 ) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
     """Arrays and facts of any prepared image-classification builder (never downloaded).
@@ -71,21 +49,20 @@ def read_general(
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except Exception as err:
-        raise TfdsRefusal(f"tfds:{name}: {type(err).__name__}: {err}") from None
+        raise DataUnavailable(f"tfds:{name}: {type(err).__name__}: {err}") from None
     info = builder.info
     keys = getattr(info, "supervised_keys", None)
     label = info.features[keys[1]] if keys else None
     if keys is None or not hasattr(label, "num_classes"):
-        raise TfdsRefusal(
+        raise DataUnavailable(
             f"tfds:{name}: expected an image-classification set (supervised keys image, "
             f"label with a class count); its features are {info.features}."
         )
-    # an info read before the set was prepared lists no splits: try train and test,
-    # and let reading them say whether the set is there
+    # an info read before the set was prepared lists no splits: reading them will say
     splits = list(info.splits.keys()) or ["train", "test"]
     test = next((s for s in TEST_SPLITS if s in splits), None)
     if "train" not in splits or test is None:
-        raise TfdsRefusal(
+        raise DataUnavailable(
             f"tfds:{name}: expected a 'train' split and a 'test' or 'validation' split; it "
             f"has {', '.join(splits) or 'none'}."
         )
@@ -94,7 +71,7 @@ def read_general(
         try:
             dataset = builder.as_dataset(split=tfds_split, as_supervised=True)
         except Exception as err:
-            raise TfdsRefusal(
+            raise DataUnavailable(
                 f"tfds:{name}: not prepared in {data_dir or 'tfds data directory'} "
                 f"({type(err).__name__}: {' '.join(str(err).split())[:200]}). kbench never "
                 f"downloads through tfds: prepare it once (tfds build {name.split(':')[0]}, "
@@ -109,7 +86,7 @@ def read_general(
         try:
             parts = list(tfds.as_numpy(dataset.batch(batch)))
         except Exception as err:  # images of several sizes cannot be batched
-            raise TfdsRefusal(
+            raise DataUnavailable(
                 f"tfds:{name}: its images cannot be stacked ({type(err).__name__}); they "
                 "differ in size. Pass --image-size HxW to resize them."
             ) from None
@@ -120,43 +97,32 @@ def read_general(
         arrays[f"x_{split}"] = x.astype(np.uint8)
         arrays[f"y_{split}"] = np.concatenate(labels).astype(np.int64)
     facts = {
-        "name": info.full_name.split("/")[0] if "/" in info.full_name else name,
         "full_name": info.full_name, "version": str(info.version),
         "splits": {"train": "train", "test": test}, "num_classes": int(label.num_classes),
     }  # fmt: skip
     return arrays, facts
 
 
-def _parse(argv: List[str]) -> argparse.Namespace:
+def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kbench.datasets.tfds_reader")
     parser.add_argument("name")
     parser.add_argument("out")
     parser.add_argument("batch", nargs="?", type=int, default=4096)
-    parser.add_argument("--general", action="store_true")
     parser.add_argument("--data-dir")
     parser.add_argument("--size", type=lambda text: tuple(int(d) for d in text.split("x")))
-    return parser.parse_args(argv)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    options = _parse(sys.argv[1:] if argv is None else argv)
-    name, out, batch = options.name, options.out, options.batch
-    facts = None
+    options = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    out = options.out
     try:
-        if options.general:
-            arrays, facts = read_general(name, batch, options.data_dir, options.size)
-        else:
-            arrays = read_tfds(name, batch)
+        arrays, facts = read_tfds(options.name, options.batch, options.data_dir, options.size)
     except Exception as err:  # not installed, not prepared: the parent says so or looks on
         message = " ".join(str(err).split())[:600]
-        prefix = "" if isinstance(err, TfdsRefusal) else f"{type(err).__name__}: "
+        prefix = "" if isinstance(err, DataUnavailable) else f"{type(err).__name__}: "
         sys.stderr.write(f"{prefix}{message}\n")
         return 1
     with open(out, "wb") as handle:
         np.savez(handle, **arrays)
-    if facts is not None:
-        with open(out + ".json", "w") as handle:
-            json.dump(facts, handle)
+    with open(out + ".json", "w") as handle:
+        json.dump(facts, handle)
     return 0
 
 

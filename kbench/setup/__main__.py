@@ -1,17 +1,11 @@
 """``python3 -m kbench.setup [TARGET ...]``: create kbench's environments and the system
 packages its tests use, on Linux, macOS or Windows, with nothing installed beforehand.
+Every entry point calls it (``scripts/setup_envs.sh``, ``scripts/kbench`` and their
+Windows ``.cmd`` twins), from the checkout, under any Python 3.9+.
 
-Every entry point calls this: ``scripts/setup_envs.sh`` and ``scripts/kbench`` (bash),
-``scripts\\setup_envs.cmd`` and ``scripts\\kbench.cmd`` (Windows). Run it from the
-checkout (or with the checkout on PYTHONPATH), under any Python 3.9+.
-
-The environments are built by :mod:`kbench.setup.envs`. The system packages are
-installed here (:func:`install`): Debian's Fashion-MNIST files (``data``), headless
-Chromium for the report rendering test (``browser``), a C compiler for the GPU tests'
-stand-in libraries (``compiler``) and a one-node Slurm cluster's daemons for the tests
-of sweeps on Slurm (``slurm``). On Linux with ``apt-get``, run as root, each is
-installed through apt (once: a failed attempt is logged, never fatal). Anywhere else
-the log says what to install by hand, and what kbench does without it.
+The system packages (:data:`PACKAGES`) are installed through apt on Linux with
+``apt-get``, as root (once: a failed attempt is logged, never fatal); anywhere else the
+log says what to install by hand, and what kbench does without it.
 """
 
 from __future__ import annotations
@@ -42,9 +36,8 @@ DATA_STAMP = ".data-checked"  # in the envs folder: apt-get is tried once per ch
 
 @dataclass(frozen=True)
 class SystemPackage:
-    """One target: what shows it is there, the Debian packages, and what to say elsewhere."""
+    """One target: the Debian packages, and what to say elsewhere."""
 
-    target: str
     debian: Tuple[str, ...]  # apt-get install these
     why: str  # what it is for, in the log line
     elsewhere: str  # what to do without apt (not root, not Debian, not Linux)
@@ -52,20 +45,20 @@ class SystemPackage:
 
 PACKAGES: Dict[str, SystemPackage] = {
     "data": SystemPackage(
-        "data", ("dataset-fashion-mnist",), "Debian's dataset-fashion-mnist",
+        ("dataset-fashion-mnist",), "Debian's dataset-fashion-mnist",
         "Fashion-MNIST comes from the Keras cache or a download",
     ),
     "browser": SystemPackage(
-        "browser", ("chromium",), "Debian's chromium (for the report rendering test)",
+        ("chromium",), "Debian's chromium (for the report rendering test)",
         "install chromium to run the report rendering test",
     ),
     "compiler": SystemPackage(
-        "compiler", ("gcc", "libc6-dev"),
+        ("gcc", "libc6-dev"),
         "Debian's gcc (the GPU tests compile stand-in NVML/CUDA libraries)",
         "install a C compiler (cc) to run the GPU tests",
     ),
     "slurm": SystemPackage(
-        "slurm", ("slurm-wlm", "munge", "slurmdbd", "mariadb-server"),
+        ("slurm-wlm", "munge", "slurmdbd", "mariadb-server"),
         "Debian's slurm-wlm and munge, slurmdbd and MariaDB for sacct (the tests of sweeps "
         "on Slurm start a one-node cluster)",
         "install slurm-wlm and munge (and slurmdbd with MariaDB) to run the tests of sweeps "
@@ -86,23 +79,20 @@ def present(target: str, envs_dir: Path) -> bool:
     return bool(shutil.which("cc") or shutil.which("gcc"))
 
 
-def can_use_apt(where: Platform) -> bool:
-    is_root = getattr(os, "geteuid", lambda: -1)() == 0
-    return where.family == "linux" and is_root and shutil.which("apt-get") is not None
-
-
 def install(target: str, envs_dir: Path, where: Platform, apt: Callable[..., bool]) -> str:
-    """Install ``target`` if it is missing: ``present``, ``installed``, ``failed`` or
-    ``manual`` (the log said what to install). ``apt`` runs apt-get (replaceable in tests)."""
+    """Install ``target`` if missing with ``apt``: ``present``, ``installed``, ``failed`` or
+    ``manual`` (the log said what to install)."""
     package = PACKAGES[target]
     if present(target, envs_dir):
         return "present"
     if target == "data":
         envs_dir.mkdir(parents=True, exist_ok=True)
         (envs_dir / DATA_STAMP).touch()  # try once per checkout, not before every command
-    if not can_use_apt(where):
-        on_linux = where.family == "linux"
-        why = "not root or no apt-get" if on_linux else f"no apt-get on {where.label}"
+    is_root = getattr(os, "geteuid", lambda: -1)() == 0
+    if not (where.family == "linux" and is_root and shutil.which("apt-get")):
+        why = (
+            "not root or no apt-get" if where.family == "linux" else f"no apt-get on {where.label}"
+        )
         log.info("%s: %s; %s", target, why, package.elsewhere)
         return "manual"
     log.info("%s: installing %s", target, package.why)
@@ -200,8 +190,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[setup] %(message)s", stream=sys.stderr)
     try:
         options = envs.SetupOptions.from_environ()
-        if args.check:
-            return run_check(options, [t for t in args.targets if t in ENVIRONMENTS])
+        if args.check:  # print what each environment holds; 1 when anything is wrong
+            names = [t for t in args.targets if t in ENVIRONMENTS] or ENVIRONMENTS
+            verdict = check.check(options.envs_dir, envs.existing_kind, options.platform,
+                                  options.mxnet_wheel, names)  # fmt: skip
+            print("\n".join(verdict.lines))
+            if verdict.problems:
+                print(f"check: {len(verdict.problems)} problem(s):")
+                print("\n".join(f"  - {problem}" for problem in verdict.problems))
+                return 1
+            print("check: ok")
+            return 0
         if not options.dry_run:
             options.envs_dir.mkdir(parents=True, exist_ok=True)
         for target in args.targets or DEFAULT_TARGETS:
@@ -211,31 +210,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 log.info("%s: not checked in a dry run", target)
             else:
                 install(target, options.envs_dir, options.platform, apt_get_install)
-    except ValueError as err:  # a setting: KBENCH_GPU, KBENCH_MXNET_WHEEL
+    except (ValueError, envs.SetupError) as err:  # ValueError: KBENCH_GPU, KBENCH_MXNET_WHEEL
         log.error("%s", err)
-        return 2
-    except envs.SetupError as err:
-        log.error("%s", err)
-        return 1
+        return 2 if isinstance(err, ValueError) else 1
     except KeyboardInterrupt:
-        log.error("interrupted; run it again to finish (stamps mark "
-                                          "what is done)")  # fmt: skip
+        log.error("interrupted; run it again to finish (stamps mark what is done)")
         return 130
-    return 0
-
-
-def run_check(options: envs.SetupOptions, names: List[str]) -> int:
-    """``--check``: print what each environment holds; 1 when anything is wrong."""
-    verdict = check.check(options.envs_dir, envs.existing_kind, options.platform,
-                          options.mxnet_wheel, names or ENVIRONMENTS)  # fmt: skip
-    for line in verdict.lines:
-        print(line)
-    if verdict.problems:
-        print(f"check: {len(verdict.problems)} problem(s):")
-        for problem in verdict.problems:
-            print(f"  - {problem}")
-        return 1
-    print("check: ok")
     return 0
 
 

@@ -1,30 +1,29 @@
 """``python3 -m kbench.setup --check``: whether each environment holds what its plan
 says, before the first GPU run.
 
-For each environment under ``KBENCH_ENVS_DIR`` (default ``envs/``), its own interpreter
-runs :mod:`kbench.setup.probe` (one child process per framework, with the library path its
-workers get) and :func:`judge` holds the report against the plan of the environment's
-kind. Wrong: in a GPU environment, a CPU build or a CUDA build of another major version
-than the plan's; CUDA libraries of more than one major version; files owned by two
-distributions with different contents (one overwrote the other); shared libraries that
-``ldd`` cannot find, except ``libcuda.so.1`` ("needs the NVIDIA driver"). It also says
-which driver the CUDA builds need and whether the one here fits.
-
-Every finding is a line of text; :func:`check` returns them with the problems, and the
-command exits 1 when there is any. Standard library only.
+Each environment's own interpreter runs :mod:`kbench.setup.probe` (one child process per
+framework, with its workers' library path), and :func:`judge` holds the report against
+the plan. Wrong: in a GPU environment, a CPU build or a CUDA build of another major
+version; CUDA libraries of two majors; files two distributions overwrote; shared
+libraries ``ldd`` cannot find, except ``libcuda.so.1`` ("needs the NVIDIA driver"). It
+also says which driver the CUDA builds need (NVIDIA's minimums, Linux x86-64) and
+whether the one here fits. A wheel's CUDA is read off the libraries it requires
+(``nvidia-cudnn-cu12``, ``cuda-toolkit==13.0.3``) or its name (``mxnet-cu112``):
+:func:`cuda_majors` follows a requirement through the wheels' metadata. Standard library
+only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from kbench.setup import cuda
 from kbench.setup.platforms import (
     ENVIRONMENTS,
     FRAMEWORKS,
@@ -33,19 +32,154 @@ from kbench.setup.platforms import (
     plan,
     venv_python,
 )
+from kbench.setup.probe import normalize
+
+# the oldest Linux driver that runs any release of a CUDA major version
+DRIVER_MINIMUM = {"10": "410.48", "11": "450.80.02", "12": "525.60.13", "13": "580.65.06"}
+# the driver each release shipped with (what it needs for everything, PTX JIT included)
+DRIVER_OF_RELEASE = {
+    "11.2": "460.27.03", "11.8": "520.61.05", "12.5": "555.42.02", "12.8": "570.26",
+    "12.9": "575.51.03", "13.0": "580.65.06",
+}  # fmt: skip
+
+_CU_NAME = re.compile(r"^(?:nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)-cu(\d+)$")
+_OWN_NAME = re.compile(r"^(?:jax-cuda(\d+)-(?:plugin|pjrt)|mxnet-cu(\d+)\d)$")
+_VERSIONED = ("cuda-toolkit", "cuda-bindings")  # their version is the CUDA version
+
+
+def parse_requirement(line: str) -> Tuple[str, Tuple[str, ...], str, str]:
+    """``name[extra,...]SPEC; MARKER`` -> (name, extras, spec, marker), name normalized."""
+    requirement, _, marker = line.partition(";")
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)", requirement)
+    if not match:
+        raise ValueError(f"not a requirement: {line!r}")
+    extras = tuple(e.strip() for e in (match.group(2) or "[]")[1:-1].split(",") if e.strip())
+    return normalize(match.group(1)), extras, match.group(3).strip(), marker.strip()
+
+
+def applies_on_linux(marker: str, extras: Sequence[str]) -> bool:
+    """Whether a Requires-Dist marker holds on Linux x86-64 with ``extras`` asked for (what
+    the CUDA wheels write: ``extra``, ``sys_platform``, ``platform_*`` joined by ``and``)."""
+    for wanted in re.findall(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker):
+        if wanted not in extras:
+            return False
+    facts = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64"}
+    for name, op, value in re.findall(r"(\w+)\s*(==|!=)\s*['\"]([^'\"]*)['\"]", marker):
+        if name in facts and (facts[name] == value) != (op == "=="):
+            return False
+    return True
+
+
+def own_cuda_major(name: str, version: str = "") -> Optional[str]:
+    """The CUDA major version a distribution's name (or version) names, else None."""
+    name = normalize(name)
+    match = _CU_NAME.match(name) or _OWN_NAME.match(name)
+    if match:
+        return next(group for group in match.groups() if group)
+    if name in _VERSIONED and version:
+        return version.split(".")[0]
+    return None
+
+
+def cuda_majors(requirement: str, metadata: Mapping[str, Mapping[str, object]]) -> Set[str]:
+    """The CUDA major versions ``requirement`` pulls in, following ``metadata``:
+    {normalized name: {"version": str, "requires_dist": [str, ...]}} of the wheels pip
+    chose. A requirement whose wheel is not in ``metadata`` counts by its name only."""
+    found: Set[str] = set()
+    seen: Set[Tuple[str, Tuple[str, ...], str]] = set()
+    todo = [parse_requirement(requirement)[:3]]
+    while todo:
+        name, extras, spec = todo.pop()
+        if (name, extras, spec) in seen:
+            continue
+        seen.add((name, extras, spec))
+        facts = metadata.get(name, {})
+        if facts and not satisfies(str(facts.get("version", "")), spec):
+            facts = {}  # recorded for another pin: count this one by its name and pin
+        pinned = re.fullmatch(r"==\s*([0-9][^,\s]*)", spec)
+        version = str(facts.get("version") or (pinned.group(1) if pinned else ""))
+        major = own_cuda_major(name, version)
+        if major:
+            found.add(major)
+        for line in facts.get("requires_dist", ()) or ():  # type: ignore[union-attr]
+            child, child_extras, child_spec, marker = parse_requirement(str(line))
+            if applies_on_linux(marker, extras):
+                todo.append((child, child_extras, child_spec))
+    return found
+
+
+def satisfies(version: str, spec: str) -> bool:
+    """Whether ``version`` meets ``spec`` (``>=12.5,<13.0``; release numbers only)."""
+    have = version_tuple(version.split("+")[0])
+    for clause in filter(None, (part.strip() for part in spec.split(","))):
+        match = re.fullmatch(r"(==|!=|>=|<=|~=|<|>)\s*([0-9][0-9.]*)[^,]*", clause)
+        if not match:
+            continue
+        op, want = match.group(1), version_tuple(match.group(2))
+        size = max(len(have), len(want))
+        a, b = have + (0,) * (size - len(have)), want + (0,) * (size - len(want))
+        holds = {"==": a == b, "!=": a != b, ">=": a >= b, "<=": a <= b, "<": a < b,
+                 ">": a > b, "~=": a >= b and have[: len(want) - 1] == want[:-1]}[op]  # fmt: skip
+        if not holds:
+            return False
+    return True
+
+
+def mixed_cuda(
+    requirements: Sequence[str], metadata: Mapping[str, Mapping[str, object]]
+) -> Dict[str, Set[str]]:
+    """Each requirement that pulls in CUDA mapped to its majors."""
+    table = {line: cuda_majors(line, metadata) for line in requirements}
+    return {line: majors for line, majors in table.items() if majors}
+
+
+def one_cuda(
+    requirements: Sequence[str], metadata: Mapping[str, Mapping[str, object]]
+) -> Optional[str]:
+    """None when ``requirements`` pull in one CUDA major version at most; else what each
+    version's requirements are, in words."""
+    table = mixed_cuda(requirements, metadata)
+    majors = sorted(set().union(*table.values()), key=version_tuple) if table else []
+    if len(majors) < 2:
+        return None
+    parts = [f"CUDA {m}: {', '.join(r for r, found in table.items() if m in found)}"
+             for m in majors]  # fmt: skip
+    return f"{len(majors)} CUDA versions in one environment: " + "; ".join(parts)
+
+
+def driver_needed(cuda_version: Optional[str]) -> str:
+    """In words: the driver that CUDA ``12.8`` (or ``12``) builds need on Linux."""
+    if not cuda_version:
+        return "no NVIDIA driver (CPU builds)"
+    major = cuda_version.split(".")[0]
+    minimum = DRIVER_MINIMUM.get(major)
+    if minimum is None:
+        return f"an NVIDIA driver for CUDA {cuda_version}"
+    text = f"NVIDIA driver {minimum} or newer (CUDA {major}.x)"
+    release = ".".join(cuda_version.split(".")[:2])
+    if release in DRIVER_OF_RELEASE:
+        text += f"; {DRIVER_OF_RELEASE[release]} or newer for all of CUDA {release} (PTX JIT)"
+    return text
+
+
+def version_tuple(text: str) -> Tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def driver_fits(kernel_module: str, cuda_version: str) -> bool:
+    """Whether the driver ``kernel_module`` (``550.54.15``) runs CUDA ``cuda_version``."""
+    minimum = DRIVER_MINIMUM.get(cuda_version.split(".")[0])
+    return minimum is None or version_tuple(kernel_module) >= version_tuple(minimum)
+
 
 PROBE = Path(__file__).resolve().parent / "probe.py"
 DRIVER_LIBRARY = "libcuda.so.1"  # only the NVIDIA driver provides it
 PROBE_TIMEOUT_S = 1800
 
 
-class CheckError(RuntimeError):
-    """The probe could not say anything about an environment; the message says why."""
-
-
 @dataclass
 class Verdict:
-    """What the check says about one environment: lines to show, and what is wrong."""
+    """The lines to show, and what is wrong."""
 
     lines: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
@@ -55,40 +189,29 @@ class Verdict:
         self.lines.append(f"  WRONG: {text}")
 
 
-def probe_command(python: Path) -> List[str]:
-    """How to run the probe with ``python`` (any interpreter; it needs no kbench)."""
-    return [str(python), str(PROBE)]
-
-
-def run_probe(
-    env_dir: Path, python: Path, environ: Mapping[str, str] = os.environ,
-    frameworks: Sequence[str] = (),
-) -> Dict:  # fmt: skip
-    """The probe's report for the environment at ``env_dir`` (its interpreter ``python``),
-    run with the library path its workers get and a throw-away KERAS_HOME; ``frameworks``
-    narrows it (default: every framework installed)."""
-    env = loader_environment(environ, env_dir)
+def run_probe(env_dir: Path, python: Path, frameworks: Sequence[str] = ()) -> Dict:
+    """The probe's report on ``env_dir``, run with its workers' library path and a throw-away
+    KERAS_HOME; ``frameworks`` narrows it (default: every framework installed)."""
+    env = loader_environment(os.environ, env_dir)
     env.pop("PYTHONPATH", None)  # the environment as its own, not the checkout's kbench
     with tempfile.TemporaryDirectory(prefix="kbench-check-") as home:
         env["KERAS_HOME"] = home
         done = subprocess.run(
-            probe_command(python) + list(frameworks), env=env, cwd=home, capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
+            [str(python), str(PROBE), *frameworks], env=env, cwd=home, capture_output=True,
+            text=True, timeout=PROBE_TIMEOUT_S,
         )  # fmt: skip
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
     tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
-    raise CheckError(
+    raise subprocess.SubprocessError(
         f"the probe of {env_dir} ({python}) wrote no report: it exited with "
         f"{done.returncode}: {tail}"
     )
 
 
 def framework_cuda(facts: Mapping[str, Any]) -> Tuple[Optional[bool], Optional[str]]:
-    """(is it a CUDA build, the CUDA version it is built for) from a framework's facts;
-    None where the facts cannot say (it did not import, and its name does not say)."""
+    """(is it a CUDA build, the CUDA version it is built for); None where the facts cannot say."""
     build = facts.get("build") or {}
     name = facts.get("framework")
     if name == "jax":
@@ -105,10 +228,6 @@ def framework_cuda(facts: Mapping[str, Any]) -> Tuple[Optional[bool], Optional[s
     if not facts.get("imported"):
         return None, None
     return bool(build.get("cuda")), build.get("cuda") or None
-
-
-def major_of(version: Optional[str]) -> Optional[str]:
-    return version.split(".")[0] if version else None
 
 
 def driver_present(report: Mapping[str, Any]) -> bool:
@@ -145,9 +264,8 @@ def describe_framework(facts: Mapping[str, Any]) -> str:
             text += f"; loads {what} {build[key]}"
     if loads:
         text += f"; loaded: {', '.join(loads)}"
-    gpus = facts.get("gpus")
     if facts.get("imported"):
-        text += f"; GPUs seen: {gpus}"
+        text += f"; GPUs seen: {facts.get('gpus')}"
     return text
 
 
@@ -155,7 +273,6 @@ def judge_framework(
     name: str, facts: Optional[Mapping[str, Any]], wanted: EnvironmentPlan,
     has_driver: bool, verdict: Verdict,
 ) -> None:  # fmt: skip
-    """Add the framework's line, and what is wrong with it, to ``verdict``."""
     if facts is None:
         verdict.wrong(f"{name} is not installed in {wanted.name}; expected it there "
                       "(run the set-up again)")  # fmt: skip
@@ -180,14 +297,14 @@ def judge_framework(
             "extra-index-url) that holds it, take it out (or set PIP_FIND_LINKS= for the "
             "set-up), and run the set-up again"
         )
-    elif is_cuda and major_of(version) not in (None, wanted.cuda):
+    elif is_cuda and version and version.split(".")[0] != wanted.cuda:
         verdict.wrong(
             f"{name} {facts.get('version')} is built for CUDA {version}; the "
             f"{wanted.name} environment's plan is CUDA {wanted.cuda} for every framework "
             f"in it ({requirement})"
         )
     for library in facts.get("loaded") or ():
-        owner_major = cuda.own_cuda_major(library.get("owner") or "")
+        owner_major = own_cuda_major(library.get("owner") or "")
         if owner_major and owner_major != wanted.cuda:
             verdict.wrong(
                 f"{name} loads {library['path']} of {library['owner']} (CUDA {owner_major}); "
@@ -250,16 +367,13 @@ def judge_unresolved(report: Mapping[str, Any], verdict: Verdict) -> None:
 
 def judge_driver(report: Mapping[str, Any], verdict: Verdict) -> None:
     """What the CUDA builds need of the driver, and whether the one here gives it."""
-    versions = []
-    for facts in (report.get("frameworks") or {}).values():
-        is_cuda, version = framework_cuda(facts)
-        if is_cuda and version:
-            versions.append(version)
+    builds = map(framework_cuda, (report.get("frameworks") or {}).values())
+    versions = [version for is_cuda, version in builds if is_cuda and version]
     if not versions:
         verdict.lines.append("  driver: none needed (CPU builds)")
         return
-    newest = max(versions, key=cuda.version_tuple)
-    need = cuda.driver_needed(newest)
+    newest = max(versions, key=version_tuple)
+    need = driver_needed(newest)
     driver = report.get("driver") or {}
     if not driver_present(report):
         verdict.lines.append(f"  driver: none here; the CUDA {newest} builds need {need}")
@@ -270,13 +384,12 @@ def judge_driver(report: Mapping[str, Any], verdict: Verdict) -> None:
         f"need {need}"
     )
     for version in sorted(set(versions)):
-        if driver.get("kernel_module") and not cuda.driver_fits(module, version):
+        if driver.get("kernel_module") and not driver_fits(module, version):
             verdict.wrong(f"the driver {module} is too old for CUDA {version}: it needs "
-                          f"{cuda.driver_needed(version)}")  # fmt: skip
+                          f"{driver_needed(version)}")  # fmt: skip
 
 
 def judge(report: Mapping[str, Any], wanted: EnvironmentPlan) -> Verdict:
-    """Hold a probe report against ``wanted``: the lines to show and what is wrong."""
     python = report.get("python") or {}
     planned = f"CUDA {wanted.cuda}" if wanted.cuda else "CPU"
     verdict = Verdict([
@@ -294,14 +407,11 @@ def judge(report: Mapping[str, Any], wanted: EnvironmentPlan) -> Verdict:
     return verdict
 
 
-def check_environment(
-    env_dir: Path, wanted: EnvironmentPlan, environ: Mapping[str, str] = os.environ
-) -> Verdict:
-    """Probe the environment at ``env_dir`` and judge it against ``wanted``."""
+def check_environment(env_dir: Path, wanted: EnvironmentPlan) -> Verdict:
     python = venv_python(env_dir, wanted.platform.system)
     try:
-        report = run_probe(env_dir, python, environ)
-    except (CheckError, OSError, subprocess.SubprocessError) as err:
+        report = run_probe(env_dir, python)
+    except (OSError, subprocess.SubprocessError) as err:  # the probe said nothing: why
         verdict = Verdict([f"{wanted.name}: {env_dir}"])
         verdict.wrong(str(err))
         return verdict
@@ -312,8 +422,7 @@ def check(
     envs_dir: Path, kind_of: Any, where: Any, mxnet_wheel: Optional[str] = None,
     names: Sequence[str] = ENVIRONMENTS,
 ) -> Verdict:  # fmt: skip
-    """Check every environment in ``names`` that exists under ``envs_dir``;
-    ``kind_of(env_dir)`` says which plan it was built to (``cpu``/``gpu``)."""
+    """Check each environment in ``names`` under ``envs_dir``, against the plan of its kind."""
     total = Verdict()
     for name in names:
         env_dir = envs_dir / name

@@ -1,19 +1,12 @@
 """kbench's two virtual environments, created with ``venv`` and ``pip``, idempotently.
 
-``<envs>/keras3`` holds Keras 3 with TensorFlow, JAX and PyTorch (and kbench itself,
-editable); ``<envs>/mxnet`` holds MXNet with keras-mxnet 2.2.4.3 (numpy<1.24); what each
-holds on this platform comes from :mod:`kbench.setup.platforms`.
-
-A finished environment is marked by a stamp file holding its requirements
-(``.kbench-requirements``), so a second call returns at once, and records its kind,
-``cpu`` or ``gpu``, in ``.kbench-kind``. CPU and CUDA builds never share a site-packages
-(pip would keep the CPU torch, which satisfies torch==2.13.0, and put tensorflow[and-cuda]
-beside tensorflow-cpu): when ``KBENCH_GPU`` asks for the other kind, the environment is
-deleted and built afresh. Without ``KBENCH_GPU`` an environment keeps its kind, and a new
-one follows the environments beside it, else the machine (CUDA builds where an NVIDIA
-driver is installed). A GPU environment whose framework pins changed is rebuilt too (pip
-would keep the old CUDA libraries), and after a GPU build :mod:`kbench.setup.check` holds
-it against its plan. An environment this platform cannot have is skipped with the reason.
+A finished environment holds a stamp of its requirements (``.kbench-requirements``), so
+a second call returns at once, and its kind, ``cpu`` or ``gpu``, in ``.kbench-kind``. CPU
+and CUDA builds never share a site-packages (pip would keep the CPU torch, which
+satisfies the pin): asked for the other kind, an environment is deleted and built
+afresh, as is a GPU environment whose framework pins changed (pip would keep the old CUDA
+libraries); a fresh GPU build is held against its plan (:mod:`kbench.setup.check`).
+Without ``KBENCH_GPU`` the kind is chosen by :func:`kind_and_reason`.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from kbench.setup import check
 from kbench.setup.platforms import (
@@ -57,7 +50,7 @@ class SetupError(RuntimeError):
 
 @dataclass(frozen=True)
 class SetupOptions:
-    """The set-up's settings, read from the environment variables named beside each."""
+    """The set-up's settings, from the environment variables named beside each."""
 
     envs_dir: Path  # KBENCH_ENVS_DIR (default: envs/ in the checkout)
     python: str  # KBENCH_PYTHON: the interpreter the venvs are built from
@@ -81,18 +74,13 @@ class SetupOptions:
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> SetupOptions:
         return cls(
             envs_dir=Path(environ.get("KBENCH_ENVS_DIR") or ROOT / "envs"),
-            python=environ.get("KBENCH_PYTHON") or default_python(),
+            # python3.11 where it is on the PATH (the version kbench is tested with)
+            python=environ.get("KBENCH_PYTHON") or shutil.which("python3.11") or sys.executable,
             gpu=environ.get("KBENCH_GPU") or None,
             mxnet_wheel=environ.get("KBENCH_MXNET_WHEEL") or None,
             dry_run=environ.get("KBENCH_SETUP_DRY_RUN") == "1",
             check=environ.get("KBENCH_SETUP_CHECK") != "0",
         )
-
-
-def default_python() -> str:
-    """python3.11 where it is on the PATH (the version kbench is tested with), else the
-    interpreter running this."""
-    return shutil.which("python3.11") or sys.executable
 
 
 def existing_kind(env_dir: Path) -> str:
@@ -111,9 +99,8 @@ def existing_kind(env_dir: Path) -> str:
 def kind_and_reason(
     env_dir: Path, gpu: Optional[str], driver_files: Sequence[str] = DRIVER_FILES
 ) -> Tuple[str, str]:
-    """The kind environment ``env_dir`` should be, and why, in words: what KBENCH_GPU asks
-    for, else what the environment is, else what the environments beside it are, else
-    what the machine has."""
+    """The kind environment ``env_dir`` should be, and why: what KBENCH_GPU asks for, else
+    what it is, else what the environments beside it are, else what the machine has."""
     if gpu is not None:
         return ("gpu" if gpu == "1" else "cpu"), f"KBENCH_GPU={gpu}"
     have = existing_kind(env_dir)
@@ -183,11 +170,8 @@ def framework_lines(name: str, requirements: Sequence[str]) -> List[str]:
 def make_environment(
     name: str, options: SetupOptions, planner: Callable[..., EnvironmentPlan] = plan
 ) -> str:
-    """Bring environment ``name`` to what this platform's plan says; return what was
-    done (the action, or ``unavailable``). Quiet when it is ready already.
-
-    ``planner(name, kind, platform, mxnet_wheel)`` gives the plan (default
-    :func:`kbench.setup.platforms.plan`; a test passes one with a tiny requirement)."""
+    """Bring environment ``name`` to what ``planner`` (a test's has a tiny requirement)
+    says for this platform; return the action done, or ``unavailable``. Quiet when ready."""
     env_dir = options.envs_dir / name
     kind, why = kind_and_reason(env_dir, options.gpu)
     wanted = planner(name, kind, options.platform, options.mxnet_wheel)
@@ -220,8 +204,7 @@ def make_environment(
 
 
 def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None:
-    """Make the venv (when it has no interpreter), record its kind, pip-install the
-    requirements (and kbench, editable, into keras3), then write the stamp."""
+    """Make the venv, record its kind, pip-install the requirements, then write the stamp."""
     stamp = env_dir / STAMP_FILE
     stamp.unlink(missing_ok=True)
     python = venv_python(env_dir, wanted.platform.system)
@@ -232,8 +215,7 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
     call(pip + ["--upgrade", "pip"], "upgrade pip")
     call(pip + list(wanted.requirements), f"install {wanted.name}'s requirements")
     if wanted.name == "keras3":
-        # The harness runs here: kbench itself, editable, for the `kbench` command.
-        # Workers in any environment import kbench through the runner's PYTHONPATH.
+        # the harness runs here; workers anywhere import kbench through their PYTHONPATH
         call(pip + ["--no-deps", "-e", str(options.root)], "install kbench (editable)")
     if wanted.loader_path:
         folders = record_library_folders(env_dir)
@@ -245,8 +227,7 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
 
 
 def check_build(env_dir: Path, wanted: EnvironmentPlan) -> None:
-    """Hold a fresh GPU environment against its plan (:mod:`kbench.setup.check`); raise
-    SetupError with what is wrong, before the stamp marks it finished."""
+    """SetupError with what is wrong in a fresh GPU environment, before its stamp."""
     log.info("%s: checking the CUDA builds (each framework imported in its own process)",
              wanted.name)  # fmt: skip
     verdict = check.check_environment(env_dir, wanted)
@@ -263,18 +244,8 @@ def check_build(env_dir: Path, wanted: EnvironmentPlan) -> None:
 
 
 def call(command: Sequence[str], what: str) -> None:
-    done = subprocess.run(list(command), env=child_environment())
-    if done.returncode != 0:
-        raise SetupError(
-            f"could not {what}: `{' '.join(command)}` exited with {done.returncode} (its "
-            "output is above). Fix what it names (network, disk space, a Python pip cannot "
-            "build for) and run the set-up again; finished environments are kept."
-        )
-
-
-def child_environment() -> Dict[str, str]:
-    """This process's environment without the checkout on PYTHONPATH (where the
-    wrappers put it so that ``-m kbench.setup`` imports): venv and pip see the user's."""
+    """Run ``command`` without the checkout on PYTHONPATH (put there for ``-m kbench.setup``):
+    venv and pip see the user's environment."""
     env = dict(os.environ)
     kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
             if p and Path(p).resolve() != ROOT]  # fmt: skip
@@ -282,7 +253,13 @@ def child_environment() -> Dict[str, str]:
         env["PYTHONPATH"] = os.pathsep.join(kept)
     else:
         env.pop("PYTHONPATH", None)
-    return env
+    done = subprocess.run(list(command), env=env)
+    if done.returncode != 0:
+        raise SetupError(
+            f"could not {what}: `{' '.join(command)}` exited with {done.returncode} (its "
+            "output is above). Fix what it names (network, disk space, a Python pip cannot "
+            "build for) and run the set-up again; finished environments are kept."
+        )
 
 
 def remove_tree(path: Path) -> None:

@@ -1,23 +1,15 @@
 """What each system can install: the requirements of kbench's two environments per
-platform and build kind, what a platform cannot have and why, where a virtual
-environment keeps its interpreter, and the folders its workers' dynamic loader must search.
+platform (``sys.platform`` with ``platform.machine()``) and build kind (``cpu``, ``gpu``:
+CUDA builds) as an :class:`EnvironmentPlan`, or why the platform cannot have it
+(``benchmarks/resolve_platforms.py`` checks the wheels against PyPI).
 
-A platform is ``sys.platform`` with ``platform.machine()`` (Linux x86-64 or aarch64, macOS
-x86-64 or arm64, Windows AMD64). Each environment (``keras3``, ``mxnet``) of each kind
-(``cpu``, ``gpu``: CUDA builds) is planned for one platform as an :class:`EnvironmentPlan`:
-the pip requirements, or why the platform cannot have it, and notes for the user. Which
-wheels exist where is checked against PyPI by ``benchmarks/resolve_platforms.py``.
-
-A GPU environment on Linux is built for one CUDA major version (``EnvironmentPlan.cuda``),
-every framework pinned to a build for it: pip sees no conflict between
-``nvidia-cudnn-cu12`` and ``nvidia-cudnn-cu13``, so two CUDA versions in one environment
-overwrite each other's libraries without a word (``tests/test_setup_cuda.py`` checks the
-pins against the wheels' metadata). keras3 gets CUDA 12; mxnet CUDA 11: ``mxnet-cu112``
-links ``libcudnn.so.8``, ``libcudart.so.11.0`` and seven more, ships none of them, and has
-no run path to where PyPI's CUDA 11 wheels put them (``site-packages/nvidia/<lib>/lib``).
-The set-up records those folders in ``.kbench-library-path`` (:func:`record_library_folders`)
-and whatever starts a worker there puts them in front of its ``LD_LIBRARY_PATH``
-(:func:`loader_environment`); nothing in site-packages changes.
+A GPU environment on Linux is built for one CUDA major version, every framework pinned
+to a build for it: pip sees no conflict between ``nvidia-cudnn-cu12`` and ``-cu13``,
+which overwrite each other's libraries (``tests/test_setup_cuda.py`` checks the pins).
+keras3 gets CUDA 12; mxnet CUDA 11: ``mxnet-cu112`` links CUDA 11 libraries that it does
+not ship and has no run path to where PyPI's CUDA 11 wheels put them, so the set-up
+records those folders in ``.kbench-library-path`` and a worker's ``LD_LIBRARY_PATH``
+starts with them (:func:`loader_environment`); nothing in site-packages changes.
 
 Standard library only: this runs before any environment exists.
 """
@@ -106,9 +98,8 @@ class Platform:
 
 
 def venv_python(env_dir: Path, system: Optional[str] = None) -> Path:
-    """The interpreter of the virtual environment ``env_dir`` on ``system``
-    (``sys.platform``; default: this one): ``Scripts\\python.exe`` on Windows,
-    ``bin/python`` elsewhere, as ``venv`` lays them out."""
+    """The interpreter of the venv ``env_dir`` on ``system`` (``sys.platform``, default this
+    one): ``Scripts\\python.exe`` on Windows, ``bin/python`` elsewhere."""
     system = sys.platform if system is None else system
     if Platform(system, "").family == "win32":
         return Path(env_dir) / "Scripts" / "python.exe"
@@ -118,36 +109,24 @@ def venv_python(env_dir: Path, system: Optional[str] = None) -> Path:
 LIBRARY_PATH_FILE = ".kbench-library-path"
 
 
-def installed_library_folders(env_dir: Path) -> List[Path]:
-    """The ``lib`` folders of the ``nvidia-*`` wheels installed in ``env_dir``."""
+def record_library_folders(env_dir: Path) -> List[Path]:
+    """Write ``.kbench-library-path`` listing the ``lib`` folders of the ``nvidia-*`` wheels
+    installed in ``env_dir``; return them."""
     found = sorted(Path(env_dir).glob("lib/python3*/site-packages/nvidia/*/lib"))
     found += sorted(Path(env_dir).glob("Lib/site-packages/nvidia/*/lib"))  # Windows
-    return [folder for folder in found if folder.is_dir()]
-
-
-def record_library_folders(env_dir: Path) -> List[Path]:
-    """Write ``.kbench-library-path`` listing the installed ``nvidia-*`` lib folders;
-    return them."""
-    folders = installed_library_folders(env_dir)
+    folders = [folder for folder in found if folder.is_dir()]
     lines = [str(folder.relative_to(env_dir)) for folder in folders]
     (Path(env_dir) / LIBRARY_PATH_FILE).write_text("".join(f"{line}\n" for line in lines))
     return folders
-
-
-def library_folders(env_dir: Path) -> List[Path]:
-    """The folders recorded for ``env_dir`` (absolute); none without the file."""
-    recorded = Path(env_dir) / LIBRARY_PATH_FILE
-    if not recorded.is_file():
-        return []
-    lines = [line.strip() for line in recorded.read_text().splitlines() if line.strip()]
-    return [Path(env_dir) / line for line in lines]
 
 
 def loader_environment(env: Mapping[str, str], env_dir: Path) -> Dict[str, str]:
     """``env`` with ``env_dir``'s recorded library folders in front of ``LD_LIBRARY_PATH``
     (unchanged when it has none)."""
     result = dict(env)
-    folders = [str(folder) for folder in library_folders(env_dir)]
+    recorded = Path(env_dir) / LIBRARY_PATH_FILE
+    lines = recorded.read_text().splitlines() if recorded.is_file() else []
+    folders = [str(Path(env_dir) / line.strip()) for line in lines if line.strip()]
     if folders:
         kept = [part for part in result.get("LD_LIBRARY_PATH", "").split(os.pathsep) if part]
         result["LD_LIBRARY_PATH"] = os.pathsep.join(folders + kept)
@@ -166,24 +145,12 @@ class EnvironmentPlan:
     notes: Tuple[str, ...] = ()  # what the user should know about what is installed
     # the CUDA major version every framework build in it is for ("12"); None: CPU builds
     cuda: Optional[str] = None
-    # the nvidia-* libraries' folders go on the worker's LD_LIBRARY_PATH (the framework
-    # links them but does not find them itself)
+    # the nvidia-* libraries' folders go on the worker's LD_LIBRARY_PATH
     loader_path: bool = False
 
     @property
     def available(self) -> bool:
         return self.unavailable is None
-
-
-# pip's answer (benchmarks/resolve_platforms.py): the Windows wheel needs numpy<1.17,
-# whose wheels stop at Python 3.7
-MXNET_WINDOWS = (
-    f"MXNet {MXNET_VERSION} has no Windows wheel, and the newest that has one, 1.7.0.post2 "
-    "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer; to run the mxnet "
-    "backends on Windows, make a Python 3.7 environment with mxnet==1.7.0.post2 and "
-    "keras-mxnet==2.2.4.3 by hand and point KBENCH_PYTHON_<BACKEND> (for mxnet and "
-    "mxnet-gluon) at its python.exe"
-)
 
 
 # Why a platform cannot have MXNet (any kind), keyed by (family, arch).
@@ -193,16 +160,21 @@ MXNET_UNAVAILABLE: Dict[Tuple[str, str], str] = {
         "Intel (x86-64) only and the project is retired, so the mxnet and mxnet-gluon "
         "backends cannot run here"
     ),
-    ("win32", "x86_64"): MXNET_WINDOWS,
+    ("win32", "x86_64"): (  # pip's answer (benchmarks/resolve_platforms.py)
+        f"MXNet {MXNET_VERSION} has no Windows wheel, and the newest that has one, 1.7.0.post2 "
+        "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer; to run the mxnet "
+        "backends on Windows, make a Python 3.7 environment with mxnet==1.7.0.post2 and "
+        "keras-mxnet==2.2.4.3 by hand and point KBENCH_PYTHON_<BACKEND> (for mxnet and "
+        "mxnet-gluon) at its python.exe"
+    ),
 }
 
 
 def plan(
     name: str, kind: str, where: Optional[Platform] = None, mxnet_wheel: Optional[str] = None
 ) -> EnvironmentPlan:
-    """What environment ``name`` of ``kind`` is on ``where`` (default: this platform);
-    ``mxnet_wheel``: MXNet's CUDA build (``KBENCH_MXNET_WHEEL``, default ``mxnet-cu112``).
-    ValueError, naming the allowed values, for an unknown environment, kind or wheel."""
+    """Environment ``name`` of ``kind`` on ``where`` (default: here), with MXNet's CUDA build
+    ``mxnet_wheel``; ValueError for an unknown environment, kind or wheel."""
     where = where or Platform.current()
     if name not in ENVIRONMENTS:
         raise ValueError(
@@ -212,9 +184,20 @@ def plan(
         raise ValueError(
             f"kind {kind!r}: expected cpu (CPU builds) or gpu (CUDA builds); received {kind!r}."
         )
-    if name == "keras3":
-        return _keras3(kind, where)
-    return _mxnet(kind, where, mxnet_wheel)
+    wheel = mxnet_wheel or DEFAULT_MXNET_CUDA_WHEEL
+    if name == "mxnet" and wheel not in MXNET_CUDA_WHEELS:
+        raise ValueError(
+            f"KBENCH_MXNET_WHEEL={wheel}: expected one of MXNet {MXNET_VERSION}'s CUDA builds "
+            f"({', '.join(MXNET_CUDA_WHEELS)}); pick the one for your CUDA release."
+        )
+    if where.family not in ("linux", "darwin", "win32") or where.arch not in ("x86_64", "arm64"):
+        unknown = (
+            f"kbench has no environment spec for {where.system} on {where.machine}: expected "
+            "Linux (x86-64, aarch64), macOS (x86-64, arm64) or Windows (AMD64); set "
+            "KBENCH_PYTHON_<BACKEND> to an interpreter you installed the frameworks into"
+        )
+        return EnvironmentPlan(name, kind, where, unavailable=unknown)
+    return _keras3(kind, where) if name == "keras3" else _mxnet(kind, where, wheel)
 
 
 def unsupported_reason(name: str, where: Optional[Platform] = None) -> Optional[str]:
@@ -227,11 +210,8 @@ def unsupported_reason(name: str, where: Optional[Platform] = None) -> Optional[
 def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
     family, arch = where.family, where.arch
     notes: Tuple[str, ...] = ()
-    if family not in ("linux", "darwin", "win32") or arch not in ("x86_64", "arm64"):
-        return EnvironmentPlan("keras3", kind, where, unavailable=_unknown(where))
     if kind == "cpu":
-        # tensorflow-cpu has wheels for Linux x86-64 and Windows only; elsewhere the
-        # plain tensorflow wheel is the CPU build (macOS, Linux aarch64)
+        # tensorflow-cpu exists for Linux x86-64 and Windows; elsewhere tensorflow is CPU
         tensorflow = "tensorflow-cpu" if (family, arch) == ("linux", "x86_64") else "tensorflow"
         frameworks: Tuple[str, ...] = (tensorflow, "jax[cpu]", "torch==2.13.0")
         if family == "darwin" and arch == "arm64":
@@ -263,18 +243,10 @@ def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
     )
 
 
-def _mxnet(kind: str, where: Platform, mxnet_wheel: Optional[str]) -> EnvironmentPlan:
+def _mxnet(kind: str, where: Platform, wheel: str) -> EnvironmentPlan:
     family, arch = where.family, where.arch
-    wheel = mxnet_wheel or DEFAULT_MXNET_CUDA_WHEEL
-    if wheel not in MXNET_CUDA_WHEELS:
-        raise ValueError(
-            f"KBENCH_MXNET_WHEEL={wheel}: expected one of MXNet {MXNET_VERSION}'s CUDA builds "
-            f"({', '.join(MXNET_CUDA_WHEELS)}); pick the one for your CUDA release."
-        )
     if (family, arch) in MXNET_UNAVAILABLE:
         return EnvironmentPlan("mxnet", kind, where, unavailable=MXNET_UNAVAILABLE[family, arch])
-    if family not in ("linux", "darwin", "win32") or arch not in ("x86_64", "arm64"):
-        return EnvironmentPlan("mxnet", kind, where, unavailable=_unknown(where))
     if kind == "gpu" and not (family, arch) == ("linux", "x86_64"):
         return EnvironmentPlan("mxnet", kind, where, unavailable=(
             f"MXNet's CUDA builds ({wheel} and its siblings) exist for Linux x86-64 only, not "
@@ -295,11 +267,3 @@ def _mxnet(kind: str, where: Platform, mxnet_wheel: Optional[str]) -> Environmen
     )
     return EnvironmentPlan("mxnet", kind, where, framework + MXNET_COMMON, notes=(note,),
                            cuda=cuda[:-1])  # fmt: skip
-
-
-def _unknown(where: Platform) -> str:
-    return (
-        f"kbench has no environment spec for {where.system} on {where.machine}: expected "
-        "Linux (x86-64, aarch64), macOS (x86-64, arm64) or Windows (AMD64); set "
-        "KBENCH_PYTHON_<BACKEND> to an interpreter you installed the frameworks into"
-    )

@@ -1,33 +1,19 @@
 """What one Python environment's frameworks are, as one JSON document on stdout.
 
-Run it with the environment's own interpreter; it needs nothing but the standard
-library (not even kbench), so any Python 3.8+ can run it from any folder::
+Run it with the environment's own interpreter; it needs nothing but the standard library
+(not even kbench), so any Python 3.8+ can run it from any folder::
 
-    ENV/bin/python kbench/setup/probe.py                 # every framework installed
-    ENV/bin/python kbench/setup/probe.py torch jax       # just these
-    ENV/bin/python kbench/setup/probe.py --pretty        # indented
+    ENV/bin/python kbench/setup/probe.py [FRAMEWORK ...] [--pretty]
 
-It reads facts and judges nothing (``python3 -m kbench.setup --check`` judges them
-against the plan). The document holds:
-
-- ``python``: version, executable, prefix.
-- ``driver``: the NVIDIA kernel module's version (``/proc/driver/nvidia/version``), the
-  CUDA version the driver supports (``cuDriverGetVersion`` from ``libcuda.so.1``) and
-  what ``nvidia-smi`` says; ``null`` fields where there is none.
-- ``cuda_packages``: each installed ``nvidia-*-cuNN`` / ``cuda-*`` distribution with its
-  version and the CUDA major version its name (or version) says.
-- ``owned_twice``: files listed in the RECORD of two or more installed distributions
-  (``identical``: every owner recorded the same hash, like the empty
-  ``nvidia/__init__.py`` each ``nvidia-*`` wheel ships).
-- ``frameworks``: per framework, from a fresh child process of this interpreter (one
-  framework per process, so each one's loaded libraries are its own): distribution and
-  version, whether it imported (and the error if not), what it was built for
-  (``build``: CUDA and cuDNN versions, or ``cuda: null`` for a CPU build), the CUDA
-  libraries the process loaded (path, owning distribution, version where the library
-  says), the GPUs it sees, and per native library the shared libraries ``ldd`` cannot
-  resolve (``libcuda.so.1`` among them only means: no NVIDIA driver here).
-
-Exits 0 whenever it could write the document.
+It reads facts and judges nothing (``python3 -m kbench.setup --check`` does): ``python``;
+``driver`` (the kernel module's version, the CUDA version libcuda supports, nvidia-smi);
+``cuda_packages`` (each ``nvidia-*-cuNN`` / ``cuda-*`` distribution and its CUDA major);
+``owned_twice`` (files in the RECORD of two distributions; ``identical`` when their
+hashes agree); and ``frameworks``, each from a fresh child process (so that its loaded
+libraries are its own): distribution, version, import error, ``build`` (CUDA and cuDNN
+versions; ``cuda: null`` for a CPU build), the CUDA libraries loaded (path, owner,
+version), the GPUs seen, and per native library what ``ldd`` cannot resolve. Exits 0
+whenever it could write the document.
 """
 
 import ctypes
@@ -38,8 +24,7 @@ import shutil
 import subprocess
 import sys
 
-# run as a script, this folder is first on sys.path: keep its modules (platforms, system,
-# ...) from shadowing anything a framework imports
+# run as a script, this folder is first on sys.path: its modules must not shadow others
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != HERE]
 
@@ -49,7 +34,7 @@ DISTRIBUTIONS = {
     "tensorflow": ("tensorflow", "tensorflow-cpu", "tf-nightly"),
     "jax": ("jax",),
     "torch": ("torch",),
-    "mxnet": ("mxnet",),  # and mxnet-cu112 etc., matched by prefix below
+    "mxnet": ("mxnet",),  # and mxnet-cu112 etc., matched by prefix
 }
 # per framework, the native libraries to check with ldd (globs inside site-packages)
 NATIVE = {
@@ -69,15 +54,9 @@ DRIVER_FILE = "/proc/driver/nvidia/version"
 def main(argv):
     pretty = "--pretty" in argv
     argv = [arg for arg in argv if arg != "--pretty"]
-    if argv[:1] == ["--one"]:
-        report = probe_framework(argv[1])
-    else:
-        report = probe_environment(argv or None)
+    report = probe_framework(argv[1]) if argv[:1] == ["--one"] else probe_environment(argv or None)
     print(json.dumps(report, indent=2 if pretty else None, sort_keys=True, default=str))
     return 0
-
-
-# ------------------------------------------------------------------ the environment
 
 
 def probe_environment(names=None):
@@ -116,14 +95,10 @@ def normalize(name):
 
 def framework_distribution(name, dists):
     """The distribution that provides framework ``name`` (None: not installed)."""
-    for candidate in DISTRIBUTIONS[name]:
-        if candidate in dists:
-            return dists[candidate]
+    found = [candidate for candidate in DISTRIBUTIONS[name] if candidate in dists]
     if name == "mxnet":
-        for dist_name in sorted(dists):
-            if dist_name.startswith("mxnet-cu"):
-                return dists[dist_name]
-    return None
+        found += sorted(dist_name for dist_name in dists if dist_name.startswith("mxnet-cu"))
+    return dists[found[0]] if found else None
 
 
 def cuda_packages(dists):
@@ -214,9 +189,6 @@ def framework_in_child(name):
     }  # fmt: skip
 
 
-# ------------------------------------------------------------------ one framework
-
-
 def probe_framework(name):
     """Import framework ``name`` here and say what it is."""
     dists = distributions()
@@ -233,7 +205,7 @@ def probe_framework(name):
         facts["build"], facts["gpus"] = BUILDS[name](module, dists)
     except BaseException as err:  # noqa: BLE001 - an import can fail any way; report it
         facts["error"] = f"{type(err).__name__}: {err}".strip()
-    if name == "mxnet" and dist is not None and "cuda_from_name" not in facts["build"]:
+    if name == "mxnet" and dist is not None:  # also where mxnet does not import
         facts["build"]["cuda_from_name"] = mxnet_cuda_from_name(facts["distribution"])
     facts["loaded"] = loaded_cuda_libraries(dists)
     facts["native"] = unresolved_libraries(name)
@@ -306,9 +278,6 @@ def mxnet_build(mx, dists):
     build = {
         "cuda": features.is_enabled("CUDA"), "cudnn": features.is_enabled("CUDNN"),
         "nccl": features.is_enabled("NCCL"),
-        "cuda_from_name": mxnet_cuda_from_name(
-            normalize(framework_distribution("mxnet", dists).metadata["Name"])
-        ),
     }  # fmt: skip
     try:
         gpus = mx.context.num_gpus()
@@ -339,7 +308,12 @@ def loaded_cuda_libraries(dists):
             paths = sorted({line.split()[-1] for line in maps if "/" in line})
     except OSError:
         return None  # not Linux
-    owners = file_owners(dists, ("nvidia-", "cuda-", "torch", "tensorflow", "jax", "mxnet"))
+    owners = {
+        os.path.realpath(str(dist.locate_file(entry))): name
+        for name, dist in dists.items()
+        if name.startswith(("nvidia-", "cuda-", "torch", "tensorflow", "jax", "mxnet"))
+        for entry in recorded_files(dist)
+    }
     loaded = []
     for path in paths:
         match = CUDA_LIBRARY.search(path)
@@ -349,16 +323,6 @@ def loaded_cuda_libraries(dists):
         entry["version"] = library_version(path, match.group(2))
         loaded.append(entry)
     return loaded
-
-
-def file_owners(dists, prefixes):
-    owners = {}
-    for name, dist in dists.items():
-        if not name.startswith(prefixes):
-            continue
-        for entry in recorded_files(dist):
-            owners[os.path.realpath(str(dist.locate_file(entry)))] = name
-    return owners
 
 
 def library_version(path, kind):
@@ -377,21 +341,16 @@ def library_version(path, kind):
     return None
 
 
-def site_packages():
-    import sysconfig
-
-    return sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]
-
-
 def unresolved_libraries(name):
     """Per native library of the framework: what ``ldd`` cannot find."""
     ldd = shutil.which("ldd")
     if not ldd:
         return {"ldd": None}
     import glob
+    import sysconfig
 
     found = {}
-    for root in sorted(set(site_packages())):
+    for root in sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}):
         for pattern in NATIVE[name]:
             for path in sorted(glob.glob(os.path.join(root, pattern))):
                 if os.path.isfile(path) and not os.path.islink(path):
