@@ -4,9 +4,11 @@ interrupted run leaves to explain its log.
 A command's working directory (prepared data, per-run KERAS_HOME, task files) lives
 under the system's temporary directory as ``kbench-[KIND-]PID-XXXXXXXX``: ``PID`` is
 the process that made it. Python removes it when the command ends, even by Ctrl-C
-or SIGTERM; ``kill -9`` leaves it. Every new working directory first removes the
-directories of this user whose owner PID no longer runs. Directories named
-otherwise (older kbench versions) are left alone: their owner cannot be known.
+or SIGTERM; ``kill -9`` leaves it. Each holds :data:`MARKER`, written as it is made:
+``kbench-working-directory PID``. Every new working directory first removes the
+directories of this user whose marker names the PID of their name and whose PID no
+longer runs. A directory without that marker (a user's ``kbench-2024-results``, an
+older kbench's) is never removed: a name alone says nothing of who made it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -27,13 +30,27 @@ from kbench.results.jsonfile import write_json_atomic
 log = logging.getLogger(__name__)
 
 PATTERN = re.compile(r"^kbench-(?:[a-z]+-)?(\d+)-[a-z0-9_]+$")
+MARKER, TAG = ".kbench-owner", "kbench-working-directory"
 
 
 def working_directory(kind: str = "") -> tempfile.TemporaryDirectory:
     """A temporary directory named with this process's PID, after clearing dead ones'."""
     remove_stale()
     middle = f"{kind}-" if kind else ""
-    return tempfile.TemporaryDirectory(prefix=f"kbench-{middle}{os.getpid()}-")
+    directory = tempfile.TemporaryDirectory(prefix=f"kbench-{middle}{os.getpid()}-")
+    (Path(directory.name) / MARKER).write_text(f"{TAG} {os.getpid()}\n")
+    return directory
+
+
+def marked(directory: Path, pid: int) -> bool:
+    """Whether ``directory`` holds kbench's marker naming ``pid`` (a plain file)."""
+    try:
+        if not stat.S_ISREG((directory / MARKER).lstat().st_mode):
+            return False
+        with open(directory / MARKER, "rb") as marker:
+            return marker.read(100).split() == [TAG.encode(), str(pid).encode()]
+    except OSError:
+        return False
 
 
 def owner_alive(pid: int) -> bool:
@@ -46,7 +63,7 @@ def owner_alive(pid: int) -> bool:
 
 
 def remove_stale(root: Optional[Path] = None) -> List[Path]:
-    """Remove this user's kbench working directories whose owner process is gone."""
+    """Remove this user's marked kbench working directories whose owner process is gone."""
     root = Path(root or tempfile.gettempdir())
     removed = []
     try:
@@ -64,7 +81,7 @@ def remove_stale(root: Optional[Path] = None) -> List[Path]:
             continue
         if not entry.is_dir() or entry.is_symlink() or info.st_uid != os.getuid():
             continue
-        if owner_alive(int(match.group(1))):
+        if not marked(entry, int(match.group(1))) or owner_alive(int(match.group(1))):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         if not entry.exists():
