@@ -14,6 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from conftest import kbench_here
+from test_store import result
+
+from kbench.results import jsonfile
+from kbench.results.lock import LockError, writer_lock
+from kbench.results.store import ResultStore, open_log
 from kbench.run import leftovers
 
 
@@ -53,3 +60,59 @@ def test_a_working_folder_is_marked_as_kbench_s_own_when_made(tmp_path, monkeypa
     monkeypatch.setattr(leftovers.tempfile, "tempdir", str(tmp_path))
     with leftovers.working_directory("ops") as directory:
         assert leftovers.marked(Path(directory), os.getpid())
+
+
+# ---- item 2: no write through a link planted in a store ----------------------------
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """A store of two runs, and a file outside it that a planted link may point at."""
+    store = ResultStore(tmp_path / "s")
+    store.add(result("a1", "jax", 10.0))
+    store.add(result("b1", "torch", 20.0))
+    outside = tmp_path / "home" / ".bashrc"
+    outside.parent.mkdir()
+    outside.write_text("the user's own\n")
+    return store.directory, outside
+
+
+def test_compare_md_planted_as_a_link_is_refused_and_its_target_kept(tmp_path, planted):
+    store, outside = planted
+    (store / "compare.md").symlink_to(outside)
+    done = kbench_here(["compare", "--store", str(store)], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert f"{store / 'compare.md'} is a symbolic link (to {outside})" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert outside.read_text() == "the user's own\n"
+
+
+@pytest.mark.parametrize("how", ["symlink", "hardlink"])
+def test_a_lock_file_planted_as_a_link_is_not_truncated(tmp_path, planted, how):
+    store, outside = planted
+    getattr(store / ".lock", "symlink_to" if how == "symlink" else "hardlink_to")(outside)
+    done = kbench_here(["results", "--store", str(store), "--merge", str(store)], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert f"expected to create the lock file {store / '.lock'}" in done.stderr
+    assert outside.read_text() == "the user's own\n"
+
+
+def test_every_store_file_kbench_writes_refuses_a_link(planted):
+    store, outside = planted
+    for name in ("index.jsonl", "tune.json", "c1.json"):
+        (store / name).unlink(missing_ok=True)
+        (store / name).symlink_to(outside)
+        with pytest.raises(jsonfile.LinkRefused, match=f"{name} is a symbolic link"):
+            jsonfile.write_text_atomic(store / name, "x")
+    (store / "logs").mkdir()
+    (store / "logs" / "r1.log").symlink_to(outside)
+    with pytest.raises(jsonfile.LinkRefused, match="r1.log is a symbolic link"):
+        open_log(store, "r1")
+    assert outside.read_text() == "the user's own\n"
+    with writer_lock(store):  # the store's own lock file still locks
+        pass
+    (store / ".lock").unlink()
+    (store / ".lock").symlink_to(outside)
+    with pytest.raises(LockError, match="is a symbolic link"):
+        with writer_lock(store):
+            pass

@@ -24,6 +24,7 @@ from kbench.cli.arguments import (
 from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.config import WINDOW_S, ConfigError
+from kbench.results.jsonfile import write_text_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.protocol import show_progress
@@ -397,10 +398,10 @@ def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline
     print(comparison.text())
     markdown = store / "compare.md"
     try:
-        markdown.write_text(comparison.markdown(title))
+        write_text_atomic(markdown, comparison.markdown(title))
         print(f"\nTables also in {markdown}; plots: kbench report --store {store}")
     except OSError as err:
-        log.warning("%s: not written (%s); the tables are above", markdown, err.strerror)
+        log.warning("%s: not written (%s); the tables are above", markdown, err.strerror or err)
 
 
 def command_results(args: argparse.Namespace) -> int:
@@ -461,7 +462,7 @@ def command_compare(args: argparse.Namespace) -> int:
     print(comparison.text())
     markdown = args.output or args.store[0] / "compare.md"
     title = "kbench comparison: " + ", ".join(str(s) for s in args.store)
-    markdown.write_text(comparison.markdown(title))
+    write_text_atomic(markdown, comparison.markdown(title))
     print(f"\nMarkdown: {markdown}", file=sys.stderr)
     return 0
 

@@ -35,7 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from kbench.facts import cache_dir
 from kbench.results.comparison import WINDOW_RUN_ID, from_windows
 from kbench.results.config import ConfigError
-from kbench.results.jsonfile import write_text_atomic
+from kbench.results.jsonfile import refuse_link, write_text_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.readings import epoch_time, memory_peaks, utilization
 from kbench.results.result import ResultError, RunResult
@@ -468,7 +468,7 @@ class ResultStore:
         anywhere)."""
         if log_file.is_file() and not log_file.is_symlink():
             (self.directory / "logs").mkdir(exist_ok=True)
-            shutil.copy2(log_file, self.directory / "logs" / log_file.name)
+            shutil.copy2(log_file, refuse_link(self.directory / "logs" / log_file.name))
 
     # index file -----------------------------------------------------------
 
@@ -581,7 +581,7 @@ def open_log(store: Path, run_id: str) -> Path:
     """Create ``STORE/logs/<run_id>.log`` for a run about to start, proving that the
     store can take a few KB (a full disk accepts an empty file and then no line of
     it); a store that cannot raises :class:`StoreWriteError` before the run starts."""
-    path = Path(store) / "logs" / f"{run_id}.log"
+    path = refuse_link(refuse_link(Path(store) / "logs") / f"{run_id}.log")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as handle:
