@@ -19,9 +19,11 @@ from conftest import kbench_here
 from test_store import result
 
 from kbench.results import jsonfile
+from kbench.results.config import ConfigError
 from kbench.results.lock import LockError, writer_lock
 from kbench.results.store import ResultStore, open_log
 from kbench.run import leftovers
+from kbench.studies.slurm import SlurmOptions
 
 
 def dead_pid() -> int:
@@ -116,3 +118,21 @@ def test_every_store_file_kbench_writes_refuses_a_link(planted):
     with pytest.raises(LockError, match="is a symbolic link"):
         with writer_lock(store):
             pass
+
+
+# ---- item 3: the --sbatch filter sees prefixes and clusters as sbatch does ---------
+
+
+@pytest.mark.parametrize("words", [
+    ["--arr=0-99"], ["--arr", "0-99"], ["--outp=/tmp/x"], ["--err=/tmp/x"], ["--wra=id"],
+    ["--pars"], ["-vo", "/tmp/x"], ["-ofile"], ["-Hva", "0-9"], ["-e", "/tmp/x"], ["--array"],
+])  # fmt: skip
+def test_sbatch_options_that_sbatch_reads_as_kbench_s_own_are_refused(words):
+    with pytest.raises(ConfigError, match="other than the array, output and error"):
+        SlurmOptions(sbatch=tuple(words))
+
+
+def test_sbatch_options_of_the_user_s_own_still_pass():
+    words = ("--partition=debug", "--time", "00:30:00", "-Jtest", "-N", "2", "-pdebug",
+             "--gres=gpu:1", "--account=lab", "--exclusive", "-H", "--wait")  # fmt: skip
+    assert SlurmOptions(sbatch=words).sbatch == words

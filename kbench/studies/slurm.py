@@ -81,7 +81,12 @@ STATUS_OF_STATE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY":
 # why a task waited (sacct keeps the last one on an ended task): not why it ended
 WAITING = ("Priority", "Resources", "Dependency", "BeginTime", "ReqNodeNotAvail")
 RECORD_PART = "slurm"  # run ids of the records of runs a Slurm task left without a result
-OWN_OPTIONS = ("--array", "-a", "--output", "-o", "--error", "-e", "--parsable", "--wrap")
+# kbench's own: sbatch takes any unambiguous prefix of a long option (--arr) and clusters
+# of short ones (-vo FILE), so both are refused (:func:`own_option`)
+OWN_OPTIONS = ("--array", "--output", "--error", "--parsable", "--wrap")
+OWN_LETTERS = "aoe"
+# sbatch's short options that take a value: the rest of a cluster after one is its value
+VALUE_LETTERS = "ABbCcDdeFGiIJkLMmNnopqStwx"
 
 
 class SlurmError(RuntimeError):
@@ -111,8 +116,7 @@ class SlurmOptions:
         if not self.poll_s > 0:
             raise ConfigError("poll", f"expected seconds > 0; received {self.poll_s}.")
         for word in self.sbatch:
-            name = word.split("=", 1)[0]
-            if name in OWN_OPTIONS or (name[:2] in ("-a", "-o", "-e") and not name[:2] == name):
+            if own_option(word):
                 raise ConfigError(
                     "sbatch",
                     f"expected sbatch options other than the array, output and error, which "
@@ -129,6 +133,20 @@ class SlurmOptions:
             raise ConfigError(
                 "sbatch", f"expected sbatch options in shell quoting; {err}: {text!r}."
             ) from None
+
+
+def own_option(word: str) -> bool:
+    """Whether sbatch would read ``word`` as one of kbench's own options: a prefix of
+    one (``--arr=0-9``, ``--outp``), or a cluster of short ones that holds one (``-vo``)."""
+    if word.startswith("--"):
+        name = word[2:].split("=", 1)[0]
+        return bool(name) and any(own.startswith("--" + name) for own in OWN_OPTIONS)
+    for letter in word[1:] if word.startswith("-") else "":
+        if letter in OWN_LETTERS:
+            return True
+        if letter in VALUE_LETTERS:  # what follows is its value
+            return False
+    return False
 
 
 def check_tools() -> None:
