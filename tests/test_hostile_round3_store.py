@@ -136,3 +136,26 @@ def test_sbatch_options_of_the_user_s_own_still_pass():
     words = ("--partition=debug", "--time", "00:30:00", "-Jtest", "-N", "2", "-pdebug",
              "--gres=gpu:1", "--account=lab", "--exclusive", "-H", "--wait")  # fmt: skip
     assert SlurmOptions(sbatch=words).sbatch == words
+
+
+# ---- item 10: a merge reads its sources, writes nothing into them -------------------
+
+
+def snapshot(folder: Path):
+    return sorted((str(p.relative_to(folder)), p.read_bytes()) for p in folder.rglob("*"))
+
+
+def test_merge_writes_nothing_into_its_source(tmp_path):
+    source = ResultStore(tmp_path / "src")
+    source.add(result("a1", "jax", 10.0))
+    (tmp_path / "src" / "index.jsonl").unlink()  # copied by hand: documents, no index
+    bare = snapshot(tmp_path / "src")
+    stale = ResultStore(tmp_path / "stale")
+    stale.add(result("b1", "torch", 20.0))
+    result("c1", "torch", 30.0).save(tmp_path / "stale")
+    indexed = snapshot(tmp_path / "stale")  # its index lacks c1
+    done = kbench_here(["results", "--store", str(tmp_path / "all"), "--merge",
+                        str(tmp_path / "src"), str(tmp_path / "stale")], tmp_path)  # fmt: skip
+    assert done.returncode == 0 and "3 runs added" in done.stdout, done.stderr
+    assert snapshot(tmp_path / "src") == bare
+    assert snapshot(tmp_path / "stale") == indexed

@@ -210,6 +210,7 @@ def check_filters(filters: Sequence[Filter], entries: Sequence[IndexEntry]) -> N
 class ResultStore:
     directory: Path
     unreadable: List[Tuple[str, str]] = field(default_factory=list)  # (file, why)
+    read_only: bool = False  # a merge's source: its index is read, never rewritten
     # The index as last read or written (the file's inode, size, mtime; each entry with its
     # line), reused while the file is that one: a sweep's 240 adds parsed 29,000 entries.
     _index_cache: Optional[Tuple[Tuple[int, int, int], List[Tuple[IndexEntry, str]]]] = field(
@@ -359,7 +360,7 @@ class ResultStore:
                 continue
             entries.append(entry)
         # a directory with no index and nothing readable is not a store: leave it as it is
-        if changed and (entries or self.index_path.exists()):
+        if changed and not self.read_only and (entries or self.index_path.exists()):
             try:
                 self._write_lines([(e, _index_line(e)) for e in entries])
             except OSError as err:  # a read-only store is still readable
@@ -395,19 +396,20 @@ class ResultStore:
 
     def merge(self, sources: Iterable[Path]) -> MergeSummary:
         """Copy every readable document of ``sources`` that this store lacks (and its
-        log), holding this store's writer lock. A document whose run id cannot name a file
-        here (:func:`run_id_problem`), or whose file here holds another run, is refused
-        (``refused``); ``added`` counts the documents listed afterwards."""
+        log), holding this store's writer lock; nothing is written into a source. A
+        document whose run id cannot name a file here (:func:`run_id_problem`), or whose
+        file here holds another run, is refused (``refused``); ``added`` counts the
+        documents listed afterwards."""
         sources = [Path(source) for source in sources]
-        for store in (self, *(ResultStore(source) for source in sources)):
+        others = [ResultStore(source, read_only=True) for source in sources]
+        for store in (self, *others):
             store.check_is_store()
         summary = MergeSummary()
         with writer_lock(self.directory):
             have = {e.run_id for e in self._file_entries()}
             summary.unreadable += [(str(self.directory / n), why) for n, why in self.unreadable]
             written: Dict[str, str] = {}  # run id -> host, of the documents written
-            for source in sources:
-                other = ResultStore(source)
+            for source, other in zip(sources, others):
                 for entry in other._file_entries():
                     if entry.run_id not in have:
                         self._merge_one(other, entry, have, written, summary)
