@@ -159,3 +159,23 @@ def test_merge_writes_nothing_into_its_source(tmp_path):
     assert done.returncode == 0 and "3 runs added" in done.stdout, done.stderr
     assert snapshot(tmp_path / "src") == bare
     assert snapshot(tmp_path / "stale") == indexed
+
+
+# ---- item 6: a duplicate run id with other content is refused, naming both ----------
+
+
+def test_a_merged_duplicate_with_other_content_is_refused_naming_both(tmp_path):
+    ResultStore(tmp_path / "all").add(result("a1", "jax", 10.0, host="laptop"))
+    ResultStore(tmp_path / "same").add(result("a1", "jax", 10.0, host="laptop"))
+    ResultStore(tmp_path / "other").add(result("a1", "jax", 99.0, host="cluster"))
+    done = kbench_here(["results", "--store", str(tmp_path / "all"), "--merge",
+                        str(tmp_path / "same"), str(tmp_path / "other")], tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "0 runs added, 1 already there; 1 refused" in done.stdout
+    assert (
+        f"{tmp_path / 'other' / 'a1.json'}: not merged: run a1 is already in this store as "
+        f"{tmp_path / 'all' / 'a1.json'} (from laptop), with other content than "
+        f"{tmp_path / 'other' / 'a1.json'} (from cluster)"
+    ) in done.stderr
+    [kept] = ResultStore(tmp_path / "all").results()
+    assert kept.metrics["images_per_sec"] == 10.0

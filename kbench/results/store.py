@@ -398,23 +398,20 @@ class ResultStore:
         """Copy every readable document of ``sources`` that this store lacks (and its
         log), holding this store's writer lock; nothing is written into a source. A
         document whose run id cannot name a file here (:func:`run_id_problem`), or whose
-        file here holds another run, is refused (``refused``); ``added`` counts the
-        documents listed afterwards."""
+        file here holds another run, or whose run is here with other content, is
+        refused (``refused``); ``added`` counts the documents listed afterwards."""
         sources = [Path(source) for source in sources]
         others = [ResultStore(source, read_only=True) for source in sources]
         for store in (self, *others):
             store.check_is_store()
         summary = MergeSummary()
         with writer_lock(self.directory):
-            have = {e.run_id for e in self._file_entries()}
+            have = {e.run_id: e.file for e in self._file_entries()}
             summary.unreadable += [(str(self.directory / n), why) for n, why in self.unreadable]
             written: Dict[str, str] = {}  # run id -> host, of the documents written
             for source, other in zip(sources, others):
                 for entry in other._file_entries():
-                    if entry.run_id not in have:
-                        self._merge_one(other, entry, have, written, summary)
-                    else:
-                        summary.already_present += 1
+                    self._merge_one(other, entry, have, written, summary)
                 summary.unreadable += [(f"{source}/{name}", why) for name, why in other.unreadable]
             listed = {e.run_id for e in self._file_entries()}
         for run_id, host in written.items():
@@ -427,26 +424,46 @@ class ResultStore:
         return summary
 
     def _merge_one(
-        self, other: ResultStore, entry: IndexEntry, have: set, written: Dict[str, str],
-        summary: MergeSummary,
+        self, other: ResultStore, entry: IndexEntry, have: Dict[str, str],
+        written: Dict[str, str], summary: MergeSummary,
     ) -> None:  # fmt: skip
         """Copy one document of ``other`` (and its log) unless it is here or refused."""
+        source = other.directory / entry.file
         try:  # the document's own run id counts, whatever the other store's index says
-            result = RunResult.load(other.directory / entry.file)
+            result = RunResult.load(source)
         except (ResultError, OSError) as err:
             other.unreadable.append((entry.file, _why(err)))
             return
         if result.run_id in have:
-            summary.already_present += 1
-            return
-        problem = self._refusal(result.run_id)
+            problem = self._conflict(result, source, self.directory / have[result.run_id])
+            if problem is None:
+                summary.already_present += 1
+                return
+        else:
+            problem = self._refusal(result.run_id)
         if problem:
-            summary.refused.append((str(other.directory / entry.file), problem))
+            summary.refused.append((str(source), problem))
             return
-        self.add(result)  # rewritten in the current schema version
-        have.add(result.run_id)
+        have[result.run_id] = self.add(result).name  # rewritten in the current schema version
         written[result.run_id] = entry.host
         self._copy_log(other.directory / "logs" / f"{result.run_id}.log")
+
+    @staticmethod
+    def _conflict(result: RunResult, source: Path, here: Path) -> Optional[str]:
+        """Why ``result`` (read from ``source``) is not the run ``here`` already holds, or
+        None: the same run id with other content (another host's figures) is refused."""
+        try:
+            stored = RunResult.load(here)
+            if _same(stored, result):
+                return None
+            held = f"{here} (from {host_of(stored)})"
+        except (ResultError, OSError) as err:
+            held = f"{here}, now unreadable ({_why(err)})"
+        return (
+            f"run {result.run_id} is already in this store as {held}, with other content "
+            f"than {source} (from {host_of(result)}): the stored one is kept. Compare the "
+            "two; to keep both, give one another run_id and merge again."
+        )
 
     def _refusal(self, run_id: str) -> Optional[str]:
         """Why the document of run ``run_id`` may not be written into this store, or None."""
@@ -501,6 +518,10 @@ class ResultStore:
         write_text_atomic(self.index_path, "".join(line + "\n" for _, line in entries))
         identity = _identity(self.index_path)
         self._index_cache = None if identity is None else (identity, list(entries))
+
+
+def _same(one: RunResult, other: RunResult) -> bool:
+    return json.dumps(one.to_dict(), sort_keys=True) == json.dumps(other.to_dict(), sort_keys=True)
 
 
 def _index_line(entry: IndexEntry) -> str:
