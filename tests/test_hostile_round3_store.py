@@ -9,20 +9,25 @@ plain Python script (no framework import) through the real runner.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import kbench_here
 from test_store import result
 
+from kbench.cli import app
+from kbench.cli.arguments import duration
 from kbench.results import jsonfile
 from kbench.results.config import ConfigError
 from kbench.results.lock import LockError, writer_lock
 from kbench.results.store import ResultStore, open_log
 from kbench.run import leftovers
+from kbench.studies import tune
 from kbench.studies.slurm import SlurmOptions
 
 
@@ -179,3 +184,49 @@ def test_a_merged_duplicate_with_other_content_is_refused_naming_both(tmp_path):
     ) in done.stderr
     [kept] = ResultStore(tmp_path / "all").results()
     assert kept.metrics["images_per_sec"] == 10.0
+
+
+# ---- item 7: a budget has an end, and so has every phase of tune ------------------
+
+
+@pytest.mark.parametrize("text", ["1e308h", "1e306m", "1e308", "8000000", "200h"])
+def test_a_budget_past_a_week_or_infinite_is_refused_naming_the_limit(text, capsys):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"at most a week \(604800 s\)"):
+        duration(text)
+    with pytest.raises(SystemExit) as ended:
+        app.build_parser().parse_args(["tune", "-b", "torch", "-m", "mlp", "--budget", text])
+    assert ended.value.code == 2
+    assert "--budget: expected at most a week (604800 s)" in capsys.readouterr().err
+    assert duration("168h") == 604800.0
+
+
+def test_tune_help_names_both_limits(capsys):
+    with pytest.raises(SystemExit):
+        app.build_parser().parse_args(["tune", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "at most a week" in shown
+    assert f"ends after {tune.MAX_ROUNDS} rounds at most" in shown
+
+
+def test_a_search_that_never_settles_ends_after_a_bounded_number_of_rounds(monkeypatch):
+    """An infinite deadline (what 1e308h was) still ends: rounds are counted."""
+
+    def trial(name):
+        return SimpleNamespace(state="measuring", worker=SimpleNamespace(alive=True, name=name),
+                               document=SimpleNamespace(ok=True),
+                               candidate=SimpleNamespace(backend="torch", name=name))  # fmt: skip
+
+    done = []
+
+    def measure(trials):
+        done.append(len(trials))
+        if len(done) > 1000:
+            raise RuntimeError("the rounds do not end")
+
+    tuner = tune.Tuner.__new__(tune.Tuner)
+    tuner.measure, tuner._halve = measure, lambda trials, reference: None
+    trials = [trial("default"), trial("threads=1")]
+    monkeypatch.setattr(tune, "best_of", lambda trials, reference: (reference, "undecided"))
+    ended = tuner.rounds(trials, trials[0], float("inf"), 0.0, float("inf"))
+    assert ended == f"{tune.MAX_ROUNDS} rounds, the most a phase takes"
+    assert len(done) == tune.MAX_ROUNDS <= 1000
