@@ -17,11 +17,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import kbench_here
+from conftest import ROOT, dump, kbench_here, require_backends
 from test_store import result
 
 from kbench.cli import app
 from kbench.cli.arguments import duration
+from kbench.exec import runner as exec_runner
 from kbench.results import jsonfile
 from kbench.results.config import ConfigError
 from kbench.results.lock import LockError, writer_lock
@@ -230,3 +231,52 @@ def test_a_search_that_never_settles_ends_after_a_bounded_number_of_rounds(monke
     ended = tuner.rounds(trials, trials[0], float("inf"), 0.0, float("inf"))
     assert ended == f"{tune.MAX_ROUNDS} rounds, the most a phase takes"
     assert len(done) == tune.MAX_ROUNDS <= 1000
+
+
+# ---- item 8: every run of kbench exec reads the same stdin ------------------------
+
+READS_STDIN = (
+    "import sys\ndata = sys.stdin.buffer.read()\nprint('got', len(data), 'bytes:', data)\n"
+)
+
+
+def test_every_backend_s_run_gets_the_same_piped_stdin(tmp_path, home):
+    require_backends("torch", "jax")
+    script = tmp_path / "t.py"
+    script.write_text(READS_STDIN)
+    store = tmp_path / "s"
+    done = subprocess.run(
+        [sys.executable, "-m", "kbench", "exec", "-b", "torch,jax", "--store", str(store),
+         "--", "python", str(script)],
+        input=b"learning_rate=3\n", capture_output=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, HOME=str(home), KBENCH_CACHE_DIR=str(home / "cache")),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    results = ResultStore(store).results()
+    assert sorted(r.config["backend"] for r in results) == ["jax", "torch"]
+    got = {r.config["backend"]: [line for line in r.metrics["log_tail"] if "got" in line]
+           for r in results}  # fmt: skip
+    assert got == {b: ["got 16 bytes: b'learning_rate=3\\n'"] for b in ("torch", "jax")}
+    assert {r.metrics["stdin"] for r in results} == {
+        "16 bytes, kbench's stdin read once: every run's"
+    }
+
+
+def test_stdin_past_the_limit_is_refused_before_any_run(tmp_path, home, monkeypatch):
+    require_backends("jax")
+    monkeypatch.setattr(exec_runner, "STDIN_LIMIT_BYTES", 8)
+    read, write = os.pipe()
+    os.write(write, b"x" * 9)
+    os.close(write)
+    saved = os.dup(0)
+    try:
+        os.dup2(read, 0)
+        done = kbench_here(["exec", "-b", "jax", "--store", str(tmp_path / "s"), "--",
+                            "python", "-c", READS_STDIN], home)  # fmt: skip
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read)
+    assert done.returncode == 2, dump(done)
+    assert "expected at most 8 bytes on stdin" in done.stderr
+    assert not list((tmp_path / "s").glob("*.json"))

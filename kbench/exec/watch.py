@@ -66,18 +66,20 @@ class ScriptOutcome(Outcome):
 def watch(
     command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
     events_path: Path, on_progress: Optional[Callable[[Any, Dict], None]] = None, nvml: Any = None,
-    log_limit_bytes: int = LOG_LIMIT_BYTES,
+    log_limit_bytes: int = LOG_LIMIT_BYTES, stdin: Any = None,
 ) -> ScriptOutcome:  # fmt: skip
     """Run ``command`` on the engine (:class:`kbench.run.engine.Worker`: its own process
-    group and session, no channel, its output read by :class:`LogKeeper`), and stop all
-    it started at the end. ``config`` needs ``label()``, ``timeout_s`` and
-    ``sample_interval_s``; ``env`` must carry :data:`TOKEN_VARIABLE`."""
+    group and session, no channel, ``stdin`` as given, its output read by
+    :class:`LogKeeper`), and stop all it started at the end. ``config`` needs
+    ``label()``, ``timeout_s`` and ``sample_interval_s``; ``env`` must carry
+    :data:`TOKEN_VARIABLE`."""
     started = time.time()
     with contextlib.closing(LogKeeper(LogWriter.open(log_path), log_limit_bytes)) as kept:
         try:
             script = Worker.launch(
-                command, env, cwd, kept.writer, name=config.label(), read_output=kept.read_from
-            )
+                command, env, cwd, kept.writer, name=config.label(), read_output=kept.read_from,
+                stdin=stdin,
+            )  # fmt: skip
         except OSError as err:  # not an executable file, no rights to run it
             raise CannotStart(err) from None
         sampler = start_sampler(script.pid, config.sample_interval_s, nvml)
