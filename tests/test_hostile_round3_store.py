@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 from conftest import ROOT, dump, kbench_here, require_backends
 from test_store import result
@@ -23,6 +26,8 @@ from test_store import result
 from kbench.cli import app
 from kbench.cli.arguments import duration
 from kbench.exec import runner as exec_runner
+from kbench.exec.config import ExecConfig
+from kbench.measure import processes
 from kbench.results import jsonfile
 from kbench.results.config import ConfigError
 from kbench.results.lock import LockError, writer_lock
@@ -280,3 +285,49 @@ def test_stdin_past_the_limit_is_refused_before_any_run(tmp_path, home, monkeypa
     assert done.returncode == 2, dump(done)
     assert "expected at most 8 bytes on stdin" in done.stderr
     assert not list((tmp_path / "s").glob("*.json"))
+
+
+# ---- item 9: a daemon that double-forks, setsid()s and clears its environment -------
+
+ESCAPES = """
+import os
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open("escaped.pid", "w") as f:
+            f.write(str(os.getpid()))
+        for fd in (0, 1, 2):
+            os.close(fd)
+        os.execve("/bin/sleep", ["sleep", "60"], {})  # no kbench token left
+    os._exit(0)
+"""  # the script ends at once: nothing below it is seen by a poll
+
+
+@pytest.mark.skipif(processes.SYSTEM != "Linux", reason="Linux's child subreaper")
+def test_an_escaping_daemon_is_adopted_and_stopped(tmp_path):
+    require_backends("jax")
+    pid_file = tmp_path / "escaped.pid"
+    try:
+        [run] = exec_runner.ExecRunner(output_dir=tmp_path / "s").run_all(
+            [ExecConfig("jax", ("python", "-c", ESCAPES), name="escapes", cwd=str(tmp_path))]
+        )
+        pid = int(pid_file.read_text())
+        deadline = time.monotonic() + 5
+        while psutil.pid_exists(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(pid), "the daemon outlived the run (and no zombie stays)"
+        assert f"(pid {pid})" in " ".join(run.metrics["processes_stopped"]), run.metrics
+        assert run.metrics["processes_escaped"].startswith("none: kbench was the child subreaper")
+    finally:
+        if pid_file.exists() and psutil.pid_exists(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_without_a_subreaper_the_result_says_escapes_cannot_be_ruled_out(tmp_path, monkeypatch):
+    require_backends("jax")
+    monkeypatch.setattr(processes, "SYSTEM", "Darwin")
+    [run] = exec_runner.ExecRunner(output_dir=tmp_path / "s").run_all(
+        [ExecConfig("jax", ("python", "-c", "pass"), name="quiet", cwd=str(tmp_path))]
+    )
+    assert run.ok, run.reason
+    assert run.metrics["processes_escaped"].startswith("cannot be ruled out: this system has no")

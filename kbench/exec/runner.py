@@ -105,7 +105,7 @@ class ExecRunner:
         metrics = exec_metrics(
             command, config.instrument, observed, exit_code=outcome.returncode,
             log_tail=outcome.log_tail[-20:], log=outcome.log, processes_stopped=outcome.stopped,
-            stdin=said,
+            processes_escaped=outcome.escaped, stdin=said,
         )  # fmt: skip
         sampled = None if outcome.sampler is None else add_sampled(
             outcome.sampler, observed, metrics, started_at, ended_at,
