@@ -454,7 +454,7 @@ class ResultStore:
         None: the same run id with other content (another host's figures) is refused."""
         try:
             stored = RunResult.load(here)
-            if _same(stored, result):
+            if stored.to_dict() == result.to_dict():
                 return None
             held = f"{here} (from {host_of(stored)})"
         except (ResultError, OSError) as err:
@@ -518,10 +518,6 @@ class ResultStore:
         write_text_atomic(self.index_path, "".join(line + "\n" for _, line in entries))
         identity = _identity(self.index_path)
         self._index_cache = None if identity is None else (identity, list(entries))
-
-
-def _same(one: RunResult, other: RunResult) -> bool:
-    return json.dumps(one.to_dict(), sort_keys=True) == json.dumps(other.to_dict(), sort_keys=True)
 
 
 def _index_line(entry: IndexEntry) -> str:
