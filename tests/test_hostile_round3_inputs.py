@@ -8,13 +8,19 @@ called in this process; no framework is started.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 from conftest import kbench_here
 
 from kbench.studies import published
 from kbench.studies.sweep import SweepError, load_sweep
+
+TINY = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
+        "train_samples": 64, "test_samples": 16}  # fmt: skip
 
 
 def alias_bomb(top: str) -> str:
@@ -50,3 +56,40 @@ def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
     (tmp_path / "cycle.yaml").write_text("name: b\ndescription: &c [*c]\n")
     with pytest.raises(SweepError, match="nested at most 32 deep"):
         load_sweep(tmp_path / "cycle.yaml")
+
+
+# 12, 13. Slurm's tools answering what kbench does not expect ------------------------
+
+
+def slurm_tools(folder: Path, sbatch: str, squeue: str = "echo '4242_0|COMPLETED|None|-|n1'"):
+    """Stand-in sbatch, squeue, scancel and sacct (no accounting) in ``folder``; a
+    ``squeue`` may read ``$0.calls``, the number of times it was called before."""
+    folder.mkdir()
+    count = 'n=$(cat "$0.calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$0.calls"\n'
+    tools = {"sbatch": sbatch, "squeue": count + squeue, "scancel": "exit 0", "sacct": "exit 1"}
+    for name, body in tools.items():
+        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+        (folder / name).chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def slurm_sweep(tmp_path: Path, env, timeout: float = 60):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "s", "settings": dict(TINY, backend="torch")}))
+    command = ["sweep", str(sweep), "--store", str(tmp_path / "store"), "--executor", "slurm",
+               "--poll", "0.05"]  # fmt: skip
+    return kbench_here(command, tmp_path, env=env, timeout=timeout)
+
+
+def one_line_refusal(done) -> str:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    return done.stderr
+
+
+def test_sbatch_that_prints_no_bare_job_id_is_refused(tmp_path):
+    env = slurm_tools(tmp_path / "bin", "echo 'Submitted batch job 4242'")
+    done = slurm_sweep(tmp_path, env, timeout=20)  # before: followed job "Submitted ..."
+    assert "expected a job id (digits" in one_line_refusal(done)
+    assert "'Submitted batch job 4242'" in done.stderr
+    assert not list((tmp_path / "store").glob(".slurm/*/job.json"))

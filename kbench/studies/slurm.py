@@ -39,6 +39,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -82,6 +83,7 @@ STATUS_OF_STATE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY":
 WAITING = ("Priority", "Resources", "Dependency", "BeginTime", "ReqNodeNotAvail")
 RECORD_PART = "slurm"  # run ids of the records of runs a Slurm task left without a result
 OWN_OPTIONS = ("--array", "-a", "--output", "-o", "--error", "-e", "--parsable", "--wrap")
+JOB_ID = re.compile(r"[0-9]+")  # what sbatch --parsable prints (before any ";cluster")
 
 
 class SlurmError(RuntimeError):
@@ -319,6 +321,8 @@ def open_submissions(store: Path) -> List[Submission]:
         try:
             manifest = json.loads((directory / "tasks.json").read_text())
             job_id = str(json.loads(job.read_text())["job_id"])
+            if not JOB_ID.fullmatch(job_id):
+                raise ValueError(f"expected a job id of digits; received {job_id[:200]!r}")
         except (OSError, ValueError, KeyError) as err:
             log.warning("%s: not read (%s); its tasks are not followed", directory, err)
             continue
@@ -355,7 +359,13 @@ def submit(
     if options.partition:
         command.append(f"--partition={options.partition}")
     command += [*options.sbatch, str(script)]
-    job_id = _tool(command).stdout.strip().split(";")[0]
+    printed = _tool(command).stdout.strip()
+    job_id = printed.split(";")[0]
+    if not JOB_ID.fullmatch(job_id):  # another sbatch, or a wrapper: no job to follow
+        raise SlurmError(
+            f"sbatch: expected a job id (digits: its --parsable output); received "
+            f"{printed[:200]!r}. Use Slurm's own sbatch; cancel any job this submitted."
+        )
     write_text_atomic(directory / "job.json", json.dumps({"job_id": job_id}))
     return Submission(directory, manifest, job_id)
 
