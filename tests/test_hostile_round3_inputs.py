@@ -16,7 +16,8 @@ import pytest
 import yaml
 from conftest import kbench_here
 
-from kbench.studies import published
+from kbench.results.store import ResultStore
+from kbench.studies import published, slurm
 from kbench.studies.sweep import SweepError, load_sweep
 
 TINY = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
@@ -93,3 +94,27 @@ def test_sbatch_that_prints_no_bare_job_id_is_refused(tmp_path):
     assert "expected a job id (digits" in one_line_refusal(done)
     assert "'Submitted batch job 4242'" in done.stderr
     assert not list((tmp_path / "store").glob(".slurm/*/job.json"))
+
+
+UNREACHABLE = "echo 'error: Unable to contact slurm controller (connect failure)' >&2; exit 1"
+
+
+def test_slurm_tools_that_fail_end_in_one_line_or_are_asked_again(tmp_path, monkeypatch):
+    env = slurm_tools(tmp_path / "bin", UNREACHABLE)
+    message = one_line_refusal(slurm_sweep(tmp_path, env))  # before: a SlurmError traceback
+    assert "sbatch" in message and "exited 1: error: Unable to contact slurm" in message
+    # squeue failing twice while the job is followed: warned, asked again, followed on
+    flaky = f'[ "$n" -lt 2 ] && {{ {UNREACHABLE}; }}; echo "4242_0|COMPLETED|None|-|n1"'
+    env = slurm_tools(tmp_path / "bin2", "echo 4242", flaky)
+    done = slurm_sweep(tmp_path, env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("Unable to contact slurm controller") == 2
+    assert "asking again (2 of 30)" in done.stderr and "all tasks ended" in done.stdout
+    (recorded,) = ResultStore(tmp_path / "store").results()  # the run, with Slurm's reason
+    assert recorded.error["type"] == "SlurmTaskEnded" and "COMPLETED" in recorded.reason
+    # squeue that never answers: the follower ends in one line; the jobs go on
+    monkeypatch.setattr(slurm, "FAILED_POLLS", 3)
+    env = slurm_tools(tmp_path / "bin3", "echo 4243", UNREACHABLE)
+    done = slurm_sweep(tmp_path / "bin3", env)  # its own sweep file and store there
+    assert "3 times in a row; the jobs go on" in done.stderr.splitlines()[-1], done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr

@@ -84,6 +84,7 @@ WAITING = ("Priority", "Resources", "Dependency", "BeginTime", "ReqNodeNotAvail"
 RECORD_PART = "slurm"  # run ids of the records of runs a Slurm task left without a result
 OWN_OPTIONS = ("--array", "-a", "--output", "-o", "--error", "-e", "--parsable", "--wrap")
 JOB_ID = re.compile(r"[0-9]+")  # what sbatch --parsable prints (before any ";cluster")
+FAILED_POLLS = 30  # squeue failing this many times in a row ends the wait (the jobs go on)
 
 
 class SlurmError(RuntimeError):
@@ -182,7 +183,7 @@ def _tool(command: List[str], check: bool = True) -> subprocess.CompletedProcess
     if check and done.returncode != 0:
         raise SlurmError(
             f"{shlex.join(command)} exited {done.returncode}: "
-            f"{(done.stderr or done.stdout).strip()[:500]}"
+            f"{' '.join((done.stderr or done.stdout).split())[:500]}"
         )
     return done
 
@@ -465,15 +466,26 @@ class Watch:
     shown: Dict[Tuple[str, int], str] = field(default_factory=dict)
     last_line: str = ""
     recorded: List[RunResult] = field(default_factory=list)
+    failed_polls: int = 0
 
     def runs_of(self, submission: Submission, index: int) -> List[SweepRun]:
         by_key = {run.key: run for run in self.sweep.runs}
         return [by_key[key] for key in submission.tasks[index] if key in by_key]
 
     def poll(self) -> bool:
-        """One look; True when every task of every submission has ended."""
-        for sub in self.submissions:
-            sub.states = self.queue.states(sub.job_id or "")
+        """One look; True when every task of every submission has ended. A Slurm tool
+        that fails is warned of and asked again, :data:`FAILED_POLLS` times in a row."""
+        try:
+            states = [self.queue.states(sub.job_id or "") for sub in self.submissions]
+        except SlurmError as err:
+            self.failed_polls += 1
+            if self.failed_polls >= FAILED_POLLS:
+                raise SlurmError(f"{err} ({FAILED_POLLS} times in a row; the jobs go on)") from None
+            log.warning("%s; asking again (%d of %d)", err, self.failed_polls, FAILED_POLLS)
+            return False
+        self.failed_polls = 0
+        for sub, found in zip(self.submissions, states):
+            sub.states = found
             for index in range(len(sub.tasks)):  # what a task killed mid-move left behind
                 folder = sub.directory / f"task-{index}"
                 if sub.states.get(index, UNLISTED).ended and folder.is_dir():
