@@ -8,6 +8,8 @@ called in this process; no framework is started.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -15,7 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import kbench_here
+from test_store import result
 
+import kbench
 from kbench.results.store import ResultStore
 from kbench.studies import published, slurm
 from kbench.studies.sweep import SweepError, load_sweep
@@ -118,3 +122,36 @@ def test_slurm_tools_that_fail_end_in_one_line_or_are_asked_again(tmp_path, monk
     done = slurm_sweep(tmp_path / "bin3", env)  # its own sweep file and store there
     assert "3 times in a row; the jobs go on" in done.stderr.splitlines()[-1], done.stderr
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+# 15. a document nested 200,000 brackets deep -----------------------------------------
+
+
+def nested_store(folder: Path, depth: int) -> Path:
+    """A store of two good runs and ``deep.json``, whose metrics hold a list nested
+    ``depth`` deep."""
+    store = ResultStore(folder)
+    store.add(result("good1", "jax", 10.0))
+    store.add(result("good2", "torch", 20.0))
+    text = json.dumps(result("deep", "jax", 30.0).to_dict()).replace(
+        '"test_accuracy": 0.5', '"x": ' + "[" * depth + "]" * depth
+    )
+    (folder / "deep.json").write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("depth", [200_000, 600])  # 600: read, but copying it recursed
+def test_a_document_nested_too_deep_is_unreadable_and_skipped(tmp_path, depth, caplog):
+    store = str(nested_store(tmp_path / "s", depth))
+    commands = [["results", "--store", store],
+                ["results", "--store", str(tmp_path / "m"), "--merge", store],
+                ["compare", "--store", store],
+                ["report", "--store", store, "--output", str(tmp_path / "r.html")]]  # fmt: skip
+    for command in commands:  # before: RecursionError tracebacks
+        done = kbench_here(command, tmp_path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert "deep.json" in done.stderr and "nested at most 64 deep" in done.stderr
+    assert {r.run_id for r in ResultStore(tmp_path / "m").results()} == {"good1", "good2"}
+    with caplog.at_level(logging.WARNING, logger="kbench"):
+        assert {r.run_id for r in kbench.load(store).runs} == {"good1", "good2"}
+    assert "nested at most 64 deep" in caplog.text
