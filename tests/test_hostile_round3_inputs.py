@@ -8,18 +8,24 @@ called in this process; no framework is started.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import time
+import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import yaml
 from conftest import kbench_here
 from test_store import result
 
 import kbench
+from kbench.datasets import npz, readers
+from kbench.datasets.sources import DataUnavailable
 from kbench.results.store import ResultStore
 from kbench.studies import published, slurm
 from kbench.studies.sweep import SweepError, load_sweep
@@ -155,3 +161,54 @@ def test_a_document_nested_too_deep_is_unreadable_and_skipped(tmp_path, depth, c
     with caplog.at_level(logging.WARNING, logger="kbench"):
         assert {r.run_id for r in kbench.load(store).runs} == {"good1", "good2"}
     assert "nested at most 64 deep" in caplog.text
+
+
+# 16. npz bombs ---------------------------------------------------------------------
+
+
+def declaring_npz(path: Path, shape) -> Path:
+    """An .npz of small arrays but an x_train whose .npy header declares ``shape`` (uint8)."""
+    small = {"y_train": np.zeros(4, np.int64), "x_test": np.zeros((4, 8), np.uint8),
+             "y_test": np.zeros(4, np.int64)}  # fmt: skip
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "|u1", "fortran_order": False, "shape": shape}
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x_train.npy", header.getvalue() + b"\0" * 64)
+        for name, array in small.items():
+            buffer = io.BytesIO()
+            np.save(buffer, array)
+            archive.writestr(f"{name}.npy", buffer.getvalue())
+    return path
+
+
+def test_npz_bombs_are_refused_before_their_arrays_are_read(tmp_path, monkeypatch):
+    bomb = declaring_npz(tmp_path / "bomb.npz", (730 * 2**30 // 8, 8))
+    assert bomb.stat().st_size < 4096
+    with pytest.raises(DataUnavailable) as refused:  # before: MemoryError
+        npz.inspect_npz(str(bomb))
+    assert "declare 730.0 GiB once read (x_train 730.0 GiB" in str(refused.value)
+    assert "at most 64.0 GiB" in str(refused.value)
+    store = tmp_path / "store"
+    done = kbench_here(["run", "--backend", "torch", "--model", "mlp", "--dataset",
+                        f"npz:{bomb}", "--store", str(store)], tmp_path)  # fmt: skip
+    assert done.returncode == 2 and "730.0 GiB" in done.stderr and "Traceback" not in done.stderr
+    assert not store.exists()  # before any worker
+    # deflated zeros: 64 KB on disk, 32 MiB once read, past a limit of 16 MiB
+    inflating = tmp_path / "zeros.npz"
+    np.savez_compressed(inflating, x_train=np.zeros((2**15, 1024), np.uint8),
+                        y_train=np.arange(2**15) % 2, x_test=np.zeros((4, 1024), np.uint8),
+                        y_test=np.arange(4) % 2)  # fmt: skip
+    assert inflating.stat().st_size < 2**16
+    monkeypatch.setattr(readers, "NPZ_MAX_BYTES", 16 * 2**20)
+    with pytest.raises(DataUnavailable, match=r"x_train 32\.0 MiB.*at most 16\.0 MiB"):
+        npz.inspect_npz(str(inflating))  # before: inflated, then read as a data set
+    monkeypatch.setattr(readers.psutil, "virtual_memory", lambda: SimpleNamespace(available=2**20))
+    monkeypatch.setattr(readers, "NPZ_MAX_BYTES", 64 * 2**30)
+    with pytest.raises(DataUnavailable, match=r"1\.0 MiB of memory is free"):
+        npz.inspect_npz(str(inflating))
+    (tmp_path / "mnist").mkdir()  # Keras' mnist.npz, too, as a data directory holds it
+    declaring_npz(tmp_path / "mnist" / "mnist.npz", (2**40,))
+    with pytest.raises(readers.CorruptData, match="declare 1,024.0 GiB"):
+        readers.keras_npz_images(tmp_path / "mnist" / "mnist.npz")
