@@ -212,3 +212,21 @@ def test_npz_bombs_are_refused_before_their_arrays_are_read(tmp_path, monkeypatc
     declaring_npz(tmp_path / "mnist" / "mnist.npz", (2**40,))
     with pytest.raises(readers.CorruptData, match="declare 1,024.0 GiB"):
         readers.keras_npz_images(tmp_path / "mnist" / "mnist.npz")
+
+
+# 17. `$` in a label ---------------------------------------------------------------------
+
+
+def test_dollars_in_labels_are_drawn_as_written(tmp_path):
+    store = ResultStore(tmp_path / "s")
+    for i, (backend, ips, batch) in enumerate(
+        [("jax", 10.0, 32), ("torch", 20.0, 32), ("jax", 30.0, 64), ("torch", 50.0, 64)]
+    ):
+        run = result(f"r{i}", backend, ips, batch=batch, host="h$o$st")
+        run.config["model"] = str(tmp_path / "exp$^$" / "net.py")  # mathtext: "^" alone
+        store.add(run)
+    output = tmp_path / "r.html"
+    done = kbench_here(["report", "--store", str(store.directory), "--output", str(output)],
+                       tmp_path)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr  # before:
+    assert output.read_text().count("data:image/png") >= 3  # ParseSyntaxException
