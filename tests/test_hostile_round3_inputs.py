@@ -12,6 +12,8 @@ import io
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -20,13 +22,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import yaml
-from conftest import kbench_here
+from conftest import ROOT, kbench_here
 from test_store import result
+from test_store_robustness import _unshare_works
 
 import kbench
 from kbench.datasets import npz, readers
 from kbench.datasets.sources import DataUnavailable
-from kbench.results.store import ResultStore
+from kbench.results.store import INDEX_NAME, ResultStore
 from kbench.studies import published, slurm
 from kbench.studies.sweep import SweepError, load_sweep
 
@@ -230,3 +233,32 @@ def test_dollars_in_labels_are_drawn_as_written(tmp_path):
                        tmp_path)  # fmt: skip
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr  # before:
     assert output.read_text().count("data:image/png") >= 3  # ParseSyntaxException
+
+
+# 18. a read-only store ---------------------------------------------------------------
+
+
+def test_compare_and_report_on_a_read_only_store_warn_and_point_to_output(tmp_path):
+    """For real: the store bind-mounted read-only in a private mount namespace."""
+    why = _unshare_works(tmp_path)
+    if why:
+        pytest.skip(why)
+    store = ResultStore(tmp_path / "s")
+    store.add(result("a1", "jax", 10.0))
+    store.add(result("b22", "torch", 20.0))
+    kbench_command = f"cd {ROOT} && {sys.executable} -m kbench"
+    command = (
+        f"mount --bind {store.directory} {store.directory} && "
+        f"mount -o remount,bind,ro {store.directory} && "
+        f"{kbench_command} compare --store {store.directory}; echo exit $?; "
+        f"{kbench_command} report --store {store.directory}; echo exit $?"
+    )
+    env = dict(os.environ, HOME=str(tmp_path))
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", command], capture_output=True,
+                          text=True, timeout=300, env=env)  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr  # before: OSError [Errno 30]
+    exits = [line for line in done.stdout.splitlines() if line.startswith("exit")]
+    assert exits == ["exit 0", "exit 2"], done.stdout  # the tables shown; the report refused
+    assert "compare.md: not written (Read-only file system); --output FILE" in done.stderr
+    assert "--output: expected a file in a directory kbench may write" in done.stderr
+    assert sorted(p.name for p in store.directory.iterdir()) == ["a1.json", "b22.json", INDEX_NAME]
