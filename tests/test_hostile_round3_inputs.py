@@ -262,3 +262,29 @@ def test_compare_and_report_on_a_read_only_store_warn_and_point_to_output(tmp_pa
     assert "compare.md: not written (Read-only file system); --output FILE" in done.stderr
     assert "--output: expected a file in a directory kbench may write" in done.stderr
     assert sorted(p.name for p in store.directory.iterdir()) == ["a1.json", "b22.json", INDEX_NAME]
+
+
+# 19. a damaged tune.json ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "{}",
+        "[]",
+        '{"model": "m", "dataset": "d", "batch_size": 8, "seconds": 9, '
+        '"budget_s": 1, "backends": 5}',
+    ],  # fmt: skip
+)
+def test_a_damaged_tune_json_leaves_the_tune_section_out(tmp_path, text):
+    store = ResultStore(tmp_path / "s")
+    store.add(result("a1", "jax", 10.0))
+    (store.directory / "tune.json").write_text(text)
+    output = tmp_path / "r.html"
+    done = kbench_here(["report", "--store", str(store.directory), "--output", str(output)],
+                       tmp_path)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr  # before:
+    assert "tune.json: unreadable (" in done.stderr  # JSONDecodeError, KeyError, TypeError
+    assert "leaves the tune section out" in done.stderr
+    assert output.is_file() and "kbench tune" not in output.read_text()

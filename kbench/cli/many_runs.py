@@ -494,7 +494,11 @@ def command_report(args: argparse.Namespace) -> int:
     if searched.is_file():
         from kbench.views.tune import tune_section
 
-        sections.append(tune_section(json.loads(searched.read_text())))
+        try:
+            sections.append(tune_section(json.loads(searched.read_text())))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+            log.warning("%s: unreadable (%s: %s); the report leaves the tune section out",
+                        searched, type(err).__name__, err)  # fmt: skip
     summary = report.write_report(results, output, title=title, baseline=args.baseline,
                                   sections=sections)  # fmt: skip
     print(f"{output}: {len(summary.figures)} plots from {len(results)} runs", file=sys.stderr)
