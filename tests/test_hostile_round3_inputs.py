@@ -32,6 +32,7 @@ from kbench.datasets.sources import DataUnavailable
 from kbench.results.store import INDEX_NAME, ResultStore
 from kbench.studies import published, slurm
 from kbench.studies.sweep import SweepError, load_sweep
+from kbench.views import tables
 
 TINY = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 1,
         "train_samples": 64, "test_samples": 16}  # fmt: skip
@@ -288,3 +289,23 @@ def test_a_damaged_tune_json_leaves_the_tune_section_out(tmp_path, text):
     assert "tune.json: unreadable (" in done.stderr  # JSONDecodeError, KeyError, TypeError
     assert "leaves the tune section out" in done.stderr
     assert output.is_file() and "kbench tune" not in output.read_text()
+
+
+# 20. control characters in stored fields; wrong types at the Python API ---------------
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;ZWNobyBoaQ==\x07\x9b31m\x08\x7f"
+
+
+def test_control_characters_in_stored_fields_are_not_printed(tmp_path):
+    store = ResultStore(tmp_path / "s")
+    for i, backend in enumerate(["jax", "torch"]):
+        run = result(f"r{i}", backend, 10.0 * (i + 1), host=f"node{ESCAPES}")
+        run.config["model"] = f"mlp{ESCAPES}"
+        store.add(run)
+    for command in (["results"], ["compare"]):
+        done = kbench_here([*command, "--store", str(store.directory)], tmp_path)
+        assert done.returncode == 0, done.stderr
+        shown = done.stdout  # before: the sequences themselves (title, clear, clipboard)
+        assert not any(c in shown for c in "\x1b\x07\x9b\x08\x7f"), repr(shown)
+        assert "mlp" + ESCAPES.encode("unicode_escape").decode() in shown  # \x1b]0;owned...
+    assert tables.printable("a\nb\tc\x00\x85") == "a\nb\\x09c\\x00\\x85"
