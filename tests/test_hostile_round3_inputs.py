@@ -309,3 +309,29 @@ def test_control_characters_in_stored_fields_are_not_printed(tmp_path):
         assert not any(c in shown for c in "\x1b\x07\x9b\x08\x7f"), repr(shown)
         assert "mlp" + ESCAPES.encode("unicode_escape").decode() in shown  # \x1b]0;owned...
     assert tables.printable("a\nb\tc\x00\x85") == "a\nb\\x09c\\x00\\x85"
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: kbench.run(backends=["torch"], model=None), "model must be a name or a list of "
+         "names (str), received None (NoneType)"),
+        (lambda: kbench.run(backends=5), "backends must be a name or a list of names (str), "
+         "received 5 (int)"),
+        (lambda: kbench.run(backends=["torch", 5]), "received ['torch', 5] (list)"),
+        (lambda: kbench.run(backends=["torch"], store=None), "store must be a path (str or "
+         "os.PathLike), received None (NoneType)"),
+        (lambda: kbench.run(backends=["torch"], repeats="2"), "repeats must be an int, "
+         "received '2' (str)"),
+        (lambda: kbench.load(None), "store must be a path or a list of paths (str or "
+         "os.PathLike), received None (NoneType)"),
+        (lambda: kbench.load("results", filters="status=ok"), "filters must be a list of "
+         "filter expressions (str), received 'status=ok' (str)"),
+        (lambda: kbench.compare(5), "results_or_store must be Results, a list of RunResult "
+         "or a store path, received 5 (int)"),
+    ],
+)  # fmt: skip
+def test_the_python_api_names_a_wrong_typed_argument_and_its_value(call, message):
+    with pytest.raises(TypeError) as refused:  # before: "'int' object is not iterable", ...
+        call()
+    assert message in str(refused.value)
