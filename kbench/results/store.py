@@ -508,7 +508,7 @@ class ResultStore:
         for line in lines:
             try:
                 entries.append((IndexEntry.from_dict(json.loads(line)), line))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):
                 return []  # damaged or another layout: rebuilt from the documents
         self._index_cache = (identity, list(entries))
         return entries
