@@ -29,6 +29,24 @@ from kbench.views import machines, tables
 from kbench.views.comparison import Comparison
 
 StorePath = Union[str, "os.PathLike[str]"]
+PATHS = (str, os.PathLike)
+
+
+def _refused(name: str, wanted: str, value: Any) -> TypeError:
+    """A wrong-typed argument: its name, what it must be and what it was (``repr``)."""
+    return TypeError(
+        f"{name} must be {wanted}, received {repr(value)[:200]} ({type(value).__name__})"
+    )
+
+
+def _all_of(value: Any, kinds: tuple) -> bool:
+    """Whether ``value`` is one of ``kinds``, or a sequence (not a string) of them."""
+    items = [value] if isinstance(value, kinds) else value
+    return (
+        isinstance(items, SequenceABC)
+        and not isinstance(items, str)
+        and all(isinstance(item, kinds) for item in items)
+    )
 
 
 class Results(SequenceABC):
@@ -110,6 +128,8 @@ def run(
     ...                      batch_size=32, train_samples=2000, dataset="synthetic")
     >>> results.frame()
     """
+    if not isinstance(store, PATHS):
+        raise _refused("store", "a path (str or os.PathLike)", store)
     planned = plan(backends, model, **options)
     runs, _ = studies_rounds.run_plan(planned, Path(store), on_progress=show_progress)
     return Results(runs, store)
@@ -122,6 +142,12 @@ def plan(
     """What :func:`run` would run, planned and checked, nothing started: the rounds of
     configs and how they are measured (``plan(...).measure.windows``). ``options``:
     :func:`run`'s keywords and settings."""
+    for name, value in (("backends", backends), ("model", model)):
+        if not _all_of(value, (str,)):
+            raise _refused(name, "a name or a list of names (str)", value)
+    repeats = options.get("repeats")
+    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int)):
+        raise _refused("repeats", "an int", repeats)
     return studies_rounds.plan_comparison(backends, model, **options)
 
 
@@ -137,6 +163,10 @@ def load(
 
     >>> results = kbench.load("results/lenet-epochs-reduced", filters=["status=ok"])
     """
+    if not _all_of(store, PATHS):
+        raise _refused("store", "a path or a list of paths (str or os.PathLike)", store)
+    if isinstance(filters, str) or not _all_of(filters, (str,)):
+        raise _refused("filters", "a list of filter expressions (str)", filters)
     stores = [Path(store)] if isinstance(store, (str, os.PathLike)) else [Path(s) for s in store]
     if latest_only:  # the newest of each run on each machine (stores merged from several)
         runs = machines.load_per_machine(stores, filters)
@@ -159,6 +189,8 @@ def compare(
     >>> kbench.compare("results", baseline="jax", filters=["batch_size=64"])
     """
     given = results_or_store
+    if not isinstance(given, (SequenceABC, *PATHS)):
+        raise _refused("results_or_store", "Results, a list of RunResult or a store path", given)
     if isinstance(given, (str, os.PathLike)) or (
         isinstance(given, SequenceABC) and given and not isinstance(given[0], RunResult)
     ):

@@ -26,6 +26,7 @@ from conftest import ROOT, dump, require_backends, run_kbench
 
 from kbench import cli
 from kbench.results.config import ConfigError, RunConfig
+from kbench.run import leftovers
 
 TINY = ["--model", "mlp", "--dataset", "synthetic", "--steps", "2", "--train-samples", "16",
         "--test-samples", "8"]  # fmt: skip
@@ -297,6 +298,7 @@ def test_the_working_directory_of_a_dead_kbench_is_removed(home, tmp_path):
     left = temp / f"kbench-{dead.pid}-abcd1234"
     (left / "data").mkdir(parents=True)
     (left / "data" / "big.npz").write_bytes(b"0" * 1000)
+    (left / leftovers.MARKER).write_text(f"{leftovers.TAG} {dead.pid}\n")  # as kbench made it
     alive = temp / f"kbench-{os.getpid()}-efgh5678"  # this test's own: still running
     alive.mkdir()
     other = temp / "kbench-notours"

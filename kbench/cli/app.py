@@ -13,9 +13,11 @@ from kbench.cli.arguments import EXAMPLES
 from kbench.datasets import DataUnavailable
 from kbench.facts import VERSION
 from kbench.results.config import ConfigError, flag_for
+from kbench.results.jsonfile import LinkRefused
 from kbench.results.lock import LockError
 from kbench.results.store import StoreError, StoreWriteError
 from kbench.run import environments
+from kbench.studies.slurm import SlurmError
 from kbench.studies.sweep import SweepError
 
 log = logging.getLogger("kbench")
@@ -71,6 +73,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         SweepError,
         StoreError,
         LockError,  # another kbench writes to the same store
+        LinkRefused,  # a link planted in a store
+        SlurmError,  # sbatch or squeue failed, or answered what is no job id
     ) as err:
         parser.exit(2, f"kbench {args.command}: error: {err}\n")
     except StoreWriteError as err:  # a full disk: stop, having kept what finished

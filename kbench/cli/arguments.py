@@ -246,8 +246,11 @@ def add_parity_check_argument(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+MAX_DURATION_S = 7 * 86400.0  # a week: past it, a typo (or 1e308h, which is infinite)
+
+
 def duration(text: str) -> float:
-    """Seconds, written ``90``, ``90s``, ``10m`` or ``1h``."""
+    """Seconds, written ``90``, ``90s``, ``10m`` or ``1h``, at most :data:`MAX_DURATION_S`."""
     units = {"s": 1.0, "m": 60.0, "h": 3600.0}
     number, unit = (text[:-1], text[-1]) if text[-1:].lower() in units else (text, "s")
     try:
@@ -258,6 +261,10 @@ def duration(text: str) -> float:
         ) from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected more than 0 seconds; received {text!r}")
+    if not value <= MAX_DURATION_S:  # the product checked: 1e308 hours is infinite
+        raise argparse.ArgumentTypeError(
+            f"expected at most a week ({MAX_DURATION_S:g} s); received {text!r} ({value:g} s)"
+        )
     return value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from kbench.cli import arguments
 from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.config import WINDOW_S, ConfigError
+from kbench.results.jsonfile import LinkRefused, write_text_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.protocol import show_progress
@@ -387,10 +389,10 @@ def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline
     print(comparison.text())
     markdown = store / "compare.md"
     try:
-        markdown.write_text(comparison.markdown(title))
+        write_text_atomic(markdown, comparison.markdown(title))
         print(f"\nTables also in {markdown}; plots: kbench report --store {store}")
     except OSError as err:
-        log.warning("%s: not written (%s); the tables are above", markdown, err.strerror)
+        log.warning("%s: not written (%s); the tables are above", markdown, err.strerror or err)
 
 
 def command_results(args: argparse.Namespace) -> int:
@@ -428,19 +430,27 @@ def command_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_writable_file(setting: str, path: Path) -> None:
-    """Refuse an output file whose directory is missing before any work is done."""
+def check_writable_file(setting: str, path: Path, made: bool = False) -> None:
+    """Refuse an output file whose directory is missing (``made``: it is made when the
+    file is written) or not writable (a read-only store) before any work is done."""
     if path.is_dir():
         raise ConfigError(
             setting,
             f"expected a file name; received {str(path)!r}, a directory. Name a file in it.",
         )
     parent = path.parent
-    if not parent.is_dir():
+    if not parent.is_dir() and not made:
         raise ConfigError(
             setting,
             f"expected a file in an existing directory; received {str(path)!r}, and "
             f"{str(parent)!r} does not exist. Create it (mkdir -p {parent}) or name another file.",
+        )
+    existing = next(p for p in (parent, *parent.parents) if p.exists())
+    if not os.access(existing, os.W_OK):
+        raise ConfigError(
+            setting,
+            f"expected a file in a directory kbench may write; {str(existing)!r} is not "
+            "writable (read-only?). Name a file elsewhere with --output FILE.",
         )
 
 
@@ -451,7 +461,14 @@ def command_compare(args: argparse.Namespace) -> int:
     print(comparison.text())
     markdown = args.output or args.store[0] / "compare.md"
     title = "kbench comparison: " + ", ".join(str(s) for s in args.store)
-    markdown.write_text(comparison.markdown(title))
+    try:
+        write_text_atomic(markdown, comparison.markdown(title))
+    except LinkRefused:
+        raise
+    except OSError as err:  # a read-only store: the tables are above
+        log.warning("%s: not written (%s); --output FILE writes it elsewhere", markdown,
+                    err.strerror)  # fmt: skip
+        return 0
     print(f"\nMarkdown: {markdown}", file=sys.stderr)
     return 0
 
@@ -462,6 +479,7 @@ def command_report(args: argparse.Namespace) -> int:
 
     results = machines.load_per_machine(args.store, args.filter)  # each machine's newest
     output = args.output or args.store[0] / "report.html"
+    check_writable_file("output", output, made=True)
     title = args.title or "kbench report: " + ", ".join(s.name or str(s) for s in args.store)
     study = paper_section(results)  # a published study's store: its claims and plots
     sections = [study] if study else []
@@ -469,7 +487,11 @@ def command_report(args: argparse.Namespace) -> int:
     if searched.is_file():
         from kbench.views.tune import tune_section
 
-        sections.append(tune_section(json.loads(searched.read_text())))
+        try:
+            sections.append(tune_section(json.loads(searched.read_text())))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+            log.warning("%s: unreadable (%s: %s); the report leaves the tune section out",
+                        searched, type(err).__name__, err)  # fmt: skip
     summary = report.write_report(results, output, title=title, baseline=args.baseline,
                                   sections=sections)  # fmt: skip
     print(f"{output}: {len(summary.figures)} plots from {len(results)} runs", file=sys.stderr)

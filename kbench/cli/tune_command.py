@@ -57,8 +57,10 @@ def add_command(commands) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--budget", type=arguments.duration, default=600.0, dest="budget_s", metavar="DURATION",
-        help="the whole search's time: 90s, 10m, 1h (default: 10m); a quarter of it goes "
-        "to comparing the backends at their best",
+        help="the whole search's time: 90s, 10m, 1h (default: 10m; at most a week); a "
+        "quarter of it goes to comparing the backends at their best. Each phase (a "
+        f"backend's search, the final comparison) ends after {studies_tune.MAX_ROUNDS} "
+        "rounds at most, whatever is left",
     )  # fmt: skip
     parser.add_argument(
         "--allow-batch-size", action="store_true",

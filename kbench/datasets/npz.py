@@ -19,7 +19,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from kbench.datasets.readers import NPZ_ERRORS
+from kbench.datasets.readers import NPZ_ERRORS, npz_too_large
 from kbench.datasets.sources import DataUnavailable
 
 NPZ_PREFIX = "npz:"
@@ -199,6 +199,9 @@ def load_npz(path: str) -> Dict[str, np.ndarray]:
                     f"{', '.join(missing)} (the file holds: "
                     f"{', '.join(archive.files) or 'nothing'}). Write it with {EXAMPLE}."
                 )
+            too_large = npz_too_large(archive.zip, ARRAYS)
+            if too_large:
+                raise DataUnavailable(f"npz {path}: {too_large}")
             return {name: archive[name] for name in ARRAYS}
     except DataUnavailable:
         raise

@@ -13,15 +13,17 @@ from __future__ import annotations
 import codecs
 import gzip
 import importlib
+import math
 import pickle
 import struct
 import tarfile
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Sequence
+from typing import IO, Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
+import psutil
 
 Arrays = Dict[str, np.ndarray]
 
@@ -38,6 +40,38 @@ class CorruptData(ValueError):
 # how numpy and zipfile say an .npz is truncated, damaged or not one (a bad CRC, a damaged
 # deflate stream, a missing array)
 NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError)
+NPZ_MAX_BYTES = 64 * 2**30  # the most an .npz's arrays may hold once read (and the free memory)
+
+
+def npz_too_large(archive: zipfile.ZipFile, names: Sequence[str]) -> Optional[str]:
+    """Why the arrays ``names`` of an open ``.npz`` archive are too large to read, else
+    None; from what the file declares, before any is read (a 4 KB file can declare 730 GiB
+    in a .npy header's shape, and a deflated entry can inflate a thousandfold): each
+    array's larger of its zip entry's size and its header's shape times its item size,
+    held against :data:`NPZ_MAX_BYTES` and the memory free."""
+    declared = {}
+    for name in names:
+        members = archive.namelist()
+        info = archive.getinfo(f"{name}.npy" if f"{name}.npy" in members else name)
+        with archive.open(info) as handle:
+            version = np.lib.format.read_magic(handle)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else (
+                np.lib.format.read_array_header_2_0)  # fmt: skip
+            shape, _, dtype = read(handle)
+        declared[name] = max(info.file_size, math.prod(shape) * dtype.itemsize)
+    total, free = sum(declared.values()), psutil.virtual_memory().available
+    if total <= min(NPZ_MAX_BYTES, free):
+        return None
+    sizes = ", ".join(f"{name} {_gib(size)}" for name, size in declared.items())
+    return (
+        f"its arrays declare {_gib(total)} once read ({sizes}); kbench reads at most "
+        f"{_gib(NPZ_MAX_BYTES)} of arrays, and {_gib(free)} of memory is free. Use a "
+        "smaller subset, or check that the file is what you meant."
+    )
+
+
+def _gib(size: float) -> str:
+    return f"{size / 2**30:,.1f} GiB" if size >= 2**30 else f"{size / 2**20:,.1f} MiB"
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -231,6 +265,9 @@ def keras_npz(path: Path) -> Dict[str, np.ndarray]:
         raise FileNotFoundError(f"{path}: no such file")
     try:
         with zipfile.ZipFile(path) as archive:
+            too_large = npz_too_large(archive, list(IDX_FILES))
+            if too_large:
+                raise CorruptData(f"{path}: {too_large}")
             return {key: _npy_member(archive, key, f"{path}:{key}.npy") for key in IDX_FILES}
     except CorruptData:
         raise

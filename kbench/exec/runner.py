@@ -5,7 +5,8 @@ one from inside the user's own process (``kbench.record``).
 Per run: the backend's interpreter and environment (:mod:`kbench.exec.environment`),
 the command started from the user's directory and watched by :mod:`kbench.exec.watch`,
 the store's writer lock held. A command that is neither ``python`` nor a program that
-exists is refused before any run starts. The status is ``ok`` for exit code 0,
+exists is refused before any run starts. Every run reads the same stdin
+(:func:`shared_stdin`). The status is ``ok`` for exit code 0,
 ``failed`` for any other (or a signal), ``timeout`` past ``--timeout``. Ctrl-C stops
 the tree; finished results stay.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -39,6 +41,8 @@ from kbench.run.metrics import sampled_memory
 
 log = logging.getLogger(__name__)
 
+STDIN_LIMIT_BYTES = 16 * 2**20  # piped into kbench exec: read once, given to every run
+
 
 def new_run_id(config: ExecConfig) -> str:
     return ending.new_run_id(config.backend, "exec", file_safe(config.name))
@@ -61,14 +65,17 @@ class ExecRunner:
         results: List[RunResult] = []
         with leftovers.working_directory("exec") as directory, writer_lock(self.output_dir):
             python_path = environments.import_root(Path(directory) / "pythonpath")
+            stdin = shared_stdin(Path(directory))
             for index, config in enumerate(configs, start=1):
                 log.info("[%d/%d] %s: starting", index, len(configs), config.label())
-                result = self.run_one(config, Path(directory), python_path)
+                result = self.run_one(config, Path(directory), python_path, stdin)
                 results.append(result)
                 log.info("[%d/%d] %s", index, len(configs), ending.summary_line(result))
         return results
 
-    def run_one(self, config: ExecConfig, session_dir: Path, python_path: Path) -> RunResult:
+    def run_one(
+        self, config: ExecConfig, session_dir: Path, python_path: Path, stdin: Tuple[Any, str]
+    ) -> RunResult:
         run_id = new_run_id(config)
         run_dir = session_dir / run_id
         run_dir.mkdir()
@@ -77,22 +84,28 @@ class ExecRunner:
         command = resolve_command(config.command, interpreter)
         log_path = open_log(self.output_dir, run_id)
         started_at = time.time()
+        given, said = stdin
+        fed = open(given, "rb") if isinstance(given, Path) else given  # each run from byte 0
         try:
             outcome = watch(
                 command, env, Path(config.cwd), log_path, config, run_dir / "events.jsonl",
-                self.on_progress, self.nvml, self.log_limit_bytes,
+                self.on_progress, self.nvml, self.log_limit_bytes, stdin=fed,
             )  # fmt: skip
         except KeyboardInterrupt:  # the tree is stopped; say so beside the log
             leftovers.write_interrupted(log_path, run_id, config, started_at, None)
             raise
         except CannotStart as err:  # not an executable file, no rights to run it
             raise ConfigError("command", cannot_start(config.command, err.args[0])) from None
+        finally:
+            if fed is not given:
+                fed.close()
         ended_at = outcome.ended_at  # the script's own end, not that of what it left
         events = read_events(run_dir / "events.jsonl")
         observed = observe(events, config.warmup_steps) if config.instrument else {}
         metrics = exec_metrics(
             command, config.instrument, observed, exit_code=outcome.returncode,
             log_tail=outcome.log_tail[-20:], log=outcome.log, processes_stopped=outcome.stopped,
+            processes_escaped=outcome.escaped, stdin=said,
         )  # fmt: skip
         sampled = None if outcome.sampler is None else add_sampled(
             outcome.sampler, observed, metrics, started_at, ended_at,
@@ -109,6 +122,32 @@ class ExecRunner:
                            warnings=backend_warnings(config, observed)),
         )  # fmt: skip
         return ending.keep(result, ResultStore(self.output_dir), config.label())
+
+
+def shared_stdin(directory: Path) -> Tuple[Any, str]:
+    """What every run reads on stdin, and that in words (the result's ``metrics.stdin``):
+    kbench's own stdin read once to its end, into a file in ``directory`` that each run
+    reads from its start (past :data:`STDIN_LIMIT_BYTES`, the command is refused before
+    any run); a terminal, left to each run; no stdin at all, ``/dev/null``."""
+    chunks: List[bytes] = []
+    try:
+        if sys.stdin is None:  # fd 0 was closed when kbench started (now maybe a file of its own)
+            raise OSError("no stdin")
+        if os.isatty(0):
+            return None, "the terminal: each run read what was typed"
+        while sum(map(len, chunks)) <= STDIN_LIMIT_BYTES and (chunk := os.read(0, 2**20)):
+            chunks.append(chunk)
+    except OSError:  # no stdin (closed)
+        return subprocess.DEVNULL, "/dev/null: kbench had no stdin"
+    data = b"".join(chunks)
+    if len(data) > STDIN_LIMIT_BYTES:
+        raise ConfigError(
+            "command",
+            f"expected at most {STDIN_LIMIT_BYTES:,} bytes on stdin (kbench reads them once "
+            "and gives every run the same); received more. Let the script read a file instead.",
+        )
+    (directory / "stdin").write_bytes(data)
+    return directory / "stdin", f"{len(data):,} bytes, kbench's stdin read once: every run's"
 
 
 def backend_warnings(config: ExecConfig, observed: Dict[str, Any]) -> List[str]:

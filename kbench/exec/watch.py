@@ -15,7 +15,10 @@ holding its output open. So, per run:
   (:func:`stop_leftovers`): its process group; every process seen below it while it
   ran; every process of its session; every process carrying the run's token
   (:data:`TOKEN_VARIABLE`) in its environment, which finds a daemon that called
-  ``setsid``, closed its streams and was re-parented.
+  ``setsid``, closed its streams and was re-parented; and, on Linux, where kbench is the
+  child subreaper while the script runs, every orphan re-parented to kbench, which
+  finds one that also cleared its environment within one poll. Where the system has no
+  subreaper, the result says that escaped processes cannot be ruled out.
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ READER_GRACE_S = 2.0  # for the output reader once the script has exited
 POLL_S = 0.25  # how often the tree and the events file are read while the script runs
 TAIL_LINE_CHARS = 2000  # of one line kept in the tail (a progress bar's line has no end)
 CHUNK_BYTES = 2**16
+ADOPTED = "none: kbench was the child subreaper, so every orphan came to it and was stopped"
+NOT_ADOPTED = (
+    "cannot be ruled out: this system has no child subreaper (Linux's PR_SET_CHILD_SUBREAPER), "
+    "so a process the script started that left its session and cleared its environment "
+    "within one poll may still run"
+)
 
 
 class CannotStart(Exception):
@@ -60,24 +69,30 @@ class ScriptOutcome(Outcome):
     ended_at: float = 0.0  # time.time() as the script's own process ended (or was stopped)
     log: Dict[str, Any] = field(default_factory=dict)  # LogKeeper.summary()
     stopped: List[str] = field(default_factory=list)  # what it left running, stopped
+    escaped: Optional[str] = None  # whether a process it started may have escaped, in words
     exception: Optional[str] = None  # the exception line of the last traceback printed
 
 
 def watch(
     command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
     events_path: Path, on_progress: Optional[Callable[[Any, Dict], None]] = None, nvml: Any = None,
-    log_limit_bytes: int = LOG_LIMIT_BYTES,
+    log_limit_bytes: int = LOG_LIMIT_BYTES, stdin: Any = None,
 ) -> ScriptOutcome:  # fmt: skip
     """Run ``command`` on the engine (:class:`kbench.run.engine.Worker`: its own process
-    group and session, no channel, its output read by :class:`LogKeeper`), and stop all
-    it started at the end. ``config`` needs ``label()``, ``timeout_s`` and
-    ``sample_interval_s``; ``env`` must carry :data:`TOKEN_VARIABLE`."""
+    group and session, no channel, ``stdin`` as given, its output read by
+    :class:`LogKeeper`), and stop all it started at the end. ``config`` needs
+    ``label()``, ``timeout_s`` and ``sample_interval_s``; ``env`` must carry
+    :data:`TOKEN_VARIABLE`."""
     started = time.time()
-    with contextlib.closing(LogKeeper(LogWriter.open(log_path), log_limit_bytes)) as kept:
+    with (
+        contextlib.closing(LogKeeper(LogWriter.open(log_path), log_limit_bytes)) as kept,
+        processes.adopting_orphans() as adopting,
+    ):
         try:
             script = Worker.launch(
-                command, env, cwd, kept.writer, name=config.label(), read_output=kept.read_from
-            )
+                command, env, cwd, kept.writer, name=config.label(), read_output=kept.read_from,
+                stdin=stdin,
+            )  # fmt: skip
         except OSError as err:  # not an executable file, no rights to run it
             raise CannotStart(err) from None
         sampler = start_sampler(script.pid, config.sample_interval_s, nvml)
@@ -107,7 +122,7 @@ def watch(
     return ScriptOutcome(
         returncode=script.process.returncode, timed_out=timed_out, log_tail=list(kept.tail),
         ended_at=ended_at, log=kept.summary(), stopped=stopped, sampler=sampler,
-        exception=kept.exception,
+        exception=kept.exception, escaped=ADOPTED if adopting else NOT_ADOPTED,
     )  # fmt: skip
 
 
@@ -143,7 +158,7 @@ def stop_leftovers(root: int, token: str, seen: Seen, started: float) -> List[st
         spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     except psutil.Error:
         spared = {os.getpid()}
-    found = {proc.pid: proc for proc in seen.alive()}
+    found = {proc.pid: proc for proc in seen.alive() + processes.adopted(started - 1, root)}
     for proc in psutil.process_iter():
         if proc.pid not in spared and proc.pid not in found and _started_by(proc, root, token):
             with contextlib.suppress(psutil.Error):
@@ -153,9 +168,11 @@ def stop_leftovers(root: int, token: str, seen: Seen, started: float) -> List[st
     for pid, proc in sorted(found.items()):
         with contextlib.suppress(psutil.Error):
             if pid in spared or proc.status() == psutil.STATUS_ZOMBIE:
+                processes.reap(proc)
                 continue
             name = proc.name()
             proc.kill()
+            processes.reap(proc)
             stopped.append(f"{name} (pid {pid})")
     if stopped:
         log.warning("stopped %d process(es) the script left running: %s",

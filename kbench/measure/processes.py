@@ -14,6 +14,8 @@ pin to cores           ``psutil.Process.cpu_affinity``       ``psutil.Process.cp
 parent gone            ``getppid()`` changed (re-parented)   no process with the parent's pid
                                                              and creation time
 peak RSS               ``ru_maxrss`` (KiB Linux, bytes mac)  psutil ``peak_wset``
+adopt orphans          Linux: ``PR_SET_CHILD_SUBREAPER``;    none
+                       macOS: none
 =====================  ====================================  ===============================
 
 Windows has no group kill: a process the worker left running after it ended is no
@@ -24,6 +26,7 @@ longer below it, so :func:`kill_tree` cannot find it there. The system is
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import platform
@@ -59,6 +62,46 @@ def group_options() -> Dict[str, Any]:
 
 def start(command: Sequence[str], **popen_args: Any) -> subprocess.Popen:
     return subprocess.Popen(list(command), **group_options(), **popen_args)
+
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+@contextlib.contextmanager
+def adopting_orphans() -> Iterator[bool]:
+    """While in the block, this process is a child subreaper: a process below it whose
+    parent ends is re-parented to it, not to init, however it left its group, session
+    and environment, so that it can be found (:func:`adopted`) and stopped. Yields
+    False where the system has none (only Linux has)."""
+    prctl = None
+    if SYSTEM == "Linux":
+        with contextlib.suppress(OSError, AttributeError):
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+    adopting = prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    try:
+        yield adopting
+    finally:
+        if adopting:
+            prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def adopted(since: float, but: int) -> List[psutil.Process]:
+    """This process's children started since ``since`` (``time.time()``), ``but`` one:
+    as a subreaper, the orphans of what it started."""
+    found = []
+    for proc in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != but and proc.create_time() >= since:
+                found.append(proc)
+    return found
+
+
+def reap(proc: psutil.Process) -> None:
+    """Collect the exit of ``proc`` if it is this process's child (an adopted orphan
+    killed or ended), so that no zombie of it stays."""
+    with contextlib.suppress(psutil.Error, ChildProcessError):
+        if proc.ppid() == os.getpid():
+            proc.wait(timeout=5)  # psutil collects a child's exit (waitpid)
 
 
 def descendants(pid: int) -> List[psutil.Process]:

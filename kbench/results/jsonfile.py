@@ -1,16 +1,38 @@
 """JSON files written atomically: a reader sees the old file or the whole new one.
 
-Standard library only: the workers import it under every backend's interpreter.
+Standard library only: the workers import it under every backend's interpreter. No
+file is written through a symbolic link (:func:`refuse_link`): a store received from
+someone else may hold one planted to lead outside it (``compare.md -> ~/.bashrc``).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, List, Tuple
+
+
+class LinkRefused(OSError):
+    """A file kbench would write is a symbolic link; the message names it."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def refuse_link(path: Path) -> Path:
+    """``path``, unless it is a symbolic link: then :class:`LinkRefused`, naming it."""
+    if os.path.islink(path):
+        raise LinkRefused(
+            errno.ELOOP,
+            f"{path} is a symbolic link (to {os.readlink(path)}): kbench writes no file "
+            "through a link, which could lead outside the store. Remove the link (or "
+            "choose another file) and run this again",
+        )
+    return Path(path)
 
 
 def write_json_atomic(path: Path, data: Any, allow_nan: bool = True) -> None:
@@ -22,8 +44,9 @@ def write_json_atomic(path: Path, data: Any, allow_nan: bool = True) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) so that ``path`` holds either the old file or the whole
     new one: a temporary file beside it, synced, then renamed over it. Whatever goes
-    wrong (a full disk), the temporary file is removed and ``path`` is untouched."""
-    path = Path(path)
+    wrong (a full disk), the temporary file is removed and ``path`` is untouched. A
+    ``path`` that is a symbolic link is refused (:func:`refuse_link`)."""
+    path = refuse_link(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -17,10 +17,13 @@ import errno
 import json
 import os
 import socket
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator
+
+from kbench.results.jsonfile import refuse_link
 
 try:
     import fcntl
@@ -71,8 +74,14 @@ def writer_lock(directory: Path) -> Iterator[Path]:
             _held[key].count -= 1
         return
     path = key / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # no link followed, and no file truncated that is not the store's own
+        fd = os.open(
+            refuse_link(path), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644
+        )
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(fd)
+            raise OSError(f"it is not a plain file of its own (links: {info.st_nlink})")
     except OSError as err:
         raise LockError(
             f"store: expected to create the lock file {path}; {err.strerror or err}. "

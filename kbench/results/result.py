@@ -73,6 +73,25 @@ TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "a number
               float: "a number", NONE: "null", bool: "true/false"}  # fmt: skip
 
 
+MAX_DEPTH = 64  # levels of objects and lists; kbench's documents have fewer than 10
+TOO_DEEP = f"expected a result document nested at most {MAX_DEPTH} deep (objects and lists)"
+SCALARS = {str, int, float, bool, NONE}
+
+
+def nests_deeper(data: Any, limit: int) -> bool:
+    """Whether ``data`` nests objects and lists past ``limit`` levels, read without
+    recursion (copying or writing such a document would recurse past Python's limit)."""
+    stack = [(data, 1)] if isinstance(data, (dict, list)) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        inner = value.values() if isinstance(value, dict) else value
+        if not SCALARS.issuperset(map(type, inner)):  # a list of numbers: passed at C speed
+            stack += [(v, depth + 1) for v in inner if isinstance(v, (dict, list))]
+    return False
+
+
 def shape_problems(data: Dict[str, Any]) -> List[str]:
     problems = []
     non_finite = data.get("non_finite")
@@ -216,4 +235,8 @@ class RunResult:
             ) from None
         except ValueError as err:  # json.JSONDecodeError: truncated, random bytes
             raise ResultError(f"expected a JSON document; it does not parse: {err}") from None
+        except RecursionError:  # 200,000 brackets: Python's reader gives up
+            raise ResultError(TOO_DEEP) from None
+        if nests_deeper(data, MAX_DEPTH):
+            raise ResultError(TOO_DEEP)
         return cls.from_dict(data)

@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from kbench.facts import cache_dir
 from kbench.results.comparison import WINDOW_RUN_ID, from_windows
 from kbench.results.config import ConfigError
-from kbench.results.jsonfile import write_text_atomic
+from kbench.results.jsonfile import refuse_link, write_text_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.readings import epoch_time, memory_peaks, utilization
 from kbench.results.result import ResultError, RunResult
@@ -193,6 +193,7 @@ def check_filters(filters: Sequence[Filter], entries: Sequence[IndexEntry]) -> N
 class ResultStore:
     directory: Path
     unreadable: List[Tuple[str, str]] = field(default_factory=list)  # (file, why)
+    read_only: bool = False  # a merge's source: its index is read, never rewritten
     # The index as last read or written (the file's inode, size, mtime; each entry with its
     # line), reused while the file is that one: a sweep's 240 adds parsed 29,000 entries.
     _index_cache: Optional[Tuple[Tuple[int, int, int], List[Tuple[IndexEntry, str]]]] = field(
@@ -332,7 +333,7 @@ class ResultStore:
                 continue
             entries.append(entry)
         # a directory with no index and nothing readable is not a store: leave it as it is
-        if changed and (entries or self.index_path.exists()):
+        if changed and not self.read_only and (entries or self.index_path.exists()):
             try:
                 self._write_lines([(e, _index_line(e)) for e in entries])
             except OSError as err:  # a read-only store is still readable
@@ -363,22 +364,20 @@ class ResultStore:
 
     def merge(self, sources: Iterable[Path]) -> MergeSummary:
         """Copy the documents of ``sources`` this store lacks (and logs), under the writer
-        lock; one that cannot name a file here, or would overwrite another, is ``refused``."""
+        lock, writing nothing into a source; one that cannot name a file here, would
+        overwrite another, or is here with other content, is ``refused``."""
         sources = [Path(source) for source in sources]
-        for store in (self, *(ResultStore(source) for source in sources)):
+        others = [ResultStore(source, read_only=True) for source in sources]
+        for store in (self, *others):
             store.check_is_store()
         summary = MergeSummary()
         with writer_lock(self.directory):
-            have = {e.run_id for e in self._file_entries()}
+            have = {e.run_id: e.file for e in self._file_entries()}
             summary.unreadable += [(str(self.directory / n), why) for n, why in self.unreadable]
             written: Dict[str, str] = {}  # run id -> host, of the documents written
-            for source in sources:
-                other = ResultStore(source)
+            for source, other in zip(sources, others):
                 for entry in other._file_entries():
-                    if entry.run_id not in have:
-                        self._merge_one(other, entry, have, written, summary)
-                    else:
-                        summary.already_present += 1
+                    self._merge_one(other, entry, have, written, summary)
                 summary.unreadable += [(f"{source}/{name}", why) for name, why in other.unreadable]
             listed = {e.run_id for e in self._file_entries()}
         for run_id, host in written.items():
@@ -391,28 +390,48 @@ class ResultStore:
         return summary
 
     def _merge_one(
-        self, other: ResultStore, entry: IndexEntry, have: set, written: Dict[str, str],
-        summary: MergeSummary,
+        self, other: ResultStore, entry: IndexEntry, have: Dict[str, str],
+        written: Dict[str, str], summary: MergeSummary,
     ) -> None:  # fmt: skip
+        source = other.directory / entry.file
         try:  # the document's own run id counts, whatever the other store's index says
-            result = RunResult.load(other.directory / entry.file)
+            result = RunResult.load(source)
         except (ResultError, OSError) as err:
             other.unreadable.append((entry.file, _why(err)))
             return
         if result.run_id in have:
-            summary.already_present += 1
-            return
-        problem = self._refusal(result.run_id)
+            problem = self._conflict(result, source, self.directory / have[result.run_id])
+            if problem is None:
+                summary.already_present += 1
+                return
+        else:
+            problem = self._refusal(result.run_id)
         if problem:
-            summary.refused.append((str(other.directory / entry.file), problem))
+            summary.refused.append((str(source), problem))
             return
-        self.add(result)  # rewritten in the current schema version
-        have.add(result.run_id)
+        have[result.run_id] = self.add(result).name  # rewritten in the current schema version
         written[result.run_id] = entry.host
         log_file = other.directory / "logs" / f"{result.run_id}.log"
         if log_file.is_file() and not log_file.is_symlink():  # a link could lead anywhere
             (self.directory / "logs").mkdir(exist_ok=True)
-            shutil.copy2(log_file, self.directory / "logs" / log_file.name)
+            shutil.copy2(log_file, refuse_link(self.directory / "logs" / log_file.name))
+
+    @staticmethod
+    def _conflict(result: RunResult, source: Path, here: Path) -> Optional[str]:
+        """Why ``result`` (read from ``source``) is not the run ``here`` already holds, or
+        None: the same run id with other content (another host's figures) is refused."""
+        try:
+            stored = RunResult.load(here)
+            if stored.to_dict() == result.to_dict():
+                return None
+            held = f"{here} (from {host_of(stored)})"
+        except (ResultError, OSError) as err:
+            held = f"{here}, now unreadable ({_why(err)})"
+        return (
+            f"run {result.run_id} is already in this store as {held}, with other content "
+            f"than {source} (from {host_of(result)}): the stored one is kept. Compare the "
+            "two; to keep both, give one another run_id and merge again."
+        )
 
     def _refusal(self, run_id: str) -> Optional[str]:
         problem = run_id_problem(run_id)
@@ -448,7 +467,7 @@ class ResultStore:
         for line in lines:
             try:
                 entries.append((IndexEntry.from_dict(json.loads(line)), line))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):
                 return []  # damaged or another layout: rebuilt from the documents
         self._index_cache = (identity, list(entries))
         return entries
@@ -534,7 +553,7 @@ def not_saved(result: RunResult, store: Path, err: OSError) -> ResultNotSaved:
 def open_log(store: Path, run_id: str) -> Path:
     """Create ``STORE/logs/<run_id>.log``, proving the store can take a few KB (a full
     disk accepts an empty file): :class:`StoreWriteError` before the run starts."""
-    path = Path(store) / "logs" / f"{run_id}.log"
+    path = refuse_link(refuse_link(Path(store) / "logs") / f"{run_id}.log")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as handle:

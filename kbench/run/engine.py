@@ -121,12 +121,13 @@ class Worker:
         cls, command: Sequence[str], env: Dict[str, str], cwd: Path,
         log_to: Union[Path, LogWriter], *, name: str, progress_of: Any = None,
         on_progress: Optional[OnProgress] = None, channel: bool = False, prefix: str = "",
-        read_output: Optional[Callable[[Any], None]] = None,
+        read_output: Optional[Callable[[Any], None]] = None, stdin: Any = None,
     ) -> Worker:  # fmt: skip
         """Start ``command``: output to ``log_to`` after ``prefix`` (or to ``read_output``),
-        progress to ``on_progress(progress_of, event)``; ``channel``: stdin and a reply pipe."""
+        progress to ``on_progress(progress_of, event)``; ``channel``: stdin and a reply pipe,
+        else ``stdin`` (None: kbench's own)."""
         log_file = LogWriter.open(log_to) if isinstance(log_to, Path) else log_to
-        popen_args: Dict[str, Any] = {}
+        popen_args: Dict[str, Any] = {} if stdin is None else {"stdin": stdin}
         pipe = open_reply_pipe() if channel else None
         if pipe is not None:
             env = dict(env, **{REPLY_FD_VARIABLE: pipe.value})

@@ -1,9 +1,13 @@
 """What a killed kbench leaves behind, and how the next one clears it.
 
-A command's working directory lives under the system's temporary directory as
-``kbench-[KIND-]PID-XXXXXXXX`` (``PID``: the process that made it). ``kill -9`` leaves
-it, so every new working directory first removes this user's whose owner PID no longer
-runs; directories named otherwise are left alone (their owner cannot be known).
+A command's working directory (prepared data, per-run KERAS_HOME, task files) lives
+under the system's temporary directory as ``kbench-[KIND-]PID-XXXXXXXX``: ``PID`` is
+the process that made it. Python removes it when the command ends, even by Ctrl-C
+or SIGTERM; ``kill -9`` leaves it. Each holds :data:`MARKER`, written as it is made:
+``kbench-working-directory PID``. Every new working directory first removes the
+directories of this user whose marker names the PID of their name and whose PID no
+longer runs. A directory without that marker (a user's ``kbench-2024-results``, an
+older kbench's) is never removed: a name alone says nothing of who made it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -24,17 +29,31 @@ from kbench.results.jsonfile import write_json_atomic
 log = logging.getLogger(__name__)
 
 PATTERN = re.compile(r"^kbench-(?:[a-z]+-)?(\d+)-[a-z0-9_]+$")
+MARKER, TAG = ".kbench-owner", "kbench-working-directory"
 
 
 def working_directory(kind: str = "") -> tempfile.TemporaryDirectory:
     """A temporary directory named with this process's PID, after clearing dead ones'."""
     remove_stale()
     middle = f"{kind}-" if kind else ""
-    return tempfile.TemporaryDirectory(prefix=f"kbench-{middle}{os.getpid()}-")
+    directory = tempfile.TemporaryDirectory(prefix=f"kbench-{middle}{os.getpid()}-")
+    (Path(directory.name) / MARKER).write_text(f"{TAG} {os.getpid()}\n")
+    return directory
+
+
+def marked(directory: Path, pid: int) -> bool:
+    """Whether ``directory`` holds kbench's marker naming ``pid`` (a plain file)."""
+    try:
+        if not stat.S_ISREG((directory / MARKER).lstat().st_mode):
+            return False
+        with open(directory / MARKER, "rb") as marker:
+            return marker.read(100).split() == [TAG.encode(), str(pid).encode()]
+    except OSError:
+        return False
 
 
 def remove_stale(root: Optional[Path] = None) -> List[Path]:
-    """Remove this user's kbench working directories whose owner process is gone."""
+    """Remove this user's marked kbench working directories whose owner process is gone."""
     root = Path(root or tempfile.gettempdir())
     removed = []
     try:
@@ -53,6 +72,8 @@ def remove_stale(root: Optional[Path] = None) -> List[Path]:
         except (OSError, OverflowError):
             continue
         if not entry.is_dir() or entry.is_symlink() or info.st_uid != os.getuid():
+            continue
+        if not marked(entry, owner):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         if not entry.exists():

@@ -30,7 +30,7 @@ from kbench.measure import quality as quality_mod
 from kbench.measure.sampler import Sampler
 from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
-from kbench.results.jsonfile import write_json_atomic
+from kbench.results.jsonfile import refuse_link, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, low_space_warning, open_log
@@ -220,7 +220,7 @@ class Runner:
 
         def keep_replied(run: PlannedRun) -> None:  # a warm worker's run: judged by its reply
             if run is not first:
-                shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
+                shutil.copyfile(log_path, refuse_link(log_path.with_name(f"{run.run_id}.log")))
             so_far = Outcome(0, False, list(served.worker.tail), served.sampler)
             ended = dataclasses.replace(context, ended_at=time.time())
             kept[run.run_id] = self._finish(run, served.verdict(run, so_far), served, ended)
@@ -247,7 +247,7 @@ class Runner:
                 served.sampler.__exit__(None, None, None)
         worker, sampler = served.worker, served.sampler
         for run in planned[1:]:  # every run of a warm worker has the worker's whole log
-            shutil.copyfile(log_path, log_path.with_name(f"{run.run_id}.log"))
+            shutil.copyfile(log_path, refuse_link(log_path.with_name(f"{run.run_id}.log")))
         outcome = Outcome(worker.process.returncode, False, list(worker.tail), sampler)
         ended = dataclasses.replace(context, ended_at=time.time())
         return [

@@ -39,6 +39,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -81,7 +82,14 @@ STATUS_OF_STATE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY":
 # why a task waited (sacct keeps the last one on an ended task): not why it ended
 WAITING = ("Priority", "Resources", "Dependency", "BeginTime", "ReqNodeNotAvail")
 RECORD_PART = "slurm"  # run ids of the records of runs a Slurm task left without a result
-OWN_OPTIONS = ("--array", "-a", "--output", "-o", "--error", "-e", "--parsable", "--wrap")
+# kbench's own: sbatch takes any unambiguous prefix of a long option (--arr) and clusters
+# of short ones (-vo FILE), so both are refused (:func:`own_option`)
+OWN_OPTIONS = ("--array", "--output", "--error", "--parsable", "--wrap")
+OWN_LETTERS = "aoe"
+# sbatch's short options that take a value: the rest of a cluster after one is its value
+VALUE_LETTERS = "ABbCcDdeFGiIJkLMmNnopqStwx"
+JOB_ID = re.compile(r"[0-9]+")  # what sbatch --parsable prints (before any ";cluster")
+FAILED_POLLS = 30  # squeue failing this many times in a row ends the wait (the jobs go on)
 
 
 class SlurmError(RuntimeError):
@@ -111,8 +119,7 @@ class SlurmOptions:
         if not self.poll_s > 0:
             raise ConfigError("poll", f"expected seconds > 0; received {self.poll_s}.")
         for word in self.sbatch:
-            name = word.split("=", 1)[0]
-            if name in OWN_OPTIONS or (name[:2] in ("-a", "-o", "-e") and not name[:2] == name):
+            if own_option(word):
                 raise ConfigError(
                     "sbatch",
                     f"expected sbatch options other than the array, output and error, which "
@@ -129,6 +136,20 @@ class SlurmOptions:
             raise ConfigError(
                 "sbatch", f"expected sbatch options in shell quoting; {err}: {text!r}."
             ) from None
+
+
+def own_option(word: str) -> bool:
+    """Whether sbatch would read ``word`` as one of kbench's own options: a prefix of
+    one (``--arr=0-9``, ``--outp``), or a cluster of short ones that holds one (``-vo``)."""
+    if word.startswith("--"):
+        name = word[2:].split("=", 1)[0]
+        return bool(name) and any(own.startswith("--" + name) for own in OWN_OPTIONS)
+    for letter in word[1:] if word.startswith("-") else "":
+        if letter in OWN_LETTERS:
+            return True
+        if letter in VALUE_LETTERS:  # what follows is its value
+            return False
+    return False
 
 
 def check_tools() -> None:
@@ -180,7 +201,7 @@ def _tool(command: List[str], check: bool = True) -> subprocess.CompletedProcess
     if check and done.returncode != 0:
         raise SlurmError(
             f"{shlex.join(command)} exited {done.returncode}: "
-            f"{(done.stderr or done.stdout).strip()[:500]}"
+            f"{' '.join((done.stderr or done.stdout).split())[:500]}"
         )
     return done
 
@@ -319,6 +340,8 @@ def open_submissions(store: Path) -> List[Submission]:
         try:
             manifest = json.loads((directory / "tasks.json").read_text())
             job_id = str(json.loads(job.read_text())["job_id"])
+            if not JOB_ID.fullmatch(job_id):
+                raise ValueError(f"expected a job id of digits; received {job_id[:200]!r}")
         except (OSError, ValueError, KeyError) as err:
             log.warning("%s: not read (%s); its tasks are not followed", directory, err)
             continue
@@ -355,7 +378,13 @@ def submit(
     if options.partition:
         command.append(f"--partition={options.partition}")
     command += [*options.sbatch, str(script)]
-    job_id = _tool(command).stdout.strip().split(";")[0]
+    printed = _tool(command).stdout.strip()
+    job_id = printed.split(";")[0]
+    if not JOB_ID.fullmatch(job_id):  # another sbatch, or a wrapper: no job to follow
+        raise SlurmError(
+            f"sbatch: expected a job id (digits: its --parsable output); received "
+            f"{printed[:200]!r}. Use Slurm's own sbatch; cancel any job this submitted."
+        )
     write_text_atomic(directory / "job.json", json.dumps({"job_id": job_id}))
     return Submission(directory, manifest, job_id)
 
@@ -455,15 +484,26 @@ class Watch:
     shown: Dict[Tuple[str, int], str] = field(default_factory=dict)
     last_line: str = ""
     recorded: List[RunResult] = field(default_factory=list)
+    failed_polls: int = 0
 
     def runs_of(self, submission: Submission, index: int) -> List[SweepRun]:
         by_key = {run.key: run for run in self.sweep.runs}
         return [by_key[key] for key in submission.tasks[index] if key in by_key]
 
     def poll(self) -> bool:
-        """One look; True when every task of every submission has ended."""
-        for sub in self.submissions:
-            sub.states = self.queue.states(sub.job_id or "")
+        """One look; True when every task of every submission has ended. A Slurm tool
+        that fails is warned of and asked again, :data:`FAILED_POLLS` times in a row."""
+        try:
+            states = [self.queue.states(sub.job_id or "") for sub in self.submissions]
+        except SlurmError as err:
+            self.failed_polls += 1
+            if self.failed_polls >= FAILED_POLLS:
+                raise SlurmError(f"{err} ({FAILED_POLLS} times in a row; the jobs go on)") from None
+            log.warning("%s; asking again (%d of %d)", err, self.failed_polls, FAILED_POLLS)
+            return False
+        self.failed_polls = 0
+        for sub, found in zip(self.submissions, states):
+            sub.states = found
             for index in range(len(sub.tasks)):  # what a task killed mid-move left behind
                 folder = sub.directory / f"task-{index}"
                 if sub.states.get(index, UNLISTED).ended and folder.is_dir():

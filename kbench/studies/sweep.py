@@ -215,25 +215,47 @@ def _bounded(libyaml_loader: Any) -> Any:
 
 
 MAX_DEPTH = 32  # far deeper than any sweep or study; YAML nested past it is refused
+MAX_NODES = 100_000  # values once every YAML alias is expanded; a sweep has hundreds
 
 
-def check_depth(document: Any, fail, limit: int = MAX_DEPTH) -> None:
-    """Refuse a document nested deeper than ``limit`` (read without recursion, so that a
-    file of 100,000 nested lists is an error that names the depth, not a crash)."""
-    stack = [(document, 1, "")]
+def check_depth(document: Any, fail, limit: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> None:
+    """Refuse a document nested deeper than ``limit``, or of more than ``max_nodes`` values
+    once its aliases are expanded (a 500-byte YAML of aliases to aliases names 10^9). Read
+    without recursion, and each list or mapping once however many aliases name it (its
+    values and levels kept by id), so that a file of 100,000 nested lists or such a bomb
+    is an error that names the place, not a crash or a hang."""
+    known: Dict[int, Tuple[int, int]] = {}  # id -> (values, levels) of one read whole
+    stack = [(document, 1, "", False)]
     while stack:
-        value, depth, where = stack.pop()
-        if depth > limit:
+        value, depth, where, read = stack.pop()
+        values, levels = known.get(id(value), (0, 0))
+        if depth + levels > limit:
             raise fail(
                 where,
                 f"expected settings nested at most {limit} deep; this file nests deeper "
                 "here. A study or sweep file is a few levels of mappings and lists: check "
                 "the brackets.",
             )
+        if not isinstance(value, (dict, list)) or values:
+            continue
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        if read:  # its children are read: count it
+            inner = [known.get(id(v), (1, 0)) for _, v in items]
+            values = 1 + sum(n for n, _ in inner)
+            known[id(value)] = (values, 1 + max((h for _, h in inner), default=-1))
+            if values > max_nodes:
+                raise fail(
+                    where,
+                    f"expected at most {max_nodes:,} values once YAML's aliases (*name) are "
+                    "expanded; this file names more here. Write the values out, or repeat "
+                    "an alias fewer times.",
+                )
+            continue
+        stack.append((value, depth, where, True))
         if isinstance(value, dict):
-            stack += [(v, depth + 1, f"{where}.{k}" if where else str(k)) for k, v in value.items()]
-        elif isinstance(value, list):
-            stack += [(v, depth + 1, f"{where}[{i}]") for i, v in enumerate(value)]
+            stack += [(v, depth + 1, f"{where}.{k}" if where else str(k), False) for k, v in items]
+        else:
+            stack += [(v, depth + 1, f"{where}[{i}]", False) for i, v in items]
 
 
 # loading ---------------------------------------------------------------------

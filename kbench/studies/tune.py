@@ -83,6 +83,7 @@ TUNABLE = ("jit_compile", "run_eagerly", "onednn", "data_format", "mixed_precisi
            "hybridize", "torch_compile", "tf32", "threads", "inter_op_threads",
            "batch_size")  # fmt: skip
 FINAL_SHARE = 0.25  # of the budget, for the backends compared at their best
+MAX_ROUNDS = 200  # of one phase (a search, its changes together, the final comparison)
 PROGRESS_NAME = "tune-progress.json"  # each backend's finished search, for resuming
 COMBINED_SHARE = 0.35  # of a backend's share, for its clearly faster changes together
 BF16_FEATURES = ("avx512_bf16", "amx_tile")
@@ -314,9 +315,10 @@ class Tuner:
         self, trials: List[Trial], reference: Trial, deadline: float, started: float,
         budget_s: float,
     ) -> str:  # fmt: skip
-        """Rounds of the measuring ``trials`` until settled or ``deadline``; why they ended.
-        From :data:`MIN_ROUNDS` on, a trial clearly slower than the best is dropped."""
-        while True:
+        """Rounds of the measuring ``trials`` until settled, ``deadline`` or
+        :data:`MAX_ROUNDS`; why they ended. From :data:`MIN_ROUNDS` on, a trial clearly
+        slower than the best is dropped."""
+        for _ in range(MAX_ROUNDS):
             measuring = [t for t in trials if t.state == "measuring" and t.worker.alive]
             if reference not in measuring:
                 return "the reference's worker ended"
@@ -337,6 +339,7 @@ class Tuner:
                 return settled
             if time.monotonic() >= deadline:
                 return "its share of the budget spent"
+        return f"{MAX_ROUNDS} rounds, the most a phase takes"
 
     def close(self, now: bool = False) -> None:
         """Close every trial's worker (``now``: stop them at once)."""
@@ -485,10 +488,12 @@ def _report(backend: str, trials: List[Trial], skipped, best: Optional[Trial],
 
 def compare_finalists(tuner: Tuner, finalists: List[Trial], deadline: float) -> Dict[str, Any]:
     """Every backend's default and best, still warm, in windows until every ratio to the
-    first backend's default is within the target or ``deadline``; each with its ratio."""
+    first backend's default is within the target, ``deadline`` or :data:`MAX_ROUNDS`;
+    each with its ratio."""
     reference = finalists[0]
     ended = "one setting: nothing to compare"
-    while len(finalists) > 1:
+    for _ in range(MAX_ROUNDS if len(finalists) > 1 else 0):
+        ended = f"{MAX_ROUNDS} rounds, the most a phase takes"  # unless a reason below
         alive = [t for t in finalists if t.worker.alive]
         if reference not in alive or len(alive) < 2:
             ended = "a worker ended"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -33,6 +34,7 @@ LOG_SCALE_ABOVE = 30  # a panel whose values span more than this many times uses
 
 MIB = 2**20
 DPI = 100
+UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")  # starts mathtext in a matplotlib text
 WIDTH_IN = 11.0
 # A backend has its own colour (kbench.backends), so it looks the same in every figure;
 # a name kbench does not know (an older result's) takes a spare one.
@@ -180,12 +182,34 @@ def new_figure(height_in: float, width_in: float = WIDTH_IN) -> Any:
 def png_of(figure: Any) -> bytes:
     """The figure as PNG; what matplotlib warns while drawing goes to the debug log."""
     buffer = io.BytesIO()
+    plain_text(figure)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         figure.savefig(buffer, format="png", dpi=DPI)
     for warning in caught:
         log.debug("matplotlib, drawing a figure: %s", warning.message)
     return buffer.getvalue()
+
+
+def plain_text(figure: Any) -> None:
+    """Every text of ``figure`` drawn as written, its ``$`` escaped: two of them (a model
+    at ``exp$^$/net.py``) would start matplotlib's mathtext, which fails on what is no
+    formula. Titles, labels, legends, notes, and tick labels given as text or by a
+    function (matplotlib's own number formats, mathtext on a log axis, are left)."""
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter, FuncFormatter
+
+    def plain(text: Any) -> str:
+        return UNESCAPED_DOLLAR.sub(r"\\$", str(text))
+
+    for text in figure.findobj(Text):
+        text.set_text(plain(text.get_text()))
+    for axis in (axis for ax in figure.axes for axis in (ax.xaxis, ax.yaxis)):
+        for which in ("major", "minor"):
+            given = getattr(axis, f"get_{which}_formatter")()
+            if isinstance(given, (FixedFormatter, FuncFormatter)):
+                escaped = FuncFormatter(lambda x, pos, given=given: plain(given(x, pos)))
+                getattr(axis, f"set_{which}_formatter")(escaped)
 
 
 def panel_grid(figure: Any, count: int, columns: int, **kwargs) -> List[Any]:

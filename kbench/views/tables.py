@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import html
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -92,8 +93,22 @@ class Heading:
 Row = Union[Sequence[CellLike], Heading]
 
 
+# C0 controls but the newline, DEL and C1: stored in a field (a host name, a reason), an
+# escape sequence would clear the screen, retitle the window or write the clipboard
+CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """``text`` safe to print on a terminal: each control character but the newline
+    shown as its escape (``\\x1b``)."""
+    return CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", str(text))
+
+
 def render(headers: Sequence[str], rows: Sequence[Row]) -> str:
-    """Plain text: columns padded, numbers right-aligned, a heading on a line of its own."""
+    """Columns padded to their widest cell; numbers right-aligned; a heading row on a
+    line of its own; every cell :func:`printable`."""
+    headers = [printable(h) for h in headers]
+    rows = [r if isinstance(r, Heading) else [printable(c) for c in r] for r in rows]
     body = [row for row in rows if not isinstance(row, Heading)]
     widths = [max(len(str(c)) for c in column) for column in zip(headers, *body)]
 
@@ -106,7 +121,7 @@ def render(headers: Sequence[str], rows: Sequence[Row]) -> str:
         return "  ".join(out).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    lines = [str(row.cell) if isinstance(row, Heading) else line(row) for row in rows]
+    lines = [printable(row.cell) if isinstance(row, Heading) else line(row) for row in rows]
     return "\n".join([line(headers), rule, *lines])
 
 
@@ -118,8 +133,8 @@ class Table:
     notes: List[str]
 
     def text(self) -> str:
-        notes = "".join(f"\n  {n}" for n in self.notes)
-        title = f"{self.title}\n" if self.title else ""
+        notes = "".join(f"\n  {printable(n)}" for n in self.notes)
+        title = f"{printable(self.title)}\n" if self.title else ""
         return f"{title}{render(self.headers, self.rows)}{notes}"
 
     def markdown(self) -> str:
