@@ -8,11 +8,20 @@ is the Python API's front door).
 """
 
 import os
+import sys
 from pathlib import Path
 
 VERSION = "0.1.0"
 # The folder that holds kbench/ and models/: the checkout, or site-packages when installed.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Run from a checkout (scripts/, keras_configs/ beside kbench/), or installed by pip.
+IN_CHECKOUT = (PROJECT_ROOT / "keras_configs").is_dir() and (PROJECT_ROOT / "scripts").is_dir()
+
+
+def shared_folder(name: str) -> Path:
+    """A folder of the checkout kbench reads (``keras_configs``, ``studies``, ``sweeps``):
+    in the checkout, else where ``pip install`` put it, ``<prefix>/share/kbench/NAME``."""
+    return PROJECT_ROOT / name if IN_CHECKOUT else Path(sys.prefix) / "share" / "kbench" / name
 
 
 def cache_dir() -> Path:

@@ -7,6 +7,15 @@ build time from kbench's parser, must list every ``kbench`` command. Every page 
 docs/ must be in the nav (read from mkdocs.yml here too). README.md is at most 250
 lines and each of its relative links points at a file, or a heading, that exists.
 
+Every ``kbench`` command line in README.md and docs/ (in code blocks and in inline
+code) goes through kbench's real parser: a command shown with arguments must parse as
+written (a missing required flag or an unknown one fails here), a form with
+placeholders (``kbench sweep FILE --windows``) must name a real command and real
+flags, and the sweep and reproduce commands in code blocks run their ``--dry-run``.
+The generated blocks (the CLI reference, the sweep keys, included files, the "what ran
+where" grid of ``docs/hooks/ran_where.yaml``) must hold what ``docs/hooks/blocks.py``
+writes, and the grid must be in every page that states what ran where.
+
 No framework process: mkdocs imports only kbench's parser. Each checker is first
 proven on a planted mistake (a broken link, a page missing from the nav, a strict
 build of a copy of the manual with a dead link), so a check that passes here can fail.
@@ -15,12 +24,17 @@ build of a copy of the manual with a dead link), so a check that passes here can
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Set
+from typing import Iterator, List, Optional, Set
 
 import pytest
 import yaml
@@ -30,12 +44,27 @@ from kbench.run.environments import envs_dir
 from kbench.setup.platforms import venv_python
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+import blocks  # noqa: E402  (docs/hooks/blocks.py, not a package)
+
+GRID_PAGES = (
+    "README.md",
+    "docs/index.md",
+    "docs/guides/gpus.md",
+    "docs/guides/laptops-and-edge.md",
+)
 DOCS = ROOT / "docs"
 README_MAX_LINES = 250
 FRAMEWORKS = ("tensorflow", "jax", "torch", "keras", "mxnet")
 # [text](target) outside code; targets with a scheme (https:, mailto:) are not files
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+# a kbench command as the docs show it: `kbench ...`, scripts/kbench, scripts\kbench,
+# after VAR=value assignments
+KBENCH_COMMAND = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:scripts[/\\])?kbench\s+(.+)$")
+# FILE, STORE, A,B, [--flag F], ...: a form to fill in, not a command to run
+PLACEHOLDER = re.compile(r"[A-Z][A-Z_,]*|\[.*|.*\]|\.\.\.")
+DRY_RUN_COMMANDS = ("sweep", "reproduce")
 
 
 def docs_python() -> Path:
@@ -95,6 +124,93 @@ def broken_links(markdown: str, base: Path) -> List[str]:
         elif not (base / path).exists():
             broken.append(target)
     return broken
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    """One kbench command line the docs show: where, whether in a code block, its words
+    after ``kbench``."""
+
+    where: str
+    in_block: bool
+    words: List[str]
+
+    @property
+    def is_form(self) -> bool:
+        return any(PLACEHOLDER.fullmatch(word) for word in self.words)
+
+
+def doc_commands(markdown: str, where: str) -> Iterator[DocCommand]:
+    """Every kbench command in ``markdown``: code-block lines (``$ `` and trailing
+    comments dropped, ``\\`` continuations joined) and inline code spans."""
+    in_block, pending = False, ""
+    for number, line in enumerate(markdown.splitlines(), 1):
+        text = line.strip()
+        if text.startswith("```"):
+            in_block, pending = not in_block, ""
+            continue
+        if in_block:
+            text = pending + re.sub(r"^\$\s+", "", text)
+            pending = text[:-1] + " " if text.endswith("\\") else ""
+            spans = [] if pending else [text]
+        else:
+            spans = re.findall(r"`([^`]+)`", line)
+        for span in spans:
+            found = KBENCH_COMMAND.match(span)
+            if found:
+                words = shlex.split(found.group(1), comments=True)
+                yield DocCommand(f"{where}:{number}", in_block, words)
+
+
+def option_problems(parser: argparse.ArgumentParser, words: List[str]) -> List[str]:
+    """The options in ``words`` that ``parser`` does not have (values skipped)."""
+    unknown, value_next = [], False
+    for word in words:
+        if word == "--":
+            break
+        if value_next or not word.startswith("-") or re.match(r"-\d", word):
+            value_next = False
+            continue
+        action = parser._option_string_actions.get(word.split("=")[0])
+        if action is None:
+            unknown.append(word.split("=")[0])
+        value_next = action is not None and action.nargs != 0 and "=" not in word
+    return unknown
+
+
+def command_problem(command: DocCommand) -> Optional[str]:
+    """Why ``command`` would not run as the docs show it, or None."""
+    parser = app.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    name = command.words[0]
+    if PLACEHOLDER.fullmatch(name):
+        return None
+    if name not in commands.choices:
+        return f"{command.where}: no command {name!r} (kbench {' '.join(command.words)})"
+    unknown = option_problems(commands.choices[name], command.words[1:])
+    if unknown:
+        return f"{command.where}: kbench {name} has no {', '.join(unknown)}"
+    if command.is_form or (len(command.words) == 1 and not command.in_block):
+        return None  # a form to fill in, or the command's name in prose
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            parser.parse_args(command.words)
+    except SystemExit as stopped:
+        if stopped.code != 0:
+            said = errors.getvalue().strip().splitlines()[-1]
+            return f"{command.where}: kbench {' '.join(command.words)}: {said}"
+    return None
+
+
+def manual_commands() -> List[DocCommand]:
+    """The commands of README.md and docs/, outside the generated blocks (the CLI
+    reference's examples are the parser's own epilogs; included files are not docs)."""
+    found = []
+    for page in blocks.pages():
+        written = blocks.BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), page.read_text())
+        found += doc_commands(written, str(page.relative_to(ROOT)))
+    return found
 
 
 def nav_pages(nav) -> Iterator[str]:
@@ -171,6 +287,84 @@ def test_strict_build_fails_on_a_dead_link(tmp_path):
 
 
 # --- the manual and the README ---
+
+
+PLANTED_DOC = """
+Run `kbench run --model my.py:build` and `kbench sweep --warm`; `kbench run` alone
+and the form `kbench sweep FILE --windows` are fine, `kbench run -b A --nope X` is not.
+
+```sh
+$ scripts/kbench run -b torch -m mlp \\
+    --steps 5            # joined, fine
+scripts/kbench run -b torch --no-such-flag
+scripts/kbench frobnicate
+```
+"""
+
+
+def test_command_checker_finds_the_planted_mistakes():
+    problems = [command_problem(c) for c in doc_commands(PLANTED_DOC, "planted")]
+    found = [p for p in problems if p]
+    assert len(problems) == 8
+    assert [p.split(":")[1] for p in found] == ["2", "2", "3", "8", "9"], found
+    assert "required: --backend/-b" in found[0] and "FILE.yaml" in found[1]
+    assert "has no --nope" in found[2] and "has no --no-such-flag" in found[3]
+    assert "no command 'frobnicate'" in found[4]
+
+
+def test_every_command_in_the_docs_parses():
+    commands = manual_commands()
+    assert len(commands) > 100, "the extractor found too few commands: is it broken?"
+    problems = [p for p in map(command_problem, commands) if p]
+    assert not problems, "commands in the docs that would not run:\n" + "\n".join(problems)
+
+
+def test_sweep_and_reproduce_commands_in_the_docs_dry_run(monkeypatch, capsys):
+    """Each ``kbench sweep`` and ``kbench reproduce`` of a code block, with
+    ``--dry-run``, from the checkout (their files are relative to it): it plans and
+    writes nothing (the checkout's top level is unchanged)."""
+    monkeypatch.chdir(ROOT)
+    before = sorted(p.name for p in ROOT.iterdir())
+    shown = [c for c in manual_commands() if c.in_block and c.words[0] in DRY_RUN_COMMANDS]
+    runnable = [c for c in shown if "--list" not in c.words and not c.is_form]
+    assert len(runnable) >= 5
+    for command in runnable:
+        words = [w for w in command.words if w != "--dry-run"] + ["--dry-run"]
+        if "--executor" in words:
+            continue  # needs sbatch; its dry run is test_slurm's
+        assert app.main(words) == 0, f"{command.where}: kbench {' '.join(words)}"
+    assert sorted(p.name for p in ROOT.iterdir()) == before
+
+
+def test_blocks_checker_finds_a_stale_block():
+    current = blocks.include("sweeps/lenet_epochs.yaml")
+    name = "include sweeps/lenet_epochs.yaml"
+    page = f"x\n<!-- begin: {name} -->\n{{}}<!-- end: {name} -->\n"
+    assert blocks.rewritten(page.format(current)) == page.format(current)
+    assert blocks.rewritten(page.format("old copy\n")) == page.format(current)
+    with pytest.raises(KeyError, match="no generated block 'nope'"):
+        blocks.rewritten("<!-- begin: nope -->\n<!-- end: nope -->\n")
+
+
+def test_ran_where_refuses_a_status_it_does_not_define():
+    data = yaml.safe_load(blocks.RAN_WHERE.read_text())
+    assert "| ran |" in blocks.ran_where(data)
+    data["platforms"][0]["backends"] = {b: "maybe" for b in data["backends"]}
+    with pytest.raises(ValueError, match="Linux x86-64, CPU: expected one of"):
+        blocks.ran_where(data)
+
+
+def test_generated_blocks_are_current():
+    stale = [
+        str(p.relative_to(ROOT))
+        for p in blocks.pages()
+        if blocks.rewritten(p.read_text()) != p.read_text()
+    ]
+    assert not stale, (
+        f"stale generated blocks in {stale}: run envs/keras3/bin/python docs/hooks/blocks.py"
+    )
+    for page in GRID_PAGES:
+        assert "<!-- begin: ran-where -->" in (ROOT / page).read_text(), f"{page} lacks the grid"
 
 
 def test_manual_builds_strict(built):

@@ -33,12 +33,19 @@ def test_env_reports_every_backend_runnable(home):
     assert not (home / ".keras").exists()
 
 
-def test_env_says_how_to_create_a_missing_environment(home, tmp_path):
-    """Fast: with no environment there is nothing to start (no framework is imported)."""
+@pytest.mark.slow
+def test_env_without_kbench_s_environments_runs_this_interpreter_s_frameworks(home, tmp_path):
+    """With no environment of kbench's own, the backends whose framework the interpreter
+    kbench runs under has (the keras3 environment's, here) run there, said so; MXNet,
+    which cannot share it with Keras 3, says how to get it."""
     completed = kbench_here(["env"], home, env={"KBENCH_ENVS_DIR": str(tmp_path / "none")})
     assert completed.returncode == 1
-    assert "scripts/setup_envs.sh keras3" in completed.stdout
+    rows = {line.split()[0]: line for line in completed.stdout.splitlines()[3:9]}
+    for backend in ("tensorflow", "jax", "torch", "torch-native"):
+        assert rows[backend].split()[1:4] == ["yes", "this", "interpreter"], rows[backend]
+    assert rows["mxnet"].split()[1:3] == ["no", "mxnet"]
     assert "scripts/setup_envs.sh mxnet" in completed.stdout
+    assert "cannot share an environment with Keras 3" in completed.stdout
     # the CPU line names the features that decide the kernels; a column says which ran
     assert cpu_text(sysinfo.machine()) in completed.stdout.splitlines()[0]
     assert "CPU kernels" in completed.stdout.splitlines()[1]

@@ -1,30 +1,38 @@
 """Where each backend runs: its interpreter, its keras.json, its process environment.
 
-Backends live in two virtual environments inside the checkout (``envs/keras3``,
-``envs/mxnet``), created by ``python3 -m kbench.setup``. ``KBENCH_PYTHON_<BACKEND>``
-points a backend at another interpreter, ``KBENCH_ENVS_DIR`` moves the environments'
-folder. A backend this platform cannot have (MXNet on Apple Silicon) is unsupported, with
-the reason :mod:`kbench.setup.platforms` gives. Nothing here touches ``~/.keras``: every
-process gets a fresh ``KERAS_HOME`` holding a copy of ``keras_configs/<backend>.json``.
+A backend's worker runs under, in this order: the interpreter ``KBENCH_PYTHON_<BACKEND>``
+names; kbench's own virtual environment for it where one exists (``envs/keras3``,
+``envs/mxnet`` in the checkout, created by ``python3 -m kbench.setup``;
+``KBENCH_ENVS_DIR`` moves the folder); else the interpreter kbench itself runs under,
+where that has the backend's framework (``pip install kbench[tensorflow,torch]`` into
+the user's own environment). A backend this platform cannot have (MXNet on Apple
+Silicon) is unsupported, with the reason :mod:`kbench.setup.platforms` gives. Nothing
+here touches ``~/.keras``: every process gets a fresh ``KERAS_HOME`` holding a copy of
+``keras_configs/<backend>.json``.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import kbench_models
 from kbench.backends import BACKENDS
-from kbench.facts import PROJECT_ROOT
+from kbench.facts import IN_CHECKOUT, PROJECT_ROOT, shared_folder
 from kbench.measure.processes import usable_cores
 from kbench.setup.platforms import Platform, loader_environment, unsupported_reason, venv_python
 
 SETUP_SCRIPT = "scripts\\setup_envs.cmd" if os.name == "nt" else "scripts/setup_envs.sh"
+# the Keras each environment's Keras backends need, by distribution: (name, major version)
+KERAS_OF = {"keras3": ("keras", "3"), "mxnet": ("keras-mxnet", "2")}
+THIS_INTERPRETER = "this interpreter"  # `kbench env`'s word for sys.executable
 
 
 class EnvironmentMissing(RuntimeError):
@@ -36,6 +44,8 @@ class EnvironmentUnsupported(EnvironmentMissing):
 
 
 def envs_dir() -> Path:
+    """kbench's own environments: ``KBENCH_ENVS_DIR``, else ``envs/`` in the checkout (an
+    installed kbench has none there unless the variable names a folder)."""
     return Path(os.environ.get("KBENCH_ENVS_DIR") or PROJECT_ROOT / "envs")
 
 
@@ -59,20 +69,76 @@ def interpreter_for(backend: str) -> Path:
                 "or a name on PATH); no such file. Fix the path or unset the variable."
             )
         return path
-    path = venv_python(envs_dir() / spec.environment)
-    if not path.exists():
-        reason = unsupported_reason(spec.environment)
-        if reason:
-            raise EnvironmentUnsupported(
-                f"backend {backend!r} is unsupported on {Platform.current().label}: {reason} "
-                f"(to run it anyway, point {variable} at a Python that has it)."
-            )
-        raise EnvironmentMissing(
-            f"backend {backend!r} runs in the {spec.environment!r} environment, which does not "
-            f"exist (expected {path}). Create it with: {SETUP_SCRIPT} {spec.environment} "
-            f"(or point {variable} at a Python that has it)."
+    path = path_of(spec.environment)
+    if path.exists():
+        return path
+    lacking = lacks_here(backend)
+    if lacking is None:
+        return Path(sys.executable)
+    reason = unsupported_reason(spec.environment)
+    if reason:
+        raise EnvironmentUnsupported(
+            f"backend {backend!r} is unsupported on {Platform.current().label}: {reason} "
+            f"(to run it anyway, point {variable} at a Python that has it)."
         )
-    return path
+    raise EnvironmentMissing(f"backend {backend!r}: {lacking}; {how_to_get(backend)}.")
+
+
+def lacks_here(backend: str) -> Optional[str]:
+    """What the interpreter kbench runs under lacks to run ``backend``'s worker (its
+    framework, the Keras its environment has), in words; None: it has them. Read from
+    the installed distributions: nothing is imported."""
+    spec = BACKENDS[backend]
+    keras, major = KERAS_OF[spec.environment]
+    frameworks = [name for name in spec.packages if name not in KERAS_OF_NAMES]
+    if not any(_version(name) for name in frameworks):
+        return f"{sys.executable} has no {' or '.join(frameworks)}"
+    version = _version(keras)
+    if spec.runs_keras and not (version or "").startswith(major):
+        found = f"keras {version}" if version else "no keras"
+        return f"{sys.executable} has {found}, where {backend} needs {keras} {major}.x"
+    return None
+
+
+KERAS_OF_NAMES = {name for name, _ in KERAS_OF.values()}
+
+
+def _version(distribution: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def how_to_get(backend: str) -> str:
+    """The ways to give ``backend`` an interpreter, for a message."""
+    environment = BACKENDS[backend].environment
+    other = f"or point {override_variable(backend)} at a Python that has it"
+    own = f"{SETUP_SCRIPT} {environment}"
+    own = (
+        f"create kbench's own environment with: {own} (expected {path_of(environment)})"
+        if IN_CHECKOUT
+        else f"{own} in kbench's checkout builds kbench's own environment"
+    )
+    if environment == "mxnet":  # keras-mxnet is Keras 2.2.4: never beside Keras 3
+        return f"keras-mxnet (Keras 2.2.4) cannot share an environment with Keras 3: {own}, {other}"
+    extra = "torch" if backend == "torch-native" else backend
+    return f"pip install 'kbench[{extra}]' into this environment, {own}, {other}"
+
+
+def path_of(environment: str) -> Path:
+    """Where kbench's own environment ``environment`` has its Python."""
+    return venv_python(envs_dir() / environment)
+
+
+def interpreter_kind(backend: str, interpreter: Path) -> str:
+    """Where ``interpreter`` comes from, for ``kbench env``: the environment's name, the
+    override variable, or :data:`THIS_INTERPRETER`."""
+    if os.environ.get(override_variable(backend)):
+        return override_variable(backend)
+    if interpreter == Path(sys.executable) and not path_of(BACKENDS[backend].environment).exists():
+        return THIS_INTERPRETER
+    return BACKENDS[backend].environment
 
 
 def runnable_backends() -> Dict[str, Optional[str]]:
@@ -89,11 +155,12 @@ def runnable_backends() -> Dict[str, Optional[str]]:
 
 def keras_config(backend: str, data_format: Optional[str]) -> Dict[str, Any]:
     """The backend's checked-in keras.json, with ``data_format`` overriding its format."""
-    path = PROJECT_ROOT / "keras_configs" / f"{backend}.json"
+    path = shared_folder("keras_configs") / f"{backend}.json"
     if not path.is_file():
         raise EnvironmentMissing(
             f"keras_configs/{backend}.json: expected the backend's keras.json at {path}; "
-            "run kbench from its checkout, where keras_configs/ lives."
+            "run kbench from its checkout, or reinstall it with pip (which puts "
+            "keras_configs/ in <prefix>/share/kbench)."
         )
     config = json.loads(path.read_text())
     if data_format is not None:
@@ -124,9 +191,12 @@ def process_environment(
     (keras_home / "keras.json").write_text(json.dumps(config, indent=4) + "\n")
     env = dict(os.environ)
     env.update(BACKENDS[backend].process_env)
-    # kbench's folder first; a Python of the user's own (KBENCH_PYTHON_*) keeps the
-    # PYTHONPATH it may have its packages on, an environment of envs/ is complete as built
-    inherited = os.environ.get("PYTHONPATH") if os.environ.get(override_variable(backend)) else None
+    # kbench's folder first; a Python of the user's own (KBENCH_PYTHON_*, or the one kbench
+    # runs under) keeps the PYTHONPATH it may have its packages on; kbench's own
+    # environments are complete as built
+    own = path_of(BACKENDS[backend].environment).exists()
+    users = os.environ.get(override_variable(backend)) or not own
+    inherited = os.environ.get("PYTHONPATH") if users else None
     env.update(
         KERAS_BACKEND=backend, KERAS_HOME=str(keras_home),
         PYTHONPATH=os.pathsep.join(filter(None, [str(python_path), inherited])),
@@ -172,9 +242,10 @@ def probe(
         )
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("{"):
-            return json.loads(line)
+            return dict(json.loads(line), environment=interpreter_kind(backend, interpreter))
     tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
     return {
         "backend": backend, "ok": False, "executable": str(interpreter),
+        "environment": interpreter_kind(backend, interpreter),
         "error": f"probe exited with {done.returncode}: {' | '.join(tail)}",
     }  # fmt: skip

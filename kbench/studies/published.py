@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from kbench.facts import shared_folder
 from kbench.results.config import FileError, did_you_mean
 from kbench.studies.sweep import (
     NestedTooDeep,
@@ -323,8 +323,7 @@ class Study:
 def studies_dirs() -> List[Path]:
     """Where study files are looked for, in order (see the module docstring)."""
     chosen = [Path(os.environ[STUDIES_ENV])] if os.environ.get(STUDIES_ENV) else []
-    return chosen + [Path(__file__).resolve().parents[2] / "studies",
-                     Path(sys.prefix) / "share" / "kbench" / "studies"]  # fmt: skip
+    return chosen + [shared_folder("studies")]
 
 
 def studies_dir() -> Path:

@@ -759,7 +759,8 @@ def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
     for p in probes:
         framework = p.get("framework", {})
         rows.append([
-            p["backend"], "yes" if p["ok"] else "no", BACKENDS[p["backend"]].environment,
+            p["backend"], "yes" if p["ok"] else "no",
+            p.get("environment") or BACKENDS[p["backend"]].environment,
             p.get("python", "-"), p.get("keras") or "-",
             f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
             ", ".join(framework.get("devices", [])) or "-",
