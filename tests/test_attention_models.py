@@ -287,7 +287,7 @@ def tags(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_parameter_counts_are_the_docstrings(runs, backend):
     report, outputs, _ = run_of(runs, backend)
-    for key, data_format, tag in tags(backend):
+    for key, _, tag in tags(backend):
         name, shape, classes = CASES[key]
         assert report[tag]["defaults"] == docstring_total(name), (backend, tag)
         assert report[tag]["params"] == expected_params(name, shape, classes), (backend, tag)
