@@ -30,6 +30,7 @@ from conftest import ROOT, keep_out_unused, require_backends, selected_backends
 import kbench_models
 from kbench.measure.processes import usable_cores
 from kbench.run import environments, weightfile
+from kbench_models import generation
 
 slow = pytest.mark.slow
 
@@ -37,6 +38,7 @@ BACKENDS = ("tensorflow", "jax", "torch", "mxnet")
 TOLERANCE = 1e-4  # as test_pytorch_twins: float32 on both sides, compared in float64
 EXACT = 1e-6  # what a masked input may move an output by (float32 rounding at most)
 FUTURE = 7  # decoder_lm: the first redrawn position
+PROMPT = 4  # decoder_lm: greedy generation after this many tokens, to the last position
 BATCH = 4
 
 # key -> (model, input shape, classes); images channels last
@@ -120,7 +122,7 @@ from kbench.run import weightfile
 
 cases, formats, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
 keras3 = hasattr(keras, "ops")
-FUTURE, BATCH = int(sys.argv[4]), int(sys.argv[5])
+FUTURE, BATCH, PROMPT = map(int, sys.argv[4:7])
 
 
 def set_format(data_format):
@@ -200,6 +202,14 @@ for data_format in formats:
             x = np.ascontiguousarray(x, dtype="float32")
             arrays[f"{tag}/{variant}/x"] = x
             arrays[f"{tag}/{variant}/y"] = model.predict(x, batch_size=BATCH, verbose=0)
+        if name == "decoder_lm":
+            from kbench_models.generation import greedy_generate
+
+            def predict(window):
+                return model.predict(window, batch_size=BATCH, verbose=0)
+
+            prompt = arrays[f"{tag}/x/x"][:, :PROMPT]
+            arrays[f"{tag}/greedy"] = greedy_generate(predict, prompt, shape[0] - PROMPT, shape[0])
         if name == "text_encoder":
             # another embedding for the padding id (row 0): nothing may change
             embedding = [l for l in model.layers if type(l).__name__ == "Embedding"][0]
@@ -239,9 +249,10 @@ def run_backend(backend: str, tmp: Path):
         TF_CPP_MIN_LOG_LEVEL="3",
     )
     prefix = "" if backend == "mxnet" else keep_out_unused(backend)
-    args = [json.dumps(CASES), json.dumps(formats_for(backend)), str(out), str(FUTURE)]
+    args = [json.dumps(CASES), json.dumps(formats_for(backend)), str(out)]
+    extra = [str(FUTURE), str(BATCH), str(PROMPT)]
     done = subprocess.run(
-        [str(environments.interpreter_for(backend)), "-c", prefix + SCRIPT, *args, str(BATCH)],
+        [str(environments.interpreter_for(backend)), "-c", prefix + SCRIPT, *args, *extra],
         cwd=out,
         env=env,
         capture_output=True,
@@ -371,3 +382,44 @@ def test_the_future_is_masked_out(runs, backend):
         twin_y = twin_outputs(folder, tag, "decoder_lm", "channels_last", x)
         twin_future = twin_outputs(folder, tag, "decoder_lm", "channels_last", x_future)
         assert distance(twin_y[:, :FUTURE], twin_future[:, :FUTURE]) < EXACT
+
+
+def test_greedy_generation_reads_the_last_real_position():
+    """A stand-in model whose logits at t point to (token at t) + 1: greedy generation
+    counts on from each prompt's last token, and sees a window right-padded with 0."""
+    vocabulary, steps = 11, 8
+    seen = []
+
+    def predict(window):
+        seen.append(window.copy())
+        return np.eye(vocabulary)[(window + 1) % vocabulary]
+
+    prompt = np.array([[3, 4, 5], [9, 2, 7]])
+    tokens = generation.greedy_generate(predict, prompt, 4, steps)
+    assert tokens.tolist() == [[6, 7, 8, 9], [8, 9, 10, 0]]
+    assert len(seen) == 4 and seen[0].shape == (2, steps)
+    assert seen[0][:, 3:].max() == 0  # the tail padded with id 0
+    with pytest.raises(ValueError, match="must fit the model's 8 positions"):
+        generation.greedy_generate(predict, prompt, 6, steps)
+    x, y = generation.next_token_pairs(np.arange(10).reshape(2, 5))
+    assert x.tolist() == [[0, 1, 2, 3], [5, 6, 7, 8]] and y.tolist() == [[1, 2, 3, 4], [6, 7, 8, 9]]
+
+
+@slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_greedy_tokens_agree_with_the_twin(runs, backend):
+    """decoder_lm's greedy tokens from a backend's Keras model are the twin's, for the
+    same weights and prompt."""
+    pytest.importorskip("torch")
+    _, outputs, folder = run_of(runs, backend)
+    data_format = formats_for(backend)[0]
+    tag = f"decoder_lm-{data_format}"
+    steps = CASES["decoder_lm"][1][0]
+
+    def predict(window):
+        return twin_outputs(folder, tag, "decoder_lm", data_format, window.astype("float32"))
+
+    prompt = outputs[f"{tag}/x/x"][:, :PROMPT]
+    twin = generation.greedy_generate(predict, prompt, steps - PROMPT, steps)
+    assert outputs[f"{tag}/greedy"].shape == (BATCH, steps - PROMPT)
+    assert np.array_equal(twin, outputs[f"{tag}/greedy"]), (twin, outputs[f"{tag}/greedy"])
