@@ -4,8 +4,9 @@ has neither MultiHeadAttention nor LayerNormalization.
 Multi-head self-attention is composed from layers both generations have: one Dense(dim)
 each for the queries, keys and values (all heads at once, as MultiHeadAttention keeps
 them), a Lambda per head slicing its ``dim / heads`` columns out (the queries scaled by
-1 / sqrt(dim / heads)), Dot(axes=2) for the scores, a constant additive mask (0 where
-attention may look, -1e9 where it may not: exp underflows to exactly 0), a softmax,
+1 / sqrt(dim / heads)), Dot(axes=2) for the scores, an additive mask (0 where
+attention may look, -1e9 where it may not: exp underflows to exactly 0; the padding
+mask made from the token ids, the causal one from arange inside a Lambda), a softmax,
 Dot(axes=(2, 1)) with the values, Concatenate over the heads and a Dense(dim) output
 projection. Parameters: 4 * (dim * dim + dim), whatever the number of heads.
 
@@ -20,6 +21,11 @@ with the MLP Dense(mlp_dim, relu) - Dense(dim) (relu: Keras 2.2.4 has no gelu).
 Parameters of one block: 2 * 2 * dim (norms) + 4 * (dim^2 + dim) (attention) +
 (dim * mlp_dim + mlp_dim) + (mlp_dim * dim + dim) (MLP).
 
+The three models share :func:`trunk`: PositionEmbedding, BLOCKS (2) blocks of DIM (32)
+with HEADS (2) heads and MLP_DIM (64), a final LayerNorm (``_attention_facts``).
+Layers are created, and so ordered in ``model.layers`` by both generations, as a
+block's twin lists them: norm, query, key, value, output, norm, MLP, MLP.
+
 Custom layers and Lambdas are in-memory only: saving such a model to ``.keras`` and
 loading it back would need them registered (and Lambda loading needs safe_mode off).
 """
@@ -29,7 +35,7 @@ import math
 from keras import layers
 
 from . import _compat
-from ._attention_facts import EPSILON, MASKED
+from ._attention_facts import BLOCKS, DIM, EPSILON, HEADS, MASKED, MLP_DIM
 
 
 class LayerNorm(layers.Layer):
@@ -138,6 +144,15 @@ def block(x, dim: int, heads: int, mlp_dim: int, steps: int, mask=None, causal=F
     x = layers.Add()([x, y])
     y = layers.Dense(mlp_dim, activation="relu")(LayerNorm()(x))
     return layers.Add()([x, layers.Dense(dim)(y)])
+
+
+def trunk(x, mask=None, causal: bool = False):
+    """(steps, DIM) embeddings -> PositionEmbedding, BLOCKS blocks, a final LayerNorm."""
+    x = PositionEmbedding()(x)
+    steps = _compat.sequence_length(x)
+    for _ in range(BLOCKS):
+        x = block(x, DIM, HEADS, MLP_DIM, steps, mask=mask, causal=causal)
+    return LayerNorm()(x)
 
 
 def mean_over_steps(x):

@@ -28,19 +28,11 @@ from keras import layers
 from keras.models import Model
 
 from . import _attention
-
-DIM = 32
-HEADS = 2
-MLP_DIM = 64
-BLOCKS = 2
+from ._attention_facts import DIM
 
 
 def build(input_shape=(64,), num_classes=1_000):
     inputs = layers.Input(shape=input_shape)
-    steps = int(input_shape[0])
     x = layers.Embedding(num_classes, DIM)(inputs)
-    x = _attention.PositionEmbedding()(x)
-    for _ in range(BLOCKS):
-        x = _attention.block(x, DIM, HEADS, MLP_DIM, steps, causal=True)
-    outputs = layers.Dense(num_classes)(_attention.LayerNorm()(x))
+    outputs = layers.Dense(num_classes)(_attention.trunk(x, causal=True))
     return Model(inputs, outputs, name="decoder_lm")

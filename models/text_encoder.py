@@ -24,24 +24,17 @@ from keras import layers
 from keras.models import Model
 
 from . import _attention
+from ._attention_facts import DIM
 
 VOCABULARY_SIZE = 1_000
-DIM = 32
-HEADS = 2
-MLP_DIM = 64
-BLOCKS = 2
 
 
 def build(input_shape=(64,), num_classes=2):
     if num_classes < 2:
         raise ValueError(f"text_encoder: num_classes must be 2 or more; got {num_classes}")
     inputs = layers.Input(shape=input_shape)
-    steps = int(input_shape[0])
-    mask = _attention.padding_mask(inputs)
     x = layers.Embedding(VOCABULARY_SIZE, DIM)(inputs)
-    x = _attention.PositionEmbedding()(x)
-    for _ in range(BLOCKS):
-        x = _attention.block(x, DIM, HEADS, MLP_DIM, steps, mask=mask)
-    x = _attention.masked_mean_over_steps(_attention.LayerNorm()(x), inputs)
+    x = _attention.trunk(x, mask=_attention.padding_mask(inputs))
+    x = _attention.masked_mean_over_steps(x, inputs)
     outputs = layers.Dense(num_classes, activation="softmax")(x)
     return Model(inputs, outputs, name="text_encoder")

@@ -24,22 +24,15 @@ from keras import layers
 from keras.models import Model
 
 from . import _attention, _compat
+from ._attention_facts import DIM
 
 PATCH = 4
-DIM = 32
-HEADS = 2
-MLP_DIM = 64
-BLOCKS = 2
 
 
 def build(input_shape=(32, 32, 3), num_classes=10):
     inputs = layers.Input(shape=input_shape)
     x = layers.Conv2D(DIM, PATCH, strides=PATCH)(inputs)
-    x = _compat.patches_to_sequence(x)
-    x = _attention.PositionEmbedding()(x)
-    steps = _compat.sequence_length(x)
-    for _ in range(BLOCKS):
-        x = _attention.block(x, DIM, HEADS, MLP_DIM, steps)
-    x = _attention.mean_over_steps(_attention.LayerNorm()(x))
+    x = _attention.trunk(_compat.patches_to_sequence(x))
+    x = _attention.mean_over_steps(x)
     outputs = layers.Dense(num_classes, activation="softmax")(x)
     return Model(inputs, outputs, name="vit_tiny")

@@ -11,7 +11,7 @@ from typing import List, Optional
 import torch
 from torch import nn
 
-from .._attention_facts import EPSILON, MASKED
+from .._attention_facts import BLOCKS, DIM, EPSILON, HEADS, MASKED, MLP_DIM
 from ._layers import KerasLayer
 
 
@@ -81,6 +81,29 @@ class Block(nn.Module):
             KerasLayer("LayerNorm", self.norm2),
             KerasLayer("Dense", self.fc1),
             KerasLayer("Dense", self.fc2),
+        ]
+
+
+class Trunk(nn.Module):
+    """PositionEmbedding, BLOCKS blocks, a final LayerNorm over (steps, DIM)."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.positions = PositionEmbedding(steps, DIM)
+        self.blocks = nn.ModuleList(Block(DIM, HEADS, MLP_DIM) for _ in range(BLOCKS))
+        self.norm = LayerNorm(DIM)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = self.positions(x)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.norm(x)
+
+    def keras_layers(self) -> List[KerasLayer]:
+        return [
+            KerasLayer("PositionEmbedding", self.positions),
+            *(layer for block in self.blocks for layer in block.keras_layers()),
+            KerasLayer("LayerNorm", self.norm),
         ]
 
 

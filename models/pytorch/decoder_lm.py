@@ -1,7 +1,8 @@
-"""Twin of :mod:`kbench_models.decoder_lm`: Embedding(vocabulary, 32), position
-embedding, 2 pre-norm causal blocks, LayerNorm, Dense(vocabulary): next-token logits
-(batch, steps, vocabulary), untied from the embedding. Token ids may come as integers
-or as floats holding integers, as for the Keras model."""
+"""Twin of :mod:`kbench_models.decoder_lm`: Embedding(vocabulary, 32), the attention
+trunk with a causal mask (position embedding, 2 pre-norm blocks, LayerNorm),
+Dense(vocabulary): next-token logits (batch, steps, vocabulary), untied from the
+embedding. Token ids may come as integers or as floats holding integers, as for the
+Keras model."""
 
 from __future__ import annotations
 
@@ -10,13 +11,9 @@ from typing import List
 import torch
 from torch import nn
 
-from ._attention import Block, LayerNorm, PositionEmbedding, causal_mask
+from .._attention_facts import DIM
+from ._attention import Trunk, causal_mask
 from ._layers import KerasLayer, KerasTwin, keras_init_
-
-DIM = 32
-HEADS = 2
-MLP_DIM = 64
-BLOCKS = 2
 
 
 class DecoderLM(KerasTwin):
@@ -26,25 +23,18 @@ class DecoderLM(KerasTwin):
             raise ValueError(f"decoder_lm: input_shape must be (steps,); got {input_shape}")
         self.steps = int(input_shape[0])
         self.embedding = nn.Embedding(num_classes, DIM)
-        self.positions = PositionEmbedding(self.steps, DIM)
-        self.blocks = nn.ModuleList(Block(DIM, HEADS, MLP_DIM) for _ in range(BLOCKS))
-        self.norm = LayerNorm(DIM)
+        self.trunk = Trunk(self.steps)
         self.logits = nn.Linear(DIM, num_classes)
         keras_init_(self)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.positions(self.embedding(tokens.long()))
-        mask = causal_mask(self.steps, x)
-        for block in self.blocks:
-            x = block(x, mask)
-        return self.logits(self.norm(x))
+        x = self.embedding(tokens.long())
+        return self.logits(self.trunk(x, causal_mask(self.steps, x)))
 
     def keras_layers(self) -> List[KerasLayer]:
         return [
             KerasLayer("Embedding", self.embedding),
-            KerasLayer("PositionEmbedding", self.positions),
-            *(layer for block in self.blocks for layer in block.keras_layers()),
-            KerasLayer("LayerNorm", self.norm),
+            *self.trunk.keras_layers(),
             KerasLayer("Dense", self.logits),
         ]
 

@@ -1,7 +1,7 @@
-"""Twin of :mod:`kbench_models.text_encoder`: Embedding(1,000, 32), position embedding,
-2 pre-norm blocks whose attention masks id 0 (padding), LayerNorm, the mean over the
-ids that are not 0, Dense(classes, softmax). Token ids may come as integers or as
-floats holding integers, as for the Keras model."""
+"""Twin of :mod:`kbench_models.text_encoder`: Embedding(1,000, 32), the attention trunk
+(position embedding, 2 pre-norm blocks whose attention masks id 0, LayerNorm), the mean
+over the ids that are not 0, Dense(classes, softmax). Token ids may come as integers or
+as floats holding integers, as for the Keras model."""
 
 from __future__ import annotations
 
@@ -10,14 +10,11 @@ from typing import List
 import torch
 from torch import nn
 
-from ._attention import Block, LayerNorm, PositionEmbedding, masked_mean, padding_mask
+from .._attention_facts import DIM
+from ._attention import Trunk, masked_mean, padding_mask
 from ._layers import KerasLayer, KerasTwin, keras_init_
 
 VOCABULARY_SIZE = 1_000
-DIM = 32
-HEADS = 2
-MLP_DIM = 64
-BLOCKS = 2
 
 
 class TextEncoder(KerasTwin):
@@ -28,26 +25,20 @@ class TextEncoder(KerasTwin):
         if num_classes < 2:
             raise ValueError(f"text_encoder: num_classes must be 2 or more; got {num_classes}")
         self.embedding = nn.Embedding(VOCABULARY_SIZE, DIM)
-        self.positions = PositionEmbedding(int(input_shape[0]), DIM)
-        self.blocks = nn.ModuleList(Block(DIM, HEADS, MLP_DIM) for _ in range(BLOCKS))
-        self.norm = LayerNorm(DIM)
+        self.trunk = Trunk(int(input_shape[0]))
         self.classifier = nn.Linear(DIM, num_classes)
         keras_init_(self)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.long()
-        x = self.positions(self.embedding(tokens))
-        mask = padding_mask(tokens, x.dtype)
-        for block in self.blocks:
-            x = block(x, mask)
-        return torch.softmax(self.classifier(masked_mean(self.norm(x), tokens)), dim=-1)
+        x = self.embedding(tokens)
+        x = self.trunk(x, padding_mask(tokens, x.dtype))
+        return torch.softmax(self.classifier(masked_mean(x, tokens)), dim=-1)
 
     def keras_layers(self) -> List[KerasLayer]:
         return [
             KerasLayer("Embedding", self.embedding),
-            KerasLayer("PositionEmbedding", self.positions),
-            *(layer for block in self.blocks for layer in block.keras_layers()),
-            KerasLayer("LayerNorm", self.norm),
+            *self.trunk.keras_layers(),
             KerasLayer("Dense", self.classifier),
         ]
 

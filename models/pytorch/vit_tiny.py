@@ -1,6 +1,6 @@
 """Twin of :mod:`kbench_models.vit_tiny`: Conv2D(32, 4, strides=4) patches read in
-row-major order, position embedding, 2 pre-norm blocks, LayerNorm, mean over the
-patches, Dense(classes, softmax)."""
+row-major order, then the attention trunk (position embedding, 2 pre-norm blocks,
+LayerNorm), the mean over the patches, Dense(classes, softmax)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ from typing import List
 import torch
 from torch import nn
 
+from .._attention_facts import DIM
 from .._shapes import check_image_shape
-from ._attention import Block, LayerNorm, PositionEmbedding
+from ._attention import Trunk
 from ._layers import Conv2d, KerasLayer, KerasTwin, keras_init_
 
 PATCH = 4
-DIM = 32
-HEADS = 2
-MLP_DIM = 64
-BLOCKS = 2
 
 
 class ViTTiny(KerasTwin):
@@ -25,25 +22,18 @@ class ViTTiny(KerasTwin):
         super().__init__()
         channels, height, width = check_image_shape("vit_tiny", input_shape, minimum=PATCH)
         self.patches = Conv2d(channels, DIM, PATCH, stride=PATCH)
-        steps = (height // PATCH) * (width // PATCH)
-        self.positions = PositionEmbedding(steps, DIM)
-        self.blocks = nn.ModuleList(Block(DIM, HEADS, MLP_DIM) for _ in range(BLOCKS))
-        self.norm = LayerNorm(DIM)
+        self.trunk = Trunk((height // PATCH) * (width // PATCH))
         self.classifier = nn.Linear(DIM, num_classes)
         keras_init_(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.positions(self.patches(x).flatten(2).transpose(1, 2))  # (N, patches, dim)
-        for block in self.blocks:
-            x = block(x)
-        return torch.softmax(self.classifier(self.norm(x).mean(dim=1)), dim=-1)
+        x = self.trunk(self.patches(x).flatten(2).transpose(1, 2))  # (N, patches, DIM)
+        return torch.softmax(self.classifier(x.mean(dim=1)), dim=-1)
 
     def keras_layers(self) -> List[KerasLayer]:
         return [
             KerasLayer("Conv2D", self.patches),
-            KerasLayer("PositionEmbedding", self.positions),
-            *(layer for block in self.blocks for layer in block.keras_layers()),
-            KerasLayer("LayerNorm", self.norm),
+            *self.trunk.keras_layers(),
             KerasLayer("Dense", self.classifier),
         ]
 
