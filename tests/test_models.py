@@ -271,7 +271,9 @@ def test_models_stay_backend_neutral():
 # _compat.ops (keras.ops or keras.backend), merges and two Layer subclasses of their own.
 SEQUENCE_LAYERS = {"Input", "Dense", "Embedding", "Lambda", "Dot", "Add", "Activation",
                    "Concatenate", "Layer"}  # fmt: skip
-SEQUENCE_COMPAT = {"lstm", "ops"}  # _compat.lstm: an LSTM with its activations spelled out
+# _compat.lstm: an LSTM with its activations spelled out; ops: keras.ops or keras.backend;
+# sequence_length: a (steps, dim) tensor's steps
+SEQUENCE_COMPAT = {"lstm", "ops", "sequence_length"}
 SEQUENCE_HELPERS = {"_compat", "_attention", "_attention_facts"}  # models' own, imported
 
 
