@@ -8,9 +8,10 @@ saves the outputs on fixed inputs, with the inputs varied where a mask must hold
 text_encoder whose padding token's embedding is replaced (nothing may change: id 0 is
 kept out of attention and pooling) or one real token changed (its row must change);
 a decoder_lm whose tokens from position FUTURE on are redrawn (the logits before it may
-not change, those from it on must). The twins load each process's weights and must
-reproduce its outputs. The torch process builds vit_tiny in both data formats;
-keras-mxnet in channels_first, its default.
+not change, those from it on must); and decoder_lm's greedy tokens after a prompt.
+The twins load each process's weights and must reproduce its outputs and tokens. The
+torch process builds vit_tiny in both data formats; keras-mxnet in channels_first, its
+default.
 """
 
 from __future__ import annotations
