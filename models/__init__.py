@@ -31,6 +31,12 @@ class ModelSpec:
     # the loss the model's output is made for (with its default num_classes)
     loss: str = "sparse_categorical_crossentropy"
     vocabulary_size: Optional[int] = None  # "tokens" input only
+    # what the output is trained against: "label", one class per sample; "next_token",
+    # the input shifted by one: output (steps, vocabulary) at every position, position
+    # t's target the token at t + 1 (num_classes is then the vocabulary)
+    target: str = "label"
+    # the output is logits, not probabilities: the loss must be built from_logits=True
+    from_logits: bool = False
     # a user model (kbench_models.user): its file's absolute path, function and sha256
     path: Optional[str] = None
     function: str = "build"
@@ -48,6 +54,21 @@ class ModelSpec:
                 f"ModelSpec {self.name!r}: vocabulary_size is required for input_kind "
                 f"'tokens' and only for it; got input_kind={self.input_kind!r}, "
                 f"vocabulary_size={self.vocabulary_size!r}"
+            )
+
+        targets = ("label", "next_token")
+        if self.target not in targets:
+            raise ValueError(
+                f"ModelSpec {self.name!r}: target must be one of {', '.join(targets)}; "
+                f"got {self.target!r}"
+            )
+        if self.target == "next_token" and not (
+            self.input_kind == "tokens" and self.vocabulary_size == self.num_classes
+        ):
+            raise ValueError(
+                f"ModelSpec {self.name!r}: target 'next_token' needs input_kind 'tokens' and "
+                f"num_classes equal to vocabulary_size; got input_kind={self.input_kind!r}, "
+                f"num_classes={self.num_classes!r}, vocabulary_size={self.vocabulary_size!r}"
             )
 
     def loss_for(self, num_classes: int) -> str:
@@ -170,8 +191,39 @@ MODELS: Dict[str, ModelSpec] = {
             loss="binary_crossentropy",
             vocabulary_size=20_000,
         ),
+        ModelSpec(
+            name="vit_tiny",
+            module="vit_tiny",
+            description="ViT: 4x4 patches, 2 pre-norm blocks (dim 32, 2 heads, MLP 64), mean pool",
+            input_shape=(32, 32, 3),
+            num_classes=10,
+        ),
+        ModelSpec(
+            name="text_encoder",
+            module="text_encoder",
+            description="BERT-style: Embedding(1,000, 32), 2 blocks, padding (id 0) masked",
+            input_shape=(64,),
+            num_classes=2,
+            input_kind="tokens",
+            vocabulary_size=1_000,
+        ),
+        ModelSpec(
+            name="decoder_lm",
+            module="decoder_lm",
+            description="GPT-style causal decoder: 2 blocks (dim 32), next-token logits",
+            input_shape=(64,),
+            num_classes=1_000,
+            input_kind="tokens",
+            vocabulary_size=1_000,
+            target="next_token",
+            from_logits=True,
+        ),
     )
 }
+
+# the models with attention (models/_attention.py); tests/test_attention_models.py
+# holds their counts and twins
+ATTENTION_MODELS = ("vit_tiny", "text_encoder", "decoder_lm")
 
 
 def spec_for(model: str) -> ModelSpec:

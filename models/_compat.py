@@ -26,9 +26,14 @@ def l2(factor: float):
     return regularizers.l2(factor)
 
 
+def _shape(x) -> tuple:
+    """The shape of a symbolic tensor (batch first) in either Keras generation."""
+    return tuple(backend.int_shape(x) if hasattr(backend, "int_shape") else x.shape)
+
+
 def _spatial_size(x) -> tuple:
     """(height, width) of a symbolic image tensor in either Keras generation."""
-    shape = backend.int_shape(x) if hasattr(backend, "int_shape") else tuple(x.shape)
+    shape = _shape(x)
     return (
         tuple(shape[2:4]) if backend.image_data_format() == "channels_first" else tuple(shape[1:3])
     )
@@ -66,3 +71,29 @@ def lstm(units: int):
         implementation=2,
         unroll=keras_mxnet,
     )
+
+
+# -- attention (models/_attention.py): tensor operations inside layers --------------
+#
+# Keras 3 spells them keras.ops, Keras 2.2.4 keras.backend; the names used here
+# (arange, cast, equal,
+# expand_dims, greater, maximum, mean, not_equal, reshape, square, sqrt, sum) mean the same in both.
+try:
+    from keras import ops
+except ImportError:  # Keras 2.2.4 (keras-mxnet)
+    ops = backend
+
+
+def patches_to_sequence(x):
+    """A patch embedding's map, (height, width, dim) or (dim, height, width) per the
+    data format, as a sequence (height * width, dim), patches in row-major order."""
+    height, width = _spatial_size(x)
+    if backend.image_data_format() == "channels_first":
+        x = layers.Reshape((_shape(x)[1], height * width))(x)
+        return layers.Permute((2, 1))(x)
+    return layers.Reshape((height * width, _shape(x)[-1]))(x)
+
+
+def sequence_length(x) -> int:
+    """The steps of a symbolic (steps, dim) sequence tensor."""
+    return int(_shape(x)[1])

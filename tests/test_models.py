@@ -267,8 +267,14 @@ def test_models_stay_backend_neutral():
 # What a sequence model may build from: none of these reads the image data format (in
 # Keras 3 any layer with a data_format argument left at None reads it, as do _compat's
 # channel_axis and padding); a new layer here needs that checked before it is added.
-SEQUENCE_LAYERS = {"Input", "Dense", "Embedding"}
-SEQUENCE_COMPAT = {"lstm"}  # _compat.lstm: an LSTM with its activations spelled out
+# The attention blocks (_attention, for text_encoder and decoder_lm) add Lambdas in
+# _compat.ops (keras.ops or keras.backend), merges and two Layer subclasses of their own.
+SEQUENCE_LAYERS = {"Input", "Dense", "Embedding", "Lambda", "Dot", "Add", "Activation",
+                   "Concatenate", "Layer"}  # fmt: skip
+# _compat.lstm: an LSTM with its activations spelled out; ops: keras.ops or keras.backend;
+# sequence_length: a (steps, dim) tensor's steps
+SEQUENCE_COMPAT = {"lstm", "ops", "sequence_length"}
+SEQUENCE_HELPERS = {"_compat", "_attention", "_attention_facts"}  # models' own, imported
 
 
 def test_sequence_models_read_no_data_format():
@@ -276,8 +282,8 @@ def test_sequence_models_read_no_data_format():
     entries say ``same_as``): that holds while its modules build only from layers and
     helpers that read no data format."""
     sequence = {s.module for s in kbench_models.MODELS.values() if s.input_kind != "image"}
-    assert sequence == {"lstm", "lstm_embedding"}
-    for module in sorted(sequence):
+    assert sequence == {"lstm", "lstm_embedding", "text_encoder", "decoder_lm"}
+    for module in sorted(sequence | {"_attention"}):
         tree = ast.parse((MODELS_DIR / f"{module}.py").read_text())
         used = {
             (n.value.id, n.attr)
@@ -289,7 +295,7 @@ def test_sequence_models_read_no_data_format():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:  # models' own modules
                 names = {node.module} if node.module else {a.name for a in node.names}
-                assert names <= sequence | {"_compat"}, (module, names)
+                assert names <= sequence | SEQUENCE_HELPERS, (module, names)
             elif isinstance(node, ast.ImportFrom):
                 assert node.module in ("keras", "keras.models"), (module, node.module)
                 assert {a.name for a in node.names} <= {"layers", "Model"}, module

@@ -20,7 +20,7 @@ import mxnet as mx
 import numpy as np
 from mxnet.gluon import Parameter, nn, rnn
 
-from .. import MODELS
+from .. import ATTENTION_MODELS, MODELS
 from .._shapes import conv_kernel_oihw
 from .._shapes import expect_shape as _expect
 from ._layers import Conv2D, KerasLayer, KerasTwin, blocks
@@ -46,6 +46,11 @@ def build(name: str, input_shape: Tuple[int, ...], num_classes: int) -> KerasTwi
     """
     if name not in MODELS:
         raise KeyError(f"unknown model {name!r}; expected one of: {', '.join(MODELS)}")
+    if name in ATTENTION_MODELS:
+        raise NotImplementedError(
+            f"there is no Gluon twin of {name} (the models with attention have none yet); "
+            "run it on tensorflow, jax, torch, torch-native or mxnet (keras-mxnet)"
+        )
     module = importlib.import_module(f".{MODELS[name].module}", __name__)
     return module.build(input_shape=tuple(input_shape), num_classes=num_classes)
 

@@ -109,6 +109,19 @@ def _embedding(layer: KerasLayer, arrays, data_format, kernel_layout, where):
     return [(embedding.weight, arrays[0])]
 
 
+def _layer_norm(layer: KerasLayer, arrays, data_format, kernel_layout, where):
+    norm = layer.module
+    for name, array in zip(("gamma", "beta"), arrays):
+        _expect(where, name, array.shape, tuple(norm.weight.shape))
+    return [(norm.weight, arrays[0]), (norm.bias, arrays[1])]
+
+
+def _position_embedding(layer: KerasLayer, arrays, data_format, kernel_layout, where):
+    positions = layer.module
+    _expect(where, "embeddings", arrays[0].shape, tuple(positions.weight.shape))
+    return [(positions.weight, arrays[0])]
+
+
 _LOADERS: Dict[str, Tuple[Callable[..., List[Assignment]], Callable[[nn.Module], int]]] = {
     # kind: (loader, number of Keras weight arrays)
     "Conv2D": (_conv2d, lambda conv: 1 if conv.bias is None else 2),
@@ -116,6 +129,8 @@ _LOADERS: Dict[str, Tuple[Callable[..., List[Assignment]], Callable[[nn.Module],
     "Dense": (_dense, lambda linear: 2),
     "LSTM": (_lstm, lambda lstm: 3),
     "Embedding": (_embedding, lambda embedding: 1),
+    "LayerNorm": (_layer_norm, lambda norm: 2),
+    "PositionEmbedding": (_position_embedding, lambda positions: 1),
 }
 
 
