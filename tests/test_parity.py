@@ -8,13 +8,17 @@ from conftest import dump, fused_rnn_refused, kbench_here, require_backends, run
 from kbench.measure.processes import usable_cores
 from kbench.run.runner import Runner
 from kbench.studies import parity
-from kbench_models import MODELS
+from kbench_models import MODELS as ZOO
+from kbench_models import spec_for
 
 BACKENDS = ("tensorflow", "jax", "torch", "torch-native", "mxnet")
 # mxnet-gluon beside them on one model of each kind of layer (dense, convolution,
 # BatchNormalization with residuals, LSTM); test_gluon checks every model's Gluon twin
 # against Keras in one process
 GLUON_MODELS = ("mlp", "small_cnn", "resnet20", "lstm")
+# decoder_lm learns next-token targets, which the data pipeline does not make yet (its runs
+# are unsupported, said so); its twins are checked in tests/test_attention_models.py
+MODELS = [name for name in ZOO if spec_for(name).target == "label"]
 SMALL_SHAPES = {"resnet50": (64, 64, 3), "lstm": (24, 8), "lstm_embedding": (24,)}
 WITHOUT_BATCHNORM = ("mlp", "mlp3", "small_cnn", "lenet5", "alexnet", "lstm", "lstm_embedding")
 
