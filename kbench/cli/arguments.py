@@ -32,7 +32,10 @@ EXAMPLES = """\
 examples:
   kbench demo                                   MLP and small CNN on every backend
   kbench run --backend jax --model small_cnn    one run, results in ./results
-  kbench run --backend tensorflow,jax,torch,mxnet --model mlp --epochs 3
+  kbench run --backend tensorflow,jax,torch,mxnet --model mlp
+                                                compared in warm windows, ratios with intervals
+  kbench run -b tensorflow,jax --model mlp --repeats 3 --epochs 2
+                                                3 fresh runs of 2 epochs each, round by round
   kbench run --backend torch --model small_cnn --data-format channels_first
   kbench run --backend mxnet --model mlp --dataset synthetic --input-shape 32x32x3 --steps 50
   kbench run -b tensorflow,jax,torch,mxnet --model my_model.py:build --dataset npz:data.npz

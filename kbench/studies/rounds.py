@@ -27,6 +27,7 @@ from kbench.results.config import (
     WINDOW_S,
     ConfigError,
     RunConfig,
+    default_of,
     did_you_mean,
     flag_for,
     needs_fresh_process,
@@ -245,6 +246,13 @@ def plan_comparison(
         _check_fresh_options(backends, repeats, ratio_precision, ratio_budget_s, check_parity)
         rounds = plan_rounds(backends, models, repeats or 1, **settings)
         return Plan(rounds, measure, baseline, ratio_precision, ratio_budget_s, warm, check_parity)
+    epochs = settings.get("epochs")
+    if epochs not in (None, default_of("epochs")) and settings.get("steps") is None:
+        log.warning(
+            "--epochs %s is not used: warm windows measure windows of about --window "
+            "seconds (or --steps N each) until the ratios are precise, not epochs; "
+            "--repeats N measures N fresh runs of %s epochs each instead", epochs, epochs
+        )
     if settings.get("sample_interval_s") == 0:
         log.warning(
             "--sample-interval 0: no window can be checked for a busy machine, so no round "
