@@ -319,6 +319,29 @@ def test_every_command_in_the_docs_parses():
     assert not problems, "commands in the docs that would not run:\n" + "\n".join(problems)
 
 
+def help_examples() -> List[DocCommand]:
+    """The ``kbench ...`` example lines of every command's ``--help`` (its epilog), each
+    cut at the two spaces before its description."""
+    parser = app.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    found = []
+    for name, sub in [("kbench", parser), *commands.choices.items()]:
+        for line in (sub.epilog or "").splitlines():
+            shown = re.split(r"\s{2,}", line.strip())[0]
+            match = KBENCH_COMMAND.match(shown)
+            if match:
+                words = shlex.split(match.group(1))
+                found.append(DocCommand(f"kbench {name} --help", True, words))
+    return found
+
+
+def test_every_example_in_the_help_parses():
+    examples = help_examples()
+    assert len(examples) > 20, "the help's examples were not found: is the extractor broken?"
+    problems = [p for p in map(command_problem, examples) if p]
+    assert not problems, "examples in --help that would not run:\n" + "\n".join(problems)
+
+
 def test_sweep_and_reproduce_commands_in_the_docs_dry_run(monkeypatch, capsys):
     """Each ``kbench sweep`` and ``kbench reproduce`` of a code block, with
     ``--dry-run``, from the checkout (their files are relative to it): it plans and
