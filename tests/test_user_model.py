@@ -253,6 +253,21 @@ def test_user_model_on_every_keras_backend(request, module_npz):
 
 
 @pytest.mark.slow
+def test_backends_building_different_models_stop_before_measuring(capsys, tmp_path):
+    """MXNet lays images out channels_first, where axis=-1 is the width: the counts differ
+    as the workers build the model, and the comparison stops there with the fix."""
+    require_backends("torch", "mxnet")
+    model = Path(__file__).parent / "user_models" / "axis_minus_one.py"
+    store = tmp_path / "store"
+    args = ["-b", "torch,mxnet", "-m", f"{model}:build", "--dataset", "synthetic"]
+    code, err = run_cli(capsys, [*args, "--store", str(store)])
+    assert code == 2, err
+    assert "different parameter counts (torch: " in err and "; mxnet: " in err, err
+    assert "nothing was measured" in err and "--data-format channels_last" in err
+    assert not list(store.glob("*.json")), "no document of a comparison that measured nothing"
+
+
+@pytest.mark.slow
 def test_a_model_importing_tensorflow_on_torch_finds_it_seeded(request):
     """A worker keeps TensorFlow out while it seeds torch's generators (3-4 s of its
     start) and seeds it when the user's model imports it: the model's build checks that

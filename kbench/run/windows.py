@@ -43,7 +43,7 @@ from kbench.results.comparison import (
     failed_record,
     window_record,
 )
-from kbench.results.config import RunConfig
+from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore
 from kbench.run import agreement, weightfile
@@ -326,6 +326,9 @@ def interleave(
             order = plan_parity(workers, weights, check_parity)  # starts, then warm-ups
             for worker in order:
                 worker.start()
+            differ = models_differ(workers)
+            if differ:
+                raise ModelsDiffer(differ)
             for worker in [w for w in order if w.alive]:
                 worker.warm_up()
             record_parity(workers, weights)
@@ -334,8 +337,9 @@ def interleave(
         except BaseException as err:  # Ctrl-C, or a failure of kbench's own: stop them now
             for worker in workers:
                 worker.close(now=True)
-            interrupted(workers, err)
-            keep(runner, workers, quiet=True)
+            if not isinstance(err, ModelsDiffer):  # nothing was measured of those
+                interrupted(workers, err)
+                keep(runner, workers, quiet=True)
             raise
         finally:
             for worker in workers:
@@ -344,6 +348,38 @@ def interleave(
             worker.stopped = reason
         keep(runner, workers)
     return [w.document() for w in workers], reason
+
+
+class ModelsDiffer(ConfigError):
+    """The backends built models of different parameter counts: no window is measured."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("model", message)
+
+
+def models_differ(workers: Sequence[WindowWorker]) -> Optional[str]:
+    """Why the started workers' models are not one model (their parameter counts differ),
+    with the likely fix, or None. Checked as the models are built, before any window: a
+    comparison of different models would compare nothing."""
+    started = [w for w in workers if w.started]
+    counts = {w.label: w.started["model"]["params"] for w in started}
+    if len(set(counts.values())) < 2:
+        return None
+    sizes = "; ".join(f"{label}: {count:,}" for label, count in counts.items())
+    formats = {w.label: w.context.keras_json.get("image_data_format") for w in started}
+    fix = "build the same layers on every backend"
+    if len(set(formats.values()) - {None}) > 1:
+        first = sorted(b for b, f in formats.items() if f == "channels_first")
+        fix = (
+            f"{', '.join(first)} laid the images out channels_first, where a layer that "
+            "names an axis (BatchNormalization's or Concatenate's default axis=-1) takes "
+            "another one: add --data-format channels_last (or write the axis for both "
+            "layouts)"
+        )
+    return (
+        f"the backends built models of different parameter counts ({sizes}), so their "
+        f"speeds would compare different models; nothing was measured. Fix: {fix}."
+    )
 
 
 def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
