@@ -42,16 +42,23 @@ class BackendSpec:
     # Why its framework has no inter-op thread pool kbench can set (--inter-op-threads is
     # refused for it); None: it has one, set apart from the intra-op threads.
     no_inter_op_pool: Optional[str] = None
+    # Why it runs inference only (an exported model's runtime, Keras' OpenVINO backend):
+    # training settings are refused for it, with this reason; None: it trains.
+    inference_only: Optional[str] = None
+    # An exported model's runtime: the model.export format its file is in, and the Keras
+    # backend whose worker exports it (kbench.run.exports); no Keras in its own process.
+    export_format: Optional[str] = None
+    exported_by: Optional[str] = None
 
     @property
     def runs_keras(self) -> bool:
         """Its process runs Keras (what ``kbench exec`` can drive)."""
-        return not self.native_port
+        return not self.native_port and self.export_format is None
 
     @property
     def exports_weights(self) -> bool:
         """It can be the parity reference: it writes the initial weights the others load."""
-        return not self.native_port
+        return self.runs_keras and self.inference_only is None
 
     @property
     def logs_mean_loss(self) -> bool:
@@ -67,6 +74,14 @@ class BackendSpec:
 MXNET_NO_INTER_OP = (
     "MXNet runs its operators on OpenMP threads (OMP_NUM_THREADS, which --threads sets, "
     "read when mxnet is imported) and has no API for an inter-op pool"
+)
+
+KERAS_OPENVINO_INFERENCE = (
+    "Keras 3's OpenVINO backend runs inference only (predict): it has no gradients"
+)
+RUNS_AN_EXPORT = (
+    "it runs a model exported from Keras (model.export) for inference; the file holds no "
+    "optimizer or gradients"
 )
 
 BACKENDS: Dict[str, BackendSpec] = {
@@ -106,6 +121,30 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.mxnet_gluon:MXNetGluonBackend", colour="#8cd17d",
             packages=("mxnet", "mxnet-cu112"), data_formats=("channels_first",), native_port=True,
             no_inter_op_pool=MXNET_NO_INTER_OP,
+        ),
+        BackendSpec(
+            name="openvino", environment="keras3",
+            implementation="kbench.backends.runtimes:OpenVinoKerasBackend", colour="#17becf",
+            packages=("keras", "openvino"), inference_only=KERAS_OPENVINO_INFERENCE,
+            export_format="keras-weights", exported_by="tensorflow",
+        ),
+        BackendSpec(
+            name="onnxruntime", environment="keras3",
+            implementation="kbench.backends.runtimes:OnnxRuntimeBackend", colour="#7f7f7f",
+            packages=("onnxruntime", "onnx", "tf2onnx"), inference_only=RUNS_AN_EXPORT,
+            export_format="onnx", exported_by="tensorflow",
+        ),
+        BackendSpec(
+            name="openvino-ir", environment="keras3",
+            implementation="kbench.backends.runtimes:OpenVinoIRBackend", colour="#bcbd22",
+            packages=("openvino",), inference_only=RUNS_AN_EXPORT, export_format="openvino",
+            exported_by="tensorflow",
+        ),
+        BackendSpec(
+            name="litert", environment="keras3",
+            implementation="kbench.backends.runtimes:LiteRTBackend", colour="#d37295",
+            packages=("ai-edge-litert",), inference_only=RUNS_AN_EXPORT, export_format="litert",
+            exported_by="tensorflow",  # Keras exports LiteRT from TensorFlow only
         ),
     )
 }  # fmt: skip

@@ -138,13 +138,24 @@ def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]
             batch_size=config["batch_size"], learning_rate=config["learning_rate"],
             loss=built.loss, data_format=task.data_format,
         )  # fmt: skip
+    if task.export is not None and "make" in task.export:  # the exporter's step
+        from kbench.run import exports
+
+        return exports.make(backend, built.model, built.arrays, task.export)
     if config["mode"] == "inference":
         from kbench.run.inference import infer
 
-        return infer(
+        metrics = infer(
             backend, built.model, built.arrays, batch_size=config["batch_size"],
             duration_s=config["duration_s"], tracker=tracker, **stages,
         )  # fmt: skip
+        if task.export is None:
+            return metrics
+        from kbench.run import exports
+
+        return exports.with_agreement(
+            metrics, backend, built.model, task.export, config["batch_size"]
+        )
     trainer = Trainer(
         backend, built.model, built.arrays, np.load(task.order_path), config["batch_size"]
     )
@@ -175,6 +186,11 @@ def build_model(
     run of a zoo model that loads the reference's weights builds with the initializers'
     values unused (:meth:`~kbench.backends.base.Backend.initial_values_unused`); a user's
     model may draw more than its weights at build time, so it builds as written."""
+    if task.export is not None and "make" not in task.export:  # a runtime: its export
+        from kbench.run import exports
+
+        exports.refuse_failed(task.export)
+        backend.take_export(task.export)
     backend.seed(task.config["seed"])
     replaced = (
         task.parity is not None

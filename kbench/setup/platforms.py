@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import platform as _platform
 import sys
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -46,6 +47,17 @@ KERAS3_COMMON = (
     "matplotlib", "pillow", "scikit-learn", "pytest", "pytest-xdist", "ruff",
     "mkdocs-material", "nbclient", "nbformat", "ipykernel",
 )  # fmt: skip
+# The inference runtimes (kbench.backends.runtimes) and what Keras' model.export needs
+# for them (tf2onnx: ONNX from TensorFlow; scipy: the OpenVINO export)
+KERAS3_RUNTIMES = (
+    "onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0", "onnx==1.23.2",
+    "tf2onnx==1.17.0", "scipy",
+)  # fmt: skip
+# where PyPI has no wheel of a runtime: left out of the plan, and said
+RUNTIMES_MISSING = {
+    "win32": ("ai-edge-litert==2.3.0", "LiteRT (ai-edge-litert) has no Windows wheel: the "
+              "litert backend does not run here"),
+}  # fmt: skip
 MXNET_COMMON = ("keras-mxnet==2.2.4.3", "numpy<1.24", "nvidia-ml-py", "psutil", "pillow")
 
 # The frameworks of each environment: what `python3 -m kbench.setup --check` inspects
@@ -225,6 +237,19 @@ def unsupported_reason(name: str, where: Optional[Platform] = None) -> Optional[
 
 
 def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
+    plan = _keras3_frameworks(kind, where)
+    if plan.unavailable:
+        return plan
+    missing, note = RUNTIMES_MISSING.get(where.family, (None, None))
+    runtimes = tuple(r for r in KERAS3_RUNTIMES if r != missing)
+    return dataclasses.replace(
+        plan,
+        requirements=plan.requirements + runtimes,
+        notes=plan.notes + ((note,) if note else ()),
+    )
+
+
+def _keras3_frameworks(kind: str, where: Platform) -> EnvironmentPlan:
     family, arch = where.family, where.arch
     notes: Tuple[str, ...] = ()
     if family not in ("linux", "darwin", "win32") or arch not in ("x86_64", "arm64"):
