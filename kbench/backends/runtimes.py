@@ -14,6 +14,7 @@ runs the same weights. Anything about training raises :class:`Unsupported`.
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -23,6 +24,16 @@ from kbench.backends.keras3 import Keras3Backend
 
 INFERENCE_ONLY = "{backend} runs inference only ({why}); use --mode inference"
 NO_GPU_HERE = "not applicable: kbench runs this runtime on the CPU"
+
+
+# OpenVINO's CPU plugin computes in bfloat16 by default where the CPU has bf16 instructions
+# (AVX512_BF16, AMX): float32 runs ask for float32 (lower precisions are --precision's)
+OPENVINO_PRECISION = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def openvino_config(threads: int) -> Dict[str, Any]:
+    """What kbench compiles an OpenVINO model with: its threads, and float32."""
+    return {"INFERENCE_NUM_THREADS": threads, **OPENVINO_PRECISION}
 
 
 def refuse_training(backend: str) -> Unsupported:
@@ -63,8 +74,10 @@ class ExportedRuntime(Backend):
     def framework_info(self) -> Dict[str, Any]:
         return {
             "name": self.name, "version": importlib.metadata.version(self.distribution),
-            "devices": ["CPU"], "device_used": "CPU",
+            "devices": ["CPU"], "device_used": "CPU", **self.settings,
         }  # fmt: skip
+
+    settings: Dict[str, Any] = {}  # what else the runtime is run with, as results say it
 
     def seed(self, seed: int) -> None:
         """Nothing draws here: the file holds the exporter's seeded weights."""
@@ -129,12 +142,11 @@ class OpenVinoIRBackend(ExportedRuntime):
     framework_name = "OpenVINO"
     distribution = module = "openvino"
     thread_setting = "INFERENCE_NUM_THREADS"
+    settings = {"compiled_with": OPENVINO_PRECISION}
 
     def load(self, path: str) -> Any:
         core = self.runtime.Core()
-        compiled = core.compile_model(
-            core.read_model(path), "CPU", {"INFERENCE_NUM_THREADS": self.threads}
-        )
+        compiled = core.compile_model(core.read_model(path), "CPU", openvino_config(self.threads))
         self.output = compiled.outputs[0]
         return compiled.create_infer_request()
 
@@ -187,11 +199,30 @@ class OpenVinoKerasBackend(Keras3Backend):
         return model
 
     def configure_threads(self) -> Dict[str, Any]:
-        return {
-            "framework": "not settable through Keras: its OpenVINO backend compiles with "
-            "openvino.compile_model(model, 'CPU') and no config; the process's CPU affinity "
-            "(which --threads sets) bounds OpenVINO's threads"
-        }
+        return {"framework": {"INFERENCE_NUM_THREADS": self.threads}}
+
+    def load_framework(self, data_format: str) -> None:
+        """Keras' OpenVINO backend compiles with ``openvino.compile_model(model, "CPU")``
+        and no config (OpenVINO's defaults: every core, bfloat16 where the CPU has it):
+        its calls are given kbench's config (:func:`openvino_config`): ``--threads`` and
+        float32. They are looked up by name in Keras' private modules; a Keras without
+        them keeps OpenVINO's defaults, with a warning."""
+        import openvino
+
+        ours = openvino_config(self.threads)
+        plain = openvino.compile_model
+
+        def compile_model(model: Any, device_name: Any = "CPU", config: Any = None, **kw: Any):
+            return plain(model, device_name, {**ours, **(config or {})}, **kw)
+
+        openvino.compile_model = compile_model
+        super().load_framework(data_format)
+        core = sys.modules.get("keras.src.backend.openvino.core")
+        if core is not None and getattr(core, "compile_model", None) is plain:
+            core.compile_model = compile_model
+        if core is None:
+            self.warn("Keras' OpenVINO backend was not where kbench looks: OpenVINO runs "
+                      "with its defaults (every core; bfloat16 where the CPU has it)")  # fmt: skip
 
     def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
         return {} if fraction is None and not growth else {"note": NO_GPU_HERE}
@@ -205,6 +236,7 @@ class OpenVinoKerasBackend(Keras3Backend):
         return {
             "name": "openvino", "version": importlib.metadata.version("openvino"),
             "full_version": openvino.__version__, "devices": ["CPU"], "device_used": "CPU",
+            "compiled_with": openvino_config(self.threads),
         }  # fmt: skip
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:

@@ -125,6 +125,8 @@ class Runner:
     # kbench.distributed.launcher.run_distributed, given by the stage above that plans
     # data-parallel runs (run never imports it); None refuses them
     data_parallel: Optional[Callable[..., RunResult]] = None
+    # the exports the session's runtimes run (kbench.run.exports), made together
+    exports: exports.SessionExports = field(default_factory=lambda: exports.SessionExports())
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
@@ -198,6 +200,7 @@ class Runner:
         data is prepared then too; each other data set when a run first needs it)."""
         for config in configs:
             environments.interpreter_for(config.backend)
+        self.exports = exports.SessionExports(list(configs))
         with leftovers.working_directory() as directory:
             directory = Path(directory)
             prepared = DataGroups.of(directory / "data", configs)
@@ -242,7 +245,7 @@ class Runner:
                 f"run_warm: expected cases that share one worker (backend, data format, "
                 f"threads, device, memory options, start-up switches); received {len(keys)} kinds"
             )
-        cases = [with_export(case, session_dir, python_path) for case in cases]
+        cases = [with_export(c, session_dir, python_path, self.exports) for c in cases]
         planned = [self._plan(case, session_dir) for case in cases]
         first = planned[0]
         env, keras_json = environments.process_environment(
@@ -469,12 +472,14 @@ class Case:
     export: Optional[Dict[str, Any]] = None  # an inference runtime's (kbench.run.exports)
 
 
-def with_export(case: Case, session_dir: Path, python_path: Path) -> Case:
-    """``case`` with the export its runtime runs (made where the cache has none); a
-    backend that runs no export: unchanged."""
+def with_export(
+    case: Case, session_dir: Path, python_path: Path, made: exports.SessionExports
+) -> Case:
+    """``case`` with the export its runtime runs (made where the cache has none, with the
+    session's other runs' formats); a backend that runs no export: unchanged."""
     if not BACKENDS[case.config.backend].export_format:
         return case
-    export = exports.export_for(case.config, case.data, session_dir, python_path)
+    export = exports.export_for(case.config, case.data, session_dir, python_path, made)
     return dataclasses.replace(case, export=export)
 
 

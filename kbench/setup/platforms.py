@@ -24,10 +24,10 @@ Standard library only: this runs before any environment exists.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform as _platform
 import sys
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
