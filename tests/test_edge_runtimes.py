@@ -78,15 +78,16 @@ def test_each_runtime_runs_the_export_and_agrees_with_keras(first_run):
         assert result.environment["framework"]["version"], name
         assert result.model["params"] == 101_770
     assert results["onnxruntime"].metrics["export"]["format"] == "onnx"
-    assert results["litert"].metrics["export"]["exporter"].startswith(
-        "model.export(format='litert')"
+    assert (
+        results["litert"].metrics["export"]["exporter"].startswith("model.export(format='litert')")
     )
     # --threads is each runtime's own thread setting
     threads = results["onnxruntime"].environment["framework"]["threads"]["framework"]
     assert threads == {"SessionOptions.intra_op_num_threads": 1}
-    assert "INFERENCE_NUM_THREADS" in results["openvino-ir"].environment["framework"]["threads"][
-        "framework"
-    ]
+    assert (
+        "INFERENCE_NUM_THREADS"
+        in results["openvino-ir"].environment["framework"]["threads"]["framework"]
+    )
     table = first_run.stdout
     assert "inference runtimes" in table and "argmax agree" in table and "of 32" in table
 
