@@ -73,7 +73,8 @@ class ExportedRuntime(Backend):
 
     def framework_info(self) -> Dict[str, Any]:
         return {
-            "name": self.name, "version": importlib.metadata.version(self.distribution),
+            "name": self.name.split("-")[0],  # openvino-ir runs OpenVINO
+            "version": importlib.metadata.version(self.distribution),
             "devices": ["CPU"], "device_used": "CPU", **self.settings,
         }  # fmt: skip
 

@@ -53,10 +53,11 @@ KERAS3_RUNTIMES = (
     "onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0", "onnx==1.23.2",
     "tf2onnx==1.17.0", "scipy",
 )  # fmt: skip
-# where PyPI has no wheel of a runtime: left out of the plan, and said
-RUNTIMES_MISSING = {
-    "win32": ("ai-edge-litert==2.3.0", "LiteRT (ai-edge-litert) has no Windows wheel: the "
-              "litert backend does not run here"),
+# where PyPI has no wheel of a runtime's pinned version (checked with pip's --platform):
+# left out of the plan, and said
+RUNTIMES_MISSING: Dict[Tuple[str, str], Tuple[str, ...]] = {
+    ("darwin", "x86_64"): ("onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0"),
+    ("linux", "arm64"): ("ai-edge-litert==2.3.0",),
 }  # fmt: skip
 MXNET_COMMON = ("keras-mxnet==2.2.4.3", "numpy<1.24", "nvidia-ml-py", "psutil", "pillow")
 
@@ -240,12 +241,14 @@ def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
     plan = _keras3_frameworks(kind, where)
     if plan.unavailable:
         return plan
-    missing, note = RUNTIMES_MISSING.get(where.family, (None, None))
-    runtimes = tuple(r for r in KERAS3_RUNTIMES if r != missing)
+    missing = RUNTIMES_MISSING.get((where.family, where.arch), ())
+    runtimes = tuple(r for r in KERAS3_RUNTIMES if r not in missing)
+    notes = tuple(
+        f"{r.split('==')[0]} has no wheel for {where.label}: its backend does not run here"
+        for r in missing
+    )
     return dataclasses.replace(
-        plan,
-        requirements=plan.requirements + runtimes,
-        notes=plan.notes + ((note,) if note else ()),
+        plan, requirements=plan.requirements + runtimes, notes=plan.notes + notes
     )
 
 
