@@ -12,7 +12,8 @@ share: :func:`kbench.run.runner.worker_key`), then answers each command on stdin
 (:data:`kbench.run.protocol.COMMANDS`) on the reply pipe:
 
 - ``run``: one whole run of a task file (training, inference or a parity replay, with a
-  profile after it where asked), in its own ``try``: a failure is its reply, and the
+  profile after it where asked; or the export an inference runtime runs, made with
+  ``model.export``: :mod:`kbench.run.exports`), in its own ``try``: a failure is its reply, and the
   worker goes on. Before each later run the framework's session is cleared and the run's
   per-run switches applied (:meth:`kbench.backends.base.Backend.next_case`); later runs
   record ``import_time_s`` 0 and ``warm_worker``.
