@@ -128,3 +128,26 @@ def test_a_layer_the_format_cannot_hold_is_that_runtimes_unsupported(tmp_path, h
     assert litert.status == "unsupported", dump(done)
     assert "model.export(format='litert') by tensorflow" in litert.reason
     assert "SelfAdjointEigV2" in litert.error["message"]
+
+
+def test_a_changed_model_is_exported_again(tmp_path):
+    """Fast: the cache key is the model's content, its input and the format."""
+    from types import SimpleNamespace
+
+    from kbench.results.config import RunConfig
+    from kbench.run.exports import export_key
+
+    model = tmp_path / "tiny.py"
+    model.write_text(textwrap.dedent(EIGH_MODEL))
+    data = SimpleNamespace(input_shape=(28, 28, 1), num_classes=10)
+
+    def key(backend: str, model_name: str) -> str:
+        config = RunConfig(backend=backend, model=model_name, mode="inference")
+        return export_key(config, data, "channels_last")
+
+    first = key("onnxruntime", f"{model}:build")
+    assert key("onnxruntime", f"{model}:build") == first
+    assert key("litert", f"{model}:build") != first  # another format
+    assert key("onnxruntime", "mlp") != key("onnxruntime", "small_cnn")
+    model.write_text(textwrap.dedent(EIGH_MODEL) + "\n# changed\n")
+    assert key("onnxruntime", f"{model}:build") != first
