@@ -126,7 +126,7 @@ class Runner:
     # data-parallel runs (run never imports it); None refuses them
     data_parallel: Optional[Callable[..., RunResult]] = None
     # the exports the session's runtimes run (kbench.run.exports), made together
-    exports: exports.SessionExports = field(default_factory=lambda: exports.SessionExports())
+    session_exports: exports.SessionExports = field(default_factory=exports.SessionExports)
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
@@ -200,7 +200,7 @@ class Runner:
         data is prepared then too; each other data set when a run first needs it)."""
         for config in configs:
             environments.interpreter_for(config.backend)
-        self.exports = exports.SessionExports(list(configs))
+        self.session_exports = exports.SessionExports(list(configs))
         with leftovers.working_directory() as directory:
             directory = Path(directory)
             prepared = DataGroups.of(directory / "data", configs)
@@ -245,7 +245,7 @@ class Runner:
                 f"run_warm: expected cases that share one worker (backend, data format, "
                 f"threads, device, memory options, start-up switches); received {len(keys)} kinds"
             )
-        cases = [with_export(c, session_dir, python_path, self.exports) for c in cases]
+        cases = [with_export(c, session_dir, python_path, self.session_exports) for c in cases]
         planned = [self._plan(case, session_dir) for case in cases]
         first = planned[0]
         env, keras_json = environments.process_environment(

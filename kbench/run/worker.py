@@ -13,10 +13,11 @@ share: :func:`kbench.run.runner.worker_key`), then answers each command on stdin
 
 - ``run``: one whole run of a task file (training, inference or a parity replay, with a
   profile after it where asked; or the export an inference runtime runs, made with
-  ``model.export``: :mod:`kbench.run.exports`), in its own ``try``: a failure is its reply, and the
-  worker goes on. Before each later run the framework's session is cleared and the run's
-  per-run switches applied (:meth:`kbench.backends.base.Backend.next_case`); later runs
-  record ``import_time_s`` 0 and ``warm_worker``.
+  ``model.export``: :mod:`kbench.run.exports`), in its own ``try``: a failure is its
+  reply, and the worker goes on. Before each later run the framework's session is
+  cleared and the run's per-run switches applied
+  (:meth:`kbench.backends.base.Backend.next_case`); later runs record ``import_time_s`` 0
+  and ``warm_worker``.
 - ``start``, ``warmup``, ``window``: windows of one built and compiled model (the parent
   is :mod:`kbench.run.windows`); a failure there replies ``failed`` and ends the worker.
 - ``finish``, or the end of stdin: replies ``finished`` and exits 0.
