@@ -52,7 +52,9 @@ class BackendSpec:
 
     @property
     def runs_keras(self) -> bool:
-        """Its process runs Keras (what ``kbench exec`` can drive)."""
+        """Its process runs Keras as a script would (what ``kbench exec`` can drive): not a
+        runtime of an export, nor Keras' OpenVINO backend, whose runs load the exporter's
+        weights."""
         return not self.native_port and self.export_format is None
 
     @property
@@ -78,6 +80,11 @@ MXNET_NO_INTER_OP = (
 
 KERAS_OPENVINO_INFERENCE = (
     "Keras 3's OpenVINO backend runs inference only (predict): it has no gradients"
+)
+RUNTIME_NO_INTER_OP = (
+    "kbench runs the model's operators one after another on the runtime's own threads "
+    "(--threads sets them: intra_op_num_threads, INFERENCE_NUM_THREADS, num_threads); no "
+    "inter-op pool is set apart"
 )
 RUNS_AN_EXPORT = (
     "it runs a model exported from Keras (model.export) for inference; the file holds no "
@@ -127,24 +134,26 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.runtimes:OpenVinoKerasBackend", colour="#17becf",
             packages=("keras", "openvino"), inference_only=KERAS_OPENVINO_INFERENCE,
             export_format="keras-weights", exported_by="tensorflow",
+            no_inter_op_pool=RUNTIME_NO_INTER_OP,
         ),
         BackendSpec(
             name="onnxruntime", environment="keras3",
             implementation="kbench.backends.runtimes:OnnxRuntimeBackend", colour="#7f7f7f",
             packages=("onnxruntime", "onnx", "tf2onnx"), inference_only=RUNS_AN_EXPORT,
-            export_format="onnx", exported_by="tensorflow",
+            export_format="onnx", exported_by="tensorflow", no_inter_op_pool=RUNTIME_NO_INTER_OP,
         ),
         BackendSpec(
             name="openvino-ir", environment="keras3",
             implementation="kbench.backends.runtimes:OpenVinoIRBackend", colour="#bcbd22",
             packages=("openvino",), inference_only=RUNS_AN_EXPORT, export_format="openvino",
-            exported_by="tensorflow",
+            exported_by="tensorflow", no_inter_op_pool=RUNTIME_NO_INTER_OP,
         ),
         BackendSpec(
             name="litert", environment="keras3",
             implementation="kbench.backends.runtimes:LiteRTBackend", colour="#d37295",
             packages=("ai-edge-litert",), inference_only=RUNS_AN_EXPORT, export_format="litert",
             exported_by="tensorflow",  # Keras exports LiteRT from TensorFlow only
+            no_inter_op_pool=RUNTIME_NO_INTER_OP,
         ),
     )
 }  # fmt: skip
