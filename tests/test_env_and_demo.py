@@ -16,12 +16,14 @@ from kbench.studies import rounds
 @pytest.mark.slow
 @pytest.mark.own_processes("a probe of an environment")
 def test_env_reports_every_backend_runnable(home):
-    require_backends("tensorflow", "jax", "torch", "torch-native", "mxnet", "mxnet-gluon")
+    every = {"tensorflow", "jax", "torch", "torch-native", "mxnet", "mxnet-gluon", "openvino",
+             "onnxruntime", "openvino-ir", "litert"}  # fmt: skip
+    require_backends(*sorted(every))
     completed = run_kbench(["env", "--json"], home)
     assert completed.returncode == 0, dump(completed)
     report = json.loads(completed.stdout)
     by_name = {b["backend"]: b for b in report["backends"]}
-    assert set(by_name) == {"tensorflow", "jax", "torch", "torch-native", "mxnet", "mxnet-gluon"}
+    assert set(by_name) == every
     for name, probe in by_name.items():
         assert probe["ok"], probe
         assert probe["framework"]["name"] == name.split("-")[0]

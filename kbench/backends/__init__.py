@@ -34,14 +34,25 @@ class BackendSpec:
     native_port: bool = False
     # why it has no inter-op pool kbench can set (--inter-op-threads is refused); None: it has
     no_inter_op_pool: Optional[str] = None
+    # Why it runs inference only (an exported model's runtime, Keras' OpenVINO backend):
+    # training settings are refused for it, with this reason; None: it trains.
+    inference_only: Optional[str] = None
+    # An exported model's runtime: the model.export format its file is in, and the Keras
+    # backend whose worker exports it (kbench.run.exports); no Keras in its own process.
+    export_format: Optional[str] = None
+    exported_by: Optional[str] = None
 
     @property
     def runs_keras(self) -> bool:
-        """Its process runs Keras: ``kbench exec`` can drive it, and it can be the parity
-        reference (:attr:`exports_weights`: it writes the initial weights the others load)."""
-        return not self.native_port
+        """Its process runs Keras as a script would (what ``kbench exec`` can drive): not a
+        runtime of an export, nor Keras' OpenVINO backend, whose runs load the exporter's
+        weights."""
+        return not self.native_port and self.export_format is None
 
-    exports_weights = runs_keras
+    @property
+    def exports_weights(self) -> bool:
+        """It can be the parity reference: it writes the initial weights the others load."""
+        return self.runs_keras and self.inference_only is None
 
     @property
     def logs_mean_loss(self) -> bool:
@@ -57,6 +68,19 @@ class BackendSpec:
 MXNET_NO_INTER_OP = (
     "MXNet runs its operators on OpenMP threads (OMP_NUM_THREADS, which --threads sets, "
     "read when mxnet is imported) and has no API for an inter-op pool"
+)
+
+KERAS_OPENVINO_INFERENCE = (
+    "Keras 3's OpenVINO backend runs inference only (predict): it has no gradients"
+)
+RUNTIME_NO_INTER_OP = (
+    "kbench runs the model's operators one after another on the runtime's own threads "
+    "(--threads sets them: intra_op_num_threads, INFERENCE_NUM_THREADS, num_threads); no "
+    "inter-op pool is set apart"
+)
+RUNS_AN_EXPORT = (
+    "it runs a model exported from Keras (model.export) for inference; the file holds no "
+    "optimizer or gradients"
 )
 
 BACKENDS: Dict[str, BackendSpec] = {
@@ -96,6 +120,32 @@ BACKENDS: Dict[str, BackendSpec] = {
             implementation="kbench.backends.mxnet_gluon:MXNetGluonBackend", colour="#8cd17d",
             packages=("mxnet", "mxnet-cu112"), data_formats=("channels_first",), native_port=True,
             no_inter_op_pool=MXNET_NO_INTER_OP,
+        ),
+        BackendSpec(
+            name="openvino", environment="keras3",
+            implementation="kbench.backends.runtimes:OpenVinoKerasBackend", colour="#17becf",
+            packages=("keras", "openvino"), inference_only=KERAS_OPENVINO_INFERENCE,
+            export_format="keras-weights", exported_by="tensorflow",
+            no_inter_op_pool=RUNTIME_NO_INTER_OP,
+        ),
+        BackendSpec(
+            name="onnxruntime", environment="keras3",
+            implementation="kbench.backends.runtimes:OnnxRuntimeBackend", colour="#7f7f7f",
+            packages=("onnxruntime", "onnx", "tf2onnx"), inference_only=RUNS_AN_EXPORT,
+            export_format="onnx", exported_by="tensorflow", no_inter_op_pool=RUNTIME_NO_INTER_OP,
+        ),
+        BackendSpec(
+            name="openvino-ir", environment="keras3",
+            implementation="kbench.backends.runtimes:OpenVinoIRBackend", colour="#bcbd22",
+            packages=("openvino",), inference_only=RUNS_AN_EXPORT, export_format="openvino",
+            exported_by="tensorflow", no_inter_op_pool=RUNTIME_NO_INTER_OP,
+        ),
+        BackendSpec(
+            name="litert", environment="keras3",
+            implementation="kbench.backends.runtimes:LiteRTBackend", colour="#d37295",
+            packages=("ai-edge-litert",), inference_only=RUNS_AN_EXPORT, export_format="litert",
+            exported_by="tensorflow",  # Keras exports LiteRT from TensorFlow only
+            no_inter_op_pool=RUNTIME_NO_INTER_OP,
         ),
     )
 }  # fmt: skip

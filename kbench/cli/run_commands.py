@@ -22,6 +22,7 @@ from kbench.run import environments
 from kbench.run.protocol import show_progress
 from kbench.run.runner import Runner
 from kbench.studies import rounds as studies_rounds
+from kbench.views import runtimes as runtimes_view
 from kbench.views import tables
 from kbench.views import windows as windows_view
 from kbench.views.tables import parameter_mismatches
@@ -207,6 +208,9 @@ def add_env_command(commands) -> None:
 
 def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] = None) -> int:
     print(tables.run_table(results))
+    if runtimes_view.shown(results):
+        print()
+        print(runtimes_view.runtimes_table(results).text())
     if len(results) > 1:
         print()
         print(tables.comparison_tables(results, baseline))

@@ -606,6 +606,7 @@ class RunConfig:
         for name, about in settings().items():
             object.__setattr__(self, name, about.check(name, getattr(self, name)))
         self._check_length()
+        self._check_inference_only()
         self._check_data()
         self._check_warmup_fits()
         self._check_inter_op()
@@ -622,6 +623,16 @@ class RunConfig:
             object.__setattr__(self, "epochs", None)
         elif self.epochs is None:
             raise ConfigError("epochs", "expected a number of epochs or steps; received neither.")
+
+    def _check_inference_only(self) -> None:
+        why = BACKENDS[self.backend].inference_only
+        if why is not None and self.mode != "inference":
+            trains = ", ".join(n for n, b in BACKENDS.items() if b.inference_only is None)
+            raise ConfigError(
+                "mode",
+                f"backend {self.backend!r} runs inference only: {why}; received --mode "
+                f"{self.mode}. Add --mode inference, or train on {trains}.",
+            )
 
     def _check_mxnet_gpus(self) -> None:
         if not self.mxnet_gpus:

@@ -142,9 +142,10 @@ def interpreter_kind(backend: str, interpreter: Path) -> str:
 
 
 def runnable_backends() -> Dict[str, Optional[str]]:
-    """Each backend mapped to None when its interpreter exists, else the reason it does not."""
+    """Each backend that trains mapped to None when its interpreter exists, else the reason
+    it does not (the backends a command takes when none is named)."""
     reasons: Dict[str, Optional[str]] = {}
-    for name in BACKENDS:
+    for name in (n for n, spec in BACKENDS.items() if spec.inference_only is None):
         try:
             interpreter_for(name)
             reasons[name] = None

@@ -34,6 +34,7 @@ class InferenceMetrics:
     warmup_steps: int
     warmup_time_s: float
     first_step_s: float  # the first forward pass: tracing / compilation
+    cold_start_s: float  # building the model (a runtime: loading its file) + the first pass
     time_to_first_step_s: float
     import_time_s: float
     build_time_s: float
@@ -81,6 +82,7 @@ def infer(
         warmup_steps=max(warmup_steps, 1),  # the first pass is never measured
         warmup_time_s=warmup_time,
         first_step_s=first,
+        cold_start_s=build_time_s + first,
         time_to_first_step_s=first_end_wall - process_start,
         import_time_s=import_time_s,
         build_time_s=build_time_s,

@@ -109,6 +109,9 @@ class WorkerTask:
     started_at: float  # time.time() when the runner started the process
     # kbench parity: replay instead of train (weights_in or weights_out, steps)
     parity: Optional[Dict[str, Any]] = None
+    # an inference runtime's export (kbench.run.exports): ``make`` it (the exporter's
+    # worker), or the one to run (its facts and path; ``error`` where it failed)
+    export: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

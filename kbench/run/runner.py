@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from kbench import datasets
+from kbench.backends import BACKENDS
 from kbench.backends.kernels import jit_decides_start
 from kbench.backends.switches import SWITCHES, per_process
 from kbench.measure import quality as quality_mod
@@ -34,7 +35,7 @@ from kbench.results.jsonfile import refuse_link, write_json_atomic
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, low_space_warning, open_log
-from kbench.run import environments, leftovers
+from kbench.run import environments, exports, leftovers
 from kbench.run.engine import Outcome, Worker, WorkerGone, judge, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
 from kbench.run.protocol import WorkerReply, WorkerTask
@@ -106,6 +107,8 @@ class Runner:
     # kbench.distributed.launcher.run_distributed, given by the stage above that plans
     # data-parallel runs (run never imports it); None refuses them
     data_parallel: Optional[Callable[..., RunResult]] = None
+    # the exports the session's runtimes run (kbench.run.exports), made together
+    session_exports: exports.SessionExports = field(default_factory=exports.SessionExports)
 
     def run_all(self, configs: Sequence[RunConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
@@ -169,6 +172,7 @@ class Runner:
         """Check ``configs``, prepare the first one's data, hold a working directory."""
         for config in configs:
             environments.interpreter_for(config.backend)
+        self.session_exports = exports.SessionExports(list(configs))
         with leftovers.working_directory() as directory:
             directory = Path(directory)
             prepared = DataGroups.of(directory / "data", configs)
@@ -212,6 +216,7 @@ class Runner:
                 f"run_warm: expected cases that share one worker (backend, data format, "
                 f"threads, device, memory options, start-up switches); received {len(keys)} kinds"
             )
+        cases = [with_export(c, session_dir, python_path, self.session_exports) for c in cases]
         planned = [self._plan(case, session_dir) for case in cases]
         first = planned[0]
         env, context, log_path = self.prepare(planned, python_path)
@@ -448,6 +453,18 @@ class Case:
     data: datasets.PreparedData
     parity: Optional[Dict[str, Any]] = None
     sweep: Optional[Dict[str, Any]] = None
+    export: Optional[Dict[str, Any]] = None  # an inference runtime's (kbench.run.exports)
+
+
+def with_export(
+    case: Case, session_dir: Path, python_path: Path, made: exports.SessionExports
+) -> Case:
+    """``case`` with the export its runtime runs (made where the cache has none, with the
+    session's other runs' formats); a backend that runs no export: unchanged."""
+    if not BACKENDS[case.config.backend].export_format:
+        return case
+    export = exports.export_for(case.config, case.data, session_dir, python_path, made)
+    return dataclasses.replace(case, export=export)
 
 
 @dataclass(frozen=True)
@@ -465,6 +482,7 @@ class PlannedRun:
             config=self.config.to_dict() | {"threads": self.config.threads_in_force},
             data=self.case.data.to_dict(), order_path=str(self.run_dir / "order.npy"),
             data_format=data_format, started_at=started_at, parity=self.case.parity,
+            export=self.case.export,
         )  # fmt: skip
         write_json_atomic(self.run_dir / "run.json", task.to_dict())
 

@@ -10,10 +10,11 @@ records that instead). It ends within a second of its runner
 It starts the backend once, from the task file it is given, then answers each command
 on stdin (:data:`kbench.run.protocol.COMMANDS`) on the reply pipe:
 
-- ``run``: one whole run of a task file, in its own ``try``: a failure is its reply and
-  the worker goes on. Before each later run the session is cleared and the run's per-run
-  switches applied (:meth:`~kbench.backends.base.Backend.next_case`); later runs record
-  ``import_time_s`` 0 and ``warm_worker``.
+- ``run``: one whole run of a task file (or the export an inference runtime runs,
+  made with ``model.export``: :mod:`kbench.run.exports`), in its own ``try``: a failure is
+  its reply and the worker goes on. Before each later run the session is cleared and the
+  run's per-run switches applied (:meth:`~kbench.backends.base.Backend.next_case`); later
+  runs record ``import_time_s`` 0 and ``warm_worker``.
 - ``start``, ``warmup``, ``window``: windows of one built and compiled model
   (:mod:`kbench.run.windows`); a failure there replies ``failed`` and ends the worker.
 - ``finish``, or the end of stdin: replies ``finished`` and exits 0.
@@ -133,13 +134,24 @@ def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]
             batch_size=config["batch_size"], learning_rate=config["learning_rate"],
             loss=built.loss, data_format=task.data_format,
         )  # fmt: skip
+    if task.export is not None and "make" in task.export:  # the exporter's step
+        from kbench.run import exports
+
+        return exports.make(backend, built.model, built.arrays, task.export)
     if config["mode"] == "inference":
         from kbench.run.inference import infer
 
-        return infer(
+        metrics = infer(
             backend, built.model, built.arrays, batch_size=config["batch_size"],
             duration_s=config["duration_s"], tracker=tracker, **stages,
         )  # fmt: skip
+        if task.export is None:
+            return metrics
+        from kbench.run import exports
+
+        return exports.with_agreement(
+            metrics, backend, built.model, task.export, config["batch_size"]
+        )
     trainer = Trainer(
         backend, built.model, built.arrays, np.load(task.order_path), config["batch_size"]
     )
@@ -176,6 +188,11 @@ def build_model(
     """The task's model, built after seeding, and its build time. A parity run of a zoo
     model loading the reference's weights leaves its initializers unused (a user's model
     may draw more than its weights at build time: built as written)."""
+    if task.export is not None and "make" not in task.export:  # a runtime: its export
+        from kbench.run import exports
+
+        exports.refuse_failed(task.export)
+        backend.take_export(task.export)
     backend.seed(task.config["seed"])
     replaced = (
         task.parity is not None

@@ -16,6 +16,7 @@ Standard library only: this runs before any environment exists.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform as _platform
 import sys
@@ -38,6 +39,18 @@ KERAS3_COMMON = (
     "matplotlib", "pillow", "scikit-learn", "pytest", "pytest-xdist", "ruff",
     "mkdocs-material", "nbclient", "nbformat", "ipykernel",
 )  # fmt: skip
+# The inference runtimes (kbench.backends.runtimes) and what Keras' model.export needs
+# for them (tf2onnx: ONNX from TensorFlow; scipy: the OpenVINO export)
+KERAS3_RUNTIMES = (
+    "onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0", "onnx==1.23.2",
+    "tf2onnx==1.17.0", "scipy",
+)  # fmt: skip
+# where PyPI has no wheel of a runtime's pinned version (checked with pip's --platform):
+# left out of the plan, and said
+RUNTIMES_MISSING: Dict[Tuple[str, str], Tuple[str, ...]] = {
+    ("darwin", "x86_64"): ("onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0"),
+    ("linux", "arm64"): ("ai-edge-litert==2.3.0",),
+}  # fmt: skip
 MXNET_COMMON = ("keras-mxnet==2.2.4.3", "numpy<1.24", "nvidia-ml-py", "psutil", "pillow")
 
 # The frameworks of each environment: what `python3 -m kbench.setup --check` inspects
@@ -208,6 +221,21 @@ def unsupported_reason(name: str, where: Optional[Platform] = None) -> Optional[
 
 
 def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
+    plan = _keras3_frameworks(kind, where)
+    if plan.unavailable:
+        return plan
+    missing = RUNTIMES_MISSING.get((where.family, where.arch), ())
+    runtimes = tuple(r for r in KERAS3_RUNTIMES if r not in missing)
+    notes = tuple(
+        f"{r.split('==')[0]} has no wheel for {where.label}: its backend does not run here"
+        for r in missing
+    )
+    return dataclasses.replace(
+        plan, requirements=plan.requirements + runtimes, notes=plan.notes + notes
+    )
+
+
+def _keras3_frameworks(kind: str, where: Platform) -> EnvironmentPlan:
     family, arch = where.family, where.arch
     notes: Tuple[str, ...] = ()
     if kind == "cpu":
