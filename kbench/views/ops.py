@@ -24,6 +24,12 @@ NOT_TIMED = {"mismatch": "MISMATCH", "failed": "FAILED", "unsupported": "UNSUPPO
 MAX_REASONS = 12
 
 
+def backend_colour(backend: Optional[str]) -> Optional[str]:
+    """The backend's own colour (:mod:`kbench.backends`); None for a name it does not know."""
+    spec = BACKENDS.get(backend or "")
+    return spec.colour if spec else None
+
+
 def columns(results: Sequence[RunResult]) -> Dict[str, RunResult]:
     results = [r for r in results if r.kind == "ops"]
     parts = [lambda r: r.config.get("backend")] + [
@@ -205,7 +211,7 @@ def ops_figures(results: Sequence[RunResult]) -> List[Tuple[str, bytes]]:
     figures = []
     spare = iter(SPARE_COLOURS * 4)
     backend_of = {label: r.config.get("backend") for label, r in cols.items()}
-    colours = {label: BACKENDS[b].colour if b in BACKENDS else next(spare, "#333333")
+    colours = {label: backend_colour(b) or next(spare, "#333333")
                for label, b in backend_of.items()}  # fmt: skip
     for op in dict.fromkeys(op for op, _ in rows):
         figure = Figure(figsize=(7.0, 4.6), dpi=100)
