@@ -331,3 +331,24 @@ def test_without_a_subreaper_the_result_says_escapes_cannot_be_ruled_out(tmp_pat
     )
     assert run.ok, run.reason
     assert run.metrics["processes_escaped"].startswith("cannot be ruled out: this system has no")
+
+
+def test_a_slurm_folder_planted_as_a_link_is_refused_and_its_target_kept(tmp_path):
+    """``STORE/.slurm`` linked to a folder outside the store: a submission writes nothing
+    there (its folder is refused, naming the link)."""
+    import datetime as dt
+
+    from kbench.results.jsonfile import LinkRefused
+    from kbench.studies import slurm
+
+    store, outside = tmp_path / "store", tmp_path / "outside"
+    store.mkdir()
+    outside.mkdir()
+    (store / ".slurm").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkRefused, match=r"\.slurm is a symbolic link"):
+        slurm.submission_directory(store, dt.datetime.now(dt.timezone.utc))
+    assert list(outside.iterdir()) == []
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    made = slurm.submission_directory(fresh, dt.datetime.now(dt.timezone.utc))
+    assert made.parent == (fresh / ".slurm").resolve() and made.is_dir()

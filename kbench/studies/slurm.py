@@ -53,7 +53,7 @@ from kbench.distributed.launcher import run_distributed
 from kbench.measure import sysinfo
 from kbench.results import ending
 from kbench.results.config import ConfigError, FileError
-from kbench.results.jsonfile import write_text_atomic
+from kbench.results.jsonfile import refuse_link, write_text_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import INDEX_NAME, IndexEntry, ResultStore, latest_per_run
 from kbench.run.runner import Runner
@@ -349,14 +349,23 @@ def open_submissions(store: Path) -> List[Submission]:
     return out
 
 
+def submission_directory(store: Path, now: dt.datetime) -> Path:
+    """``STORE/.slurm/<time>/``, made; a ``.slurm`` that is a link (planted to lead out of
+    the store) is refused, naming it."""
+    slurm = refuse_link(store.resolve() / SLURM_DIR)
+    slurm.mkdir(exist_ok=True)
+    directory = slurm / f"{now:%Y%m%dT%H%M%S%fZ}"
+    directory.mkdir()
+    return directory
+
+
 def submit(
     sweep: Sweep, store: Path, units: Sequence[Sequence[SweepRun]], options: SlurmOptions,
     settings: Dict,
 ) -> Submission:  # fmt: skip
     """Write the manifest, ``sbatch --array`` the tasks, then write the job id."""
     now = dt.datetime.now(dt.timezone.utc)
-    directory = store.resolve() / SLURM_DIR / f"{now:%Y%m%dT%H%M%S%fZ}"
-    directory.mkdir(parents=True)
+    directory = submission_directory(store, now)
     manifest = dict(
         settings,
         sweep_file=str(Path(sweep.file).resolve()),
