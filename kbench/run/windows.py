@@ -45,7 +45,7 @@ from kbench.results.comparison import (
 )
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore
+from kbench.results.store import ResultStore, StoreWriteError
 from kbench.run import agreement, weightfile
 from kbench.run.engine import Worker, WorkerGone, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
@@ -384,7 +384,11 @@ def models_differ(workers: Sequence[WindowWorker]) -> Optional[str]:
 
 def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
     """Mark each comparison cut short by ``err``; its unfinished round left out."""
-    why = "Ctrl-C or SIGTERM" if isinstance(err, KeyboardInterrupt) else type(err).__name__
+    why = (
+        "Ctrl-C or SIGTERM" if isinstance(err, KeyboardInterrupt)
+        else "the store could not take its documents" if isinstance(err, StoreWriteError)
+        else type(err).__name__
+    )  # fmt: skip
     for worker in workers:
         for record in worker.records:
             if record["round"] >= worker.rounds_done and not record.get("dropped"):
@@ -567,12 +571,14 @@ def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
 
 
 def keep(runner: Runner, workers: Sequence[WindowWorker], quiet: bool = False) -> None:
-    """Each worker's document into the store; one not ok said once (not ``quiet``)."""
+    """Each worker's document into the store; one not ok said once (not ``quiet``).
+    :class:`~kbench.results.store.ResultsNotSaved` once every document was tried: the
+    comparison stops, each document the store could not take kept aside and named."""
     with runner.store_lock:
-        store = ResultStore(runner.output_dir)
-        for worker in workers:
-            document = worker.document()
-            store.add(document)
+        documents = [worker.document() for worker in workers]
+        for worker, document in zip(workers, documents):
             if not document.ok and not quiet and not worker.said:
                 worker.said = True
                 log.warning("%s", ending.summary_line(document))
+        # each tried, those the store cannot take kept aside, then one error names them all
+        ResultStore(runner.output_dir).add_all(documents)

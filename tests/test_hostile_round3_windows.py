@@ -1,0 +1,71 @@
+"""Issue 54, the third hostile round, on warm windows: a store that stops taking documents
+mid-comparison (4), a resumed tune's rounds (5), a worker stopped inside its window (14)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from conftest import require_backends
+
+from kbench.results.config import RunConfig
+from kbench.results.result import RunResult
+from kbench.results.store import ResultStore, StoreWriteError, rescue_places
+from kbench.run import windows as run_windows
+from kbench.run.runner import Runner
+from kbench.run.windows import interleave
+
+TINY = dict(dataset="synthetic", train_samples=256, test_samples=32, batch_size=16,
+            warmup_steps=2, sample_interval_s=0.05)  # fmt: skip
+CHEAP = ("mxnet", "mxnet-gluon")
+
+
+# 4. a store that stops taking documents mid-comparison ------------------------------
+
+
+@pytest.mark.slow
+def test_a_store_that_fails_mid_comparison_keeps_every_document_aside_and_stops(
+    tmp_path, monkeypatch
+):
+    """From round 2 on, every write into the store fails (EROFS, as a store remounted
+    read-only): each backend's document is kept aside in the cache, one line each, and
+    the comparison stops there; the rounds stored before are intact."""
+    require_backends(*CHEAP)
+    store, cache = tmp_path / "s", tmp_path / "cache"
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(cache))
+    monkeypatch.setattr(run_windows, "PROGRESS_EVERY_S", 0.0)  # stored after each round
+    real_replace = os.replace
+    read_only = []
+
+    def replace(src, dst):  # the store's file system, and nothing else, turned read-only
+        if read_only and Path(dst).is_relative_to(store):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real_replace(src, dst)
+
+    def on_window(worker, round_index):
+        if round_index == 2:
+            read_only.append(True)
+
+    monkeypatch.setattr(os, "replace", replace)
+    configs = [RunConfig(backend=b, model="mlp", window_s=0.2, **TINY) for b in CHEAP]
+    with pytest.raises(StoreWriteError) as caught:
+        interleave(Runner(output_dir=store), configs, max_rounds=6, on_window=on_window,
+                   check_parity=False)  # fmt: skip
+    monkeypatch.setattr(os, "replace", real_replace)
+
+    message = str(caught.value)
+    kept = rescue_places(store)[1]
+    assert "Read-only file system" in message and "2 results could not be written" in message
+    rescued = {p.name: RunResult.load(p) for p in kept.glob("*.json")}
+    assert len(rescued) == 2, (message, sorted(rescued))
+    for name, document in rescued.items():
+        assert f"kept in {kept / name}" in message  # the user told where, one line each
+        rounds = {w["round"] for w in document.metrics["windows"]["list"]}
+        assert rounds == {0, 1, 2}, (name, rounds)  # stopped in the round that failed
+    assert f"--merge {kept}" in message
+    stored = ResultStore(store).results()
+    assert sorted(r.run_id + ".json" for r in stored) == sorted(rescued)
+    for document in stored:  # what the store took before it failed: rounds 0 and 1
+        assert {w["round"] for w in document.metrics["windows"]["list"]} == {0, 1}
