@@ -4,12 +4,16 @@ mid-comparison (4), a resumed tune's rounds (5), a worker stopped inside its win
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 from conftest import require_backends
 
+from kbench.measure.quality import stall_flag
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, StoreWriteError, rescue_places
@@ -69,3 +73,46 @@ def test_a_store_that_fails_mid_comparison_keeps_every_document_aside_and_stops(
     assert sorted(r.run_id + ".json" for r in stored) == sorted(rescued)
     for document in stored:  # what the store took before it failed: rounds 0 and 1
         assert {w["round"] for w in document.metrics["windows"]["list"]} == {0, 1}
+
+
+# 14. a worker stopped and continued inside its window --------------------------------
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_inside_its_window_is_flagged_stalled_and_its_round_dropped(
+    tmp_path, caplog
+):
+    """mxnet-gluon's worker SIGSTOPped for 2 s in round 1's window, then SIGCONTinued:
+    its window is flagged stalled, and the round is dropped for it and said."""
+    require_backends(*CHEAP)
+    configs = [RunConfig(backend=b, model="mlp", window_s=0.5, **TINY) for b in CHEAP]
+
+    def on_window(worker, round_index):
+        if round_index == 1 and worker.config.backend == "mxnet-gluon":
+            time.sleep(0.15)  # inside its measured steps
+            os.kill(worker.worker.pid, signal.SIGSTOP)
+            time.sleep(2.0)
+            os.kill(worker.worker.pid, signal.SIGCONT)
+
+    caplog.set_level(logging.INFO, logger="kbench.run.windows")
+    results, reason = interleave(Runner(output_dir=tmp_path), configs, max_rounds=3,
+                                 on_window=on_window, check_parity=False)  # fmt: skip
+    assert reason == "3 rounds ran", reason
+    docs = {r.config["backend"]: r for r in results}
+    stopped = {w["round"]: w for w in docs["mxnet-gluon"].metrics["windows"]["list"]}[1]
+    flags = stopped["quality"]["flags"]
+    assert flags[0].startswith("stalled: one step took"), stopped
+    for doc in docs.values():  # the round dropped for it, both backends' windows
+        (window,) = [w for w in doc.metrics["windows"]["list"] if w["round"] == 1]
+        assert window["dropped"] == f"mxnet-gluon's window measured while {flags[0]}"
+    assert "dropped (last: " in caplog.text  # said in the progress line
+
+
+def test_a_stall_is_a_long_standstill_not_a_hiccup():
+    def ends(spans):
+        return [sum(spans[:i]) for i in range(len(spans) + 1)]
+
+    assert stall_flag(ends([0.01] * 40)) is None
+    assert stall_flag(ends([0.03] * 8 + [0.17])) is None  # a time slice lost under load
+    assert stall_flag(ends([0.2] * 10 + [2.2])).startswith("stalled: one step took 2.20 s")
+    assert stall_flag(ends([0.01, 3.0])) is None  # too few steps to tell

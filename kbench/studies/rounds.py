@@ -251,7 +251,9 @@ def plan_comparison(
         log.warning(
             "--epochs %s is not used: warm windows measure windows of about --window "
             "seconds (or --steps N each) until the ratios are precise, not epochs; "
-            "--repeats N measures N fresh runs of %s epochs each instead", epochs, epochs
+            "--repeats N measures N fresh runs of %s epochs each instead",
+            epochs,
+            epochs,
         )
     if settings.get("sample_interval_s") == 0:
         log.warning(
