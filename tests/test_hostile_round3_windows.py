@@ -1,5 +1,5 @@
 """Issue 54, the third hostile round, on warm windows: a store that stops taking documents
-mid-comparison (4), a resumed tune's rounds (5), a worker stopped inside its window (14)."""
+mid-comparison (4), a tune run again in its store (5), a worker stopped in its window (14)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from conftest import require_backends
 
 from kbench.measure.quality import stall_flag
 from kbench.results.config import RunConfig
+from kbench.results.readings import round_throughputs
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, StoreWriteError, rescue_places
 from kbench.run import windows as run_windows
 from kbench.run.runner import Runner
 from kbench.run.windows import interleave
+from kbench.studies import tune as studies_tune
 
 TINY = dict(dataset="synthetic", train_samples=256, test_samples=32, batch_size=16,
             warmup_steps=2, sample_interval_s=0.05)  # fmt: skip
@@ -116,3 +118,31 @@ def test_a_stall_is_a_long_standstill_not_a_hiccup():
     assert stall_flag(ends([0.03] * 8 + [0.17])) is None  # a time slice lost under load
     assert stall_flag(ends([0.2] * 10 + [2.2])).startswith("stalled: one step took 2.20 s")
     assert stall_flag(ends([0.01, 3.0])) is None  # too few steps to tell
+
+
+# 5. a tune run again in the same store -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_tune_run_again_in_its_store_pairs_rounds_within_one_run_only(tmp_path):
+    """Two tunes into one store (the second ``fresh``, measuring the same settings again):
+    rounds are paired by number, so the second's rounds are numbered on from the first's,
+    and every pair compare makes (default against hybridize=True) is of one run's windows."""
+    require_backends("mxnet-gluon")
+    store = tmp_path / "s"
+    base = RunConfig(backend="mxnet-gluon", model="mlp", epochs=1, window_s=0.2, **TINY)
+    runs = []
+    for fresh in (False, True):
+        before = {r.run_id for r in ResultStore(store).results()} if store.exists() else set()
+        studies_tune.tune(["mxnet-gluon"], base, store, budget_s=3.0, target=0.02,
+                          only=["hybridize"], fresh=fresh)  # fmt: skip
+        runs.append([r for r in ResultStore(store).results() if r.run_id not in before])
+    rounds = [{round_ for r in run for round_ in round_throughputs(r)} for run in runs]
+    assert rounds[0] and rounds[1], rounds
+    assert not rounds[0] & rounds[1], rounds  # no round number in both runs
+    by_setting = {}
+    for result in ResultStore(store).results():
+        setting = result.metrics["tune"]["setting"]
+        by_setting.setdefault(setting, {}).update(round_throughputs(result))
+    pairs = set(by_setting["default"]) & set(by_setting["hybridize=True"])
+    assert pairs and all(sum(p in r for r in rounds) == 1 for p in pairs), (pairs, rounds)
