@@ -87,11 +87,11 @@ def test_a_worker_stopped_inside_its_window_is_flagged_stalled_and_its_round_dro
     """mxnet-gluon's worker SIGSTOPped for 2 s in round 1's window, then SIGCONTinued:
     its window is flagged stalled, and the round is dropped for it and said."""
     require_backends(*CHEAP)
-    configs = [RunConfig(backend=b, model="mlp", window_s=0.5, **TINY) for b in CHEAP]
+    configs = [RunConfig(backend=b, model="mlp", window_s=1.0, **TINY) for b in CHEAP]
 
     def on_window(worker, round_index):
         if round_index == 1 and worker.config.backend == "mxnet-gluon":
-            time.sleep(0.15)  # inside its measured steps
+            time.sleep(0.3)  # past its untimed first step, inside its measured steps
             os.kill(worker.worker.pid, signal.SIGSTOP)
             time.sleep(2.0)
             os.kill(worker.worker.pid, signal.SIGCONT)
