@@ -10,6 +10,10 @@ read from the sampler's series over the window:
   (all-core turbo sits below the single-core maximum: only a deep drop is flagged).
 - **throttled**: NVML clock event reasons of a thermal or power kind (``THROTTLE_BITS``).
 - **on battery**: ``power_plugged`` was 0 in any sample.
+- **stalled** (a warm window's steps, :func:`stall_flag`): one step, counted from the end
+  of the step before, took ``STALL_FACTOR`` times the window's median, and more than that
+  median by ``STALL_SHARE`` of the window's time and ``STALL_MIN_S`` (a worker stopped
+  and continued, or swapped out).
 - **shared GPU**: other compute processes NVML lists on the worker's GPUs (per GPU the
   most in any sample, added), whatever they do; unknown, with the reason, where NVML
   listed none of the worker's PIDs (in a container the worker would count as other).
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -42,6 +47,9 @@ THROTTLE_BITS: Dict[int, str] = {
 THROTTLE_SERIES = re.compile(r"^(gpu\d+)_throttle_reasons$")
 NEIGHBOUR_SERIES = re.compile(r"^gpu(\d+)_other_processes$")
 GPU_NEIGHBOURS = 1  # other compute processes on the worker's GPUs that flag a run
+STALL_FACTOR = 5.0  # a step this many times the window's median step, over its median by
+STALL_SHARE = 0.4  # more than this share of the window's time
+STALL_MIN_S = 0.5  # and this long (no time slice or collector pause): the worker stood still
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,22 @@ def assess(
         gpu_other_memory_bytes=neighbours.memory_bytes, gpu_neighbours=neighbours.per_gpu,
         gpu_neighbours_reason=neighbours.reason, flags=flags,
     )  # fmt: skip
+
+
+def stall_flag(step_ends: Sequence[float]) -> Optional[str]:
+    """``stalled: ...`` where a window stood still (module docstring); ``step_ends``: each
+    step's end, the untimed first step's included, so the time between steps counts."""
+    spans = [b - a for a, b in zip(step_ends, step_ends[1:])]
+    if len(spans) < 3:
+        return None
+    median, longest, total = statistics.median(spans), max(spans), sum(spans)
+    lost = longest - median
+    if longest <= STALL_FACTOR * median or lost <= max(STALL_SHARE * total, STALL_MIN_S):
+        return None
+    return (
+        f"stalled: one step took {longest:.2f} s against a median of {median * 1000:.1f} ms, "
+        f"{lost / total:.0%} of the window (the worker stood still)"
+    )
 
 
 def gpu_throttled(series: Dict[str, List[Any]], start: float, end: float) -> Dict[str, List[str]]:

@@ -64,10 +64,25 @@ class StoreWriteError(Exception):
 class ResultNotSaved(StoreWriteError):
     """A result the store could not take; ``kept``: where a copy went (None: nowhere)."""
 
-    def __init__(self, message: str, result: RunResult, kept: Optional[Path]) -> None:
+    def __init__(
+        self, message: str, result: RunResult, kept: Optional[Path], why: str = ""
+    ) -> None:
         super().__init__(message)
         self.result = result
         self.kept = kept
+        self.why = why  # the store's error, as the system said it
+
+
+class ResultsNotSaved(StoreWriteError):
+    """Results the store could not take, each tried and kept aside where it could be
+    (:meth:`ResultStore.add_all`); ``failures``: each one's :class:`ResultNotSaved`."""
+
+    def __init__(self, store: Path, failures: Sequence[ResultNotSaved]) -> None:
+        if len(failures) == 1:
+            super().__init__(str(failures[0]))
+        else:
+            super().__init__(_not_saved_text(store, failures))
+        self.failures = list(failures)
 
 
 @dataclass(frozen=True)
@@ -272,6 +287,18 @@ class ResultStore:
             log.warning("%s: not updated (%s); %s is saved and will be indexed when the store is "
                         "next read", self.index_path, err.strerror or err, path.name)  # fmt: skip
         return path
+
+    def add_all(self, results: Sequence[RunResult]) -> None:
+        """:meth:`add` each of ``results``, every one tried (and kept aside where the store
+        cannot take it) before :class:`ResultsNotSaved` names them all."""
+        failures = []
+        for result in results:
+            try:
+                self.add(result)
+            except ResultNotSaved as err:
+                failures.append(err)
+        if failures:
+            raise ResultsNotSaved(self.directory, failures)
 
     # reading -------------------------------------------------------------
 
@@ -540,14 +567,35 @@ def not_saved(result: RunResult, store: Path, err: OSError) -> ResultNotSaved:
             "this run's result is lost. Free some space and run it again.",
             result,
             None,
+            str(err.strerror or err),
         )
-    command = shlex.join(["kbench", "results", "--store", str(store), "--merge", str(kept)])
+    command = import_command(store, kept)
     return ResultNotSaved(
         f"{problem} It is kept in {kept / (result.run_id + '.json')}. When the store can "
         f"take it again (free some space), import it with:\n  {command}\nthen delete {kept}.",
         result,
         kept,
+        str(err.strerror or err),
     )
+
+
+def import_command(store: Path, kept: Path) -> str:
+    return shlex.join(["kbench", "results", "--store", str(store), "--merge", str(kept)])
+
+
+def _not_saved_text(store: Path, failures: Sequence[ResultNotSaved]) -> str:
+    """One line per result the store could not take (where it is kept, or lost), and how
+    to import each folder they were kept in."""
+    lines = [f"{len(failures)} results could not be written to {store}: {failures[0].why}."]
+    for failure in failures:
+        name = f"{failure.result.run_id}.json"
+        where = f"kept in {failure.kept / name}" if failure.kept else "lost: kept nowhere"
+        lines.append(f"  {failure.result.run_id} ({failure.result.status}): {where}")
+    for kept in dict.fromkeys(f.kept for f in failures if f.kept):
+        command = import_command(store, kept)
+        lines.append(f"When the store can take them again, import them with:\n  {command}\n"
+                     f"then delete {kept}.")  # fmt: skip
+    return "\n".join(lines)
 
 
 def open_log(store: Path, run_id: str) -> Path:

@@ -8,8 +8,9 @@ that drift and position hit every backend alike. Each backend's windows are one 
 (:mod:`kbench.results.comparison`), stored again every few seconds.
 
 - The sampler runs during each window only, on that worker's tree. A round in which a
-  window was flagged busy or on a shared GPU is dropped (kept, marked ``dropped``, left
-  out of every comparison unless every round was: then the figures are flagged busy).
+  window was flagged busy, on a shared GPU or stalled (its steps show the worker stood
+  still) is dropped (kept, marked ``dropped``, left out of every comparison unless every
+  round was: then the figures are flagged busy).
 - A worker that crashes, runs out of memory or hangs (past :func:`window_timeout`) is
   stopped; its document ends ``failed``, ``oom`` or ``timeout`` with its windows kept.
 - The first step, compilation and cold memory are measured once, at the worker's start.
@@ -33,7 +34,7 @@ import psutil
 
 import kbench_models
 from kbench.backends import BACKENDS, load_backend
-from kbench.measure import sysinfo
+from kbench.measure import quality, sysinfo
 from kbench.measure.sampler import pid_tree, tree_usage
 from kbench.results import ending
 from kbench.results.analysis import widest_ratio_half_width
@@ -45,7 +46,7 @@ from kbench.results.comparison import (
 )
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore
+from kbench.results.store import ResultStore, StoreWriteError
 from kbench.run import agreement, weightfile
 from kbench.run.engine import Worker, WorkerGone, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
@@ -63,7 +64,8 @@ SETTLE_STEP_S = 0.05
 MAX_ROUNDS = 1000
 PROGRESS_EVERY_S = 5.0  # a comparison's progress line, and its documents stored, this often
 INTERRUPTED = "interrupted"
-DROPPING_FLAGS = ("busy", "shared GPU")  # interference that comes and goes: drop the round
+# interference that comes and goes: drop the round
+DROPPING_FLAGS = ("busy", "shared GPU", "stalled")
 Stop = Callable[[List[RunResult]], Optional[str]]
 OnWindow = Callable[["WindowWorker", int], None]
 
@@ -221,6 +223,11 @@ class WindowWorker:
                 sampler, metrics, started_at, ended_at, config.threads, self.runner.busy_threshold
             ).to_dict()
         self.sampled.append(sampled)  # beside its record, as comparison_sampler reads them
+        stalled = quality.stall_flag(metrics.get("step_ends_s") or [])
+        if stalled:
+            found = metrics.get("quality") or {}
+            # first: the likeliest cause of what else the window shows (others' share)
+            metrics["quality"] = dict(found, flags=[stalled, *(found.get("flags") or [])])
         record = window_record(
             self.windows - 1, round_index, position, metrics, started_at, ended_at
         )
@@ -298,7 +305,7 @@ class WindowWorker:
 
 
 def drop_reason(records: Sequence[Dict[str, Any]], names: Sequence[str]) -> Optional[str]:
-    """Why this round must be dropped (a window flagged busy or on a shared GPU)."""
+    """Why this round must be dropped (a window flagged busy, on a shared GPU or stalled)."""
     for record, name in zip(records, names):
         for flag in (record.get("quality") or {}).get("flags") or []:
             if flag.startswith(DROPPING_FLAGS):
@@ -384,7 +391,11 @@ def models_differ(workers: Sequence[WindowWorker]) -> Optional[str]:
 
 def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:
     """Mark each comparison cut short by ``err``; its unfinished round left out."""
-    why = "Ctrl-C or SIGTERM" if isinstance(err, KeyboardInterrupt) else type(err).__name__
+    why = (
+        "Ctrl-C or SIGTERM" if isinstance(err, KeyboardInterrupt)
+        else "the store could not take its documents" if isinstance(err, StoreWriteError)
+        else type(err).__name__
+    )  # fmt: skip
     for worker in workers:
         for record in worker.records:
             if record["round"] >= worker.rounds_done and not record.get("dropped"):
@@ -567,12 +578,14 @@ def record_parity(workers: Sequence[WindowWorker], weights: Path) -> None:
 
 
 def keep(runner: Runner, workers: Sequence[WindowWorker], quiet: bool = False) -> None:
-    """Each worker's document into the store; one not ok said once (not ``quiet``)."""
+    """Each worker's document into the store; one not ok said once (not ``quiet``).
+    :class:`~kbench.results.store.ResultsNotSaved` once every document was tried: the
+    comparison stops, each document the store could not take kept aside and named."""
     with runner.store_lock:
-        store = ResultStore(runner.output_dir)
-        for worker in workers:
-            document = worker.document()
-            store.add(document)
+        documents = [worker.document() for worker in workers]
+        for worker, document in zip(workers, documents):
             if not document.ok and not quiet and not worker.said:
                 worker.said = True
                 log.warning("%s", ending.summary_line(document))
+        # each tried, those the store cannot take kept aside, then one error names them all
+        ResultStore(runner.output_dir).add_all(documents)

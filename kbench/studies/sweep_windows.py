@@ -211,13 +211,12 @@ def mark(
     docstring). The marked results, in their order."""
     by_backend = {run.config.backend: run for run in group}
     comparison = comparison_key(group)
-    kept = ResultStore(store)
     marked = []
     for result in found:
         run = by_backend[result.config["backend"]]
         windows = {"run_key": run.key, "comparison": comparison, "stopped": reason}
         marked.append(replace(result, sweep=dict(sweep.provenance(run), windows=windows)))
-        kept.add(marked[-1])
+    ResultStore(store).add_all(marked)  # each tried; those the store cannot take kept aside
     return marked
 
 

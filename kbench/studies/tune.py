@@ -32,7 +32,8 @@ to the first backend is within ``target`` or the budget is spent.
 ``STORE/tune-progress.json``; the same ``kbench tune`` again, in the same store, does
 not search those backends again but starts their default and best for the comparison
 of the backends. A backend cut short is searched again; other settings, or ``fresh``,
-start over.
+start over. Every tune numbers its rounds on from those in the store (:func:`first_round`):
+the earlier windows still count, and rounds are paired by number.
 """
 
 from __future__ import annotations
@@ -61,9 +62,11 @@ from kbench.results.analysis import (
     throughputs,
     what_differs,
 )
+from kbench.results.comparison import is_comparison
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.jsonfile import write_json_atomic, write_text_atomic
 from kbench.results.result import RunResult
+from kbench.results.store import ResultStore
 from kbench.run import environments
 from kbench.run.agreement import step_losses
 from kbench.run.runner import Runner, Session
@@ -252,7 +255,7 @@ class Tuner:
     session: Session
     base: RunConfig
     target: float
-    round_index: int = 0
+    round_index: int = 0  # the next round's number (on from the store's: first_round)
     weights_dir: Path = Path(".")
     launched: List[Trial] = field(default_factory=list)  # every trial, closed at the end
 
@@ -642,7 +645,8 @@ def tune(
     per_backend = budget_s * (1 - FINAL_SHARE) / len(backends)
     reports, finalists = [], []
     with runner.session(configs) as session:
-        tuner = Tuner(runner, session, base, target, weights_dir=session.directory)
+        tuner = Tuner(runner, session, base, target, round_index=first_round(store),
+                      weights_dir=session.directory)  # fmt: skip
         try:
             for backend in backends:
                 if backend in done:
@@ -669,6 +673,20 @@ def tune(
     write_text_atomic(Path(store) / "tune-best.yaml", yaml.safe_dump(best_sweep(base, reports),
                                                                      sort_keys=False))  # fmt: skip
     return outcome
+
+
+def first_round(store: Path) -> int:
+    """The round after every comparison window ``store`` holds: a tune run again in the
+    store numbers its rounds on, so that no ratio pairs one run's window with another's
+    (rounds are paired by number)."""
+    found = ResultStore(store)
+    if not found.exists():
+        return 0
+    rounds = [
+        w["round"] for r in found.results() if is_comparison(r)
+        for w in r.metrics["windows"].get("list") or [] if isinstance(w.get("round"), int)
+    ]  # fmt: skip
+    return max(rounds, default=-1) + 1
 
 
 def _median(values: List[float]) -> Optional[float]:
