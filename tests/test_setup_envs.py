@@ -166,16 +166,16 @@ def test_the_runner_looks_up_the_interpreter_in_this_systems_layout(tmp_path, mo
     monkeypatch.setenv("KBENCH_ENVS_DIR", str(tmp_path))
     monkeypatch.delenv("KBENCH_PYTHON_TORCH", raising=False)
     monkeypatch.setattr(sys, "platform", "win32")
-    with pytest.raises(environments.EnvironmentMissing) as missing:
-        environments.interpreter_for("torch")
     python = tmp_path / "keras3" / "Scripts" / "python.exe"
-    assert str(python) in str(missing.value)
+    assert environments.path_of("keras3") == python
+    # no environment of kbench's own: the interpreter kbench runs under (it has torch)
+    assert environments.interpreter_for("torch") == Path(sys.executable)
     python.parent.mkdir(parents=True)
     python.write_bytes(b"")
     assert environments.interpreter_for("torch") == python
-    monkeypatch.setattr(sys, "platform", "linux")
-    with pytest.raises(environments.EnvironmentMissing):  # bin/python, not Scripts/
-        environments.interpreter_for("torch")
+    monkeypatch.setattr(sys, "platform", "linux")  # bin/python, not Scripts/: none there
+    assert environments.path_of("keras3") == tmp_path / "keras3" / "bin" / "python"
+    assert environments.interpreter_for("torch") == Path(sys.executable)
 
 
 def test_mxnet_backends_are_unsupported_on_apple_silicon_with_the_specs_reason(
@@ -194,7 +194,9 @@ def test_mxnet_backends_are_unsupported_on_apple_silicon_with_the_specs_reason(
             f"backend {backend!r} is unsupported on macOS arm64: {reason} (to run it anyway, "
             f"point {environments.override_variable(backend)} at a Python that has it)."
         )
-    assert "does not exist" in reasons["jax"] and "unsupported" not in reasons["jax"]
+    # jax is not unsupported there: with no environment of kbench's own, the interpreter
+    # kbench runs under (which has it) runs it
+    assert reasons["jax"] is None
 
 
 # ---------------------------------------------------------------- idempotence

@@ -369,11 +369,11 @@ def models_differ(workers: Sequence[WindowWorker]) -> Optional[str]:
     with the likely fix, or None. Checked as the models are built, before any window: a
     comparison of different models would compare nothing."""
     started = [w for w in workers if w.started]
-    counts = {w.label: w.started["model"]["params"] for w in started}
+    counts = {w.config.backend: w.started["model"]["params"] for w in started}
     if len(set(counts.values())) < 2:
         return None
     sizes = "; ".join(f"{label}: {count:,}" for label, count in counts.items())
-    formats = {w.label: w.context.keras_json.get("image_data_format") for w in started}
+    formats = {w.config.backend: w.context.keras_json.get("image_data_format") for w in started}
     fix = "build the same layers on every backend"
     if len(set(formats.values()) - {None}) > 1:
         first = sorted(b for b, f in formats.items() if f == "channels_first")
