@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from kbench.measure import sysinfo
+from kbench.results.analysis import cpu_text
 from kbench.run.environments import envs_dir
 from kbench.setup.platforms import venv_python
 
@@ -99,6 +101,9 @@ def test_installed_kbench_env_says_what_this_interpreter_runs(installed):
     done = subprocess.run([str(bin_dir / "kbench"), "env"], cwd=home, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 1, done.stderr  # mxnet cannot run here
+    # the CPU line names the features that decide the kernels; a column says which ran
+    assert cpu_text(sysinfo.machine()) in done.stdout.splitlines()[0]
+    assert "CPU kernels" in done.stdout.splitlines()[1]
     rows = {line.split()[0]: line for line in done.stdout.splitlines()[3:9]}
     for backend in ("tensorflow", "jax", "torch", "torch-native"):
         assert rows[backend].split()[1:4] == ["yes", "this", "interpreter"], rows[backend]
