@@ -73,3 +73,23 @@ def test_the_worker_sets_the_same_variables(monkeypatch):
     assert os.environ["MXNET_GPU_MEM_POOL_RESERVE"] == "20"
     assert applied["MXNET_GPU_MEM_POOL_RESERVE"].startswith("20 (the pool may use about 0.8")
     assert applied["gpu_memory_growth"] == "not applicable: MXNet's pool always grows on demand"
+
+
+def test_each_backend_names_an_extra_of_the_package_that_brings_its_framework():
+    """The extra a missing framework's message names (`pip install 'kbench[torch]'`) is
+    one setup.cfg declares, and the runtimes' extra pins what the keras3 plan pins."""
+    import configparser
+    from pathlib import Path
+
+    from kbench.setup.platforms import KERAS3_RUNTIMES
+
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    extras = config["options.extras_require"]
+    for name, spec in BACKENDS.items():
+        if spec.environment == "mxnet":
+            assert spec.extra is None, name  # keras-mxnet never beside Keras 3
+        else:
+            assert spec.extra in extras, (name, spec.extra)
+    edge = {line.strip() for line in extras["edge"].splitlines() if line.strip()}
+    assert set(KERAS3_RUNTIMES) <= edge, set(KERAS3_RUNTIMES) - edge

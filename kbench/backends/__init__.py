@@ -41,6 +41,9 @@ class BackendSpec:
     # backend whose worker exports it (kbench.run.exports); no Keras in its own process.
     export_format: Optional[str] = None
     exported_by: Optional[str] = None
+    # the extra of kbench's package that brings its framework into an environment
+    # (`pip install 'kbench[torch]'`, setup.cfg); None: it needs an environment of its own
+    extra: Optional[str] = None
 
     @property
     def runs_keras(self) -> bool:
@@ -92,6 +95,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             process_env={"TF_CPP_MIN_LOG_LEVEL": "2"},
             recorded_variable_prefixes=("XLA_FLAGS", "TF_XLA_FLAGS"),
             packages=("keras", "tensorflow-cpu", "tensorflow"),
+            extra="tensorflow",
         ),
         BackendSpec(
             name="jax", environment="keras3", implementation="kbench.backends.keras3:JaxBackend",
@@ -99,16 +103,19 @@ BACKENDS: Dict[str, BackendSpec] = {
             recorded_variable_prefixes=("JAX_COMPILATION_CACHE", "JAX_PERSISTENT", "XLA_FLAGS"),
             no_inter_op_pool="XLA's CPU client sizes its thread pools itself, to the cores of "
             "the process's CPU affinity (which --threads sets): JAX has no API to set them",
+            extra="jax",
         ),
         BackendSpec(
             name="torch", environment="keras3",
             implementation="kbench.backends.keras3:TorchBackend", colour="#e15759",
             packages=("keras", "torch"),
+            extra="torch",
         ),
         BackendSpec(
             name="torch-native", environment="keras3",
             implementation="kbench.backends.torch_native:TorchNativeBackend", colour="#b07aa1",
             packages=("torch",), data_formats=("channels_first",), native_port=True,
+            extra="torch",
         ),
         BackendSpec(
             name="mxnet", environment="mxnet",
@@ -127,18 +134,21 @@ BACKENDS: Dict[str, BackendSpec] = {
             packages=("keras", "openvino"), inference_only=KERAS_OPENVINO_INFERENCE,
             export_format="keras-weights", exported_by="tensorflow",
             no_inter_op_pool=RUNTIME_NO_INTER_OP,
+            extra="edge",
         ),
         BackendSpec(
             name="onnxruntime", environment="keras3",
             implementation="kbench.backends.runtimes:OnnxRuntimeBackend", colour="#7f7f7f",
             packages=("onnxruntime", "onnx", "tf2onnx"), inference_only=RUNS_AN_EXPORT,
             export_format="onnx", exported_by="tensorflow", no_inter_op_pool=RUNTIME_NO_INTER_OP,
+            extra="edge",
         ),
         BackendSpec(
             name="openvino-ir", environment="keras3",
             implementation="kbench.backends.runtimes:OpenVinoIRBackend", colour="#bcbd22",
             packages=("openvino",), inference_only=RUNS_AN_EXPORT, export_format="openvino",
             exported_by="tensorflow", no_inter_op_pool=RUNTIME_NO_INTER_OP,
+            extra="edge",
         ),
         BackendSpec(
             name="litert", environment="keras3",
@@ -146,6 +156,7 @@ BACKENDS: Dict[str, BackendSpec] = {
             packages=("ai-edge-litert",), inference_only=RUNS_AN_EXPORT, export_format="litert",
             exported_by="tensorflow",  # Keras exports LiteRT from TensorFlow only
             no_inter_op_pool=RUNTIME_NO_INTER_OP,
+            extra="edge",
         ),
     )
 }  # fmt: skip

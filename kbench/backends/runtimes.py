@@ -43,13 +43,10 @@ def refuse_training(backend: str) -> Unsupported:
     return Unsupported(INFERENCE_ONLY.format(backend=backend, why=why))
 
 
-class ExportedRuntime(Backend):
-    """A runtime that runs the file the exporter wrote (``self.export``, set by the
-    worker from its task before the model is built)."""
+class TakesExport:
+    """What every inference-only backend shares: the export it is given (``self.export``,
+    set by the worker from its task before the model is built), and no GPU."""
 
-    distribution: str  # the package whose version results record
-    thread_setting: str  # the runtime's own thread setting, as results name it
-    framework_name = "a runtime"
     memory_default = NO_GPU_HERE
     export: Dict[str, Any] = {}
 
@@ -57,19 +54,26 @@ class ExportedRuntime(Backend):
         """What the exporter wrote for this run's model (:mod:`kbench.run.exports`)."""
         self.export = export
 
-    def configure_threads(self) -> Dict[str, Any]:
-        return {"framework": {self.thread_setting: self.threads}}
-
     def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
         return {} if fraction is None and not growth else {"note": NO_GPU_HERE}
 
     def visible_gpus(self) -> int:
         return 0
 
+
+class ExportedRuntime(TakesExport, Backend):
+    """A runtime that runs the file the exporter wrote."""
+
+    distribution: str  # the package whose version results record
+    module: str  # what load_framework imports
+    thread_setting: str  # the runtime's own thread setting, as results name it
+    framework_name = "a runtime"
+
+    def configure_threads(self) -> Dict[str, Any]:
+        return {"framework": {self.thread_setting: self.threads}}
+
     def load_framework(self, data_format: str) -> None:
         self.runtime = importlib.import_module(self.module)
-
-    module: str  # what load_framework imports
 
     def framework_info(self) -> Dict[str, Any]:
         return {
@@ -179,19 +183,14 @@ class LiteRTBackend(ExportedRuntime):
         return np.array(model.get_tensor(self.output_index))
 
 
-class OpenVinoKerasBackend(Keras3Backend):
+class OpenVinoKerasBackend(TakesExport, Keras3Backend):
     """Keras 3's OpenVINO backend (``KERAS_BACKEND=openvino``): ``predict`` only. It
     builds the model as Keras backends do and loads the exporter's weights
     (``take_export``), so it runs the weights the exported files hold."""
 
     name = "openvino"
     framework_name = "OpenVINO"
-    memory_default = NO_GPU_HERE
     jit_meaning = "not applicable: Keras' OpenVINO backend compiles the model for predict"
-    export: Dict[str, Any] = {}
-
-    def take_export(self, export: Dict[str, Any]) -> None:
-        self.export = export
 
     def build(self, name: str, input_shape: Sequence[int], num_classes: int) -> Any:
         model = super().build(name, input_shape, num_classes)
@@ -224,12 +223,6 @@ class OpenVinoKerasBackend(Keras3Backend):
         if core is None:
             self.warn("Keras' OpenVINO backend was not where kbench looks: OpenVINO runs "
                       "with its defaults (every core; bfloat16 where the CPU has it)")  # fmt: skip
-
-    def configure_memory(self, fraction: Optional[float], growth: bool) -> Dict[str, Any]:
-        return {} if fraction is None and not growth else {"note": NO_GPU_HERE}
-
-    def visible_gpus(self) -> int:
-        return 0
 
     def framework_info(self) -> Dict[str, Any]:
         import openvino

@@ -32,6 +32,7 @@ from kbench.setup.platforms import Platform, loader_environment, unsupported_rea
 SETUP_SCRIPT = "scripts\\setup_envs.cmd" if os.name == "nt" else "scripts/setup_envs.sh"
 # the Keras each environment's Keras backends need, by distribution: (name, major version)
 KERAS_OF = {"keras3": ("keras", "3"), "mxnet": ("keras-mxnet", "2")}
+KERAS_OF_NAMES = {name for name, _ in KERAS_OF.values()}
 THIS_INTERPRETER = "this interpreter"  # `kbench env`'s word for sys.executable
 
 
@@ -100,9 +101,6 @@ def lacks_here(backend: str) -> Optional[str]:
     return None
 
 
-KERAS_OF_NAMES = {name for name, _ in KERAS_OF.values()}
-
-
 def _version(distribution: str) -> Optional[str]:
     try:
         return importlib.metadata.version(distribution)
@@ -120,9 +118,9 @@ def how_to_get(backend: str) -> str:
         if IN_CHECKOUT
         else f"{own} in kbench's checkout builds kbench's own environment"
     )
-    if environment == "mxnet":  # keras-mxnet is Keras 2.2.4: never beside Keras 3
+    extra = BACKENDS[backend].extra
+    if extra is None:  # keras-mxnet is Keras 2.2.4: never beside Keras 3
         return f"keras-mxnet (Keras 2.2.4) cannot share an environment with Keras 3: {own}, {other}"
-    extra = "torch" if backend == "torch-native" else backend
     return f"pip install 'kbench[{extra}]' into this environment, {own}, {other}"
 
 
