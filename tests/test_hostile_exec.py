@@ -28,7 +28,7 @@ from kbench.exec.config import ExecConfig
 from kbench.exec.runner import ExecRunner
 from kbench.exec.watch import EpochFeed, LogKeeper
 from kbench.results.config import ConfigError
-from kbench.run.engine import LogWriter, supervise
+from kbench.run.engine import LogWriter, Worker
 from kbench.run.protocol import parse_progress, show_progress
 
 SCRIPTS = ROOT / "tests" / "user_scripts"
@@ -80,13 +80,15 @@ def test_a_worker_printing_malformed_events_ends_with_its_result(tmp_path):
     """``kbench run``'s supervision (a user model's print reaches the same reader)."""
     settings = config("odd", ["python", "x.py"], tmp_path, timeout_s=60, sample_interval_s=0)
     started = time.monotonic()
-    outcome = supervise(
+    worker = Worker.launch(
         [sys.executable, "-c", PRINTS_BAD_EVENTS], dict(os.environ), tmp_path,
-        tmp_path / "log.txt", settings, show_progress,
+        tmp_path / "log.txt", name="odd", progress_of=settings, on_progress=show_progress,
     )  # fmt: skip
-    assert not outcome.timed_out and outcome.returncode == 0
+    timed_out = worker.wait(settings.timeout_s)
+    worker.close()
+    assert not timed_out and worker.process.returncode == 0
     assert time.monotonic() - started < 30
-    assert outcome.log_tail[-1] == "the end"
+    assert worker.tail[-1] == "the end"
 
 
 def test_exec_of_a_script_printing_malformed_events_ends_promptly(home, tmp_path):

@@ -256,7 +256,7 @@ def test_the_printed_table_and_the_views(run):
 
 def fake_interpreter(tmp_path: Path, body: str) -> str:
     path = tmp_path / "fake-python"
-    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.write_text("#!/bin/bash\n" + body + "\n")  # bash: a descriptor above 9
     path.chmod(0o755)
     return str(path)
 
@@ -268,7 +268,8 @@ def test_a_crash_and_a_timeout_are_recorded_and_the_next_backend_runs(tmp_path, 
                "metrics": {"device": "cpu", "ops": [{"op": "relu", "size": 4, "status": "ok",
                                                     "median_s": 1e-5, "p10_s": 1e-5,
                                                     "p90_s": 1e-5}]}}  # fmt: skip
-    hang = f"echo '{json.dumps(partial)}' > reply.json; sleep 60"  # the worker's cwd
+    answer = json.dumps({"event": "op", "reply": partial})  # after its first operation
+    hang = f"echo '{answer}' >&\"$KBENCH_REPLY_FD\"; sleep 60"  # on the reply pipe
     monkeypatch.setenv("KBENCH_PYTHON_JAX", fake_interpreter(tmp_path, hang))
     crash_dir = tmp_path / "crash"
     crash_dir.mkdir()

@@ -450,24 +450,17 @@ def test_a_log_that_fills_up_during_the_run_loses_only_the_log(tmp_path, caplog)
     """/dev/full answers every write with ENOSPC, as a disk that fills mid-run does.
     Before: the log thread died on the first line, the worker blocked on its full pipe
     until the timeout, and closing the log raised OSError out of the run."""
-    from dataclasses import dataclass
-
-    from kbench.run.engine import supervise
-
-    @dataclass
-    class Config:
-        timeout_s: float = 60.0
-        sample_interval_s: float = 0.0
-
-        def label(self) -> str:
-            return "chatty worker"
+    from kbench.run.engine import Worker
 
     chatty = "import sys\nfor i in range(20000): print('line', i, 'x' * 40)\nprint('last')"
     started = time.monotonic()
-    outcome = supervise(
-        [sys.executable, "-c", chatty], dict(os.environ), tmp_path, Path("/dev/full"), Config()
-    )
-    assert outcome.returncode == 0 and not outcome.timed_out
-    assert outcome.log_tail[-1] == "last"  # every line was still read
+    worker = Worker.launch(
+        [sys.executable, "-c", chatty], dict(os.environ), tmp_path, Path("/dev/full"),
+        name="chatty worker",
+    )  # fmt: skip
+    timed_out = worker.wait(60.0)
+    worker.close()
+    assert worker.process.returncode == 0 and not timed_out
+    assert worker.tail[-1] == "last"  # every line was still read
     assert time.monotonic() - started < 30
     assert [r for r in caplog.records if "stopped at this point" in r.getMessage()]

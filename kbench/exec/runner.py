@@ -38,6 +38,7 @@ from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, check_output_dir, open_log
 from kbench.run import environments, leftovers
 from kbench.run.metrics import sampled_memory
+from kbench.run.runner import run_each, session_folder
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +60,11 @@ class ExecRunner:
     def run_all(self, configs: Sequence[ExecConfig]) -> List[RunResult]:
         """Run every config in turn; only bad input (before any run starts) raises."""
         for config in configs:
-            environments.interpreter_for(config.backend)
             check_command(config.command, config.cwd)
-        self.output_dir = check_output_dir(self.output_dir)
-        results: List[RunResult] = []
-        with leftovers.working_directory("exec") as directory, writer_lock(self.output_dir):
-            python_path = environments.import_root(Path(directory) / "pythonpath")
-            stdin = shared_stdin(Path(directory))
-            for index, config in enumerate(configs, start=1):
-                log.info("[%d/%d] %s: starting", index, len(configs), config.label())
-                result = self.run_one(config, Path(directory), python_path, stdin)
-                results.append(result)
-                log.info("[%d/%d] %s", index, len(configs), ending.summary_line(result))
-        return results
+        backends = [config.backend for config in configs]
+        with session_folder(self.output_dir, backends, "exec") as (store, directory, python_path):
+            self.output_dir, stdin = store, shared_stdin(directory)
+            return run_each(configs, lambda c: self.run_one(c, directory, python_path, stdin))
 
     def run_one(
         self, config: ExecConfig, session_dir: Path, python_path: Path, stdin: Tuple[Any, str]

@@ -1,8 +1,8 @@
 """The parent side of ``kbench ops``: one worker process per backend, one result each.
 
 Each worker gets a model run's environment
-(:func:`kbench.run.environments.process_environment`) and supervision
-(:func:`kbench.run.engine.supervise`). A worker that crashes or times out becomes a
+(:func:`kbench.run.environments.process_environment`) and the engine's supervision
+(:class:`kbench.run.engine.Worker`, told ``ops``). A worker that crashes or times out becomes a
 ``failed`` or ``timeout`` result that keeps the operations it finished; the next
 backend still runs.
 
@@ -22,16 +22,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from kbench.measure import quality, sysinfo
 from kbench.measure.processes import usable_cores
 from kbench.ops.spec import DEFAULT_SIZES, DTYPES, OPS
-from kbench.ops.worker import IMPLEMENTATIONS, OpsTask
+from kbench.ops.worker import IMPLEMENTATIONS
 from kbench.results import ending
 from kbench.results.config import ConfigError, check_choice, check_setting
-from kbench.results.jsonfile import read_json, write_json_atomic
-from kbench.results.lock import writer_lock
+from kbench.results.jsonfile import write_json_atomic
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, check_output_dir, open_log
-from kbench.run import environments, leftovers
-from kbench.run.engine import judge, supervise
-from kbench.run.protocol import WorkerReply
+from kbench.results.store import ResultStore, open_log
+from kbench.run import environments
+from kbench.run.engine import Outcome, Worker, WorkerGone, judge, start_sampler
+from kbench.run.protocol import WorkerReply, WorkerTask
+from kbench.run.runner import run_each, session_folder
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +88,9 @@ class OpsConfig:
         for field, setting in SETTINGS.items():
             check_setting(setting, getattr(self, field))
 
-    # What kbench.run.engine.supervise reads of a config. A coarse sampler (a reading
-    # costs about 1 ms of the parent's CPU, 0.2% at this interval) that tells whether
-    # other processes shared the CPU with a batch of calls.
+    # The sampler's interval: a coarse one (a reading costs about 1 ms of the parent's
+    # CPU, 0.2% at this interval) that tells whether other processes shared the CPU with
+    # a batch of calls.
     sample_interval_s = 0.5
 
     @property
@@ -126,25 +126,18 @@ def run_ops(
     """Run each config's worker in turn and store a result for each; only bad input
     (a missing environment, an output directory that cannot be written) raises, and
     it does so before any worker starts."""
-    for config in configs:
-        environments.interpreter_for(config.backend)
-    output_dir = check_output_dir(Path(output_dir))
-    results = []
-    with writer_lock(output_dir), leftovers.working_directory("ops") as directory:
-        python_path = environments.import_root(Path(directory) / "pythonpath")
-        for index, config in enumerate(configs, start=1):
-            log.info("[%d/%d] %s: starting", index, len(configs), config.label())
-            result = run_one(config, output_dir, Path(directory), python_path, on_progress)
-            log.info("[%d/%d] %s", index, len(configs), ending.summary_line(result))
-            results.append(result)
-    return results
+    backends = [config.backend for config in configs]
+    with session_folder(output_dir, backends, "ops") as (output_dir, directory, python_path):
+        return run_each(configs, lambda config: run_one(
+            config, output_dir, directory, python_path, on_progress
+        ))  # fmt: skip
 
 
 def run_one(
     config: OpsConfig, output_dir: Path, session_dir: Path, python_path: Path,
     on_progress: Optional[Callable[[OpsConfig, Dict[str, Any]], None]] = None,
 ) -> RunResult:  # fmt: skip
-    """One backend's worker, supervised; its result stored and returned."""
+    """One backend's worker on the engine, sampled; its result stored and returned."""
     run_id = ending.new_run_id(config.backend, "ops")
     run_dir = session_dir / run_id
     run_dir.mkdir()
@@ -156,30 +149,59 @@ def run_one(
         env["JAX_ENABLE_X64"] = recorded["JAX_ENABLE_X64"] = "1"
     interpreter = environments.interpreter_for(config.backend)
     started_at = time.time()
-    reply_path = run_dir / "reply.json"
-    task = OpsTask(config.to_dict(), keras_json["image_data_format"], str(reply_path), started_at)
-    write_json_atomic(run_dir / "task.json", asdict(task))
-    outcome = supervise(
-        [str(interpreter), "-m", "kbench.ops.worker", str(run_dir / "task.json")],
-        env, run_dir, open_log(output_dir, run_id),  # a store that cannot take it: stop
-        config, on_progress,  # duck-typed: label(), timeout_s, sample_interval_s
+    task = WorkerTask(config.to_dict(), {}, "", keras_json["image_data_format"], started_at)
+    write_json_atomic(run_dir / "task.json", task.to_dict())
+    worker = Worker.launch(
+        [str(interpreter), "-m", "kbench.ops.worker", str(run_dir / "task.json")], env, run_dir,
+        open_log(output_dir, run_id),  # a store that cannot take it: stop
+        name=config.label(), progress_of=config, on_progress=on_progress, channel=True,
     )  # fmt: skip
+    sampler = start_sampler(worker.pid, config.sample_interval_s)
+    try:
+        reply, verdict = answers(worker, config, run_dir / "task.json", started_at)
+    finally:
+        if sampler is not None:
+            sampler.__exit__(None, None, None)
     ended_at = time.time()
-    reply = WorkerReply.from_dict(read_json(reply_path)) if reply_path.exists() else None
     metrics = dict(reply.metrics) if reply else {}  # what finished, whatever the status
     if metrics.get("ops"):
         add_peak_fractions(metrics, config.threads_in_force)
-        if outcome.sampler is not None:
-            add_quality(metrics, outcome.sampler.result({}).series, config)
+        if sampler is not None:
+            add_quality(metrics, sampler.result({}).series, config)
     result = ending.run_result(
-        run_id=run_id, kind="ops", config=config.to_dict(),
-        verdict=judge(outcome, reply, config), started_at=started_at, ended_at=ended_at,
+        run_id=run_id, kind="ops", config=config.to_dict(), verdict=verdict,
+        started_at=started_at, ended_at=ended_at,
         environment=ending.environment(
             interpreter, recorded, keras_json, reply.framework if reply else {}
         ),
         data=dict(OPS_DATA, seed=config.seed), metrics=metrics,
     )  # fmt: skip
     return ending.keep(result, ResultStore(output_dir), config.label())
+
+
+def answers(
+    worker: Worker, config: OpsConfig, task: Path, started_at: float
+) -> Tuple[Optional[WorkerReply], ending.Verdict]:
+    """The worker's last reply (after each operation, what it measured so far) and how it
+    ended: past ``config.timeout_s`` from its start it is stopped; it is always closed."""
+    reply, verdict = None, None
+    try:
+        worker.send({"do": "ops", "task": str(task)})
+        while reply is None or reply.status == "running":
+            answer = worker.await_reply(
+                "its operations", started_at + config.timeout_s - time.time(),
+                late=f"the worker ran past the {config.timeout_s:g} s timeout and was killed",
+                died="the worker {how} without reporting a result",
+            )  # fmt: skip
+            reply = WorkerReply.from_dict(answer["reply"])
+    except WorkerGone as gone:
+        verdict = gone.verdict
+    except BaseException:  # Ctrl-C: take the worker down with us, write nothing
+        worker.close(now=True)
+        raise
+    worker.close()
+    ended = Outcome(worker.process.returncode, False, list(worker.tail))
+    return reply, verdict or judge(ended, reply, config)
 
 
 def add_quality(metrics: Dict[str, Any], series: Dict[str, List[Any]], config: OpsConfig) -> None:

@@ -1,6 +1,7 @@
-"""The child process of one backend's operator benchmark (``python -m kbench.ops.worker
-TASK_JSON``): what a backend implements, and how each operation at each size is
-checked and timed.
+"""The child side of one backend's operator benchmark: what a backend implements, and
+how each operation at each size is checked and timed. ``python -m kbench.ops.worker
+TASK_JSON`` is :mod:`kbench.run.worker`'s loop, its framework started by :func:`start`,
+with one more command: ``ops`` (:func:`serve_ops`).
 
 A backend is an :class:`OpsBackend`: ``tensor``, ``host``, ``sync``, and one
 ``op_<name>`` method per operation of :data:`kbench.ops.spec.OPS`, which receives the
@@ -15,10 +16,10 @@ mismatch is not timed), then times ``warmup`` and ``repeats`` calls, each follow
 garbage collector paused (as ``timeit`` does); with ``--target-precision`` /
 ``--time-budget``, until :class:`kbench.measure.stats.PrecisionTracker` says stop.
 
-As :mod:`kbench.run.worker`, it sets nothing global, and its reply (status ``running``
-until the end) is rewritten after every operation, so that a worker killed or timed
-out still leaves what it measured. Standard library and numpy only (both
-environments); the framework comes in through the backend's implementation alone.
+After every operation the worker answers with its reply so far (status ``running``),
+so that a worker killed or timed out still leaves what it measured. Standard library
+and numpy only (both environments); the framework comes in through the backend's
+implementation alone.
 """
 
 from __future__ import annotations
@@ -28,24 +29,18 @@ import collections
 import gc
 import hashlib
 import importlib
-import logging
 import sys
 import time
-import traceback
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type
 
 import numpy as np
 
-from kbench.backends.base import Backend, is_out_of_memory
-from kbench.measure.processes import watch_parent
+from kbench.backends.base import Backend, Unsupported, is_out_of_memory
 from kbench.measure.stats import PrecisionGoal, PrecisionTracker, percentiles
 from kbench.ops.spec import OPS, OpSpec, check
-from kbench.results.jsonfile import read_json, write_json_atomic
-from kbench.run.protocol import WorkerReply, emit_progress
-
-log = logging.getLogger("kbench.ops.worker")
+from kbench.run import worker as run_worker
+from kbench.run.protocol import WorkerReply, WorkerTask, emit_progress
+from kbench.run.worker import Served, load_task
 
 IMPLEMENTATIONS: Dict[str, str] = {
     "tensorflow": "kbench.ops.keras_ops:KerasOps",
@@ -64,10 +59,6 @@ TO_LAYOUT: Dict[Tuple[str, str], Tuple[int, ...]] = {
 }
 FROM_LAYOUT = {key: tuple(int(i) for i in np.argsort(axes)) for key, axes in TO_LAYOUT.items()}
 CANONICAL = {"image": "NHWC", "conv_kernel": "HWIO", "dense_kernel": "IO"}
-
-
-class Unsupported(Exception):
-    """The backend cannot run this operation (or dtype); the message says why."""
 
 
 # Framework messages that mean "this operation or dtype does not exist here", not a fault.
@@ -270,34 +261,33 @@ def _failure(err: BaseException, stage: str) -> Dict[str, Any]:
     return {"status": "failed", "reason": first, "stage": stage}
 
 
-@dataclass(frozen=True)
-class OpsTask:
-    """What the parent asks of one worker (written as ``task.json``)."""
-
-    config: Dict[str, Any]  # OpsConfig.to_dict(): backend, ops, sizes, dtype, repeats, ...
-    image_data_format: str  # from the backend's keras.json
-    reply_path: str
-    started_at: float  # time.time() when the parent started the process
-
-
-def run(task: OpsTask) -> WorkerReply:
-    """Every operation at every size, checked and timed, a progress line each."""
+def start(task: WorkerTask) -> Backend:
+    """The framework started as model runs start it (threads, device, the backend check),
+    the operations' backend on it as ``ops``; ``import_time_s``: how long both took."""
     config = task.config
     module, name = IMPLEMENTATIONS[config["backend"]].split(":")
     cls: Type[OpsBackend] = getattr(importlib.import_module(module), name)
     runtime = cls.runtime(config["backend"], config["threads"])
-    start = time.perf_counter()
-    runtime.start(task.image_data_format, device=config["device"])
-    ops = cls(gpu=runtime.gpus > 0, dtype=config["dtype"], image_data_format=task.image_data_format)
-    import_time = time.perf_counter() - start
-    framework = runtime.describe()
+    began = time.perf_counter()
+    runtime.start(task.data_format, device=config["device"])
+    gpu, data_format = runtime.gpus > 0, task.data_format
+    runtime.ops = cls(gpu=gpu, dtype=config["dtype"], image_data_format=data_format)
+    runtime.import_time_s = time.perf_counter() - began
+    return runtime
+
+
+def serve_ops(served: Served, command: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+    """The ``ops`` command: every operation at every size, checked and timed, a progress
+    line and an ``op`` answer (the reply so far) each; then the ``result``."""
+    config, runtime = load_task(command["task"]).config, served.backend
+    ops, framework = runtime.ops, runtime.describe()
     entries: List[Dict[str, Any]] = []
 
-    def reply(status: str) -> WorkerReply:
+    def reply(status: str) -> Dict[str, Any]:
         metrics = {"ops": entries, "device": "gpu" if ops.gpu else "cpu",
-                   "import_time_s": import_time,
+                   "import_time_s": runtime.import_time_s,
                    "statuses": dict(collections.Counter(e["status"] for e in entries))}  # fmt: skip
-        return WorkerReply(status=status, metrics=metrics, framework=framework)
+        return {"reply": WorkerReply(status=status, metrics=metrics, framework=framework).to_dict()}
 
     max_memory = config.get("max_memory_mb")
     goal = PrecisionGoal.from_config(config)  # --target-precision, --time-budget
@@ -311,35 +301,9 @@ def run(task: OpsTask) -> WorkerReply:
             entries.append(entry)
             emit_progress("op", op=name, size=n, status=entry["status"],
                           median_s=entry.get("median_s"), reason=entry.get("reason"))  # fmt: skip
-            write_json_atomic(Path(task.reply_path), reply("running").to_dict())
-    return reply("ok")
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO, format="[ops worker] %(message)s", stream=sys.stderr)
-    if len(argv) != 1:
-        log.error("usage: python -m kbench.ops.worker TASK_JSON (kbench ops writes TASK_JSON)")
-        return 2
-    watch_parent()  # ends within a second of kbench ops, even after kill -9
-    task = OpsTask(**read_json(Path(argv[0])))
-    reply_path = Path(task.reply_path)
-    try:
-        write_json_atomic(reply_path, run(task).to_dict())
-    except BaseException as err:  # noqa: B036 - every failure must reach the parent
-        partial = read_json(reply_path) if reply_path.exists() else {}
-        reply = WorkerReply(
-            status="oom" if is_out_of_memory(err) else "failed",
-            metrics=partial.get("metrics", {}),
-            framework=partial.get("framework", {}),
-            error={"type": type(err).__name__, "message": str(err),
-                   "traceback": traceback.format_exc()},
-        )  # fmt: skip
-        write_json_atomic(reply_path, reply.to_dict())
-        log.error("%s: %s", type(err).__name__, err)
-        return 1
-    return 0
+            served.replies.send("op", **reply("running"))
+    return "result", reply("ok")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_worker.main(module="kbench.ops.worker", start=start, kinds={"ops": serve_ops}))

@@ -1,7 +1,7 @@
 """The parent side of every worker process, one engine for every kind of run: a fresh run
 and ``--warm`` (:mod:`kbench.run.runner`), warm windows (:mod:`kbench.run.windows`), the
 ranks of a data-parallel run (:mod:`kbench.distributed.launcher`), ``kbench exec``'s
-script (:mod:`kbench.exec.watch`) and ``kbench ops``' worker (:mod:`kbench.ops.runner`).
+script (:mod:`kbench.exec.watch`) and ``kbench ops``' workers (:mod:`kbench.ops.runner`).
 
 A :class:`Worker` runs in its own process group (stopped as a whole); a thread reads its
 output into the run's log and relays its progress events. With ``channel`` it is told
@@ -321,28 +321,6 @@ def start_sampler(
         log.debug("sampler not started: %s", err)
         return None
     return sampler
-
-
-def supervise(
-    command: List[str], env: Dict[str, str], cwd: Path, log_path: Path, config: Any,
-    on_progress: Optional[OnProgress] = None, nvml: Any = None,
-) -> Outcome:  # fmt: skip
-    """Run ``command`` to its end, sampled, stopped past ``config.timeout_s``."""
-    worker = Worker.launch(
-        command, env, cwd, log_path, name=config.label(), progress_of=config,
-        on_progress=on_progress,
-    )  # fmt: skip
-    sampler = start_sampler(worker.pid, config.sample_interval_s, nvml)
-    try:
-        timed_out = worker.wait(config.timeout_s, config.label())
-    except BaseException:  # Ctrl-C: take the worker down with us, write nothing
-        worker.stop()
-        raise
-    finally:
-        if sampler is not None:
-            sampler.__exit__(None, None, None)
-        worker.close()
-    return Outcome(worker.process.returncode, timed_out, list(worker.tail), sampler)
 
 
 def judge(outcome: Outcome, reply: Optional[WorkerReply], config: Any) -> ending.Verdict:

@@ -35,6 +35,8 @@ COMMANDS = {
     "warmup": "the warmup and calibration steps of the started model: replies ``ready``",
     "window": "one measuring window: replies ``window`` with its figures",
     "finish": "replies ``finished`` and exits 0 (so does the end of stdin)",
+    "ops": "(kbench.ops.worker) every operation of the task file named, at every size: "
+    "replies ``op`` with the reply so far after each, then ``result``",
 }
 # the fields each progress event's line shows, in order
 PROGRESS_FIELDS = {
@@ -100,8 +102,19 @@ def _number(value: Any) -> bool:
     return True
 
 
+class Document:
+    """A dataclass read from and written to JSON as its fields."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> Any:
+        return cls(**data)
+
+
 @dataclass(frozen=True)
-class WorkerTask:
+class WorkerTask(Document):
     config: Dict[str, Any]  # RunConfig.to_dict()
     data: Dict[str, Any]  # PreparedData.to_dict()
     order_path: str  # .npy of sample indices, shape (epochs, samples per epoch)
@@ -113,16 +126,9 @@ class WorkerTask:
     # worker), or the one to run (its facts and path; ``error`` where it failed)
     export: Optional[Dict[str, Any]] = None
 
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> WorkerTask:
-        return cls(**data)
-
 
 @dataclass(frozen=True)
-class WorkerReply:
+class WorkerReply(Document):
     status: str  # "ok", "failed", "oom" or "unsupported" (a model this backend cannot run)
     metrics: Dict[str, Any] = field(default_factory=dict)
     framework: Dict[str, Any] = field(default_factory=dict)
@@ -132,13 +138,6 @@ class WorkerReply:
     # each have their own (None from workers older than this field)
     started_at: Optional[float] = None
     ended_at: Optional[float] = None
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> WorkerReply:
-        return cls(**data)
 
 
 @dataclass

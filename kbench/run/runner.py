@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -57,6 +57,31 @@ def look_before_runs(
     if low:
         log.warning("%s", low)
     quality_mod.preflight_unless_skipped(busy_threshold, wait_quiet_s)
+
+
+@contextlib.contextmanager
+def session_folder(
+    output_dir: Path, backends: Iterable[str], kind: str = ""
+) -> Iterator[Tuple[Path, Path, Path]]:
+    """Each backend's environment checked and the store made writable, then its writer
+    lock held (a second kbench writing there is refused at once) and a working directory:
+    (the store, the directory, the workers' PYTHONPATH folder in it)."""
+    for backend in backends:
+        environments.interpreter_for(backend)
+    output_dir = check_output_dir(Path(output_dir))
+    with leftovers.working_directory(kind) as directory, writer_lock(output_dir):
+        directory = Path(directory)
+        yield output_dir, directory, environments.import_root(directory / "pythonpath")
+
+
+def run_each(configs: Sequence[Any], run_one: Callable[[Any], RunResult]) -> List[RunResult]:
+    """``run_one(config)`` for each config in turn, a line as each starts and ends."""
+    results: List[RunResult] = []
+    for index, config in enumerate(configs, start=1):
+        log.info("[%d/%d] %s: starting", index, len(configs), config.label())
+        results.append(run_one(config))
+        log.info("[%d/%d] %s", index, len(configs), ending.summary_line(results[-1]))
+    return results
 
 
 def new_run_id(config: RunConfig) -> str:
@@ -169,20 +194,15 @@ class Runner:
 
     @contextlib.contextmanager
     def session(self, configs: Sequence[RunConfig]) -> Iterator[Session]:
-        """Check ``configs``, prepare the first one's data, hold a working directory."""
-        for config in configs:
-            environments.interpreter_for(config.backend)
+        """Check ``configs``, hold a session folder, prepare the first one's data."""
         self.session_exports = exports.SessionExports(list(configs))
-        with leftovers.working_directory() as directory:
-            directory = Path(directory)
+        backends = [config.backend for config in configs]
+        with session_folder(self.output_dir, backends) as (output_dir, directory, python_path):
+            self.output_dir = output_dir
             prepared = DataGroups.of(directory / "data", configs)
             if configs:  # a data set that cannot be had is refused before anything runs
                 prepared.get(configs[0])
-            self.output_dir = check_output_dir(self.output_dir)
-            # one writer per store: a second kbench writing here is refused at once
-            with writer_lock(self.output_dir):
-                python_path = environments.import_root(directory / "pythonpath")
-                yield Session(self, directory, python_path, prepared)
+            yield Session(self, directory, python_path, prepared)
 
     def run_one(
         self, config: RunConfig, data: datasets.PreparedData, session_dir: Path, python_path: Path,

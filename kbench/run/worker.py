@@ -1,4 +1,4 @@
-"""The child process of every model run: ``python -m kbench.run.worker RUN_JSON``.
+"""The child process of every model run: ``python -m kbench.run.worker TASK_JSON``.
 
 It sets nothing global: the runner chose the backend (``KERAS_BACKEND``), the per-run
 ``KERAS_HOME`` holding its keras.json, and the thread variables before this interpreter
@@ -18,6 +18,8 @@ on stdin (:data:`kbench.run.protocol.COMMANDS`) on the reply pipe:
 - ``start``, ``warmup``, ``window``: windows of one built and compiled model
   (:mod:`kbench.run.windows`); a failure there replies ``failed`` and ends the worker.
 - ``finish``, or the end of stdin: replies ``finished`` and exits 0.
+- a task kind of a stage above, whose child runs this loop (:func:`main` with ``kinds``):
+  ``ops`` (:mod:`kbench.ops.worker`); a failure replies ``failed`` and ends the worker.
 
 A backend that cannot start replies ``failed`` and exits 1. Imports only what runs under
 both environments (Keras 3 and keras-mxnet).
@@ -32,9 +34,9 @@ import logging
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -230,12 +232,19 @@ def failure_reply(err: BaseException, started_at: float) -> WorkerReply:
     )  # fmt: skip
 
 
+# A command of a task kind served by the loop of a stage above (``ops``: kbench.ops.worker):
+# (what holds the worker's state, the command) -> the reply's event and fields
+Kind = Callable[["Served", Dict[str, Any]], Tuple[str, Dict[str, Any]]]
+
+
 @dataclass
 class Served:
     """What this worker holds between commands: its backend, the windows' trainer."""
 
     backend: Any
     start_warnings: List[str]
+    replies: Optional[ReplyWriter] = None  # for a command that answers more than once
+    kinds: Dict[str, Kind] = field(default_factory=dict)
     runs: int = 0  # ``run`` commands served so far
     task: Optional[WorkerTask] = None  # the windows' task
     trainer: Optional[Trainer] = None
@@ -243,6 +252,8 @@ class Served:
     def answer(self, command: Dict[str, Any]) -> Optional[Tuple[str, Dict[str, Any]]]:
         """Do ``command``; the reply's event and fields, or None for ``finish``."""
         what = command.get("do")
+        if what in self.kinds:
+            return self.kinds[what](self, command)
         if what == "run":
             return "result", {"reply": self.run(load_task(command["task"])).to_dict()}
         if what == "start":
@@ -309,14 +320,18 @@ def warm_up(trainer: Trainer, task: WorkerTask, command: Dict[str, Any]) -> Dict
         return trainer.warm_up(*settings) | {"check": {"error": f"{type(err).__name__}: {err}"}}
 
 
-def serve(first: WorkerTask, replies: ReplyWriter, commands: Any) -> int:
-    """Start the backend, answer each line of ``commands`` until ``finish``; the exit code."""
+def serve(
+    first: WorkerTask, replies: ReplyWriter, commands: Any,
+    start: Callable[[WorkerTask], Any] = start_backend, kinds: Optional[Dict[str, Kind]] = None,
+) -> int:  # fmt: skip
+    """Start the backend (``start``), answer each line of ``commands`` until ``finish``
+    (``kinds``: the commands of other task kinds); the exit code."""
     started_at = time.time()
     try:
-        backend = start_backend(first)
+        backend = start(first)
     except BaseException as err:  # noqa: B036 - every failure must reach the runner
         return failed(replies, err, started_at)
-    served = Served(backend, list(backend.warnings))
+    served = Served(backend, list(backend.warnings), replies, kinds or {})
     for line in commands:
         try:
             answer = served.answer(json.loads(line))
@@ -338,16 +353,17 @@ def failed(replies: ReplyWriter, err: BaseException, started_at: float) -> int:
     return 1
 
 
-def main(argv=None) -> int:
+def main(argv=None, module: str = "kbench.run.worker", **kinds: Any) -> int:
+    """``python -m MODULE TASK_JSON``; ``kinds``: :func:`serve`'s ``start`` and ``kinds``."""
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="[worker] %(message)s", stream=sys.stderr)
     if len(argv) != 1:
-        log.error("usage: python -m kbench.run.worker RUN_JSON (kbench writes RUN_JSON and "
-                  "sends the commands)")  # fmt: skip
+        log.error("usage: python -m %s TASK_JSON (kbench writes TASK_JSON and sends the "
+                  "commands)", module)  # fmt: skip
         return 2
     watch_parent()
     replies = ReplyWriter.from_environment()
-    return serve(load_task(argv[0]), replies, sys.stdin)
+    return serve(load_task(argv[0]), replies, sys.stdin, **kinds)
 
 
 if __name__ == "__main__":
