@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from kbench.exec.config import ExecConfig
+from kbench.exec.environment import ExecConfig
 from kbench.exec.runner import ExecRunner
 from kbench.results.config import RunConfig
 from kbench.run.runner import Runner

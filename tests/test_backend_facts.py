@@ -9,8 +9,7 @@ import os
 import pytest
 
 from kbench.backends import BACKENDS, load_backend
-from kbench.exec.config import EXEC_BACKENDS
-from kbench.exec.environment import memory_variables
+from kbench.exec.environment import EXEC_BACKENDS, memory_variables
 from kbench.views import figures, ops
 
 

@@ -19,8 +19,7 @@ import psutil
 import pytest
 from conftest import ROOT, dump, kbench_here, require_backends, run_kbench
 
-from kbench.exec.config import ExecConfig, script_name
-from kbench.exec.environment import memory_variables, resolve_command
+from kbench.exec.environment import ExecConfig, memory_variables, resolve_command, script_name
 from kbench.exec.runner import ExecRunner
 from kbench.measure.keras_events import NO_TRAINING, summarize
 from kbench.results.config import ConfigError

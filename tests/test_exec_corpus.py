@@ -22,10 +22,8 @@ import numpy as np
 import pytest
 from conftest import ROOT, require_backends
 
-from kbench.exec.config import ExecConfig
-from kbench.exec.environment import link_datasets, user_datasets
-from kbench.exec.figures import MIN_MEASURED_STEPS, observe
-from kbench.exec.runner import ExecRunner, judge
+from kbench.exec.environment import ExecConfig, link_datasets, user_datasets
+from kbench.exec.runner import MIN_MEASURED_STEPS, ExecRunner, judge, observe
 from kbench.exec.watch import LogKeeper, ScriptOutcome, readable
 from kbench.results.result import RunResult
 from kbench.run.engine import LogWriter

@@ -24,7 +24,7 @@ import psutil
 import pytest
 from conftest import ROOT, dump, kbench_here, require_backends, run_kbench
 
-from kbench.exec.config import ExecConfig
+from kbench.exec.environment import ExecConfig
 from kbench.exec.runner import ExecRunner
 from kbench.exec.watch import EpochFeed, LogKeeper
 from kbench.results.config import ConfigError

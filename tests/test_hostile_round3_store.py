@@ -26,7 +26,7 @@ from test_store import result
 from kbench.cli import app
 from kbench.cli.arguments import duration
 from kbench.exec import runner as exec_runner
-from kbench.exec.config import ExecConfig
+from kbench.exec.environment import ExecConfig
 from kbench.measure import processes
 from kbench.results import jsonfile
 from kbench.results.config import ConfigError

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from kbench.cli import arguments
-from kbench.exec.config import EXEC_BACKENDS, ExecConfig
+from kbench.exec.environment import EXEC_BACKENDS, ExecConfig
 from kbench.exec.runner import ExecRunner
 from kbench.measure import sysinfo
 from kbench.results.config import ConfigError

@@ -7,7 +7,7 @@ and writes an ordinary result document (``kind: "exec"``), as
 :func:`~kbench.exec.runner.record` does from users' own processes. Child side:
 :mod:`~kbench.exec.instrument`, loaded by ``site/sitecustomize.py``, wraps Keras'
 ``fit``, ``evaluate`` and ``predict`` to add the :mod:`kbench.callbacks` callback;
-:mod:`~kbench.exec.figures` turns its events into figures.
+:func:`~kbench.exec.runner.observe` turns its events into figures.
 
 Importing this package imports nothing: the child imports it under every backend.
 

@@ -12,7 +12,7 @@ an import hook (a :data:`sys.meta_path` finder) that waits for ``import keras``
 - ``evaluate`` and ``predict`` are marked (``evaluate_begin``/``_end``, with the
   call's batch size and samples where its arguments are arrays) and, where they take
   callbacks (Keras 3), get the same callback for their batches
-  (:mod:`kbench.exec.figures`); where they take none (keras-mxnet), the model's facts
+  (:func:`kbench.exec.runner.observe`); where they take none (keras-mxnet), the model's facts
   are written as the call begins.
 
 Calls made from inside another wrapped call (the validation ``evaluate`` of Keras 3's

@@ -9,6 +9,13 @@ exists is refused before any run starts. Every run reads the same stdin
 (:func:`shared_stdin`). The status is ``ok`` for exit code 0,
 ``failed`` for any other (or a signal), ``timeout`` past ``--timeout``. Ctrl-C stops
 the tree; finished results stay.
+
+What a script's events measure (:func:`observe`): training where it called ``fit``
+(:func:`kbench.measure.keras_events.summarize` over its batches), else inference over
+the ``predict`` batches made outside any fit (else ``evaluate``'s), each call a run of
+its own (under keras-mxnet, whose ``predict`` takes no callbacks, each call one step);
+fewer than :data:`MIN_MEASURED_STEPS` measured steps give one img/s with no spread
+worth the name, and ``measurement_note`` says so.
 """
 
 from __future__ import annotations
@@ -23,14 +30,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from kbench.exec.config import EXEC_BACKENDS, PYTHON_NAMES, SCRIPT_DATA, ExecConfig
-from kbench.exec.environment import child_environment, resolve_command
-from kbench.exec.figures import observe
+from kbench.exec.environment import (
+    EXEC_BACKENDS,
+    PYTHON_NAMES,
+    SCRIPT_DATA,
+    ExecConfig,
+    child_environment,
+    resolve_command,
+)
 from kbench.exec.watch import LOG_LIMIT_BYTES, CannotStart, ScriptOutcome, watch
 from kbench.measure import processes
 from kbench.measure import quality as quality_mod
 from kbench.measure import sampler as sampler_mod
-from kbench.measure.keras_events import NO_TRAINING, read_events
+from kbench.measure.keras_events import NO_TRAINING, read_events, summarize
 from kbench.results import ending
 from kbench.results.config import ConfigError, file_safe
 from kbench.results.lock import writer_lock
@@ -43,6 +55,8 @@ from kbench.run.runner import run_each, session_folder
 log = logging.getLogger(__name__)
 
 STDIN_LIMIT_BYTES = 16 * 2**20  # piped into kbench exec: read once, given to every run
+MIN_MEASURED_STEPS = 5  # fewer: one figure, no spread; flagged as too short
+INFERENCE_STAGES = ("predict", "evaluate")  # in order of preference
 
 
 def new_run_id(config: ExecConfig) -> str:
@@ -257,7 +271,7 @@ def exec_metrics(
 
 
 def training_metrics(observed: Dict[str, Any]) -> Dict[str, Any]:
-    """The instrumentation's figures (:func:`kbench.exec.figures.observe`) as result
+    """The instrumentation's figures (:func:`observe`) as result
     metrics; a note where the script neither trained nor predicted."""
     if not observed.get("measured_stage"):
         return {
@@ -380,3 +394,81 @@ def record(
     directory = check_output_dir(Path(store))
     with writer_lock(directory):
         return ResultStore(directory).add(result)
+
+
+def observe(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]:
+    """The figures of a script's events: training, else inference, else none (the
+    note says which); ``measured_stage`` names what was measured."""
+    observed = summarize(events, warmup_steps)
+    if observed.get("training_observed"):
+        observed["measured_stage"] = "fit"
+    else:
+        inference = inference_figures(events, warmup_steps)
+        if inference is None:
+            return observed
+        observed = inference
+    observed["warmup_steps_requested"] = warmup_steps
+    note = short_note(observed, warmup_steps)
+    if note:
+        observed["measurement_note"] = note
+    return observed
+
+
+def inference_figures(events: List[Dict[str, Any]], warmup_steps: int) -> Optional[Dict[str, Any]]:
+    """:func:`summarize`'s figures over the batches of ``predict`` (else ``evaluate``)
+    calls made outside a fit; None where the script made none."""
+    for stage in INFERENCE_STAGES:
+        batches = [
+            dict(e, stage="train", epoch=e.get("call", 0), call=0)
+            for e in events
+            if e["event"] == "batch" and e.get("stage") == stage and e.get("within") != "fit"
+        ]
+        if not batches:
+            batches = _whole_calls(events, stage)
+        if not batches:
+            continue
+        facts = [e for e in events if e["event"] in ("model", "error")]
+        ends = [e for e in events if e["event"] in ("evaluate_end", "predict_end")]
+        figures = summarize([*facts, *batches, *ends], warmup_steps)
+        figures.update(
+            training_observed=False, inference_observed=True, measured_stage=stage, fit_calls=0,
+            epochs=0, epoch_time_s=[], epoch_train_loss=[], final_train_loss=None,
+            final_train_accuracy=None,
+            note=f"inference only: img/s over the {stage} batches (no fit ran)",
+        )  # fmt: skip
+        figures["markers"]["fit_start"] = batches[0]["t0"]
+        return figures
+    return None
+
+
+def _whole_calls(events: List[Dict[str, Any]], stage: str) -> List[Dict[str, Any]]:
+    """Each ``<stage>_begin``/``_end`` pair as one step of its samples (keras-mxnet's
+    predict and evaluate take no callbacks, so kbench sees only the calls)."""
+    calls, begin = [], None
+    for event in events:
+        if event["event"] == f"{stage}_begin":
+            begin = event
+        elif event["event"] == f"{stage}_end" and begin is not None:
+            samples = begin.get("samples")
+            calls.append(
+                {"event": "batch", "stage": "train", "call": 0, "epoch": len(calls),
+                 "batch": 0, "t0": begin["t"], "t1": event["t"],
+                 "size": samples if isinstance(samples, int) else None}
+            )  # fmt: skip
+            begin = None
+    return calls
+
+
+def short_note(observed: Dict[str, Any], warmup_steps: int) -> Optional[str]:
+    """What to read a measurement of too few steps with (None: enough steps)."""
+    steps = observed.get("measured_steps") or 0
+    if steps >= MIN_MEASURED_STEPS:
+        return None
+    warmup = observed.get("warmup_steps") or 0
+    cut = f"; the warmup was cut from {warmup_steps} to {warmup} step(s) to leave any"
+    cut = cut if warmup < warmup_steps else ""
+    return (
+        f"too short to mean much: img/s from {steps} measured step(s) (at least "
+        f"{MIN_MEASURED_STEPS} give a figure with a spread){cut}. Give the script more "
+        "batches (more samples, epochs or calls) or lower --warmup-steps"
+    )

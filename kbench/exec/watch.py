@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 TOKEN_VARIABLE = "KBENCH_EXEC_TOKEN"  # in the environment of everything the script starts
 LOG_LIMIT_BYTES = 64 * 2**20  # of the script's output kept in its log
 READER_GRACE_S = 2.0  # for the output reader once the script has exited
-POLL_S = 0.25  # how often the tree and the events file are read while the script runs
 TAIL_LINE_CHARS = 2000  # of one line kept in the tail (a progress bar's line has no end)
 CHUNK_BYTES = 2**16
 ADOPTED = "none: kbench was the child subreaper, so every orphan came to it and was stopped"
@@ -104,7 +103,7 @@ def watch(
             feed.poll()
 
         try:
-            timed_out = script.wait(config.timeout_s, config.label(), poll, POLL_S)
+            timed_out = script.wait(config.timeout_s, config.label(), poll)  # every POLL_S
             ended_at = time.time()
         except BaseException:  # Ctrl-C: take everything down with us
             script.stop()

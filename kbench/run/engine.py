@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 KILL_GRACE_S = 5.0  # after SIGTERM, before SIGKILL
 FINISH_TIMEOUT_S = 30.0  # for a worker told to finish to exit
 LOG_TAIL_LINES = 40
-POLL_S = 0.25  # how often a wait for an answer looks whether the worker is still there
+POLL_S = 0.25  # how often a wait looks whether the worker is still there (and polls)
 EXIT_GRACE_S = 2.0  # for the answer of a worker that has exited, still in the pipe
 TIMED_OUT = object()  # no answer in time
 OnProgress = Callable[[Any, Dict], None]
@@ -240,14 +240,14 @@ class Worker:
         self.threads[0].join(timeout=5)
 
     def wait(
-        self, timeout_s: float, label: str = "", poll: Optional[Callable[[], None]] = None,
-        poll_s: float = 0.25,
-    ) -> bool:  # fmt: skip
-        """Wait for the process to end, ``poll()`` meanwhile; past ``timeout_s`` stop it: True."""
+        self, timeout_s: float, label: str = "", poll: Optional[Callable[[], None]] = None
+    ) -> bool:
+        """Wait for the process to end, ``poll()`` every :data:`POLL_S`; past ``timeout_s``
+        stop it: True."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                self.process.wait(timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
+                self.process.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
                 return False
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= deadline:

@@ -257,15 +257,12 @@ class Runner:
             )
             served.serve(planned, context.started_at, keep_replied if served.warm else None)
             served.worker.close()
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what finished, say so, stop
+        except BaseException as err:  # Ctrl-C, SIGTERM, a store that cannot take a run
             if served.worker is not None:
                 served.worker.close(now=True)
-            left = [run for run in planned if run.run_id not in kept]
-            self._interrupted(left, log_path, served, context)
-            raise
-        except BaseException:  # a failure of kbench's own (a store that cannot take a run)
-            if served.worker is not None:
-                served.worker.close(now=True)
+            if isinstance(err, KeyboardInterrupt):  # keep what finished, say so, stop
+                left = [run for run in planned if run.run_id not in kept]
+                self._interrupted(left, log_path, served, context)
             raise
         finally:
             if served.sampler is not None:
