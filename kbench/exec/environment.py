@@ -107,6 +107,16 @@ SITE_DIR = Path(__file__).resolve().parent / "site"  # holds the sitecustomize.p
 THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "MXNET_CPU_WORKER_NTHREADS")
 
 
+def memory_variables(
+    backend: str, fraction: Optional[float], growth: bool
+) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """(variables to set, what each memory option became) for one backend: its class's
+    :meth:`~kbench.backends.base.Backend.memory_variables`, which imports no framework."""
+    variables, applied = load_backend(backend).memory_variables(fraction, growth)
+    applied.update(variables)
+    return variables, applied
+
+
 def cores(threads: int) -> Optional[List[int]]:
     """The first ``threads`` cores this process may use, when fewer than all (None on
     a system without CPU affinity, macOS: the script runs unpinned)."""
@@ -156,10 +166,8 @@ def child_environment(
     paths = [str(SITE_DIR), str(python_path)]
     if os.environ.get("PYTHONPATH"):  # the user's own stays, after kbench's
         paths.append(os.environ["PYTHONPATH"])
-    # the backend class's (it imports no framework); applied: what each option became
     fraction, growth = config.gpu_memory_fraction, config.gpu_memory_growth
-    memory, applied = load_backend(config.backend).memory_variables(fraction, growth)
-    applied.update(memory)
+    memory, applied = memory_variables(config.backend, fraction, growth)
     env.update(dict.fromkeys(THREAD_VARIABLES, str(config.threads_in_force)), **memory)
     env.update({
         "PYTHONPATH": os.pathsep.join(paths), EVENTS_VARIABLE: str(run_dir / "events.jsonl"),
