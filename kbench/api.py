@@ -26,7 +26,7 @@ from kbench.results.store import Filter, IndexEntry
 from kbench.run.protocol import show_progress
 from kbench.studies import rounds as studies_rounds
 from kbench.views import machines, tables
-from kbench.views.comparison import Comparison
+from kbench.views.report import Comparison
 
 StorePath = Union[str, "os.PathLike[str]"]
 PATHS = (str, os.PathLike)

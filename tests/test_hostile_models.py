@@ -30,7 +30,7 @@ from kbench.cli.app import build_parser
 from kbench.results.analysis import compare
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.result import RunResult
-from kbench.views.comparison import Comparison
+from kbench.views.report import Comparison
 from kbench.views.tables import (
     comparison_tables,
     model_labels,

@@ -24,7 +24,7 @@ from kbench.profiling import (
 from kbench.profiling.captures import JaxCapture, TensorFlowCapture
 from kbench.results.config import ConfigError, RunConfig
 from kbench.views import report
-from kbench.views.comparison import section_tables
+from kbench.views.report import section_tables
 
 PROFILED = ("tensorflow", "jax", "torch", "torch-native")
 

@@ -18,7 +18,7 @@ from kbench.measure import quality
 from kbench.measure.stats import median_interval
 from kbench.results.analysis import clear, compare
 from kbench.results.result import ResultError, RunResult
-from kbench.views.comparison import Comparison
+from kbench.views.report import Comparison
 from kbench.views.tables import comparison_tables, interval_text
 from tests.conftest import ROOT, dump, kbench_here, require_backends, run_kbench, spinning_loops
 

@@ -10,7 +10,7 @@ from conftest import kbench_here
 
 from kbench.results.result import RunResult
 from kbench.results.store import INDEX_NAME, Filter, ResultStore, StoreError, load_frame
-from kbench.views.comparison import Comparison
+from kbench.views.report import Comparison
 from kbench.views.tables import study_tables
 
 

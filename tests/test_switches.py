@@ -14,7 +14,7 @@ from kbench.cli.app import build_parser
 from kbench.cli.arguments import settings_of
 from kbench.results.config import ConfigError, RunConfig
 from kbench.views import report
-from kbench.views.comparison import Comparison
+from kbench.views.report import Comparison
 
 
 @pytest.mark.parametrize(
@@ -175,7 +175,8 @@ def test_channels_last_on_keras_mxnet_warns_that_it_is_the_slow_path(tmp_path):
     assert f"warning: mxnet/small_cnn: {warning}" in done.stdout  # under the run table
     compared = Comparison.of(done.results()).text()
     assert f"warning: mxnet, small_cnn (synthetic): {warning}" in compared
-    assert html.escape(warning) in report.backend_cell("mxnet", [cnn]).html()  # the HTML summary
+    summary = report.summary_html(done.results(), "mxnet", [])
+    assert html.escape(warning) in summary  # the HTML summary
     assert [r.metrics.get("warm_worker", False) for r in (mlp, cnn)] == [False, True]  # one worker
     # the default device, recorded as the context keras-mxnet bound to
     for run in (cnn, mlp):

@@ -22,7 +22,7 @@ from kbench.run.protocol import show_progress
 from kbench.studies import rounds, slurm, sweep_runs, sweep_windows
 from kbench.studies import sweep as sweep_mod
 from kbench.views import machines, tables
-from kbench.views.comparison import Comparison
+from kbench.views.report import Comparison
 
 log = logging.getLogger("kbench")
 

@@ -1,4 +1,6 @@
-"""One self-contained HTML report from result documents: figures as base64 PNG, CSS in a
+"""The comparison of a set of runs (:class:`Comparison`: the tables ``kbench compare``
+prints and :func:`kbench.api.compare` returns), and one self-contained HTML report from
+result documents, whose summary is those tables: figures as base64 PNG, CSS in a
 ``<style>`` element, and one small script that counts the images that loaded
 (``document.body.dataset.imagesLoaded``, for tests). No external resources.
 """
@@ -8,39 +10,33 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import logging
-import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from kbench.results.analysis import BackendRow, kernels_text, row_named
+from kbench.results.analysis import kernels_text, row_named
 from kbench.results.jsonfile import write_text_atomic
-from kbench.results.readings import MEMORY_KINDS, memory_peaks
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
 from kbench.views import figures, setting_plots, throughput_plots, timeline_plots
 from kbench.views.figures import Drawn, RunGroup, Skipped
 from kbench.views.machines import hardware_text, mixed_note, several_machines
 from kbench.views.tables import (
-    MEMORY_SHORT,
     Cell,
-    Heading,
     Markup,
     Table,
     bytes_text,
     esc,
-    flagged,
-    memory_text,
+    markdown_text,
     model_label,
-    range_text,
-    ratio_style,
-    ratio_text,
-    spread_text,
+    not_ok_lines,
+    study_tables,
 )
 
 log = logging.getLogger(__name__)
 
 NO_FIGURES = "<p>No figure applies to these results; see “Not drawn”.</p>"
+NO_RUNS = "<p>No training or inference run.</p>"
 
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2329;
@@ -62,16 +58,12 @@ h3 { font-size: 17px; margin: 28px 0 6px; }
          white-space: nowrap; }
 .badge.synthetic { background: #f0c36d; color: #5a3d00; }
 .badge.bad { background: #fadbd8; color: #922b21; }
-.badge.base { background: #e3e6ea; color: #39424b; }
 .badge.setup { background: #d6e4f5; color: #1f4e79; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0 4px; font-size: 14px; }
 th, td { text-align: left; padding: 5px 10px; border-bottom: 1px solid #eceef1;
          vertical-align: top; }
 th { background: #f7f8fa; font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-tr.group td { background: #eef3f8; font-weight: 600; border-top: 2px solid #d5dde6; }
-.faster { color: #1e7b34; font-weight: 600; }
-.slower { color: #a93226; font-weight: 600; }
 .muted { color: #7b8691; }
 .flag { color: #922b21; font-size: 12px; white-space: normal; }
 figure { margin: 14px 0 28px; }
@@ -93,6 +85,66 @@ window.addEventListener("load", function () {
   document.body.dataset.imagesLoaded = String(loaded);
 });
 """
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The study tables and the tables beside them (:func:`section_tables`), as text,
+    Markdown or HTML.
+
+    >>> comparison = kbench.compare("results")
+    >>> print(comparison.text())            # as the terminal shows it
+    >>> comparison.tables[0].rows           # the cells, as text
+    """
+
+    results: Tuple[RunResult, ...]
+    baseline: Optional[str]
+    study: Tuple[Table, ...]
+    sections: Tuple[Table, ...]
+
+    @classmethod
+    def of(cls, results: Sequence[RunResult], baseline: Optional[str] = None) -> Comparison:
+        study = tuple(study_tables(results, baseline))
+        return cls(tuple(results), baseline, study, tuple(section_tables(results)))
+
+    @property
+    def tables(self) -> List[Table]:
+        return [*self.study, *self.sections]
+
+    def text(self) -> str:
+        return "\n\n".join(t.text() for t in self.study) + "".join(
+            "\n\n" + t.text() for t in self.sections
+        )
+
+    def markdown(self, title: str = "kbench comparison") -> str:
+        failed = [r for r in self.results if not r.ok]
+        lines = [f"# {markdown_text(title)}", ""]
+        lines += [f"{len(self.results)} runs, {len(failed)} without a result.", ""]
+        lines += [t.markdown() + "\n" for t in self.study]
+        if failed:
+            rows = [[r.run_id, r.status, (r.reason or "").replace("|", "/")] for r in failed]
+            headers = ["run", "status", "reason"]
+            lines.append(Table("Runs without a result", headers, rows, []).markdown())
+        text = "\n".join(lines).rstrip() + "\n"
+        return text + "".join("\n" + t.markdown() + "\n" for t in self.sections)
+
+    def __repr__(self) -> str:
+        return self.text() or f"<kbench.Comparison: nothing to compare in {len(self.results)} runs>"
+
+    def _repr_html_(self) -> str:
+        if not self.tables:
+            return f"<p>Nothing to compare in {len(self.results)} runs.</p>"
+        lines = [f"<li>{esc(line.strip())}</li>" for line in not_ok_lines(self.results)]
+        failed = f"<p>Runs without a result:</p><ul>{''.join(lines)}</ul>" if lines else ""
+        return "".join(t.html() for t in self.tables) + failed
+
+
+def section_tables(results: Sequence[RunResult]) -> List[Table]:
+    """Operators, the data-parallel breakdown, the per-operator profiles of model runs."""
+    from kbench.views.distributed import breakdown_tables
+    from kbench.views.ops import ops_tables, profile_tables
+
+    return ops_tables(results) + breakdown_tables(results) + profile_tables(results)
 
 
 @dataclass(frozen=True)
@@ -154,11 +206,7 @@ def write_report(
     everything = outcomes + own_outcomes + [o for s in sections for o in s.outcomes]
     drawn = [o for o in everything if isinstance(o, Drawn)] + timelines
     skipped = [o for o in everything if isinstance(o, Skipped)]
-    summary = (
-        machines_summary(machines, base.split(" @ ")[0])
-        if machines
-        else summary_table(groups, backends, base)
-    )
+    summary = summary_html(measured, base, machines)
     shown = "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
     page = [("summary", "Summary", summary), ("figures", "Figures", shown or NO_FIGURES), *others]
     if timelines or skipped or notes:
@@ -281,8 +329,12 @@ def speed_heatmaps(
     return [replace(f, title=f"{f.title}, on {m.host}") for m, f in found]
 
 
-def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
-    body = ""
+def summary_html(measured: Sequence[RunResult], base: str, machines: Sequence[MachineRuns]) -> str:
+    """The tables ``kbench compare`` prints (:func:`study_tables`), as HTML; per machine,
+    under what it ran on, where the runs come from several."""
+    if not machines:
+        return tables_html(study_tables(measured, base)) or NO_RUNS
+    asked, body = base.split(" @ ")[0], ""
     for m in machines:
         lacks = (
             f" No {asked} run on this machine: its ratios are against {m.baseline}."
@@ -292,9 +344,16 @@ def machines_summary(machines: Sequence[MachineRuns], asked: str) -> str:
         body += (
             f"<h3>On {esc(m.host)}</h3>"
             f'<p class="muted">{esc(hardware_text(m.runs))}.{esc(lacks)}</p>'
-            + summary_table(m.groups, m.backends, m.baseline, legend=False)
+            + tables_html(study_tables(m.runs, m.baseline))
         )
-    return body + summary_legend(asked or "the baseline")
+    return body
+
+
+def tables_html(found: Sequence[Table]) -> str:
+    """Tables as the report shows them, their columns of backends aligned as numbers."""
+    return "".join(
+        t.html(i for i, h in enumerate(t.headers) if h not in ("model", "setting")) for t in found
+    )
 
 
 def render_page(title: str, header: str, sections: Sequence[Tuple[str, str, str]]) -> str:
@@ -379,98 +438,6 @@ def skipped_html(skipped: Sequence[Skipped], notes: Sequence[str]) -> str:
         f"<li>{esc(n)}</li>" for n in notes
     )
     return f'<ul class="skipped">{items}</ul>'
-
-
-def summary_table(
-    groups: Sequence[RunGroup], backends: Sequence[str], baseline: str, legend: bool = True
-) -> str:
-    if not groups:
-        return "<p>No training or inference run.</p>"
-    headers = [
-        "backend", "runs", "img/s (median)", "range, n", f"vs {baseline}", "test accuracy",
-        "peak memory (kind)",
-    ]  # fmt: skip
-    rows: List[Any] = []
-    for group in groups:
-        mode = "inference" if group.comparison.mode == "inference" else "training"
-        synthetic = ("SYNTHETIC DATA",) if group.comparison.synthetic else ()
-        detail = f"({group.comparison.dataset}, {mode})"
-        rows.append(Heading(Cell(group.label, badges=synthetic, detail=detail)))
-        for backend in backends:
-            row = group.row(backend)
-            if row is not None:
-                rows.append(summary_row(row, group, baseline))
-    summary = Table("", headers, rows, []).html(numeric=(2, 3, 4, 5))
-    return summary + (summary_legend(baseline) if legend else "")
-
-
-def summary_row(row: BackendRow, group: RunGroup, baseline: str) -> List[Any]:
-    rate = row.images_per_sec
-    status = ", ".join(f"{n} {s}" for s, n in row.statuses.items())
-    runs = group.runs_of(row.backend)
-    return [
-        backend_cell(row.backend, runs),
-        status if row.all_ok else Cell(status.upper(), css="badge bad"),
-        "—" if rate is None else flagged(format(rate.median, ",.0f"), row),
-        "—" if rate is None else range_text(rate, ",.0f"),
-        ratio_cell(row, group, baseline),
-        "—" if row.test_accuracy is None else spread_text(row.test_accuracy, ".3f"),
-        memory_cell(runs),
-    ]
-
-
-def summary_legend(baseline: str) -> str:
-    return (
-        '<p class="muted">img/s: median over the repeats that finished, measured window only '
-        "(warmup excluded); <b>flagged</b>: measured while other processes used more than "
-        "the busy threshold of the run's cores, the clock was held down, or on battery; "
-        "<b>other setup</b>: rows measured on different CPUs (model and the features that "
-        "decide kernels), or one framework on different CPU kernel libraries (TensorFlow on "
-        "oneDNN and on Eigen): their numbers compare those as much as the backends. "
-        f"vs {esc(baseline)}: median of per-round ratios, with an order-statistics interval "
-        "(95% from 6 rounds, else the whole range with its coverage); “no clear "
-        "difference” where the interval holds 1. Memory: median over repeats of each "
-        "kind's peak, labelled by kind (host RSS is the worker's resident memory; GPU "
-        "kinds come from the framework allocator or NVML).</p>"
-    )
-
-
-def backend_cell(backend: str, runs: Sequence[RunResult]) -> Cell:
-    warned = tuple(dict.fromkeys(w for r in runs for w in r.warnings))
-    return Cell(backend, warned, ("warning",) if warned else ())
-
-
-def ratio_cell(row: BackendRow, group: RunGroup, baseline: str) -> Cell:
-    if row.backend == baseline:
-        return Cell("x1.00", badges=("baseline",))
-    if group.comparison.baseline != baseline:
-        return Cell(f"no {baseline} run")
-    return Cell(ratio_text(row, baseline), css=ratio_style(row))
-
-
-def memory_cell(runs: Sequence[RunResult]) -> Any:
-    """Each memory kind the finished ``runs`` read: the median of its largest per-GPU
-    peak (with the sum over the GPUs, where several)."""
-    per_kind: Dict[str, List[Any]] = {}
-    for run in runs:
-        if run.ok:
-            for kind, peak in memory_peaks(run).items():
-                per_kind.setdefault(kind, []).append(peak)
-    if not per_kind:
-        return "—"
-    lines = []
-    for kind in [k for k in MEMORY_KINDS if k in per_kind] + sorted(
-        set(per_kind) - set(MEMORY_KINDS)
-    ):
-        peaks = per_kind[kind]
-        totals = [p.total for p in peaks if p.total is not None]
-        text = memory_text(
-            statistics.median(p.largest for p in peaks),
-            max(p.devices for p in peaks),
-            statistics.median(totals) if totals else None,
-        )
-        lines.append(esc(f"{text} {MEMORY_SHORT.get(kind, kind)}"))
-    return Markup("<br>".join(lines))
 
 
 def device_text(device: Dict[str, Any]) -> str:

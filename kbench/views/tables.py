@@ -10,7 +10,7 @@ import html
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
@@ -41,37 +41,30 @@ def esc(value: Any) -> str:
 
 
 # The report's badge styles (its CSS), by the label a cell gives a badge.
-BADGE_STYLES = {"flagged": "bad", "warning": "bad", "other setup": "setup",
-                "baseline": "base", "SYNTHETIC DATA": "synthetic"}  # fmt: skip
+BADGE_STYLES = {"flagged": "bad", "other setup": "setup"}
 
 
 class Cell(str):
-    """One cell. As a string (text and Markdown) it reads ``text (detail) [flag; flag]``;
-    as HTML, the text (in ``css``'s class), the detail muted, a badge per ``badges`` and a
-    line per flag. Badges are HTML only: the flags say the same in words."""
+    """One cell. As a string (text and Markdown) it reads ``text [flag; flag]``; as HTML,
+    the text (in ``css``'s class), a badge per ``badges`` and a line per flag. Badges are
+    HTML only: the flags say the same in words."""
 
     text: str
     flags: Tuple[str, ...]
     badges: Tuple[str, ...]
     css: str
-    detail: str
 
     def __new__(
-        cls, text: str, flags: Sequence[str] = (), badges: Sequence[str] = (), css: str = "",
-        detail: str = "",
-    ) -> Cell:  # fmt: skip
-        plain = text + (f" ({detail})" if detail else "")
-        cell = super().__new__(cls, f"{plain} [{'; '.join(flags)}]" if flags else plain)
-        cell.text, cell.flags, cell.badges = text, tuple(flags), tuple(badges)
-        cell.css, cell.detail = css, detail
+        cls, text: str, flags: Sequence[str] = (), badges: Sequence[str] = (), css: str = ""
+    ) -> Cell:
+        cell = super().__new__(cls, f"{text} [{'; '.join(flags)}]" if flags else text)
+        cell.text, cell.flags, cell.badges, cell.css = text, tuple(flags), tuple(badges), css
         return cell
 
     def html(self) -> str:
         text = esc(self.text)
         if self.css:
             text = f'<span class="{self.css}">{text}</span>'
-        if self.detail:
-            text += f' <span class="muted">{esc(self.detail)}</span>'
         text += "".join(
             f' <span class="badge {BADGE_STYLES.get(b, "bad")}">{esc(b)}</span>'
             for b in self.badges
@@ -83,14 +76,7 @@ NUMERIC_CSS = ' class="num"'  # a report cell aligned as a number
 CellLike = str  # a Cell, a Markup (HTML, in tables only the report shows) or plain text
 
 
-@dataclass(frozen=True)
-class Heading:
-    """A row that heads the rows below it, across the columns."""
-
-    cell: Cell
-
-
-Row = Union[Sequence[CellLike], Heading]
+Row = Sequence[CellLike]
 
 
 # C0 controls but the newline, DEL and C1: stored in a field (a host name, a reason), an
@@ -105,12 +91,11 @@ def printable(text: object) -> str:
 
 
 def render(headers: Sequence[str], rows: Sequence[Row]) -> str:
-    """Columns padded to their widest cell; numbers right-aligned; a heading row on a
-    line of its own; every cell :func:`printable`."""
+    """Columns padded to their widest cell; numbers right-aligned; every cell
+    :func:`printable`."""
     headers = [printable(h) for h in headers]
-    rows = [r if isinstance(r, Heading) else [printable(c) for c in r] for r in rows]
-    body = [row for row in rows if not isinstance(row, Heading)]
-    widths = [max(len(str(c)) for c in column) for column in zip(headers, *body)]
+    rows = [[printable(c) for c in r] for r in rows]
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
 
     def line(cells: Sequence[str]) -> str:
         out = []
@@ -121,8 +106,7 @@ def render(headers: Sequence[str], rows: Sequence[Row]) -> str:
         return "  ".join(out).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    lines = [printable(row.cell) if isinstance(row, Heading) else line(row) for row in rows]
-    return "\n".join([line(headers), rule, *lines])
+    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
 
 
 @dataclass(frozen=True)
@@ -143,12 +127,7 @@ class Table:
 
         lines = [f"### {markdown_text(self.title)}", "", cells(self.headers)]
         lines.append("|" + "|".join("---" for _ in self.headers) + "|")
-        lines += [
-            cells([f"**{row.cell}**"] + [""] * (len(self.headers) - 1))
-            if isinstance(row, Heading)
-            else cells(row)
-            for row in self.rows
-        ]
+        lines += [cells(row) for row in self.rows]
         lines += [""] + [f"- {markdown_text(n)}" for n in self.notes] if self.notes else []
         return "\n".join(lines)
 
@@ -158,12 +137,6 @@ class Table:
         head = "".join(f"<th>{esc(h)}</th>" for h in self.headers)
         body = []
         for row in self.rows:
-            if isinstance(row, Heading):
-                body.append(
-                    f'<tr class="group"><td colspan="{len(self.headers)}">'
-                    f"{row.cell.html()}</td></tr>"
-                )
-                continue
             shown = (c.html() if isinstance(c, Cell) else esc(c) for c in row)
             cells = (f"<td{NUMERIC_CSS * (i in numeric)}>{c}</td>" for i, c in enumerate(shown))
             body.append(f"<tr>{''.join(cells)}</tr>")
@@ -238,10 +211,6 @@ MEMORY_LABELS = {
     "device_used": "GPU memory used on the whole device (NVML, peak sampled)",
     "process_peak_rss": "peak resident host memory of the worker (RSS)",
 }
-MEMORY_SHORT = {  # and in a cell beside its figure
-    "process_peak_rss": "host RSS peak", "framework_peak": "framework GPU peak",
-    "process_nvml": "worker GPU (NVML)", "device_used": "device used (NVML)",
-}  # fmt: skip
 UTILIZATION_LABELS = {
     "gpu": "GPU utilization: % of time a kernel ran (NVML), mean over the measured window",
     "cpu": "CPU use of the worker: % of one core, mean over the measured window",
@@ -282,14 +251,6 @@ def ratio_text(row: BackendRow, baseline: str) -> str:
     if row.backend == baseline:
         return "x1.00"
     return interval_text(row.ratio_interval)
-
-
-def ratio_style(row: BackendRow) -> str:
-    """The report's colour of a ratio: faster or slower by over 5%."""
-    interval = row.ratio_interval
-    if interval is None or row.apart:
-        return ""
-    return "faster" if interval.median > 1.05 else "slower" if interval.median < 0.95 else ""
 
 
 def bytes_text(value: float) -> str:
