@@ -26,10 +26,10 @@ from conftest import ROOT, dump, kbench_here, require_backends
 
 from kbench import datasets
 from kbench.cli.distributed_table import main as table_main
-from kbench.distributed.breakdown import PHASES, StepLog, combine, worker_summary
 from kbench.distributed.launcher import core_layout, cut_shards, preflight
-from kbench.distributed.merge import HEADERS, breakdown_line, shard_check
+from kbench.distributed.merge import HEADERS, breakdown_line, combine, shard_check
 from kbench.distributed.plan import Cluster, PlanError, free_ports, plan, ports_needed
+from kbench.distributed.worker import PHASES, StepLog, worker_summary
 from kbench.measure import sysinfo
 from kbench.results.config import DISTRIBUTED, ConfigError, RunConfig
 from kbench.results.result import RunResult

@@ -19,9 +19,9 @@ Parent side: :mod:`~kbench.distributed.launcher` (start, watch, stop, one result
 :mod:`kbench.run.engine`), :mod:`~kbench.distributed.plan` (processes, hosts, ports),
 :mod:`~kbench.distributed.merge` (metrics, scaling, a run's row and log line; the tables
 and figures are :mod:`kbench.views.distributed`'s).
-Worker side: :mod:`~kbench.distributed.worker` (every process's entry point) and
-:mod:`~kbench.distributed.engines` (one class per engine); both sides share
-:mod:`~kbench.distributed.breakdown` (data, forward, backward, update, communication).
+Worker side: :mod:`~kbench.distributed.worker` (every process's entry point, its step
+log: data, forward, backward, update, communication) and
+:mod:`~kbench.distributed.engines` (one class per engine).
 
 May import: kbench.run (its engine, protocol and worker, which the data-parallel worker
 starts its backend and model with), kbench.results, kbench.backends, kbench.datasets,

@@ -86,7 +86,8 @@ def run_distributed(
         leftovers.write_interrupted(log_path, run_id, config, begun.started_at, sweep)
         raise
     ended_at = time.time()
-    replies = read_replies(run_dir / "replies")
+    found = {p.stem: reply_in(p) for p in sorted((run_dir / "replies").glob("*.json"))}
+    replies = {name: reply for name, reply in found.items() if reply is not None}
     result = finish(begun, launch, outcome, replies, ended_at, runner.busy_threshold)
     if result.ok:
         result.metrics["distributed"]["scaling"] = merge.scaling(
@@ -371,8 +372,6 @@ class Job:
                 self._stop_all(success=not timed_out and not failures)
                 if sampler is not None:
                     sampler.__exit__(None, None, None)
-                for worker in self.running.values():
-                    worker.threads[0].join(timeout=10)
         tails = {name: list(w.tail) for name, w in self.running.items()}
         return JobOutcome(
             returncode=None, timed_out=timed_out, log_tail=[], sampler=sampler,
@@ -418,10 +417,7 @@ class Job:
                 sampler.add(name, record["pid"])
 
     def _reply(self, name: str) -> Optional[Dict[str, Any]]:
-        try:
-            return read_json(self.run_dir / "replies" / f"{name}.json")
-        except (OSError, ValueError):  # none yet, or being written
-            return None
+        return reply_in(self.run_dir / "replies" / f"{name}.json")
 
     def _watch(self, sampler: Optional[Sampler]) -> Tuple[bool, List[Failure]]:
         deadline = time.monotonic() + self.config.timeout_s
@@ -491,10 +487,9 @@ class Job:
         ):
             time.sleep(POLL_S)
         for worker in self.running.values():
-            processes.kill_tree(worker.pid)  # whatever its group left behind
-            if worker.process.poll() is None:
-                worker.process.kill()
+            processes.kill_tree(worker.pid)
             worker.process.wait()
+            worker.close()  # its output read to the end
         for pid in strays:
             processes.kill_pid(pid)
         for proc in left_behind(self.run_dir):
@@ -513,12 +508,11 @@ def left_behind(run_dir: Path) -> List[psutil.Process]:
     ]  # fmt: skip
 
 
-def read_replies(directory: Path) -> Dict[str, Dict[str, Any]]:
-    replies = {}
-    for path in sorted(directory.glob("*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            replies[path.stem] = read_json(path)
-    return replies
+def reply_in(path: Path) -> Optional[Dict[str, Any]]:
+    try:
+        return read_json(path)
+    except (OSError, ValueError):  # none yet, or being written
+        return None
 
 
 def judge(

@@ -6,8 +6,8 @@ Global throughput is every worker's measured images over the union of their meas
 windows (earliest start to latest end), so a worker that finishes early (asynchronous
 modes) does not inflate it. Step-time percentiles pool every worker's measured
 steps; ``images_per_sec_per_step`` is the global batch over them. The result keeps
-each worker's own summary under ``per_worker`` and the breakdown under
-``distributed``.
+each worker's own summary under ``per_worker`` and the breakdown (:func:`combine`)
+under ``distributed``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.distributed.breakdown import PHASES, combine, shard_digest
+from kbench.distributed.worker import PHASES, shard_digest
 from kbench.measure.stats import percentiles, rate_percentiles
 from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
@@ -217,6 +217,38 @@ def scaling(config: RunConfig, images_per_sec: float, store: Any, host: str) -> 
             "thread scaling in; set --threads for a fixed per-worker size"
         )
     return scaling
+
+
+def combine(workers: Sequence[Dict[str, Any]], global_batch: int) -> Dict[str, Any]:
+    """The run's breakdown from every worker's summary. ``mean``: each phase's mean per
+    step, averaged over the workers. ``slowest``: the worker that spends the most time per
+    step on its own work (data + forward + backward + update), the one a synchronous step
+    waits for, with its breakdown. ``fraction``: each averaged phase as a share of the
+    averaged step."""
+    names = PHASES + ("step",)
+    per_worker = []
+    for w in workers:
+        means = w["phase_mean_s"]
+        busy = sum(means[p] or 0.0 for p in PHASES if p != "comm")
+        per_worker.append(dict(rank=w["rank"], busy_s=busy, **{f"{n}_s": means[n] for n in names}))
+    mean: Dict[str, Optional[float]] = {}
+    for name in names:
+        values = [w[f"{name}_s"] for w in per_worker]
+        mean[f"{name}_s"] = None if any(v is None for v in values) else float(np.mean(values))
+    slowest = max(per_worker, key=lambda w: w["busy_s"])
+    step = mean["step_s"] or 0.0
+    return {
+        "phases": list(PHASES), "mean": mean,
+        "fraction": {
+            name: (None if mean[f"{name}_s"] is None or step <= 0 else mean[f"{name}_s"] / step)
+            for name in PHASES
+        },
+        "slowest": slowest, "per_worker": per_worker, "global_batch_size": global_batch,
+        "note": "seconds per step, measured steps only; comm = step - data - forward - backward "
+        "- update (update where the engine runs the optimizer apart from the exchange, else "
+        "inside comm); mean: averaged over workers; slowest: the worker with the most time of "
+        "its own per step (data + forward + backward + update)",
+    }  # fmt: skip
 
 
 HEADERS = [

@@ -12,11 +12,21 @@ process starts its backend as the single-process worker does, sets up its engine
 the test-set evaluation. Whatever happens it tries to leave a reply; an engine that
 cannot run here raises :class:`Unsupported`, which becomes status ``unsupported``.
 
+A :class:`StepLog` keeps, for every step (warmup included), when it began and ended
+(wall clock) and how long its measured phases took: ``data`` (gathering the worker's
+batch from its shard and handing it to the framework), ``forward`` (forward pass and
+loss), ``backward`` (the local gradients) and, where the engine runs it apart from the
+exchange, ``update`` (the optimizer step). Communication is the rest, ``comm = step -
+data - forward - backward - update``, so the parts always add up to the step: the
+gradient exchange, waiting for the slowest worker, and the update where the engine
+fuses it with the exchange (each engine's ``method`` says how it measures).
+
 Imports only what runs under both environments (Keras 3 and keras-mxnet).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -31,8 +41,8 @@ import numpy as np
 import psutil
 
 from kbench.backends.base import Backend, is_out_of_memory
-from kbench.distributed.breakdown import StepLog, shard_digest, worker_summary
 from kbench.measure.processes import watch_parent
+from kbench.measure.stats import percentiles
 from kbench.results.jsonfile import read_json, write_json_atomic
 from kbench.run import worker as run_worker
 from kbench.run.protocol import WorkerTask, emit_progress
@@ -42,6 +52,124 @@ log = logging.getLogger("kbench.distributed.worker")
 
 KERAS_EPSILON = 1e-7
 HEARTBEAT_S = 10.0
+PHASES = ("data", "forward", "backward", "update", "comm")
+
+
+def shard_digest(indices: np.ndarray) -> str:
+    """A short fingerprint of the sample indices a worker trained on, in order."""
+    return hashlib.sha1(np.ascontiguousarray(indices, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+@dataclass
+class StepLog:
+    """Every step of one worker: wall-clock begin and end, and its measured phases (s)."""
+
+    warmup_steps: int
+    begins: List[float] = field(default_factory=list)
+    ends: List[float] = field(default_factory=list)
+    data: List[float] = field(default_factory=list)
+    forward: List[float] = field(default_factory=list)
+    backward: List[float] = field(default_factory=list)
+    update: List[Optional[float]] = field(default_factory=list)
+    losses: List[float] = field(default_factory=list)
+    hits: List[Optional[float]] = field(default_factory=list)
+    # perf_counter -> wall clock, so steps line up with the parent's sampler series
+    wall_offset: float = field(default_factory=lambda: time.time() - time.perf_counter())
+
+    def wall(self, perf_time: float) -> float:
+        return perf_time + self.wall_offset
+
+    def add(
+        self, begin: float, end: float, *, data: float, forward: float, backward: float,
+        update: Optional[float] = None, loss: float = float("nan"), hits: Optional[float] = None,
+    ) -> None:  # fmt: skip
+        """One step; ``begin`` and ``end`` are wall-clock seconds since the epoch."""
+        self.begins.append(float(begin))
+        self.ends.append(float(end))
+        self.data.append(float(data))
+        self.forward.append(float(forward))
+        self.backward.append(float(backward))
+        self.update.append(None if update is None else float(update))
+        self.losses.append(float(loss))
+        self.hits.append(None if hits is None else float(hits))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+
+def worker_summary(
+    log: StepLog, *, rank: int, batch_size: int, steps_per_epoch: int, method: str,
+    extra: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:  # fmt: skip
+    """One worker's measured window, throughput and per-step breakdown (JSON-ready)."""
+    warmup = log.warmup_steps
+    total = len(log)
+    if warmup >= total:
+        raise ValueError(
+            f"warmup_steps: expected fewer than the {total} steps worker {rank} ran; received "
+            f"{warmup}. Lower --warmup-steps or train longer."
+        )
+    step, parts = measured_phases(log)
+    measured_start = log.ends[warmup - 1] if warmup else log.begins[0]
+    measured_time = log.ends[-1] - measured_start
+    measured_steps = total - warmup
+    means = {name: (float(np.mean(v)) if v is not None else None) for name, v in parts.items()}
+    means["step"] = float(np.mean(step))
+    epochs = [
+        (start, min(start + steps_per_epoch, total)) for start in range(0, total, steps_per_epoch)
+    ]
+    last_hits = [h for h in log.hits[epochs[-1][0] :] if h is not None]
+    summary = {
+        "rank": rank,
+        "method": method,
+        "batch_size": batch_size,
+        "steps": total,
+        "measured_steps": measured_steps,
+        "measured_images": measured_steps * batch_size,
+        "measured_time_s": measured_time,
+        "images_per_sec": measured_steps * batch_size / measured_time
+        if measured_time > 0
+        else None,
+        "step_time_s": percentiles(step),
+        "step_times_s": step,
+        "phase_mean_s": means,
+        "phase_times_s": parts,
+        "first_step_s": log.ends[0] - log.begins[0],
+        "warmup_time_s": (log.ends[warmup - 1] - log.begins[0]) if warmup else 0.0,
+        "epoch_time_s": [log.ends[stop - 1] - log.begins[start] for start, stop in epochs],
+        "epoch_train_loss": [float(np.mean(log.losses[start:stop])) for start, stop in epochs],
+        "final_train_loss": float(np.mean(log.losses[epochs[-1][0] :])),
+        "final_train_accuracy": (
+            float(sum(last_hits) / (len(last_hits) * batch_size)) if last_hits else None
+        ),
+        "markers": {
+            "first_step_start": log.begins[0], "first_step_end": log.ends[0],
+            "warmup_end": measured_start, "measured_start": measured_start,
+            "measured_end": log.ends[-1],
+        },
+        "step_ends_s": [end - log.begins[0] for end in log.ends],
+    }  # fmt: skip
+    summary.update(extra or {})
+    return summary
+
+
+def measured_phases(log: StepLog) -> Tuple[List[float], Dict[str, Optional[List[float]]]]:
+    """The measured steps' times, and each phase's times (``update`` None where the
+    engine does not run it apart; ``comm`` the rest of each step)."""
+    measured = slice(log.warmup_steps, len(log))
+    step = [e - b for b, e in zip(log.begins[measured], log.ends[measured])]
+    parts: Dict[str, Optional[List[float]]] = {
+        "data": log.data[measured], "forward": log.forward[measured],
+        "backward": log.backward[measured],
+    }  # fmt: skip
+    updates = log.update[measured]
+    separate_update = all(u is not None for u in updates)
+    parts["update"] = [float(u) for u in updates] if separate_update else None
+    parts["comm"] = [
+        s - d - f - b - (u if separate_update else 0.0)
+        for s, d, f, b, u in zip(step, parts["data"], parts["forward"], parts["backward"], updates)
+    ]
+    return step, parts
 
 
 class Unsupported(RuntimeError):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, List, Sequence, Tuple
 
-from kbench.distributed.breakdown import PHASES
 from kbench.distributed.merge import (
     ASYNCHRONOUS,
     HEADERS,
     NUMERIC,
+    PHASES,
     breakdown_cells,
     distributed_results,
 )

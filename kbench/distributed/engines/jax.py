@@ -31,9 +31,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from kbench.distributed.breakdown import StepLog
 from kbench.distributed.engines import Engine
-from kbench.distributed.worker import Context, build_model, summarize, training_reply
+from kbench.distributed.worker import Context, StepLog, build_model, summarize, training_reply
 
 PROBES = 5
 

@@ -30,10 +30,10 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
-from kbench.distributed.breakdown import StepLog
 from kbench.distributed.engines import Engine
 from kbench.distributed.worker import (
     Context,
+    StepLog,
     StepOut,
     Unsupported,
     build_model,
