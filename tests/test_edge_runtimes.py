@@ -131,7 +131,8 @@ def test_a_layer_the_format_cannot_hold_is_that_runtimes_unsupported(tmp_path, h
 
 
 def test_a_changed_model_is_exported_again(tmp_path):
-    """Fast: the cache key is the model's content, its input and the format."""
+    """Fast: the cache key is the model's content, its input, the format, the precision of
+    the file and the versions that wrote it."""
     from types import SimpleNamespace
 
     from kbench.results.config import RunConfig
@@ -139,15 +140,23 @@ def test_a_changed_model_is_exported_again(tmp_path):
 
     model = tmp_path / "tiny.py"
     model.write_text(textwrap.dedent(EIGH_MODEL))
-    data = SimpleNamespace(input_shape=(28, 28, 1), num_classes=10)
+    data = SimpleNamespace(input_shape=(28, 28, 1), num_classes=10, synthetic=True, streamed=False)
+    versions = {"keras": "3.15.1", "onnxruntime": "1.32.0"}
 
-    def key(backend: str, model_name: str) -> str:
-        config = RunConfig(backend=backend, model=model_name, mode="inference")
-        return export_key(config, data, "channels_last")
+    def key(backend: str, model_name: str, precision="float32", versions=versions) -> str:
+        config = RunConfig(backend=backend, model=model_name, mode="inference", precision=precision)
+        return export_key(config, data, "channels_last", versions)
 
     first = key("onnxruntime", f"{model}:build")
     assert key("onnxruntime", f"{model}:build") == first
     assert key("litert", f"{model}:build") != first  # another format
     assert key("onnxruntime", "mlp") != key("onnxruntime", "small_cnn")
+    # another precision, another file; a new Keras or runtime never reuses an old export
+    assert key("onnxruntime", f"{model}:build", "int8") != first
+    assert key("onnxruntime", f"{model}:build", versions=versions | {"keras": "3.16.0"}) != first
+    newer_runtime = versions | {"onnxruntime": "1.33.0"}
+    assert key("onnxruntime", f"{model}:build", versions=newer_runtime) != first
+    # Keras' OpenVINO backend loads float32 weights at every precision (it quantizes them)
+    assert key("openvino", "mlp", "int8") == key("openvino", "mlp")
     model.write_text(textwrap.dedent(EIGH_MODEL) + "\n# changed\n")
     assert key("onnxruntime", f"{model}:build") != first

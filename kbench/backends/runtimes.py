@@ -96,6 +96,16 @@ class ExportedRuntime(TakesExport, Backend):
         """The file at ``path`` loaded into the runtime, ready to run."""
         raise NotImplementedError
 
+    def file_precision(self, precision: str) -> Dict[str, Any]:
+        """How the loaded file was quantized (by the exporter: :mod:`kbench.run.exports`),
+        checked against the run's ``--precision``."""
+        made = self.export.get("quantization") or {"precision": "float32", "method": "?"}
+        if made["precision"] != precision:
+            raise RuntimeError(
+                f"{self.name}: the export is {made['precision']}, the run asked for {precision}"
+            )
+        return dict(made)
+
     def count_params(self, model: Any) -> int:
         return int(self.export["model"]["params"])
 

@@ -38,7 +38,7 @@ DEMO_SETTINGS = dict(
 WORKLOAD_SETTINGS = (
     "dataset", "data_dir", "train_samples", "test_samples", "input_shape", "num_classes",
     "image_size", "batch_size", "epochs", "steps", "warmup_steps", "data_format", "optimizer",
-    "learning_rate", "seed", "mode", "duration_s",
+    "learning_rate", "seed", "mode", "duration_s", "precision",
 )  # fmt: skip
 PARALLEL_AND_PROFILE_SETTINGS = ("distributed", "workers", "profile", "profile_steps")
 

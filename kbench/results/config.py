@@ -36,6 +36,7 @@ INPUT_KINDS = {
 DATA_FORMATS: Tuple[str, ...] = ("channels_last", "channels_first")
 OPTIMIZERS: Tuple[str, ...] = ("adam", "sgd")
 MODES: Tuple[str, ...] = ("train", "inference")
+PRECISIONS: Tuple[str, ...] = ("float32", "float16", "int8")  # --precision (inference)
 DEVICES: Tuple[str, ...] = ("auto", "cpu", "gpu")
 # Data-parallel modes, each on its framework's own engine (kbench.distributed), and the
 # backends each can run.
@@ -517,6 +518,12 @@ class RunConfig:
         10.0, "inference: measured seconds of forward passes", _seconds, parse=parse_number,
         metavar="SECONDS",
     )  # fmt: skip
+    precision: str = setting(
+        "float32",
+        "inference: the model's numbers as each backend or runtime quantizes them (the "
+        "result names the method); one that cannot is recorded unsupported, with why",
+        _one_of(PRECISIONS), metavar="|".join(PRECISIONS),
+    )  # fmt: skip
     repeat: int = setting(0, None, _count(0))  # which repetition of one config (0-based)
     sample_interval_s: float = setting(
         0.2,
@@ -625,6 +632,12 @@ class RunConfig:
             raise ConfigError("epochs", "expected a number of epochs or steps; received neither.")
 
     def _check_inference_only(self) -> None:
+        if self.precision != "float32" and self.mode != "inference":
+            raise ConfigError(
+                "precision",
+                f"--precision {self.precision} quantizes a model for inference; received "
+                f"--mode {self.mode}. Add --mode inference, or drop --precision.",
+            )
         why = BACKENDS[self.backend].inference_only
         if why is not None and self.mode != "inference":
             trains = ", ".join(n for n, b in BACKENDS.items() if b.inference_only is None)

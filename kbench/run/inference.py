@@ -5,6 +5,10 @@ Forward passes of one fixed batch with ``predict_on_batch``, which returns host 
 timed passes for ``duration_s`` seconds. With ``--target-precision`` the passes stop once
 the median throughput's 95% interval is within ±P, or ``duration_s`` ends them; a
 ``--time-budget`` replaces ``duration_s`` as the limit.
+
+``--precision`` (:func:`at_precision`): a runtime's file was quantized when it was
+exported (:mod:`kbench.run.exports`); a Keras 3 model is quantized here, after it is
+built and before its first pass, with ``model.quantize("int8")``; any other: unsupported.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from kbench.backends.base import Unsupported
 from kbench.measure.stats import PrecisionTracker, percentiles
 from kbench.run.protocol import emit_progress
 
@@ -34,7 +39,7 @@ class InferenceMetrics:
     warmup_steps: int
     warmup_time_s: float
     first_step_s: float  # the first forward pass: tracing / compilation
-    cold_start_s: float  # building the model (a runtime: loading its file) + the first pass
+    cold_start_s: float  # building (a runtime: loading its file), quantizing, the first pass
     time_to_first_step_s: float
     import_time_s: float
     build_time_s: float
@@ -42,6 +47,8 @@ class InferenceMetrics:
     markers: Dict[str, Any]
     # --target-precision / --time-budget: the interval reached and why passes stopped
     precision: Optional[Dict[str, Any]] = None
+    # --precision: the precision run and the method that made it (at_precision)
+    quantization: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -50,9 +57,10 @@ class InferenceMetrics:
 def infer(
     backend: Any, model: Any, arrays: Dict[str, np.ndarray], *, batch_size: int, warmup_steps: int,
     duration_s: float, process_start: float, import_time_s: float, build_time_s: float,
-    tracker: Optional[PrecisionTracker] = None,
+    tracker: Optional[PrecisionTracker] = None, precision: str = "float32",
 ) -> InferenceMetrics:  # fmt: skip
     batch = _fixed_batch(arrays, batch_size)
+    quantization = at_precision(backend, model, precision)
 
     def forward() -> Tuple[float, float]:  # a timed pass: its begin and end
         begin = time.perf_counter()
@@ -82,18 +90,56 @@ def infer(
         warmup_steps=max(warmup_steps, 1),  # the first pass is never measured
         warmup_time_s=warmup_time,
         first_step_s=first,
-        cold_start_s=build_time_s + first,
+        cold_start_s=build_time_s + quantization.get("quantize_s", 0.0) + first,
         time_to_first_step_s=first_end_wall - process_start,
         import_time_s=import_time_s,
         build_time_s=build_time_s,
         memory=backend.memory_readings(),
         precision=None if tracker is None else tracker.record(),
+        quantization=quantization,
         markers={
             "fit_start": start_wall, "first_step_end": first_end_wall,
             "warmup_end": measured_start_wall, "measured_start": measured_start_wall,
             "measured_end": measured_end_wall,
         },
     )  # fmt: skip
+
+
+KERAS_INT8 = (
+    "Keras {version} model.quantize('int8') in the worker: Dense (and EinsumDense, "
+    "Embedding) kernels int8 with per-channel scales, their inputs quantized per call; "
+    "Conv2D and the other layers stay float32"
+)
+KERAS_NO_FLOAT16 = (
+    "Keras' model.quantize has no float16 mode (its modes: int8, int4, float8, gptq, awq); "
+    "kbench quantizes Keras models to int8 only (--mixed-precision float16 is the training "
+    "switch: float16 compute, float32 weights)"
+)
+
+
+def at_precision(backend: Any, model: Any, precision: str) -> Dict[str, Any]:
+    """``model`` at ``precision`` (quantized in place), and how: a runtime's file says its
+    own (``backend.file_precision``); a Keras 3 model is quantized to int8 here. A precision
+    the backend cannot do raises :class:`Unsupported` with why, never float32 instead."""
+    own = getattr(backend, "file_precision", None)
+    if own is not None:
+        return own(precision)
+    if precision == "float32":
+        return {"precision": "float32", "method": "none: float32, as built"}
+    if precision == "float16":
+        raise Unsupported(f"--precision float16 on {backend.name}: {KERAS_NO_FLOAT16}")
+    keras = getattr(backend, "keras", None)
+    if not hasattr(model, "quantize") or not str(getattr(keras, "__version__", "")).startswith("3"):
+        raise Unsupported(
+            f"--precision {precision} on {backend.name}: kbench quantizes a Keras 3 model "
+            "(model.quantize) or an exported file; this backend's model is neither"
+        )
+    started = time.perf_counter()
+    model.quantize(precision)
+    return {
+        "precision": precision, "method": KERAS_INT8.format(version=keras.__version__),
+        "quantize_s": time.perf_counter() - started,
+    }  # fmt: skip
 
 
 def _fixed_batch(arrays: Dict[str, np.ndarray], batch_size: int) -> np.ndarray:

@@ -145,14 +145,15 @@ def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]
 
         metrics = infer(
             backend, built.model, built.arrays, batch_size=config["batch_size"],
-            duration_s=config["duration_s"], tracker=tracker, **stages,
+            duration_s=config["duration_s"], tracker=tracker,
+            precision=config.get("precision", "float32"), **stages,
         )  # fmt: skip
         if task.export is None:
             return metrics
         from kbench.run import exports
 
         return exports.with_agreement(
-            metrics, backend, built.model, task.export, config["batch_size"]
+            metrics, backend, built.model, task.export, built.arrays, config["batch_size"]
         )
     trainer = Trainer(
         backend, built.model, built.arrays, np.load(task.order_path), config["batch_size"]

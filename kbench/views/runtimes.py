@@ -2,8 +2,10 @@
 runtime: latency at the run's batch (p50, p90, p99), throughput, cold start (building
 the model, or loading a runtime's file, plus the first pass), the worker's peak RSS, the
 exported file and who exported it, and the runtime's outputs against the Keras model's
-(max |d| and argmax agreement, :mod:`kbench.run.exports`). Formats only: every figure
-is the result document's."""
+(max |d| and argmax agreement, :mod:`kbench.run.exports`), the precision run and, on
+real data, the model's top-1 accuracy beside the float model's ("int8: accuracy 0.861
+vs 0.864"), with the quantizing method in a note. Formats only: every figure is the
+result document's."""
 
 from __future__ import annotations
 
@@ -14,24 +16,48 @@ from kbench.results.result import RunResult
 from kbench.views.tables import Table
 
 HEADERS = [
-    "backend", "model", "batch", "p50 ms", "p90 ms", "p99 ms", "img/s", "cold start s",
-    "peak RSS MiB", "file MiB", "exported by", "max |d|", "argmax agree",
+    "backend", "model", "batch", "precision", "p50 ms", "p90 ms", "p99 ms", "img/s", "cold start s",
+    "peak RSS MiB", "file MiB", "exported by", "max |d|", "argmax agree", "top-1 vs float",
 ]  # fmt: skip
 
 
 def shown(results: Sequence[RunResult]) -> bool:
     """Whether the table has something to say: an inference run on a runtime."""
-    return any("agreement" in r.metrics or "export" in r.metrics for r in results)
+    return any(
+        "agreement" in r.metrics or "export" in r.metrics or _precision(r) != "float32"
+        for r in results
+    )
+
+
+def _precision(r: RunResult) -> str:
+    return (r.metrics.get("quantization") or {}).get("precision", "float32")
 
 
 def runtimes_table(results: Sequence[RunResult]) -> Table:
-    rows = [_row(r) for r in results if r.kind == "inference" and r.ok]
+    ran = [r for r in results if r.kind == "inference" and r.ok]
     notes = [
-        "cold start: the model built (a runtime: its file loaded) and its first pass, apart "
-        "from the warm latency; max |d| and argmax agreement: the runtime's outputs against "
-        "the Keras model's on the same check inputs"
+        "cold start: the model built (a runtime: its file loaded, quantized where asked) and "
+        "its first pass, apart from the warm latency; max |d| and argmax agreement: the "
+        "runtime's outputs against the float32 Keras model's on the same check inputs"
     ]
-    return Table("inference runtimes", HEADERS, rows, notes)
+    notes += [_precision_note(r) for r in ran if _precision(r) != "float32"]
+    return Table("inference runtimes", HEADERS, [_row(r) for r in ran], notes)
+
+
+def _accuracy(r: RunResult) -> Optional[str]:
+    """``0.861 vs 0.864``: the run's model's top-1 on the test split, and the float model's."""
+    accuracy = r.metrics.get("accuracy")
+    return None if not accuracy else f"{accuracy['top1']:.3f} vs {accuracy['float_top1']:.3f}"
+
+
+def _precision_note(r: RunResult) -> str:
+    """``onnxruntime int8: accuracy 0.861 vs 0.864 (...); method``."""
+    accuracy = _accuracy(r)
+    said = "no accuracy (the exporter trains on real data only)"
+    if accuracy:
+        said = f"accuracy {accuracy} ({r.metrics['accuracy']['samples']:,} test samples)"
+    method = r.metrics["quantization"]["method"]
+    return f"{r.config['backend']} {_precision(r)}: {said}; {method}"
 
 
 def _row(r: RunResult) -> List[str]:
@@ -46,10 +72,12 @@ def _row(r: RunResult) -> List[str]:
         by = f"{export['exported_by']} ({'cached' if export.get('reused') else 'now'})"
     return [
         r.config["backend"], short_name(r.config["model"]), str(r.config["batch_size"]),
+        _precision(r),
         f"{latency['p50']:.3f}", f"{latency['p90']:.3f}", f"{latency['p99']:.3f}",
         f"{m['images_per_sec']:,.0f}", "-" if cold is None else f"{cold:.2f}",
         "-" if rss is None else f"{rss / 2**20:,.0f}",
         f"{export['file_bytes'] / 2**20:.2f}" if export.get("file_bytes") else "-", by,
         f"{agreement['max_abs_diff']:.1e}" if agreement else "-",
         f"{agreement['argmax_agreement']:.0%} of {agreement['samples']}" if agreement else "-",
+        _accuracy(r) or "-",
     ]  # fmt: skip
