@@ -307,7 +307,7 @@ def test_memory_fraction_without_a_gpu_says_it_has_no_effect(tmp_path: Path) -> 
     assert setting_plots.MEMORY_FRACTION in summary.figures
     text = summary.path.read_text(encoding="utf-8")
     assert "here it has no effect" in text
-    assert "vs torch" in text  # the first backend seen is the baseline
+    assert "Speed against torch" in text  # the first backend seen is the baseline
 
 
 def test_older_documents_and_sampler_off_are_skipped_with_reasons(tmp_path: Path) -> None:

@@ -61,17 +61,23 @@ def look_before_runs(
 
 @contextlib.contextmanager
 def session_folder(
-    output_dir: Path, backends: Iterable[str], kind: str = ""
+    output_dir: Path,
+    backends: Iterable[str],
+    kind: str = "",
+    first: Callable[[Path], None] = lambda directory: None,
 ) -> Iterator[Tuple[Path, Path, Path]]:
-    """Each backend's environment checked and the store made writable, then its writer
-    lock held (a second kbench writing there is refused at once) and a working directory:
-    (the store, the directory, the workers' PYTHONPATH folder in it)."""
+    """Each backend's environment checked and a working directory made, ``first(it)``
+    done there (what can refuse the run before the store is touched: its data), then the
+    store made writable and its writer lock held (a second kbench writing there is
+    refused at once): (the store, the directory, the workers' PYTHONPATH folder in it)."""
     for backend in backends:
         environments.interpreter_for(backend)
-    output_dir = check_output_dir(Path(output_dir))
-    with leftovers.working_directory(kind) as directory, writer_lock(output_dir):
+    with leftovers.working_directory(kind) as directory:
         directory = Path(directory)
-        yield output_dir, directory, environments.import_root(directory / "pythonpath")
+        first(directory)
+        output_dir = check_output_dir(Path(output_dir))
+        with writer_lock(output_dir):
+            yield output_dir, directory, environments.import_root(directory / "pythonpath")
 
 
 def run_each(configs: Sequence[Any], run_one: Callable[[Any], RunResult]) -> List[RunResult]:
@@ -197,12 +203,18 @@ class Runner:
         """Check ``configs``, hold a session folder, prepare the first one's data."""
         self.session_exports = exports.SessionExports(list(configs))
         backends = [config.backend for config in configs]
-        with session_folder(self.output_dir, backends) as (output_dir, directory, python_path):
+        groups: List[DataGroups] = []
+
+        def prepare_first(directory: Path) -> None:
+            # a data set that cannot be had is refused before anything runs or is stored
+            groups.append(DataGroups.of(directory / "data", configs))
+            if configs:
+                groups[0].get(configs[0])
+
+        folder = session_folder(self.output_dir, backends, first=prepare_first)
+        with folder as (output_dir, directory, python_path):
             self.output_dir = output_dir
-            prepared = DataGroups.of(directory / "data", configs)
-            if configs:  # a data set that cannot be had is refused before anything runs
-                prepared.get(configs[0])
-            yield Session(self, directory, python_path, prepared)
+            yield Session(self, directory, python_path, groups[0])
 
     def run_one(
         self, config: RunConfig, data: datasets.PreparedData, session_dir: Path, python_path: Path,
