@@ -38,6 +38,8 @@ ENGINES = {
 ASYNCHRONOUS = ("tf-ps", "mxnet-async")
 # settings that do not change what is measured when looking for a one-worker baseline
 NOT_COMPARED = ("workers", "repeat", "timeout_s", "sample_interval_s")
+SLOWEST = ("warmup_time_s", "first_step_s", "time_to_first_step_s", "import_time_s",
+           "build_time_s", "setup_time_s")  # fmt: skip
 
 
 def shard_check(shards: np.ndarray, pass_length: int, workers: Sequence[Dict]) -> Dict:
@@ -96,7 +98,8 @@ def metrics(
         "step_times_s": leader["step_times_s"],
         "step_ends_s": leader["step_ends_s"],
         "warmup_steps": config.warmup_steps,
-        **slowest_timings(workers),
+        # start-up times: the slowest worker's, which the run waited for
+        **{name: max(w.get(name, 0.0) for w in workers) for name in SLOWEST},
         "epoch_time_s": leader["epoch_time_s"],
         "epoch_train_loss": [
             float(np.mean(values)) for values in zip(*(w["epoch_train_loss"] for w in workers))
@@ -146,18 +149,6 @@ def throughput(
             rate = leader["measured_steps"] * config.batch_size * config.workers / window
             scope += "; images_per_sec: this host's steps x the global batch (synchronous)"
     return rate, window, scope
-
-
-def slowest_timings(workers: Sequence[Dict[str, Any]]) -> Dict[str, float]:
-    """Warmup, first step and start-up times: the slowest worker's, which the run waited for."""
-    return {
-        "warmup_time_s": max(w["warmup_time_s"] for w in workers),
-        "first_step_s": max(w["first_step_s"] for w in workers),
-        "time_to_first_step_s": max(w.get("time_to_first_step_s", 0.0) for w in workers),
-        "import_time_s": max(w.get("import_time_s", 0.0) for w in workers),
-        "build_time_s": max(w.get("build_time_s", 0.0) for w in workers),
-        "setup_time_s": max(w.get("setup_time_s", 0.0) for w in workers),
-    }
 
 
 def markers(workers: Sequence[Dict[str, Any]]) -> Dict[str, float]:

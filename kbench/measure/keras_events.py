@@ -110,13 +110,11 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
     sizes = [b.get("size") for b in measured]
     known = all(isinstance(s, int) for s in sizes)
     images = sum(sizes) if known else None
-    step_pct = percentiles(step_times)
     epochs = [e for e in events if e["event"] == "epoch"]
-    last_logs = (epochs[-1].get("logs") if epochs else None) or {}
     fit_ends = [e for e in events if e["event"] == "fit_end"]
-    if fit_ends and fit_ends[-1].get("logs"):
-        last_logs = fit_ends[-1]["logs"]
-    evaluated = [e.get("result") for e in events if e["event"] == "evaluate_end"]
+    # the last fit's logs, else the last epoch's
+    last_logs = (fit_ends and fit_ends[-1].get("logs")) or (epochs and epochs[-1].get("logs")) or {}
+    opened = batches[warmup - 1]["t1"] if warmup else batches[0]["t0"]  # the measured window
     return {
         "training_observed": True,
         "images_per_sec": images / measured_time if known and measured_time > 0 else None,
@@ -125,7 +123,7 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
         "measured_steps": len(measured),
         "measured_time_s": measured_time,
         "warmup_steps": warmup,
-        "step_time_s": step_pct,
+        "step_time_s": percentiles(step_times),
         "images_per_sec_per_step": rate_percentiles(sizes, step_times) if known else {},
         "step_times_s": step_times,
         "batch_sizes": sorted({s for s in sizes if isinstance(s, int)}),
@@ -137,12 +135,11 @@ def summarize(events: List[Dict[str, Any]], warmup_steps: int) -> Dict[str, Any]
         "final_logs": last_logs,
         "final_train_loss": last_logs.get("loss"),
         "final_train_accuracy": last_logs.get("accuracy", last_logs.get("acc")),
-        "evaluate_results": evaluated,
+        "evaluate_results": [e.get("result") for e in events if e["event"] == "evaluate_end"],
         "markers": {
             "fit_start": fits[0]["t"] if fits else batches[0]["t0"],
             "first_step_start": batches[0]["t0"], "first_step_end": batches[0]["t1"],
-            "warmup_end": _window_start(batches, warmup),
-            "measured_start": _window_start(batches, warmup), "measured_end": batches[-1]["t1"],
+            "warmup_end": opened, "measured_start": opened, "measured_end": batches[-1]["t1"],
         },
         **facts,
         **others,
@@ -157,7 +154,3 @@ def model_facts(events: List[Dict[str, Any]]) -> Dict[str, Any]:
         "params": last.get("params"), "keras_backend": last.get("backend"),
         "keras_version": last.get("keras_version"), "model_name": last.get("name"),
     }  # fmt: skip
-
-
-def _window_start(batches: List[Dict[str, Any]], warmup: int) -> float:
-    return batches[warmup - 1]["t1"] if warmup else batches[0]["t0"]

@@ -256,16 +256,9 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
     names = ["SIGTERM"] + (["SIGBREAK"] if windows() else [])
     previous = {}
-    try:
-        for name in names:
-            if hasattr(signal, name):
-                number = getattr(signal, name)
-                previous[number] = signal.signal(number, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        yield
-        return
+    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+        for number in [getattr(signal, name) for name in names if hasattr(signal, name)]:
+            previous[number] = signal.signal(number, interrupt)
     try:
         yield
     finally:

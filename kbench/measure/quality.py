@@ -35,6 +35,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
+from kbench.measure import sysinfo
+
 log = logging.getLogger(__name__)
 
 BUSY_THRESHOLD = 0.25  # share of the given cores used by other processes
@@ -127,7 +129,7 @@ def assess(
     cores = machine_cores or os.cpu_count() or 1
     given = min(threads or cores, cores)
     if cpu_freq_max_mhz is None:
-        cpu_freq_max_mhz = _freq_max()
+        cpu_freq_max_mhz = sysinfo.max_cpu_mhz()
     others, samples = other_cores(series, start, end, cores)
     flags: List[str] = []
     share = None
@@ -232,14 +234,6 @@ def gpu_neighbours(
     count = sum(gpu["processes"] for gpu in per_gpu.values())
     known = [gpu["memory_bytes"] for gpu in per_gpu.values() if gpu["memory_bytes"] is not None]
     return Neighbours(count, sum(known) if known else None, per_gpu)
-
-
-def _freq_max() -> Optional[float]:
-    try:
-        frequency = psutil.cpu_freq()
-    except (OSError, NotImplementedError):
-        return None
-    return frequency.max if frequency and frequency.max else None
 
 
 PREFLIGHT_SKIP_ENV = "KBENCH_SKIP_PREFLIGHT"  # "1": no pre-flight sample (the tests set it)

@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
-from kbench.measure import jetson, processes
+from kbench.measure import jetson, processes, sysinfo
 from kbench.measure.nvml import NvmlSource, SourceUnavailable, error_text, visible_devices_of
 from kbench.measure.powermetrics import PowermetricsSource
 
@@ -158,10 +158,7 @@ class CpuSource:
 
     def read(self, tree: List[psutil.Process]) -> Dict[str, Any]:
         reading: Dict[str, Any] = {"system_cpu_percent": psutil.cpu_percent(None)}
-        try:
-            frequency = psutil.cpu_freq()
-        except (OSError, NotImplementedError):
-            frequency = None
+        frequency = sysinfo.cpu_frequency()
         if frequency:
             reading["cpu_freq_mhz"] = frequency.current
         battery = psutil.sensors_battery() if hasattr(psutil, "sensors_battery") else None
@@ -356,7 +353,13 @@ class Sampler:
         trees = {name: self._tree(name) for name in names}
         row: Dict[str, Any] = {"t": self.clock()}
         row.update(self._usage(trees))
-        read_sources(self.sources, [p for tree in trees.values() for p in tree], row, self.failed)
+        everyone = [p for tree in trees.values() for p in tree]
+        for source in [s for s in self.sources if s.name not in self.failed]:
+            try:
+                row.update(source.read(everyone))
+            except Exception as err:  # a broken source must never end the run
+                self.failed[source.name] = error_text(err)
+                log.warning("sampler: %s failed, not read again: %s", source.name, error_text(err))
         if self.per_process:
             for source in self.sources:
                 if isinstance(source, NvmlSource) and source.name not in self.failed:
@@ -408,20 +411,6 @@ def gpu_per_process(source: NvmlSource, trees: Dict[str, List[psutil.Process]]) 
             if mine and all(used is not None for used in mine):
                 out[f"{name}_gpu{gpu.index}_process_memory_bytes"] = sum(map(int, mine))
     return out
-
-
-def read_sources(
-    sources: list, tree: List[psutil.Process], row: Dict[str, Any], failed: Dict[str, str]
-) -> None:
-    """One reading of every source into ``row``; one that raises is failed from then on."""
-    for source in sources:
-        if source.name in failed:
-            continue
-        try:
-            row.update(source.read(tree))
-        except Exception as err:  # a broken source must never end the run
-            failed[source.name] = error_text(err)
-            log.warning("sampler: %s failed, not read again: %s", source.name, failed[source.name])
 
 
 GPU_SERIES = re.compile(r"^gpu(\d+)_")

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+import psutil
+
 from kbench.facts import PROJECT_ROOT, VERSION
 
 # The instruction-set features that decide which kernels a framework runs: TensorFlow
@@ -144,14 +146,21 @@ def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
     return info
 
 
+def cpu_frequency() -> Any:
+    """``psutil.cpu_freq()``: current, min and max MHz; None where the system has none."""
+    try:
+        return psutil.cpu_freq()
+    except (OSError, NotImplementedError):  # absent on some virtual machines
+        return None
+
+
+def max_cpu_mhz() -> Optional[float]:
+    frequency = cpu_frequency()
+    return frequency.max if frequency and frequency.max else None
+
+
 @functools.lru_cache(maxsize=1)
 def machine() -> Dict[str, Any]:
-    import psutil
-
-    try:
-        frequency = psutil.cpu_freq()
-    except (OSError, NotImplementedError):  # absent on some virtual machines
-        frequency = None
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -160,7 +169,7 @@ def machine() -> Dict[str, Any]:
         "cpu": cpu_features(),
         "cpu_logical_cores": os.cpu_count(),
         "cpu_physical_cores": psutil.cpu_count(logical=False),
-        "cpu_max_mhz": frequency.max if frequency and frequency.max else None,
+        "cpu_max_mhz": max_cpu_mhz(),
         "memory_total_bytes": psutil.virtual_memory().total,
         "gpu": gpu_info(),
     }
