@@ -22,8 +22,14 @@ from test_sweep_windows import measured  # a comparison's documents, as measured
 from kbench.cli.app import main
 from kbench.results.config import ConfigError
 from kbench.results.store import ResultStore
-from kbench.studies import slurm, sweep_runs, sweep_windows
-from kbench.studies.sweep import WindowSettings, parse_sweep, sweep_run_of
+from kbench.studies import slurm, sweep_runs
+from kbench.studies.sweep import (
+    WindowSettings,
+    comparisons_of,
+    parse_sweep,
+    sweep_run_of,
+    windowed,
+)
 
 pytestmark = pytest.mark.own_processes("a Slurm job, failed, cancelled or resumed")
 
@@ -39,21 +45,21 @@ def document(**top) -> dict:
 
 
 def windows_sweep(**top):
-    return sweep_windows.as_asked(parse_sweep(document(**top), "f.yaml"))
+    return sweep_runs.as_asked(parse_sweep(document(**top), "f.yaml"))
 
 
 def test_each_comparison_in_windows_is_one_task_and_fresh_settings_stay_per_repeat():
     sweep = windows_sweep(repeats=2, groups=[PAIRS, INFER])
     units = slurm.task_units(sweep.runs, "comparison", warm=False)
-    windowed = [unit for unit in units if sweep_windows.windowed(unit)]
-    comparisons = sweep_windows.comparisons_of(sweep)
+    by_window = [unit for unit in units if windowed(unit)]
+    comparisons = comparisons_of(sweep.runs)
     assert len(comparisons) == 2  # batch 16 and 32, every backend, the repeats folded in
-    assert [[r.key for r in u] for u in windowed] == [[r.key for r in g] for g in comparisons]
-    for unit in windowed:  # one task: both backends' warm workers, one setting
+    assert [[r.key for r in u] for u in by_window] == [[r.key for r in g] for g in comparisons]
+    for unit in by_window:  # one task: both backends' warm workers, one setting
         assert [r.config.backend for r in unit] == ["jax", "torch"]
         assert len({r.config.batch_size for r in unit}) == 1
         assert {r.config.window_s for r in unit} == {0.3}
-    fresh = [unit for unit in units if not sweep_windows.windowed(unit)]
+    fresh = [unit for unit in units if not windowed(unit)]
     assert [[(r.config.backend, r.config.repeat) for r in u] for u in fresh] == [
         [("jax", 0), ("torch", 0)], [("jax", 1), ("torch", 1)],
     ]  # fmt: skip
@@ -62,13 +68,13 @@ def test_each_comparison_in_windows_is_one_task_and_fresh_settings_stay_per_repe
 
 def test_a_resumed_plan_skips_done_comparisons_and_measures_cut_short_ones_whole(tmp_path):
     sweep = windows_sweep(groups=[PAIRS])
-    first, second = sweep_windows.comparisons_of(sweep)
+    first, second = comparisons_of(sweep.runs)
     store = tmp_path / "store"
     assert slurm.runs_to_do(sweep, store, False, False) == sweep.runs  # nothing yet
-    done = sweep_windows.mark(store, sweep, first, measured(store, sweep, first, 3), "budget")
+    done = sweep_runs.mark(store, sweep, first, measured(store, sweep, first, 3), "budget")
     # the second comparison cut short: its jax worker's windows marked, torch's not
     orphans = measured(store, sweep, second, 2)
-    sweep_windows.mark(store, sweep, second, orphans[:1], "cut short")
+    sweep_runs.mark(store, sweep, second, orphans[:1], "cut short")
     to_do = slurm.runs_to_do(sweep, store, False, False)
     assert [r.key for r in to_do] == [r.key for r in second]  # whole, jax included
     assert [len(u) for u in slurm.task_units(to_do, "comparison", False)] == [2]
@@ -85,7 +91,7 @@ def test_a_resumed_plan_skips_done_comparisons_and_measures_cut_short_ones_whole
     assert slurm.drop_earlier_windows(sweep, store, second, said.append) == 4
     assert len(said) == 1 and "batch_size=32: 4 earlier window(s) superseded: " in said[0]
     after = {r.run_id: r for r in ResultStore(store).results()}
-    assert all(after[r.run_id].superseded == sweep_windows.SUPERSEDED for r in orphans)
+    assert all(after[r.run_id].superseded == sweep_runs.SUPERSEDED for r in orphans)
     assert not any(after[r.run_id].superseded for r in done)
     assert slurm.drop_earlier_windows(sweep, store, second, said.append) == 0  # once
 
@@ -93,20 +99,20 @@ def test_a_resumed_plan_skips_done_comparisons_and_measures_cut_short_ones_whole
 def test_a_node_finds_its_comparison_and_the_runs_kept_fresh(tmp_path):
     path = tmp_path / "sw.yaml"
     path.write_text(yaml.safe_dump(document(groups=[PAIRS, INFER])))
-    sweep = sweep_windows.as_asked(parse_sweep(yaml.safe_load(path.read_text()), str(path)))
-    jax_only = sweep_windows.as_asked(  # --filter backend=jax: one backend, fresh processes
+    sweep = sweep_runs.as_asked(parse_sweep(yaml.safe_load(path.read_text()), str(path)))
+    jax_only = sweep_runs.as_asked(  # --filter backend=jax: one backend, fresh processes
         sweep_runs.select_runs(parse_sweep(document(groups=[PAIRS]), str(path)), ["backend=jax"])
     )
-    assert not any(sweep_windows.windowed([r]) for r in jax_only.runs)
-    comparison = sweep_windows.comparisons_of(sweep)[1]
+    assert not any(windowed([r]) for r in jax_only.runs)
+    comparison = comparisons_of(sweep.runs)[1]
     tasks = [[r.key for r in comparison], [jax_only.runs[0].key], ["gone"]]
     manifest = {"sweep_file": str(path), "reduced": False, "max_runs": 1000,
                 "windows": asdict(sweep.windows), "tasks": tasks}  # fmt: skip
     found, runs = slurm.task_runs(manifest, 0)
     assert found.windows == WindowSettings(window_s=0.3)
-    assert [r.key for r in runs] == [r.key for r in comparison] and sweep_windows.windowed(runs)
+    assert [r.key for r in runs] == [r.key for r in comparison] and windowed(runs)
     found, runs = slurm.task_runs(manifest, 1)
-    assert runs[0].config == jax_only.runs[0].config and not sweep_windows.windowed(runs)
+    assert runs[0].config == jax_only.runs[0].config and not windowed(runs)
     with pytest.raises(ConfigError, match="the file changed after submission"):
         slurm.task_runs(manifest, 2)
 
@@ -152,8 +158,8 @@ def test_a_sweep_in_windows_on_slurm_is_a_task_per_comparison_and_resumes(cluste
     assert "tasks: 0 queued, 0 running, 2 done, 0 failed" in first.stdout
     manifest = json.loads((submission / "tasks.json").read_text())
     assert manifest["windows"]["window_s"] == 0.2 and manifest["windows"]["ratio_budget_s"] == 4
-    sweep = sweep_windows.as_asked(parse_sweep(yaml.safe_load(path.read_text()), str(path)))
-    comparisons = sweep_windows.comparisons_of(sweep)
+    sweep = sweep_runs.as_asked(parse_sweep(yaml.safe_load(path.read_text()), str(path)))
+    comparisons = comparisons_of(sweep.runs)
     assert manifest["tasks"] == [[r.key for r in group] for group in comparisons]
     windows = ResultStore(store).results()  # a document per backend and comparison
     assert len(windows) == 4 and all(r.ok and r.metrics["windows"]["list"] for r in windows)
@@ -161,7 +167,7 @@ def test_a_sweep_in_windows_on_slurm_is_a_task_per_comparison_and_resumes(cluste
         output = (submission / f"task-{index}.out").read_text()
         assert output.count("stopped: --ratio-budget 4 s spent") == 1, output
         assert "jax/mlp: warm" in output and "torch/mlp: warm" in output  # side by side
-        key = sweep_windows.comparison_key(group)
+        key = sweep_runs.comparison_key(group)
         mine = [r for r in windows if r.sweep["windows"]["comparison"] == key]
         assert sorted(r.config["backend"] for r in mine) == ["jax", "torch"]
         for r in mine:  # round by round, from the first

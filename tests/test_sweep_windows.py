@@ -21,12 +21,13 @@ from kbench.results.comparison import comparison_metrics, window_record
 from kbench.results.config import ConfigError
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, StoreError
-from kbench.studies import published, reproduce, sweep_runs, sweep_windows
+from kbench.studies import published, reproduce, sweep_runs
 from kbench.studies.claims import HOLDS, ROUNDS_NEEDED
 from kbench.studies.sweep import (
     Sweep,
     SweepRun,
     WindowSettings,
+    comparisons_of,
     in_windows,
     parse_sweep,
     run_key,
@@ -60,7 +61,7 @@ def test_each_setting_becomes_one_comparison_and_fresh_ones_say_why():
     fresh = parse_sweep(two_by_two(measure="windows", window=0.5), "f.yaml")
     assert fresh.measure == "windows" and fresh.window_settings.window_s == 0.5
     assert fresh.windows is None and len(fresh.runs) == 3 * (4 + 2 + 1)  # the file's runs
-    sweep = sweep_windows.as_asked(fresh)
+    sweep = sweep_runs.as_asked(fresh)
     windowed = [run for run in sweep.runs if run.config.window_s is not None]
     # the first repeat of each pair, window_s set: one run per backend and setting
     assert [(r.config.batch_size, r.config.backend, r.config.repeat) for r in windowed] == [
@@ -72,7 +73,7 @@ def test_each_setting_becomes_one_comparison_and_fresh_ones_say_why():
     # inference and a lone backend stay fresh processes, every repeat
     kept = [run for run in sweep.runs if run.config.window_s is None]
     assert len(kept) == 3 * 3 and {r.group for r in kept} == {"infer", "alone"}
-    plan = sweep_windows.plan_text(sweep, {r.key: "to run" for r in sweep.runs}, fresh.varying())
+    plan = sweep_runs.plan_text(sweep, {r.key: "to run" for r in sweep.runs}, fresh.varying())
     assert "mode inference needs a fresh process per run" in plan
     assert "one backend (jax): windows compare several backends" in plan
     assert "windows of 0.5 s" in plan
@@ -80,13 +81,13 @@ def test_each_setting_becomes_one_comparison_and_fresh_ones_say_why():
 
 def test_the_command_line_turns_windows_on_and_off_and_overrides():
     fresh = parse_sweep(two_by_two(ratio_budget=30), "f.yaml")
-    assert sweep_windows.as_asked(fresh) is fresh  # the file asks for fresh processes
-    on = sweep_windows.as_asked(fresh, True, ratio_precision=0.05)
+    assert sweep_runs.as_asked(fresh) is fresh  # the file asks for fresh processes
+    on = sweep_runs.as_asked(fresh, True, ratio_precision=0.05)
     assert on.windows == WindowSettings(ratio_precision=0.05, ratio_budget_s=30.0)
     asked = parse_sweep(two_by_two(measure="windows"), "f.yaml")
-    assert sweep_windows.as_asked(asked, False).windows is None  # --fresh
+    assert sweep_runs.as_asked(asked, False).windows is None  # --fresh
     with pytest.raises(ConfigError, match="expected --window with warm windows"):
-        sweep_windows.as_asked(fresh, None, window_s=2.0)
+        sweep_runs.as_asked(fresh, None, window_s=2.0)
 
 
 def sweep_document() -> dict:
@@ -135,9 +136,9 @@ def plan_of(store: Path, sweep: Sweep, **options) -> sweep_runs.PlannedSweep:
 
 def test_a_stopped_comparison_is_done_and_one_cut_short_reruns_whole(tmp_path):
     sweep = windows_sweep()
-    first, second = sweep_windows.comparisons_of(sweep)
+    first, second = comparisons_of(sweep.runs)
     store = tmp_path / "store"
-    marked = sweep_windows.mark(store, sweep, first, measured(store, sweep, first, 3), "budget")
+    marked = sweep_runs.mark(store, sweep, first, measured(store, sweep, first, 3), "budget")
     # a document per backend, its 3 windows inside, marked with its run's key
     assert [sweep_run_of(r) for r in marked] == [run.key for run in first]
     assert [r.sweep["run_key"] for r in marked] == [run.key for run in first]
@@ -148,14 +149,14 @@ def test_a_stopped_comparison_is_done_and_one_cut_short_reruns_whole(tmp_path):
     planned = plan_of(store, sweep)
     assert [run.key for run in planned.plan.to_run] == [run.key for run in second]
     # a comparison with one backend done and one not runs whole
-    only_one = sweep_windows.mark(store, sweep, second, orphans[:1], "a worker failed")
+    only_one = sweep_runs.mark(store, sweep, second, orphans[:1], "a worker failed")
     assert only_one[0].config["backend"] == "jax"
     assert [r.key for r in plan_of(store, sweep).plan.to_run] == [r.key for r in second]
     # before it runs again, its earlier documents (marked or not) are superseded, and said
-    earlier = sweep_windows.EarlierWindows.read(store, sweep)
+    earlier = sweep_runs.EarlierWindows.read(store, sweep)
     assert earlier.supersede(second) == 4  # the windows of 2 rounds of 2 backends
     after = {r.run_id: r for r in ResultStore(store).results()}
-    assert all(after[r.run_id].superseded == sweep_windows.SUPERSEDED for r in orphans)
+    assert all(after[r.run_id].superseded == sweep_runs.SUPERSEDED for r in orphans)
     assert not any(after[r.run_id].superseded for r in marked)
     # --force reruns the done comparison too
     assert len(plan_of(store, sweep, force=True).plan.to_run) == 4
@@ -190,7 +191,7 @@ def test_verdicts_read_each_window_round_as_a_round_and_leave_dropped_ones_out(t
     study = toy_study(FASTER)
     sweep = windows_sweep()
     store = tmp_path / "store"
-    for group in sweep_windows.comparisons_of(sweep):
+    for group in comparisons_of(sweep.runs):
         found = []
         for run in group:
             rounds = []
@@ -202,7 +203,7 @@ def test_verdicts_read_each_window_round_as_a_round_and_leave_dropped_ones_out(t
         writer = ResultStore(store)
         for result in found:
             writer.add(result)
-        sweep_windows.mark(store, sweep, group, found, "ratio precision reached")
+        sweep_runs.mark(store, sweep, group, found, "ratio precision reached")
     (outcome,) = reproduce.verdicts(study, sweep, store)
     assert outcome.verdict == HOLDS, outcome.reason
     assert outcome.evidence.rounds == ROUNDS_NEEDED  # the dropped round is not one
@@ -275,7 +276,7 @@ def test_a_tiny_sweep_in_windows_stores_marked_comparisons_and_resumes(tmp_path,
         assert sorted(r.config["backend"] for r in found) == ["jax", "torch"]
         assert {r.config["batch_size"] for r in found} in ({16}, {32})
     assert len({r.sweep["run_key"] for r in results}) == 4  # a key per backend's run
-    sweep = sweep_windows.as_asked(parse_sweep(sweep_file, str(path)))
+    sweep = sweep_runs.as_asked(parse_sweep(sweep_file, str(path)))
     assert {sweep_run_of(r) for r in results} == {run.key for run in sweep.runs}
     again = run_kbench(["sweep", str(path), "--store", str(store)], home)
     assert again.returncode == 0, dump(again)

@@ -19,7 +19,7 @@ from kbench.results.jsonfile import LinkRefused, write_text_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.protocol import show_progress
-from kbench.studies import rounds, slurm, sweep_runs, sweep_windows
+from kbench.studies import rounds, slurm, sweep_runs
 from kbench.studies import sweep as sweep_mod
 from kbench.views import machines, tables
 from kbench.views.report import Comparison
@@ -245,7 +245,7 @@ def command_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("max_runs", f"expected a positive integer; received {args.max_runs}.")
     options = SweepOptions.of(args)
     sweep = sweep_mod.load_sweep(args.file, reduced=args.reduced, max_runs=args.max_runs)
-    selected = sweep_windows.as_asked(
+    selected = sweep_runs.as_asked(
         sweep_runs.select_runs(sweep, args.filter),
         measure_windows(args), args.window_s, args.ratio_precision, args.ratio_budget_s,
     )  # fmt: skip
@@ -354,7 +354,7 @@ def _windows_note(sweep: sweep_mod.Sweep) -> str:
     """`` in 2 comparisons in warm windows``, for a sweep measured so."""
     if sweep.windows is None:
         return ""
-    count = sum(1 for g in sweep_mod.comparisons(sweep.runs) if sweep_windows.windowed(g))
+    count = len(sweep_mod.comparisons_of(sweep.runs))
     return f" in {count} comparison{'s' if count != 1 else ''} in warm windows"
 
 
@@ -363,7 +363,7 @@ def _plan_text(planned: sweep_runs.PlannedSweep) -> str:
     states = planned.states()
     if planned.sweep.windows is not None:
         by_key = {run.key: state for run, state in zip(planned.sweep.runs, states)}
-        return sweep_windows.plan_text(planned.sweep, by_key, planned.varying)
+        return sweep_runs.plan_text(planned.sweep, by_key, planned.varying)
     configs = [run.config for run in planned.sweep.runs]
     return tables.plan_text(configs, states, planned.varying)
 

@@ -11,7 +11,7 @@ from typing import Tuple
 from kbench.cli import arguments, many_runs
 from kbench.results.config import ConfigError
 from kbench.studies import claims as claims_mod
-from kbench.studies import published, reproduce, rounds, sweep_runs, sweep_windows
+from kbench.studies import published, reproduce, rounds, sweep_runs
 from kbench.studies.sweep import Sweep
 
 log = logging.getLogger("kbench")
@@ -182,12 +182,12 @@ def sweep_as_asked(study, sweep: Sweep, args: argparse.Namespace) -> Tuple[Sweep
         study, args.reduced, many_runs.measure_windows(args), fresh_flag
     )
     if windows:
-        windowed = sweep_windows.as_asked(
+        windowed = sweep_runs.as_asked(
             sweep, True, args.window_s, args.ratio_precision, args.ratio_budget_s
         )
         assert windowed.windows is not None
         return windowed, f"{measured}\n  windows: {windowed.windows.text()}"
-    sweep = sweep_windows.as_asked(sweep, False, args.window_s, None, args.ratio_budget_s)
+    sweep = sweep_runs.as_asked(sweep, False, args.window_s, None, args.ratio_budget_s)
     return fresh_sweep(sweep, args), measured
 
 

@@ -41,11 +41,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from kbench.facts import shared_folder
 from kbench.results.config import FileError, did_you_mean
 from kbench.studies.sweep import (
-    NestedTooDeep,
     check_depth,
     expect_mapping,
-    known_keys,
-    read_yaml,
+    read_yaml_file,
 )
 
 KINDS = ("ratio", "sign", "ordering", "efficiency_ordering")
@@ -364,8 +362,6 @@ def find_study(name: str) -> Path:
 def study_of_sweep(sweep_name: str) -> Optional[Study]:
     """The study whose sweep file declares ``name: sweep_name``, if any; a study file
     that does not load is skipped here (``kbench reproduce --list`` names its error)."""
-    import yaml
-
     try:
         files = study_files()
     except StudyError:
@@ -373,8 +369,8 @@ def study_of_sweep(sweep_name: str) -> Optional[Study]:
     for path in files:
         try:
             study = load_study(path)
-            sweep_doc = read_yaml(study.sweep_path().read_text())
-        except (StudyError, OSError, yaml.YAMLError, NestedTooDeep):
+            sweep_doc = read_yaml_file(study.sweep_path(), StudyError)
+        except StudyError:
             continue
         if isinstance(sweep_doc, dict) and sweep_doc.get("name") == sweep_name:
             return study
@@ -385,21 +381,7 @@ def study_of_sweep(sweep_name: str) -> Optional[Study]:
 
 
 def load_study(path: Path) -> Study:
-    import yaml
-
-    path = Path(path)
-    file = str(path)
-    try:
-        document = read_yaml(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise StudyError(
-            file, "", f"expected a readable YAML file; {err.strerror or err}."
-        ) from err
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise StudyError(file, "", f"expected UTF-8 YAML; it does not parse: {err}") from err
-    except NestedTooDeep as err:
-        raise StudyError(file, "", str(err)) from None
-    return parse_study(document, file)
+    return parse_study(read_yaml_file(Path(path), StudyError), str(path))
 
 
 def parse_study(document: Any, file: str) -> Study:
@@ -407,20 +389,12 @@ def parse_study(document: Any, file: str) -> Study:
         return StudyError(file, where, message)
 
     check_depth(document, fail)
-    top = expect_mapping(
-        document, "", "a mapping with name, document, sweep, figures, claims", fail
-    )
-    known_keys(top, TOP_KEYS, "", fail)
+    expected = "a mapping with name, document, sweep, figures, claims"
+    top = expect_mapping(document, "", expected, fail, TOP_KEYS)
     for key in ("name", "title", "document", "source", "sweep"):
         _text(top.get(key), key, fail)
-    reduced = expect_mapping(top.get("reduced"), "reduced", "a mapping with only and note", fail)
-    known_keys(reduced, ("only", "note"), "reduced.", fail)
-    only = expect_mapping(
-        reduced.get("only"), "reduced.only", "a mapping setting -> [values]", fail
-    )
-    for key, values in only.items():
-        if not isinstance(values, list) or not values:
-            raise fail(f"reduced.only.{key}", f"expected a non-empty list; received {values!r}.")
+    reduced = _mapping(top, "reduced", "", fail, "a mapping with only and note", ("only", "note"))
+    only = _only(reduced.get("only"), "reduced.only", fail)
     if only and not reduced.get("note"):
         raise fail(
             "reduced.note",
@@ -428,18 +402,11 @@ def parse_study(document: Any, file: str) -> Study:
             "the question; received none.",
         )
 
-    figures: Dict[str, PublishedFigure] = {}
-    for i, raw in enumerate(_list(top.get("figures"), "figures", fail)):
-        figure = _figure(raw, f"figures[{i}]", fail)
-        if figure.id in figures:
-            raise fail(f"figures[{i}].id", f"expected unique ids; {figure.id!r} is used twice.")
-        figures[figure.id] = figure
-    claims: List[Claim] = []
-    for i, raw in enumerate(_list(top.get("claims"), "claims", fail)):
-        claim = _claim(raw, f"claims[{i}]", figures, fail)
-        if any(c.id == claim.id for c in claims):
-            raise fail(f"claims[{i}].id", f"expected unique ids; {claim.id!r} is used twice.")
-        claims.append(claim)
+    raw = enumerate(_list(top.get("figures"), "figures", fail))
+    figures = _by_id([_figure(item, f"figures[{i}]", fail) for i, item in raw], "figures", fail)
+    raw = enumerate(_list(top.get("claims"), "claims", fail))
+    claims = [_claim(item, f"claims[{i}]", figures, fail) for i, item in raw]
+    _by_id(claims, "claims", fail)
     plots = [
         _plot(raw, f"plots[{i}]", figures, fail)
         for i, raw in enumerate(_optional_list(top.get("plots"), "plots", "plots", fail))
@@ -449,14 +416,25 @@ def parse_study(document: Any, file: str) -> Study:
         hardware=_text_mapping(top.get("hardware"), "hardware", fail),
         versions=_text_mapping(top.get("versions"), "versions", fail),
         sweep=top["sweep"], figures=figures, claims=claims, file=file, plots=plots,
-        reduced_only=dict(only), reduced_note=reduced.get("note"), note=top.get("note"),
+        reduced_only={k: list(v) for k, v in only.items()}, reduced_note=reduced.get("note"),
+        note=top.get("note"),
         **_study_deviations(top, fail),
     )  # fmt: skip
 
 
+def _by_id(items: Sequence[Any], where: str, fail) -> Dict[str, Any]:
+    """``items`` (figures, claims) by id; an id used twice refused, naming the second."""
+    found: Dict[str, Any] = {}
+    for i, item in enumerate(items):
+        if item.id in found:
+            raise fail(f"{where}[{i}].id", f"expected unique ids; {item.id!r} is used twice.")
+        found[item.id] = item
+    return found
+
+
 def _figure(raw: Any, where: str, fail) -> PublishedFigure:
-    data = expect_mapping(raw, where, "a mapping with id, value, units, provenance", fail)
-    known_keys(data, FIGURE_KEYS, where + ".", fail)
+    expected = "a mapping with id, value, units, provenance"
+    data = expect_mapping(raw, where, expected, fail, FIGURE_KEYS)
     _text(data.get("id"), where + ".id", fail)
     _text(
         data.get("units"), where + ".units", fail, "the units exactly as published (img/sec, s, %)"
@@ -484,8 +462,7 @@ def _figure(raw: Any, where: str, fail) -> PublishedFigure:
             "expected the precision a plot reading allows (a "
             f"number in the figure's units) with read_off_plot: true; received {precision!r}.",
         )
-    provenance = expect_mapping(data.get("provenance"), where + ".provenance", "a mapping", fail)
-    known_keys(provenance, PROVENANCE_KEYS, where + ".provenance.", fail)
+    provenance = _mapping(data, "provenance", where, fail, keys=PROVENANCE_KEYS)
     if not any(provenance.get(k) for k in PROVENANCE_PLACES):
         raise fail(
             f"{where}.provenance",
@@ -497,14 +474,13 @@ def _figure(raw: Any, where: str, fail) -> PublishedFigure:
         id=data["id"], value=value, units=data["units"], read_off_plot=read_off,
         provenance=Provenance(**{k: str(v) for k, v in provenance.items()}),
         as_published=None if printed is None else str(printed), precision=precision,
-        at=expect_mapping(data.get("at"), where + ".at", "a mapping of kbench settings", fail),
+        at=_mapping(data, "at", where, fail, "a mapping of kbench settings"),
         note=data.get("note"),
     )  # fmt: skip
 
 
 def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Claim:
-    data = expect_mapping(raw, where, "a mapping with id, kind, quote, metric", fail)
-    known_keys(data, CLAIM_KEYS, where + ".", fail)
+    data = expect_mapping(raw, where, "a mapping with id, kind, quote, metric", fail, CLAIM_KEYS)
     for key in ("id", "statement", "quote"):
         _text(data.get(key), f"{where}.{key}", fail)
     kind = _one_of(data.get("kind"), KINDS, f"{where}.kind", fail)
@@ -512,12 +488,10 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
     for key in ("paper", "expected", "tolerance", "than"):
         _positive(data.get(key), f"{where}.{key}", fail)
     named = _claim_figures(data, where, figures, fail)
-    where_ = expect_mapping(data.get("where"), where + ".where", "a mapping of settings", fail)
-    reduced_where = expect_mapping(
-        data.get("reduced_where"), where + ".reduced_where", "a mapping", fail
-    )
-    numerator = expect_mapping(data.get("numerator"), where + ".numerator", "a mapping", fail)
-    denominator = expect_mapping(data.get("denominator"), where + ".denominator", "a mapping", fail)
+    where_ = _mapping(data, "where", where, fail, "a mapping of settings")
+    reduced_where = _mapping(data, "reduced_where", where, fail)
+    numerator = _mapping(data, "numerator", where, fail)
+    denominator = _mapping(data, "denominator", where, fail)
     items: List[Dict[str, Any]] = []
     if kind in ("ratio", "sign"):
         _check_ratio_sides(data, kind, numerator, denominator, where, fail)
@@ -571,26 +545,26 @@ def _study_deviations(top: Dict[str, Any], fail) -> Dict[str, Any]:
             _text(item, where, fail, "a sentence saying how the runs differ from the paper")
             rules.append(Deviation(item))
             continue
-        data = expect_mapping(item, where, "a sentence, or a mapping with text and settings", fail)
-        known_keys(data, DEVIATION_KEYS, where + ".", fail)
+        expected = "a sentence, or a mapping with text and settings"
+        data = expect_mapping(item, where, expected, fail, DEVIATION_KEYS)
         _text(data.get("text"), where + ".text", fail, "a sentence saying how the runs differ")
         settings = _optional_list(data.get("settings"), where + ".settings", "setting names", fail)
         for j, key in enumerate(settings):
             _text(key, f"{where}.settings[{j}]", fail, "a run setting's name")
         size = _one_of(data.get("size", "both"), SIZES, f"{where}.size", fail)
-        selector = expect_mapping(data.get("where"), where + ".where", "a selector of runs", fail)
+        selector = _mapping(data, "where", where, fail, "a selector of runs")
         rules.append(Deviation(data["text"], tuple(settings), dict(selector), size))
     papers = []
     for i, item in enumerate(
         _optional_list(top.get("paper_settings"), "paper_settings", "where/settings", fail)
     ):
         where = f"paper_settings[{i}]"
-        data = expect_mapping(item, where, "a mapping with where and settings", fail)
-        known_keys(data, ("where", "settings"), where + ".", fail)
-        settings = expect_mapping(data.get("settings"), where + ".settings", "a mapping", fail)
+        expected = "a mapping with where and settings"
+        data = expect_mapping(item, where, expected, fail, ("where", "settings"))
+        settings = _mapping(data, "settings", where, fail)
         if not settings:
             raise fail(where + ".settings", "expected the paper's settings; received none.")
-        selector = expect_mapping(data.get("where"), where + ".where", "a selector of runs", fail)
+        selector = _mapping(data, "where", where, fail, "a selector of runs")
         papers.append(PaperSetting(dict(selector), dict(settings)))
     return {
         "deviations": tuple(d.text for d in rules if d.size != "reduced"),
@@ -702,8 +676,8 @@ def _claim_choices(data: Dict[str, Any], where: str, fail) -> Tuple[str, ...]:
 
 
 def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> PaperPlot:
-    data = expect_mapping(raw, where, "a mapping with title, x, metric, figures", fail)
-    known_keys(data, PLOT_KEYS, where + ".", fail)
+    expected = "a mapping with title, x, metric, figures"
+    data = expect_mapping(raw, where, expected, fail, PLOT_KEYS)
     for key in ("title", "x", "metric"):
         _text(data.get(key), f"{where}.{key}", fail)
     series = data.get("series", "backend")
@@ -719,7 +693,7 @@ def _plot(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> Pa
             )
     return PaperPlot(
         title=data["title"], x=data["x"], metric=data["metric"], figures=tuple(named),
-        where=expect_mapping(data.get("where"), where + ".where", "a mapping", fail),
+        where=_mapping(data, "where", where, fail),
         series=series,
     )  # fmt: skip
 
@@ -738,6 +712,14 @@ def _optional_list(value: Any, where: str, what: str, fail) -> List[Any]:
             f"{type(value).__name__} {value!r}.",
         )
     return value
+
+
+def _mapping(
+    data: Dict[str, Any], key: str, where: str, fail, expected: str = "a mapping",
+    keys: Optional[Sequence[str]] = None,
+) -> Dict[str, Any]:  # fmt: skip
+    """``data[key]`` as :func:`~kbench.studies.sweep.expect_mapping` reads it."""
+    return expect_mapping(data.get(key), f"{where}.{key}" if where else key, expected, fail, keys)
 
 
 def _list(value: Any, where: str, fail) -> List[Any]:

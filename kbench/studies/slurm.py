@@ -5,7 +5,7 @@ store's writer lock; the runs to do become the tasks of one ``sbatch --array`` j
 (``%N``: ``--max-parallel``). A task is the runs of one comparison (one setting and
 repeat, every backend: their ratios are taken on one node), or with ``--per-task run``
 one run, or with ``--warm`` one warm worker's runs. In warm windows
-(:mod:`kbench.studies.sweep_windows`) a task is one comparison, measured on its node as a
+(:mod:`kbench.studies.sweep_runs`) a task is one comparison, measured on its node as a
 local sweep measures it and submitted whole or not at all (:func:`runs_to_do`), the
 windows an earlier task left superseded first (:func:`drop_earlier_windows`). A task runs
 ``python -m kbench.studies.slurm TASKS.json`` (:func:`main`) with the submitter's
@@ -57,18 +57,27 @@ from kbench.results.jsonfile import refuse_link, write_text_atomic
 from kbench.results.result import RunResult
 from kbench.results.store import INDEX_NAME, IndexEntry, ResultStore, latest_per_run
 from kbench.run.runner import Runner
-from kbench.studies import rounds, sweep_windows
+from kbench.studies import rounds
 from kbench.studies.sweep import (
     Progress,
     Sweep,
     SweepRun,
-    ToDo,
     WindowSettings,
-    comparisons,
+    comparisons_of,
     in_windows,
     load_sweep,
     sweep_plan,
+    to_do,
+    windowed,
     worker_groups,
+)
+from kbench.studies.sweep_runs import (
+    SUPERSEDED,
+    EarlierWindows,
+    label_of,
+    measure_comparison,
+    summary,
+    sweep_plans,
 )
 
 log = logging.getLogger(__name__)
@@ -612,48 +621,37 @@ def run_on_slurm(
     write(f"all tasks ended, {time.time() - first:.0f}s after {since}")
     newest = newest_entries(store)
     keys = {key for sub in watch.submissions for key in sub.keys()}
-    results = ResultStore(store)
-    return [RunResult.load(store / newest[k].file) for k in sorted(keys) if k in newest
-            and results.exists()]  # fmt: skip
+    return [RunResult.load(store / newest[k].file) for k in sorted(keys) if k in newest]
 
 
 def runs_to_do(sweep: Sweep, store: Path, force: bool, retry_failed: bool) -> List[SweepRun]:
     """The runs of ``sweep`` to submit: those without a result in ``store``, those whose
     newest result is the record of a task Slurm ended, and (``force``, ``retry_failed``)
     as a local sweep; a comparison in warm windows with one of them, whole."""
-    newest = newest_entries(store)
-    to_run = [run for run in sweep.runs if _to_run(newest.get(run.key), force, retry_failed)]
-    if sweep.windows is not None:
-        to_run = sweep_windows.whole_comparisons(sweep, ToDo(to_run, [])).to_run
-    return to_run
+    newest = newest_entries(store).items()
+    done = {key: entry.status for key, entry in newest if not is_slurm_record(entry)}
+    return to_do(sweep, done, force, retry_failed).to_run
 
 
 def drop_earlier_windows(
     sweep: Sweep, store: Path, runs: Sequence[SweepRun], write: Callable[[str], None] = print
 ) -> int:
     """Before the comparisons in warm windows of ``runs`` are submitted: mark dropped
-    (:data:`~kbench.studies.sweep_windows.SUPERSEDED`) the windows an earlier measuring
+    (:data:`~kbench.studies.sweep_runs.SUPERSEDED`) the windows an earlier measuring
     of them left in ``store`` (a task failed, cancelled, or its node lost), as a local
     sweep does before it measures a comparison again; how many."""
-    groups = [group for group in comparisons(runs) if sweep_windows.windowed(group)]
+    groups = comparisons_of(runs)
     if not groups or not ResultStore(store).exists():
         return 0
-    earlier = sweep_windows.EarlierWindows.read(store, sweep)
+    earlier = EarlierWindows.read(store, sweep)
     count = 0
     for group in groups:
         dropped = earlier.supersede(group)
         if dropped:
-            label = sweep_windows.label_of(group[0].config, sweep.varying())
-            write(f"  {label}: {dropped} earlier window(s) "
-                  f"{sweep_windows.SUPERSEDED}")  # fmt: skip
+            write(f"  {label_of(group[0].config, sweep.varying())}: {dropped} earlier window(s) "
+                  f"{SUPERSEDED}")  # fmt: skip
         count += dropped
     return count
-
-
-def _to_run(entry: Optional[IndexEntry], force: bool, retry_failed: bool) -> bool:
-    if entry is None or force or is_slurm_record(entry):
-        return True
-    return retry_failed and entry.status != "ok"
 
 
 # on the node: one task -----------------------------------------------------------------
@@ -686,69 +684,58 @@ def run_task(manifest_path: Path, index: int) -> int:
     manifest = json.loads(manifest_path.read_text())
     sweep, runs = task_runs(manifest, index)
     store = Path(manifest["store"])
-    own = manifest_path.parent / f"task-{index}"
     log.info("task %d: %s", index, ", ".join(run.config.label() for run in runs))
     runner = Runner(
-        output_dir=own, busy_threshold=manifest["busy_threshold"], data_parallel=run_distributed
-    )
-    if sweep_windows.windowed(runs):
-        lost = run_comparison(sweep, runs, runner, store, manifest)
-    else:
-        lost = _run_fresh(sweep, runs, runner, store, manifest)
-    (own / INDEX_NAME).unlink(missing_ok=True)
+        output_dir=manifest_path.parent / f"task-{index}",
+        busy_threshold=manifest["busy_threshold"], data_parallel=run_distributed,
+    )  # fmt: skip
+    newest = newest_entries(store)
+    todo = []
+    for run in runs:  # a task Slurm requeued skips what it moved into the store before
+        if _done(newest.get(run.key), manifest["submitted_at"]):
+            log.info("%s: already in %s, not run again", run.config.label(), store)
+        else:
+            todo.append(run)
+    lost = 0
+    if todo and windowed(runs):  # a comparison is measured whole
+        lost = _run_comparison(sweep, runs, runner, store, manifest.get("baseline"))
+    elif todo:
+        lost = _run_fresh(sweep, runs, todo, runner, store, manifest["warm"])
+    (runner.output_dir / INDEX_NAME).unlink(missing_ok=True)
     return 1 if lost else 0
 
 
 def _run_fresh(
-    sweep: Sweep, runs: List[SweepRun], runner: Runner, store: Path, manifest: dict
-) -> int:
-    """The task's runs in fresh processes (or warm workers' runs), each not yet done;
-    the number of documents not moved into the store."""
-    progress = Progress(total=len(runs))
+    sweep: Sweep, runs: List[SweepRun], todo: List[SweepRun], runner: Runner, store: Path,
+    warm: bool,
+) -> int:  # fmt: skip
+    """The task's runs to do in fresh processes (or warm workers' runs), each worker's
+    documents moved into the store as it ends; the number not moved there."""
+    progress = Progress(total=len(runs), skipped=len(runs) - len(todo))
     lost = 0
-    units = task_units(runs, "run", manifest["warm"])
-    with runner.session([run.config for run in runs]) as session:
-        for unit in units:
-            todo = _not_done(unit, store, manifest["submitted_at"])
-            if not todo:
-                continue
-            plan = sweep_plan(sweep, todo, manifest["warm"])
-            rounds.run_plan(plan, session, report=progress)
+    with runner.session([run.config for run in todo]) as session:
+        for unit in task_units(todo, "run", warm):
+            rounds.run_plan(sweep_plan(sweep, unit, warm), session, report=progress)
             lost += move_documents(runner.output_dir, store)
     return lost
 
 
-def run_comparison(
-    sweep: Sweep, runs: List[SweepRun], runner: Runner, store: Path, manifest: dict
+def _run_comparison(
+    sweep: Sweep, runs: List[SweepRun], runner: Runner, store: Path, baseline: Optional[str]
 ) -> int:
     """The task's comparison in warm windows (module docstring); the number of
     documents not moved into the store."""
-    newest = newest_entries(store)
-    if all(_done(newest.get(run.key), manifest["submitted_at"]) for run in runs):
-        log.info("this comparison is in %s already: not measured again", store)
-        return 0
     own = runner.output_dir
-    dropped = sweep_windows.EarlierWindows.read(own, sweep).supersede(runs)
+    dropped = EarlierWindows.read(own, sweep).supersede(runs)
     if int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0:  # a requeued task's moved ones
-        dropped += sweep_windows.EarlierWindows.read(store, sweep).supersede(runs)
+        dropped += EarlierWindows.read(store, sweep).supersede(runs)
     if dropped:
-        log.info("%d earlier window(s) %s", dropped, sweep_windows.SUPERSEDED)
-    baseline = manifest.get("baseline")
-    found, reason = sweep_windows.measure_comparison(runner, sweep, runs, baseline)
-    log.info("%s; stopped: %s", sweep_windows.summary(found, baseline), reason)
+        log.info("%d earlier window(s) %s", dropped, SUPERSEDED)
+    ((_, plan),) = sweep_plans(sweep, runs, baseline=baseline)
+    found, reason = measure_comparison(runner, sweep, runs, plan)
+    log.info("%s; stopped: %s", summary(found, baseline), reason)
     first = {r.run_id for r in found if int(r.config.get("repeat", 0)) == 0}
     return move_documents(own, store, last=first)
-
-
-def _not_done(unit: List[SweepRun], store: Path, submitted_at: str) -> List[SweepRun]:
-    newest = newest_entries(store)
-    todo = []
-    for run in unit:
-        if _done(newest.get(run.key), submitted_at):
-            log.info("%s: already in %s, not run again", run.config.label(), store)
-        else:
-            todo.append(run)
-    return todo
 
 
 def _done(entry: Optional[IndexEntry], submitted_at: str) -> bool:

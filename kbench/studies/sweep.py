@@ -11,7 +11,7 @@ loaded, before anything runs; an error names the place in the file
 (``groups[1].matrix.batch_size[2]``), what was expected and what was received. A result
 in the store with a run's key (:func:`run_key`) marks the run done, so the same command
 again resumes. ``measure: windows`` compares each setting's backends in warm interleaved
-windows instead (:func:`in_windows`; :mod:`kbench.studies.sweep_windows` measures them).
+windows instead (:func:`in_windows`; :mod:`kbench.studies.sweep_runs` measures them).
 """
 
 from __future__ import annotations
@@ -141,24 +141,22 @@ def _key_defaults() -> Dict[str, Any]:
 # ``fail(where, message)``, the reader's own error naming the file --------------
 
 
-def expect_mapping(value: Any, where: str, expected: str, fail) -> Dict[str, Any]:
-    """``value`` if it is a mapping, {} if absent; else ``fail`` saying ``expected``."""
+def expect_mapping(
+    value: Any, where: str, expected: str, fail, keys: Optional[Sequence[str]] = None
+) -> Dict[str, Any]:
+    """``value`` if it is a mapping, {} if absent; else ``fail`` saying ``expected``. With
+    ``keys``, a key that is not one of them is refused, naming the closest one."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise fail(where, f"expected {expected}; received {type(value).__name__} {value!r}.")
-    return value
-
-
-def known_keys(section: Dict[str, Any], allowed: Sequence[str], prefix: str, fail) -> None:
-    """Refuse a key of ``section`` that is not ``allowed``, naming the closest one."""
-    for key in section:
-        if key not in allowed:
+    for key in value if keys is not None else ():
+        if key not in keys:
             raise fail(
-                f"{prefix}{key}",
-                f"unknown key; expected one of: {', '.join(allowed)}."
-                f"{did_you_mean(str(key), allowed)}",
+                f"{where}.{key}" if where else str(key),
+                f"unknown key; expected one of: {', '.join(keys)}.{did_you_mean(str(key), keys)}",
             )
+    return value
 
 
 class NestedTooDeep(ValueError):
@@ -263,19 +261,23 @@ def check_depth(document: Any, fail, limit: int = MAX_DEPTH, max_nodes: int = MA
 
 def load_sweep(path: Path, reduced: bool = False, max_runs: int = MAX_RUNS) -> Sweep:
     """Read and check a sweep file; every run is built (and so validated) here."""
+    document = read_yaml_file(Path(path), SweepError)
+    return parse_sweep(document, str(path), reduced, max_runs, base_dir=Path(path).resolve().parent)
+
+
+def read_yaml_file(path: Path, error: Callable[[str, str, str], Exception]) -> Any:
+    """The document in the YAML file at ``path`` (:func:`read_yaml`); ``error(file, where,
+    message)`` where it cannot be read, is not UTF-8, does not parse or nests too deep."""
     import yaml
 
-    path = Path(path)
     file = str(path)
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as err:
-        raise SweepError(
-            file, "", f"expected a readable YAML file; {err.strerror or err}."
-        ) from err
+        raise error(file, "", f"expected a readable YAML file; {err.strerror or err}.") from err
     except UnicodeDecodeError as err:
         line = err.object[: err.start].count(b"\n") + 1
-        raise SweepError(
+        raise error(
             file,
             f"line {line}",
             f"expected UTF-8 text; received the byte 0x{err.object[err.start]:02x} at byte "
@@ -283,12 +285,11 @@ def load_sweep(path: Path, reduced: bool = False, max_runs: int = MAX_RUNS) -> S
             "-t utf-8).",
         ) from None
     try:
-        document = read_yaml(text)
+        return read_yaml(text)
     except yaml.YAMLError as err:
-        raise SweepError(file, "", f"expected YAML; it does not parse: {err}") from err
+        raise error(file, "", f"expected YAML; it does not parse: {err}") from err
     except NestedTooDeep as err:
-        raise SweepError(file, "", str(err)) from None
-    return parse_sweep(document, file, reduced, max_runs, base_dir=path.resolve().parent)
+        raise error(file, "", str(err)) from None
 
 
 def relative_to_file(values: Dict[str, Any], base_dir: Optional[Path]) -> Dict[str, Any]:
@@ -328,8 +329,7 @@ def parse_sweep(
         return SweepError(file, where, message)
 
     check_depth(document, fail)
-    top = expect_mapping(document, "", "a mapping with name, settings, matrix", fail)
-    known_keys(top, TOP_KEYS, "", fail)
+    top = expect_mapping(document, "", "a mapping with name, settings, matrix", fail, TOP_KEYS)
     name = top.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise fail(
@@ -373,8 +373,9 @@ def _layers(
     layers, places = [], []
     for i, group in enumerate(groups):
         where = f"groups[{i}]"
-        group = expect_mapping(group, where, "a mapping with settings and/or matrix", fail)
-        known_keys(group, GROUP_KEYS, where + ".", fail)
+        group = expect_mapping(
+            group, where, "a mapping with settings and/or matrix", fail, GROUP_KEYS
+        )
         layer = base.over(Layer.of(group, where + ".", fail))
         section = _reduced_section(group.get("reduced"), where + ".reduced", fail)
         if "repeats" in section:
@@ -480,6 +481,15 @@ def comparisons(runs: Sequence[SweepRun]) -> List[List[SweepRun]]:
     for run in runs:
         groups.setdefault(setting_of(run.config), []).append(run)
     return list(groups.values())
+
+
+def windowed(runs: Sequence[SweepRun]) -> bool:
+    return runs[0].config.window_s is not None
+
+
+def comparisons_of(runs: Sequence[SweepRun]) -> List[List[SweepRun]]:
+    """The comparisons of ``runs`` measured in windows, in order."""
+    return [group for group in comparisons(runs) if windowed(group)]
 
 
 def fresh_reason(configs: Sequence[RunConfig]) -> Optional[str]:
@@ -614,9 +624,8 @@ def _known_setting(key: Any, where: str, fail) -> None:
 
 
 def _reduced_section(value: Any, where: str, fail) -> Dict[str, Any]:
-    section = expect_mapping(value, where, "a mapping with settings, matrix and/or repeats", fail)
-    known_keys(section, REDUCED_KEYS, where + ".", fail)
-    return section
+    expected = "a mapping with settings, matrix and/or repeats"
+    return expect_mapping(value, where, expected, fail, REDUCED_KEYS)
 
 
 def _describe(values: Dict[str, Any], keys: Sequence[str]) -> str:
@@ -696,14 +705,21 @@ class ToDo:
 
 
 def to_do(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: bool) -> ToDo:
-    to_run, done = [], []
+    """The runs without a result in ``done_keys`` (run key -> its newest result's status),
+    and with ``force`` or ``retry_failed`` those done or not ok; a comparison in windows
+    with a run to do runs whole (its backends are measured together or not at all)."""
+    keys = set()
     for run in sweep.runs:
         status = done_keys.get(run.key)
         if status is None or force or (retry_failed and status != "ok"):
-            to_run.append(run)
-        else:
-            done.append((run, status))
-    return ToDo(to_run, done)
+            keys.add(run.key)
+    for group in comparisons_of(sweep.runs):
+        if any(run.key in keys for run in group):
+            keys |= {run.key for run in group}
+    return ToDo(
+        [run for run in sweep.runs if run.key in keys],
+        [(run, done_keys[run.key]) for run in sweep.runs if run.key not in keys],
+    )
 
 
 def sweep_plan(sweep: Sweep, runs: Sequence[SweepRun], warm: bool = False) -> Plan:

@@ -7,29 +7,71 @@ these functions return::
     sweep = select_runs(load_sweep(path, reduced=True), ["backend=jax,torch"])
     with planned_sweep(sweep, store_for(sweep), lock=True) as planned:
         results = run_planned(planned, on_progress=print_event)
+
+Every kind of sweep is plans for :func:`kbench.studies.rounds.run_plan`
+(:func:`sweep_plans`): the runs in fresh processes one plan, grouped by repeat, and, in
+warm interleaved windows (``measure: windows``, ``kbench sweep --windows``, ``kbench
+reproduce --reduced`` of a study whose claims are backend ratios), each comparison its
+own: :func:`kbench.studies.sweep.in_windows` has made each setting's runs one comparison
+(a run per backend, with ``window_s``), measured as ``kbench run`` measures several
+backends, one after another.
+
+Resuming: a comparison's documents (one per backend, :mod:`kbench.results.comparison`)
+are in the store from its first round on, without their sweep provenance; once it has
+stopped, :func:`mark` writes them again with it (``sweep.run_key`` its backend's run, so
+the plan finds the run done; ``sweep.windows.comparison`` and ``.stopped``). A comparison
+cut short (Ctrl-C, a kill, a full disk) is measured again whole, its earlier documents
+first marked superseded (:data:`SUPERSEDED`) so that nothing counts them beside the new.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import logging
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
 from kbench.results import store as store_mod
+from kbench.results.analysis import compare
+from kbench.results.comparison import is_comparison
 from kbench.results.config import ConfigError, RunConfig
 from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import Filter, ResultStore
 from kbench.run.runner import Runner, look_before_runs
-from kbench.studies import rounds, sweep_windows
-from kbench.studies.sweep import RUN_FIELDS, Progress, Sweep, SweepError, ToDo, sweep_plan, to_do
+from kbench.studies import rounds
+from kbench.studies.sweep import (
+    RUN_FIELDS,
+    Progress,
+    Sweep,
+    SweepError,
+    SweepRun,
+    ToDo,
+    comparisons,
+    comparisons_of,
+    fresh_reason,
+    in_windows,
+    run_key,
+    sweep_plan,
+    sweep_run_of,
+    to_do,
+    windowed,
+)
 from kbench.views import machines
+from kbench.views.tables import interval_text, render, setting_cell
 
 log = logging.getLogger(__name__)
+
+SUPERSEDED = (
+    "superseded: its sweep comparison was measured again from the start (it had been cut "
+    "short, or --force / --retry-failed asked)"
+)
 
 
 class SweepStopped(RuntimeError):
@@ -122,14 +164,11 @@ def planned_sweep(
         done = results.done_keys() if results.exists() else {}
         for name, why in results.unreadable:
             log.warning("%s: skipped, its run counts as not done: %s", store / name, why)
-        planned = to_do(sweep, done, force, retry_failed)
-        if sweep.windows is not None:  # a comparison in windows runs whole or not at all
-            planned = sweep_windows.whole_comparisons(sweep, planned)
         yield PlannedSweep(
             sweep=sweep,
             varying=list(sweep.varying() if varying is None else varying),
             store=store,
-            plan=planned,
+            plan=to_do(sweep, done, force, retry_failed),
         )
 
 
@@ -144,6 +183,26 @@ def check_warm(sweep: Sweep, warm: bool) -> None:
         )
 
 
+def sweep_plans(
+    sweep: Sweep, runs: Sequence[SweepRun], warm: bool = False, baseline: Optional[str] = None
+) -> List[Tuple[List[SweepRun], rounds.Plan]]:
+    """``runs`` as plans for :func:`kbench.studies.rounds.run_plan`, each with its runs:
+    those in fresh processes (or ``warm`` workers) one plan, round by round
+    (:func:`~kbench.studies.sweep.sweep_plan`), then each comparison in warm windows its
+    own (``baseline``'s worker first where it has that backend), until its stop rule says."""
+    fresh = [run for run in runs if run.config.window_s is None]
+    plans = [(fresh, sweep_plan(sweep, fresh, warm))] if fresh else []
+    for group in comparisons_of(runs):
+        assert sweep.windows is not None
+        settings = sweep.windows
+        plan = rounds.windows_plan(
+            [run.config for run in group], baseline, settings.ratio_precision,
+            settings.ratio_budget_s,
+        )  # fmt: skip
+        plans.append((group, plan))
+    return plans
+
+
 def run_planned(
     planned: PlannedSweep,
     *,
@@ -153,11 +212,9 @@ def run_planned(
     on_progress: Optional[Callable[[RunConfig, Dict], None]] = None,
     baseline: Optional[str] = None,
 ) -> List[RunResult]:
-    """Run what the plan says is not done; each result is in the store as it returns.
-    A sweep in windows (``sweep.windows``) measures its comparisons so
-    (:func:`kbench.studies.sweep_windows.run_comparisons`; ``baseline``: each one's
-    baseline where it has that backend). Raises :class:`SweepStopped` when a result
-    cannot be written."""
+    """Run what the plan says is not done (:func:`sweep_plans`); each result is in the
+    store as it returns (a comparison in windows: once it stops, :func:`mark`; its earlier
+    documents superseded first). Raises :class:`SweepStopped` when a result cannot be written."""
     to_run = planned.plan.to_run
     if not to_run:
         return []
@@ -169,12 +226,33 @@ def run_planned(
         output_dir=planned.store, on_progress=on_progress, busy_threshold=busy_threshold,
         data_parallel=run_distributed,
     )  # fmt: skip
+    plans = sweep_plans(sweep, to_run, warm, baseline)
+    count = sum(1 for _, plan in plans if plan.schedule == "windows")
+    earlier = EarlierWindows.read(planned.store, sweep) if count else None
+    results: List[RunResult] = []
+    index = 0
     try:
-        if sweep.windows is not None:
-            return sweep_windows.run_comparisons(
-                sweep, to_run, runner, progress, planned.varying, baseline
-            )
-        return rounds.run_plan(sweep_plan(sweep, to_run, warm), runner, report=progress)[0]
+        for runs, plan in plans:
+            if earlier is None or plan.schedule != "windows":
+                results += rounds.run_plan(plan, runner, report=progress)[0]
+                continue
+            index += 1
+            label = label_of(runs[0].config, planned.varying)
+            backends = ", ".join(run.config.backend for run in runs)
+            progress.write(progress.line(
+                f"comparison {index}/{count}, {label}: {backends} in warm windows"
+            ))  # fmt: skip
+            dropped = earlier.supersede(runs)
+            if dropped:
+                progress.write(f"  {label}: {dropped} earlier window(s) {SUPERSEDED}")
+            started = time.monotonic()
+            found, reason = measure_comparison(runner, sweep, runs, plan)
+            seconds = (time.monotonic() - started) / len(runs)
+            for result in found:  # a document per backend
+                progress.finished(result, seconds)
+            results += found
+            line = f"{label}: {summary(found, baseline)}; stopped: {reason}"
+            progress.write(progress.line(line))
     except store_mod.StoreWriteError as err:
         not_started = (
             "the rest were not saved (a warm worker's runs are saved as it ends)"
@@ -188,6 +266,7 @@ def run_planned(
             f"invocation finished and are saved, {not_started}. Free some space, then run "
             "the same command again: it resumes, skipping the runs that are done."
         ) from err
+    return results
 
 
 def stored_results(store: Path, sweep: Sweep) -> List[RunResult]:
@@ -196,3 +275,158 @@ def stored_results(store: Path, sweep: Sweep) -> List[RunResult]:
     merged from machines that ran the same file keeps each one's)."""
     stored = ResultStore(store).results([Filter("sweep", (sweep.name,))], latest_only=False)
     return machines.newest_per_machine(stored)
+
+
+def comparison_key(runs: Sequence[SweepRun]) -> str:
+    """A comparison's identity: a hash of its runs' keys."""
+    joined = ",".join(sorted(run.key for run in runs))
+    return hashlib.sha1(joined.encode()).hexdigest()[:16]
+
+
+def label_of(config: RunConfig, varying: Sequence[str]) -> str:
+    """``mlp batch_size=16``: the model and the other settings that vary in the sweep."""
+    rest = [v for v in varying if v not in ("backend", "model", "repeat", "window_s")]
+    return " ".join([config.model, *(f"{v}={setting_cell(getattr(config, v))}" for v in rest)])
+
+
+def plan_text(sweep: Sweep, states: Dict[str, str], varying: Sequence[str]) -> str:
+    """The plan of a sweep in windows: one row per comparison (its backends, how it is
+    measured, its state), then what the windows do."""
+    rows = []
+    for i, group in enumerate(comparisons(sweep.runs), start=1):
+        configs = [run.config for run in group]
+        backends = list(dict.fromkeys(c.backend for c in configs))
+        if windowed(group):
+            how = "warm windows"
+        else:
+            repeats = len({c.repeat for c in configs})
+            how = f"fresh x{repeats}: {fresh_reason(configs)}"
+        kinds = sorted({states[run.key] for run in group})
+        rows.append([str(i), label_of(configs[0], varying), ", ".join(backends), how,
+                     " / ".join(kinds)])  # fmt: skip
+    table = render(["#", "setting", "backends", "measured in", "state"], rows)
+    assert sweep.windows is not None
+    return f"{table}\nwarm windows: {sweep.windows.text()}"
+
+
+@dataclasses.dataclass
+class EarlierWindows:
+    """The comparison documents the store held before this invocation, by the key of the
+    sweep run whose worker measured them (read once: :meth:`read`)."""
+
+    store: Path
+    by_run: Dict[str, List[RunResult]]
+
+    @classmethod
+    def read(cls, store: Path, sweep: Sweep) -> EarlierWindows:
+        found = ResultStore(store)
+        by_run: Dict[str, List[RunResult]] = {}
+        if not found.exists():
+            return cls(store, by_run)
+        for result in found.results():
+            if result.superseded or not is_comparison(result):
+                continue
+            key = _worker_run(result, sweep.name)
+            if key is not None:
+                by_run.setdefault(key, []).append(result)
+        return cls(store, by_run)
+
+    def supersede(self, runs: Sequence[SweepRun]) -> int:
+        """Mark superseded (:data:`SUPERSEDED`) the earlier documents of ``runs``; how many
+        windows they held."""
+        store = ResultStore(self.store)
+        count = 0
+        for run in runs:
+            for result in self.by_run.pop(run.key, []):
+                window = dict(result.metrics["window"], superseded=SUPERSEDED)
+                store.add(replace(result, metrics=dict(result.metrics, window=window)))
+                count += len(result.metrics["windows"]["list"])
+        return count
+
+
+def _worker_run(result: RunResult, sweep_name: str) -> Optional[str]:
+    """The sweep run whose worker measured this window: from its provenance, or (a
+    comparison cut short before its windows were marked) from its settings."""
+    if result.sweep is not None:
+        return sweep_run_of(result) if result.sweep.get("name") == sweep_name else None
+    try:
+        return run_key(RunConfig.from_dict(dict(result.config, repeat=0)))
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def measure_comparison(
+    runner: Runner, sweep: Sweep, group: Sequence[SweepRun], plan: rounds.Plan
+) -> Tuple[List[RunResult], str]:
+    """One comparison's windows ``plan`` (:func:`sweep_plans`) run until its stop rule
+    says; its results, marked (:func:`mark`), and why it stopped."""
+    found, reason = rounds.run_plan(plan, runner)
+    return mark(runner.output_dir, sweep, group, found, reason), reason
+
+
+def mark(
+    store: Path, sweep: Sweep, group: Sequence[SweepRun], found: Sequence[RunResult], reason: str
+) -> List[RunResult]:
+    """Write ``found`` (a document per backend) again with their sweep provenance (module
+    docstring). The marked results, in their order."""
+    by_backend = {run.config.backend: run for run in group}
+    comparison = comparison_key(group)
+    marked = []
+    for result in found:
+        run = by_backend[result.config["backend"]]
+        windows = {"run_key": run.key, "comparison": comparison, "stopped": reason}
+        marked.append(replace(result, sweep=dict(sweep.provenance(run), windows=windows)))
+    ResultStore(store).add_all(marked)  # each tried; those the store cannot take kept aside
+    return marked
+
+
+def summary(found: Sequence[RunResult], baseline: Optional[str] = None) -> str:
+    """``12 rounds (1 dropped); torch x0.83 (95%: 0.80-0.85)``: each backend's ratio to
+    the baseline, with its interval, over the rounds that count."""
+    windows = [w for r in found for w in (r.metrics.get("windows") or {}).get("list") or []]
+    rounds_ran = {w["round"] for w in windows if w.get("status") == "ok"}
+    dropped = {w["round"] for w in windows if w.get("dropped")}
+    parts = [f"{len(rounds_ran)} rounds" + (f" ({len(dropped)} dropped)" if dropped else "")]
+    if not rounds_ran:
+        parts.append("no round counted, so no ratio")
+    for group in compare(found, baseline):
+        for row in group.rows:
+            if row.backend == group.baseline:
+                continue
+            interval = row.ratio_interval
+            if not row.all_ok:
+                parts.append(f"{row.backend} " + ", ".join(sorted(row.statuses)).upper())
+            elif interval is None:
+                parts.append(f"{row.backend}: no ratio")
+            else:
+                parts.append(f"{row.backend} / {group.baseline} {interval_text(interval, '.3f')}")
+    return "; ".join(parts)
+
+
+def as_asked(
+    sweep: Sweep,
+    windows: Optional[bool] = None,
+    window_s: Optional[float] = None,
+    ratio_precision: Optional[float] = None,
+    ratio_budget_s: Optional[float] = None,
+) -> Sweep:
+    """``sweep`` measured as the file (``windows`` None) or the command line (True:
+    ``--windows``, False: ``--fresh-processes``) asks: in windows (:func:`in_windows`, the file's
+    window settings with the given ones on top), or as the file's runs. A window setting
+    given for a sweep of fresh processes is refused."""
+    on = sweep.measure == "windows" if windows is None else windows
+    given = {"window_s": window_s, "ratio_precision": ratio_precision,
+             "ratio_budget_s": ratio_budget_s}  # fmt: skip
+    given = {name: value for name, value in given.items() if value is not None}
+    if not on:
+        if given:
+            flag = {"window_s": "--window", "ratio_precision": "--ratio-precision",
+                    "ratio_budget_s": "--ratio-budget"}[next(iter(given))]  # fmt: skip
+            raise ConfigError(
+                flag.lstrip("-").replace("-", "_"),
+                f"expected {flag} with warm windows (measure: windows in {sweep.file}, or "
+                f"--windows); received it for a sweep of fresh processes. Add --windows, "
+                "or drop it.",
+            )
+        return sweep
+    return in_windows(sweep, replace(sweep.window_settings, **given))

@@ -162,48 +162,7 @@ def search_space(
 ) -> Tuple[List[Candidate], List[Tuple[str, str]]]:
     """The default and each single change that applies to ``backend`` here (``only``:
     of those settings); and the changes left out, each with its reason."""
-    spec = BACKENDS[backend]
-    keras3 = spec.runs_keras and spec.environment == "keras3"
-    options: List[Tuple[str, Any]] = []
-    skipped: List[Tuple[str, str]] = []
-    if keras3:
-        options += [("jit_compile", "on"), ("jit_compile", "off")]
-        options.append(("run_eagerly", True))
-    if backend == "tensorflow" and not gpu:
-        by_default = any(f in cpu_features for f in ONEDNN_BY_DEFAULT)
-        options.append(("onednn", "off" if by_default else "on"))
-    if backend == "torch-native":
-        options.append(("torch_compile", True))
-    if backend == "mxnet-gluon":
-        options.append(("hybridize", True))
-    if spec_for(base.model).input_kind == "image" and len(spec.data_formats) > 1:
-        default_format = environments.keras_config(backend, None)["image_data_format"]
-        other = [f for f in spec.data_formats if f != (base.data_format or default_format)]
-        options += [("data_format", f) for f in other]
-    if keras3 or backend == "torch-native":
-        if gpu or any(f in cpu_features for f in BF16_FEATURES):
-            options.append(("mixed_precision", "bfloat16"))
-        else:
-            skipped.append(("mixed_precision=bfloat16", "this CPU has no bfloat16 arithmetic "
-                            "(no AVX512-BF16 or AMX): emulated, slower by design"))  # fmt: skip
-    if gpu:
-        options.append(("tf32", "on"))
-    else:
-        skipped.append(("tf32", "no GPU: TensorFloat-32 is a GPU matmul mode"))
-    threads = base.threads or cores
-    if threads > 1:
-        options.append(("threads", threads // 2))
-    inter_op = base.inter_op_threads or threads
-    if spec.no_inter_op_pool is not None:
-        skipped.append(("inter_op_threads", f"no inter-op pool to set: {spec.no_inter_op_pool}"))
-    elif inter_op > 1:  # one pool thread: independent operations run one after another
-        options.append(("inter_op_threads", 1))
-    else:
-        skipped.append(("inter_op_threads=1", "the inter-op pool has 1 thread already"))
-    if allow_batch_size:
-        options += [("batch_size", base.batch_size * 2), ("batch_size", base.batch_size // 2)]
-    else:
-        skipped.append(("batch size", "changes the training: only with --allow-batch-size"))
+    options, skipped = _changes(backend, base, cores, cpu_features, gpu, allow_batch_size)
     candidates = [Candidate(backend)]
     for change in options:
         candidate = Candidate(backend, (change,))
@@ -217,6 +176,61 @@ def search_space(
             continue
         candidates.append(candidate)
     return candidates, skipped
+
+
+def _changes(
+    backend: str, base: RunConfig, cores: int, cpu_features: Sequence[str], gpu: bool,
+    allow_batch_size: bool,
+) -> Tuple[List[Tuple[str, Any]], List[Tuple[str, str]]]:  # fmt: skip
+    """The (setting, value) changes that apply to ``backend`` on this machine, and the
+    ones that do not, each (as the report names it) with its reason."""
+    spec = BACKENDS[backend]
+    keras3 = spec.runs_keras and spec.environment == "keras3"
+    options: List[Tuple[str, Any]] = []
+    skipped: List[Tuple[str, str]] = []
+    if keras3:
+        options += [("jit_compile", "on"), ("jit_compile", "off"), ("run_eagerly", True)]
+    if backend == "tensorflow" and not gpu:
+        by_default = any(f in cpu_features for f in ONEDNN_BY_DEFAULT)
+        options.append(("onednn", "off" if by_default else "on"))
+    if backend == "torch-native":
+        options.append(("torch_compile", True))
+    if backend == "mxnet-gluon":
+        options.append(("hybridize", True))
+    options += [("data_format", f) for f in _other_formats(backend, base)]
+    if keras3 or backend == "torch-native":
+        if gpu or any(f in cpu_features for f in BF16_FEATURES):
+            options.append(("mixed_precision", "bfloat16"))
+        else:
+            skipped.append(("mixed_precision=bfloat16", "this CPU has no bfloat16 arithmetic "
+                            "(no AVX512-BF16 or AMX): emulated, slower by design"))  # fmt: skip
+    if gpu:
+        options.append(("tf32", "on"))
+    else:
+        skipped.append(("tf32", "no GPU: TensorFloat-32 is a GPU matmul mode"))
+    threads = base.threads or cores
+    if threads > 1:
+        options.append(("threads", threads // 2))
+    if spec.no_inter_op_pool is not None:
+        skipped.append(("inter_op_threads", f"no inter-op pool to set: {spec.no_inter_op_pool}"))
+    elif (base.inter_op_threads or threads) > 1:  # one pool thread: operations one by one
+        options.append(("inter_op_threads", 1))
+    else:
+        skipped.append(("inter_op_threads=1", "the inter-op pool has 1 thread already"))
+    if allow_batch_size:
+        options += [("batch_size", base.batch_size * 2), ("batch_size", base.batch_size // 2)]
+    else:
+        skipped.append(("batch size", "changes the training: only with --allow-batch-size"))
+    return options, skipped
+
+
+def _other_formats(backend: str, base: RunConfig) -> Tuple[str, ...]:
+    """The data formats of an image model other than the one ``base`` trains in."""
+    spec = BACKENDS[backend]
+    if spec_for(base.model).input_kind != "image" or len(spec.data_formats) < 2:
+        return ()
+    default_format = environments.keras_config(backend, None)["image_data_format"]
+    return tuple(f for f in spec.data_formats if f != (base.data_format or default_format))
 
 
 def differs(
@@ -259,8 +273,12 @@ class Tuner:
     weights_dir: Path = Path(".")
     launched: List[Trial] = field(default_factory=list)  # every trial, closed at the end
 
-    def launch(self, trials: Sequence[Trial]) -> None:
-        for trial in trials:
+    def warm(self, default: Trial, others: Sequence[Trial]) -> None:
+        """Launch the workers of ``default`` and ``others`` not launched yet (all at once:
+        their frameworks import side by side), start and warm up ``default`` (exporting
+        its initial weights) and ``others`` (from them), and drop each other that fails or
+        does not compute the same."""
+        for trial in [t for t in [default, *others] if t.worker is None]:
             self.launched.append(trial)
             config = trial.candidate.config(self.base)
             trial.worker = WindowWorker.launch(self.runner, self.session, config)
@@ -268,14 +286,10 @@ class Tuner:
             trial.worker.tags = {
                 "tune": {"setting": trial.candidate.name, "changes": dict(trial.candidate.changes)}
             }
-
-    def warm(self, default: Trial, others: Sequence[Trial]) -> None:
-        """Start and warm up ``default`` (exporting its initial weights) and ``others``
-        (from them), and drop each other that fails or does not compute the same."""
         exports = BACKENDS[default.candidate.backend].exports_weights
         weights = self.weights_dir / f"{default.candidate.backend}-initial.npz"
         for trial in [default, *others]:
-            if trial.worker is None or not trial.worker.alive or trial.worker.ready:
+            if not trial.worker.alive or trial.worker.ready:
                 continue  # gone, or warm already (the default, when changes are combined)
             trial.worker.check_rows = self.base.batch_size  # outputs on the same rows
             if default.state != "measuring":
@@ -432,7 +446,6 @@ def tune_backend(tuner: Tuner, backend: str, budget_s: float, **space: Any) -> D
     reference = trials[0]
     log.info("%s: %d settings to try: %s", backend, len(trials),
              ", ".join(t.candidate.name for t in trials))  # fmt: skip
-    tuner.launch(trials)
     tuner.warm(reference, trials[1:])
     started = time.monotonic()  # the budget is for measuring: starting the workers is not in it
     if reference.state == "measuring":
@@ -445,7 +458,6 @@ def tune_backend(tuner: Tuner, backend: str, budget_s: float, **space: Any) -> D
         changes = tuple(c for t in faster for c in t.candidate.changes)
         if reference.state == "measuring" and len(faster) > 1 and len(dict(changes)) == len(faster):
             trials.append(Trial(Candidate(backend, changes)))
-            tuner.launch(trials[-1:])
             tuner.warm(reference, trials[-1:])
             ended = tuner.rounds(trials, reference, started + budget_s, started, budget_s)
     if reference.state != "measuring":
@@ -597,7 +609,6 @@ def resume_backend(tuner: Tuner, report: Dict[str, Any]) -> List[Trial]:
     trials = [reference] if not best.candidate.changes else [reference, best]
     log.info("%s: searched before in this store (%s): best %s; not searched again "
              "(--fresh to search again)", backend, PROGRESS_NAME, report["best"])  # fmt: skip
-    tuner.launch(trials)
     tuner.warm(reference, trials[1:])
     if any(t.state != "measuring" for t in trials):
         failed = next(t for t in trials if t.state != "measuring")
@@ -632,32 +643,19 @@ def tune(
     progress = Path(store) / PROGRESS_NAME
     identity = tune_identity(base, target, allow_batch_size, only)
     done = resumed_reports(progress, identity, fresh)
-    runner = Runner(output_dir=store)
-    cpu = sysinfo.cpu_features()
     space = dict(
-        cores=processes.usable_cores(), cpu_features=cpu.get("features") or [],
+        cores=processes.usable_cores(), cpu_features=sysinfo.cpu_features().get("features") or [],
         gpu=base.device == "gpu", allow_batch_size=allow_batch_size, only=only,
     )  # fmt: skip
-    configs = []
-    for backend in backends:
-        candidates, _ = search_space(backend, base, **space)
-        configs += [c.config(base) for c in candidates]
-    per_backend = budget_s * (1 - FINAL_SHARE) / len(backends)
-    reports, finalists = [], []
+    configs = [c.config(base) for b in backends for c in search_space(b, base, **space)[0]]
+    runner = Runner(output_dir=store)
     with runner.session(configs) as session:
         tuner = Tuner(runner, session, base, target, round_index=first_round(store),
                       weights_dir=session.directory)  # fmt: skip
         try:
-            for backend in backends:
-                if backend in done:
-                    finalists += resume_backend(tuner, done[backend])
-                    reports.append(dict(done[backend], resumed=True))
-                    continue
-                report = tune_backend(tuner, backend, per_backend, **space)
-                finalists += report.pop("_finalists")
-                reports.append(report)
-                searched = [r for r in done.values() if r["backend"] not in backends]
-                write_json_atomic(progress, {"identity": identity, "reports": searched + reports})
+            per_backend = budget_s * (1 - FINAL_SHARE) / len(backends)
+            reports, finalists = search_backends(tuner, backends, done, per_backend, space,
+                                                 (progress, identity))  # fmt: skip
             final_deadline = time.monotonic() + budget_s * FINAL_SHARE
             final = compare_finalists(tuner, finalists, final_deadline) if finalists else None
         except BaseException:
@@ -675,6 +673,28 @@ def tune(
     return outcome
 
 
+def search_backends(
+    tuner: Tuner, backends: Sequence[str], done: Dict[str, Dict[str, Any]], budget_s: float,
+    space: Dict[str, Any], progress: Tuple[Path, Dict[str, Any]],
+) -> Tuple[List[Dict[str, Any]], List[Trial]]:  # fmt: skip
+    """Each backend's search in ``budget_s`` (or the one ``done`` holds, resumed), the
+    reports so far written with the tune's identity as each search ends (``progress``:
+    the file and the identity); the reports and the finalists."""
+    reports: List[Dict[str, Any]] = []
+    finalists: List[Trial] = []
+    for backend in backends:
+        if backend in done:
+            finalists += resume_backend(tuner, done[backend])
+            reports.append(dict(done[backend], resumed=True))
+            continue
+        report = tune_backend(tuner, backend, budget_s, **space)
+        finalists += report.pop("_finalists")
+        reports.append(report)
+        searched = [r for r in done.values() if r["backend"] not in backends]
+        write_json_atomic(progress[0], {"identity": progress[1], "reports": searched + reports})
+    return reports, finalists
+
+
 def first_round(store: Path) -> int:
     """The round after every comparison window ``store`` holds: a tune run again in the
     store numbers its rounds on, so that no ratio pairs one run's window with another's
@@ -683,9 +703,12 @@ def first_round(store: Path) -> int:
     if not found.exists():
         return 0
     rounds = [
-        w["round"] for r in found.results() if is_comparison(r)
-        for w in r.metrics["windows"].get("list") or [] if isinstance(w.get("round"), int)
-    ]  # fmt: skip
+        w["round"]
+        for r in found.results()
+        if is_comparison(r)
+        for w in r.metrics["windows"].get("list") or []
+        if isinstance(w.get("round"), int)
+    ]
     return max(rounds, default=-1) + 1
 
 
