@@ -15,6 +15,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
+# the suffix of a loss computed from logits ("sparse_categorical_crossentropy_from_logits")
+FROM_LOGITS = "_from_logits"
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -72,10 +75,13 @@ class ModelSpec:
             )
 
     def loss_for(self, num_classes: int) -> str:
-        """The loss to train with: binary heads become softmax heads past 2 classes."""
-        if self.loss == "binary_crossentropy" and num_classes != 2:
-            return "sparse_categorical_crossentropy"
-        return self.loss
+        """The loss to train with: binary heads become softmax heads past 2 classes; a model
+        whose output is logits gets the loss's :data:`FROM_LOGITS` name (each backend builds
+        that loss from logits, or says it cannot)."""
+        loss = self.loss
+        if loss == "binary_crossentropy" and num_classes != 2:
+            loss = "sparse_categorical_crossentropy"
+        return loss + FROM_LOGITS if self.from_logits else loss
 
     @property
     def is_user(self) -> bool:

@@ -192,7 +192,7 @@ class Keras3Backend(KerasBackend):
         jit = {"auto": "auto", "on": True, "off": False}[board.value("jit_compile")]
         eager = board.value("run_eagerly")
         model.compile(
-            optimizer=self.make_optimizer(optimizer, learning_rate), loss=loss,
+            optimizer=self.make_optimizer(optimizer, learning_rate), loss=self.keras_loss(loss),
             metrics=["accuracy"], jit_compile=jit, run_eagerly=eager,
         )  # fmt: skip
         board.applied(

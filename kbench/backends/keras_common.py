@@ -13,8 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbench.backends.base import Backend, BackendMismatch, counted_flops
+from kbench.backends.base import Backend, BackendMismatch, Unsupported, counted_flops
 from kbench.datasets.stream import is_streamed
+from kbench_models import FROM_LOGITS
 
 Weights = List[Tuple[str, List[np.ndarray]]]
 
@@ -141,9 +142,24 @@ class KerasBackend(Backend):
 
     def compile(self, model: Any, optimizer: str, learning_rate: float, loss: str) -> None:
         model.compile(
-            optimizer=self.make_optimizer(optimizer, learning_rate), loss=loss,
+            optimizer=self.make_optimizer(optimizer, learning_rate), loss=self.keras_loss(loss),
             metrics=["accuracy"],
         )  # fmt: skip
+
+    def keras_loss(self, loss: str) -> Any:
+        """The loss ``compile`` takes: its name, or for a ``..._from_logits`` name (a model
+        whose output is logits, :data:`kbench_models.FROM_LOGITS`) the loss built from logits."""
+        if not loss.endswith(FROM_LOGITS):
+            return loss
+        if not hasattr(self.keras.losses, "SparseCategoricalCrossentropy"):
+            raise Unsupported(
+                f"{loss}: Keras {self.keras.__version__} has no loss object built from logits "
+                "(keras.losses.SparseCategoricalCrossentropy came with Keras 2.3), and its "
+                "sparse targets for an output at every position must be shaped (N, steps, 1): "
+                "kbench does not adapt either for it yet. Run it on tensorflow, jax, torch or "
+                "torch-native."
+            )
+        return self.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def fit_epoch(
         self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int, clock: Any

@@ -22,6 +22,7 @@ from kbench.backends.base import (
     counted_flops,
     peak_reading,
 )
+from kbench_models import FROM_LOGITS
 from kbench_models import short_name as kbench_short
 
 NOT_APPLICABLE_WITHOUT_GPU = "not applicable: no GPU visible"
@@ -330,8 +331,16 @@ class TorchNativeBackend(TorchFramework, NativePort):
         return inputs, torch.as_tensor(y).to(self.device, non_blocking=True)
 
     def _loss_and_hits(self, model: Any, probabilities: Any, labels: Any) -> Tuple[Any, Any]:
-        """Keras' cross-entropy on probabilities, and the number of correct answers."""
+        """Keras' cross-entropy on probabilities (or from logits: next tokens at every
+        position), and the number of correct answers (a sequence's: its share of positions)."""
         torch = self.torch
+        if model.kbench_loss.endswith(FROM_LOGITS):
+            logits, labels = probabilities.float(), labels.long()
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+            )
+            right = (logits.argmax(dim=-1) == labels).float()
+            return loss, right.reshape(len(labels), -1).mean(dim=1).sum()
         if model.kbench_loss == "binary_crossentropy":
             p = probabilities.clamp(KERAS_EPSILON, 1.0 - KERAS_EPSILON)
             labels = labels.float().reshape(p.shape)

@@ -7,11 +7,15 @@ scaled by the worker; tokens as int32. For ``imagenet`` and ``folder:`` the ``.n
 holds file paths, decoded batch by batch in the worker (:mod:`kbench.datasets.stream`).
 ``synthetic`` data is seeded and learnable, of any shape: each sample is its class's
 fixed random template plus noise; tokens are drawn mostly from their class's band.
+For a model that learns next tokens (``target="next_token"``) the data is sequences
+instead, each target the input shifted by one (``kbench_models.generation``):
+synthetic ones follow a seeded successor of each token 80 % of the time (learnable by a
+bigram), ``text:PATH`` is a file's bytes (:func:`kbench.datasets.sources.text_arrays`).
 
 Only numpy and the standard library: the worker side (:func:`load_prepared`,
 :func:`to_model_input`) runs under every environment.
 
-May import: nothing else in kbench.
+May import: kbench_models (its next-token pairs), nothing else in kbench.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ import numpy as np
 
 from kbench.datasets import npz, readers, sources, stream
 from kbench.datasets.npz import NPZ_PREFIX
-from kbench.datasets.sources import TFDS_PREFIX, DataUnavailable
+from kbench.datasets.sources import BYTE_VOCABULARY, TEXT_PREFIX, TFDS_PREFIX, DataUnavailable
 from kbench.datasets.stream import FOLDER_PREFIX
+from kbench_models.generation import next_token_pairs
 
 __all__ = [
-    "DATASETS", "FOLDER_PREFIX", "NPZ_PREFIX", "TFDS_PREFIX", "DataUnavailable", "DatasetSpec",
-    "PreparedData", "batch_order", "dataset_spec", "load_prepared", "prepare", "to_model_input",
-    "user_dataset",
+    "DATASETS", "FOLDER_PREFIX", "NPZ_PREFIX", "TEXT_PREFIX", "TFDS_PREFIX", "DataUnavailable",
+    "DatasetSpec", "PreparedData", "batch_order", "dataset_spec", "load_prepared", "prepare",
+    "target_refusal", "to_model_input", "user_dataset",
 ]  # fmt: skip
 
 SYNTHETIC_DEFAULT_SAMPLES = (2048, 512)  # train, test
@@ -78,15 +83,40 @@ def dataset_spec(name: str) -> DatasetSpec:
         return DatasetSpec(name, "image", f"your image folders: {name[len(FOLDER_PREFIX) :]}")
     if name.startswith(TFDS_PREFIX):
         return DatasetSpec(name, "image", f"tensorflow-datasets {name[len(TFDS_PREFIX) :]}")
+    if name.startswith(TEXT_PREFIX):
+        text = f"your text as byte tokens: {name[len(TEXT_PREFIX) :]}"
+        return DatasetSpec(name, "tokens", text, num_classes=BYTE_VOCABULARY,
+                           vocabulary=BYTE_VOCABULARY)  # fmt: skip
     return DATASETS[name]
 
 
 def user_dataset(name: str) -> Optional[str]:
-    """``folder:PATH`` (made absolute) or ``tfds:NAME`` checked for its form, else None."""
+    """``folder:PATH`` or ``text:PATH`` (made absolute) or ``tfds:NAME`` checked for its
+    form, else None."""
     if name.startswith(FOLDER_PREFIX):
         return stream.canonical_folder(name)
     if name.startswith(TFDS_PREFIX):
         return sources.canonical_tfds(name)
+    if name.startswith(TEXT_PREFIX):
+        return sources.canonical_text(name)
+    return None
+
+
+def target_refusal(dataset: str, model: str, target: str) -> Optional[str]:
+    """Why ``dataset`` cannot train ``model``, whose ``target`` is ``label`` or
+    ``next_token``; None where it can."""
+    next_token = dataset == "synthetic" or dataset.startswith(TEXT_PREFIX)
+    if target == "next_token" and not next_token:
+        return (
+            f"model {model!r} learns each position's next token; dataset {dataset!r} holds a "
+            "label per sample. Use --dataset synthetic or --dataset text:PATH (a text file)."
+        )
+    if target != "next_token" and dataset.startswith(TEXT_PREFIX):
+        return (
+            f"dataset {dataset!r} is text with no labels: it trains models that learn the "
+            f"next token (decoder_lm); model {model!r} learns a label per sample. Use "
+            "--model decoder_lm, or another dataset."
+        )
     return None
 
 
@@ -105,8 +135,10 @@ class PreparedData:
     test_samples: int
     prepare_time_s: float
     streamed: bool = False  # x_* hold image file paths, decoded by the worker per batch
-    sha256: Optional[str] = None  # the user's own file (npz:), hashed as read
+    sha256: Optional[str] = None  # the user's own file (npz:, text:), hashed as read
     version: Optional[str] = None  # a tensorflow-datasets set's version (tfds:)
+    sequence_length: Optional[int] = None  # tokens: the tokens of one sample
+    target: str = "label"  # or "next_token": y is x shifted by one, (N, sequence_length)
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -127,15 +159,26 @@ def prepare(
     train_samples: Optional[int] = None, test_samples: Optional[int] = None,
     input_shape: Optional[Tuple[int, ...]] = None, num_classes: Optional[int] = None,
     image_size: Optional[Tuple[int, int]] = None, model_kind: str = "image",
-    vocabulary: Optional[int] = None, seed: int = 0,
+    vocabulary: Optional[int] = None, seed: int = 0, target: str = "label",
 ) -> PreparedData:  # fmt: skip
     """Load ``dataset``, cut it as asked, and write it under ``out_dir``. ``input_shape``,
     ``num_classes``, ``model_kind`` and ``vocabulary`` (the model's) shape synthetic data;
-    ``image_size`` resizes real images (``folder:`` ones, without it, to ``input_shape``)."""
+    ``image_size`` resizes real images (``folder:`` ones, without it, to ``input_shape``).
+    ``target="next_token"``: sequences whose targets are the inputs shifted by one
+    (synthetic, of ``num_classes`` tokens, or ``text:``, both ``input_shape[0]`` long)."""
     start = time.perf_counter()
     spec = dataset_spec(dataset)
-    loaded = _load(dataset, spec, data_dir, train_samples, test_samples, input_shape,
-                   num_classes, image_size, model_kind, vocabulary, seed)  # fmt: skip
+    refusal = target_refusal(dataset, "the model", target)
+    if refusal:
+        raise DataUnavailable(refusal)
+    if target == "next_token":
+        if not input_shape:
+            raise ValueError("prepare: next-token data needs input_shape, (steps,)")
+        loaded = _load_next_tokens(dataset, tuple(input_shape), num_classes, train_samples,
+                                   test_samples, seed)  # fmt: skip
+    else:
+        loaded = _load(dataset, spec, data_dir, train_samples, test_samples, input_shape,
+                       num_classes, image_size, model_kind, vocabulary, seed)  # fmt: skip
     if loaded.resized:
         image_size = None  # resized by the reader already
     arrays = loaded.arrays
@@ -143,19 +186,20 @@ def prepare(
     streamed_shape, source = _fit_images(loaded, image_size)
     key = hashlib.sha1(
         repr((dataset, source, train_samples, test_samples, input_shape, num_classes,
-              image_size, model_kind, vocabulary, seed)).encode()
+              image_size, model_kind, vocabulary, seed, target)).encode()
     ).hexdigest()[:12]  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = dataset.split(":")[0] if ":" in dataset else dataset
     path = out_dir / f"{stem}-{key}.npz"
     np.savez(path, **arrays)
+    shape = streamed_shape or tuple(int(d) for d in arrays["x_train"].shape[1:])
     return PreparedData(
         path=str(path), name=dataset, kind=loaded.kind, source=source,
-        synthetic=dataset == "synthetic",
-        input_shape=streamed_shape or tuple(int(d) for d in arrays["x_train"].shape[1:]),
+        synthetic=dataset == "synthetic", input_shape=shape,
         num_classes=loaded.classes, train_samples=len(arrays["x_train"]),
         test_samples=len(arrays["x_test"]), prepare_time_s=time.perf_counter() - start,
         streamed=streamed_shape is not None, sha256=loaded.sha256, version=loaded.version,
+        sequence_length=shape[0] if loaded.kind == "tokens" else None, target=target,
     )  # fmt: skip
 
 
@@ -214,6 +258,45 @@ def _load(
             arrays[split] = readers.token_rows(arrays[split], spec.vocabulary, spec.input_shape[0])
         arrays = {k: v.astype(np.int64) if k.startswith("y") else v for k, v in arrays.items()}
     return _Loaded(arrays, source, spec.kind, spec.num_classes)
+
+
+def _load_next_tokens(
+    dataset: str, shape: Tuple[int, ...], num_classes: Optional[int], train: Optional[int],
+    test: Optional[int], seed: int,
+) -> _Loaded:  # fmt: skip
+    """Next-token data: synthetic sequences, or a text file's (``text:PATH``)."""
+    if dataset.startswith(TEXT_PREFIX):
+        arrays, source, sha256 = sources.text_arrays(dataset, int(shape[0]))
+        return _Loaded(arrays, source, "tokens", BYTE_VOCABULARY, sha256=sha256)
+    vocabulary = num_classes or 1_000
+    counts = (train or SYNTHETIC_DEFAULT_SAMPLES[0], test or SYNTHETIC_DEFAULT_SAMPLES[1])
+    arrays = next_token_arrays(int(shape[0]), vocabulary, *counts, seed)
+    source = (
+        f"synthetic (seed {seed}, token sequences: each token's seeded successor 80% of the time)"
+    )
+    return _Loaded(arrays, source, "tokens", vocabulary)
+
+
+def next_token_arrays(
+    steps: int, vocabulary: int, n_train: int, n_test: int, seed: int, follow: float = 0.8
+) -> Dict[str, np.ndarray]:
+    """Synthetic sequences of ``steps`` tokens in [0, ``vocabulary``): the first drawn
+    uniformly, each next one the previous token's seeded successor (a permutation of the
+    vocabulary) with probability ``follow``, else uniform. x and y of each split, (N,
+    steps) int32, y the next tokens (x shifted by one)."""
+    rng = np.random.default_rng(seed)
+    successor = rng.permutation(vocabulary)
+    arrays = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        sequences = np.empty((n, steps + 1), dtype=np.int32)
+        sequences[:, 0] = rng.integers(0, vocabulary, size=n)
+        for t in range(steps):
+            drawn = rng.integers(0, vocabulary, size=n)
+            sequences[:, t + 1] = np.where(
+                rng.random(n) < follow, successor[sequences[:, t]], drawn
+            )
+        arrays[f"x_{split}"], arrays[f"y_{split}"] = next_token_pairs(sequences)
+    return arrays
 
 
 def _load_imagenet(data_dir: Optional[str], size: Tuple[int, ...], seed: int) -> _Loaded:

@@ -12,6 +12,11 @@
 When every place fails, :class:`DataUnavailable` lists what was tried and how to
 get the data, or to use ``--dataset synthetic``.
 
+A text file of the user's own is a source of next-token data: ``--dataset text:PATH``
+(:func:`text_arrays`), its bytes the tokens (:func:`byte_tokens`: vocabulary 256, no
+training of a tokenizer), cut into sequences of the model's length, the last tenth of
+them held out for the test; the result records the file's path, size and sha256.
+
 Any tensorflow-datasets image set is a source too: ``--dataset
 tfds:NAME[/CONFIG][:VERSION]`` (``tfds:mnist``, ``tfds:imagenette/160px``,
 ``tfds:mnist:3.*.*``; :func:`tfds_arrays`), an image-classification set that tfds has
@@ -23,6 +28,7 @@ read in a child process with every GPU hidden (:mod:`kbench.datasets.tfds_reader
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -38,6 +44,7 @@ import numpy as np
 
 from kbench.datasets import readers
 from kbench.facts import cache_dir
+from kbench_models.generation import next_token_pairs
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +53,8 @@ KERAS_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/"
 TFDS_PREFIX = "tfds:"
 TFDS_FORM = "tfds:NAME, tfds:NAME/CONFIG or tfds:NAME:VERSION (e.g. tfds:mnist, tfds:mnist:3.*.*)"
+TEXT_PREFIX = "text:"
+BYTE_VOCABULARY = 256  # byte_tokens: every byte value is a token
 TFDS_NAME = re.compile(r"^[a-z][a-z0-9_]*(/[\w.\-]+)?(:\d+(\.(\d+|\*)){0,2})?$")
 
 Arrays = Dict[str, np.ndarray]
@@ -220,3 +229,68 @@ def tfds_arrays(
         + (f", resized to {image_size[0]}x{image_size[1]} (bilinear)" if image_size else "")
     )
     return arrays, source, facts
+
+
+def byte_tokens(text: bytes) -> np.ndarray:
+    """kbench's tokenizer: each byte of ``text`` (UTF-8 as stored) is one token in
+    [0, 256), int32. :func:`byte_text` reads tokens back."""
+    return np.frombuffer(text, dtype=np.uint8).astype(np.int32)
+
+
+def byte_text(tokens: Any) -> str:
+    """Byte tokens back to text (bytes that are not UTF-8 shown as U+FFFD)."""
+    return bytes(np.asarray(tokens, dtype=np.uint8).tolist()).decode("utf-8", "replace")
+
+
+def canonical_text(dataset: str) -> str:
+    """``text:PATH`` with PATH absolute, after checking that it is a file with text in it."""
+    where = dataset[len(TEXT_PREFIX) :]
+    path = os.path.abspath(os.path.expanduser(where)) if where else ""
+    problem = (
+        "received no path" if not where
+        else f"received a path that does not exist ({path})" if not os.path.exists(path)
+        else f"received a directory ({path})" if not os.path.isfile(path)
+        else f"received an empty file ({path}, 0 bytes)" if os.path.getsize(path) == 0
+        else None
+    )  # fmt: skip
+    if problem:
+        raise DataUnavailable(
+            f"text: expected text:PATH, a text file whose bytes kbench cuts into sequences of "
+            f"tokens; {problem}. Fix: name a file with text in it (relative paths start at the "
+            "current folder), or use --dataset synthetic."
+        )
+    return TEXT_PREFIX + path
+
+
+def text_arrays(dataset: str, steps: int) -> Tuple[Arrays, str, str]:
+    """``text:PATH`` as next-token data: its byte tokens cut into sequences of ``steps``
+    tokens one after another (each target the next ``steps`` tokens, the input shifted by
+    one), the last tenth of the sequences (at least one) held out as the test split. The
+    arrays (x and y of each split, (N, steps) int32), the source text, the file's
+    sha256."""
+    path = canonical_text(dataset)[len(TEXT_PREFIX) :]
+    raw = Path(path).read_bytes()
+    tokens = byte_tokens(raw)
+    count = (len(tokens) - 1) // steps  # each sequence needs the token after it
+    if count < 2:
+        raise DataUnavailable(
+            f"text:{path}: expected at least {2 * steps + 1} bytes (two sequences of {steps} "
+            f"tokens, one to train on and one to test, and the token after them); received "
+            f"{len(tokens)}. Fix: a longer file, or shorter sequences (--input-shape N with N "
+            f"at most {max((len(tokens) - 1) // 2, 1)})."
+        )
+    starts = np.arange(count)[:, None] * steps + np.arange(steps + 1)
+    sequences = tokens[starts]
+    held_out = max(1, count // 10)
+    x, y = next_token_pairs(sequences)
+    arrays = {
+        "x_train": x[:-held_out], "y_train": y[:-held_out],
+        "x_test": x[-held_out:], "y_test": y[-held_out:],
+    }  # fmt: skip
+    sha256 = hashlib.sha256(raw).hexdigest()
+    source = (
+        f"text: {path} ({len(raw):,} bytes, sha256 {sha256}), byte tokens (vocabulary "
+        f"{BYTE_VOCABULARY}), {count} sequences of {steps} one after another, the last "
+        f"{held_out} held out"
+    )
+    return arrays, source, sha256

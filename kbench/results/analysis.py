@@ -111,6 +111,7 @@ class ComparisonGroup:
     # how it differs from groups of the same settings (model file, parameters, data)
     apart: List[str] = field(default_factory=list)
     variant: str = ""  # the same, short, for a row label: "model ab12cd34, input 28x28x1"
+    sequence_length: Optional[int] = None  # a token model's: the tokens of one sample
 
 
 # grouping ----------------------------------------------------------------------------
@@ -318,7 +319,7 @@ def compare(
         out.append(ComparisonGroup(
             config["model"], config["dataset"], config["batch_size"], config.get("mode", "train"),
             bool(members[0].data.get("synthetic")), found[0].baseline, rows, settings, apart,
-            variant,
+            variant, members[0].data.get("sequence_length"),
         ))  # fmt: skip
     return out
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 from kbench.backends import BACKENDS
 from kbench.backends.switches import SWITCHES
 from kbench.datasets import DATASETS as DATASET_SPECS
-from kbench.datasets import DataUnavailable, dataset_spec, user_dataset
+from kbench.datasets import TEXT_PREFIX, DataUnavailable, dataset_spec, target_refusal, user_dataset
 from kbench.datasets.npz import NPZ_PREFIX, inspect_npz
 from kbench.measure.processes import usable_cores
 from kbench_models import MODELS, short_name, spec_for
@@ -264,8 +264,8 @@ def _check_dataset(setting: str, dataset: Any) -> Any:
     except ConfigError as err:
         raise ConfigError(
             setting,
-            f"{err.message} Or your own data: npz:path/to/data.npz, folder:path/to/images "
-            "or tfds:NAME.",
+            f"{err.message} Or your own data: npz:path/to/data.npz, folder:path/to/images, "
+            "tfds:NAME or text:path/to/file.txt.",
         ) from None
 
 
@@ -465,14 +465,14 @@ class RunConfig:
     input_shape: Optional[Tuple[int, ...]] = setting(
         None,
         "synthetic data only: HxWxC images (channels last), STEPSxFEATURES for lstm, "
-        "STEPS for lstm_embedding",
+        "STEPS (the sequence length) for token models, also for text: data",
         lambda name, shape: shape,  # checked against the model's kind of input
         parse=parse_shape, metavar="HxWxC", default_text="the model's own",
     )  # fmt: skip
     num_classes: Optional[int] = setting(
         None,
-        "the classes of synthetic data, or of npz: data (there the default is the largest "
-        "label + 1)",
+        "the classes of synthetic data (decoder_lm: its vocabulary), or of npz: data (there "
+        "the default is the largest label + 1)",
         _optional(_count()), parse=int, metavar="N", default_text="the model's own",
     )  # fmt: skip
     image_size: Optional[Tuple[int, int]] = setting(
@@ -716,6 +716,9 @@ class RunConfig:
                 f"{self.dataset!r} holds {INPUT_KINDS[data_kind]}. Use one of: "
                 f"{', '.join(fitting)}.",
             )
+        refusal = target_refusal(self.dataset, self.model, spec_for(self.model).target)
+        if refusal:
+            raise ConfigError("dataset", refusal)
         self._check_synthetic_shape(model_kind)
         if self.image_size is not None and data_kind != "image":
             raise ConfigError(
@@ -727,16 +730,17 @@ class RunConfig:
     def _check_synthetic_shape(self, model_kind: str) -> None:
         """``input_shape`` and ``num_classes``: synthetic data's (npz: data's class count)."""
         npz_classes = self.dataset.startswith(NPZ_PREFIX) and self.input_shape is None
+        text_length = self.dataset.startswith(TEXT_PREFIX) and self.num_classes is None
         if (
             self.dataset != "synthetic"
-            and not npz_classes
+            and not (npz_classes or text_length)
             and (self.input_shape is not None or self.num_classes is not None)
         ):
             raise ConfigError(
                 "input_shape/num_classes",
                 f"only synthetic data takes them (and npz: data --num-classes, the model's "
-                f"output size); dataset {self.dataset!r} has its own. Drop the flags or use "
-                "--dataset synthetic.",
+                f"output size; text: data --input-shape, its sequence length); dataset "
+                f"{self.dataset!r} has its own. Drop the flags or use --dataset synthetic.",
             )
         if self.input_shape is not None:
             object.__setattr__(self, "input_shape", _input_shape(self.input_shape, model_kind))

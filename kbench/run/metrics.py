@@ -11,6 +11,7 @@ from kbench.measure import quality, sysinfo
 from kbench.measure.sampler import Sampler, SamplerResult, windows_from_markers
 from kbench.results.config import RunConfig
 from kbench.run.protocol import WorkerReply
+from kbench_models import spec_for
 
 NVML_KINDS = {  # series -> (memory kind, whose memory it is)
     "process_memory_bytes": ("process_nvml", "the worker and its children"),
@@ -39,7 +40,9 @@ def add_sampled(
 
 
 def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply) -> Dict[str, Any]:
-    """Achieved FLOP/s from the model's FLOPs per sample, and its share of the peak."""
+    """Achieved FLOP/s from the model's FLOPs per sample, and its share of the peak. Every
+    run's rates pass here: a token model's ``metrics`` also get :func:`token_rate`'s."""
+    metrics.update(token_rate(config, metrics, reply))
     flops = reply.model.get("flops", {})
     per_sample = flops.get("forward_per_sample" if config.mode == "inference" else
                            "train_per_sample")  # fmt: skip
@@ -57,6 +60,16 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
         return rate | {"peak_fraction": None, "peak_reason": peak["reason"]}
     rate["peak_gflops_per_sec"] = best = peak["gflops_per_sec"]
     return rate | {"peak_fraction": achieved / best, "peak_method": peak["method"]}
+
+
+def token_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply) -> Dict[str, Any]:
+    """``tokens_per_sec``: ``images_per_sec`` (samples/s, over the measured window) times the
+    sequence length (the model's input steps), for a model that reads token ids; {} else."""
+    steps = reply.model.get("input_shape") or []
+    rate = metrics.get("images_per_sec")
+    if spec_for(config.model).input_kind != "tokens" or len(steps) != 1 or rate is None:
+        return {}
+    return {"tokens_per_sec": rate * steps[0]}
 
 
 def sampled_memory(summary: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:

@@ -101,12 +101,14 @@ def data_request(config: RunConfig) -> Dict[str, Any]:
     synthetic = config.dataset == "synthetic"
     own_classes = config.dataset.startswith(datasets.NPZ_PREFIX) and config.num_classes
     named = ("dataset", "data_dir", "train_samples", "test_samples", "image_size", "seed")
-    sized = synthetic or config.dataset.startswith(datasets.FOLDER_PREFIX)  # its image size
+    # its image size; a text file's sequence length
+    sized = synthetic or config.dataset.startswith((datasets.FOLDER_PREFIX, datasets.TEXT_PREFIX))
     return {name: getattr(config, name) for name in named} | dict(
         input_shape=(config.input_shape or spec.input_shape) if sized else None,
         num_classes=(config.num_classes or spec.num_classes) if synthetic else own_classes or None,
         model_kind=spec.input_kind,
         vocabulary=spec.vocabulary_size,
+        target=spec.target,
     )
 
 

@@ -165,14 +165,15 @@ def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]
 
 
 def task_arrays(task: WorkerTask) -> Tuple[datasets.PreparedData, str, Dict[str, np.ndarray]]:
-    """The task's data, its loss, and its arrays as the model takes them (layout, labels)."""
+    """The task's data, its loss, and its arrays as the model takes them (layout, labels;
+    next-token targets as the parent made them, the inputs shifted by one)."""
     data = datasets.PreparedData.from_dict(task.data)
     spec = kbench_models.spec_for(task.config["model"])
-    if spec.target != "label":
-        raise Unsupported(
-            f"{spec.name} learns {spec.target} targets (each position's next token), which "
-            "kbench's data pipeline does not make yet: it trains on (input, label) pairs. Its "
-            "definition and twins are checked by tests/test_attention_models.py"
+    if spec.target != data.target:
+        raise ValueError(
+            f"{spec.name} learns {spec.target} targets; received data prepared with "
+            f"{data.target} targets ({data.name}). The parent prepares data for the model's "
+            "target: run it through kbench, not with a task file of another model's data."
         )
     loss = spec.loss_for(data.num_classes)
     arrays = datasets.load_prepared(data.path)

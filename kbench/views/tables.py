@@ -548,9 +548,12 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
         for w in r.warnings
     )
     row_headers = ["model"] + (["setting"] if len(label("", False, {})) == 2 else [])
+    tokens = any(g.sequence_length for g in groups)  # token models: their sequence length
+    row_headers += ["sequence"] * tokens
 
     def row_label(group: ComparisonGroup) -> List[str]:
-        return label(group.model, group.synthetic, group.settings, group.variant)
+        length = [str(group.sequence_length or "-")] * tokens
+        return label(group.model, group.synthetic, group.settings, group.variant) + length
 
     def table(title: str, cell: CellOf, notes: List[str]) -> Table:
         cells = [
