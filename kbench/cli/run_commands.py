@@ -155,7 +155,9 @@ def add_parity_command(commands) -> None:
         "it and exports its initial weights; every other backend, torch-native included, "
         "loads them, computes the outputs of one batch, and trains --steps steps of plain "
         "SGD on the same seeded mini-batches. Reports the largest output difference and "
-        "the loss drift per backend; exits 1 when one passes its tolerance. Default "
+        "the loss drift per backend; exits 1 when one exceeds its tolerance or fails (a "
+        "backend that cannot run a model is 'unsupported', with the reason, and is not "
+        "a failure). Default "
         "tolerances: outputs within 1e-4 absolute (correct implementations agree to about "
         "1e-6 in float32), losses within 1e-2 relative at every step (float32 rounding "
         "grows through SGD steps: up to 5.2e-3 on VGG-16 between correct implementations "
@@ -335,9 +337,13 @@ def command_parity(args: argparse.Namespace) -> int:
     print(f"\nTolerance: {tolerance.describe()}; {args.steps} SGD steps, batch "
           f"{args.batch_size}, learning rate {args.learning_rate:g}, {args.dataset} "
           "data.")  # fmt: skip
-    failed = [r for r in rows if not r.passed]
+    failed = [r for r in rows if not r.passed and r.status != "unsupported"]
     if failed:
         print(f"{len(failed)} of {len(rows)} backend/model pairs do not match.")
+    unsupported = len([r for r in rows if r.status == "unsupported"])
+    if unsupported:
+        print(f"{unsupported} of {len(rows)} backend/model pairs are unsupported (not compared: "
+              "the backend cannot run the model, its reason in the row).")  # fmt: skip
     return 1 if failed else 0
 
 
