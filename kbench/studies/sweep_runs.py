@@ -41,9 +41,8 @@ from kbench.results import store as store_mod
 from kbench.results.analysis import compare
 from kbench.results.comparison import is_comparison
 from kbench.results.config import ConfigError, RunConfig
-from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
-from kbench.results.store import Filter, ResultStore
+from kbench.results.store import Filter, ResultStore, writer_lock
 from kbench.run.runner import Runner, look_before_runs
 from kbench.studies import rounds
 from kbench.studies.sweep import (
