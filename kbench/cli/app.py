@@ -14,8 +14,7 @@ from kbench.datasets import DataUnavailable
 from kbench.facts import VERSION
 from kbench.results.config import ConfigError, flag_for
 from kbench.results.jsonfile import LinkRefused
-from kbench.results.lock import LockError
-from kbench.results.store import StoreError, StoreWriteError
+from kbench.results.store import LockError, StoreError, StoreWriteError
 from kbench.run import environments
 from kbench.studies.slurm import SlurmError
 from kbench.studies.sweep import SweepError

@@ -32,9 +32,14 @@ from kbench.measure.sampler import Sampler
 from kbench.results import ending
 from kbench.results.config import RunConfig, file_safe
 from kbench.results.jsonfile import refuse_link, write_json_atomic
-from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, check_output_dir, low_space_warning, open_log
+from kbench.results.store import (
+    ResultStore,
+    check_output_dir,
+    low_space_warning,
+    open_log,
+    writer_lock,
+)
 from kbench.run import environments, exports, leftovers
 from kbench.run.engine import Outcome, Worker, WorkerGone, judge, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
