@@ -262,7 +262,7 @@ def median_text(values: List[Optional[float]]) -> str:
     return f"{statistics.median(kept):.3f}" if kept else "-"
 
 
-def table(figures: Dict, failures: Dict, exports: Dict[str, Any]) -> List[str]:
+def table(figures: Dict, failures: Dict) -> List[str]:
     """The table's lines: per runtime kbench's p50, its own tool's and the bare loop's
     medians (ms) and the ratios; then why a tool failed, where one did."""
     rows = [("runtime", "kbench p50", "own tool", "tool", "kbench/tool", "bare loop",
@@ -306,7 +306,7 @@ def main() -> None:
         f"{args.rounds} interleaved rounds of about {args.duration:g} s per measurement; "
         "latency in ms, medians over rounds; ratios: median of the per-round ratios (range)"
     )
-    print("\n".join(table(figures, failures, exports)))
+    print("\n".join(table(figures, failures)))
 
 
 def with_input_shape(export: Dict[str, Any]) -> List[int]:
