@@ -334,6 +334,14 @@ def _run_row(r: RunResult, label: str) -> List[CellLike]:
             f"latency p90 {latency['p90']:.2f} ms, p99 {latency['p99']:.2f} ms",
             f"{latency['p50']:.2f}", f"{m['first_step_s']:.2f}", "-",
         ]  # fmt: skip
+    elif r.kind == "generate":
+        made = m["generation"]
+        cells = [
+            run_flagged(f"{m['images_per_sec']:,.1f}", r),
+            f"{made['tokens_per_sec']:,.1f} tokens/s, first token "
+            f"{made['time_to_first_token_ms']:.2f} ms",
+            f"{made['per_token_ms']['p50']:.2f}", f"{m['first_step_s']:.2f}", "-",
+        ]  # fmt: skip
     elif m.get("images_per_sec") is None and not m.get("step_time_s"):  # exec: no fit
         cells = [m.get("note") or "-", "-", "-", "-", "-"]
     else:
@@ -437,7 +445,7 @@ def group_title(group: ComparisonGroup, label: str = "") -> str:
     the others compared (:func:`model_labels`)."""
     dataset = dataset_label(group.dataset)
     data = f"{dataset} (synthetic data)" if group.synthetic else dataset
-    mode = ", inference" if group.mode == "inference" else ""
+    mode = f", {group.mode}" if group.mode in ("inference", "generate") else ""
     model = (label or model_label(group.model)) + (f" ({group.variant})" if group.variant else "")
     if group.batch_size is None:  # kbench exec: data and batch are the script's
         return f"{model} on {data} data and batch{mode}"
@@ -447,7 +455,7 @@ def group_title(group: ComparisonGroup, label: str = "") -> str:
 def group_table(group: ComparisonGroup, label: str = "") -> Table:
     """One group's rows, a backend each: img/s, the ratio to the baseline, and the
     latency (inference) or accuracy and epoch time (training), first step."""
-    inference = group.mode == "inference"
+    inference = group.mode in ("inference", "generate")  # generate: latency per token
     headers = ["backend", "img/s", f"vs {group.baseline}"]
     headers += (
         ["latency p50 ms", "first step s"] if inference else ["test acc", "s/epoch", "first step s"]
