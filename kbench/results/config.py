@@ -632,8 +632,8 @@ class RunConfig:
         for name, about in settings().items():
             object.__setattr__(self, name, about.check(name, getattr(self, name)))
         self._check_length()
-        self._check_inference_only()
         self._check_generate()
+        self._check_inference_only()
         self._check_data()
         self._check_warmup_fits()
         self._check_inter_op()
@@ -901,7 +901,7 @@ class RunConfig:
 
     def label(self) -> str:
         repeat = f" #{self.repeat + 1}" if self.repeat else ""
-        mode = " inference" if self.mode == "inference" else ""
+        mode = f" {self.mode}" if self.mode != "train" else ""
         return f"{self.backend}/{short_name(self.model)}{mode}{repeat}"
 
 

@@ -337,7 +337,7 @@ def _run_row(r: RunResult, label: str) -> List[CellLike]:
     elif r.kind == "generate":
         made = m["generation"]
         cells = [
-            run_flagged(f"{m['images_per_sec']:,.1f}", r),
+            run_flagged(f"{m['images_per_sec']:,.2f} seq/s", r),
             f"{made['tokens_per_sec']:,.1f} tokens/s, first token "
             f"{made['time_to_first_token_ms']:.2f} ms",
             f"{made['per_token_ms']['p50']:.2f}", f"{m['first_step_s']:.2f}", "-",
@@ -456,7 +456,9 @@ def group_table(group: ComparisonGroup, label: str = "") -> Table:
     """One group's rows, a backend each: img/s, the ratio to the baseline, and the
     latency (inference) or accuracy and epoch time (training), first step."""
     inference = group.mode in ("inference", "generate")  # generate: latency per token
-    headers = ["backend", "img/s", f"vs {group.baseline}"]
+    # generate: tokens/s, each sequence's new tokens (the ratios are the same)
+    tokens = group.settings.get("max_new_tokens", 1) if group.mode == "generate" else None
+    headers = ["backend", "tokens/s" if tokens else "img/s", f"vs {group.baseline}"]
     headers += (
         ["latency p50 ms", "first step s"] if inference else ["test acc", "s/epoch", "first step s"]
     )
@@ -468,7 +470,7 @@ def group_table(group: ComparisonGroup, label: str = "") -> Table:
             continue
         cells: List[CellLike] = [
             row.backend + ("" if row.all_ok else " (some runs failed)"),
-            flagged(spread_text(row.images_per_sec, ",.0f"), row),
+            flagged(rate_text(row.images_per_sec, tokens), row),
             ratio_text(row, group.baseline),
         ]
         if inference:
@@ -487,6 +489,14 @@ def group_table(group: ComparisonGroup, label: str = "") -> Table:
     if group.apart:
         notes.append(f"{APART_NOTE}: {'; '.join(group.apart)}")
     return Table(group_title(group, label), headers, rows, notes)
+
+
+def rate_text(rate: Optional[Spread], tokens: Optional[int]) -> str:
+    """samples/s as a table shows them; ``tokens`` per sample: tokens/s instead."""
+    if not tokens or rate is None:
+        return spread_text(rate, ",.0f")
+    scaled = Spread(rate.median * tokens, rate.low * tokens, rate.high * tokens, rate.n)
+    return spread_text(scaled, ",.1f")
 
 
 def comparison_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
@@ -579,6 +589,7 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
             for g in groups
             if g.apart
         ]
+        + [GENERATE_NOTE] * any(g.mode == "generate" for g in groups)
         + [QUALITY_NOTE] * any(r.quality_flags for r in rows)
         + [SETUP_NOTE] * any(r.setup_flags for r in rows)
     )
@@ -675,6 +686,10 @@ def _measure_tables(
     return tables
 
 
+GENERATE_NOTE = (
+    "--mode generate rows: generated sequences/s (each --max-new-tokens long); tokens/s, "
+    "time to first token and per-token latency are in the generation table"
+)
 APART_NOTE = "shown apart (no ratio to the rows of the same settings)"
 SETUP_NOTE = (
     "[CPU: ...], [kernels: ...]: rows measured on different CPUs (model and the features "
