@@ -30,6 +30,8 @@ STEPS, VOCABULARY, NEW, BATCH = 16, 64, 4, 2
          "runs on tensorflow, jax, torch, torch-native; received 'mxnet'"),
         (dict(backend="onnxruntime", model="decoder_lm"),
          "whose weights are its exporter's, not the reference's"),
+        (dict(backend="jax", model="decoder_lm", time_budget_s=5.0),
+         "measures whole generations for --duration seconds"),
         (dict(backend="jax", model="decoder_lm", max_new_tokens=57),
          f"the prompt ({PROMPT_TOKENS} tokens) and the new tokens must fit the model's window "
          "of 64 (the sequence length); received --max-new-tokens 57. Lower it to at most 56"),

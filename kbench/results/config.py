@@ -699,6 +699,12 @@ class RunConfig:
                 f"--mode generate runs on {', '.join(able)}; received {self.backend!r}: {why}. "
                 "Drop it from -b.",
             )
+        if self.target_precision is not None or self.time_budget_s is not None:
+            raise ConfigError(
+                "target_precision",
+                "--mode generate measures whole generations for --duration seconds; received "
+                "--target-precision/--time-budget too. Drop them and set --duration.",
+            )
         if self.dataset == default_of("dataset"):  # images: the token models take none
             object.__setattr__(self, "dataset", "synthetic")
         window = (self.input_shape or spec.input_shape)[0]
