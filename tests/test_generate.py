@@ -120,3 +120,9 @@ def test_greedy_tokens_agree_across_backends_with_the_same_weights(tmp_path):
         "position": 2, "row": 1, "reference_gap": reference_gaps[1][2],
         "gap": twin["logit_gaps"][1][2],
     }  # fmt: skip
+
+    # a twin that ran before any Keras backend decoded with its own weights: not compared
+    alone = dataclasses.replace(runs["torch-native"], metrics=dict(runs["torch-native"].metrics))
+    own = dict(twin["weights"], **{"from": "torch-native", "loaded": False, "note": "own"})
+    alone.metrics["generation"] = dict(twin, weights=own)
+    assert token_agreement([runs["jax"], alone])[alone.run_id]["why"].startswith("its own weights")

@@ -707,6 +707,8 @@ def token_agreement(results: Sequence[RunResult]) -> Dict[str, Dict[str, Any]]:
 def _agreement(result: RunResult, members: Sequence[RunResult]) -> Dict[str, Any]:
     weights = result.metrics["generation"]["weights"]
     source, digest = weights.get("from"), weights.get("sha256")
+    if weights.get("note"):  # no reference ran before it: its own weights, apart
+        return {"reference": None, "why": "its own weights (no Keras backend ran before it)"}
     if source == result.config["backend"]:  # its own weights: it is the reference
         return {"reference": source, "is_reference": True, "same": True}
     candidates = [
