@@ -38,7 +38,7 @@ DEMO_SETTINGS = dict(
 WORKLOAD_SETTINGS = (
     "dataset", "data_dir", "train_samples", "test_samples", "input_shape", "num_classes",
     "image_size", "batch_size", "epochs", "steps", "warmup_steps", "data_format", "optimizer",
-    "learning_rate", "seed", "mode", "duration_s", "precision",
+    "learning_rate", "seed", "mode", "duration_s", "precision", "max_new_tokens",
 )  # fmt: skip
 PARALLEL_AND_PROFILE_SETTINGS = ("distributed", "workers", "profile", "profile_steps")
 
@@ -213,6 +213,9 @@ def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] =
     if runtimes_view.shown(results):
         print()
         print(runtimes_view.runtimes_table(results).text())
+    if runtimes_view.generation_shown(results):
+        print()
+        print(runtimes_view.generation_table(results).text())
     if len(results) > 1:
         print()
         print(tables.comparison_tables(results, baseline))

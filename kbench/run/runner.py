@@ -40,7 +40,7 @@ from kbench.results.store import (
     open_log,
     writer_lock,
 )
-from kbench.run import environments, exports, leftovers
+from kbench.run import environments, exports, generate, leftovers
 from kbench.run.engine import Outcome, Worker, WorkerGone, judge, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
 from kbench.run.protocol import WorkerReply, WorkerTask
@@ -518,9 +518,16 @@ class PlannedRun:
             config=self.config.to_dict() | {"threads": self.config.threads_in_force},
             data=self.case.data.to_dict(), order_path=str(self.run_dir / "order.npy"),
             data_format=data_format, started_at=started_at, parity=self.case.parity,
-            export=self.case.export,
+            export=self.case.export, generate=self.generate_task(),
         )  # fmt: skip
         write_json_atomic(self.run_dir / "run.json", task.to_dict())
+
+    def generate_task(self) -> Optional[Dict[str, Any]]:
+        """A generate run's weights, shared by the session's runs (kbench.run.generate)."""
+        if self.config.mode != "generate":
+            return None
+        data = self.case.data.describe()
+        return generate.task_for(self.config.to_dict(), data, self.run_dir.parent)
 
 
 @dataclass(frozen=True)

@@ -140,11 +140,14 @@ class Comparison:
 
 
 def section_tables(results: Sequence[RunResult]) -> List[Table]:
-    """Operators, the data-parallel breakdown, the per-operator profiles of model runs."""
+    """Operators, the data-parallel breakdown, the per-operator profiles of model runs,
+    generation (time to first token, per token, the greedy tokens' agreement)."""
     from kbench.views.distributed import breakdown_tables
     from kbench.views.ops import ops_tables, profile_tables
+    from kbench.views.runtimes import generation_shown, generation_table
 
-    return ops_tables(results) + breakdown_tables(results) + profile_tables(results)
+    generation = [generation_table(results)] if generation_shown(results) else []
+    return ops_tables(results) + breakdown_tables(results) + profile_tables(results) + generation
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,17 @@ the model, or loading a runtime's file, plus the first pass), the worker's peak 
 exported file and who exported it, and the runtime's outputs against the Keras model's
 (max |d| and argmax agreement, :mod:`kbench.run.exports`), the precision run and, on
 real data, the model's top-1 accuracy beside the float model's ("int8: accuracy 0.861
-vs 0.864"), with the quantizing method in a note. Formats only: every figure is the
-result document's."""
+vs 0.864"), with the quantizing method in a note. And the generation table after
+``--mode generate`` runs (``kbench run`` and ``kbench compare``): time to first token,
+per-token latency, tokens/s, and whether each run's greedy tokens are its reference's.
+Formats only: every figure is the result document's or
+:func:`kbench.results.analysis.token_agreement`'s."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
+from kbench.results.analysis import token_agreement
 from kbench.results.config import short_name
 from kbench.results.result import RunResult
 from kbench.views.tables import Table
@@ -80,4 +84,64 @@ def _row(r: RunResult) -> List[str]:
         f"{agreement['max_abs_diff']:.1e}" if agreement else "-",
         f"{agreement['argmax_agreement']:.0%} of {agreement['samples']}" if agreement else "-",
         _accuracy(r) or "-",
+    ]  # fmt: skip
+
+
+# generation (--mode generate) ---------------------------------------------------------
+
+GENERATION_HEADERS = [
+    "backend", "model", "batch", "prompt + new", "first token ms", "per token p50 ms",
+    "p90 ms", "p99 ms", "tokens/s", "weights of", "same tokens", "first difference",
+]  # fmt: skip
+
+
+def generation_shown(results: Sequence[RunResult]) -> bool:
+    """Whether the generation table has something to say: a generate run gave figures."""
+    return any(r.kind == "generate" and r.ok for r in results)
+
+
+def generation_table(results: Sequence[RunResult]) -> Table:
+    """A row per generate run: time to first token, per-token latency, tokens/s, and its
+    greedy tokens against its reference's (:func:`kbench.results.analysis.token_agreement`)."""
+    ran = [r for r in results if r.kind == "generate" and r.ok]
+    agreement = token_agreement(ran)
+    notes = [
+        "first token: the prompt to the first new token's logits (median over the measured "
+        "generations, after a warmup generation); per token: from one token to the next; "
+        "tokens/s: the batch's new tokens over the generations' time; the device is done "
+        "at every token (a host array)",
+        "same tokens: every greedy token equal to those of the run whose weights it decoded "
+        "with (the first Keras backend of the session); first difference: the position "
+        "(row) where they part and the gap between the two largest logits there, the "
+        "reference's / this run's (a small gap: a near tie that rounding can flip)",
+    ]
+    notes += sorted({r.metrics["generation"]["method"] for r in ran})
+    notes += sorted({f"{r.config['backend']}: {r.metrics['generation']['weights']['note']}"
+                     for r in ran if r.metrics["generation"]["weights"].get("note")})  # fmt: skip
+    rows = [_generation_row(r, agreement[r.run_id]) for r in ran]
+    return Table("generation (greedy, batch of prompts)", GENERATION_HEADERS, rows, notes)
+
+
+def _generation_row(r: RunResult, agreement: Dict[str, Any]) -> List[str]:
+    made = r.metrics["generation"]
+    per_token = made["per_token_ms"]
+    same, parted = "-", "-"
+    if agreement.get("is_reference"):
+        same = "reference"
+    elif "same" in agreement:
+        same = f"yes, {agreement['tokens']} tokens" if agreement["same"] else "no"
+        found = agreement.get("first_difference")
+        if found:
+            parted = (
+                f"position {found['position']} (row {found['row']}), gap "
+                f"{found['reference_gap']:.2g} / {found['gap']:.2g}"
+            )
+    else:
+        same = f"not compared: {agreement['why']}"
+    return [
+        r.config["backend"], short_name(r.config["model"]), str(made["batch"]),
+        f"{made['prompt_tokens']} + {made['new_tokens']} of {made['window']}",
+        f"{made['time_to_first_token_ms']:.2f}", f"{per_token['p50']:.2f}",
+        f"{per_token['p90']:.2f}", f"{per_token['p99']:.2f}", f"{made['tokens_per_sec']:,.1f}",
+        str(made["weights"].get("from")), same, parted,
     ]  # fmt: skip
