@@ -228,8 +228,10 @@ def test_a_real_environment_is_built_once_then_left_alone(tmp_path, monkeypatch,
     monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
     options = envs.SetupOptions(envs_dir=tmp_path / "envs", python=sys.executable)
 
-    def tiny(name, kind, where, wheel):
-        return EnvironmentPlan(name, kind, where, ("kbenchtiny",))
+    def tiny(name, kind, where, wheel):  # kbenchtiny first "from an index" (torch's CPU
+        # build on Linux): PIP_NO_INDEX leaves find-links, so this proves the pip command
+        index = (("kbenchtiny", "https://example.invalid/simple"),)
+        return EnvironmentPlan(name, kind, where, ("kbenchtiny",), from_index=index)
 
     caplog.set_level(logging.INFO, logger="kbench.setup")
     assert envs.make_environment("mxnet", options, planner=tiny) == "create"

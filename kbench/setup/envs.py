@@ -5,7 +5,9 @@ a second call returns at once, and its kind, ``cpu`` or ``gpu``, in ``.kbench-ki
 and CUDA builds never share a site-packages (pip would keep the CPU torch, which
 satisfies the pin): asked for the other kind, an environment is deleted and built
 afresh, as is a GPU environment whose framework pins changed (pip would keep the old CUDA
-libraries); a fresh GPU build is held against its plan (:mod:`kbench.setup.check`).
+libraries); a fresh GPU build is held against its plan (:mod:`kbench.setup.check`). A
+plan's ``from_index`` requirements are installed first, each alone from its index (on
+Linux the CPU plan's torch, from PyTorch's CPU wheel index: PyPI's is a CUDA build).
 Without ``KBENCH_GPU`` the kind is chosen by :func:`kind_and_reason`.
 """
 
@@ -185,6 +187,9 @@ def make_environment(
     if options.dry_run:
         log.info("%s: %s (%s builds)", name, done, kind)
         if done != "ready":
+            for requirement, index in wanted.from_index:
+                log.info("%s: would install %s first, from %s (pip install --index-url %s %s)",
+                         name, requirement, index, index, requirement)  # fmt: skip
             log.info("%s: would install %s", name, " ".join(wanted.requirements))
         return done
     if done == "ready":
@@ -213,6 +218,9 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
     (env_dir / KIND_FILE).write_text(wanted.kind + "\n")
     pip = [str(python), "-m", "pip", "install", "--quiet"]
     call(pip + ["--upgrade", "pip"], "upgrade pip")
+    for requirement, index in wanted.from_index:  # torch's CPU build: satisfied below
+        log.info("%s: installing %s first, from %s", wanted.name, requirement, index)
+        call(pip + ["--index-url", index, requirement], f"install {requirement} from {index}")
     call(pip + list(wanted.requirements), f"install {wanted.name}'s requirements")
     if wanted.name == "keras3":
         # the harness runs here; workers anywhere import kbench through their PYTHONPATH
