@@ -152,6 +152,21 @@ def test_the_platform_is_read_from_sys_platform_and_platform_machine(monkeypatch
 # ---------------------------------------------------------------- venv layout
 
 
+def test_an_installed_kbench_keeps_its_environments_in_the_users_data_folder(tmp_path):
+    """Issue 53: outside a checkout, envs/ beside kbench would be in site-packages."""
+    home = {"HOME": str(tmp_path)}
+    assert envs.default_envs_dir(home, in_checkout=True) == ROOT / "envs"
+    data = tmp_path / ".local" / "share" / "kbench" / "envs"
+    assert envs.default_envs_dir(home, in_checkout=False, system="linux") == data
+    xdg = dict(home, XDG_DATA_HOME=str(tmp_path / "x"))
+    assert envs.default_envs_dir(xdg, in_checkout=False) == tmp_path / "x" / "kbench" / "envs"
+    windows = dict(home, LOCALAPPDATA=str(tmp_path / "L"))
+    assert envs.default_envs_dir(windows, False, "win32") == tmp_path / "L" / "kbench" / "envs"
+    moved = dict(xdg, KBENCH_ENVS_DIR=str(tmp_path / "mine"))
+    assert envs.default_envs_dir(moved, in_checkout=False) == tmp_path / "mine"
+    assert envs.default_envs_dir(moved, in_checkout=True) == tmp_path / "mine"
+
+
 def test_the_venv_interpreter_is_where_venv_puts_it_on_each_system(tmp_path):
     assert venv_python(tmp_path, "win32") == tmp_path / "Scripts" / "python.exe"
     assert venv_python(tmp_path, "linux") == tmp_path / "bin" / "python"
