@@ -183,10 +183,9 @@ MXNET_UNAVAILABLE: Dict[Tuple[str, str], str] = {
     ),
     ("win32", "x86_64"): (  # pip's answer (benchmarks/resolve_platforms.py)
         f"MXNet {MXNET_VERSION} has no Windows wheel, and the newest that has one, 1.7.0.post2 "
-        "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer; to run the mxnet "
-        "backends on Windows, make a Python 3.7 environment with mxnet==1.7.0.post2 and "
-        "keras-mxnet==2.2.4.3 by hand and point KBENCH_PYTHON_<BACKEND> (for mxnet and "
-        "mxnet-gluon) at its python.exe"
+        "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer, while kbench's "
+        "worker needs Python 3.9 or newer: the mxnet and mxnet-gluon backends do not run on "
+        "Windows itself; under WSL2 the Linux set-up has them"
     ),
 }
 
