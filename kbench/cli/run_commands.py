@@ -360,7 +360,7 @@ def command_demo(args: argparse.Namespace) -> int:
             log.warning("demo: skipping %s: %s", name, missing)
     if not backends:
         raise environments.EnvironmentMissing(
-            f"no backend can run: create the environments with {environments.SETUP_SCRIPT}"
+            f"no backend can run: create the environments with {environments.setup_command()}"
         )
 
     def run(dataset: str) -> List[RunResult]:
