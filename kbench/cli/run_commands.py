@@ -155,9 +155,9 @@ def add_parity_command(commands) -> None:
         "it and exports its initial weights; every other backend, torch-native included, "
         "loads them, computes the outputs of one batch, and trains --steps steps of plain "
         "SGD on the same seeded mini-batches. Reports the largest output difference and "
-        "the loss drift per backend; exits 1 when one exceeds its tolerance or fails (a "
-        "backend that cannot run a model is 'unsupported', with the reason, and is not "
-        "a failure). Default "
+        "the loss drift per backend; exits 1 when one exceeds its tolerance, fails, or "
+        "cannot run a model (shown as 'unsupported', with the reason, apart from the "
+        "mismatches: parity is then incomplete). Default "
         "tolerances: outputs within 1e-4 absolute (correct implementations agree to about "
         "1e-6 in float32), losses within 1e-2 relative at every step (float32 rounding "
         "grows through SGD steps: up to 5.2e-3 on VGG-16 between correct implementations "
@@ -345,9 +345,10 @@ def command_parity(args: argparse.Namespace) -> int:
         print(f"{len(failed)} of {len(rows)} backend/model pairs do not match.")
     unsupported = len([r for r in rows if r.status == "unsupported"])
     if unsupported:
-        print(f"{unsupported} of {len(rows)} backend/model pairs are unsupported (not compared: "
-              "the backend cannot run the model, its reason in the row).")  # fmt: skip
-    return 1 if failed else 0
+        print(f"{unsupported} of {len(rows)} backend/model pairs are unsupported: not compared "
+              "(the backend cannot run the model, its reason in the row), so parity is "
+              "incomplete.")  # fmt: skip
+    return 1 if failed or unsupported else 0
 
 
 def command_demo(args: argparse.Namespace) -> int:
