@@ -23,6 +23,7 @@ import datetime as dt
 import inspect
 import os
 import time
+from functools import partial
 from typing import Any, Dict, List, Tuple
 
 from kbench.backends.base import NativePort
@@ -125,25 +126,17 @@ class TorchDDP(Engine):
         return self.torch.optim.SGD(params, lr=lr)
 
     def _native(self, ctx: Context, model: Any, ddp: Any):
-        backend, torch = ctx.backend, self.torch
+        """The port's own loss and conversion; predicting as the backend does (with the
+        switches at their defaults, as every data-parallel run has them)."""
+        backend = ctx.backend
 
         def forward(inputs, labels):
             with backend.autocast():
                 loss, hits = backend._loss_and_hits(model, ddp(inputs), labels)
             return loss.float() + backend.twins.regularization_loss(model), hits
 
-        def convert(x, y):
-            return backend._tensors(model, x, y)
-
-        def predict(x):
-            model.eval()
-            with torch.no_grad():
-                out = model(backend._tensors(model, x)).float().cpu().numpy()
-            model.train()
-            return out
-
         model.train()
-        return forward, convert, predict
+        return forward, partial(backend._tensors, model), partial(backend.predict, model)
 
     def _keras(self, ctx: Context, model: Any, ddp: Any):
         import keras
