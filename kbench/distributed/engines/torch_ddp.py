@@ -164,13 +164,7 @@ class TorchDDP(Engine):
                 torch.as_tensor(x, dtype=dtype, device=device), torch.as_tensor(y, device=device),
             )  # fmt: skip
 
-        def predict(x):
-            dtype = torch.long if tokens else torch.float32
-            with torch.no_grad():
-                out = model(torch.as_tensor(x, dtype=dtype, device=device), training=False)
-            return out.float().cpu().numpy()
-
-        return forward, convert, predict
+        return forward, convert, partial(ctx.backend.predict, model)
 
     def finish(self, ctx: Context) -> None:
         # Without the barrier a rank sometimes aborts at exit and torchrun returns 1.
