@@ -202,7 +202,8 @@ def write_report(
         outcomes.append(Skipped(timeline_plots.TIMELINES, reason))
     outcomes += operator_figures([r for r in results if r.kind == "ops"])
     own, own_outcomes = distributed_section(results)
-    others = [_section_html(s) for s in sections] + own + profile_section(results)
+    others = edge_section(results) + [_section_html(s) for s in sections] + own
+    others += profile_section(results)
     everything = outcomes + own_outcomes + [o for s in sections for o in s.outcomes]
     drawn = [o for o in everything if isinstance(o, Drawn)] + timelines
     skipped = [o for o in everything if isinstance(o, Skipped)]
@@ -459,6 +460,14 @@ def distributed_section(
     body = "".join(t.html(numeric_columns(t)) for t in found)
     body += "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
     return [("distributed", "Data-parallel training", body)], outcomes
+
+
+def edge_section(results: Sequence[RunResult]) -> List[Tuple[str, str, str]]:
+    """The edge question (:mod:`kbench.views.edge`), where a run was on an inference runtime."""
+    from kbench.views.edge import HEADING, edge_html
+
+    body = edge_html(results)
+    return [("edge", HEADING, body)] if body else []
 
 
 def _section_html(section: Section) -> Tuple[str, str, str]:
