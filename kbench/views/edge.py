@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence
 
 from kbench.results.edge import EdgeGroup, EdgeRow, Speedup, Verdict, edge_groups
 from kbench.results.result import RunResult
+from kbench.views.figures import WIDTH_IN, Drawn, Outcome, Skipped, colour, new_figure, png_of
 from kbench.views.tables import Table, dataset_label, esc, model_label
 
 HEADING = "The edge question: runtime, precision, batch"
@@ -139,12 +140,8 @@ def _row(row: EdgeRow, keras: bool) -> List[str]:
     return cells
 
 
-def edge_html(results: Sequence[RunResult]) -> str:
-    """The section's body: the verdicts, then a table per group; "" where no run was on an
-    inference runtime."""
-    groups = edge_groups(results)
-    if not groups:
-        return ""
+def edge_html(groups: Sequence[EdgeGroup]) -> str:
+    """The section's body before its figures: the verdicts, then a table per group."""
     sentences = "".join(f"<li>{esc(verdict_sentence(g))}</li>" for g in groups)
     body = f'<ul class="verdicts">{sentences}</ul>'
     for group in groups:
@@ -152,6 +149,52 @@ def edge_html(results: Sequence[RunResult]) -> str:
         numeric = [i for i, h in enumerate(table.headers) if h in NUMERIC]
         body += table.html(numeric)
     return body
+
+
+LATENCY_ACCURACY = "Latency against accuracy"
+MARKERS = {"float32": "o", "float16": "s", "int8": "^"}
+
+
+def latency_accuracy_figure(group: EdgeGroup) -> Outcome:
+    """At the verdict's batch: a point per runtime, precision and threads, p50 latency
+    (log) against top-1 accuracy, marked by precision, labelled with the file's size."""
+    title = f"{LATENCY_ACCURACY}: {group_title(group)}"
+    if group.verdict is None:
+        return Skipped(title, "no runtime finished a measured run")
+    batch = group.verdict.batch_size
+    rows = [r for r in group.rows if r.ok and r.batch_size == batch and r.top1 is not None]
+    if not rows:
+        return Skipped(title, "no accuracy was measured (the exporter trains on real data only)")
+    backends = list(dict.fromkeys(r.backend for r in rows))
+    figure = new_figure(4.2, WIDTH_IN * 0.75)
+    ax = figure.subplots()
+    for row in rows:
+        assert row.p50_ms is not None
+        label = f"{row.backend} {row.precision}"
+        if group.verdict.threads_vary:
+            label += ", every core" if row.threads is None else f", {row.threads} thr."
+        hollow = group.verdict.threads_vary and row.threads is not None
+        shade = colour(row.backend, backends)
+        ax.scatter(
+            row.p50_ms.median, row.top1, s=48, zorder=3, label=label, edgecolors=shade,
+            facecolors="none" if hollow else shade, marker=MARKERS.get(row.precision, "D"),
+        )  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel(f"latency p50 at batch {batch}, ms (log; left is faster)")
+    ax.set_ylabel("top-1 accuracy on the test split")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    caption = (
+        f"One point per runtime, precision and thread count at batch {batch} (circle "
+        "float32, square float16, triangle int8; hollow: the thread count named, filled: "
+        "every core); up and to the left is the better trade-off. File sizes and memory are "
+        "in the table above."
+    )
+    return Drawn(title, png_of(figure), caption)
+
+
+def edge_outcomes(groups: Sequence[EdgeGroup]) -> List[Outcome]:
+    return [latency_accuracy_figure(group) for group in groups]
 
 
 def edge_text(results: Sequence[RunResult]) -> str:
