@@ -148,8 +148,7 @@ def edge_groups(results: Sequence[RunResult]) -> List[EdgeGroup]:
     for result in inference:
         found.setdefault(_group_key(result), []).append(result)
     studied = [runs for runs in found.values() if any(is_runtime(_backend(r)) for r in runs)]
-    groups = [_group(runs) for runs in studied]
-    return _with_variants(groups, studied)
+    return _with_variants([_group(runs) for runs in studied])
 
 
 def _backend(result: RunResult) -> str:
@@ -175,7 +174,7 @@ def _group(runs: Sequence[RunResult]) -> EdgeGroup:
     settings = {k: v for k, v in first.config.items() if k not in NOT_GROUPED}
     return EdgeGroup(
         host_of(first), str(first.config.get("model", "?")),
-        str(first.config.get("dataset", "?")), bool((first.data or {}).get("synthetic")),
+        str(first.config.get("dataset", "?")), any((r.data or {}).get("synthetic") for r in runs),
         settings, ordered, verdict(ordered),
     )  # fmt: skip
 
@@ -280,7 +279,7 @@ def verdict(rows: Sequence[EdgeRow]) -> Optional[Verdict]:
     return Verdict(fastest, batch, threads_vary, len(at_batch))
 
 
-def _with_variants(groups: List[EdgeGroup], runs: Sequence[Sequence[RunResult]]) -> List[EdgeGroup]:
+def _with_variants(groups: List[EdgeGroup]) -> List[EdgeGroup]:
     """Each group named by the settings that set it apart from its model's other groups on
     its machine (``duration_s=2``), where there are such."""
     out = []

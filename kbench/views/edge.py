@@ -2,15 +2,15 @@
 question ("On laptop, litert int8 is fastest at batch 1: 0.08 ms p50, x1.4 faster than
 litert float32, 0.2 points of top-1 accuracy lost (0.748 vs 0.750)") and a table of
 runtime x precision x batch x threads with latency, cold start, peak RSS, file size,
-agreement with Keras, accuracy and the speed against float32 and against Keras. Formats
-only: every figure, ratio and the verdict are :mod:`kbench.results.edge`'s."""
+agreement with Keras, accuracy and the speed against float32 and against Keras; and a
+figure of latency against accuracy at the verdict's batch. Formats only: every number,
+ratio and the verdict are :mod:`kbench.results.edge`'s."""
 
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from kbench.results.edge import EdgeGroup, EdgeRow, Speedup, Verdict, edge_groups
-from kbench.results.result import RunResult
+from kbench.results.edge import EdgeGroup, EdgeRow, Speedup, Verdict
 from kbench.views.figures import WIDTH_IN, Drawn, Outcome, Skipped, colour, new_figure, png_of
 from kbench.views.tables import Table, dataset_label, esc, model_label
 
@@ -195,10 +195,3 @@ def latency_accuracy_figure(group: EdgeGroup) -> Outcome:
 
 def edge_outcomes(groups: Sequence[EdgeGroup]) -> List[Outcome]:
     return [latency_accuracy_figure(group) for group in groups]
-
-
-def edge_text(results: Sequence[RunResult]) -> str:
-    """The same as text (for a terminal): the sentences, then the tables."""
-    groups = edge_groups(results)
-    lines = [verdict_sentence(g) for g in groups]
-    return "\n".join(lines + [""] + [edge_table(g).text() + "\n" for g in groups]).rstrip()
