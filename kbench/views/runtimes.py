@@ -38,9 +38,10 @@ def _precision(r: RunResult) -> str:
 
 
 def runtimes_table(
-    results: Sequence[RunResult], against_float: Mapping[str, Speedup] = {}
+    results: Sequence[RunResult], against_float: Optional[Mapping[str, Speedup]] = None
 ) -> Table:
     """``against_float``: a quantized run's speed against its float32 run (by run id)."""
+    against_float = against_float or {}
     ran = [r for r in results if r.kind == "inference" and r.ok]
     notes = [
         "cold start: the model built (a runtime: its file loaded, quantized where asked) and "
