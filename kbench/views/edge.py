@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from kbench.results.edge import EdgeGroup, EdgeRow, Speedup, Verdict
+from kbench.results.edge import EdgeGroup, EdgeRow, Speedup, Verdict, edge_groups
+from kbench.results.result import RunResult
 from kbench.views.figures import WIDTH_IN, Drawn, Outcome, Skipped, colour, new_figure, png_of
 from kbench.views.tables import Table, dataset_label, esc, model_label
 
@@ -87,6 +88,11 @@ def verdict_sentence(group: EdgeGroup) -> str:
         f"{where}, {row.backend} {row.precision} is fastest at batch {found.batch_size}"
         f"{threads}: {', '.join(parts)}.{busy}"
     )
+
+
+def verdicts(results: Sequence[RunResult]) -> List[str]:
+    """:func:`verdict_sentence` of each group of ``results`` that ran on a runtime."""
+    return [verdict_sentence(group) for group in edge_groups(results)]
 
 
 def group_title(group: EdgeGroup) -> str:
