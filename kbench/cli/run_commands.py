@@ -15,6 +15,7 @@ from kbench.cli import arguments
 from kbench.datasets import DataUnavailable
 from kbench.facts import VERSION
 from kbench.measure import sysinfo
+from kbench.results import edge
 from kbench.results.analysis import cpu_text
 from kbench.results.config import ConfigError, RunConfig, check_setting
 from kbench.results.result import RunResult
@@ -212,7 +213,8 @@ def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] =
     print(tables.run_table(results))
     if runtimes_view.shown(results):
         print()
-        print(runtimes_view.runtimes_table(results).text())
+        against = edge.float_speedups(results, output_dir)
+        print(runtimes_view.runtimes_table(results, against).text())
     if runtimes_view.generation_shown(results):
         print()
         print(runtimes_view.generation_table(results).text())
