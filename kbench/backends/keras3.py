@@ -138,6 +138,7 @@ def numpy_draws(keras: Any) -> Iterator[None]:
 
 
 class Keras3Backend(KerasBackend):
+    hub_refusal = None  # builds keras_hub models (Backend.build_hub)
     # kept out while the framework loads (OPTIONAL_IMPORTS) and while seeding (TensorFlow)
     imports_skipped: List[str] = []
 

@@ -67,7 +67,8 @@ def token_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply) -
     sequence length (the model's input steps), for a model that reads token ids; {} else."""
     steps = reply.model.get("input_shape") or []
     rate = metrics.get("images_per_sec")
-    if spec_for(config.model).input_kind != "tokens" or len(steps) != 1 or rate is None:
+    kind = spec_for(config.model, config.model_args).input_kind
+    if kind != "tokens" or len(steps) != 1 or rate is None:
         return {}
     return {"tokens_per_sec": rate * steps[0]}
 
