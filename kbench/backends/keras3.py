@@ -12,6 +12,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 import numpy as np
 
+import kbench_models.hub
 from kbench.backends import kernels
 from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device, peak_reading
 from kbench.backends.keras_common import KerasBackend
@@ -139,6 +140,12 @@ def numpy_draws(keras: Any) -> Iterator[None]:
 
 class Keras3Backend(KerasBackend):
     hub_refusal = None  # builds keras_hub models (Backend.build_hub)
+
+    def describe(self) -> Dict[str, Any]:
+        info = super().describe()
+        hub = kbench_models.hub.version()  # from its metadata: keras_hub is not imported
+        return info | ({"keras_hub_version": hub} if hub else {})
+
     # kept out while the framework loads (OPTIONAL_IMPORTS) and while seeding (TensorFlow)
     imports_skipped: List[str] = []
 

@@ -143,7 +143,7 @@ def action(env_dir: Path, wanted: EnvironmentPlan, gpu: Optional[str]) -> str:
     python = venv_python(env_dir, wanted.platform.system)
     if (
         stamp.is_file()
-        and stamp.read_text().strip() == stamp_text(wanted.requirements).strip()
+        and stamp.read_text().strip() == stamp_text(wanted.stamped).strip()
         and python.is_file()
         and os.access(python, os.X_OK)
     ):
@@ -185,7 +185,7 @@ def make_environment(
     if options.dry_run:
         log.info("%s: %s (%s builds)", name, done, kind)
         if done != "ready":
-            log.info("%s: would install %s", name, " ".join(wanted.requirements))
+            log.info("%s: would install %s", name, " ".join(wanted.stamped))
         return done
     if done == "ready":
         if not (env_dir / KIND_FILE).is_file():
@@ -214,6 +214,8 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
     pip = [str(python), "-m", "pip", "install", "--quiet"]
     call(pip + ["--upgrade", "pip"], "upgrade pip")
     call(pip + list(wanted.requirements), f"install {wanted.name}'s requirements")
+    if wanted.no_deps:
+        call(pip + ["--no-deps", *wanted.no_deps], f"install {' '.join(wanted.no_deps)}")
     if wanted.name == "keras3":
         # the harness runs here; workers anywhere import kbench through their PYTHONPATH
         call(pip + ["--no-deps", "-e", str(options.root)], "install kbench (editable)")
@@ -223,7 +225,7 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
                  wanted.name, len(folders), LIBRARY_PATH_FILE)  # fmt: skip
     if wanted.cuda and options.check:
         check_build(env_dir, wanted)
-    stamp.write_text(stamp_text(wanted.requirements))
+    stamp.write_text(stamp_text(wanted.stamped))
 
 
 def check_build(env_dir: Path, wanted: EnvironmentPlan) -> None:

@@ -45,6 +45,13 @@ KERAS3_RUNTIMES = (
     "onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0", "onnx==1.23.2",
     "tf2onnx==1.17.0", "scipy",
 )  # fmt: skip
+# KerasHub, for the hub: models (kbench_models.hub): keras-hub itself is installed without
+# its dependencies (KERAS3_NO_DEPS), since its tensorflow-text asks for the `tensorflow`
+# distribution, which pip would put beside tensorflow-cpu (and a newer one beside a CUDA
+# pin); these are what it imports (kbench builds no tokenizer, so tensorflow-text is left
+# out). kagglesdk is keras-hub's own pin; kagglehub 1.0.2 is the last that accepts it.
+KERAS3_HUB = ("kagglehub==1.0.2", "kagglesdk==0.1.28", "regex", "tokenizers", "sentencepiece")
+KERAS3_NO_DEPS = ("keras-hub==0.32.0",)
 # where PyPI has no wheel of a runtime's pinned version (checked with pip's --platform):
 # left out of the plan, and said
 RUNTIMES_MISSING: Dict[Tuple[str, str], Tuple[str, ...]] = {
@@ -160,6 +167,14 @@ class EnvironmentPlan:
     cuda: Optional[str] = None
     # the nvidia-* libraries' folders go on the worker's LD_LIBRARY_PATH
     loader_path: bool = False
+    # installed after the requirements with pip's --no-deps (their dependencies are listed
+    # in the requirements: keras-hub's own would replace a framework)
+    no_deps: Tuple[str, ...] = ()
+
+    @property
+    def stamped(self) -> Tuple[str, ...]:
+        """What the environment's stamp lists: every requirement, --no-deps ones last."""
+        return self.requirements + self.no_deps
 
     @property
     def available(self) -> bool:
@@ -231,8 +246,9 @@ def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
         for r in missing
     )
     return dataclasses.replace(
-        plan, requirements=plan.requirements + runtimes, notes=plan.notes + notes
-    )
+        plan, requirements=plan.requirements + runtimes + KERAS3_HUB, notes=plan.notes + notes,
+        no_deps=KERAS3_NO_DEPS,
+    )  # fmt: skip
 
 
 def _keras3_frameworks(kind: str, where: Platform) -> EnvironmentPlan:
