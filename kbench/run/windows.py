@@ -522,11 +522,11 @@ COMPUTATION = (
 def not_comparable(config: RunConfig) -> Optional[str]:
     """Why no worker of ``config``'s comparison can be checked at warm-up; None: they can."""
     if config.model not in kbench_models.MODELS:  # a user model or a keras_hub one
+        hub = config.model.startswith("hub:")
         return (
-            f"{'a keras_hub' if config.model.startswith('hub:') else 'a user'} model: kbench "
-            "cannot tell that its training steps are deterministic "
-            "(Dropout and other random layers draw apart on each backend); compare it with "
-            "kbench parity"
+            f"{'a keras_hub' if hub else 'a user'} model: kbench cannot tell that its "
+            "training steps are deterministic (Dropout and other random layers draw apart on "
+            "each backend)" + ("" if hub else "; compare it with kbench parity")
         )
     if config.mixed_precision != "off":
         return (
