@@ -155,6 +155,9 @@ def canonical_args(args: Any) -> Optional[str]:
     if args is None:
         return None
     parsed = parse_args(args)
+    preset = parsed.get("preset")
+    if isinstance(preset, str) and is_folder(preset):  # absolute: the worker runs elsewhere
+        parsed["preset"] = os.path.abspath(os.path.expanduser(preset))
     return ",".join(f"{k}={_text(v)}" for k, v in sorted(parsed.items())) or None
 
 
@@ -301,9 +304,17 @@ def split(model: str) -> Tuple[str, Optional[str]]:
     return name, preset or None
 
 
+def is_folder(preset: str) -> bool:
+    """Whether a preset names a folder (a path) rather than one of keras_hub's presets."""
+    return os.sep in preset or "/" in preset or os.path.isdir(os.path.expanduser(preset))
+
+
 def check_reference(model: str) -> str:
-    """``model`` (``hub:Name[/preset]``) with its form and class checked, as given."""
-    split(model)
+    """``model`` (``hub:Name[/preset]``) with its form and class checked; a preset folder
+    made absolute (the worker runs elsewhere)."""
+    name, preset = split(model)
+    if preset is not None and is_folder(preset):
+        return f"{PREFIX}{name}/{os.path.abspath(os.path.expanduser(preset))}"
     return model
 
 
@@ -374,7 +385,14 @@ def resolve(model: str, args_text: Optional[str]) -> Tuple[HubModel, Dict[str, A
     preset_dir = handle = None
     if preset is not None:
         preset_dir, handle = find_preset(name, preset)
-        config = {**preset_config(preset_dir), **args}
+        saved, config = preset_config(preset_dir)
+        wanted = allowed.get("backbone_name") if allowed else None
+        if wanted and saved and saved != wanted:
+            raise PresetUnavailable(
+                f"hub:{name}/{preset}: the preset holds a {saved}; {name} is built on a "
+                f"{wanted}. Choose a preset of its family (keras_hub.models.{name}.presets)."
+            )
+        config = {**config, **args}
     defaults = allowed.get("defaults", {}) if allowed else {}
     vocabulary = config.get("vocabulary_size")
     if isinstance(vocabulary, bool) or not isinstance(vocabulary, int) or vocabulary < 2:
@@ -454,7 +472,7 @@ def unreachable(host: str = NETWORK_HOST, timeout_s: float = NETWORK_TIMEOUT_S) 
 def find_preset(name: str, preset: str) -> Tuple[str, Optional[str]]:
     """(the preset's folder, its kaggle handle): a folder given, or the cache's copy."""
     folder = os.path.abspath(os.path.expanduser(preset))
-    if os.sep in preset or os.path.isdir(folder):
+    if is_folder(preset):
         if not os.path.isfile(os.path.join(folder, "config.json")):
             raise PresetUnavailable(
                 f"hub:{name}/{preset}: expected a preset folder holding config.json (as "
@@ -502,8 +520,8 @@ def find_preset(name: str, preset: str) -> Tuple[str, Optional[str]]:
     )
 
 
-def preset_config(folder: str) -> Dict[str, Any]:
-    """The backbone configuration a preset's config.json holds."""
+def preset_config(folder: str) -> Tuple[Optional[str], Dict[str, Any]]:
+    """The backbone class and configuration a preset's config.json holds."""
     path = os.path.join(folder, "config.json")
     try:
         with open(path, encoding="utf-8") as handle:
@@ -513,7 +531,7 @@ def preset_config(folder: str) -> Dict[str, Any]:
     config = saved.get("config") if isinstance(saved, dict) else None
     if not isinstance(config, dict):
         raise PresetUnavailable(f"preset {folder}: config.json holds no backbone 'config'.")
-    return config
+    return saved.get("class_name"), config
 
 
 def describe(hub: HubModel) -> Dict[str, Any]:

@@ -150,7 +150,7 @@ def test_kbench_run_refuses_an_uncached_preset_in_seconds_with_the_reason(empty_
 
 
 @needs_keras_hub
-def test_a_cached_preset_gives_the_data_its_vocabulary_and_length(empty_cache):
+def test_a_cached_preset_gives_the_data_its_vocabulary_and_length(empty_cache, monkeypatch):
     folder = empty_cache / "models/keras/bert/keras/bert_tiny_en_uncased/3"
     folder.mkdir(parents=True)
     backbone = {"vocabulary_size": 321, "max_sequence_length": 24, "num_layers": 1}
@@ -163,3 +163,10 @@ def test_a_cached_preset_gives_the_data_its_vocabulary_and_length(empty_cache):
     assert spec.hub.preset_dir == str(folder) and spec.hub.handle.endswith("/3")
     with pytest.raises(ConfigError, match="a preset fixes the backbone's configuration"):
         config(model="hub:BertTextClassifier/bert_tiny_en_uncased", model_args="num_layers=2")
+    # a preset folder: made absolute, as a user model's path is (the worker runs elsewhere)
+    monkeypatch.chdir(folder.parent)
+    made = config(model="hub:BertTextClassifier/3")
+    assert made.model == f"hub:BertTextClassifier/{folder}"
+    assert config(model_args="preset=./3").model_args == f"preset={folder}"
+    with pytest.raises(ConfigError, match="the preset holds a BertBackbone; GPT2CausalLM is built"):
+        config(model="hub:GPT2CausalLM/3")
