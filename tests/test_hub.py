@@ -36,6 +36,7 @@ def test_the_hand_count_is_keras_hubs_for_the_done_when_configuration():
     assert bert_classifier_params(1000, 64, 2, 128, 64, 2) == 139_586
 
 
+@pytest.mark.slow
 def test_a_configured_bert_classifier_trains_on_two_backends_and_the_others_refuse_it(request):
     """The shared sweep's "hub" group: BertTextClassifier from a tiny configuration, 2 steps
     on tensorflow and torch; torch-native and mxnet record it unsupported, with why."""
