@@ -10,6 +10,7 @@ Keras 3 and Keras 2.2.4 (keras-mxnet) share; layers follow the global
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ class ModelSpec:
     path: Optional[str] = None
     function: str = "build"
     sha256: Optional[str] = None
+    # a keras_hub model (kbench_models.hub.HubModel): ``hub:ClassName`` and its --model-args
+    hub: Any = None
 
     def __post_init__(self) -> None:
         kinds = ("image", "sequence", "tokens")
@@ -87,7 +90,15 @@ class ModelSpec:
     def is_user(self) -> bool:
         return self.path is not None
 
+    @property
+    def is_hub(self) -> bool:
+        return self.hub is not None
+
     def builder(self) -> Callable[..., Any]:
+        if self.hub is not None:
+            from kbench_models import hub
+
+            return functools.partial(hub.build, self.hub)
         if self.path is not None:
             from kbench_models import saved, user
 
@@ -97,7 +108,12 @@ class ModelSpec:
         return importlib.import_module(f".{self.module}", __name__).build
 
     def source(self) -> Optional[Dict[str, str]]:
-        """A user model's path, function and sha256 (None for a zoo model)."""
+        """A user model's path, function and sha256; a keras_hub model's class, arguments,
+        preset and version (:func:`kbench_models.hub.describe`); None for a zoo model."""
+        if self.hub is not None:
+            from kbench_models import hub
+
+            return hub.describe(self.hub)
         if self.path is None:
             return None
         from kbench_models import user
@@ -232,8 +248,10 @@ MODELS: Dict[str, ModelSpec] = {
 ATTENTION_MODELS = ("vit_tiny", "text_encoder", "decoder_lm")
 
 
-def spec_for(model: str) -> ModelSpec:
-    """The spec of a zoo name or of a user model (``file.py:build``, ``pkg.mod:build``).
+def spec_for(model: str, model_args: Optional[str] = None) -> ModelSpec:
+    """The spec of a zoo name, of a user model (``file.py:build``, ``pkg.mod:build``) or of
+    a keras_hub model (``hub:ClassName[/preset]`` with its ``model_args``, ``k=v,...``:
+    :mod:`kbench_models.hub`, which raises ``hub.HubModelError``, a UserModelError).
 
     A user model's file is read, never run (:mod:`kbench_models.user`); its spec's
     ``name`` is the canonical reference ``/absolute/path.py:function``. Raises
@@ -242,7 +260,10 @@ def spec_for(model: str) -> ModelSpec:
     """
     if model in MODELS:
         return MODELS[model]
-    from kbench_models import user
+    from kbench_models import hub, user
+
+    if hub.is_hub(model):
+        return ModelSpec(**hub.spec_fields(model, model_args))
 
     if not user.is_reference(model):
         raise KeyError(
@@ -283,10 +304,13 @@ def short_name(model: str) -> str:
     return f"{os.path.basename(where)}:{function}"
 
 
-def build(name: str, input_shape: Tuple[int, ...], num_classes: int) -> Any:
-    """Build model ``name`` (a zoo name or a user model) with the Keras that the current
-    process imported; a user model must return a Keras model."""
-    spec = spec_for(name)
+def build(
+    name: str, input_shape: Tuple[int, ...], num_classes: int, model_args: Optional[str] = None
+) -> Any:
+    """Build model ``name`` (a zoo name, a user model or a ``hub:`` model with its
+    ``model_args``) with the Keras that the current process imported; a user model must
+    return a Keras model."""
+    spec = spec_for(name, model_args)
     model = spec.builder()(input_shape=tuple(input_shape), num_classes=num_classes)
     if spec.path is not None:
         from kbench_models import user

@@ -47,6 +47,15 @@ SWITCHED = {"model": "mlp", "dataset": "synthetic", "steps": 2, "warmup_steps": 
             "sample_interval_s": 0}  # fmt: skip
 
 
+# test_hub's runs: BertTextClassifier built from a tiny configuration, 2 steps of batch 8
+HUB_ARGS = {"num_layers": 1, "hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32,
+            "vocabulary_size": 100, "max_sequence_length": 16}  # fmt: skip
+HUB = {"model": "hub:BertTextClassifier", "model_args": HUB_ARGS, "dataset": "synthetic",
+       "steps": 2, "warmup_steps": 1, "batch_size": 8, "train_samples": 32, "test_samples": 8,
+       "sample_interval_s": 0, "run_eagerly": True}  # fmt: skip
+HUB_BACKENDS = ["tensorflow", "torch", "torch-native", "mxnet"]
+
+
 def image_folder(root: Path, per_class=(8, 2), split=True) -> Path:
     """Three classes of coloured noise, of two sizes, as PNG files in class folders
     (``train/`` and ``val/`` with ``split``), and a file that is not an image."""
@@ -101,6 +110,9 @@ def sweep_file(folder: Path) -> Path:
                           "batch_size": 8, "train_samples": 32, "test_samples": 16},
              "matrix": {"backend": ["tensorflow", "jax", "torch", "mxnet"],
                         "model": ["lstm", "lstm_embedding"]}},
+            # test_hub: a keras_hub model from its configuration (TensorFlow eager: no graph
+            # to trace for two steps), and the backends that refuse it
+            {"name": "hub", "settings": HUB, "matrix": {"backend": HUB_BACKENDS}},
             {"name": "profile", "settings": PROFILED, "matrix": {"backend": EVERY_BACKEND}},
             # test_backends: both models on every backend, 6 measured steps of batch 16
             {"name": "matrix",

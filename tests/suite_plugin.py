@@ -182,6 +182,7 @@ SHARED_WORKER = {
             "profile",
             "backends",
             "measurement",
+            "hub",
         )  # fmt: skip
     },
 }

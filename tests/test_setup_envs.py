@@ -28,6 +28,7 @@ from kbench.setup import envs
 from kbench.setup.__main__ import main as setup_main
 from kbench.setup.platforms import (
     KERAS3_COMMON,
+    KERAS3_HUB,
     KERAS3_RUNTIMES,
     EnvironmentPlan,
     Platform,
@@ -68,12 +69,16 @@ def test_linux_x86_64_gets_what_it_always_got():
     # and the inference runtimes with what Keras' model.export needs for them (issue 51)
     legacy += ["onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0",
                "onnx==1.23.2", "tf2onnx==1.17.0", "scipy"]  # fmt: skip
+    # and what keras-hub imports; keras-hub itself with --no-deps, after them (issue 52)
+    legacy += ["kagglehub==1.0.2", "kagglesdk==0.1.28", "regex", "tokenizers", "sentencepiece"]
     assert plan("keras3", "cpu", LINUX).requirements == tuple(legacy)
+    assert plan("keras3", "cpu", LINUX).no_deps == ("keras-hub==0.32.0",)
+    assert plan("keras3", "cpu", LINUX).stamped[-1] == "keras-hub==0.32.0"
     assert plan("mxnet", "cpu", LINUX).requirements == LEGACY_MXNET_CPU
     # CUDA builds: pinned to one CUDA (12) for all three (issue 32; tests/test_setup_cuda.py)
     gpu = plan("keras3", "gpu", LINUX).requirements
     assert gpu[:3] == ("tensorflow[and-cuda]==2.20.0", "jax[cuda12]==0.10.2", "torch==2.10.0")
-    assert gpu[3:] == KERAS3_COMMON + KERAS3_RUNTIMES
+    assert gpu[3:] == KERAS3_COMMON + KERAS3_RUNTIMES + KERAS3_HUB
     assert plan("mxnet", "gpu", LINUX).requirements[0] == "mxnet-cu112==1.9.1"
     assert plan("mxnet", "gpu", LINUX, "mxnet-cu117").requirements[0] == "mxnet-cu117==1.9.1"
     for name in ("keras3", "mxnet"):

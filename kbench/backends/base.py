@@ -284,6 +284,18 @@ class Backend(abc.ABC):
     def set_tf32(self, on: bool) -> str:
         raise NotImplementedError(f"{self.name} cannot switch TF32")
 
+    # why this backend builds no keras_hub model (``hub:``); None: it builds them (Keras 3)
+    hub_refusal: ClassVar[Optional[str]] = (
+        "keras_hub models are Keras 3 models, built by the Keras 3 backends (tensorflow, jax, "
+        "torch)"
+    )
+
+    def build_hub(self, spec: Any, input_shape: Sequence[int], num_classes: int) -> Any:
+        """A ``hub:`` model (:mod:`kbench_models.hub`), or :class:`Unsupported` saying why."""
+        if self.hub_refusal is not None:
+            raise Unsupported(f"{spec.name} on {self.name}: {self.hub_refusal}.")
+        return spec.builder()(input_shape=tuple(input_shape), num_classes=num_classes)
+
     @abc.abstractmethod
     def configure_threads(self) -> Dict[str, Any]:
         """Set the framework's own thread pools; return what was set (or why not)."""

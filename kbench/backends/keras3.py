@@ -12,6 +12,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 
 import numpy as np
 
+import kbench_models.hub
 from kbench.backends import kernels
 from kbench.backends.base import GpuMemoryUnknown, Unsupported, cuda_device, peak_reading
 from kbench.backends.keras_common import KerasBackend
@@ -138,6 +139,21 @@ def numpy_draws(keras: Any) -> Iterator[None]:
 
 
 class Keras3Backend(KerasBackend):
+    hub_refusal = None  # builds keras_hub models (Backend.build_hub)
+
+    def describe(self) -> Dict[str, Any]:
+        info = super().describe()
+        hub = kbench_models.hub.version()  # from its metadata: keras_hub is not imported
+        return info | ({"keras_hub_version": hub} if hub else {})
+
+    def build_hub(self, spec: Any, input_shape: Any, num_classes: int) -> Any:
+        # keras_hub imports tensorflow behind guards for tokenizers and metrics no hub: run
+        # uses: kept out on the other backends (seconds of the worker's start, and memory)
+        with kept_out([m for m in ("tensorflow",) if m != self.name]) as skipped:
+            import keras_hub  # noqa: F401
+        self.imports_skipped = list(dict.fromkeys([*self.imports_skipped, *skipped]))
+        return super().build_hub(spec, input_shape, num_classes)
+
     # kept out while the framework loads (OPTIONAL_IMPORTS) and while seeding (TensorFlow)
     imports_skipped: List[str] = []
 

@@ -92,6 +92,10 @@ def transposed_layers(model: Any) -> List[str]:
 
 class KerasMXNetBackend(MXNetFramework, KerasBackend):
     name = "mxnet"
+    hub_refusal = (
+        "keras_hub needs Keras 3, and keras-mxnet is Keras 2.2.4 (no keras.ops, no "
+        "functional models over dicts); run it on tensorflow, jax or torch"
+    )
     learning_rate_argument = "lr"  # Keras 2.2.4's spelling
 
     def import_keras(self) -> Any:

@@ -172,6 +172,10 @@ class MXNetFramework:
 
 class MXNetGluonBackend(MXNetFramework, NativePort):
     name = "mxnet-gluon"
+    hub_refusal = (
+        "mxnet-gluon runs kbench's Gluon twins of its zoo models, and keras_hub models "
+        "(Keras 3) have none; run it on tensorflow, jax or torch"
+    )
 
     def load_framework(self, data_format: str) -> None:
         self.require_channels_first(data_format)

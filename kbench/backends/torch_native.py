@@ -187,6 +187,11 @@ class TorchFramework:
 
 class TorchNativeBackend(TorchFramework, NativePort):
     name = "torch-native"
+    hub_refusal = (
+        "torch-native runs kbench's PyTorch twins of its zoo models (and a user model's "
+        "build_torch), and keras_hub ships no PyTorch twin of its models; run it on Keras' "
+        "torch backend (-b torch), which runs the same model on PyTorch"
+    )
     scaler: Any = None  # torch.amp.GradScaler under float16 (apply_switches)
 
     def load_framework(self, data_format: str) -> None:

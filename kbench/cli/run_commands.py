@@ -37,6 +37,7 @@ DEMO_SETTINGS = dict(
 )  # fmt: skip
 # What kbench run trains or infers, and on which data: its settings' own flags.
 WORKLOAD_SETTINGS = (
+    "model_args",
     "dataset", "data_dir", "train_samples", "test_samples", "input_shape", "num_classes",
     "image_size", "batch_size", "epochs", "steps", "warmup_steps", "data_format", "optimizer",
     "learning_rate", "seed", "mode", "duration_s", "precision", "max_new_tokens",
@@ -73,7 +74,8 @@ def add_run_command(commands) -> None:
         own="or your own model: path/to/file.py:build (or package.module:build), a function "
         "build(input_shape, num_classes) returning a Keras model (see examples/my_model.py), "
         "or a Keras 3 saved model path/to/model.keras (its saved weights on tensorflow, jax "
-        "and torch)",
+        "and torch), or a KerasHub model hub:ClassName (e.g. hub:BertTextClassifier, "
+        "configured by --model-args) or hub:ClassName/PRESET (a preset in the KerasHub cache)",
     )  # fmt: skip
     arguments.add_settings(run, WORKLOAD_SETTINGS)
     add_round_arguments(run)

@@ -384,7 +384,7 @@ def training_reply(
     role, rank, cores and framework."""
     facts = run_worker.model_facts(
         ctx.backend, model, ctx.config["model"], ctx.input_shape, ctx.num_classes,
-        ctx.backend.flops(model),
+        ctx.backend.flops(model), ctx.config.get("model_args"),
     )  # fmt: skip
     reply: Dict[str, Any] = {"workers": workers, **more, "model": facts}
     if ctx.leader:

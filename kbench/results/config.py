@@ -23,7 +23,7 @@ from kbench.datasets import DATASETS as DATASET_SPECS
 from kbench.datasets import TEXT_PREFIX, DataUnavailable, dataset_spec, target_refusal, user_dataset
 from kbench.datasets.npz import NPZ_PREFIX, inspect_npz
 from kbench.measure.processes import usable_cores
-from kbench_models import MODELS, short_name, spec_for
+from kbench_models import MODELS, hub, short_name, spec_for
 from kbench_models.user import FORMS as USER_MODEL_FORMS
 from kbench_models.user import UserModelError, is_reference
 
@@ -241,6 +241,11 @@ def _required(check: Check) -> Check:
 
 def _check_model(setting: str, model: Any) -> Any:
     """A zoo name, or a user model as ``/absolute/file.py:function`` (the worker runs elsewhere)."""
+    if hub.is_hub(model):
+        try:
+            return hub.check_reference(model)
+        except UserModelError as err:
+            raise ConfigError(setting, str(err)) from None
     if not (isinstance(model, str) and is_reference(model)):
         try:
             return check_choice(setting, model, MODELS)
@@ -252,6 +257,14 @@ def _check_model(setting: str, model: Any) -> Any:
         return spec_for(model).name
     except UserModelError as err:
         raise ConfigError(setting, str(err)) from None
+
+
+def _check_model_args(setting: str, args: Any) -> Any:
+    """``k=v,...`` (a mapping in a sweep file) as one sorted text; None: none."""
+    try:
+        return hub.canonical_args(args)
+    except UserModelError as err:
+        raise ConfigError(setting, str(err).removeprefix("--model-args: ")) from None
 
 
 def _check_dataset(setting: str, dataset: Any) -> Any:
@@ -417,6 +430,13 @@ class RunConfig:
 
     backend: str = setting(None, None, _required(_one_of(BACKENDS)))
     model: str = setting(None, None, _required(_check_model))
+    model_args: Optional[str] = setting(
+        None,
+        "a hub: model's configuration as key=value pairs, e.g. num_layers=2,hidden_dim=64,"
+        "num_heads=2,intermediate_dim=128,vocabulary_size=1000 (the backbone's and the "
+        "task's keyword arguments; numbers, true/false or text), or preset=NAME",
+        _check_model_args, metavar="K=V,...", default_text="none",
+    )  # fmt: skip
     dataset: str = setting(
         "fashion_mnist",
         f"one of: {', '.join(DATASETS)}; or your own arrays: "
@@ -631,6 +651,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         for name, about in settings().items():
             object.__setattr__(self, name, about.check(name, getattr(self, name)))
+        self._check_hub()
         self._check_length()
         self._check_generate()
         self._check_inference_only()
@@ -643,6 +664,31 @@ class RunConfig:
         if self.window_s is not None:
             self._check_window()
         self._check_mxnet_gpus()
+
+    def _check_hub(self) -> None:
+        """A ``hub:`` model's arguments and preset (kbench_models.hub); none for another."""
+        if not hub.is_hub(self.model):
+            if self.model_args is not None:
+                raise ConfigError(
+                    "model_args",
+                    f"only hub: models take a configuration ({hub.FORM}); received "
+                    f"{self.model_args!r} for model {short_name(self.model)!r}. Drop "
+                    "--model-args, or run the hub: model in a command of its own.",
+                )
+            return
+        try:
+            spec_for(self.model, self.model_args)
+        except UserModelError as err:
+            message = str(err)
+            if message.startswith("--model-args: "):
+                raise ConfigError("model_args", message.removeprefix("--model-args: ")) from None
+            raise ConfigError("model", message) from None
+        if BACKENDS[self.backend].export_format:
+            raise ConfigError(
+                "backend",
+                f"{self.backend} runs a model kbench exports; hub: models are not exported "
+                "yet. Run them on tensorflow, jax or torch.",
+            )
 
     def _check_length(self) -> None:
         """Steps, where given, replace the epochs (the default)."""
@@ -678,7 +724,7 @@ class RunConfig:
                     f"{self.mode}. Add --mode generate, or drop --max-new-tokens.",
                 )
             return
-        spec = spec_for(self.model)
+        spec = spec_for(self.model, self.model_args)
         if spec.target != "next_token":
             causal = ", ".join(n for n in MODELS if spec_for(n).target == "next_token")
             raise ConfigError(
@@ -768,7 +814,7 @@ class RunConfig:
                     f"backend {self.backend!r} runs {' or '.join(allowed)} only; received "
                     f"{self.data_format!r}. Drop --data-format for it.",
                 )
-        model_kind = spec_for(self.model).input_kind
+        model_kind = spec_for(self.model, self.model_args).input_kind
         data_kind = dataset_spec(self.dataset).kind
         if self.dataset.startswith(NPZ_PREFIX):
             try:  # the arrays against the model's input and the class count asked for
@@ -786,7 +832,8 @@ class RunConfig:
                 f"{self.dataset!r} holds {INPUT_KINDS[data_kind]}. Use one of: "
                 f"{', '.join(fitting)}.",
             )
-        refusal = target_refusal(self.dataset, self.model, spec_for(self.model).target)
+        spec = spec_for(self.model, self.model_args)
+        refusal = target_refusal(self.dataset, self.model, spec.target)
         if refusal:
             raise ConfigError("dataset", refusal)
         self._check_synthetic_shape(model_kind)

@@ -113,7 +113,7 @@ def training(config: RunConfig, data: datasets.PreparedData) -> Optional[Dict[st
         "train_samples": data.train_samples, "test_samples": data.test_samples,
         "epochs": TRAIN_EPOCHS, "batch_size": TRAIN_BATCH, "optimizer": config.optimizer,
         "learning_rate": config.learning_rate,
-        "loss": kbench_models.spec_for(config.model).loss_for(data.num_classes),
+        "loss": kbench_models.spec_for(config.model, config.model_args).loss_for(data.num_classes),
     }  # fmt: skip
 
 

@@ -70,7 +70,8 @@ def token_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply) -
     sequences/s times the new tokens of each); {} else."""
     steps = reply.model.get("input_shape") or []
     rate = metrics.get("images_per_sec")
-    if spec_for(config.model).input_kind != "tokens" or len(steps) != 1 or rate is None:
+    kind = spec_for(config.model, config.model_args).input_kind
+    if kind != "tokens" or len(steps) != 1 or rate is None:
         return {}
     if config.mode == "generate":  # the new tokens, as the worker counted them
         return {"tokens_per_sec": rate * config.max_new_tokens}

@@ -157,7 +157,7 @@ def new_run_id(config: RunConfig) -> str:
 def data_request(config: RunConfig) -> Dict[str, Any]:
     """What :func:`kbench.datasets.prepare` needs for this run's data (synthetic data
     takes the model's own input shape and classes unless the run gives them)."""
-    spec = spec_for(config.model)
+    spec = spec_for(config.model, config.model_args)
     synthetic = config.dataset == "synthetic"
     own_classes = config.dataset.startswith(datasets.NPZ_PREFIX) and config.num_classes
     named = ("dataset", "data_dir", "train_samples", "test_samples", "image_size", "seed")
@@ -524,7 +524,7 @@ def worker_key(config: RunConfig) -> Tuple:
         config.device,
         config.gpu_memory_fraction,
         config.gpu_memory_growth,
-        spec_for(config.model).is_user,
+        spec_for(config.model, config.model_args).is_user,
         switches,
         start_jit,
     )
@@ -606,8 +606,8 @@ class RunContext:
 def model_facts(config: RunConfig, reply: Optional[WorkerReply]) -> Dict[str, Any]:
     """What the worker said of the model; a user model's source even unbuilt."""
     model = dict(reply.model) if reply else {}
-    spec = spec_for(config.model)
-    if spec.is_user:
+    spec = spec_for(config.model, config.model_args)
+    if spec.is_user or spec.is_hub:
         model.setdefault("name", config.model)
         model.setdefault("source", spec.source())
     return model

@@ -500,7 +500,7 @@ def plan_parity(
 NOT_ASKED = "not asked for (--no-parity-check)"
 # the settings that change what a worker computes: workers apart in one are not checked
 COMPUTATION = (
-    "model", "dataset", "data_dir", "train_samples", "test_samples", "input_shape",
+    "model", "model_args", "dataset", "data_dir", "train_samples", "test_samples", "input_shape",
     "num_classes", "image_size", "batch_size", "warmup_steps", "optimizer", "learning_rate",
     "seed", "mode", "mixed_precision",
 )  # fmt: skip
@@ -508,11 +508,12 @@ COMPUTATION = (
 
 def not_comparable(config: RunConfig) -> Optional[str]:
     """Why no worker of ``config``'s comparison can be checked at warm-up; None: they can."""
-    if config.model not in kbench_models.MODELS:  # a user model
+    if config.model not in kbench_models.MODELS:  # a user model or a keras_hub one
+        hub = config.model.startswith("hub:")
         return (
-            "a user model: kbench cannot tell that its training steps are deterministic "
-            "(Dropout and other random layers draw apart on each backend); compare it with "
-            "kbench parity"
+            f"{'a keras_hub' if hub else 'a user'} model: kbench cannot tell that its "
+            "training steps are deterministic (Dropout and other random layers draw apart on "
+            "each backend)" + ("" if hub else "; compare it with kbench parity")
         )
     if config.mixed_precision != "off":
         return (

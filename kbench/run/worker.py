@@ -95,7 +95,10 @@ def build(backend: Any, task: WorkerTask) -> Built:
     input_shape = arrays["x_train"].shape[1:]
     model, build_time = build_model(backend, task, input_shape, data.num_classes)
     flops = backend.flops(model)
-    facts = model_facts(backend, model, task.config["model"], input_shape, data.num_classes, flops)
+    facts = model_facts(
+        backend, model, task.config["model"], input_shape, data.num_classes, flops,
+        task.config.get("model_args"),
+    )  # fmt: skip
     return Built(data, loss, arrays, model, build_time, facts)
 
 
@@ -176,7 +179,7 @@ def task_arrays(task: WorkerTask) -> Tuple[datasets.PreparedData, str, Dict[str,
     """The task's data, its loss, and its arrays as the model takes them (layout, labels;
     next-token targets as the parent made them, the inputs shifted by one)."""
     data = datasets.PreparedData.from_dict(task.data)
-    spec = kbench_models.spec_for(task.config["model"])
+    spec = kbench_models.spec_for(task.config["model"], task.config.get("model_args"))
     if spec.target != data.target:
         raise ValueError(
             f"{spec.name} learns {spec.target} targets; received data prepared with "
@@ -206,27 +209,28 @@ def build_model(
         exports.refuse_failed(task.export)
         backend.take_export(task.export)
     backend.seed(task.config["seed"])
-    replaced = (
-        task.parity is not None
-        and bool(task.parity.get("weights_in"))
-        and not kbench_models.spec_for(task.config["model"]).is_user
-    )
+    spec = kbench_models.spec_for(task.config["model"], task.config.get("model_args"))
+    replaced = task.parity is not None and bool(task.parity.get("weights_in")) and not spec.is_user
     build_start = time.perf_counter()
     with backend.initial_values_unused() if replaced else contextlib.nullcontext():
-        model = backend.build(task.config["model"], input_shape, num_classes)
+        if spec.is_hub:
+            model = backend.build_hub(spec, input_shape, num_classes)
+        else:
+            model = backend.build(task.config["model"], input_shape, num_classes)
     return model, time.perf_counter() - build_start
 
 
 def model_facts(
     backend: Any, model: Any, name: str, input_shape: Sequence[int], num_classes: int,
-    flops: Dict[str, Any],
+    flops: Dict[str, Any], model_args: Optional[str] = None,
 ) -> Dict[str, Any]:  # fmt: skip
-    """What a reply says of the model: parameters, input, classes, FLOPs, a user model's source."""
-    spec = kbench_models.spec_for(name)
+    """What a reply says of the model: parameters, input, classes, FLOPs, a user model's
+    source (a keras_hub model's: class, arguments, preset, version)."""
+    spec = kbench_models.spec_for(name, model_args)
     return {
         "name": name, "params": backend.count_params(model),
         "input_shape": [int(d) for d in input_shape], "num_classes": num_classes, "flops": flops,
-    } | ({"source": spec.source()} if spec.is_user else {})  # fmt: skip
+    } | ({"source": spec.source()} if spec.is_user or spec.is_hub else {})  # fmt: skip
 
 
 def failure_reply(err: BaseException, started_at: float) -> WorkerReply:

@@ -166,7 +166,7 @@ def action(env_dir: Path, wanted: EnvironmentPlan, gpu: Optional[str]) -> str:
     python = venv_python(env_dir, wanted.platform.system)
     if (
         stamp.is_file()
-        and stamp.read_text().strip() == stamp_text(wanted.requirements).strip()
+        and stamp.read_text().strip() == stamp_text(wanted.stamped).strip()
         and python.is_file()
         and os.access(python, os.X_OK)
     ):
@@ -211,7 +211,7 @@ def make_environment(
             for requirement, index in wanted.from_index:
                 log.info("%s: would install %s first, from %s (pip install --index-url %s %s)",
                          name, requirement, index, index, requirement)  # fmt: skip
-            log.info("%s: would install %s", name, " ".join(wanted.requirements))
+            log.info("%s: would install %s", name, " ".join(wanted.stamped))
         return done
     if done == "ready":
         if not (env_dir / KIND_FILE).is_file():
@@ -243,6 +243,8 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
         log.info("%s: installing %s first, from %s", wanted.name, requirement, index)
         call(pip + ["--index-url", index, requirement], f"install {requirement} from {index}")
     call(pip + list(wanted.requirements), f"install {wanted.name}'s requirements")
+    if wanted.no_deps:
+        call(pip + ["--no-deps", *wanted.no_deps], f"install {' '.join(wanted.no_deps)}")
     if wanted.name == "keras3" and (options.root / "pyproject.toml").is_file():
         # the harness runs here; workers anywhere import kbench through their PYTHONPATH
         # (an installed kbench has no checkout to install: it runs from the user's Python)
@@ -253,7 +255,7 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
                  wanted.name, len(folders), LIBRARY_PATH_FILE)  # fmt: skip
     if wanted.cuda and options.check:
         check_build(env_dir, wanted)
-    stamp.write_text(stamp_text(wanted.requirements))
+    stamp.write_text(stamp_text(wanted.stamped))
 
 
 def check_build(env_dir: Path, wanted: EnvironmentPlan) -> None:

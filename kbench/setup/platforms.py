@@ -45,6 +45,13 @@ KERAS3_RUNTIMES = (
     "onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0", "onnx==1.23.2",
     "tf2onnx==1.17.0", "scipy",
 )  # fmt: skip
+# KerasHub, for the hub: models (kbench_models.hub): keras-hub itself is installed without
+# its dependencies (KERAS3_NO_DEPS), since its tensorflow-text asks for the `tensorflow`
+# distribution, which pip would put beside tensorflow-cpu (and a newer one beside a CUDA
+# pin); these are what it imports (kbench builds no tokenizer, so tensorflow-text is left
+# out). kagglesdk is keras-hub's own pin; kagglehub 1.0.2 is the last that accepts it.
+KERAS3_HUB = ("kagglehub==1.0.2", "kagglesdk==0.1.28", "regex", "tokenizers", "sentencepiece")
+KERAS3_NO_DEPS = ("keras-hub==0.32.0",)
 # where PyPI has no wheel of a runtime's pinned version (checked with pip's --platform):
 # left out of the plan, and said
 RUNTIMES_MISSING: Dict[Tuple[str, str], Tuple[str, ...]] = {
@@ -168,6 +175,14 @@ class EnvironmentPlan:
     # (requirement, index URL): requirements (also in ``requirements``, so the stamp is
     # unchanged) that pip installs first, alone, from that index (``--index-url``)
     from_index: Tuple[Tuple[str, str], ...] = ()
+    # installed after the requirements with pip's --no-deps (their dependencies are listed
+    # in the requirements: keras-hub's own would replace a framework)
+    no_deps: Tuple[str, ...] = ()
+
+    @property
+    def stamped(self) -> Tuple[str, ...]:
+        """What the environment's stamp lists: every requirement, --no-deps ones last."""
+        return self.requirements + self.no_deps
 
     @property
     def available(self) -> bool:
@@ -238,8 +253,9 @@ def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
         for r in missing
     )
     return dataclasses.replace(
-        plan, requirements=plan.requirements + runtimes, notes=plan.notes + notes
-    )
+        plan, requirements=plan.requirements + runtimes + KERAS3_HUB, notes=plan.notes + notes,
+        no_deps=KERAS3_NO_DEPS,
+    )  # fmt: skip
 
 
 def _keras3_frameworks(kind: str, where: Platform) -> EnvironmentPlan:

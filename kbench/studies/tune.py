@@ -227,7 +227,7 @@ def _changes(
 def _other_formats(backend: str, base: RunConfig) -> Tuple[str, ...]:
     """The data formats of an image model other than the one ``base`` trains in."""
     spec = BACKENDS[backend]
-    if spec_for(base.model).input_kind != "image" or len(spec.data_formats) < 2:
+    if spec_for(base.model, base.model_args).input_kind != "image" or len(spec.data_formats) < 2:
         return ()
     default_format = environments.keras_config(backend, None)["image_data_format"]
     return tuple(f for f in spec.data_formats if f != (base.data_format or default_format))

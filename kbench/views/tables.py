@@ -741,6 +741,12 @@ def _command_cell(command: Sequence[str]) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+def keras_text(probe: Dict[str, Any]) -> str:
+    """The Keras version a probe found, with keras-hub's beside it where it is installed."""
+    hub = probe.get("framework", {}).get("keras_hub_version")
+    return (probe.get("keras") or "-") + (f" (keras-hub {hub})" if hub else "")
+
+
 def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
     rows = []
     for p in probes:
@@ -748,7 +754,7 @@ def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
         rows.append([
             p["backend"], "yes" if p["ok"] else "no",
             p.get("environment") or BACKENDS[p["backend"]].environment,
-            p.get("python", "-"), p.get("keras") or "-",
+            p.get("python", "-"), keras_text(p),
             f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
             ", ".join(framework.get("devices", [])) or "-",
             kernels_text(framework) if p["ok"] else "-",
