@@ -424,7 +424,8 @@ def _best_side(claim: Claim, spec: Dict[str, Any], candidates: Sequence[Side]) -
         wins[best.label] += 1
     label = "best of " + " | ".join(c.label for c in candidates)
     if keys:
-        label += " (fastest rounds: " + ", ".join(f"{k} {n}" for k, n in wins.items()) + ")"
+        won = ", ".join(f"{k} {n}" for k, n in wins.items() if n)
+        label += f" (fastest rounds: {won})"
     missing = [c.label for c in candidates if not c.rounds]
     if missing:
         label += f" ({', '.join(missing)}: no finished run)"
