@@ -36,6 +36,9 @@ def _run(home: Path, backends: str, precision: str, store: str):
 @pytest.fixture(scope="module")
 def int8_runs(edge_home):
     require_backends("tensorflow", "onnxruntime", "litert", "openvino-ir", "openvino")
+    # float32 first, into the same store: the int8 run's table has its speed against it
+    floats, _ = _run(edge_home, "onnxruntime", "float32", "int8")
+    assert floats.returncode == 0, dump(floats)
     return _run(edge_home, "onnxruntime,litert,openvino-ir,openvino", "int8", "int8")
 
 
@@ -79,9 +82,42 @@ def test_int8_files_are_quantized_by_the_named_method_and_keep_their_accuracy(in
     assert ir.status == "unsupported", dump(done)
     assert "nncf" in ir.error["message"] and "int8" in ir.error["message"]
     table = done.stdout
-    assert "top-1 vs float" in table and "onnxruntime int8: accuracy 0." in table
+    assert "top-1 vs float" in table and "vs float32" in table
     accuracy = results["onnxruntime"].metrics["accuracy"]
     assert f"{accuracy['top1']:.3f} vs {accuracy['float_top1']:.3f}" in table
+    # beside the accuracy, the speed against the store's float32 run of the same runtime
+    line = next(n for n in table.splitlines() if n.strip().startswith("onnxruntime int8: x"))
+    assert "than onnxruntime float32 (p50 " in line and ", accuracy 0." in line, line
+
+
+@pytest.mark.slow
+def test_the_report_answers_the_edge_question_from_the_stored_figures(int8_runs, tmp_path):
+    """The report's edge section: its verdict names the fastest runtime and precision at
+    batch 1 as the stored p50s say, and a quantized row's speed is the stored p50s' ratio."""
+    from kbench.results.edge import edge_groups
+    from kbench.views.edge import ratio_text
+    from kbench.views.report import write_report
+
+    done, _ = int8_runs
+    runs = [r for r in done.results() if r.ok]
+    assert {r.config["precision"] for r in runs} == {"float32", "int8"}
+    p50 = {(r.config["backend"], r.config["precision"]): r.metrics["latency_ms"]["p50"]
+           for r in runs}  # fmt: skip
+    fastest = min(p50, key=p50.get)
+    (group,) = edge_groups(done.results())
+    assert group.verdict.row.key[:2] == fastest
+    onnx = next(row for row in group.rows if row.key[:2] == ("onnxruntime", "int8"))
+    ratio = p50[("onnxruntime", "float32")] / p50[("onnxruntime", "int8")]
+    assert onnx.against_float.ratio.median == pytest.approx(ratio)
+    ir = next(row for row in group.rows if row.backend == "openvino-ir")
+    assert ir.status == "unsupported" and "nncf" in ir.reason
+    write_report(done.results(), tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert 'id="edge"' in page and "The edge question" in page
+    said = f"{fastest[0]} {fastest[1]} is fastest at batch 1: {p50[fastest]:.2f} ms p50"
+    assert said in page, page[page.index('id="edge"') :][:2000]
+    assert f"<td>{ratio_text(onnx.against_float)}</td>" in page
+    assert "<h3>Latency against accuracy: mlp on digits" in page
 
 
 @pytest.mark.slow

@@ -161,6 +161,28 @@ def test_backends_that_built_different_models_get_no_ratio():
     assert parameter_mismatches([result("torch"), result("jax")]) == []
 
 
+def test_fresh_rounds_find_different_models_as_soon_as_two_backends_built_them():
+    """Issue 53: a fresh-process comparison stops after the first run that built another
+    model than an earlier backend's, with the counts and the fix; channels_first beside
+    channels_last names --data-format channels_last."""
+    from kbench.run.runner import models_of_results
+
+    torch, jax = result("torch", params=628), result("jax", params=628)
+    assert models_of_results([torch, jax, result("torch", params=628, repeat=1)]) is None
+    mxnet = result("mxnet", params=612)
+    mxnet.environment["keras_json"] = {"image_data_format": "channels_first"}
+    torch.environment["keras_json"] = {"image_data_format": "channels_last"}
+    said = models_of_results([torch, mxnet])
+    assert said.startswith("the backends built models of different parameter counts "
+                           "(torch: 628; mxnet: 612), so their speeds would compare "
+                           "different models; stopped after 2 run(s)")  # fmt: skip
+    assert "mxnet laid the images out channels_first" in said
+    assert "--data-format channels_last" in said
+    other = result("jax", "/home/me/proj/other.py:build", params=99)  # another comparison
+    assert models_of_results([torch, other]) is None
+    assert models_of_results([torch, result("jax", params=None, status="failed")]) is None
+
+
 def test_kbench_run_fails_when_its_backends_built_different_models(tmp_path, capsys):
     """The README's promise, the same parameter count on every backend, checked where
     ``kbench run`` reports (kbench.cli.run_commands.report)."""

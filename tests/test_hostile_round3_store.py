@@ -30,8 +30,7 @@ from kbench.exec.environment import ExecConfig
 from kbench.measure import processes
 from kbench.results import jsonfile
 from kbench.results.config import ConfigError
-from kbench.results.lock import LockError, writer_lock
-from kbench.results.store import ResultStore, open_log
+from kbench.results.store import LockError, ResultStore, open_log, writer_lock
 from kbench.run import leftovers
 from kbench.studies import tune
 from kbench.studies.slurm import SlurmOptions

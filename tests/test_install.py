@@ -63,18 +63,23 @@ def installed(tmp_path_factory):
     venv = home / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
     fresh = venv_python(venv)
-    purelib = run([str(fresh), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-    (Path(purelib.stdout.strip()) / "frameworks.pth").write_text(f"{seen}\n")
-    # the venv's own setuptools (older than torch's requirement) would hide the keras3 one
-    run([str(fresh), "-m", "pip", "uninstall", "-q", "-y", "setuptools"])
-    wheel = next(wheels.glob("kbench-*.whl"))
-    run([str(fresh), "-m", "pip", "install", "-q", "--no-index", f"{wheel}[tensorflow,torch]"])
+    # a user's process: no PYTHONPATH (the checkout on it would show pip the kbench.egg-info
+    # that the wheel's build leaves there: "already satisfied", nothing installed)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KBENCH_", "PYTHON"))}
     env.update(
         HOME=str(home),
         KERAS_HOME=str(home / "keras"),
         PATH=f"{fresh.parent}{os.pathsep}{env['PATH']}",
     )
+    env.pop("XDG_DATA_HOME", None)
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = run([str(fresh), "-c", code], env=env)
+    (Path(purelib.stdout.strip()) / "frameworks.pth").write_text(f"{seen}\n")
+    # the venv's own setuptools (older than torch's requirement) would hide the keras3 one
+    run([str(fresh), "-m", "pip", "uninstall", "-q", "-y", "setuptools"], env=env)
+    wheel = next(wheels.glob("kbench-*.whl"))
+    install = [str(fresh), "-m", "pip", "install", "-q", "--no-index", f"{wheel}[tensorflow,torch]"]
+    run(install, env=env)
     return fresh.parent, env, home
 
 
@@ -110,3 +115,27 @@ def test_installed_kbench_env_says_what_this_interpreter_runs(installed):
     said = [line for line in done.stdout.splitlines() if line.startswith("  mxnet:")]
     assert said and "cannot share an environment with Keras 3" in said[0], done.stdout
     assert "pip install" not in said[0] and str(bin_dir / "python") in said[0]
+    own = home / ".local" / "share" / "kbench" / "envs"  # the user's data folder
+    assert f"create kbench's own environment with: kbench setup mxnet (expected {own}" in said[0]
+
+
+def test_installed_kbench_sets_up_its_own_environments_in_the_users_folder(installed):
+    """``kbench setup`` without a checkout: the same plans, in the folder the runner looks
+    in (a dry run and a check here: a real build downloads gigabytes)."""
+    bin_dir, env, home = installed
+    own = home / ".local" / "share" / "kbench" / "envs"
+    dry = run([str(bin_dir / "kbench"), "setup", "--dry-run", "keras3", "mxnet"], cwd=home,
+              env=env)  # fmt: skip
+    said = dry.stdout + dry.stderr
+    assert f"kbench's environments: {own}" in said
+    assert "keras3: create (cpu builds)" in said and "mxnet: create (cpu builds)" in said
+    if sys.platform.startswith("linux"):  # PyPI's Linux torch is a CUDA build
+        assert (
+            "keras3: would install torch==2.13.0 first, from https://download.pytorch.org/whl/cpu"
+            in said
+        )
+    assert "mxnet: would install mxnet==1.9.1 keras-mxnet==2.2.4.3" in said
+    assert not own.exists()
+    check = run([str(bin_dir / "kbench"), "setup", "--check"], cwd=home, env=env)
+    assert f"keras3: not built (no {own / 'keras3'})" in check.stdout
+    assert check.stdout.splitlines()[-1] == "check: ok"

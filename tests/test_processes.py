@@ -130,7 +130,7 @@ def test_linux_pinning_uses_the_first_allowed_cores():
 def test_linux_peak_rss_is_kib_times_1024():
     reading = processes.peak_rss()
     assert reading["bytes"] >= psutil.Process().memory_info().rss * 0.5
-    assert reading["bytes"] % 1024 == 0 and "ru_maxrss" in reading["source"]
+    assert reading["bytes"] % 1024 == 0 and "VmHWM" in reading["source"]
 
 
 # ------------------------------------------------------------------ Windows, patched
@@ -248,8 +248,31 @@ def test_macos_is_recorded_as_not_pinned_with_the_reason(monkeypatch):
 
 
 def test_macos_peak_rss_is_already_in_bytes(monkeypatch):
-    linux = processes.peak_rss()["bytes"]
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     monkeypatch.setattr(processes, "SYSTEM", "Darwin")
     darwin = processes.peak_rss()["bytes"]
-    assert linux // 1024 <= darwin <= linux  # the same counter, read as bytes
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert before <= darwin <= after  # ru_maxrss as it is: bytes on macOS
     assert processes.group_options() == {"start_new_session": True}
+
+
+@pytest.mark.skipif(processes.SYSTEM != "Linux", reason="VmHWM is Linux's /proc")
+def test_peak_rss_is_the_process_own_not_its_parents():
+    """Linux keeps ru_maxrss across fork and exec: a small child of a large parent read the
+    parent's peak (every runtime worker of a sweep read the sweep process's 137 MiB)."""
+    held = bytearray(256 * 2**20)
+    held[::4096] = b"\1" * len(held[::4096])  # resident, not only reserved
+    code = (
+        "import json; from kbench.measure import processes; print(json.dumps(processes.peak_rss()))"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    peak = json.loads(child.stdout)
+    assert psutil.Process().memory_info().rss > 256 * 2**20
+    assert 0 < peak["bytes"] < 128 * 2**20, peak
+    assert "VmHWM" in peak["source"]
+    del held

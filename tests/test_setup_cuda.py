@@ -26,6 +26,7 @@ import pytest
 
 from kbench.run import environments
 from kbench.setup import check, envs, platforms, probe
+from kbench.setup.__main__ import main as setup_main
 from kbench.setup.platforms import Platform, plan, venv_python
 
 pytestmark = pytest.mark.own_processes("a probe of an environment")
@@ -150,12 +151,16 @@ def test_mxnet_workers_get_the_cuda_libraries_on_their_library_path(tmp_path, mo
 # ---------------------------------------------------------------- the probe's facts
 
 
-def fake_distribution(site: Path, name: str, version: str, files) -> None:
-    """A dist-info folder as pip leaves one: METADATA and a RECORD listing ``files``
-    (path -> sha256 text); the files themselves are written too."""
+def fake_distribution(site: Path, name: str, version: str, files, requires=()) -> None:
+    """A dist-info folder as pip leaves one: METADATA (with ``requires`` as Requires-Dist)
+    and a RECORD listing ``files`` (path -> sha256 text); the files themselves are written
+    too."""
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = "".join(f"Requires-Dist: {line}\n" for line in requires)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{lines}"
+    )
     lines = []
     for path, digest in files.items():
         (site / path).parent.mkdir(parents=True, exist_ok=True)
@@ -275,6 +280,41 @@ def test_mxnet_that_imports_up_to_the_missing_driver_passes():
                verdict.problems)  # fmt: skip
 
 
+def test_a_cuda_torch_in_a_cpu_environment_is_wrong_from_its_metadata(tmp_path, monkeypatch,
+                                                                     capsys):  # fmt: skip
+    """Issue 53: what a CPU environment gets from PyPI's Linux torch, found by --check. The
+    environment is a real venv whose site-packages holds only torch's and one CUDA
+    library's dist-info (no torch module: it does not import), so its build is read off
+    its version (``+cu126``) and Requires-Dist, as the probe reads any torch's."""
+    env_dir = tmp_path / "keras3"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True,
+                   timeout=120)  # fmt: skip
+    (env_dir / envs.KIND_FILE).write_text("cpu\n")
+    site = next(env_dir.glob("lib/python3*/site-packages"))
+    runtime = "nvidia-cuda-runtime-cu12==12.6.77; platform_system == 'Linux'"
+    fake_distribution(site, "torch", "2.13.0+cu126", {}, requires=["filelock", runtime])
+    fake_distribution(site, "nvidia-cuda-runtime-cu12", "12.6.77", {})
+    monkeypatch.setenv("KBENCH_ENVS_DIR", str(tmp_path))
+    assert setup_main(["--check", "keras3"]) == 1
+    said = capsys.readouterr().out
+    assert "torch 2.13.0+cu126 (torch): CUDA 12.6 build" in said
+    assert (
+        "keras3: torch 2.13.0+cu126 (torch) is a CUDA 12.6 build in the keras3 CPU "
+        "environment: its CUDA libraries are several GB that no CPU run uses. Remove the "
+        "environment and build it again (`python3 -m kbench.setup keras3`): its plan takes "
+        "torch==2.13.0 from https://download.pytorch.org/whl/cpu"
+    ) in said
+    assert "CUDA libraries in a CPU environment (nvidia-cuda-runtime-cu12 12.6.77)" in said
+    # PyPI's torch has no local label: its Requires-Dist says CUDA (on Linux only)
+    pypi = {"version": "2.13.0", "requires_dist": ["sympy", runtime], "imported": False}
+    assert check.framework_cuda(dict(pypi, framework="torch")) == (True, "12")
+    mac = [runtime.replace("== 'Linux'", "== 'Darwin'")]
+    assert check.declared_cuda(dict(pypi, requires_dist=mac)) == (None, None)
+    assert check.declared_cuda({"version": "2.13.0+cpu"}) == (False, None)
+    # the CPU plan's own torch passes (the real report of this machine's environment)
+    assert check.judge(CPU_PROBE, plan("keras3", "cpu", LINUX)).problems == []
+
+
 # ---------------------------------------------------------------- kinds and the dry run
 
 
@@ -306,6 +346,30 @@ def test_the_dry_run_says_which_kind_and_why_and_lists_the_packages(tmp_path, ca
     assert lines[1] == "mxnet: create (gpu builds)"
     assert lines[2] == "mxnet: would install " + " ".join(plan("mxnet", "gpu", LINUX).requirements)
     assert not (tmp_path / "mxnet").exists()
+
+
+def test_the_cpu_plan_on_linux_takes_torch_from_pytorchs_cpu_index(tmp_path, caplog):
+    """Issue 53: PyPI's Linux x86-64 torch is a CUDA build (several GB of nvidia-*); the
+    CPU plan installs torch first, alone, from PyTorch's CPU wheel index, and its dry run
+    says so. The requirements (and so an existing environment's stamp) are unchanged."""
+    index = "https://download.pytorch.org/whl/cpu"
+    for where in (LINUX, Platform("linux", "aarch64")):
+        cpu = plan("keras3", "cpu", where)
+        assert cpu.from_index == (("torch==2.13.0", index),)
+        assert "torch==2.13.0" in cpu.requirements
+    for where in (Platform("darwin", "arm64"), Platform("win32", "AMD64")):  # PyPI's is CPU
+        assert plan("keras3", "cpu", where).from_index == ()
+    assert plan("keras3", "gpu", LINUX).from_index == ()  # the CUDA build, from PyPI
+    caplog.set_level(logging.INFO, logger="kbench.setup")
+    options = envs.SetupOptions(envs_dir=tmp_path, python="python3", gpu="0", dry_run=True,
+                                platform=LINUX)  # fmt: skip
+    assert envs.make_environment("keras3", options) == "create"
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines[1] == (
+        f"keras3: would install torch==2.13.0 first, from {index} (pip install --index-url "
+        f"{index} torch==2.13.0)"
+    )
+    assert lines[2].startswith("keras3: would install tensorflow-cpu jax[cpu] torch==2.13.0 ")
 
 
 def test_a_gpu_environment_whose_cuda_builds_change_is_rebuilt_not_updated(tmp_path):

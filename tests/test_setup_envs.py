@@ -113,7 +113,9 @@ def test_windows_has_no_mxnet_for_its_python_and_is_told_tensorflow_has_no_gpu_b
     for kind in ("cpu", "gpu"):
         refused = plan("mxnet", kind, WINDOWS).unavailable
         assert "1.7.0.post2" in refused and "numpy<1.17" in refused
-        assert "KBENCH_PYTHON_<BACKEND>" in refused
+        # issue 53: no Python 3.7 environment is offered: kbench's worker cannot run there
+        assert "kbench's worker needs Python 3.9 or newer" in refused
+        assert "Python 3.7" not in refused and "WSL2" in refused
     gpu = plan("keras3", "gpu", WINDOWS)
     assert gpu.available
     assert any("no native Windows GPU build after 2.10" in note for note in gpu.notes)
@@ -150,6 +152,21 @@ def test_the_platform_is_read_from_sys_platform_and_platform_machine(monkeypatch
 
 
 # ---------------------------------------------------------------- venv layout
+
+
+def test_an_installed_kbench_keeps_its_environments_in_the_users_data_folder(tmp_path):
+    """Issue 53: outside a checkout, envs/ beside kbench would be in site-packages."""
+    home = {"HOME": str(tmp_path)}
+    assert envs.default_envs_dir(home, in_checkout=True) == ROOT / "envs"
+    data = tmp_path / ".local" / "share" / "kbench" / "envs"
+    assert envs.default_envs_dir(home, in_checkout=False, system="linux") == data
+    xdg = dict(home, XDG_DATA_HOME=str(tmp_path / "x"))
+    assert envs.default_envs_dir(xdg, in_checkout=False) == tmp_path / "x" / "kbench" / "envs"
+    windows = dict(home, LOCALAPPDATA=str(tmp_path / "L"))
+    assert envs.default_envs_dir(windows, False, "win32") == tmp_path / "L" / "kbench" / "envs"
+    moved = dict(xdg, KBENCH_ENVS_DIR=str(tmp_path / "mine"))
+    assert envs.default_envs_dir(moved, in_checkout=False) == tmp_path / "mine"
+    assert envs.default_envs_dir(moved, in_checkout=True) == tmp_path / "mine"
 
 
 def test_the_venv_interpreter_is_where_venv_puts_it_on_each_system(tmp_path):
@@ -228,8 +245,10 @@ def test_a_real_environment_is_built_once_then_left_alone(tmp_path, monkeypatch,
     monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
     options = envs.SetupOptions(envs_dir=tmp_path / "envs", python=sys.executable)
 
-    def tiny(name, kind, where, wheel):
-        return EnvironmentPlan(name, kind, where, ("kbenchtiny",))
+    def tiny(name, kind, where, wheel):  # kbenchtiny first "from an index" (torch's CPU
+        # build on Linux): PIP_NO_INDEX leaves find-links, so this proves the pip command
+        index = (("kbenchtiny", "https://example.invalid/simple"),)
+        return EnvironmentPlan(name, kind, where, ("kbenchtiny",), from_index=index)
 
     caplog.set_level(logging.INFO, logger="kbench.setup")
     assert envs.make_environment("mxnet", options, planner=tiny) == "create"

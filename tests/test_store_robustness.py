@@ -22,14 +22,15 @@ import yaml
 from conftest import ROOT, kbench_here, require_backends
 
 from kbench.results import jsonfile
-from kbench.results.lock import StoreLocked, writer_lock
 from kbench.results.result import RunResult
 from kbench.results.store import (
     INDEX_NAME,
     ResultNotSaved,
     ResultStore,
+    StoreLocked,
     low_space_warning,
     rescue_places,
+    writer_lock,
 )
 from kbench.studies.sweep import load_sweep
 
@@ -372,7 +373,7 @@ def test_low_space_is_told_before_a_sweep_starts(tmp_path):
 
 HOLDER = """\
 import sys, time
-from kbench.results.lock import writer_lock
+from kbench.results.store import writer_lock
 with writer_lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(120)
@@ -421,11 +422,12 @@ def test_a_second_writer_is_refused_at_once_naming_the_holder(tmp_path):
 
 
 def test_lock_module_imports_without_fcntl():
-    """On Windows there is no fcntl: the module must still import (it uses msvcrt)."""
+    """On Windows there is no fcntl: the store (its writer lock) must still import (it
+    uses msvcrt). subprocess is imported first: a msvcrt it can import makes it Windows'."""
     code = (
-        "import sys, types; sys.modules['fcntl'] = None; "
+        "import subprocess, sys, types; sys.modules['fcntl'] = None; "
         "sys.modules['msvcrt'] = types.ModuleType('msvcrt'); "
-        "import kbench.results.lock as m; print(m.fcntl is None)"
+        "import kbench.results.store as m; print(m.fcntl is None)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.stdout.strip() == "True", done.stderr

@@ -11,7 +11,10 @@ line of its own); NAME says what it holds:
 - ``sweep-keys``: the run settings a sweep file takes (the fields of
   :class:`kbench.results.config.RunConfig`);
 - ``include PATH``: the file PATH of the checkout in a code block;
-- ``ran-where``: what kbench has run on, from ``docs/hooks/ran_where.yaml``.
+- ``ran-where``: what kbench has run on, from ``docs/hooks/ran_where.yaml``;
+- ``results STORE``: a store of the checkout as the results page shows it (its machine,
+  software, runs, the command that measures it again, ``kbench compare``'s tables), from
+  its result documents (``docs/hooks/results_page.py``).
 
 ``python docs/hooks/blocks.py`` rewrites every block in README.md and docs/ (with the
 keras3 environment's Python, which has kbench's parser's packages);
@@ -149,9 +152,16 @@ def block_text(name: str) -> str:
     """What the block NAME holds."""
     if name.startswith("include "):
         return include(name[len("include ") :])
+    if name.startswith("results "):
+        _checkout_first()
+        from results_page import results_block  # docs/hooks/, beside this file
+
+        return results_block(name[len("results ") :])
     if name not in GENERATORS:
         known = ", ".join(sorted(GENERATORS))
-        raise KeyError(f"no generated block {name!r}: expected one of {known}, include PATH")
+        raise KeyError(
+            f"no generated block {name!r}: expected one of {known}, include PATH, results STORE"
+        )
     return GENERATORS[name]()
 
 

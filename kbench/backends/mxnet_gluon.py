@@ -215,7 +215,10 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
 
         self.refuse_user_model(name)
         self.refuse_fused_rnn_without_mkldnn(name)
-        net = self.twins.build(name, tuple(input_shape), num_classes)
+        try:
+            net = self.twins.build(name, tuple(input_shape), num_classes)
+        except NotImplementedError as missing:  # a zoo model with no Gluon twin yet
+            raise Unsupported(f"mxnet-gluon: {missing}") from None
         net.collect_params().reset_ctx(self.context)
         net.kbench_spec = kbench_models.MODELS[name]
         net.kbench_input_shape = tuple(input_shape)

@@ -8,14 +8,21 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from kbench.cli import exec_command, many_runs, ops, reproduce, run_commands, tune_command
+from kbench.cli import (
+    exec_command,
+    many_runs,
+    ops,
+    reproduce,
+    run_commands,
+    setup_command,
+    tune_command,
+)
 from kbench.cli.arguments import EXAMPLES
 from kbench.datasets import DataUnavailable
 from kbench.facts import VERSION
 from kbench.results.config import ConfigError, flag_for
 from kbench.results.jsonfile import LinkRefused
-from kbench.results.lock import LockError
-from kbench.results.store import StoreError, StoreWriteError
+from kbench.results.store import LockError, StoreError, StoreWriteError
 from kbench.run import environments
 from kbench.studies.slurm import SlurmError
 from kbench.studies.sweep import SweepError
@@ -40,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_command(commands)
     exec_command.add_command(commands)
     tune_command.add_command(commands)
+    setup_command.add_command(commands)
     return parser
 
 

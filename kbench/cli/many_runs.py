@@ -21,6 +21,7 @@ from kbench.results.store import Filter, ResultStore
 from kbench.run.protocol import show_progress
 from kbench.studies import rounds, slurm, sweep_runs
 from kbench.studies import sweep as sweep_mod
+from kbench.views import edge as edge_view
 from kbench.views import machines, tables
 from kbench.views.report import Comparison
 
@@ -387,6 +388,8 @@ def _show_tables(results: Sequence[RunResult], store: Path, title: str, baseline
     """The comparison tables of ``results``, printed and kept in the store's compare.md."""
     comparison = Comparison.of(results, baseline)
     print(comparison.text())
+    for line in edge_view.verdicts(results):  # the edge question, where a runtime ran
+        print(f"\n{line}")
     markdown = store / "compare.md"
     try:
         write_text_atomic(markdown, comparison.markdown(title))

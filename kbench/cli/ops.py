@@ -149,7 +149,7 @@ def configs_from_args(args: argparse.Namespace) -> List[runner.OpsConfig]:
             raise ConfigError(
                 "backend",
                 "expected at least one backend environment; none exists. Create them with "
-                f"{environments.SETUP_SCRIPT}.",
+                f"{environments.setup_command()}.",
             )
     given = ",".join(OPS) if args.ops is None else args.ops
     ops = [op.strip() for op in given.split(",") if op.strip()]

@@ -15,6 +15,7 @@ from kbench.cli import arguments
 from kbench.datasets import DataUnavailable
 from kbench.facts import VERSION
 from kbench.measure import sysinfo
+from kbench.results import edge
 from kbench.results.analysis import cpu_text
 from kbench.results.config import ConfigError, RunConfig, check_setting
 from kbench.results.result import RunResult
@@ -38,7 +39,7 @@ DEMO_SETTINGS = dict(
 WORKLOAD_SETTINGS = (
     "dataset", "data_dir", "train_samples", "test_samples", "input_shape", "num_classes",
     "image_size", "batch_size", "epochs", "steps", "warmup_steps", "data_format", "optimizer",
-    "learning_rate", "seed", "mode", "duration_s", "precision",
+    "learning_rate", "seed", "mode", "duration_s", "precision", "max_new_tokens",
 )  # fmt: skip
 PARALLEL_AND_PROFILE_SETTINGS = ("distributed", "workers", "profile", "profile_steps")
 
@@ -155,7 +156,9 @@ def add_parity_command(commands) -> None:
         "it and exports its initial weights; every other backend, torch-native included, "
         "loads them, computes the outputs of one batch, and trains --steps steps of plain "
         "SGD on the same seeded mini-batches. Reports the largest output difference and "
-        "the loss drift per backend; exits 1 when one passes its tolerance. Default "
+        "the loss drift per backend; exits 1 when one exceeds its tolerance, fails, or "
+        "cannot run a model (shown as 'unsupported', with the reason, apart from the "
+        "mismatches: parity is then incomplete). Default "
         "tolerances: outputs within 1e-4 absolute (correct implementations agree to about "
         "1e-6 in float32), losses within 1e-2 relative at every step (float32 rounding "
         "grows through SGD steps: up to 5.2e-3 on VGG-16 between correct implementations "
@@ -210,7 +213,11 @@ def report(results: List[RunResult], output_dir: Path, baseline: Optional[str] =
     print(tables.run_table(results))
     if runtimes_view.shown(results):
         print()
-        print(runtimes_view.runtimes_table(results).text())
+        against = edge.float_speedups(results, output_dir)
+        print(runtimes_view.runtimes_table(results, against).text())
+    if runtimes_view.generation_shown(results):
+        print()
+        print(runtimes_view.generation_table(results).text())
     if len(results) > 1:
         print()
         print(tables.comparison_tables(results, baseline))
@@ -335,10 +342,15 @@ def command_parity(args: argparse.Namespace) -> int:
     print(f"\nTolerance: {tolerance.describe()}; {args.steps} SGD steps, batch "
           f"{args.batch_size}, learning rate {args.learning_rate:g}, {args.dataset} "
           "data.")  # fmt: skip
-    failed = [r for r in rows if not r.passed]
+    failed = [r for r in rows if not r.passed and r.status != "unsupported"]
     if failed:
         print(f"{len(failed)} of {len(rows)} backend/model pairs do not match.")
-    return 1 if failed else 0
+    unsupported = len([r for r in rows if r.status == "unsupported"])
+    if unsupported:
+        print(f"{unsupported} of {len(rows)} backend/model pairs are unsupported: not compared "
+              "(the backend cannot run the model, its reason in the row), so parity is "
+              "incomplete.")  # fmt: skip
+    return 1 if failed or unsupported else 0
 
 
 def command_demo(args: argparse.Namespace) -> int:
@@ -351,7 +363,7 @@ def command_demo(args: argparse.Namespace) -> int:
             log.warning("demo: skipping %s: %s", name, missing)
     if not backends:
         raise environments.EnvironmentMissing(
-            f"no backend can run: create the environments with {environments.SETUP_SCRIPT}"
+            f"no backend can run: create the environments with {environments.setup_command()}"
         )
 
     def run(dataset: str) -> List[RunResult]:

@@ -175,29 +175,22 @@ def prepare(begun: Begun, run_dir: Path, python_path: Path) -> Launch:
         pass_length=order.shape[1] if config.steps is None else data.train_samples,
         local_trainers=trainers, threads=threads, cores=cores, env=env, keras_json=keras_json,
     )  # fmt: skip
-    write_run_json(begun, launch, run_dir)
-    return launch
-
-
-def write_run_json(begun: Begun, launch: Launch, run_dir: Path) -> None:
-    """``run.json``: the worker task every process reads, and the run's distributed facts."""
-    config = begun.config
+    # run.json: the worker task every process reads, and the run's distributed facts
+    per_epoch = shards.shape[1] // (config.epochs or 1) if config.steps is None else shards.shape[1]
     dist = {
-        "mode": config.distributed, "workers": config.workers,
-        "steps_per_epoch": int(launch.shards.shape[1] // (config.epochs or 1))
-        if config.steps is None
-        else int(launch.shards.shape[1]),
+        "mode": config.distributed, "workers": config.workers, "steps_per_epoch": int(per_epoch),
         "shards_path": str(run_dir / "shards.npy"), "procs_dir": str(run_dir / "procs"),
-        "replies_dir": str(run_dir / "replies"), "run_dir": str(run_dir),
-        "endpoints": launch.endpoints, "cluster": launch.cluster.to_dict(), "cores": launch.cores,
-        "pin_workers": bool(launch.cores), "threads_per_worker": launch.threads,
+        "replies_dir": str(run_dir / "replies"), "run_dir": str(run_dir), "endpoints": endpoints,
+        "cluster": cluster.to_dict(), "cores": cores, "pin_workers": bool(cores),
+        "threads_per_worker": threads,
     }  # fmt: skip
     task = WorkerTask(
-        config=config.to_dict() | {"threads": launch.threads}, data=begun.data.to_dict(),
-        order_path=str(run_dir / "shards.npy"), data_format=launch.keras_json["image_data_format"],
+        config=config.to_dict() | {"threads": threads}, data=data.to_dict(),
+        order_path=str(run_dir / "shards.npy"), data_format=keras_json["image_data_format"],
         started_at=begun.started_at,
     )  # fmt: skip
     write_json_atomic(run_dir / "run.json", {"task": task.to_dict(), "distributed": dist})
+    return launch
 
 
 def finish(
@@ -338,23 +331,23 @@ class JobOutcome(Outcome):
     tails: Dict[str, List[str]] = field(default_factory=dict)
 
 
+@dataclass
 class Job:
     """The processes of one run, each a :class:`~kbench.run.engine.Worker` without a
     channel, their output in one log (each line after its process's name): started,
     relayed, sampled by one :class:`~kbench.measure.sampler.Sampler`, watched and stopped."""
 
-    def __init__(self, procs, interpreter, env, run_dir, log_path, config, on_progress, nvml):
-        self.procs: List[Process] = procs
-        self.interpreter = str(interpreter)
-        self.env = env
-        self.run_dir = Path(run_dir)
-        self.log_path = log_path
-        self.config = config
-        self.on_progress = on_progress
-        self.nvml = nvml
-        self.specs: Dict[str, Process] = {}
-        self.running: Dict[str, Worker] = {}
-        self.announced: Dict[str, Dict[str, Any]] = {}
+    procs: List[Process]
+    interpreter: Path
+    env: Dict[str, str]
+    run_dir: Path
+    log_path: Path
+    config: RunConfig
+    on_progress: Any
+    nvml: Any
+    specs: Dict[str, Process] = field(default_factory=dict)
+    running: Dict[str, Worker] = field(default_factory=dict)
+    announced: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     def run(self) -> JobOutcome:
         sampler = None
@@ -395,7 +388,7 @@ class Job:
 
     def _start(self, spec: Process, sampler: Optional[Sampler], log_file: LogWriter) -> None:
         worker = Worker.launch(
-            [self.interpreter, *spec.args], dict(self.env, **spec.env), self.run_dir, log_file,
+            [str(self.interpreter), *spec.args], dict(self.env, **spec.env), self.run_dir, log_file,
             name=spec.name, progress_of=self.config, on_progress=self.on_progress,
             prefix=f"[{spec.name}] ",
         )  # fmt: skip
@@ -488,8 +481,7 @@ class Job:
             time.sleep(POLL_S)
         for worker in self.running.values():
             processes.kill_tree(worker.pid)
-            worker.process.wait()
-            worker.close()  # its output read to the end
+            worker.close()  # reaped, its output read to the end
         for pid in strays:
             processes.kill_pid(pid)
         for proc in left_behind(self.run_dir):

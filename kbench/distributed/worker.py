@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import psutil
 
-from kbench.backends.base import Backend, is_out_of_memory
+from kbench.backends.base import KERAS_EPSILON, Backend, is_out_of_memory
 from kbench.measure.processes import watch_parent
 from kbench.measure.stats import percentiles
 from kbench.results.jsonfile import read_json, write_json_atomic
@@ -50,7 +50,6 @@ from kbench.run.worker import task_arrays
 
 log = logging.getLogger("kbench.distributed.worker")
 
-KERAS_EPSILON = 1e-7
 HEARTBEAT_S = 10.0
 PHASES = ("data", "forward", "backward", "update", "comm")
 

@@ -45,9 +45,8 @@ from kbench.measure import sampler as sampler_mod
 from kbench.measure.keras_events import NO_TRAINING, read_events, summarize
 from kbench.results import ending
 from kbench.results.config import ConfigError, file_safe
-from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, check_output_dir, open_log
+from kbench.results.store import ResultStore, check_output_dir, open_log, writer_lock
 from kbench.run import environments, leftovers
 from kbench.run.metrics import sampled_memory
 from kbench.run.runner import run_each, session_folder

@@ -29,6 +29,11 @@ def error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
+def text_of(value: Any) -> Optional[str]:
+    """An NVML string: bytes from older bindings, str from newer ones."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 # NVML errors after which a GPU answers nothing more until it is reset: the GPU is
 # marked failed from then on. Errors that say a call cannot work on this driver or
 # board mark that metric unsupported on that GPU; any other error loses one reading.
@@ -141,18 +146,14 @@ class NvmlSource:
             gpu.failed = f"opening the GPU: {error_text(err)}"
             log.warning("sampler: NVML GPU %d cannot be read: %s", index, gpu.failed)
             return gpu
-        gpu.name = name.decode() if isinstance(name, bytes) else name
+        gpu.name = text_of(name)
         memory = self._try(gpu, "memory_total_bytes", lambda: self._memory(gpu))
         gpu.memory_total_bytes = None if memory is None else int(memory.total)
-        gpu.pci_bus_id = self._text(
+        gpu.pci_bus_id = text_of(
             self._try(gpu, "pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(gpu.handle).busId)
         )
-        gpu.uuid = self._text(self._try(gpu, "uuid", lambda: nvml.nvmlDeviceGetUUID(gpu.handle)))
+        gpu.uuid = text_of(self._try(gpu, "uuid", lambda: nvml.nvmlDeviceGetUUID(gpu.handle)))
         return gpu
-
-    @staticmethod
-    def _text(value: Any) -> Optional[str]:
-        return value.decode() if isinstance(value, bytes) else value
 
     def _try(self, gpu: GpuState, metric: str, read: Callable[[], Any]) -> Any:
         if gpu.failed or metric in gpu.unsupported:

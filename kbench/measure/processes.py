@@ -13,7 +13,10 @@ pin to cores           ``psutil.Process.cpu_affinity``       ``psutil.Process.cp
                        (Linux; macOS has none: recorded)
 parent gone            ``getppid()`` changed (re-parented)   no process with the parent's pid
                                                              and creation time
-peak RSS               ``ru_maxrss`` (KiB Linux, bytes mac)  psutil ``peak_wset``
+peak RSS               Linux: ``VmHWM`` (/proc/self/status;  psutil ``peak_wset``
+                       ``ru_maxrss`` keeps the parent's
+                       peak across fork and exec); macOS:
+                       ``ru_maxrss`` (bytes)
 adopt orphans          Linux: ``PR_SET_CHILD_SUBREAPER``;    none
                        macOS: none
 =====================  ====================================  ===============================
@@ -305,6 +308,12 @@ def peak_rss() -> Dict[str, Any]:
         info = psutil.Process().memory_info()
         return {"bytes": int(info.peak_wset), "source": "psutil memory_info().peak_wset "
                 "(peak working set) of the worker"}  # fmt: skip
+    if SYSTEM == "Linux":  # ru_maxrss holds the parent's peak: Linux keeps it across exec
+        with contextlib.suppress(OSError, ValueError, StopIteration):
+            with open("/proc/self/status") as status:
+                line = next(n for n in status if n.startswith("VmHWM:"))
+            return {"bytes": int(line.split()[1]) * 1024,
+                    "source": "VmHWM of /proc/self/status (the worker's own peak)"}  # fmt: skip
     import resource  # POSIX only
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

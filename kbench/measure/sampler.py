@@ -262,7 +262,9 @@ class Sampler:
     :meth:`add` names as it appears: then each one's CPU and RSS are series of their own
     (``worker0_process_cpu_percent``), their sums under the single-process names, and each
     one's device memory ``<name>_gpu<i>_process_memory_bytes`` where NVML knows it. A
-    source whose ``read`` raises is marked failed from then on; the others go on."""
+    source whose ``read`` raises is marked failed from then on; the others go on. The
+    block's start and end are ``started_at`` and ``ended_at``: ``result()`` without
+    windows summarizes it as ``run`` (so do ``series`` and ``summary``)."""
 
     def __init__(
         self, pid: Optional[int] = None, interval_s: float = 0.2, nvml: Any = None,
@@ -289,6 +291,8 @@ class Sampler:
         optional, self.unavailable = optional_sources(nvml, interval_s)
         self.sources: list = [CpuSource(), *optional]
         self.failed: Dict[str, str] = {}
+        self.started_at: Optional[float] = None
+        self.ended_at: Optional[float] = None
         if companions:  # (process_tree of one that already ended: none)
             companion_pids = {p.pid for c in companions for p in pid_tree(c)}
             for source in self.sources:
@@ -311,6 +315,7 @@ class Sampler:
 
     def __enter__(self) -> Sampler:
         """The first reading now where there is a process, then one every interval."""
+        self.started_at = self.clock()
         if self._roots:
             self._sample()
         self._thread.start()
@@ -321,6 +326,7 @@ class Sampler:
         self._thread.join(timeout=5)
         for source in self.sources:
             source.close()
+        self.ended_at = self.clock()
 
     def _loop(self) -> None:
         """A reading every interval. One that raises is skipped (sampling never ends the
@@ -382,7 +388,10 @@ class Sampler:
         return usage
 
     def result(self, windows: Optional[Dict[str, Any]] = None) -> SamplerResult:
-        """The series so far and their summary over ``windows`` (safe while sampling goes on)."""
+        """The series so far and their summary over ``windows`` (``{name: (start, end)}``;
+        None: ``run``, the block so far), safe while sampling goes on."""
+        if windows is None and self.started_at is not None:
+            windows = {"run": (self.started_at, self.ended_at or self.clock())}
         rows = list(self._rows)
         with self._lock:
             visible = list(self.visible.values())
@@ -397,6 +406,14 @@ class Sampler:
             interval_s=self.interval_s, sources=sources, series=series, summary=summary,
             processes=dict(self.pids) if self.per_process else None,
         )  # fmt: skip
+
+    @property
+    def series(self) -> Dict[str, Any]:
+        return self.result().series
+
+    @property
+    def summary(self) -> Dict[str, Any]:
+        return self.result().summary
 
 
 def gpu_per_process(source: NvmlSource, trees: Dict[str, List[psutil.Process]]) -> Dict:

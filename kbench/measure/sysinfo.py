@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 import psutil
 
 from kbench.facts import PROJECT_ROOT, VERSION
+from kbench.measure.nvml import error_text, text_of
 
 # The instruction-set features that decide which kernels a framework runs: TensorFlow
 # turns oneDNN on by default only with the VNNI/BF16/AMX ones; oneDNN, XLA, MKL and
@@ -90,20 +91,16 @@ def gpu_info() -> Dict[str, Any]:
     try:
         pynvml.nvmlInit()
     except Exception as err:  # NVMLError, or whatever a mismatched binding raises
-        return {"available": False, "reason": f"NVML: {type(err).__name__}: {err}"}
+        return {"available": False, "reason": f"NVML: {error_text(err)}"}
     try:
         return _describe_gpus(pynvml)
     except Exception as err:
-        return {"available": False, "reason": f"NVML: {type(err).__name__}: {err}"}
+        return {"available": False, "reason": f"NVML: {error_text(err)}"}
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:  # nothing to do about a failed shutdown
             pass
-
-
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
@@ -112,21 +109,21 @@ def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
         device: Dict[str, Any] = {"index": index}
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            device["name"] = _text(pynvml.nvmlDeviceGetName(handle))
+            device["name"] = text_of(pynvml.nvmlDeviceGetName(handle))
             device["memory_total_bytes"] = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
         except Exception as err:
-            device["error"] = f"{type(err).__name__}: {err}"
+            device["error"] = error_text(err)
             devices.append(device)
             continue
         for key, read in (
-            ("pci_bus_id", lambda h=handle: _text(pynvml.nvmlDeviceGetPciInfo(h).busId)),
-            ("uuid", lambda h=handle: _text(pynvml.nvmlDeviceGetUUID(h))),
+            ("pci_bus_id", lambda h=handle: text_of(pynvml.nvmlDeviceGetPciInfo(h).busId)),
+            ("uuid", lambda h=handle: text_of(pynvml.nvmlDeviceGetUUID(h))),
         ):
             try:
                 device[key] = read()
             except Exception as err:
                 device[key] = None
-                device.setdefault("errors", {})[key] = f"{type(err).__name__}: {err}"
+                device.setdefault("errors", {})[key] = error_text(err)
         devices.append(device)
     info: Dict[str, Any] = {
         "available": any("error" not in d for d in devices), "devices": devices,
@@ -136,13 +133,13 @@ def _describe_gpus(pynvml: Any) -> Dict[str, Any]:
             f"GPU {d['index']}: {d['error']}" for d in devices
         )
     try:
-        info["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        info["driver"] = text_of(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()
         info["cuda_driver_version"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
     except Exception as err:
         info.setdefault("driver", None)
         info.setdefault("cuda_driver_version", None)
-        info["driver_error"] = f"{type(err).__name__}: {err}"
+        info["driver_error"] = error_text(err)
     return info
 
 

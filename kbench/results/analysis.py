@@ -46,7 +46,7 @@ from kbench.results.result import RunResult
 from kbench.results.store import host_of
 
 IGNORED_IN_GROUPING = ("backend", "repeat", "timeout_s", "sample_interval_s")
-MODEL_KINDS = ("train", "inference", "exec")  # results that compare() tabulates
+MODEL_KINDS = ("train", "inference", "generate", "exec")  # results that compare() tabulates
 
 
 @dataclass(frozen=True)
@@ -685,3 +685,58 @@ def what_differs(
             f"{reference} (tolerance {loss_limit:.2%})"
         )
     return "; ".join(parts) or "a value is not finite"
+
+
+# greedy tokens across backends (--mode generate) -----------------------------------------
+
+
+def token_agreement(results: Sequence[RunResult]) -> Dict[str, Dict[str, Any]]:
+    """By run id, each ok generate run's greedy tokens against its reference's: the run
+    of the same settings (and round, where there is one) on the backend whose weights it
+    decoded with (the same weights' digest). ``same``: every token equal; else
+    ``first_difference``: the first position (of any row) where they part, its row, and
+    the gap between the two largest logits there, the reference's and this run's (a
+    small gap is a near tie that rounding can flip). No reference: ``why``."""
+    ran = [r for r in results if r.kind == "generate" and r.ok and "generation" in r.metrics]
+    by_settings: Dict[Tuple, List[RunResult]] = {}
+    for result in ran:
+        by_settings.setdefault(group_key(result), []).append(result)
+    return {result.run_id: _agreement(result, by_settings[group_key(result)]) for result in ran}
+
+
+def _agreement(result: RunResult, members: Sequence[RunResult]) -> Dict[str, Any]:
+    weights = result.metrics["generation"]["weights"]
+    source, digest = weights.get("from"), weights.get("sha256")
+    if weights.get("note"):  # no reference ran before it: its own weights, apart
+        return {"reference": None, "why": "its own weights (no Keras backend ran before it)"}
+    if source == result.config["backend"]:  # its own weights: it is the reference
+        return {"reference": source, "is_reference": True, "same": True}
+    candidates = [
+        r for r in members
+        if r.config["backend"] == source
+        and r.metrics["generation"]["weights"].get("sha256") == digest
+    ]  # fmt: skip
+    same_round = [r for r in candidates if r.config.get("repeat") == result.config.get("repeat")]
+    if not candidates:
+        return {"reference": source, "why": f"no run of {source} with these weights here"}
+    reference = (same_round or candidates)[0]
+    mine = np.asarray(result.metrics["generation"]["tokens"])
+    theirs = np.asarray(reference.metrics["generation"]["tokens"])
+    if mine.shape != theirs.shape:
+        return {"reference": source, "why": f"tokens {mine.shape} vs {theirs.shape}"}
+    parted = mine != theirs
+    if not parted.any():
+        return {"reference": source, "same": True, "tokens": int(mine.size)}
+    position = int(np.argmax(parted.any(axis=0)))
+    row = int(np.argmax(parted[:, position]))
+    gaps = (
+        reference.metrics["generation"]["logit_gaps"],
+        result.metrics["generation"]["logit_gaps"],
+    )
+    return {
+        "reference": source, "same": False, "tokens": int(mine.size),
+        "first_difference": {
+            "position": position, "row": row,
+            "reference_gap": gaps[0][row][position], "gap": gaps[1][row][position],
+        },
+    }  # fmt: skip

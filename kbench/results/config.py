@@ -35,7 +35,15 @@ INPUT_KINDS = {
 }
 DATA_FORMATS: Tuple[str, ...] = ("channels_last", "channels_first")
 OPTIMIZERS: Tuple[str, ...] = ("adam", "sgd")
-MODES: Tuple[str, ...] = ("train", "inference")
+MODES: Tuple[str, ...] = ("train", "inference", "generate")
+# --mode generate: the prompt's length (each test sequence's first tokens), and the
+# backends that cannot decode (kbench.run.generate)
+PROMPT_TOKENS = 8
+NO_DECODER = {
+    "mxnet": "decoder_lm does not build on keras-mxnet 2.2.4 (a run there is unsupported, "
+    "naming the part Keras 2.2.4 lacks)",
+    "mxnet-gluon": "kbench has no Gluon twin of decoder_lm",
+}
 PRECISIONS: Tuple[str, ...] = ("float32", "float16", "int8")  # --precision (inference)
 DEVICES: Tuple[str, ...] = ("auto", "cpu", "gpu")
 # Data-parallel modes, each on its framework's own engine (kbench.distributed), and the
@@ -510,13 +518,24 @@ class RunConfig:
     )  # fmt: skip
     mode: str = setting(
         "train",
-        "train, or inference: forward passes of one batch for --duration seconds after "
-        "the warmup passes; reports latency p50/p90/p99",
+        "train; inference: forward passes of one batch for --duration seconds after "
+        "the warmup passes, reports latency p50/p90/p99; generate (decoder_lm): greedy "
+        "decoding of --max-new-tokens after a prompt of each test sequence's first "
+        f"{PROMPT_TOKENS} tokens, the window the sequence length (--input-shape), on "
+        "synthetic tokens unless --dataset text:PATH; one warmup generation, then "
+        "generations for --duration seconds; reports time to first token, per-token "
+        "latency, tokens/s and whether the greedy tokens agree across backends (the same "
+        "weights: the first Keras backend's); no key/value cache, every token reruns "
+        "the whole window",
         _one_of(MODES), metavar="|".join(MODES),
     )  # fmt: skip
+    max_new_tokens: int = setting(
+        32, "generate: the tokens each generation adds after the prompt", _count(),
+        parse=int, metavar="N",
+    )  # fmt: skip
     duration_s: float = setting(
-        10.0, "inference: measured seconds of forward passes", _seconds, parse=parse_number,
-        metavar="SECONDS",
+        10.0, "inference: measured seconds of forward passes (generate: of generations)",
+        _seconds, parse=parse_number, metavar="SECONDS",
     )  # fmt: skip
     precision: str = setting(
         "float32",
@@ -613,6 +632,7 @@ class RunConfig:
         for name, about in settings().items():
             object.__setattr__(self, name, about.check(name, getattr(self, name)))
         self._check_length()
+        self._check_generate()
         self._check_inference_only()
         self._check_data()
         self._check_warmup_fits()
@@ -645,6 +665,56 @@ class RunConfig:
                 "mode",
                 f"backend {self.backend!r} runs inference only: {why}; received --mode "
                 f"{self.mode}. Add --mode inference, or train on {trains}.",
+            )
+
+    def _check_generate(self) -> None:
+        """--mode generate: a causal model, a backend that takes the reference's weights,
+        and a prompt and --max-new-tokens that fit the window. Synthetic tokens by default."""
+        if self.mode != "generate":
+            if self.max_new_tokens != default_of("max_new_tokens"):
+                raise ConfigError(
+                    "max_new_tokens",
+                    f"--max-new-tokens sets the length of --mode generate; received --mode "
+                    f"{self.mode}. Add --mode generate, or drop --max-new-tokens.",
+                )
+            return
+        spec = spec_for(self.model)
+        if spec.target != "next_token":
+            causal = ", ".join(n for n in MODELS if spec_for(n).target == "next_token")
+            raise ConfigError(
+                "mode",
+                f"--mode generate decodes tokens with a causal language model ({causal}: its "
+                f"output at each position predicts the next token); received model "
+                f"{self.model!r}, which {'classifies ' + INPUT_KINDS[spec.input_kind]}. Use "
+                f"-m {causal.split(', ')[0]}, or --mode inference for {self.model!r}.",
+            )
+        able = [n for n, b in BACKENDS.items() if b.inference_only is None and n not in NO_DECODER]
+        if self.backend not in able:
+            why = NO_DECODER.get(self.backend) or (
+                "it runs an exported file, whose weights are its exporter's, not the "
+                "reference's that every backend decodes with"
+            )
+            raise ConfigError(
+                "backend",
+                f"--mode generate runs on {', '.join(able)}; received {self.backend!r}: {why}. "
+                "Drop it from -b.",
+            )
+        if self.target_precision is not None or self.time_budget_s is not None:
+            raise ConfigError(
+                "target_precision",
+                "--mode generate measures whole generations for --duration seconds; received "
+                "--target-precision/--time-budget too. Drop them and set --duration.",
+            )
+        if self.dataset == default_of("dataset"):  # images: the token models take none
+            object.__setattr__(self, "dataset", "synthetic")
+        window = (self.input_shape or spec.input_shape)[0]
+        if PROMPT_TOKENS + self.max_new_tokens > window:
+            raise ConfigError(
+                "max_new_tokens",
+                f"the prompt ({PROMPT_TOKENS} tokens) and the new tokens must fit the model's "
+                f"window of {window} (the sequence length); received --max-new-tokens "
+                f"{self.max_new_tokens}. Lower it to at most {window - PROMPT_TOKENS}, or "
+                f"raise --input-shape to {PROMPT_TOKENS + self.max_new_tokens} or more.",
             )
 
     def _check_mxnet_gpus(self) -> None:
@@ -837,7 +907,7 @@ class RunConfig:
 
     def label(self) -> str:
         repeat = f" #{self.repeat + 1}" if self.repeat else ""
-        mode = " inference" if self.mode == "inference" else ""
+        mode = f" {self.mode}" if self.mode != "train" else ""
         return f"{self.backend}/{short_name(self.model)}{mode}{repeat}"
 
 

@@ -145,6 +145,13 @@ def _figures(result: RunResult) -> str:
     elif result.kind == "inference":
         latency = m["latency_ms"]
         detail = f"latency p50 {latency['p50']:.2f} ms, p99 {latency['p99']:.2f} ms"
+    elif result.kind == "generate":
+        made = m["generation"]
+        return (
+            f"ok, {made['tokens_per_sec']:,.1f} tokens/s (first token "
+            f"{made['time_to_first_token_ms']:.2f} ms, per token p50 "
+            f"{made['per_token_ms']['p50']:.2f} ms, {made['new_tokens']} new tokens)"
+        )
     else:
         spread = m["images_per_sec_per_step"]
         detail = (

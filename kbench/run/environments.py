@@ -2,8 +2,9 @@
 
 A backend's worker runs under, in this order: the interpreter ``KBENCH_PYTHON_<BACKEND>``
 names; kbench's own virtual environment for it where one exists (``envs/keras3``,
-``envs/mxnet`` in the checkout, created by ``python3 -m kbench.setup``;
-``KBENCH_ENVS_DIR`` moves the folder); else the interpreter kbench itself runs under,
+``envs/mxnet`` in the checkout, created by ``python3 -m kbench.setup``; for an installed
+kbench, in the user's data folder, created by ``kbench setup``; ``KBENCH_ENVS_DIR`` moves
+the folder); else the interpreter kbench itself runs under,
 where that has the backend's framework (``pip install kbench[tensorflow,torch]`` into
 the user's own environment). A backend this platform cannot have (MXNet on Apple
 Silicon) is unsupported, with the reason :mod:`kbench.setup.platforms` gives. Nothing
@@ -27,6 +28,7 @@ import kbench_models
 from kbench.backends import BACKENDS
 from kbench.facts import IN_CHECKOUT, PROJECT_ROOT, shared_folder
 from kbench.measure.processes import usable_cores
+from kbench.setup.envs import default_envs_dir
 from kbench.setup.platforms import Platform, loader_environment, unsupported_reason, venv_python
 
 SETUP_SCRIPT = "scripts\\setup_envs.cmd" if os.name == "nt" else "scripts/setup_envs.sh"
@@ -45,9 +47,15 @@ class EnvironmentUnsupported(EnvironmentMissing):
 
 
 def envs_dir() -> Path:
-    """kbench's own environments: ``KBENCH_ENVS_DIR``, else ``envs/`` in the checkout (an
-    installed kbench has none there unless the variable names a folder)."""
-    return Path(os.environ.get("KBENCH_ENVS_DIR") or PROJECT_ROOT / "envs")
+    """kbench's own environments: ``KBENCH_ENVS_DIR``, else ``envs/`` in the checkout, else
+    (installed) the user's data folder that ``kbench setup`` fills."""
+    return default_envs_dir(os.environ)
+
+
+def setup_command() -> str:
+    """The command that creates kbench's own environments: the checkout's script, else
+    ``kbench setup``."""
+    return SETUP_SCRIPT if IN_CHECKOUT else "kbench setup"
 
 
 def override_variable(backend: str) -> str:
@@ -112,11 +120,9 @@ def how_to_get(backend: str) -> str:
     """The ways to give ``backend`` an interpreter, for a message."""
     environment = BACKENDS[backend].environment
     other = f"or point {override_variable(backend)} at a Python that has it"
-    own = f"{SETUP_SCRIPT} {environment}"
     own = (
-        f"create kbench's own environment with: {own} (expected {path_of(environment)})"
-        if IN_CHECKOUT
-        else f"{own} in kbench's checkout builds kbench's own environment"
+        f"create kbench's own environment with: {setup_command()} {environment} (expected "
+        f"{path_of(environment)})"
     )
     extra = BACKENDS[backend].extra
     if extra is None:  # keras-mxnet is Keras 2.2.4: never beside Keras 3

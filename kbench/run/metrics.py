@@ -44,10 +44,12 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
     run's rates pass here: a token model's ``metrics`` also get :func:`token_rate`'s."""
     metrics.update(token_rate(config, metrics, reply))
     flops = reply.model.get("flops", {})
-    per_sample = flops.get("forward_per_sample" if config.mode == "inference" else
-                           "train_per_sample")  # fmt: skip
+    per_sample = flops.get("train_per_sample" if config.mode == "train" else
+                           "forward_per_sample")  # fmt: skip
     if not per_sample:
         return {"available": False, "reason": "no FLOPs counted for this model"}
+    if config.mode == "generate":  # a sequence: one forward pass of the whole window a token
+        per_sample *= config.max_new_tokens
     achieved = metrics["images_per_sec"] * per_sample / 1e9
     rate: Dict[str, Any] = {
         "available": True, "flops_per_sample": per_sample, "achieved_gflops_per_sec": achieved,
@@ -64,11 +66,14 @@ def compute_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply)
 
 def token_rate(config: RunConfig, metrics: Dict[str, Any], reply: WorkerReply) -> Dict[str, Any]:
     """``tokens_per_sec``: ``images_per_sec`` (samples/s, over the measured window) times the
-    sequence length (the model's input steps), for a model that reads token ids; {} else."""
+    sequence length (the model's input steps), for a model that reads token ids (generate:
+    sequences/s times the new tokens of each); {} else."""
     steps = reply.model.get("input_shape") or []
     rate = metrics.get("images_per_sec")
     if spec_for(config.model).input_kind != "tokens" or len(steps) != 1 or rate is None:
         return {}
+    if config.mode == "generate":  # the new tokens, as the worker counted them
+        return {"tokens_per_sec": rate * config.max_new_tokens}
     return {"tokens_per_sec": rate * steps[0]}
 
 

@@ -125,6 +125,8 @@ class WorkerTask(Document):
     # an inference runtime's export (kbench.run.exports): ``make`` it (the exporter's
     # worker), or the one to run (its facts and path; ``error`` where it failed)
     export: Optional[Dict[str, Any]] = None
+    # --mode generate: the session's shared weights file (kbench.run.generate.task_for)
+    generate: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

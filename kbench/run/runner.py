@@ -30,12 +30,17 @@ from kbench.backends.switches import SWITCHES, per_process
 from kbench.measure import quality as quality_mod
 from kbench.measure.sampler import Sampler
 from kbench.results import ending
-from kbench.results.config import RunConfig, file_safe
+from kbench.results.config import ConfigError, RunConfig, file_safe
 from kbench.results.jsonfile import refuse_link, write_json_atomic
-from kbench.results.lock import writer_lock
 from kbench.results.result import RunResult
-from kbench.results.store import ResultStore, check_output_dir, low_space_warning, open_log
-from kbench.run import environments, exports, leftovers
+from kbench.results.store import (
+    ResultStore,
+    check_output_dir,
+    low_space_warning,
+    open_log,
+    writer_lock,
+)
+from kbench.run import environments, exports, generate, leftovers
 from kbench.run.engine import Outcome, Worker, WorkerGone, judge, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
 from kbench.run.protocol import WorkerReply, WorkerTask
@@ -88,6 +93,61 @@ def run_each(configs: Sequence[Any], run_one: Callable[[Any], RunResult]) -> Lis
         results.append(run_one(config))
         log.info("[%d/%d] %s", index, len(configs), ending.summary_line(results[-1]))
     return results
+
+
+class ModelsDiffer(ConfigError):
+    """The backends built models of different parameter counts: the comparison stops."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("model", message)
+
+
+def different_models(
+    counts: Dict[str, int], formats: Dict[str, Optional[str]], done: str
+) -> Optional[str]:
+    """Why the models the backends built (``counts``: backend -> parameters; ``formats``:
+    their image_data_format) are not one model, with the likely fix, or None. ``done``:
+    what was measured before this was found, in words."""
+    if len(set(counts.values())) < 2:
+        return None
+    sizes = "; ".join(f"{label}: {count:,}" for label, count in counts.items())
+    fix = "build the same layers on every backend"
+    if len(set(formats.values()) - {None}) > 1:
+        first = sorted(b for b, f in formats.items() if f == "channels_first")
+        fix = (
+            f"{', '.join(first)} laid the images out channels_first, where a layer that "
+            "names an axis (BatchNormalization's or Concatenate's default axis=-1) takes "
+            "another one: add --data-format channels_last (or write the axis for both "
+            "layouts)"
+        )
+    return (
+        f"the backends built models of different parameter counts ({sizes}), so their "
+        f"speeds would compare different models; {done}. Fix: {fix}."
+    )
+
+
+def models_of_results(results: Sequence[RunResult]) -> Optional[str]:
+    """:func:`different_models` for fresh runs: per comparison (the same settings but the
+    backend and the repeat), the parameter counts of the runs that built their model."""
+    groups: Dict[str, Dict[str, RunResult]] = {}
+    for result in results:
+        params = (result.model or {}).get("params")
+        if result.ok and isinstance(params, int):  # as the tables read them
+            key = repr(sorted((k, repr(v)) for k, v in result.config.items()
+                              if k not in ("backend", "repeat")))  # fmt: skip
+            groups.setdefault(key, {}).setdefault(result.config["backend"], result)
+    for built in groups.values():
+        counts = {b: r.model["params"] for b, r in built.items()}
+        formats = {b: (r.environment.get("keras_json") or {}).get("image_data_format")
+                   for b, r in built.items()}  # fmt: skip
+        done = (
+            f"stopped after {len(results)} run(s), before the other rounds (kept in the "
+            "store, and said apart by every table)"
+        )
+        differ = different_models(counts, formats, done)
+        if differ:
+            return differ
+    return None
 
 
 def new_run_id(config: RunConfig) -> str:
@@ -174,6 +234,9 @@ class Runner:
                             refused.setdefault(result.config["model"], result)
                     for index, result in enumerate(results[first - 1 :], first):
                         log.info("[%d/%d] %s", index, len(configs), ending.summary_line(result))
+                    differ = models_of_results(results)  # as soon as a backend built it
+                    if differ:
+                        raise ModelsDiffer(differ)
                 reason = stop(results) if stop is not None else None
                 if reason is not None and len(results) < len(configs):
                     return results, reason
@@ -513,9 +576,16 @@ class PlannedRun:
             config=self.config.to_dict() | {"threads": self.config.threads_in_force},
             data=self.case.data.to_dict(), order_path=str(self.run_dir / "order.npy"),
             data_format=data_format, started_at=started_at, parity=self.case.parity,
-            export=self.case.export,
+            export=self.case.export, generate=self.generate_task(),
         )  # fmt: skip
         write_json_atomic(self.run_dir / "run.json", task.to_dict())
+
+    def generate_task(self) -> Optional[Dict[str, Any]]:
+        """A generate run's weights, shared by the session's runs (kbench.run.generate)."""
+        if self.config.mode != "generate":
+            return None
+        data = self.case.data.describe()
+        return generate.task_for(self.config.to_dict(), data, self.run_dir.parent)
 
 
 @dataclass(frozen=True)

@@ -44,14 +44,23 @@ from kbench.results.comparison import (
     failed_record,
     window_record,
 )
-from kbench.results.config import ConfigError, RunConfig
+from kbench.results.config import RunConfig
 from kbench.results.result import RunResult
 from kbench.results.store import ResultStore, StoreWriteError
 from kbench.run import agreement, weightfile
 from kbench.run.engine import Worker, WorkerGone, start_sampler
 from kbench.run.metrics import add_sampled, compute_rate
 from kbench.run.protocol import WorkerReply
-from kbench.run.runner import Case, PlannedRun, RunContext, Runner, Session, model_facts
+from kbench.run.runner import (
+    Case,
+    ModelsDiffer,
+    PlannedRun,
+    RunContext,
+    Runner,
+    Session,
+    different_models,
+    model_facts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -357,36 +366,14 @@ def interleave(
     return [w.document() for w in workers], reason
 
 
-class ModelsDiffer(ConfigError):
-    """The backends built models of different parameter counts: no window is measured."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("model", message)
-
-
 def models_differ(workers: Sequence[WindowWorker]) -> Optional[str]:
     """Why the started workers' models are not one model (their parameter counts differ),
     with the likely fix, or None. Checked as the models are built, before any window: a
     comparison of different models would compare nothing."""
     started = [w for w in workers if w.started]
     counts = {w.config.backend: w.started["model"]["params"] for w in started}
-    if len(set(counts.values())) < 2:
-        return None
-    sizes = "; ".join(f"{label}: {count:,}" for label, count in counts.items())
     formats = {w.config.backend: w.context.keras_json.get("image_data_format") for w in started}
-    fix = "build the same layers on every backend"
-    if len(set(formats.values()) - {None}) > 1:
-        first = sorted(b for b, f in formats.items() if f == "channels_first")
-        fix = (
-            f"{', '.join(first)} laid the images out channels_first, where a layer that "
-            "names an axis (BatchNormalization's or Concatenate's default axis=-1) takes "
-            "another one: add --data-format channels_last (or write the axis for both "
-            "layouts)"
-        )
-    return (
-        f"the backends built models of different parameter counts ({sizes}), so their "
-        f"speeds would compare different models; nothing was measured. Fix: {fix}."
-    )
+    return different_models(counts, formats, "nothing was measured")
 
 
 def interrupted(workers: Sequence[WindowWorker], err: BaseException) -> None:

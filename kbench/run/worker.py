@@ -140,6 +140,14 @@ def measure(task: WorkerTask, backend: Any, built: Built, stages: Dict[str, Any]
         from kbench.run import exports
 
         return exports.make(backend, built.model, built.arrays, task.export)
+    if config["mode"] == "generate":
+        from kbench.run.generate import generate
+
+        return generate(
+            backend, built.model, built.arrays, task.generate, batch_size=config["batch_size"],
+            max_new_tokens=config["max_new_tokens"], duration_s=config["duration_s"],
+            data_format=task.data_format, **stages,
+        )  # fmt: skip
     if config["mode"] == "inference":
         from kbench.run.inference import infer
 

@@ -1,7 +1,8 @@
 """``python3 -m kbench.setup [TARGET ...]``: create kbench's environments and the system
 packages its tests use, on Linux, macOS or Windows, with nothing installed beforehand.
 Every entry point calls it (``scripts/setup_envs.sh``, ``scripts/kbench`` and their
-Windows ``.cmd`` twins), from the checkout, under any Python 3.9+.
+Windows ``.cmd`` twins), from the checkout, under any Python 3.9+; ``kbench setup`` (an
+installed kbench, no checkout) calls :func:`set_up`.
 
 The system packages (:data:`PACKAGES`) are installed through apt on Linux with
 ``apt-get``, as root (once: a failed attempt is logged, never fatal); anywhere else the
@@ -16,9 +17,9 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kbench.setup import check, envs
 from kbench.setup.platforms import (
@@ -188,22 +189,26 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="[setup] %(message)s", stream=sys.stderr)
+    return set_up(args.targets, check_only=args.check)
+
+
+def set_up(
+    targets: Sequence[str], check_only: bool = False, dry_run: bool = False,
+    environ: Optional[Mapping[str, str]] = None,
+) -> int:  # fmt: skip
+    """Set up ``targets`` (default :data:`DEFAULT_TARGETS`) with the settings of
+    ``environ`` (default ``os.environ``), or only check the environments among them; the
+    exit code (1: something failed or is wrong; 2: a setting is wrong). What
+    ``python3 -m kbench.setup`` and ``kbench setup`` do."""
     try:
-        options = envs.SetupOptions.from_environ()
-        if args.check:  # print what each environment holds; 1 when anything is wrong
-            names = [t for t in args.targets if t in ENVIRONMENTS] or ENVIRONMENTS
-            verdict = check.check(options.envs_dir, envs.existing_kind, options.platform,
-                                  options.mxnet_wheel, names)  # fmt: skip
-            print("\n".join(verdict.lines))
-            if verdict.problems:
-                print(f"check: {len(verdict.problems)} problem(s):")
-                print("\n".join(f"  - {problem}" for problem in verdict.problems))
-                return 1
-            print("check: ok")
-            return 0
+        options = envs.SetupOptions.from_environ(os.environ if environ is None else environ)
+        if dry_run:
+            options = replace(options, dry_run=True)
+        if check_only:
+            return print_check(options, [t for t in targets if t in ENVIRONMENTS])
         if not options.dry_run:
             options.envs_dir.mkdir(parents=True, exist_ok=True)
-        for target in args.targets or DEFAULT_TARGETS:
+        for target in targets or DEFAULT_TARGETS:
             if target in ENVIRONMENTS:
                 envs.make_environment(target, options)
             elif options.dry_run:
@@ -216,6 +221,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted; run it again to finish (stamps mark what is done)")
         return 130
+    return 0
+
+
+def print_check(options: envs.SetupOptions, names: Sequence[str]) -> int:
+    """Print what each environment in ``names`` (default: all) holds; 1 when anything is
+    wrong."""
+    verdict = check.check(options.envs_dir, envs.existing_kind, options.platform,
+                          options.mxnet_wheel, names or ENVIRONMENTS)  # fmt: skip
+    print("\n".join(verdict.lines))
+    if verdict.problems:
+        print(f"check: {len(verdict.problems)} problem(s):")
+        print("\n".join(f"  - {problem}" for problem in verdict.problems))
+        return 1
+    print("check: ok")
     return 0
 
 

@@ -4,7 +4,8 @@ says, before the first GPU run.
 Each environment's own interpreter runs :mod:`kbench.setup.probe` (one child process per
 framework, with its workers' library path), and :func:`judge` holds the report against
 the plan. Wrong: in a GPU environment, a CPU build or a CUDA build of another major
-version; CUDA libraries of two majors; files two distributions overwrote; shared
+version; in a CPU environment, a CUDA build (PyPI's Linux torch is one) or CUDA
+libraries; CUDA libraries of two majors; files two distributions overwrote; shared
 libraries ``ldd`` cannot find, except ``libcuda.so.1`` ("needs the NVIDIA driver"). It
 also says which driver the CUDA builds need (NVIDIA's minimums, Linux x86-64) and
 whether the one here fits. A wheel's CUDA is read off the libraries it requires
@@ -226,8 +227,28 @@ def framework_cuda(facts: Mapping[str, Any]) -> Tuple[Optional[bool], Optional[s
             return build["cuda"], named if build["cuda"] else None
         return (True, named) if named else (None, None)
     if not facts.get("imported"):
-        return None, None
+        return declared_cuda(facts)
     return bool(build.get("cuda")), build.get("cuda") or None
+
+
+def declared_cuda(facts: Mapping[str, Any]) -> Tuple[Optional[bool], Optional[str]]:
+    """What a framework's distribution says of its build without an import: its version's
+    local label (``2.13.0+cu126``: CUDA 12.6; ``+cpu``), else the CUDA libraries its
+    Requires-Dist asks for on Linux (PyPI's torch: ``nvidia-*-cu12``); None: it says not."""
+    label = str(facts.get("version") or "").partition("+")[2]
+    match = re.fullmatch(r"cu(\d+)(\d)", label)
+    if match:
+        return True, f"{match.group(1)}.{match.group(2)}"
+    if label == "cpu":
+        return False, None
+    majors = set()
+    for line in facts.get("requires_dist") or ():
+        name, _, _, marker = parse_requirement(str(line))
+        if applies_on_linux(marker, ()) and own_cuda_major(name):
+            majors.add(own_cuda_major(name))
+    if majors:
+        return True, min(majors, key=version_tuple)
+    return None, None
 
 
 def driver_present(report: Mapping[str, Any]) -> bool:
@@ -285,6 +306,8 @@ def judge_framework(
         else:
             verdict.wrong(f"{name} does not import: {error}")
     if wanted.cuda is None:
+        if wanted.kind == "cpu":
+            judge_cpu_build(name, facts, wanted, verdict)
         return
     is_cuda, version = framework_cuda(facts)
     requirement = next((r for r in wanted.requirements if name in r.split("==")[0]), name)
@@ -312,6 +335,24 @@ def judge_framework(
             )
 
 
+def judge_cpu_build(
+    name: str, facts: Mapping[str, Any], wanted: EnvironmentPlan, verdict: Verdict
+) -> None:
+    """A CUDA build in a CPU environment is wrong: its CUDA libraries are GB no run uses."""
+    is_cuda, version = framework_cuda(facts)
+    if not is_cuda:
+        return
+    requirement = next((r for r in wanted.requirements if r.split("==")[0] == name), name)
+    index = dict(wanted.from_index).get(requirement)
+    source = f" from {index}" if index else ""
+    verdict.wrong(
+        f"{name} {facts.get('version')} ({facts.get('distribution')}) is a CUDA "
+        f"{version or ''} build in the {wanted.name} CPU environment: its CUDA libraries "
+        "are several GB that no CPU run uses. Remove the environment and build it again "
+        f"(`python3 -m kbench.setup {wanted.name}`): its plan takes {requirement}{source}"
+    )
+
+
 def judge_libraries(report: Mapping[str, Any], wanted: EnvironmentPlan, verdict: Verdict) -> None:
     """CUDA packages (one major), files owned twice, unresolved shared libraries."""
     packages = report.get("cuda_packages") or []
@@ -325,6 +366,9 @@ def judge_libraries(report: Mapping[str, Any], wanted: EnvironmentPlan, verdict:
         )
     elif majors and wanted.cuda and majors[0] != wanted.cuda:
         verdict.wrong(f"its CUDA libraries are CUDA {majors[0]}; the plan is CUDA {wanted.cuda}")
+    elif majors and wanted.kind == "cpu":
+        verdict.wrong(f"CUDA libraries in a CPU environment ({names}): a CUDA build brought "
+                      "them; the plan has none")  # fmt: skip
     else:
         what = f"CUDA {majors[0]} only" if majors else "none"
         verdict.lines.append(f"  CUDA libraries: {what}" + (f" ({names})" if names else ""))

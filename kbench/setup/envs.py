@@ -5,7 +5,9 @@ a second call returns at once, and its kind, ``cpu`` or ``gpu``, in ``.kbench-ki
 and CUDA builds never share a site-packages (pip would keep the CPU torch, which
 satisfies the pin): asked for the other kind, an environment is deleted and built
 afresh, as is a GPU environment whose framework pins changed (pip would keep the old CUDA
-libraries); a fresh GPU build is held against its plan (:mod:`kbench.setup.check`).
+libraries); a fresh GPU build is held against its plan (:mod:`kbench.setup.check`). A
+plan's ``from_index`` requirements are installed first, each alone from its index (on
+Linux the CPU plan's torch, from PyTorch's CPU wheel index: PyPI's is a CUDA build).
 Without ``KBENCH_GPU`` the kind is chosen by :func:`kind_and_reason`.
 """
 
@@ -36,7 +38,9 @@ from kbench.setup.platforms import (
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout
+ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout (site-packages: installed)
+# as kbench.facts.IN_CHECKOUT says it (setup imports nothing else of kbench)
+IN_CHECKOUT = (ROOT / "keras_configs").is_dir() and (ROOT / "scripts").is_dir()
 KIND_FILE = ".kbench-kind"
 STAMP_FILE = ".kbench-requirements"
 GPU_MARKERS = ("tensorflow[and-cuda]", "jax[cuda12]")  # a stamp of CUDA builds names these
@@ -52,7 +56,7 @@ class SetupError(RuntimeError):
 class SetupOptions:
     """The set-up's settings, from the environment variables named beside each."""
 
-    envs_dir: Path  # KBENCH_ENVS_DIR (default: envs/ in the checkout)
+    envs_dir: Path  # KBENCH_ENVS_DIR (default: default_envs_dir())
     python: str  # KBENCH_PYTHON: the interpreter the venvs are built from
     gpu: Optional[str] = None  # KBENCH_GPU: "1" CUDA builds, "0" CPU builds, None: keep
     mxnet_wheel: Optional[str] = None  # KBENCH_MXNET_WHEEL: MXNet's CUDA build
@@ -73,7 +77,7 @@ class SetupOptions:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> SetupOptions:
         return cls(
-            envs_dir=Path(environ.get("KBENCH_ENVS_DIR") or ROOT / "envs"),
+            envs_dir=default_envs_dir(environ),
             # python3.11 where it is on the PATH (the version kbench is tested with)
             python=environ.get("KBENCH_PYTHON") or shutil.which("python3.11") or sys.executable,
             gpu=environ.get("KBENCH_GPU") or None,
@@ -81,6 +85,25 @@ class SetupOptions:
             dry_run=environ.get("KBENCH_SETUP_DRY_RUN") == "1",
             check=environ.get("KBENCH_SETUP_CHECK") != "0",
         )
+
+
+def default_envs_dir(
+    environ: Mapping[str, str] = os.environ, in_checkout: bool = IN_CHECKOUT,
+    system: Optional[str] = None,
+) -> Path:  # fmt: skip
+    """Where kbench's own environments live: ``KBENCH_ENVS_DIR``; else ``envs/`` in the
+    checkout; else, for a kbench installed by pip, the user's data folder
+    (``%LOCALAPPDATA%\\kbench\\envs`` on Windows, ``$XDG_DATA_HOME/kbench/envs`` or
+    ``~/.local/share/kbench/envs`` elsewhere), which ``kbench setup`` fills."""
+    if environ.get("KBENCH_ENVS_DIR"):
+        return Path(environ["KBENCH_ENVS_DIR"])
+    if in_checkout:
+        return ROOT / "envs"
+    if Platform(system or sys.platform, "").family == "win32" and environ.get("LOCALAPPDATA"):
+        return Path(environ["LOCALAPPDATA"]) / "kbench" / "envs"
+    if environ.get("XDG_DATA_HOME"):
+        return Path(environ["XDG_DATA_HOME"]) / "kbench" / "envs"
+    return Path(environ.get("HOME") or Path.home()) / ".local" / "share" / "kbench" / "envs"
 
 
 def existing_kind(env_dir: Path) -> str:
@@ -185,6 +208,9 @@ def make_environment(
     if options.dry_run:
         log.info("%s: %s (%s builds)", name, done, kind)
         if done != "ready":
+            for requirement, index in wanted.from_index:
+                log.info("%s: would install %s first, from %s (pip install --index-url %s %s)",
+                         name, requirement, index, index, requirement)  # fmt: skip
             log.info("%s: would install %s", name, " ".join(wanted.requirements))
         return done
     if done == "ready":
@@ -213,9 +239,13 @@ def build(env_dir: Path, wanted: EnvironmentPlan, options: SetupOptions) -> None
     (env_dir / KIND_FILE).write_text(wanted.kind + "\n")
     pip = [str(python), "-m", "pip", "install", "--quiet"]
     call(pip + ["--upgrade", "pip"], "upgrade pip")
+    for requirement, index in wanted.from_index:  # torch's CPU build: satisfied below
+        log.info("%s: installing %s first, from %s", wanted.name, requirement, index)
+        call(pip + ["--index-url", index, requirement], f"install {requirement} from {index}")
     call(pip + list(wanted.requirements), f"install {wanted.name}'s requirements")
-    if wanted.name == "keras3":
+    if wanted.name == "keras3" and (options.root / "pyproject.toml").is_file():
         # the harness runs here; workers anywhere import kbench through their PYTHONPATH
+        # (an installed kbench has no checkout to install: it runs from the user's Python)
         call(pip + ["--no-deps", "-e", str(options.root)], "install kbench (editable)")
     if wanted.loader_path:
         folders = record_library_folders(env_dir)

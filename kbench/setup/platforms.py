@@ -59,6 +59,11 @@ FRAMEWORKS = {"keras3": ("tensorflow", "jax", "torch"), "mxnet": ("mxnet",)}
 # torch for CUDA 12; tensorflow 2.21's nvidia-nccl-cu12 range excludes torch 2.10.0's pin)
 KERAS3_CUDA = "12"
 KERAS3_CUDA_FRAMEWORKS = ("tensorflow[and-cuda]==2.20.0", "jax[cuda12]==0.10.2", "torch==2.10.0")
+# keras3's CPU torch; on Linux from PyTorch's CPU wheel index, as PyTorch's own
+# instructions for CPU-only machines give it: PyPI's Linux torch wheels are CUDA builds
+# that pull several GB of nvidia-* libraries no CPU run uses
+KERAS3_CPU_TORCH = "torch==2.13.0"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # MXNet's CUDA 11 builds link these CUDA 11 libraries but ship none of them: PyPI's CUDA
 # 11 wheels (the last of each for CUDA 11) supply them, on the worker's library path
 MXNET_CUDA = "11"
@@ -160,6 +165,9 @@ class EnvironmentPlan:
     cuda: Optional[str] = None
     # the nvidia-* libraries' folders go on the worker's LD_LIBRARY_PATH
     loader_path: bool = False
+    # (requirement, index URL): requirements (also in ``requirements``, so the stamp is
+    # unchanged) that pip installs first, alone, from that index (``--index-url``)
+    from_index: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def available(self) -> bool:
@@ -175,10 +183,9 @@ MXNET_UNAVAILABLE: Dict[Tuple[str, str], str] = {
     ),
     ("win32", "x86_64"): (  # pip's answer (benchmarks/resolve_platforms.py)
         f"MXNet {MXNET_VERSION} has no Windows wheel, and the newest that has one, 1.7.0.post2 "
-        "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer; to run the mxnet "
-        "backends on Windows, make a Python 3.7 environment with mxnet==1.7.0.post2 and "
-        "keras-mxnet==2.2.4.3 by hand and point KBENCH_PYTHON_<BACKEND> (for mxnet and "
-        "mxnet-gluon) at its python.exe"
+        "(CPU), needs numpy<1.17, which has no wheel for Python 3.8 or newer, while kbench's "
+        "worker needs Python 3.9 or newer: the mxnet and mxnet-gluon backends do not run on "
+        "Windows itself; under WSL2 the Linux set-up has them"
     ),
 }
 
@@ -241,7 +248,10 @@ def _keras3_frameworks(kind: str, where: Platform) -> EnvironmentPlan:
     if kind == "cpu":
         # tensorflow-cpu exists for Linux x86-64 and Windows; elsewhere tensorflow is CPU
         tensorflow = "tensorflow-cpu" if (family, arch) == ("linux", "x86_64") else "tensorflow"
-        frameworks: Tuple[str, ...] = (tensorflow, "jax[cpu]", "torch==2.13.0")
+        frameworks: Tuple[str, ...] = (tensorflow, "jax[cpu]", KERAS3_CPU_TORCH)
+        from_index: Tuple[Tuple[str, str], ...] = ()
+        if family == "linux":
+            from_index = ((KERAS3_CPU_TORCH, TORCH_CPU_INDEX),)
         if family == "darwin" and arch == "arm64":
             notes = ("torch's macOS wheel runs on Apple GPUs through MPS: --device gpu uses it",)
         if family == "darwin" and arch == "x86_64":  # PyTorch stopped Intel macOS at 2.2
@@ -250,7 +260,8 @@ def _keras3_frameworks(kind: str, where: Platform) -> EnvironmentPlan:
                 "torch 2.13.0 has no Intel macOS wheel (the last is 2.2.2), so the newest "
                 "one there is installed; results record the version that ran",
             )
-        return EnvironmentPlan("keras3", kind, where, frameworks + KERAS3_COMMON, notes=notes)
+        return EnvironmentPlan("keras3", kind, where, frameworks + KERAS3_COMMON, notes=notes,
+                               from_index=from_index)  # fmt: skip
     if family == "darwin":
         return EnvironmentPlan("keras3", kind, where, unavailable=(
             "macOS has no CUDA builds (KBENCH_GPU=1 asks for them); build the CPU environment "

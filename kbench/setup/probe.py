@@ -11,7 +11,8 @@ It reads facts and judges nothing (``python3 -m kbench.setup --check`` does): ``
 ``owned_twice`` (files in the RECORD of two distributions; ``identical`` when their
 hashes agree); and ``frameworks``, each from a fresh child process (so that its loaded
 libraries are its own): distribution, version, import error, ``build`` (CUDA and cuDNN
-versions; ``cuda: null`` for a CPU build), the CUDA libraries loaded (path, owner,
+versions; ``cuda: null`` for a CPU build), its Requires-Dist (the CUDA libraries a build
+asks for), the CUDA libraries loaded (path, owner,
 version), the GPUs seen, and per native library what ``ldd`` cannot resolve. Exits 0
 whenever it could write the document.
 """
@@ -196,7 +197,7 @@ def probe_framework(name):
     facts = {
         "framework": name, "distribution": normalize(dist.metadata["Name"]) if dist else None,
         "version": dist.version if dist else None, "imported": False, "error": None, "build": {},
-        "gpus": None,
+        "gpus": None, "requires_dist": list(dist.requires or ()) if dist else [],
     }  # fmt: skip
     try:
         module = __import__(name)

@@ -47,7 +47,7 @@ from kbench.results.readings import (
 )
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
-from kbench.studies.published import REQUIREMENTS, Claim, Study, plain_value
+from kbench.studies.published import REQUIREMENTS, Claim, Study, in_scope, plain_value, run_matches
 from kbench.views.tables import MEMORY_LABELS, UTILIZATION_LABELS, Table, interval_text
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -114,23 +114,6 @@ METRICS: Dict[str, Tuple[str, Callable[[RunResult], Optional[float]]]] = {
 
 
 # selecting runs ------------------------------------------------------------------
-
-
-def _setting(result: RunResult, key: str) -> Any:
-    """The run's setting ``key`` (``group``: its sweep group), as plain JSON."""
-    return plain_value(
-        (result.sweep or {}).get("group") if key == "group" else result.config.get(key)
-    )
-
-
-def matches(result: RunResult, selector: Dict[str, Any]) -> bool:
-    """``selector``'s settings all equal the run's (``group``: the sweep group)."""
-    return all(_setting(result, k) == plain_value(v) for k, v in selector.items())
-
-
-def in_scope(result: RunResult, only: Dict[str, Sequence[Any]]) -> bool:
-    """The run's settings are among a claim's ``only`` values (the paper's scope)."""
-    return all(_setting(result, k) in [plain_value(v) for v in vs] for k, vs in only.items())
 
 
 def selector_text(selector: Dict[str, Any], skip: Sequence[str] = ()) -> str:
@@ -272,7 +255,7 @@ def evaluate_claim(
     if claim.kind == "no_single_best":
         return _no_single_best(study, claim, results, defined)
     where = {**claim.where, **(claim.reduced_where if reduced else {})}
-    pool = [r for r in results if matches(r, where) and in_scope(r, claim.only)]
+    pool = [r for r in results if run_matches(r, where) and in_scope(r, claim.only)]
     values: List[Any] = [None]
     if claim.for_each:
         found = {repr(_setting(r, claim.for_each)): _setting(r, claim.for_each) for r in pool}
@@ -281,7 +264,7 @@ def evaluate_claim(
     for value in values:
         extra = {} if value is None else {claim.for_each: value}
         label = "" if value is None else f"{claim.for_each}={plain_value(value)}"
-        members = [r for r in pool if matches(r, extra)]
+        members = [r for r in pool if run_matches(r, extra)]
         checks.append(_check(claim, members, label, reduced, defined))
     verdict, reason = _combine(checks)
     here = "; ".join(f"{c.label}: {c.here}" if c.label else c.here for c in checks)
@@ -384,7 +367,9 @@ def _combine(checks: Sequence[Check]) -> Tuple[str, str]:
 def _side(claim: Claim, side: Dict[str, Any], selector: Dict[str, Any], pool, shown) -> Side:
     metric = claim.side_metric(side)
     read = METRICS[metric][1]
-    runs = sorted((r for r in pool if matches(r, selector)), key=lambda r: (r.started_at, r.run_id))
+    runs = sorted(
+        (r for r in pool if run_matches(r, selector)), key=lambda r: (r.started_at, r.run_id)
+    )
     statuses: Dict[str, int] = {}
     by_round: Dict[Tuple[str, int], List[RunResult]] = {}
     for r in runs:

@@ -202,6 +202,16 @@ def _row(
                      notes=notes, **diffs)  # fmt: skip
 
 
+def verdict(row: ParityRow) -> str:
+    """``pass``, ``unsupported (why)`` where the backend cannot run the model (not a
+    mismatch: its reason says so), else ``FAIL`` with the run's status and reason."""
+    if row.passed:
+        return "pass"
+    if row.status == "unsupported":
+        return f"unsupported ({row.reason})"
+    return f"FAIL ({row.status}: {row.reason})" if row.reason else "FAIL"
+
+
 def rows_table(rows: Sequence[ParityRow]) -> str:
     """One row per backend and model: the largest differences from the reference, the
     noise floor and the verdict."""
@@ -214,6 +224,5 @@ def rows_table(rows: Sequence[ParityRow]) -> str:
          "noise floor", "verdict"],
         [[model_label(r.model), r.backend, r.reference, number(r.output_max_abs),
           number(r.loss_max_abs), number(r.loss_max_rel), number(r.noise_floor),
-          "pass" if r.passed else (f"FAIL ({r.status}: {r.reason})" if r.reason else "FAIL")]
-         for r in rows],
+          verdict(r)] for r in rows],
     )  # fmt: skip

@@ -275,14 +275,24 @@ def plain_value(value: Any) -> Any:
     return value
 
 
+def setting_of(run: Any, key: str) -> Any:
+    """The setting ``key`` (``group``: its sweep group), as plain JSON, of a sweep run
+    (``config``, ``group``) or a result (``config`` a dict, ``sweep``)."""
+    if hasattr(run, "group"):
+        return plain_value(run.group if key == "group" else getattr(run.config, key, None))
+    return plain_value((run.sweep or {}).get("group") if key == "group" else run.config.get(key))
+
+
 def run_matches(run: Any, selector: Dict[str, Any]) -> bool:
-    """A sweep run (``config``, ``group``) has every setting of ``selector`` (a claim's,
-    a plot's, a paper setting's ``where``)."""
-    for key, wanted in selector.items():
-        have = run.group if key == "group" else getattr(run.config, key, None)
-        if plain_value(have) != plain_value(wanted):
-            return False
-    return True
+    """A sweep run or a result has every setting of ``selector`` (a claim's, a plot's, a
+    paper setting's ``where``)."""
+    return all(setting_of(run, k) == plain_value(v) for k, v in selector.items())
+
+
+def in_scope(run: Any, only: Dict[str, Sequence[Any]]) -> bool:
+    """A sweep run's or a result's settings are among ``only``'s values (a claim's scope,
+    the reduced runs a study keeps)."""
+    return all(setting_of(run, k) in [plain_value(v) for v in vs] for k, vs in only.items())
 
 
 def setting_drift(study: Study, runs: Any, reduced: bool) -> List[Drift]:
@@ -294,10 +304,9 @@ def setting_drift(study: Study, runs: Any, reduced: bool) -> List[Drift]:
             if not run_matches(run, paper.where):
                 continue
             for key, want in paper.settings.items():
-                have = plain_value(getattr(run.config, key, None))
-                allowed = want if isinstance(want, list) else [want]
-                if have in [plain_value(v) for v in allowed]:
+                if in_scope(run, {key: want if isinstance(want, list) else [want]}):
                     continue
+                have = setting_of(run, key)
                 if any(d.covers(key, run, reduced) for d in study.deviation_rules):
                     continue
                 found.append(Drift(f"{run.group}: {run.config.label()}", key, have, want))

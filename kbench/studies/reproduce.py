@@ -32,7 +32,6 @@ from kbench.studies.claims import (
     claims_table,
     claims_text,
     evaluate,
-    matches,
     outcomes_json,
 )
 from kbench.studies.published import (
@@ -40,6 +39,7 @@ from kbench.studies.published import (
     Study,
     StudyError,
     find_study,
+    in_scope,
     load_study,
     plain_value,
     run_matches,
@@ -80,14 +80,7 @@ def study_sweep(study: Study, reduced: bool) -> Sweep:
             raise StudyError(
                 study.file, f"reduced.only.{name}", f"expected a run setting; received {name!r}."
             )
-    runs = [
-        run
-        for run in sweep.runs
-        if all(
-            plain_value(getattr(run.config, k)) in [plain_value(v) for v in values]
-            for k, values in study.reduced_only.items()
-        )
-    ]
+    runs = [run for run in sweep.runs if in_scope(run, study.reduced_only)]
     if not runs:
         raise StudyError(
             study.file,
@@ -518,7 +511,7 @@ def _points(results: Sequence[RunResult], plot: PaperPlot) -> Dict[Any, Dict[Any
     read = METRICS[plot.metric][1]
     values: Dict[Any, Dict[Any, List[float]]] = {}
     for r in results:
-        if not r.ok or not matches(r, plot.where):
+        if not r.ok or not run_matches(r, plot.where):
             continue
         value = read(r)
         if value is not None:

@@ -40,10 +40,9 @@ from kbench.measure import quality
 from kbench.results import store as store_mod
 from kbench.results.analysis import compare
 from kbench.results.comparison import is_comparison
-from kbench.results.config import ConfigError, RunConfig
-from kbench.results.lock import writer_lock
+from kbench.results.config import ConfigError, RunConfig, flag_for
 from kbench.results.result import RunResult
-from kbench.results.store import Filter, ResultStore
+from kbench.results.store import Filter, ResultStore, writer_lock
 from kbench.run.runner import Runner, look_before_runs
 from kbench.studies import rounds
 from kbench.studies.sweep import (
@@ -420,8 +419,7 @@ def as_asked(
     given = {name: value for name, value in given.items() if value is not None}
     if not on:
         if given:
-            flag = {"window_s": "--window", "ratio_precision": "--ratio-precision",
-                    "ratio_budget_s": "--ratio-budget"}[next(iter(given))]  # fmt: skip
+            flag = flag_for(next(iter(given)))
             raise ConfigError(
                 flag.lstrip("-").replace("-", "_"),
                 f"expected {flag} with warm windows (measure: windows in {sweep.file}, or "

@@ -140,11 +140,14 @@ class Comparison:
 
 
 def section_tables(results: Sequence[RunResult]) -> List[Table]:
-    """Operators, the data-parallel breakdown, the per-operator profiles of model runs."""
+    """Operators, the data-parallel breakdown, the per-operator profiles of model runs,
+    generation (time to first token, per token, the greedy tokens' agreement)."""
     from kbench.views.distributed import breakdown_tables
     from kbench.views.ops import ops_tables, profile_tables
+    from kbench.views.runtimes import generation_shown, generation_table
 
-    return ops_tables(results) + breakdown_tables(results) + profile_tables(results)
+    generation = [generation_table(results)] if generation_shown(results) else []
+    return ops_tables(results) + breakdown_tables(results) + profile_tables(results) + generation
 
 
 @dataclass(frozen=True)
@@ -202,8 +205,9 @@ def write_report(
         outcomes.append(Skipped(timeline_plots.TIMELINES, reason))
     outcomes += operator_figures([r for r in results if r.kind == "ops"])
     own, own_outcomes = distributed_section(results)
-    others = [_section_html(s) for s in sections] + own + profile_section(results)
-    everything = outcomes + own_outcomes + [o for s in sections for o in s.outcomes]
+    edge, edge_outcomes = edge_section(results)
+    others = edge + [_section_html(s) for s in sections] + own + profile_section(results)
+    everything = outcomes + own_outcomes + edge_outcomes + [o for s in sections for o in s.outcomes]
     drawn = [o for o in everything if isinstance(o, Drawn)] + timelines
     skipped = [o for o in everything if isinstance(o, Skipped)]
     summary = summary_html(measured, base, machines)
@@ -459,6 +463,19 @@ def distributed_section(
     body = "".join(t.html(numeric_columns(t)) for t in found)
     body += "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
     return [("distributed", "Data-parallel training", body)], outcomes
+
+
+def edge_section(results: Sequence[RunResult]) -> Tuple[List[Tuple[str, str, str]], List[Any]]:
+    """The edge question (:mod:`kbench.views.edge`), where a run was on an inference runtime."""
+    from kbench.results.edge import edge_groups
+    from kbench.views.edge import HEADING, edge_html, edge_outcomes
+
+    groups = edge_groups(results)
+    if not groups:
+        return [], []
+    outcomes = edge_outcomes(groups)
+    body = edge_html(groups) + "".join(figure_html(o) for o in outcomes if isinstance(o, Drawn))
+    return [("edge", HEADING, body)], outcomes
 
 
 def _section_html(section: Section) -> Tuple[str, str, str]:

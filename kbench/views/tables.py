@@ -334,6 +334,14 @@ def _run_row(r: RunResult, label: str) -> List[CellLike]:
             f"latency p90 {latency['p90']:.2f} ms, p99 {latency['p99']:.2f} ms",
             f"{latency['p50']:.2f}", f"{m['first_step_s']:.2f}", "-",
         ]  # fmt: skip
+    elif r.kind == "generate":
+        made = m["generation"]
+        cells = [
+            run_flagged(f"{m['images_per_sec']:,.2f} seq/s", r),
+            f"{made['tokens_per_sec']:,.1f} tokens/s, first token "
+            f"{made['time_to_first_token_ms']:.2f} ms",
+            f"{made['per_token_ms']['p50']:.2f}", f"{m['first_step_s']:.2f}", "-",
+        ]  # fmt: skip
     elif m.get("images_per_sec") is None and not m.get("step_time_s"):  # exec: no fit
         cells = [m.get("note") or "-", "-", "-", "-", "-"]
     else:
@@ -437,7 +445,7 @@ def group_title(group: ComparisonGroup, label: str = "") -> str:
     the others compared (:func:`model_labels`)."""
     dataset = dataset_label(group.dataset)
     data = f"{dataset} (synthetic data)" if group.synthetic else dataset
-    mode = ", inference" if group.mode == "inference" else ""
+    mode = f", {group.mode}" if group.mode in ("inference", "generate") else ""
     model = (label or model_label(group.model)) + (f" ({group.variant})" if group.variant else "")
     if group.batch_size is None:  # kbench exec: data and batch are the script's
         return f"{model} on {data} data and batch{mode}"
@@ -447,8 +455,10 @@ def group_title(group: ComparisonGroup, label: str = "") -> str:
 def group_table(group: ComparisonGroup, label: str = "") -> Table:
     """One group's rows, a backend each: img/s, the ratio to the baseline, and the
     latency (inference) or accuracy and epoch time (training), first step."""
-    inference = group.mode == "inference"
-    headers = ["backend", "img/s", f"vs {group.baseline}"]
+    inference = group.mode in ("inference", "generate")  # generate: latency per token
+    # generate: tokens/s, each sequence's new tokens (the ratios are the same)
+    tokens = group.settings.get("max_new_tokens", 1) if group.mode == "generate" else None
+    headers = ["backend", "tokens/s" if tokens else "img/s", f"vs {group.baseline}"]
     headers += (
         ["latency p50 ms", "first step s"] if inference else ["test acc", "s/epoch", "first step s"]
     )
@@ -460,7 +470,7 @@ def group_table(group: ComparisonGroup, label: str = "") -> Table:
             continue
         cells: List[CellLike] = [
             row.backend + ("" if row.all_ok else " (some runs failed)"),
-            flagged(spread_text(row.images_per_sec, ",.0f"), row),
+            flagged(rate_text(row.images_per_sec, tokens), row),
             ratio_text(row, group.baseline),
         ]
         if inference:
@@ -479,6 +489,14 @@ def group_table(group: ComparisonGroup, label: str = "") -> Table:
     if group.apart:
         notes.append(f"{APART_NOTE}: {'; '.join(group.apart)}")
     return Table(group_title(group, label), headers, rows, notes)
+
+
+def rate_text(rate: Optional[Spread], tokens: Optional[int]) -> str:
+    """samples/s as a table shows them; ``tokens`` per sample: tokens/s instead."""
+    if not tokens or rate is None:
+        return spread_text(rate, ",.0f")
+    scaled = Spread(rate.median * tokens, rate.low * tokens, rate.high * tokens, rate.n)
+    return spread_text(scaled, ",.1f")
 
 
 def comparison_tables(results: Sequence[RunResult], baseline: Optional[str] = None) -> str:
@@ -571,6 +589,7 @@ def _machine_tables(results: Sequence[RunResult], baseline: Optional[str]) -> Li
             for g in groups
             if g.apart
         ]
+        + [GENERATE_NOTE] * any(g.mode == "generate" for g in groups)
         + [QUALITY_NOTE] * any(r.quality_flags for r in rows)
         + [SETUP_NOTE] * any(r.setup_flags for r in rows)
     )
@@ -667,6 +686,10 @@ def _measure_tables(
     return tables
 
 
+GENERATE_NOTE = (
+    "--mode generate rows: generated sequences/s (each --max-new-tokens long); tokens/s, "
+    "time to first token and per-token latency are in the generation table"
+)
 APART_NOTE = "shown apart (no ratio to the rows of the same settings)"
 SETUP_NOTE = (
     "[CPU: ...], [kernels: ...]: rows measured on different CPUs (model and the features "

@@ -23,6 +23,7 @@ import datetime as dt
 import inspect
 import os
 import time
+from functools import partial
 from typing import Any, Dict, List, Tuple
 
 from kbench.backends.base import NativePort
@@ -125,25 +126,17 @@ class TorchDDP(Engine):
         return self.torch.optim.SGD(params, lr=lr)
 
     def _native(self, ctx: Context, model: Any, ddp: Any):
-        backend, torch = ctx.backend, self.torch
+        """The port's own loss and conversion; predicting as the backend does (with the
+        switches at their defaults, as every data-parallel run has them)."""
+        backend = ctx.backend
 
         def forward(inputs, labels):
             with backend.autocast():
                 loss, hits = backend._loss_and_hits(model, ddp(inputs), labels)
             return loss.float() + backend.twins.regularization_loss(model), hits
 
-        def convert(x, y):
-            return backend._tensors(model, x, y)
-
-        def predict(x):
-            model.eval()
-            with torch.no_grad():
-                out = model(backend._tensors(model, x)).float().cpu().numpy()
-            model.train()
-            return out
-
         model.train()
-        return forward, convert, predict
+        return forward, partial(backend._tensors, model), partial(backend.predict, model)
 
     def _keras(self, ctx: Context, model: Any, ddp: Any):
         import keras
@@ -171,13 +164,7 @@ class TorchDDP(Engine):
                 torch.as_tensor(x, dtype=dtype, device=device), torch.as_tensor(y, device=device),
             )  # fmt: skip
 
-        def predict(x):
-            dtype = torch.long if tokens else torch.float32
-            with torch.no_grad():
-                out = model(torch.as_tensor(x, dtype=dtype, device=device), training=False)
-            return out.float().cpu().numpy()
-
-        return forward, convert, predict
+        return forward, convert, partial(ctx.backend.predict, model)
 
     def finish(self, ctx: Context) -> None:
         # Without the barrier a rank sometimes aborts at exit and torchrun returns 1.
