@@ -47,7 +47,15 @@ from kbench.results.readings import (
 )
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
-from kbench.studies.published import REQUIREMENTS, Claim, Study, in_scope, plain_value, run_matches
+from kbench.studies.published import (
+    REQUIREMENTS,
+    Claim,
+    Study,
+    in_scope,
+    plain_value,
+    run_matches,
+    setting_of,
+)
 from kbench.views.tables import MEMORY_LABELS, UTILIZATION_LABELS, Table, interval_text
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -258,7 +266,7 @@ def evaluate_claim(
     pool = [r for r in results if run_matches(r, where) and in_scope(r, claim.only)]
     values: List[Any] = [None]
     if claim.for_each:
-        found = {repr(_setting(r, claim.for_each)): _setting(r, claim.for_each) for r in pool}
+        found = {repr(setting_of(r, claim.for_each)): setting_of(r, claim.for_each) for r in pool}
         values = [found[k] for k in sorted(found)] or [None]
     checks = []
     for value in values:

@@ -41,8 +41,8 @@ from kbench.studies.published import (
     find_study,
     in_scope,
     load_study,
-    plain_value,
     run_matches,
+    setting_of,
     study_files,
     study_of_sweep,
 )
@@ -149,8 +149,7 @@ def _ambiguous(sweep: Sweep, selector: Dict[str, Any], for_each: Optional[str]) 
     found: Dict[Tuple[int, str], List[SweepRun]] = {}
     for run in sweep.runs:
         if run_matches(run, selector):
-            have = run.group if for_each == "group" else getattr(run.config, for_each or "", None)
-            value = repr(plain_value(have)) if for_each else ""
+            value = repr(setting_of(run, for_each)) if for_each else ""
             found.setdefault((run.config.repeat, value), []).append(run)
     for runs in found.values():
         if len(runs) > 1:
