@@ -558,6 +558,7 @@ def _unrunnable_claim(
     """A claim whose comparison kbench cannot run (``cannot_run``: why): its text, figures
     and kind; no selector or metric is needed, none is checked."""
     _text(data["cannot_run"], where + ".cannot_run", fail, "why kbench cannot run this comparison")
+    _positive(data.get("paper"), f"{where}.paper", fail)
     as_given = ("id", "statement", "quote", "paper", "note", "cited", "cannot_run")
     return Claim(
         kind=kind, metric=str(data.get("metric") or ""), figures=tuple(_claim_figures(
