@@ -190,6 +190,27 @@ def test_the_pages_gpu_claims_on_a_gpu_and_off_it(tmp_path):
     assert beats.verdict == UNMEASURABLE and beats.reason.startswith("no GPU")
 
 
+def test_the_pages_own_figures_hold_its_gpu_claims(tmp_path):
+    # a store whose speeds are Table 2's (batch / ms per step) on a GPU: every claim
+    # judged from it says what the page says
+    rows = {"bert-fit": "bert-fit", "bert-predict": "bert-predict", "decoder-fit": "gemma-fit"}
+    columns = {"tensorflow": "keras3-tf", "jax": "keras3-jax", "torch": "keras3-torch",
+               "torch-native": "native-eager"}  # fmt: skip
+
+    def documents(run):
+        task = run.group.replace("-compiled", "")
+        column = (
+            "native-compiled" if run.group.endswith("-compiled") else columns[run.config.backend]
+        )
+        ips = cell(rows[task], "batch") / cell(rows[task], column) * 1000
+        return {"ips": wobble(run, ips), "environment": WITH_GPU}
+
+    found = verdicts(tmp_path, documents, reduced=False)
+    judged = [o for o in found.values() if "gpu" in o.claim.requires and not o.claim.cannot_run]
+    assert len(judged) == 5
+    assert {o.claim.id: o.verdict for o in judged} == {o.claim.id: HOLDS for o in judged}
+
+
 def test_claims_kbench_cannot_run_say_why(tmp_path):
     documents = speeds(EACH)
     found = verdicts(tmp_path, lambda r: documents(r) if r.config.repeat == 0 else None)
