@@ -130,7 +130,14 @@ def speeds(fastest: Dict[str, str], native: float = 50.0, environment=NO_GPU):
     return documents
 
 
-ALL_JAX = {"bert-fit": "jax", "bert-predict": "jax", "decoder-fit": "jax"}
+TASKS_HERE = (
+    "bert-fit",
+    "bert-predict",
+    "decoder-fit",
+    "decoder-generate-32",
+    "decoder-generate-1",
+)
+ALL_JAX = dict.fromkeys(TASKS_HERE, "jax")
 EACH = {"bert-fit": "tensorflow", "bert-predict": "jax", "decoder-fit": "torch"}
 
 
@@ -145,23 +152,21 @@ def test_no_best_backend_on_this_cpu(tmp_path, fastest, native, expected, said):
     assert no_best.verdict == expected, no_best.reason
     assert said in no_best.reason
     # every task's check, per backend; the compiled groups are out of the reduced runs
-    assert len(no_best.checks) == 9 and "compiled" not in no_best.here
+    assert len(no_best.checks) == 3 * len(TASKS_HERE) and "compiled" not in no_best.here
     assert "best of backend=jax | backend=torch" in no_best.here
     page = found["no-best-backend"]  # the page's (GPU) finding
     assert page.verdict == UNMEASURABLE and "reduced size changes the question" in page.reason
     # Keras 3's best over native PyTorch, in the same store: 130 or 100 img/s over 50
     beats = found["keras3-best-beats-native-eager-cpu"]
     assert beats.verdict == HOLDS and "lies above x1" in beats.reason
-    assert {c.label for c in beats.checks} == {
-        "group=bert-fit", "group=bert-predict", "group=decoder-fit"
-    }  # fmt: skip
+    assert {c.label for c in beats.checks} == {f"group={task}" for task in TASKS_HERE}
     if fastest:
         assert f"fastest rounds: backend={fastest['bert-fit']} 6" in beats.checks[0].here
 
 
 @pytest.mark.parametrize("native, expected", [(200.0, FAILS), (130.0, INCONCLUSIVE)])
 def test_keras3_best_against_a_faster_or_tied_native(tmp_path, native, expected):
-    found = verdicts(tmp_path, speeds(EACH, native))["keras3-best-beats-native-eager-cpu"]
+    found = verdicts(tmp_path, speeds(ALL_JAX, native))["keras3-best-beats-native-eager-cpu"]
     assert found.verdict == expected, found.reason
 
 
@@ -193,7 +198,13 @@ def test_the_pages_gpu_claims_on_a_gpu_and_off_it(tmp_path):
 def test_the_pages_own_figures_hold_its_gpu_claims(tmp_path):
     # a store whose speeds are Table 2's (batch / ms per step) on a GPU: every claim
     # judged from it says what the page says
-    rows = {"bert-fit": "bert-fit", "bert-predict": "bert-predict", "decoder-fit": "gemma-fit"}
+    rows = {
+        "bert-fit": "bert-fit",
+        "bert-predict": "bert-predict",
+        "decoder-fit": "gemma-fit",
+        "decoder-generate-32": "gemma-generate-32",
+        "decoder-generate-1": "gemma-generate-1",
+    }
     columns = {"tensorflow": "keras3-tf", "jax": "keras3-jax", "torch": "keras3-torch",
                "torch-native": "native-eager"}  # fmt: skip
 
@@ -217,7 +228,6 @@ def test_claims_kbench_cannot_run_say_why(tmp_path):
     for claim, said in [
         ("keras3-faster-than-keras2", "no Keras 2 + TensorFlow backend"),
         ("keras3-out-of-the-box", "a qualitative finding"),
-        ("keras3-best-beats-native-generate", "not run: generate mode missing"),
     ]:
         assert found[claim].verdict == UNMEASURABLE and said in found[claim].reason
         assert found[claim].reason.startswith("kbench cannot run this comparison")
