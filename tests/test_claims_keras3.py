@@ -6,13 +6,15 @@ each claim's verdict on stores of result documents written for the study's own s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional
 
 import pytest
 from test_reproduce import run_main
-from test_verdicts import NO_GPU, WITH_GPU, planned, store_of, wobble
+from test_verdicts import NO_GPU, WITH_GPU, document, planned, wobble
 
+from kbench.results.store import ResultStore
 from kbench.studies import published, reproduce
 from kbench.studies.claims import FAILS, HOLDS, INCONCLUSIVE, UNMEASURABLE
 
@@ -55,10 +57,16 @@ STUDY = published.load_study(published.find_study("keras3-benchmarks"))
 
 
 def verdicts(tmp_path: Path, documents, reduced: bool = True):
-    """Every claim's outcome, by id, on a store of ``documents`` for the study's sweep."""
+    """Every claim's outcome, by id, on a store of ``documents`` for the study's sweep (a
+    generation's document of kind ``generate``, as kbench.run.generate writes it)."""
     study, sweep = planned("keras3-benchmarks", reduced=reduced)
-    store = store_of(tmp_path, sweep, documents)
-    return {o.claim.id: o for o in reproduce.verdicts(study, sweep, store)}
+    store = ResultStore(tmp_path / "store")
+    for run in sweep.runs:
+        settings = documents(run)
+        if settings is not None:
+            done = document(sweep, run, **settings)
+            store.add(replace(done, kind="generate") if run.config.mode == "generate" else done)
+    return {o.claim.id: o for o in reproduce.verdicts(study, sweep, store.directory)}
 
 
 def cell(row: str, column: str) -> Optional[float]:

@@ -61,7 +61,7 @@ from kbench.views.tables import MEMORY_LABELS, UTILIZATION_LABELS, Table, interv
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 UNMEASURABLE = "not measurable here"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNMEASURABLE)
-MEASURED_KINDS = ("train", "inference")
+MEASURED_KINDS = ("train", "inference", "generate")
 
 
 ROUNDS_NEEDED = rounds_needed()  # 6 for 95%: 5 rounds cover 94%
