@@ -27,7 +27,7 @@ coverage, flags, the study's deviations); :func:`outcomes_json` is the same as J
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kbench.measure.stats import (
@@ -47,13 +47,21 @@ from kbench.results.readings import (
 )
 from kbench.results.result import RunResult
 from kbench.results.store import host_of
-from kbench.studies.published import REQUIREMENTS, Claim, Study, in_scope, plain_value, run_matches
+from kbench.studies.published import (
+    REQUIREMENTS,
+    Claim,
+    Study,
+    in_scope,
+    plain_value,
+    run_matches,
+    setting_of,
+)
 from kbench.views.tables import MEMORY_LABELS, UTILIZATION_LABELS, Table, interval_text
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 UNMEASURABLE = "not measurable here"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNMEASURABLE)
-MEASURED_KINDS = ("train", "inference")
+MEASURED_KINDS = ("train", "inference", "generate")
 
 
 ROUNDS_NEEDED = rounds_needed()  # 6 for 95%: 5 rounds cover 94%
@@ -249,14 +257,16 @@ def evaluate_claim(
     defined: Optional[Defined] = None,
 ) -> ClaimOutcome:  # fmt: skip
     reduced = any((r.sweep or {}).get("reduced") for r in results)
+    if claim.cannot_run:
+        reason = f"kbench cannot run this comparison: {claim.cannot_run}"
+        return ClaimOutcome(claim, UNMEASURABLE, reason, paper_text(study, claim), "-", [])
+    if claim.kind == "no_single_best":
+        return _no_single_best(study, claim, results, defined)
     where = {**claim.where, **(claim.reduced_where if reduced else {})}
     pool = [r for r in results if run_matches(r, where) and in_scope(r, claim.only)]
     values: List[Any] = [None]
     if claim.for_each:
-        found = {
-            repr(plain_value(r.config.get(claim.for_each))): r.config.get(claim.for_each)
-            for r in pool
-        }
+        found = {repr(setting_of(r, claim.for_each)): setting_of(r, claim.for_each) for r in pool}
         values = [found[k] for k in sorted(found)] or [None]
     checks = []
     for value in values:
@@ -268,6 +278,63 @@ def evaluate_claim(
     here = "; ".join(f"{c.label}: {c.here}" if c.label else c.here for c in checks)
     evidence = _evidence(study, claim, checks, reduced)
     return ClaimOutcome(claim, verdict, reason, paper_text(study, claim), here, checks, evidence)
+
+
+def _no_single_best(
+    study: Study, claim: Claim, results: Sequence[RunResult], defined: Optional[Defined]
+) -> ClaimOutcome:
+    """No item is the fastest at every value of ``for_each``: per item, a sign check of
+    the best of the others over it at each value (:func:`_beaten`); it holds where every
+    item is beaten somewhere, does not where one item is beaten nowhere (at least as fast
+    as the others, clearly, at every value), else it is inconclusive."""
+    outcomes = []
+    for i, item in enumerate(claim.items):
+        others = [other for j, other in enumerate(claim.items) if j != i]
+        sub = replace(claim, kind="sign", items=(), numerator={"best_of": others},
+                      denominator=item, expect="greater", than=1.0)  # fmt: skip
+        outcomes.append((selector_text(item), evaluate_claim(study, sub, results, defined)))
+    judged = [(label, *_beaten(o.checks)) for label, o in outcomes]
+    checks = [
+        replace(c, label=f"{label}; {c.label}" if c.label else label)
+        for label, o in outcomes
+        for c in o.checks
+    ]
+    unbeaten = [(label, why) for label, verdict, why in judged if verdict == FAILS]
+    open_ = [(label, why) for label, verdict, why in judged if verdict == INCONCLUSIVE]
+    if unbeaten:
+        verdict = FAILS
+        reason = "; ".join(
+            f"{label} outpaces the best of the others at every value: {why}"
+            for label, why in unbeaten
+        )
+    elif open_:
+        verdict = INCONCLUSIVE
+        reason = "; ".join(f"{label}: not shown beaten anywhere: {why}" for label, why in open_)
+    elif all(verdict == UNMEASURABLE for _, verdict, _ in judged):
+        verdict, reason = UNMEASURABLE, "; ".join(dict.fromkeys(why for _, _, why in judged))
+    else:
+        verdict = HOLDS
+        reason = "; ".join(f"{label} is beaten at {why}" for label, v, why in judged if v == HOLDS)
+    here = "; ".join(f"{c.label}: {c.here}" for c in checks)
+    evidence = _evidence(study, claim, checks, any((r.sweep or {}).get("reduced") for r in results))
+    return ClaimOutcome(claim, verdict, reason, paper_text(study, claim), here, checks, evidence)
+
+
+def _beaten(checks: Sequence[Check]) -> Tuple[str, str]:
+    """From one item's sign checks per value (the best of the others over it): HOLDS where
+    it is beaten at some value (the interval wholly above x1; which values), FAILS where it
+    outpaces the others at every value (wholly below x1: strictly faster; a tie is not),
+    else INCONCLUSIVE (UNMEASURABLE where no value could be judged)."""
+    by = {v: [c for c in checks if c.verdict == v] for v in VERDICTS}
+    if by[HOLDS]:
+        return HOLDS, "; ".join(f"{c.label}: {c.reason}" for c in by[HOLDS])
+    outpaces = [c for c in by[FAILS] if c.ratios and c.ratios[0] and c.ratios[0].high < 1.0]
+    if checks and len(outpaces) == len(checks):
+        return FAILS, "; ".join(f"{c.label}: {c.reason}" for c in checks)
+    if len(by[UNMEASURABLE]) == len(checks):
+        return UNMEASURABLE, "; ".join(dict.fromkeys(c.reason for c in checks)) or "no value ran"
+    undecided = [c for c in checks if c not in outpaces]
+    return INCONCLUSIVE, "; ".join(f"{c.label}: {c.reason}" for c in undecided)
 
 
 def _evidence(study: Study, claim: Claim, checks: Sequence[Check], reduced: bool) -> Evidence:
@@ -336,6 +403,40 @@ def _side(claim: Claim, side: Dict[str, Any], selector: Dict[str, Any], pool, sh
     )  # fmt: skip
 
 
+def _best_side(claim: Claim, spec: Dict[str, Any], candidates: Sequence[Side]) -> Side:
+    """A ``best_of`` side: in each round its candidates all have, the highest value (the
+    fastest); none where a candidate has no finished run. Its label counts each
+    candidate's fastest rounds."""
+    keys = [k for k in candidates[0].rounds if all(k in c.rounds for c in candidates)]
+    if any(not c.rounds for c in candidates):
+        keys = []
+    rounds, wins = {}, {c.label: 0 for c in candidates}
+    for key in keys:
+        best = max(candidates, key=lambda c: c.rounds[key])
+        rounds[key] = best.rounds[key]
+        wins[best.label] += 1
+    label = "best of " + " | ".join(c.label for c in candidates)
+    if keys:
+        won = ", ".join(f"{k} {n}" for k, n in wins.items() if n)
+        label += f" (fastest rounds: {won})"
+    missing = [c.label for c in candidates if not c.rounds]
+    if missing:
+        label += f" ({', '.join(missing)}: no finished run)"
+    statuses: Dict[str, int] = {}
+    for c in candidates:
+        for status, n in c.statuses.items():
+            statuses[status] = statuses.get(status, 0) + n
+    return Side(
+        label, claim.side_metric(spec), Spread.of(list(rounds.values())) if rounds else None,
+        statuses, rounds,
+        duplicates=[d for c in candidates for d in c.duplicates],
+        devices=list(dict.fromkeys(d for c in candidates for d in c.devices)),
+        off_gpu=next((c.off_gpu for c in candidates if c.off_gpu), None),
+        on_gpu=any(c.on_gpu for c in candidates),
+        flags=list(dict.fromkeys(f for c in candidates for f in c.flags)),
+    )  # fmt: skip
+
+
 def round_values(
     result: RunResult, metric: str, read: Callable[[RunResult], Optional[float]]
 ) -> Dict[int, float]:
@@ -367,9 +468,14 @@ def _check(
     shown = (
         list(claim.where) + list(claim.reduced_where) + ([claim.for_each] if claim.for_each else [])
     )
-    specs = list(claim.items) if claim.items else [claim.numerator, claim.denominator]
-    selectors = claim.selectors(reduced)
-    sides = [_side(claim, spec, sel, pool, shown) for spec, sel in zip(specs, selectors)]
+    specs = claim.specs()
+    selectors = [found[0] for found in claim.side_selectors(reduced)]
+    sides = [
+        _best_side(claim, spec, [_side(claim, spec, sel, pool, shown) for sel in found])
+        if "best_of" in spec
+        else _side(claim, spec, found[0], pool, shown)
+        for spec, found in zip(specs, claim.side_selectors(reduced))
+    ]
     left_out: List[str] = []
     if claim.kind in ORDERINGS and defined is not None:  # items this sweep never runs
         keep = [s.statuses or defined(sel) for s, sel in zip(sides, selectors)]
@@ -571,6 +677,9 @@ def paper_text(study: Study, claim: Claim) -> str:
     if claim.kind in ("ordering", "efficiency_ordering"):
         sign = " < " if claim.direction == "increasing" else " > "
         head = sign.join(selector_text(item) for item in claim.items) + f" ({claim.metric})"
+    elif claim.kind == "no_single_best":
+        items = " | ".join(selector_text(item) for item in claim.items)
+        head = f"no one of {items} fastest at every {claim.for_each} ({claim.metric})"
     elif claim.paper is not None:
         head = f"x{claim.paper:g}"
     else:

@@ -46,7 +46,9 @@ from kbench.studies.sweep import (
     read_yaml_file,
 )
 
-KINDS = ("ratio", "sign", "ordering", "efficiency_ordering")
+KINDS = ("ratio", "sign", "ordering", "efficiency_ordering", "no_single_best")
+# a side's ``best_of`` (the fastest of several runs, round by round) reads a throughput
+BEST_OF_METRICS = ("images_per_sec",)
 REQUIREMENTS = {
     "gpu": "no GPU: the paper measured on one and these runs had none",
     "cpu": "on a GPU: the paper measured on the CPU and every run here used a GPU "
@@ -68,9 +70,10 @@ CLAIM_KEYS = ("id", "kind", "statement", "quote", "paper", "figures", "metric",
               "where", "numerator", "denominator", "items", "direction", "expect",
               "than", "expected", "tolerance", "for_each", "requires", "reduced",
               "reduced_where", "doubt", "instead", "note", "deviations", "only",
-              "cited")  # fmt: skip
+              "cited", "cannot_run")  # fmt: skip
 PLOT_KEYS = ("title", "x", "metric", "where", "series", "figures")
-SIDE_KEYS_EXTRA = ("metric",)  # a side of a ratio may read another metric than the claim's
+# a side of a ratio may read another metric than the claim's, or be the best of several runs
+SIDE_KEYS_EXTRA = ("metric", "best_of")
 STUDIES_ENV = "KBENCH_STUDIES_DIR"
 
 
@@ -141,6 +144,16 @@ class Claim:
     inconclusive). ``doubt``: why the paper's own measurement is not trusted, ``instead``:
     what kbench checks in its place. ``cited``: the work whose finding it is, where not the
     study's own (the verdict says so).
+
+    A side of a ``ratio`` or ``sign`` may be ``best_of: [selector, ...]``: in each round the
+    highest ``images_per_sec`` of those runs (the fastest of several backends, as a table's
+    "best" column; the maximum of noisy rounds leans a little high). ``no_single_best``:
+    no one of ``items`` is the fastest at every value of ``for_each`` (each item is beaten
+    by the best of the others, per round, at some value; it does not hold where one item is
+    at least as fast as the best of the others at every value). ``cannot_run``: why kbench
+    cannot run the claim's comparison at all (a framework it has no backend for, a
+    qualitative finding): the verdict is "not measurable here" with that reason, at any
+    size, and no selector is checked against the sweep.
     """
 
     id: str
@@ -169,20 +182,32 @@ class Claim:
     deviations: Tuple[str, ...] = ()  # how its runs differ from the paper's, beyond the study's
     only: Dict[str, Tuple[Any, ...]] = field(default_factory=dict)  # setting -> values judged
     cited: Optional[str] = None  # the work whose finding this is, where not the study's own
+    cannot_run: Optional[str] = None  # why kbench cannot run its comparison at all
 
     @property
     def target(self) -> Optional[float]:
         """The ratio a ``ratio`` claim is checked against."""
         return self.paper if self.paper is not None else self.expected
 
-    def selectors(self, reduced: bool = False) -> List[Dict[str, Any]]:
-        """Every side's full selector (``where`` merged in), in the claim's order."""
+    def specs(self) -> List[Dict[str, Any]]:
+        """The sides as the file gives them: the items, or numerator and denominator."""
+        if self.cannot_run:
+            return []
+        return list(self.items) if self.items else [self.numerator, self.denominator]
+
+    def side_selectors(self, reduced: bool = False) -> List[List[Dict[str, Any]]]:
+        """Per side, the full selectors of its runs (``where`` merged in): one, or a
+        ``best_of`` side's candidates."""
         where = {**self.where, **(self.reduced_where if reduced else {})}
-        sides = list(self.items) if self.items else [self.numerator, self.denominator]
-        return [
-            {**where, **{k: v for k, v in side.items() if k not in SIDE_KEYS_EXTRA}}
-            for side in sides
-        ]
+        found = []
+        for side in self.specs():
+            own = {k: v for k, v in side.items() if k not in SIDE_KEYS_EXTRA}
+            found.append([{**where, **own, **c} for c in side.get("best_of") or [{}]])
+        return found
+
+    def selectors(self, reduced: bool = False) -> List[Dict[str, Any]]:
+        """Every run selector of every side (``where`` merged in), in the claim's order."""
+        return [s for side in self.side_selectors(reduced) for s in side]
 
     def side_metric(self, side: Dict[str, Any]) -> str:
         return side.get("metric", self.metric)
@@ -493,6 +518,8 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
     for key in ("id", "statement", "quote"):
         _text(data.get(key), f"{where}.{key}", fail)
     kind = _one_of(data.get("kind"), KINDS, f"{where}.kind", fail)
+    if data.get("cannot_run") is not None:
+        return _unrunnable_claim(data, kind, where, figures, fail)
     metric = _claim_metric(data, kind, where, fail)
     for key in ("paper", "expected", "tolerance", "than"):
         _positive(data.get(key), f"{where}.{key}", fail)
@@ -504,8 +531,12 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
     items: List[Dict[str, Any]] = []
     if kind in ("ratio", "sign"):
         _check_ratio_sides(data, kind, numerator, denominator, where, fail)
+        for name, side in (("numerator", numerator), ("denominator", denominator)):
+            _check_best_of(side, metric, f"{where}.{name}", fail)
     else:
         items = _ordering_items(data.get("items") or [], where, fail)
+    if kind == "no_single_best":
+        _check_no_single_best(data, metric, where, fail)
     requires = _claim_choices(data, where, fail)
     if data.get("cited") is not None:
         _text(data["cited"], where + ".cited", fail)
@@ -519,6 +550,60 @@ def _claim(raw: Any, where: str, figures: Dict[str, PublishedFigure], fail) -> C
         only=_only(data.get("only"), where + ".only", fail),
         **{k: data[k] for k in as_given if k in data},
     )  # fmt: skip
+
+
+def _unrunnable_claim(
+    data: Dict[str, Any], kind: str, where: str, figures: Dict[str, PublishedFigure], fail
+) -> Claim:
+    """A claim whose comparison kbench cannot run (``cannot_run``: why): its text, figures
+    and kind; no selector or metric is needed, none is checked."""
+    _text(data["cannot_run"], where + ".cannot_run", fail, "why kbench cannot run this comparison")
+    _positive(data.get("paper"), f"{where}.paper", fail)
+    as_given = ("id", "statement", "quote", "paper", "note", "cited", "cannot_run")
+    return Claim(
+        kind=kind, metric=str(data.get("metric") or ""), figures=tuple(_claim_figures(
+            data, where, figures, fail)),
+        requires=_claim_choices(data, where, fail),
+        **{k: data[k] for k in as_given if k in data},
+    )  # fmt: skip
+
+
+def _check_best_of(side: Dict[str, Any], metric: str, where: str, fail) -> None:
+    """A side's ``best_of``: absent, or two or more selectors, on a throughput."""
+    if "best_of" not in side:
+        return
+    candidates = side["best_of"]
+    if not isinstance(candidates, list) or len(candidates) < 2:
+        raise fail(
+            f"{where}.best_of",
+            "expected two or more selectors (the runs whose fastest is the side, e.g. "
+            f"[{{backend: jax}}, {{backend: torch}}]); received {candidates!r}.",
+        )
+    for j, candidate in enumerate(candidates):
+        expect_mapping(candidate, f"{where}.best_of[{j}]", "a mapping of settings", fail)
+    read = side.get("metric", metric)
+    if read not in BEST_OF_METRICS:
+        raise fail(
+            f"{where}.best_of",
+            f"expected a throughput metric ({', '.join(BEST_OF_METRICS)}): the best of "
+            f"runs is the fastest; received {read!r}.",
+        )
+
+
+def _check_no_single_best(data: Dict[str, Any], metric: str, where: str, fail) -> None:
+    """A no_single_best claim: the tasks it compares over (``for_each``), a throughput."""
+    if not data.get("for_each"):
+        raise fail(
+            f"{where}.for_each",
+            "a no_single_best claim needs for_each: the setting (or group) whose values "
+            "are the tasks a best item would win at; received none.",
+        )
+    if metric not in BEST_OF_METRICS:
+        raise fail(
+            f"{where}.metric",
+            f"expected a throughput metric ({', '.join(BEST_OF_METRICS)}) for "
+            f"no_single_best; received {metric!r}.",
+        )
 
 
 def _positive(value: Any, where: str, fail) -> None:

@@ -41,8 +41,8 @@ from kbench.studies.published import (
     find_study,
     in_scope,
     load_study,
-    plain_value,
     run_matches,
+    setting_of,
     study_files,
     study_of_sweep,
 )
@@ -101,12 +101,14 @@ def check_study(study: Study) -> List[str]:
     known = set(RUN_FIELDS) | {"group"}
     unrecorded = f"is not one kbench records; expected one of {', '.join(METRICS)}."
     for i, claim in enumerate(study.claims):
+        if claim.cannot_run:
+            continue  # judged nowhere: the claim says why
         place = f"{study.file}: claims[{i}] ({claim.id})"
         sides = {claim.side_metric(s) for s in (claim.numerator, claim.denominator)}
         unread = sorted(({claim.metric} | sides) - set(METRICS))
         problems += [f"{place}: metric {metric!r} {unrecorded}" for metric in unread]
-        if claim.for_each is not None and claim.for_each not in RUN_FIELDS:
-            problems.append(f"{place}: for_each {claim.for_each!r} is not a run setting.")
+        if claim.for_each is not None and claim.for_each not in known:
+            problems.append(f"{place}: for_each {claim.for_each!r} is not a run setting or group.")
         for reduced, sweep in sweeps.items():
             size = "reduced" if reduced else "full-size"
             selectors = claim.selectors(reduced)
@@ -147,7 +149,7 @@ def _ambiguous(sweep: Sweep, selector: Dict[str, Any], for_each: Optional[str]) 
     found: Dict[Tuple[int, str], List[SweepRun]] = {}
     for run in sweep.runs:
         if run_matches(run, selector):
-            value = repr(plain_value(getattr(run.config, for_each, None))) if for_each else ""
+            value = repr(setting_of(run, for_each)) if for_each else ""
             found.setdefault((run.config.repeat, value), []).append(run)
     for runs in found.values():
         if len(runs) > 1:
@@ -243,7 +245,9 @@ def windows_misfit(study: Study, reduced: bool, gpu: bool) -> Optional[str]:
     judged = [
         claim
         for claim in study.claims
-        if not (reduced and claim.reduced) and (gpu or "gpu" not in claim.requires)
+        if not (reduced and claim.reduced)
+        and (gpu or "gpu" not in claim.requires)
+        and not claim.cannot_run
     ]
     if not judged:
         return "no claim of the study can be judged here"
