@@ -154,7 +154,9 @@ def test_an_unknown_setting_names_itself_the_accepted_ones_and_the_closest() -> 
     with pytest.raises(TypeError) as raised:
         kbench.run(backends=["torch"], btach_size=32)
     message = str(raised.value)
-    assert message.startswith("btach_size: expected a run setting, one of: dataset, batch_size")
+    assert message.startswith(
+        "btach_size: expected a run setting, one of: model_args, dataset, batch_size"
+    )
     assert message.endswith("received 'btach_size'. Did you mean 'batch_size'?")
     assert isinstance(raised.value, ConfigError)  # the CLI's kind of error too
     with pytest.raises(TypeError, match="Did you mean 'backends'"):
