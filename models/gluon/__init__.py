@@ -20,7 +20,7 @@ import mxnet as mx
 import numpy as np
 from mxnet.gluon import Parameter, nn, rnn
 
-from .. import ATTENTION_MODELS, MODELS
+from .. import MODELS
 from .._shapes import conv_kernel_oihw
 from .._shapes import expect_shape as _expect
 from ._layers import Conv2D, KerasLayer, KerasTwin, blocks
@@ -36,6 +36,11 @@ __all__ = [
 
 DATA_FORMATS = ("channels_last", "channels_first")
 KERNEL_LAYOUTS = ("auto", "HWIO", "OIHW")
+# zoo models without a Gluon twin, and why
+NO_TWIN = {
+    "decoder_lm": "its next-token training needs a loss over every position, which the "
+    "mxnet-gluon backend's loss (one label per sample) does not compute yet",
+}
 
 
 def build(name: str, input_shape: Tuple[int, ...], num_classes: int) -> KerasTwin:
@@ -46,9 +51,9 @@ def build(name: str, input_shape: Tuple[int, ...], num_classes: int) -> KerasTwi
     """
     if name not in MODELS:
         raise KeyError(f"unknown model {name!r}; expected one of: {', '.join(MODELS)}")
-    if name in ATTENTION_MODELS:
+    if name in NO_TWIN:
         raise NotImplementedError(
-            f"there is no Gluon twin of {name} (the models with attention have none yet); "
+            f"there is no Gluon twin of {name} ({NO_TWIN[name]}); "
             "run it on tensorflow, jax, torch, torch-native or mxnet (keras-mxnet)"
         )
     module = importlib.import_module(f".{MODELS[name].module}", __name__)
@@ -118,6 +123,19 @@ def _embedding(layer: KerasLayer, arrays, data_format, kernel_layout, where):
     return [(embedding.weight, arrays[0])]
 
 
+def _layer_norm(layer: KerasLayer, arrays, data_format, kernel_layout, where):
+    norm = layer.block
+    for name, array in zip(("gamma", "beta"), arrays):
+        _expect(where, name, array.shape, norm.gamma.shape)
+    return [(norm.gamma, arrays[0]), (norm.beta, arrays[1])]
+
+
+def _position_embedding(layer: KerasLayer, arrays, data_format, kernel_layout, where):
+    positions = layer.block
+    _expect(where, "embeddings", arrays[0].shape, positions.weight.shape)
+    return [(positions.weight, arrays[0])]
+
+
 _LOADERS: Dict[str, Tuple[Callable[..., List[Assignment]], Callable[[Any], int]]] = {
     # kind: (loader, number of Keras weight arrays)
     "Conv2D": (_conv2d, lambda conv: 1 if conv.bias is None else 2),
@@ -125,6 +143,8 @@ _LOADERS: Dict[str, Tuple[Callable[..., List[Assignment]], Callable[[Any], int]]
     "Dense": (_dense, lambda dense: 2),
     "LSTM": (_lstm, lambda lstm: 3),
     "Embedding": (_embedding, lambda embedding: 1),
+    "LayerNorm": (_layer_norm, lambda norm: 2),
+    "PositionEmbedding": (_position_embedding, lambda positions: 1),
 }
 
 
@@ -235,7 +255,9 @@ def layer_flops(block: mx.gluon.Block, inputs, output) -> int:
         return 2 * kernel_h * kernel_w * in_channels * out_channels * spatial
     if isinstance(block, nn.Dense):
         units, in_units = block.weight.shape
-        return 2 * in_units * units
+        # per position where it maps a sequence (flatten=False), as Keras' Dense does
+        positions = int(np.prod(output.shape[1:-1])) if not block._flatten else 1
+        return 2 * in_units * units * positions
     if isinstance(block, rnn.LSTM):
         units4, features = block.l0_i2h_weight.shape
         steps = inputs[0].shape[1]  # NTC
