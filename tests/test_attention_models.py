@@ -426,3 +426,85 @@ def test_greedy_tokens_agree_with_the_twin(runs, backend):
     twin = generation.greedy_generate(predict, prompt, steps - PROMPT, steps)
     assert outputs[f"{tag}/greedy"].shape == (BATCH, steps - PROMPT)
     assert np.array_equal(twin, outputs[f"{tag}/greedy"]), (twin, outputs[f"{tag}/greedy"])
+
+
+# argv: jobs (JSON: [weights path, data format, name, input shape, classes, inputs path,
+# output path]). In the MXNet environment: each Gluon twin loads a Keras process's
+# weights and predicts its inputs, imperative and then hybridized.
+GLUON_SCRIPT = r"""
+import json, sys
+import mxnet as mx
+import numpy as np
+from kbench.run import weightfile
+from kbench_models import gluon
+
+for weights_path, data_format, name, shape, classes, x_path, out in json.loads(sys.argv[1]):
+    net = gluon.build(name, tuple(shape), classes)
+    weights, _ = weightfile.load(weights_path)
+    gluon.load_keras_weights(net, weights, data_format)
+    found = {"params": gluon.keras_param_count(net)}
+    with np.load(x_path) as inputs:
+        feeds = dict(inputs)
+    for mode in ("imperative", "hybridized"):
+        if mode == "hybridized":
+            net.hybridize(static_alloc=True, static_shape=True)
+        for variant, x in feeds.items():
+            found[f"{mode}/{variant}"] = net(mx.nd.array(x)).asnumpy()
+    np.savez(out, **{k: np.asarray(v) for k, v in found.items()})
+"""
+GLUON_TWINS = ("vit_tiny", "text_encoder")  # decoder_lm has none (kbench_models.gluon.NO_TWIN)
+GLUON_TOLERANCE = 1e-5
+
+
+@slow
+def test_gluon_twins_reproduce_the_keras_outputs(runs, tmp_path):
+    """The MXNet Gluon twins, given each Keras process's weights (Keras 3 on the backends
+    this run has, and keras-mxnet), compute its outputs, imperative and hybridized, the
+    padding variants included (one MXNet process for them all)."""
+    require_backends("mxnet-gluon")
+    if not runs:
+        pytest.skip("no Keras backend in this run to compare with")
+    jobs, expected = [], {}
+    for backend, (_, outputs, folder) in sorted(runs.items()):
+        for key, data_format, tag in tags(backend):
+            name, shape, classes = CASES[key]
+            if name not in GLUON_TWINS:
+                continue
+            feeds = {}
+            for k in outputs:
+                if k.startswith(f"{tag}/") and k.endswith("/x"):
+                    x = outputs[k]
+                    if x.ndim == 4 and data_format == "channels_last":
+                        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+                    feeds[k.split("/")[1]] = x
+                    expected[f"{backend}/{tag}/{k.split('/')[1]}"] = outputs[f"{k[:-2]}/y"]
+            twin_shape = (shape[2], shape[0], shape[1]) if name == "vit_tiny" else shape
+            np.savez(tmp_path / f"{backend}-{tag}-x.npz", **feeds)
+            out = tmp_path / f"{backend}-{tag}-gluon.npz"
+            jobs.append([str(folder / f"{tag}-weights.npz"), data_format, name, twin_shape,
+                         classes, str(tmp_path / f"{backend}-{tag}-x.npz"), str(out)])  # fmt: skip
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(environments.import_root(tmp_path / "pythonpath")),
+        OMP_NUM_THREADS="1",
+    )
+    done = subprocess.run(
+        [str(environments.interpreter_for("mxnet-gluon")), "-c", GLUON_SCRIPT, json.dumps(jobs)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    differences = {}
+    for job in jobs:
+        backend, tag = Path(job[6]).name[: -len("-gluon.npz")].split("-", 1)
+        name, shape, classes = CASES[tag.split("-")[0]]
+        with np.load(job[6]) as archive:
+            found = dict(archive)
+        assert int(found["params"]) == expected_params(name, shape, classes), (backend, tag)
+        for mode in ("imperative", "hybridized"):
+            for key, want in expected.items():
+                if key.startswith(f"{backend}/{tag}/"):
+                    got = found[f"{mode}/{key.split('/')[-1]}"]
+                    assert got.shape == want.shape, key
+                    differences[f"{key} {mode}"] = distance(got, want)
+    print("max |gluon twin - Keras|:", json.dumps(differences, indent=1))
+    assert max(differences.values()) < GLUON_TOLERANCE, differences
