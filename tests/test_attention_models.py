@@ -452,7 +452,6 @@ for weights_path, data_format, name, shape, classes, x_path, out in json.loads(s
             found[f"{mode}/{variant}"] = net(mx.nd.array(x)).asnumpy()
     np.savez(out, **{k: np.asarray(v) for k, v in found.items()})
 """
-GLUON_TWINS = ("vit_tiny", "text_encoder")  # decoder_lm has none (kbench_models.gluon.NO_TWIN)
 GLUON_TOLERANCE = 1e-5
 
 
@@ -460,7 +459,7 @@ GLUON_TOLERANCE = 1e-5
 def test_gluon_twins_reproduce_the_keras_outputs(runs, tmp_path):
     """The MXNet Gluon twins, given each Keras process's weights (Keras 3 on the backends
     this run has, and keras-mxnet), compute its outputs, imperative and hybridized, the
-    padding variants included (one MXNet process for them all)."""
+    padding and future variants included (one MXNet process for them all)."""
     require_backends("mxnet-gluon")
     if not runs:
         pytest.skip("no Keras backend in this run to compare with")
@@ -468,8 +467,6 @@ def test_gluon_twins_reproduce_the_keras_outputs(runs, tmp_path):
     for backend, (_, outputs, folder) in sorted(runs.items()):
         for key, data_format, tag in tags(backend):
             name, shape, classes = CASES[key]
-            if name not in GLUON_TWINS:
-                continue
             feeds = {}
             for k in outputs:
                 if k.startswith(f"{tag}/") and k.endswith("/x"):

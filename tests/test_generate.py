@@ -27,7 +27,7 @@ STEPS, VOCABULARY, NEW, BATCH = 16, 64, 4, 2
         (dict(backend="torch", model="text_encoder", dataset="synthetic"),
          "which classifies sequences of word ids. Use -m decoder_lm, or --mode inference"),
         (dict(backend="mxnet", model="decoder_lm"),
-         "runs on tensorflow, jax, torch, torch-native; received 'mxnet'"),
+         "runs on tensorflow, jax, torch, torch-native, mxnet-gluon; received 'mxnet'"),
         (dict(backend="onnxruntime", model="decoder_lm"),
          "whose weights are its exporter's, not the reference's"),
         (dict(backend="jax", model="decoder_lm", time_budget_s=5.0),

@@ -35,7 +35,7 @@ from kbench.cli.app import build_parser
 from kbench.cli.arguments import settings_of
 from kbench.results.config import RunConfig
 from kbench.run import environments, weightfile
-from kbench_models import ATTENTION_MODELS, MODELS
+from kbench_models import MODELS
 
 slow = pytest.mark.slow
 
@@ -46,11 +46,9 @@ EXTRA_SPECS = {"mlp:28x28x1:10": 101_770, "small_cnn:28x28x1:10": 203_434,
                "mlp:12x10x3:7": 12 * 10 * 3 * 128 + 128 + 128 * 7 + 7,
                "small_cnn:14x12x2:5": 3 * 3 * 2 * 64 + 64 + 3 * 3 * 64 * 32 + 32
                                       + 10 * 8 * 32 * 5 + 5}  # fmt: skip
-# the models with attention that have a Gluon twin (decoder_lm has none:
-# kbench_models.gluon.NO_TWIN), by test_attention_models' formulas: spec -> (shape, classes)
-ATTENTION_SPECS = {"vit_tiny:32x32x3:10": ((32, 32, 3), 10), "vit_tiny:16x12x3:5": ((16, 12, 3), 5),
-                   "text_encoder:64:2": ((64,), 2), "text_encoder:10:3": ((10,), 3)}  # fmt: skip
-GLUON_ATTENTION_MODELS = {text.partition(":")[0] for text in ATTENTION_SPECS}
+# the models with attention, at their defaults and smaller (test_attention_models' formulas)
+ATTENTION_SPECS = ("vit_tiny:32x32x3:10", "vit_tiny:16x12x3:5", "text_encoder:64:2",
+                   "text_encoder:10:3", "decoder_lm:64:1000", "decoder_lm:12:37")  # fmt: skip
 
 # The module's one MXNet process: the census of sys.argv[1] (model specs), then, where
 # sys.argv[2:] names a folder and the cases, the twins' replay (TWIN_SCRIPT).
@@ -162,8 +160,10 @@ def census_specs() -> dict:
     shapes and class counts (test_models' formulas, pinned there to the published counts)."""
     expected = {text: expected_params(text) for text in SPECS}
     expected.update(EXTRA_SPECS)
-    for text, (shape, classes) in ATTENTION_SPECS.items():
-        expected[text] = attention_params(text.partition(":")[0], shape, classes)
+    for text in ATTENTION_SPECS:
+        name, shape, classes = text.split(":")
+        shape = tuple(int(d) for d in shape.split("x"))
+        expected[text] = attention_params(name, shape, int(classes))
     return expected
 
 
@@ -205,11 +205,9 @@ def test_every_model_has_the_keras_parameter_count(request):
     forward pass (in the module's one MXNet process, ``gluon_reply``)."""
     require_backends(BACKEND)
     expected = census_specs()
-    # every model but decoder_lm (no Gluon twin); test_attention_models compares the
-    # attention twins' outputs with Keras'
-    without = set(ATTENTION_MODELS) - GLUON_ATTENTION_MODELS
-    assert without == {"decoder_lm"}
-    assert {text.partition(":")[0] for text in expected} == set(MODELS) - without
+    # the models with attention too (test_attention_models compares their twins' outputs
+    # with Keras')
+    assert {text.partition(":")[0] for text in expected} == set(MODELS)
     counts = request.getfixturevalue("gluon_reply")["census"]
     assert set(counts) == set(expected)
     wrong = {text: (counts[text], want) for text, want in expected.items()

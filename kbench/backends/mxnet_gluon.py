@@ -14,6 +14,7 @@ import numpy as np
 
 from kbench.backends import kernels
 from kbench.backends.base import KERAS_EPSILON, NativePort, NoGpu, Unsupported, counted_flops
+from kbench_models import FROM_LOGITS
 
 # hybridize(): memory planned once (static_alloc) for one input shape: measured faster
 HYBRIDIZE_OPTIONS = {"static_alloc": True, "static_shape": True}
@@ -219,10 +220,7 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
 
         self.refuse_user_model(name)
         self.refuse_fused_rnn_without_mkldnn(name)
-        try:
-            net = self.twins.build(name, tuple(input_shape), num_classes)
-        except NotImplementedError as missing:  # a zoo model with no Gluon twin yet
-            raise Unsupported(f"mxnet-gluon: {missing}") from None
+        net = self.twins.build(name, tuple(input_shape), num_classes)
         net.collect_params().reset_ctx(self.context)
         net.kbench_spec = kbench_models.MODELS[name]
         net.kbench_input_shape = tuple(input_shape)
@@ -283,8 +281,12 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
         return inputs, nd.array(y, ctx=self.context, dtype=np.float32)
 
     def _loss(self, model: Any, probabilities: Any, labels: Any) -> Any:
-        """Keras' cross-entropy on probabilities (the batch mean)."""
+        """Keras' cross-entropy on probabilities (the batch mean), or from logits: the
+        next token at every position (the mean over the batch's positions)."""
         nd = self.mx.nd
+        if model.kbench_loss.endswith(FROM_LOGITS):
+            log_p = nd.log_softmax(probabilities, axis=-1)
+            return -nd.mean(nd.pick(log_p, labels, axis=-1))
         if model.kbench_loss == "binary_crossentropy":
             p = nd.clip(probabilities, KERAS_EPSILON, 1.0 - KERAS_EPSILON)
             labels = labels.reshape(p.shape)
@@ -296,6 +298,9 @@ class MXNetGluonBackend(MXNetFramework, NativePort):
 
     def _hits(self, model: Any, probabilities: Any, labels: Any) -> Any:
         nd = self.mx.nd
+        if model.kbench_loss.endswith(FROM_LOGITS):  # a sequence's share of right tokens
+            right = nd.argmax(probabilities, axis=-1) == labels
+            return nd.sum(nd.mean(right.reshape((len(labels), -1)), axis=1))
         if model.kbench_loss == "binary_crossentropy":
             return nd.sum((probabilities > 0.5) == labels.reshape(probabilities.shape))
         return nd.sum(nd.argmax(probabilities, axis=-1) == labels.reshape((-1,)))

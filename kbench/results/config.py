@@ -42,7 +42,6 @@ PROMPT_TOKENS = 8
 NO_DECODER = {
     "mxnet": "decoder_lm does not build on keras-mxnet 2.2.4 (a run there is unsupported, "
     "naming the part Keras 2.2.4 lacks)",
-    "mxnet-gluon": "kbench has no Gluon twin of decoder_lm",
 }
 PRECISIONS: Tuple[str, ...] = ("float32", "float16", "int8")  # --precision (inference)
 DEVICES: Tuple[str, ...] = ("auto", "cpu", "gpu")

@@ -36,11 +36,6 @@ __all__ = [
 
 DATA_FORMATS = ("channels_last", "channels_first")
 KERNEL_LAYOUTS = ("auto", "HWIO", "OIHW")
-# zoo models without a Gluon twin, and why
-NO_TWIN = {
-    "decoder_lm": "its next-token training needs a loss over every position, which the "
-    "mxnet-gluon backend's loss (one label per sample) does not compute yet",
-}
 
 
 def build(name: str, input_shape: Tuple[int, ...], num_classes: int) -> KerasTwin:
@@ -51,11 +46,6 @@ def build(name: str, input_shape: Tuple[int, ...], num_classes: int) -> KerasTwi
     """
     if name not in MODELS:
         raise KeyError(f"unknown model {name!r}; expected one of: {', '.join(MODELS)}")
-    if name in NO_TWIN:
-        raise NotImplementedError(
-            f"there is no Gluon twin of {name} ({NO_TWIN[name]}); "
-            "run it on tensorflow, jax, torch, torch-native or mxnet (keras-mxnet)"
-        )
     module = importlib.import_module(f".{MODELS[name].module}", __name__)
     return module.build(input_shape=tuple(input_shape), num_classes=num_classes)
 

@@ -132,3 +132,11 @@ def masked_mean(F, x, tokens):  # noqa: N803 - Gluon's spelling
     keep = F.broadcast_not_equal(tokens, F.zeros_like(tokens))
     total = F.sum(F.broadcast_mul(x, F.expand_dims(keep, axis=-1)), axis=1)
     return F.broadcast_div(total, F.maximum(F.sum(keep, axis=1, keepdims=True), 1.0))
+
+
+def causal_mask(F, steps: int):  # noqa: N803 - Gluon's spelling
+    """(1, steps, steps): MASKED above the diagonal (a key after the query)."""
+    positions = F.arange(steps)
+    queries = F.reshape(positions, (1, steps, 1))
+    keys = F.reshape(positions, (1, 1, steps))
+    return F.broadcast_greater(keys, queries) * MASKED

@@ -1,0 +1,46 @@
+"""Twin of :mod:`kbench_models.decoder_lm`: Embedding(vocabulary, 32), the attention
+trunk with a causal mask (position embedding, 2 pre-norm blocks, LayerNorm),
+Dense(vocabulary): next-token logits (batch, steps, vocabulary), untied from the
+embedding. Token ids may come as integers or as floats holding integers, as for the
+Keras model."""
+
+from __future__ import annotations
+
+from typing import List
+
+import mxnet as mx
+from mxnet.gluon import nn
+
+from .._attention_facts import DIM
+from ._attention import Trunk, causal_mask, dense
+from ._layers import KerasLayer, KerasTwin, keras_init
+
+
+class DecoderLM(KerasTwin):
+    def __init__(self, input_shape, num_classes: int) -> None:
+        super().__init__()
+        if len(input_shape) != 1:
+            raise ValueError(f"decoder_lm: input_shape must be (steps,); got {input_shape}")
+        self.steps = int(input_shape[0])
+        with self.name_scope():
+            # Keras' embeddings start as uniform(+-0.05)
+            self.embedding = nn.Embedding(num_classes, DIM,
+                                          weight_initializer=mx.init.Uniform(0.05))  # fmt: skip
+            self.trunk = Trunk(self.steps)
+            self.logits = dense(DIM, num_classes)
+        keras_init(self)
+
+    def hybrid_forward(self, F, tokens):  # noqa: N803 - Gluon's spelling
+        x = self.trunk(self.embedding(tokens), causal_mask(F, self.steps))
+        return self.logits(x)
+
+    def keras_layers(self) -> List[KerasLayer]:
+        return [
+            KerasLayer("Embedding", self.embedding),
+            *self.trunk.keras_layers(),
+            KerasLayer("Dense", self.logits),
+        ]
+
+
+def build(input_shape=(64,), num_classes=1_000) -> DecoderLM:
+    return DecoderLM(input_shape, num_classes)
