@@ -5,10 +5,11 @@ only processes that have it import this package. Each model module here has the 
 of its Keras counterpart in ``models/`` and one ``build(input_shape, num_classes)``
 whose ``input_shape`` is channels first for images. A twin is a ``HybridBlock`` with
 its parameters created and initialised as Keras initialises them, on the CPU; it
-returns what the Keras model returns (softmax probabilities, or the sigmoid
-probability of shape (N, 1) for the binary LSTM heads), and computes it the same way:
-Keras' padding rules, BatchNormalization epsilon and momentum, an LSTM with one bias
-and Keras' gate order. It runs imperatively or hybridized alike.
+returns what the Keras model returns (softmax probabilities, the sigmoid probability
+of shape (N, 1) for the binary LSTM heads, or decoder_lm's next-token logits), and
+computes it the same way: Keras' padding rules, BatchNormalization epsilon and
+momentum, an LSTM with one bias and Keras' gate order, the attention models' heads and
+masks (``_attention``). It runs imperatively or hybridized alike.
 """
 
 from __future__ import annotations

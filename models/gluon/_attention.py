@@ -1,8 +1,8 @@
 """Twins of :mod:`kbench_models._attention` in Gluon: LayerNorm, PositionEmbedding,
 multi-head self-attention and the pre-norm block, computing what the Keras compositions
 compute (each head's columns sliced out, the queries scaled before the dot product, an
-additive -1e9 mask, the softmax over the keys, heads concatenated in order, relu MLP).
-Every piece is a ``HybridBlock``: imperative and hybridized alike."""
+additive -1e9 mask (padding or causal), the softmax over the keys, heads concatenated in
+order, relu MLP). Every piece is a ``HybridBlock``: imperative and hybridized alike."""
 
 from __future__ import annotations
 
