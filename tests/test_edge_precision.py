@@ -74,6 +74,9 @@ def test_int8_files_are_quantized_by_the_named_method_and_keep_their_accuracy(in
     )
     ir_method = results["openvino-ir"].metrics["quantization"]["method"]
     assert "calibrated on the run's first 300 training inputs" in ir_method
+    # NNCF's version: in the export's key and in the runtime's environment
+    assert results["openvino-ir"].metrics["export"]["versions"]["nncf"] == "3.4.0"
+    assert results["openvino-ir"].environment["framework"]["quantizer"] == "nncf 3.4.0"
     # the int8 files: a quarter of float32's weights, and some
     for name in ("onnxruntime", "litert", "openvino-ir"):
         export = results[name].metrics["export"]
