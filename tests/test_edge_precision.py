@@ -1,7 +1,8 @@
 """--precision float16|int8 on the inference runtimes, for real on a tiny model trained on a
 real data set (scikit-learn's digits): each runtime's file quantized by the method its
 result names (onnxruntime's quantize_dynamic, the TFLite converter, OpenVINO's
-compress_to_fp16, Keras' model.quantize for Keras' OpenVINO backend), smaller than float32,
+compress_to_fp16 and NNCF's nncf.quantize, Keras' model.quantize for Keras' OpenVINO
+backend), smaller than float32,
 its outputs against the float Keras model's and its top-1 accuracy on the test split
 beside the float model's; a precision a runtime lacks is ``unsupported`` with why; a file
 onnxruntime cannot load is ``failed`` with onnxruntime's message."""
@@ -49,6 +50,7 @@ def test_int8_files_are_quantized_by_the_named_method_and_keep_their_accuracy(in
         "onnxruntime": "onnxruntime.quantization.quantize_dynamic(weight_type=QInt8)",
         "litert": "dynamic-range quantization (optimizations=[tf.lite.Optimize.DEFAULT]",
         "openvino": "model.quantize('int8')",
+        "openvino-ir": "nncf.quantize (NNCF 3.4.0 post-training quantization",
     }
     for name, method in methods.items():
         result = results[name]
@@ -70,17 +72,22 @@ def test_int8_files_are_quantized_by_the_named_method_and_keep_their_accuracy(in
         "Conv2D and the other layers stay float32"
         in results["openvino"].metrics["quantization"]["method"]
     )
+    ir_method = results["openvino-ir"].metrics["quantization"]["method"]
+    assert "calibrated on the run's first 300 training inputs" in ir_method
+    # NNCF's version: in the export's key and in the runtime's environment
+    assert results["openvino-ir"].metrics["export"]["versions"]["nncf"] == "3.4.0"
+    assert results["openvino-ir"].environment["framework"]["quantizer"] == "nncf 3.4.0"
     # the int8 files: a quarter of float32's weights, and some
-    for name in ("onnxruntime", "litert"):
-        size = results[name].metrics["export"]["file_bytes"]
+    for name in ("onnxruntime", "litert", "openvino-ir"):
+        export = results[name].metrics["export"]
+        weights = Path(export["path"]).with_suffix(".bin") if name == "openvino-ir" else None
+        size = weights.stat().st_size if weights else export["file_bytes"]
         assert size < 4 * MLP_DIGITS_PARAMS * 0.6, (name, size)
-        assert results[name].metrics["export"]["quantization"]["precision"] == "int8"
+        assert export["quantization"]["precision"] == "int8"
+    # the IR's .xml beside its .bin: the pair below float32's weights alone (38,440 bytes)
+    assert results["openvino-ir"].metrics["export"]["file_bytes"] < 4 * MLP_DIGITS_PARAMS
     # Keras' OpenVINO backend loads float32 weights and quantizes them in its worker
     assert results["openvino"].metrics["export"]["quantization"]["precision"] == "float32"
-    # no NNCF here: the IR has no int8 writer, said, never run as float32 instead
-    ir = results["openvino-ir"]
-    assert ir.status == "unsupported", dump(done)
-    assert "nncf" in ir.error["message"] and "int8" in ir.error["message"]
     table = done.stdout
     assert "top-1 vs float" in table and "vs float32" in table
     accuracy = results["onnxruntime"].metrics["accuracy"]
@@ -110,7 +117,7 @@ def test_the_report_answers_the_edge_question_from_the_stored_figures(int8_runs,
     ratio = p50[("onnxruntime", "float32")] / p50[("onnxruntime", "int8")]
     assert onnx.against_float.ratio.median == pytest.approx(ratio)
     ir = next(row for row in group.rows if row.backend == "openvino-ir")
-    assert ir.status == "unsupported" and "nncf" in ir.reason
+    assert ir.status == "ok" and ir.key[:2] == ("openvino-ir", "int8"), ir
     write_report(done.results(), tmp_path / "report.html")
     page = (tmp_path / "report.html").read_text()
     assert 'id="edge"' in page and "The edge question" in page

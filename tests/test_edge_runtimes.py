@@ -158,5 +158,16 @@ def test_a_changed_model_is_exported_again(tmp_path):
     assert key("onnxruntime", f"{model}:build", versions=newer_runtime) != first
     # Keras' OpenVINO backend loads float32 weights at every precision (it quantizes them)
     assert key("openvino", "mlp", "int8") == key("openvino", "mlp")
+    # OpenVINO's int8 IR: NNCF's version and the calibration inputs are in its key
+    calibrated = dict(name="digits", sha256="a1", train_samples=1437)
+    data.__dict__.update(calibrated)
+    ir8 = key("openvino-ir", "mlp", "int8")
+    assert key("openvino-ir", "mlp", "int8", versions=versions | {"nncf": "3.5.0"}) != ir8
+    data.sha256 = "b2"  # other data: another calibration set, another file
+    assert key("openvino-ir", "mlp", "int8") != ir8
+    data.sha256 = "c3"  # the float32 IR takes no calibration: its key ignores the data
+    float_ir = key("openvino-ir", "mlp")
+    data.sha256 = "a1"
+    assert key("openvino-ir", "mlp") == float_ir
     model.write_text(textwrap.dedent(EIGH_MODEL) + "\n# changed\n")
     assert key("onnxruntime", f"{model}:build") != first

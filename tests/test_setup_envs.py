@@ -67,8 +67,8 @@ def test_linux_x86_64_gets_what_it_always_got():
     legacy.insert(legacy.index("ruff"), "pytest-xdist")
     legacy += ["mkdocs-material", "nbclient", "nbformat", "ipykernel"]
     # and the inference runtimes with what Keras' model.export needs for them (issue 51)
-    legacy += ["onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0",
-               "onnx==1.23.2", "tf2onnx==1.17.0", "scipy"]  # fmt: skip
+    legacy += ["onnxruntime==1.32.0", "openvino==2026.4.1", "nncf==3.4.0",
+               "ai-edge-litert==2.3.0", "onnx==1.23.2", "tf2onnx==1.17.0", "scipy"]  # fmt: skip
     # and what keras-hub imports; keras-hub itself with --no-deps, after them (issue 52)
     legacy += ["kagglehub==1.0.2", "kagglesdk==0.1.28", "regex", "tokenizers", "sentencepiece"]
     assert plan("keras3", "cpu", LINUX).requirements == tuple(legacy)
@@ -109,6 +109,9 @@ def test_intel_mac_keeps_mxnet_1_9_1_but_no_cuda():
     keras3 = plan("keras3", "cpu", INTEL_MAC)
     assert "torch" in keras3.requirements and "torch==2.13.0" not in keras3.requirements
     assert "no Intel macOS wheel" in keras3.notes[0]
+    # no OpenVINO wheel here, so no NNCF either (its quantizer), said
+    assert not any(r.startswith(("openvino", "nncf")) for r in keras3.requirements)
+    assert any(n.startswith("nncf is left out on") and "openvino" in n for n in keras3.notes)
     assert plan("mxnet", "cpu", INTEL_MAC).requirements[0] == "mxnet==1.9.1"
     assert unsupported_reason("mxnet", INTEL_MAC) is None
     assert "Linux x86-64 only" in plan("mxnet", "gpu", INTEL_MAC).unavailable

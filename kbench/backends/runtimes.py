@@ -159,6 +159,15 @@ class OpenVinoIRBackend(ExportedRuntime):
     thread_setting = "INFERENCE_NUM_THREADS"
     settings = {"compiled_with": OPENVINO_PRECISION}
 
+    def framework_info(self) -> Dict[str, Any]:
+        """OpenVINO's, with the version of NNCF, its int8 quantizer (the exporter's), where
+        this interpreter has it."""
+        try:
+            nncf = f"nncf {importlib.metadata.version('nncf')}"
+        except importlib.metadata.PackageNotFoundError:
+            nncf = None
+        return super().framework_info() | {"quantizer": nncf}
+
     def load(self, path: str) -> Any:
         core = self.runtime.Core()
         compiled = core.compile_model(core.read_model(path), "CPU", openvino_config(self.threads))

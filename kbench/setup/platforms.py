@@ -40,11 +40,15 @@ KERAS3_COMMON = (
     "mkdocs-material", "nbclient", "nbformat", "ipykernel",
 )  # fmt: skip
 # The inference runtimes (kbench.backends.runtimes) and what Keras' model.export needs
-# for them (tf2onnx: ONNX from TensorFlow; scipy: the OpenVINO export)
+# for them (tf2onnx: ONNX from TensorFlow; scipy: the OpenVINO export; nncf 3.4, NNCF's
+# release for OpenVINO 2026.4: the int8 OpenVINO IR, kbench.run.exports)
 KERAS3_RUNTIMES = (
-    "onnxruntime==1.32.0", "openvino==2026.4.1", "ai-edge-litert==2.3.0", "onnx==1.23.2",
-    "tf2onnx==1.17.0", "scipy",
+    "onnxruntime==1.32.0", "openvino==2026.4.1", "nncf==3.4.0", "ai-edge-litert==2.3.0",
+    "onnx==1.23.2", "tf2onnx==1.17.0", "scipy",
 )  # fmt: skip
+# a quantizer of one runtime only: left out (and said) wherever that runtime is (nncf is
+# pure Python, a wheel for every platform, but quantizes for OpenVINO only)
+QUANTIZER_OF = {"nncf==3.4.0": "openvino==2026.4.1"}
 # KerasHub, for the hub: models (kbench_models.hub): keras-hub itself is installed without
 # its dependencies (KERAS3_NO_DEPS), since its tensorflow-text asks for the `tensorflow`
 # distribution, which pip would put beside tensorflow-cpu (and a newer one beside a CUDA
@@ -247,10 +251,15 @@ def _keras3(kind: str, where: Platform) -> EnvironmentPlan:
     if plan.unavailable:
         return plan
     missing = RUNTIMES_MISSING.get((where.family, where.arch), ())
-    runtimes = tuple(r for r in KERAS3_RUNTIMES if r not in missing)
+    orphans = tuple(q for q, runtime in QUANTIZER_OF.items() if runtime in missing)
+    runtimes = tuple(r for r in KERAS3_RUNTIMES if r not in missing + orphans)
     notes = tuple(
         f"{r.split('==')[0]} has no wheel for {where.label}: its backend does not run here"
         for r in missing
+    ) + tuple(
+        f"{q.split('==')[0]} is left out on {where.label}: it quantizes for "
+        f"{QUANTIZER_OF[q].split('==')[0]}, which has no wheel here"
+        for q in orphans
     )
     return dataclasses.replace(
         plan, requirements=plan.requirements + runtimes + KERAS3_HUB, notes=plan.notes + notes,

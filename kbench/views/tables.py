@@ -747,6 +747,14 @@ def keras_text(probe: Dict[str, Any]) -> str:
     return (probe.get("keras") or "-") + (f" (keras-hub {hub})" if hub else "")
 
 
+def framework_text(framework: Dict[str, Any]) -> str:
+    """A probe's framework and version, with its quantizer's beside it (NNCF for OpenVINO's
+    IR) where it is installed."""
+    text = f"{framework.get('name', '-')} {framework.get('version', '')}".strip()
+    quantizer = framework.get("quantizer")
+    return text + (f" ({quantizer})" if quantizer else "")
+
+
 def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
     rows = []
     for p in probes:
@@ -755,7 +763,7 @@ def environments_table(probes: Sequence[Dict[str, Any]]) -> str:
             p["backend"], "yes" if p["ok"] else "no",
             p.get("environment") or BACKENDS[p["backend"]].environment,
             p.get("python", "-"), keras_text(p),
-            f"{framework.get('name', '-')} {framework.get('version', '')}".strip(),
+            framework_text(framework),
             ", ".join(framework.get("devices", [])) or "-",
             kernels_text(framework) if p["ok"] else "-",
         ])  # fmt: skip
