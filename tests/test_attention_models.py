@@ -219,7 +219,8 @@ for data_format in formats:
             embedding.set_weights([table])
             x = arrays[f"{tag}/x/x"]
             arrays[f"{tag}/pad_embedding/y"] = model.predict(x, batch_size=BATCH, verbose=0)
-if keras3:  # --mixed-precision bfloat16: the same weights, in bfloat16
+if keras3 and keras.backend.backend() != "jax":  # --mixed-precision bfloat16 (jax: op by
+    # op, eagerly, it takes 10-16 s here; it promotes mixed dtypes, as torch does)
     set_format(formats[0])
     keras.config.set_dtype_policy("mixed_bfloat16")
     for key, (name, shape, classes) in cases.items():
@@ -227,7 +228,7 @@ if keras3:  # --mixed-precision bfloat16: the same weights, in bfloat16
         model = kbench_models.build(name, tuple(shape), classes)
         draw(model, 1234)
         x = arrays[f"{tag}/x/x"]
-        y = np.asarray(model.predict(x, batch_size=BATCH, verbose=0), np.float64)
+        y = np.asarray(keras.ops.convert_to_numpy(model(x)), np.float64)  # eager: no tracing
         norm = [l for l in model.layers if type(l).__name__ == "LayerNorm"][0]
         report[f"{tag}-bfloat16"] = {
             "finite": bool(np.isfinite(y).all()),
@@ -326,11 +327,12 @@ def test_parameter_counts_are_the_docstrings(runs, backend):
 
 
 @slow
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_mixed_bfloat16_computes_the_float32_function(runs, backend):
     """Under ``mixed_bfloat16`` each model runs (TensorFlow adds only tensors of one dtype:
     the masks are cast to the scores') and stays within bfloat16's rounding of its float32
-    outputs; LayerNorm keeps float32 weights and statistics, as Keras' does."""
+    outputs; LayerNorm keeps float32 weights and statistics, as Keras' does. Called
+    eagerly (no tracing: about 1.6 s on tensorflow, 0.6 s on torch)."""
     report, _, _ = run_of(runs, backend)
     for key in CASES:
         found = report[f"{key}-{formats_for(backend)[0]}-bfloat16"]
