@@ -140,3 +140,6 @@ def test_greedy_tokens_agree_across_backends_with_the_same_weights(tmp_path):
     own = dict(twin["weights"], **{"from": "torch-native", "loaded": False, "note": "own"})
     alone.metrics["generation"] = dict(twin, weights=own)
     assert token_agreement([runs["jax"], alone])[alone.run_id]["why"].startswith("its own weights")
+    bare = {k: v for k, v in alone.metrics.items() if k != "generation_agreement"}
+    alone = dataclasses.replace(alone, metrics=bare)
+    assert "generation_agreement" not in record_token_agreement([alone], tmp_path)[0].metrics

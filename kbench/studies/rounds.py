@@ -385,12 +385,14 @@ def run_plan(
 def record_token_agreement(results: List[RunResult], directory: Path) -> List[RunResult]:
     """``results`` with each non-reference generate run's greedy tokens against its
     reference's (:func:`kbench.results.analysis.token_agreement`) in its
-    ``metrics.generation_agreement``, its document saved again in ``directory``."""
+    ``metrics.generation_agreement``, its document saved again in ``directory``. A run
+    whose reference is not among ``results`` (a sweep's plan holding part of a session's
+    backends; a twin that decoded with its own weights) is left as it is."""
     agreement = token_agreement(results)
     recorded = []
     for result in results:
         found = agreement.get(result.run_id)
-        if found is not None and not found.get("is_reference"):
+        if found is not None and "same" in found and not found.get("is_reference"):
             metrics = dict(result.metrics, generation_agreement=found)
             result = replace(result, metrics=metrics)
             try:
