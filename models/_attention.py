@@ -26,6 +26,11 @@ with HEADS (2) heads and MLP_DIM (64), a final LayerNorm (``_attention_facts``).
 Layers are created, and so ordered in ``model.layers`` by both generations, as a
 block's twin lists them: norm, query, key, value, output, norm, MLP, MLP.
 
+Under a mixed policy the layers compute in bfloat16 (or float16): the masks and the
+pooling's weights made inside a Lambda are cast to the dtype of the tensor they meet
+(TensorFlow adds and multiplies only tensors of one dtype; -1e9 is within bfloat16's
+range), and LayerNorm computes in float32.
+
 Custom layers and Lambdas are in-memory only: saving such a model to ``.keras`` and
 loading it back would need them registered (and Lambda loading needs safe_mode off).
 """
@@ -40,7 +45,9 @@ from ._attention_facts import BLOCKS, DIM, EPSILON, HEADS, MASKED, MLP_DIM
 
 class LayerNorm(layers.Layer):
     """Layer normalisation over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta
-    (the biased variance, as Keras' and PyTorch's LayerNorm)."""
+    (the biased variance, as Keras' and PyTorch's LayerNorm). Under a mixed policy
+    (``--mixed-precision``) gamma, beta and the statistics stay float32 and the output is
+    the policy's compute dtype, as in Keras' LayerNormalization and ``torch.autocast``."""
 
     def __init__(self, epsilon=EPSILON, **kwargs):
         super().__init__(**kwargs)
@@ -48,15 +55,21 @@ class LayerNorm(layers.Layer):
 
     def build(self, input_shape):
         dim = int(input_shape[-1])
-        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones")
-        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros")
+        # Keras 3: gamma and beta stay float32 under a mixed policy (Keras 2.2.4 has none)
+        kept = {"autocast": False} if hasattr(self, "compute_dtype") else {}
+        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones", **kept)
+        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros", **kept)
         super().build(input_shape)
 
     def call(self, x):
         ops = _compat.ops
+        low = getattr(self, "compute_dtype", "float32")  # Keras 2.2.4: float32 only
+        if low != "float32":  # a mixed policy: in float32, as Keras' and torch.autocast's
+            x = ops.cast(x, "float32")
         centred = x - ops.mean(x, axis=-1, keepdims=True)
         variance = ops.mean(ops.square(centred), axis=-1, keepdims=True)
-        return centred / ops.sqrt(variance + self.epsilon) * self.gamma + self.beta
+        y = centred / ops.sqrt(variance + self.epsilon) * self.gamma + self.beta
+        return y if low == "float32" else ops.cast(y, low)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -104,7 +117,7 @@ def _causal(scores, steps: int):
         positions = ops.arange(steps, dtype="float32")
         queries = ops.reshape(positions, (1, steps, 1))
         keys = ops.reshape(positions, (1, 1, steps))
-        return s + ops.cast(ops.greater(keys, queries), "float32") * MASKED
+        return s + ops.cast(ops.greater(keys, queries), _compat.dtype_of(s)) * MASKED
 
     return layers.Lambda(mask)(scores)
 
@@ -167,7 +180,7 @@ def masked_mean_over_steps(x, tokens):
 
     def pool(inputs):
         t, ids = inputs
-        keep = ops.cast(ops.not_equal(ids, 0), "float32")
+        keep = ops.cast(ops.not_equal(ids, 0), _compat.dtype_of(t))
         total = ops.sum(t * ops.expand_dims(keep, -1), axis=1)
         return total / ops.maximum(ops.sum(keep, axis=1, keepdims=True), 1.0)
 

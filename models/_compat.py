@@ -84,6 +84,15 @@ except ImportError:  # Keras 2.2.4 (keras-mxnet)
     ops = backend
 
 
+def dtype_of(x) -> str:
+    """A tensor's dtype by name ("float32", "bfloat16") in either Keras generation: what a
+    constant made inside a layer is cast to, since TensorFlow adds or multiplies two
+    tensors only of one dtype (under a mixed policy a layer computes in bfloat16)."""
+    if hasattr(backend, "standardize_dtype"):  # Keras 3
+        return backend.standardize_dtype(x.dtype)
+    return backend.dtype(x)
+
+
 def patches_to_sequence(x):
     """A patch embedding's map, (height, width, dim) or (dim, height, width) per the
     data format, as a sequence (height * width, dim), patches in row-major order."""

@@ -12,6 +12,8 @@ from conftest import kbench_here, require_backends
 
 from kbench.results.analysis import token_agreement
 from kbench.results.config import PROMPT_TOKENS, ConfigError, RunConfig
+from kbench.results.result import RunResult
+from kbench.studies.rounds import record_token_agreement
 from kbench.views.report import Comparison
 
 slow = pytest.mark.slow
@@ -101,9 +103,16 @@ def test_greedy_tokens_agree_across_backends_with_the_same_weights(tmp_path):
     assert agreement[runs["jax"].run_id]["is_reference"]
     assert agreement[runs["torch-native"].run_id] == {
         "reference": "jax",
+        "reference_run": runs["jax"].run_id,
         "same": True,
         "tokens": BATCH * NEW,
     }
+    # kbench run recorded it in the twin's document (not in the reference's)
+    assert (
+        runs["torch-native"].metrics["generation_agreement"]
+        == agreement[runs["torch-native"].run_id]
+    )
+    assert "generation_agreement" not in runs["jax"].metrics
     assert "same tokens" in done.stdout and f"yes, {BATCH * NEW} tokens" in done.stdout
     shown = Comparison.of(results).text()
     assert "generation (greedy" in shown and f"yes, {BATCH * NEW} tokens" in shown
@@ -120,9 +129,17 @@ def test_greedy_tokens_agree_across_backends_with_the_same_weights(tmp_path):
         "position": 2, "row": 1, "reference_gap": reference_gaps[1][2],
         "gap": twin["logit_gaps"][1][2],
     }  # fmt: skip
+    recorded = record_token_agreement([runs["jax"], parted], tmp_path / "again")
+    assert recorded[1].metrics["generation_agreement"] == found
+    saved = RunResult.load(tmp_path / "again" / f"{parted.run_id}.json")
+    assert saved.metrics["generation_agreement"]["first_difference"]["row"] == 1
+    assert not (tmp_path / "again" / f"{runs['jax'].run_id}.json").exists()
 
     # a twin that ran before any Keras backend decoded with its own weights: not compared
     alone = dataclasses.replace(runs["torch-native"], metrics=dict(runs["torch-native"].metrics))
     own = dict(twin["weights"], **{"from": "torch-native", "loaded": False, "note": "own"})
     alone.metrics["generation"] = dict(twin, weights=own)
     assert token_agreement([runs["jax"], alone])[alone.run_id]["why"].startswith("its own weights")
+    bare = {k: v for k, v in alone.metrics.items() if k != "generation_agreement"}
+    alone = dataclasses.replace(alone, metrics=bare)
+    assert "generation_agreement" not in record_token_agreement([alone], tmp_path)[0].metrics

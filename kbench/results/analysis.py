@@ -696,7 +696,9 @@ def token_agreement(results: Sequence[RunResult]) -> Dict[str, Dict[str, Any]]:
     decoded with (the same weights' digest). ``same``: every token equal; else
     ``first_difference``: the first position (of any row) where they part, its row, and
     the gap between the two largest logits there, the reference's and this run's (a
-    small gap is a near tie that rounding can flip). No reference: ``why``."""
+    small gap is a near tie that rounding can flip); ``reference_run``: the reference's
+    run id. No reference: ``why``. What ``kbench run`` records in each non-reference
+    document as ``metrics.generation_agreement``."""
     ran = [r for r in results if r.kind == "generate" and r.ok and "generation" in r.metrics]
     by_settings: Dict[Tuple, List[RunResult]] = {}
     for result in ran:
@@ -725,18 +727,16 @@ def _agreement(result: RunResult, members: Sequence[RunResult]) -> Dict[str, Any
     if mine.shape != theirs.shape:
         return {"reference": source, "why": f"tokens {mine.shape} vs {theirs.shape}"}
     parted = mine != theirs
+    found = {"reference": source, "reference_run": reference.run_id, "tokens": int(mine.size)}
     if not parted.any():
-        return {"reference": source, "same": True, "tokens": int(mine.size)}
+        return dict(found, same=True)
     position = int(np.argmax(parted.any(axis=0)))
     row = int(np.argmax(parted[:, position]))
     gaps = (
         reference.metrics["generation"]["logit_gaps"],
         result.metrics["generation"]["logit_gaps"],
     )
-    return {
-        "reference": source, "same": False, "tokens": int(mine.size),
-        "first_difference": {
-            "position": position, "row": row,
-            "reference_gap": gaps[0][row][position], "gap": gaps[1][row][position],
-        },
-    }  # fmt: skip
+    return dict(found, same=False, first_difference={
+        "position": position, "row": row,
+        "reference_gap": gaps[0][row][position], "gap": gaps[1][row][position],
+    })  # fmt: skip

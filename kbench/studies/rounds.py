@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 from kbench.distributed.launcher import run_distributed
 from kbench.measure import quality
 from kbench.measure.stats import rounds_needed
-from kbench.results.analysis import widest_ratio_half_width
+from kbench.results.analysis import token_agreement, widest_ratio_half_width
 from kbench.results.comparison import is_comparison
 from kbench.results.config import (
     WINDOW_S,
@@ -33,6 +33,7 @@ from kbench.results.config import (
     needs_fresh_process,
 )
 from kbench.results.result import RunResult
+from kbench.results.store import ResultStore, StoreWriteError
 from kbench.run import windows
 from kbench.run.runner import Runner, Session, look_before_runs, shared_workers
 
@@ -370,12 +371,36 @@ def run_plan(
         )  # fmt: skip
     if plan.schedule == "windows":
         return _run_windows(plan, runner)
+    stopped = None
     if plan.provenance is None and plan.replays is None:
-        return runner.run_rounds([list(r) for r in plan.rounds], plan.stop())
-    if isinstance(store, Session):
-        return _run_recorded(plan, store, report), None
-    with runner.session([config for r in plan.rounds for config in r]) as session:
-        return _run_recorded(plan, session, report), None
+        results, stopped = runner.run_rounds([list(r) for r in plan.rounds], plan.stop())
+    elif isinstance(store, Session):
+        results = _run_recorded(plan, store, report)
+    else:
+        with runner.session([config for r in plan.rounds for config in r]) as session:
+            results = _run_recorded(plan, session, report)
+    return record_token_agreement(results, runner.output_dir), stopped
+
+
+def record_token_agreement(results: List[RunResult], directory: Path) -> List[RunResult]:
+    """``results`` with each non-reference generate run's greedy tokens against its
+    reference's (:func:`kbench.results.analysis.token_agreement`) in its
+    ``metrics.generation_agreement``, its document saved again in ``directory``. A run
+    whose reference is not among ``results`` (a sweep's plan holding part of a session's
+    backends; a twin that decoded with its own weights) is left as it is."""
+    agreement = token_agreement(results)
+    recorded = []
+    for result in results:
+        found = agreement.get(result.run_id)
+        if found is not None and "same" in found and not found.get("is_reference"):
+            metrics = dict(result.metrics, generation_agreement=found)
+            result = replace(result, metrics=metrics)
+            try:
+                ResultStore(directory).add(result)
+            except StoreWriteError as err:  # the document as it ran stays
+                log.warning("%s: its token agreement is not recorded: %s", result.run_id, err)
+        recorded.append(result)
+    return recorded
 
 
 def _run_windows(plan: Plan, runner: Runner) -> Tuple[List[RunResult], str]:
