@@ -63,6 +63,9 @@ def error_of(document) -> SweepError:
          "settings.window_s", "at the top of the file (measure: windows"),
         (sweep(matrix={"backend": ["jax"]}, measure="window"), "measure", "Did you mean 'windows'"),
         (sweep(matrix={"backend": ["jax"]}, window=0), "window", "above 0"),
+        (sweep(matrix={"backend": ["jax"]}, warm="yes"), "warm", "true or false"),
+        (sweep(groups=[{"settings": {"backend": "jax"}, "reduced": {"warm": True}}]),
+         "groups[0].reduced.warm", "whole file"),
     ],
 )  # fmt: skip
 def test_bad_sweep_files_name_the_place_and_the_fix(document, where, message):
@@ -158,6 +161,21 @@ def test_a_warm_sweep_shares_a_worker_within_each_repeat_only():
     assert len(groups) == 2 * (4 + 2)
     # the repeats in turn: every group of repeat 0 before any of repeat 1
     assert [g[0].config.repeat for g in groups] == [0] * 6 + [1] * 6
+
+
+def test_a_files_warm_shares_workers_for_its_fresh_runs_at_its_size():
+    """warm: true (or reduced.warm) plans the fresh-process runs as --warm does: each
+    round's runs of one backend in one worker; the other size keeps one process a run."""
+    from kbench.studies.sweep_runs import sweep_plans
+
+    document = sweep(repeats=2, matrix={"backend": ["torch", "jax"], "batch_size": [8, 16]},
+                     reduced={"warm": True})  # fmt: skip
+    for reduced, warm in ((False, False), (True, True)):
+        parsed = parse_sweep(document, "f.yaml", reduced=reduced)
+        assert parsed.warm is warm
+        [(runs, plan)] = sweep_plans(parsed, parsed.runs)
+        assert plan.schedule == ("warm" if warm else "fresh") and len(runs) == 8
+    assert parse_sweep(dict(document, warm=True), "f.yaml").warm
 
 
 def test_shipped_example_sweeps_load_at_both_sizes():

@@ -48,10 +48,10 @@ from kbench_models.user import is_reference
 log = logging.getLogger(__name__)
 
 TOP_KEYS = ("name", "description", "repeats", "settings", "matrix", "groups", "reduced",
-            "measure", "window", "ratio_precision", "ratio_budget")  # fmt: skip
+            "measure", "window", "ratio_precision", "ratio_budget", "warm")  # fmt: skip
 MEASURES = ("fresh", "windows")  # fresh processes (repeats), or warm interleaved windows
 GROUP_KEYS = ("name", "description", "settings", "matrix", "reduced")
-REDUCED_KEYS = ("settings", "matrix", "repeats")
+REDUCED_KEYS = ("settings", "matrix", "repeats", "warm")
 RUN_FIELDS = tuple(f.name for f in fields(RunConfig) if f.name != "repeat")
 # Settings that do not change what a run computes: a rerun with another value of
 # these still finds the runs it already did.
@@ -104,6 +104,9 @@ class Sweep:
     window_settings: WindowSettings = field(default_factory=WindowSettings)
     # set by in_windows(): the runs are comparisons in warm windows, measured so
     windows: Optional[WindowSettings] = None
+    # the file's warm (its reduced section's, with reduced): each round's fresh-process
+    # runs that can share a worker share one, as kbench sweep --warm does
+    warm: bool = False
 
     def varying(self) -> List[str]:
         """The settings whose values differ between runs, in RunConfig order."""
@@ -344,7 +347,20 @@ def parse_sweep(
     twice_where = "groups" if top.get("groups") else "matrix"
     runs = _runs(layers, places, repeats, twice_where, base_dir, fail)
     measure, settings = window_settings(top, fail)
-    return Sweep(name, str(top.get("description") or ""), file, reduced, runs, measure, settings)
+    warm = _warm(top, top_reduced, reduced, fail)
+    about = str(top.get("description") or "")
+    return Sweep(name, about, file, reduced, runs, measure, settings, warm=warm)
+
+
+def _warm(top: Dict[str, Any], top_reduced: Dict[str, Any], reduced: bool, fail) -> bool:
+    """Whether the file's fresh-process runs share warm workers (its reduced section's
+    ``warm``, with ``reduced``)."""
+    warm, where = top.get("warm", False), "warm"
+    if reduced and "warm" in top_reduced:
+        warm, where = top_reduced["warm"], "reduced.warm"
+    if not isinstance(warm, bool):
+        raise fail(where, f"expected true or false; received {warm!r}.")
+    return warm
 
 
 def _repeats(top: Dict[str, Any], top_reduced: Dict[str, Any], reduced: bool, fail) -> int:
@@ -378,8 +394,9 @@ def _layers(
         )
         layer = base.over(Layer.of(group, where + ".", fail))
         section = _reduced_section(group.get("reduced"), where + ".reduced", fail)
-        if "repeats" in section:
-            raise fail(f"{where}.reduced.repeats", "repeats is set for the whole file only.")
+        for key in ("repeats", "warm"):
+            if key in section:
+                raise fail(f"{where}.reduced.{key}", f"{key} is set for the whole file only.")
         if reduced:
             layer = layer.over(base_reduced).over(Layer.of(section, where + ".reduced.", fail))
         layers.append((str(group.get("name", where)), layer))
@@ -624,7 +641,7 @@ def _known_setting(key: Any, where: str, fail) -> None:
 
 
 def _reduced_section(value: Any, where: str, fail) -> Dict[str, Any]:
-    expected = "a mapping with settings, matrix and/or repeats"
+    expected = "a mapping with settings, matrix, repeats and/or warm"
     return expect_mapping(value, where, expected, fail, REDUCED_KEYS)
 
 
@@ -725,7 +742,10 @@ def to_do(sweep: Sweep, done_keys: Dict[str, str], force: bool, retry_failed: bo
 def sweep_plan(sweep: Sweep, runs: Sequence[SweepRun], warm: bool = False) -> Plan:
     """``runs`` as the engine runs them (:func:`kbench.studies.rounds.run_plan`): round by
     round, each recorded with its sweep provenance; with ``warm``, each round's runs that
-    can share a worker process share one (:func:`~kbench.run.runner.shared_workers`)."""
+    can share a worker process share one (:func:`~kbench.run.runner.shared_workers`), the
+    runs put in round order first (a sweep in windows lists them comparison by comparison)."""
+    if warm:
+        runs = sorted(runs, key=lambda run: run.config.repeat)
     by_round = itertools.groupby(runs, key=lambda run: run.config.repeat)
     configs = [[run.config for run in same_repeat] for _, same_repeat in by_round]
     measure = Measure(False, "--warm" if warm else "", "a sweep's runs, one process each")

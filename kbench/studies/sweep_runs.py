@@ -186,11 +186,11 @@ def sweep_plans(
     sweep: Sweep, runs: Sequence[SweepRun], warm: bool = False, baseline: Optional[str] = None
 ) -> List[Tuple[List[SweepRun], rounds.Plan]]:
     """``runs`` as plans for :func:`kbench.studies.rounds.run_plan`, each with its runs:
-    those in fresh processes (or ``warm`` workers) one plan, round by round
-    (:func:`~kbench.studies.sweep.sweep_plan`), then each comparison in warm windows its
+    those in fresh processes (or ``warm`` workers, or the file's ``warm``) one plan, round
+    by round (:func:`~kbench.studies.sweep.sweep_plan`), then each comparison in warm windows its
     own (``baseline``'s worker first where it has that backend), until its stop rule says."""
     fresh = [run for run in runs if run.config.window_s is None]
-    plans = [(fresh, sweep_plan(sweep, fresh, warm))] if fresh else []
+    plans = [(fresh, sweep_plan(sweep, fresh, warm or sweep.warm))] if fresh else []
     for group in comparisons_of(runs):
         assert sweep.windows is not None
         settings = sweep.windows
@@ -255,7 +255,7 @@ def run_planned(
     except store_mod.StoreWriteError as err:
         not_started = (
             "the rest were not saved (a warm worker's runs are saved as it ends)"
-            if warm
+            if warm or sweep.warm
             else "the comparison in progress is measured again whole when you resume"
             if sweep.windows is not None
             else f"{len(to_run) - progress.done - 1} not started"
@@ -299,7 +299,8 @@ def plan_text(sweep: Sweep, states: Dict[str, str], varying: Sequence[str]) -> s
             how = "warm windows"
         else:
             repeats = len({c.repeat for c in configs})
-            how = f"fresh x{repeats}: {fresh_reason(configs)}"
+            shared = ", in warm workers (the file's warm)" if sweep.warm else ""
+            how = f"fresh x{repeats}{shared}: {fresh_reason(configs)}"
         kinds = sorted({states[run.key] for run in group})
         rows.append([str(i), label_of(configs[0], varying), ", ".join(backends), how,
                      " / ".join(kinds)])  # fmt: skip
