@@ -273,7 +273,7 @@ SEQUENCE_LAYERS = {"Input", "Dense", "Embedding", "Lambda", "Dot", "Add", "Activ
                    "Concatenate", "Layer"}  # fmt: skip
 # _compat.lstm: an LSTM with its activations spelled out; ops: keras.ops or keras.backend;
 # sequence_length: a (steps, dim) tensor's steps
-SEQUENCE_COMPAT = {"lstm", "ops", "sequence_length"}
+SEQUENCE_COMPAT = {"dtype_of", "lstm", "ops", "sequence_length"}
 SEQUENCE_HELPERS = {"_compat", "_attention", "_attention_facts"}  # models' own, imported
 
 
