@@ -12,7 +12,7 @@ from typing import List
 import mxnet as mx
 from mxnet.gluon import HybridBlock, nn
 
-from .._attention_facts import BLOCKS, DIM, EPSILON, HEADS, MASKED, MLP_DIM
+from .._attention_facts import BLOCKS, DIM, EPSILON, HEADS, MASKED, MLP_DIM, block_layers
 from ._layers import KerasLayer
 
 
@@ -82,17 +82,7 @@ class Block(HybridBlock):
         return x + self.fc2(F.relu(self.fc1(self.norm2(x))))
 
     def keras_layers(self) -> List[KerasLayer]:
-        """Keras orders a block's weights as it creates them: norm, query, key, value,
-        output, norm, the MLP's two Dense."""
-        attention = self.attention
-        return [
-            KerasLayer("LayerNorm", self.norm1),
-            *(KerasLayer("Dense", d) for d in (attention.query, attention.key, attention.value)),
-            KerasLayer("Dense", attention.output),
-            KerasLayer("LayerNorm", self.norm2),
-            KerasLayer("Dense", self.fc1),
-            KerasLayer("Dense", self.fc2),
-        ]
+        return block_layers(KerasLayer, self)
 
 
 class Trunk(HybridBlock):

@@ -11,7 +11,7 @@ from typing import List, Optional
 import torch
 from torch import nn
 
-from .._attention_facts import BLOCKS, DIM, EPSILON, HEADS, MASKED, MLP_DIM
+from .._attention_facts import BLOCKS, DIM, EPSILON, HEADS, MASKED, MLP_DIM, block_layers
 from ._layers import KerasLayer
 
 
@@ -71,17 +71,7 @@ class Block(nn.Module):
         return x + self.fc2(torch.relu(self.fc1(self.norm2(x))))
 
     def keras_layers(self) -> List[KerasLayer]:
-        """Keras orders a block's weights as it creates them: norm, query, key, value,
-        output, norm, the MLP's two Dense."""
-        attention = self.attention
-        return [
-            KerasLayer("LayerNorm", self.norm1),
-            *(KerasLayer("Dense", d) for d in (attention.query, attention.key, attention.value)),
-            KerasLayer("Dense", attention.output),
-            KerasLayer("LayerNorm", self.norm2),
-            KerasLayer("Dense", self.fc1),
-            KerasLayer("Dense", self.fc2),
-        ]
+        return block_layers(KerasLayer, self)
 
 
 class Trunk(nn.Module):

@@ -11,7 +11,7 @@ from typing import List
 import torch
 from torch import nn
 
-from .._attention_facts import DIM
+from .._attention_facts import DIM, check_token_input
 from ._attention import Trunk, causal_mask
 from ._layers import KerasLayer, KerasTwin, keras_init_
 
@@ -19,8 +19,7 @@ from ._layers import KerasLayer, KerasTwin, keras_init_
 class DecoderLM(KerasTwin):
     def __init__(self, input_shape, num_classes: int) -> None:
         super().__init__()
-        if len(input_shape) != 1:
-            raise ValueError(f"decoder_lm: input_shape must be (steps,); got {input_shape}")
+        check_token_input("decoder_lm", input_shape, num_classes)
         self.steps = int(input_shape[0])
         self.embedding = nn.Embedding(num_classes, DIM)
         self.trunk = Trunk(self.steps)

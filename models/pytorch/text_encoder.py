@@ -10,7 +10,7 @@ from typing import List
 import torch
 from torch import nn
 
-from .._attention_facts import DIM
+from .._attention_facts import DIM, check_token_input
 from ._attention import Trunk, masked_mean, padding_mask
 from ._layers import KerasLayer, KerasTwin, keras_init_
 
@@ -20,10 +20,7 @@ VOCABULARY_SIZE = 1_000
 class TextEncoder(KerasTwin):
     def __init__(self, input_shape, num_classes: int) -> None:
         super().__init__()
-        if len(input_shape) != 1:
-            raise ValueError(f"text_encoder: input_shape must be (steps,); got {input_shape}")
-        if num_classes < 2:
-            raise ValueError(f"text_encoder: num_classes must be 2 or more; got {num_classes}")
+        check_token_input("text_encoder", input_shape, num_classes)
         self.embedding = nn.Embedding(VOCABULARY_SIZE, DIM)
         self.trunk = Trunk(int(input_shape[0]))
         self.classifier = nn.Linear(DIM, num_classes)
